@@ -1,0 +1,196 @@
+"""Probability rows: validation, distances, residuals and categorical sampling.
+
+Every function works on a *row* axis (the last one) and broadcasts over any
+leading batch axes. All of them accept numpy arrays and torch tensors alike
+(through :mod:`array_api_compat`); the result has the input's type and device.
+
+Conventions
+-----------
+* ``draft`` is the small model's distribution (``p`` in the specs), ``target``
+  the large model's (``q``).
+* A row is *valid* when it is finite, non-negative and sums to 1 within
+  :data:`NORMALISATION_TOL` (absolute). :func:`validate_probs` raises
+  :class:`ValueError` naming the argument and what was expected otherwise.
+"""
+
+from __future__ import annotations
+
+import array_api_compat
+import numpy as np
+
+#: Absolute tolerance on ``|sum(row) - 1|`` accepted by :func:`validate_probs`.
+#: Rows inside the tolerance are renormalised exactly; rows outside are an error.
+NORMALISATION_TOL = 1e-6
+
+__all__ = [
+    "NORMALISATION_TOL",
+    "namespace",
+    "first_index",
+    "validate_probs",
+    "check_same_vocab",
+    "total_variation",
+    "overlap",
+    "residual",
+    "sample_categorical",
+    "uniform",
+]
+
+
+def namespace(*arrays):
+    """Array-API namespace shared by ``arrays`` (numpy or torch)."""
+    return array_api_compat.array_namespace(*arrays)
+
+
+def _is_torch(x) -> bool:
+    return array_api_compat.is_torch_array(x)
+
+
+def validate_probs(probs, name: str = "probs", *, tol: float = NORMALISATION_TOL, min_ndim: int = 1):
+    """Check that the last axis of ``probs`` holds probability rows.
+
+    Parameters
+    ----------
+    probs : array_like, shape (..., V)
+        Candidate probability rows. Python lists are converted to float64 numpy.
+    name : str
+        Argument name used in error messages.
+    tol : float
+        Largest accepted ``|sum(row) - 1|``.
+    min_ndim : int
+        Minimum number of axes (1 for a single row).
+
+    Returns
+    -------
+    array, shape (..., V)
+        Floating-point rows renormalised to sum to exactly 1 (up to rounding).
+
+    Raises
+    ------
+    ValueError
+        On NaN/inf, negative entries, an empty vocabulary, too few axes or a
+        row sum outside ``1 ± tol``; the message names ``name``, the first
+        offending row and what was expected.
+
+    Examples
+    --------
+    >>> validate_probs([0.25, 0.75], "draft")
+    array([0.25, 0.75])
+    """
+    if not (array_api_compat.is_array_api_obj(probs)):
+        probs = np.asarray(probs, dtype=np.float64)
+    xp = namespace(probs)
+    if not xp.isdtype(probs.dtype, "real floating"):
+        probs = xp.astype(probs, xp.float64)
+    if probs.ndim < min_ndim:
+        raise ValueError(f"{name}: expected at least {min_ndim} axis/axes (..., vocab), got shape {tuple(probs.shape)}")
+    if probs.shape[-1] == 0:
+        raise ValueError(f"{name}: the vocabulary axis is empty (shape {tuple(probs.shape)})")
+    bad = ~xp.isfinite(probs)
+    if bool(xp.any(bad)):
+        raise ValueError(f"{name}: contains NaN or infinite entries at {first_index(bad)}; expected finite probabilities")
+    neg = probs < 0
+    if bool(xp.any(neg)):
+        idx = first_index(neg)
+        raise ValueError(f"{name}: negative probability {float(probs[idx])!r} at index {idx}; expected entries >= 0")
+    sums = xp.sum(probs, axis=-1)
+    off = xp.abs(sums - 1.0) > tol
+    if bool(xp.any(off)):
+        idx = first_index(off)
+        raise ValueError(
+            f"{name}: row {idx} sums to {float(sums[idx])!r}; expected rows summing to 1 "
+            f"(tolerance {tol:g}) over the last axis of shape {tuple(probs.shape)}"
+        )
+    return probs / sums[..., None]
+
+
+def first_index(mask):
+    """Index tuple of the first True entry of a boolean array (numpy or torch)."""
+    arr = np.asarray(mask.cpu() if _is_torch(mask) else mask)
+    return tuple(int(i) for i in np.argwhere(arr)[0])
+
+
+def check_same_vocab(draft, target, draft_name: str = "draft", target_name: str = "target") -> int:
+    """Raise ``ValueError`` unless the last axes (vocabulary sizes) agree; return V."""
+    vd, vt = draft.shape[-1], target.shape[-1]
+    if vd != vt:
+        raise ValueError(
+            f"vocabulary mismatch: {draft_name} has {vd} tokens, {target_name} has {vt}; "
+            "both models must share one vocabulary"
+        )
+    return int(vd)
+
+
+def total_variation(draft, target):
+    """TV(p, q) = ½ Σ_x |p(x) − q(x)|, batched over leading axes.
+
+    >>> float(total_variation(np.array([0.3, 0.7]), np.array([0.75, 0.25])))
+    0.45
+    """
+    xp = namespace(draft, target)
+    return 0.5 * xp.sum(xp.abs(draft - target), axis=-1)
+
+
+def overlap(draft, target):
+    """Σ_x min(p(x), q(x)) = 1 − TV(p, q): the maximal-coupling acceptance probability."""
+    xp = namespace(draft, target)
+    return xp.sum(xp.minimum(draft, target), axis=-1)
+
+
+def residual(minuend, subtrahend, *, return_mass: bool = False):
+    """Normalised positive part ``(a − b)_+ / Σ (a − b)_+`` along the last axis.
+
+    For speculative sampling call ``residual(target, draft)`` (spec eq. (2));
+    block verification calls ``residual(w * target, draft)`` (eq. (16)).
+
+    Where the mass ``Σ (a − b)_+`` is exactly 0 the residual is undefined; the
+    function then returns ``a`` normalised (the target itself when ``a`` is a
+    target row), and a uniform row if ``a`` is zero as well. Verifiers only
+    reach such rows with probability 0, so the choice never changes a law.
+
+    Parameters
+    ----------
+    minuend, subtrahend : array, shape (..., V)
+    return_mass : bool
+        Also return the mass ``Σ (a − b)_+`` of shape (...).
+    """
+    xp = namespace(minuend, subtrahend)
+    pos = xp.clip(minuend - subtrahend, min=0.0)
+    mass = xp.sum(pos, axis=-1, keepdims=True)
+    a_mass = xp.sum(minuend, axis=-1, keepdims=True)
+    vocab = minuend.shape[-1]
+    fallback = xp.where(a_mass > 0, minuend / xp.where(a_mass > 0, a_mass, 1.0), 1.0 / vocab)
+    out = xp.where(mass > 0, pos / xp.where(mass > 0, mass, 1.0), fallback)
+    if return_mass:
+        return out, mass[..., 0]
+    return out
+
+
+def uniform(rng, shape, like):
+    """U[0, 1) draws of ``shape`` from ``rng`` in the namespace/device of ``like``.
+
+    ``rng`` is a :class:`numpy.random.Generator` for numpy arrays, and a
+    :class:`torch.Generator` (or ``None`` for torch's global generator) for
+    torch tensors.
+    """
+    if _is_torch(like):
+        import torch
+
+        return torch.rand(shape, generator=rng, dtype=like.dtype, device=like.device)
+    return rng.random(shape)
+
+
+def sample_categorical(probs, rng, u=None):
+    """One draw from each row of ``probs`` (shape (..., V)) by inverse CDF.
+
+    Returns integer indices of shape (...). ``u`` optionally supplies the
+    uniforms (shape (...)). Entries with probability 0 are never returned.
+    """
+    xp = namespace(probs)
+    if u is None:
+        u = uniform(rng, probs.shape[:-1], probs)
+    cdf = xp.cumulative_sum(probs, axis=-1)
+    # scale u by the row total so rounding in the cumulative sum cannot push past the end
+    idx = xp.sum(xp.astype(cdf <= (u * cdf[..., -1])[..., None], xp.int64), axis=-1)
+    # u * total < cdf[-1], so idx <= V-1 and cdf[idx] > cdf[idx-1]: a zero-probability
+    # entry (cdf flat there) is never selected; the clip only guards against NaN rows.
+    return xp.clip(idx, max=probs.shape[-1] - 1)
