@@ -53,6 +53,8 @@ __all__ = [
     "MarkovSource",
     "TableSource",
     "Enumeration",
+    "EMPTY_PREFIX",
+    "extend_prefixes",
     "bernoulli",
     "uniform_source",
     "random_markov",
@@ -77,6 +79,17 @@ class Enumeration:
 
     tokens: np.ndarray
     probs: np.ndarray
+
+
+#: The batch holding one empty prefix, shape (1, 0).
+EMPTY_PREFIX = np.zeros((1, 0), dtype=np.int64)
+
+
+def extend_prefixes(tokens: np.ndarray, vocab_size: int) -> np.ndarray:
+    """Every prefix of ``tokens`` (N, t) extended by every token: (N*V, t+1), lexicographic."""
+    n = tokens.shape[0]
+    last = np.tile(np.arange(vocab_size, dtype=np.int64), n)[:, None]
+    return np.concatenate([np.repeat(tokens, vocab_size, axis=0), last], axis=1)
 
 
 def _as_tokens(tokens) -> np.ndarray:
@@ -129,9 +142,9 @@ class Source(ABC):
                 raise ValueError(f"lengths: expected shape ({tokens.shape[0]},), got {lengths.shape}")
             if lengths.size and (lengths.min() < 0 or lengths.max() > tokens.shape[1]):
                 raise ValueError(f"lengths must lie in [0, {tokens.shape[1]}]")
-        self._check_tokens(tokens)
         if lengths.size:
             self.check_length(int(lengths.max()) + 1)
+        # subclasses range-check only the tokens they read, so a long decode buffer costs nothing
         return self._rows(tokens, lengths)
 
     def check_length(self, length: int) -> None:
@@ -161,6 +174,7 @@ class Source(ABC):
     def token_probs(self, tokens) -> np.ndarray:
         """Conditional probability of each token given its prefix: shape (B, T)."""
         tokens = _as_tokens(tokens)
+        self._check_tokens(tokens)
         rows = self.path_probs(tokens)[:, :-1, :]
         return np.take_along_axis(rows, tokens[..., None], axis=-1)[..., 0]
 
@@ -199,14 +213,12 @@ class Source(ABC):
             )
         self.check_length(length)
         V = self.vocab_size
-        tokens = np.zeros((1, 0), dtype=np.int64)
+        tokens = EMPTY_PREFIX
         probs = np.ones(1)
         for _ in range(length):
             rows = self.next_probs(tokens)
             probs = (probs[:, None] * rows).reshape(-1)
-            tokens = np.concatenate(
-                [np.repeat(tokens, V, axis=0), np.tile(np.arange(V), tokens.shape[0])[:, None]], axis=1
-            )
+            tokens = extend_prefixes(tokens, V)
         return Enumeration(tokens, probs)
 
     def sample(self, n: int, length: int, rng: np.random.Generator) -> np.ndarray:
@@ -318,6 +330,8 @@ class MarkovSource(Source):
         B = tokens.shape[0]
         prev = tokens[np.arange(B), np.maximum(lengths - 1, 0)] if tokens.shape[1] else np.zeros(B, np.int64)
         which = np.zeros(B, np.int64) if self.stationary else np.maximum(lengths - 1, 0)
+        prev = np.where(lengths > 0, prev, 0)
+        self._check_tokens(prev)
         rows = self._stack[which, prev]
         return np.where((lengths == 0)[:, None], self.initial, rows)
 
@@ -380,8 +394,9 @@ class TableSource(Source):
         return arr
 
     def _rows(self, tokens, lengths):
-        return np.stack([self.row(tuple(tokens[b, : lengths[b]].tolist())) for b in range(tokens.shape[0])]) \
-            if tokens.shape[0] else np.zeros((0, self.vocab_size))
+        if tokens.shape[0] == 0:
+            return np.zeros((0, self.vocab_size))
+        return np.stack([self.row(tuple(tokens[b, : lengths[b]].tolist())) for b in range(tokens.shape[0])])
 
     def to_json(self):
         if self._table is None:

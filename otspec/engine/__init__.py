@@ -1,0 +1,9 @@
+"""Engines: exact enumeration, batched Monte Carlo, end-to-end decoding."""
+
+from .decode import DecodeResult, FixedDraftLength, generate
+from .exact import ExactResult, evaluate
+from .montecarlo import MonteCarloResult, simulate
+from .stats import Estimate
+
+__all__ = ["evaluate", "ExactResult", "simulate", "MonteCarloResult", "generate", "DecodeResult",
+           "FixedDraftLength", "Estimate"]

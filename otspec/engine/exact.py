@@ -1,0 +1,138 @@
+"""Exact engine: enumerate every draft block and compute the verifier's output law.
+
+For a draft length L, every block x^L with p(x^L) > 0 is enumerated together
+with both models' rows along it; the verifier's exact conditional law of
+(τ, Y) is combined with p(x^L) into the law of the emitted prefix (X^τ, Y).
+To compare with the target, the emitted prefix is continued by the target
+model up to L+1 tokens (the validity condition, spec eq. (1)): a lossless
+verifier makes this *filled output law* equal to the target's law of the first
+L+1 tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..sources import EMPTY_PREFIX, Source, extend_prefixes
+from ..verifiers.base import Verifier
+
+#: Largest number of (draft, position, token) probability entries built at once.
+MAX_EXACT_ENTRIES = 2**26
+
+__all__ = ["ExactResult", "evaluate", "MAX_EXACT_ENTRIES"]
+
+
+@dataclass(frozen=True)
+class ExactResult:
+    """Exact summary of one speculative iteration from an empty context.
+
+    Attributes
+    ----------
+    draft_length : int
+        L.
+    accept_dist : ndarray, shape (L+1,)
+        P(τ = l) for l = 0..L.
+    expected_accepted : float
+        E[τ], expected accepted draft tokens per iteration.
+    expected_tokens_per_iteration : float
+        E[τ] + 1 (accepted tokens plus the correction/bonus token).
+    output_law : ndarray, shape (V**(L+1),)
+        Law of the emitted prefix continued by the target to L+1 tokens,
+        indexed lexicographically (token 0 first; see :attr:`sequences`).
+    target_law : ndarray, shape (V**(L+1),)
+        The target's law of its first L+1 tokens, same indexing.
+    max_deviation : float
+        max |output_law − target_law|: 0 (up to rounding) for a lossless verifier.
+    """
+
+    draft_length: int
+    vocab_size: int
+    accept_dist: np.ndarray
+    expected_accepted: float
+    expected_tokens_per_iteration: float
+    output_law: np.ndarray
+    target_law: np.ndarray
+    max_deviation: float
+
+    @property
+    def sequences(self) -> np.ndarray:
+        """The V**(L+1) sequences indexing :attr:`output_law`, shape (V**(L+1), L+1)."""
+        tokens = EMPTY_PREFIX
+        for _ in range(self.draft_length + 1):
+            tokens = extend_prefixes(tokens, self.vocab_size)
+        return tokens
+
+
+def evaluate(draft: Source, target: Source, verifier: Verifier, draft_length: int) -> ExactResult:
+    """Exact output law and accepted length of ``verifier`` for blocks of ``draft_length``.
+
+    Parameters
+    ----------
+    draft, target : Source
+        Draft (p) and target (q) models over the same vocabulary.
+    verifier : Verifier
+        A single-draft verifier whose next iteration uses the plain target.
+    draft_length : int
+        L >= 1.
+
+    Raises
+    ------
+    ValueError
+        On a vocabulary mismatch, a horizon shorter than L+1, or a problem
+        larger than :data:`~otspec.sources.MAX_ENUMERATION` sequences or
+        :data:`MAX_EXACT_ENTRIES` probability entries.
+    """
+    L = int(draft_length)
+    if L < 1:
+        raise ValueError(f"draft_length must be >= 1, got {L}")
+    if draft.vocab_size != target.vocab_size:
+        raise ValueError(
+            f"vocabulary mismatch: draft has {draft.vocab_size} tokens, target has {target.vocab_size}"
+        )
+    V = target.vocab_size
+    entries = V**L * (L + 1) * V
+    if entries > MAX_EXACT_ENTRIES:
+        raise ValueError(
+            f"exact evaluation needs {V}^{L} drafts x {L + 1} positions x {V} tokens = {entries} "
+            f"entries, above MAX_EXACT_ENTRIES = {MAX_EXACT_ENTRIES}; use Monte Carlo"
+        )
+    target.check_length(L + 1)
+    enum = draft.enumerate(L)
+    live = enum.probs > 0
+    tokens, weights = enum.tokens[live], enum.probs[live]
+    law = verifier.law(tokens, draft.path_probs(tokens)[:, :L, :], target.path_probs(tokens))
+    accept = np.asarray(law.accept_probs, dtype=np.float64)
+    corr = np.asarray(law.correction_probs, dtype=np.float64)
+
+    # emitted[l] over prefixes (x^l, y), flattened lexicographically: mass of "tau = l, output x^l y"
+    emitted = []
+    for ell in range(L + 1):
+        prefix_index = tokens[:, :ell] @ (V ** np.arange(ell - 1, -1, -1)) if ell else np.zeros(len(tokens), int)
+        mass = (weights * accept[:, ell])[:, None] * corr[:, ell, :]
+        table = np.zeros((V**ell, V))
+        for y in range(V):
+            table[:, y] = np.bincount(prefix_index, weights=mass[:, y], minlength=V**ell)
+        emitted.append(table.reshape(-1))
+
+    # continue every emitted prefix with the target, level by level (no division, no logs)
+    prefixes, filled, target_law = EMPTY_PREFIX, np.zeros(1), np.ones(1)
+    for level in range(L + 1):
+        rows = target.next_probs(prefixes)
+        filled = (filled[:, None] * rows).reshape(-1) + emitted[level]
+        target_law = (target_law[:, None] * rows).reshape(-1)
+        prefixes = extend_prefixes(prefixes, V)
+
+    accept_dist = weights @ accept
+    expected = float(accept_dist @ np.arange(L + 1))
+    return ExactResult(
+        draft_length=L,
+        vocab_size=V,
+        accept_dist=accept_dist,
+        expected_accepted=expected,
+        expected_tokens_per_iteration=expected + 1.0,
+        output_law=filled,
+        target_law=target_law,
+        max_deviation=float(np.max(np.abs(filled - target_law))),
+    )

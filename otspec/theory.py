@@ -1,0 +1,86 @@
+"""Closed forms. Each function cites its equation in ``shared/reference/*.md``.
+
+Numbering follows ``token_and_block_verification.md`` (the spec), whose eq. (4)
+is Theorem 2 of the block-verification v1 paper (numbered (7) there).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .distributions import total_variation
+from .sources import EMPTY_PREFIX, IIDSource, MarkovSource, Source, extend_prefixes
+
+__all__ = [
+    "expected_accepted_token",
+    "bernoulli_expected_accepted_token",
+    "tokens_per_iteration",
+]
+
+
+def tokens_per_iteration(expected_accepted):
+    """Expected tokens emitted per iteration: E[τ] + 1 (accepted + correction/bonus)."""
+    return expected_accepted + 1.0
+
+
+def bernoulli_expected_accepted_token(draft_p: float, target_p: float, draft_length: int) -> float:
+    """E[τ] of TokenVerify for IID Ber(p₁) draft vs Ber(q₁) target — spec eq. (11a).
+
+    E[τ] = Σ_{i=1}^{L} (1 − |p₁ − q₁|)^i  (accepted draft tokens, not counting
+    the correction/bonus token).
+
+    >>> bernoulli_expected_accepted_token(0.25, 0.75, 2)
+    0.75
+    """
+    overlap = 1.0 - abs(float(draft_p) - float(target_p))
+    return float(sum(overlap**i for i in range(1, int(draft_length) + 1)))
+
+
+def _markov_view(source: Source):
+    """(initial row, matrix(step)) of an IID or Markov source, else None."""
+    if isinstance(source, MarkovSource):
+        return source.initial, source.matrix
+    if isinstance(source, IIDSource):
+        square = np.broadcast_to(source.probs, (source.vocab_size, source.vocab_size))
+        return source.probs, lambda step: square
+    return None
+
+
+def expected_accepted_token(draft: Source, target: Source, draft_length: int) -> float:
+    """E[τ] of TokenVerify from an empty context — spec eq. (4) (v1 Theorem 2).
+
+    .. math::
+        E[τ] = \\sum_{l=1}^{L} \\sum_{x^l} \\prod_{i=1}^{l} \\min\\{p(x_i|x^{i-1}), q(x_i|x^{i-1})\\}
+
+    Markov and IID pairs use the forward recursion
+    m_1 = min(p_1, q_1), m_l(b) = Σ_a m_{l-1}(a) min(P_l[a, b], Q_l[a, b]),
+    costing O(L V²); other sources walk the prefix tree (bounded by
+    :data:`~otspec.sources.MAX_ENUMERATION`).
+    """
+    L = int(draft_length)
+    if draft.vocab_size != target.vocab_size:
+        raise ValueError(f"vocabulary mismatch: draft has {draft.vocab_size} tokens, target has {target.vocab_size}")
+    draft.check_length(L)
+    target.check_length(L)
+    dv, tv = _markov_view(draft), _markov_view(target)
+    if dv is not None and tv is not None:
+        if isinstance(draft, IIDSource) and isinstance(target, IIDSource):
+            ov = 1.0 - float(total_variation(draft.probs, target.probs))
+            return float(sum(ov**i for i in range(1, L + 1)))
+        mass = np.minimum(dv[0], tv[0])
+        total = mass.sum()
+        for step in range(1, L):
+            mass = mass @ np.minimum(dv[1](step), tv[1](step))
+            total += mass.sum()
+        return float(total)
+    # generic prefix tree: product of conditional minima along every prefix
+    prefixes, mass, total = EMPTY_PREFIX, np.ones(1), 0.0
+    for _ in range(L):
+        rows = np.minimum(draft.next_probs(prefixes), target.next_probs(prefixes))
+        mass = (mass[:, None] * rows).reshape(-1)
+        keep = mass > 0
+        prefixes = extend_prefixes(prefixes, draft.vocab_size)[keep]
+        mass = mass[keep]
+        total += mass.sum()
+    return float(total)
+
