@@ -1,0 +1,117 @@
+"""Data functions behind every figure: each returns a JSON-ready dict.
+
+A figure is a data function (here) plus a renderer (:mod:`otspec.plot`); the
+data is written next to the PNG so numbers can be checked without reading
+pixels. Every number is computed: closed forms by :mod:`otspec.theory`, exact
+values by :mod:`otspec.engine.exact`, estimates by the simulation engines.
+
+Sizes scale with ``scale`` (1.0 = the report's defaults; tests use less).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import theory
+from .engine import evaluate, generate, simulate
+from .sources import bernoulli
+from .verifiers import TokenVerify
+
+__all__ = ["token_verification_data", "decode_efficiency_data", "EXPERIMENTS"]
+
+#: Default setting of the block-verification seed's Figure 2: target Ber(0.75).
+BERNOULLI_TARGET = 0.75
+BERNOULLI_DRAFTS = (0.25, 0.5, 0.9)
+
+
+def token_verification_data(target_p: float = BERNOULLI_TARGET, draft_ps=BERNOULLI_DRAFTS,
+                            max_length: int = 10, blocks: int = 200_000, scale: float = 1.0,
+                            seed: int = 0) -> dict:
+    """E[τ] of TokenVerify for IID Bernoulli pairs, L = 1..max_length, three ways.
+
+    Closed form eq. (11a), exact enumeration (exact engine) and Monte Carlo with
+    95% intervals. Quantity: accepted draft tokens per iteration (E[τ], not +1).
+    """
+    n = max(1000, int(blocks * scale))
+    lengths = list(range(1, max_length + 1))
+    series = []
+    for k, dp in enumerate(draft_ps):
+        draft, target = bernoulli(dp), bernoulli(target_p)
+        closed = [theory.bernoulli_expected_accepted_token(dp, target_p, L) for L in lengths]
+        exact = [evaluate(draft, target, TokenVerify(), L) for L in lengths]
+        mc = [simulate(draft, target, TokenVerify(), L, n, seed=seed + 1000 * k + L, progress=False)
+              for L in lengths]
+        series.append({
+            "draft_p": dp,
+            "closed_form": closed,
+            "exact": [r.expected_accepted for r in exact],
+            "exact_max_deviation_from_target_law": max(r.max_deviation for r in exact),
+            "mc_mean": [r.accepted.value for r in mc],
+            "mc_low": [r.accepted.low for r in mc],
+            "mc_high": [r.accepted.high for r in mc],
+        })
+    return {
+        "figure": "token_verification",
+        "title": f"TokenVerify, IID Bernoulli draft vs target Ber({target_p})",
+        "quantity": "expected accepted draft tokens per iteration E[tau] (tokens per iteration = E[tau] + 1)",
+        "target_p": target_p,
+        "draft_lengths": lengths,
+        "mc_blocks_per_point": n,
+        "seed": seed,
+        "series": series,
+    }
+
+
+def decode_efficiency_data(target_p: float = BERNOULLI_TARGET, draft_ps=BERNOULLI_DRAFTS,
+                           max_length: int = 8, tokens: int = 4000, sequences: int = 32,
+                           scale: float = 1.0, seed: int = 0) -> dict:
+    """Long-run block efficiency of the decode loop vs the closed form E[τ] + 1 (IID pairs)."""
+    n_tok = max(200, int(tokens * scale))
+    lengths = list(range(1, max_length + 1))
+    series = []
+    for k, dp in enumerate(draft_ps):
+        draft, target = bernoulli(dp), bernoulli(target_p)
+        runs = [generate(draft, target, TokenVerify(), L, n_tok, n_sequences=sequences,
+                         seed=seed + 1000 * k + L, progress=False) for L in lengths]
+        series.append({
+            "draft_p": dp,
+            "closed_form": [theory.tokens_per_iteration(theory.bernoulli_expected_accepted_token(dp, target_p, L))
+                            for L in lengths],
+            "measured": [r.block_efficiency.value for r in runs],
+            "low": [r.block_efficiency.low for r in runs],
+            "high": [r.block_efficiency.high for r in runs],
+            "target_calls": [r.target_calls for r in runs],
+            "draft_calls": [r.draft_calls for r in runs],
+        })
+    return {
+        "figure": "decode_efficiency",
+        "title": f"Decode loop, TokenVerify, IID Bernoulli draft vs target Ber({target_p})",
+        "quantity": "block efficiency = generated tokens / target calls (closed form: E[tau] + 1)",
+        "target_p": target_p,
+        "draft_lengths": lengths,
+        "tokens_per_sequence": n_tok,
+        "sequences": sequences,
+        "seed": seed,
+        "series": series,
+    }
+
+
+#: Figures by name: data function. Renderers are registered in :mod:`otspec.plot`.
+EXPERIMENTS = {
+    "token": token_verification_data,
+    "decode": decode_efficiency_data,
+}
+
+
+def coverage(series_list, value_key: str, low_key: str, high_key: str, truth_key: str) -> tuple[int, int]:
+    """How many intervals contain the reference value: (hits, total)."""
+    hits = total = 0
+    for s in series_list:
+        for lo, hi, truth in zip(s[low_key], s[high_key], s[truth_key]):
+            hits += int(lo <= truth <= hi)
+            total += 1
+    return hits, total
+
+
+def max_abs_difference(series_list, a: str, b: str) -> float:
+    return float(max(np.max(np.abs(np.subtract(s[a], s[b]))) for s in series_list))
