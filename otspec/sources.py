@@ -161,21 +161,25 @@ class Source(ABC):
                              f"[{tokens.min()}, {tokens.max()}]")
 
     # -------------------------------------------------------------- derived
-    def path_probs(self, tokens) -> np.ndarray:
-        """Rows at every prefix of each sequence: shape (B, T+1, V).
+    def path_probs(self, tokens, include_next: bool = True) -> np.ndarray:
+        """Rows at every prefix of each sequence: shape (B, T+1, V), or (B, T, V).
 
         ``out[b, t]`` is the law of token t (0-based) given ``tokens[b, :t]``;
         this is what one parallel scoring call of a language model returns.
+        ``include_next=False`` omits the row after the full sequence (so a
+        sequence as long as the horizon can be scored).
         """
         tokens = _as_tokens(tokens)
         B, T = tokens.shape
-        return np.stack([self.next_probs(tokens, np.full(B, t)) for t in range(T + 1)], axis=1)
+        if T == 0 and not include_next:
+            return np.zeros((B, 0, self.vocab_size))
+        return np.stack([self.next_probs(tokens, np.full(B, t)) for t in range(T + int(include_next))], axis=1)
 
     def token_probs(self, tokens) -> np.ndarray:
         """Conditional probability of each token given its prefix: shape (B, T)."""
         tokens = _as_tokens(tokens)
         self._check_tokens(tokens)
-        rows = self.path_probs(tokens)[:, :-1, :]
+        rows = self.path_probs(tokens, include_next=False)
         return np.take_along_axis(rows, tokens[..., None], axis=-1)[..., 0]
 
     def prefix_log_probs(self, tokens) -> np.ndarray:
@@ -251,10 +255,10 @@ class IIDSource(Source):
     def _rows(self, tokens, lengths):
         return np.broadcast_to(self.probs, (tokens.shape[0], self.vocab_size))
 
-    def path_probs(self, tokens):
+    def path_probs(self, tokens, include_next=True):
         tokens = _as_tokens(tokens)
         self._check_tokens(tokens)
-        return np.broadcast_to(self.probs, (tokens.shape[0], tokens.shape[1] + 1, self.vocab_size))
+        return np.broadcast_to(self.probs, (tokens.shape[0], tokens.shape[1] + int(include_next), self.vocab_size))
 
     def sample(self, n, length, rng):
         u = rng.random((n, length)) * self._cdf[-1]
@@ -335,10 +339,14 @@ class MarkovSource(Source):
         rows = self._stack[which, prev]
         return np.where((lengths == 0)[:, None], self.initial, rows)
 
-    def path_probs(self, tokens):
+    def path_probs(self, tokens, include_next=True):
         tokens = _as_tokens(tokens)
         self._check_tokens(tokens)
         B, T = tokens.shape
+        if not include_next:
+            tokens, T = tokens[:, : max(T - 1, 0)], T - 1
+            if T < 0:
+                return np.zeros((B, 0, self.vocab_size))
         self.check_length(T + 1)
         which = np.zeros(T, np.int64) if self.stationary else np.arange(T)
         rows = self._stack[which[None, :], tokens]  # (B, T, V): law of token t+1 given token t

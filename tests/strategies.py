@@ -1,0 +1,102 @@
+"""Hypothesis strategies generating sources, and independent reference computations.
+
+Rows mix exact zeros with continuous weights, so unbiasedness is tested where it
+is most fragile (tokens the target forbids, tokens the draft never proposes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from otspec.sources import MarkovSource, TableSource
+
+weights = st.one_of(st.just(0.0), st.floats(min_value=1e-3, max_value=1.0))
+
+
+@st.composite
+def prob_rows(draw, vocab: int, allow_zeros: bool = True):
+    w = draw(st.lists(weights if allow_zeros else st.floats(1e-3, 1.0), min_size=vocab, max_size=vocab)
+             .filter(lambda w: sum(w) > 0))
+    w = np.asarray(w, dtype=np.float64)
+    return w / w.sum()
+
+
+@st.composite
+def markov_chain(draw, vocab: int, horizon: int | None):
+    initial = draw(prob_rows(vocab))
+    if horizon is None:
+        trans = np.stack([draw(prob_rows(vocab)) for _ in range(vocab)])
+    else:
+        trans = np.stack([np.stack([draw(prob_rows(vocab)) for _ in range(vocab)]) for _ in range(horizon - 1)])
+        trans = trans.reshape(horizon - 1, vocab, vocab)
+    return MarkovSource(initial, trans)
+
+
+@st.composite
+def markov_pairs(draw, max_vocab: int = 4, max_length: int = 4):
+    """(draft, target, L): vocab <= max_vocab, L <= max_length, stationary or time-varying."""
+    vocab = draw(st.integers(1, max_vocab))
+    length = draw(st.integers(1, max_length))
+    horizon = None if draw(st.booleans()) else length + 1
+    return draw(markov_chain(vocab, horizon)), draw(markov_chain(vocab, horizon)), length
+
+
+@st.composite
+def table_pairs(draw, max_vocab: int = 3, max_length: int = 3):
+    """(draft, target, L) with a different row for every prefix (context-dependent models)."""
+    vocab = draw(st.integers(2, max_vocab))
+    length = draw(st.integers(1, max_length))
+
+    def table():
+        rows, level = {}, [()]
+        for _ in range(length + 1):
+            nxt = []
+            for prefix in level:
+                rows[prefix] = draw(prob_rows(vocab))
+                nxt += [prefix + (t,) for t in range(vocab)]
+            level = nxt
+        return TableSource(rows, vocab, length + 1)
+
+    return table(), table(), length
+
+
+def brute_force_token_value(draft, target, length: int) -> float:
+    """Spec eq. (4) by plain recursion over prefixes (independent of otspec.theory)."""
+    total = 0.0
+
+    def walk(prefix, mass):
+        nonlocal total
+        if len(prefix) == length:
+            return
+        p = draft.next_probs(np.array([prefix], dtype=np.int64).reshape(1, len(prefix)))[0]
+        q = target.next_probs(np.array([prefix], dtype=np.int64).reshape(1, len(prefix)))[0]
+        for x in range(len(p)):
+            m = mass * min(p[x], q[x])
+            if m > 0:
+                total += m
+                walk(prefix + [x], m)
+
+    walk([], 1.0)
+    return total
+
+
+def g_test(counts: np.ndarray, probs: np.ndarray) -> tuple[float, int]:
+    """G statistic and degrees of freedom of ``counts`` (K,) against cell probabilities (K,).
+
+    Cells of probability 0 are excluded (callers assert their counts are 0).
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    probs = np.asarray(probs, dtype=np.float64)
+    live = probs > 0
+    expected = counts.sum() * probs[live] / probs[live].sum()
+    obs = counts[live]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(obs > 0, obs * np.log(obs / expected), 0.0)
+    return float(2.0 * terms.sum()), int(live.sum() - 1)
+
+
+def pearson_noncentrality(n: int, null: np.ndarray, alt: np.ndarray) -> float:
+    """λ = n Σ (alt − null)² / null over the null's support (power of chi-square-type tests)."""
+    live = null > 0
+    return float(n * np.sum((alt[live] - null[live]) ** 2 / null[live]))

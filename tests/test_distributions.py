@@ -1,0 +1,106 @@
+"""otspec.distributions: validation, TV, overlap, residual, categorical sampling."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy import stats
+from strategies import prob_rows
+
+from otspec.distributions import (
+    NORMALISATION_TOL,
+    check_same_vocab,
+    overlap,
+    residual,
+    sample_categorical,
+    total_variation,
+    validate_probs,
+)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ([0.5, np.nan], "NaN or infinite"),
+    ([0.5, np.inf], "NaN or infinite"),
+    ([1.2, -0.2], "negative probability -0.2"),
+    ([0.5, 0.4], "sums to 0.9"),
+    ([], "vocabulary axis is empty"),
+])
+def test_validate_probs_rejects_bad_rows(bad, message):
+    with pytest.raises(ValueError, match=message):
+        validate_probs(bad, "draft")
+
+
+def test_validate_probs_names_argument_and_row():
+    rows = np.array([[0.5, 0.5], [0.3, 0.3]])
+    with pytest.raises(ValueError, match=r"target: row \(1,\) sums to 0.6"):
+        validate_probs(rows, "target")
+
+
+def test_validate_probs_tolerance_and_renormalisation():
+    row = np.array([0.5, 0.5 + NORMALISATION_TOL / 2])
+    out = validate_probs(row, "p")
+    assert abs(out.sum() - 1.0) < 1e-15
+    with pytest.raises(ValueError):
+        validate_probs(np.array([0.5, 0.5 + 2 * NORMALISATION_TOL]), "p")
+
+
+def test_check_same_vocab():
+    with pytest.raises(ValueError, match="draft has 3 tokens, target has 2"):
+        check_same_vocab(np.ones(3) / 3, np.ones(2) / 2)
+
+
+@given(st.integers(1, 6).flatmap(lambda v: st.tuples(prob_rows(v), prob_rows(v))))
+def test_tv_overlap_identities(pair):
+    p, q = pair
+    tv = float(total_variation(p, q))
+    assert abs(tv - np.clip(p - q, 0, None).sum()) < 1e-12  # TV = sum (p - q)_+
+    assert abs(float(overlap(p, q)) - (1 - tv)) < 1e-12
+    r, mass = residual(q, p, return_mass=True)
+    assert abs(float(mass) - tv) < 1e-12
+    assert abs(r.sum() - 1) < 1e-12 and (r >= 0).all()
+    # maximal coupling: min(p, q) + (p - q)_+ redistributed by the residual reproduces q
+    accept = np.minimum(p, q)
+    assert np.allclose(accept + (1 - accept.sum()) * r, q, atol=1e-12)
+
+
+def test_batched_shapes():
+    rng = np.random.default_rng(0)
+    p = rng.dirichlet(np.ones(5), size=(4, 3))
+    q = rng.dirichlet(np.ones(5), size=(4, 3))
+    assert total_variation(p, q).shape == (4, 3)
+    assert overlap(p, q).shape == (4, 3)
+    assert residual(q, p).shape == (4, 3, 5)
+
+
+def test_residual_zero_mass_returns_normalised_minuend():
+    q = np.array([0.2, 0.8])
+    assert np.allclose(residual(q, q), q)
+    assert np.allclose(residual(np.zeros(3), np.ones(3) / 3), np.ones(3) / 3)  # all-zero: uniform
+
+
+def test_torch_matches_numpy():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(1)
+    p, q = rng.dirichlet(np.ones(4), size=6), rng.dirichlet(np.ones(4), size=6)
+    tp, tq = torch.from_numpy(p), torch.from_numpy(q)
+    assert np.allclose(total_variation(tp, tq).numpy(), total_variation(p, q), atol=1e-15)
+    assert np.allclose(residual(tq, tp).numpy(), residual(q, p), atol=1e-15)
+    with pytest.raises(ValueError, match="negative"):
+        validate_probs(torch.tensor([1.5, -0.5]), "t")
+
+
+def test_sample_categorical_law_and_zeros():
+    probs = np.array([0.0, 0.3, 0.0, 0.7, 0.0])
+    draws = sample_categorical(np.broadcast_to(probs, (200_000, 5)), np.random.default_rng(3))
+    counts = np.bincount(draws, minlength=5)
+    assert counts[[0, 2, 4]].sum() == 0
+    assert stats.chisquare(counts[[1, 3]], 200_000 * probs[[1, 3]]).pvalue > 1e-4
+
+
+def test_sample_categorical_extreme_uniforms_stay_in_support():
+    probs = np.array([[0.0, 1.0, 0.0], [0.5, 0.5, 0.0]])
+    for u in (0.0, 1.0 - 2**-53):
+        out = sample_categorical(probs, None, u=np.full(2, u))
+        assert probs[np.arange(2), out].min() > 0
