@@ -77,4 +77,4 @@ def proportion_intervals(counts, n: int, confidence: float = 0.95) -> np.ndarray
     denom = 1 + z**2 / n
     centre = (phat + z**2 / (2 * n)) / denom
     half = z * np.sqrt(phat * (1 - phat) / n + z**2 / (4 * n * n)) / denom
-    return np.stack([centre - half, centre + half], axis=-1)
+    return np.clip(np.stack([centre - half, centre + half], axis=-1), 0.0, 1.0)
