@@ -1,0 +1,89 @@
+"""``python -m otspec``: the public command-line contract."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from otspec.cli import main
+from otspec.distributions import total_variation
+from otspec.sources import random_markov, save_source
+
+
+def run(*args):
+    proc = subprocess.run([sys.executable, "-m", "otspec", *args], capture_output=True, text=True)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_help():
+    rc, out, _ = run("--help")
+    assert rc == 0 and "calc" in out
+
+
+def test_calc_block_token_key_matches_bernoulli_closed_form():
+    rc, out, err = run("calc", "block", "--draft", "0.3,0.7", "--target", "0.75,0.25", "--L", "4", "--json")
+    assert rc == 0, err
+    result = json.loads(out)
+    tv = 0.45  # |0.3 - 0.75|
+    assert result["token"] == pytest.approx(sum((1 - tv) ** ell for ell in range(1, 5)), abs=1e-12)
+    assert result["token_tokens_per_iteration"] == pytest.approx(result["token"] + 1)
+    assert result["draft_length"] == 4
+
+
+def test_calc_block_with_source_files(tmp_path, capsys):
+    d, t = random_markov(3, 1.0, horizon=5, seed=2)
+    save_source(d, tmp_path / "d.json")
+    save_source(t, tmp_path / "t.json")
+    assert main(["calc", "block", "--draft-source", str(tmp_path / "d.json"),
+                 "--target-source", str(tmp_path / "t.json"), "--L", "3", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    # L = 1 check by hand: 1 - TV of the first rows
+    assert main(["calc", "block", "--draft-source", str(tmp_path / "d.json"),
+                 "--target-source", str(tmp_path / "t.json"), "--L", "1", "--json"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert one["token"] == pytest.approx(1 - float(total_variation(d.initial, t.initial)), abs=1e-12)
+    assert result["token"] > one["token"]
+
+
+def test_bernoulli_shorthand(capsys):
+    assert main(["calc", "block", "--draft", "0.7", "--target", "0.25", "--L", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["token"] == pytest.approx(0.55 + 0.55**2)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["calc", "block", "--draft", "0.3,0.7", "--target", "0.5,0.6", "--L", "2"], "--target: row"),
+    (["calc", "block", "--draft", "0.3,0.7", "--target", "a,b", "--L", "2"], "could not read probabilities"),
+    (["calc", "block", "--draft", "0.3,0.7", "--target", "0.2,0.3,0.5", "--L", "2"], "vocabulary mismatch"),
+    (["calc", "block", "--draft", "0.3,0.7", "--L", "2"], "exactly one of --target and --target-source"),
+    (["calc", "block", "--draft", "0.3,0.7", "--target-source", "/no/such.json", "--L", "2"], "not found"),
+])
+def test_bad_arguments_exit_nonzero_with_message(args, message):
+    rc, out, err = run(*args)
+    assert rc == 2 and message in err and out == ""
+
+
+def test_bad_L_is_an_argparse_error():
+    rc, _, err = run("calc", "block", "--draft", "0.5", "--target", "0.5", "--L", "0")
+    assert rc == 2 and "positive integer" in err
+
+
+def test_source_random_writes_files_the_calculator_reads(tmp_path):
+    rc, _, err = run("source", "random", "--vocab", "3", "--horizon", "6", "--seed", "1",
+                     "--draft-out", str(tmp_path / "d.json"), "--target-out", str(tmp_path / "t.json"), "--json")
+    assert rc == 0, err
+    rc, out, err = run("calc", "block", "--draft-source", str(tmp_path / "d.json"),
+                       "--target-source", str(tmp_path / "t.json"), "--L", "7")
+    assert rc == 2 and "at most 6 tokens" in err
+
+
+def test_simulate_and_decode_json(capsys):
+    assert main(["simulate", "--draft", "0.3", "--target", "0.6", "--L", "3", "--blocks", "20000", "--json"]) == 0
+    sim = json.loads(capsys.readouterr().out)
+    assert sim["accepted"]["low"] <= 0.7 + 0.7**2 + 0.7**3 <= sim["accepted"]["high"]
+    assert main(["decode", "--draft", "0.3", "--target", "0.6", "--L", "3", "--tokens", "300",
+                 "--sequences", "4", "--json"]) == 0
+    dec = json.loads(capsys.readouterr().out)
+    assert dec["generated"] == 1200 and dec["target_calls"] == dec["iterations"]

@@ -1,0 +1,31 @@
+"""Every notebook in notebooks/ runs headlessly (small sizes through OTSPEC_NB_SCALE)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+#: Size knob handed to the notebooks in the test suite (1 = full size).
+NB_SCALE = os.environ.get("OTSPEC_NB_SCALE", "0.02")
+
+
+def test_notebooks_exist():
+    assert NOTEBOOKS, "notebooks/ holds no notebook"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_executes(path, monkeypatch):
+    monkeypatch.setenv("OTSPEC_NB_SCALE", NB_SCALE)
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                                     resources={"metadata": {"path": str(path.parent)}})
+    client.execute()
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors

@@ -1,0 +1,41 @@
+"""Figures and the report: written by code, data beside every PNG."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from otspec import theory
+from otspec.plot import FIGURES
+from otspec.report import build_report
+
+
+def test_report_small_scale(tmp_path):
+    report = build_report(tmp_path, scale=0.02)
+    text = report.read_text()
+    for name, (_, _, stem) in FIGURES.items():
+        png, js = tmp_path / f"{stem}.png", tmp_path / f"{stem}.json"
+        assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+        data = json.loads(js.read_text())
+        assert data["figure"] == stem
+        assert f"({stem}.png)" in text
+    token = json.loads((tmp_path / "token_verification.json").read_text())
+    for s in token["series"]:
+        for L, closed, exact in zip(token["draft_lengths"], s["closed_form"], s["exact"]):
+            assert abs(closed - theory.bernoulli_expected_accepted_token(s["draft_p"], token["target_p"], L)) < 1e-12
+            assert abs(exact - closed) < 1e-12
+
+
+def test_plot_cli_out_and_errors(tmp_path):
+    out = tmp_path / "x" / "token.png"
+    proc = subprocess.run([sys.executable, "-m", "otspec.plot", "token", "--out", str(out), "--scale", "0.01"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert out.exists() and out.with_suffix(".json").exists()
+    assert str(out) in proc.stdout
+    bad = subprocess.run([sys.executable, "-m", "otspec.plot", "nosuch"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
+    bad = subprocess.run([sys.executable, "-m", "otspec.plot", "token", "--out", str(tmp_path / "a.pdf")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and ".png" in bad.stderr
