@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml Makefile
 	@if [ -n "$(TORCH_SPEC)" ]; then \
 	  $(BIN)/python -m pip install --quiet "$(TORCH_SPEC)" \
 	  || echo "otspec: could not install $(TORCH_SPEC); torch tests will be skipped"; fi
-	$(BIN)/python -m pip install --quiet -e ".[dev,notebooks]"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -182,6 +182,8 @@ def uniform(rng, shape, like):
 def sample_categorical(probs, rng, u=None):
     """One draw from each row of ``probs`` (shape (..., V)) by inverse CDF.
 
+    Rows must be non-negative with a positive sum; they need not sum to 1.
+
     Returns integer indices of shape (...). ``u`` optionally supplies the
     uniforms (shape (...)). Entries with probability 0 are never returned.
     """
@@ -189,8 +191,10 @@ def sample_categorical(probs, rng, u=None):
     if u is None:
         u = uniform(rng, probs.shape[:-1], probs)
     cdf = xp.cumulative_sum(probs, axis=-1)
-    # scale u by the row total so rounding in the cumulative sum cannot push past the end
-    idx = xp.sum(xp.astype(cdf <= (u * cdf[..., -1])[..., None], xp.int64), axis=-1)
-    # u * total < cdf[-1], so idx <= V-1 and cdf[idx] > cdf[idx-1]: a zero-probability
-    # entry (cdf flat there) is never selected; the clip only guards against NaN rows.
-    return xp.clip(idx, max=probs.shape[-1] - 1)
+    # u is scaled by the row total, so rows need not be normalised and rounding in the
+    # cumulative sum cannot push past the end. The first index with cdf > u * total has
+    # cdf[idx] > cdf[idx-1], so a zero-probability entry (cdf flat there) is never chosen.
+    past = cdf > (u * cdf[..., -1])[..., None]
+    if _is_torch(past):  # torch's argmax takes no booleans; numpy's is fastest on them
+        past = xp.astype(past, xp.uint8)
+    return xp.argmax(past, axis=-1)

@@ -61,14 +61,17 @@ class TokenVerify(Verifier):
 
 
 def _draw_correction(xp, tau, draft_probs, target_probs, rng):
-    """Y ~ residual(q_tau, p_tau) where tau < L, else the bonus row q_L; shape (B,)."""
+    """Y ~ residual(q_tau, p_tau) where tau < L, else the bonus row q_L; shape (B,).
+
+    The residual is sampled unnormalised (``sample_categorical`` scales by the
+    row total); where its mass is 0 (a probability-0 rejection) the target row
+    is used, as :func:`otspec.distributions.residual` does.
+    """
     L = draft_probs.shape[1]
-    V = target_probs.shape[-1]
-    idx = tau[:, None, None]
-    t_row = xp.take_along_axis(target_probs, xp.broadcast_to(idx, (idx.shape[0], 1, V)), axis=1)[:, 0, :]
+    rows = xp.arange(tau.shape[0], device=array_api_compat.device(tau))
+    t_row = target_probs[rows, tau]
     if L == 0:
         return sample_categorical(t_row, rng)
-    d_idx = xp.clip(idx, max=L - 1)
-    d_row = xp.take_along_axis(draft_probs, xp.broadcast_to(d_idx, (idx.shape[0], 1, V)), axis=1)[:, 0, :]
-    row = xp.where((tau < L)[:, None], residual(t_row, d_row), t_row)
-    return sample_categorical(row, rng)
+    surplus = xp.clip(t_row - draft_probs[rows, xp.clip(tau, max=L - 1)], min=0.0)
+    use_residual = (tau < L) & (xp.sum(surplus, axis=-1) > 0)
+    return sample_categorical(xp.where(use_residual[:, None], surplus, t_row), rng)
