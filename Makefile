@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench venv clean
+.PHONY: demo test bench lint venv clean
 
 venv: $(STAMP)
 
@@ -25,6 +25,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check otspec llm_bridge tests benchmarks simulations
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_token_mc.py

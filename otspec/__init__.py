@@ -12,9 +12,9 @@ Public API (details in each module):
 
 __version__ = "0.1.0"
 
-from .distributions import overlap, residual, total_variation, validate_probs  # noqa: E402
-from .engine import evaluate, generate, simulate  # noqa: E402
-from .sources import (  # noqa: E402
+from .distributions import overlap, residual, total_variation, validate_probs
+from .engine import evaluate, generate, simulate
+from .sources import (
     IIDSource,
     MarkovSource,
     TableSource,
@@ -25,10 +25,25 @@ from .sources import (  # noqa: E402
     source_from_json,
     uniform_source,
 )
-from .verifiers import TokenVerify  # noqa: E402
+from .verifiers import TokenVerify
 
 __all__ = [
-    "__version__", "validate_probs", "total_variation", "overlap", "residual",
-    "IIDSource", "MarkovSource", "TableSource", "bernoulli", "uniform_source", "random_markov",
-    "random_iid", "source_from_json", "load_source", "TokenVerify", "evaluate", "simulate", "generate",
+    "IIDSource",
+    "MarkovSource",
+    "TableSource",
+    "TokenVerify",
+    "__version__",
+    "bernoulli",
+    "evaluate",
+    "generate",
+    "load_source",
+    "overlap",
+    "random_iid",
+    "random_markov",
+    "residual",
+    "simulate",
+    "source_from_json",
+    "total_variation",
+    "uniform_source",
+    "validate_probs",
 ]

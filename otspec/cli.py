@@ -29,7 +29,7 @@ from .engine import generate, simulate
 from .sources import IIDSource, Source, load_source, random_markov, save_source
 from .verifiers import REGISTRY
 
-__all__ = ["main", "CALCULATORS", "Calculator", "parse_probs"]
+__all__ = ["CALCULATORS", "Calculator", "main", "parse_probs"]
 
 
 class CLIError(Exception):

@@ -24,15 +24,15 @@ NORMALISATION_TOL = 1e-6
 
 __all__ = [
     "NORMALISATION_TOL",
-    "namespace",
-    "first_index",
-    "validate_probs",
     "check_same_vocab",
-    "total_variation",
+    "first_index",
+    "namespace",
     "overlap",
     "residual",
     "sample_categorical",
+    "total_variation",
     "uniform",
+    "validate_probs",
 ]
 
 

@@ -17,7 +17,7 @@ from .engine import evaluate, generate, simulate
 from .sources import bernoulli
 from .verifiers import TokenVerify
 
-__all__ = ["token_verification_data", "decode_efficiency_data", "EXPERIMENTS"]
+__all__ = ["EXPERIMENTS", "decode_efficiency_data", "token_verification_data"]
 
 #: Default setting of the block-verification seed's Figure 2: target Ber(0.75).
 BERNOULLI_TARGET = 0.75
@@ -107,7 +107,7 @@ def coverage(series_list, value_key: str, low_key: str, high_key: str, truth_key
     """How many intervals contain the reference value: (hits, total)."""
     hits = total = 0
     for s in series_list:
-        for lo, hi, truth in zip(s[low_key], s[high_key], s[truth_key]):
+        for lo, hi, truth in zip(s[low_key], s[high_key], s[truth_key], strict=True):
             hits += int(lo <= truth <= hi)
             total += 1
     return hits, total

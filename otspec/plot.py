@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .experiments import EXPERIMENTS
 
-__all__ = ["FIGURES", "render", "write_figure", "main"]
+__all__ = ["FIGURES", "main", "render", "write_figure"]
 
 DEFAULT_DIR = Path("figures")
 
@@ -25,6 +25,15 @@ def _ax():
 
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     return fig, ax
+
+
+def _finish(fig, ax, xlabel, ylabel, title):
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
 
 
 def _error_bars(ax, x, s, mean, low, high, color, label):
@@ -42,12 +51,7 @@ def render_token(data: dict):
         ax.plot(x, s["closed_form"], "-", color=color, label=f"draft Ber({s['draft_p']}): eq. (11a)")
         ax.plot(x, s["exact"], "x", color=color, ms=7, label="exact enumeration" if k == 0 else None)
         _error_bars(ax, x, s, "mc_mean", "mc_low", "mc_high", color, "Monte Carlo, 95% CI" if k == 0 else None)
-    ax.set_xlabel("draft length L")
-    ax.set_ylabel("E[accepted draft tokens] per iteration")
-    ax.set_title(data["title"], fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return fig
+    return _finish(fig, ax, "draft length L", "E[accepted draft tokens] per iteration", data["title"])
 
 
 def render_decode(data: dict):
@@ -57,12 +61,7 @@ def render_decode(data: dict):
         color = f"C{k}"
         ax.plot(x, s["closed_form"], "-", color=color, label=f"draft Ber({s['draft_p']}): E[tau] + 1")
         _error_bars(ax, x, s, "measured", "low", "high", color, "decode loop, 95% CI" if k == 0 else None)
-    ax.set_xlabel("draft length L")
-    ax.set_ylabel("block efficiency (tokens / target call)")
-    ax.set_title(data["title"], fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return fig
+    return _finish(fig, ax, "draft length L", "block efficiency (tokens / target call)", data["title"])
 
 
 #: Figures by name: (data function, renderer, default file stem).

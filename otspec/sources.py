@@ -47,21 +47,21 @@ from .distributions import sample_categorical, validate_probs
 MAX_ENUMERATION = 2**21
 
 __all__ = [
+    "EMPTY_PREFIX",
     "MAX_ENUMERATION",
-    "Source",
+    "Enumeration",
     "IIDSource",
     "MarkovSource",
+    "Source",
     "TableSource",
-    "Enumeration",
-    "EMPTY_PREFIX",
-    "extend_prefixes",
     "bernoulli",
-    "uniform_source",
-    "random_markov",
-    "random_iid",
-    "source_from_json",
+    "extend_prefixes",
     "load_source",
+    "random_iid",
+    "random_markov",
     "save_source",
+    "source_from_json",
+    "uniform_source",
 ]
 
 

@@ -12,8 +12,8 @@ from .distributions import total_variation
 from .sources import EMPTY_PREFIX, IIDSource, MarkovSource, Source, extend_prefixes
 
 __all__ = [
-    "expected_accepted_token",
     "bernoulli_expected_accepted_token",
+    "expected_accepted_token",
     "tokens_per_iteration",
 ]
 

@@ -74,8 +74,8 @@ def test_source_random_writes_files_the_calculator_reads(tmp_path):
     rc, _, err = run("source", "random", "--vocab", "3", "--horizon", "6", "--seed", "1",
                      "--draft-out", str(tmp_path / "d.json"), "--target-out", str(tmp_path / "t.json"), "--json")
     assert rc == 0, err
-    rc, out, err = run("calc", "block", "--draft-source", str(tmp_path / "d.json"),
-                       "--target-source", str(tmp_path / "t.json"), "--L", "7")
+    rc, _, err = run("calc", "block", "--draft-source", str(tmp_path / "d.json"),
+                     "--target-source", str(tmp_path / "t.json"), "--L", "7")
     assert rc == 2 and "at most 6 tokens" in err
 
 

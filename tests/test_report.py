@@ -14,7 +14,7 @@ from otspec.report import build_report
 def test_report_small_scale(tmp_path):
     report = build_report(tmp_path, scale=0.02)
     text = report.read_text()
-    for name, (_, _, stem) in FIGURES.items():
+    for _, _, stem in FIGURES.values():
         png, js = tmp_path / f"{stem}.png", tmp_path / f"{stem}.json"
         assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
         data = json.loads(js.read_text())
@@ -22,7 +22,7 @@ def test_report_small_scale(tmp_path):
         assert f"({stem}.png)" in text
     token = json.loads((tmp_path / "token_verification.json").read_text())
     for s in token["series"]:
-        for L, closed, exact in zip(token["draft_lengths"], s["closed_form"], s["exact"]):
+        for L, closed, exact in zip(token["draft_lengths"], s["closed_form"], s["exact"], strict=True):
             assert abs(closed - theory.bernoulli_expected_accepted_token(s["draft_p"], token["target_p"], L)) < 1e-12
             assert abs(exact - closed) < 1e-12
 

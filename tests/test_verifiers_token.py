@@ -17,7 +17,6 @@ from otspec.verifiers import Outcome, TokenVerify
 from otspec.verifiers.token import acceptance_ratios
 
 
-
 @given(markov_pairs(max_vocab=4, max_length=4))
 def test_output_law_equals_target_law_markov(pair):
     draft, target, L = pair
@@ -111,7 +110,7 @@ def test_sample_matches_law_g_test():
     noncentrality is computed below; the test asserts the power at level 1e-4
     exceeds 0.999, and the negative control must be rejected.
     """
-    draft, target, drafts, x, dp, tp = _sampler_fixture()
+    _, _, drafts, x, dp, tp = _sampler_fixture()
     L, V = 3, 3
     rows = slice(None, None, SAMPLES_PER_DRAFT)
     null = _cell_probs(TokenVerify(), drafts, dp[rows], tp[rows])
@@ -159,7 +158,7 @@ def test_torch_law_equals_numpy_law():
 
 def test_torch_sample_matches_law():
     torch = pytest.importorskip("torch")
-    draft, target, drafts, x, dp, tp = _sampler_fixture()
+    _, _, drafts, x, dp, tp = _sampler_fixture()
     rows = slice(None, None, SAMPLES_PER_DRAFT)
     null = _cell_probs(TokenVerify(), drafts, dp[rows], tp[rows])
     out = TokenVerify().sample(torch.from_numpy(x), torch.from_numpy(np.ascontiguousarray(dp)),

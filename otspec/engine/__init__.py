@@ -5,5 +5,13 @@ from .exact import ExactResult, evaluate
 from .montecarlo import MonteCarloResult, simulate
 from .stats import Estimate
 
-__all__ = ["evaluate", "ExactResult", "simulate", "MonteCarloResult", "generate", "DecodeResult",
-           "FixedDraftLength", "Estimate"]
+__all__ = [
+           "DecodeResult",
+           "Estimate",
+           "ExactResult",
+           "FixedDraftLength",
+           "MonteCarloResult",
+           "evaluate",
+           "generate",
+           "simulate",
+]

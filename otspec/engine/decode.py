@@ -29,7 +29,7 @@ from ..sources import Source
 from ..verifiers.base import Verifier
 from .stats import Estimate, ratio_estimate
 
-__all__ = ["FixedDraftLength", "DecodeResult", "generate"]
+__all__ = ["DecodeResult", "FixedDraftLength", "generate"]
 
 #: Independent units used for the block-efficiency interval (sequences, or segments of them).
 MIN_CI_UNITS = 32

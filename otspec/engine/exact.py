@@ -21,7 +21,7 @@ from ..verifiers.base import Verifier
 #: Largest number of (draft, position, token) probability entries built at once.
 MAX_EXACT_ENTRIES = 2**26
 
-__all__ = ["ExactResult", "evaluate", "MAX_EXACT_ENTRIES"]
+__all__ = ["MAX_EXACT_ENTRIES", "ExactResult", "evaluate"]
 
 
 @dataclass(frozen=True)

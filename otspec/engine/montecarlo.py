@@ -17,7 +17,7 @@ from ..sources import Source
 from ..verifiers.base import Verifier
 from .stats import Estimate, mean_estimate, proportion_intervals
 
-__all__ = ["MonteCarloResult", "simulate", "default_batch_size"]
+__all__ = ["MonteCarloResult", "default_batch_size", "simulate"]
 
 #: Probability entries (trials x positions x vocabulary) materialised per chunk.
 CHUNK_ENTRIES = 2**23

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-__all__ = ["Estimate", "mean_estimate", "ratio_estimate", "proportion_intervals"]
+__all__ = ["Estimate", "mean_estimate", "proportion_intervals", "ratio_estimate"]
 
 
 @dataclass(frozen=True)

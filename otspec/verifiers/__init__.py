@@ -6,4 +6,4 @@ from .token import TokenVerify
 #: Verifiers by their short name (used by the CLI and reports).
 REGISTRY = {cls.name: cls for cls in (TokenVerify,)}
 
-__all__ = ["Outcome", "Verifier", "VerifierLaw", "check_single_draft", "TokenVerify", "REGISTRY"]
+__all__ = ["REGISTRY", "Outcome", "TokenVerify", "Verifier", "VerifierLaw", "check_single_draft"]

@@ -34,7 +34,7 @@ import array_api_compat
 
 from ..distributions import check_same_vocab, first_index, namespace, validate_probs
 
-__all__ = ["VerifierLaw", "Outcome", "Verifier", "check_single_draft", "gather_tokens"]
+__all__ = ["Outcome", "Verifier", "VerifierLaw", "check_single_draft", "gather_tokens"]
 
 
 @dataclass
