@@ -18,12 +18,24 @@ from __future__ import annotations
 import array_api_compat
 import numpy as np
 
-#: Absolute tolerance on ``|sum(row) - 1|`` accepted by :func:`validate_probs`.
-#: Rows inside the tolerance are renormalised exactly; rows outside are an error.
+#: Absolute tolerance on ``|sum(row) - 1|`` accepted by :func:`validate_probs` for
+#: float64 rows. Rows inside the tolerance are renormalised; rows outside are an error.
+#: Narrower dtypes (float32/float16 softmax outputs) get :func:`normalisation_tolerance`.
 NORMALISATION_TOL = 1e-6
+
+
+def normalisation_tolerance(dtype, vocab_size: int, xp=np) -> float:
+    """Accepted ``|sum(row) - 1|``: ``max(NORMALISATION_TOL, 16 * eps(dtype) * sqrt(V))``.
+
+    A float32 row of V = 32,000 entries accumulates rounding of order
+    eps·sqrt(V) ≈ 2e-5 when summed, so a fixed 1e-6 would reject valid model output.
+    """
+    eps = float(xp.finfo(dtype).eps)
+    return max(NORMALISATION_TOL, 16.0 * eps * float(vocab_size) ** 0.5)
 
 __all__ = [
     "NORMALISATION_TOL",
+    "normalisation_tolerance",
     "check_same_vocab",
     "first_index",
     "namespace",
@@ -45,7 +57,7 @@ def _is_torch(x) -> bool:
     return array_api_compat.is_torch_array(x)
 
 
-def validate_probs(probs, name: str = "probs", *, tol: float = NORMALISATION_TOL, min_ndim: int = 1):
+def validate_probs(probs, name: str = "probs", *, tol: float | None = None, min_ndim: int = 1):
     """Check that the last axis of ``probs`` holds probability rows.
 
     Parameters
@@ -54,8 +66,9 @@ def validate_probs(probs, name: str = "probs", *, tol: float = NORMALISATION_TOL
         Candidate probability rows. Python lists are converted to float64 numpy.
     name : str
         Argument name used in error messages.
-    tol : float
-        Largest accepted ``|sum(row) - 1|``.
+    tol : float, optional
+        Largest accepted ``|sum(row) - 1|``; default :func:`normalisation_tolerance`
+        (:data:`NORMALISATION_TOL` for float64).
     min_ndim : int
         Minimum number of axes (1 for a single row).
 
@@ -92,6 +105,8 @@ def validate_probs(probs, name: str = "probs", *, tol: float = NORMALISATION_TOL
     if bool(xp.any(neg)):
         idx = first_index(neg)
         raise ValueError(f"{name}: negative probability {float(probs[idx])!r} at index {idx}; expected entries >= 0")
+    if tol is None:
+        tol = normalisation_tolerance(probs.dtype, probs.shape[-1], xp)
     sums = xp.sum(probs, axis=-1)
     off = xp.abs(sums - 1.0) > tol
     if bool(xp.any(off)):

@@ -12,6 +12,7 @@ from strategies import prob_rows
 from otspec.distributions import (
     NORMALISATION_TOL,
     check_same_vocab,
+    normalisation_tolerance,
     overlap,
     residual,
     sample_categorical,
@@ -44,6 +45,18 @@ def test_validate_probs_tolerance_and_renormalisation():
     assert abs(out.sum() - 1.0) < 1e-15
     with pytest.raises(ValueError):
         validate_probs(np.array([0.5, 0.5 + 2 * NORMALISATION_TOL]), "p")
+
+
+def test_float32_rows_get_a_dtype_aware_tolerance():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=32_000).astype(np.float32)
+    row = np.exp(logits - logits.max())
+    row = row / row.sum()  # a float32 softmax row: sum within a few eps*sqrt(V) of 1
+    assert normalisation_tolerance(np.float32, 32_000) > abs(float(row.sum(dtype=np.float32)) - 1)
+    assert validate_probs(row, "target").dtype == np.float32
+    assert normalisation_tolerance(np.float64, 32_000) == NORMALISATION_TOL
+    with pytest.raises(ValueError, match="sums to"):
+        validate_probs(row * np.float32(1.01), "target")
 
 
 def test_check_same_vocab():
