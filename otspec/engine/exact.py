@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..sources import EMPTY_PREFIX, Source, extend_prefixes
+from ..sources import EMPTY_PREFIX, MAX_ENUMERATION, Source, extend_prefixes
 from ..verifiers.base import Verifier
+from .branching import branch_law
 
 #: Largest number of (draft, position, token) probability entries built at once.
 MAX_EXACT_ENTRIES = 2**26
@@ -55,17 +56,33 @@ class ExactResult:
     output_law: np.ndarray
     target_law: np.ndarray
     max_deviation: float
+    iterations: int = 1
+    #: P(τ = l) for each iteration, shape (iterations, L+1) (later ones under the carried target).
+    accept_dist_per_iteration: np.ndarray | None = None
+
+    @property
+    def sequence_length(self) -> int:
+        """N = iterations · (L + 1): the length of the sequences :attr:`output_law` is over."""
+        return self.iterations * (self.draft_length + 1)
+
+    @property
+    def expected_accepted_per_iteration(self) -> np.ndarray:
+        """E[τ] of each iteration, shape (iterations,)."""
+        dists = self.accept_dist_per_iteration
+        dists = self.accept_dist[None] if dists is None else dists
+        return dists @ np.arange(self.draft_length + 1)
 
     @property
     def sequences(self) -> np.ndarray:
-        """The V**(L+1) sequences indexing :attr:`output_law`, shape (V**(L+1), L+1)."""
+        """The V**N sequences indexing :attr:`output_law`, shape (V**N, N)."""
         tokens = EMPTY_PREFIX
-        for _ in range(self.draft_length + 1):
+        for _ in range(self.sequence_length):
             tokens = extend_prefixes(tokens, self.vocab_size)
         return tokens
 
 
-def evaluate(draft: Source, target: Source, verifier: Verifier, draft_length: int) -> ExactResult:
+def evaluate(draft: Source, target: Source, verifier: Verifier, draft_length: int, *,
+             iterations: int = 1) -> ExactResult:
     """Exact output law and accepted length of ``verifier`` for blocks of ``draft_length``.
 
     Parameters
@@ -73,9 +90,15 @@ def evaluate(draft: Source, target: Source, verifier: Verifier, draft_length: in
     draft, target : Source
         Draft (p) and target (q) models over the same vocabulary.
     verifier : Verifier
-        A single-draft verifier whose next iteration uses the plain target.
+        A single-draft verifier. If it carries a residual target into the next
+        iteration (``carries_residual``), the emitted prefix is continued by that
+        carried target, as the validity condition (spec eq. (1)) requires.
     draft_length : int
         L >= 1.
+    iterations : int
+        Consecutive iterations to follow from the empty context (default 1). The
+        output law is then over N = iterations · (L + 1) tokens; see
+        :mod:`otspec.engine.branching`.
 
     Raises
     ------
@@ -98,6 +121,8 @@ def evaluate(draft: Source, target: Source, verifier: Verifier, draft_length: in
             f"exact evaluation needs {V}^{L} drafts x {L + 1} positions x {V} tokens = {entries} "
             f"entries, above MAX_EXACT_ENTRIES = {MAX_EXACT_ENTRIES}; use Monte Carlo"
         )
+    if iterations > 1 or getattr(verifier, "carries_residual", False):
+        return _evaluate_branching(draft, target, verifier, L, int(iterations))
     target.check_length(L + 1)
     enum = draft.enumerate(L)
     live = enum.probs > 0
@@ -135,4 +160,30 @@ def evaluate(draft: Source, target: Source, verifier: Verifier, draft_length: in
         output_law=filled,
         target_law=target_law,
         max_deviation=float(np.max(np.abs(filled - target_law))),
+    )
+
+
+def _evaluate_branching(draft, target, verifier, L, iterations) -> ExactResult:
+    if iterations < 1:
+        raise ValueError(f"iterations must be >= 1, got {iterations}")
+    V = target.vocab_size
+    if V ** (iterations * (L + 1)) > MAX_ENUMERATION:
+        raise ValueError(
+            f"the output law over {V}^{iterations * (L + 1)} sequences exceeds MAX_ENUMERATION = "
+            f"{MAX_ENUMERATION}; reduce the vocabulary, the draft length or the number of iterations"
+        )
+    output, dists, N = branch_law(draft, target, verifier, L, iterations)
+    target_law = target.enumerate(N).probs
+    expected = float(dists[0] @ np.arange(L + 1))
+    return ExactResult(
+        draft_length=L,
+        vocab_size=V,
+        accept_dist=dists[0],
+        expected_accepted=expected,
+        expected_tokens_per_iteration=expected + 1.0,
+        output_law=output,
+        target_law=target_law,
+        max_deviation=float(np.max(np.abs(output - target_law))),
+        iterations=iterations,
+        accept_dist_per_iteration=dists,
     )

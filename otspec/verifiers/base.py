@@ -92,6 +92,8 @@ class Verifier(ABC):
     name: str = "verifier"
     #: Whether every emitted token is exactly target-distributed.
     lossless: bool = True
+    #: Whether the outcome carries a residual target into the next iteration (v1 block verification).
+    carries_residual: bool = False
 
     @abstractmethod
     def law(self, draft_tokens, draft_probs, target_probs, *, validate: bool = True) -> VerifierLaw:

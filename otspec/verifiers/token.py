@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import array_api_compat
 
-from ..distributions import namespace, residual, sample_categorical, uniform
+from ..distributions import namespace, uniform
 from .base import Outcome, Verifier, VerifierLaw, check_single_draft, gather_tokens
+from .kernels import correction_law, draw_correction
 
 __all__ = ["TokenVerify", "acceptance_ratios"]
 
@@ -42,10 +43,7 @@ class TokenVerify(Verifier):
         reach = xp.cumulative_prod(a, axis=-1, include_initial=True)  # P(tau >= l), l = 0..L
         stop = xp.concat([1.0 - a, one], axis=-1)  # P(reject at l+1 | reached l); 1 at l = L
         accept_probs = reach * stop  # eq. (3)
-        corrections = xp.concat(
-            [residual(target_probs[:, :-1, :], draft_probs), target_probs[:, -1:, :]], axis=1
-        )
-        return VerifierLaw(accept_probs, corrections)
+        return VerifierLaw(accept_probs, correction_law(draft_probs, target_probs))
 
     def sample(self, draft_tokens, draft_probs, target_probs, rng, *, validate=True):
         draft_tokens, draft_probs, target_probs = check_single_draft(
@@ -57,21 +55,4 @@ class TokenVerify(Verifier):
         u = uniform(rng, (B, L), a)
         rejected = xp.concat([u >= a, xp.ones((B, 1), dtype=xp.bool, device=array_api_compat.device(a))], axis=-1)
         tau = xp.argmax(xp.astype(rejected, xp.int8), axis=-1)  # first rejection; L if none
-        return Outcome(tau, _draw_correction(xp, tau, draft_probs, target_probs, rng))
-
-
-def _draw_correction(xp, tau, draft_probs, target_probs, rng):
-    """Y ~ residual(q_tau, p_tau) where tau < L, else the bonus row q_L; shape (B,).
-
-    The residual is sampled unnormalised (``sample_categorical`` scales by the
-    row total); where its mass is 0 (a probability-0 rejection) the target row
-    is used, as :func:`otspec.distributions.residual` does.
-    """
-    L = draft_probs.shape[1]
-    rows = xp.arange(tau.shape[0], device=array_api_compat.device(tau))
-    t_row = target_probs[rows, tau]
-    if L == 0:
-        return sample_categorical(t_row, rng)
-    surplus = xp.clip(t_row - draft_probs[rows, xp.clip(tau, max=L - 1)], min=0.0)
-    use_residual = (tau < L) & (xp.sum(surplus, axis=-1) > 0)
-    return sample_categorical(xp.where(use_residual[:, None], surplus, t_row), rng)
+        return Outcome(tau, draw_correction(tau, draft_probs, target_probs, rng))

@@ -1,0 +1,150 @@
+"""Exact evaluation over several consecutive iterations, with carried targets.
+
+The state of a generation after some iterations is a *branch*: the emitted
+prefix, the τ of each iteration, the residual windows the verifier left behind
+(v1 block verification), and the branch probability. One iteration expands
+every branch by every draft block with positive draft probability, applies the
+verifier's exact law, and branches again on (τ, Y). Branches with the same
+prefix and τ history have the same carried target, so they are merged.
+
+After the last iteration every branch is continued by its *carried target*
+(spec eq. (1): for v1 the residual chain, otherwise the plain target) up to
+N = iterations · (L + 1) tokens — the most the iterations can emit — and the
+resulting law over Ω^N is compared with the target's.
+
+All branch operations are vectorised over branches (rows); the Python loops run
+over positions and τ values only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..sources import Source
+from ..verifiers.base import Verifier
+from ..verifiers.carry import ResidualWindows
+
+#: Largest number of branch rows held at once.
+MAX_BRANCH_ROWS = 2**22
+
+__all__ = ["MAX_BRANCH_ROWS", "branch_law"]
+
+
+class _Branches:
+    """Rows of (tokens buffer, length, mass, windows, τ history)."""
+
+    def __init__(self, buf, length, mass, windows, taus):
+        self.buf, self.length, self.mass, self.windows, self.taus = buf, length, mass, windows, taus
+        if len(mass) > MAX_BRANCH_ROWS:
+            raise ValueError(
+                f"exact multi-iteration evaluation needs {len(mass)} branches, above MAX_BRANCH_ROWS = "
+                f"{MAX_BRANCH_ROWS}; reduce the vocabulary, the draft length or the number of iterations"
+            )
+
+    def take(self, rows) -> _Branches:
+        return _Branches(self.buf[rows], self.length[rows], self.mass[rows], self.windows.take(rows), self.taus[rows])
+
+    @staticmethod
+    def concat(parts) -> _Branches:
+        return _Branches(
+            np.concatenate([p.buf for p in parts]),
+            np.concatenate([p.length for p in parts]),
+            np.concatenate([p.mass for p in parts]),
+            ResidualWindows(*(np.concatenate([getattr(p.windows, f) for p in parts])
+                              for f in ("end", "log_ratio", "valid"))),
+            np.concatenate([p.taus for p in parts]),
+        )
+
+    def rows_at(self, draft, target, position):
+        """Draft row, cascade levels at ``position`` (B,)."""
+        p_row = draft.next_probs(self.buf, position)
+        q_row = target.next_probs(self.buf, position)
+        return p_row, self.windows.cascade(q_row, p_row, position)
+
+    def extend(self, probs, levels, p_row, position) -> _Branches:
+        """Every row followed by every token of positive ``probs`` (B, V), lexicographic."""
+        parent, tok = np.nonzero(probs > 0)
+        out = self.take(parent)
+        out.buf[np.arange(len(parent)), position[parent]] = tok
+        out.mass = out.mass * probs[parent, tok]
+        out.windows = out.windows.advance(levels[parent], p_row[parent], position[parent], tok)
+        return out
+
+    def merge(self, use_taus: bool) -> _Branches:
+        """Sum the mass of rows with the same prefix (and τ history when targets are carried)."""
+        masked = np.where(np.arange(self.buf.shape[1]) < self.length[:, None], self.buf, -1)
+        key = np.concatenate([self.length[:, None], masked] + ([self.taus] if use_taus else []), axis=1)
+        _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+        out = self.take(first)
+        out.mass = np.bincount(inverse.ravel(), weights=self.mass, minlength=len(first))
+        return out
+
+
+def _iterate(draft: Source, target: Source, verifier: Verifier, L: int, states: _Branches):
+    """One speculative iteration from every branch; returns (new branches, P(τ = l))."""
+    paths = states
+    records = []  # per position: (paths before the token, draft row, cascade levels)
+    for i in range(L + 1):
+        pos = paths.length + i
+        p_row, levels = paths.rows_at(draft, target, pos)
+        records.append((paths, p_row, levels))
+        if i < L:
+            paths = paths.extend(p_row, levels, p_row, pos)
+            # earlier records follow their paths (rows repeat as paths branch)
+            parent = np.repeat(np.arange(len(p_row)), (p_row > 0).sum(axis=1))
+            records = [(r.take(parent), pr[parent], lv[parent]) for r, pr, lv in records]
+    n = len(paths.mass)
+    start = paths.length
+    drafts = paths.buf[np.arange(n)[:, None], start[:, None] + np.arange(L)]
+    draft_rows = np.stack([pr for _, pr, _ in records[:L]], axis=1)
+    target_rows = np.stack([lv[:, -1] for _, _, lv in records], axis=1)
+    law = verifier.law(drafts, draft_rows, target_rows)
+    accept = np.asarray(law.accept_probs, dtype=np.float64)
+    corr = np.asarray(law.correction_probs, dtype=np.float64)
+    carry = None if law.carry is None else np.asarray(law.carry, dtype=np.float64)
+    accept_dist = paths.mass @ accept / paths.mass.sum()
+
+    outcomes = []
+    for ell in range(L + 1):
+        before, p_row, levels = records[ell]  # state after X^ell (draft tokens beyond are ignored)
+        emitted = paths.mass[:, None] * accept[:, ell, None] * corr[:, ell, :]
+        pos = start + ell
+        idx, y = np.nonzero(emitted > 0)
+        branch = before.take(idx)
+        branch.buf[np.arange(len(idx)), pos[idx]] = y
+        branch.mass = emitted[idx, y]
+        branch.windows = branch.windows.advance(levels[idx], p_row[idx], pos[idx], y)
+        branch.length = pos[idx] + 1
+        branch.taus = np.concatenate([before.taus[idx], np.full((len(idx), 1), ell)], axis=1)
+        if carry is not None:
+            branch.windows = branch.windows.push(np.full(len(idx), ell <= L - 2), start[idx] + L,
+                                                 carry[idx, ell, y], branch.length)
+        outcomes.append(branch)
+    merged = _Branches.concat(outcomes).merge(use_taus=carry is not None)
+    return merged, accept_dist
+
+
+def branch_law(draft: Source, target: Source, verifier: Verifier, L: int, iterations: int):
+    """Exact law of ``iterations`` consecutive iterations continued by the carried target.
+
+    Returns ``(output_law over Ω^N, accept_dists (iterations, L+1), N)``.
+    """
+    N = iterations * (L + 1)
+    target.check_length(N)
+    draft.check_length(N)
+    V = target.vocab_size
+    states = _Branches(np.zeros((1, N), np.int64), np.zeros(1, np.int64), np.ones(1),
+                       ResidualWindows.empty(1, L), np.zeros((1, 0), np.int64))
+    dists = []
+    for _ in range(iterations):
+        states, dist = _iterate(draft, target, verifier, L, states)
+        dists.append(dist)
+    while (states.length < N).any():  # continue every branch with its carried target
+        todo = states.length < N
+        done, grow = states.take(np.flatnonzero(~todo)), states.take(np.flatnonzero(todo))
+        p_row, levels = grow.rows_at(draft, target, grow.length)
+        grown = grow.extend(levels[:, -1], levels, p_row, grow.length)
+        grown.length = grown.length + 1
+        states = _Branches.concat([done, grown])
+    index = states.buf @ (V ** np.arange(N - 1, -1, -1))
+    return np.bincount(index, weights=states.mass, minlength=V**N), np.array(dists), N

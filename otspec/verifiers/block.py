@@ -1,0 +1,169 @@
+"""Block verification: the published forward algorithm and the v1 backward induction.
+
+Spec: ``shared/reference/token_and_block_verification.md`` §8 (v1 Algorithm 3)
+and §9 (ICLR 2025 "Block Verification Accelerates Speculative Decoding").
+
+Both decide τ by the same rule — τ = max{i : η_i ≤ h_i} with h_0 = 1, i.e.
+P(τ = i) = h_i ∏_{j>i} (1 − h_j) (eq. (15)) — and draw the extra token from a
+scaled residual (α_τ q − β_τ p)_+; they differ in h and in the scales.
+
+* :class:`BlockVerify` (published, on-path): running weights
+  w_i = min{1, w_{i−1} q(X_i|X^{i−1}) / p(X_i|X^{i−1})} (eq. (13)),
+  h_i = m_i / (m_i + 1 − w_i) with m_i = Σ_x (w_i q(x|X^i) − p(x|X^i))_+ (eq. (14)),
+  h_L = w_L, residual (w_τ q − p)_+ (eq. (16)); the next iteration uses the plain
+  target. Expected accepted length: eq. (17).
+* :class:`BackwardBlockVerify` (v1, full information): with ρ_j = q(X^j)/p(X^j)
+  the block-part likelihood ratio, h_L = min{1, ρ_L} and
+  h_j = min{1, p_remain(X^j) / p_rej(X^j)} (eqs. (12a)-(12b)), residual
+  (ρ_τ q − p)_+ (eq. (12c)). Its correction reaches into the next iteration: the
+  target of the rest of the block becomes the residual chain, described by the
+  outcome's ``carry`` (see :mod:`otspec.verifiers.carry`). Expected accepted
+  length: the block-OT optimum eq. (8).
+
+Only on-path rows are needed by either verifier in the current iteration:
+joint block probabilities are products of on-path conditionals, kept in log
+space (``ratio_scales``), so long blocks (L = 64) neither underflow nor overflow.
+"""
+
+from __future__ import annotations
+
+import array_api_compat
+
+from ..distributions import namespace
+from .base import Outcome, Verifier, VerifierLaw, check_single_draft
+from .kernels import (
+    correction_law,
+    draw_correction,
+    last_pass_law,
+    last_pass_sample,
+    log_ratios,
+    ratio_scales,
+)
+
+__all__ = ["BlockVerify", "BackwardBlockVerify", "block_weights", "published_commit_probs", "backward_commit_probs"]
+
+
+def _ones(xp, like, n):
+    return xp.ones((like.shape[0], n), dtype=like.dtype, device=array_api_compat.device(like))
+
+
+def _safe_log(xp, x):
+    return xp.where(x > 0, xp.log(xp.where(x > 0, x, 1.0)), -xp.inf)
+
+
+def _carried_log_ratio(xp, log_ratio, target_prob, draft_prob):
+    """log T(X^τ, Y)/P(X^τ, Y) = s_τ + log q(Y|X^τ) − log p(Y|X^τ); +inf where p(Y|X^τ) = 0.
+
+    (+inf makes the carried residual equal the target itself, the right limit;
+    outcomes with q(Y|X^τ) = 0 have probability 0 and are never carried.)
+    """
+    safe_p = xp.where(draft_prob > 0, draft_prob, 1.0)
+    return xp.where(draft_prob > 0, log_ratio + _safe_log(xp, target_prob) - xp.log(safe_p), xp.inf)
+
+
+def block_weights(draft_tokens, draft_probs, target_probs):
+    """Running weights w_0..w_L (eq. (13)), shape (B, L+1), computed in log space."""
+    xp = namespace(draft_probs, target_probs)
+    lr = log_ratios(draft_tokens, draft_probs, target_probs)
+    logs = [xp.zeros_like(lr[:, 0]) if lr.shape[1] else xp.zeros((lr.shape[0],), dtype=lr.dtype)]
+    for i in range(lr.shape[1]):
+        logs.append(xp.minimum(logs[-1] + lr[:, i], 0.0))
+    return xp.exp(xp.stack(logs, axis=1))
+
+
+def published_commit_probs(draft_probs, target_probs, w):
+    """h_0..h_L of the published algorithm (eqs. (14a)-(14c)), shape (B, L+1)."""
+    xp = namespace(draft_probs, target_probs)
+    L = draft_probs.shape[1]
+    w_mid = w[:, 1:L]
+    m = xp.sum(xp.clip(w_mid[..., None] * target_probs[:, 1:L, :] - draft_probs[:, 1:L, :], min=0.0), axis=-1)
+    den = m + 1.0 - w_mid
+    h_mid = xp.where(den > 0, m / xp.where(den > 0, den, 1.0), 0.0)
+    return xp.concat([_ones(xp, w, 1), h_mid, w[:, L:]], axis=1)
+
+
+def backward_commit_probs(draft_tokens, draft_probs, target_probs):
+    """(h, A, B, s) of v1 Algorithm 3.
+
+    ``s`` (B, L+1) is log ρ_j = log q(X^j)/p(X^j); ``A, B`` = min(ρ_j, 1),
+    min(1/ρ_j, 1); ``h_j`` = min{1, p_remain/p_rej} at X^j for j < L (1 when
+    p_rej = 0, and exactly 1 at the root) and h_L = min{1, ρ_L}.
+    """
+    xp = namespace(draft_probs, target_probs)
+    lr = log_ratios(draft_tokens, draft_probs, target_probs)
+    s = xp.cumulative_sum(lr, axis=-1, include_initial=True)
+    a, b = ratio_scales(s)
+    L = draft_probs.shape[1]
+    diff = a[:, :L, None] * target_probs[:, :L, :] - b[:, :L, None] * draft_probs
+    remain = xp.sum(xp.clip(diff, min=0.0), axis=-1)
+    reject = xp.sum(xp.clip(-diff, min=0.0), axis=-1)
+    h = xp.where(reject > 0, xp.minimum(remain / xp.where(reject > 0, reject, 1.0), 1.0), 1.0)
+    # the root ratio is TV/TV = 1 exactly; rounding must not let tau = 0 fail
+    h = xp.concat([_ones(xp, h, 1), h[:, 1:], a[:, L:]], axis=1)
+    return h, a, b, s
+
+
+class BlockVerify(Verifier):
+    """Published block verification (ICLR 2025): optimal among on-path verifiers; lossless."""
+
+    name = "block"
+
+    def law(self, draft_tokens, draft_probs, target_probs, *, validate=True):
+        draft_tokens, draft_probs, target_probs = check_single_draft(
+            draft_tokens, draft_probs, target_probs, validate=validate
+        )
+        w = block_weights(draft_tokens, draft_probs, target_probs)
+        h = published_commit_probs(draft_probs, target_probs, w)
+        L = draft_probs.shape[1]
+        return VerifierLaw(last_pass_law(h), correction_law(draft_probs, target_probs, target_scale=w[:, :L]))
+
+    def sample(self, draft_tokens, draft_probs, target_probs, rng, *, validate=True):
+        draft_tokens, draft_probs, target_probs = check_single_draft(
+            draft_tokens, draft_probs, target_probs, validate=validate
+        )
+        w = block_weights(draft_tokens, draft_probs, target_probs)
+        tau = last_pass_sample(published_commit_probs(draft_probs, target_probs, w), rng)
+        L = draft_probs.shape[1]
+        return Outcome(tau, draw_correction(tau, draft_probs, target_probs, rng, target_scale=w[:, :L]))
+
+
+class BackwardBlockVerify(Verifier):
+    """v1 Algorithm 3 (backward induction): attains the block-OT optimum eq. (8).
+
+    Lossless in the sense of spec eq. (1): the emitted (X^τ, Y) continued by the
+    carried residual chain is target-distributed. ``carry`` is the log ratio
+    log T(X^τ, Y) / P(X^τ, Y) over the emitted block part (T = this iteration's
+    target, P = draft); a window is carried when τ ≤ L − 2 and covers the block's
+    remaining positions (see :class:`otspec.verifiers.carry.ResidualWindows`).
+    In :meth:`law`, ``carry`` has shape (B, L+1, V) (entry [b, l, y] for τ = l,
+    Y = y; the l = L slice is unused and 0); in :meth:`sample`, shape (B,).
+    """
+
+    name = "block_v1"
+    carries_residual = True
+
+    def law(self, draft_tokens, draft_probs, target_probs, *, validate=True):
+        draft_tokens, draft_probs, target_probs = check_single_draft(
+            draft_tokens, draft_probs, target_probs, validate=validate
+        )
+        xp = namespace(draft_probs, target_probs)
+        h, a, b, s = backward_commit_probs(draft_tokens, draft_probs, target_probs)
+        L = draft_probs.shape[1]
+        carry = _carried_log_ratio(xp, s[:, :L, None], target_probs[:, :L, :], draft_probs)
+        carry = xp.concat([carry, xp.zeros_like(target_probs[:, L:, :])], axis=1)
+        corrections = correction_law(draft_probs, target_probs, target_scale=a[:, :L], draft_scale=b[:, :L])
+        return VerifierLaw(last_pass_law(h), corrections, carry)
+
+    def sample(self, draft_tokens, draft_probs, target_probs, rng, *, validate=True):
+        draft_tokens, draft_probs, target_probs = check_single_draft(
+            draft_tokens, draft_probs, target_probs, validate=validate
+        )
+        xp = namespace(draft_probs, target_probs)
+        h, a, b, s = backward_commit_probs(draft_tokens, draft_probs, target_probs)
+        L = draft_probs.shape[1]
+        tau = last_pass_sample(h, rng)
+        y = draw_correction(tau, draft_probs, target_probs, rng, target_scale=a[:, :L], draft_scale=b[:, :L])
+        rows = xp.arange(tau.shape[0], device=array_api_compat.device(tau))
+        at = xp.clip(tau, max=L - 1)
+        carry = _carried_log_ratio(xp, s[rows, tau], target_probs[rows, tau, y], draft_probs[rows, at, y])
+        return Outcome(tau, y, xp.where(tau < L, carry, xp.zeros_like(carry)))

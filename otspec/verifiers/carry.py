@@ -1,0 +1,135 @@
+"""Carried residual targets of the v1 backward block verifier (spec §8.2, line 8).
+
+After v1 Algorithm 3 accepts τ < γ − 1 tokens of a block that started at
+position ``s``, the *target model of the following iterations* changes for the
+rest of that block: for a prefix y^j of the block (j = τ+1 .. γ−1, counted from
+``s``) the next token follows the residual chain
+
+    q_next(·|y^j) ∝ ( T(y^j) t(·|y^j) − P(y^j) p(·|y^j) )_+          (spec eq. (12c))
+
+where t is the target the block was verified against, T(y^j) and P(y^j) are
+the target's and draft's joint probabilities of the block part y^j, and p is the
+draft. From position s + γ on, q_next = t again.
+
+Because the next iteration may itself end early inside this window, targets
+nest: each sequence carries a *stack of windows*. Window k covers next-token
+positions below ``end[k]`` and stores ``log_ratio[k]`` = log T_k(y^j)/P(y^j),
+where T_k is the target *below* it (the cascade of windows 0..k−1 over the plain
+target). The current target row at a position is obtained by applying the active
+windows bottom-up (:meth:`ResidualWindows.cascade`); appending a token updates
+every active window's ratio with that token's probability under its base
+(:meth:`ResidualWindows.advance`).
+
+Everything is vectorised over the batch (rows = sequences); ratios stay in log
+space, so blocks of 64 tokens with joint probabilities far below 1e-308 work.
+At most γ − 1 windows are active at once (each starts at least one position
+after the previous one and spans γ positions), so a depth of γ suffices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..distributions import residual
+from .kernels import ratio_scales
+
+__all__ = ["ResidualWindows"]
+
+
+@dataclass
+class ResidualWindows:
+    """A stack of residual windows for each of B sequences (numpy).
+
+    Attributes
+    ----------
+    end : int array (B, D)
+        Window k covers next-token positions ``n < end[:, k]``.
+    log_ratio : float array (B, D)
+        log T_k(y^j) / P(y^j) over the window's block tokens appended so far.
+    valid : bool array (B, D)
+        Which slots hold a window; slots are ordered bottom (oldest) to top.
+    """
+
+    end: np.ndarray
+    log_ratio: np.ndarray
+    valid: np.ndarray
+
+    @classmethod
+    def empty(cls, batch: int, depth: int) -> ResidualWindows:
+        return cls(np.zeros((batch, depth), np.int64), np.zeros((batch, depth)), np.zeros((batch, depth), bool))
+
+    @property
+    def depth(self) -> int:
+        return self.end.shape[1]
+
+    def take(self, rows) -> ResidualWindows:
+        """Select / repeat sequences."""
+        return ResidualWindows(self.end[rows], self.log_ratio[rows], self.valid[rows])
+
+    def active(self, position) -> np.ndarray:
+        """(B, D) mask of windows covering the token at ``position`` (shape (B,))."""
+        return self.valid & (np.asarray(position)[:, None] < self.end)
+
+    def cascade(self, target_row, draft_row, position) -> np.ndarray:
+        """Target rows below and after each window: shape (B, D+1, V).
+
+        ``levels[:, 0]`` is the plain target row, ``levels[:, k+1]`` the row after
+        applying window k (unchanged where it is inactive); ``levels[:, -1]`` is
+        the current target.
+        """
+        levels = [np.asarray(target_row, dtype=np.float64)]
+        act = self.active(position)
+        for k in range(self.depth):
+            below = levels[-1]
+            if not act[:, k].any():
+                levels.append(below)
+                continue
+            a, b = ratio_scales(self.log_ratio[:, k])
+            res = residual(a[:, None] * below, b[:, None] * draft_row)
+            levels.append(np.where(act[:, k, None], res, below))
+        return np.stack(levels, axis=1)
+
+    def advance(self, levels, draft_row, position, token) -> ResidualWindows:
+        """Windows after appending ``token`` (B,) at ``position`` (B,).
+
+        ``levels`` are this position's :meth:`cascade` rows; each active window's
+        ratio gains log base(token) − log p(token).
+        """
+        rows = np.arange(len(token))
+        base = levels[rows, :-1, token]  # (B, D): the row below window k at the token
+        p_tok = np.broadcast_to(draft_row[rows, token][:, None], base.shape)
+        act = self.active(position)
+        # T = 0 is absorbing (-inf); otherwise P = 0 makes the ratio +inf (residual = base row);
+        # only finite steps are added, so no inf - inf ever arises
+        dead = act & ((base <= 0) | np.isneginf(self.log_ratio))
+        unbounded = act & ~dead & (p_tok <= 0)
+        finite = act & ~dead & ~unbounded
+        ratio = self.log_ratio.copy()
+        ratio[finite] += np.log(base[finite]) - np.log(p_tok[finite])
+        ratio[dead] = -np.inf
+        ratio[unbounded] = np.inf
+        return ResidualWindows(self.end, ratio, self.valid)
+
+    def push(self, mask, new_end, new_log_ratio, position) -> ResidualWindows:
+        """Drop windows that cover nothing from ``position`` on, then add one on top where ``mask``.
+
+        ``new_end`` and ``new_log_ratio`` are scalars or (B,) arrays. Raises
+        ``RuntimeError`` if a sequence has no free slot (depth too small).
+        """
+        keep = self.valid & (self.end > np.asarray(position)[:, None])
+        order = np.argsort(~keep, axis=1, kind="stable")  # kept windows first, in stack order
+        end = np.take_along_axis(self.end, order, axis=1)
+        ratio = np.take_along_axis(self.log_ratio, order, axis=1)
+        valid = np.take_along_axis(keep, order, axis=1)
+        count = valid.sum(axis=1)
+        mask = np.asarray(mask, bool)
+        if np.any(mask & (count >= self.depth)):
+            raise RuntimeError("ResidualWindows: no free slot; use a depth of at least the block length")
+        rows = np.flatnonzero(mask)
+        slot = count[rows]
+        end[rows, slot] = np.broadcast_to(new_end, mask.shape)[rows]
+        ratio[rows, slot] = np.broadcast_to(new_log_ratio, mask.shape)[rows]
+        valid[rows, slot] = True
+        return ResidualWindows(end, ratio, valid)
