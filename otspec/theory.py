@@ -7,9 +7,10 @@ is Theorem 2 of the block-verification v1 paper (numbered (7) there).
 from __future__ import annotations
 
 import numpy as np
+from scipy import stats
 
 from .distributions import total_variation
-from .sources import EMPTY_PREFIX, IIDSource, MarkovSource, Source, extend_prefixes
+from .sources import EMPTY_PREFIX, MAX_ENUMERATION, IIDSource, MarkovSource, Source, extend_prefixes
 
 __all__ = [
     "bernoulli_expected_accepted_token",
@@ -84,3 +85,78 @@ def expected_accepted_token(draft: Source, target: Source, draft_length: int) ->
         total += mass.sum()
     return float(total)
 
+
+def bernoulli_expected_accepted_optimal(draft_p: float, target_p: float, draft_length: int) -> float:
+    """Block-OT optimum for IID Ber(p₁) vs Ber(q₁) — spec eq. (11b).
+
+    E[τ_opt] = Σ_{i=1}^{L} (1 − TV(Bin(i, p₁), Bin(i, q₁))): all sequences with the
+    same number of ones share one likelihood ratio (eq. (10)).
+
+    >>> round(bernoulli_expected_accepted_optimal(0.25, 0.75, 2), 12)
+    1.0
+    """
+    total = 0.0
+    for i in range(1, int(draft_length) + 1):
+        k = np.arange(i + 1)
+        tv = 0.5 * np.abs(stats.binom.pmf(k, i, draft_p) - stats.binom.pmf(k, i, target_p)).sum()
+        total += 1.0 - tv
+    return float(total)
+
+
+def _prefix_tree(draft: Source, target: Source, draft_length: int, step):
+    """Walk the prefix tree level by level, pruning nodes whose value is 0.
+
+    ``step(value, p_joint, q_joint, p_rows, q_rows)`` maps the per-node state to
+    the children's (value, p_joint, q_joint), each of shape (N, V); returns
+    Σ over levels 1..L of the children's values.
+    """
+    L = int(draft_length)
+    if draft.vocab_size != target.vocab_size:
+        raise ValueError(f"vocabulary mismatch: draft has {draft.vocab_size} tokens, target has {target.vocab_size}")
+    draft.check_length(L)
+    target.check_length(L)
+    prefixes, value, pj, qj, total = EMPTY_PREFIX, np.ones(1), np.ones(1), np.ones(1), 0.0
+    for _ in range(L):
+        p_rows, q_rows = draft.next_probs(prefixes), target.next_probs(prefixes)
+        children = step(value[:, None], pj[:, None], qj[:, None], p_rows, q_rows)
+        value, pj, qj = (np.broadcast_to(a, p_rows.shape).reshape(-1) for a in children)
+        keep = value > 0
+        prefixes = extend_prefixes(prefixes, draft.vocab_size)[keep]
+        value, pj, qj = value[keep], pj[keep], qj[keep]
+        if len(prefixes) > MAX_ENUMERATION:
+            raise ValueError(f"prefix tree exceeds MAX_ENUMERATION = {MAX_ENUMERATION} nodes; use a shorter block")
+        total += value.sum()
+    return float(total)
+
+
+def expected_accepted_optimal(draft: Source, target: Source, draft_length: int) -> float:
+    """Block-OT optimum E[τ_opt] — spec eq. (8) (v1 Theorem 1).
+
+    .. math::
+        \\max_\\pi E_\\pi[\\beta] = \\sum_{l=1}^{L} \\sum_{x^l} \\min\\{p(x^l), q(x^l)\\}
+
+    IID Bernoulli pairs use the Binomial form (11b); other sources walk the
+    prefix tree (nodes where either joint is 0 are pruned).
+    """
+    if isinstance(draft, IIDSource) and isinstance(target, IIDSource) and draft.vocab_size == 2 == target.vocab_size:
+        return bernoulli_expected_accepted_optimal(draft.probs[1], target.probs[1], draft_length)
+
+    def step(value, pj, qj, p_rows, q_rows):
+        pj, qj = pj * p_rows, qj * q_rows
+        return np.minimum(pj, qj), pj, qj
+
+    return _prefix_tree(draft, target, draft_length, step)
+
+
+def expected_accepted_block(draft: Source, target: Source, draft_length: int) -> float:
+    """E[τ] of the published block verification — spec eq. (17).
+
+    W_0 = 1, W_l(x^l) = min{p(x^l), q(x_l|x^{l−1}) W_{l−1}(x^{l−1})},
+    E[τ_BV] = Σ_{l=1}^{L} Σ_{x^l} W_l(x^l). Between eq. (4) and eq. (8) (eq. (18)).
+    """
+
+    def step(value, pj, qj, p_rows, q_rows):
+        pj = pj * p_rows
+        return np.minimum(pj, q_rows * value), pj, qj
+
+    return _prefix_tree(draft, target, draft_length, step)

@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from ..distributions import sample_categorical
 from ..sources import Source
 from ..verifiers.base import Verifier
+from ..verifiers.carry import ResidualWindows
 from .stats import Estimate, ratio_estimate
 
 __all__ = ["DecodeResult", "FixedDraftLength", "generate"]
@@ -100,6 +101,35 @@ class DecodeResult:
         }
 
 
+def _score_carried(windows: ResidualWindows, q_rows, p_rows, toks, p0):
+    """Carried-target rows along each drafted path.
+
+    Returns (windows after 0..g draft tokens, as a list; cascade levels (n, g+1, D+1, V)).
+    The residual at a drafted position depends on the ratio accumulated over the
+    draft tokens before it, so windows advance along the path while scoring.
+    """
+    g = toks.shape[1]
+    states, levels = [windows], []
+    for j in range(g + 1):
+        lv = states[-1].cascade(q_rows[:, j], p_rows[:, j], p0 + j)
+        levels.append(lv)
+        if j < g:
+            states.append(states[-1].advance(lv, p_rows[:, j], p0 + j, toks[:, j]))
+    return states, np.stack(levels, axis=1)
+
+
+def _carry_forward(states, levels, p_rows, p0, g, tau, y, carry) -> ResidualWindows:
+    """Windows after an iteration: the state after τ accepted tokens, advanced by Y,
+    plus the verifier's new window (τ ≤ g − 2) covering the rest of the block."""
+    rows = np.arange(len(tau))
+    after = ResidualWindows(*(np.stack([getattr(s, f) for s in states], axis=1)[rows, tau]
+                              for f in ("end", "log_ratio", "valid")))
+    after = after.advance(levels[rows, tau], p_rows[rows, tau], p0 + tau, y)
+    if carry is None:
+        return after.push(np.zeros(len(tau), bool), 0, 0.0, p0 + tau + 1)
+    return after.push(tau <= g - 2, p0 + g, carry, p0 + tau + 1)
+
+
 def _lengths(batch: int, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Prefix lengths for a full-buffer call: ``values`` at ``rows``, 0 elsewhere."""
     out = np.zeros(batch, dtype=np.int64)
@@ -143,6 +173,7 @@ def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_
     pos = np.zeros(B, dtype=np.int64)
     hist = np.zeros((L + 1, L + 1), dtype=np.int64)
     draft_calls = 0
+    windows = ResidualWindows.empty(B, L) if getattr(verifier, "carries_residual", False) else None
     trace_row, trace_start, trace_emit = [], [], []
     start = time.perf_counter()
     disable = None if progress is None else not progress
@@ -172,16 +203,26 @@ def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_
                 sel = drafted == g
                 rows_idx = active[sel]
                 p0 = pos[rows_idx]
-                scored = np.stack(
+                toks = buf[rows_idx[:, None], p0[:, None] + np.arange(g)]
+                q_rows = np.stack(
                     [target.next_probs(buf, _lengths(B, rows_idx, p0 + j))[rows_idx] for j in range(g + 1)], axis=1
                 )
+                carried = None
+                if windows is not None:  # the current target is the carried residual cascade
+                    p_last = draft.next_probs(buf, _lengths(B, rows_idx, p0 + g))[rows_idx]
+                    p_rows = np.concatenate([draft_rows[sel, :g], p_last[:, None]], axis=1)
+                    carried = _score_carried(windows.take(rows_idx), q_rows, p_rows, toks, p0)
+                    q_rows = carried[1][:, :, -1]
                 if g == 0:
                     tau = np.zeros(rows_idx.size, dtype=np.int64)
-                    y = sample_categorical(scored[:, 0], rng)
+                    y = sample_categorical(q_rows[:, 0], rng)
+                    carry = None
                 else:
-                    toks = buf[rows_idx[:, None], p0[:, None] + np.arange(g)]
-                    out = verifier.sample(toks, draft_rows[sel, :g], scored, rng, validate=False)
+                    out = verifier.sample(toks, draft_rows[sel, :g], q_rows, rng, validate=False)
                     tau, y = np.asarray(out.accepted_len), np.asarray(out.correction)
+                    carry = None if out.carry is None else np.asarray(out.carry)
+                if carried is not None:
+                    windows.put(rows_idx, _carry_forward(*carried, p_rows, p0, g, tau, y, carry))
                 buf[rows_idx, p0 + tau] = y
                 pos[rows_idx] += tau + 1
                 hist[g] += np.bincount(tau, minlength=L + 1)

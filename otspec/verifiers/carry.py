@@ -68,6 +68,10 @@ class ResidualWindows:
         """Select / repeat sequences."""
         return ResidualWindows(self.end[rows], self.log_ratio[rows], self.valid[rows])
 
+    def put(self, rows, other: ResidualWindows) -> None:
+        """Overwrite the windows of sequences ``rows`` with ``other`` (in place)."""
+        self.end[rows], self.log_ratio[rows], self.valid[rows] = other.end, other.log_ratio, other.valid
+
     def active(self, position) -> np.ndarray:
         """(B, D) mask of windows covering the token at ``position`` (shape (B,))."""
         return self.valid & (np.asarray(position)[:, None] < self.end)
