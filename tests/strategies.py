@@ -34,11 +34,15 @@ def markov_chain(draw, vocab: int, horizon: int | None):
 
 
 @st.composite
-def markov_pairs(draw, max_vocab: int = 4, max_length: int = 4):
-    """(draft, target, L): vocab <= max_vocab, L <= max_length, stationary or time-varying."""
+def markov_pairs(draw, max_vocab: int = 4, max_length: int = 4, iterations: int = 1):
+    """(draft, target, L): vocab <= max_vocab, L <= max_length, stationary or time-varying.
+
+    Time-varying chains get the horizon ``iterations * (L + 1)`` that an exact
+    evaluation of that many iterations needs.
+    """
     vocab = draw(st.integers(1, max_vocab))
     length = draw(st.integers(1, max_length))
-    horizon = None if draw(st.booleans()) else length + 1
+    horizon = None if draw(st.booleans()) else iterations * (length + 1)
     return draw(markov_chain(vocab, horizon)), draw(markov_chain(vocab, horizon)), length
 
 
@@ -100,3 +104,43 @@ def pearson_noncentrality(n: int, null: np.ndarray, alt: np.ndarray) -> float:
     """λ = n Σ (alt − null)² / null over the null's support (power of chi-square-type tests)."""
     live = null > 0
     return float(n * np.sum((alt[live] - null[live]) ** 2 / null[live]))
+
+
+def _prefix_rows(source, prefix):
+    arr = np.array([prefix], dtype=np.int64).reshape(1, len(prefix))
+    return source.next_probs(arr)[0]
+
+
+def brute_force_optimum(draft, target, length: int) -> float:
+    """Spec eq. (8): sum over prefixes of min of joint probabilities, by itertools."""
+    import itertools
+
+    total = 0.0
+    for ell in range(1, length + 1):
+        for prefix in itertools.product(range(draft.vocab_size), repeat=ell):
+            pj = qj = 1.0
+            for i, x in enumerate(prefix):
+                pj *= _prefix_rows(draft, list(prefix[:i]))[x]
+                qj *= _prefix_rows(target, list(prefix[:i]))[x]
+            total += min(pj, qj)
+    return total
+
+
+def brute_force_block_value(draft, target, length: int) -> float:
+    """Spec eq. (17): W_l = min{p(x^l), q(x_l|x^{l-1}) W_{l-1}}, summed over prefixes, by recursion."""
+    total = 0.0
+
+    def walk(prefix, pj, w):
+        nonlocal total
+        if len(prefix) == length:
+            return
+        p, q = _prefix_rows(draft, prefix), _prefix_rows(target, prefix)
+        for x in range(len(p)):
+            child_p = pj * p[x]
+            child_w = min(child_p, q[x] * w)
+            if child_w > 0:
+                total += child_w
+                walk(prefix + [x], child_p, child_w)
+
+    walk([], 1.0, 1.0)
+    return total
