@@ -13,6 +13,8 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from .experiments import EXPERIMENTS
 
 __all__ = ["FIGURES", "main", "render", "write_figure"]
@@ -37,8 +39,6 @@ def _finish(fig, ax, xlabel, ylabel, title):
 
 
 def _error_bars(ax, x, s, mean, low, high, color, label):
-    import numpy as np
-
     mean, low, high = map(np.asarray, (s[mean], s[low], s[high]))
     ax.errorbar(x, mean, yerr=[mean - low, high - mean], fmt="o", ms=3.5, capsize=2.5, color=color, label=label)
 
@@ -64,10 +64,76 @@ def render_decode(data: dict):
     return _finish(fig, ax, "draft length L", "block efficiency (tokens / target call)", data["title"])
 
 
+VERIFIER_STYLE = {"token": ("token verification", "o"), "block": ("published block (on-path)", "s"),
+                  "block_v1": ("v1 block (backward, optimal)", "^")}
+
+
+def render_block(data: dict):
+    import matplotlib.pyplot as plt
+
+    series = data["series"]
+    fig, axes = plt.subplots(1, len(series), figsize=(4.2 * len(series), 4.2), dpi=120, sharey=False)
+    x = np.asarray(data["draft_lengths"])
+    for ax, s in zip(np.atleast_1d(axes), series, strict=True):
+        ax.plot(x, s["token"], "-", color="C0", label="token, eq. (11a)")
+        ax.plot(x, s["block_onpath"], "-", color="C1", label="published block, eq. (17)")
+        ax.plot(x, s["block_optimal"], "-", color="C2", label="block-OT optimum, eq. (11b)")
+        for k, (name, (label, marker)) in enumerate(VERIFIER_STYLE.items()):
+            mc = s[f"mc_{name}"]
+            mean, low, high = map(np.asarray, (mc["mean"], mc["low"], mc["high"]))
+            ax.errorbar(x + 0.12 * (k - 1), mean, yerr=[mean - low, high - mean], fmt=marker, ms=3.5,
+                        capsize=2, color=f"C{k}", label=f"{label}: Monte Carlo")
+        ax.set_title(f"draft Ber({s['draft_p']}), target Ber({data['target_p']})", fontsize=9)
+        ax.set_xlabel("draft length L")
+        ax.grid(alpha=0.3)
+    np.atleast_1d(axes)[0].set_ylabel("E[accepted draft tokens] per iteration")
+    np.atleast_1d(axes)[0].legend(fontsize=7)
+    fig.suptitle(data["title"], fontsize=10)
+    return fig
+
+
+def render_block_e2e(data: dict):
+    import matplotlib.pyplot as plt
+
+    rows = data["rows"]
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.4), dpi=120, gridspec_kw={"width_ratios": [3, 2]})
+    width = 0.26
+    for k, (name, (label, _)) in enumerate(VERIFIER_STYLE.items()):
+        vals = np.array([r[name]["block_efficiency"] for r in rows])
+        low = np.array([r[name]["low"] for r in rows])
+        high = np.array([r[name]["high"] for r in rows])
+        ax.bar(np.arange(len(rows)) + (k - 1) * width, vals, width, color=f"C{k}", label=label,
+               yerr=[vals - low, high - vals], capsize=3)
+    ax.set_xticks(np.arange(len(rows)))
+    ax.set_xticklabels([r["label"] for r in rows], fontsize=8)
+    ax.set_ylim(max(0.0, min(r[n]["low"] for r in rows for n in VERIFIER_STYLE) - 0.5), None)
+    ax.set_ylabel("block efficiency (tokens / target call)")
+    ax.set_title("long run: decode loop, 95% CI", fontsize=9)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=7)
+    exact_rows = [r for r in rows if r["token"]["exact_accepted_iterations_1_2"] is not None]
+    for k, name in enumerate(VERIFIER_STYLE):
+        for j, r in enumerate(exact_rows):
+            first, second = r[name]["exact_accepted_iterations_1_2"]
+            x = j + (k - 1) * width
+            ax2.plot([x - 0.08, x + 0.08], [first, second], "-", color=f"C{k}")
+            ax2.plot(x - 0.08, first, "o", color=f"C{k}", ms=4)
+            ax2.plot(x + 0.08, second, "s", color=f"C{k}", ms=4)
+    ax2.set_xticks(np.arange(len(exact_rows)))
+    ax2.set_xticklabels([r["label"] for r in exact_rows], fontsize=8)
+    ax2.set_ylabel("exact E[accepted]: iteration 1 (o) -> 2 (s)")
+    ax2.set_title("first two iterations from an empty context (exact)", fontsize=9)
+    ax2.grid(alpha=0.3, axis="y")
+    fig.suptitle(data["title"], fontsize=10)
+    return fig
+
+
 #: Figures by name: (data function, renderer, default file stem).
 FIGURES = {
     "token": (EXPERIMENTS["token"], render_token, "token_verification"),
     "decode": (EXPERIMENTS["decode"], render_decode, "decode_efficiency"),
+    "block": (EXPERIMENTS["block"], render_block, "block_vs_token"),
+    "block_e2e": (EXPERIMENTS["block_e2e"], render_block_e2e, "block_end_to_end"),
 }
 
 

@@ -13,10 +13,21 @@ from .distributions import total_variation
 from .sources import EMPTY_PREFIX, MAX_ENUMERATION, IIDSource, MarkovSource, Source, extend_prefixes
 
 __all__ = [
+    "FIGURE2_QUANTITY",
+    "bernoulli_expected_accepted_optimal",
     "bernoulli_expected_accepted_token",
+    "expected_accepted_block",
+    "expected_accepted_optimal",
     "expected_accepted_token",
     "tokens_per_iteration",
 ]
+
+#: What the block-verification seed's Figure 2 plots (spec §6, summation-range note).
+FIGURE2_QUANTITY = (
+    "The v1 text writes both sums from i = 0, so its formulas equal E[tau] + 1 (tokens per "
+    "iteration, counting the correction/bonus token), while its caption says 'expected number of "
+    "accepted tokens' (E[tau], sums from i = 1). otspec plots E[tau] and reports E[tau] + 1 beside it."
+)
 
 
 def tokens_per_iteration(expected_accepted):
