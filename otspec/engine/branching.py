@@ -27,7 +27,7 @@ from ..verifiers.carry import ResidualWindows
 #: Largest number of branch rows held at once.
 MAX_BRANCH_ROWS = 2**22
 
-__all__ = ["MAX_BRANCH_ROWS", "branch_law"]
+__all__ = ["MAX_BRANCH_ROWS", "branch_law", "coupling_law"]
 
 
 class _Branches:
@@ -80,8 +80,12 @@ class _Branches:
         return out
 
 
-def _iterate(draft: Source, target: Source, verifier: Verifier, L: int, states: _Branches):
-    """One speculative iteration from every branch; returns (new branches, P(τ = l))."""
+def _iterate(draft: Source, target: Source, verifier: Verifier, L: int, states: _Branches, keep_paths: bool = False):
+    """One speculative iteration from every branch; returns (new branches, P(τ = l), drafts).
+
+    With ``keep_paths`` the outcome branches are not merged and their τ history
+    ends with the index of the draft path they came from (rows of ``drafts``).
+    """
     paths = states
     records = []  # per position: (paths before the token, draft row, cascade levels)
     for i in range(L + 1):
@@ -115,13 +119,54 @@ def _iterate(draft: Source, target: Source, verifier: Verifier, L: int, states: 
         branch.mass = emitted[idx, y]
         branch.windows = branch.windows.advance(levels[idx], p_row[idx], pos[idx], y)
         branch.length = pos[idx] + 1
-        branch.taus = np.concatenate([before.taus[idx], np.full((len(idx), 1), ell)], axis=1)
+        extra = [np.full((len(idx), 1), ell)] + ([idx[:, None]] if keep_paths else [])
+        branch.taus = np.concatenate([before.taus[idx], *extra], axis=1)
         if carry is not None:
             branch.windows = branch.windows.push(np.full(len(idx), ell <= L - 2), start[idx] + L,
                                                  carry[idx, ell, y], branch.length)
         outcomes.append(branch)
-    merged = _Branches.concat(outcomes).merge(use_taus=carry is not None)
-    return merged, accept_dist
+    branches = _Branches.concat(outcomes)
+    if not keep_paths:
+        branches = branches.merge(use_taus=carry is not None)
+    return branches, accept_dist, drafts
+
+
+def _continue(states: _Branches, draft: Source, target: Source, length: int) -> _Branches:
+    """Extend every branch shorter than ``length`` with its carried target, token by token."""
+    while (states.length < length).any():
+        todo = states.length < length
+        done, grow = states.take(np.flatnonzero(~todo)), states.take(np.flatnonzero(todo))
+        p_row, levels = grow.rows_at(draft, target, grow.length)
+        grown = grow.extend(levels[:, -1], levels, p_row, grow.length)
+        grown.length = grown.length + 1
+        states = _Branches.concat([done, grown])
+    return states
+
+
+def _start(width: int, depth: int) -> _Branches:
+    return _Branches(np.zeros((1, width), np.int64), np.zeros(1, np.int64), np.ones(1),
+                     ResidualWindows.empty(1, depth), np.zeros((1, 0), np.int64))
+
+
+def coupling_law(draft: Source, target: Source, verifier: Verifier, L: int) -> np.ndarray:
+    """The coupling π(x^L, y^L) a verifier induces (spec §4, "verifier → coupling").
+
+    X^L is the draft block; Y^L the first L tokens of the emitted (X^τ, Y)
+    continued by the carried target. A lossless verifier's π has marginals
+    p^L (rows) and q^L (columns), so it is feasible for the block-OT LP.
+
+    Returns a dense array of shape (V**L, V**L), lexicographic on both axes.
+    """
+    V = target.vocab_size
+    target.check_length(L + 1)
+    branches, _, drafts = _iterate(draft, target, verifier, L, _start(L + 1, L), keep_paths=True)
+    branches = _continue(branches, draft, target, L)
+    digits = V ** np.arange(L - 1, -1, -1)
+    rows = drafts[branches.taus[:, -1]] @ digits
+    cols = branches.buf[:, :L] @ digits
+    out = np.zeros((V**L, V**L))
+    np.add.at(out, (rows, cols), branches.mass)
+    return out
 
 
 def branch_law(draft: Source, target: Source, verifier: Verifier, L: int, iterations: int):
@@ -133,18 +178,11 @@ def branch_law(draft: Source, target: Source, verifier: Verifier, L: int, iterat
     target.check_length(N)
     draft.check_length(N)
     V = target.vocab_size
-    states = _Branches(np.zeros((1, N), np.int64), np.zeros(1, np.int64), np.ones(1),
-                       ResidualWindows.empty(1, L), np.zeros((1, 0), np.int64))
+    states = _start(N, L)
     dists = []
     for _ in range(iterations):
-        states, dist = _iterate(draft, target, verifier, L, states)
+        states, dist, _ = _iterate(draft, target, verifier, L, states)
         dists.append(dist)
-    while (states.length < N).any():  # continue every branch with its carried target
-        todo = states.length < N
-        done, grow = states.take(np.flatnonzero(~todo)), states.take(np.flatnonzero(todo))
-        p_row, levels = grow.rows_at(draft, target, grow.length)
-        grown = grow.extend(levels[:, -1], levels, p_row, grow.length)
-        grown.length = grown.length + 1
-        states = _Branches.concat([done, grown])
+    states = _continue(states, draft, target, N)
     index = states.buf @ (V ** np.arange(N - 1, -1, -1))
     return np.bincount(index, weights=states.mass, minlength=V**N), np.array(dists), N
