@@ -22,6 +22,7 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 
 from . import theory
 from .distributions import total_variation, validate_probs
@@ -37,12 +38,12 @@ class CLIError(Exception):
 
 
 def parse_probs(text: str, name: str = "probs") -> IIDSource:
-    """``'0.3,0.7'`` → IID row; ``'0.3'`` → Bernoulli(0.3) = (0.7, 0.3). ``name`` labels errors."""
+    """``'0.3,0.7'`` or ``'2/3,1/3'`` → IID row; ``'0.3'`` → Bernoulli(0.3) = (0.7, 0.3). ``name`` labels errors."""
     try:
-        values = [float(v) for v in text.split(",") if v.strip() != ""]
-    except ValueError:
+        values = [float(Fraction(v.strip())) for v in text.split(",") if v.strip() != ""]
+    except (ValueError, ZeroDivisionError):
         raise CLIError(f"could not read probabilities from {text!r}; expected comma-separated numbers "
-                       "such as 0.3,0.7 (or one number p for Bernoulli(p))") from None
+                       "or fractions such as 0.3,0.7 or 2/3,1/3 (or one number p for Bernoulli(p))") from None
     if not values:
         raise CLIError("empty probability list")
     if len(values) == 1:
@@ -91,24 +92,55 @@ class Calculator:
 
 
 # ------------------------------------------------------------------ calc block
+#: Largest LP (variables = V^(2L)) ``calc block`` solves by default.
+CALC_LP_MAX_VARIABLES = 2**16
+
+
 def _block_arguments(parser):
     add_pair_arguments(parser)
     parser.add_argument("--L", "--draft-length", dest="L", type=_positive_int, required=True,
                         help="draft (block) length L")
+    parser.add_argument("--lp-max-variables", type=_positive_int, default=CALC_LP_MAX_VARIABLES,
+                        help=f"solve the block-OT LP only up to this many variables V^(2L) "
+                             f"(default {CALC_LP_MAX_VARIABLES}); larger sizes report lp = null")
 
 
 def _block_compute(args) -> dict:
+    from .solvers import solve_block_lp
+
     draft, target = pair_from_args(args)
-    token = theory.expected_accepted_token(draft, target, args.L)
+    L, V = args.L, target.vocab_size
     first = total_variation(draft.next_probs([[]])[0], target.next_probs([[]])[0])
-    return {
-        "quantity": "expected accepted draft tokens per iteration, E[tau] (add 1 for tokens per iteration)",
-        "draft_length": args.L,
-        "vocab_size": target.vocab_size,
-        "tv_first_token": float(first),
-        "token": token,
-        "token_tokens_per_iteration": theory.tokens_per_iteration(token),
+    values = {
+        "token": theory.expected_accepted_token(draft, target, L),
+        "block_onpath": _or_none(theory.expected_accepted_block, draft, target, L),
+        "block_optimal": _or_none(theory.expected_accepted_optimal, draft, target, L),
     }
+    out = {
+        "quantity": "expected accepted draft tokens per iteration, E[tau] (add 1 for tokens per iteration)",
+        "draft_length": L,
+        "vocab_size": V,
+        "tv_first_token": float(first),
+        **values,
+        "lp": None,
+        "lp_status": f"not solved: {V}^{2 * L} variables exceed --lp-max-variables {args.lp_max_variables}",
+    }
+    if V ** (2 * L) <= args.lp_max_variables:
+        res = solve_block_lp(draft, target, L)
+        out["lp"], out["lp_status"] = res.value, res.status
+    for name, value in values.items():
+        out[f"{name}_tokens_per_iteration"] = None if value is None else theory.tokens_per_iteration(value)
+    return out
+
+
+def _or_none(fn, *args):
+    """A closed form that needs enumeration, or None when the size is beyond its limit."""
+    try:
+        return fn(*args)
+    except ValueError as exc:
+        if "MAX_ENUMERATION" in str(exc):
+            return None
+        raise
 
 
 #: ``calc`` subcommands by name; later capabilities register theirs here.

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from scipy import stats
 
 from otspec.cli import main
 from otspec.distributions import total_variation
@@ -46,6 +47,25 @@ def test_calc_block_with_source_files(tmp_path, capsys):
     one = json.loads(capsys.readouterr().out)
     assert one["token"] == pytest.approx(1 - float(total_variation(d.initial, t.initial)), abs=1e-12)
     assert result["token"] > one["token"]
+
+
+def test_calc_block_binary_example_all_keys(capsys):
+    # spec §7: 10/9, 11/9, 12/9 accepted tokens per iteration; the LP agrees with eq. (8)
+    assert main(["calc", "block", "--draft", "2/3,1/3", "--target", "1/3,2/3", "--L", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["token"] == pytest.approx(10 / 9, abs=1e-12)
+    assert out["block_onpath"] == pytest.approx(11 / 9, abs=1e-12)
+    assert out["block_optimal"] == pytest.approx(12 / 9, abs=1e-12)
+    assert out["lp"] == pytest.approx(12 / 9, abs=1e-8) and out["lp_status"] == "optimal"
+
+
+def test_calc_block_lp_skipped_above_limit(capsys):
+    assert main(["calc", "block", "--draft", "0.3", "--target", "0.75", "--L", "12", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["lp"] is None and "exceed" in out["lp_status"]
+    assert out["block_optimal"] == pytest.approx(
+        sum(1 - 0.5 * sum(abs(stats.binom.pmf(k, i, 0.3) - stats.binom.pmf(k, i, 0.75)) for k in range(i + 1))
+            for i in range(1, 13)), abs=1e-12)
 
 
 def test_bernoulli_shorthand(capsys):
