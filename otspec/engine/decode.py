@@ -30,7 +30,7 @@ from ..verifiers.base import Verifier
 from ..verifiers.carry import ResidualWindows
 from .stats import Estimate, ratio_estimate
 
-__all__ = ["DecodeResult", "FixedDraftLength", "generate"]
+__all__ = ["DecodeResult", "FixedDraftLength", "block_efficiency_estimate", "generate"]
 
 #: Independent units used for the block-efficiency interval (sequences, or segments of them).
 MIN_CI_UNITS = 32
@@ -128,6 +128,25 @@ def _carry_forward(states, levels, p_rows, p0, g, tau, y, carry) -> ResidualWind
     if carry is None:
         return after.push(np.zeros(len(tau), bool), 0, 0.0, p0 + tau + 1)
     return after.push(tau <= g - 2, p0 + g, carry, p0 + tau + 1)
+
+
+def block_efficiency_estimate(rows, starts, emitted, n_sequences: int, n_tokens: int,
+                              confidence: float = 0.95) -> Estimate:
+    """Generated tokens per target call with a batch-means interval.
+
+    ``rows``, ``starts``, ``emitted`` are per-iteration records (lists of arrays):
+    the sequence, the position the iteration started at, and the tokens it
+    emitted (each iteration is one target call). Each sequence is split into
+    contiguous segments by start position so there are at least
+    :data:`MIN_CI_UNITS` units for the interval.
+    """
+    rows, starts, emitted = (np.concatenate(x) for x in (rows, starts, emitted))
+    segments = max(1, -(-MIN_CI_UNITS // n_sequences))
+    unit = rows * segments + np.minimum(starts * segments // n_tokens, segments - 1)
+    gen_u = np.bincount(unit, weights=emitted, minlength=n_sequences * segments)
+    calls_u = np.bincount(unit, minlength=n_sequences * segments)
+    used = calls_u > 0
+    return ratio_estimate(gen_u[used], calls_u[used], confidence)
 
 
 def _lengths(batch: int, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -232,15 +251,8 @@ def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_
                 bar.update(int((tau + 1).sum()))
     elapsed = time.perf_counter() - start
 
-    rows_all = np.concatenate(trace_row)
-    start_all = np.concatenate(trace_start)
     emit_all = np.concatenate(trace_emit)
-    # batch means: each sequence split into S contiguous segments by start position
-    segments = max(1, -(-MIN_CI_UNITS // B))
-    unit = rows_all * segments + np.minimum(start_all * segments // N, segments - 1)
-    gen_u = np.bincount(unit, weights=emit_all, minlength=B * segments)
-    calls_u = np.bincount(unit, minlength=B * segments)
-    used = calls_u > 0
+    efficiency = block_efficiency_estimate(trace_row, trace_start, trace_emit, B, N, confidence)
     ells = np.arange(L + 1)
     accepted = int(hist.sum(axis=0) @ ells)
     drafted_total = int(hist.sum(axis=1) @ ells)
@@ -254,7 +266,7 @@ def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_
         rejected=rejected,
         discarded=drafted_total - accepted,
         generated=int(emit_all.sum()),
-        block_efficiency=ratio_estimate(gen_u[used], calls_u[used], confidence),
+        block_efficiency=efficiency,
         accept_hist=hist,
         elapsed_s=elapsed,
     )
