@@ -1,0 +1,233 @@
+"""Sequence-level multi-draft decoding: SpecTr Algorithm 3 and MCSD trees.
+
+One iteration follows a path down a :class:`~otspec.drafts.DraftTree`. At the
+current node set (a prefix y^d and n tree nodes that all spell it) the
+candidates are the children of those nodes — n·k_{d+1} tokens drawn from the
+draft given y^d — and a token-level multi-draft verifier (``otspec.verifiers.multi``)
+returns Y ~ q(·|y^d) and whether it accepted a candidate. Two continuation rules:
+
+* ``"match"`` — SpecTr's DraftSelection (spec multi_draft_otm.md §7.2): continue
+  with every candidate node whose token equals Y, whether Y was accepted or
+  drawn from the residual; stop if none does;
+* ``"accepted"`` — MCSD (mcsd.md §3, line 9): continue with the accepted
+  candidate only; a residual token ends the iteration.
+
+Both are lossless for any lossless token-level verifier, because the subtree
+below a candidate is drawn independently of the selection at its level. If
+every level continues, a bonus token is drawn from q at the leaf. Children are
+drawn lazily along the followed path: the output law is the same as drafting
+the whole tree first.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..distributions import sample_categorical
+from ..drafts import DraftTree
+from ..sources import Source, extend_prefixes
+from .decode import DecodeResult, _lengths, block_efficiency_estimate
+
+__all__ = ["RULES", "TreeExactResult", "tree_law", "generate_tree"]
+
+#: Continuation rules: SpecTr ("match") and MCSD ("accepted").
+RULES = ("match", "accepted")
+
+
+def _check(draft: Source, target: Source, verifier, tree: DraftTree, rule: str):
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+    if draft.vocab_size != target.vocab_size:
+        raise ValueError(f"vocabulary mismatch: draft has {draft.vocab_size} tokens, target has {target.vocab_size}")
+    if getattr(verifier, "name", "") != "naive" and getattr(verifier, "replacement", True) != tree.replacement:
+        mode = "with" if tree.replacement else "without"
+        raise ValueError(f"{type(verifier).__name__} is lossless for candidates drawn "
+                         f"{'with' if verifier.replacement else 'without'} replacement, but the tree draws "
+                         f"children {mode} replacement")
+
+
+@dataclass(frozen=True)
+class TreeExactResult:
+    """Exact law of one tree iteration from an empty context.
+
+    Attributes
+    ----------
+    output_law, target_law : ndarray, shape (V**(L+1),)
+        Emitted tokens continued by the target to L+1 tokens, and the target's law.
+    max_deviation : float
+    expected_tokens_per_iteration : float
+        E[emitted tokens] (accepted + the final corrected or bonus token).
+    continue_probs : ndarray, shape (L,)
+        P(the iteration continues past depth d), d = 1..L.
+    """
+
+    tree: DraftTree
+    rule: str
+    output_law: np.ndarray
+    target_law: np.ndarray
+    max_deviation: float
+    expected_tokens_per_iteration: float
+    continue_probs: np.ndarray
+
+    @property
+    def expected_accepted(self) -> float:
+        return self.expected_tokens_per_iteration - 1.0
+
+
+def _row(source: Source, prefix: tuple) -> np.ndarray:
+    return source.next_probs(np.array(prefix, dtype=np.int64).reshape(1, len(prefix)))[0]
+
+
+def tree_law(draft: Source, target: Source, verifier, tree: DraftTree, rule: str = "match") -> TreeExactResult:
+    """Exact output law of one multi-draft iteration on ``tree`` (small V and trees only).
+
+    Enumerates, node set by node set along the followed path, every candidate
+    tuple with its exact probability and the verifier's exact law.
+    """
+    from ..verifiers.multi import candidate_tuple_law as draft_tuple_law
+
+    _check(draft, target, verifier, tree, rule)
+    L, V = tree.depth, target.vocab_size
+    target.check_length(L + 1)
+    emitted = defaultdict(float)
+    continue_mass = np.zeros(L)
+    level = {((), 1): 1.0}  # (prefix, node count) -> probability
+    for d in range(L):
+        nxt = defaultdict(float)
+        for (prefix, nodes), mass in level.items():
+            p_row, q_row = _row(draft, prefix), _row(target, prefix)
+            tuples, probs = draft_tuple_law(p_row, nodes * tree.branching[d], tree.replacement)
+            law = verifier.law(tuples, np.broadcast_to(p_row, (len(tuples), V)), np.broadcast_to(q_row, (len(tuples), V)))
+            acc = mass * probs[:, None] * np.asarray(law.accepted)
+            rej = mass * probs[:, None] * np.asarray(law.rejected)
+            count = (tuples[:, :, None] == np.arange(V)).sum(axis=1)  # (M, V): candidates equal to y
+            if rule == "match":
+                go, stop = np.where(count > 0, acc + rej, 0.0), np.where(count > 0, 0.0, acc + rej)
+            else:
+                go, stop, count = acc, rej, np.ones_like(count)
+            for y in range(V):
+                emitted[prefix + (y,)] += stop[:, y].sum()
+                for c in np.unique(count[go[:, y] > 0, y]):
+                    nxt[(prefix + (y,), int(c))] += go[count[:, y] == c, y].sum()
+        level = {key: m for key, m in nxt.items() if m > 0}
+        continue_mass[d] = sum(level.values())
+    for (prefix, _), mass in level.items():  # every level continued: bonus token from q at the leaf
+        for y, qy in enumerate(_row(target, prefix)):
+            emitted[prefix + (y,)] += mass * qy
+    output = _fill(target, emitted, L + 1)
+    target_law = target.enumerate(L + 1).probs
+    expected = sum(len(k) * m for k, m in emitted.items())
+    return TreeExactResult(tree, rule, output, target_law, float(np.max(np.abs(output - target_law))),
+                           float(expected), continue_mass)
+
+
+def _fill(target: Source, emitted: dict, length: int) -> np.ndarray:
+    """Continue every emitted prefix with the target to ``length`` tokens; law over Ω^length."""
+    V = target.vocab_size
+    out = np.zeros(V**length)
+    by_len = defaultdict(list)
+    for prefix, mass in emitted.items():
+        if mass > 0:
+            by_len[len(prefix)].append((prefix, mass))
+    for m, items in by_len.items():
+        tokens = np.array([p for p, _ in items], dtype=np.int64).reshape(len(items), m)
+        mass = np.array([w for _, w in items])
+        for _ in range(length - m):
+            rows = target.next_probs(tokens)
+            mass = (mass[:, None] * rows).reshape(-1)
+            tokens = extend_prefixes(tokens, V)
+        np.add.at(out, tokens @ (V ** np.arange(length - 1, -1, -1)), mass)
+    return out
+
+
+def generate_tree(draft: Source, target: Source, verifier, tree: DraftTree, n_tokens: int, *,
+                  rule: str = "match", n_sequences: int = 1, seed=0, progress: bool | None = None,
+                  confidence: float = 0.95) -> DecodeResult:
+    """End-to-end multi-draft decoding on ``tree``; counts as in :func:`otspec.engine.decode.generate`.
+
+    ``draft_calls`` counts draft forward passes (one per tree depth drafted, batched
+    over the depth's nodes); ``discarded`` counts drafted tree tokens that were not
+    accepted. A sequence never drafts past its last token (the tree is cut at depth
+    N − pos − 1). ``accept_hist[g, t]``: iterations with tree depth g that accepted t.
+    """
+    from ..verifiers.multi import sample_candidates
+
+    _check(draft, target, verifier, tree, rule)
+    L, N, B = tree.depth, int(n_tokens), int(n_sequences)
+    if N < 1 or B < 1:
+        raise ValueError(f"need n_tokens >= 1 and n_sequences >= 1, got {N} and {B}")
+    target.check_length(N)
+    rng = np.random.default_rng(seed)
+    buf = np.zeros((B, N), dtype=np.int64)
+    pos = np.zeros(B, dtype=np.int64)
+    hist = np.zeros((L + 1, L + 1), dtype=np.int64)
+    widths = np.cumprod(tree.branching)
+    draft_calls = draft_tokens = 0
+    trace_row, trace_start, trace_emit = [], [], []
+    start = time.perf_counter()
+    disable = None if progress is None else not progress
+    with tqdm(total=B * N, unit="tok", unit_scale=True, disable=disable, leave=False,
+              desc=f"tree decode ({getattr(verifier, 'name', 'verifier')}, {tree})") as bar:
+        while (pos < N).any():
+            active = np.flatnonzero(pos < N)
+            p0 = pos[active].copy()
+            depth = np.minimum(L, N - p0 - 1)  # tree cut so that the bonus token stays inside N
+            draft_calls += int(depth.sum())
+            draft_tokens += int(np.concatenate([[0], np.cumsum(widths)])[depth].sum())
+            nodes = np.ones(active.size, dtype=np.int64)
+            going = np.ones(active.size, dtype=bool)
+            emitted = np.zeros(active.size, dtype=np.int64)
+            for d in range(L + 1):
+                here = going & (d < depth)
+                bonus = going & (d == depth)
+                if bonus.any():
+                    rows = active[bonus]
+                    q_row = target.next_probs(buf, _lengths(B, rows, p0[bonus] + d))[rows]
+                    buf[rows, p0[bonus] + d] = sample_categorical(q_row, rng)
+                    emitted[bonus] += 1
+                    going &= ~bonus
+                if not here.any():
+                    break
+                n_cands = nodes * tree.branching[d]  # snapshot: groups below update `nodes`
+                for k in np.unique(n_cands[here]):
+                    sel = here & (n_cands == k)
+                    rows = active[sel]
+                    lengths = _lengths(B, rows, p0[sel] + d)
+                    p_row, q_row = draft.next_probs(buf, lengths)[rows], target.next_probs(buf, lengths)[rows]
+                    cands = np.asarray(sample_candidates(p_row, int(k), rng, replacement=tree.replacement))
+                    out = verifier.sample(cands, p_row, q_row, rng, validate=False)
+                    y, accepted = np.asarray(out.token), np.asarray(out.accepted, dtype=bool)
+                    buf[rows, p0[sel] + d] = y
+                    emitted[sel] += 1
+                    if rule == "match":
+                        count = (cands == y[:, None]).sum(axis=1)
+                        going[sel], nodes[sel] = count > 0, np.maximum(count, 1)
+                    else:
+                        going[sel], nodes[sel] = accepted, 1
+            pos[active] += emitted
+            np.add.at(hist, (depth, np.minimum(emitted - 1, depth)), 1)
+            trace_row.append(active)
+            trace_start.append(p0)
+            trace_emit.append(emitted)
+            bar.update(int(emitted.sum()))
+    elapsed = time.perf_counter() - start
+    emit_all = np.concatenate(trace_emit)
+    accepted_total = int((emit_all - 1).sum())
+    return DecodeResult(
+        tokens=buf,
+        iterations=int(emit_all.size),
+        target_calls=int(emit_all.size),
+        draft_calls=draft_calls,
+        accepted=accepted_total,
+        rejected=int(sum(hist[g, :g].sum() for g in range(1, L + 1))),
+        discarded=draft_tokens - accepted_total,
+        generated=int(emit_all.sum()),
+        block_efficiency=block_efficiency_estimate(trace_row, trace_start, trace_emit, B, N, confidence),
+        accept_hist=hist,
+        elapsed_s=elapsed,
+    )

@@ -1,0 +1,99 @@
+"""Sequence-level multi-draft decoding (SpecTr Algorithm 3, MCSD trees): exact and end to end."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+from strategies import markov_pairs
+
+from otspec import theory
+from otspec.drafts import DraftTree
+from otspec.engine.tree import generate_tree, tree_law
+from otspec.sources import IIDSource, random_markov
+from otspec.verifiers.multi import (
+    KSeq,
+    MultiRound,
+    MultiRoundWithoutReplacement,
+    NaiveMultiCandidate,
+)
+
+SETUPS = [
+    (KSeq(), "2x1", True, "match"),
+    (KSeq(), "2x2", True, "match"),
+    (MultiRound(), "2x2", True, "accepted"),
+    (MultiRound(), "3x1", True, "match"),
+    (MultiRoundWithoutReplacement(), "2x2", False, "accepted"),
+    (MultiRoundWithoutReplacement(), "3x1", False, "match"),
+    (NaiveMultiCandidate(), "2x2", True, "accepted"),
+]
+
+
+@settings(max_examples=25)
+@given(markov_pairs(max_vocab=3, max_length=1), st.sampled_from(range(len(SETUPS))))
+def test_tree_iteration_is_lossless(pair, which):
+    draft, target, _ = pair
+    verifier, config, replacement, rule = SETUPS[which]
+    tree = DraftTree.parse(config, replacement)
+    if target.horizon is not None and target.horizon < tree.depth + 1:
+        draft, target = random_markov(draft.vocab_size, 1.0, seed=which, sparsity=0.3)
+    res = tree_law(draft, target, verifier, tree, rule)
+    assert res.max_deviation <= 1e-12
+
+
+def test_chain_tree_equals_token_verification():
+    d, t = random_markov(3, 1.0, seed=2, sparsity=0.2)
+    res = tree_law(d, t, MultiRound(), DraftTree.chain(3), "accepted")
+    assert abs(res.expected_accepted - theory.expected_accepted_token(d, t, 3)) < 1e-12
+
+
+def test_more_drafts_accept_more():
+    d, t = random_markov(3, 0.5, seed=5)
+    values = [tree_law(d, t, KSeq(), DraftTree.spectr_iid(K, 2), "match").expected_tokens_per_iteration
+              for K in (1, 2, 4)]
+    assert values[0] < values[1] < values[2]
+
+
+def test_decode_matches_exact_on_iid_pair():
+    # IID sources: every iteration looks alike, so long-run efficiency = E[tokens per iteration]
+    d, t = IIDSource([0.5, 0.3, 0.2]), IIDSource([0.2, 0.3, 0.5])
+    for verifier, config, replacement, rule in SETUPS[:5]:
+        tree = DraftTree.parse(config, replacement)
+        exact = tree_law(d, t, verifier, tree, rule).expected_tokens_per_iteration
+        run = generate_tree(d, t, verifier, tree, 3000, rule=rule, n_sequences=32, seed=1, progress=False)
+        assert run.block_efficiency.contains(exact), (verifier.name, config, rule, exact, run.block_efficiency)
+
+
+@pytest.mark.parametrize("which", [1, 4])
+def test_decode_output_follows_target_law(which):
+    verifier, config, replacement, rule = SETUPS[which]
+    d, t = random_markov(2, 0.5, horizon=4, seed=8, sparsity=0.2)
+    res = generate_tree(d, t, verifier, DraftTree.parse(config, replacement), 4, rule=rule,
+                        n_sequences=60_000, seed=3, progress=False)
+    idx = res.tokens @ np.array([8, 4, 2, 1])
+    law = t.enumerate(4).probs
+    counts = np.bincount(idx, minlength=16)
+    assert counts[law == 0].sum() == 0
+    assert stats.chisquare(counts[law > 0], counts.sum() * law[law > 0]).pvalue > 1e-4
+    assert res.generated == 60_000 * 4 and res.target_calls == res.iterations
+    assert res.accept_hist.sum() == res.iterations and res.accepted + res.iterations == res.generated
+
+
+def test_draft_tree_shapes():
+    tree = DraftTree.parse("4x2x2x1")
+    assert tree.depth == 4 and tree.leaves == 16 and tree.num_tokens == 4 + 8 + 16 + 16
+    assert DraftTree.spectr_iid(8, 4).branching == (8, 1, 1, 1)
+    with pytest.raises(ValueError, match="k-config"):
+        DraftTree.parse("4xx2")
+    with pytest.raises(ValueError, match="every k_i >= 1"):
+        DraftTree((2, 0))
+
+
+def test_errors():
+    d, t = random_markov(3, seed=0)
+    with pytest.raises(ValueError, match="without replacement"):
+        tree_law(d, t, MultiRoundWithoutReplacement(), DraftTree.parse("2x1"), "match")
+    with pytest.raises(ValueError, match="rule must be one of"):
+        tree_law(d, t, KSeq(), DraftTree.parse("2x1"), "first")
