@@ -134,18 +134,54 @@ def _block_compute(args) -> dict:
 
 
 def _or_none(fn, *args):
-    """A closed form that needs enumeration, or None when the size is beyond its limit."""
+    """A value that needs enumeration, or None when the size is beyond its stated limit."""
     try:
         return fn(*args)
     except ValueError as exc:
-        if "MAX_ENUMERATION" in str(exc):
+        if "MAX_" in str(exc) or "limit" in str(exc):
             return None
         raise
+
+
+# -------------------------------------------------------------------- calc otm
+def _otm_arguments(parser):
+    add_pair_arguments(parser)
+    parser.add_argument("--k", type=_positive_int, required=True, help="number of draft candidates")
+
+
+def _first_rows(args):
+    """Token-level rows: inline rows, or the first-token laws of JSON sources."""
+    draft, target = pair_from_args(args)
+    return draft.next_probs([[]])[0], target.next_probs([[]])[0]
+
+
+def _otm_compute(args) -> dict:
+    from .solvers import otm
+
+    p, q = _first_rows(args)
+    k = args.k
+    out = {
+        "quantity": "acceptance probability P(output token is one of the k drafts) at one position",
+        "k": k,
+        "vocab_size": int(p.shape[0]),
+        "tv": float(total_variation(p, q)),
+        "optimal": otm.otm_value(p, q, k),
+        "optimal_without_replacement": otm.otm_value(p, q, k, replacement=False),
+        "kseq": otm.kseq_acceptance(p, q, k),
+        "rho_star": otm.kseq_rho_star(p, q, k),
+        "upper_bound": _or_none(otm.lemma3_upper_bound, p, q, k),
+        "multiround": otm.multiround_acceptance(p, q, k),
+        "multiround_without_replacement": _or_none(otm.multiround_acceptance, p, q, k, False),
+        "naive": otm.naive_acceptance(p, q, k),
+    }
+    return out
 
 
 #: ``calc`` subcommands by name; later capabilities register theirs here.
 CALCULATORS: dict[str, Calculator] = {
     "block": Calculator("single-draft verification of a block of L tokens", _block_arguments, _block_compute),
+    "otm": Calculator("multi-draft (k candidates) acceptance: optimum, k-Seq, multi-round, naive",
+                      _otm_arguments, _otm_compute),
 }
 
 
