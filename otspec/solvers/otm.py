@@ -44,6 +44,8 @@ import scipy.sparse as sp
 from scipy.optimize import linprog
 
 from ..distributions import check_same_vocab, validate_probs
+from ..verifiers.multi import RHO_TOL
+from ..verifiers.multi import kseq_rho_star as _batched_rho_star  # one bisection, batched over rows
 
 #: Most tuples :func:`draft_tuple_law` enumerates (with replacement s^k, without
 #: s!/(s−k)!, s = number of tokens with p > 0): 2^20 tuples of k int64 entries.
@@ -71,8 +73,6 @@ MAX_RACE_CELLS = 2**24
 OTM_RESIDUAL_TOL = 1e-9
 #: Most negative entry accepted in the unnormalised k-Seq residual (9).
 KSEQ_RESIDUAL_TOL = 1e-12
-#: Absolute accuracy of ρ* (bisection on eq. (10)).
-RHO_TOL = 1e-12
 #: Step of the trapezoid rule in v = log t for the exponential-race integral (7).
 #: The integrand is analytic in a strip around the real v axis and decays
 #: double-exponentially (t → ∞) and like e^{(k+1)v} (t → 0), so the rule converges
@@ -869,11 +869,6 @@ def kseq_beta(draft, target, rho: float) -> float:
     return _kseq_terms(p, q, _check_rho(rho))[1]
 
 
-def _kseq_f(p, q, k, rho) -> float:
-    _, beta, gap = _kseq_terms(p, q, rho)
-    return (1.0 - gap**k) - rho * beta
-
-
 def kseq_rho_star(draft, target, k: int) -> float:
     r"""ρ*: the root of eq. (10), f(ρ) = 1 − (1 − β(ρ))^k − ρ β(ρ), by bisection to :data:`RHO_TOL`.
 
@@ -890,24 +885,9 @@ def kseq_rho_star(draft, target, k: int) -> float:
     Edge cases: TV(p, q) = 0 (f(1) = 0) and k = 1 give 1; disjoint supports
     (β ≡ 0, f ≡ 0) give 1.
     """
+
     p, q = _rows(draft, target)
-    k = _check_k(k)
-    if _kseq_f(p, q, k, 1.0) <= 0.0:
-        return 1.0
-    live = p > 0
-    ratio_max = float((q[live] / p[live]).max())
-    lo, hi = 1.0, float(k)
-    if 1.0 < ratio_max < k and _kseq_f(p, q, k, ratio_max) <= 0.0:
-        hi = ratio_max
-    while hi - lo > RHO_TOL:
-        mid = 0.5 * (lo + hi)
-        if mid <= lo or mid >= hi:
-            break
-        if _kseq_f(p, q, k, mid) > 0.0:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    return float(_batched_rho_star(p[None, :], q[None, :], _check_k(k))[0])
 
 
 def kseq_acceptance(draft, target, k: int, rho: float | None = None) -> float:

@@ -41,7 +41,6 @@ per distinct (p, q) row pair and is numpy-only.
 
 from __future__ import annotations
 
-import itertools
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -250,32 +249,16 @@ def candidate_tuple_law(draft_probs_row, k: int, replacement: bool = True, *, ma
     P(x^k) = ∏ p(x_i) / p(Ω ∖ {x_1..x_{i-1}}), padded with -1 once the support is exhausted
     (so every tuple has length k).
     """
+    from ..solvers.otm import draft_tuple_law  # the one exact enumerator of draft tuples
+
     p = np.asarray(validate_probs(np.asarray(draft_probs_row, dtype=np.float64), "draft_probs_row"))
     if p.ndim != 1:
         raise ValueError(f"draft_probs_row: expected one row of shape (V,), got {p.shape}")
-    k = int(k)
-    support = [int(x) for x in np.flatnonzero(p > 0)]
-    s = len(support)
+    k, s = int(k), int(np.count_nonzero(p))
     count = s**k if replacement else math.perm(s, min(k, s))
     if count > max_tuples:
         raise ValueError(f"candidate_tuple_law: {count} tuples exceed max_tuples={max_tuples}")
-    if replacement:
-        tuples = np.array(list(itertools.product(support, repeat=k)), dtype=np.int64).reshape(-1, k)
-        return tuples, np.prod(p[tuples], axis=1) if k else np.ones(1)
-    rows, probs = [], []
-
-    def walk(prefix, prob):
-        remaining = [x for x in support if x not in prefix]
-        if len(prefix) == k or not remaining:
-            rows.append(prefix + [-1] * (k - len(prefix)))
-            probs.append(prob)
-            return
-        mass = float(sum(p[x] for x in remaining))
-        for x in remaining:
-            walk(prefix + [x], prob * p[x] / mass)
-
-    walk([], 1.0)
-    return np.array(rows, dtype=np.int64).reshape(-1, k), np.array(probs, dtype=np.float64)
+    return draft_tuple_law(p, k, replacement)
 
 
 # ---------------------------------------------------------------------- base classes
