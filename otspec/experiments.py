@@ -192,12 +192,24 @@ def block_end_to_end_data(draft_length: int = 4, tokens: int = 4000, sequences: 
     }
 
 
+from .experiments_multidraft import (  # noqa: E402  (after the single-draft functions it builds on)
+    markov_acceptance_data,
+    spectr_bernoulli_data,
+    spectr_uniform_data,
+    tree_efficiency_data,
+)
+
 #: Figures by name: data function. Renderers are registered in :mod:`otspec.plot`.
 EXPERIMENTS = {
     "token": token_verification_data,
     "decode": decode_efficiency_data,
     "block": block_vs_token_data,
     "block_e2e": block_end_to_end_data,
+    "spectr_fig4": spectr_bernoulli_data,
+    "spectr_fig5": spectr_uniform_data,
+    "spectr_fig6": spectr_bernoulli_data,
+    "mcsd_fig3": markov_acceptance_data,
+    "trees": tree_efficiency_data,
 }
 
 

@@ -23,17 +23,51 @@ CURVES = ("optimal", "optimal_without_replacement", "kseq", "multiround", "multi
           "naive")
 
 
-def acceptance_curves(draft, target, ks) -> dict:
-    """Every acceptance probability of ``CURVES`` for k in ``ks`` (one position)."""
+def _within_limits(fn, *args, **kwargs):
+    """An exactly enumerated value, or None (JSON null) where the size exceeds the function's stated limit."""
+    try:
+        return fn(*args, **kwargs)
+    except ValueError as exc:
+        if "MAX_" not in str(exc):
+            raise
+        return None
+
+
+def _sampled_acceptance(verifier, draft, target, k: int, n: int, seed: int) -> float:
+    """Monte Carlo acceptance of ``verifier`` with ``n`` candidate tuples (drawn in its own mode)."""
+    from .verifiers.multi import sample_candidates
+
+    rng = np.random.default_rng(seed)
+    rows_p = np.broadcast_to(np.asarray(draft, dtype=np.float64), (n, len(draft)))
+    rows_q = np.broadcast_to(np.asarray(target, dtype=np.float64), (n, len(target)))
+    cands = sample_candidates(rows_p, k, rng, replacement=verifier.replacement)
+    return float(np.mean(verifier.sample(cands, rows_p, rows_q, rng, validate=False).accepted))
+
+
+def acceptance_curves(draft, target, ks, mc_samples: int = 20_000) -> dict:
+    """Every acceptance probability of ``CURVES`` for k in ``ks`` (one position).
+
+    All values are exact except multi-round without replacement beyond its
+    enumeration limit, which is estimated with ``mc_samples`` sampled tuples
+    (``methods`` records which).
+    """
+    from .verifiers.multi import MultiRoundWithoutReplacement
+
     out = {name: [] for name in CURVES}
     out["rho_star"] = []
+    out["methods"] = {"multiround_without_replacement": []}
     for k in ks:
         out["optimal"].append(otm.otm_value(draft, target, k))
         out["optimal_without_replacement"].append(otm.otm_value(draft, target, k, replacement=False))
         out["kseq"].append(otm.kseq_acceptance(draft, target, k))
         out["rho_star"].append(otm.kseq_rho_star(draft, target, k))
         out["multiround"].append(otm.multiround_acceptance(draft, target, k))
-        out["multiround_without_replacement"].append(otm.multiround_acceptance(draft, target, k, replacement=False))
+        value, method = _within_limits(otm.multiround_acceptance, draft, target, k, replacement=False), "exact"
+        if value is None:
+            value = _sampled_acceptance(MultiRoundWithoutReplacement(), draft, target, k, mc_samples, seed=k)
+            method = f"monte carlo, {mc_samples} tuples"
+        out["methods"]["multiround_without_replacement"].append(method)
+        out["multiround_without_replacement"].append(value)
         out["naive"].append(otm.naive_acceptance(draft, target, k))
     return out
 

@@ -128,12 +128,95 @@ def render_block_e2e(data: dict):
     return fig
 
 
+CURVE_STYLE = {
+    "optimal": ("OTM optimum (i.i.d. drafts)", "-", "C0"),
+    "optimal_without_replacement": ("optimum, drafts w/o replacement", ":", "C0"),
+    "kseq": ("k-Seq at rho*", "--", "C1"),
+    "multiround": ("multi-round (SpecInfer / MCSD)", "-", "C2"),
+    "multiround_without_replacement": ("multi-round w/o replacement (MCSD)", ":", "C2"),
+    "naive": ("naive (MCNS)", "-", "C7"),
+}
+
+
+def _curves_panel(ax, ks, values: dict, curves):
+    for name in curves:
+        label, style, color = CURVE_STYLE[name]
+        pts = [(k, v) for k, v in zip(ks, values[name], strict=True) if v is not None]  # null: beyond a size limit
+        if pts:
+            ax.plot(*zip(*pts, strict=True), style, color=color, marker=".", ms=4, label=label)
+    ax.set_xlabel("number of drafts k")
+    ax.grid(alpha=0.3)
+
+
+def _series_grid(data: dict, curves, title_of, extra=None):
+    import matplotlib.pyplot as plt
+
+    series = data["series"]
+    fig, axes = plt.subplots(1, len(series), figsize=(3.4 * len(series), 3.8), dpi=120, sharey=True)
+    for ax, s in zip(np.atleast_1d(axes), series, strict=True):
+        _curves_panel(ax, data["ks"], s, curves)
+        if extra:
+            extra(ax, data, s)
+        ax.set_title(title_of(s), fontsize=9)
+    np.atleast_1d(axes)[0].set_ylabel("acceptance probability")
+    np.atleast_1d(axes)[0].legend(fontsize=6.5)
+    fig.suptitle(data["title"], fontsize=10)
+    return fig
+
+
+def _lp_marks(ax, data, s):
+    ax.plot(data["lp_ks"], s["lp"], "x", color="k", ms=5, label="LP optimum (check)")
+
+
+def render_fig4(data: dict):
+    return _series_grid(data, ("optimal", "optimal_without_replacement", "kseq"),
+                        lambda s: f"target Ber({s['target_p']})", _lp_marks)
+
+
+def render_fig6(data: dict):
+    return _series_grid(data, tuple(CURVE_STYLE), lambda s: f"target Ber({s['target_p']})")
+
+
+def render_fig5(data: dict):
+    return _series_grid(data, ("optimal", "kseq", "multiround", "naive"),
+                        lambda s: f"target U({s['target_support']}), r = {s['r']:g}")
+
+
+def render_mcsd_fig3(data: dict):
+    fig, ax = _ax()
+    _curves_panel(ax, data["ks"], data, tuple(CURVE_STYLE))
+    ax.set_ylabel("acceptance probability (stationary average)")
+    ax.set_title(data["title"], fontsize=9)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def render_trees(data: dict):
+    fig, ax = _ax()
+    rows = data["rows"]
+    vals = np.array([r["block_efficiency"] for r in rows])
+    err = [vals - np.array([r["low"] for r in rows]), np.array([r["high"] for r in rows]) - vals]
+    ax.barh(np.arange(len(rows)), vals, xerr=err, color=[f"C{i}" for i in range(len(rows))], capsize=3)
+    ax.set_yticks(np.arange(len(rows)))
+    ax.set_yticklabels([f"{r['label']} ({r['tree_tokens']} draft tok.)" for r in rows], fontsize=7.5)
+    ax.invert_yaxis()
+    ax.set_xlabel("block efficiency (tokens / target call), 95% CI")
+    ax.set_title(data["title"], fontsize=9)
+    ax.grid(alpha=0.3, axis="x")
+    return fig
+
+
 #: Figures by name: (data function, renderer, default file stem).
 FIGURES = {
     "token": (EXPERIMENTS["token"], render_token, "token_verification"),
     "decode": (EXPERIMENTS["decode"], render_decode, "decode_efficiency"),
     "block": (EXPERIMENTS["block"], render_block, "block_vs_token"),
     "block_e2e": (EXPERIMENTS["block_e2e"], render_block_e2e, "block_end_to_end"),
+    "spectr_fig4": (EXPERIMENTS["spectr_fig4"], render_fig4, "spectr_fig4_bernoulli"),
+    "spectr_fig5": (EXPERIMENTS["spectr_fig5"], render_fig5, "spectr_fig5_uniform"),
+    "spectr_fig6": (EXPERIMENTS["spectr_fig6"], render_fig6, "spectr_fig6_multiround"),
+    "mcsd_fig3": (EXPERIMENTS["mcsd_fig3"], render_mcsd_fig3, "mcsd_fig3_markov_acceptance"),
+    "trees": (EXPERIMENTS["trees"], render_trees, "multidraft_trees"),
 }
 
 
