@@ -131,8 +131,83 @@ the last column shows exact E[accepted] of iterations 1 and 2 (token / published
 """
 
 
+def _fmt(x):
+    return "-" if x is None else f"{x:.4f}"
+
+
+def _multidraft_section(data: dict, png: Path) -> str:
+    names = ("optimal", "optimal_without_replacement", "kseq", "multiround", "multiround_without_replacement",
+             "naive")
+    rows, key = [], ("target_p" if "target_p" in data["series"][0] else "target_support")
+    for s in data["series"]:
+        for i, k in enumerate(data["ks"]):
+            if k in (1, 2, 4, 6, 10):
+                rows.append([s[key], k] + [_fmt(s[n][i]) for n in names])
+    checks = []
+    if "lp" in data["series"][0]:
+        gap = max(abs(a - b) for s in data["series"] for a, b in zip(s["lp"], s["optimal"], strict=False))
+        closed = max(abs(a - b) for s in data["series"] for a, b in zip(s["closed_form"], s["optimal"], strict=True))
+        checks.append(f"max |LP − fast route| = {gap:.1e}; max |eq. (14) − fast route| = {closed:.1e}")
+    else:
+        closed = max(abs(a - b) for s in data["series"] for a, b in zip(s["closed_form"], s["optimal"], strict=True))
+        kseq = max(abs(a - b) for s in data["series"] for a, b in zip(s["closed_form"], s["kseq"], strict=True))
+        checks.append(f"max |eq. (15) − fast route| = {closed:.1e}; max |eq. (15) − k-Seq| = {kseq:.1e} (k-Seq optimal)")
+    return f"""## {data['title']}
+
+![{data['title']}]({png.name})
+
+Quantity: {data['quantity']}. {'; '.join(checks)}.
+
+{_table([key, "k", *names], rows)}
+"""
+
+
+FIG6_NOTE = ("SpecTr Figure 6 setting: the Bernoulli pairs above with every verifier, multi-round (SpecInfer / "
+             "MCSD) with and without replacement and the naive scheme included; numbers in the table above.")
+
+
+def _figure_only(data: dict, png: Path, note: str) -> str:
+    return f"""## {data['title']} — all verifiers
+
+![{data['title']}]({png.name})
+
+{note}
+"""
+
+
+def _markov_accept_section(data: dict, png: Path) -> str:
+    names = ("optimal", "optimal_without_replacement", "kseq", "multiround", "multiround_without_replacement",
+             "naive")
+    rows = [[k] + [_fmt(data[n][i]) for n in names] for i, k in enumerate(data["ks"])]
+    return f"""## {data['title']}
+
+![{data['title']}]({png.name})
+
+Quantity: {data['quantity']} (the shape of MCSD Figure 3).
+
+{_table(["k", *names], rows)}
+"""
+
+
+def _trees_section(data: dict, png: Path) -> str:
+    rows = [[r["label"], r["config"], "with" if r["replacement"] else "without", r["verifier"], r["rule"],
+             r["tree_tokens"], f"{r['block_efficiency']:.4f} [{r['low']:.4f}, {r['high']:.4f}]"] for r in data["rows"]]
+    return f"""## {data['title']}
+
+![{data['title']}]({png.name})
+
+{data['sequences']} sequences x {data['tokens_per_sequence']} tokens per setup. Quantity: {data['quantity']}.
+Rule "match" continues with every candidate equal to the emitted token (SpecTr Algorithm 3); "accepted"
+only after an accepted candidate (MCSD).
+
+{_table(["setup", "k-config", "replacement", "verifier", "rule", "draft tokens", "block efficiency [95% CI]"], rows)}
+"""
+
+
 SECTIONS = {"token": _token_section, "decode": _decode_section, "block": _block_section,
-            "block_e2e": _block_e2e_section}
+            "block_e2e": _block_e2e_section, "spectr_fig4": _multidraft_section,
+            "spectr_fig5": _multidraft_section, "spectr_fig6": lambda d, p: _figure_only(d, p, FIG6_NOTE),
+            "mcsd_fig3": _markov_accept_section, "trees": _trees_section}
 
 
 def build_report(out_dir: str | Path = "figures", scale: float = 1.0) -> Path:
