@@ -107,3 +107,35 @@ def test_simulate_and_decode_json(capsys):
                  "--sequences", "4", "--json"]) == 0
     dec = json.loads(capsys.readouterr().out)
     assert dec["generated"] == 1200 and dec["target_calls"] == dec["iterations"]
+
+
+def test_calc_otm_matches_spec_table(capsys):
+    # multi_draft_otm.md §6 table, draft Ber(0.25), target Ber(0.75), k = 4
+    assert main(["calc", "otm", "--draft", "0.25", "--target", "0.75", "--k", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    keys = {"optimal", "optimal_without_replacement", "kseq", "rho_star", "upper_bound", "multiround",
+            "multiround_without_replacement", "naive"}
+    assert keys <= out.keys()
+    assert out["optimal"] == pytest.approx(0.93359375, abs=1e-12)
+    assert out["upper_bound"] == pytest.approx(out["optimal"], abs=1e-12)  # Lemma 3 bound is tight
+    assert round(out["kseq"], 4) == 0.8299 and round(out["multiround"], 4) == 0.7891
+    assert round(out["naive"], 4) == 0.7617
+    assert out["optimal_without_replacement"] >= out["optimal"]
+    assert 1.0 <= out["rho_star"] <= 4.0
+
+
+def test_calc_otm_uniform_closed_form(capsys):
+    # p = U(6), q = U(2): r = 3, k = 3 -> 19/27 and rho* = 57/27 (spec §6, §10)
+    assert main(["calc", "otm", "--draft", ",".join(["1/6"] * 6), "--target", "1/2,1/2,0,0,0,0", "--k", "3",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["optimal"] == pytest.approx(19 / 27, abs=1e-12)
+    assert out["kseq"] == pytest.approx(19 / 27, abs=1e-9)
+    assert out["rho_star"] == pytest.approx(57 / 27, abs=1e-9)
+
+
+def test_calc_otm_errors():
+    rc, _, err = run("calc", "otm", "--draft", "0.3", "--target", "0.2,0.3,0.5", "--k", "2")
+    assert rc == 2 and "vocabulary mismatch" in err
+    rc, _, err = run("calc", "otm", "--draft", "0.3", "--target", "0.5", "--k", "0")
+    assert rc == 2 and "positive integer" in err

@@ -18,6 +18,7 @@ from otspec.verifiers.multi import (
     MultiRound,
     MultiRoundWithoutReplacement,
     NaiveMultiCandidate,
+    OTMVerify,
 )
 
 SETUPS = [
@@ -28,6 +29,7 @@ SETUPS = [
     (MultiRoundWithoutReplacement(), "2x2", False, "accepted"),
     (MultiRoundWithoutReplacement(), "3x1", False, "match"),
     (NaiveMultiCandidate(), "2x2", True, "accepted"),
+    (OTMVerify(), "2x1", True, "match"),
 ]
 
 
