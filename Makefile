@@ -32,6 +32,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_token_mc.py
 	$(BIN)/python benchmarks/bench_block_ot.py
+	$(BIN)/python benchmarks/bench_otm.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
