@@ -8,6 +8,7 @@ PNG path (the JSON goes beside it); ``--scale`` shrinks the simulations.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import sys
@@ -225,8 +226,12 @@ def render(name: str, data: dict):
     return FIGURES[name][1](data)
 
 
-def write_figure(name: str, out: str | os.PathLike | None = None, scale: float = 1.0) -> tuple[Path, Path, dict]:
-    """Compute, render and save figure ``name``; returns (png path, json path, data)."""
+def write_figure(name: str, out: str | os.PathLike | None = None, scale: float = 1.0,
+                 **data_kwargs) -> tuple[Path, Path, dict]:
+    """Compute, render and save figure ``name``; returns (png path, json path, data).
+
+    ``data_kwargs`` (e.g. ``draft=``, ``target=`` rows) go to the figure's data function.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -239,7 +244,11 @@ def write_figure(name: str, out: str | os.PathLike | None = None, scale: float =
     if png.suffix.lower() != ".png":
         raise ValueError(f"--out must name a .png file, got {png}")
     png.parent.mkdir(parents=True, exist_ok=True)
-    data = data_fn(scale=scale)
+    accepted = inspect.signature(data_fn).parameters
+    unknown = [key for key in data_kwargs if key not in accepted]
+    if unknown:
+        raise ValueError(f"figure {name!r} does not take {', '.join('--' + k for k in unknown)}")
+    data = data_fn(scale=scale, **data_kwargs)
     fig = render(name, data)
     fig.tight_layout()
     fig.savefig(png)
@@ -249,18 +258,40 @@ def write_figure(name: str, out: str | os.PathLike | None = None, scale: float =
     return png, js, data
 
 
+def _pair_rows(args) -> dict:
+    """``--draft``/``--target`` as validated rows (both or neither)."""
+    if (args.draft is None) != (args.target is None):
+        raise ValueError("give both --draft and --target, or neither")
+    if args.draft is None:
+        return {}
+    from .cli import CLIError, parse_probs
+
+    try:
+        draft, target = parse_probs(args.draft, "--draft"), parse_probs(args.target, "--target")
+    except CLIError as exc:
+        raise ValueError(str(exc)) from None
+    if draft.vocab_size != target.vocab_size:
+        raise ValueError(f"vocabulary mismatch: --draft has {draft.vocab_size} tokens, --target has {target.vocab_size}")
+    return {"draft": draft.probs, "target": target.probs}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m otspec.plot", description=__doc__.split("\n\n")[0])
     parser.add_argument("name", choices=sorted(FIGURES) + ["all"], help="figure to draw")
     parser.add_argument("--out", help="PNG path (default figures/<name>.png; JSON beside it)")
     parser.add_argument("--scale", type=float, default=1.0, help="simulation size factor (default 1)")
+    parser.add_argument("--draft", metavar="P", help="draft row for figures of one pair (e.g. pareto): 0.5,0.3,0.2")
+    parser.add_argument("--target", metavar="Q", help="target row, same vocabulary as --draft")
     args = parser.parse_args(argv)
     names = sorted(FIGURES) if args.name == "all" else [args.name]
     if args.out and len(names) > 1:
         parser.error("--out names one file; draw one figure at a time with it")
+    if args.scale <= 0:
+        parser.error("--scale must be positive")
     try:
+        rows = _pair_rows(args)
         for name in names:
-            png, js, _ = write_figure(name, args.out, args.scale)
+            png, js, _ = write_figure(name, args.out, args.scale, **rows)
             print(f"wrote {png} and {js}")
     except ValueError as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
