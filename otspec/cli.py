@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
+import numpy as np
+
 from . import theory
 from .distributions import total_variation, validate_probs
 from .engine import generate, simulate
@@ -177,11 +179,76 @@ def _otm_compute(args) -> dict:
     return out
 
 
+# ------------------------------------------------------------- calc rejections
+def _rejections_arguments(parser):
+    add_pair_arguments(parser)
+    parser.add_argument("--T", "--horizon", dest="T", type=_positive_int, required=True,
+                        help="horizon: number of generated tokens")
+    parser.add_argument("--M", dest="M", type=_positive_int, default=None,
+                        help="also report batch speculative decoding with M parallel drafts (Algorithm 4)")
+
+
+def _rejections_compute(args) -> dict:
+    from . import rejections
+
+    draft, target = pair_from_args(args)
+    value = rejections.expected_rejections(draft, target, args.T)
+    out = {
+        "quantity": "expected number of rejections over the horizon (full lookahead; Yin et al. Theorem 1)",
+        "expected_rejections": value,
+        "horizon": args.T,
+        "speedup": rejections.speedup(draft, target, args.T),
+        "per_position": rejections.rejections_per_position(draft, target, args.T).tolist(),
+    }
+    if args.M is not None:
+        out["batch_M"] = args.M
+        out["batch_expected_rejections"] = rejections.batch_expected_rejections(draft, target, args.T, args.M)
+    return out
+
+
+# ----------------------------------------------------------------- calc pareto
+def _probability(text: str) -> float:
+    try:
+        value = float(Fraction(text))
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {value}")
+    return value
+
+
+def _pareto_arguments(parser):
+    add_pair_arguments(parser)
+    parser.add_argument("--rejection", type=_probability, required=True,
+                        help="rejection probability r in [0, 1] of the (possibly biased) verifier")
+    parser.add_argument("--method", choices=("highs", "cvxpy"), default="highs", help="LP backend")
+
+
+def _pareto_compute(args) -> dict:
+    from .solvers import pareto
+
+    p, q = _first_rows(args)
+    res = pareto.min_bias(p, q, args.rejection, method=args.method)
+    return {
+        "quantity": "least achievable bias TV(output law, target) at rejection probability r (one position)",
+        "rejection": args.rejection,
+        "tv": float(total_variation(p, q)),
+        "min_bias": float(pareto.pareto_front(p, q, args.rejection)),
+        "lp": res.value,
+        "lp_status": res.status,
+        "accept_probs": None if res.accept_probs is None else np.asarray(res.accept_probs).tolist(),
+    }
+
+
 #: ``calc`` subcommands by name; later capabilities register theirs here.
 CALCULATORS: dict[str, Calculator] = {
     "block": Calculator("single-draft verification of a block of L tokens", _block_arguments, _block_compute),
     "otm": Calculator("multi-draft (k candidates) acceptance: optimum, k-Seq, multi-round, naive",
                       _otm_arguments, _otm_compute),
+    "rejections": Calculator("expected rejections over a horizon T (Markov-chain theory)",
+                             _rejections_arguments, _rejections_compute),
+    "pareto": Calculator("rejection vs bias trade-off: least bias at a rejection probability",
+                         _pareto_arguments, _pareto_compute),
 }
 
 

@@ -198,6 +198,8 @@ from .experiments_multidraft import (  # noqa: E402  (after the single-draft fun
     spectr_uniform_data,
     tree_efficiency_data,
 )
+from .rejections import rejections_figure_data  # noqa: E402
+from .solvers.pareto import pareto_figure_data  # noqa: E402
 
 #: Figures by name: data function. Renderers are registered in :mod:`otspec.plot`.
 EXPERIMENTS = {
@@ -210,6 +212,8 @@ EXPERIMENTS = {
     "spectr_fig6": spectr_bernoulli_data,
     "mcsd_fig3": markov_acceptance_data,
     "trees": tree_efficiency_data,
+    "rejections": rejections_figure_data,
+    "pareto": pareto_figure_data,
 }
 
 

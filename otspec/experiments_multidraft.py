@@ -102,13 +102,14 @@ def spectr_uniform_data(support: int = 120, target_supports=(12, 24, 40, 60, 120
                         scale: float = 1.0) -> dict:
     """SpecTr Figure 5: draft U(120) vs targets U(d_q); closed form (15) 1 − (1 − 1/r)^k, r = d/d_q."""
     ks = list(range(1, max_k + 1))
+    mc = max(2000, int(20_000 * scale))
     series = []
     for dq in target_supports:
         p = np.full(support, 1.0 / support)
         q = np.zeros(support)
         q[:dq] = 1.0 / dq
         r = support / dq
-        series.append({"target_support": dq, "r": r, **acceptance_curves(p, q, ks),
+        series.append({"target_support": dq, "r": r, **acceptance_curves(p, q, ks, mc_samples=mc),
                        "closed_form": [otm.uniform_alpha(r, k) for k in ks]})
     return {
         "figure": "spectr_uniform",
@@ -136,7 +137,9 @@ def markov_acceptance_data(vocab: int = 30, concentration: float = 2.0, seed: in
     draft, target = random_markov(vocab, concentration, seed=seed)
     weights = _stationary(target.transition)
     ks = list(range(1, max_k + 1))
-    per_state = [acceptance_curves(draft.transition[a], target.transition[a], ks) for a in range(vocab)]
+    mc = max(2000, int(20_000 * scale))
+    per_state = [acceptance_curves(draft.transition[a], target.transition[a], ks, mc_samples=mc)
+                 for a in range(vocab)]
     curves = {name: (weights @ np.array([s[name] for s in per_state])).tolist() for name in CURVES}
     return {
         "figure": "markov_acceptance",

@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from .experiments import EXPERIMENTS
+from .rejections import render_rejections
+from .solvers.pareto import render_pareto
 
 __all__ = ["FIGURES", "main", "render", "write_figure"]
 
@@ -218,6 +220,8 @@ FIGURES = {
     "spectr_fig6": (EXPERIMENTS["spectr_fig6"], render_fig6, "spectr_fig6_multiround"),
     "mcsd_fig3": (EXPERIMENTS["mcsd_fig3"], render_mcsd_fig3, "mcsd_fig3_markov_acceptance"),
     "trees": (EXPERIMENTS["trees"], render_trees, "multidraft_trees"),
+    "rejections": (EXPERIMENTS["rejections"], render_rejections, "rejections"),
+    "pareto": (EXPERIMENTS["pareto"], render_pareto, "pareto"),
 }
 
 
@@ -248,7 +252,7 @@ def write_figure(name: str, out: str | os.PathLike | None = None, scale: float =
     unknown = [key for key in data_kwargs if key not in accepted]
     if unknown:
         raise ValueError(f"figure {name!r} does not take {', '.join('--' + k for k in unknown)}")
-    data = data_fn(scale=scale, **data_kwargs)
+    data = {**data_fn(scale=scale, **data_kwargs), "figure": stem}  # the JSON names the figure it sits beside
     fig = render(name, data)
     fig.tight_layout()
     fig.savefig(png)

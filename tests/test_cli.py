@@ -139,3 +139,46 @@ def test_calc_otm_errors():
     assert rc == 2 and "vocabulary mismatch" in err
     rc, _, err = run("calc", "otm", "--draft", "0.3", "--target", "0.5", "--k", "0")
     assert rc == 2 and "positive integer" in err
+
+
+def test_calc_rejections_crisp_example(tmp_path, capsys):
+    # yin_theory.md §4: T = 2, E[N_rej] = 0.9 exactly
+    draft = {"type": "markov", "initial": [0.9, 0.1], "transition": [[[1, 0], [0.5, 0.5]]]}
+    target = {"type": "markov", "initial": [0.1, 0.9], "transition": [[[0, 1], [0.5, 0.5]]]}
+    (tmp_path / "d.json").write_text(json.dumps(draft))
+    (tmp_path / "t.json").write_text(json.dumps(target))
+    assert main(["calc", "rejections", "--draft-source", str(tmp_path / "d.json"), "--target-source",
+                 str(tmp_path / "t.json"), "--T", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["expected_rejections"] == pytest.approx(0.9, abs=1e-12) and out["horizon"] == 2
+    assert out["speedup"] == pytest.approx(2 / 0.9)
+    rc, _, err = run("calc", "rejections", "--draft-source", str(tmp_path / "d.json"), "--target-source",
+                     str(tmp_path / "t.json"), "--T", "3")
+    assert rc == 2 and "horizon" in err
+
+
+def test_calc_pareto_worked_example(capsys):
+    # yin_theory.md §7: p = (0.5, 0.3, 0.2), q = (0.2, 0.3, 0.5), TV = 0.3
+    for r, bias in ((0.0, 0.3), (0.1, 0.2), (0.3, 0.0), (0.5, 0.0)):
+        assert main(["calc", "pareto", "--draft", "0.5,0.3,0.2", "--target", "0.2,0.3,0.5", "--rejection", str(r),
+                     "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["tv"] == pytest.approx(0.3) and out["min_bias"] == pytest.approx(bias, abs=1e-12)
+        assert out["lp"] == pytest.approx(bias, abs=1e-9)
+    rc, _, err = run("calc", "pareto", "--draft", "0.5,0.5", "--target", "0.2,0.8", "--rejection", "1.5")
+    assert rc == 2 and "[0, 1]" in err
+
+
+def test_plot_pareto_contract(tmp_path):
+    out = tmp_path / "p" / "front.png"
+    proc = subprocess.run([sys.executable, "-m", "otspec.plot", "pareto", "--draft", "0.6,0.4", "--target",
+                           "0.3,0.7", "--out", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert str(out) in proc.stdout and out.exists()
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert data["figure"] == "pareto" and data["token"]["tv"] == pytest.approx(0.3)
+    for bad in (["--draft", "0.6,0.4"], ["--draft", "0.6,0.4", "--target", "0.2,0.3,0.5"],
+                ["--draft", "0.6,-0.4", "--target", "0.3,0.7"]):
+        proc = subprocess.run([sys.executable, "-m", "otspec.plot", "pareto", *bad, "--out", str(out)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 2 and "error" in proc.stderr

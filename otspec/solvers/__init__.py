@@ -104,3 +104,29 @@ __all__ = [
     "tuple_membership",
     "uniform_alpha",
 ]
+
+from .pareto import (  # noqa: E402
+    ParetoResult,
+    ParetoSolveError,
+    SequenceParetoResult,
+    family_curve,
+    min_bias,
+    optimal_resampling,
+    over_acceptance,
+    pareto_front,
+    sequence_min_bias,
+    sequence_pareto,
+)
+
+__all__ += [
+    "ParetoResult",
+    "ParetoSolveError",
+    "SequenceParetoResult",
+    "family_curve",
+    "min_bias",
+    "optimal_resampling",
+    "over_acceptance",
+    "pareto_front",
+    "sequence_min_bias",
+    "sequence_pareto",
+]
