@@ -224,7 +224,7 @@ Instance: {data['instance']}. Formula (1): E[N_rej] = {data['formula']:.4f}, spe
 def _pareto_section(data: dict, png: Path) -> str:
     tok, seq = data["token"], data["sequence"]
     opt_gap = max(abs(b - f) for b, f in zip(tok["opt"]["bias"], tok["opt"]["front"], strict=True))
-    uno_above = min(b - f for b, f in zip(tok["uno"]["bias"], tok["uno"]["front"], strict=True))
+    uno_gaps = [b - f for b, f in zip(tok["uno"]["bias"], tok["uno"]["front"], strict=True)]
     lp_gap = max(abs(b - max(0.0, tok["tv"] - r)) for r, b in zip(tok["lp"]["rejection"], tok["lp"]["bias"],
                                                                  strict=True))
     return f"""## Rejections vs distribution bias (Yin et al. Theorems 4-5) and the sequence-level front
@@ -233,7 +233,8 @@ def _pareto_section(data: dict, png: Path) -> str:
 
 Token level, p = {tok['draft']}, q = {tok['target']}, TV = {tok['tv']:.4f}. The LP optimum equals the front
 max(0, TV − r) to {lp_gap:.1e}; Decoding-OPT (b_eps with the optimal resampling, here the standard residual)
-lies on the front to {opt_gap:.1e}; Decoding-UNO (resample from q) lies above it by at least {uno_above:.4f}.
+lies on the front to {opt_gap:.1e}; Decoding-UNO (resample from q) is never below it (smallest gap
+{min(uno_gaps):.1e}) and up to {max(uno_gaps):.4f} above it.
 Unattainable: {tok['unattainable']}.
 
 Sequence level (exact flow LP over prefix-dependent rejection-based verifiers, V = {seq['vocab']},
