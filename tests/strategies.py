@@ -23,6 +23,28 @@ def prob_rows(draw, vocab: int, allow_zeros: bool = True):
 
 
 @st.composite
+def row_instances(draw, max_vocab: int = 4, max_k: int = 3):
+    """(p, q, k): one draft row and one target row (V <= max_vocab, exact zeros), k <= max_k drafts."""
+    vocab = draw(st.integers(1, max_vocab))
+    return draw(prob_rows(vocab)), draw(prob_rows(vocab)), draw(st.integers(1, max_k))
+
+
+#: multi_draft_otm.md §6 table, draft Ber(0.25), target Ber(q1):
+#: (q1, k, OTM optimum (14), k-Seq p_acc, multi-round, naive), 4 decimals as printed in the spec.
+SPECTR_BERNOULLI_TABLE = [
+    (0.1, 2, 1.0000, 0.9731, 0.9625, 0.8875),
+    (0.5, 1, 0.7500, 0.7500, 0.7500, 0.5000),
+    (0.5, 2, 0.9375, 0.8476, 0.8125, 0.6875),
+    (0.5, 4, 1.0000, 0.9502, 0.8945, 0.8398),
+    (0.75, 2, 0.6875, 0.6483, 0.6250, 0.5625),
+    (0.75, 4, 0.9336, 0.8299, 0.7891, 0.7617),
+    (0.75, 6, 1.0000, 0.9198, 0.8813, 0.8665),
+    (1.0, 2, 0.4375, 0.4375, 0.4375, 0.4375),
+    (1.0, 4, 0.6836, 0.6836, 0.6836, 0.6836),
+]
+
+
+@st.composite
 def markov_chain(draw, vocab: int, horizon: int | None):
     initial = draw(prob_rows(vocab))
     if horizon is None:

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.integrate import quad
+from strategies import SPECTR_BERNOULLI_TABLE, row_instances
 
 from otspec.solvers import (
     MAX_BRUTEFORCE_VOCAB,
@@ -43,23 +44,6 @@ from otspec.solvers import (
 )
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_otm.py"
-
-weights = st.one_of(st.just(0.0), st.floats(min_value=1e-3, max_value=1.0))
-
-
-@st.composite
-def rows(draw, vocab: int):
-    w = draw(st.lists(weights, min_size=vocab, max_size=vocab).filter(lambda w: sum(w) > 0))
-    w = np.asarray(w, dtype=np.float64)
-    return w / w.sum()
-
-
-@st.composite
-def instances(draw, max_vocab: int = 4, max_k: int = 3):
-    """(p, q, k): V <= 4, k <= 3, rows with exact zeros (draft's and target's)."""
-    V = draw(st.integers(1, max_vocab))
-    return draw(rows(V)), draw(rows(V)), draw(st.integers(1, max_k))
-
 
 # ------------------------------------------------------ independent references
 def law_by_itertools(p, k, replacement):
@@ -104,7 +88,7 @@ def check_plan(result: OTMResult, p, q, k, replacement, tol=1e-9):
 
 # ---------------------------------------------------- all routes agree (§10.1)
 @settings(max_examples=200, deadline=None)
-@given(instances(), st.booleans())
+@given(row_instances(), st.booleans())
 def test_lp_maxflow_sorted_prefix_and_bruteforce_agree(case, replacement):
     p, q, k = case
     lp = otm_lp(p, q, k, replacement)
@@ -120,14 +104,14 @@ def test_lp_maxflow_sorted_prefix_and_bruteforce_agree(case, replacement):
 
 
 @settings(max_examples=100, deadline=None)
-@given(instances(), st.booleans())
+@given(row_instances(), st.booleans())
 def test_lemma3_bound_equals_alpha(case, replacement):
     p, q, k = case
     assert abs(lemma3_upper_bound(p, q, k, replacement) - otm_value(p, q, k, replacement)) <= 1e-12
 
 
 @settings(max_examples=60, deadline=None)
-@given(instances(), st.booleans())
+@given(row_instances(), st.booleans())
 def test_pot_emd_with_membership_cost_agrees(case, replacement):
     ot = pytest.importorskip("ot")
     p, q, k = case
@@ -186,20 +170,7 @@ def test_bernoulli_examples_of_the_spec():
 
 
 # q1, k, OTM (14), k-Seq p_acc, multi-round, naive (spec §6 table, p = Ber(0.25))
-SECTION6 = [
-    (0.1, 2, 1.0000, 0.9731, 0.9625, 0.8875),
-    (0.5, 1, 0.7500, 0.7500, 0.7500, 0.5000),
-    (0.5, 2, 0.9375, 0.8476, 0.8125, 0.6875),
-    (0.5, 4, 1.0000, 0.9502, 0.8945, 0.8398),
-    (0.75, 2, 0.6875, 0.6483, 0.6250, 0.5625),
-    (0.75, 4, 0.9336, 0.8299, 0.7891, 0.7617),
-    (0.75, 6, 1.0000, 0.9198, 0.8813, 0.8665),
-    (1.0, 2, 0.4375, 0.4375, 0.4375, 0.4375),
-    (1.0, 4, 0.6836, 0.6836, 0.6836, 0.6836),
-]
-
-
-@pytest.mark.parametrize("q1, k, otm, kseq, multiround, naive", SECTION6)
+@pytest.mark.parametrize("q1, k, otm, kseq, multiround, naive", SPECTR_BERNOULLI_TABLE)
 def test_section6_table(q1, k, otm, kseq, multiround, naive):
     p, q = np.array([0.75, 0.25]), np.array([1 - q1, q1])
     assert round(otm_value(p, q, k), 4) == otm

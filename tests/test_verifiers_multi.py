@@ -15,10 +15,14 @@ import itertools
 import numpy as np
 import pytest
 from hypothesis import given
-from hypothesis import strategies as st
 from scipy import stats
 from scipy.optimize import linprog
-from strategies import g_test, pearson_noncentrality, prob_rows
+from strategies import (
+    SPECTR_BERNOULLI_TABLE,
+    g_test,
+    pearson_noncentrality,
+    row_instances,
+)
 
 from otspec.distributions import residual
 from otspec.verifiers.multi import (
@@ -149,13 +153,7 @@ VERIFIERS = [  # (verifier, draft mode it is lossless for)
 
 
 # ------------------------------------------------------------ exact, property-based
-@st.composite
-def instances(draw):
-    vocab = draw(st.integers(1, 4))
-    return draw(prob_rows(vocab)), draw(prob_rows(vocab)), draw(st.integers(1, 3))
-
-
-@given(instances())
+@given(row_instances())
 def test_tuple_enumerator_matches_reference(inst):
     p, _, k = inst
     for replacement in (True, False):
@@ -167,7 +165,7 @@ def test_tuple_enumerator_matches_reference(inst):
         assert abs(pm.sum() - 1.0) < 1e-12
 
 
-@given(instances())
+@given(row_instances())
 def test_lossless_and_acceptance_bounds(inst):
     p, q, k = inst
     alpha = {}
@@ -202,7 +200,7 @@ def test_lossless_and_acceptance_bounds(inst):
     assert abs(accept["naive", True][0] - naive_formula) < 1e-12
 
 
-@given(instances())
+@given(row_instances())
 def test_kseq_rho_star_is_the_root_of_eq10(inst):
     p, q, k = inst
     rho = float(kseq_rho_star(p[None], q[None], k)[0])
@@ -221,7 +219,7 @@ def test_kseq_rho_star_is_the_root_of_eq10(inst):
     assert (res >= 0).all() and abs(res.sum() - 1.0) < 1e-12
 
 
-@given(instances())
+@given(row_instances())
 def test_batch_of_distinct_rows_equals_row_by_row(inst):
     p1, q1, k = inst
     p2, q2 = np.roll(p1, 1), q1[::-1].copy()
@@ -239,17 +237,7 @@ def test_batch_of_distinct_rows_equals_row_by_row(inst):
 
 
 # ------------------------------------------------------------- published numbers
-@pytest.mark.parametrize("q1, k, otm, kseq, mr, naive", [
-    (0.1, 2, 1.0000, 0.9731, 0.9625, 0.8875),
-    (0.5, 1, 0.7500, 0.7500, 0.7500, 0.5000),
-    (0.5, 2, 0.9375, 0.8476, 0.8125, 0.6875),
-    (0.5, 4, 1.0000, 0.9502, 0.8945, 0.8398),
-    (0.75, 2, 0.6875, 0.6483, 0.6250, 0.5625),
-    (0.75, 4, 0.9336, 0.8299, 0.7891, 0.7617),
-    (0.75, 6, 1.0000, 0.9198, 0.8813, 0.8665),
-    (1.0, 2, 0.4375, 0.4375, 0.4375, 0.4375),
-    (1.0, 4, 0.6836, 0.6836, 0.6836, 0.6836),
-])
+@pytest.mark.parametrize("q1, k, otm, kseq, mr, naive", SPECTR_BERNOULLI_TABLE)
 def test_spec_bernoulli_table(q1, k, otm, kseq, mr, naive):
     """multi_draft_otm.md §6 table: p = Ber(0.25) draft, q = Ber(q₁) target."""
     p, q = np.array([0.75, 0.25]), np.array([1.0 - q1, q1])

@@ -282,6 +282,20 @@ def plan_acceptance(tuples, plan) -> float:
 _HIGHS_OPTIONS = {"presolve": False, "primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
 
 
+def _plan_inputs(draft, target, k, replacement, limit: int, limit_name: str, what: str, unit: str):
+    """Validated rows, k, and the tuple law with membership, refusing plans above ``limit`` entries."""
+    p, q = _rows(draft, target)
+    k = _check_k(k)
+    V, s = p.size, int(np.count_nonzero(p))
+    n_tuples = _n_tuples(s, k, bool(replacement))
+    if n_tuples * V > limit:
+        raise ValueError(f"the OTM {what} for V={V}, k={k} has {n_tuples:,} tuples x {V} tokens = "
+                         f"{n_tuples * V:,} {unit}, above {limit_name} = {limit:,}; "
+                         "use otm_value (exact, no plan) instead")
+    tuples, probs = _tuple_law(p, k, bool(replacement))
+    return p, q, k, tuples, probs, tuple_membership(tuples, V)
+
+
 def otm_lp(draft, target, k: int, replacement: bool = True, *, solver_options: dict | None = None) -> OTMResult:
     r"""Route (a): the OTM-k linear program (3), solved by HiGHS.
 
@@ -320,19 +334,12 @@ def otm_lp(draft, target, k: int, replacement: bool = True, *, solver_options: d
         If HiGHS reports no optimum or its plan misses a marginal by more than
         :data:`OTM_RESIDUAL_TOL`.
     """
-    p, q = _rows(draft, target)
-    k = _check_k(k)
-    V, s = p.size, int(np.count_nonzero(p))
-    n_tuples = _n_tuples(s, k, bool(replacement))
-    if n_tuples * V > MAX_OTM_LP_VARIABLES:
-        raise ValueError(f"the OTM LP for V={V}, k={k} has {n_tuples:,} tuples x {V} tokens = {n_tuples * V:,} "
-                         f"variables, above MAX_OTM_LP_VARIABLES = {MAX_OTM_LP_VARIABLES:,}; "
-                         "use otm_value (exact, no plan) instead")
-    tuples, probs = _tuple_law(p, k, bool(replacement))
+    p, q, k, tuples, probs, member = _plan_inputs(draft, target, k, replacement, MAX_OTM_LP_VARIABLES,
+                                                  "MAX_OTM_LP_VARIABLES", "LP", "variables")
+    V = p.size
     M = probs.size
     n = M * V
     q = q * (probs.sum() / q.sum())
-    member = tuple_membership(tuples, V)
     var = np.arange(n, dtype=np.int64)  # variable m*V + y: row m (draft marginal), row M + y (target)
     indices = np.empty(2 * n, dtype=np.int64)
     indices[0::2], indices[1::2] = var // V, M + var % V
@@ -386,16 +393,9 @@ def otm_maxflow(draft, target, k: int, replacement: bool = True) -> OTMResult:
     import networkx as nx
     from networkx.algorithms.flow import preflow_push
 
-    p, q = _rows(draft, target)
-    k = _check_k(k)
-    V, s = p.size, int(np.count_nonzero(p))
-    n_tuples = _n_tuples(s, k, bool(replacement))
-    if n_tuples * V > MAX_PLAN_ENTRIES:
-        raise ValueError(f"the OTM plan for V={V}, k={k} has {n_tuples:,} tuples x {V} tokens = "
-                         f"{n_tuples * V:,} entries, above MAX_PLAN_ENTRIES = {MAX_PLAN_ENTRIES:,}; "
-                         "use otm_value (exact, no plan) instead")
-    tuples, probs = _tuple_law(p, k, bool(replacement))
-    member = tuple_membership(tuples, V)
+    p, q, k, tuples, probs, member = _plan_inputs(draft, target, k, replacement, MAX_PLAN_ENTRIES,
+                                                  "MAX_PLAN_ENTRIES", "plan", "entries")
+    V = p.size
     sets, inverse = np.unique(member, axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
     set_mass = np.bincount(inverse, weights=probs, minlength=sets.shape[0])
