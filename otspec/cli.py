@@ -29,6 +29,7 @@ import numpy as np
 from . import theory
 from .distributions import total_variation, validate_probs
 from .engine import generate, simulate
+from .errors import SizeLimitError
 from .sources import IIDSource, Source, load_source, random_markov, save_source
 from .verifiers import REGISTRY
 
@@ -139,10 +140,8 @@ def _or_none(fn, *args):
     """A value that needs enumeration, or None when the size is beyond its stated limit."""
     try:
         return fn(*args)
-    except ValueError as exc:
-        if "MAX_" in str(exc) or "limit" in str(exc):
-            return None
-        raise
+    except SizeLimitError:
+        return None
 
 
 # -------------------------------------------------------------------- calc otm
@@ -158,7 +157,7 @@ def _first_rows(args):
 
 
 def _otm_compute(args) -> dict:
-    from .solvers import otm
+    from . import solvers
 
     p, q = _first_rows(args)
     k = args.k
@@ -167,14 +166,14 @@ def _otm_compute(args) -> dict:
         "k": k,
         "vocab_size": int(p.shape[0]),
         "tv": float(total_variation(p, q)),
-        "optimal": otm.otm_value(p, q, k),
-        "optimal_without_replacement": otm.otm_value(p, q, k, replacement=False),
-        "kseq": otm.kseq_acceptance(p, q, k),
-        "rho_star": otm.kseq_rho_star(p, q, k),
-        "upper_bound": _or_none(otm.lemma3_upper_bound, p, q, k),
-        "multiround": otm.multiround_acceptance(p, q, k),
-        "multiround_without_replacement": _or_none(otm.multiround_acceptance, p, q, k, False),
-        "naive": otm.naive_acceptance(p, q, k),
+        "optimal": solvers.otm_value(p, q, k),
+        "optimal_without_replacement": solvers.otm_value(p, q, k, replacement=False),
+        "kseq": theory.kseq_acceptance(p, q, k),
+        "rho_star": theory.kseq_rho_star(p, q, k),
+        "upper_bound": _or_none(theory.lemma3_upper_bound, p, q, k),
+        "multiround": theory.multiround_acceptance(p, q, k),
+        "multiround_without_replacement": _or_none(theory.multiround_acceptance, p, q, k, False),
+        "naive": theory.naive_acceptance(p, q, k),
     }
     return out
 
@@ -189,7 +188,7 @@ def _rejections_arguments(parser):
 
 
 def _rejections_compute(args) -> dict:
-    from . import rejections
+    from .theory import rejections
 
     draft, target = pair_from_args(args)
     value = rejections.expected_rejections(draft, target, args.T)
@@ -225,15 +224,15 @@ def _pareto_arguments(parser):
 
 
 def _pareto_compute(args) -> dict:
-    from .solvers import pareto
+    from .solvers.pareto import min_bias
 
     p, q = _first_rows(args)
-    res = pareto.min_bias(p, q, args.rejection, method=args.method)
+    res = min_bias(p, q, args.rejection, method=args.method)
     return {
         "quantity": "least achievable bias TV(output law, target) at rejection probability r (one position)",
         "rejection": args.rejection,
         "tv": float(total_variation(p, q)),
-        "min_bias": float(pareto.pareto_front(p, q, args.rejection)),
+        "min_bias": float(theory.pareto_front(p, q, args.rejection)),
         "lp": res.value,
         "lp_status": res.status,
         "accept_probs": None if res.accept_probs is None else np.asarray(res.accept_probs).tolist(),

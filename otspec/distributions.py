@@ -37,6 +37,7 @@ __all__ = [
     "NORMALISATION_TOL",
     "normalisation_tolerance",
     "check_same_vocab",
+    "row_pair",
     "first_index",
     "namespace",
     "overlap",
@@ -133,6 +134,26 @@ def check_same_vocab(draft, target, draft_name: str = "draft", target_name: str 
             "both models must share one vocabulary"
         )
     return int(vd)
+
+
+def row_pair(draft, target) -> tuple[np.ndarray, np.ndarray]:
+    """One draft row and one target row, validated, as float64 numpy arrays of shape (V,).
+
+    The one check behind every closed form and solver on a single (p, q) pair: each row is
+    validated by :func:`validate_probs` (torch tensors are moved to numpy), must be 1-D, and
+    both must share a vocabulary.
+    """
+    out = []
+    for name, probs in (("draft", draft), ("target", target)):
+        arr = validate_probs(probs, name)
+        if _is_torch(arr):
+            arr = arr.cpu().numpy()
+        arr = np.array(arr, dtype=np.float64)
+        if arr.ndim != 1:
+            raise ValueError(f"{name}: expected one probability row of shape (V,), got shape {arr.shape}")
+        out.append(arr)
+    check_same_vocab(*out)
+    return out[0], out[1]
 
 
 def total_variation(draft, target):

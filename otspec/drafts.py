@@ -1,28 +1,488 @@
-"""Shapes of multi-draft proposals: chains, SpecTr draft sets and MCSD k-config trees.
+r"""What a drafter produces: the :class:`Draft` concept and the law of drafted tuples.
 
-A :class:`DraftTree` is a k-config ``(k_1, ..., k_L)``: every node at depth
-i−1 gets k_i children drawn from the draft model given the node's path, either
-i.i.d. (with replacement) or sequentially without replacement.
+Spec: ``shared/reference/multi_draft_otm.md`` §1–3, §7; ``shared/reference/mcsd.md`` §3.
+Convention: **p is the draft distribution, q the target**.
 
-* a single draft chain of length L is ``(1, ..., 1)``;
-* SpecTr's K i.i.d. draft sequences (SpecTr §7.1, eq. (7)) are ``(K, 1, ..., 1)``:
-  K independent chains below the root;
-* SpecTr's prefix tree (App. D, Alg. 4) and MCSD's trees (e.g. ``4x2x2x1``)
-  are general configs.
+* :class:`Draft` — drafted tokens with both models' probability rows at every drafted node,
+  in one of two layouts: a single draft *chain* of L tokens (ordinary speculative decoding,
+  the k = 1 case) or k *candidates* at one position (multi-draft). :func:`check_draft` is the
+  one input check every verifier runs.
+* :func:`draft_tuple_law` — the exact law P_D of k candidates drawn i.i.d. from p (with
+  replacement) or sequentially without replacement; :func:`sample_candidates` draws them.
+* :func:`draft_inclusion_probs` and :func:`prob_drafts_within` — P_D(y ∈ S(X)) and
+  P_D(S(X) ⊆ A) for the candidate set S(X), without enumerating tuples (the exponential race
+  of eq. (7) without replacement).
+* :class:`DraftTree` — k-configs such as MCSD's ``4x2x2x1`` and SpecTr's K i.i.d. drafts.
 
-Only the path the verifier follows matters for the output law, so engines draw
-children lazily along that path (MCSD spec §3, last remark); the counts below
-describe what a real system drafts and scores.
+Tuples without replacement
+--------------------------
+When p has s < k tokens of positive mass, drawing without replacement stops once the support
+is exhausted: the tuple lists the whole support and is padded with ``-1`` on the right, so
+tuples are always int arrays of shape (M, k) holding token ids or -1.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["DraftTree"]
+import array_api_compat
+import numpy as np
+
+from .distributions import (
+    check_same_vocab,
+    first_index,
+    namespace,
+    sample_categorical,
+    uniform,
+    validate_probs,
+)
+from .errors import SizeLimitError
+
+__all__ = [
+    "CANDIDATES",
+    "CHAIN",
+    "MAX_DRAFT_TUPLES",
+    "MAX_RACE_CELLS",
+    "RACE_STEP",
+    "Draft",
+    "DraftTree",
+    "check_draft",
+    "draft_inclusion_probs",
+    "draft_tuple_law",
+    "gather_tokens",
+    "prob_drafts_within",
+    "sample_candidates",
+    "tuple_membership",
+]
+
+#: Layout of a single draft chain of L tokens.
+CHAIN = "chain"
+#: Layout of k candidate tokens at one position.
+CANDIDATES = "candidates"
+#: Most tuples :func:`draft_tuple_law` enumerates by default (with replacement s^k, without
+#: s!/(s−k)!, s = number of tokens with p > 0): 2^20 tuples of k int64 entries.
+MAX_DRAFT_TUPLES = 2**20
+#: Most numbers (tokens × (k+1) × quadrature nodes) held by the leave-one-out race
+#: computation of :func:`draft_inclusion_probs` without replacement (8 bytes each).
+MAX_RACE_CELLS = 2**24
+#: Step of the trapezoid rule in v = log t for the exponential-race integral (7).
+#: The integrand is analytic in a strip around the real v axis and decays
+#: double-exponentially (t → ∞) and like e^{(k+1)v} (t → 0), so the rule converges
+#: geometrically in 1/h: against the exact permutation sum (random rows, V <= 7, masses
+#: down to 1e-14) the worst error was 1.4e-14 at h = 0.1, 4e-15 at h = 0.2, 2e-12 at h = 0.3.
+RACE_STEP = 0.1
 
 
+# ============================================================================ the Draft
+@dataclass(frozen=True)
+class Draft:
+    """Drafted tokens and both models' probability rows (numpy arrays or torch tensors).
+
+    ``layout="chain"`` — one draft of L tokens (the single-draft case, k = 1)::
+
+        tokens        int   (B, L)       X_1..X_L
+        draft_probs   float (B, L, V)    row i = p(·|X^i),  i = 0..L−1
+        target_probs  float (B, L+1, V)  row i = q(·|X^i),  i = 0..L
+
+    ``layout="candidates"`` — k candidate tokens drafted at one position (multi-draft)::
+
+        tokens        int   (B, k)       X_1..X_k in sampling order; -1 = no candidate
+        draft_probs   float (B, V)       p at the node
+        target_probs  float (B, V)       q at the node
+
+    A -1 candidate is what :func:`sample_candidates` writes once sampling without
+    replacement has exhausted the draft support; it also lets rows with different
+    numbers of candidates share a batch. Rows may already be processed by temperature,
+    top-k or top-p: verifiers only see probabilities.
+    """
+
+    tokens: Any
+    draft_probs: Any
+    target_probs: Any
+    layout: str = CHAIN
+
+    @property
+    def batch(self) -> int:
+        """B, the number of independent drafts."""
+        return int(self.tokens.shape[0])
+
+    @property
+    def length(self) -> int:
+        """L (chain) or k (candidates): the tokens drafted per row."""
+        return int(self.tokens.shape[1])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.draft_probs.shape[-1])
+
+
+def gather_tokens(rows, tokens):
+    """``rows[b, i, tokens[b, i]]`` for rows (B, L', V) with L' >= L and tokens (B, L) → (B, L)."""
+    xp = namespace(rows)
+    L = tokens.shape[-1]
+    return xp.take_along_axis(rows[:, :L, :], tokens[..., None], axis=-1)[..., 0]
+
+
+def _gather_candidates(rows, candidates):
+    """``rows[b, candidates[b, i]]``, shape (B, k); 0 where the candidate is -1."""
+    xp = namespace(rows)
+    valid = candidates >= 0
+    safe = xp.astype(xp.where(valid, candidates, xp.zeros_like(candidates)), xp.int64)
+    vals = xp.take_along_axis(rows, safe, axis=-1)
+    return xp.where(valid, vals, xp.zeros_like(vals))
+
+
+def check_draft(tokens, draft_probs, target_probs, layout: str = CHAIN, *, validate: bool = True,
+                distinct: bool = False) -> Draft:
+    """Validate a verifier's inputs and return them as a :class:`Draft` (rows renormalised).
+
+    Raises ``ValueError`` naming the offending argument for: tokens of the wrong rank or not
+    integer; probability rows of the wrong shape for the layout, with different vocabularies,
+    NaN/inf, negative entries or sums away from 1; token ids out of range ([0, V) for a
+    chain, [-1, V) for candidates); a drafted token with zero draft probability; and, with
+    ``distinct=True``, a candidate repeated in a row (verifiers for draws without
+    replacement). With ``validate=False`` the inputs are wrapped unchecked.
+    """
+    if layout not in (CHAIN, CANDIDATES):
+        raise ValueError(f"layout: expected {CHAIN!r} or {CANDIDATES!r}, got {layout!r}")
+    if not array_api_compat.is_array_api_obj(tokens):
+        tokens = np.asarray(tokens)
+    if not validate:
+        return Draft(tokens, draft_probs, target_probs, layout)
+    chain = layout == CHAIN
+    what = "draft_tokens" if chain else "candidates"
+    if getattr(tokens, "ndim", None) != 2:
+        raise ValueError(f"{what}: expected shape (batch, {'L' if chain else 'k'}), got {tuple(tokens.shape)}")
+    B, n = tokens.shape
+    rank = 3 if chain else 2
+    draft_probs = validate_probs(draft_probs, "draft_probs", min_ndim=rank)
+    target_probs = validate_probs(target_probs, "target_probs", min_ndim=rank)
+    V = check_same_vocab(draft_probs, target_probs, "draft_probs", "target_probs")
+    if chain:
+        if tuple(draft_probs.shape) != (B, n, V):
+            raise ValueError(f"draft_probs: expected shape (batch, L, V) = {(B, n, V)}, got {tuple(draft_probs.shape)}")
+        if tuple(target_probs.shape) != (B, n + 1, V):
+            raise ValueError(f"target_probs: expected shape (batch, L+1, V) = {(B, n + 1, V)} (one row per prefix "
+                             f"X^0..X^L), got {tuple(target_probs.shape)}")
+    else:
+        for name, rows in (("draft_probs", draft_probs), ("target_probs", target_probs)):
+            if tuple(rows.shape) != (B, V):
+                raise ValueError(f"{name}: expected shape (batch, V) = {(B, V)}, got {tuple(rows.shape)}")
+    xp = namespace(draft_probs)
+    if not xp.isdtype(tokens.dtype, "integral"):
+        raise ValueError(f"{what}: expected integer token ids, got dtype {tokens.dtype}")
+    low = 0 if chain else -1
+    if n and (bool(xp.any(tokens < low)) or bool(xp.any(tokens >= V))):
+        raise ValueError(f"{what}: ids must lie in [{low}, {V})" + ("" if chain else " (-1 = no candidate)"))
+    if n:
+        p_x = gather_tokens(draft_probs, tokens) if chain else _gather_candidates(draft_probs, tokens)
+        zero = (p_x <= 0) if chain else (tokens >= 0) & (p_x <= 0)
+        if bool(xp.any(zero)):
+            b, i = first_index(zero)
+            where = f"(batch {b}, position {i})" if chain else f"(row {b}, position {i})"
+            kind = "drafted token" if chain else "candidate"
+            raise ValueError(f"draft_probs gives probability 0 to {kind} {int(tokens[b, i])} {where}; "
+                             f"a {kind} must have positive draft probability")
+    if distinct:
+        _check_no_repeats(tokens)
+    return Draft(tokens, draft_probs, target_probs, layout)
+
+
+def _check_no_repeats(candidates):
+    xp = namespace(candidates)
+    k = candidates.shape[1]
+    for i in range(k):
+        for j in range(i + 1, k):
+            rep = (candidates[:, i] == candidates[:, j]) & (candidates[:, i] >= 0)
+            if bool(xp.any(rep)):
+                (b,) = first_index(rep)
+                raise ValueError(f"candidates: token {int(candidates[b, i])} repeated in row {b} (positions {i} "
+                                 f"and {j}); this verifier needs candidates drawn without replacement")
+
+
+# ============================================================================ tuples
+def _check_k(k) -> int:
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+        raise ValueError(f"k: expected an integer number of drafts >= 1, got {k!r}")
+    return int(k)
+
+
+def _row(probs, name: str) -> np.ndarray:
+    arr = validate_probs(probs, name)
+    if hasattr(arr, "cpu"):  # a torch tensor: the tuple laws are numpy-only
+        arr = arr.cpu().numpy()
+    arr = np.array(arr, dtype=np.float64)
+    if arr.ndim != 1:
+        raise ValueError(f"{name}: expected one probability row of shape (V,), got shape {arr.shape}")
+    return arr
+
+
+def _n_tuples(s: int, k: int, replacement: bool) -> int:
+    return s**k if replacement else math.perm(s, min(k, s))
+
+
+def draft_tuple_law(draft, k: int, replacement: bool = True, *,
+                    max_tuples: int = MAX_DRAFT_TUPLES) -> tuple[np.ndarray, np.ndarray]:
+    r"""The law P_D of the candidate tuple: every tuple of positive probability, exactly.
+
+    With replacement P_D(x) = ∏_i p(x_i). Without replacement
+
+    .. math::
+        P_D(x) = \prod_{i=1}^{k} \frac{p(x_i)}{\sum_{z \notin \{x_1..x_{i-1}\}} p(z)},
+        \qquad x_i \text{ distinct},
+
+    each remaining mass summed over the tokens not drawn yet (no cancellation when the drawn
+    tokens carry almost all the mass); tuples that exhaust the support are padded with -1.
+
+    Parameters
+    ----------
+    draft : array_like, shape (V,)
+        p, a probability row.
+    k : int
+        Number of candidates, >= 1.
+    replacement : bool
+        i.i.d. candidates (True) or sequential sampling without replacement.
+    max_tuples : int
+        Refuse (:class:`~otspec.errors.SizeLimitError`) more tuples than this.
+
+    Returns
+    -------
+    tuples : ndarray of int64, shape (M, k)
+        Lexicographic order over the draft support (-1 padding last).
+    probs : ndarray, shape (M,)
+        P_D of each tuple; all positive, summing to 1 up to rounding.
+
+    >>> tuples, probs = draft_tuple_law([0.5, 0.5], 2, replacement=False)
+    >>> tuples.tolist(), probs.tolist()
+    ([[0, 1], [1, 0]], [0.5, 0.5])
+    """
+    p, k, replacement = _row(draft, "draft"), _check_k(k), bool(replacement)
+    supp = np.flatnonzero(p > 0)
+    s = supp.size
+    n = _n_tuples(s, k, replacement)
+    if n > max_tuples:
+        limit = "MAX_DRAFT_TUPLES" if max_tuples == MAX_DRAFT_TUPLES else "max_tuples"
+        raise SizeLimitError(f"the draft law {'with' if replacement else 'without'} replacement of k={k} drafts "
+                             f"over {s} tokens of positive probability has {n:,} tuples, above {limit} = "
+                             f"{max_tuples:,} (the enumeration exceeds max_tuples); use otm_value (no "
+                             "enumeration) instead", size=n, limit=max_tuples)
+    if replacement:
+        idx = np.indices((s,) * k).reshape(k, -1).T  # C order = lexicographic
+        tuples = supp[idx]
+        return tuples.astype(np.int64), np.prod(p[tuples], axis=1)
+    # level by level: children in increasing token order
+    kk = min(k, s)
+    ps = p[supp]
+    prefix = np.zeros((1, 0), dtype=np.int64)  # positions in supp
+    probs = np.ones(1)
+    avail = np.ones((1, s), dtype=bool)
+    for _ in range(kk):
+        rem = (ps[None, :] * avail).sum(axis=1)
+        row, col = np.nonzero(avail)
+        probs = probs[row] * ps[col] / rem[row]
+        prefix = np.concatenate([prefix[row], col[:, None]], axis=1)
+        avail = avail[row]
+        avail[np.arange(row.size), col] = False
+    tuples = np.full((prefix.shape[0], k), -1, dtype=np.int64)
+    tuples[:, :kk] = supp[prefix]
+    return tuples, probs
+
+
+def tuple_membership(tuples, vocab_size: int) -> np.ndarray:
+    """Boolean matrix (M, V): entry [m, y] is True iff token y appears in tuple m (-1 = padding)."""
+    tuples = np.asarray(tuples, dtype=np.int64)
+    if tuples.ndim != 2:
+        raise ValueError(f"tuples: expected an int array of shape (M, k), got shape {tuples.shape}")
+    V = int(vocab_size)
+    if tuples.size and (tuples.max() >= V or tuples.min() < -1):
+        raise ValueError(f"tuples: entries must be token ids in [0, {V}) or -1 (padding)")
+    member = np.zeros((tuples.shape[0], V + 1), dtype=bool)  # column V collects the -1 padding
+    member[np.arange(tuples.shape[0])[:, None], tuples] = True
+    return member[:, :V]
+
+
+def _one_hot(tokens, V, like):
+    """(B, V) rows of ``like``'s dtype with a 1 at each token (all zero for -1)."""
+    xp = namespace(like)
+    ids = xp.arange(V, device=array_api_compat.device(like))
+    return xp.astype(tokens[:, None] == ids, like.dtype)
+
+
+def sample_candidates(draft_probs, k: int, rng, replacement: bool = True):
+    """Draw k candidates per row of ``draft_probs`` (B, V) → int (B, k).
+
+    ``replacement=True``: i.i.d. from p. ``replacement=False``: sequentially without
+    replacement (candidate i from p restricted to the tokens not drawn yet, renormalised;
+    MCSD eq. (1)); once the draft support is exhausted the remaining slots are -1.
+    ``rng`` is a numpy ``Generator`` or a ``torch.Generator``.
+    """
+    k = int(k)
+    if k < 0:
+        raise ValueError(f"k: expected a non-negative number of candidates, got {k}")
+    p = validate_probs(draft_probs, "draft_probs", min_ndim=2)
+    if p.ndim != 2:
+        raise ValueError(f"draft_probs: expected shape (batch, V), got {tuple(p.shape)}")
+    xp = namespace(p)
+    B, V = p.shape
+    if k == 0:
+        return xp.zeros((B, 0), dtype=xp.int64, device=array_api_compat.device(p))
+    if replacement:
+        u = uniform(rng, (B, k), p)
+        return xp.astype(sample_categorical(xp.broadcast_to(p[:, None, :], (B, k, V)), rng, u), xp.int64)
+    drafted = xp.zeros_like(p)
+    out = []
+    for _ in range(k):
+        w = p * (1.0 - drafted)
+        x = xp.astype(sample_categorical(w, rng), xp.int64)
+        x = xp.where(xp.sum(w, axis=-1) > 0, x, xp.full_like(x, -1))
+        drafted = drafted + _one_hot(x, V, p)
+        out.append(x)
+    return xp.stack(out, axis=1)
+
+
+# ================================================================= P_D(S ⊆ A): the race
+def race_nodes(k: int, s_min: float) -> tuple[np.ndarray, float]:
+    """Nodes t = e^v of the trapezoid rule in v for ∫ s e^{-st} P(N_A(t) >= k) dt, all s >= s_min.
+
+    Below v_lo the integrand (in v) is at most s t^{k+1}/k! (P(N >= k) <= (p(A)t)^k/k!),
+    whose integral is < 1e-18; above v_hi the weight's tail e^{-s t} is < 1e-19.
+    """
+    h = RACE_STEP
+    v_lo = math.log(1e-18) / (k + 1) - 1.0
+    v_hi = math.log(45.0 / s_min) + 1.0
+    return np.exp(np.arange(v_lo, v_hi + h, h)), h
+
+
+def race_weights(s, t: np.ndarray, h: float) -> np.ndarray:
+    """h · s t e^{-s t}: the trapezoid weights of the density s e^{-st} dt = s t e^{-st} dv."""
+    st = np.multiply.outer(np.asarray(s, dtype=np.float64), t)
+    return h * st * np.exp(-st)
+
+
+def race_add_token(dp: np.ndarray, rate: float, t: np.ndarray) -> None:
+    """Poisson-binomial DP, in place: dp[i] = P(N = i) (i < k), dp[k] = P(N >= k), one more token."""
+    b = -np.expm1(-rate * t)  # P(arrived by t)
+    c = np.exp(-rate * t)
+    k = dp.shape[0] - 1
+    moved = dp[:k] * b
+    dp[:k] *= c
+    dp[1:] += moved
+
+
+def _race_within(inside: np.ndarray, s: float, k: int) -> float:
+    """P_D(S ⊆ A) without replacement from A's positive masses and s = p(outside A), eq. (7)."""
+    if s <= 0:
+        return 1.0
+    if inside.size < k:
+        return 0.0
+    t, h = race_nodes(k, s)
+    dp = np.zeros((k + 1, t.size))
+    dp[0] = 1.0
+    for rate in inside:
+        race_add_token(dp, float(rate), t)
+    return float(min(1.0, race_weights(s, t, h) @ dp[k]))
+
+
+def prob_drafts_within(draft, subset, k: int, replacement: bool = True, method: str = "race") -> float:
+    r"""P_D(S(X) ⊆ A): the probability that every candidate lies in the token set A.
+
+    With replacement this is p(A)^k. Without replacement (spec eq. (7)), draw order = order
+    of independent arrival times T_x ~ Exp(p(x)) (an exponential race), so S ⊆ A iff the
+    k-th arrival in A precedes the first arrival outside A, which is Exp(s), s = p(Ω∖A):
+
+    .. math::
+        P_D(S \subseteq A) = \int_0^\infty s e^{-st}\, P(N_A(t) \ge k)\, dt,
+
+    N_A(t) Poisson-binomial with success probabilities 1 − e^{−p(x) t}, x ∈ A (O(|A|·k) DP
+    per node). The integral is taken by the trapezoid rule in v = log t with step
+    :data:`RACE_STEP` (errors <= 1e-14 against the permutation sum).
+
+    Parameters
+    ----------
+    draft : array_like, shape (V,)
+    subset : array_like of int, or bool mask of shape (V,)
+        The token set A.
+    k : int
+    replacement : bool
+    method : {"race", "enumerate"}
+        Without replacement: the integral above, or the exact sum over the tuples of
+        :func:`draft_tuple_law`.
+    """
+    p = _row(draft, "draft")
+    k = _check_k(k)
+    A = np.asarray(subset)
+    if A.dtype == bool:
+        if A.shape != p.shape:
+            raise ValueError(f"subset: a boolean mask must have shape {p.shape}, got {A.shape}")
+        A = np.flatnonzero(A)
+    A = np.unique(A.astype(np.int64).reshape(-1))
+    if A.size and (A.min() < 0 or A.max() >= p.size):
+        raise ValueError(f"subset: token ids must lie in [0, {p.size})")
+    if method not in ("race", "enumerate"):
+        raise ValueError(f"method: expected 'race' or 'enumerate', got {method!r}")
+    if replacement:
+        return float(p[A].sum()) ** k
+    mask = np.zeros(p.size + 1, dtype=bool)
+    mask[A] = True
+    if method == "enumerate":
+        tuples, probs = draft_tuple_law(p, k, False)
+        mask[-1] = True  # the -1 padding is inside every set
+        return float(probs[mask[tuples].all(axis=1)].sum())
+    mask = mask[:-1]
+    return _race_within(p[mask & (p > 0)], float(p[~mask].sum()), k)
+
+
+def inclusion_iid(s, k: int):
+    """1 − (1 − s)^k, accurate for small s (s = 1 gives 1): P(a token of mass s is among k i.i.d. draws)."""
+    with np.errstate(divide="ignore"):
+        return -np.expm1(k * np.log1p(-np.minimum(s, 1.0)))
+
+
+def draft_inclusion_probs(draft, k: int, replacement: bool = True) -> np.ndarray:
+    r"""P_D(y ∈ S(X)) for every token y, shape (V,).
+
+    With replacement 1 − (1 − p(y))^k. Without replacement P(y ∉ S) = P_D(S ⊆ Ω∖{y}) by the
+    race formula (7) with s = p(y), the Poisson-binomial law of the other tokens obtained by
+    combining prefix and suffix DPs (leave-one-out): O(V·k·nodes) time and at most
+    :data:`MAX_RACE_CELLS` stored numbers.
+
+    >>> draft_inclusion_probs([0.5, 0.5], 2).tolist()
+    [0.75, 0.75]
+    """
+    p = _row(draft, "draft")
+    k = _check_k(k)
+    if replacement:
+        return inclusion_iid(p, k)
+    supp = np.flatnonzero(p > 0)
+    n = supp.size
+    out = np.zeros(p.size)
+    if n <= k:  # every token of the support is drawn
+        out[supp] = 1.0
+        return out
+    ps = p[supp]
+    t, h = race_nodes(k, float(ps.min()))
+    cells = (n + 1) * (k + 1) * t.size
+    if cells > MAX_RACE_CELLS:
+        raise SizeLimitError(f"draft_inclusion_probs without replacement would hold {cells:,} numbers for {n} "
+                             f"tokens, above MAX_RACE_CELLS = {MAX_RACE_CELLS:,}", size=cells, limit=MAX_RACE_CELLS)
+    pre = np.zeros((n + 1, k + 1, t.size))
+    pre[0, 0] = 1.0
+    for i in range(n):
+        pre[i + 1] = pre[i]
+        race_add_token(pre[i + 1], float(ps[i]), t)
+    suf = np.zeros((k + 1, t.size))
+    suf[0] = 1.0
+    for i in range(n - 1, -1, -1):  # suf: tokens after i; pre[i]: tokens before i
+        tail = np.cumsum(suf[::-1], axis=0)[::-1]  # tail[c] = P(N_suffix >= c)
+        at_least_k = np.einsum("an,an->n", pre[i], tail[::-1])  # Σ_a P(pre = a) P(suf >= k − a)
+        out[supp[i]] = 1.0 - float(race_weights(ps[i], t, h) @ at_least_k)
+        race_add_token(suf, float(ps[i]), t)
+    return np.clip(out, 0.0, 1.0)
+
+
+# ============================================================================ trees
 @dataclass(frozen=True)
 class DraftTree:
     """A k-config draft tree.

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .distributions import sample_categorical, validate_probs
+from .errors import SizeLimitError
 
 #: Largest number of sequences :meth:`Source.enumerate` will build.
 MAX_ENUMERATION = 2**21
@@ -211,10 +212,9 @@ class Source(ABC):
             raise ValueError(f"length must be >= 0, got {length}")
         count = self.vocab_size**length
         if count > MAX_ENUMERATION:
-            raise ValueError(
-                f"enumerating {self.vocab_size}^{length} = {count} sequences exceeds the limit "
-                f"MAX_ENUMERATION = {MAX_ENUMERATION}; use Monte Carlo or a shorter length"
-            )
+            raise SizeLimitError(f"enumerating {self.vocab_size}^{length} = {count:,} sequences exceeds the limit "
+                                 f"MAX_ENUMERATION = {MAX_ENUMERATION:,}; use Monte Carlo or a shorter length",
+                                 size=count, limit=MAX_ENUMERATION)
         self.check_length(length)
         V = self.vocab_size
         tokens = EMPTY_PREFIX

@@ -22,14 +22,13 @@ from otspec.rejections import (
     expected_rejections,
     markov_pair,
     min_rejection_lp,
-    rejections_figure_data,
     rejections_per_position,
-    render_rejections,
     simulate_batch_rejections,
     simulate_rejections,
     speedup,
     template_law,
 )
+from otspec.figures.rejections import rejections_figure_data, render_rejections
 from otspec.sources import IIDSource, MarkovSource, TableSource, random_markov
 
 SEEDED = markov_pair(4, 50, 5)

@@ -14,7 +14,7 @@ from otspec.report import build_report
 def test_report_small_scale(tmp_path):
     report = build_report(tmp_path, scale=0.02)
     text = report.read_text()
-    for _, _, stem in FIGURES.values():
+    for stem in (figure.stem for figure in FIGURES.values()):
         png, js = tmp_path / f"{stem}.png", tmp_path / f"{stem}.json"
         assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
         data = json.loads(js.read_text())

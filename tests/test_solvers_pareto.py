@@ -11,24 +11,16 @@ from hypothesis import strategies as st
 from scipy.optimize import linprog
 from strategies import markov_chain, prob_rows
 
-from otspec.solvers.pareto import (
-    DEFAULT_DRAFT,
-    DEFAULT_TARGET,
-    MAX_SEQUENCE_LP_VARIABLES,
-    ParetoResult,
-    default_sequence_pair,
+from otspec.figures.pareto import DEFAULT_DRAFT, DEFAULT_TARGET, default_sequence_pair, pareto_figure_data, render_pareto
+from otspec.solvers.pareto import MAX_SEQUENCE_LP_VARIABLES, ParetoResult, min_bias, sequence_min_bias, sequence_pareto
+from otspec.theory.pareto import (
     family_curve,
-    min_bias,
     optimal_resampling,
     over_acceptance,
-    pareto_figure_data,
     pareto_front,
     per_step_curve,
-    render_pareto,
     sequence_expected_rejections_sd,
     sequence_laws,
-    sequence_min_bias,
-    sequence_pareto,
 )
 from otspec.sources import IIDSource, TableSource, random_markov
 

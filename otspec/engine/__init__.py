@@ -1,17 +1,23 @@
-"""Engines: exact enumeration, batched Monte Carlo, end-to-end decoding."""
+"""Engines: exact enumeration, batched Monte Carlo, end-to-end decoding (chains and trees), whole-response simulators."""
 
-from .decode import DecodeResult, FixedDraftLength, generate
+from .branching import coupling_law
+from .decode import FixedDraftLength, generate
 from .exact import ExactResult, evaluate
+from .ledger import DecodeResult
 from .montecarlo import MonteCarloResult, simulate
 from .stats import Estimate
+from .tree import generate_tree, tree_law
 
 __all__ = [
-           "DecodeResult",
-           "Estimate",
-           "ExactResult",
-           "FixedDraftLength",
-           "MonteCarloResult",
-           "evaluate",
-           "generate",
-           "simulate",
+    "DecodeResult",
+    "Estimate",
+    "ExactResult",
+    "FixedDraftLength",
+    "MonteCarloResult",
+    "coupling_law",
+    "evaluate",
+    "generate",
+    "generate_tree",
+    "simulate",
+    "tree_law",
 ]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import SizeLimitError
 from ..sources import Source
 from ..verifiers.base import Verifier
 from ..verifiers.carry import ResidualWindows
@@ -36,10 +37,9 @@ class _Branches:
     def __init__(self, buf, length, mass, windows, taus):
         self.buf, self.length, self.mass, self.windows, self.taus = buf, length, mass, windows, taus
         if len(mass) > MAX_BRANCH_ROWS:
-            raise ValueError(
-                f"exact multi-iteration evaluation needs {len(mass)} branches, above MAX_BRANCH_ROWS = "
-                f"{MAX_BRANCH_ROWS}; reduce the vocabulary, the draft length or the number of iterations"
-            )
+            raise SizeLimitError(f"exact multi-iteration evaluation needs {len(mass):,} branches, above MAX_BRANCH_ROWS "
+                                 f"= {MAX_BRANCH_ROWS:,}; reduce the vocabulary, the draft length or the number of "
+                                 "iterations", size=len(mass), limit=MAX_BRANCH_ROWS)
 
     def take(self, rows) -> _Branches:
         return _Branches(self.buf[rows], self.length[rows], self.mass[rows], self.windows.take(rows), self.taus[rows])

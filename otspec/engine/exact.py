@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import SizeLimitError
+from ..pairs import check_pair
 from ..sources import EMPTY_PREFIX, MAX_ENUMERATION, Source, extend_prefixes
 from ..verifiers.base import Verifier
 from .branching import branch_law
@@ -110,17 +112,12 @@ def evaluate(draft: Source, target: Source, verifier: Verifier, draft_length: in
     L = int(draft_length)
     if L < 1:
         raise ValueError(f"draft_length must be >= 1, got {L}")
-    if draft.vocab_size != target.vocab_size:
-        raise ValueError(
-            f"vocabulary mismatch: draft has {draft.vocab_size} tokens, target has {target.vocab_size}"
-        )
-    V = target.vocab_size
+    V = check_pair(draft, target)
     entries = V**L * (L + 1) * V
     if entries > MAX_EXACT_ENTRIES:
-        raise ValueError(
-            f"exact evaluation needs {V}^{L} drafts x {L + 1} positions x {V} tokens = {entries} "
-            f"entries, above MAX_EXACT_ENTRIES = {MAX_EXACT_ENTRIES}; use Monte Carlo"
-        )
+        raise SizeLimitError(f"exact evaluation needs {V}^{L} drafts x {L + 1} positions x {V} tokens = {entries:,} "
+                             f"entries, above MAX_EXACT_ENTRIES = {MAX_EXACT_ENTRIES:,}; use Monte Carlo",
+                             size=entries, limit=MAX_EXACT_ENTRIES)
     if iterations > 1 or getattr(verifier, "carries_residual", False):
         return _evaluate_branching(draft, target, verifier, L, int(iterations))
     target.check_length(L + 1)
@@ -168,10 +165,9 @@ def _evaluate_branching(draft, target, verifier, L, iterations) -> ExactResult:
         raise ValueError(f"iterations must be >= 1, got {iterations}")
     V = target.vocab_size
     if V ** (iterations * (L + 1)) > MAX_ENUMERATION:
-        raise ValueError(
-            f"the output law over {V}^{iterations * (L + 1)} sequences exceeds MAX_ENUMERATION = "
-            f"{MAX_ENUMERATION}; reduce the vocabulary, the draft length or the number of iterations"
-        )
+        raise SizeLimitError(f"the output law over {V}^{iterations * (L + 1)} sequences exceeds MAX_ENUMERATION = "
+                             f"{MAX_ENUMERATION:,}; reduce the vocabulary, the draft length or the number of iterations",
+                             size=V ** (iterations * (L + 1)), limit=MAX_ENUMERATION)
     output, dists, N = branch_law(draft, target, verifier, L, iterations)
     target_law = target.enumerate(N).probs
     expected = float(dists[0] @ np.arange(L + 1))

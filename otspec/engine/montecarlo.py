@@ -13,14 +13,13 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..pairs import check_pair
 from ..sources import Source
 from ..verifiers.base import Verifier
+from .chunking import chunk_size
 from .stats import Estimate, mean_estimate, proportion_intervals
 
 __all__ = ["MonteCarloResult", "default_batch_size", "simulate"]
-
-#: Probability entries (trials x positions x vocabulary) materialised per chunk.
-CHUNK_ENTRIES = 2**23
 
 
 @dataclass(frozen=True)
@@ -57,8 +56,8 @@ class MonteCarloResult:
 
 
 def default_batch_size(vocab_size: int, draft_length: int) -> int:
-    """Trials per chunk so that a chunk holds about :data:`CHUNK_ENTRIES` probabilities."""
-    return int(np.clip(CHUNK_ENTRIES // ((draft_length + 1) * vocab_size), 256, 2**20))
+    """Trials per chunk: :func:`~otspec.engine.chunking.chunk_size` of (L + 1)·V rows' entries per trial."""
+    return chunk_size((draft_length + 1) * vocab_size)
 
 
 def simulate(draft: Source, target: Source, verifier: Verifier, draft_length: int, n_blocks: int, *,
@@ -84,12 +83,10 @@ def simulate(draft: Source, target: Source, verifier: Verifier, draft_length: in
     L, n_blocks = int(draft_length), int(n_blocks)
     if L < 1 or n_blocks < 1:
         raise ValueError(f"need draft_length >= 1 and n_blocks >= 1, got {L} and {n_blocks}")
-    if draft.vocab_size != target.vocab_size:
-        raise ValueError(f"vocabulary mismatch: draft has {draft.vocab_size} tokens, target has {target.vocab_size}")
+    V = check_pair(draft, target)
     target.check_length(L + 1)
-    V = target.vocab_size
     rng = np.random.default_rng(seed)
-    batch = int(batch_size or default_batch_size(V, L))
+    batch = chunk_size((L + 1) * V, batch_size)
     counts = np.zeros(L + 1, dtype=np.int64)
     first = np.zeros(V, dtype=np.int64)
     start = time.perf_counter()

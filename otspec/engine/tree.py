@@ -21,7 +21,6 @@ the whole tree first.
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -29,9 +28,11 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..distributions import sample_categorical
-from ..drafts import DraftTree
+from ..drafts import DraftTree, draft_tuple_law, sample_candidates
+from ..pairs import check_pair
 from ..sources import Source, extend_prefixes
-from .decode import DecodeResult, _lengths, block_efficiency_estimate
+from .decode import _lengths
+from .ledger import DecodeResult, Ledger
 
 __all__ = ["RULES", "TreeExactResult", "tree_law", "generate_tree"]
 
@@ -42,9 +43,8 @@ RULES = ("match", "accepted")
 def _check(draft: Source, target: Source, verifier, tree: DraftTree, rule: str):
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
-    if draft.vocab_size != target.vocab_size:
-        raise ValueError(f"vocabulary mismatch: draft has {draft.vocab_size} tokens, target has {target.vocab_size}")
-    if getattr(verifier, "name", "") != "naive" and getattr(verifier, "replacement", True) != tree.replacement:
+    check_pair(draft, target)
+    if not getattr(verifier, "any_draw_mode", False) and getattr(verifier, "replacement", True) != tree.replacement:
         mode = "with" if tree.replacement else "without"
         raise ValueError(f"{type(verifier).__name__} is lossless for candidates drawn "
                          f"{'with' if verifier.replacement else 'without'} replacement, but the tree draws "
@@ -89,8 +89,6 @@ def tree_law(draft: Source, target: Source, verifier, tree: DraftTree, rule: str
     Enumerates, node set by node set along the followed path, every candidate
     tuple with its exact probability and the verifier's exact law.
     """
-    from ..verifiers.multi import candidate_tuple_law as draft_tuple_law
-
     _check(draft, target, verifier, tree, rule)
     L, V = tree.depth, target.vocab_size
     target.check_length(L + 1)
@@ -155,79 +153,59 @@ def generate_tree(draft: Source, target: Source, verifier, tree: DraftTree, n_to
     accepted. A sequence never drafts past its last token (the tree is cut at depth
     N − pos − 1). ``accept_hist[g, t]``: iterations with tree depth g that accepted t.
     """
-    from ..verifiers.multi import sample_candidates
-
     _check(draft, target, verifier, tree, rule)
     L, N, B = tree.depth, int(n_tokens), int(n_sequences)
     if N < 1 or B < 1:
         raise ValueError(f"need n_tokens >= 1 and n_sequences >= 1, got {N} and {B}")
     target.check_length(N)
     rng = np.random.default_rng(seed)
-    buf = np.zeros((B, N), dtype=np.int64)
-    pos = np.zeros(B, dtype=np.int64)
-    hist = np.zeros((L + 1, L + 1), dtype=np.int64)
-    widths = np.cumprod(tree.branching)
-    draft_calls = draft_tokens = 0
-    trace_row, trace_start, trace_emit = [], [], []
-    start = time.perf_counter()
-    disable = None if progress is None else not progress
-    with tqdm(total=B * N, unit="tok", unit_scale=True, disable=disable, leave=False,
-              desc=f"tree decode ({getattr(verifier, 'name', 'verifier')}, {tree})") as bar:
+    buf, pos = np.zeros((B, N), dtype=np.int64), np.zeros(B, dtype=np.int64)
+    ledger = Ledger(B, N, L)
+    tree_tokens = np.concatenate([[0], np.cumsum(np.cumprod(tree.branching))])  # draft tokens above each depth
+    with tqdm(total=B * N, unit="tok", unit_scale=True, disable=None if progress is None else not progress,
+              leave=False, desc=f"tree decode ({getattr(verifier, 'name', 'verifier')}, {tree})") as bar:
         while (pos < N).any():
             active = np.flatnonzero(pos < N)
             p0 = pos[active].copy()
             depth = np.minimum(L, N - p0 - 1)  # tree cut so that the bonus token stays inside N
-            draft_calls += int(depth.sum())
-            draft_tokens += int(np.concatenate([[0], np.cumsum(widths)])[depth].sum())
-            nodes = np.ones(active.size, dtype=np.int64)
-            going = np.ones(active.size, dtype=bool)
-            emitted = np.zeros(active.size, dtype=np.int64)
-            for d in range(L + 1):
-                here = going & (d < depth)
-                bonus = going & (d == depth)
-                if bonus.any():
-                    rows = active[bonus]
-                    q_row = target.next_probs(buf, _lengths(B, rows, p0[bonus] + d))[rows]
-                    buf[rows, p0[bonus] + d] = sample_categorical(q_row, rng)
-                    emitted[bonus] += 1
-                    going &= ~bonus
-                if not here.any():
-                    break
-                n_cands = nodes * tree.branching[d]  # snapshot: groups below update `nodes`
-                for k in np.unique(n_cands[here]):
-                    sel = here & (n_cands == k)
-                    rows = active[sel]
-                    lengths = _lengths(B, rows, p0[sel] + d)
-                    p_row, q_row = draft.next_probs(buf, lengths)[rows], target.next_probs(buf, lengths)[rows]
-                    cands = np.asarray(sample_candidates(p_row, int(k), rng, replacement=tree.replacement))
-                    out = verifier.sample(cands, p_row, q_row, rng, validate=False)
-                    y, accepted = np.asarray(out.token), np.asarray(out.accepted, dtype=bool)
-                    buf[rows, p0[sel] + d] = y
-                    emitted[sel] += 1
-                    if rule == "match":
-                        count = (cands == y[:, None]).sum(axis=1)
-                        going[sel], nodes[sel] = count > 0, np.maximum(count, 1)
-                    else:
-                        going[sel], nodes[sel] = accepted, 1
+            emitted = _walk(draft, target, verifier, tree, rule, buf, active, p0, depth, rng)
             pos[active] += emitted
-            np.add.at(hist, (depth, np.minimum(emitted - 1, depth)), 1)
-            trace_row.append(active)
-            trace_start.append(p0)
-            trace_emit.append(emitted)
+            ledger.record(active, p0, depth, np.minimum(emitted - 1, depth), emitted,
+                          draft_calls=int(depth.sum()), drafted=int(tree_tokens[depth].sum()))
             bar.update(int(emitted.sum()))
-    elapsed = time.perf_counter() - start
-    emit_all = np.concatenate(trace_emit)
-    accepted_total = int((emit_all - 1).sum())
-    return DecodeResult(
-        tokens=buf,
-        iterations=int(emit_all.size),
-        target_calls=int(emit_all.size),
-        draft_calls=draft_calls,
-        accepted=accepted_total,
-        rejected=int(sum(hist[g, :g].sum() for g in range(1, L + 1))),
-        discarded=draft_tokens - accepted_total,
-        generated=int(emit_all.sum()),
-        block_efficiency=block_efficiency_estimate(trace_row, trace_start, trace_emit, B, N, confidence),
-        accept_hist=hist,
-        elapsed_s=elapsed,
-    )
+    return ledger.result(buf, confidence)
+
+
+def _walk(draft, target, verifier, tree, rule, buf, active, p0, depth, rng):
+    """One iteration down the tree for sequences ``active`` from positions ``p0``; returns tokens emitted."""
+    B = buf.shape[0]
+    nodes = np.ones(active.size, dtype=np.int64)
+    going = np.ones(active.size, dtype=bool)
+    emitted = np.zeros(active.size, dtype=np.int64)
+    for d in range(tree.depth + 1):
+        here, bonus = going & (d < depth), going & (d == depth)
+        if bonus.any():  # every level continued: a bonus token from q at the leaf
+            rows = active[bonus]
+            q_row = target.next_probs(buf, _lengths(B, rows, p0[bonus] + d))[rows]
+            buf[rows, p0[bonus] + d] = sample_categorical(q_row, rng)
+            emitted[bonus] += 1
+            going &= ~bonus
+        if not here.any():
+            break
+        n_cands = nodes * tree.branching[d]  # snapshot: groups below update `nodes`
+        for k in np.unique(n_cands[here]):
+            sel = here & (n_cands == k)
+            rows = active[sel]
+            lengths = _lengths(B, rows, p0[sel] + d)
+            p_row, q_row = draft.next_probs(buf, lengths)[rows], target.next_probs(buf, lengths)[rows]
+            cands = np.asarray(sample_candidates(p_row, int(k), rng, replacement=tree.replacement))
+            out = verifier.sample(cands, p_row, q_row, rng, validate=False)
+            y, accepted = np.asarray(out.token), np.asarray(out.accepted, dtype=bool)
+            buf[rows, p0[sel] + d] = y
+            emitted[sel] += 1
+            if rule == "match":
+                count = (cands == y[:, None]).sum(axis=1)
+                going[sel], nodes[sel] = count > 0, np.maximum(count, 1)
+            else:
+                going[sel], nodes[sel] = accepted, 1
+    return emitted

@@ -36,9 +36,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.optimize import linprog
 
+from ..errors import SizeLimitError, SolveError
+from ..pairs import check_pair
 from ..sources import Source
+from .lp import check_method, cvxpy_settings, solve_lp
 
 #: Most LP variables (V**(2L)) the HiGHS route accepts: up to 3**6 = 729 blocks. Measured on
 #: a 2-core machine (``benchmarks/bench_block_ot.py``, random Markov pairs): 256 blocks
@@ -73,7 +75,7 @@ __all__ = [
 ]
 
 
-class BlockOTSolveError(RuntimeError):
+class BlockOTSolveError(SolveError):
     """An LP solver failed or returned a plan that violates the marginals."""
 
 
@@ -155,9 +157,7 @@ def block_laws(draft: Source, target: Source, draft_length: int) -> tuple[np.nda
         On a vocabulary mismatch, or (from :meth:`~otspec.sources.Source.enumerate`)
         when V**L exceeds :data:`~otspec.sources.MAX_ENUMERATION` or a horizon.
     """
-    if draft.vocab_size != target.vocab_size:
-        raise ValueError(f"vocabulary mismatch: draft has {draft.vocab_size} tokens, target has "
-                         f"{target.vocab_size}; both models must share one vocabulary")
+    check_pair(draft, target)
     _check_shape(draft.vocab_size, draft_length)
     return draft.enumerate(draft_length).probs, target.enumerate(draft_length).probs
 
@@ -216,11 +216,10 @@ def _lp_data(n: int, V: int, L: int) -> tuple[np.ndarray, sp.csc_array]:
     return beta, sp.csc_array((np.ones(2 * n * n), indices, indptr), shape=(2 * n, n * n))
 
 
-#: HiGHS settings for both LP routes. Presolve declares some feasible block LPs infeasible
-#: (masses near 1e-8..1e-10; e.g. ``random_markov(2, 2.0, seed=3, sparsity=0.2)`` at L = 5),
-#: and the default feasibility tolerance 1e-7 moves the value by up to ~1e-7; 1e-10 is
-#: the smallest HiGHS accepts.
-_HIGHS_OPTIONS = {"presolve": "off", "primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
+#: Both LP routes use :func:`~otspec.errors.highs_options`: presolve declares some feasible
+#: block LPs infeasible (masses near 1e-8..1e-10; e.g. ``random_markov(2, 2.0, seed=3,
+#: sparsity=0.2)`` at L = 5), and the default feasibility tolerance 1e-7 moves the value by up
+#: to ~1e-7; 1e-10 is the smallest HiGHS accepts.
 
 
 def _checked_plan(x: np.ndarray, p: np.ndarray, q: np.ndarray, tol: float, who: str, message: str):
@@ -275,33 +274,24 @@ def solve_block_lp_laws(draft_law, target_law, vocab_size: int, draft_length: in
         by more than :data:`HIGHS_RESIDUAL_TOL` / :data:`CVXPY_RESIDUAL_TOL`.
     """
     p, q, V, L, n = _validated(draft_law, target_law, vocab_size, draft_length)
-    if method not in ("highs", "cvxpy"):
-        raise ValueError(f"method: expected 'highs' or 'cvxpy', got {method!r}")
+    check_method(method)
     limit = MAX_LP_VARIABLES if method == "highs" else MAX_CVXPY_VARIABLES
     if n * n > limit:
-        raise ValueError(f"the block LP for vocab_size={V}, draft_length={L} has {V}^{2 * L} = {n * n:,} variables, "
-                         f"above the {method} limit of {limit:,}; use solve_block_tree (exact, O(V^L) plan) instead")
+        raise SizeLimitError(f"the block LP for vocab_size={V}, draft_length={L} has {V}^{2 * L} = {n * n:,} variables, "
+                             f"above the {method} limit of {limit:,}; use solve_block_tree (exact, O(V^L) plan) instead",
+                             size=n * n, limit=limit)
     beta, A = _lp_data(n, V, L)
     if method == "highs":
-        options = {**_HIGHS_OPTIONS, "presolve": False}
-        options.update(solver_options or {})
-        res = linprog(-beta, A_eq=A, b_eq=np.concatenate([p, q]), bounds=(0, None), method="highs-ds",
-                      options=options)
-        if res.status != 0 or res.x is None:
-            raise BlockOTSolveError(f"HiGHS failed on the block LP ({n * n:,} variables): status {res.status}: "
-                                    f"{res.message}")
-        x = _checked_plan(res.x, p, q, HIGHS_RESIDUAL_TOL, "HiGHS", res.message)
-        label, status, message = "highs", "optimal", res.message
+        x, status, message, label = solve_lp(-beta, A_eq=A, b_eq=np.concatenate([p, q]), options=solver_options,
+                                             what="block LP", error=BlockOTSolveError)
+        x = _checked_plan(x, p, q, HIGHS_RESIDUAL_TOL, "HiGHS", message)
     else:
         import cvxpy as cp  # imported lazily: cvxpy takes a second to import
 
-        if solver is None:
-            installed = cp.installed_solvers()
-            solver = next((s for s in ("HIGHS", "CLARABEL") if s in installed), None)
+        solver, options = cvxpy_settings(solver)
         P = cp.Variable((n, n), nonneg=True)
         problem = cp.Problem(cp.Maximize(cp.sum(cp.multiply(beta.reshape(n, n), P))),
                              [cp.sum(P, axis=1) == p, cp.sum(P, axis=0) == q])
-        options = dict(_HIGHS_OPTIONS) if solver == "HIGHS" else {}  # HiGHS's presolve: see above
         options.update(solver_options or {})
         try:
             problem.solve(solver=solver, **options)

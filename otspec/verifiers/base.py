@@ -1,38 +1,46 @@
-"""The verifier protocol shared by every verification scheme.
+"""The verifier protocol shared by every verification scheme, single- and multi-draft.
 
-A verifier looks at one drafted block and both models' probability rows along
-it, and decides how many draft tokens to accept (``accepted_len``, τ) and which
-extra token to emit (``correction``, Y: a corrected token when τ < L, a bonus
-token when τ = L). It has two faces:
+A verifier looks at what the drafter produced — a :class:`~otspec.drafts.Draft` in one of
+two layouts, a *chain* of L tokens or k *candidates* at one position — and both models'
+probability rows, and decides how many draft tokens to keep (``accepted_len``, τ) and which
+token to emit next. It has two faces, on one base class :class:`Verifier`:
 
-* :meth:`Verifier.law` — the exact conditional law of the outcome given the
-  draft (used by the exact engine and by the unbiasedness tests);
-* :meth:`Verifier.sample` — one batched random outcome per draft, vectorised
-  over the batch, with an explicit random generator (used by Monte Carlo, the
-  decode loop and ``llm_bridge``).
+* :meth:`Verifier.law` — the exact conditional law of the outcome given the draft
+  (:class:`VerifierLaw`; used by the exact engine and the unbiasedness tests);
+* :meth:`Verifier.sample` — one batched random outcome per draft (:class:`Outcome`),
+  vectorised over the batch, with an explicit random generator (used by Monte Carlo, the
+  decode loops and ``llm_bridge``).
 
-Both accept numpy arrays and torch tensors (on any device); results come back
-in the same namespace.
+Both accept numpy arrays and torch tensors (on any device) and return the same namespace;
+inputs pass through one check, :func:`otspec.drafts.check_draft`. Shapes::
 
-Shapes for a single-draft verifier (B drafts of length L over V tokens)::
+    chain        tokens (B, L)   draft_probs (B, L, V)   target_probs (B, L+1, V)
+    candidates   tokens (B, k)   draft_probs (B, V)      target_probs (B, V)
 
-    draft_tokens  int   (B, L)       X_1..X_L
-    draft_probs   float (B, L, V)    row i = p(. | X^i),  i = 0..L-1
-    target_probs  float (B, L+1, V)  row i = q(. | X^i),  i = 0..L
+Outcome of a chain: the first τ draft tokens are kept and Y follows them (a corrected token
+when τ < L, a bonus token from q(·|X^L) when τ = L). Outcome of candidates: the verified
+position is the last one, so τ = 1 means a candidate was accepted and Y *is* that candidate,
+τ = 0 means all were rejected and Y was drawn from the verifier's residual; ``index`` says
+which candidate. "Accepted" means returned by the acceptance rule: for the sequential
+verifiers (k-Seq, multi-round) a residual draw equal to a candidate counts as rejected.
 
-Rows may already be processed by temperature / top-k / top-p: the verifier
-only sees probabilities.
+Carried state. A verifier whose correction reaches into the next iteration (the v1 block
+verifier's residual windows) overrides three hooks that do nothing by default:
+:meth:`Verifier.start_state`, :meth:`Verifier.current_targets` and
+:meth:`Verifier.advance_state`; the decode loop calls them for every verifier, so it has no
+verifier-specific branch.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import array_api_compat
 
-from ..distributions import check_same_vocab, first_index, namespace, validate_probs
+from ..distributions import namespace
+from ..drafts import CANDIDATES, CHAIN, Draft, check_draft, gather_tokens
 
 __all__ = ["Outcome", "Verifier", "VerifierLaw", "check_single_draft", "gather_tokens"]
 
@@ -44,26 +52,59 @@ class VerifierLaw:
     Attributes
     ----------
     accept_probs : array, shape (B, L+1)
-        ``accept_probs[b, l]`` = P(τ = l | draft b).
+        ``accept_probs[b, l]`` = P(τ = l | draft b); for candidates L = 1 and
+        ``accept_probs[b, 1]`` is the acceptance probability.
     correction_probs : array, shape (B, L+1, V)
-        ``correction_probs[b, l]`` = law of the extra token Y given τ = l
-        (rows for events of probability 0 are arbitrary valid rows).
+        ``correction_probs[b, l]`` = law of the emitted token Y given τ = l (rows for events of
+        probability 0 are arbitrary valid rows).
     carry : Any
-        State the verifier hands to the next iteration (``None`` when the next
-        iteration uses the ordinary target, as for TokenVerify).
+        State the verifier hands to the next iteration (``None`` for the plain target).
     """
 
     accept_probs: Any
     correction_probs: Any
     carry: Any = None
 
+    @classmethod
+    def from_masses(cls, accepted, rejected) -> VerifierLaw:
+        """The law of a candidates verifier from the masses P(Y = y, accepted) and P(Y = y, rejected), (B, V) each."""
+        xp = namespace(accepted, rejected)
+        joint = xp.stack([rejected, accepted], axis=1)  # (B, 2, V): τ = 0, 1
+        mass = xp.sum(joint, axis=-1)
+        rows = xp.where(mass[..., None] > 0, joint / xp.where(mass > 0, mass, xp.ones_like(mass))[..., None],
+                        xp.ones_like(joint) / joint.shape[-1])
+        return cls(mass, rows)
+
+    def _joint(self, tau: int):
+        return self.accept_probs[:, tau, None] * self.correction_probs[:, tau, :]
+
     @property
     def expected_accepted(self):
-        """E[τ | draft], shape (B,)."""
+        """E[τ | draft], shape (B,) (for candidates: the acceptance probability)."""
         xp = namespace(self.accept_probs)
         L = self.accept_probs.shape[-1] - 1
         ells = xp.arange(L + 1, dtype=self.accept_probs.dtype, device=array_api_compat.device(self.accept_probs))
         return xp.sum(self.accept_probs * ells, axis=-1)
+
+    @property
+    def accepted(self):
+        """Candidates: P(Y = y and a candidate was accepted | candidates), shape (B, V)."""
+        return self._joint(1)
+
+    @property
+    def rejected(self):
+        """Candidates: P(Y = y and no candidate was accepted | candidates), shape (B, V)."""
+        return self._joint(0)
+
+    @property
+    def output(self):
+        """Candidates: law of Y given the candidates, shape (B, V)."""
+        return self.accepted + self.rejected
+
+    @property
+    def acceptance(self):
+        """Candidates: P(a candidate is accepted | candidates), shape (B,)."""
+        return self.accept_probs[:, 1]
 
 
 @dataclass
@@ -73,82 +114,98 @@ class Outcome:
     Attributes
     ----------
     accepted_len : int array, shape (B,)
-        τ: the first τ draft tokens are kept.
+        τ: the first τ draft tokens are kept (candidates: 1 iff a candidate was accepted).
     correction : int array, shape (B,)
-        Y: the token emitted after the accepted prefix.
+        Y: the token emitted after the kept draft tokens (candidates: the emitted token).
     carry : Any
         Per-draft state for the next iteration (``None`` for stateless verifiers).
+    index : int array, shape (B,), or None
+        Candidates: position of the accepted candidate in the input, -1 when none was.
     """
 
     accepted_len: Any
     correction: Any
     carry: Any = None
+    index: Any = None
+
+    @classmethod
+    def from_candidates(cls, token, accepted, index) -> Outcome:
+        """The outcome of a candidates verifier from the emitted token, the accept flag and the index."""
+        xp = namespace(token)
+        return cls(xp.astype(accepted, xp.int64), token, None, index)
+
+    @property
+    def token(self):
+        """Candidates: the emitted token Y, shape (B,)."""
+        return self.correction
+
+    @property
+    def accepted(self):
+        """Candidates: whether Y is an accepted candidate, bool shape (B,)."""
+        return self.accepted_len > 0
 
 
 class Verifier(ABC):
-    """Base class of single-draft verifiers; see the module docstring for shapes."""
+    """Base class of every verifier; see the module docstring for the protocol and shapes.
 
-    #: Short identifier used in reports and the CLI.
-    name: str = "verifier"
-    #: Whether every emitted token is exactly target-distributed.
-    lossless: bool = True
+    Class attributes describe the scheme to the engines, the CLI and the figures: ``name``
+    (registry key), ``label`` and ``style`` (how its curves are drawn), ``layout`` (the draft
+    layout it verifies), ``replacement`` (candidates: drawn i.i.d. from p, or sequentially
+    without replacement — the draw it is lossless for), ``lossless``.
+    """
+
+    name: ClassVar[str] = "verifier"
+    label: ClassVar[str] = "verifier"
+    style: ClassVar[dict] = {}
+    layout: ClassVar[str] = CHAIN
+    replacement: bool = True
+    lossless: ClassVar[bool] = True
+    #: Candidates must be distinct (checked with ``validate=True``).
+    distinct_candidates: ClassVar[bool] = False
     #: Whether the outcome carries a residual target into the next iteration (v1 block verification).
-    carries_residual: bool = False
+    carries_residual: ClassVar[bool] = False
+
+    def check(self, tokens, draft_probs, target_probs, *, validate: bool = True) -> Draft:
+        """The one input check (:func:`otspec.drafts.check_draft`) for this verifier's layout."""
+        return check_draft(tokens, draft_probs, target_probs, self.layout, validate=validate,
+                           distinct=self.distinct_candidates)
 
     @abstractmethod
-    def law(self, draft_tokens, draft_probs, target_probs, *, validate: bool = True) -> VerifierLaw:
+    def law(self, tokens, draft_probs, target_probs, *, validate: bool = True) -> VerifierLaw:
         """Exact law of (τ, Y) given each draft."""
 
     @abstractmethod
-    def sample(self, draft_tokens, draft_probs, target_probs, rng, *, validate: bool = True) -> Outcome:
+    def sample(self, tokens, draft_probs, target_probs, rng, *, validate: bool = True) -> Outcome:
         """One outcome per draft; ``rng`` is a numpy ``Generator`` or a ``torch.Generator``."""
+
+    # ----------------------------------------------------- carried state (default: none)
+    def start_state(self, batch: int, max_length: int) -> Any:
+        """State carried between iterations for ``batch`` sequences (``None``: nothing carried)."""
+        return None
+
+    def current_targets(self, state, rows, tokens, draft_probs, target_probs, start, next_draft_row):
+        """Target rows this iteration verifies against, and scratch for :meth:`advance_state`.
+
+        ``rows`` (n,) are the sequences of the batch, ``tokens`` (n, g) their drafted tokens,
+        ``draft_probs`` (n, g, V) and ``target_probs`` (n, g+1, V) the plain models' rows,
+        ``start`` (n,) the position of the first drafted token, and ``next_draft_row()`` returns
+        the draft's (n, V) row after the last drafted token (a draft call, made only when
+        needed). Default: the plain target rows, no scratch.
+        """
+        return target_probs, None
+
+    def advance_state(self, state, rows, scratch, outcome: Outcome, start, drafted: int) -> None:
+        """Update ``state`` of sequences ``rows`` after the iteration's ``outcome`` (in place). Default: nothing."""
+        return None
 
     def __repr__(self):
         return f"{type(self).__name__}()"
 
 
-def gather_tokens(rows, tokens):
-    """``rows[b, i, tokens[b, i]]`` for rows (B, L', V) with L' >= L and tokens (B, L) → (B, L)."""
-    xp = namespace(rows)
-    L = tokens.shape[-1]
-    return xp.take_along_axis(rows[:, :L, :], tokens[..., None], axis=-1)[..., 0]
-
-
 def check_single_draft(draft_tokens, draft_probs, target_probs, *, validate: bool = True):
-    """Validate single-draft verifier inputs and return them (rows renormalised).
+    """``(tokens, draft_probs, target_probs)`` of a validated chain (see :func:`otspec.drafts.check_draft`)."""
+    d = check_draft(draft_tokens, draft_probs, target_probs, CHAIN, validate=validate)
+    return d.tokens, d.draft_probs, d.target_probs
 
-    Raises ``ValueError`` with the offending argument for: wrong ranks or
-    shapes, vocabulary mismatch, invalid probability rows, token ids out of
-    range, or a drafted token with zero draft probability.
-    """
-    if not validate:
-        return draft_tokens, draft_probs, target_probs
-    if getattr(draft_tokens, "ndim", None) != 2:
-        raise ValueError(f"draft_tokens: expected shape (batch, L), got {tuple(getattr(draft_tokens, 'shape', ()))}")
-    B, L = draft_tokens.shape
-    draft_probs = validate_probs(draft_probs, "draft_probs", min_ndim=3)
-    target_probs = validate_probs(target_probs, "target_probs", min_ndim=3)
-    V = check_same_vocab(draft_probs, target_probs, "draft_probs", "target_probs")
-    if tuple(draft_probs.shape) != (B, L, V):
-        raise ValueError(f"draft_probs: expected shape (batch, L, V) = {(B, L, V)}, got {tuple(draft_probs.shape)}")
-    if tuple(target_probs.shape) != (B, L + 1, V):
-        raise ValueError(
-            f"target_probs: expected shape (batch, L+1, V) = {(B, L + 1, V)} (one row per prefix "
-            f"X^0..X^L), got {tuple(target_probs.shape)}"
-        )
-    xp = namespace(draft_probs)
-    if not xp.isdtype(draft_tokens.dtype, "integral"):
-        raise ValueError(f"draft_tokens: expected integer token ids, got dtype {draft_tokens.dtype}")
-    if L and (bool(xp.any(draft_tokens < 0)) or bool(xp.any(draft_tokens >= V))):
-        raise ValueError(f"draft_tokens: ids must lie in [0, {V})")
-    if L:
-        p_x = gather_tokens(draft_probs, draft_tokens)
-        zero = p_x <= 0
-        if bool(xp.any(zero)):
-            b, i = first_index(zero)
-            raise ValueError(
-                f"draft_probs gives probability 0 to drafted token {int(draft_tokens[b, i])} "
-                f"(batch {b}, position {i}); a drafted token must have positive draft probability"
-            )
-    return draft_tokens, draft_probs, target_probs
 
+__all__ += ["CANDIDATES", "CHAIN"]

@@ -28,9 +28,11 @@ space (``ratio_scales``), so long blocks (L = 64) neither underflow nor overflow
 from __future__ import annotations
 
 import array_api_compat
+import numpy as np
 
 from ..distributions import namespace
-from .base import Outcome, Verifier, VerifierLaw, check_single_draft
+from .base import Outcome, Verifier, VerifierLaw
+from .carry import ResidualWindows, carry_forward, score_carried
 from .kernels import (
     correction_law,
     draw_correction,
@@ -107,20 +109,20 @@ class BlockVerify(Verifier):
     """Published block verification (ICLR 2025): optimal among on-path verifiers; lossless."""
 
     name = "block"
+    label = "published block (on-path)"
+    style = {"marker": "s", "color": "C1"}
 
     def law(self, draft_tokens, draft_probs, target_probs, *, validate=True):
-        draft_tokens, draft_probs, target_probs = check_single_draft(
-            draft_tokens, draft_probs, target_probs, validate=validate
-        )
+        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate)
+        draft_tokens, draft_probs, target_probs = d.tokens, d.draft_probs, d.target_probs
         w = block_weights(draft_tokens, draft_probs, target_probs)
         h = published_commit_probs(draft_probs, target_probs, w)
         L = draft_probs.shape[1]
         return VerifierLaw(last_pass_law(h), correction_law(draft_probs, target_probs, target_scale=w[:, :L]))
 
     def sample(self, draft_tokens, draft_probs, target_probs, rng, *, validate=True):
-        draft_tokens, draft_probs, target_probs = check_single_draft(
-            draft_tokens, draft_probs, target_probs, validate=validate
-        )
+        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate)
+        draft_tokens, draft_probs, target_probs = d.tokens, d.draft_probs, d.target_probs
         w = block_weights(draft_tokens, draft_probs, target_probs)
         tau = last_pass_sample(published_commit_probs(draft_probs, target_probs, w), rng)
         L = draft_probs.shape[1]
@@ -140,12 +142,13 @@ class BackwardBlockVerify(Verifier):
     """
 
     name = "block_v1"
+    label = "v1 block (backward, optimal)"
+    style = {"marker": "^", "color": "C2"}
     carries_residual = True
 
     def law(self, draft_tokens, draft_probs, target_probs, *, validate=True):
-        draft_tokens, draft_probs, target_probs = check_single_draft(
-            draft_tokens, draft_probs, target_probs, validate=validate
-        )
+        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate)
+        draft_tokens, draft_probs, target_probs = d.tokens, d.draft_probs, d.target_probs
         xp = namespace(draft_probs, target_probs)
         h, a, b, s = backward_commit_probs(draft_tokens, draft_probs, target_probs)
         L = draft_probs.shape[1]
@@ -155,9 +158,8 @@ class BackwardBlockVerify(Verifier):
         return VerifierLaw(last_pass_law(h), corrections, carry)
 
     def sample(self, draft_tokens, draft_probs, target_probs, rng, *, validate=True):
-        draft_tokens, draft_probs, target_probs = check_single_draft(
-            draft_tokens, draft_probs, target_probs, validate=validate
-        )
+        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate)
+        draft_tokens, draft_probs, target_probs = d.tokens, d.draft_probs, d.target_probs
         xp = namespace(draft_probs, target_probs)
         h, a, b, s = backward_commit_probs(draft_tokens, draft_probs, target_probs)
         L = draft_probs.shape[1]
@@ -167,3 +169,19 @@ class BackwardBlockVerify(Verifier):
         at = xp.clip(tau, max=L - 1)
         carry = _carried_log_ratio(xp, s[rows, tau], target_probs[rows, tau, y], draft_probs[rows, at, y])
         return Outcome(tau, y, xp.where(tau < L, carry, xp.zeros_like(carry)))
+
+    # ---------------------------------------------------------- carried residual windows
+    def start_state(self, batch, max_length):
+        return ResidualWindows.empty(batch, max_length)
+
+    def current_targets(self, state, rows, tokens, draft_probs, target_probs, start, next_draft_row):
+        """The carried residual cascade along each drafted path (see :mod:`otspec.verifiers.carry`)."""
+        p_rows = np.concatenate([draft_probs, next_draft_row()[:, None]], axis=1)
+        states, levels = score_carried(state.take(rows), target_probs, p_rows, tokens, start)
+        return levels[:, :, -1], (states, levels, p_rows)
+
+    def advance_state(self, state, rows, scratch, outcome, start, drafted):
+        states, levels, p_rows = scratch
+        tau, y = np.asarray(outcome.accepted_len), np.asarray(outcome.correction)
+        carry = None if outcome.carry is None else np.asarray(outcome.carry)
+        state.put(rows, carry_forward(states, levels, p_rows, start, drafted, tau, y, carry))

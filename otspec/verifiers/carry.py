@@ -35,7 +35,7 @@ import numpy as np
 from ..distributions import residual
 from .kernels import ratio_scales
 
-__all__ = ["ResidualWindows"]
+__all__ = ["ResidualWindows", "carry_forward", "score_carried"]
 
 
 @dataclass
@@ -137,3 +137,34 @@ class ResidualWindows:
         ratio[rows, slot] = np.broadcast_to(new_log_ratio, mask.shape)[rows]
         valid[rows, slot] = True
         return ResidualWindows(end, ratio, valid)
+
+
+def score_carried(windows: ResidualWindows, q_rows, p_rows, toks, p0):
+    """Carried-target rows along each drafted path.
+
+    ``q_rows`` (n, g+1, V) and ``p_rows`` (n, g+1, V) are the plain models' rows along the
+    drafted tokens ``toks`` (n, g) starting at positions ``p0`` (n,). Returns (the windows
+    after 0..g draft tokens, as a list; cascade levels (n, g+1, D+1, V)): the residual at a
+    drafted position depends on the ratio accumulated over the draft tokens before it, so the
+    windows advance along the path while scoring.
+    """
+    g = toks.shape[1]
+    states, levels = [windows], []
+    for j in range(g + 1):
+        lv = states[-1].cascade(q_rows[:, j], p_rows[:, j], p0 + j)
+        levels.append(lv)
+        if j < g:
+            states.append(states[-1].advance(lv, p_rows[:, j], p0 + j, toks[:, j]))
+    return states, np.stack(levels, axis=1)
+
+
+def carry_forward(states, levels, p_rows, p0, g, tau, y, carry) -> ResidualWindows:
+    """Windows after an iteration: the state after τ accepted tokens, advanced by Y, plus the
+    verifier's new window (when τ ≤ g − 2) covering the rest of the block."""
+    rows = np.arange(len(tau))
+    after = ResidualWindows(*(np.stack([getattr(s, f) for s in states], axis=1)[rows, tau]
+                              for f in ("end", "log_ratio", "valid")))
+    after = after.advance(levels[rows, tau], p_rows[rows, tau], p0 + tau, y)
+    if carry is None:
+        return after.push(np.zeros(len(tau), bool), 0, 0.0, p0 + tau + 1)
+    return after.push(tau <= g - 2, p0 + g, carry, p0 + tau + 1)

@@ -12,6 +12,8 @@ from ..distributions import namespace, residual, sample_categorical, uniform
 from .base import gather_tokens
 
 __all__ = [
+    "first_rejection_law",
+    "first_rejection_sample",
     "log_ratios",
     "ratio_scales",
     "last_pass_law",
@@ -44,6 +46,27 @@ def ratio_scales(log_ratio):
     xp = namespace(log_ratio)
     zero = xp.zeros_like(log_ratio)
     return xp.exp(xp.minimum(log_ratio, zero)), xp.exp(xp.minimum(-log_ratio, zero))
+
+
+def first_rejection_law(a):
+    """Law of τ = first i with η_i ≥ a_i (τ = L if none): P(τ = l) = (∏_{i<=l} a_i)(1 − a_{l+1}), shape (B, L+1).
+
+    The stopping rule of token-by-token verification (spec eq. (3)) for per-position
+    acceptance probabilities ``a`` (B, L).
+    """
+    xp = namespace(a)
+    one = xp.ones((a.shape[0], 1), dtype=a.dtype, device=array_api_compat.device(a))
+    reach = xp.cumulative_prod(a, axis=-1, include_initial=True)  # P(tau >= l), l = 0..L
+    return reach * xp.concat([1.0 - a, one], axis=-1)  # P(reject at l+1 | reached l); 1 at l = L
+
+
+def first_rejection_sample(a, rng):
+    """Sample τ = first i with u_i ≥ a_i (L if none), shape (B,)."""
+    xp = namespace(a)
+    B, L = a.shape
+    rejected = xp.concat([uniform(rng, (B, L), a) >= a,
+                          xp.ones((B, 1), dtype=xp.bool, device=array_api_compat.device(a))], axis=-1)
+    return xp.argmax(xp.astype(rejected, xp.int8), axis=-1)
 
 
 def last_pass_law(h):

@@ -10,11 +10,9 @@ q(·|X^L) when the whole block is accepted (bonus token). Law of τ: eq. (3).
 
 from __future__ import annotations
 
-import array_api_compat
-
-from ..distributions import namespace, uniform
-from .base import Outcome, Verifier, VerifierLaw, check_single_draft, gather_tokens
-from .kernels import correction_law, draw_correction
+from ..distributions import namespace
+from .base import Outcome, Verifier, VerifierLaw, gather_tokens
+from .kernels import correction_law, draw_correction, first_rejection_law, first_rejection_sample
 
 __all__ = ["TokenVerify", "acceptance_ratios"]
 
@@ -31,28 +29,15 @@ class TokenVerify(Verifier):
     """Token-by-token speculative sampling; lossless, next iteration uses the plain target."""
 
     name = "token"
+    label = "token verification"
+    style = {"marker": "o", "color": "C0"}
 
     def law(self, draft_tokens, draft_probs, target_probs, *, validate=True):
-        draft_tokens, draft_probs, target_probs = check_single_draft(
-            draft_tokens, draft_probs, target_probs, validate=validate
-        )
-        xp = namespace(draft_probs, target_probs)
-        a = acceptance_ratios(draft_tokens, draft_probs, target_probs)  # (B, L)
-        B = a.shape[0]
-        one = xp.ones((B, 1), dtype=a.dtype, device=array_api_compat.device(a))
-        reach = xp.cumulative_prod(a, axis=-1, include_initial=True)  # P(tau >= l), l = 0..L
-        stop = xp.concat([1.0 - a, one], axis=-1)  # P(reject at l+1 | reached l); 1 at l = L
-        accept_probs = reach * stop  # eq. (3)
-        return VerifierLaw(accept_probs, correction_law(draft_probs, target_probs))
+        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate)
+        a = acceptance_ratios(d.tokens, d.draft_probs, d.target_probs)  # (B, L)
+        return VerifierLaw(first_rejection_law(a), correction_law(d.draft_probs, d.target_probs))  # eq. (3)
 
     def sample(self, draft_tokens, draft_probs, target_probs, rng, *, validate=True):
-        draft_tokens, draft_probs, target_probs = check_single_draft(
-            draft_tokens, draft_probs, target_probs, validate=validate
-        )
-        xp = namespace(draft_probs, target_probs)
-        B, L = draft_tokens.shape
-        a = acceptance_ratios(draft_tokens, draft_probs, target_probs)
-        u = uniform(rng, (B, L), a)
-        rejected = xp.concat([u >= a, xp.ones((B, 1), dtype=xp.bool, device=array_api_compat.device(a))], axis=-1)
-        tau = xp.argmax(xp.astype(rejected, xp.int8), axis=-1)  # first rejection; L if none
-        return Outcome(tau, draw_correction(tau, draft_probs, target_probs, rng))
+        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate)
+        tau = first_rejection_sample(acceptance_ratios(d.tokens, d.draft_probs, d.target_probs), rng)
+        return Outcome(tau, draw_correction(tau, d.draft_probs, d.target_probs, rng))

@@ -1,7 +1,8 @@
-"""Closed forms. Each function cites its equation in ``shared/reference/*.md``.
+"""Closed forms of single-draft verification: expected accepted length per iteration.
 
-Numbering follows ``token_and_block_verification.md`` (the spec), whose eq. (4)
-is Theorem 2 of the block-verification v1 paper (numbered (7) there).
+Spec ``token_and_block_verification.md``; numbering follows it (its eq. (4) is Theorem 2 of
+the block-verification v1 paper, numbered (7) there). Token verification (4) and (11a), the
+block-OT optimum (8), (10) and (11b), the published block verification (17).
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from .distributions import total_variation
-from .sources import EMPTY_PREFIX, MAX_ENUMERATION, IIDSource, MarkovSource, Source, extend_prefixes
+from ..distributions import total_variation
+from ..pairs import check_pair, markov_chains, walk_prefix_tree
+from ..sources import IIDSource, Source
 
 __all__ = [
     "FIGURE2_QUANTITY",
@@ -48,14 +50,10 @@ def bernoulli_expected_accepted_token(draft_p: float, target_p: float, draft_len
     return float(sum(overlap**i for i in range(1, int(draft_length) + 1)))
 
 
-def _markov_view(source: Source):
-    """(initial row, matrix(step)) of an IID or Markov source, else None."""
-    if isinstance(source, MarkovSource):
-        return source.initial, source.matrix
-    if isinstance(source, IIDSource):
-        square = np.broadcast_to(source.probs, (source.vocab_size, source.vocab_size))
-        return source.probs, lambda step: square
-    return None
+def _check_length(draft: Source, target: Source, draft_length) -> int:
+    L = int(draft_length)
+    check_pair(draft, target, L)
+    return L
 
 
 def expected_accepted_token(draft: Source, target: Source, draft_length: int) -> float:
@@ -64,37 +62,33 @@ def expected_accepted_token(draft: Source, target: Source, draft_length: int) ->
     .. math::
         E[τ] = \\sum_{l=1}^{L} \\sum_{x^l} \\prod_{i=1}^{l} \\min\\{p(x_i|x^{i-1}), q(x_i|x^{i-1})\\}
 
-    Markov and IID pairs use the forward recursion
-    m_1 = min(p_1, q_1), m_l(b) = Σ_a m_{l-1}(a) min(P_l[a, b], Q_l[a, b]),
-    costing O(L V²); other sources walk the prefix tree (bounded by
-    :data:`~otspec.sources.MAX_ENUMERATION`).
+    IID pairs use Σ_l (1 − TV)^l; Markov pairs the forward recursion
+    m_1 = min(p_1, q_1), m_l(b) = Σ_a m_{l-1}(a) min(P_l[a, b], Q_l[a, b]), costing
+    O(L V²); other sources walk the prefix tree (:func:`~otspec.pairs.walk_prefix_tree`).
+
+    >>> from otspec.sources import bernoulli
+    >>> expected_accepted_token(bernoulli(0.25), bernoulli(0.75), 2)
+    0.75
     """
-    L = int(draft_length)
-    if draft.vocab_size != target.vocab_size:
-        raise ValueError(f"vocabulary mismatch: draft has {draft.vocab_size} tokens, target has {target.vocab_size}")
-    draft.check_length(L)
-    target.check_length(L)
-    dv, tv = _markov_view(draft), _markov_view(target)
-    if dv is not None and tv is not None:
-        if isinstance(draft, IIDSource) and isinstance(target, IIDSource):
-            ov = 1.0 - float(total_variation(draft.probs, target.probs))
-            return float(sum(ov**i for i in range(1, L + 1)))
-        mass = np.minimum(dv[0], tv[0])
+    L = _check_length(draft, target, draft_length)
+    if isinstance(draft, IIDSource) and isinstance(target, IIDSource):
+        ov = 1.0 - float(total_variation(draft.probs, target.probs))
+        return float(sum(ov**i for i in range(1, L + 1)))
+    chains = markov_chains(draft, target, L)
+    if chains is not None:
+        (p1, P), (q1, Q) = chains
+        mass = np.minimum(p1, q1)
         total = mass.sum()
-        for step in range(1, L):
-            mass = mass @ np.minimum(dv[1](step), tv[1](step))
+        for k in range(L - 1):
+            mass = mass @ np.minimum(P[k], Q[k])
             total += mass.sum()
         return float(total)
-    # generic prefix tree: product of conditional minima along every prefix
-    prefixes, mass, total = EMPTY_PREFIX, np.ones(1), 0.0
-    for _ in range(L):
-        rows = np.minimum(draft.next_probs(prefixes), target.next_probs(prefixes))
-        mass = (mass[:, None] * rows).reshape(-1)
-        keep = mass > 0
-        prefixes = extend_prefixes(prefixes, draft.vocab_size)[keep]
-        mass = mass[keep]
-        total += mass.sum()
-    return float(total)
+
+    def step(level, p_rows, q_rows, mass):  # product of conditional minima along every prefix
+        child = mass[:, None] * np.minimum(p_rows, q_rows)
+        return (child,), child > 0
+
+    return float(sum(mass.sum() for _, (mass,) in walk_prefix_tree(draft, target, L, (np.ones(1),), step)))
 
 
 def bernoulli_expected_accepted_optimal(draft_p: float, target_p: float, draft_length: int) -> float:
@@ -114,30 +108,21 @@ def bernoulli_expected_accepted_optimal(draft_p: float, target_p: float, draft_l
     return float(total)
 
 
-def _prefix_tree(draft: Source, target: Source, draft_length: int, step):
-    """Walk the prefix tree level by level, pruning nodes whose value is 0.
+def _tree_sum(draft: Source, target: Source, draft_length: int, child) -> float:
+    """Σ over levels 1..L of the children's values, pruning nodes whose value is 0.
 
-    ``step(value, p_joint, q_joint, p_rows, q_rows)`` maps the per-node state to
-    the children's (value, p_joint, q_joint), each of shape (N, V); returns
-    Σ over levels 1..L of the children's values.
+    ``child(value, p_joint, q_joint, p_rows, q_rows)`` maps the per-node state to the
+    children's (value, p_joint, q_joint), each broadcastable to (N, V).
     """
-    L = int(draft_length)
-    if draft.vocab_size != target.vocab_size:
-        raise ValueError(f"vocabulary mismatch: draft has {draft.vocab_size} tokens, target has {target.vocab_size}")
-    draft.check_length(L)
-    target.check_length(L)
-    prefixes, value, pj, qj, total = EMPTY_PREFIX, np.ones(1), np.ones(1), np.ones(1), 0.0
-    for _ in range(L):
-        p_rows, q_rows = draft.next_probs(prefixes), target.next_probs(prefixes)
-        children = step(value[:, None], pj[:, None], qj[:, None], p_rows, q_rows)
-        value, pj, qj = (np.broadcast_to(a, p_rows.shape).reshape(-1) for a in children)
-        keep = value > 0
-        prefixes = extend_prefixes(prefixes, draft.vocab_size)[keep]
-        value, pj, qj = value[keep], pj[keep], qj[keep]
-        if len(prefixes) > MAX_ENUMERATION:
-            raise ValueError(f"prefix tree exceeds MAX_ENUMERATION = {MAX_ENUMERATION} nodes; use a shorter block")
-        total += value.sum()
-    return float(total)
+    L = _check_length(draft, target, draft_length)
+
+    def step(level, p_rows, q_rows, value, pj, qj):
+        out = child(value[:, None], pj[:, None], qj[:, None], p_rows, q_rows)
+        return out, np.broadcast_to(out[0], p_rows.shape) > 0
+
+    ones = np.ones(1)
+    return float(sum(value.sum() for _, (value, _, _) in walk_prefix_tree(draft, target, L, (ones, ones, ones),
+                                                                        step)))
 
 
 def expected_accepted_optimal(draft: Source, target: Source, draft_length: int) -> float:
@@ -156,7 +141,7 @@ def expected_accepted_optimal(draft: Source, target: Source, draft_length: int) 
         pj, qj = pj * p_rows, qj * q_rows
         return np.minimum(pj, qj), pj, qj
 
-    return _prefix_tree(draft, target, draft_length, step)
+    return _tree_sum(draft, target, draft_length, step)
 
 
 def expected_accepted_block(draft: Source, target: Source, draft_length: int) -> float:
@@ -170,4 +155,4 @@ def expected_accepted_block(draft: Source, target: Source, draft_length: int) ->
         pj = pj * p_rows
         return np.minimum(pj, q_rows * value), pj, qj
 
-    return _prefix_tree(draft, target, draft_length, step)
+    return _tree_sum(draft, target, draft_length, step)

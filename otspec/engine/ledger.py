@@ -1,0 +1,130 @@
+"""The one ledger of the decode loops: counts, timings and the block-efficiency interval.
+
+:func:`otspec.engine.decode.generate` (single draft chains) and
+:func:`otspec.engine.tree.generate_tree` (multi-draft trees) record every iteration here and
+return the same :class:`DecodeResult`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .stats import Estimate, ratio_estimate
+
+__all__ = ["MIN_CI_UNITS", "DecodeResult", "Ledger", "block_efficiency_estimate"]
+
+#: Independent units used for the block-efficiency interval (sequences, or segments of them).
+MIN_CI_UNITS = 32
+
+
+@dataclass(frozen=True)
+class DecodeResult:
+    """Counts and rates of a decode loop (totals over all sequences).
+
+    Attributes
+    ----------
+    tokens : ndarray, shape (B, N)
+        The generated sequences.
+    iterations, target_calls : int
+        Verification iterations; each scores its drafts with one target call.
+    draft_calls : int
+        Draft forward passes (chains: one per drafted token; trees: one per depth, batched).
+    accepted, rejected, discarded, generated : int
+        Accepted draft tokens; iterations that stopped before their drafted depth; drafted
+        tokens not accepted; emitted tokens.
+    block_efficiency : Estimate
+        Generated tokens per target call, with a batch-means interval.
+    accept_hist : ndarray, shape (L+1, L+1)
+        ``accept_hist[g, t]``: iterations that drafted depth g and accepted t.
+    elapsed_s : float
+    """
+
+    tokens: np.ndarray
+    iterations: int
+    target_calls: int
+    draft_calls: int
+    accepted: int
+    rejected: int
+    discarded: int
+    generated: int
+    block_efficiency: Estimate
+    accept_hist: np.ndarray
+    elapsed_s: float
+
+    def summary(self) -> dict:
+        """JSON-friendly counts (without the token array)."""
+        return {
+            "sequences": int(self.tokens.shape[0]),
+            "tokens_per_sequence": int(self.tokens.shape[1]),
+            "iterations": self.iterations,
+            "target_calls": self.target_calls,
+            "draft_calls": self.draft_calls,
+            "accepted": self.accepted,
+            "rejected": self.rejected,
+            "discarded": self.discarded,
+            "generated": self.generated,
+            "block_efficiency": self.block_efficiency.as_dict(),
+        }
+
+
+def block_efficiency_estimate(rows, starts, emitted, n_sequences: int, n_tokens: int,
+                              confidence: float = 0.95) -> Estimate:
+    """Generated tokens per target call with a batch-means interval.
+
+    ``rows``, ``starts``, ``emitted`` are per-iteration records (lists of arrays): the
+    sequence, the position the iteration started at, and the tokens it emitted (each
+    iteration is one target call). Each sequence is split into contiguous segments by start
+    position so there are at least :data:`MIN_CI_UNITS` units for the interval.
+    """
+    rows, starts, emitted = (np.concatenate(x) for x in (rows, starts, emitted))
+    segments = max(1, -(-MIN_CI_UNITS // n_sequences))
+    unit = rows * segments + np.minimum(starts * segments // n_tokens, segments - 1)
+    gen_u = np.bincount(unit, weights=emitted, minlength=n_sequences * segments)
+    calls_u = np.bincount(unit, minlength=n_sequences * segments)
+    used = calls_u > 0
+    return ratio_estimate(gen_u[used], calls_u[used], confidence)
+
+
+class Ledger:
+    """Per-iteration records of a decode loop over ``n_sequences`` × ``n_tokens`` with depth <= ``max_depth``."""
+
+    def __init__(self, n_sequences: int, n_tokens: int, max_depth: int):
+        self.B, self.N = int(n_sequences), int(n_tokens)
+        self.hist = np.zeros((max_depth + 1, max_depth + 1), dtype=np.int64)
+        self.draft_calls = self.drafted = 0
+        self._rows, self._starts, self._emitted = [], [], []
+        self._t0 = time.perf_counter()
+
+    def record(self, rows, starts, depth, accepted, emitted, *, draft_calls: int, drafted: int) -> None:
+        """One target call per row of ``rows`` (n,): started at ``starts``, drafted ``depth`` deep,
+        accepted ``accepted`` and emitted ``emitted`` tokens; ``draft_calls`` draft passes made
+        ``drafted`` draft tokens in all."""
+        np.add.at(self.hist, (np.broadcast_to(depth, np.shape(rows)), accepted), 1)
+        self.draft_calls += int(draft_calls)
+        self.drafted += int(drafted)
+        self._rows.append(np.asarray(rows))
+        self._starts.append(np.asarray(starts))
+        self._emitted.append(np.asarray(emitted))
+
+    def result(self, tokens: np.ndarray, confidence: float = 0.95) -> DecodeResult:
+        """The :class:`DecodeResult` of everything recorded."""
+        emitted = np.concatenate(self._emitted)
+        ells = np.arange(self.hist.shape[0])
+        accepted = int(self.hist.sum(axis=0) @ ells)
+        return DecodeResult(
+            tokens=tokens,
+            iterations=int(emitted.size),
+            target_calls=int(emitted.size),
+            draft_calls=self.draft_calls,
+            accepted=accepted,
+            rejected=int(sum(self.hist[g, :g].sum() for g in range(1, self.hist.shape[0]))),
+            discarded=self.drafted - accepted,
+            generated=int(emitted.sum()),
+            block_efficiency=block_efficiency_estimate(self._rows, self._starts, self._emitted, self.B, self.N,
+                                                       confidence),
+            accept_hist=self.hist,
+            elapsed_s=time.perf_counter() - self._t0,
+        )

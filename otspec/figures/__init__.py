@@ -1,0 +1,55 @@
+"""Every figure of otspec in one registry: name → data function, renderer, report section.
+
+A figure is a :class:`Figure`: ``data(scale=..., **pair)`` computes a JSON-ready dict (every
+number by code: closed forms from :mod:`otspec.theory`, exact values from the engines,
+estimates with their intervals), ``render(data)`` draws a :class:`matplotlib.figure.Figure`
+(no pyplot state, no backend switch), and ``section(data, png)`` writes its part of
+``REPORT.md``. ``python -m otspec.plot`` and ``python -m otspec.report`` iterate this
+registry; a new figure is one :func:`register` call in one of the modules below (or a new
+module added to ``_MODULES``). Curve names and styles come from the verifier classes.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["FIGURES", "Figure", "register"]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure: its CLI name, file stem, data function, renderer and report section.
+
+    ``pair`` says whether ``data`` accepts a user's ``draft=``/``target=`` probability rows
+    (figures of one draft/target pair).
+    """
+
+    name: str
+    stem: str
+    data: Callable[..., dict]
+    render: Callable
+    section: Callable
+    pair: bool = False
+
+
+#: Figures by name, in report order.
+FIGURES: dict[str, Figure] = {}
+
+
+def register(name: str, stem: str, *, render: Callable, section: Callable, pair: bool = False):
+    """Decorator registering a data function as figure ``name`` (file ``figures/<stem>.png``)."""
+
+    def wrap(data: Callable) -> Callable:
+        if name in FIGURES:
+            raise ValueError(f"figure {name!r} is registered twice")
+        FIGURES[name] = Figure(name, stem, data, render, section, pair)
+        return data
+
+    return wrap
+
+
+_MODULES = ("single", "multidraft", "rejections", "pareto")
+for _module in _MODULES:
+    importlib.import_module(f"{__name__}.{_module}")

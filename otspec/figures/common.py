@@ -1,0 +1,52 @@
+"""Helpers shared by the figure modules: matplotlib figures without pyplot, tables, checks."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["axes", "coverage", "fmt", "max_abs_difference", "new_figure", "style_of", "table"]
+
+
+def new_figure(figsize=(7, 4.5), dpi=120):
+    """A :class:`matplotlib.figure.Figure` that belongs to no pyplot state and switches no backend."""
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=figsize, dpi=dpi)
+
+
+def axes(figsize=(7, 4.5), dpi=120, **subplots):
+    """(figure, axes) from :func:`new_figure`."""
+    fig = new_figure(figsize, dpi)
+    return fig, fig.subplots(**subplots)
+
+
+def style_of(verifier, **extra) -> dict:
+    """Matplotlib keyword arguments for a verifier's curve: its ``label`` and ``style``."""
+    return {"label": verifier.label, **verifier.style, **extra}
+
+
+def table(header, rows) -> str:
+    """A Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def fmt(x, digits: int = 4) -> str:
+    """A number for a report table ('-' for None)."""
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def coverage(series_list, value_key: str, low_key: str, high_key: str, truth_key: str) -> tuple[int, int]:
+    """How many intervals contain the reference value: (hits, total)."""
+    hits = total = 0
+    for s in series_list:
+        for lo, hi, truth in zip(s[low_key], s[high_key], s[truth_key], strict=True):
+            hits += int(lo <= truth <= hi)
+            total += 1
+    return hits, total
+
+
+def max_abs_difference(series_list, a: str, b: str) -> float:
+    """max |s[a] − s[b]| over every series."""
+    return float(max(np.max(np.abs(np.subtract(s[a], s[b]))) for s in series_list))

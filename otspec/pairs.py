@@ -1,0 +1,101 @@
+"""A draft/target pair of sources: the one pair check, Markov views and the prefix-tree walk.
+
+Every exact computation over a pair of sources goes through three questions answered here
+once: do the two models share a vocabulary and support the length asked for
+(:func:`check_pair`); can the pair be handled by matrix recursions because both are IID or
+order-1 Markov chains (:func:`markov_chains`); and otherwise, how to visit every prefix of
+positive weight level by level without building more than
+:data:`~otspec.sources.MAX_ENUMERATION` nodes (:func:`walk_prefix_tree`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from .errors import SizeLimitError
+from .sources import EMPTY_PREFIX, MAX_ENUMERATION, IIDSource, MarkovSource, Source, extend_prefixes
+
+__all__ = ["check_horizon", "check_pair", "markov_chains", "walk_prefix_tree"]
+
+
+def check_horizon(horizon, name: str = "horizon") -> int:
+    """An integer length >= 1 (bools, floats such as 2.7 and non-positive values are refused)."""
+    if isinstance(horizon, bool) or not isinstance(horizon, int | np.integer) or horizon < 1:
+        raise ValueError(f"{name}: expected an integer >= 1, got {horizon!r}")
+    return int(horizon)
+
+
+def check_pair(draft: Source, target: Source, length: int | None = None) -> int:
+    """Check that two sources share a vocabulary and define ``length`` tokens; return V.
+
+    Raises ``ValueError`` naming both vocabulary sizes on a mismatch, and naming the source
+    and its horizon when ``length`` exceeds it.
+    """
+    if draft.vocab_size != target.vocab_size:
+        raise ValueError(f"vocabulary mismatch: draft has {draft.vocab_size} tokens, target has "
+                         f"{target.vocab_size}; both models must share one vocabulary")
+    if length is not None:
+        for role, src in (("draft", draft), ("target", target)):
+            if src.horizon is not None and length > src.horizon:
+                raise ValueError(f"length {length} exceeds the {role} source's horizon {src.horizon} "
+                                 f"({src!r} defines sequences of at most {src.horizon} tokens)")
+    return int(target.vocab_size)
+
+
+def _chain(source: Source, T: int):
+    V = source.vocab_size
+    if isinstance(source, MarkovSource):
+        mats = np.stack([source.matrix(k) for k in range(1, T)]) if T > 1 else np.zeros((0, V, V))
+        return source.initial, mats
+    if isinstance(source, IIDSource):
+        return source.probs, np.broadcast_to(source.probs, (max(T - 1, 0), V, V))
+    return None
+
+
+def markov_chains(draft: Source, target: Source, length: int):
+    """``((p1, P), (q1, Q))`` for a pair of IID or Markov sources, else ``None``.
+
+    ``p1`` (V,) is the law of the first token; ``P`` (length − 1, V, V) stacks the
+    transition matrices, ``P[k]`` producing token k+2 (1-based) from token k+1 — for a
+    :class:`~otspec.sources.MarkovSource` that is ``matrix(k + 1)``, for an IID source a
+    broadcast of its row (no copy).
+    """
+    d, t = _chain(draft, length), _chain(target, length)
+    return None if d is None or t is None else (d, t)
+
+
+def walk_prefix_tree(draft: Source, target: Source, length: int, state: tuple, step: Callable,
+                     *, what: str = "prefix tree") -> Iterator[tuple[int, tuple]]:
+    """Visit the prefix tree of a pair level by level; yield ``(level, children_state)``.
+
+    ``state`` is a tuple of arrays of shape (1,) for the root (the empty prefix). At each
+    level n = 0..length−1, ``step(n, p_rows, q_rows, *state)`` receives both models' rows
+    (N, V) at the N current prefixes and returns ``(children, keep)``: a tuple of arrays
+    broadcastable to (N, V) (the children's state, child (i, x) = prefix i followed by token
+    x, lexicographic) and a boolean (N, V) mask of the children to keep (``None``: all).
+    The kept children become the next level's prefixes. The number of prefixes a level
+    would hold is checked against :data:`~otspec.sources.MAX_ENUMERATION` before the
+    level is built (:class:`~otspec.errors.SizeLimitError`).
+    """
+    V = check_pair(draft, target, length)
+    prefixes = EMPTY_PREFIX
+    for n in range(length):
+        p_rows, q_rows = draft.next_probs(prefixes), target.next_probs(prefixes)
+        children, keep = step(n, p_rows, q_rows, *state)
+        flat = [np.broadcast_to(c, p_rows.shape).reshape(-1) for c in children]
+        if n == length - 1:
+            yield n, tuple(flat)
+            return
+        count = prefixes.shape[0] * V if keep is None else int(np.count_nonzero(keep))
+        if count > MAX_ENUMERATION:
+            raise SizeLimitError(f"{what}: {count:,} prefixes of length {n + 1} exceed MAX_ENUMERATION = "
+                                 f"{MAX_ENUMERATION:,}; use IID/Markov sources, a shorter length or Monte Carlo",
+                                 size=count, limit=MAX_ENUMERATION)
+        prefixes = extend_prefixes(prefixes, V)
+        if keep is not None:
+            keep = np.asarray(keep).reshape(-1)
+            prefixes, flat = prefixes[keep], [f[keep] for f in flat]
+        state = tuple(flat)
+        yield n, state

@@ -1,0 +1,186 @@
+"""Expected rejections of speculative decoding (Yin, Chen, Huang, Wang, NeurIPS 2024).
+
+Spec ``yin_theory.md`` §1–6, §9–10. Convention: **p is the draft, q the target**. Positions
+are 1-based in the spec (x_1..x_T); token n is column n−1 of a token array, and the spec's
+prompt x_0 is absorbed into the sources: p_1 = ``draft.initial``, q_1 = ``target.initial``.
+
+* Theorem 1, eq. (1): :func:`rejections_per_position`, :func:`expected_rejections`,
+  :func:`speedup`;
+* batch speculative decoding, recursion (4)–(5): :func:`batch_rejections_per_position`,
+  :func:`batch_expected_rejections`, :func:`batch_curve`;
+* the seeded instance of §10: :func:`markov_pair`.
+
+IID / Markov pairs use matrix recursions (O(T V²)); other sources walk the prefix tree
+(:func:`~otspec.pairs.walk_prefix_tree`). Simulations of Algorithms 1 and 4 and exact laws
+by enumeration are in :mod:`otspec.engine.sequence`; the Theorem-2 LP in
+:mod:`otspec.solvers.rejections`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..distributions import total_variation
+from ..pairs import check_horizon, check_pair, markov_chains, walk_prefix_tree
+from ..sources import MarkovSource, Source
+from .multidraft import multiround_rejection
+
+__all__ = [
+    "BATCH_MS",
+    "batch_curve",
+    "batch_expected_rejections",
+    "batch_rejections_per_position",
+    "check_batch_size",
+    "expected_rejections",
+    "markov_pair",
+    "rejections_per_position",
+    "speedup",
+]
+
+#: Batch sizes of the figure's batch curve (spec §6).
+BATCH_MS = (1, 2, 4, 8, 16, 32, 1000)
+
+
+def _check_pair_horizon(draft: Source, target: Source, horizon) -> int:
+    T = check_horizon(horizon)
+    check_pair(draft, target, T)
+    return T
+
+
+def check_batch_size(M) -> int:
+    """M, the number of parallel draft responses of batch SD: an integer >= 1."""
+    if isinstance(M, bool) or not isinstance(M, int | np.integer) or M < 1:
+        raise ValueError(f"M: expected an integer batch size >= 1 (number of draft responses), got {M!r}")
+    return int(M)
+
+
+def rejections_per_position(draft: Source, target: Source, horizon: int) -> np.ndarray:
+    """Per-position terms of Theorem 1, eq. (1): E_{x_{1:n−1} ~ q}[TV(p_n, q_n)(·|x_{1:n−1})], shape (T,).
+
+    The prefix is drawn from the **target** q: each position is verified exactly once and,
+    by unbiasedness (2), the realised prefix is q-distributed. Entry n−1 is the rejection
+    probability at position n; the sum is E[N_rej]. Raises ``ValueError`` on a vocabulary
+    mismatch, T < 1 or T beyond either source's horizon.
+    """
+    T = _check_pair_horizon(draft, target, horizon)
+    out = np.zeros(T)
+    chains = markov_chains(draft, target, T)
+    if chains is not None:
+        (p1, P), (q1, Q) = chains
+        out[0] = total_variation(p1, q1)
+        m = q1.copy()
+        for k in range(T - 1):  # position k+2 from token k+1
+            out[k + 1] = m @ total_variation(P[k], Q[k])
+            m = m @ Q[k]
+        return out
+
+    def step(n, p, q, mass):
+        out[n] = mass @ total_variation(p, q)
+        child = mass[:, None] * q
+        return (child,), child > 0
+
+    for _ in walk_prefix_tree(draft, target, T, (np.ones(1),), step, what="rejections_per_position"):
+        pass
+    return out
+
+
+def expected_rejections(draft: Source, target: Source, horizon: int) -> float:
+    """E[N_rej] of speculative decoding with full lookahead — Theorem 1, eq. (1).
+
+    E[N_rej] = Σ_{n=1}^{T} E_{x_{1:n−1} ~ q}[TV(p_n, q_n)(·|x_{1:n−1})]; see
+    :func:`rejections_per_position`. The crisp example of spec §4 gives 0.8 + 0.1·1 = 0.9:
+
+    >>> d = MarkovSource([0.9, 0.1], [[[1.0, 0.0], [0.5, 0.5]]])
+    >>> t = MarkovSource([0.1, 0.9], [[[0.0, 1.0], [0.5, 0.5]]])
+    >>> round(expected_rejections(d, t, 2), 12)
+    0.9
+    """
+    return float(rejections_per_position(draft, target, horizon).sum())
+
+
+def speedup(draft: Source, target: Source, horizon: int) -> float:
+    """Acceleration rate T / E[N_rej] of spec §2 (``inf`` when E[N_rej] = 0), with (1)."""
+    T = check_horizon(horizon)
+    e = expected_rejections(draft, target, T)
+    return math.inf if e == 0 else T / e
+
+
+def markov_pair(vocab: int = 4, horizon: int = 50, seed: int = 5) -> tuple[MarkovSource, MarkovSource]:
+    """The seeded time-varying instance of spec §10 as (draft, target) MarkovSources.
+
+    Spec §10 draws ``p = dirichlet(ones(V), size=(T+1, V))`` then ``q`` likewise from
+    ``default_rng(seed)``, with ``p[n][prev] = p_n(·|x_{n−1} = prev)`` for n = 1..T and
+    prompt x_0 = 0. Mapping onto :class:`~otspec.sources.MarkovSource`: ``initial = p[1][0]``
+    (rows ``p[1][1:]`` and ``p[0]`` are drawn, to keep the generator's stream, but never used)
+    and ``transition = [p[2], ..., p[T]]``, so ``matrix(k)`` is ``p[k+1]``. With the
+    defaults eq. (1) gives E[N_rej] = 20.8204 (spec §9 item 2).
+    """
+    V, T = int(vocab), check_horizon(horizon)
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.ones(V), size=(T + 1, V))
+    q = rng.dirichlet(np.ones(V), size=(T + 1, V))
+    return MarkovSource(p[1][0], p[2:T + 1]), MarkovSource(q[1][0], q[2:T + 1])
+
+
+def _batch_step(f, qm, P, Q, M):
+    """Recursion (4): the new f and the rejection mass, for rows P, Q (N, V) at N prefixes."""
+    rej, qM = multiround_rejection(P, Q, M)  # a round's start: multi-round over M candidates
+    return (f * rej)[:, None] * qM + (qm - f)[:, None] * np.clip(Q - P, 0.0, None)
+
+
+def batch_rejections_per_position(draft: Source, target: Source, horizon: int, M: int) -> np.ndarray:
+    """Per-position terms Σ_{x_{1:n}} f(x_{1:n}) of recursion (4)–(5) for Algorithm 4 (batch SD).
+
+    f(x_{1:n}) = P(x_{1:n} generated and token n produced by a rejection), f(∅) = 1:
+    f(x_{1:n}) = f(x_{1:n−1}) Π_m TVᵐ_n q^M_n(x_n) + [q(x_{1:n−1}) − f(x_{1:n−1})] (q_n − p_n)_+(x_n),
+    where Π_m TVᵐ_n and q^M_n are the multi-round rejection probability and final residual
+    (:func:`~otspec.theory.multidraft.multiround_rejection`). For IID/Markov sources f is
+    indexed by the last token; other sources walk the prefix tree.
+    """
+    T = _check_pair_horizon(draft, target, horizon)
+    M = check_batch_size(M)
+    out = np.zeros(T)
+    chains = markov_chains(draft, target, T)
+    if chains is not None:
+        (p1, Pm), (q1, Qm) = chains
+        f, qm = np.ones(1), np.ones(1)  # the single state "prompt" before position 1
+        for n in range(T):
+            P, Q = (p1[None], q1[None]) if n == 0 else (Pm[n - 1], Qm[n - 1])
+            newf = (_batch_step(f, qm, np.asarray(P), np.asarray(Q), M)).sum(axis=0)
+            out[n] = newf.sum()
+            f, qm = newf, qm @ Q
+        return out
+
+    def step(n, P, Q, f, qm):
+        newf = _batch_step(f, qm, P, Q, M)
+        out[n] = newf.sum()
+        return (newf, qm[:, None] * Q), None
+
+    for _ in walk_prefix_tree(draft, target, T, (np.ones(1), np.ones(1)), step,
+                              what="batch_rejections_per_position"):
+        pass
+    return out
+
+
+def batch_expected_rejections(draft: Source, target: Source, horizon: int, M: int) -> float:
+    """E[N_rej^{(M)}] of batch SD (Algorithm 4), eq. (5) with recursion (4).
+
+    M = 1 equals eq. (1); the value decreases in M. On :func:`markov_pair` (V=4, T=50):
+    20.820 (M=1), 18.968 (2), 17.567 (4), 16.554 (8), 14.492 (1000) — spec §6.
+    """
+    return float(batch_rejections_per_position(draft, target, horizon, M).sum())
+
+
+def batch_curve(draft: Source, target: Source, horizon: int, Ms: Sequence[int] = BATCH_MS) -> dict:
+    """E[N_rej] and T/E[N_rej] against the batch size M (eq. (5)), JSON-ready.
+
+    Returns ``{"M": [...], "expected_rejections": [...], "speedup": [...], "horizon": T}``.
+    """
+    T = _check_pair_horizon(draft, target, horizon)
+    Ms = [check_batch_size(m) for m in Ms]
+    vals = [batch_expected_rejections(draft, target, T, m) for m in Ms]
+    return {"M": Ms, "expected_rejections": vals,
+            "speedup": [T / v if v > 0 else math.inf for v in vals], "horizon": T}

@@ -1,0 +1,80 @@
+"""The biased over-acceptance family on the verifier protocol: Decoding-OPT and Decoding-UNO.
+
+Spec ``yin_theory.md`` §7, eq. (9) (p is the draft, q the target). Token by token, drafted
+X_i is accepted with probability b_ε(X_i) = min{1, (q(X_i) + ε)/p(X_i)} ≥ the lossless
+min{1, q/p}; at the first rejection the token is resampled from P — Theorem 4's optimal
+P* = Norm[(q − p b_ε)_+] (Decoding-OPT, on the rejection–bias front) or q itself
+(Decoding-UNO, above it) — and a fully accepted block gets a bonus token from q(·|X^L).
+ε = 0 with OPT is ordinary speculative sampling. These verifiers are *not* lossless: their
+exact law (:meth:`law`, the exact engine) gives the bias, equal at one position to
+:func:`otspec.theory.pareto.over_acceptance`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..distributions import namespace, sample_categorical
+from ..theory.pareto import over_acceptance_kernel
+from .base import Outcome, Verifier, VerifierLaw, gather_tokens
+from .kernels import first_rejection_law, first_rejection_sample
+
+__all__ = ["DecodingOPT", "DecodingUNO", "OverAcceptance"]
+
+
+class OverAcceptance(Verifier):
+    """Over-acceptance b_ε with resampling ``mode`` "opt" (P = P*) or "uno" (P = q); see the module docstring."""
+
+    name = "over_acceptance"
+    lossless = False
+    mode = "opt"
+
+    def __init__(self, eps: float = 0.0):
+        eps = float(eps)
+        if math.isnan(eps) or eps < 0:
+            raise ValueError(f"eps: expected an over-acceptance parameter >= 0 (inf allowed), got {eps!r}")
+        self.eps = eps
+
+    def _plan(self, d):
+        xp = namespace(d.draft_probs, d.target_probs)
+        p_x = gather_tokens(d.draft_probs, d.tokens)
+        q_x = gather_tokens(d.target_probs, d.tokens)
+        accept = xp.minimum((q_x + self.eps) / p_x, 1.0)  # drafted tokens have p > 0 (checked)
+        resample = over_acceptance_kernel(d.draft_probs, d.target_probs[:, :-1, :], self.eps, self.mode)[2]
+        return accept, resample
+
+    def law(self, draft_tokens, draft_probs, target_probs, *, validate=True):
+        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate)
+        xp = namespace(d.draft_probs, d.target_probs)
+        accept, resample = self._plan(d)
+        return VerifierLaw(first_rejection_law(accept), xp.concat([resample, d.target_probs[:, -1:, :]], axis=1))
+
+    def sample(self, draft_tokens, draft_probs, target_probs, rng, *, validate=True):
+        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate)
+        xp = namespace(d.draft_probs, d.target_probs)
+        accept, resample = self._plan(d)
+        tau = first_rejection_sample(accept, rng)
+        rows = xp.concat([resample, d.target_probs[:, -1:, :]], axis=1)
+        picked = xp.take_along_axis(rows, xp.astype(tau, xp.int64)[:, None, None], axis=1)[:, 0, :]
+        return Outcome(tau, sample_categorical(picked, rng))
+
+    def __repr__(self):
+        return f"{type(self).__name__}(eps={self.eps!r})"
+
+
+class DecodingOPT(OverAcceptance):
+    """Over-acceptance with Theorem 4's optimal resampling P* (on the rejection–bias front)."""
+
+    name = "decoding_opt"
+    label = "Decoding-OPT (P = P*)"
+    style = {"marker": "s", "color": "C0"}
+    mode = "opt"
+
+
+class DecodingUNO(OverAcceptance):
+    """Over-acceptance resampling from q (above the rejection–bias front)."""
+
+    name = "decoding_uno"
+    label = "Decoding-UNO (P = q)"
+    style = {"marker": "o", "color": "C3"}
+    mode = "uno"

@@ -1,0 +1,68 @@
+"""Multi-round rejection sampling (SpecInfer; MCSD Algorithms 1–2; spec ``multi_draft_otm.md`` §8).
+
+Residual targets t ← q and draft law d ← p; for each candidate X_i in order: accept with
+probability min{1, t(X_i)/d(X_i)}, else t ← Norm[(t − d)_+]; after k rejections Y ~ t. With
+replacement d stays p (Algorithm 1); without replacement d becomes p restricted to the tokens
+not drafted yet, renormalised (Algorithm 2). The acceptance probability is
+:func:`otspec.theory.multidraft.multiround_acceptance`.
+"""
+
+from __future__ import annotations
+
+from ..distributions import namespace, residual
+from ..drafts import _one_hot
+from .candidates import SequentialMultiDraftVerifier, gather_candidates, stack_columns
+
+__all__ = ["MultiRound", "MultiRoundWithoutReplacement", "multiround_plan"]
+
+
+def multiround_plan(candidates, draft_probs, target_probs, *, without_replacement: bool = False):
+    """(a (B, k), final residual t (B, V)) of multi-round rejection sampling, row-wise."""
+    xp = namespace(draft_probs, target_probs)
+    p = draft_probs
+    t, d = target_probs, p
+    drafted = xp.zeros_like(p)
+    a = []
+    for i in range(candidates.shape[1]):
+        c = candidates[:, i: i + 1]
+        valid = c[:, 0] >= 0
+        d_x = gather_candidates(d, c)[:, 0]
+        t_x = gather_candidates(t, c)[:, 0]
+        ok = valid & (d_x > 0)
+        a.append(xp.where(ok, xp.minimum(t_x / xp.where(ok, d_x, xp.ones_like(d_x)), 1.0), xp.zeros_like(d_x)))
+        t = xp.where(valid[:, None], residual(t, d), t)
+        if without_replacement:
+            drafted = xp.clip(drafted + _one_hot(c[:, 0], p.shape[1], p), max=1.0)
+            left = p * (1.0 - drafted)  # recomputed from p each round: no accumulated rounding
+            mass = xp.sum(left, axis=-1, keepdims=True)
+            d = xp.where(mass > 0, left / xp.where(mass > 0, mass, xp.ones_like(mass)), xp.zeros_like(p))
+    return stack_columns(a, p), t
+
+
+class MultiRound(SequentialMultiDraftVerifier):
+    """Multi-round rejection sampling with replacement (MCSD Algorithm 1); lossless for i.i.d. candidates."""
+
+    name = "multiround"
+    label = "multi-round (SpecInfer / MCSD)"
+    style = {"linestyle": "-", "color": "C2"}
+    replacement = True
+
+    def acceptance_plan(self, candidates, draft_probs, target_probs):
+        return multiround_plan(candidates, draft_probs, target_probs)
+
+
+class MultiRoundWithoutReplacement(SequentialMultiDraftVerifier):
+    """Multi-round rejection sampling without replacement (MCSD Algorithm 2).
+
+    Lossless for candidates drawn sequentially without replacement (-1 slots after the
+    support is exhausted are skipped). With ``validate=True`` a repeated candidate is an error.
+    """
+
+    name = "multiround_without_replacement"
+    label = "multi-round w/o replacement (MCSD)"
+    style = {"linestyle": ":", "color": "C2"}
+    replacement = False
+    distinct_candidates = True
+
+    def acceptance_plan(self, candidates, draft_probs, target_probs):
+        return multiround_plan(candidates, draft_probs, target_probs, without_replacement=True)

@@ -1,0 +1,33 @@
+"""Naive multi-candidate sampling, MCNS (MCSD §4.3; spec ``multi_draft_otm.md`` §8)."""
+
+from __future__ import annotations
+
+from ..distributions import namespace, sample_categorical
+from .candidates import MultiDraftVerifier, membership_law, membership_outcome
+
+__all__ = ["NaiveMultiCandidate"]
+
+
+class NaiveMultiCandidate(MultiDraftVerifier):
+    """Y ~ q independently of the candidates; accepted iff Y ∈ S(candidates).
+
+    Y is exactly q-distributed whatever the law of the candidates, so it is lossless for
+    i.i.d. and without-replacement drafts alike (``replacement = True`` is only the default
+    pairing). Acceptance Σ_y q(y)·1{y ∈ S} (:func:`otspec.theory.multidraft.naive_acceptance`).
+    """
+
+    name = "naive"
+    label = "naive (MCNS)"
+    style = {"linestyle": "-", "color": "C7"}
+    replacement = True
+    #: Lossless whatever the candidates' law (the tree engines accept any draw mode).
+    any_draw_mode = True
+
+    def law(self, candidates, draft_probs, target_probs, *, validate=True):
+        d = self.check(candidates, draft_probs, target_probs, validate=validate)
+        return membership_law(d.tokens, d.target_probs)
+
+    def sample(self, candidates, draft_probs, target_probs, rng, *, validate=True):
+        d = self.check(candidates, draft_probs, target_probs, validate=validate)
+        xp = namespace(d.target_probs)
+        return membership_outcome(d.tokens, xp.astype(sample_categorical(d.target_probs, rng), xp.int64))

@@ -1,0 +1,119 @@
+"""The optimal multi-draft coupling OTM-k as a verifier (SpecTr §5; spec ``multi_draft_otm.md`` §2)."""
+
+from __future__ import annotations
+
+import array_api_compat
+import numpy as np
+
+from ..distributions import sample_categorical
+from ..errors import SizeLimitError
+from ..solvers.otm import otm_maxflow
+from .candidates import MultiDraftVerifier, membership_law, membership_outcome
+
+__all__ = ["OTM_MAX_TUPLES", "OTMVerify"]
+
+#: Default bound on V**k for :class:`OTMVerify` (the plan has V**(k+1) entries).
+OTM_MAX_TUPLES = 4096
+
+
+def _encode(tuples, V):
+    """Integer code of each row of an int (M, k) array with entries in [-1, V)."""
+    weights = (V + 1) ** np.arange(tuples.shape[1], dtype=np.int64)
+    return (tuples.astype(np.int64) + 1) @ weights
+
+
+class OTMVerify(MultiDraftVerifier):
+    """Y ~ π(x^k, ·)/P_D(x^k) for the optimal plan π between the candidate-tuple law P_D and q.
+
+    For each distinct (p, q) row pair the plan is solved exactly by
+    :func:`otspec.solvers.otm.otm_maxflow` (cached by the rows' bytes); Y is drawn from the
+    plan's row of the given tuple and accepted iff Y ∈ S(x^k), so the expected acceptance is
+    the optimum α_k. numpy-only, for small problems: V**k may not exceed ``max_tuples``.
+
+    Parameters
+    ----------
+    replacement : bool
+        Draft mode the plan is built for (the candidates must be drawn that way).
+    max_tuples : int
+        Largest V**k accepted.
+    cache_size : int
+        Plans kept (oldest dropped first).
+    """
+
+    name = "otm"
+    label = "OTM optimum (i.i.d. drafts)"
+    style = {"linestyle": "-", "color": "C0"}
+
+    def __init__(self, replacement: bool = True, max_tuples: int = OTM_MAX_TUPLES, cache_size: int = 1024):
+        self.replacement = bool(replacement)
+        self.max_tuples = int(max_tuples)
+        self.cache_size = int(cache_size)
+        self._cache: dict = {}
+        if not self.replacement:
+            self.label = "optimum, drafts w/o replacement"
+            self.style = {"linestyle": ":", "color": "C0"}
+
+    def __repr__(self):
+        return f"OTMVerify(replacement={self.replacement})"
+
+    def plan(self, draft_row, target_row, k: int):
+        """(tuples (M, k), plan (M, V)): the optimal plan for one (p, q) pair, rows = tuples.
+
+        ``tuples`` are those of positive probability (:func:`otspec.drafts.draft_tuple_law`);
+        the row sums of ``plan`` are their probabilities and its column sums are q.
+        """
+        p = np.ascontiguousarray(draft_row, dtype=np.float64)
+        q = np.ascontiguousarray(target_row, dtype=np.float64)
+        key = (p.tobytes(), q.tobytes(), int(k))
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        V = p.shape[0]
+        if V ** int(k) > self.max_tuples:
+            raise SizeLimitError(f"OTMVerify: V**k = {V}**{k} = {V ** int(k)} candidate tuples exceeds max_tuples="
+                                 f"{self.max_tuples}; the OTM plan is only practical for small vocabularies and k",
+                                 size=V ** int(k), limit=self.max_tuples)
+        out = otm_maxflow(p, q, int(k), self.replacement).plan
+        if len(self._cache) >= self.cache_size:
+            self._cache.pop(next(iter(self._cache)))
+        self._cache[key] = out
+        return out
+
+    def _kernel(self, candidates, draft_probs, target_probs, validate):
+        for arr in (candidates, draft_probs, target_probs):
+            if array_api_compat.is_array_api_obj(arr) and not array_api_compat.is_numpy_array(arr):
+                raise TypeError(f"OTMVerify is numpy-only (it solves a transport problem per row pair); got {type(arr)}")
+        d = self.check(candidates, draft_probs, target_probs, validate=validate)
+        candidates = np.asarray(d.tokens)
+        p, q = np.asarray(d.draft_probs, dtype=np.float64), np.asarray(d.target_probs, dtype=np.float64)
+        B, k = candidates.shape
+        V = p.shape[1]
+        kernel = np.zeros((B, V))
+        if B == 0:
+            return candidates, kernel
+        pairs, inverse = np.unique(np.concatenate([p, q], axis=1), axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        for g, pair in enumerate(pairs):  # one plan per distinct (p, q) pair
+            rows = np.flatnonzero(inverse == g)
+            tuples, plan = self.plan(pair[:V], pair[V:], k)
+            codes = _encode(tuples, V)
+            order = np.argsort(codes)
+            want = _encode(candidates[rows], V)
+            pos = np.minimum(np.searchsorted(codes[order], want), len(codes) - 1)
+            found = codes[order][pos] == want
+            if not found.all():
+                b = int(rows[np.flatnonzero(~found)[0]])
+                mode = "with" if self.replacement else "without"
+                raise ValueError(f"candidates: row {b} {candidates[b].tolist()} has probability 0 under sampling "
+                                 f"{mode} replacement from draft_probs; OTMVerify(replacement={self.replacement}) "
+                                 "needs candidates drawn that way")
+            sel = plan[order[pos]]
+            kernel[rows] = sel / sel.sum(axis=1, keepdims=True)
+        return candidates, kernel
+
+    def law(self, candidates, draft_probs, target_probs, *, validate=True):
+        return membership_law(*self._kernel(candidates, draft_probs, target_probs, validate))
+
+    def sample(self, candidates, draft_probs, target_probs, rng, *, validate=True):
+        candidates, kernel = self._kernel(candidates, draft_probs, target_probs, validate)
+        return membership_outcome(candidates, sample_categorical(kernel, rng).astype(np.int64))
