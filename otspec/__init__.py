@@ -1,19 +1,37 @@
 """otspec: speculative decoding seen as optimal transport.
 
-Public API (details in each module):
+Public API (details in each module; every subpackage below is loaded by ``import otspec``):
 
 * :mod:`otspec.distributions` — validation, TV, overlap, residuals, sampling
 * :mod:`otspec.sources` — IID / Markov / table sources, JSON format, random pairs
-* :mod:`otspec.verifiers` — the verifier protocol and every verifier
-* :mod:`otspec.engine` — exact, Monte Carlo and decode engines
-* :mod:`otspec.theory` — closed forms
-* :mod:`otspec.plot`, :mod:`otspec.report` — figures and the report
+* :mod:`otspec.drafts` — the Draft concept, draft-tuple laws, candidate sampling, draft trees
+* :mod:`otspec.verifiers` — the one verifier protocol and every verifier
+* :mod:`otspec.theory` — every closed form, citing its equation
+* :mod:`otspec.solvers` — linear programmes, flows and duals
+* :mod:`otspec.engine` — exact, Monte Carlo and decode engines, whole-response simulators
+* :mod:`otspec.figures` — the figure registry behind ``python -m otspec.plot`` and ``python -m otspec.report``
+* :mod:`otspec.errors` — :class:`SizeLimitError`, :class:`SolveError`
 """
 
 __version__ = "0.1.0"
 
+from . import (
+    distributions,
+    drafts,
+    engine,
+    errors,
+    figures,
+    pairs,
+    rejections,
+    solvers,
+    sources,
+    theory,
+    verifiers,
+)
 from .distributions import overlap, residual, total_variation, validate_probs
+from .drafts import Draft, DraftTree
 from .engine import evaluate, generate, simulate
+from .errors import SizeLimitError, SolveError
 from .sources import (
     IIDSource,
     MarkovSource,
@@ -28,6 +46,21 @@ from .sources import (
 from .verifiers import TokenVerify
 
 __all__ = [
+    "Draft",
+    "DraftTree",
+    "SizeLimitError",
+    "SolveError",
+    "distributions",
+    "drafts",
+    "engine",
+    "errors",
+    "figures",
+    "pairs",
+    "rejections",
+    "solvers",
+    "sources",
+    "theory",
+    "verifiers",
     "IIDSource",
     "MarkovSource",
     "TableSource",

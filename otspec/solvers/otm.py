@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..distributions import row_pair
-from ..drafts import _check_k, _n_tuples, draft_tuple_law, tuple_membership
+from ..drafts.laws import _check_k, _n_tuples, draft_tuple_law, tuple_membership
 from ..errors import SizeLimitError, SolveError
 from .lp import solve_lp
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..distributions import row_pair
-from ..drafts import _check_k, inclusion_iid, race_add_token, race_nodes, race_weights
+from ..drafts.laws import _check_k, inclusion_iid, race_add_token, race_nodes, race_weights
 from ..errors import SizeLimitError
 from ..theory.multidraft import MAX_BRUTEFORCE_VOCAB, subset_masses
 

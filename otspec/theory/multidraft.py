@@ -25,7 +25,7 @@ import array_api_compat
 import numpy as np
 
 from ..distributions import first_index, namespace, residual, row_pair
-from ..drafts import (
+from ..drafts.laws import (
     _check_k,
     draft_inclusion_probs,
     draft_tuple_law,
@@ -175,14 +175,18 @@ def kseq_rho_star(draft, target, k, *, tol: float = RHO_TOL):
     f(1) ≥ 0 and f(k) ≤ 0 by Bernoulli's inequality. SpecTr's Lemma 4 also places ρ* below
     max_x q(x)/p(x); that holds when supp q ⊆ supp p but **not in general**: for
     p = (½, ½, 0), q = (0.6, 0, 0.4), k = 2, f(1.2) = 0.15 > 0 and ρ* = 1.6325 > max q/p.
-    So the bracket is [1, max(1, min(k, max q/p))] where f ≤ 0 at its right end, else [1, k].
+    Here max q/p = ∞ (target mass outside the draft's support), so the bracket
+    [1, max(1, min(k, max q/p))] is [1, k]; when supp q ⊆ supp p the lemma holds.
     The upper end of the final bracket is returned, so f(ρ) ≤ 0 and the residual (9) is
     non-negative (Theorem 1 needs ρ ≥ ρ*). Rows with f(1) ≤ 0 — k ≤ 1, TV(p, q) = 0 or
     disjoint supports (β ≡ 0) — get ρ = 1. A row stops refining once its own bracket is
     below ``tol``, so results do not depend on the batch.
 
-    >>> round(kseq_rho_star([0.75, 0.25], [0.25, 0.75], 2), 6)
-    1.333333
+    With p = U(6) and q = U(2) (r = 3) and k = 3, ρ* = 57/27 (β(ρ*) = 1/3, spec §4):
+
+    >>> uniform6, uniform2 = [1 / 6] * 6, [0.5, 0.5, 0, 0, 0, 0]
+    >>> round(kseq_rho_star(uniform6, uniform2, 3) * 27, 9)
+    57.0
     """
     p, q, scalar = _batched(draft, target)
     if scalar:
@@ -193,8 +197,7 @@ def kseq_rho_star(draft, target, k, *, tol: float = RHO_TOL):
                      xp.where(q > 0, xp.full_like(p, math.inf), xp.zeros_like(p)))
     ones = xp.ones_like(k)
     lo = ones
-    hi = xp.maximum(xp.minimum(k, xp.max(ratio, axis=-1)), ones)
-    hi = xp.where(_kseq_f(p, q, k, hi) <= 0, hi, xp.maximum(k, ones))
+    hi = xp.maximum(xp.minimum(k, xp.max(ratio, axis=-1)), ones)  # f(hi) <= 0 (Lemma 4, or hi = k)
     width = float(xp.max(hi - lo)) if hi.shape[0] else 0.0
     for _ in range(math.ceil(math.log2(width / tol)) if width > tol else 0):
         mid = 0.5 * (lo + hi)
@@ -268,8 +271,10 @@ def kseq_acceptance(draft, target, k: int, rho: float | None = None) -> float:
     This is P(some candidate is accepted); the coupling's P(Y ∈ S(X)) can be larger, since
     the residual draw may hit a drafted token (spec (11)).
 
-    >>> round(kseq_acceptance([0.75, 0.25], [0.25, 0.75], 2), 6)
-    0.625
+    k-Seq is optimal on uniform pairs: 1 − (1 − 1/3)^3 = 19/27 for p = U(6), q = U(2), k = 3 (eq. (15)).
+
+    >>> round(kseq_acceptance([1 / 6] * 6, [0.5, 0.5, 0, 0, 0, 0], 3) * 27, 9)
+    19.0
     """
     return float(_kseq_row(draft, target, k, rho).p_acc[0])
 
@@ -312,8 +317,10 @@ def multiround_acceptance(draft, target, k: int, replacement: bool = True) -> fl
 
     The final residual draw can land on a drafted token; it is not counted (as in §6).
 
-    >>> round(multiround_acceptance([0.75, 0.25], [0.25, 0.75], 2), 6)
-    0.666667
+    For p = (¾, ¼), q = (¼, ¾), k = 2: ρ_1 = ½, t_1 = (0, 1), ρ_2 = ¾, so 1 − 3/8:
+
+    >>> round(multiround_acceptance([0.75, 0.25], [0.25, 0.75], 2), 12)
+    0.625
     """
     p, q = row_pair(draft, target)
     k = _check_k(k)

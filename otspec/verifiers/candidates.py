@@ -22,7 +22,8 @@ from abc import abstractmethod
 import array_api_compat
 
 from ..distributions import namespace, sample_categorical, uniform
-from ..drafts import CANDIDATES, _gather_candidates, _one_hot
+from ..drafts.draft import CANDIDATES, _gather_candidates
+from ..drafts.laws import _one_hot
 from .base import Outcome, Verifier, VerifierLaw
 
 __all__ = [

@@ -10,7 +10,7 @@ not drafted yet, renormalised (Algorithm 2). The acceptance probability is
 from __future__ import annotations
 
 from ..distributions import namespace, residual
-from ..drafts import _one_hot
+from ..drafts.laws import _one_hot
 from .candidates import SequentialMultiDraftVerifier, gather_candidates, stack_columns
 
 __all__ = ["MultiRound", "MultiRoundWithoutReplacement", "multiround_plan"]

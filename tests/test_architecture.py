@@ -1,0 +1,102 @@
+"""The layout of the house: no import cycle, dependencies point down, modules stay readable."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+import otspec
+from otspec.figures import FIGURES
+
+PACKAGE = Path(otspec.__file__).parent
+#: "No module over about 500 lines": the hard ceiling the suite enforces.
+MAX_LINES = 550
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> list[str]:
+    if node.level == 0:
+        base = node.module or ""
+    else:
+        parts = module.split(".")
+        parts = parts if is_package else parts[:-1]
+        parts = parts[: len(parts) - (node.level - 1)]
+        base = ".".join(parts + ([node.module] if node.module else []))
+    # "from . import x" names submodules; "from .m import f" names module m
+    return [f"{base}.{alias.name}" for alias in node.names] + [base]
+
+
+def import_graph() -> nx.DiGraph:
+    """Edges module -> otspec module it imports (at any depth: lazy imports count too)."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = nx.DiGraph()
+    graph.add_nodes_from(modules)
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            targets = []
+            if isinstance(node, ast.ImportFrom):
+                targets = _resolve(name, path.name == "__init__.py", node)
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            for target in targets:
+                if target in modules and target != name:
+                    graph.add_edge(name, target)
+    return graph
+
+
+def _without_package_inits(graph: nx.DiGraph) -> nx.DiGraph:
+    """Package ``__init__`` re-exports point at their own children; drop those edges and keep the rest."""
+    g = graph.copy()
+    for a, b in list(g.edges):
+        if b.startswith(a + "."):
+            g.remove_edge(a, b)
+    return g
+
+
+def test_no_import_cycle():
+    cycles = list(nx.simple_cycles(_without_package_inits(import_graph())))
+    assert cycles == [], f"import cycles: {cycles[:5]}"
+
+
+@pytest.mark.parametrize("lower", ["otspec.solvers", "otspec.theory", "otspec.drafts", "otspec.distributions",
+                                   "otspec.sources", "otspec.errors", "otspec.pairs"])
+def test_lower_layers_never_import_verifiers_or_engines(lower):
+    graph = import_graph()
+    bad = [(a, b) for a, b in graph.edges
+           if (a == lower or a.startswith(lower + ".")) and b.split(".")[1] in ("verifiers", "engine", "figures",
+                                                                               "plot", "report", "cli")]
+    assert bad == []
+
+
+def test_the_checker_sees_a_cycle():
+    """Negative control: the walker finds an edge it must find and a planted cycle."""
+    graph = import_graph()
+    assert graph.has_edge("otspec.verifiers.base", "otspec.drafts")
+    graph.add_edge("otspec.drafts", "otspec.verifiers.base")
+    assert list(nx.simple_cycles(_without_package_inits(graph)))
+
+
+def test_modules_stay_readable():
+    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+def test_library_never_switches_the_matplotlib_backend():
+    offenders = [str(p) for p in PACKAGE.rglob("*.py") if "matplotlib.use(" in p.read_text()]
+    assert offenders == []
+
+
+def test_figure_registry_is_consistent():
+    stems = [f.stem for f in FIGURES.values()]
+    assert len(stems) == len(set(stems))
+    for name, fig in FIGURES.items():
+        assert fig.name == name and callable(fig.data) and callable(fig.render) and callable(fig.section)
