@@ -17,7 +17,10 @@ import numpy as np
 from .errors import SizeLimitError
 from .sources import EMPTY_PREFIX, MAX_ENUMERATION, IIDSource, MarkovSource, Source, extend_prefixes
 
-__all__ = ["check_horizon", "check_pair", "markov_chains", "walk_prefix_tree"]
+__all__ = ["MAX_WALK_ENTRIES", "check_horizon", "check_pair", "markov_chains", "walk_prefix_tree"]
+
+#: Most probability entries (prefixes × vocabulary) one level of :func:`walk_prefix_tree` builds.
+MAX_WALK_ENTRIES = 2**25
 
 
 def check_horizon(horizon, name: str = "horizon") -> int:
@@ -71,19 +74,27 @@ def walk_prefix_tree(draft: Source, target: Source, length: int, state: tuple, s
     """Visit the prefix tree of a pair level by level; yield ``(level, children_state)``.
 
     ``state`` is a tuple of arrays of shape (1,) for the root (the empty prefix). At each
-    level n = 0..length−1, ``step(n, p_rows, q_rows, *state)`` receives both models' rows
-    (N, V) at the N current prefixes and returns ``(children, keep)``: a tuple of arrays
+    level n = 0..length−1, ``step(n, prefixes, p_rows, q_rows, *state)`` receives the N current
+    prefixes (N, n) and both models' rows (N, V) there, and returns ``(children, keep)``: a tuple of arrays
     broadcastable to (N, V) (the children's state, child (i, x) = prefix i followed by token
     x, lexicographic) and a boolean (N, V) mask of the children to keep (``None``: all).
-    The kept children become the next level's prefixes. The number of prefixes a level
-    would hold is checked against :data:`~otspec.sources.MAX_ENUMERATION` before the
-    level is built (:class:`~otspec.errors.SizeLimitError`).
+    The kept children become the next level's prefixes. The prefixes a level would hold and
+    the N × V probabilities it would score are checked against
+    :data:`~otspec.sources.MAX_ENUMERATION` and :data:`MAX_WALK_ENTRIES` before they are built
+    (:class:`~otspec.errors.SizeLimitError`).
     """
     V = check_pair(draft, target, length)
     prefixes = EMPTY_PREFIX
     for n in range(length):
-        p_rows, q_rows = draft.next_probs(prefixes), target.next_probs(prefixes)
-        children, keep = step(n, p_rows, q_rows, *state)
+        entries = prefixes.shape[0] * V
+        if entries > MAX_WALK_ENTRIES:
+            raise SizeLimitError(f"{what}: level {n + 1} of the prefix tree needs {prefixes.shape[0]:,} prefixes x "
+                                 f"{V:,} tokens = {entries:,} probabilities, above MAX_WALK_ENTRIES = "
+                                 f"{MAX_WALK_ENTRIES:,}; use IID/Markov sources, a shorter length or Monte Carlo",
+                                 size=entries, limit=MAX_WALK_ENTRIES)
+        p_rows = np.asarray(draft.next_probs(prefixes), dtype=np.float64)
+        q_rows = np.asarray(target.next_probs(prefixes), dtype=np.float64)
+        children, keep = step(n, prefixes, p_rows, q_rows, *state)
         flat = [np.broadcast_to(c, p_rows.shape).reshape(-1) for c in children]
         if n == length - 1:
             yield n, tuple(flat)

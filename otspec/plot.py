@@ -58,7 +58,7 @@ def _pair_rows(args) -> dict:
         raise ValueError("give both --draft and --target, or neither")
     if args.draft is None:
         return {}
-    from .cli import CLIError, parse_probs
+    from .clitools import CLIError, parse_probs
 
     try:
         draft, target = parse_probs(args.draft, "--draft"), parse_probs(args.target, "--target")

@@ -54,6 +54,12 @@ class DecodeResult:
     accept_hist: np.ndarray
     elapsed_s: float
 
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / drafted tokens, as serving engines report it (``nan`` when nothing was drafted)."""
+        drafted = self.accepted + self.discarded
+        return self.accepted / drafted if drafted else float("nan")
+
     def summary(self) -> dict:
         """JSON-friendly counts (without the token array)."""
         return {
@@ -66,6 +72,7 @@ class DecodeResult:
             "rejected": self.rejected,
             "discarded": self.discarded,
             "generated": self.generated,
+            "acceptance_rate": None if self.accepted + self.discarded == 0 else self.acceptance_rate,
             "block_efficiency": self.block_efficiency.as_dict(),
         }
 

@@ -24,7 +24,8 @@ from tqdm.auto import tqdm
 from ..distributions import residual, sample_categorical
 from ..drafts import draft_tuple_law, sample_candidates
 from ..errors import SizeLimitError
-from ..sources import EMPTY_PREFIX, MAX_ENUMERATION, Source, extend_prefixes
+from ..pairs import walk_prefix_tree
+from ..sources import MAX_ENUMERATION, Source
 from ..theory.pareto import check_sources
 from ..theory.rejections import check_batch_size
 from ..verifiers.multiround import MultiRound
@@ -269,16 +270,13 @@ def template_law(draft: Source, target: Source, template: RejectionTemplate, hor
     T = check_sources(draft, target, horizon)
     V = target.vocab_size
     _check_enumerable(T, V, "template_law")
-    tokens, mass = EMPTY_PREFIX, np.ones(1)
     per_pos = np.zeros(T)
-    for n in range(1, T + 1):
-        p = np.asarray(draft.next_probs(tokens), dtype=np.float64)
-        q = np.asarray(target.next_probs(tokens), dtype=np.float64)
-        N = tokens.shape[0]
-        rep = np.repeat(tokens, V, axis=0)
-        tok = np.tile(np.arange(V), N)
-        b = np.asarray(template.accept(n, rep, tok, np.repeat(p, V, axis=0), np.repeat(q, V, axis=0)),
-                       dtype=np.float64).reshape(N, V)
+
+    def step(level, tokens, p, q, mass):
+        n, N = level + 1, tokens.shape[0]
+        b = np.asarray(template.accept(n, np.repeat(tokens, V, axis=0), np.tile(np.arange(V), N),
+                                       np.repeat(p, V, axis=0), np.repeat(q, V, axis=0)), dtype=np.float64)
+        b = b.reshape(N, V)
         if (b < -atol).any() or (b > 1 + atol).any() or not np.isfinite(b).all():
             raise ValueError(f"{template.name}: acceptance probabilities b_{n} must lie in [0, 1]; "
                              f"got range [{b.min()}, {b.max()}]")
@@ -286,16 +284,15 @@ def template_law(draft: Source, target: Source, template: RejectionTemplate, hor
         r = np.clip(1.0 - a.sum(1), 0.0, None)
         P = np.asarray(template.resample(n, tokens, p, q), dtype=np.float64).reshape(N, V)
         live = r > atol
-        if live.any():
-            Pl = P[live]
-            if (Pl < -atol).any() or (np.abs(Pl.sum(1) - 1.0) > 1e-9).any():
-                raise ValueError(f"{template.name}: resampling rows P_{n} must be probability rows "
-                                 "where the rejection probability is positive")
-        K = a + r[:, None] * np.where(live[:, None], P, 0.0)
-        per_pos[n - 1] = mass @ r
-        mass = (mass[:, None] * K).reshape(-1)
-        tokens = extend_prefixes(tokens, V)
-    return TemplateLaw(tokens, mass, target.enumerate(T).probs, per_pos)
+        if live.any() and ((P[live] < -atol).any() or (np.abs(P[live].sum(1) - 1.0) > 1e-9).any()):
+            raise ValueError(f"{template.name}: resampling rows P_{n} must be probability rows "
+                             "where the rejection probability is positive")
+        per_pos[level] = mass @ r
+        return (mass[:, None] * (a + r[:, None] * np.where(live[:, None], P, 0.0)),), None
+
+    *_, (_, (mass,)) = walk_prefix_tree(draft, target, T, (np.ones(1),), step, what="template_law")
+    enum = target.enumerate(T)
+    return TemplateLaw(enum.tokens, mass, enum.probs, per_pos)
 
 
 # ============================================================================ Theorem 2 LP
@@ -322,25 +319,23 @@ def batch_law(draft: Source, target: Source, horizon: int, M: int) -> TemplateLa
         raise SizeLimitError(f"batch_law: {V}^{M} candidate tuples exceed MAX_BATCH_TUPLES = {MAX_BATCH_TUPLES:,}",
                              size=V**M, limit=MAX_BATCH_TUPLES)
     verifier = MultiRound()
-    tokens = EMPTY_PREFIX
-    g_start, g_follow = np.ones(1), np.zeros(1)
     per_pos = np.zeros(T)
-    for n in range(T):
-        P = np.asarray(draft.next_probs(tokens), dtype=np.float64)
-        Q = np.asarray(target.next_probs(tokens), dtype=np.float64)
-        N = tokens.shape[0]
-        acc_s, rej_s = np.zeros((N, V)), np.zeros((N, V))
-        for i in range(N):
+
+    def step(n, tokens, P, Q, g_start, g_follow):
+        acc_s, rej_s = np.zeros_like(P), np.zeros_like(P)
+        for i in range(P.shape[0]):  # a round's start: the exact multi-round law averaged over the M-tuples
             tup, w = draft_tuple_law(P[i], M, replacement=True)
             law = verifier.law(tup, np.repeat(P[i][None], len(w), 0), np.repeat(Q[i][None], len(w), 0))
             acc_s[i], rej_s[i] = w @ law.accepted, w @ law.rejected
-        acc_f, rej_f = np.minimum(P, Q), np.clip(Q - P, 0.0, None)
+        acc_f, rej_f = np.minimum(P, Q), np.clip(Q - P, 0.0, None)  # inside a followed response: plain SD
         new_start = g_start[:, None] * rej_s + g_follow[:, None] * rej_f
-        new_follow = g_start[:, None] * acc_s + g_follow[:, None] * acc_f
         per_pos[n] = new_start.sum()
-        g_start, g_follow = new_start.reshape(-1), new_follow.reshape(-1)
-        tokens = extend_prefixes(tokens, V)
-    return TemplateLaw(tokens, g_start + g_follow, target.enumerate(T).probs, per_pos)
+        return (new_start, g_start[:, None] * acc_s + g_follow[:, None] * acc_f), None
+
+    *_, (_, (g_start, g_follow)) = walk_prefix_tree(draft, target, T, (np.ones(1), np.zeros(1)), step,
+                                                    what="batch_law")
+    enum = target.enumerate(T)
+    return TemplateLaw(enum.tokens, g_start + g_follow, enum.probs, per_pos)
 
 
 def simulate_batch_rejections(draft: Source, target: Source, horizon: int, M: int, runs: int, *, seed=0,

@@ -84,7 +84,7 @@ def expected_accepted_token(draft: Source, target: Source, draft_length: int) ->
             total += mass.sum()
         return float(total)
 
-    def step(level, p_rows, q_rows, mass):  # product of conditional minima along every prefix
+    def step(level, prefixes, p_rows, q_rows, mass):  # product of conditional minima along every prefix
         child = mass[:, None] * np.minimum(p_rows, q_rows)
         return (child,), child > 0
 
@@ -116,7 +116,7 @@ def _tree_sum(draft: Source, target: Source, draft_length: int, child) -> float:
     """
     L = _check_length(draft, target, draft_length)
 
-    def step(level, p_rows, q_rows, value, pj, qj):
+    def step(level, prefixes, p_rows, q_rows, value, pj, qj):
         out = child(value[:, None], pj[:, None], qj[:, None], p_rows, q_rows)
         return out, np.broadcast_to(out[0], p_rows.shape) > 0
 

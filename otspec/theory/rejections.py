@@ -77,7 +77,7 @@ def rejections_per_position(draft: Source, target: Source, horizon: int) -> np.n
             m = m @ Q[k]
         return out
 
-    def step(n, p, q, mass):
+    def step(n, prefixes, p, q, mass):
         out[n] = mass @ total_variation(p, q)
         child = mass[:, None] * q
         return (child,), child > 0
@@ -154,7 +154,7 @@ def batch_rejections_per_position(draft: Source, target: Source, horizon: int, M
             f, qm = newf, qm @ Q
         return out
 
-    def step(n, P, Q, f, qm):
+    def step(n, prefixes, P, Q, f, qm):
         newf = _batch_step(f, qm, P, Q, M)
         out[n] = newf.sum()
         return (newf, qm[:, None] * Q), None

@@ -1,0 +1,245 @@
+"""The ``calc`` subcommands of ``python -m otspec``: exact values and closed forms for one pair.
+
+Each calculator is a :class:`Calculator` in :data:`CALCULATORS`: a function adding its
+arguments and a function returning a JSON-ready dict. A value that is not computed is
+``null`` *with a reason*: its key ``<name>_status`` says why (a size beyond a stated limit,
+with the size and the limit).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from . import theory
+from .clitools import CLIError, add_pair_arguments, pair_from_args, positive_int
+from .distributions import total_variation
+from .errors import SizeLimitError
+from .sources import IIDSource, Source
+
+__all__ = ["CALCULATORS", "Calculator"]
+
+
+@dataclass(frozen=True)
+class Calculator:
+    """One ``calc`` subcommand."""
+
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    compute: Callable[[argparse.Namespace], dict]
+
+
+def _value(out: dict, key: str, fn, *args) -> None:
+    """``out[key] = fn(*args)``, or None with ``out[key + "_status"]`` saying which limit refused it."""
+    try:
+        out[key] = fn(*args)
+    except SizeLimitError as exc:
+        out[key], out[f"{key}_status"] = None, f"not computed: {exc}"
+
+
+def _nonnegative(text: str) -> float:
+    try:
+        value = float(Fraction(text))
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not (np.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
+# ------------------------------------------------------------------ calc block
+#: Largest LP (variables = V^(2L)) ``calc block`` solves by default.
+CALC_LP_MAX_VARIABLES = 2**16
+#: Longest draft length ``calc block --cost-ratio`` searches for the best L by default.
+BEST_LENGTH_SEARCH = 64
+
+
+def _block_arguments(parser):
+    add_pair_arguments(parser)
+    parser.add_argument("--L", "--draft-length", dest="L", type=positive_int, required=True,
+                        help="draft (block) length L")
+    parser.add_argument("--lp-max-variables", type=positive_int, default=CALC_LP_MAX_VARIABLES,
+                        help="solve the block-OT LP only up to this many variables V^(2L); larger sizes report "
+                             "lp = null with the reason in lp_status")
+    parser.add_argument("--cost-ratio", type=_nonnegative, default=None, metavar="C",
+                        help="cost of one draft call relative to one target call (c = t_draft / t_target): also "
+                             "report the predicted wall-clock speedup (E[tau] + 1) / (1 + c L) and the best L")
+    parser.add_argument("--max-length", type=positive_int, default=BEST_LENGTH_SEARCH,
+                        help="with --cost-ratio: search the best draft length among 1..max-length "
+                             "(token verification, and the exact block values where they are cheap)")
+
+
+def _speedup(expected_accepted: float, c: float, L: int) -> float:
+    """Predicted speedup over plain decoding: (E[τ] + 1) tokens per iteration for one target call + L draft calls."""
+    return (expected_accepted + 1.0) / (1.0 + c * L)
+
+
+def _block_compute(args) -> dict:
+    from .solvers import solve_block_lp
+
+    draft, target = pair_from_args(args)
+    L, V = args.L, target.vocab_size
+    first = total_variation(draft.next_probs([[]])[0], target.next_probs([[]])[0])
+    values: dict = {}
+    _value(values, "token", theory.expected_accepted_token, draft, target, L)
+    _value(values, "block_onpath", theory.expected_accepted_block, draft, target, L)
+    _value(values, "block_optimal", theory.expected_accepted_optimal, draft, target, L)
+    out = {
+        "quantity": "expected accepted draft tokens per iteration, E[tau] (add 1 for tokens per iteration)",
+        "draft_length": L,
+        "vocab_size": V,
+        "tv_first_token": float(first),
+        **values,
+    }
+    n_var = V ** (2 * L)
+    if n_var <= args.lp_max_variables:
+        res = solve_block_lp(draft, target, L)
+        out["lp"], out["lp_status"] = res.value, res.status
+    else:
+        out["lp"] = None
+        out["lp_status"] = (f"not solved: the block LP has {V}^{2 * L} = {n_var:,} variables, which exceed "
+                            f"--lp-max-variables {args.lp_max_variables:,}")
+    names = ("token", "block_onpath", "block_optimal")
+    for name in names:
+        value = values[name]
+        out[f"{name}_tokens_per_iteration"] = None if value is None else theory.tokens_per_iteration(value)
+    out["acceptance_rate"] = {name: None if values[name] is None else values[name] / L for name in names}
+    out["acceptance_rate_note"] = "accepted / drafted = E[tau] / L, as serving engines report it"
+    if args.cost_ratio is not None:
+        out.update(_cost_model(draft, target, L, args.cost_ratio, args.max_length, values))
+    return out
+
+
+def _cost_model(draft: Source, target: Source, L: int, c: float, max_length: int, values: dict) -> dict:
+    names = [name for name in ("token", "block_onpath", "block_optimal") if values[name] is not None]
+    horizon = min(h for h in (draft.horizon, target.horizon, max_length) if h is not None)
+    lengths = range(1, horizon + 1)
+    token = [theory.expected_accepted_token(draft, target, ell) for ell in lengths]
+    speed = [_speedup(v, c, ell) for ell, v in zip(lengths, token, strict=True)]
+    best = int(np.argmax(speed))
+    return {
+        "cost_ratio": c,
+        "speedup": {name: _speedup(values[name], c, L) for name in names},
+        "speedup_model": ("(E[tau] + 1) / (1 + c L): one target call scoring L + 1 tokens costs one plain decoding "
+                          "step, each drafted token c of it"),
+        "best_length": lengths[best],
+        "best_speedup": speed[best],
+        "best_length_verifier": "token",
+        "best_length_searched": [1, horizon],
+    }
+
+
+# -------------------------------------------------------------------- calc otm
+def _otm_arguments(parser):
+    add_pair_arguments(parser)
+    parser.add_argument("--k", type=positive_int, required=True, help="number of draft candidates")
+
+
+def _one_position_rows(args, what: str):
+    """Token-level rows: inline rows or IID sources; other sources are refused with the reason."""
+    draft, target = pair_from_args(args)
+    for role, src in (("draft", draft), ("target", target)):
+        if not isinstance(src, IIDSource):
+            raise CLIError(f"calc {what} works at one position, so it needs IID rows; the {role} source "
+                           f"{src!r} is context-dependent. Give --draft/--target rows, or IID source files "
+                           f"(for a Markov chain, pass the row of the context you want)")
+    return draft.probs, target.probs
+
+
+def _otm_compute(args) -> dict:
+    from . import solvers
+
+    p, q = _one_position_rows(args, "otm")
+    k = args.k
+    out = {
+        "quantity": "acceptance probability P(output token is one of the k drafts) at one position",
+        "k": k,
+        "vocab_size": int(p.shape[0]),
+        "tv": float(total_variation(p, q)),
+        "optimal": solvers.otm_value(p, q, k),
+        "optimal_without_replacement": solvers.otm_value(p, q, k, replacement=False),
+        "kseq": theory.kseq_acceptance(p, q, k),
+        "rho_star": theory.kseq_rho_star(p, q, k),
+    }
+    _value(out, "upper_bound", theory.lemma3_upper_bound, p, q, k)
+    out["multiround"] = theory.multiround_acceptance(p, q, k)
+    _value(out, "multiround_without_replacement", theory.multiround_acceptance, p, q, k, False)
+    out["naive"] = theory.naive_acceptance(p, q, k)
+    return out
+
+
+# ------------------------------------------------------------- calc rejections
+def _rejections_arguments(parser):
+    add_pair_arguments(parser)
+    parser.add_argument("--T", "--horizon", dest="T", type=positive_int, required=True,
+                        help="horizon: number of generated tokens")
+    parser.add_argument("--M", dest="M", type=positive_int, default=None,
+                        help="also report batch speculative decoding with M parallel drafts (Algorithm 4)")
+
+
+def _rejections_compute(args) -> dict:
+    from .theory import rejections
+
+    draft, target = pair_from_args(args)
+    value = rejections.expected_rejections(draft, target, args.T)
+    out = {
+        "quantity": "expected number of rejections over the horizon (full lookahead; Yin et al. Theorem 1)",
+        "expected_rejections": value,
+        "horizon": args.T,
+        "speedup": rejections.speedup(draft, target, args.T),
+        "per_position": rejections.rejections_per_position(draft, target, args.T).tolist(),
+    }
+    if args.M is not None:
+        out["batch_M"] = args.M
+        out["batch_expected_rejections"] = rejections.batch_expected_rejections(draft, target, args.T, args.M)
+    return out
+
+
+# ----------------------------------------------------------------- calc pareto
+def _probability(text: str) -> float:
+    try:
+        value = float(Fraction(text))
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {value}")
+    return value
+
+
+def _pareto_arguments(parser):
+    add_pair_arguments(parser)
+    parser.add_argument("--rejection", type=_probability, required=True,
+                        help="rejection probability r in [0, 1] of the (possibly biased) verifier")
+    parser.add_argument("--method", choices=("highs", "cvxpy"), default="highs", help="LP backend")
+
+
+def _pareto_compute(args) -> dict:
+    from .solvers.pareto import min_bias
+
+    p, q = _one_position_rows(args, "pareto")
+    res = min_bias(p, q, args.rejection, method=args.method)
+    return {
+        "quantity": "least achievable bias TV(output law, target) at rejection probability r (one position)",
+        "rejection": args.rejection,
+        "tv": float(total_variation(p, q)),
+        "min_bias": float(theory.pareto_front(p, q, args.rejection)),
+        "lp": res.value,
+        "lp_status": res.status,
+        "accept_probs": np.asarray(res.accept_probs).tolist(),
+    }
+
+
+#: ``calc`` subcommands by name; later capabilities register theirs here.
+CALCULATORS: dict[str, Calculator] = {
+    "block": Calculator("single-draft verification of a block of L tokens", _block_arguments, _block_compute),
+    "otm": Calculator("multi-draft (k candidates) acceptance: optimum, k-Seq, multi-round, naive",
+                      _otm_arguments, _otm_compute),
+    "rejections": Calculator("expected rejections over a horizon T (Markov-chain theory)",
+                             _rejections_arguments, _rejections_compute),
+    "pareto": Calculator("rejection vs bias trade-off: least bias at a rejection probability",
+                         _pareto_arguments, _pareto_compute),
+}

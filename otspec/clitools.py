@@ -1,0 +1,77 @@
+"""Argument types and the model-pair arguments shared by ``python -m otspec`` and ``python -m otspec.plot``.
+
+Model pairs are given either inline (``--draft 0.3,0.7 --target 0.75,0.25``; a single number
+``x`` means Bernoulli(x) = (1 − x, x)) or as JSON source files (``--draft-source FILE
+--target-source FILE``; format in :mod:`otspec.sources`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from fractions import Fraction
+
+from .distributions import validate_probs
+from .pairs import check_pair
+from .sources import IIDSource, Source, load_source
+
+__all__ = ["CLIError", "add_pair_arguments", "length_list", "pair_from_args", "parse_probs", "positive_int"]
+
+
+class CLIError(Exception):
+    """A user-facing error: printed without a traceback, exit status 2."""
+
+
+def parse_probs(text: str, name: str = "probs") -> IIDSource:
+    """``'0.3,0.7'`` or ``'2/3,1/3'`` → IID row; ``'0.3'`` → Bernoulli(0.3) = (0.7, 0.3). ``name`` labels errors."""
+    try:
+        values = [float(Fraction(v.strip())) for v in text.split(",") if v.strip() != ""]
+    except (ValueError, ZeroDivisionError):
+        raise CLIError(f"could not read probabilities from {text!r}; expected comma-separated numbers "
+                       "or fractions such as 0.3,0.7 or 2/3,1/3 (or one number p for Bernoulli(p))") from None
+    if not values:
+        raise CLIError("empty probability list")
+    if len(values) == 1:
+        values = [1.0 - values[0], values[0]]
+    return IIDSource(validate_probs(values, name))
+
+
+def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--draft``/``--target`` rows or ``--draft-source``/``--target-source`` files (exactly one of each)."""
+    g = parser.add_argument_group("model pair (inline rows or JSON source files; exactly one of each role)")
+    g.add_argument("--draft", metavar="P", help="draft row, e.g. 0.3,0.7 (one number p: Bernoulli(p))")
+    g.add_argument("--target", metavar="Q", help="target row, e.g. 0.75,0.25")
+    g.add_argument("--draft-source", metavar="FILE", help="draft JSON source file (IID, Markov or table)")
+    g.add_argument("--target-source", metavar="FILE", help="target JSON source file")
+
+
+def pair_from_args(args) -> tuple[Source, Source]:
+    """The (draft, target) sources named by :func:`add_pair_arguments`, checked for one vocabulary."""
+
+    def one(inline, path, role):
+        if (inline is None) == (path is None):
+            raise CLIError(f"give exactly one of --{role} and --{role}-source")
+        return parse_probs(inline, f"--{role}") if inline is not None else load_source(path)
+
+    draft = one(args.draft, args.draft_source, "draft")
+    target = one(args.target, args.target_source, "target")
+    check_pair(draft, target)
+    return draft, target
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (argparse type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def length_list(text: str) -> list[int]:
+    """``'4'`` or ``'2,4,8'`` → a list of positive integers (argparse type)."""
+    values = [part.strip() for part in str(text).split(",")]
+    if not values or any(v == "" for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {text!r}")
+    return [positive_int(v) for v in values]
