@@ -69,8 +69,8 @@ def _block_arguments(parser):
                         help="cost of one draft call relative to one target call (c = t_draft / t_target): also "
                              "report the predicted wall-clock speedup (E[tau] + 1) / (1 + c L) and the best L")
     parser.add_argument("--max-length", type=positive_int, default=BEST_LENGTH_SEARCH,
-                        help="with --cost-ratio: search the best draft length among 1..max-length "
-                             "(token verification, and the exact block values where they are cheap)")
+                        help="with --cost-ratio: search the best draft length of token verification among "
+                             "1..max-length (capped by the sources' horizons)")
 
 
 def _speedup(expected_accepted: float, c: float, L: int) -> float:
@@ -103,11 +103,10 @@ def _block_compute(args) -> dict:
         out["lp"] = None
         out["lp_status"] = (f"not solved: the block LP has {V}^{2 * L} = {n_var:,} variables, which exceed "
                             f"--lp-max-variables {args.lp_max_variables:,}")
-    names = ("token", "block_onpath", "block_optimal")
+    names = [name for name in ("token", "block_onpath", "block_optimal") if values[name] is not None]
     for name in names:
-        value = values[name]
-        out[f"{name}_tokens_per_iteration"] = None if value is None else theory.tokens_per_iteration(value)
-    out["acceptance_rate"] = {name: None if values[name] is None else values[name] / L for name in names}
+        out[f"{name}_tokens_per_iteration"] = theory.tokens_per_iteration(values[name])
+    out["acceptance_rate"] = {name: values[name] / L for name in names}
     out["acceptance_rate_note"] = "accepted / drafted = E[tau] / L, as serving engines report it"
     if args.cost_ratio is not None:
         out.update(_cost_model(draft, target, L, args.cost_ratio, args.max_length, values))

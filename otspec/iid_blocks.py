@@ -262,7 +262,8 @@ def _lattice_terms(p, q, L: int, step, kind: str):
     zs = z - 8 * _EPS * (np.abs(lp) + np.abs(lq) + 1.0)
     k = np.floor(np.clip(zs / h, -M - 1.0, M + 1.0)).astype(np.int64)
     top, tiny = k >= M, k < -M  # r >= e^{Mh}: lowered to e^{Mh}; r < e^{-Mh}: spread onto {0, e^{-Mh}}
-    theta = np.clip(np.where(tiny, np.exp(zs + M * h), np.expm1(zs - k * h) / math.expm1(h)), 0.0, 1.0)
+    frac = np.expm1(np.clip(zs - k * h, 0.0, h)) / math.expm1(h)
+    theta = np.clip(np.where(tiny, np.exp(np.minimum(zs + M * h, 0.0)), frac), 0.0, 1.0)
     theta[top] = 0.0
     k = np.clip(k, -M, M)
     k1 = np.where(tiny | top, k, k + 1)

@@ -1,0 +1,132 @@
+"""What a new user hit on the command line: help, pipes, several lengths, refusals with reasons, cost model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+import pytest
+
+from otspec import pairs
+from otspec.cli import build_parser, main
+
+
+def run(*args):
+    proc = subprocess.run([sys.executable, "-m", "otspec", *args], capture_output=True, text=True)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _parsers(parser):
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _parsers(sub)
+
+
+def test_every_flag_has_help_and_shows_its_default():
+    for parser in _parsers(build_parser()):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction | argparse._HelpAction) or not action.option_strings:
+                continue
+            assert action.help, f"{parser.prog} {action.option_strings} has no help text"
+        text = parser.format_help()
+        if any(a.option_strings and a.default not in (None, argparse.SUPPRESS) and not isinstance(a, argparse._HelpAction)
+               for a in parser._actions):
+            assert "(default:" in text, parser.prog
+
+
+def test_json_into_a_closed_pipe_exits_quietly():
+    proc = subprocess.run(f"{sys.executable} -m otspec calc block --draft 0.3 --target 0.75 --L 4 --json | head -1",
+                          shell=True, capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "{" and proc.stderr == ""
+    big = f"{sys.executable} -m otspec decode --draft 0.3 --target 0.75 --L 1,2,3,4,5,6 --tokens 50 --json | head -2"
+    proc = subprocess.run(f"set -o pipefail; {big}", shell=True, executable="/bin/bash", capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stderr == ""
+
+
+def test_simulate_and_decode_take_several_lengths(capsys):
+    assert main(["simulate", "--draft", "0.3", "--target", "0.6", "--L", "2,4", "--blocks", "2000", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["draft_length"] for r in rows] == [2, 4]
+    for r in rows:  # acceptance rate = accepted / drafted = E[tau] / L
+        assert r["acceptance_rate"] == pytest.approx(r["accepted"]["value"] / r["draft_length"])
+    assert main(["decode", "--draft", "0.3", "--target", "0.6", "--L", "1,3", "--tokens", "200", "--sequences",
+                 "2", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["draft_length"] for r in rows] == [1, 3] and all(r["generated"] == 400 for r in rows)
+    for r in rows:
+        assert r["acceptance_rate"] == pytest.approx(r["accepted"] / (r["accepted"] + r["discarded"]))
+    assert main(["decode", "--draft", "0.3", "--target", "0.6", "--L", "3", "--tokens", "50", "--json"]) == 0
+    assert isinstance(json.loads(capsys.readouterr().out), dict)  # one length: one object, as before
+
+
+BAD = [
+    (["simulate", "--draft", "0.3", "--target", "0.6", "--L", "2,,4"], "positive integers"),
+    (["simulate", "--draft", "0.3", "--target", "0.6", "--L", "0"], "positive integer"),
+    (["decode", "--draft", "0.3", "--target", "0.6,0.2,0.2", "--L", "2"], "vocabulary mismatch"),
+    (["calc", "block", "--draft", "nan", "--target", "0.5", "--L", "2"], "could not read probabilities"),
+    (["calc", "block", "--draft", "0.5", "--target", "0.5", "--L", "2", "--cost-ratio", "-1"], ">= 0"),
+    (["calc", "otm", "--draft", "0.5", "--target", "0.5", "--k", "x"], "positive integer"),
+    (["calc", "pareto", "--draft", "0.5", "--target", "0.5", "--rejection", "x"], "[0, 1]"),
+    (["calc", "rejections", "--draft", "0.5", "--target", "0.5", "--T", "2", "--M", "0"], "positive integer"),
+    (["calc", "block", "--draft-source", "/", "--target", "0.5", "--L", "2"], "error"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), BAD)
+def test_bad_input_is_a_message_and_status_2_never_a_traceback(args, message):
+    rc, out, err = run(*args)
+    assert rc == 2 and message in err and "Traceback" not in err and out == ""
+
+
+def test_same_output_file_for_both_sources_is_refused(tmp_path):
+    path = tmp_path / "x.json"
+    rc, _, err = run("source", "random", "--vocab", "3", "--draft-out", str(path), "--target-out", str(path))
+    assert rc == 2 and "same file" in err and not path.exists()
+
+
+def test_one_position_calculators_refuse_context_dependent_sources(tmp_path):
+    for name, arg in (("d", {"type": "markov", "initial": [0.5, 0.5], "transition": [[0.9, 0.1], [0.2, 0.8]]}),
+                      ("t", {"type": "iid", "probs": [0.3, 0.7]})):
+        (tmp_path / f"{name}.json").write_text(json.dumps(arg))
+    files = ["--draft-source", str(tmp_path / "d.json"), "--target-source", str(tmp_path / "t.json")]
+    for extra in (["otm", "--k", "2"], ["pareto", "--rejection", "0.1"]):
+        rc, out, err = run("calc", extra[0], *files, *extra[1:])
+        assert rc == 2 and "IID rows" in err and out == ""
+    # IID source files are fine and equal the inline rows
+    (tmp_path / "d.json").write_text(json.dumps({"type": "iid", "probs": [0.6, 0.4]}))
+    rc, out, _ = run("calc", "otm", *files, "--k", "2", "--json")
+    rc2, out2, _ = run("calc", "otm", "--draft", "0.6,0.4", "--target", "0.3,0.7", "--k", "2", "--json")
+    assert rc == rc2 == 0 and json.loads(out) == json.loads(out2)
+
+
+def test_values_beyond_a_limit_are_null_with_the_reason(monkeypatch, capsys):
+    monkeypatch.setattr(pairs, "MAX_WALK_ENTRIES", 10)
+    table = ["--draft", "0.2,0.3,0.5", "--target", "0.5,0.3,0.2"]
+    # an IID pair of 3 tokens: the on-path value walks the prefix tree (3 x 3 > 10 entries at level 2)
+    assert main(["calc", "block", *table, "--L", "3", "--lp-max-variables", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("block_onpath", "lp"):
+        if out[key] is None:
+            assert out[f"{key}_status"].startswith("not")
+    assert out["lp"] is None and "3^6 = 729 variables" in out["lp_status"]
+    assert out["token"] is not None
+    assert all(v is not None or f"{k}_status" in out for k, v in out.items() if not k.endswith("_status"))
+
+
+def test_cost_ratio_speedup_and_best_length(capsys):
+    c = 0.2
+    assert main(["calc", "block", "--draft", "0.3", "--target", "0.75", "--L", "3", "--cost-ratio", str(c),
+                 "--max-length", "10", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    overlap = 1 - 0.45
+    token = {L: sum(overlap**i for i in range(1, L + 1)) for L in range(1, 11)}  # eq. (11a)
+    speed = {L: (token[L] + 1) / (1 + c * L) for L in token}
+    assert out["speedup"]["token"] == pytest.approx(speed[3], abs=1e-12)
+    assert out["speedup"]["block_optimal"] == pytest.approx((out["block_optimal"] + 1) / (1 + 3 * c), abs=1e-12)
+    best = max(speed, key=speed.get)
+    assert out["best_length"] == best and out["best_speedup"] == pytest.approx(speed[best], abs=1e-12)
+    assert out["acceptance_rate"]["token"] == pytest.approx(token[3] / 3, abs=1e-12)
