@@ -29,3 +29,17 @@ def test_notebook_executes(path, monkeypatch):
     client.execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
+    # every figure a cell renders is shown (a renderer must not switch the kernel away from inline)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "render(" in cell.source:
+            shown = [o for o in cell.outputs if "image/png" in o.get("data", {})]
+            assert len(shown) >= cell.source.count("render("), cell.source[:80]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_committed_notebooks_hold_their_outputs(path):
+    """Notebooks are committed executed (``make demo`` regenerates them): every code cell has run."""
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code and all(c.get("execution_count") for c in code)
+    assert any("image/png" in o.get("data", {}) for c in code for o in c.outputs)

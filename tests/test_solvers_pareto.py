@@ -360,3 +360,21 @@ def test_figure_data_and_render():
     plt.close(fig)
     with pytest.raises(ValueError, match="scale"):
         pareto_figure_data(scale=0)
+
+
+def test_front_gap_is_reported_at_its_true_maximum_and_per_step_claims_hold():
+    """REPORT quotes the largest gap between the straight line and the exact front, not a grid value;
+    on the default pair the per-step ε rule dips below the line, the θ-mixture rule never does."""
+    d, t = default_sequence_pair()
+    res = sequence_pareto(d, t, 3, np.linspace(0.0, 1.2, 25))
+    e_sd, tv_seq = res["sd_rejections"], res["tv_seq"]
+    fine = np.linspace(0.0, e_sd, 401)
+    gaps = tv_seq * (1 - fine / e_sd) - np.array([sequence_min_bias(d, t, 3, R).value for R in fine])
+    assert res["max_deviation_from_line"] >= gaps.max() - 1e-12
+    assert res["max_deviation_from_line"] >= res["deviation_from_line"]
+    assert res["max_deviation_from_line"] - gaps.max() < 1e-3  # a maximum, not a runaway
+    line = tv_seq * (1 - fine / e_sd)
+    eps = line - np.array(per_step_curve(d, t, 3, fine, "eps")["bias"])
+    mix = line - np.array(per_step_curve(d, t, 3, fine, "mixture")["bias"])
+    assert 0.002 < eps.max() < 0.003 and 0.85 < fine[eps.argmax()] < 1.0
+    assert mix.max() <= 1e-9

@@ -57,7 +57,7 @@ def render_pareto(data: dict):
     ax2.set_xlabel("expected rejections E[N_rej] (budget R)")
     ax2.set_ylabel("sequence bias TV(P_A, q)")
     ax2.set_title(f"sequence level: V = {seq['vocab']}, T = {seq['horizon']}, "
-                  f"max dev. from line {seq['deviation_from_line']:.3g}", fontsize=9)
+                  f"max dev. from line {seq['max_deviation_from_line']:.3g}", fontsize=9)
     for ax in (ax1, ax2):
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
@@ -86,7 +86,8 @@ Sequence level (exact flow LP over prefix-dependent rejection-based verifiers, V
 T = {seq['horizon']}): TV of the sequence laws {seq['tv_seq']:.4f}, SD's expected rejections
 {seq['sd_rejections']:.4f} (least rejections of any unbiased verifier: {seq['min_rejections_unbiased']:.4f}).
 The exact front is **{'linear' if seq['is_linear'] else 'not linear'}**: it lies up to
-{seq['deviation_from_line']:.4f} below the straight line from (0, TV_seq) to (E_SD[N_rej], 0), which is
+{seq['max_deviation_from_line']:.4f} below the straight line (at E[N_rej] = {seq['max_deviation_at']:.3f}, the true
+maximum between grid points) from (0, TV_seq) to (E_SD[N_rej], 0), which is
 only what mixing SD with plain drafting achieves.
 """
 

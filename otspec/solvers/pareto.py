@@ -17,12 +17,12 @@ its bias is TV(a + s, q) against the **target** q.
 Finding: the exact sequence front is convex and piecewise linear, starts with slope −1 (on
 the lower bound) and lies strictly below the straight line — which is itself attainable by
 randomising whole runs between SD and the pure draft — e.g. by about 0.090 (TV_seq = 0.601,
-E_SD = 1.006) on the figure's default pair; the front is linear only when
-TV_seq = E_SD[N_rej] (the two bounds meet). Applying the token-level front at every prefix
-(:func:`~otspec.theory.pareto.per_step_curve`) is a feasible upper bound: its θ-mixture
-rule stays on or above the straight line there, while the ε rule (Decoding-OPT at every
-prefix) dips below the line for budgets near E_SD (by up to about 0.003 on the default pair),
-still well above the exact front.
+E_SD = 1.006) on the figure's default pair (maximum 0.0902 at R ≈ 0.42, between grid
+points); the front is linear only when TV_seq = E_SD[N_rej] (the two bounds meet). Applying
+the token-level front at every prefix (:func:`~otspec.theory.pareto.per_step_curve`) gives
+feasible upper bounds: on the default pair the θ-mixture rule stays on or above the straight
+line, while the ε rule (Decoding-OPT at every prefix) dips below it by up to 0.0026 for
+R in about [0.87, 1.0] — still far above the exact front.
 """
 
 from __future__ import annotations
@@ -347,6 +347,37 @@ def sequence_min_bias(draft: Source, target: Source, horizon: int, rejections: f
                                 float(sum(r.sum() for r in rej)), law, acc, rej, status, message, label, n_var)
 
 
+def _max_gap_below_line(draft: Source, target: Source, T: int, tv_seq: float, e_sd: float, method: str,
+                        tol: float = 1e-9) -> tuple[float, float]:
+    """max over R in [0, E_SD] of line(R) − v(R), and its argmax, by golden-section search.
+
+    v (the LP value at budget R) is convex and piecewise linear in R (an LP's value as a
+    function of one right-hand side), and the line is linear, so line − v is concave: the
+    search converges to its maximum, which sits at a breakpoint of v between grid points.
+    """
+    if e_sd <= 0:
+        return 0.0, 0.0
+
+    def gap(R):
+        return tv_seq * (1.0 - R / e_sd) - sequence_min_bias(draft, target, T, R, method).value
+
+    lo, hi = 0.0, e_sd
+    inv_phi = (math.sqrt(5.0) - 1.0) / 2.0
+    a, b = hi - inv_phi * (hi - lo), lo + inv_phi * (hi - lo)
+    ga, gb = gap(a), gap(b)
+    while hi - lo > tol * e_sd:
+        if ga >= gb:
+            hi, b, gb = b, a, ga
+            a = hi - inv_phi * (hi - lo)
+            ga = gap(a)
+        else:
+            lo, a, ga = a, b, gb
+            b = lo + inv_phi * (hi - lo)
+            gb = gap(b)
+    R = a if ga >= gb else b
+    return max(ga, gb, 0.0), R
+
+
 def sequence_pareto(draft: Source, target: Source, horizon: int, rejections_grid, method: str = "highs") -> dict:
     """The sequence-level front: the LP value at each budget R against the natural straight lines.
 
@@ -362,6 +393,8 @@ def sequence_pareto(draft: Source, target: Source, horizon: int, rejections_grid
         ``tv_seq``, ``sd_rejections`` (eq. (1)), ``min_rejections_unbiased`` (the LP's least
         E[N_rej] with bias 0; Theorem 2 says it equals ``sd_rejections``),
         ``deviation_from_line`` (max over grid points R ≤ E_SD of line − LP),
+        ``max_deviation_from_line`` and ``max_deviation_at`` (the true maximum between grid
+        points, by golden-section search on the concave line − LP),
         ``deviation_from_own_chord`` (the same against the chord through the LP's values at
         R = 0 and R = E_SD), ``is_linear`` (both below 1e-7), ``vocab``, ``horizon``.
     """
@@ -384,6 +417,7 @@ def sequence_pareto(draft: Source, target: Source, horizon: int, rejections_grid
     inside = grid <= e_sd
     dev_line = float(np.max(line[inside] - lp_bias[inside])) if inside.any() else 0.0
     dev_chord = float(np.max(np.abs(chord[inside] - lp_bias[inside]))) if inside.any() else 0.0
+    max_dev, max_at = _max_gap_below_line(draft, target, T, tv_seq, e_sd, method)
     return {
         "vocab": int(draft.vocab_size), "horizon": T, "method": lp[0].method,
         "rejections": grid.tolist(), "lp_bias": lp_bias.tolist(),
@@ -394,5 +428,6 @@ def sequence_pareto(draft: Source, target: Source, horizon: int, rejections_grid
         "tv_seq": tv_seq, "sd_rejections": e_sd, "lp_bias_at_zero": v0, "lp_bias_at_sd": v_sd,
         "min_rejections_unbiased": min_rej,
         "deviation_from_line": dev_line, "deviation_from_own_chord": dev_chord,
+        "max_deviation_from_line": max(max_dev, dev_line), "max_deviation_at": max_at,
         "is_linear": bool(dev_line < 1e-7 and dev_chord < 1e-7),
     }

@@ -1,0 +1,33 @@
+"""The two quick-start commands install what their job needs and nothing more."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _recipe(target: str) -> str:
+    """The recipe lines of ``target`` and of the stamps it depends on, from the Makefile."""
+    text = (ROOT / "Makefile").read_text()
+    rules = dict(re.findall(r"^([^\s#:=]+):[^\n=]*\n((?:\t[^\n]*\n)*)", text, flags=re.M))
+    deps = re.search(rf"^{re.escape(target)}:([^\n]*)", text, flags=re.M).group(1).split()
+    stamps = {"$(BASE_STAMP)": "$(BASE_STAMP)", "$(DEMO_STAMP)": "$(DEMO_STAMP)", "$(TEST_STAMP)": "$(TEST_STAMP)"}
+    return rules.get(target, "") + "".join(rules.get(stamps.get(d, d), "") for d in deps)
+
+
+def test_demo_installs_only_the_main_job():
+    recipe = _recipe("demo")
+    assert '".[notebooks]"' in recipe and "TORCH_SPEC" not in recipe and "[dev]" not in recipe
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for tool in ("pytest", "hypothesis", "ruff", "torch", "jupyterlab", "POT"):
+        assert not any(req.startswith(tool) for req in extras["notebooks"])
+    assert "otspec.report" in recipe and "notebooks/execute.py" in recipe
+
+
+def test_test_path_keeps_the_cpu_torch_build():
+    recipe = _recipe("test")
+    assert "TORCH_SPEC" in recipe and '".[dev]"' in recipe
+    assert re.search(r"^TORCH_SPEC \?= torch==2\.13\.0$", (ROOT / "Makefile").read_text(), flags=re.M)
