@@ -52,42 +52,51 @@ def write_figure(name: str, out: str | os.PathLike | None = None, scale: float =
     return png, js, data
 
 
-def _pair_rows(args) -> dict:
-    """``--draft``/``--target`` as validated rows (both or neither)."""
-    if (args.draft is None) != (args.target is None):
-        raise ValueError("give both --draft and --target, or neither")
-    if args.draft is None:
+def _pair(args, names) -> dict:
+    """The user's pair as ``draft=``/``target=`` sources (both roles or none), for figures of one pair."""
+    given = [args.draft, args.target, args.draft_source, args.target_source]
+    if all(x is None for x in given):
         return {}
-    from .clitools import CLIError, parse_probs
+    from .clitools import CLIError, pair_from_args
 
+    refusing = [n for n in names if not FIGURES[n].pair]
+    if refusing:
+        raise ValueError(f"figure(s) {', '.join(refusing)} draw a fixed family and take no pair; figures of one "
+                         f"pair: {', '.join(PAIR_FIGURES)}")
     try:
-        draft, target = parse_probs(args.draft, "--draft"), parse_probs(args.target, "--target")
+        draft, target = pair_from_args(args)
     except CLIError as exc:
         raise ValueError(str(exc)) from None
-    if draft.vocab_size != target.vocab_size:
-        raise ValueError(f"vocabulary mismatch: --draft has {draft.vocab_size} tokens, --target has {target.vocab_size}")
-    return {"draft": draft.probs, "target": target.probs}
+    return {"draft": draft, "target": target}
+
+
+#: Figures that accept the user's pair (``--draft/--target`` or ``--draft-source/--target-source``).
+PAIR_FIGURES = [name for name, figure in FIGURES.items() if figure.pair]
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m otspec.plot", description=__doc__.split("\n\n")[0])
+    from .clitools import add_pair_arguments
+
+    parser = argparse.ArgumentParser(prog="python -m otspec.plot", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("name", choices=sorted(FIGURES) + ["all"], help="figure to draw")
-    parser.add_argument("--out", help="PNG path (default figures/<name>.png; JSON beside it)")
-    parser.add_argument("--scale", type=float, default=1.0, help="simulation size factor (default 1)")
-    parser.add_argument("--draft", metavar="P", help="draft row for figures of one pair (e.g. pareto): 0.5,0.3,0.2")
-    parser.add_argument("--target", metavar="Q", help="target row, same vocabulary as --draft")
+    parser.add_argument("--out", help="PNG path (default figures/<stem>.png; JSON beside it)")
+    parser.add_argument("--scale", type=float, default=1.0, help="simulation size factor")
+    add_pair_arguments(parser)
+    parser.epilog = (f"Figures of one pair ({', '.join(PAIR_FIGURES)}) draw the user's pair when --draft/--target "
+                     "or --draft-source/--target-source are given, else their built-in default.")
     args = parser.parse_args(argv)
     names = sorted(FIGURES) if args.name == "all" else [args.name]
     if args.out and len(names) > 1:
         parser.error("--out names one file; draw one figure at a time with it")
-    if args.scale <= 0:
+    if not args.scale > 0:
         parser.error("--scale must be positive")
     try:
-        rows = _pair_rows(args)
+        pair = _pair(args, names)
         for name in names:
-            png, js, _ = write_figure(name, args.out, args.scale, **rows)
+            png, js, _ = write_figure(name, args.out, args.scale, **pair)
             print(f"wrote {png} and {js}")
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -4,7 +4,23 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["axes", "coverage", "fmt", "max_abs_difference", "new_figure", "style_of", "table"]
+__all__ = ["as_sources", "axes", "coverage", "describe", "fmt", "max_abs_difference", "new_figure", "style_of",
+           "table"]
+
+
+def as_sources(draft, target):
+    """A user's pair as (draft, target) sources: probability rows become IID sources; checked for one vocabulary."""
+    from ..pairs import check_pair
+    from ..sources import IIDSource, Source
+
+    pair = tuple(x if isinstance(x, Source) else IIDSource(x) for x in (draft, target))
+    check_pair(*pair)
+    return pair
+
+
+def describe(source) -> str:
+    """A short label of a source for titles and JSON."""
+    return repr(source) if len(repr(source)) <= 120 else f"{type(source).__name__}(V={source.vocab_size})"
 
 
 def new_figure(figsize=(7, 4.5), dpi=120):

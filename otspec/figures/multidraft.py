@@ -20,7 +20,7 @@ from ..drafts import DraftTree, sample_candidates
 from ..engine.tree import generate_tree
 from ..errors import SizeLimitError
 from ..solvers import otm_lp, otm_value
-from ..sources import random_markov
+from ..sources import IIDSource, MarkovSource, random_markov
 from ..verifiers import (
     MULTI_DRAFT_REGISTRY,
     KSeq,
@@ -30,7 +30,7 @@ from ..verifiers import (
     OTMVerify,
 )
 from . import register
-from .common import axes, fmt, style_of, table
+from .common import as_sources, axes, describe, fmt, style_of, table
 
 #: Acceptance curves drawn for every (draft, target) row pair, with the verifier that draws each.
 CURVES = {
@@ -287,20 +287,38 @@ def _stationary(matrix: np.ndarray) -> np.ndarray:
     return np.abs(v) / np.abs(v).sum()
 
 
-@register("mcsd_fig3", "mcsd_fig3_markov_acceptance", render=render_mcsd_fig3, section=_markov_accept_section)
-def markov_acceptance_data(vocab: int = 30, concentration: float = 2.0, seed: int = 3, max_k: int = 8,
-                           scale: float = 1.0) -> dict:
-    """Acceptance against k on a Markov pair (the shape of MCSD Figure 3).
+def _contexts(draft, target):
+    """(weights, draft rows, target rows) of the one-position contexts of an IID or stationary Markov pair."""
+    draft, target = as_sources(draft, target)
+    if isinstance(draft, IIDSource) and isinstance(target, IIDSource):
+        return np.ones(1), draft.probs[None], target.probs[None]
+    if all(isinstance(s, MarkovSource | IIDSource) for s in (draft, target)) and \
+            all(getattr(s, "stationary", True) for s in (draft, target)):
+        P, Q = (s.matrix(1) if isinstance(s, MarkovSource) else np.broadcast_to(s.probs, (s.vocab_size,) * 2)
+                for s in (draft, target))
+        return _stationary(Q), P, Q
+    raise ValueError("mcsd_fig3 averages one-position acceptance over contexts: it needs IID or stationary Markov "
+                     f"sources, got {describe(draft)} and {describe(target)}")
 
-    Each curve averages the per-context acceptance over the previous token,
-    weighted by the target chain's stationary law.
+
+@register("mcsd_fig3", "mcsd_fig3_markov_acceptance", render=render_mcsd_fig3, section=_markov_accept_section,
+          pair=True)
+def markov_acceptance_data(draft=None, target=None, *, vocab: int = 30, concentration: float = 2.0, seed: int = 3,
+                           max_k: int = 8, scale: float = 1.0) -> dict:
+    """Acceptance against k on a Markov pair (the shape of MCSD Figure 3), default or the user's.
+
+    Each curve averages the per-context acceptance over the previous token, weighted by the
+    target chain's stationary law. ``draft``/``target``: IID or stationary Markov sources (or
+    rows, for IID) instead of ``random_markov(vocab, concentration, seed=seed)``.
     """
-    draft, target = random_markov(vocab, concentration, seed=seed)
-    weights = _stationary(target.transition)
+    if (draft is None) != (target is None):
+        raise ValueError("give both draft and target, or neither")
+    pair = random_markov(vocab, concentration, seed=seed) if draft is None else (draft, target)
+    weights, P, Q = _contexts(*pair)
+    vocab = P.shape[1]
     ks = list(range(1, max_k + 1))
     mc = max(2000, int(20_000 * scale))
-    per_state = [acceptance_curves(draft.transition[a], target.transition[a], ks, mc_samples=mc, seed=a)
-                 for a in range(vocab)]
+    per_state = [acceptance_curves(P[a], Q[a], ks, mc_samples=mc, seed=a) for a in range(len(weights))]
     curves = {name: (weights @ np.array([s[name] for s in per_state])).tolist() for name in CURVES}
     # independent per-state estimates: the weighted mean's variance is Σ w_a² se_a²
     se = np.array([s["multiround_without_replacement_stderr"] for s in per_state])
@@ -309,7 +327,8 @@ def markov_acceptance_data(vocab: int = 30, concentration: float = 2.0, seed: in
                                                                    for m in s["methods"]["multiround_without_replacement"]})}
     return {
         "figure": "markov_acceptance",
-        "title": f"Acceptance vs k, random Markov pair (V={vocab}, concentration={concentration}, seed={seed})",
+        "title": (f"Acceptance vs k, random Markov pair (V={vocab}, concentration={concentration}, seed={seed})"
+                  if draft is None else f"Acceptance vs k, user pair (V={vocab})"),
         "quantity": "stationary-weighted acceptance probability at one position",
         "vocab_size": vocab,
         "ks": ks,
@@ -358,12 +377,19 @@ TREE_SETUPS = (
 )
 
 
-@register("trees", "multidraft_trees", render=render_trees, section=_trees_section)
-def tree_efficiency_data(vocab: int = 30, concentration: float = 2.0, seed: int = 3, tokens: int = 2000,
-                         sequences: int = 32, scale: float = 1.0) -> dict:
-    """Block efficiency of multi-draft trees on a Markov pair (decode loop, 95% intervals)."""
+@register("trees", "multidraft_trees", render=render_trees, section=_trees_section, pair=True)
+def tree_efficiency_data(draft=None, target=None, *, vocab: int = 30, concentration: float = 2.0, seed: int = 3,
+                         tokens: int = 2000, sequences: int = 32, scale: float = 1.0) -> dict:
+    """Block efficiency of multi-draft trees on a Markov pair, default or the user's (decode loop, 95% intervals)."""
+    if (draft is None) != (target is None):
+        raise ValueError("give both draft and target, or neither")
     n_tok = max(100, int(tokens * scale))
-    draft, target = random_markov(vocab, concentration, seed=seed)
+    if draft is None:
+        draft, target = random_markov(vocab, concentration, seed=seed)
+        title = f"Multi-draft trees, random Markov pair (V={vocab}, concentration={concentration})"
+    else:
+        draft, target = as_sources(draft, target)
+        title = f"Multi-draft trees, user pair (V={draft.vocab_size})"
     rows = []
     for j, (label, config, replacement, name, rule) in enumerate(TREE_SETUPS):
         tree = DraftTree.parse(config, replacement)
@@ -375,7 +401,7 @@ def tree_efficiency_data(vocab: int = 30, concentration: float = 2.0, seed: int 
                      "high": res.block_efficiency.high, "target_calls": res.target_calls})
     return {
         "figure": "tree_efficiency",
-        "title": f"Multi-draft trees, random Markov pair (V={vocab}, concentration={concentration})",
+        "title": title,
         "quantity": "block efficiency = generated tokens / target calls",
         "tokens_per_sequence": n_tok,
         "sequences": sequences,

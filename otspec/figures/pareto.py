@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 
 from ..distributions import row_pair, total_variation
-from ..solvers.pareto import min_bias, sequence_pareto
+from ..solvers.pareto import MAX_SEQUENCE_LP_VARIABLES, min_bias, sequence_pareto
 from ..sources import MarkovSource, random_markov
 from ..theory.pareto import family_curve, sequence_expected_rejections_sd
 from ..verifiers import DecodingOPT, DecodingUNO
 from . import register
-from .common import axes
+from .common import as_sources, axes
 
 __all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "default_sequence_pair", "pareto_figure_data", "render_pareto"]
 
@@ -92,28 +92,48 @@ only what mixing SD with plain drafting achieves.
 """
 
 
+def _sequence_horizon(draft, target, longest: int = 3) -> int:
+    """The longest T <= ``longest`` (and the horizons) whose sequence LP fits its variable limit."""
+    horizons = [h for h in (draft.horizon, target.horizon) if h is not None]
+    V = draft.vocab_size
+    for T in range(min([longest, *horizons]), 0, -1):
+        if 2 * sum(V**n for n in range(1, T + 1)) + V**T <= MAX_SEQUENCE_LP_VARIABLES:
+            return T
+    raise ValueError(f"the sequence-level LP does not fit MAX_SEQUENCE_LP_VARIABLES = {MAX_SEQUENCE_LP_VARIABLES:,} "
+                     f"even at T = 1 for a vocabulary of {V} tokens")
+
+
 @register("pareto", "pareto", render=render_pareto, section=_pareto_section, pair=True)
 def pareto_figure_data(draft=None, target=None, *, scale: float = 1.0) -> dict:
-    """JSON-ready data of the two-panel Pareto figure.
+    """JSON-ready data of the two-panel Pareto figure, for the default pair or the user's.
 
-    Panel 1 (token level, default the §7 worked example p = (0.5, 0.3, 0.2),
-    q = (0.2, 0.3, 0.5)): the front max{0, TV − r} for r ∈ [0, 1], the unattainable
-    region below it, Decoding-UNO and Decoding-OPT over an ε grid, and LP optima
-    (:func:`min_bias`) at several r. Panel 2: :func:`sequence_pareto` for
-    :func:`default_sequence_pair` (V = 3, T = 3). ``scale`` multiplies the grid sizes.
+    Panel 1 (token level; default the §7 worked example p = (0.5, 0.3, 0.2),
+    q = (0.2, 0.3, 0.5)): the front max{0, TV − r} for r ∈ [0, 1], the unattainable region
+    below it, Decoding-UNO and Decoding-OPT over an ε grid, and LP optima (:func:`min_bias`)
+    at several r. Panel 2: :func:`sequence_pareto` for the same pair — given rows become IID
+    sources, given sources are used as they are (their first-token rows feed panel 1) — or, by
+    default, for :func:`default_sequence_pair`; T = 3, or the longest T <= 3 whose LP fits its
+    limit. ``scale`` multiplies the grid sizes.
     """
     if not (isinstance(scale, int | float) and math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale: expected a positive number, got {scale!r}")
-    p, q = row_pair(DEFAULT_DRAFT if draft is None else draft, DEFAULT_TARGET if target is None else target)
+    if (draft is None) != (target is None):
+        raise ValueError("give both draft and target, or neither")
+    if draft is None:
+        p, q = row_pair(DEFAULT_DRAFT, DEFAULT_TARGET)
+        seq_draft, seq_target = default_sequence_pair()
+    else:
+        seq_draft, seq_target = as_sources(draft, target)
+        p, q = row_pair(seq_draft.next_probs([[]])[0], seq_target.next_probs([[]])[0])
+    T = _sequence_horizon(seq_draft, seq_target)
     tv = float(total_variation(p, q))
     n_front = max(11, int(101 * scale))
-    r_grid = np.linspace(0.0, 1.0, n_front)
+    r_grid = np.union1d(np.linspace(0.0, 1.0, n_front), [tv])  # the front's kink at r = TV is a grid point
     eps_max = max(float(np.max(np.maximum(p - q, 0.0))), 1e-12)
     eps_grid = np.linspace(0.0, eps_max, max(6, int(41 * scale)))
     lp_r = np.linspace(0.0, min(1.0, 1.5 * tv) if tv > 0 else 1.0, max(4, int(9 * scale)))
     lp_points = [min_bias(p, q, r) for r in lp_r]
-    seq_draft, seq_target = default_sequence_pair()
-    e_sd = sequence_expected_rejections_sd(seq_draft, seq_target, 3)
+    e_sd = sequence_expected_rejections_sd(seq_draft, seq_target, T)
     seq_grid = np.linspace(0.0, 1.2 * e_sd, max(6, int(25 * scale)))
     return {
         "title": "Rejections vs distribution bias (Yin et al. 2024, Theorems 4-5)",
@@ -127,5 +147,5 @@ def pareto_figure_data(draft=None, target=None, *, scale: float = 1.0) -> dict:
             "lp": {"rejection": lp_r.tolist(), "bias": [res.value for res in lp_points]},
         },
         "sequence": {"draft": seq_draft.to_json(), "target": seq_target.to_json(),
-                     **sequence_pareto(seq_draft, seq_target, 3, seq_grid)},
+                     **sequence_pareto(seq_draft, seq_target, T, seq_grid)},
     }

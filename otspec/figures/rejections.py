@@ -11,7 +11,7 @@ from pathlib import Path
 from ..engine.sequence import simulate_batch_rejections, simulate_rejections
 from ..theory.rejections import BATCH_MS, batch_curve, expected_rejections, markov_pair
 from . import register
-from .common import axes, table
+from .common import as_sources, axes, describe, table
 
 __all__ = ["rejections_figure_data", "render_rejections"]
 
@@ -61,10 +61,13 @@ Instance: {data['instance']}. Formula (1): E[N_rej] = {data['formula']:.4f}, spe
 """
 
 
-@register("rejections", "rejections", render=render_rejections, section=_rejections_section)
-def rejections_figure_data(scale: float = 1.0, *, seed: int = 0, max_n: int = 40,
-                           Ms: Sequence[int] = BATCH_MS, simulate_max_M: int = 8) -> dict:
-    """Data of the paper's simulation figure (spec §8 (a) and §6 (b)) on :func:`markov_pair`.
+@register("rejections", "rejections", render=render_rejections, section=_rejections_section, pair=True)
+def rejections_figure_data(draft=None, target=None, *, scale: float = 1.0, seed: int = 0, max_n: int = 40,
+                           Ms: Sequence[int] = BATCH_MS, simulate_max_M: int = 8, horizon: int = 50) -> dict:
+    """Data of the paper's simulation figure (spec §8 (a) and §6 (b)) on :func:`markov_pair`, or the user's pair.
+
+    ``draft``/``target`` (sources, or rows for IID sources) replace the seeded instance; the
+    horizon is ``horizon``, or the sources' own horizon when shorter.
 
     Panel (a): running average of N_rej over the first 100·N runs of Algorithm 1, N = 1..N_max
     (N_max = max(4, round(``max_n``·scale))), with 95 % intervals, against eq. (1).
@@ -79,8 +82,18 @@ def rejections_figure_data(scale: float = 1.0, *, seed: int = 0, max_n: int = 40
     """
     if not scale > 0:
         raise ValueError(f"scale: expected a positive number, got {scale!r}")
-    V, T = 4, 50
-    draft, target = markov_pair(V, T, 5)
+    if (draft is None) != (target is None):
+        raise ValueError("give both draft and target, or neither")
+    if draft is None:
+        V, T = 4, 50
+        draft, target = markov_pair(V, T, 5)
+        instance = {"name": "markov_pair", "vocab": V, "horizon": T, "seed": 5}
+    else:
+        draft, target = as_sources(draft, target)
+        V = draft.vocab_size
+        T = min(h for h in (horizon, draft.horizon, target.horizon) if h is not None)
+        instance = {"name": "user pair", "vocab": V, "horizon": T, "draft": describe(draft),
+                    "target": describe(target)}
     formula = expected_rejections(draft, target, T)
     n_max = max(4, int(round(max_n * scale)))
     sim = simulate_rejections(draft, target, T, 100 * n_max, seed=seed, progress=False)
@@ -101,7 +114,7 @@ def rejections_figure_data(scale: float = 1.0, *, seed: int = 0, max_n: int = 40
             simulated.append({"M": m, "runs": sim_runs, **est.as_dict()})
     curve["simulated"] = simulated
     return {
-        "instance": {"name": "markov_pair", "vocab": V, "horizon": T, "seed": 5},
+        "instance": instance,
         "formula": formula,
         "speedup": T / formula,
         "running": running,

@@ -15,7 +15,7 @@ from ..engine import evaluate, generate, simulate
 from ..sources import IIDSource, bernoulli, random_markov
 from ..verifiers import BackwardBlockVerify, BlockVerify, TokenVerify
 from . import register
-from .common import axes, coverage, max_abs_difference, table
+from .common import as_sources, axes, coverage, describe, max_abs_difference, table
 
 #: Default setting of the block-verification seed's Figure 2: target Ber(0.75).
 BERNOULLI_TARGET = 0.75
@@ -348,21 +348,29 @@ def _end_to_end_pairs():
                d, t)
 
 
-@register("block_e2e", "block_end_to_end", render=render_block_e2e, section=_block_e2e_section)
-def block_end_to_end_data(draft_length: int = 4, tokens: int = 4000, sequences: int = 32, scale: float = 1.0,
-                          seed: int = 0) -> dict:
+@register("block_e2e", "block_end_to_end", render=render_block_e2e, section=_block_e2e_section, pair=True)
+def block_end_to_end_data(draft=None, target=None, *, draft_length: int = 4, tokens: int = 4000, sequences: int = 32,
+                          scale: float = 1.0, seed: int = 0) -> dict:
     """Long-run block efficiency of token, published block and v1 block verification.
 
     For each pair the decode loop generates ``sequences`` x ``tokens`` tokens per
     verifier (v1 with its carried residual target), and the exact engine gives
     E[τ] of the first two iterations from an empty context, which explains the
     outcome: v1 maximises the first iteration, and the carried residual target
-    lowers the next one.
+    lowers the next one. ``draft``/``target`` (sources, or rows for IID sources) replace the
+    built-in pairs by the user's.
     """
+    if (draft is None) != (target is None):
+        raise ValueError("give both draft and target, or neither")
     n_tok = max(200, int(tokens * scale))
     L = draft_length
     rows = []
-    for k, (short, label, draft, target) in enumerate(_end_to_end_pairs()):
+    if draft is None:
+        pairs = list(_end_to_end_pairs())
+    else:
+        draft, target = as_sources(draft, target)
+        pairs = [("user pair", f"draft {describe(draft)} vs target {describe(target)}", draft, target)]
+    for k, (short, label, draft, target) in enumerate(pairs):
         entry = {"pair": label, "label": short, "vocab_size": target.vocab_size}
         for j, cls in enumerate(VERIFIERS):
             run = generate(draft, target, cls(), L, n_tok, n_sequences=sequences, seed=seed + 100 * k + j,
