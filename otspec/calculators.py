@@ -73,6 +73,20 @@ def _block_arguments(parser):
                              "1..max-length (capped by the sources' horizons)")
 
 
+def _iid_bounds(values: dict, draft: Source, target: Source, L: int) -> None:
+    """IID pairs too large to enumerate: certified bounds from :mod:`otspec.theory.iid` (value = midpoint)."""
+    missing = [key for key in ("block_onpath", "block_optimal") if values[key] is None]
+    if not missing or not (isinstance(draft, IIDSource) and isinstance(target, IIDSource)):
+        return
+    res = theory.iid_block_values(draft.probs, target.probs, L)
+    for key, field in (("block_onpath", "verification"), ("block_optimal", "optimum")):
+        if key in missing:
+            bound = getattr(res, field)
+            values.pop(f"{key}_status", None)
+            values[key], values[f"{key}_bounds"], values[f"{key}_method"] = bound.value, [bound.low, bound.high], \
+                bound.method
+
+
 def _speedup(expected_accepted: float, c: float, L: int) -> float:
     """Predicted speedup over plain decoding: (E[τ] + 1) tokens per iteration for one target call + L draft calls."""
     return (expected_accepted + 1.0) / (1.0 + c * L)
@@ -88,6 +102,7 @@ def _block_compute(args) -> dict:
     _value(values, "token", theory.expected_accepted_token, draft, target, L)
     _value(values, "block_onpath", theory.expected_accepted_block, draft, target, L)
     _value(values, "block_optimal", theory.expected_accepted_optimal, draft, target, L)
+    _iid_bounds(values, draft, target, L)
     out = {
         "quantity": "expected accepted draft tokens per iteration, E[tau] (add 1 for tokens per iteration)",
         "draft_length": L,

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from otspec import pairs
@@ -130,3 +131,22 @@ def test_cost_ratio_speedup_and_best_length(capsys):
     best = max(speed, key=speed.get)
     assert out["best_length"] == best and out["best_speedup"] == pytest.approx(speed[best], abs=1e-12)
     assert out["acceptance_rate"]["token"] == pytest.approx(token[3] / 3, abs=1e-12)
+
+
+@pytest.mark.parametrize(("V", "L"), [(1000, 3), (32_000, 4), (50_000, 16)])
+def test_calc_block_on_a_large_iid_pair_needs_no_enumeration(tmp_path, capsys, V, L):
+    """Once killed for memory (V = 32,000, L = 4) or a MemoryError (V = 1,000, L = 3)."""
+    rng = np.random.default_rng(V + L)
+    p, q = rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V))
+    for name, row in (("d", p), ("t", q)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"type": "iid", "probs": row.tolist()}))
+    assert main(["calc", "block", "--draft-source", str(tmp_path / "d.json"), "--target-source",
+                 str(tmp_path / "t.json"), "--L", str(L), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    overlap = np.minimum(p / p.sum(), q / q.sum()).sum()
+    assert out["token"] == pytest.approx(sum(overlap**i for i in range(1, L + 1)), rel=1e-12)
+    for key in ("block_onpath", "block_optimal"):
+        low, high = out[f"{key}_bounds"]
+        assert low <= out[key] <= high and high - low < 1e-6 and "certified bounds" in out[f"{key}_method"]
+    assert out["token"] <= out["block_onpath_bounds"][1] and out["block_onpath_bounds"][0] <= out["block_optimal_bounds"][1]
+    assert out["lp"] is None and "exceed --lp-max-variables" in out["lp_status"]

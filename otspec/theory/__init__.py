@@ -2,6 +2,8 @@
 
 * :mod:`~otspec.theory.blocks` — single-draft verification: eqs. (4), (8), (10)–(11), (17)
   of ``token_and_block_verification.md``;
+* :mod:`~otspec.theory.iid` — the same three values for IID pairs at LLM vocabulary sizes,
+  exactly over classes of equal q/p or with certified bounds;
 * :mod:`~otspec.theory.multidraft` — SpecTr eqs. (8)–(10), (12), (14)–(15), multi-round and
   naive acceptance (``multi_draft_otm.md`` §4–8);
 * :mod:`~otspec.theory.rejections` — Yin et al. Theorem 1, eq. (1), and the batch recursion
@@ -19,6 +21,13 @@ from .blocks import (
     expected_accepted_optimal,
     expected_accepted_token,
     tokens_per_iteration,
+)
+from .iid import (
+    IIDBlockValue,
+    IIDBlockValues,
+    iid_block_optimum,
+    iid_block_values,
+    iid_block_verification,
 )
 from .multidraft import (
     KSEQ_RESIDUAL_TOL,
@@ -60,7 +69,8 @@ from .rejections import (
 )
 
 __all__ = [
-    "BATCH_MS", "FIGURE2_QUANTITY", "KSEQ_RESIDUAL_TOL", "RHO_TOL", "KSeqParameters", "ResamplingResult",
+    "BATCH_MS", "FIGURE2_QUANTITY", "IIDBlockValue", "IIDBlockValues", "iid_block_optimum", "iid_block_values",
+    "iid_block_verification", "KSEQ_RESIDUAL_TOL", "RHO_TOL", "KSeqParameters", "ResamplingResult",
     "batch_curve", "batch_expected_rejections", "batch_rejections_per_position",
     "bernoulli_alpha", "bernoulli_expected_accepted_optimal", "bernoulli_expected_accepted_token",
     "expected_accepted_block", "expected_accepted_optimal", "expected_accepted_token", "expected_rejections",

@@ -11,8 +11,10 @@ import numpy as np
 from scipy import stats
 
 from ..distributions import total_variation
+from ..errors import SizeLimitError
 from ..pairs import check_pair, markov_chains, walk_prefix_tree
 from ..sources import IIDSource, Source
+from .iid import iid_block_values
 
 __all__ = [
     "FIGURE2_QUANTITY",
@@ -108,6 +110,16 @@ def bernoulli_expected_accepted_optimal(draft_p: float, target_p: float, draft_l
     return float(total)
 
 
+def _iid_exact(draft: Source, target: Source, L: int, key: str) -> float | None:
+    """An IID pair's exact value by ratio classes (:mod:`otspec.theory.iid`), or None if that route is too large."""
+    if not (isinstance(draft, IIDSource) and isinstance(target, IIDSource)):
+        return None
+    try:
+        return float(getattr(iid_block_values(draft.probs, target.probs, L, route="exact"), key).value)
+    except SizeLimitError:
+        return None
+
+
 def _tree_sum(draft: Source, target: Source, draft_length: int, child) -> float:
     """Σ over levels 1..L of the children's values, pruning nodes whose value is 0.
 
@@ -131,11 +143,16 @@ def expected_accepted_optimal(draft: Source, target: Source, draft_length: int) 
     .. math::
         \\max_\\pi E_\\pi[\\beta] = \\sum_{l=1}^{L} \\sum_{x^l} \\min\\{p(x^l), q(x^l)\\}
 
-    IID Bernoulli pairs use the Binomial form (11b); other sources walk the
-    prefix tree (nodes where either joint is 0 are pruned).
+    IID Bernoulli pairs use the Binomial form (11b), other IID pairs its generalisation over
+    classes of equal q/p when that is small enough (:mod:`otspec.theory.iid`); other sources
+    walk the prefix tree (nodes where either joint is 0 are pruned). For IID pairs beyond both,
+    :func:`otspec.theory.iid.iid_block_optimum` gives certified bounds.
     """
     if isinstance(draft, IIDSource) and isinstance(target, IIDSource) and draft.vocab_size == 2 == target.vocab_size:
         return bernoulli_expected_accepted_optimal(draft.probs[1], target.probs[1], draft_length)
+    exact = _iid_exact(draft, target, _check_length(draft, target, draft_length), "optimum")
+    if exact is not None:
+        return exact
 
     def step(value, pj, qj, p_rows, q_rows):
         pj, qj = pj * p_rows, qj * q_rows
@@ -148,8 +165,13 @@ def expected_accepted_block(draft: Source, target: Source, draft_length: int) ->
     """E[τ] of the published block verification — spec eq. (17).
 
     W_0 = 1, W_l(x^l) = min{p(x^l), q(x_l|x^{l−1}) W_{l−1}(x^{l−1})},
-    E[τ_BV] = Σ_{l=1}^{L} Σ_{x^l} W_l(x^l). Between eq. (4) and eq. (8) (eq. (18)).
+    E[τ_BV] = Σ_{l=1}^{L} Σ_{x^l} W_l(x^l). Between eq. (4) and eq. (8) (eq. (18)). IID pairs
+    with few classes of equal q/p are computed over those classes (:mod:`otspec.theory.iid`),
+    other sources by walking the prefix tree.
     """
+    exact = _iid_exact(draft, target, _check_length(draft, target, draft_length), "verification")
+    if exact is not None:
+        return exact
 
     def step(value, pj, qj, p_rows, q_rows):
         pj = pj * p_rows

@@ -1,4 +1,4 @@
-"""IID-pair expected accepted lengths (otspec.iid_blocks) against independent references.
+"""IID-pair expected accepted lengths (otspec.theory.iid) against independent references.
 
 References: brute-force sums over all V^l blocks (numpy broadcasting, written here), the Bernoulli
 table of spec §6, Binomial TVs from scipy.stats.binom (eq. (10)-(11)), and the spec §7 example.
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from otspec.errors import SizeLimitError
-from otspec.iid_blocks import (
+from otspec.theory.iid import (
     MAX_CLASS_WORK,
     IIDBlockValue,
     iid_block_optimum,
