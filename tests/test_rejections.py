@@ -13,6 +13,7 @@ from scipy import stats
 from strategies import g_test, markov_pairs, table_pairs
 
 from otspec.distributions import residual, total_variation
+from otspec.figures.rejections import rejections_figure_data, render_rejections
 from otspec.rejections import (
     RejectionTemplate,
     batch_curve,
@@ -28,7 +29,6 @@ from otspec.rejections import (
     speedup,
     template_law,
 )
-from otspec.figures.rejections import rejections_figure_data, render_rejections
 from otspec.sources import IIDSource, MarkovSource, TableSource, random_markov
 
 SEEDED = markov_pair(4, 50, 5)

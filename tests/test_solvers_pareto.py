@@ -11,8 +11,21 @@ from hypothesis import strategies as st
 from scipy.optimize import linprog
 from strategies import markov_chain, prob_rows
 
-from otspec.figures.pareto import DEFAULT_DRAFT, DEFAULT_TARGET, default_sequence_pair, pareto_figure_data, render_pareto
-from otspec.solvers.pareto import MAX_SEQUENCE_LP_VARIABLES, ParetoResult, min_bias, sequence_min_bias, sequence_pareto
+from otspec.figures.pareto import (
+    DEFAULT_DRAFT,
+    DEFAULT_TARGET,
+    default_sequence_pair,
+    pareto_figure_data,
+    render_pareto,
+)
+from otspec.solvers.pareto import (
+    MAX_SEQUENCE_LP_VARIABLES,
+    ParetoResult,
+    min_bias,
+    sequence_min_bias,
+    sequence_pareto,
+)
+from otspec.sources import IIDSource, TableSource, random_markov
 from otspec.theory.pareto import (
     family_curve,
     optimal_resampling,
@@ -22,7 +35,6 @@ from otspec.theory.pareto import (
     sequence_expected_rejections_sd,
     sequence_laws,
 )
-from otspec.sources import IIDSource, TableSource, random_markov
 
 R_GRID = (0.0, 1e-3, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0)
 

@@ -12,7 +12,14 @@ from otspec.drafts import DraftTree
 from otspec.engine import evaluate, generate, generate_tree, simulate, tree_law
 from otspec.sources import IIDSource, random_markov
 from otspec.theory import over_acceptance
-from otspec.verifiers import BatchVerify, DecodingOPT, DecodingUNO, MultiRound, TokenVerify, Verifier
+from otspec.verifiers import (
+    BatchVerify,
+    DecodingOPT,
+    DecodingUNO,
+    MultiRound,
+    TokenVerify,
+    Verifier,
+)
 
 P, Q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])  # yin_theory.md §7, TV = 0.3
 
