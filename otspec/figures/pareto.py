@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..distributions import row_pair, total_variation
+from ..errors import SizeLimitError
 from ..solvers.pareto import MAX_SEQUENCE_LP_VARIABLES, min_bias, sequence_pareto
 from ..sources import MarkovSource, random_markov
 from ..theory.pareto import family_curve, sequence_expected_rejections_sd
@@ -99,8 +100,9 @@ def _sequence_horizon(draft, target, longest: int = 3) -> int:
     for T in range(min([longest, *horizons]), 0, -1):
         if 2 * sum(V**n for n in range(1, T + 1)) + V**T <= MAX_SEQUENCE_LP_VARIABLES:
             return T
-    raise ValueError(f"the sequence-level LP does not fit MAX_SEQUENCE_LP_VARIABLES = {MAX_SEQUENCE_LP_VARIABLES:,} "
-                     f"even at T = 1 for a vocabulary of {V} tokens")
+    raise SizeLimitError(f"the sequence-level LP does not fit MAX_SEQUENCE_LP_VARIABLES = "
+                         f"{MAX_SEQUENCE_LP_VARIABLES:,} even at T = 1 for a vocabulary of {V} tokens",
+                         size=3 * V, limit=MAX_SEQUENCE_LP_VARIABLES)
 
 
 @register("pareto", "pareto", render=render_pareto, section=_pareto_section, pair=True)
