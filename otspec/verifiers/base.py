@@ -42,7 +42,7 @@ import array_api_compat
 from ..distributions import namespace
 from ..drafts import CANDIDATES, CHAIN, Draft, check_draft, gather_tokens
 
-__all__ = ["Outcome", "Verifier", "VerifierLaw", "check_single_draft", "gather_tokens"]
+__all__ = ["CANDIDATES", "CHAIN", "Outcome", "Verifier", "VerifierLaw", "check_single_draft", "gather_tokens"]
 
 
 @dataclass
@@ -207,5 +207,3 @@ def check_single_draft(draft_tokens, draft_probs, target_probs, *, validate: boo
     d = check_draft(draft_tokens, draft_probs, target_probs, CHAIN, validate=validate)
     return d.tokens, d.draft_probs, d.target_probs
 
-
-__all__ += ["CANDIDATES", "CHAIN"]
