@@ -159,8 +159,9 @@ def sample_candidates(draft_probs, k: int, rng, replacement: bool = True):
     out = []
     for _ in range(k):
         w = p * (1.0 - drafted)
-        x = xp.astype(sample_categorical(w, rng), xp.int64)
-        x = xp.where(xp.sum(w, axis=-1) > 0, x, xp.full_like(x, -1))
+        left = xp.sum(w, axis=-1) > 0  # rows whose support is not exhausted yet
+        x = xp.astype(sample_categorical(xp.where(left[:, None], w, p), rng), xp.int64)
+        x = xp.where(left, x, xp.full_like(x, -1))
         drafted = drafted + _one_hot(x, V, p)
         out.append(x)
     return xp.stack(out, axis=1)

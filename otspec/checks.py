@@ -1,0 +1,84 @@
+"""The validation layer of every public entry point: sizes, numbers and their stated limits.
+
+Probability rows are checked by :func:`otspec.distributions.validate_probs` (its dtype policy
+is documented there and in the README's input contract); this module checks everything else:
+
+* :func:`check_size` — an integer-valued size (``L``, ``k``, ``T``, ``M``, ``iterations``,
+  ``blocks``, ``vocab``, ``horizon``, ...): a Python or numpy integer (never a bool, a float
+  such as 2.7 — or 2.0 — or a string) in its range, else ``ValueError`` naming the argument;
+  above a stated limit, :class:`~otspec.errors.SizeLimitError` naming the limit;
+* :func:`check_real` — a finite real number in a range (``eps``, ``concentration``, ``scale``,
+  ``confidence`` ...).
+
+The limits below are the ones whose work grows with the size itself rather than with memory
+(memory limits live beside the code that allocates); each is derived from a measurement on a
+2-core machine.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+from .errors import SizeLimitError
+
+__all__ = [
+    "MAX_CANDIDATES",
+    "MAX_DECODE_ENTRIES",
+    "MAX_DRAFT_LENGTH",
+    "MAX_HORIZON",
+    "MAX_SIMULATION_BLOCKS",
+    "check_real",
+    "check_size",
+]
+
+#: Longest draft length any engine or closed form accepts. The closed forms are O(L) to
+#: O(L²) (the Bernoulli optimum (11b) sums L Binomial laws: 0.6 s at L = 4096) and a block
+#: of 4096 drafted tokens is far beyond any real speculative decoder.
+MAX_DRAFT_LENGTH = 4096
+#: Most candidates k (and parallel responses M): multi-round rejection sampling and batch SD
+#: loop once per candidate (≈ 10 µs per row step, so k = 4096 takes well under a second).
+MAX_CANDIDATES = 4096
+#: Longest horizon T of the Markov-chain theory and of generated sequences (O(T V²) recursions).
+MAX_HORIZON = 1_000_000
+#: Most Monte Carlo blocks one call simulates: about 15 minutes at the measured 1e6 blocks/s.
+MAX_SIMULATION_BLOCKS = 10**9
+#: Most tokens (sequences × tokens per sequence) one decode call keeps in its buffer.
+MAX_DECODE_ENTRIES = 2**27
+
+
+def check_size(value, name: str, *, minimum: int = 1, limit: int | None = None, limit_name: str | None = None) -> int:
+    """``value`` as an int, if it is an integer (not bool) >= ``minimum`` and <= ``limit``.
+
+    >>> check_size(4, "L")
+    4
+    >>> check_size(2.7, "L")
+    Traceback (most recent call last):
+    ...
+    ValueError: L: expected an integer >= 1, got 2.7 (float)
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name}: expected an integer >= {minimum}, got {value!r} ({type(value).__name__})")
+    value = int(value)
+    if value < minimum:
+        raise ValueError(f"{name}: expected an integer >= {minimum}, got {value}")
+    if limit is not None and value > limit:
+        raise SizeLimitError(f"{name} = {value:,} is above {limit_name or 'the limit'} = {limit:,}", size=value,
+                             limit=limit)
+    return value
+
+
+def check_real(value, name: str, *, low: float = -math.inf, high: float = math.inf, low_open: bool = False,
+               allow_inf: bool = False) -> float:
+    """``value`` as a float in [low, high] (``(low, high]`` with ``low_open``); NaN never, ±inf only if allowed.
+
+    >>> check_real(0.5, "eps", low=0)
+    0.5
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name}: expected a real number, got {value!r} ({type(value).__name__})")
+    x = float(value)
+    bounds = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+    if math.isnan(x) or (math.isinf(x) and not allow_inf) or x < low or x > high or (low_open and x == low):
+        raise ValueError(f"{name}: expected a {'' if allow_inf else 'finite '}number in {bounds}, got {value!r}")
+    return x
