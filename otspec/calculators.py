@@ -180,7 +180,7 @@ def _otm_compute(args) -> dict:
         "rho_star": theory.kseq_rho_star(p, q, k),
     }
     _value(out, "upper_bound", theory.lemma3_upper_bound, p, q, k)
-    out["multiround"] = theory.multiround_acceptance(p, q, k)
+    _value(out, "multiround", theory.multiround_acceptance, p, q, k)
     _value(out, "multiround_without_replacement", theory.multiround_acceptance, p, q, k, False)
     out["naive"] = theory.naive_acceptance(p, q, k)
     return out
@@ -204,9 +204,11 @@ def _rejections_compute(args) -> dict:
         "quantity": "expected number of rejections over the horizon (full lookahead; Yin et al. Theorem 1)",
         "expected_rejections": value,
         "horizon": args.T,
-        "speedup": rejections.speedup(draft, target, args.T),
+        "speedup": rejections.speedup(draft, target, args.T) if value > 0 else None,
         "per_position": rejections.rejections_per_position(draft, target, args.T).tolist(),
     }
+    if value == 0:
+        out["speedup_status"] = "undefined (infinite): E[N_rej] = 0, the draft equals the target and never is rejected"
     if args.M is not None:
         out["batch_M"] = args.M
         out["batch_expected_rejections"] = rejections.batch_expected_rejections(draft, target, args.T, args.M)

@@ -47,7 +47,8 @@ MAX_SIMULATION_BLOCKS = 10**9
 MAX_DECODE_ENTRIES = 2**27
 
 
-def check_size(value, name: str, *, minimum: int = 1, limit: int | None = None, limit_name: str | None = None) -> int:
+def check_size(value, name: str, *, minimum: int = 1, limit: int | None = None, limit_name: str | None = None,
+               what: str = "an integer") -> int:
     """``value`` as an int, if it is an integer (not bool) >= ``minimum`` and <= ``limit``.
 
     >>> check_size(4, "L")
@@ -58,10 +59,10 @@ def check_size(value, name: str, *, minimum: int = 1, limit: int | None = None, 
     ValueError: L: expected an integer >= 1, got 2.7 (float)
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name}: expected an integer >= {minimum}, got {value!r} ({type(value).__name__})")
+        raise ValueError(f"{name}: expected {what} >= {minimum}, got {value!r} ({type(value).__name__})")
     value = int(value)
     if value < minimum:
-        raise ValueError(f"{name}: expected an integer >= {minimum}, got {value}")
+        raise ValueError(f"{name}: expected {what} >= {minimum}, got {value}")
     if limit is not None and value > limit:
         raise SizeLimitError(f"{name} = {value:,} is above {limit_name or 'the limit'} = {limit:,}", size=value,
                              limit=limit)

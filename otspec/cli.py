@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -148,6 +149,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def strict_json(value, key: str = "value"):
+    """``value`` with every NaN/±inf float replaced by None, and a ``<key>_status`` beside it saying why."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                out[k] = None
+                out.setdefault(f"{k}_status", "undefined (NaN)" if math.isnan(v) else f"not finite ({v})")
+            else:
+                out[k] = strict_json(v, k)
+        return out
+    if isinstance(value, list | tuple):
+        return [None if isinstance(v, float) and not math.isfinite(v) else strict_json(v, key) for v in value]
+    return value
+
+
 def _print_human(result, indent: str = "") -> None:
     if isinstance(result, list):
         for row in result:
@@ -175,7 +192,7 @@ def main(argv=None) -> int:
         return 2
     try:
         if args.json:
-            print(json.dumps(result, indent=2))
+            print(json.dumps(strict_json(result), indent=2, allow_nan=False))
         else:
             _print_human(result)
         sys.stdout.flush()

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from .checks import MAX_HORIZON, check_size
 from .errors import SizeLimitError
 from .sources import EMPTY_PREFIX, MAX_ENUMERATION, IIDSource, MarkovSource, Source, extend_prefixes
 
@@ -24,10 +25,8 @@ MAX_WALK_ENTRIES = 2**25
 
 
 def check_horizon(horizon, name: str = "horizon") -> int:
-    """An integer length >= 1 (bools, floats such as 2.7 and non-positive values are refused)."""
-    if isinstance(horizon, bool) or not isinstance(horizon, int | np.integer) or horizon < 1:
-        raise ValueError(f"{name}: expected an integer >= 1, got {horizon!r}")
-    return int(horizon)
+    """An integer length >= 1 and <= :data:`~otspec.checks.MAX_HORIZON` (bools, floats such as 2.7 are refused)."""
+    return check_size(horizon, name, limit=MAX_HORIZON, limit_name="MAX_HORIZON")
 
 
 def check_pair(draft: Source, target: Source, length: int | None = None) -> int:

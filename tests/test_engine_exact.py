@@ -75,7 +75,7 @@ def test_long_block_stays_finite():
 def test_errors():
     with pytest.raises(ValueError, match="vocabulary mismatch"):
         evaluate(IIDSource([0.5, 0.5]), IIDSource([0.2, 0.3, 0.5]), TokenVerify(), 2)
-    with pytest.raises(ValueError, match="draft_length must be >= 1"):
+    with pytest.raises(ValueError, match="draft_length: expected an integer >= 1"):
         evaluate(bernoulli(0.2), bernoulli(0.3), TokenVerify(), 0)
     with pytest.raises(ValueError, match="MAX_EXACT_ENTRIES"):
         V = 64

@@ -89,7 +89,7 @@ def test_decode_respects_horizon_and_controller():
     assert res.iterations == 4 * 101
     assert res.draft_calls == res.iterations - 4
     assert res.rejected == 0 and res.accepted == 4 * 100
-    with pytest.raises(ValueError, match="draft length must be >= 1"):
+    with pytest.raises(ValueError, match="draft_length: expected an integer >= 1"):
         FixedDraftLength(0)
 
 

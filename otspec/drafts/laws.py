@@ -7,6 +7,7 @@ import math
 import array_api_compat
 import numpy as np
 
+from ..checks import check_size
 from ..distributions import namespace, sample_categorical, uniform, validate_probs
 from ..errors import SizeLimitError
 
@@ -28,9 +29,7 @@ RACE_STEP = 0.1
 
 
 def _check_k(k) -> int:
-    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
-        raise ValueError(f"k: expected an integer number of drafts >= 1, got {k!r}")
-    return int(k)
+    return check_size(k, "k", what="an integer number of drafts")
 
 
 def _row(probs, name: str) -> np.ndarray:

@@ -21,11 +21,14 @@ from __future__ import annotations
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..checks import MAX_DECODE_ENTRIES, MAX_DRAFT_LENGTH, check_size
 from ..distributions import sample_categorical
+from ..errors import SizeLimitError
 from ..pairs import check_pair
 from ..sources import Source
 from ..verifiers.base import Outcome, Verifier
 from .ledger import DecodeResult, Ledger, block_efficiency_estimate
+from .stats import check_confidence
 
 __all__ = ["DecodeResult", "FixedDraftLength", "block_efficiency_estimate", "generate"]
 
@@ -40,15 +43,21 @@ class FixedDraftLength:
     """
 
     def __init__(self, length: int):
-        if int(length) < 1:
-            raise ValueError(f"draft length must be >= 1, got {length}")
-        self.max_length = int(length)
+        self.max_length = check_size(length, "draft_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
 
     def keep_drafting(self, step: int, draft_rows: np.ndarray) -> np.ndarray:
         return np.full(draft_rows.shape[0], step < self.max_length)
 
     def __repr__(self):
         return f"FixedDraftLength({self.max_length})"
+
+
+def check_buffer(n_tokens: int, n_sequences: int) -> None:
+    """Refuse a token buffer of more than :data:`~otspec.checks.MAX_DECODE_ENTRIES` entries before allocating it."""
+    if n_tokens * n_sequences > MAX_DECODE_ENTRIES:
+        raise SizeLimitError(f"decoding {n_sequences:,} sequences x {n_tokens:,} tokens = {n_tokens * n_sequences:,} "
+                             f"buffer entries is above MAX_DECODE_ENTRIES = {MAX_DECODE_ENTRIES:,}",
+                             size=n_tokens * n_sequences, limit=MAX_DECODE_ENTRIES)
 
 
 def _lengths(batch: int, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -120,9 +129,9 @@ def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_
         tqdm bar over generated tokens; ``None`` shows it only on a terminal.
     """
     ctrl = draft_length if hasattr(draft_length, "keep_drafting") else FixedDraftLength(draft_length)
-    L, N, B = ctrl.max_length, int(n_tokens), int(n_sequences)
-    if N < 1 or B < 1:
-        raise ValueError(f"need n_tokens >= 1 and n_sequences >= 1, got {N} and {B}")
+    L, N, B = ctrl.max_length, check_size(n_tokens, "n_tokens"), check_size(n_sequences, "n_sequences")
+    check_buffer(N, B)
+    confidence = check_confidence(confidence)
     check_pair(draft, target)
     target.check_length(N)
     draft.check_length(N - 1)  # the last token is never drafted

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..checks import MAX_DRAFT_LENGTH, check_size
 from ..errors import SizeLimitError
 from ..pairs import check_pair
 from ..sources import EMPTY_PREFIX, MAX_ENUMERATION, Source, extend_prefixes
@@ -109,9 +110,8 @@ def evaluate(draft: Source, target: Source, verifier: Verifier, draft_length: in
         larger than :data:`~otspec.sources.MAX_ENUMERATION` sequences or
         :data:`MAX_EXACT_ENTRIES` probability entries.
     """
-    L = int(draft_length)
-    if L < 1:
-        raise ValueError(f"draft_length must be >= 1, got {L}")
+    L = check_size(draft_length, "draft_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
+    iterations = check_size(iterations, "iterations")
     V = check_pair(draft, target)
     entries = V**L * (L + 1) * V
     if entries > MAX_EXACT_ENTRIES:
@@ -161,8 +161,6 @@ def evaluate(draft: Source, target: Source, verifier: Verifier, draft_length: in
 
 
 def _evaluate_branching(draft, target, verifier, L, iterations) -> ExactResult:
-    if iterations < 1:
-        raise ValueError(f"iterations must be >= 1, got {iterations}")
     V = target.vocab_size
     if V ** (iterations * (L + 1)) > MAX_ENUMERATION:
         raise SizeLimitError(f"the output law over {V}^{iterations * (L + 1)} sequences exceeds MAX_ENUMERATION = "

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..checks import MAX_DRAFT_LENGTH, MAX_SIMULATION_BLOCKS, check_size
 from ..pairs import check_pair
 from ..sources import Source
 from ..verifiers.base import Verifier
 from .chunking import chunk_size
-from .stats import Estimate, mean_estimate, proportion_intervals
+from .stats import Estimate, check_confidence, mean_estimate, proportion_intervals
 
 __all__ = ["MonteCarloResult", "default_batch_size", "simulate"]
 
@@ -80,9 +81,9 @@ def simulate(draft: Source, target: Source, verifier: Verifier, draft_length: in
     confidence : float
         Level of the reported intervals.
     """
-    L, n_blocks = int(draft_length), int(n_blocks)
-    if L < 1 or n_blocks < 1:
-        raise ValueError(f"need draft_length >= 1 and n_blocks >= 1, got {L} and {n_blocks}")
+    L = check_size(draft_length, "draft_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
+    n_blocks = check_size(n_blocks, "n_blocks", limit=MAX_SIMULATION_BLOCKS, limit_name="MAX_SIMULATION_BLOCKS")
+    confidence = check_confidence(confidence)
     V = check_pair(draft, target)
     target.check_length(L + 1)
     rng = np.random.default_rng(seed)

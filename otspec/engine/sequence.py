@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..checks import MAX_SIMULATION_BLOCKS, check_size
 from ..distributions import residual, sample_categorical
 from ..drafts import draft_tuple_law, sample_candidates
 from ..errors import SizeLimitError
@@ -48,9 +49,8 @@ MAX_BATCH_TUPLES = 100_000
 
 
 def _check_runs(runs) -> int:
-    if isinstance(runs, bool) or not isinstance(runs, int | np.integer) or runs < 2:
-        raise ValueError(f"runs: expected an integer >= 2 (a confidence interval needs two runs), got {runs!r}")
-    return int(runs)
+    return check_size(runs, "runs", minimum=2, limit=MAX_SIMULATION_BLOCKS, limit_name="MAX_SIMULATION_BLOCKS",
+                      what="an integer number of runs (a confidence interval needs two)")
 
 
 def _check_enumerable(T: int, V: int, what: str) -> None:

@@ -7,7 +7,17 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-__all__ = ["Estimate", "mean_estimate", "proportion_intervals", "ratio_estimate"]
+__all__ = ["Estimate", "check_confidence", "mean_estimate", "proportion_intervals", "ratio_estimate"]
+
+
+def check_confidence(confidence) -> float:
+    """A confidence level strictly between 0 and 1 (else ``ValueError`` naming ``confidence``)."""
+    from ..checks import check_real
+
+    c = check_real(confidence, "confidence", low=0.0, high=1.0, low_open=True)
+    if c >= 1.0:
+        raise ValueError(f"confidence: expected a level in (0, 1), got {confidence!r}")
+    return c
 
 
 @dataclass(frozen=True)
@@ -33,8 +43,12 @@ class Estimate:
         return self.low <= x <= self.high
 
     def as_dict(self) -> dict:
-        return {"value": self.value, "stderr": self.stderr, "low": self.low, "high": self.high,
-                "confidence": self.confidence}
+        """JSON-ready fields; an undefined interval (too few units) is null with ``interval_status`` saying why."""
+        if all(np.isfinite(x) for x in (self.stderr, self.low, self.high)):
+            return {"value": self.value, "stderr": self.stderr, "low": self.low, "high": self.high,
+                    "confidence": self.confidence}
+        return {"value": self.value, "stderr": None, "low": None, "high": None, "confidence": self.confidence,
+                "interval_status": "undefined: fewer than two independent units (runs, blocks or sequence segments)"}
 
 
 def _z(confidence: float) -> float:
@@ -42,8 +56,15 @@ def _z(confidence: float) -> float:
 
 
 def mean_estimate(total: float, total_sq: float, n: int, confidence: float = 0.95) -> Estimate:
-    """Normal-approximation interval for a mean from the running sums Σx and Σx²."""
+    """Normal-approximation interval for a mean from the running sums Σx and Σx².
+
+    With fewer than two observations the spread is unknown: ``stderr``, ``low`` and
+    ``high`` are NaN (undefined), never a zero-width interval.
+    """
+    confidence = check_confidence(confidence)
     mean = total / n
+    if n < 2:
+        return Estimate(float(mean), float("nan"), float("nan"), float("nan"), confidence)
     var = max(total_sq / n - mean * mean, 0.0) * n / max(n - 1, 1)
     se = float(np.sqrt(var / n))
     z = _z(confidence)
@@ -57,6 +78,7 @@ def ratio_estimate(numerators, denominators, confidence: float = 0.95) -> Estima
     (num_i, den_i); the variance uses residuals num_i − R·den_i and a Student t
     quantile with (units − 1) degrees of freedom.
     """
+    confidence = check_confidence(confidence)
     num = np.asarray(numerators, dtype=np.float64)
     den = np.asarray(denominators, dtype=np.float64)
     n = num.size

@@ -27,11 +27,12 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..checks import check_size
 from ..distributions import sample_categorical
 from ..drafts import DraftTree, draft_tuple_law, sample_candidates
 from ..pairs import check_pair
 from ..sources import Source, extend_prefixes
-from .decode import _lengths
+from .decode import _lengths, check_buffer
 from .ledger import DecodeResult, Ledger
 
 __all__ = ["RULES", "TreeExactResult", "tree_law", "generate_tree"]
@@ -154,9 +155,8 @@ def generate_tree(draft: Source, target: Source, verifier, tree: DraftTree, n_to
     N − pos − 1). ``accept_hist[g, t]``: iterations with tree depth g that accepted t.
     """
     _check(draft, target, verifier, tree, rule)
-    L, N, B = tree.depth, int(n_tokens), int(n_sequences)
-    if N < 1 or B < 1:
-        raise ValueError(f"need n_tokens >= 1 and n_sequences >= 1, got {N} and {B}")
+    L, N, B = tree.depth, check_size(n_tokens, "n_tokens"), check_size(n_sequences, "n_sequences")
+    check_buffer(N, B)
     target.check_length(N)
     rng = np.random.default_rng(seed)
     buf, pos = np.zeros((B, N), dtype=np.int64), np.zeros(B, dtype=np.int64)

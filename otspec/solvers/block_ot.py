@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from ..checks import MAX_DRAFT_LENGTH, check_size
 from ..errors import SizeLimitError, SolveError
 from ..pairs import check_pair
 from ..sources import Source
@@ -113,11 +114,8 @@ class BlockOTResult:
 
 # ------------------------------------------------------------------ checks
 def _check_shape(vocab_size, draft_length) -> tuple[int, int, int]:
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int | np.integer) or vocab_size < 1:
-        raise ValueError(f"vocab_size: expected an integer >= 1, got {vocab_size!r}")
-    if isinstance(draft_length, bool) or not isinstance(draft_length, int | np.integer) or draft_length < 1:
-        raise ValueError(f"draft_length: expected an integer >= 1, got {draft_length!r}")
-    V, L = int(vocab_size), int(draft_length)
+    V = check_size(vocab_size, "vocab_size")
+    L = check_size(draft_length, "draft_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
     return V, L, V**L
 
 

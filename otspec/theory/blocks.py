@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
+from ..checks import MAX_DRAFT_LENGTH, check_size
 from ..distributions import total_variation
 from ..errors import SizeLimitError
 from ..pairs import check_pair, markov_chains, walk_prefix_tree
@@ -53,7 +54,7 @@ def bernoulli_expected_accepted_token(draft_p: float, target_p: float, draft_len
 
 
 def _check_length(draft: Source, target: Source, draft_length) -> int:
-    L = int(draft_length)
+    L = check_size(draft_length, "draft_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
     check_pair(draft, target, L)
     return L
 

@@ -24,6 +24,7 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
+from ..checks import MAX_CANDIDATES, check_size
 from ..distributions import first_index, namespace, residual, row_pair
 from ..drafts.laws import (
     _check_k,
@@ -291,8 +292,10 @@ def multiround_rejection(draft_probs, target_probs, k: int):
     Residual targets t_0 = q, t_i = Norm[(t_{i−1} − p)_+] (spec §8; MCSD Algorithm 1); the
     i-th candidate, drawn from p independently of the earlier rejections, is rejected with
     probability ρ_i = Σ_x (p(x) − t_{i−1}(x))_+. Once a normaliser Σ(t − p)_+ is 0 rejection
-    has probability 0 and t stays put. Rows are (B, V) valid rows, numpy or torch.
+    has probability 0 and t stays put. Rows are (B, V) valid rows, numpy or torch; k is at most
+    :data:`~otspec.checks.MAX_CANDIDATES` (one pass over the rows per round).
     """
+    k = check_size(k, "k", limit=MAX_CANDIDATES, limit_name="MAX_CANDIDATES", what="an integer number of rounds")
     xp = namespace(draft_probs, target_probs)
     t = target_probs
     reject = xp.ones_like(t[..., 0])
@@ -323,7 +326,7 @@ def multiround_acceptance(draft, target, k: int, replacement: bool = True) -> fl
     0.625
     """
     p, q = row_pair(draft, target)
-    k = _check_k(k)
+    k = check_size(k, "k", limit=MAX_CANDIDATES, limit_name="MAX_CANDIDATES", what="an integer number of drafts")
     if replacement:
         return 1.0 - float(multiround_rejection(p[None], q[None], k)[0][0])
     s = int(np.count_nonzero(p))

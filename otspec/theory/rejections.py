@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..checks import MAX_CANDIDATES, check_size
 from ..distributions import total_variation
 from ..pairs import check_horizon, check_pair, markov_chains, walk_prefix_tree
 from ..sources import MarkovSource, Source
@@ -51,10 +52,9 @@ def _check_pair_horizon(draft: Source, target: Source, horizon) -> int:
 
 
 def check_batch_size(M) -> int:
-    """M, the number of parallel draft responses of batch SD: an integer >= 1."""
-    if isinstance(M, bool) or not isinstance(M, int | np.integer) or M < 1:
-        raise ValueError(f"M: expected an integer batch size >= 1 (number of draft responses), got {M!r}")
-    return int(M)
+    """M, the number of parallel draft responses of batch SD: an integer in [1, MAX_CANDIDATES]."""
+    return check_size(M, "M", limit=MAX_CANDIDATES, limit_name="MAX_CANDIDATES",
+                      what="an integer batch size (number of draft responses)")
 
 
 def rejections_per_position(draft: Source, target: Source, horizon: int) -> np.ndarray:
