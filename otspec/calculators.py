@@ -16,6 +16,7 @@ from fractions import Fraction
 import numpy as np
 
 from . import theory
+from .checks import MAX_DRAFT_LENGTH, check_size
 from .clitools import CLIError, add_pair_arguments, pair_from_args, positive_int
 from .distributions import total_variation
 from .errors import SizeLimitError
@@ -95,8 +96,9 @@ def _speedup(expected_accepted: float, c: float, L: int) -> float:
 def _block_compute(args) -> dict:
     from .solvers import solve_block_lp
 
+    L = check_size(args.L, "--L", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
     draft, target = pair_from_args(args)
-    L, V = args.L, target.vocab_size
+    V = target.vocab_size
     first = total_variation(draft.next_probs([[]])[0], target.next_probs([[]])[0])
     values: dict = {}
     _value(values, "token", theory.expected_accepted_token, draft, target, L)
@@ -237,16 +239,18 @@ def _pareto_compute(args) -> dict:
     from .solvers.pareto import min_bias
 
     p, q = _one_position_rows(args, "pareto")
-    res = min_bias(p, q, args.rejection, method=args.method)
-    return {
+    out = {
         "quantity": "least achievable bias TV(output law, target) at rejection probability r (one position)",
         "rejection": args.rejection,
         "tv": float(total_variation(p, q)),
         "min_bias": float(theory.pareto_front(p, q, args.rejection)),
-        "lp": res.value,
-        "lp_status": res.status,
-        "accept_probs": np.asarray(res.accept_probs).tolist(),
     }
+    try:
+        res = min_bias(p, q, args.rejection, method=args.method)
+    except SizeLimitError as exc:
+        reason = f"not solved: {exc}"
+        return {**out, "lp": None, "lp_status": reason, "accept_probs": None, "accept_probs_status": reason}
+    return {**out, "lp": res.value, "lp_status": res.status, "accept_probs": np.asarray(res.accept_probs).tolist()}
 
 
 #: ``calc`` subcommands by name; later capabilities register theirs here.

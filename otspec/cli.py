@@ -26,10 +26,12 @@ from .calculators import CALCULATORS, Calculator
 from .clitools import (
     CLIError,
     add_pair_arguments,
+    join_negative_values,
     length_list,
     pair_from_args,
     parse_probs,
     positive_int,
+    seed,
 )
 from .engine import generate, simulate
 from .errors import SolveError
@@ -85,8 +87,11 @@ def _source_random(args) -> dict:
                        "overwrite the draft")
     draft, target = random_markov(args.vocab, args.concentration, horizon=args.horizon, seed=args.seed,
                                   sparsity=args.sparsity)
-    save_source(draft, args.draft_out)
-    save_source(target, args.target_out)
+    for flag, source, path in (("--draft-out", draft, args.draft_out), ("--target-out", target, args.target_out)):
+        try:
+            save_source(source, path)
+        except OSError as exc:
+            raise CLIError(f"{flag}: cannot write {path}: {exc.strerror or exc}") from None
     return {"draft": args.draft_out, "target": args.target_out, "vocab_size": args.vocab,
             "horizon": args.horizon, "seed": args.seed}
 
@@ -115,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--L", dest="L", type=length_list, required=True,
                      help="draft length, or several separated by commas (2,4,8): one row each")
     sim.add_argument("--blocks", type=positive_int, default=1_000_000, help="simulated iterations per length")
-    sim.add_argument("--seed", type=int, default=0, help="random seed")
+    sim.add_argument("--seed", type=seed, default=0, help="random seed (an integer >= 0)")
     _json_flag(sim)
     sim.set_defaults(run=_simulate)
 
@@ -127,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="draft length, or several separated by commas (2,4,8): one row each")
     dec.add_argument("--tokens", type=positive_int, default=10_000, help="tokens generated per sequence")
     dec.add_argument("--sequences", type=positive_int, default=32, help="independent sequences")
-    dec.add_argument("--seed", type=int, default=0, help="random seed")
+    dec.add_argument("--seed", type=seed, default=0, help="random seed (an integer >= 0)")
     _json_flag(dec)
     dec.set_defaults(run=_decode)
 
@@ -141,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     rnd.add_argument("--horizon", type=positive_int, default=None,
                      help="time-varying chain of this horizon (default: a stationary chain)")
     rnd.add_argument("--sparsity", type=float, default=0.0, help="probability that an entry is exactly 0")
-    rnd.add_argument("--seed", type=int, default=0, help="random seed")
+    rnd.add_argument("--seed", type=seed, default=0, help="random seed (an integer >= 0)")
     rnd.add_argument("--draft-out", required=True, metavar="FILE", help="where to write the draft source")
     rnd.add_argument("--target-out", required=True, metavar="FILE", help="where to write the target source")
     _json_flag(rnd)
@@ -184,7 +189,7 @@ def _print_human(result, indent: str = "") -> None:
 
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(join_negative_values(sys.argv[1:] if argv is None else list(argv)))
     try:
         result = args.run(args)
     except (CLIError, ValueError, SolveError, OSError) as exc:

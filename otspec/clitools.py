@@ -14,7 +14,8 @@ from .distributions import validate_probs
 from .pairs import check_pair
 from .sources import IIDSource, Source, load_source
 
-__all__ = ["CLIError", "add_pair_arguments", "length_list", "pair_from_args", "parse_probs", "positive_int"]
+__all__ = ["CLIError", "add_pair_arguments", "join_negative_values", "length_list", "pair_from_args", "parse_probs",
+           "positive_int", "seed"]
 
 
 class CLIError(Exception):
@@ -25,12 +26,16 @@ def parse_probs(text: str, name: str = "probs") -> IIDSource:
     """``'0.3,0.7'`` or ``'2/3,1/3'`` → IID row; ``'0.3'`` → Bernoulli(0.3) = (0.7, 0.3). ``name`` labels errors."""
     try:
         values = [float(Fraction(v.strip())) for v in text.split(",") if v.strip() != ""]
+    except OverflowError:
+        raise CLIError(f"{name}: {text!r} holds a number too large for a probability (expected entries in [0, 1])") from None
     except (ValueError, ZeroDivisionError):
         raise CLIError(f"could not read probabilities from {text!r}; expected comma-separated numbers "
                        "or fractions such as 0.3,0.7 or 2/3,1/3 (or one number p for Bernoulli(p))") from None
     if not values:
         raise CLIError("empty probability list")
     if len(values) == 1:
+        if not 0.0 <= values[0] <= 1.0:
+            raise CLIError(f"{name}: one number p means Bernoulli(p) and must lie in [0, 1], got {values[0]!r}")
         values = [1.0 - values[0], values[0]]
     return IIDSource(validate_probs(values, name))
 
@@ -67,6 +72,32 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
+
+
+def seed(text: str) -> int:
+    """A random seed: an integer >= 0 (argparse type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer seed >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer seed >= 0, got {value}")
+    return value
+
+
+#: Flags whose value may start with "-" (a row such as -0.1,1.1 is read as a value, then refused).
+VALUE_FLAGS = ("--draft", "--target")
+
+
+def join_negative_values(argv: list[str]) -> list[str]:
+    """``--draft -0.1,1.1`` → ``--draft=-0.1,1.1`` so argparse hands the value to its flag."""
+    out = []
+    for i, arg in enumerate(argv):
+        if i and argv[i - 1] in VALUE_FLAGS and arg.startswith("-") and arg[1:2].replace(".", "").isdigit():
+            out[-1] = f"{argv[i - 1]}={arg}"
+        else:
+            out.append(arg)
+    return out
 
 
 def length_list(text: str) -> list[int]:

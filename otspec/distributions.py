@@ -246,6 +246,9 @@ def uniform(rng, shape, like):
         import torch
 
         return torch.rand(shape, generator=rng, dtype=like.dtype, device=like.device)
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"rng: expected a numpy Generator for numpy arrays (e.g. np.random.default_rng(0)), "
+                         f"got {type(rng).__name__}")
     return rng.random(shape)
 
 

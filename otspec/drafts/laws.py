@@ -42,8 +42,30 @@ def _row(probs, name: str) -> np.ndarray:
     return arr
 
 
+#: Counts above this are reported as this value (they exceed every limit; no giant integer is built).
+COUNT_CAP = 2**63
+
+
+def capped_power(base: int, exponent: int) -> int:
+    """base**exponent, or :data:`COUNT_CAP` when that is larger (computed without building the big integer)."""
+    if base <= 1 or exponent * math.log2(base) < 63:
+        return min(base**exponent, COUNT_CAP)
+    return COUNT_CAP
+
+
+def capped_perm(n: int, k: int) -> int:
+    """n!/(n−k)!, or :data:`COUNT_CAP` when that is larger (stops multiplying once past the cap)."""
+    out = 1
+    for i in range(min(k, n)):
+        out *= n - i
+        if out >= COUNT_CAP:
+            return COUNT_CAP
+    return out
+
+
 def _n_tuples(s: int, k: int, replacement: bool) -> int:
-    return s**k if replacement else math.perm(s, min(k, s))
+    """Tuples of positive probability (capped at :data:`COUNT_CAP`)."""
+    return capped_power(s, k) if replacement else capped_perm(s, k)
 
 
 def draft_tuple_law(draft, k: int, replacement: bool = True, *,
@@ -87,8 +109,9 @@ def draft_tuple_law(draft, k: int, replacement: bool = True, *,
     n = _n_tuples(s, k, replacement)
     if n > max_tuples:
         limit = "MAX_DRAFT_TUPLES" if max_tuples == MAX_DRAFT_TUPLES else "max_tuples"
+        count = f"{n:,}" if n < COUNT_CAP else f"at least {COUNT_CAP:,}"
         raise SizeLimitError(f"the draft law {'with' if replacement else 'without'} replacement of k={k} drafts "
-                             f"over {s} tokens of positive probability has {n:,} tuples, above {limit} = "
+                             f"over {s} tokens of positive probability has {count} tuples, above {limit} = "
                              f"{max_tuples:,} (the enumeration exceeds max_tuples); use otm_value (no "
                              "enumeration) instead", size=n, limit=max_tuples)
     if replacement:

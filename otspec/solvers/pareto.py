@@ -50,6 +50,7 @@ from .rejections import min_rejection_lp
 __all__ = [
     "MAX_SEQUENCE_CVXPY_VARIABLES",
     "MAX_SEQUENCE_LP_VARIABLES",
+    "MAX_TOKEN_LP_VOCAB",
     "PARETO_RESIDUAL_TOL",
     "ParetoResult",
     "ParetoSolveError",
@@ -64,6 +65,9 @@ __all__ = [
 MAX_SEQUENCE_LP_VARIABLES = 60_000
 #: The same limit for the cvxpy route.
 MAX_SEQUENCE_CVXPY_VARIABLES = 20_000
+#: Largest vocabulary of the token-level LP :func:`min_bias` (3V variables): V = 5,000 takes 0.3 s,
+#: V = 20,000 about 5 s on 2 cores; the front itself is the closed form max{0, TV − r}.
+MAX_TOKEN_LP_VOCAB = 10_000
 #: Largest constraint residual accepted from a solver's solution (HiGHS; cvxpy gets 1e3 times more).
 PARETO_RESIDUAL_TOL = 1e-8
 
@@ -178,6 +182,10 @@ def min_bias(draft, target, rejection: float, method: str = "highs", *, solver: 
     r = check_fraction(rejection, "rejection")
     check_method(method)
     V = p.size
+    if V > MAX_TOKEN_LP_VOCAB:
+        raise SizeLimitError(f"the token-level Pareto LP for V = {V:,} tokens is above MAX_TOKEN_LP_VOCAB = "
+                             f"{MAX_TOKEN_LP_VOCAB:,}; the front max(0, TV - r) is pareto_front", size=V,
+                             limit=MAX_TOKEN_LP_VOCAB)
     eye = sp.identity(V, format="csr")
     zero_row = sp.csr_array((1, V))
     ones = sp.csr_array(np.ones((1, V)))

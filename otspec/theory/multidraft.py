@@ -27,7 +27,9 @@ import numpy as np
 from ..checks import MAX_CANDIDATES, check_size
 from ..distributions import first_index, namespace, residual, row_pair
 from ..drafts.laws import (
+    COUNT_CAP,
     _check_k,
+    capped_perm,
     draft_inclusion_probs,
     draft_tuple_law,
     inclusion_iid,
@@ -330,7 +332,7 @@ def multiround_acceptance(draft, target, k: int, replacement: bool = True) -> fl
     if replacement:
         return 1.0 - float(multiround_rejection(p[None], q[None], k)[0][0])
     s = int(np.count_nonzero(p))
-    paths = sum(math.perm(s, i) for i in range(min(k, s)))
+    paths = min(sum(capped_perm(s, i) for i in range(min(k, s, 64))), COUNT_CAP)
     if paths > MAX_MULTIROUND_PATHS:
         raise SizeLimitError(f"multiround_acceptance without replacement explores {paths:,} draft paths for {s} "
                              f"tokens and k={k}, above MAX_MULTIROUND_PATHS = {MAX_MULTIROUND_PATHS:,}",

@@ -6,6 +6,7 @@ import array_api_compat
 import numpy as np
 
 from ..distributions import sample_categorical
+from ..drafts.laws import capped_power
 from ..errors import SizeLimitError
 from ..solvers.otm import otm_maxflow
 from .candidates import MultiDraftVerifier, membership_law, membership_outcome
@@ -69,10 +70,11 @@ class OTMVerify(MultiDraftVerifier):
         if hit is not None:
             return hit
         V = p.shape[0]
-        if V ** int(k) > self.max_tuples:
-            raise SizeLimitError(f"OTMVerify: V**k = {V}**{k} = {V ** int(k)} candidate tuples exceeds max_tuples="
+        count = capped_power(V, int(k))
+        if count > self.max_tuples:
+            raise SizeLimitError(f"OTMVerify: V**k = {V}**{k} = {count:,} candidate tuples exceeds max_tuples="
                                  f"{self.max_tuples}; the OTM plan is only practical for small vocabularies and k",
-                                 size=V ** int(k), limit=self.max_tuples)
+                                 size=count, limit=self.max_tuples)
         out = otm_maxflow(p, q, int(k), self.replacement).plan
         if len(self._cache) >= self.cache_size:
             self._cache.pop(next(iter(self._cache)))

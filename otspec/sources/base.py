@@ -1,0 +1,189 @@
+"""The Source protocol: a next-token law for every prefix, and everything derived from it."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..distributions import sample_categorical
+from ..errors import SizeLimitError
+
+__all__ = ["EMPTY_PREFIX", "MAX_ENUMERATION", "Enumeration", "Source", "extend_prefixes"]
+
+#: Largest number of sequences :meth:`Source.enumerate` will build.
+MAX_ENUMERATION = 2**21
+
+
+@dataclass(frozen=True)
+class Enumeration:
+    """All sequences of one length with their exact probabilities.
+
+    Attributes
+    ----------
+    tokens : ndarray, shape (V**L, L)
+        Sequences in lexicographic order (token 0 first).
+    probs : ndarray, shape (V**L,)
+        Joint probabilities, each a product of L conditionals (not exp of a sum).
+    """
+
+    tokens: np.ndarray
+    probs: np.ndarray
+
+
+#: The batch holding one empty prefix, shape (1, 0).
+EMPTY_PREFIX = np.zeros((1, 0), dtype=np.int64)
+
+
+def extend_prefixes(tokens: np.ndarray, vocab_size: int) -> np.ndarray:
+    """Every prefix of ``tokens`` (N, t) extended by every token: (N*V, t+1), lexicographic."""
+    n = tokens.shape[0]
+    last = np.tile(np.arange(vocab_size, dtype=np.int64), n)[:, None]
+    return np.concatenate([np.repeat(tokens, vocab_size, axis=0), last], axis=1)
+
+
+def _as_tokens(tokens) -> np.ndarray:
+    arr = np.asarray(tokens)
+    if arr.ndim == 1:
+        arr = arr[None, :]
+    if arr.ndim != 2:
+        raise ValueError(f"tokens: expected shape (batch, length), got {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"tokens: expected integer token ids, got dtype {arr.dtype}")
+    return arr.astype(np.int64, copy=False)
+
+
+class Source(ABC):
+    """Base class: a next-token law for every prefix.
+
+    Subclasses implement :meth:`next_probs` (and may override the derived
+    methods with faster vectorised versions).
+    """
+
+    vocab_size: int
+    #: Longest sequence the source defines (``None``: unbounded).
+    horizon: int | None = None
+
+    # ----------------------------------------------------------------- core
+    @abstractmethod
+    def _rows(self, tokens: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """Rows (B, V) for already-checked inputs."""
+
+    def next_probs(self, tokens, lengths=None) -> np.ndarray:
+        """Next-token law after each prefix.
+
+        Parameters
+        ----------
+        tokens : int array, shape (B, T)
+        lengths : int array, shape (B,), optional
+            Row ``b`` conditions on ``tokens[b, :lengths[b]]``; default T for all.
+
+        Returns
+        -------
+        ndarray, shape (B, V)
+            May be a read-only broadcast view; copy before writing to it.
+        """
+        tokens = _as_tokens(tokens)
+        if lengths is None:
+            lengths = np.full(tokens.shape[0], tokens.shape[1], dtype=np.int64)
+        else:
+            lengths = np.asarray(lengths, dtype=np.int64)
+            if lengths.shape != (tokens.shape[0],):
+                raise ValueError(f"lengths: expected shape ({tokens.shape[0]},), got {lengths.shape}")
+            if lengths.size and (lengths.min() < 0 or lengths.max() > tokens.shape[1]):
+                raise ValueError(f"lengths must lie in [0, {tokens.shape[1]}]")
+        if lengths.size:
+            self.check_length(int(lengths.max()) + 1)
+        # subclasses range-check only the tokens they read, so a long decode buffer costs nothing
+        return self._rows(tokens, lengths)
+
+    def check_length(self, length: int) -> None:
+        """Raise ``ValueError`` if sequences of ``length`` tokens exceed the horizon."""
+        if self.horizon is not None and length > self.horizon:
+            raise ValueError(
+                f"{type(self).__name__} supports sequences of at most {self.horizon} tokens "
+                f"(its horizon); asked for {length}"
+            )
+
+    def _check_tokens(self, tokens: np.ndarray) -> None:
+        if tokens.size and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
+            raise ValueError(f"tokens: ids must lie in [0, {self.vocab_size}); got range "
+                             f"[{tokens.min()}, {tokens.max()}]")
+
+    # -------------------------------------------------------------- derived
+    def path_probs(self, tokens, include_next: bool = True) -> np.ndarray:
+        """Rows at every prefix of each sequence: shape (B, T+1, V), or (B, T, V).
+
+        ``out[b, t]`` is the law of token t (0-based) given ``tokens[b, :t]``;
+        this is what one parallel scoring call of a language model returns.
+        ``include_next=False`` omits the row after the full sequence (so a
+        sequence as long as the horizon can be scored).
+        """
+        tokens = _as_tokens(tokens)
+        B, T = tokens.shape
+        if T == 0 and not include_next:
+            return np.zeros((B, 0, self.vocab_size))
+        return np.stack([self.next_probs(tokens, np.full(B, t)) for t in range(T + int(include_next))], axis=1)
+
+    def token_probs(self, tokens) -> np.ndarray:
+        """Conditional probability of each token given its prefix: shape (B, T)."""
+        tokens = _as_tokens(tokens)
+        self._check_tokens(tokens)
+        rows = self.path_probs(tokens, include_next=False)
+        return np.take_along_axis(rows, tokens[..., None], axis=-1)[..., 0]
+
+    def prefix_log_probs(self, tokens) -> np.ndarray:
+        """log P(x_1..x_t) for t = 0..T: shape (B, T+1), first column 0, ``-inf`` for impossible prefixes."""
+        tokens = _as_tokens(tokens)
+        with np.errstate(divide="ignore"):
+            logs = np.log(self.token_probs(tokens))
+        out = np.zeros((tokens.shape[0], tokens.shape[1] + 1))
+        np.cumsum(logs, axis=1, out=out[:, 1:])
+        return out
+
+    def log_prob(self, tokens) -> np.ndarray:
+        """Joint log probability of each full sequence: shape (B,)."""
+        return self.prefix_log_probs(tokens)[:, -1]
+
+    def enumerate(self, length: int) -> Enumeration:
+        """All V**length sequences with exact joint probabilities.
+
+        Built level by level (one :meth:`next_probs` call per level), so each
+        probability is a product of conditionals.
+
+        Raises
+        ------
+        ValueError
+            If ``V**length`` exceeds :data:`MAX_ENUMERATION` or the horizon.
+        """
+        length = int(length)
+        if length < 0:
+            raise ValueError(f"length must be >= 0, got {length}")
+        count = self.vocab_size**length
+        if count > MAX_ENUMERATION:
+            raise SizeLimitError(f"enumerating {self.vocab_size}^{length} = {count:,} sequences exceeds the limit "
+                                 f"MAX_ENUMERATION = {MAX_ENUMERATION:,}; use Monte Carlo or a shorter length",
+                                 size=count, limit=MAX_ENUMERATION)
+        self.check_length(length)
+        V = self.vocab_size
+        tokens = EMPTY_PREFIX
+        probs = np.ones(1)
+        for _ in range(length):
+            rows = self.next_probs(tokens)
+            probs = (probs[:, None] * rows).reshape(-1)
+            tokens = extend_prefixes(tokens, V)
+        return Enumeration(tokens, probs)
+
+    def sample(self, n: int, length: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` independent sequences of ``length`` tokens: int array (n, length)."""
+        self.check_length(length)
+        out = np.zeros((n, length), dtype=np.int64)
+        for t in range(length):
+            out[:, t] = sample_categorical(self.next_probs(out[:, :t]), rng)
+        return out
+
+    # ------------------------------------------------------------------ json
+    @abstractmethod
+    def to_json(self) -> dict:
+        """JSON-serialisable description readable by :func:`source_from_json`."""

@@ -1,0 +1,87 @@
+"""The JSON format of sources: read and write (see the package docstring for the format)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+
+from .base import Source
+from .models import IIDSource, MarkovSource, TableSource, bernoulli, uniform_source
+
+__all__ = ["load_source", "save_source", "source_from_json"]
+
+
+def _integer_field(obj, key: str, kind: str):
+    """``obj[key]`` as an int (None if absent), else a ValueError naming the field."""
+    if key not in obj or obj[key] is None:
+        return None
+    value = obj[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"source JSON of type {kind!r}: field {key!r} must be an integer, got {value!r}")
+    return value
+
+
+def source_from_json(obj) -> Source:
+    """Build a source from a JSON object (dict) — see the module docstring.
+
+    A field of the wrong type or shape is a ``ValueError`` naming the field.
+    """
+    if not isinstance(obj, Mapping) or "type" not in obj:
+        raise ValueError("source JSON: expected an object with a 'type' key "
+                         "('iid', 'bernoulli', 'uniform', 'markov' or 'table')")
+    kind = obj["type"]
+    try:
+        return _from_json(obj, kind)
+    except KeyError as exc:
+        raise ValueError(f"source JSON of type {kind!r}: missing key {exc.args[0]!r}") from None
+    except (TypeError, AttributeError) as exc:
+        raise ValueError(f"source JSON of type {kind!r}: a field has the wrong type ({exc})") from None
+
+
+def _from_json(obj, kind) -> Source:
+    if kind == "iid":
+        return IIDSource(obj["probs"])
+    if kind == "bernoulli":
+        if isinstance(obj["p"], bool) or not isinstance(obj["p"], int | float):
+            raise ValueError(f"source JSON of type 'bernoulli': field 'p' must be a number, got {obj['p']!r}")
+        return bernoulli(obj["p"])
+    if kind == "uniform":
+        return uniform_source(_integer_field(obj, "support", kind), _integer_field(obj, "vocab_size", kind))
+    if kind == "markov":
+        return MarkovSource(obj["initial"], obj["transition"], horizon=_integer_field(obj, "horizon", kind))
+    if kind == "table":
+        rows = {}
+        for key, value in obj["rows"].items():
+            try:
+                rows[tuple(int(t) for t in str(key).split(",") if t != "")] = value
+            except ValueError:
+                raise ValueError(f"source JSON of type 'table': row key {key!r} must be comma-separated token "
+                                 "ids such as '0,1' ('' for the empty prefix)") from None
+        return TableSource(rows, _integer_field(obj, "vocab_size", kind), _integer_field(obj, "horizon", kind))
+    raise ValueError(f"source JSON: unknown type {kind!r}; expected 'iid', 'bernoulli', 'uniform', 'markov' or 'table'")
+
+
+def load_source(path: str | os.PathLike) -> Source:
+    """Read a JSON source file (see :func:`source_from_json`)."""
+    try:
+        with open(path) as fh:
+            obj = json.load(fh)
+    except FileNotFoundError:
+        raise ValueError(f"source file not found: {path}") from None
+    except IsADirectoryError:
+        raise ValueError(f"source file {path} is a directory; expected a JSON source file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"source file {path} is not valid JSON text: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"source file {path} nests JSON too deeply to be a source") from None
+    try:
+        return source_from_json(obj)
+    except ValueError as exc:
+        raise ValueError(f"source file {path}: {exc}") from None
+
+
+def save_source(source: Source, path: str | os.PathLike) -> None:
+    """Write ``source.to_json()`` to ``path``."""
+    with open(path, "w") as fh:
+        json.dump(source.to_json(), fh, indent=1)

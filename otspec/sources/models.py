@@ -1,0 +1,205 @@
+"""The sources themselves: IID rows, Markov chains (stationary or time-varying), prefix tables."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from ..distributions import validate_probs
+from .base import Source, _as_tokens
+
+__all__ = ["IIDSource", "MarkovSource", "TableSource", "bernoulli", "uniform_source"]
+
+
+class IIDSource(Source):
+    """Every token independently drawn from ``probs`` (shape (V,))."""
+
+    def __init__(self, probs):
+        self.probs = np.asarray(validate_probs(probs, "probs"), dtype=np.float64)
+        if self.probs.ndim != 1:
+            raise ValueError(f"probs: expected one row of shape (V,), got {self.probs.shape}")
+        self.vocab_size = self.probs.shape[0]
+        self._cdf = np.cumsum(self.probs)
+
+    def __repr__(self):
+        return f"IIDSource(probs={self.probs.tolist()})"
+
+    def _rows(self, tokens, lengths):
+        return np.broadcast_to(self.probs, (tokens.shape[0], self.vocab_size))
+
+    def path_probs(self, tokens, include_next=True):
+        tokens = _as_tokens(tokens)
+        self._check_tokens(tokens)
+        return np.broadcast_to(self.probs, (tokens.shape[0], tokens.shape[1] + int(include_next), self.vocab_size))
+
+    def sample(self, n, length, rng):
+        u = rng.random((n, length)) * self._cdf[-1]
+        return np.minimum(np.searchsorted(self._cdf, u, side="right"), self.vocab_size - 1)
+
+    def to_json(self):
+        return {"type": "iid", "probs": self.probs.tolist()}
+
+
+def bernoulli(p: float) -> IIDSource:
+    """IID Ber(p) over {0, 1}: P(token = 1) = p."""
+    p = float(p)
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"bernoulli: p must lie in [0, 1], got {p}")
+    return IIDSource([1.0 - p, p])
+
+
+def uniform_source(support: int, vocab_size: int | None = None) -> IIDSource:
+    """U(d): uniform on the first ``support`` tokens of a ``vocab_size``-token vocabulary."""
+    vocab_size = support if vocab_size is None else vocab_size
+    if not 1 <= support <= vocab_size:
+        raise ValueError(f"uniform: need 1 <= support <= vocab_size, got support={support}, vocab_size={vocab_size}")
+    probs = np.zeros(vocab_size)
+    probs[:support] = 1.0 / support
+    return IIDSource(probs)
+
+
+class MarkovSource(Source):
+    """Order-1 Markov chain.
+
+    Parameters
+    ----------
+    initial : array_like, shape (V,)
+        Law of the first token.
+    transition : array_like, shape (V, V) or (K, V, V) or a list of K (V, V) matrices
+        ``transition[a, b]`` = P(next = b | previous = a). A 2-D matrix gives a
+        stationary chain (unbounded horizon); K matrices give a time-varying
+        chain whose k-th matrix (0-based) produces token k+2 from token k+1,
+        hence horizon K+1.
+    horizon : int, optional
+        For time-varying chains, the horizon the caller needs; an error is
+        raised if fewer than ``horizon − 1`` matrices are given.
+    """
+
+    def __init__(self, initial, transition, horizon: int | None = None):
+        self.initial = np.asarray(validate_probs(initial, "initial"), dtype=np.float64)
+        if self.initial.ndim != 1:
+            raise ValueError(f"initial: expected shape (V,), got {self.initial.shape}")
+        V = self.initial.shape[0]
+        try:
+            trans = np.asarray(transition, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"transition: expected a ({V}, {V}) matrix or a list of them (rows of equal length, "
+                             "numbers only)") from None
+        if trans.size == 0 and horizon is not None:  # a time-varying chain of horizon 1 has no matrices
+            trans = np.zeros((0, V, V))
+        if trans.ndim not in (2, 3) or trans.shape[-2:] != (V, V):
+            raise ValueError(
+                f"transition: expected a ({V}, {V}) matrix or a list of them to match initial's "
+                f"{V} tokens, got shape {trans.shape}"
+            )
+        self.transition = np.asarray(validate_probs(trans, "transition"), dtype=np.float64)
+        self.vocab_size = V
+        self.stationary = trans.ndim == 2
+        self._stack = self.transition[None] if self.stationary else self.transition
+        self.horizon = None if self.stationary else self.transition.shape[0] + 1
+        if horizon is not None:
+            self.check_length(int(horizon))
+
+    def __repr__(self):
+        kind = "stationary" if self.stationary else f"time-varying, horizon {self.horizon}"
+        return f"MarkovSource(V={self.vocab_size}, {kind})"
+
+    def matrix(self, step: int) -> np.ndarray:
+        """Transition matrix producing token ``step`` (0-based, step >= 1) from token ``step − 1``."""
+        return self._stack[0 if self.stationary else step - 1]
+
+    def _rows(self, tokens, lengths):
+        B = tokens.shape[0]
+        prev = tokens[np.arange(B), np.maximum(lengths - 1, 0)] if tokens.shape[1] else np.zeros(B, np.int64)
+        which = np.zeros(B, np.int64) if self.stationary else np.maximum(lengths - 1, 0)
+        prev = np.where(lengths > 0, prev, 0)
+        self._check_tokens(prev)
+        rows = self._stack[which, prev]
+        return np.where((lengths == 0)[:, None], self.initial, rows)
+
+    def path_probs(self, tokens, include_next=True):
+        tokens = _as_tokens(tokens)
+        self._check_tokens(tokens)
+        B, T = tokens.shape
+        if not include_next:
+            tokens, T = tokens[:, : max(T - 1, 0)], T - 1
+            if T < 0:
+                return np.zeros((B, 0, self.vocab_size))
+        self.check_length(T + 1)
+        which = np.zeros(T, np.int64) if self.stationary else np.arange(T)
+        rows = self._stack[which[None, :], tokens]  # (B, T, V): law of token t+1 given token t
+        first = np.broadcast_to(self.initial, (B, 1, self.vocab_size))
+        return np.concatenate([first, rows], axis=1)
+
+    def to_json(self):
+        out = {"type": "markov", "initial": self.initial.tolist(), "transition": self.transition.tolist()}
+        if not self.stationary:
+            out["horizon"] = self.horizon  # also says how to read an empty list of matrices (horizon 1)
+        return out
+
+
+class TableSource(Source):
+    """Arbitrary prefix → next-token law, from a mapping or a callable.
+
+    Parameters
+    ----------
+    rows : Mapping[tuple[int, ...], array_like] or Callable[[tuple[int, ...]], array_like]
+        Next-token row for each prefix (a tuple of token ids, ``()`` for the
+        first token). Mapping rows are validated once; callable rows on use.
+    vocab_size : int
+    horizon : int
+        Longest sequence defined (a mapping must cover every prefix shorter than it
+        that can occur).
+    """
+
+    def __init__(self, rows: Mapping | Callable, vocab_size: int, horizon: int):
+        self.vocab_size = int(vocab_size)
+        self.horizon = int(horizon)
+        if callable(rows) and not isinstance(rows, Mapping):
+            self._fn = rows
+            self._table = None
+        else:
+            self._table = {}
+            for key, row in rows.items():
+                key = tuple(int(k) for k in key)
+                arr = np.asarray(validate_probs(row, f"rows[{key}]"), dtype=np.float64)
+                if arr.shape != (self.vocab_size,):
+                    raise ValueError(f"rows[{key}]: expected shape ({self.vocab_size},), got {arr.shape}")
+                self._table[key] = arr
+            self._fn = None
+
+    def __repr__(self):
+        return f"TableSource(V={self.vocab_size}, horizon={self.horizon})"
+
+    def row(self, prefix: tuple[int, ...]) -> np.ndarray:
+        if self._table is not None:
+            try:
+                return self._table[prefix]
+            except KeyError:
+                raise ValueError(f"TableSource has no row for prefix {prefix}") from None
+        arr = np.asarray(validate_probs(self._fn(prefix), f"row for prefix {prefix}"), dtype=np.float64)
+        if arr.shape != (self.vocab_size,):
+            raise ValueError(f"row for prefix {prefix}: expected shape ({self.vocab_size},), got {arr.shape}")
+        return arr
+
+    def _rows(self, tokens, lengths):
+        if tokens.shape[0] == 0:
+            return np.zeros((0, self.vocab_size))
+        return np.stack([self.row(tuple(tokens[b, : lengths[b]].tolist())) for b in range(tokens.shape[0])])
+
+    def to_json(self):
+        if self._table is None:
+            table = {
+                p: self.row(p)
+                for t in range(self.horizon)
+                for p in map(tuple, self.enumerate(t).tokens.tolist())
+            }
+        else:
+            table = self._table
+        return {
+            "type": "table",
+            "vocab_size": self.vocab_size,
+            "horizon": self.horizon,
+            "rows": {",".join(map(str, k)): v.tolist() for k, v in table.items()},
+        }
