@@ -14,11 +14,14 @@ import os
 import sys
 from pathlib import Path
 
+from .checks import check_real
 from .figures import FIGURES
 
 __all__ = ["FIGURES", "main", "render", "write_figure"]
 
 DEFAULT_DIR = Path("figures")
+#: Largest ``--scale``: 100 times the report's sizes (the default report takes about 2 minutes).
+MAX_SCALE = 100.0
 
 
 def render(name: str, data: dict):
@@ -34,6 +37,7 @@ def write_figure(name: str, out: str | os.PathLike | None = None, scale: float =
     """
     if name not in FIGURES:
         raise ValueError(f"unknown figure {name!r}; available: {', '.join(sorted(FIGURES))}")
+    scale = check_real(scale, "scale", low=0.0, high=MAX_SCALE, low_open=True)
     data_fn, stem = FIGURES[name].data, FIGURES[name].stem
     png = Path(out) if out is not None else DEFAULT_DIR / f"{stem}.png"
     if png.suffix.lower() != ".png":
@@ -81,7 +85,7 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("name", choices=sorted(FIGURES) + ["all"], help="figure to draw")
     parser.add_argument("--out", help="PNG path (default figures/<stem>.png; JSON beside it)")
-    parser.add_argument("--scale", type=float, default=1.0, help="simulation size factor")
+    parser.add_argument("--scale", type=float, default=1.0, help=f"simulation size factor, in (0, {MAX_SCALE:g}]")
     add_pair_arguments(parser)
     parser.epilog = (f"Figures of one pair ({', '.join(PAIR_FIGURES)}) draw the user's pair when --draft/--target "
                      "or --draft-source/--target-source are given, else their built-in default.")
@@ -89,8 +93,6 @@ def main(argv=None) -> int:
     names = sorted(FIGURES) if args.name == "all" else [args.name]
     if args.out and len(names) > 1:
         parser.error("--out names one file; draw one figure at a time with it")
-    if not args.scale > 0:
-        parser.error("--scale must be positive")
     try:
         pair = _pair(args, names)
         for name in names:

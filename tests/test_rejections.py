@@ -303,3 +303,16 @@ def test_figure_data_and_render():
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def test_iid_pairs_never_build_dense_matrices():
+    """IID pairs use scalar recursions; they equal the matrix path on Markov copies of the same rows."""
+    p, q = IIDSource([0.2, 0.5, 0.3]), IIDSource([0.5, 0.1, 0.4])
+    P, Q = (MarkovSource(s.probs, np.tile(s.probs, (3, 1))) for s in (p, q))
+    np.testing.assert_allclose(rejections_per_position(p, q, 6), rejections_per_position(P, Q, 6), atol=1e-15)
+    for M in (1, 2, 5):
+        np.testing.assert_allclose(batch_rejections_per_position(p, q, 6, M),
+                                   batch_rejections_per_position(P, Q, 6, M), atol=1e-14)
+    rng = np.random.default_rng(0)
+    big_p, big_q = IIDSource(rng.dirichlet(np.ones(32_000))), IIDSource(rng.dirichlet(np.ones(32_000)))
+    assert batch_expected_rejections(big_p, big_q, 8, 4) <= expected_rejections(big_p, big_q, 8)

@@ -93,6 +93,12 @@ def check_draft(tokens, draft_probs, target_probs, layout: str = CHAIN, *, valid
         tokens = np.asarray(tokens)
     if not validate:
         return Draft(tokens, draft_probs, target_probs, layout)
+    kinds = {name: "torch" if array_api_compat.is_torch_array(x) else "numpy"
+             for name, x in (("tokens", tokens), ("draft_probs", draft_probs), ("target_probs", target_probs))
+             if array_api_compat.is_array_api_obj(x)}
+    if len(set(kinds.values())) > 1:
+        raise ValueError("draft_probs, target_probs and tokens mix numpy arrays and torch tensors "
+                         f"({', '.join(f'{k}: {v}' for k, v in kinds.items())}); pass one kind")
     chain = layout == CHAIN
     what = "draft_tokens" if chain else "candidates"
     if getattr(tokens, "ndim", None) != 2:

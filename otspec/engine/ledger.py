@@ -73,6 +73,8 @@ class DecodeResult:
             "discarded": self.discarded,
             "generated": self.generated,
             "acceptance_rate": None if self.accepted + self.discarded == 0 else self.acceptance_rate,
+            **({"acceptance_rate_status": "undefined: no token was drafted (every sequence was one token long)"}
+               if self.accepted + self.discarded == 0 else {}),
             "block_efficiency": self.block_efficiency.as_dict(),
         }
 

@@ -71,8 +71,10 @@ def load_source(path: str | os.PathLike) -> Source:
         raise ValueError(f"source file not found: {path}") from None
     except IsADirectoryError:
         raise ValueError(f"source file {path} is a directory; expected a JSON source file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"source file {path} is not valid JSON text: {exc}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"source file {path} is not a UTF-8 text file (binary data?); expected JSON") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"source file {path} is not valid JSON: {exc}") from None
     except RecursionError:
         raise ValueError(f"source file {path} nests JSON too deeply to be a source") from None
     try:

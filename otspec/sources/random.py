@@ -78,15 +78,15 @@ def random_markov(vocab: int, concentration: float = 1.0, horizon: int | None = 
 
 def _check_random_pair(vocab, concentration, sparsity):
 
-    return (check_size(vocab, "vocab"), check_real(concentration, "concentration", low=0.0),
-            check_real(sparsity, "sparsity", low=0.0, high=1.0))
+    sparsity = check_real(sparsity, "sparsity", low=0.0, high=1.0)
+    if sparsity >= 1:
+        raise ValueError(f"sparsity: expected a probability in [0, 1) (1 would zero every entry), got {sparsity!r}")
+    return check_size(vocab, "vocab"), check_real(concentration, "concentration", low=0.0), sparsity
 
 
 def random_iid(vocab: int, concentration: float = 1.0, seed=None, sparsity: float = 0.0):
     """A random (draft, target) pair of IID sources; see :func:`random_markov`."""
     vocab, concentration, sparsity = _check_random_pair(vocab, concentration, sparsity)
-    if sparsity >= 1:
-        raise ValueError(f"sparsity: expected a number in [0, 1), got {sparsity!r}")
     rng = np.random.default_rng(seed)
     target = _random_rows(rng, (), vocab, sparsity)
     return IIDSource(_near(rng, target, concentration, sparsity)), IIDSource(target)

@@ -26,7 +26,7 @@ import numpy as np
 from ..checks import MAX_CANDIDATES, check_size
 from ..distributions import total_variation
 from ..pairs import check_horizon, check_pair, markov_chains, walk_prefix_tree
-from ..sources import MarkovSource, Source
+from ..sources import IIDSource, MarkovSource, Source
 from .multidraft import multiround_rejection
 
 __all__ = [
@@ -51,6 +51,10 @@ def _check_pair_horizon(draft: Source, target: Source, horizon) -> int:
     return T
 
 
+def _both_iid(draft: Source, target: Source) -> bool:
+    return isinstance(draft, IIDSource) and isinstance(target, IIDSource)
+
+
 def check_batch_size(M) -> int:
     """M, the number of parallel draft responses of batch SD: an integer in [1, MAX_CANDIDATES]."""
     return check_size(M, "M", limit=MAX_CANDIDATES, limit_name="MAX_CANDIDATES",
@@ -66,6 +70,8 @@ def rejections_per_position(draft: Source, target: Source, horizon: int) -> np.n
     mismatch, T < 1 or T beyond either source's horizon.
     """
     T = _check_pair_horizon(draft, target, horizon)
+    if _both_iid(draft, target):  # every position sees the same two rows: no V x V matrix is ever built
+        return np.full(T, float(total_variation(draft.probs, target.probs)))
     out = np.zeros(T)
     chains = markov_chains(draft, target, T)
     if chains is not None:
@@ -143,6 +149,12 @@ def batch_rejections_per_position(draft: Source, target: Source, horizon: int, M
     T = _check_pair_horizon(draft, target, horizon)
     M = check_batch_size(M)
     out = np.zeros(T)
+    if _both_iid(draft, target):  # summed over the last token: F_n = F_{n-1} Π_m TV^m + (1 - F_{n-1}) TV
+        rej = float(multiround_rejection(draft.probs[None], target.probs[None], M)[0][0])
+        tv, F = float(total_variation(draft.probs, target.probs)), 1.0
+        for n in range(T):
+            F = out[n] = F * rej + (1.0 - F) * tv if n else rej
+        return out
     chains = markov_chains(draft, target, T)
     if chains is not None:
         (p1, Pm), (q1, Qm) = chains
