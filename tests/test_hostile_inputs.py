@@ -162,6 +162,9 @@ API = [
      "MAX_TOKEN_LP_VOCAB"),
     ("candidates k negative", lambda: sample_candidates(np.array([ROW]), -1, np.random.default_rng(0)), "k"),
     ("tree k_i = 0", lambda: DraftTree((2, 0)), "k_i"),
+    ("tree k_i float", lambda: DraftTree.spectr_iid(2.5, 3), "num_drafts"),
+    ("Bernoulli closed form p > 1", lambda: theory.bernoulli_expected_accepted_token(1.5, 0.5, 2), "draft_p"),
+    ("uniform source float support", lambda: otspec.uniform_source(2.5, 4), "support"),
     ("verifier list rows", lambda: KSeq().law([[0, 1]], [ROW], [[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]]), "target_probs"),
     ("mixed numpy and torch", lambda: _mixed(), "draft_probs"),
     ("eps negative", lambda: theory.over_acceptance(ROW, ROW, -1.0), "eps"),
@@ -252,3 +255,34 @@ def test_bad_sizes_are_refused_before_any_work(name, size):
     assume(not (name == "kseq_acceptance" and isinstance(size, int) and not isinstance(size, bool) and size > 0))
     with pytest.raises((ValueError, SizeLimitError)):
         SIZE_FUNCTIONS[name](size)
+
+
+# ------------------------------------------------------- odd but valid inputs get the right answer
+def _horizon_one_round_trip(tmp_path):
+    draft, _ = random_markov(3, horizon=1, seed=0)
+    otspec.sources.save_source(draft, tmp_path / "d.json")
+    loaded = otspec.load_source(tmp_path / "d.json")
+    return loaded.horizon, loaded.initial.tolist() == draft.initial.tolist()
+
+
+def _float16_torch_source():
+    torch = pytest.importorskip("torch")
+    half = IIDSource(torch.tensor(ROW, dtype=torch.float16))  # upcast and renormalised, then numpy float64
+    return float(engine.evaluate(half, half, TokenVerify(), 2).max_deviation) < 1e-12 and half.probs.dtype == np.float64
+
+
+CORRECT = [
+    ("plain lists to a chain verifier", lambda _: TokenVerify().law([[0]], [[ROW]], [[ROW, ROW]]).accept_probs.tolist(),
+     [[0.0, 1.0]]),  # q = p: the drafted token is accepted with probability 1
+    ("plain lists to k-Seq", lambda _: KSeq().law([[0, 1]], [ROW], [ROW]).acceptance.tolist(), [1.0]),
+    ("float16 torch source", lambda _: _float16_torch_source(), True),
+    ("horizon-1 chain round-trips", _horizon_one_round_trip, (1, True)),
+    ("float16 softmax row of 49,152 tokens", lambda _: float(validate_probs(
+        (np.ones(49_152) / 49_152).astype(np.float16), "target").sum()), pytest.approx(1.0, abs=1e-6)),
+    ("huge k for the OTM optimum", lambda _: solvers.otm_value([0.3, 0.7], [0.6, 0.4], 10**9), 1.0),
+]
+
+
+@pytest.mark.parametrize(("name", "call", "expected"), CORRECT, ids=[c[0] for c in CORRECT])
+def test_odd_valid_inputs(name, call, expected, tmp_path):
+    assert call(tmp_path) == expected

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
+
+from ..checks import check_size
 
 __all__ = ["DraftTree"]
 
@@ -24,9 +27,10 @@ class DraftTree:
     replacement: bool = True
 
     def __post_init__(self):
-        branching = tuple(int(k) for k in self.branching)
-        if not branching or min(branching) < 1:
-            raise ValueError(f"a draft tree needs depth >= 1 and every k_i >= 1, got {self.branching}")
+        branching = tuple(self.branching)
+        if not branching or any(isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1 for k in branching):
+            raise ValueError(f"a draft tree needs depth >= 1 and every k_i >= 1 (an integer), got {self.branching}")
+        branching = tuple(int(k) for k in branching)
         object.__setattr__(self, "branching", branching)
 
     @classmethod
@@ -40,12 +44,12 @@ class DraftTree:
     @classmethod
     def spectr_iid(cls, num_drafts: int, length: int, replacement: bool = True) -> DraftTree:
         """SpecTr's K i.i.d. draft sequences of length L: config (K, 1, ..., 1)."""
-        return cls((int(num_drafts),) + (1,) * (int(length) - 1), replacement)
+        return cls((check_size(num_drafts, "num_drafts"),) + (1,) * (check_size(length, "length") - 1), replacement)
 
     @classmethod
     def chain(cls, length: int) -> DraftTree:
         """A single draft of L tokens (ordinary speculative decoding)."""
-        return cls((1,) * int(length))
+        return cls((1,) * check_size(length, "length"))
 
     @property
     def depth(self) -> int:

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from ..checks import check_size
 from ..distributions import validate_probs
 from .base import Source, _as_tokens
 
@@ -51,7 +52,8 @@ def bernoulli(p: float) -> IIDSource:
 
 def uniform_source(support: int, vocab_size: int | None = None) -> IIDSource:
     """U(d): uniform on the first ``support`` tokens of a ``vocab_size``-token vocabulary."""
-    vocab_size = support if vocab_size is None else vocab_size
+    support = check_size(support, "support")
+    vocab_size = support if vocab_size is None else check_size(vocab_size, "vocab_size")
     if not 1 <= support <= vocab_size:
         raise ValueError(f"uniform: need 1 <= support <= vocab_size, got support={support}, vocab_size={vocab_size}")
     probs = np.zeros(vocab_size)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from ..checks import MAX_DRAFT_LENGTH, check_size
+from ..checks import MAX_DRAFT_LENGTH, check_real, check_size
 from ..distributions import total_variation
 from ..errors import SizeLimitError
 from ..pairs import check_pair, markov_chains, walk_prefix_tree
@@ -49,8 +49,14 @@ def bernoulli_expected_accepted_token(draft_p: float, target_p: float, draft_len
     >>> bernoulli_expected_accepted_token(0.25, 0.75, 2)
     0.75
     """
-    overlap = 1.0 - abs(float(draft_p) - float(target_p))
-    return float(sum(overlap**i for i in range(1, int(draft_length) + 1)))
+    p1, q1, L = _bernoulli_args(draft_p, target_p, draft_length)
+    overlap = 1.0 - abs(p1 - q1)
+    return float(sum(overlap**i for i in range(1, L + 1)))
+
+
+def _bernoulli_args(draft_p, target_p, draft_length) -> tuple[float, float, int]:
+    return (check_real(draft_p, "draft_p", low=0.0, high=1.0), check_real(target_p, "target_p", low=0.0, high=1.0),
+            check_size(draft_length, "draft_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH"))
 
 
 def _check_length(draft: Source, target: Source, draft_length) -> int:
@@ -103,8 +109,9 @@ def bernoulli_expected_accepted_optimal(draft_p: float, target_p: float, draft_l
     >>> round(bernoulli_expected_accepted_optimal(0.25, 0.75, 2), 12)
     1.0
     """
+    draft_p, target_p, L = _bernoulli_args(draft_p, target_p, draft_length)
     total = 0.0
-    for i in range(1, int(draft_length) + 1):
+    for i in range(1, L + 1):
         k = np.arange(i + 1)
         tv = 0.5 * np.abs(stats.binom.pmf(k, i, draft_p) - stats.binom.pmf(k, i, target_p)).sum()
         total += 1.0 - tv
