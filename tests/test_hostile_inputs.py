@@ -286,3 +286,35 @@ CORRECT = [
 @pytest.mark.parametrize(("name", "call", "expected"), CORRECT, ids=[c[0] for c in CORRECT])
 def test_odd_valid_inputs(name, call, expected, tmp_path):
     assert call(tmp_path) == expected
+
+
+CHAIN_VERIFIERS = [TokenVerify(), otspec.verifiers.BlockVerify(), otspec.verifiers.BackwardBlockVerify(),
+                   otspec.verifiers.DecodingOPT(0.1)]
+CANDIDATE_VERIFIERS = [KSeq(), MultiRound(), otspec.verifiers.MultiRoundWithoutReplacement(),
+                       otspec.verifiers.NaiveMultiCandidate(), otspec.verifiers.OTMVerify()]
+
+
+@settings(max_examples=60, deadline=None)
+@given(bad_rows(), st.integers(0, len(CHAIN_VERIFIERS) + len(CANDIDATE_VERIFIERS) - 1), st.booleans(), st.booleans())
+def test_bad_rows_are_refused_by_every_verifier(row, which, as_target, sample):
+    V = row.shape[-1]
+    good = np.full(V, 1.0 / V)
+    if row.ndim != 1:  # a wrong shape: hand the verifier rows of the wrong rank
+        draft, target = (good[None], row) if as_target else (row, good[None])
+    else:
+        draft, target = (good, row) if as_target else (row, good)
+    if which < len(CHAIN_VERIFIERS):  # one draft of one token: rows (1, 1, V) and (1, 2, V)
+        verifier = CHAIN_VERIFIERS[which]
+        tokens = np.zeros((1, 1), dtype=np.int64)
+        d = draft[None, None] if draft.ndim == 1 else draft
+        t = np.stack([target, good])[None] if target.ndim == 1 else target
+    else:  # two candidates at one position: rows (1, V)
+        verifier = CANDIDATE_VERIFIERS[which - len(CHAIN_VERIFIERS)]
+        tokens = np.array([[0, 1]])
+        d, t = (x[None] if x.ndim == 1 else x for x in (draft, target))
+    with pytest.raises(ValueError) as info:
+        if sample:
+            verifier.sample(tokens, d, t, np.random.default_rng(0))
+        else:
+            verifier.law(tokens, d, t)
+    assert any(word in str(info.value) for word in ("draft_probs", "target_probs", "probability 0")), str(info.value)
