@@ -63,26 +63,24 @@ def pair_from_args(args) -> tuple[Source, Source]:
     return draft, target
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 1 (argparse type)."""
+def _integer(text: str, minimum: int, what: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (argparse type)."""
+    return _integer(text, 1, "a positive integer")
 
 
 def seed(text: str) -> int:
     """A random seed: an integer >= 0 (argparse type)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer seed >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer seed >= 0, got {value}")
-    return value
+    return _integer(text, 0, "an integer seed >= 0")
 
 
 #: Flags whose value may start with "-" (a row such as -0.1,1.1 is read as a value, then refused).
