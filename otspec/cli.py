@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from .calculators import CALCULATORS, Calculator
+from .checks import check_real
 from .clitools import (
     CLIError,
     add_pair_arguments,
@@ -71,12 +72,18 @@ def _simulate(args):
 
 
 def _decode(args):
+    if args.t_draft is not None:  # checked before any decoding
+        check_real(args.t_draft, "--t-draft", low=0.0)
+        check_real(args.t_target, "--t-target", low=0.0, low_open=True)
     draft, target = pair_from_args(args)
 
     def row(args, L):
         res = generate(draft, target, REGISTRY[args.verifier](), L, args.tokens, n_sequences=args.sequences,
                        seed=args.seed, progress=not args.json)
-        return {"verifier": args.verifier, "draft_length": L, "seed": args.seed, **res.summary()}
+        row = {"verifier": args.verifier, "draft_length": L, "seed": args.seed, **res.summary()}
+        if args.t_draft is not None:
+            row["cost"] = res.cost(args.t_draft, args.t_target).as_dict()
+        return row
 
     return _rows(args, row)
 
@@ -133,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     dec.add_argument("--tokens", type=positive_int, default=10_000, help="tokens generated per sequence")
     dec.add_argument("--sequences", type=positive_int, default=32, help="independent sequences")
     dec.add_argument("--seed", type=seed, default=0, help="random seed (an integer >= 0)")
+    dec.add_argument("--t-draft", type=float, default=None, metavar="A",
+                     help="cost of one draft call (any unit): also report the SpecDec++ time decomposition, latency "
+                          "per token, discard and verification rates")
+    dec.add_argument("--t-target", type=float, default=1.0, metavar="B", help="cost of one target call, same unit")
     _json_flag(dec)
     dec.set_defaults(run=_decode)
 

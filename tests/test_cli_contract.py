@@ -150,3 +150,15 @@ def test_calc_block_on_a_large_iid_pair_needs_no_enumeration(tmp_path, capsys, V
         assert low <= out[key] <= high and high - low < 1e-6 and "certified bounds" in out[f"{key}_method"]
     assert out["token"] <= out["block_onpath_bounds"][1] and out["block_onpath_bounds"][0] <= out["block_optimal_bounds"][1]
     assert out["lp"] is None and "exceed --lp-max-variables" in out["lp_status"]
+
+
+def test_decode_reports_the_time_decomposition(capsys):
+    assert main(["decode", "--draft", "0.3", "--target", "0.6", "--L", "3", "--tokens", "300", "--sequences", "4",
+                 "--t-draft", "0.25", "--t-target", "2", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    cost = row["cost"]
+    assert cost["total_time"] == pytest.approx(0.25 * row["draft_calls"] + 2 * row["target_calls"])
+    assert cost["total_time"] == pytest.approx(cost["oracle_time"] + cost["discard_time"] + cost["verification_time"])
+    assert cost["latency"] == pytest.approx(cost["total_time"] / row["generated"])
+    rc, _, err = run("decode", "--draft", "0.3", "--target", "0.6", "--L", "3", "--t-draft", "nan")
+    assert rc == 2 and "--t-draft" in err

@@ -3,12 +3,13 @@
 from .branching import coupling_law
 from .decode import FixedDraftLength, generate
 from .exact import ExactResult, evaluate
-from .ledger import DecodeResult
+from .ledger import CostModel, DecodeResult
 from .montecarlo import MonteCarloResult, simulate
 from .stats import Estimate
 from .tree import generate_tree, tree_law
 
 __all__ = [
+    "CostModel",
     "DecodeResult",
     "Estimate",
     "ExactResult",

@@ -7,6 +7,7 @@ return the same :class:`DecodeResult`.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -14,10 +15,43 @@ import numpy as np
 
 from .stats import Estimate, ratio_estimate
 
-__all__ = ["MIN_CI_UNITS", "DecodeResult", "Ledger", "block_efficiency_estimate"]
+__all__ = ["MIN_CI_UNITS", "CostModel", "DecodeResult", "Ledger", "block_efficiency_estimate"]
 
 #: Independent units used for the block-efficiency interval (sequences, or segments of them).
 MIN_CI_UNITS = 32
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Wall-clock accounting of a decode run for per-call costs t_draft, t_target (SpecDec++ §3.2).
+
+    With N generated tokens, N_draft draft calls, N_target target calls and N_discarded drafted
+    tokens thrown away (``specdecpp.md`` eqs. (1)–(4)):
+
+    * ``total_time`` = t_draft·N_draft + t_target·N_target (1);
+    * for single-draft chains N_draft + N_target = N + N_discarded (2), so
+      ``total_time`` = ``oracle_time`` + ``discard_time`` + ``verification_time`` with
+      T_0 = t_draft·N, t_draft·N_discarded and (t_target − t_draft)·N_target (Lemma 3.1, (3));
+      ``decomposition_holds`` says whether (2) holds for this run (multi-draft trees draft
+      several tokens per pass, so it does not there);
+    * ``latency`` = total_time / N (eq. 5.1), ``discard_rate`` = N_discarded / N,
+      ``verification_rate`` = N_target / N; ``speedup`` over plain decoding = t_target / latency.
+    """
+
+    t_draft: float
+    t_target: float
+    total_time: float
+    oracle_time: float
+    discard_time: float
+    verification_time: float
+    decomposition_holds: bool
+    latency: float
+    discard_rate: float
+    verification_rate: float
+    speedup: float
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)
@@ -53,6 +87,22 @@ class DecodeResult:
     block_efficiency: Estimate
     accept_hist: np.ndarray
     elapsed_s: float
+
+    def cost(self, t_draft: float, t_target: float = 1.0) -> CostModel:
+        """The :class:`CostModel` of this run for a draft call costing ``t_draft`` and a target call ``t_target``.
+
+        The unit is the user's (default: one target call = 1).
+        """
+        from ..checks import check_real
+
+        t_draft = check_real(t_draft, "t_draft", low=0.0)
+        t_target = check_real(t_target, "t_target", low=0.0, low_open=True)
+        N, total = self.generated, t_draft * self.draft_calls + t_target * self.target_calls
+        latency = total / N
+        return CostModel(t_draft, t_target, total, t_draft * N, t_draft * self.discarded,
+                         (t_target - t_draft) * self.target_calls,
+                         self.draft_calls + self.target_calls == N + self.discarded, latency,
+                         self.discarded / N, self.target_calls / N, t_target / latency if latency > 0 else math.inf)
 
     @property
     def acceptance_rate(self) -> float:
