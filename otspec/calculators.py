@@ -253,6 +253,45 @@ def _pareto_compute(args) -> dict:
     return {**out, "lp": res.value, "lp_status": res.status, "accept_probs": np.asarray(res.accept_probs).tolist()}
 
 
+# --------------------------------------------------------------- calc adaptive
+def _adaptive_arguments(parser):
+    add_pair_arguments(parser)
+    parser.add_argument("--t-draft", type=_nonnegative, required=True, metavar="A",
+                        help="cost of one draft call (any unit)")
+    parser.add_argument("--t-target", type=_nonnegative, default=1.0, metavar="B",
+                        help="cost of one target call, same unit")
+    parser.add_argument("--max-length", type=positive_int, required=True, metavar="K",
+                        help="longest draft per iteration")
+
+
+def _adaptive_compute(args) -> dict:
+    K = check_size(args.max_length, "--max-length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
+    if args.t_target <= 0:
+        raise CLIError(f"--t-target: expected a cost > 0, got {args.t_target!r}")
+    p, q = _one_position_rows(args, "adaptive (Markov pairs are not supported yet)")
+    fixed = {str(k): theory.fixed_length_latency(p, q, k, args.t_draft, args.t_target) for k in range(1, K + 1)}
+    best = min(fixed, key=fixed.get)
+    out = {
+        "quantity": "latency per generated token (time per iteration / tokens per iteration; same unit as the costs)",
+        "autoregressive": args.t_target,
+        "fixed": fixed,
+        "best_fixed_length": int(best),
+        "best_fixed": fixed[best],
+    }
+    try:
+        opt = theory.optimal_stopping(p, q, K, args.t_draft, args.t_target)
+    except SizeLimitError as exc:
+        reason = f"not computed: {exc}"
+        return {**out, "optimal": None, "optimal_status": reason, "optimal_thresholds": None,
+                "optimal_thresholds_status": reason}
+    return {**out, "optimal": opt.latency, "optimal_expected_drafted": opt.expected_drafted,
+            "optimal_is_threshold_policy": opt.is_threshold_policy,
+            "optimal_thresholds": [t["continue_below"] for t in opt.thresholds],
+            "optimal_thresholds_note": ("after drafted token j the optimal policy drafts another iff P(some drafted "
+                                        "token is rejected) < optimal_thresholds[j-1] (null: always stop)"),
+            "optimal_threshold_intervals": opt.thresholds}
+
+
 #: ``calc`` subcommands by name; later capabilities register theirs here.
 CALCULATORS: dict[str, Calculator] = {
     "block": Calculator("single-draft verification of a block of L tokens", _block_arguments, _block_compute),
@@ -262,4 +301,6 @@ CALCULATORS: dict[str, Calculator] = {
                              _rejections_arguments, _rejections_compute),
     "pareto": Calculator("rejection vs bias trade-off: least bias at a rejection probability",
                          _pareto_arguments, _pareto_compute),
+    "adaptive": Calculator("adaptive draft length (SpecDec++): fixed lengths and the exact optimal stopping policy",
+                           _adaptive_arguments, _adaptive_compute),
 }

@@ -162,3 +162,22 @@ def test_decode_reports_the_time_decomposition(capsys):
     assert cost["latency"] == pytest.approx(cost["total_time"] / row["generated"])
     rc, _, err = run("decode", "--draft", "0.3", "--target", "0.6", "--L", "3", "--t-draft", "nan")
     assert rc == 2 and "--t-draft" in err
+
+
+def test_calc_adaptive_contract(capsys, tmp_path):
+    assert main(["calc", "adaptive", "--draft", "0.3,0.7", "--target", "0.6,0.4", "--t-draft", "0.1",
+                 "--t-target", "1", "--max-length", "6", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"autoregressive", "fixed", "best_fixed_length", "best_fixed", "optimal", "optimal_thresholds"} <= out.keys()
+    beta = 0.7  # Σ min(p, q)
+    fixed = {k: (0.1 * k + 1) / (1 + sum(beta**i for i in range(1, k + 1))) for k in range(1, 7)}
+    assert out["autoregressive"] == 1.0 and list(out["fixed"]) == [str(k) for k in range(1, 7)]
+    for k, v in fixed.items():
+        assert out["fixed"][str(k)] == pytest.approx(v, rel=1e-12)
+    assert out["best_fixed_length"] == min(fixed, key=fixed.get)
+    assert out["optimal"] <= out["best_fixed"] + 1e-12 and len(out["optimal_thresholds"]) == 5
+    (tmp_path / "m.json").write_text(json.dumps({"type": "markov", "initial": [0.5, 0.5],
+                                                 "transition": [[0.9, 0.1], [0.2, 0.8]]}))
+    rc, _, err = run("calc", "adaptive", "--draft-source", str(tmp_path / "m.json"), "--target", "0.5,0.5",
+                     "--t-draft", "0.1", "--max-length", "3")
+    assert rc == 2 and "Markov pairs are not supported yet" in err

@@ -8,11 +8,14 @@
   naive acceptance (``multi_draft_otm.md`` §4–8);
 * :mod:`~otspec.theory.rejections` — Yin et al. Theorem 1, eq. (1), and the batch recursion
   (4)–(5) (``yin_theory.md``);
-* :mod:`~otspec.theory.pareto` — Yin et al. Theorems 4–5, eqs. (6)–(9).
+* :mod:`~otspec.theory.pareto` — Yin et al. Theorems 4–5, eqs. (6)–(9);
+* :mod:`~otspec.theory.adaptive` — SpecDec++: fixed-length latency and the exact optimal
+  draft-length policy of an IID pair (``specdecpp.md`` §2–4).
 
 Everything is re-exported here: ``otspec.theory.expected_accepted_token(...)``.
 """
 
+from .adaptive import AdaptiveOptimum, fixed_length_latency, optimal_stopping
 from .blocks import (
     FIGURE2_QUANTITY,
     bernoulli_expected_accepted_optimal,
@@ -69,6 +72,7 @@ from .rejections import (
 )
 
 __all__ = [
+    "AdaptiveOptimum", "fixed_length_latency", "optimal_stopping",
     "BATCH_MS", "FIGURE2_QUANTITY", "IIDBlockValue", "IIDBlockValues", "iid_block_optimum", "iid_block_values",
     "iid_block_verification", "KSEQ_RESIDUAL_TOL", "RHO_TOL", "KSeqParameters", "ResamplingResult",
     "batch_curve", "batch_expected_rejections", "batch_rejections_per_position",

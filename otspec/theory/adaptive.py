@@ -1,0 +1,174 @@
+r"""Adaptive draft length (SpecDec++): the exact optimal stopping policy for an IID pair.
+
+Spec ``specdecpp.md`` §2–4 (p is the draft, q the target). Each iteration drafts X_1, X_2, …
+i.i.d. from p and, after each drafted token, decides whether to draft one more (at most K);
+the K drafted tokens are then verified by token verification in one target call. With
+a(x) = min{1, q(x)/p(x)} and Π_l = ∏_{i ≤ l} a(X_i) = P(all l first drafts accepted | drafts),
+an iteration costs C = t_draft·K + t_target and emits R = τ + 1 tokens with
+E[τ | X_1..X_K] = Σ_{l ≤ K} Π_l. The long-run latency per generated token of a stationary
+policy is the renewal ratio E[C] / E[R] (eq. (4) of the spec in expectation).
+
+**Exact optimum** (:func:`optimal_stopping`). Dinkelbach's method: for a trial ratio λ,
+minimise E[C − λR] = t_target − λ + E[Σ_{l ≤ K} (t_draft − λ Π_l)] by backward induction, whose
+state after j drafts is (j, Π_j) — here the class-count vector of the drafted tokens, grouping
+tokens of equal a(x) (the exact route of :mod:`otspec.theory.iid`);
+W_K ≡ 0, W_j(π) = min{0, Σ_x p(x) [t_draft − λ π a(x) + W_{j+1}(π a(x))]}; then set λ to the
+ratio of the policy found, until the policy repeats (finitely many policies: the last λ is the
+optimum exactly). Since W_{j+1} is non-increasing in π, so is the bracket: the optimal policy
+continues iff Π_j is above a step-dependent threshold, i.e. iff the probability that some drafted
+token is rejected, 1 − Π_j, is below h_j (Theorem 4.3's structure). :func:`optimal_stopping`
+checks this on every reachable state and reports the thresholds.
+
+:func:`fixed_length_latency` gives the latency of always drafting k tokens:
+(t_draft k + t_target) / (1 + Σ_{l ≤ k} β^l), β = Σ_x min(p, q) (eq. (4) of the single-draft
+spec for an IID pair).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..checks import MAX_DRAFT_LENGTH, check_real, check_size
+from ..distributions import row_pair
+from ..errors import SizeLimitError
+from .iid import _count_states, _ratio_classes, _successors
+
+__all__ = ["MAX_ADAPTIVE_STATES", "AdaptiveOptimum", "fixed_length_latency", "optimal_stopping"]
+
+#: Most (step, class-count) states of the exact backward induction: C(m + K, K) for m classes of equal
+#: q/p and at most K drafts (2^21 states take about a second per Dinkelbach step on 2 cores).
+MAX_ADAPTIVE_STATES = 2**21
+
+
+def _costs(t_draft, t_target) -> tuple[float, float]:
+    return (check_real(t_draft, "t_draft", low=0.0),
+            check_real(t_target, "t_target", low=0.0, low_open=True))
+
+
+def fixed_length_latency(draft, target, length: int, t_draft: float, t_target: float = 1.0) -> float:
+    """Latency per generated token of always drafting ``length`` tokens: (t_draft k + t_target) / (1 + Σ β^l).
+
+    >>> fixed_length_latency([0.5, 0.5], [0.5, 0.5], 3, 0.1)   # p = q: every draft accepted, 1.3 / 4
+    0.325
+    """
+    p, q = row_pair(draft, target)
+    k = check_size(length, "length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
+    t_draft, t_target = _costs(t_draft, t_target)
+    beta = float(np.minimum(p, q).sum())
+    return (t_draft * k + t_target) / (1.0 + sum(beta**ell for ell in range(1, k + 1)))
+
+
+@dataclass(frozen=True)
+class AdaptiveOptimum:
+    """The optimal draft-length policy of an IID pair (:func:`optimal_stopping`).
+
+    Attributes
+    ----------
+    latency : float
+        min over stopping policies of E[time per iteration] / E[tokens per iteration].
+    expected_drafted, expected_tokens : float
+        E[K] and E[τ + 1] per iteration under the optimal policy.
+    thresholds : list of dict
+        One entry per step j = 1..K−1 (after the j-th drafted token): ``continue_below`` — the policy
+        drafts another token iff P(some drafted token is rejected) = 1 − Π_j is below it (any value in
+        ``[low, high]`` gives the same policy; ``None`` when no reachable state continues, i.e. always stop).
+    is_threshold_policy : bool
+        Whether at every step the continue states all have larger Π_j than the stop states.
+    iterations : int
+        Dinkelbach steps until the policy repeated.
+    """
+
+    latency: float
+    expected_drafted: float
+    expected_tokens: float
+    thresholds: list
+    is_threshold_policy: bool
+    iterations: int
+
+
+def _solve(a, w, dead, K, t_draft, t_target, lam, states, nxt, total, pi):
+    """Backward induction at ratio λ: continue mask over states (levels 1..K−1)."""
+    W = np.zeros(total.size)
+    go = np.zeros(total.size, dtype=bool)
+    for j in range(K - 1, 0, -1):
+        at = np.flatnonzero(total == j)
+        g = (w * (t_draft - lam * pi[at, None] * a + W[nxt[at]])).sum(axis=1) + dead * t_draft
+        go[at] = g < 0
+        W[at] = np.minimum(g, 0.0)
+    return go
+
+
+def _evaluate(a, w, dead, K, t_draft, t_target, go, nxt, total, pi):
+    """E[K] and E[Σ Π_l] per iteration under the continue mask ``go`` (forward over levels)."""
+    reach = np.zeros(total.size)
+    first = nxt[0]  # level-1 states e_k
+    reach[first] = w
+    drafted, accepted = 1.0, float(w @ a)
+    for j in range(1, K):
+        at = np.flatnonzero((total == j) & go)
+        if at.size == 0:
+            break
+        r = reach[at]
+        drafted += r.sum()  # one more draft from each continuing state (dead tokens included)
+        accepted += float(r @ (pi[at, None] * a * w).sum(axis=1))
+        np.add.at(reach, nxt[at], r[:, None] * w)
+    return drafted, accepted
+
+
+def optimal_stopping(draft, target, max_length: int, t_draft: float, t_target: float = 1.0) -> AdaptiveOptimum:
+    """The exact optimal draft-length policy of an IID pair under token verification (see the module docstring).
+
+    Refuses (:class:`~otspec.errors.SizeLimitError`) pairs whose classes of equal q/p and
+    ``max_length`` give more than :data:`MAX_ADAPTIVE_STATES` states.
+
+    >>> opt = optimal_stopping([0.5, 0.5], [0.5, 0.5], 4, 0.1)   # p = q: always draft the maximum
+    >>> round(opt.latency, 12), opt.expected_drafted
+    (0.28, 4.0)
+    """
+    p, q = row_pair(draft, target)
+    K = check_size(max_length, "max_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
+    t_draft, t_target = _costs(t_draft, t_target)
+    P, Q = _ratio_classes(p, q)
+    a, w = np.minimum(1.0, Q / P), P
+    sure = a >= 1.0  # every token with q >= p is accepted surely: one class
+    if sure.sum() > 1:
+        a, w = np.append(a[~sure], 1.0), np.append(w[~sure], w[sure].sum())
+    dead = float(p[(p > 0) & (q == 0)].sum())  # drafts the target never emits: Π becomes 0
+    m = a.size
+    count = math.comb(m + K, K) if m else 1
+    if count > MAX_ADAPTIVE_STATES:
+        raise SizeLimitError(f"the exact adaptive policy for {m} classes of equal q/p and max_length={K} has "
+                             f"{count:,} states, above MAX_ADAPTIVE_STATES = {MAX_ADAPTIVE_STATES:,}",
+                             size=count, limit=MAX_ADAPTIVE_STATES)
+    if m == 0:  # every draft is rejected: draft one token per target call
+        return AdaptiveOptimum(t_draft + t_target, 1.0, 1.0, [], True, 0)
+    lex = _count_states(m, K)
+    nxt = _successors(lex, K)
+    total = lex.sum(axis=1)
+    pi = np.exp(lex @ np.log(np.where(a > 0, a, 1.0)))  # classes here have q > 0, so a > 0
+    lam, seen, steps = t_target, None, 0
+    while True:
+        steps += 1
+        go = _solve(a, w, dead, K, t_draft, t_target, lam, lex, nxt, total, pi)
+        drafted, accepted = _evaluate(a, w, dead, K, t_draft, t_target, go, nxt, total, pi)
+        new = (t_draft * drafted + t_target) / (1.0 + accepted)
+        if seen is not None and np.array_equal(go, seen) or steps > 200:
+            lam = new
+            break
+        seen, lam = go, new
+    thresholds, ok = [], True
+    for j in range(1, K):
+        at = total == j
+        cont, stop = pi[at & go], pi[at & ~go]
+        if cont.size and stop.size and stop.max() >= cont.min():
+            ok = False
+        if cont.size == 0:
+            thresholds.append({"step": j, "continue_below": None, "low": None, "high": None})
+            continue
+        high = 1.0 - float(stop.max() if stop.size else 0.0)
+        low = 1.0 - float(cont.min())
+        thresholds.append({"step": j, "continue_below": 0.5 * (low + high), "low": low, "high": high})
+    return AdaptiveOptimum(float(lam), float(drafted), float(1.0 + accepted), thresholds, ok, steps)
