@@ -84,3 +84,21 @@ def test_errors():
     with pytest.raises(SizeLimitError, match="MAX_ADAPTIVE_STATES"):
         optimal_stopping(p, q, 16, 0.1)
     assert MAX_ADAPTIVE_STATES == 2**21
+
+
+def test_decode_loop_with_the_optimal_thresholds_attains_the_optimal_latency():
+    """The exact optimum (Dinkelbach + backward induction) is what the decode loop measures with its policy."""
+    from otspec.engine import ThresholdController, generate
+    from otspec.sources import IIDSource
+    from otspec.verifiers import TokenVerify
+
+    p, q, K, t_draft = np.array([0.3, 0.7]), np.array([0.6, 0.4]), 6, 0.1
+    opt = optimal_stopping(p, q, K, t_draft)
+    ctrl = ThresholdController([t["continue_below"] for t in opt.thresholds], K)
+    res = generate(IIDSource(p), IIDSource(q), TokenVerify(), ctrl, 20_000, n_sequences=16, seed=3, progress=False)
+    fixed = min(fixed_length_latency(p, q, k, t_draft) for k in range(1, K + 1))
+    latency = res.cost(t_draft).latency
+    # the renewal ratio per iteration: drafted tokens and emitted tokens per target call
+    assert res.draft_calls / res.target_calls == pytest.approx(opt.expected_drafted, rel=0.02)
+    assert res.generated / res.target_calls == pytest.approx(opt.expected_tokens, rel=0.02)
+    assert latency == pytest.approx(opt.latency, rel=0.02) and latency < fixed

@@ -1,7 +1,8 @@
 """Engines: exact enumeration, batched Monte Carlo, end-to-end decoding (chains and trees), whole-response simulators."""
 
 from .branching import coupling_law
-from .decode import FixedDraftLength, generate
+from .controllers import FixedDraftLength, ThresholdController
+from .decode import generate
 from .exact import ExactResult, evaluate
 from .ledger import CostModel, DecodeResult
 from .montecarlo import MonteCarloResult, simulate
@@ -15,6 +16,7 @@ __all__ = [
     "ExactResult",
     "FixedDraftLength",
     "MonteCarloResult",
+    "ThresholdController",
     "coupling_law",
     "evaluate",
     "generate",

@@ -21,35 +21,17 @@ from __future__ import annotations
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..checks import MAX_DECODE_ENTRIES, MAX_DRAFT_LENGTH, check_size
+from ..checks import MAX_DECODE_ENTRIES, check_size
 from ..distributions import sample_categorical
 from ..errors import SizeLimitError
 from ..pairs import check_pair
 from ..sources import Source
 from ..verifiers.base import Outcome, Verifier
+from .controllers import FixedDraftLength
 from .ledger import DecodeResult, Ledger, block_efficiency_estimate
 from .stats import check_confidence
 
 __all__ = ["DecodeResult", "FixedDraftLength", "block_efficiency_estimate", "generate"]
-
-
-class FixedDraftLength:
-    """Draft-length controller that always drafts ``length`` tokens.
-
-    A controller exposes ``max_length`` and ``keep_drafting(step, draft_rows)``,
-    called after the ``step``-th drafted token (1-based) with the draft rows
-    (n, V) that produced it; it returns a bool array (n,) saying which
-    sequences draft one more token. Adaptive controllers (SpecDec++) plug in here.
-    """
-
-    def __init__(self, length: int):
-        self.max_length = check_size(length, "draft_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
-
-    def keep_drafting(self, step: int, draft_rows: np.ndarray) -> np.ndarray:
-        return np.full(draft_rows.shape[0], step < self.max_length)
-
-    def __repr__(self):
-        return f"FixedDraftLength({self.max_length})"
 
 
 def check_buffer(n_tokens: int, n_sequences: int) -> None:
@@ -67,11 +49,14 @@ def _lengths(batch: int, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
     return out
 
 
-def _draft(draft: Source, ctrl, buf, pos, active, limit, rng):
+def _draft(draft: Source, target: Source, ctrl, buf, pos, active, limit, rng):
     """Draft up to ``limit`` (n,) tokens for the ``active`` sequences, asking ``ctrl`` after each.
 
-    Writes the tokens into ``buf``; returns (drafted counts (n,), draft rows (n, L, V)).
+    Writes the tokens into ``buf``; returns (drafted counts (n,), draft rows (n, L, V)). A
+    controller with ``needs_target`` also gets the target's rows at the drafted prefixes.
     """
+    if hasattr(ctrl, "start"):
+        ctrl.start(active.size)
     B, L, V = buf.shape[0], ctrl.max_length, draft.vocab_size
     drafted = np.zeros(active.size, dtype=np.int64)
     drafting = limit > 0
@@ -80,12 +65,18 @@ def _draft(draft: Source, ctrl, buf, pos, active, limit, rng):
         if not drafting.any():
             break
         rows_idx = active[drafting]
-        rows = draft.next_probs(buf, _lengths(B, rows_idx, pos[rows_idx] + i))[rows_idx]
-        buf[rows_idx, pos[rows_idx] + i] = sample_categorical(rows, rng)
+        lengths = _lengths(B, rows_idx, pos[rows_idx] + i)
+        rows = draft.next_probs(buf, lengths)[rows_idx]
+        tokens = sample_categorical(rows, rng)
+        buf[rows_idx, pos[rows_idx] + i] = tokens
         draft_rows[drafting, i] = rows
         drafted[drafting] += 1
         keep = np.zeros(active.size, dtype=bool)
-        keep[drafting] = ctrl.keep_drafting(i + 1, rows)
+        if getattr(ctrl, "needs_target", False):  # an oracle head: the target's rows at the same prefixes
+            keep[drafting] = ctrl.keep_drafting(i + 1, rows, which=np.flatnonzero(drafting), tokens=tokens,
+                                                target_rows=target.next_probs(buf, lengths)[rows_idx])
+        else:
+            keep[drafting] = ctrl.keep_drafting(i + 1, rows)
         drafting &= keep & (drafted < limit)
     return drafted, draft_rows
 
@@ -142,7 +133,8 @@ def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_
               leave=False, desc=f"decode ({verifier.name}, L={L})") as bar:
         while (pos < N).any():
             active = np.flatnonzero(pos < N)
-            drafted, draft_rows = _draft(draft, ctrl, buf, pos, active, np.minimum(L, N - pos[active] - 1), rng)
+            drafted, draft_rows = _draft(draft, target, ctrl, buf, pos, active, np.minimum(L, N - pos[active] - 1),
+                                         rng)
             for g in np.unique(drafted):
                 sel = drafted == g
                 rows_idx, p0 = active[sel], pos[active[sel]]

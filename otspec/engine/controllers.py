@@ -1,0 +1,84 @@
+"""Draft-length controllers: how many tokens each iteration of the decode loop drafts.
+
+The decode loop asks a controller after every drafted token whether to draft one more (up to
+``max_length``). A controller has
+
+* ``max_length`` — the cap K;
+* ``start(n)`` (optional) — called at the start of an iteration with ``n`` drafting sequences;
+* ``keep_drafting(step, draft_rows)`` — after the ``step``-th drafted token (1-based), with the
+  draft rows (m, V) that produced the tokens of the m sequences still drafting; returns a bool
+  array (m,). A controller that sets ``needs_target = True`` is called as
+  ``keep_drafting(step, draft_rows, which=..., tokens=..., target_rows=...)`` with their indices
+  among the iteration's ``n`` sequences, the drafted tokens (m,) and the target's rows (m, V) at
+  the same prefixes — an *oracle* head: a real system does not have them while drafting, a
+  simulation does.
+
+:class:`FixedDraftLength` always drafts K; :class:`ThresholdController` is SpecDec++'s stopping
+rule with the true acceptance probabilities (``specdecpp.md`` §4–6): stop once
+P(some drafted token is rejected) = 1 − ∏ min{1, q(X_i)/p(X_i)} reaches the step's threshold.
+The optimal thresholds of an IID pair are :func:`otspec.theory.adaptive.optimal_stopping`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..checks import MAX_DRAFT_LENGTH, check_real, check_size
+
+__all__ = ["FixedDraftLength", "ThresholdController"]
+
+
+class FixedDraftLength:
+    """Draft-length controller that always drafts ``length`` tokens."""
+
+    def __init__(self, length: int):
+        self.max_length = check_size(length, "draft_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
+
+    def keep_drafting(self, step: int, draft_rows: np.ndarray, **_) -> np.ndarray:
+        return np.full(draft_rows.shape[0], step < self.max_length)
+
+    def __repr__(self):
+        return f"FixedDraftLength({self.max_length})"
+
+
+class ThresholdController:
+    """Draft another token iff P(some drafted token is rejected) < h_step (oracle acceptance probabilities).
+
+    Parameters
+    ----------
+    thresholds : float or sequence of (float or None)
+        h_j for steps j = 1..K−1 (one value for every step); ``None`` means always stop there.
+    max_length : int
+        K.
+    """
+
+    needs_target = True
+
+    def __init__(self, thresholds: float | Sequence[float | None], max_length: int):
+        self.max_length = check_size(max_length, "max_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
+        if isinstance(thresholds, int | float):
+            thresholds = [thresholds] * (self.max_length - 1)
+        self.thresholds = [None if h is None else check_real(h, "thresholds", low=0.0, high=1.0)
+                           for h in thresholds]
+        if len(self.thresholds) < self.max_length - 1:
+            raise ValueError(f"thresholds: expected one per step 1..{self.max_length - 1}, got {len(self.thresholds)}")
+        self._all_accepted = np.ones(0)
+
+    def start(self, n: int) -> None:
+        self._all_accepted = np.ones(n)  # Π_j = P(all drafted tokens so far accepted | drafts), per sequence
+
+    def keep_drafting(self, step, draft_rows, *, which=None, tokens=None, target_rows=None):
+        if tokens is None or target_rows is None:
+            raise ValueError("ThresholdController needs the drafted tokens and the target rows (an oracle head)")
+        rows = np.arange(len(tokens))
+        p_x, q_x = draft_rows[rows, tokens], target_rows[rows, tokens]
+        which = rows if which is None else which
+        self._all_accepted[which] *= np.minimum(1.0, q_x / p_x)  # drafted tokens have p > 0
+        if step >= self.max_length or self.thresholds[step - 1] is None:
+            return np.zeros(len(tokens), dtype=bool)
+        return (1.0 - self._all_accepted[which]) < self.thresholds[step - 1]
+
+    def __repr__(self):
+        return f"ThresholdController(max_length={self.max_length})"
