@@ -268,7 +268,10 @@ def _adaptive_compute(args) -> dict:
     K = check_size(args.max_length, "--max-length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
     if args.t_target <= 0:
         raise CLIError(f"--t-target: expected a cost > 0, got {args.t_target!r}")
-    p, q = _one_position_rows(args, "adaptive (Markov pairs are not supported yet)")
+    draft, target = pair_from_args(args)
+    if not (isinstance(draft, IIDSource) and isinstance(target, IIDSource)):
+        return _adaptive_markov(draft, target, K, args)
+    p, q = draft.probs, target.probs
     fixed = {str(k): theory.fixed_length_latency(p, q, k, args.t_draft, args.t_target) for k in range(1, K + 1)}
     best = min(fixed, key=fixed.get)
     out = {
@@ -290,6 +293,37 @@ def _adaptive_compute(args) -> dict:
             "optimal_thresholds_note": ("after drafted token j the optimal policy drafts another iff P(some drafted "
                                         "token is rejected) < optimal_thresholds[j-1] (null: always stop)"),
             "optimal_threshold_intervals": opt.thresholds}
+
+
+def _adaptive_markov(draft, target, K, args) -> dict:
+    """calc adaptive on a stationary Markov pair: exact average-cost latencies (theory.adaptive_markov)."""
+    from .theory.adaptive_markov import markov_optimal_stopping, markov_policy_latency
+
+    fixed = {str(k): markov_policy_latency(draft, target, k, args.t_draft, args.t_target) for k in range(1, K + 1)}
+    best = min(fixed, key=fixed.get)
+    out = {
+        "quantity": "long-run latency per generated token of a stationary Markov pair (same unit as the costs)",
+        "autoregressive": args.t_target,
+        "fixed": fixed,
+        "best_fixed_length": int(best),
+        "best_fixed": fixed[best],
+    }
+    try:
+        opt = markov_optimal_stopping(draft, target, K, args.t_draft, args.t_target)
+    except SizeLimitError as exc:
+        reason = f"not computed: {exc}"
+        return {**out, "optimal": None, "optimal_status": reason, "optimal_thresholds": None,
+                "optimal_thresholds_status": reason}
+    out.update({"optimal": opt.latency, "optimal_is_threshold_policy": opt.is_threshold_policy})
+    if opt.is_threshold_policy:
+        out.update({"optimal_thresholds": None, "optimal_thresholds_status": (
+            "the optimal rule is a threshold on P(some drafted token rejected) at every step, but its value depends "
+            "on the drafted context; see otspec.theory.adaptive_markov")})
+    else:
+        out.update({"optimal_thresholds": None, "optimal_thresholds_status": (
+            "no threshold policy: the optimal rule depends on the drafted context (Theorem 4.3's structure fails "
+            "here); see optimal_counterexample"), "optimal_counterexample": opt.counterexample})
+    return out
 
 
 #: ``calc`` subcommands by name; later capabilities register theirs here.

@@ -178,6 +178,12 @@ def test_calc_adaptive_contract(capsys, tmp_path):
     assert out["optimal"] <= out["best_fixed"] + 1e-12 and len(out["optimal_thresholds"]) == 5
     (tmp_path / "m.json").write_text(json.dumps({"type": "markov", "initial": [0.5, 0.5],
                                                  "transition": [[0.9, 0.1], [0.2, 0.8]]}))
-    rc, _, err = run("calc", "adaptive", "--draft-source", str(tmp_path / "m.json"), "--target", "0.5,0.5",
+    rc, out, err = run("calc", "adaptive", "--draft-source", str(tmp_path / "m.json"), "--target", "0.5,0.5",
+                       "--t-draft", "0.1", "--max-length", "3", "--json")
+    markov = json.loads(out)
+    assert rc == 0 and markov["optimal"] <= markov["best_fixed"] + 1e-12 and markov["optimal_thresholds_status"]
+    (tmp_path / "tv.json").write_text(json.dumps({"type": "markov", "initial": [0.5, 0.5], "horizon": 3,
+                                                  "transition": [[[0.9, 0.1], [0.2, 0.8]]] * 2}))
+    rc, _, err = run("calc", "adaptive", "--draft-source", str(tmp_path / "tv.json"), "--target", "0.5,0.5",
                      "--t-draft", "0.1", "--max-length", "3")
-    assert rc == 2 and "Markov pairs are not supported yet" in err
+    assert rc == 2 and "stationary" in err
