@@ -11,7 +11,9 @@ The decode loop asks a controller after every drafted token whether to draft one
   ``keep_drafting(step, draft_rows, which=..., tokens=..., target_rows=...)`` with their indices
   among the iteration's ``n`` sequences, the drafted tokens (m,) and the target's rows (m, V) at
   the same prefixes — an *oracle* head: a real system does not have them while drafting, a
-  simulation does.
+  simulation does. A controller with ``needs_context = True`` gets ``which``, ``tokens`` and
+  ``previous`` (the token before each drafted one, -1 at a sequence start) — what a learned head
+  on draft-side features sees (:class:`otspec.engine.heads.LearnedHeadController`).
 
 :class:`FixedDraftLength` always drafts K; :class:`ThresholdController` is SpecDec++'s stopping
 rule with the true acceptance probabilities (``specdecpp.md`` §4–6): stop once

@@ -49,6 +49,20 @@ def _lengths(batch: int, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
     return out
 
 
+def _controller_inputs(ctrl, target, buf, lengths, rows_idx, which, tokens) -> dict:
+    """What a controller asked for beyond the draft rows: the tokens, the target's rows (an oracle head,
+    ``needs_target``), the token before each drafted one (``needs_context``; -1 at a sequence start)."""
+    out = {}
+    if getattr(ctrl, "needs_target", False) or getattr(ctrl, "needs_context", False):
+        out.update(which=which, tokens=tokens)
+    if getattr(ctrl, "needs_target", False):
+        out["target_rows"] = target.next_probs(buf, lengths)[rows_idx]
+    if getattr(ctrl, "needs_context", False):
+        at = lengths[rows_idx] - 1
+        out["previous"] = np.where(at >= 0, buf[rows_idx, np.maximum(at, 0)], -1)
+    return out
+
+
 def _draft(draft: Source, target: Source, ctrl, buf, pos, active, limit, rng):
     """Draft up to ``limit`` (n,) tokens for the ``active`` sequences, asking ``ctrl`` after each.
 
@@ -72,11 +86,8 @@ def _draft(draft: Source, target: Source, ctrl, buf, pos, active, limit, rng):
         draft_rows[drafting, i] = rows
         drafted[drafting] += 1
         keep = np.zeros(active.size, dtype=bool)
-        if getattr(ctrl, "needs_target", False):  # an oracle head: the target's rows at the same prefixes
-            keep[drafting] = ctrl.keep_drafting(i + 1, rows, which=np.flatnonzero(drafting), tokens=tokens,
-                                                target_rows=target.next_probs(buf, lengths)[rows_idx])
-        else:
-            keep[drafting] = ctrl.keep_drafting(i + 1, rows)
+        keep[drafting] = ctrl.keep_drafting(i + 1, rows, **_controller_inputs(ctrl, target, buf, lengths, rows_idx,
+                                                                               np.flatnonzero(drafting), tokens))
         drafting &= keep & (drafted < limit)
     return drafted, draft_rows
 
