@@ -72,3 +72,25 @@ def test_trees_report_total_time_but_not_the_chain_decomposition():
     chain = generate_tree(draft, target, MultiRound(), DraftTree.chain(2), 200, rule="accepted", n_sequences=4,
                           seed=0, progress=False)
     _check_identity(chain, 0.2, 1.0)
+
+
+def test_hindsight_oracle_discards_only_unavoidable_first_drafts():
+    """Theorem 4.1 on greedy decoding: no drafted token past an iteration's first one is ever discarded."""
+    from otspec.engine import FixedDraftLength, HindsightOracle
+    from otspec.sources import GreedySource, random_markov
+
+    base_d, base_t = random_markov(4, 1.0, seed=5)
+    draft, target = GreedySource(base_d), GreedySource(base_t)
+    N, B = 300, 4
+    res = generate(draft, target, TokenVerify(), HindsightOracle(64), N, n_sequences=B, seed=0, progress=False)
+    toks = res.tokens
+    # lossless with one-hot target rows: the output is the target's greedy sequence
+    for i in range(N):
+        assert np.array_equal(toks[:, i], np.argmax(target.next_probs(toks[:, :i]), axis=1))
+    g = np.arange(res.accept_hist.shape[0])
+    assert res.accept_hist[2:][g[2:, None] > g[None, :]].sum() == 0  # drafted >= 2: every draft accepted
+    assert res.discarded == res.accept_hist[1, 0]  # the only discards: a rejected first draft
+    mismatches = sum(int(np.sum(np.argmax(draft.next_probs(toks[:, :i]), axis=1) != toks[:, i])) for i in range(N))
+    assert res.target_calls <= mismatches + B  # each call but the last of a sequence ends at a mismatch (eq. (5))
+    fixed = generate(draft, target, TokenVerify(), FixedDraftLength(8), N, n_sequences=B, seed=0, progress=False)
+    assert res.discarded < fixed.discarded and res.target_calls <= fixed.target_calls

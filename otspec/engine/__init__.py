@@ -1,7 +1,7 @@
 """Engines: exact enumeration, batched Monte Carlo, end-to-end decoding (chains and trees), whole-response simulators."""
 
 from .branching import coupling_law
-from .controllers import FixedDraftLength, ThresholdController
+from .controllers import FixedDraftLength, HindsightOracle, ThresholdController
 from .decode import generate
 from .exact import ExactResult, evaluate
 from .ledger import CostModel, DecodeResult
@@ -15,6 +15,7 @@ __all__ = [
     "Estimate",
     "ExactResult",
     "FixedDraftLength",
+    "HindsightOracle",
     "MonteCarloResult",
     "ThresholdController",
     "coupling_law",

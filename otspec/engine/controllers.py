@@ -13,7 +13,9 @@ The decode loop asks a controller after every drafted token whether to draft one
   the same prefixes — an *oracle* head: a real system does not have them while drafting, a
   simulation does. A controller with ``needs_context = True`` gets ``which``, ``tokens`` and
   ``previous`` (the token before each drafted one, -1 at a sequence start) — what a learned head
-  on draft-side features sees (:class:`otspec.engine.heads.LearnedHeadController`).
+  on draft-side features sees (:class:`otspec.engine.heads.LearnedHeadController`). With
+  ``needs_lookahead = True`` it also gets ``next_rows()``, which returns the draft's and the
+  target's rows (m, V) one position further (after the drafted token): a hindsight oracle.
 
 :class:`FixedDraftLength` always drafts K; :class:`ThresholdController` is SpecDec++'s stopping
 rule with the true acceptance probabilities (``specdecpp.md`` §4–6): stop once
@@ -29,7 +31,7 @@ import numpy as np
 
 from ..checks import MAX_DRAFT_LENGTH, check_real, check_size
 
-__all__ = ["FixedDraftLength", "ThresholdController"]
+__all__ = ["FixedDraftLength", "HindsightOracle", "ThresholdController"]
 
 
 class FixedDraftLength:
@@ -84,3 +86,26 @@ class ThresholdController:
 
     def __repr__(self):
         return f"ThresholdController(max_length={self.max_length})"
+
+
+class HindsightOracle:
+    """SpecDec++'s greedy oracle (Theorem 4.1): stop drafting right before the first token the target will reject.
+
+    For greedy draft and target (:class:`otspec.sources.GreedySource`), after each drafted token
+    it looks one position ahead and stops iff the draft's next greedy token differs from the
+    target's. Every drafted token past the first of an iteration is then accepted, and each target
+    call produces the target's token at a mismatch position (eq. (5): no discarded drafts beyond an
+    iteration's unavoidable first one, N_target = number of mismatches + the last call).
+    """
+
+    needs_lookahead = True
+
+    def __init__(self, max_length: int):
+        self.max_length = check_size(max_length, "max_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
+
+    def keep_drafting(self, step, draft_rows, *, next_rows=None, **_):
+        if next_rows is None:
+            raise ValueError("HindsightOracle needs the next position's rows (needs_lookahead)")
+        p_next, q_next = next_rows()
+        return (np.argmax(p_next, axis=1) == np.argmax(q_next, axis=1)) & (step < self.max_length)
+

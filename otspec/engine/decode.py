@@ -49,7 +49,7 @@ def _lengths(batch: int, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
     return out
 
 
-def _controller_inputs(ctrl, target, buf, lengths, rows_idx, which, tokens) -> dict:
+def _controller_inputs(ctrl, draft_next, target, buf, lengths, rows_idx, which, tokens) -> dict:
     """What a controller asked for beyond the draft rows: the tokens, the target's rows (an oracle head,
     ``needs_target``), the token before each drafted one (``needs_context``; -1 at a sequence start)."""
     out = {}
@@ -60,6 +60,10 @@ def _controller_inputs(ctrl, target, buf, lengths, rows_idx, which, tokens) -> d
     if getattr(ctrl, "needs_context", False):
         at = lengths[rows_idx] - 1
         out["previous"] = np.where(at >= 0, buf[rows_idx, np.maximum(at, 0)], -1)
+    if getattr(ctrl, "needs_lookahead", False):  # a hindsight oracle: rows one position after the drafted token
+        ahead = lengths.copy()
+        ahead[rows_idx] += 1  # drafts stop at position N − 2, so this stays inside the sequence
+        out["next_rows"] = lambda: (draft_next(buf, ahead)[rows_idx], target.next_probs(buf, ahead)[rows_idx])
     return out
 
 
@@ -86,8 +90,8 @@ def _draft(draft: Source, target: Source, ctrl, buf, pos, active, limit, rng):
         draft_rows[drafting, i] = rows
         drafted[drafting] += 1
         keep = np.zeros(active.size, dtype=bool)
-        keep[drafting] = ctrl.keep_drafting(i + 1, rows, **_controller_inputs(ctrl, target, buf, lengths, rows_idx,
-                                                                               np.flatnonzero(drafting), tokens))
+        keep[drafting] = ctrl.keep_drafting(i + 1, rows, **_controller_inputs(
+            ctrl, draft.next_probs, target, buf, lengths, rows_idx, np.flatnonzero(drafting), tokens))
         drafting &= keep & (drafted < limit)
     return drafted, draft_rows
 

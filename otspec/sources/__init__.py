@@ -32,7 +32,7 @@ T−1 matrices.
 """
 from .base import EMPTY_PREFIX, MAX_ENUMERATION, Enumeration, Source, extend_prefixes
 from .io import load_source, save_source, source_from_json
-from .models import IIDSource, MarkovSource, TableSource, bernoulli, uniform_source
+from .models import GreedySource, IIDSource, MarkovSource, TableSource, bernoulli, uniform_source
 from .random import MAX_RANDOM_ENTRIES, random_iid, random_markov
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "MAX_ENUMERATION",
     "MAX_RANDOM_ENTRIES",
     "Enumeration",
+    "GreedySource",
     "IIDSource",
     "MarkovSource",
     "Source",

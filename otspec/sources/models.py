@@ -10,7 +10,7 @@ from ..checks import check_size
 from ..distributions import validate_probs
 from .base import Source, _as_tokens
 
-__all__ = ["IIDSource", "MarkovSource", "TableSource", "bernoulli", "uniform_source"]
+__all__ = ["GreedySource", "IIDSource", "MarkovSource", "TableSource", "bernoulli", "uniform_source"]
 
 
 class IIDSource(Source):
@@ -205,3 +205,25 @@ class TableSource(Source):
             "horizon": self.horizon,
             "rows": {",".join(map(str, k)): v.tolist() for k, v in table.items()},
         }
+
+
+class GreedySource(Source):
+    """Greedy decoding of another source: each row is one-hot at the base row's most likely token (first on ties)."""
+
+    def __init__(self, base: Source):
+        self.base = base
+        self.vocab_size = base.vocab_size
+        self.horizon = base.horizon
+
+    def __repr__(self):
+        return f"GreedySource({self.base!r})"
+
+    def _rows(self, tokens, lengths):
+        rows = self.base._rows(tokens, lengths)
+        out = np.zeros(rows.shape)
+        out[np.arange(rows.shape[0]), np.argmax(rows, axis=1)] = 1.0
+        return out
+
+    def to_json(self):
+        raise ValueError("GreedySource has no JSON form; save its base source instead")
+
