@@ -102,3 +102,38 @@ def test_decode_loop_with_the_optimal_thresholds_attains_the_optimal_latency():
     assert res.draft_calls / res.target_calls == pytest.approx(opt.expected_drafted, rel=0.02)
     assert res.generated / res.target_calls == pytest.approx(opt.expected_tokens, rel=0.02)
     assert latency == pytest.approx(opt.latency, rel=0.02) and latency < fixed
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(2, 5).flatmap(lambda V: st.tuples(
+    st.lists(st.floats(0.05, 1.0), min_size=V, max_size=V), st.lists(st.floats(0.05, 1.0), min_size=V, max_size=V))),
+    st.integers(1, 8), st.floats(0.0, 0.5))
+def test_fixed_length_formula_and_optimum_below_every_threshold_rule(rows, K, t_draft):
+    from otspec.theory.adaptive import threshold_policy_latency
+
+    p, q = np.array(rows[0]) / sum(rows[0]), np.array(rows[1]) / sum(rows[1])
+    alpha = float(np.minimum(p, q).sum())
+    closed = (K * t_draft + 1.0) * (1 - alpha) / (1 - alpha ** (K + 1)) if alpha < 1 else (K * t_draft + 1) / (K + 1)
+    assert fixed_length_latency(p, q, K, t_draft) == pytest.approx(closed, rel=1e-12)
+    opt = optimal_stopping(p, q, K, t_draft).latency
+    for h in np.linspace(0.0, 1.0, 11):
+        assert opt <= threshold_policy_latency(p, q, K, t_draft, thresholds=float(h)) + 1e-12
+    # h = 1 never stops early: the fixed length K; h = 0 stops after the first draft: K = 1
+    assert threshold_policy_latency(p, q, K, t_draft, thresholds=1.0) == pytest.approx(
+        fixed_length_latency(p, q, K, t_draft), rel=1e-12)
+    assert threshold_policy_latency(p, q, K, t_draft, thresholds=0.0) == pytest.approx(
+        fixed_length_latency(p, q, 1, t_draft), rel=1e-12)
+
+
+def test_simulated_optimal_policy_lands_in_its_interval():
+    from otspec.engine import ThresholdController, generate
+    from otspec.sources import IIDSource
+    from otspec.verifiers import TokenVerify
+
+    rng = np.random.default_rng(7)
+    p, q = rng.dirichlet(np.ones(5)), rng.dirichlet(np.ones(5))
+    opt = optimal_stopping(p, q, 8, 0.05)
+    ctrl = ThresholdController([t["continue_below"] for t in opt.thresholds], 8)
+    res = generate(IIDSource(p), IIDSource(q), TokenVerify(), ctrl, 20_000, n_sequences=32, seed=11, progress=False)
+    interval = res.cost(0.05).latency_interval
+    assert interval.low <= opt.latency <= interval.high

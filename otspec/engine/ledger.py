@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -49,9 +49,13 @@ class CostModel:
     discard_rate: float
     verification_rate: float
     speedup: float
+    latency_interval: Estimate | None = None
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        out = {k: v for k, v in self.__dict__.items() if k != "latency_interval"}
+        if self.latency_interval is not None:
+            out["latency_interval"] = self.latency_interval.as_dict()
+        return out
 
 
 @dataclass(frozen=True)
@@ -87,8 +91,10 @@ class DecodeResult:
     block_efficiency: Estimate
     accept_hist: np.ndarray
     elapsed_s: float
+    #: Per-iteration records (unit id, emitted tokens, draft calls) for intervals on derived ratios.
+    trace: tuple | None = field(default=None, repr=False, compare=False)
 
-    def cost(self, t_draft: float, t_target: float = 1.0) -> CostModel:
+    def cost(self, t_draft: float, t_target: float = 1.0, confidence: float = 0.95) -> CostModel:
         """The :class:`CostModel` of this run for a draft call costing ``t_draft`` and a target call ``t_target``.
 
         The unit is the user's (default: one target call = 1).
@@ -99,10 +105,18 @@ class DecodeResult:
         t_target = check_real(t_target, "t_target", low=0.0, low_open=True)
         N, total = self.generated, t_draft * self.draft_calls + t_target * self.target_calls
         latency = total / N
+        interval = None
+        if self.trace is not None:  # batch means over the same units as the block-efficiency interval
+            unit, n_units, emitted, calls = self.trace
+            time_u = np.bincount(unit, weights=t_draft * calls + t_target, minlength=n_units)
+            gen_u = np.bincount(unit, weights=emitted, minlength=n_units)
+            used = gen_u > 0
+            interval = ratio_estimate(time_u[used], gen_u[used], confidence)
         return CostModel(t_draft, t_target, total, t_draft * N, t_draft * self.discarded,
                          (t_target - t_draft) * self.target_calls,
                          self.draft_calls + self.target_calls == N + self.discarded, latency,
-                         self.discarded / N, self.target_calls / N, t_target / latency if latency > 0 else math.inf)
+                         self.discarded / N, self.target_calls / N, t_target / latency if latency > 0 else math.inf,
+                         interval)
 
     @property
     def acceptance_rate(self) -> float:
@@ -129,6 +143,12 @@ class DecodeResult:
         }
 
 
+def _units(rows, starts, n_sequences: int, n_tokens: int):
+    """Unit id of every iteration: each sequence split into contiguous segments (>= MIN_CI_UNITS units in all)."""
+    segments = max(1, -(-MIN_CI_UNITS // n_sequences))
+    return rows * segments + np.minimum(starts * segments // n_tokens, segments - 1), n_sequences * segments
+
+
 def block_efficiency_estimate(rows, starts, emitted, n_sequences: int, n_tokens: int,
                               confidence: float = 0.95) -> Estimate:
     """Generated tokens per target call with a batch-means interval.
@@ -139,10 +159,9 @@ def block_efficiency_estimate(rows, starts, emitted, n_sequences: int, n_tokens:
     position so there are at least :data:`MIN_CI_UNITS` units for the interval.
     """
     rows, starts, emitted = (np.concatenate(x) for x in (rows, starts, emitted))
-    segments = max(1, -(-MIN_CI_UNITS // n_sequences))
-    unit = rows * segments + np.minimum(starts * segments // n_tokens, segments - 1)
-    gen_u = np.bincount(unit, weights=emitted, minlength=n_sequences * segments)
-    calls_u = np.bincount(unit, minlength=n_sequences * segments)
+    unit, n_units = _units(rows, starts, n_sequences, n_tokens)
+    gen_u = np.bincount(unit, weights=emitted, minlength=n_units)
+    calls_u = np.bincount(unit, minlength=n_units)
     used = calls_u > 0
     return ratio_estimate(gen_u[used], calls_u[used], confidence)
 
@@ -154,10 +173,11 @@ class Ledger:
         self.B, self.N = int(n_sequences), int(n_tokens)
         self.hist = np.zeros((max_depth + 1, max_depth + 1), dtype=np.int64)
         self.draft_calls = self.drafted = 0
-        self._rows, self._starts, self._emitted = [], [], []
+        self._rows, self._starts, self._emitted, self._draft_calls = [], [], [], []
         self._t0 = time.perf_counter()
 
-    def record(self, rows, starts, depth, accepted, emitted, *, draft_calls: int, drafted: int) -> None:
+    def record(self, rows, starts, depth, accepted, emitted, *, draft_calls: int, drafted: int,
+               row_draft_calls=None) -> None:
         """One target call per row of ``rows`` (n,): started at ``starts``, drafted ``depth`` deep,
         accepted ``accepted`` and emitted ``emitted`` tokens; ``draft_calls`` draft passes made
         ``drafted`` draft tokens in all."""
@@ -167,10 +187,14 @@ class Ledger:
         self._rows.append(np.asarray(rows))
         self._starts.append(np.asarray(starts))
         self._emitted.append(np.asarray(emitted))
+        per_row = row_draft_calls if row_draft_calls is not None else np.full(np.shape(rows), draft_calls / max(
+            np.size(rows), 1))
+        self._draft_calls.append(np.asarray(per_row, dtype=np.float64))
 
     def result(self, tokens: np.ndarray, confidence: float = 0.95) -> DecodeResult:
         """The :class:`DecodeResult` of everything recorded."""
         emitted = np.concatenate(self._emitted)
+        unit, n_units = _units(np.concatenate(self._rows), np.concatenate(self._starts), self.B, self.N)
         ells = np.arange(self.hist.shape[0])
         accepted = int(self.hist.sum(axis=0) @ ells)
         return DecodeResult(
@@ -186,4 +210,5 @@ class Ledger:
                                                        confidence),
             accept_hist=self.hist,
             elapsed_s=time.perf_counter() - self._t0,
+            trace=(unit, n_units, emitted, np.concatenate(self._draft_calls)),
         )

@@ -36,7 +36,8 @@ from ..distributions import row_pair
 from ..errors import SizeLimitError
 from .iid import _count_states, _ratio_classes, _successors
 
-__all__ = ["MAX_ADAPTIVE_STATES", "AdaptiveOptimum", "fixed_length_latency", "optimal_stopping"]
+__all__ = ["MAX_ADAPTIVE_STATES", "AdaptiveOptimum", "fixed_length_latency", "optimal_stopping",
+           "threshold_policy_latency"]
 
 #: Most (step, class-count) states of the exact backward induction: C(m + K, K) for m classes of equal
 #: q/p and at most K drafts (2^21 states take about a second per Dinkelbach step on 2 cores).
@@ -118,6 +119,49 @@ def _evaluate(a, w, dead, K, t_draft, t_target, go, nxt, total, pi):
     return drafted, accepted
 
 
+def _iid_states(p, q, K):
+    """(a, w, dead, states, successors, totals, Π) of the class-count states, or None if no draft is ever accepted."""
+    P, Q = _ratio_classes(p, q)
+    a, w = np.minimum(1.0, Q / P), P
+    sure = a >= 1.0  # every token with q >= p is accepted surely: one class
+    if sure.sum() > 1:
+        a, w = np.append(a[~sure], 1.0), np.append(w[~sure], w[sure].sum())
+    dead = float(p[(p > 0) & (q == 0)].sum())  # drafts the target never emits: Π becomes 0
+    m = a.size
+    count = math.comb(m + K, K) if m else 1
+    if count > MAX_ADAPTIVE_STATES:
+        raise SizeLimitError(f"the exact adaptive policy for {m} classes of equal q/p and max_length={K} has "
+                             f"{count:,} states, above MAX_ADAPTIVE_STATES = {MAX_ADAPTIVE_STATES:,}",
+                             size=count, limit=MAX_ADAPTIVE_STATES)
+    if m == 0:
+        return None
+    lex = _count_states(m, K)
+    pi = np.exp(lex @ np.log(a))  # classes here have q > 0, so a > 0
+    return a, w, dead, lex, _successors(lex, K), lex.sum(axis=1), pi
+
+
+def threshold_policy_latency(draft, target, max_length: int, t_draft: float, t_target: float = 1.0,
+                             thresholds=0.5) -> float:
+    """Exact latency of the rule "draft another token iff P(some drafted token rejected) < h_j" on an IID pair.
+
+    ``thresholds`` is one h for every step or a list h_1..h_{K−1} (``None``: always stop there).
+    """
+    p, q = row_pair(draft, target)
+    K = check_size(max_length, "max_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
+    t_draft, t_target = _costs(t_draft, t_target)
+    hs = [thresholds] * (K - 1) if thresholds is None or isinstance(thresholds, int | float) else list(thresholds)
+    states = _iid_states(p, q, K)
+    if states is None:
+        return t_draft + t_target
+    a, w, dead, _, nxt, total, pi = states
+    go = np.zeros(total.size, dtype=bool)
+    for j in range(1, K):
+        if hs[j - 1] is not None:
+            go |= (total == j) & ((1.0 - pi) < check_real(hs[j - 1], "thresholds", low=0.0, high=1.0))
+    drafted, accepted = _evaluate(a, w, dead, K, t_draft, t_target, go, nxt, total, pi)
+    return (t_draft * drafted + t_target) / (1.0 + accepted)
+
+
 def optimal_stopping(draft, target, max_length: int, t_draft: float, t_target: float = 1.0) -> AdaptiveOptimum:
     """The exact optimal draft-length policy of an IID pair under token verification (see the module docstring).
 
@@ -131,24 +175,10 @@ def optimal_stopping(draft, target, max_length: int, t_draft: float, t_target: f
     p, q = row_pair(draft, target)
     K = check_size(max_length, "max_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
     t_draft, t_target = _costs(t_draft, t_target)
-    P, Q = _ratio_classes(p, q)
-    a, w = np.minimum(1.0, Q / P), P
-    sure = a >= 1.0  # every token with q >= p is accepted surely: one class
-    if sure.sum() > 1:
-        a, w = np.append(a[~sure], 1.0), np.append(w[~sure], w[sure].sum())
-    dead = float(p[(p > 0) & (q == 0)].sum())  # drafts the target never emits: Π becomes 0
-    m = a.size
-    count = math.comb(m + K, K) if m else 1
-    if count > MAX_ADAPTIVE_STATES:
-        raise SizeLimitError(f"the exact adaptive policy for {m} classes of equal q/p and max_length={K} has "
-                             f"{count:,} states, above MAX_ADAPTIVE_STATES = {MAX_ADAPTIVE_STATES:,}",
-                             size=count, limit=MAX_ADAPTIVE_STATES)
-    if m == 0:  # every draft is rejected: draft one token per target call
+    states = _iid_states(p, q, K)
+    if states is None:  # every draft is rejected: draft one token per target call
         return AdaptiveOptimum(t_draft + t_target, 1.0, 1.0, [], True, 0)
-    lex = _count_states(m, K)
-    nxt = _successors(lex, K)
-    total = lex.sum(axis=1)
-    pi = np.exp(lex @ np.log(np.where(a > 0, a, 1.0)))  # classes here have q > 0, so a > 0
+    a, w, dead, lex, nxt, total, pi = states
     lam, seen, steps = t_target, None, 0
     while True:
         steps += 1
