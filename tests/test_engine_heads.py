@@ -85,3 +85,14 @@ def test_errors():
         AcceptanceHead(w_rej=-1.0)
     with pytest.raises(ValueError, match="mix"):
         token_mixing_data(*PAIR, 10, 5, mix=1.5)
+
+
+def test_controller_takes_features_directly(data):
+    """The interface llm_bridge feeds: feature rows (e.g. hidden states) instead of tokens."""
+    head = AcceptanceHead().fit(one_hot_features(data.previous, data.tokens, 3), data.labels)
+    ctrl = LearnedHeadController(head, None, 0.5, 4)
+    ctrl.start(2)
+    feats = one_hot_features(np.array([0, 1]), np.array([1, 1]), 3)
+    keep = ctrl.keep_drafting(1, np.zeros((2, 3)), which=np.arange(2), features=feats)
+    expected = 1 - head.predict(feats) < 0.5
+    assert keep.tolist() == expected.tolist()

@@ -159,8 +159,9 @@ class AcceptanceHead:
 class LearnedHeadController:
     """Stop once 1 − ∏ P̂_i ≥ ``threshold`` (eq. (11)), P̂ from a head on draft-side features.
 
-    ``featurize(previous, tokens)`` maps the previous token (-1 at the first position of a
-    sequence... here the token before the drafted one) and the drafted tokens to feature rows.
+    ``featurize(previous, tokens)`` maps the token before each drafted one (-1 at a sequence start)
+    and the drafted tokens to feature rows; a loop that has richer draft-side features (the draft
+    model's hidden states in ``llm_bridge``) passes them as ``features=`` instead.
     """
 
     needs_context = True
@@ -174,9 +175,14 @@ class LearnedHeadController:
     def start(self, n: int) -> None:
         self._predicted = np.ones(n)
 
-    def keep_drafting(self, step, draft_rows, *, which=None, tokens=None, previous=None, **_):
-        if tokens is None or previous is None:
-            raise ValueError("LearnedHeadController needs the drafted tokens and the tokens before them")
-        which = np.arange(len(tokens)) if which is None else which
-        self._predicted[which] *= self.head.predict(self.featurize(previous, tokens))
+    def keep_drafting(self, step, draft_rows, *, which=None, tokens=None, previous=None, features=None, **_):
+        """``features`` (m, d), when a loop has them (``llm_bridge``: the draft's hidden states), replace
+        ``featurize(previous, tokens)``."""
+        if features is None:
+            if tokens is None or previous is None:
+                raise ValueError("LearnedHeadController needs features, or the drafted tokens and the tokens before them")
+            features = self.featurize(previous, tokens)
+        n = np.asarray(features).shape[0]
+        which = np.arange(n) if which is None else which
+        self._predicted[which] *= self.head.predict(features)
         return ((1.0 - self._predicted[which]) < self.threshold) & (step < self.max_length)
