@@ -272,15 +272,8 @@ def _adaptive_compute(args) -> dict:
     if not (isinstance(draft, IIDSource) and isinstance(target, IIDSource)):
         return _adaptive_markov(draft, target, K, args)
     p, q = draft.probs, target.probs
-    fixed = {str(k): theory.fixed_length_latency(p, q, k, args.t_draft, args.t_target) for k in range(1, K + 1)}
-    best = min(fixed, key=fixed.get)
-    out = {
-        "quantity": "latency per generated token (time per iteration / tokens per iteration; same unit as the costs)",
-        "autoregressive": args.t_target,
-        "fixed": fixed,
-        "best_fixed_length": int(best),
-        "best_fixed": fixed[best],
-    }
+    out = _fixed_lengths(lambda k: theory.fixed_length_latency(p, q, k, args.t_draft, args.t_target), K, args,
+                         "latency per generated token (time per iteration / tokens per iteration; same unit as the costs)")
     try:
         opt = theory.optimal_stopping(p, q, K, args.t_draft, args.t_target)
     except SizeLimitError as exc:
@@ -295,19 +288,20 @@ def _adaptive_compute(args) -> dict:
             "optimal_threshold_intervals": opt.thresholds}
 
 
+def _fixed_lengths(latency_of, K: int, args, quantity: str) -> dict:
+    """The keys shared by both routes: plain decoding, every fixed length 1..K and the best of them."""
+    fixed = {str(k): latency_of(k) for k in range(1, K + 1)}
+    best = min(fixed, key=fixed.get)
+    return {"quantity": quantity, "autoregressive": args.t_target, "fixed": fixed, "best_fixed_length": int(best),
+            "best_fixed": fixed[best]}
+
+
 def _adaptive_markov(draft, target, K, args) -> dict:
     """calc adaptive on a stationary Markov pair: exact average-cost latencies (theory.adaptive_markov)."""
     from .theory.adaptive_markov import markov_optimal_stopping, markov_policy_latency
 
-    fixed = {str(k): markov_policy_latency(draft, target, k, args.t_draft, args.t_target) for k in range(1, K + 1)}
-    best = min(fixed, key=fixed.get)
-    out = {
-        "quantity": "long-run latency per generated token of a stationary Markov pair (same unit as the costs)",
-        "autoregressive": args.t_target,
-        "fixed": fixed,
-        "best_fixed_length": int(best),
-        "best_fixed": fixed[best],
-    }
+    out = _fixed_lengths(lambda k: markov_policy_latency(draft, target, k, args.t_draft, args.t_target), K, args,
+                         "long-run latency per generated token of a stationary Markov pair (same unit as the costs)")
     try:
         opt = markov_optimal_stopping(draft, target, K, args.t_draft, args.t_target)
     except SizeLimitError as exc:
