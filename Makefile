@@ -39,7 +39,7 @@ test: $(TEST_STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m pytest
 
 lint: $(TEST_STAMP)
-	$(BIN)/ruff check otspec llm_bridge tests benchmarks simulations notebooks
+	$(BIN)/ruff check otspec llm_bridge tests benchmarks simulations notebooks/execute.py
 
 bench: $(TEST_STAMP)
 	$(BIN)/python benchmarks/bench_token_mc.py

@@ -104,8 +104,8 @@ def test_cli_probe(name, args, culprit, tmp_path):
 @pytest.mark.parametrize(("stem", "culprit"), FILE_CASES, ids=[c[0] or "directory" for c in FILE_CASES])
 def test_cli_probe_source_files(stem, culprit, files):
     path = files / f"{stem}.json" if stem else files
-    rc, out, err = run("otspec", "calc", "block", "--draft-source", str(path), "--target-source",
-                       str(files / "ok.json"), "--L", "2")
+    rc, _, err = run("otspec", "calc", "block", "--draft-source", str(path), "--target-source",
+                     str(files / "ok.json"), "--L", "2")
     line = err.strip().splitlines()[-1]
     assert rc == 2 and "Traceback" not in err and culprit in line and str(path) in line, err
 

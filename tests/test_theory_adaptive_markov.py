@@ -27,14 +27,14 @@ def brute_force(P, Q, K, t_draft, t_target):
         go = dict(zip(nodes, bits, strict=True))
         cost, reward, nxt = np.zeros(V), np.zeros(V), np.zeros((V, V))
 
-        def walk(path, prob, pi, acc, ylaw):  # path = (s, x_1..x_j), j >= 1
+        def walk(path, prob, pi, acc, ylaw, go=go, cost=cost, reward=reward, nxt=nxt):  # path = (s, x_1..x_j)
             s, j = path[0], len(path) - 1
             if j < K and go[path]:
                 for x in range(V):
                     if P[path[-1], x] > 0:
                         a = min(1.0, Q[path[-1], x] / P[path[-1], x])
                         walk(path + (x,), prob * P[path[-1], x], pi * a, acc + pi * a,
-                             ylaw + pi * (1 - a) * res[path[-1]])
+                             ylaw + pi * (1 - a) * res[path[-1]], go, cost, reward, nxt)
                 return
             cost[s] += prob * (t_draft * j + t_target)
             reward[s] += prob * (1 + acc)
