@@ -16,7 +16,7 @@ from fractions import Fraction
 import numpy as np
 
 from . import theory
-from .checks import MAX_DRAFT_LENGTH, check_size
+from .checks import MAX_DRAFT_LENGTH, capped_power, check_size, format_count
 from .clitools import CLIError, add_pair_arguments, pair_from_args, positive_int
 from .distributions import total_variation
 from .errors import SizeLimitError
@@ -112,13 +112,13 @@ def _block_compute(args) -> dict:
         "tv_first_token": float(first),
         **values,
     }
-    n_var = V ** (2 * L)
+    n_var = capped_power(V, 2 * L)
     if n_var <= args.lp_max_variables:
         res = solve_block_lp(draft, target, L)
         out["lp"], out["lp_status"] = res.value, res.status
     else:
         out["lp"] = None
-        out["lp_status"] = (f"not solved: the block LP has {V}^{2 * L} = {n_var:,} variables, which exceed "
+        out["lp_status"] = (f"not solved: the block LP has {V}^{2 * L} = {format_count(n_var)} variables, which exceed "
                             f"--lp-max-variables {args.lp_max_variables:,}")
     names = [name for name in ("token", "block_onpath", "block_optimal") if values[name] is not None]
     for name in names:

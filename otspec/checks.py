@@ -23,11 +23,15 @@ import numbers
 from .errors import SizeLimitError
 
 __all__ = [
+    "COUNT_CAP",
     "MAX_CANDIDATES",
     "MAX_DECODE_ENTRIES",
     "MAX_DRAFT_LENGTH",
     "MAX_HORIZON",
     "MAX_SIMULATION_BLOCKS",
+    "capped_perm",
+    "format_count",
+    "capped_power",
     "check_real",
     "check_size",
 ]
@@ -45,6 +49,32 @@ MAX_HORIZON = 1_000_000
 MAX_SIMULATION_BLOCKS = 10**9
 #: Most tokens (sequences × tokens per sequence) one decode call keeps in its buffer.
 MAX_DECODE_ENTRIES = 2**27
+
+
+#: Counts above this are reported as this value (they exceed every limit; no giant integer is built).
+COUNT_CAP = 2**63
+
+
+def capped_power(base: int, exponent: int) -> int:
+    """base**exponent, or :data:`COUNT_CAP` when that is larger (computed without building the big integer)."""
+    if base <= 1 or exponent * math.log2(base) < 63:
+        return min(base**exponent, COUNT_CAP)
+    return COUNT_CAP
+
+
+def capped_perm(n: int, k: int) -> int:
+    """n!/(n−k)!, or :data:`COUNT_CAP` when that is larger (stops multiplying once past the cap)."""
+    out = 1
+    for i in range(min(k, n)):
+        out *= n - i
+        if out >= COUNT_CAP:
+            return COUNT_CAP
+    return out
+
+
+def format_count(n: int) -> str:
+    """A count for a message: ``1,234`` — or ``at least 9,223,372,036,854,775,808`` for a capped count."""
+    return f"{n:,}" if n < COUNT_CAP else f"at least {COUNT_CAP:,}"
 
 
 def check_size(value, name: str, *, minimum: int = 1, limit: int | None = None, limit_name: str | None = None,

@@ -53,6 +53,7 @@ __all__ = [
     "NORMALISATION_TOL",
     "normalisation_tolerance",
     "check_same_vocab",
+    "one_row",
     "row_pair",
     "first_index",
     "namespace",
@@ -167,17 +168,20 @@ def row_pair(draft, target) -> tuple[np.ndarray, np.ndarray]:
     validated by :func:`validate_probs` (torch tensors are moved to numpy), must be 1-D, and
     both must share a vocabulary.
     """
-    out = []
-    for name, probs in (("draft", draft), ("target", target)):
-        arr = validate_probs(probs, name)
-        if _is_torch(arr):
-            arr = arr.cpu().numpy()
-        arr = np.array(arr, dtype=np.float64)
-        if arr.ndim != 1:
-            raise ValueError(f"{name}: expected one probability row of shape (V,), got shape {arr.shape}")
-        out.append(arr)
-    check_same_vocab(*out)
-    return out[0], out[1]
+    p, q = one_row(draft, "draft"), one_row(target, "target")
+    check_same_vocab(p, q)
+    return p, q
+
+
+def one_row(probs, name: str) -> np.ndarray:
+    """One validated probability row as a float64 numpy array of shape (V,) (torch tensors are moved to numpy)."""
+    arr = validate_probs(probs, name)
+    if _is_torch(arr):
+        arr = arr.cpu().numpy()
+    arr = np.array(arr, dtype=np.float64)
+    if arr.ndim != 1:
+        raise ValueError(f"{name}: expected one probability row of shape (V,), got shape {arr.shape}")
+    return arr
 
 
 def _arrays(draft, target):

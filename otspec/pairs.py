@@ -18,7 +18,8 @@ from .checks import MAX_HORIZON, check_size
 from .errors import SizeLimitError
 from .sources import EMPTY_PREFIX, MAX_ENUMERATION, IIDSource, MarkovSource, Source, extend_prefixes
 
-__all__ = ["MAX_WALK_ENTRIES", "check_horizon", "check_pair", "markov_chains", "walk_prefix_tree"]
+__all__ = ["MAX_WALK_ENTRIES", "check_horizon", "check_pair", "check_pair_horizon", "markov_chains",
+           "walk_prefix_tree"]
 
 #: Most probability entries (prefixes × vocabulary) one level of :func:`walk_prefix_tree` builds.
 MAX_WALK_ENTRIES = 2**25
@@ -27,6 +28,13 @@ MAX_WALK_ENTRIES = 2**25
 def check_horizon(horizon, name: str = "horizon") -> int:
     """An integer length >= 1 and <= :data:`~otspec.checks.MAX_HORIZON` (bools, floats such as 2.7 are refused)."""
     return check_size(horizon, name, limit=MAX_HORIZON, limit_name="MAX_HORIZON")
+
+
+def check_pair_horizon(draft: Source, target: Source, horizon) -> int:
+    """T: an integer horizon (:func:`check_horizon`) that both sources of one vocabulary define."""
+    T = check_horizon(horizon)
+    check_pair(draft, target, T)
+    return T
 
 
 def check_pair(draft: Source, target: Source, length: int | None = None) -> int:

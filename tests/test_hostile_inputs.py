@@ -168,6 +168,10 @@ API = [
     ("verifier list rows", lambda: KSeq().law([[0, 1]], [ROW], [[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]]), "target_probs"),
     ("mixed numpy and torch", lambda: _mixed(), "draft_probs"),
     ("eps negative", lambda: theory.over_acceptance(ROW, ROW, -1.0), "eps"),
+    # counts like 3**(2 * 10**9) are capped, not built: refused at once with a readable number
+    ("evaluate huge iterations", lambda: engine.evaluate(SOURCE, SOURCE, TokenVerify(), 2, iterations=10**9),
+     "MAX_ENUMERATION"),
+    ("enumerate huge length", lambda: SOURCE.enumerate(10**9), "at least 9,223,372,036,854,775,808"),
 ]
 
 

@@ -7,8 +7,8 @@ import math
 import array_api_compat
 import numpy as np
 
-from ..checks import check_size
-from ..distributions import namespace, sample_categorical, uniform, validate_probs
+from ..checks import capped_perm, capped_power, check_size, format_count
+from ..distributions import namespace, one_row, sample_categorical, uniform, validate_probs
 from ..errors import SizeLimitError
 
 __all__ = ["MAX_DRAFT_TUPLES", "MAX_RACE_CELLS", "RACE_STEP", "draft_inclusion_probs", "draft_tuple_law",
@@ -30,37 +30,6 @@ RACE_STEP = 0.1
 
 def _check_k(k) -> int:
     return check_size(k, "k", what="an integer number of drafts")
-
-
-def _row(probs, name: str) -> np.ndarray:
-    arr = validate_probs(probs, name)
-    if hasattr(arr, "cpu"):  # a torch tensor: the tuple laws are numpy-only
-        arr = arr.cpu().numpy()
-    arr = np.array(arr, dtype=np.float64)
-    if arr.ndim != 1:
-        raise ValueError(f"{name}: expected one probability row of shape (V,), got shape {arr.shape}")
-    return arr
-
-
-#: Counts above this are reported as this value (they exceed every limit; no giant integer is built).
-COUNT_CAP = 2**63
-
-
-def capped_power(base: int, exponent: int) -> int:
-    """base**exponent, or :data:`COUNT_CAP` when that is larger (computed without building the big integer)."""
-    if base <= 1 or exponent * math.log2(base) < 63:
-        return min(base**exponent, COUNT_CAP)
-    return COUNT_CAP
-
-
-def capped_perm(n: int, k: int) -> int:
-    """n!/(n−k)!, or :data:`COUNT_CAP` when that is larger (stops multiplying once past the cap)."""
-    out = 1
-    for i in range(min(k, n)):
-        out *= n - i
-        if out >= COUNT_CAP:
-            return COUNT_CAP
-    return out
 
 
 def _n_tuples(s: int, k: int, replacement: bool) -> int:
@@ -103,13 +72,13 @@ def draft_tuple_law(draft, k: int, replacement: bool = True, *,
     >>> tuples.tolist(), probs.tolist()
     ([[0, 1], [1, 0]], [0.5, 0.5])
     """
-    p, k, replacement = _row(draft, "draft"), _check_k(k), bool(replacement)
+    p, k, replacement = one_row(draft, "draft"), _check_k(k), bool(replacement)
     supp = np.flatnonzero(p > 0)
     s = supp.size
     n = _n_tuples(s, k, replacement)
     if n > max_tuples:
         limit = "MAX_DRAFT_TUPLES" if max_tuples == MAX_DRAFT_TUPLES else "max_tuples"
-        count = f"{n:,}" if n < COUNT_CAP else f"at least {COUNT_CAP:,}"
+        count = format_count(n)
         raise SizeLimitError(f"the draft law {'with' if replacement else 'without'} replacement of k={k} drafts "
                              f"over {s} tokens of positive probability has {count} tuples, above {limit} = "
                              f"{max_tuples:,} (the enumeration exceeds max_tuples); use otm_value (no "
@@ -257,7 +226,7 @@ def prob_drafts_within(draft, subset, k: int, replacement: bool = True, method: 
         Without replacement: the integral above, or the exact sum over the tuples of
         :func:`draft_tuple_law`.
     """
-    p = _row(draft, "draft")
+    p = one_row(draft, "draft")
     k = _check_k(k)
     A = np.asarray(subset)
     if A.dtype == bool:
@@ -298,7 +267,7 @@ def draft_inclusion_probs(draft, k: int, replacement: bool = True) -> np.ndarray
     >>> draft_inclusion_probs([0.5, 0.5], 2).tolist()
     [0.75, 0.75]
     """
-    p = _row(draft, "draft")
+    p = one_row(draft, "draft")
     k = _check_k(k)
     if replacement:
         return inclusion_iid(p, k)

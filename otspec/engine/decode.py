@@ -157,6 +157,6 @@ def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_
                 tau, y = np.asarray(out.accepted_len), np.asarray(out.correction)
                 buf[rows_idx, p0 + tau] = y
                 pos[rows_idx] += tau + 1
-                ledger.record(rows_idx, p0, g, tau, tau + 1, draft_calls=g * rows_idx.size, drafted=g * rows_idx.size)
+                ledger.record(rows_idx, p0, g, tau, tau + 1, draft_calls=g, drafted=g * rows_idx.size)
                 bar.update(int((tau + 1).sum()))
     return ledger.result(buf, confidence)

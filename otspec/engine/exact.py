@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import MAX_DRAFT_LENGTH, check_size
+from ..checks import MAX_DRAFT_LENGTH, capped_power, check_size, format_count
 from ..errors import SizeLimitError
 from ..pairs import check_pair
 from ..sources import EMPTY_PREFIX, MAX_ENUMERATION, Source, extend_prefixes
@@ -113,9 +113,9 @@ def evaluate(draft: Source, target: Source, verifier: Verifier, draft_length: in
     L = check_size(draft_length, "draft_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
     iterations = check_size(iterations, "iterations")
     V = check_pair(draft, target)
-    entries = V**L * (L + 1) * V
+    entries = capped_power(V, L) * (L + 1) * V  # no giant integer for huge V**L
     if entries > MAX_EXACT_ENTRIES:
-        raise SizeLimitError(f"exact evaluation needs {V}^{L} drafts x {L + 1} positions x {V} tokens = {entries:,} "
+        raise SizeLimitError(f"exact evaluation needs {V}^{L} drafts x {L + 1} positions x {V} tokens = {format_count(entries)} "
                              f"entries, above MAX_EXACT_ENTRIES = {MAX_EXACT_ENTRIES:,}; use Monte Carlo",
                              size=entries, limit=MAX_EXACT_ENTRIES)
     if iterations > 1 or getattr(verifier, "carries_residual", False):
@@ -162,10 +162,11 @@ def evaluate(draft: Source, target: Source, verifier: Verifier, draft_length: in
 
 def _evaluate_branching(draft, target, verifier, L, iterations) -> ExactResult:
     V = target.vocab_size
-    if V ** (iterations * (L + 1)) > MAX_ENUMERATION:
+    count = capped_power(V, iterations * (L + 1))
+    if count > MAX_ENUMERATION:
         raise SizeLimitError(f"the output law over {V}^{iterations * (L + 1)} sequences exceeds MAX_ENUMERATION = "
                              f"{MAX_ENUMERATION:,}; reduce the vocabulary, the draft length or the number of iterations",
-                             size=V ** (iterations * (L + 1)), limit=MAX_ENUMERATION)
+                             size=count, limit=MAX_ENUMERATION)
     output, dists, N = branch_law(draft, target, verifier, L, iterations)
     target_law = target.enumerate(N).probs
     expected = float(dists[0] @ np.arange(L + 1))

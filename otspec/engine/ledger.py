@@ -176,20 +176,18 @@ class Ledger:
         self._rows, self._starts, self._emitted, self._draft_calls = [], [], [], []
         self._t0 = time.perf_counter()
 
-    def record(self, rows, starts, depth, accepted, emitted, *, draft_calls: int, drafted: int,
-               row_draft_calls=None) -> None:
+    def record(self, rows, starts, depth, accepted, emitted, *, draft_calls, drafted: int) -> None:
         """One target call per row of ``rows`` (n,): started at ``starts``, drafted ``depth`` deep,
-        accepted ``accepted`` and emitted ``emitted`` tokens; ``draft_calls`` draft passes made
-        ``drafted`` draft tokens in all."""
+        accepted ``accepted`` and emitted ``emitted`` tokens after ``draft_calls`` draft passes (per
+        row, or one number for all); ``drafted`` draft tokens in all."""
         np.add.at(self.hist, (np.broadcast_to(depth, np.shape(rows)), accepted), 1)
-        self.draft_calls += int(draft_calls)
+        calls = np.broadcast_to(np.asarray(draft_calls, dtype=np.float64), np.shape(rows))
+        self.draft_calls += int(calls.sum())
         self.drafted += int(drafted)
         self._rows.append(np.asarray(rows))
         self._starts.append(np.asarray(starts))
         self._emitted.append(np.asarray(emitted))
-        per_row = row_draft_calls if row_draft_calls is not None else np.full(np.shape(rows), draft_calls / max(
-            np.size(rows), 1))
-        self._draft_calls.append(np.asarray(per_row, dtype=np.float64))
+        self._draft_calls.append(calls)
 
     def result(self, tokens: np.ndarray, confidence: float = 0.95) -> DecodeResult:
         """The :class:`DecodeResult` of everything recorded."""

@@ -21,13 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..checks import MAX_SIMULATION_BLOCKS, check_size
+from ..checks import MAX_SIMULATION_BLOCKS, capped_power, check_size, format_count
 from ..distributions import residual, sample_categorical
 from ..drafts import draft_tuple_law, sample_candidates
 from ..errors import SizeLimitError
-from ..pairs import walk_prefix_tree
+from ..pairs import check_pair_horizon, walk_prefix_tree
 from ..sources import MAX_ENUMERATION, Source
-from ..theory.pareto import check_sources
 from ..theory.rejections import check_batch_size
 from ..verifiers.multiround import MultiRound
 from .chunking import chunk_size, chunks
@@ -55,9 +54,9 @@ def _check_runs(runs) -> int:
 
 def _check_enumerable(T: int, V: int, what: str) -> None:
     """Refuse enumerating V**T sequences beyond MAX_ENUMERATION (before anything is built)."""
-    count = V**T
+    count = capped_power(V, T)
     if count > MAX_ENUMERATION:
-        raise SizeLimitError(f"{what}: enumerating {V}^{T} = {count:,} sequences exceeds MAX_ENUMERATION = "
+        raise SizeLimitError(f"{what}: enumerating {V}^{T} = {format_count(count)} sequences exceeds MAX_ENUMERATION = "
                              f"{MAX_ENUMERATION:,}; use IID/Markov sources (exact recursion) or Monte Carlo",
                              size=count, limit=MAX_ENUMERATION)
 
@@ -177,7 +176,7 @@ def simulate_rejections(draft: Source, target: Source, horizon: int, runs: int, 
     ValueError
         Vocabulary mismatch, bad horizon, runs < 2, bad batch_size.
     """
-    T = check_sources(draft, target, horizon)
+    T = check_pair_horizon(draft, target, horizon)
     return _simulate(draft, target, T, _check_runs(runs), seed, batch_size, progress, 1,
                      return_sequences, confidence)
 
@@ -267,7 +266,7 @@ def template_law(draft: Source, target: Source, template: RejectionTemplate, hor
         Bad instance/horizon, V**T above MAX_ENUMERATION, b outside [0, 1] (beyond ``atol``)
         or resampling rows that are not distributions where r_n > 0.
     """
-    T = check_sources(draft, target, horizon)
+    T = check_pair_horizon(draft, target, horizon)
     V = target.vocab_size
     _check_enumerable(T, V, "template_law")
     per_pos = np.zeros(T)
@@ -311,13 +310,13 @@ def batch_law(draft: Source, target: Source, horizon: int, M: int) -> TemplateLa
     checks both unbiasedness (2) and eq. (5). Small instances only: V**T ≤ MAX_ENUMERATION and
     V**M ≤ :data:`MAX_BATCH_TUPLES`.
     """
-    T = check_sources(draft, target, horizon)
+    T = check_pair_horizon(draft, target, horizon)
     M = check_batch_size(M)
     V = target.vocab_size
     _check_enumerable(T, V, "batch_law")
-    if V ** M > MAX_BATCH_TUPLES:
+    if capped_power(V, M) > MAX_BATCH_TUPLES:
         raise SizeLimitError(f"batch_law: {V}^{M} candidate tuples exceed MAX_BATCH_TUPLES = {MAX_BATCH_TUPLES:,}",
-                             size=V**M, limit=MAX_BATCH_TUPLES)
+                             size=capped_power(V, M), limit=MAX_BATCH_TUPLES)
     verifier = MultiRound()
     per_pos = np.zeros(T)
 
@@ -355,7 +354,7 @@ def simulate_batch_rejections(draft: Source, target: Source, horizon: int, M: in
 
     Parameters and returns as in :func:`simulate_rejections`, plus ``M`` (>= 1).
     """
-    T = check_sources(draft, target, horizon)
+    T = check_pair_horizon(draft, target, horizon)
     return _simulate(draft, target, T, _check_runs(runs), seed, batch_size, progress, check_batch_size(M),
                      return_sequences, confidence)
 

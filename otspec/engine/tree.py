@@ -171,7 +171,7 @@ def generate_tree(draft: Source, target: Source, verifier, tree: DraftTree, n_to
             emitted = _walk(draft, target, verifier, tree, rule, buf, active, p0, depth, rng)
             pos[active] += emitted
             ledger.record(active, p0, depth, np.minimum(emitted - 1, depth), emitted,
-                          draft_calls=int(depth.sum()), drafted=int(tree_tokens[depth].sum()), row_draft_calls=depth)
+                          draft_calls=depth, drafted=int(tree_tokens[depth].sum()))
             bar.update(int(emitted.sum()))
     return ledger.result(buf, confidence)
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ..checks import MAX_DRAFT_LENGTH, check_size
+from ..checks import MAX_DRAFT_LENGTH, capped_power, check_size, format_count
 from ..errors import SizeLimitError, SolveError
 from ..pairs import check_pair
 from ..sources import Source
@@ -116,7 +116,7 @@ class BlockOTResult:
 def _check_shape(vocab_size, draft_length) -> tuple[int, int, int]:
     V = check_size(vocab_size, "vocab_size")
     L = check_size(draft_length, "draft_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
-    return V, L, V**L
+    return V, L, capped_power(V, L)  # a count beyond every limit stays a small integer
 
 
 def _check_law(law, name: str, n: int, V: int, L: int) -> np.ndarray:
@@ -275,7 +275,7 @@ def solve_block_lp_laws(draft_law, target_law, vocab_size: int, draft_length: in
     check_method(method)
     limit = MAX_LP_VARIABLES if method == "highs" else MAX_CVXPY_VARIABLES
     if n * n > limit:
-        raise SizeLimitError(f"the block LP for vocab_size={V}, draft_length={L} has {V}^{2 * L} = {n * n:,} variables, "
+        raise SizeLimitError(f"the block LP for vocab_size={V}, draft_length={L} has {V}^{2 * L} = {format_count(n * n)} variables, "
                              f"above the {method} limit of {limit:,}; use solve_block_tree (exact, O(V^L) plan) instead",
                              size=n * n, limit=limit)
     beta, A = _lp_data(n, V, L)

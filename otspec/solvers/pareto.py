@@ -33,12 +33,13 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from ..checks import COUNT_CAP, capped_power, format_count
 from ..distributions import row_pair, total_variation
 from ..errors import SizeLimitError, SolveError
+from ..pairs import check_pair_horizon
 from ..sources import Source
 from ..theory.pareto import (
     check_fraction,
-    check_sources,
     level_rows,
     per_step_curve,
     sequence_expected_rejections_sd,
@@ -215,8 +216,8 @@ def min_bias(draft, target, rejection: float, method: str = "highs", *, solver: 
 
 # ----------------------------------------------------------- sequence level
 def _sequence_sizes(V: int, T: int) -> tuple[int, int]:
-    nodes = sum(V**n for n in range(1, T + 1))
-    return nodes, 2 * nodes + V**T
+    nodes = min(sum(capped_power(V, n) for n in range(1, min(T, 64) + 1)), COUNT_CAP)
+    return nodes, 2 * nodes + capped_power(V, T)
 
 
 def _sequence_lp(prow, qT, V, T, budget):
@@ -322,7 +323,7 @@ def sequence_min_bias(draft: Source, target: Source, horizon: int, rejections: f
     method, solver
         As in :func:`min_bias`.
     """
-    T = check_sources(draft, target, horizon)
+    T = check_pair_horizon(draft, target, horizon)
     check_method(method)
     V = draft.vocab_size
     budget = None if rejections is None else float(rejections)
@@ -333,7 +334,7 @@ def sequence_min_bias(draft: Source, target: Source, horizon: int, rejections: f
     _, n_var = _sequence_sizes(V, T)
     limit = MAX_SEQUENCE_LP_VARIABLES if method == "highs" else MAX_SEQUENCE_CVXPY_VARIABLES
     if n_var > limit:
-        raise SizeLimitError(f"the sequence LP for vocab {V}, horizon {T} has {n_var:,} variables, above the {method} "
+        raise SizeLimitError(f"the sequence LP for vocab {V}, horizon {T} has {format_count(n_var)} variables, above the {method} "
                              f"limit of {limit:,}; use a smaller vocabulary or horizon", size=n_var, limit=limit)
     prow = level_rows(draft, T)
     qT = target.enumerate(T).probs
@@ -406,7 +407,7 @@ def sequence_pareto(draft: Source, target: Source, horizon: int, rejections_grid
         ``deviation_from_own_chord`` (the same against the chord through the LP's values at
         R = 0 and R = E_SD), ``is_linear`` (both below 1e-7), ``vocab``, ``horizon``.
     """
-    T = check_sources(draft, target, horizon)
+    T = check_pair_horizon(draft, target, horizon)
     grid = np.atleast_1d(np.asarray(rejections_grid, dtype=np.float64))
     if grid.size == 0 or not np.all(np.isfinite(grid)) or np.any(grid < 0):
         raise ValueError("rejections_grid: expected a non-empty list of budgets >= 0")

@@ -8,9 +8,10 @@ from __future__ import annotations
 import numpy as np
 from scipy import sparse
 
+from ..checks import COUNT_CAP, capped_power, format_count
 from ..errors import SizeLimitError, SolveError
+from ..pairs import check_pair_horizon
 from ..sources import EMPTY_PREFIX, Source, extend_prefixes
-from ..theory.pareto import check_sources
 from .lp import solve_lp
 
 __all__ = ["MAX_LP_VARIABLES", "min_rejection_lp"]
@@ -54,12 +55,12 @@ def min_rejection_lp(draft: Source, target: Source, horizon: int, method: str = 
     SolveError
         If the solver does not report an optimum.
     """
-    T = check_sources(draft, target, horizon)
+    T = check_pair_horizon(draft, target, horizon)
     V = target.vocab_size
-    n_prefix = sum(V ** k for k in range(T))
+    n_prefix = min(sum(capped_power(V, k) for k in range(min(T, 64))), COUNT_CAP)
     nvar = 2 * n_prefix * V
     if nvar > MAX_LP_VARIABLES:
-        raise SizeLimitError(f"min_rejection_lp: {nvar:,} variables exceed MAX_LP_VARIABLES = {MAX_LP_VARIABLES:,}; "
+        raise SizeLimitError(f"min_rejection_lp: {format_count(nvar)} variables exceed MAX_LP_VARIABLES = {MAX_LP_VARIABLES:,}; "
                              "the LP is meant for small chains (e.g. V <= 3, T <= 3)", size=nvar, limit=MAX_LP_VARIABLES)
     ub_a, rhs = [], []
     tokens, qmass = EMPTY_PREFIX, np.ones(1)

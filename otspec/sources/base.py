@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..checks import capped_power, format_count
 from ..distributions import sample_categorical
 from ..errors import SizeLimitError
 
@@ -160,9 +161,9 @@ class Source(ABC):
         length = int(length)
         if length < 0:
             raise ValueError(f"length must be >= 0, got {length}")
-        count = self.vocab_size**length
+        count = capped_power(self.vocab_size, length)
         if count > MAX_ENUMERATION:
-            raise SizeLimitError(f"enumerating {self.vocab_size}^{length} = {count:,} sequences exceeds the limit "
+            raise SizeLimitError(f"enumerating {self.vocab_size}^{length} = {format_count(count)} sequences exceeds the limit "
                                  f"MAX_ENUMERATION = {MAX_ENUMERATION:,}; use Monte Carlo or a shorter length",
                                  size=count, limit=MAX_ENUMERATION)
         self.check_length(length)

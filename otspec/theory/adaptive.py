@@ -90,7 +90,7 @@ class AdaptiveOptimum:
     iterations: int
 
 
-def _solve(a, w, dead, K, t_draft, t_target, lam, states, nxt, total, pi):
+def _solve(a, w, dead, K, t_draft, lam, nxt, total, pi):
     """Backward induction at ratio λ: continue mask over states (levels 1..K−1)."""
     W = np.zeros(total.size)
     go = np.zeros(total.size, dtype=bool)
@@ -102,7 +102,7 @@ def _solve(a, w, dead, K, t_draft, t_target, lam, states, nxt, total, pi):
     return go
 
 
-def _evaluate(a, w, dead, K, t_draft, t_target, go, nxt, total, pi):
+def _evaluate(a, w, dead, K, go, nxt, total, pi):
     """E[K] and E[Σ Π_l] per iteration under the continue mask ``go`` (forward over levels)."""
     reach = np.zeros(total.size)
     first = nxt[0]  # level-1 states e_k
@@ -120,7 +120,7 @@ def _evaluate(a, w, dead, K, t_draft, t_target, go, nxt, total, pi):
 
 
 def _iid_states(p, q, K):
-    """(a, w, dead, states, successors, totals, Π) of the class-count states, or None if no draft is ever accepted."""
+    """(a, w, dead, successors, totals, Π) of the class-count states, or None if no draft is ever accepted."""
     P, Q = _ratio_classes(p, q)
     a, w = np.minimum(1.0, Q / P), P
     sure = a >= 1.0  # every token with q >= p is accepted surely: one class
@@ -137,7 +137,7 @@ def _iid_states(p, q, K):
         return None
     lex = _count_states(m, K)
     pi = np.exp(lex @ np.log(a))  # classes here have q > 0, so a > 0
-    return a, w, dead, lex, _successors(lex, K), lex.sum(axis=1), pi
+    return a, w, dead, _successors(lex, K), lex.sum(axis=1), pi
 
 
 def threshold_policy_latency(draft, target, max_length: int, t_draft: float, t_target: float = 1.0,
@@ -153,12 +153,12 @@ def threshold_policy_latency(draft, target, max_length: int, t_draft: float, t_t
     states = _iid_states(p, q, K)
     if states is None:
         return t_draft + t_target
-    a, w, dead, _, nxt, total, pi = states
+    a, w, dead, nxt, total, pi = states
     go = np.zeros(total.size, dtype=bool)
     for j in range(1, K):
         if hs[j - 1] is not None:
             go |= (total == j) & ((1.0 - pi) < check_real(hs[j - 1], "thresholds", low=0.0, high=1.0))
-    drafted, accepted = _evaluate(a, w, dead, K, t_draft, t_target, go, nxt, total, pi)
+    drafted, accepted = _evaluate(a, w, dead, K, go, nxt, total, pi)
     return (t_draft * drafted + t_target) / (1.0 + accepted)
 
 
@@ -178,12 +178,12 @@ def optimal_stopping(draft, target, max_length: int, t_draft: float, t_target: f
     states = _iid_states(p, q, K)
     if states is None:  # every draft is rejected: draft one token per target call
         return AdaptiveOptimum(t_draft + t_target, 1.0, 1.0, [], True, 0)
-    a, w, dead, lex, nxt, total, pi = states
+    a, w, dead, nxt, total, pi = states
     lam, seen, steps = t_target, None, 0
     while True:
         steps += 1
-        go = _solve(a, w, dead, K, t_draft, t_target, lam, lex, nxt, total, pi)
-        drafted, accepted = _evaluate(a, w, dead, K, t_draft, t_target, go, nxt, total, pi)
+        go = _solve(a, w, dead, K, t_draft, lam, nxt, total, pi)
+        drafted, accepted = _evaluate(a, w, dead, K, go, nxt, total, pi)
         new = (t_draft * drafted + t_target) / (1.0 + accepted)
         if seen is not None and np.array_equal(go, seen) or steps > 200:
             lam = new

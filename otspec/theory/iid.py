@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..distributions import validate_probs
+from ..checks import MAX_DRAFT_LENGTH, check_real, check_size
+from ..distributions import one_row
 from ..errors import SizeLimitError
 
 __all__ = [
@@ -42,8 +43,6 @@ __all__ = [
     "iid_block_verification", "iid_token_value",
 ]
 
-#: Largest block length accepted (both routes loop over lengths).
-MAX_DRAFT_LENGTH = 4096
 #: Largest C(L+K, K) * K (count vectors of total <= L times K ratio classes) of the exact route;
 #: timed on 2 cores: K = 8, L = 12 (1.0e6) 0.11 s; K = 6, L = 16 (0.45e6) 0.08 s.
 MAX_CLASS_WORK = 1_000_000
@@ -96,27 +95,16 @@ def _result(lo, hi, method: str) -> IIDBlockValue:
 
 
 def _check_inputs(draft, target, draft_length, route, step):
-    rows = []
-    for name, row in (("draft", draft), ("target", target)):
-        arr = np.asarray(validate_probs(row, name), dtype=np.float64)
-        if arr.ndim != 1:
-            raise ValueError(f"{name}: expected one probability row of shape (V,), got shape {arr.shape}")
-        rows.append(arr)
-    if rows[0].size != rows[1].size:
-        raise ValueError(f"draft and target differ in length ({rows[0].size} vs {rows[1].size}); "
+    p, q = one_row(draft, "draft"), one_row(target, "target")
+    if p.size != q.size:
+        raise ValueError(f"draft and target differ in length ({p.size} vs {q.size}); "
                          "both rows must cover one vocabulary")
-    L = draft_length
-    if isinstance(L, bool | np.bool_) or not isinstance(L, int | np.integer) or L < 1:
-        raise ValueError(f"draft_length: expected an integer >= 1, got {L!r} ({type(L).__name__})")
-    if L > MAX_DRAFT_LENGTH:
-        raise SizeLimitError(f"draft_length = {int(L)} is above MAX_DRAFT_LENGTH = {MAX_DRAFT_LENGTH}",
-                             size=int(L), limit=MAX_DRAFT_LENGTH)
+    L = check_size(draft_length, "draft_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
     if route not in ("auto", "exact", "lattice"):
         raise ValueError(f"route: expected 'auto', 'exact' or 'lattice', got {route!r}")
-    if step is not None and (isinstance(step, bool) or not isinstance(step, int | float | np.integer | np.floating)
-                             or not (math.isfinite(step) and step > 0)):
-        raise ValueError(f"step: expected a positive finite lattice step (log-ratio units), got {step!r}")
-    return rows[0], rows[1], int(L)
+    if step is not None:
+        check_real(step, "step", low=0.0, low_open=True)
+    return p, q, L
 
 
 def _ratio_classes(p, q):

@@ -24,12 +24,10 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
-from ..checks import MAX_CANDIDATES, check_size
+from ..checks import COUNT_CAP, MAX_CANDIDATES, capped_perm, check_size
 from ..distributions import first_index, namespace, residual, row_pair
 from ..drafts.laws import (
-    COUNT_CAP,
     _check_k,
-    capped_perm,
     draft_inclusion_probs,
     draft_tuple_law,
     inclusion_iid,

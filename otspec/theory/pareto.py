@@ -23,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..distributions import namespace, residual, row_pair, total_variation
-from ..pairs import check_horizon, check_pair
+from ..pairs import check_pair_horizon
 from ..sources import Source
 from .rejections import expected_rejections
 
@@ -183,13 +183,6 @@ def family_curve(draft, target, eps_grid, mode: str = "opt") -> dict:
 
 
 # ----------------------------------------------------------- sequence level
-def check_sources(draft: Source, target: Source, horizon) -> int:
-    """T for a pair of sources over one vocabulary that both define T tokens."""
-    T = check_horizon(horizon)
-    check_pair(draft, target, T)
-    return T
-
-
 def level_rows(source: Source, T: int) -> list[np.ndarray]:
     """rows[n-1][k] = law of token n after the k-th prefix of length n − 1 (lexicographic), shape (V**(n-1), V)."""
     out = []
@@ -201,13 +194,13 @@ def level_rows(source: Source, T: int) -> list[np.ndarray]:
 
 def sequence_laws(draft: Source, target: Source, horizon: int) -> tuple[np.ndarray, np.ndarray]:
     """The draft's and the target's laws of x_{1:T}, shape (V**T,) each, lexicographic."""
-    T = check_sources(draft, target, horizon)
+    T = check_pair_horizon(draft, target, horizon)
     return draft.enumerate(T).probs, target.enumerate(T).probs
 
 
 def sequence_expected_rejections_sd(draft: Source, target: Source, horizon: int) -> float:
     """E_SD[N_rej] of Theorem 1, eq. (1) (:func:`~otspec.theory.rejections.expected_rejections`)."""
-    return expected_rejections(draft, target, check_sources(draft, target, horizon))
+    return expected_rejections(draft, target, check_pair_horizon(draft, target, horizon))
 
 
 def _per_step_run(prow, qrow, qT, rule, theta):
@@ -244,7 +237,7 @@ def per_step_curve(draft: Source, target: Source, horizon: int, rejections_grid,
     dict
         ``rejections``, ``bias``, ``parameter`` (θ or ε) lists.
     """
-    T = check_sources(draft, target, horizon)
+    T = check_pair_horizon(draft, target, horizon)
     prow, qrow = level_rows(draft, T), level_rows(target, T)
     qT = target.enumerate(T).probs
     if rule == "mixture":

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..checks import MAX_CANDIDATES, check_size
 from ..distributions import total_variation
-from ..pairs import check_horizon, check_pair, markov_chains, walk_prefix_tree
+from ..pairs import check_horizon, check_pair_horizon, markov_chains, walk_prefix_tree
 from ..sources import IIDSource, MarkovSource, Source
 from .multidraft import multiround_rejection
 
@@ -43,12 +43,6 @@ __all__ = [
 
 #: Batch sizes of the figure's batch curve (spec §6).
 BATCH_MS = (1, 2, 4, 8, 16, 32, 1000)
-
-
-def _check_pair_horizon(draft: Source, target: Source, horizon) -> int:
-    T = check_horizon(horizon)
-    check_pair(draft, target, T)
-    return T
 
 
 def _both_iid(draft: Source, target: Source) -> bool:
@@ -69,7 +63,7 @@ def rejections_per_position(draft: Source, target: Source, horizon: int) -> np.n
     probability at position n; the sum is E[N_rej]. Raises ``ValueError`` on a vocabulary
     mismatch, T < 1 or T beyond either source's horizon.
     """
-    T = _check_pair_horizon(draft, target, horizon)
+    T = check_pair_horizon(draft, target, horizon)
     if _both_iid(draft, target):  # every position sees the same two rows: no V x V matrix is ever built
         return np.full(T, float(total_variation(draft.probs, target.probs)))
     out = np.zeros(T)
@@ -146,7 +140,7 @@ def batch_rejections_per_position(draft: Source, target: Source, horizon: int, M
     (:func:`~otspec.theory.multidraft.multiround_rejection`). For IID/Markov sources f is
     indexed by the last token; other sources walk the prefix tree.
     """
-    T = _check_pair_horizon(draft, target, horizon)
+    T = check_pair_horizon(draft, target, horizon)
     M = check_batch_size(M)
     out = np.zeros(T)
     if _both_iid(draft, target):  # summed over the last token: F_n = F_{n-1} Π_m TV^m + (1 - F_{n-1}) TV
@@ -191,7 +185,7 @@ def batch_curve(draft: Source, target: Source, horizon: int, Ms: Sequence[int] =
 
     Returns ``{"M": [...], "expected_rejections": [...], "speedup": [...], "horizon": T}``.
     """
-    T = _check_pair_horizon(draft, target, horizon)
+    T = check_pair_horizon(draft, target, horizon)
     Ms = [check_batch_size(m) for m in Ms]
     vals = [batch_expected_rejections(draft, target, T, m) for m in Ms]
     return {"M": Ms, "expected_rejections": vals,

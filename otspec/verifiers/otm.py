@@ -5,8 +5,8 @@ from __future__ import annotations
 import array_api_compat
 import numpy as np
 
+from ..checks import capped_power, format_count
 from ..distributions import sample_categorical
-from ..drafts.laws import capped_power
 from ..errors import SizeLimitError
 from ..solvers.otm import otm_maxflow
 from .candidates import MultiDraftVerifier, membership_law, membership_outcome
@@ -72,7 +72,7 @@ class OTMVerify(MultiDraftVerifier):
         V = p.shape[0]
         count = capped_power(V, int(k))
         if count > self.max_tuples:
-            raise SizeLimitError(f"OTMVerify: V**k = {V}**{k} = {count:,} candidate tuples exceeds max_tuples="
+            raise SizeLimitError(f"OTMVerify: V**k = {V}**{k} = {format_count(count)} candidate tuples exceeds max_tuples="
                                  f"{self.max_tuples}; the OTM plan is only practical for small vocabularies and k",
                                  size=count, limit=self.max_tuples)
         out = otm_maxflow(p, q, int(k), self.replacement).plan
