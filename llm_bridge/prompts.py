@@ -1,0 +1,32 @@
+"""Prompt files and their token ids (the chat template when the tokenizer has one)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["DATA_DIR", "encode_prompts", "read_prompts"]
+
+#: Committed prompt files: ``distill_prompts.txt`` (training recipe), ``validate_prompts.txt``.
+DATA_DIR = Path(__file__).parent / "data"
+
+
+def read_prompts(path, limit: int | None = None) -> list[str]:
+    """User messages of a prompt file: one per line, ``#`` comments and blank lines skipped."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"prompt file {path} does not exist")
+    lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()]
+    prompts = [ln for ln in lines if ln and not ln.startswith("#")]
+    if not prompts:
+        raise ValueError(f"prompt file {path} holds no prompt")
+    return prompts[:limit] if limit else prompts
+
+
+def encode_prompts(tokenizer, texts: list[str]) -> list[list[int]]:
+    """Token ids of each message, as a chat turn followed by the assistant's header when a template exists."""
+    if getattr(tokenizer, "chat_template", None):
+        return [list(tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True,
+                                                   tokenize=True, return_dict=False)) for t in texts]
+    ids = [tokenizer.encode(t) for t in texts]
+    bos = getattr(tokenizer, "bos_token_id", None)
+    return [([bos] if bos is not None and (not x or x[0] != bos) else []) + list(x) for x in ids]
