@@ -202,9 +202,11 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--out", type=Path, default=DISTILLED_DIR)
+    ap.add_argument("--log-every", type=int, default=25)
     args = ap.parse_args(argv)
     record = distill(target=args.target, layers=args.layers, samples=args.samples, length=args.length,
-                     steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed, device=args.device, out=args.out)
+                     steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed, device=args.device, out=args.out,
+                     log_every=args.log_every)
     print(json.dumps(record, indent=2))
     return 0
 

@@ -33,7 +33,7 @@ from otspec.verifiers.base import Outcome, Verifier
 
 from .cache import CachedLM
 from .measure import CallTimer, position_tv, two_point
-from .sampling import Sampling
+from .sampling import DEFAULT_SAMPLING, Sampling
 
 __all__ = ["BridgeResult", "plain_generate", "speculative_generate"]
 
@@ -105,34 +105,69 @@ def _start(prompts, n_new: int, sessions, timer: CallTimer):
     return seq, lengths
 
 
-def plain_generate(target, prompts, max_new_tokens: int, *, sampling: Sampling = Sampling(), seed=0,
-                   progress: bool | None = None) -> BridgeResult:
-    """Sample ``max_new_tokens`` tokens per prompt from the target alone (the baseline), one call per token."""
-    rng, timer = np.random.default_rng(seed), CallTimer(target.device)
-    cache = CachedLM(target.model, len(prompts))
-    seq, plen = _start(prompts, max_new_tokens, [("target", cache)], timer)
-    length, active = plen.copy(), np.ones(len(prompts), dtype=bool)
-    t0 = time.perf_counter()
-    for _ in tqdm(range(max_new_tokens), desc="plain sampling", unit="tok", leave=False,
-                  disable=None if progress is None else not progress):
-        tokens, counts = _unseen(seq, length, cache.length, active)
-        logits, _ = timer.call("target", 1, cache.feed, tokens, counts)
-        rows = sampling.rows(logits[np.arange(len(counts)), counts - 1])
-        seq[np.arange(len(prompts)), length] = sample_categorical(rows, rng)
-        length += 1
-    seconds = time.perf_counter() - t0
-    return BridgeResult([seq[b, plen[b]:length[b]].copy() for b in range(len(prompts))], None, timer, seconds)
+def _chunks(prompts, batch_size):
+    size = len(prompts) if batch_size is None else max(1, int(batch_size))
+    return [(i, prompts[i:i + size]) for i in range(0, len(prompts), size)]
+
+
+def plain_generate(target, prompts, max_new_tokens: int, *, sampling: Sampling = DEFAULT_SAMPLING, seed=0,
+                   batch_size: int | None = None, progress: bool | None = None) -> BridgeResult:
+    """Sample ``max_new_tokens`` tokens per prompt from the target alone (the baseline), one call per token.
+
+    Prompts go through in batches of ``batch_size`` (default: all at once)."""
+    rng, timer, out, seconds = np.random.default_rng(seed), CallTimer(target.device), [], 0.0
+    bar = tqdm(total=len(prompts) * max_new_tokens, desc="plain sampling", unit="tok", leave=False,
+               disable=None if progress is None else not progress)
+    for _, chunk in _chunks(prompts, batch_size):
+        B = len(chunk)
+        cache = CachedLM(target.model, B)
+        seq, plen = _start(chunk, max_new_tokens, [("target", cache)], timer)
+        length, everyone = plen.copy(), np.ones(B, dtype=bool)
+        t0 = time.perf_counter()
+        for _ in range(max_new_tokens):
+            tokens, counts = _unseen(seq, length, cache.length, everyone)
+            logits, _ = timer.call("target", 1, cache.feed, tokens, counts)
+            seq[np.arange(B), length] = sample_categorical(sampling.rows(logits[np.arange(B), counts - 1]), rng)
+            length += 1
+            bar.update(B)
+        seconds += time.perf_counter() - t0
+        out += [seq[b, plen[b]:length[b]].copy() for b in range(B)]
+    bar.close()
+    return BridgeResult(out, None, timer, seconds)
+
+
+class _Records:
+    """Per draft position: TV and two-point pairs; per iteration: E[τ | draft] from the verifier's law."""
+
+    def __init__(self, L: int, verifier, with_law: bool):
+        self.tv, self.p_a, self.q_a = ([[] for _ in range(L)] for _ in range(3))
+        self.law, self.verifier, self.with_law = [], verifier, with_law
+
+    def add(self, toks, p_rows, q_rows) -> None:
+        for i in range(toks.shape[1]):
+            self.tv[i].append(position_tv(p_rows[:, i], q_rows[:, i]))
+            pa, qa = two_point(p_rows[:, i], q_rows[:, i])
+            self.p_a[i].append(pa)
+            self.q_a[i].append(qa)
+        if self.with_law and toks.shape[1]:
+            self.law.append(np.asarray(self.verifier.law(toks, p_rows, q_rows, validate=False).expected_accepted))
+
+    def columns(self):
+        cat = [[np.concatenate(v) for v in lists if v] for lists in (self.tv, self.p_a, self.q_a)]
+        return (*cat, np.concatenate(self.law) if self.law else np.zeros(0))
 
 
 def speculative_generate(pair, prompts, verifier: Verifier, draft_length, max_new_tokens: int, *,
-                         sampling: Sampling = Sampling(), seed=0, progress: bool | None = None,
-                         confidence: float = 0.95, record_law: bool = True) -> BridgeResult:
+                         sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int | None = None,
+                         progress: bool | None = None, confidence: float = 0.95,
+                         record_law: bool = True) -> BridgeResult:
     """Generate ``max_new_tokens`` tokens for each prompt (token id lists) by speculative decoding.
 
     ``draft_length`` is L or a controller from :mod:`otspec.engine.controllers` /
     :mod:`otspec.engine.heads`; a learned head gets the draft's last hidden states as ``features``.
     Controllers that need the target's rows while drafting (oracles) are refused: a real system
-    does not have them. ``record_law`` also computes E[τ | draft] from the verifier's exact law.
+    does not have them. Prompts go through in batches of ``batch_size`` (default: all at once);
+    ``record_law`` also computes E[τ | draft] from the verifier's exact law.
     """
     ctrl = draft_length if hasattr(draft_length, "keep_drafting") else FixedDraftLength(draft_length)
     if getattr(ctrl, "needs_target", False) or getattr(ctrl, "needs_lookahead", False):
@@ -140,78 +175,81 @@ def speculative_generate(pair, prompts, verifier: Verifier, draft_length, max_ne
                          "FixedDraftLength or a LearnedHeadController on the draft's hidden states")
     if verifier.layout != "chain":
         raise ValueError(f"{type(verifier).__name__} verifies {verifier.layout}; this loop drafts chains")
-    B, L, N = len(prompts), ctrl.max_length, int(max_new_tokens)
+    L, N = ctrl.max_length, int(max_new_tokens)
     rng, timer = np.random.default_rng(seed), CallTimer(pair.target.device)
+    ledger, records, out, seconds = Ledger(len(prompts), N, L), _Records(L, verifier, record_law), [], 0.0
+    bar = tqdm(total=len(prompts) * N, desc=f"{verifier.name} L={L}", unit="tok", leave=False,
+               disable=None if progress is None else not progress)
+    for offset, chunk in _chunks(prompts, batch_size):
+        t0 = time.perf_counter()
+        out += _decode(pair, chunk, offset, verifier, ctrl, N, sampling, rng, timer, ledger, records, bar)
+        seconds += time.perf_counter() - t0
+    bar.close()
+    buf = np.stack(out)
+    return BridgeResult(list(buf), ledger.result(buf, confidence), timer, seconds, *records.columns())
+
+
+def _decode(pair, prompts, offset, verifier, ctrl, N, sampling, rng, timer, ledger, records, bar) -> list:
+    """The loop of the module docstring for one batch of prompts; returns their continuations."""
+    B, L = len(prompts), ctrl.max_length
     target = CachedLM(pair.target.model, B)
     draft = pair.drafter.session(B, sampling, hidden=getattr(ctrl, "needs_context", False))
     seq, plen = _start(prompts, N, [("target", target), ("draft", draft)], timer)
-    length, ledger, state = plen.copy(), Ledger(B, N, L), verifier.start_state(B, L)
-    tv, p_a, q_a, law_mean = [[] for _ in range(L)], [[] for _ in range(L)], [[] for _ in range(L)], []
-    bar = tqdm(total=B * N, desc=f"{verifier.name} L={L}", unit="tok", leave=False,
-               disable=None if progress is None else not progress)
+    length, state = plen.copy(), verifier.start_state(B, L)
     t0 = time.perf_counter()
     while (length - plen < N).any():
         active = length - plen < N
         limit = np.where(active, np.minimum(L, N - (length - plen) - 1), 0)
-        # 1. draft: feed what the draft has not seen, then one token per step while the controller says so
-        drafted, draft_rows = np.zeros(B, dtype=np.int64), np.zeros((B, max(L, 1), pair.target.vocab_size))
-        drafting = limit > 0
-        if hasattr(ctrl, "start"):
-            ctrl.start(B)
-        tokens, counts = _unseen(seq, length, draft.length, drafting)
-        for i in range(L):
-            if not drafting.any():
-                break
-            rows, usable, features = timer.call("draft", int(counts.max()), draft.feed, tokens, counts)
-            drafting &= usable
-            idx = np.flatnonzero(drafting)
-            if idx.size == 0:
-                break
-            x = sample_categorical(rows[idx], rng)
-            seq[idx, length[idx] + i], draft_rows[idx, i] = x, rows[idx]
-            drafted[idx] += 1
-            keep = ctrl.keep_drafting(i + 1, rows[idx], which=idx, tokens=x, previous=seq[idx, length[idx] + i - 1],
-                                      features=None if features is None else features[idx])
-            drafting[idx] = np.asarray(keep, dtype=bool) & (drafted[idx] < limit[idx])
-            tokens, counts = np.zeros((B, 1), dtype=np.int64), drafting.astype(np.int64)  # feed x where drafting goes on
-            tokens[idx, 0] = x
-        # 2. one target call: the unseen tokens (the last emitted one) and the drafts; rows at the last g + 1
+        drafted, draft_rows = _draft(draft, ctrl, seq, length, limit, L, pair.target.vocab_size, rng, timer)
+        # one target call: what it has not seen (the last emitted token) and the drafts; rows at the last g + 1
         tokens, counts = _padded([seq[b, target.length[b]:length[b] + drafted[b]] if active[b] else seq[b, :0]
                                   for b in range(B)])
         logits, _ = timer.call("target", int(counts.max()), target.feed, tokens, counts)
-        # 3. verify, grouping sequences that drafted the same number of tokens
         start = length.copy()
-        for g in np.unique(drafted[active]):
+        for g in np.unique(drafted[active]):  # verify sequences that drafted the same number of tokens together
             rows_idx = np.flatnonzero(active & (drafted == g))
-            first = counts[rows_idx] - g - 1
-            q_rows = sampling.rows(logits[rows_idx[:, None], first[:, None] + np.arange(g + 1)])
+            q_rows = sampling.rows(logits[rows_idx[:, None], counts[rows_idx, None] - g - 1 + np.arange(g + 1)])
             toks, p_rows = seq[rows_idx[:, None], start[rows_idx, None] + np.arange(g)], draft_rows[rows_idx, :g]
             out = timer.call("verify", g, _verify, draft, verifier, state, rows_idx, toks, p_rows, q_rows,
                              start - plen, seq, start, rng, timer)
             tau, y = np.asarray(out.accepted_len), np.asarray(out.correction)
             seq[rows_idx, start[rows_idx] + tau] = y
             length[rows_idx] = start[rows_idx] + tau + 1
-            ledger.record(rows_idx, start[rows_idx] - plen[rows_idx], g, tau, tau + 1, draft_calls=g,
+            ledger.record(offset + rows_idx, start[rows_idx] - plen[rows_idx], g, tau, tau + 1, draft_calls=g,
                           drafted=g * rows_idx.size)
-            for i in range(g):
-                tv[i].append(position_tv(p_rows[:, i], q_rows[:, i]))
-                pa, qa = two_point(p_rows[:, i], q_rows[:, i])
-                p_a[i].append(pa)
-                q_a[i].append(qa)
-            if record_law and g > 0:
-                law_mean.append(np.asarray(verifier.law(toks, p_rows, q_rows, validate=False).expected_accepted))
+            records.add(toks, p_rows, q_rows)
             bar.update(int((tau + 1).sum()))
-        # 4. roll both caches back to what was kept
-        kept = start + np.where(active, np.minimum(drafted, length - start - 1), 0)
+        kept = start + np.where(active, length - start - 1, 0)  # committed prefix + accepted drafts
         target.rollback(kept)
         draft.rollback(kept)
-    seconds = time.perf_counter() - t0
-    bar.close()
-    buf = np.stack([seq[b, plen[b]:plen[b] + N] for b in range(B)])
-    return BridgeResult(list(buf), ledger.result(buf, confidence), timer, seconds,
-                        [np.concatenate(v) for v in tv if v], [np.concatenate(v) for v in p_a if v],
-                        [np.concatenate(v) for v in q_a if v],
-                        np.concatenate(law_mean) if law_mean else np.zeros(0))
+    timer.add("loop", B, time.perf_counter() - t0)
+    return [seq[b, plen[b]:plen[b] + N].copy() for b in range(B)]
+
+
+def _draft(draft, ctrl, seq, length, limit, L, V, rng, timer):
+    """Draft up to ``limit`` tokens per sequence into ``seq``; returns (drafted counts (B,), rows (B, L, V))."""
+    B = len(seq)
+    drafted, draft_rows, drafting = np.zeros(B, dtype=np.int64), np.zeros((B, max(L, 1), V)), limit > 0
+    if hasattr(ctrl, "start"):
+        ctrl.start(B)
+    tokens, counts = _unseen(seq, length, draft.length, drafting)  # first call: what the draft has not seen
+    for i in range(L):
+        if not drafting.any():
+            break
+        rows, usable, features = timer.call("draft", int(counts.max()), draft.feed, tokens, counts)
+        drafting &= usable
+        idx = np.flatnonzero(drafting)
+        if idx.size == 0:
+            break
+        x = sample_categorical(rows[idx], rng)
+        seq[idx, length[idx] + i], draft_rows[idx, i] = x, rows[idx]
+        drafted[idx] += 1
+        keep = ctrl.keep_drafting(i + 1, rows[idx], which=idx, tokens=x, previous=seq[idx, length[idx] + i - 1],
+                                  features=None if features is None else features[idx])
+        drafting[idx] = np.asarray(keep, dtype=bool) & (drafted[idx] < limit[idx])
+        tokens, counts = np.zeros((B, 1), dtype=np.int64), drafting.astype(np.int64)  # then x where drafting goes on
+        tokens[idx, 0] = x
+    return drafted, draft_rows
 
 
 def _verify(draft, verifier, state, rows_idx, toks, p_rows, q_rows, position, seq, length, rng, timer) -> Outcome:

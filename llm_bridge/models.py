@@ -214,7 +214,7 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str = "distilled", *, device:
     Returns a :class:`llm_bridge.drafters.Pair`. A model drafter's tokenizer must agree with the
     target's (:func:`check_vocabularies`) and its rows must have the target's width.
     """
-    from .drafters import make_drafter, Pair
+    from .drafters import Pair, make_drafter
 
     tgt = load_model(target, device=device, dtype=dtype)
     return Pair(tgt, make_drafter(draft, tgt))

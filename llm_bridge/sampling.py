@@ -13,7 +13,7 @@ import numpy as np
 
 from otspec.checks import check_real
 
-__all__ = ["Sampling"]
+__all__ = ["DEFAULT_SAMPLING", "Sampling"]
 
 
 @dataclass(frozen=True)
@@ -66,3 +66,7 @@ class Sampling:
             return {"do_sample": False}
         return {"do_sample": True, "temperature": self.temperature, "top_k": int(self.top_k) or None,
                 "top_p": self.top_p}
+
+
+#: Plain sampling at temperature 1 (the default of every loop).
+DEFAULT_SAMPLING = Sampling()
