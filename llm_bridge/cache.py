@@ -82,6 +82,8 @@ class CachedLM:
         import torch
 
         keep = np.minimum(np.asarray(keep, dtype=np.int64), self.length)
+        if (keep < 0).any():
+            raise ValueError(f"rollback: keep must be >= 0, got {keep.tolist()}")
         rank = torch.cumsum(self.valid.long(), dim=1)
         self.valid = self.valid & (rank <= torch.as_tensor(keep, device=self.device)[:, None])
         self.length = keep

@@ -94,26 +94,33 @@ def first_token_law(pair, prompt, verifier, draft_length: int, *, sampling: Samp
     return FirstTokenLaw(first, q_levels[0][0], n)
 
 
+def _g_test(a: np.ndarray, b: np.ndarray) -> tuple[float, float, int, int]:
+    """G-test that samples ``a`` and ``b`` (token ids) share one law; categories with < 10 draws in all are pooled."""
+    values, code = np.unique(np.concatenate([a, b]), return_inverse=True)
+    table = np.stack([np.bincount(code[:a.size], minlength=values.size),
+                      np.bincount(code[a.size:], minlength=values.size)])
+    rare = table.sum(axis=0) < 10  # fewer than 5 expected in each sample
+    if rare.any():
+        table = np.concatenate([table[:, ~rare], table[:, rare].sum(axis=1, keepdims=True)], axis=1)
+    table = table[:, table.sum(axis=0) > 0]
+    if table.shape[1] < 2:
+        return 1.0, 0.0, 0, int(table.shape[1])
+    stat, p_value, dof, _ = stats.chi2_contingency(table, lambda_="log-likelihood")
+    return float(p_value), float(stat), int(dof), int(table.shape[1])
+
+
 def two_sample_test(pair, prompt, verifier, draft_length: int, *, n: int = 400, tokens: int = 2,
                     sampling: Sampling = DEFAULT_SAMPLING, seed: int = 0) -> dict:
-    """G-test of the first ``tokens`` tokens: speculative decoding vs plain sampling, ``n`` draws each.
+    """Do speculative decoding and plain sampling emit the same first ``tokens`` tokens? ``n`` draws each.
 
-    Returns {"p_value", "statistic", "dof", "categories"}; categories with fewer than 5 expected
-    draws are pooled into one.
+    One G-test per position (the law of the t-th token), combined by Bonferroni: ``p_value`` =
+    min(1, tokens × the smallest per-position p-value). Returns {"p_value", "per_position"}.
     """
     prompts = [list(prompt)] * n
     spec = speculative_generate(pair, prompts, verifier, draft_length, tokens, sampling=sampling, seed=seed,
                                 progress=False, record_law=False)
     plain = plain_generate(pair.target, prompts, tokens, sampling=sampling, seed=seed + 1, progress=False)
-    keys = [tuple(t) for t in spec.tokens] + [tuple(t) for t in plain.tokens]
-    _, code = np.unique(np.array(keys), axis=0, return_inverse=True)
-    code = code.reshape(-1)
-    table = np.stack([np.bincount(code[:n], minlength=code.max() + 1), np.bincount(code[n:], minlength=code.max() + 1)])
-    rare = table.sum(axis=0) < 10  # expected < 5 in each sample
-    if rare.any():
-        table = np.concatenate([table[:, ~rare], table[:, rare].sum(axis=1, keepdims=True)], axis=1)
-    table = table[:, table.sum(axis=0) > 0]
-    if table.shape[1] < 2:
-        return {"p_value": 1.0, "statistic": 0.0, "dof": 0, "categories": int(table.shape[1])}
-    stat, p_value, dof, _ = stats.chi2_contingency(table, lambda_="log-likelihood")
-    return {"p_value": float(p_value), "statistic": float(stat), "dof": int(dof), "categories": int(table.shape[1])}
+    a, b = np.stack(spec.tokens), np.stack(plain.tokens)
+    per = [dict(zip(("p_value", "statistic", "dof", "categories"), _g_test(a[:, t], b[:, t]), strict=True))
+           for t in range(tokens)]
+    return {"p_value": min(1.0, tokens * min(x["p_value"] for x in per)), "per_position": per}

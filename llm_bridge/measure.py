@@ -29,6 +29,7 @@ class CallTimer:
     def __init__(self, device: str = "cpu"):
         self.cuda = str(device).startswith("cuda")
         self.records: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+        self._inner = [0.0]  # time spent in timed calls nested inside the running one
 
     def _sync(self):
         if self.cuda:
@@ -37,12 +38,19 @@ class CallTimer:
             torch.cuda.synchronize()
 
     def call(self, kind: str, n: int, fn, *args):
-        """Run ``fn(*args)`` and record its wall-clock under ``kind`` and ``n``."""
+        """Run ``fn(*args)`` and record its wall-clock under ``kind`` and ``n``, less any timed call nested in it
+        (a draft call a verifier asks for is a draft call, not verifier time)."""
         self._sync()
+        self._inner.append(0.0)
         t0 = time.perf_counter()
-        out = fn(*args)
-        self._sync()
-        self.records[kind][int(n)].append(time.perf_counter() - t0)
+        try:
+            out = fn(*args)
+            self._sync()
+        finally:
+            elapsed = time.perf_counter() - t0
+            inner = self._inner.pop()
+            self._inner[-1] += elapsed
+        self.records[kind][int(n)].append(elapsed - inner)
         return out
 
     def add(self, kind: str, n: int, seconds: float) -> None:

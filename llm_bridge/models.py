@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -148,6 +150,22 @@ def _load_gguf(path: Path, dtype=None):
     return model, tokenizer
 
 
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face hub answers at all (offline mode or no route: no, at once, without retries)."""
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
 @dataclass
 class LoadedModel:
     """A causal LM with its tokenizer, where it lives and what it was loaded from."""
@@ -181,13 +199,19 @@ def load_model(spec: str, *, device: str = "auto", dtype: Any = "float32") -> Lo
             raise ModelNotFound(f"{path} is a folder but holds no config.json (not a save_pretrained folder)")
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
         tokenizer = AutoTokenizer.from_pretrained(path)
+    elif not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", str(spec)) or str(spec).startswith("."):
+        raise ModelNotFound(f"model {spec!r} not found: no such folder or .gguf file (and it is not a hub id)")
     else:
+        where = f"no local folder or .gguf file {path}, and the Hugging Face hub id {spec!r}"
+        if not _hub_reachable():
+            raise ModelNotFound(f"model {spec!r} not found: {where} cannot be fetched: the hub is unreachable "
+                                "(offline); pass a local folder or GGUF file")
         try:
             model = AutoModelForCausalLM.from_pretrained(str(spec), dtype=torch_dtype)
             tokenizer = AutoTokenizer.from_pretrained(str(spec))
         except (OSError, ValueError) as err:
-            raise ModelNotFound(f"model {spec!r} not found: no local folder or .gguf file {path}, and the Hugging Face hub id {spec!r} could "
-                                f"not be loaded (offline, or no such repository): {str(err).splitlines()[0]}") from err
+            raise ModelNotFound(f"model {spec!r} not found: {where} could not be loaded: "
+                                f"{str(err).splitlines()[0]}") from err
     model = model.to(device=device, dtype=torch_dtype).eval()
     return LoadedModel(model, tokenizer, str(spec), device, torch_dtype)
 

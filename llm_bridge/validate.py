@@ -1,0 +1,254 @@
+"""``python -m llm_bridge.validate``: otspec's verifiers on a real pair, measured next to the theory.
+
+For every verifier × draft length it runs the speculative loop on the same prompts, and in the same
+process plain target sampling (the speedup's denominator), Hugging Face assisted generation (the
+peer), a t_target(n) / t_draft profile, and the losslessness checks. It writes
+``figures/llm_<name>.json`` (the contract below), ``figures/llm_<name>.md`` and ``figures/llm_<name>.png``.
+
+JSON: ``model_pair`` {target, draft, device, dtype}; ``runs``: per run ``verifier``, ``L``,
+``block_efficiency`` {mean, low, high}, ``predicted_block_efficiency``, ``acceptance_rate``,
+``tv_per_position``, ``t_draft_ms``, ``t_target_ms`` (object keyed by n), ``tokens_per_s``,
+``baseline_tokens_per_s``, ``speedup``, ``predicted_speedup`` (and more: intervals, histograms,
+acceptance per position, the SpecDec++ time decomposition); ``hf_assisted`` {tokens_per_s,
+acceptance_rate}; plus ``baseline``, ``profile``, ``drafter`` and ``lossless``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from otspec.verifiers import REGISTRY, DecodingOPT
+
+from .cache import CachedLM
+from .loop import plain_generate, speculative_generate
+from .lossless import first_token_law, two_sample_test
+from .measure import predicted_block_efficiency, predicted_speedup
+from .models import DEFAULT_TARGET, load_pair
+from .peer import hf_assisted
+from .prompts import DATA_DIR, encode_prompts, read_prompts
+from .sampling import Sampling
+
+__all__ = ["FORMULA", "main", "validate"]
+
+#: Which two-point formula predicts which verifier (eq. (4), eq. (17), the block-OT optimum (8)).
+FORMULA = {"token": "token", "block": "block", "block_v1": "optimal"}
+FIGURES = Path(__file__).resolve().parent.parent / "figures"
+
+
+def _interval(values, point: float) -> dict:
+    return {"mean": float(point), "low": float(np.min(values)), "high": float(np.max(values))}
+
+
+def profile(pair, prompt, continuation, ns, *, reps: int = 5) -> dict:
+    """Median milliseconds of a target call scoring n tokens (each n in ``ns``) and of a one-token draft call,
+    at the context prompt + ``continuation`` (run after warm-up, rolled back after each call)."""
+    from .measure import CallTimer
+
+    timer = CallTimer(pair.target.device)
+    context = np.asarray(list(prompt) + list(continuation), dtype=np.int64)[None]
+    extra = np.resize(np.asarray(continuation, dtype=np.int64), max(ns))[None]
+    target = CachedLM(pair.target.model, 1)
+    target.feed(context, [context.shape[1]])
+    for n in [1, *ns]:  # the first call warms up
+        for _ in range(reps):
+            timer.call("target", n, target.feed, extra[:, :n], [n])
+            target.rollback(target.length - n)
+    out = {"context_tokens": int(context.shape[1]),
+           "t_target_ms": {k: v["median"] for k, v in timer.by_n_ms("target").items() if int(k) in ns}}
+    if not pair.drafter.deterministic:
+        draft = pair.drafter.session(1, Sampling())
+        draft.feed(context, [context.shape[1]])
+        for _ in range(reps + 1):
+            timer.call("draft", 1, draft.feed, extra[:, :1], [1])
+            draft.rollback(draft.length - 1)
+        out["t_draft_ms"] = float(np.median(timer.records["draft"][1][1:]) * 1e3)
+    else:
+        out["t_draft_ms"] = 0.0
+    return out
+
+
+def _per_position(hist: np.ndarray) -> list:
+    """P(draft position i accepted | it was drafted and every earlier one accepted), i = 1..L."""
+    L = hist.shape[0] - 1
+    out = []
+    for i in range(1, L + 1):
+        reached = hist[i:, i - 1:].sum()  # drafted ≥ i tokens and accepted ≥ i − 1
+        out.append(float(hist[i:, i:].sum() / reached) if reached else None)
+    return out
+
+
+def _bootstrap_prediction(result, L: int, key: str, rng, n_boot: int = 100) -> np.ndarray:
+    """Predicted tokens per iteration when each position's iterations are resampled (an interval for the prediction)."""
+    draws = []
+    for _ in range(n_boot):
+        pa = [v[rng.integers(0, v.size, v.size)].mean() for v in result.p_a]
+        qa = [v[rng.integers(0, v.size, v.size)].mean() for v in result.q_a]
+        draws.append(predicted_block_efficiency(pa, qa, len(pa))[key])
+    return np.array(draws)
+
+
+def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, rng) -> dict:
+    """One entry of ``runs``: measured quantities, then the theory's predictions from measured inputs."""
+    d, timer = result.decode, result.timer
+    drafted_positions = len(result.p_a)
+    pa = [float(v.mean()) for v in result.p_a]
+    qa = [float(v.mean()) for v in result.q_a]
+    formulas = predicted_block_efficiency(pa, qa, drafted_positions)
+    key = FORMULA.get(verifier_name, "token")
+    boot = _bootstrap_prediction(result, drafted_positions, key, rng)
+    calls = max(timer.count("target"), 1)
+    model_ms = 1e3 * (timer.total("draft") + timer.total("target"))
+    overhead_ms = max(1e3 * result.seconds - model_ms, 0.0) / calls
+    t_draft = timer.mean_ms("draft") if timer.count("draft") else 0.0
+    draft_calls = timer.count("draft") / calls
+    t_target_pred = prof["t_target_ms"].get(str(L + 1), timer.mean_ms("target"))
+    predict = [predicted_speedup(x, baseline["ms_per_token"], draft_calls, t_draft, t_target_pred, overhead_ms)
+               for x in (formulas[key], boot.min(), boot.max())]
+    be = d.block_efficiency
+    speedup = result.tokens_per_s / baseline["tokens_per_s"]
+    cost = d.cost(t_draft, timer.mean_ms("target"))
+    return {
+        "verifier": verifier_name, "L": L,
+        "block_efficiency": {"mean": be.value, "low": be.low, "high": be.high},
+        "predicted_block_efficiency": formulas[key],
+        "predicted_block_efficiency_interval": {"low": float(boot.min()), "high": float(boot.max())},
+        "predicted_by_formula": formulas,
+        "expected_block_efficiency_given_drafts": float(1 + result.expected_accepted.mean())
+        if result.expected_accepted.size else None,
+        "acceptance_rate": d.acceptance_rate,
+        "acceptance_per_position": _per_position(d.accept_hist),
+        "tv_per_position": [float(v.mean()) for v in result.tv],
+        "two_point_per_position": {"draft": pa, "target": qa},
+        "accepted_length_histogram": d.accept_hist.sum(axis=0).tolist(),
+        "iterations": d.iterations, "generated": d.generated,
+        "draft_calls": timer.count("draft"), "target_calls": timer.count("target"),
+        "t_draft_ms": t_draft, "t_target_ms": {k: v["mean"] for k, v in timer.by_n_ms("target").items()},
+        "t_verify_ms": timer.mean_ms("verify"), "overhead_ms_per_iteration": overhead_ms,
+        "verify_fraction_of_target_call": timer.total("verify") / max(timer.total("target"), 1e-12),
+        "draft_seconds": timer.total("draft"), "target_seconds": timer.total("target"), "seconds": result.seconds,
+        "time_decomposition_ms": cost.as_dict(),
+        "tokens_per_s": result.tokens_per_s, "baseline_tokens_per_s": baseline["tokens_per_s"],
+        "speedup": speedup,
+        "speedup_interval": {"low": speedup * be.low / be.value, "high": speedup * be.high / be.value},
+        "predicted_speedup": predict[0],
+        "predicted_speedup_interval": {"low": predict[1], "high": predict[2]},
+    }
+
+
+def _lossless(pair, prompt, verifiers, sampling: Sampling, samples: int, seed: int) -> dict:
+    """Exact first-token law (L = 2) and the two-sample test for each verifier, with a biased negative control."""
+    if pair.drafter.deterministic:
+        return {"status": "skipped: the n-gram drafter draws nothing to enumerate; see the model drafters' runs"}
+    out = {"sampling": {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p},
+           "draft_length": 2, "samples": samples, "verifiers": {}}
+    checks = [(name, REGISTRY[name]()) for name in verifiers] + [("decoding_opt_eps_inf (biased control)",
+                                                                   DecodingOPT(float("inf")))]
+    for i, (name, verifier) in enumerate(checks):
+        law = first_token_law(pair, prompt, verifier, 2, sampling=sampling)
+        test = two_sample_test(pair, prompt, verifier, 2, n=samples, tokens=2, sampling=sampling, seed=seed + 10 * i)
+        out["verifiers"][name] = {"lossless": verifier.lossless, "first_token_max_deviation": law.max_deviation,
+                                  "draft_paths": law.paths, "two_sample": test}
+    return out
+
+
+def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifiers=("token", "block", "block_v1"),
+             lengths=(2, 4, 8), prompts: int = 8, max_new_tokens: int = 64, device: str = "auto",
+             dtype: str = "float32", temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
+             batch_size: int = 1, lossless_samples: int = 200, hf: bool = True, progress: bool | None = None) -> dict:
+    """Everything of the module docstring; returns the JSON record."""
+    import torch
+    import transformers
+
+    unknown = [v for v in verifiers if v not in REGISTRY]
+    if unknown:
+        raise ValueError(f"verifiers {unknown}: expected names among {sorted(REGISTRY)}")
+    pair = load_pair(target, draft, device=device, dtype=dtype)
+    sampling = Sampling(temperature, top_k, top_p)
+    ids = encode_prompts(pair.tokenizer, read_prompts(DATA_DIR / "validate_prompts.txt", prompts))
+    if len(ids) < prompts:
+        raise ValueError(f"--prompts {prompts}: the prompt file holds only {len(ids)}")
+    rng = np.random.default_rng(seed)
+    plain = plain_generate(pair.target, ids, max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size,
+                           progress=progress)
+    baseline = {"tokens_per_s": plain.tokens_per_s, "ms_per_token": 1e3 * plain.seconds / plain.generated,
+                "t_target_ms": plain.timer.mean_ms("target"), "generated": plain.generated}
+    prof = profile(pair, ids[0], plain.tokens[0][:max_new_tokens // 2], sorted({1, *(L + 1 for L in lengths)}))
+    runs = []
+    for name in verifiers:
+        for L in lengths:
+            result = speculative_generate(pair, ids, REGISTRY[name](), L, max_new_tokens, sampling=sampling,
+                                          seed=seed, batch_size=batch_size, progress=progress)
+            runs.append(run_record(result, name, L, baseline, prof, rng))
+    record = {
+        "model_pair": pair.describe(),
+        "settings": {"prompts": prompts, "max_new_tokens": max_new_tokens, "lengths": list(lengths),
+                     "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed,
+                     "batch_size": batch_size, "torch": torch.__version__, "transformers": transformers.__version__,
+                     "threads": torch.get_num_threads(), "machine": platform.machine(),
+                     "python": platform.python_version()},
+        "baseline": baseline, "profile": prof,
+        "drafter": {"name": pair.drafter.name, "acceptance": float(np.mean([1 - r["tv_per_position"][0]
+                                                                            for r in runs])) if runs else None,
+                    "cost_ratio": prof["t_draft_ms"] / prof["t_target_ms"][str(1)]},
+        "runs": runs,
+    }
+    record["hf_assisted"] = hf_assisted(pair, ids, max_new_tokens, sampling=sampling, seed=seed) if hf else None
+    if hf:
+        record["hf_assisted"]["speedup"] = record["hf_assisted"]["tokens_per_s"] / baseline["tokens_per_s"]
+    law_sampling = Sampling(temperature or 1.0, top_k or 8, top_p)
+    record["lossless"] = _lossless(pair, ids[0], verifiers, law_sampling, lossless_samples, seed)
+    return record
+
+
+def _name(draft: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]+", "_", Path(draft).name).strip("_") or "pair"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m llm_bridge.validate", description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default=DEFAULT_TARGET, help="'smollm2', a folder, a .gguf file or a hub id")
+    ap.add_argument("--draft", default="distilled", help="distilled, ngram[:N], int8, layers:K, or a model")
+    ap.add_argument("--verifiers", default="token,block,block_v1")
+    ap.add_argument("--L", default="2,4,8", help="draft lengths, comma-separated")
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--top-k", type=int, default=0)
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch-size", type=int, default=1, help="prompts decoded together")
+    ap.add_argument("--lossless-samples", type=int, default=200, help="draws per side of the two-sample test")
+    ap.add_argument("--no-hf", action="store_true", help="skip Hugging Face assisted generation")
+    ap.add_argument("--name", help="output name: figures/llm_<name>.* (default: from the draft)")
+    ap.add_argument("--out-dir", type=Path, default=FIGURES)
+    ap.add_argument("--json", action="store_true", help="also print the JSON record")
+    args = ap.parse_args(argv)
+    try:
+        lengths = [int(x) for x in args.L.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--L {args.L!r}: expected comma-separated integers")
+    record = validate(target=args.target, draft=args.draft, verifiers=[v.strip() for v in args.verifiers.split(",")],
+                      lengths=lengths, prompts=args.prompts, max_new_tokens=args.max_new_tokens, device=args.device,
+                      dtype=args.dtype, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                      seed=args.seed, batch_size=args.batch_size, lossless_samples=args.lossless_samples,
+                      hf=not args.no_hf)
+    from .summary import write_outputs
+
+    paths = write_outputs(record, args.out_dir, f"llm_{args.name or _name(args.draft)}")
+    if args.json:
+        print(json.dumps(record, indent=1))
+    print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,227 @@
+"""llm_bridge's decode loop on tiny LLaMA models: caches, rollback, batching, verifiers, controllers, losslessness."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.llm_tiny import VOCAB, random_prompts, tiny_llama, tiny_pair, torch
+
+from llm_bridge.cache import CachedLM  # noqa: E402
+from llm_bridge.drafters import NGramDrafter, Pair  # noqa: E402
+from llm_bridge.lossless import first_token_law, two_sample_test  # noqa: E402
+from llm_bridge.loop import plain_generate, speculative_generate  # noqa: E402
+from llm_bridge.sampling import Sampling  # noqa: E402
+from otspec.distributions import sample_categorical  # noqa: E402
+from otspec.engine.controllers import FixedDraftLength, ThresholdController  # noqa: E402
+from otspec.engine.heads import AcceptanceHead, LearnedHeadController  # noqa: E402
+from otspec.verifiers import BackwardBlockVerify, BlockVerify, DecodingOPT, KSeq, TokenVerify  # noqa: E402
+
+
+def _full_rows(model, seq, sampling):
+    """Processed next-token row after ``seq`` by a full forward pass (no cache)."""
+    with torch.no_grad():
+        return sampling.rows(model(torch.as_tensor([list(seq)])).logits[0, -1])
+
+
+def reference_generate(pair, prompts, verifier, L, N, sampling, seed):
+    """The loop without KV caches or padding: every row recomputed from the whole sequence, same order of draws."""
+    rng, B = np.random.default_rng(seed), len(prompts)
+    seqs, done = [list(p) for p in prompts], np.zeros(B, dtype=np.int64)
+    while (done < N).any():
+        active = done < N
+        limit = np.where(active, np.minimum(L, N - done - 1), 0)
+        drafts, p_rows = [[] for _ in range(B)], [[] for _ in range(B)]
+        drafting = limit > 0
+        for _ in range(L):
+            idx = np.flatnonzero(drafting)
+            if idx.size == 0:
+                break
+            rows = np.stack([_full_rows(pair.drafter.model, seqs[b] + drafts[b], sampling) for b in idx])
+            x = sample_categorical(rows, rng)
+            for j, b in enumerate(idx):
+                drafts[b].append(int(x[j]))
+                p_rows[b].append(rows[j])
+            drafting[idx] = np.array([len(drafts[b]) for b in idx]) < limit[idx]
+        g_all = np.array([len(d) for d in drafts])
+        for g in np.unique(g_all[active]):
+            rows_idx = np.flatnonzero(active & (g_all == g))
+            q = np.stack([[_full_rows(pair.target.model, seqs[b] + drafts[b][:j], sampling) for j in range(g + 1)]
+                          for b in rows_idx])
+            if g == 0:
+                tau, y = np.zeros(rows_idx.size, dtype=np.int64), sample_categorical(q[:, 0], rng)
+            else:
+                toks = np.array([drafts[b] for b in rows_idx])
+                p = np.stack([np.stack(p_rows[b]) for b in rows_idx])
+                out = verifier.sample(toks, p, q, rng, validate=False)
+                tau, y = np.asarray(out.accepted_len), np.asarray(out.correction)
+            for j, b in enumerate(rows_idx):
+                seqs[b] += drafts[b][:tau[j]] + [int(y[j])]
+                done[b] += tau[j] + 1
+    return [np.array(s[len(p):len(p) + N]) for s, p in zip(seqs, prompts, strict=True)]
+
+
+@pytest.mark.parametrize("verifier", [TokenVerify(), BlockVerify()], ids=["token", "block"])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_loop_equals_reference_loop_without_caches(verifier, batch):
+    pair = tiny_pair(sharpness=3.0)
+    prompts = random_prompts(batch, np.random.default_rng(batch))
+    sampling = Sampling(temperature=0.9, top_k=12)
+    got = speculative_generate(pair, prompts, verifier, 3, 20, sampling=sampling, seed=7, progress=False)
+    want = reference_generate(pair, prompts, verifier, 3, 20, sampling, seed=7)
+    for g, w in zip(got.tokens, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+    d = got.decode
+    assert d.generated == 20 * batch and d.accepted > 0 and d.rejected > 0  # both branches of rollback exercised
+    assert d.accepted + d.discarded == sum(int(t) for t in [d.accept_hist.T @ np.arange(d.accept_hist.shape[0])][0])
+
+
+def test_cache_with_holes_matches_full_forward():
+    model = tiny_llama(3)
+    rng = np.random.default_rng(0)
+    seqs = random_prompts(3, rng, 1, 6)
+    cache = CachedLM(model, 3)
+    tokens = np.zeros((3, 6), dtype=np.int64)
+    for b, s in enumerate(seqs):
+        tokens[b, :len(s)] = s
+    cache.feed(tokens, [len(s) for s in seqs])
+    worst = 0.0
+    for _ in range(25):
+        counts = rng.integers(0, 4, size=3)
+        new = rng.integers(3, VOCAB, size=(3, 3))
+        logits, _ = cache.feed(new, counts)
+        for b in range(3):
+            seqs[b] = seqs[b] + list(new[b, :counts[b]])
+            if counts[b]:
+                with torch.no_grad():
+                    ref = model(torch.as_tensor([seqs[b]])).logits[0, -counts[b]:]
+                worst = max(worst, float((logits[b, :counts[b]] - ref).abs().max()))
+        keep = [max(len(s) - int(rng.integers(0, 3)), 0) for s in seqs]
+        cache.rollback(keep)
+        seqs = [s[:k] for s, k in zip(seqs, keep, strict=True)]
+        np.testing.assert_array_equal(cache.length, [len(s) for s in seqs])
+        assert cache.valid.shape[1] == max(len(s) for s in seqs)  # holes squeezed out
+    assert worst < 1e-12
+
+
+def test_single_sequence_rollback_is_a_crop():
+    cache = CachedLM(tiny_llama(4), 1)
+    cache.feed(np.array([[3, 4, 5, 6]]), [4])
+    cache.rollback([2])
+    assert cache.valid.shape == (1, 2) and bool(cache.valid.all())
+    cache.rollback([5])  # more than it holds: nothing changes
+    assert cache.length.tolist() == [2]
+    with pytest.raises(ValueError, match="keep"):
+        cache.rollback([-1])
+
+
+@pytest.mark.parametrize("verifier", [TokenVerify(), BlockVerify(), BackwardBlockVerify()],
+                         ids=["token", "block", "block_v1"])
+@pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=0.7, top_k=6, top_p=0.9)],
+                         ids=["plain", "processed"])
+def test_first_token_law_is_the_target_row(verifier, sampling):
+    pair = tiny_pair(sharpness=2.0)
+    law = first_token_law(pair, [1, 5, 9], verifier, 3 if sampling.top_k else 2, sampling=sampling)
+    assert law.max_deviation < 1e-12
+    assert law.paths > 1
+
+
+def test_biased_verifier_first_token_law_deviates():
+    law = first_token_law(tiny_pair(sharpness=4.0), [1, 5, 9], DecodingOPT(float("inf")), 2)
+    assert law.max_deviation > 0.05
+
+
+def test_two_sample_test_passes_lossless_and_rejects_biased():
+    pair = tiny_pair(sharpness=4.0)
+    sampling = Sampling(top_k=5)
+    ok = [two_sample_test(pair, [1, 5, 9], v, 3, n=300, sampling=sampling, seed=s)["p_value"]
+          for s, v in enumerate([TokenVerify(), BlockVerify(), BackwardBlockVerify()])]
+    assert min(ok) > 1e-3
+    # the negative control: the exact first-token law of the biased verifier is far from the target's,
+    # so this test has power; it must reject
+    assert first_token_law(pair, [1, 5, 9], DecodingOPT(float("inf")), 2, sampling=sampling).max_deviation > 0.2
+    assert two_sample_test(pair, [1, 5, 9], DecodingOPT(float("inf")), 3, n=300, sampling=sampling,
+                           seed=9)["p_value"] < 1e-4
+
+
+def test_seeded_runs_repeat_and_differ_across_seeds():
+    pair = tiny_pair()
+    prompts = random_prompts(2, np.random.default_rng(5))
+    a, b, c = (speculative_generate(pair, prompts, TokenVerify(), 4, 16, seed=s, progress=False).tokens
+               for s in (1, 1, 2))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    assert not all(np.array_equal(x, y) for x, y in zip(a, c, strict=True))
+
+
+def test_batches_of_prompts_give_every_sequence_its_length():
+    pair = tiny_pair()
+    prompts = random_prompts(5, np.random.default_rng(6))
+    run = speculative_generate(pair, prompts, BackwardBlockVerify(), 4, 13, batch_size=2, progress=False)
+    assert [len(t) for t in run.tokens] == [13] * 5
+    assert run.decode.generated == 65 and run.decode.tokens.shape == (5, 13)
+    plain = plain_generate(pair.target, prompts, 9, batch_size=3, progress=False)
+    assert [len(t) for t in plain.tokens] == [9] * 5 and plain.timer.count("target") == 2 * 9
+
+
+def test_greedy_speculative_equals_greedy_plain():
+    pair = tiny_pair(sharpness=2.0)
+    prompts = random_prompts(3, np.random.default_rng(8))
+    greedy = Sampling(temperature=0.0)
+    spec = speculative_generate(pair, prompts, TokenVerify(), 4, 15, sampling=greedy, progress=False)
+    plain = plain_generate(pair.target, prompts, 15, sampling=greedy, progress=False)
+    for a, b in zip(spec.tokens, plain.tokens, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_ngram_drafter_proposes_the_latest_continuation_and_is_lossless_greedy():
+    drafter = NGramDrafter(VOCAB, 2)
+    assert drafter.propose(np.array([5, 6, 7, 5, 6])) == 7
+    assert drafter.propose(np.array([5, 6, 8, 9, 6])) == 8  # 1-gram fallback: after the last 6
+    assert drafter.propose(np.array([3, 4])) == -1
+    pair = tiny_pair(sharpness=2.0)
+    ngram = Pair(pair.target, drafter)
+    prompts = [[1, 5, 6, 7, 5, 6, 7, 5, 6, 7, 5, 6]]
+    greedy = Sampling(temperature=0.0)
+    spec = speculative_generate(ngram, prompts, TokenVerify(), 4, 20, sampling=greedy, progress=False)
+    plain = plain_generate(pair.target, prompts, 20, sampling=greedy, progress=False)
+    np.testing.assert_array_equal(spec.tokens[0], plain.tokens[0])
+
+
+def test_learned_head_controller_on_hidden_states():
+    pair = tiny_pair()
+    rng = np.random.default_rng(0)
+    head = AcceptanceHead().fit(rng.normal(size=(200, 32)), rng.uniform(0.3, 0.9, size=200))
+    ctrl = LearnedHeadController(head, featurize=None, threshold=0.6, max_length=6)
+    run = speculative_generate(pair, random_prompts(3, rng), TokenVerify(), ctrl, 24, progress=False)
+    drafted = run.decode.accept_hist.sum(axis=1)
+    assert run.decode.generated == 72
+    assert drafted[1:6].sum() > 0  # the head stopped some drafts early
+    # fixed length 6 drafts 6 unless a sequence is about to end
+    fixed = speculative_generate(pair, random_prompts(3, rng), TokenVerify(), FixedDraftLength(6), 24, progress=False)
+    assert fixed.decode.accept_hist.sum(axis=1)[6] > fixed.decode.accept_hist.sum(axis=1)[1:6].sum()
+
+
+def test_refuses_oracles_and_multi_draft_verifiers():
+    pair = tiny_pair()
+    with pytest.raises(ValueError, match="oracle"):
+        speculative_generate(pair, [[1, 2]], TokenVerify(), ThresholdController(0.5, 4), 4)
+    with pytest.raises(ValueError, match="candidates"):
+        speculative_generate(pair, [[1, 2]], KSeq(), 4, 4)
+    with pytest.raises(ValueError, match="at least one token"):
+        speculative_generate(pair, [[]], TokenVerify(), 4, 4)
+
+
+def test_records_match_the_ledger():
+    pair = tiny_pair(sharpness=2.0)
+    run = speculative_generate(pair, random_prompts(2, np.random.default_rng(3)), TokenVerify(), 3, 30,
+                               progress=False)
+    d = run.decode
+    assert len(run.tv) == 3 and all(np.all((v >= 0) & (v <= 1)) for v in run.tv)
+    assert run.tv[0].size == d.accept_hist[1:].sum()  # one first-position TV per iteration that drafted
+    for pa, qa, tv in zip(run.p_a, run.q_a, run.tv, strict=True):
+        np.testing.assert_allclose(qa - pa, tv, atol=1e-12)  # the two-point reduction keeps TV
+    # E[tau | drafts] averages to the measured accepted length within sampling error
+    measured = d.accepted / run.expected_accepted.size
+    assert abs(run.expected_accepted.mean() - measured) < 5 * run.expected_accepted.std() / np.sqrt(
+        run.expected_accepted.size) + 0.05
+    assert run.timer.count("target") >= d.iterations / 2 and run.tokens_per_s > 0
