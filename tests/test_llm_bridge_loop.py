@@ -5,17 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from llm_bridge.cache import CachedLM
+from llm_bridge.drafters import NGramDrafter, Pair
+from llm_bridge.loop import plain_generate, speculative_generate
+from llm_bridge.lossless import first_token_law, two_sample_test
+from llm_bridge.sampling import Sampling
+from otspec.distributions import sample_categorical
+from otspec.engine.controllers import FixedDraftLength, ThresholdController
+from otspec.engine.heads import AcceptanceHead, LearnedHeadController
+from otspec.verifiers import BackwardBlockVerify, BlockVerify, DecodingOPT, KSeq, TokenVerify
 from tests.llm_tiny import VOCAB, random_prompts, tiny_llama, tiny_pair, torch
-
-from llm_bridge.cache import CachedLM  # noqa: E402
-from llm_bridge.drafters import NGramDrafter, Pair  # noqa: E402
-from llm_bridge.lossless import first_token_law, two_sample_test  # noqa: E402
-from llm_bridge.loop import plain_generate, speculative_generate  # noqa: E402
-from llm_bridge.sampling import Sampling  # noqa: E402
-from otspec.distributions import sample_categorical  # noqa: E402
-from otspec.engine.controllers import FixedDraftLength, ThresholdController  # noqa: E402
-from otspec.engine.heads import AcceptanceHead, LearnedHeadController  # noqa: E402
-from otspec.verifiers import BackwardBlockVerify, BlockVerify, DecodingOPT, KSeq, TokenVerify  # noqa: E402
 
 
 def _full_rows(model, seq, sampling):
