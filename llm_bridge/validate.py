@@ -161,15 +161,17 @@ def _lossless(pair, prompt, verifiers, sampling: Sampling, samples: int, seed: i
 def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifiers=("token", "block", "block_v1"),
              lengths=(2, 4, 8), prompts: int = 8, max_new_tokens: int = 64, device: str = "auto",
              dtype: str = "float32", temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
-             batch_size: int = 1, lossless_samples: int = 200, hf: bool = True, progress: bool | None = None) -> dict:
-    """Everything of the module docstring; returns the JSON record."""
+             batch_size: int = 1, lossless_samples: int = 200, hf: bool = True, progress: bool | None = None,
+             pair=None) -> dict:
+    """Everything of the module docstring; returns the JSON record. ``pair`` (a loaded
+    :class:`~llm_bridge.drafters.Pair`) replaces ``target``, ``draft``, ``device`` and ``dtype``."""
     import torch
     import transformers
 
     unknown = [v for v in verifiers if v not in REGISTRY]
     if unknown:
         raise ValueError(f"verifiers {unknown}: expected names among {sorted(REGISTRY)}")
-    pair = load_pair(target, draft, device=device, dtype=dtype)
+    pair = pair or load_pair(target, draft, device=device, dtype=dtype)
     sampling = Sampling(temperature, top_k, top_p)
     ids = encode_prompts(pair.tokenizer, read_prompts(DATA_DIR / "validate_prompts.txt", prompts))
     if len(ids) < prompts:

@@ -1,0 +1,76 @@
+"""``python -m llm_bridge.validate`` on tiny saved models: the JSON contract, the Markdown and the plot."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llm_bridge import validate as validate_mod
+from llm_bridge.measure import predicted_block_efficiency, predicted_speedup, two_point
+from tests.llm_tiny import tiny_llama, tiny_tokenizer, torch
+
+RUN_KEYS = {"verifier", "L", "block_efficiency", "predicted_block_efficiency", "acceptance_rate", "tv_per_position",
+            "t_draft_ms", "t_target_ms", "tokens_per_s", "baseline_tokens_per_s", "speedup", "predicted_speedup"}
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pair")
+    for name, seed, layers in (("target", 0, 2), ("draft", 1, 1)):
+        tiny_llama(seed, layers, dtype=torch.float32).save_pretrained(root / name)
+        tiny_tokenizer().save_pretrained(root / name)
+    return root
+
+
+def test_cli_writes_the_json_contract(folders, tmp_path, capsys):
+    out = tmp_path / "figs"
+    code = validate_mod.main(["--target", str(folders / "target"), "--draft", str(folders / "draft"),
+                              "--verifiers", "token,block,block_v1", "--L", "2,3", "--prompts", "2",
+                              "--max-new-tokens", "10", "--device", "cpu", "--lossless-samples", "40",
+                              "--name", "tiny", "--out-dir", str(out), "--json"])
+    assert code == 0
+    record = json.loads((out / "llm_tiny.json").read_text())
+    assert json.loads(capsys.readouterr().out) == record
+    assert record["model_pair"] == {"target": str(folders / "target"), "draft": str(folders / "draft"),
+                                    "device": "cpu", "dtype": "float32"}
+    assert [(r["verifier"], r["L"]) for r in record["runs"]] == [(v, L) for v in ("token", "block", "block_v1")
+                                                                  for L in (2, 3)]
+    for r in record["runs"]:
+        assert RUN_KEYS <= set(r)
+        be = r["block_efficiency"]
+        assert set(be) == {"mean", "low", "high"} and 1 <= be["mean"] <= r["L"] + 1
+        assert len(r["tv_per_position"]) == r["L"] and all(0 <= x <= 1 for x in r["tv_per_position"])
+        assert all(k.isdigit() and v > 0 for k, v in r["t_target_ms"].items())
+        assert r["speedup"] == pytest.approx(r["tokens_per_s"] / r["baseline_tokens_per_s"])
+        assert 1 <= r["predicted_block_efficiency"] <= r["L"] + 1 and r["predicted_speedup"] > 0
+        assert sum(r["accepted_length_histogram"]) == r["iterations"]
+    assert set(record["hf_assisted"]) >= {"tokens_per_s", "acceptance_rate"}
+    laws = record["lossless"]["verifiers"]
+    assert all(laws[v]["first_token_max_deviation"] < 1e-6 for v in ("token", "block", "block_v1"))
+    summary = (out / "llm_tiny.md").read_text()
+    assert all(f"\n| {v} | {L} | " in summary for v in ("token", "block", "block_v1") for L in (2, 3))
+    assert "biased control" in summary
+    assert (out / "llm_tiny.png").stat().st_size > 10_000
+
+
+def test_bad_arguments_are_clear(folders):
+    with pytest.raises(SystemExit):
+        validate_mod.main(["--L", "2,x"])
+    with pytest.raises(ValueError, match="verifiers \\['kseq'\\]"):
+        validate_mod.validate(target=str(folders / "target"), draft=str(folders / "draft"), verifiers=("kseq",))
+
+
+def test_predictions_from_two_point_pairs():
+    # identical rows: every draft token is accepted, L + 1 tokens per iteration, whatever the verifier
+    assert predicted_block_efficiency([0.3] * 3, [0.3] * 3, 3) == {"token": 4.0, "block": 4.0, "optimal": 4.0}
+    # the token formula is sum_l prod (1 - TV_i) with TV_i = q_i(A) - p_i(A)
+    got = predicted_block_efficiency([0.2, 0.1], [0.5, 0.7], 2)
+    assert got["token"] == pytest.approx(1 + 0.7 + 0.7 * 0.4)
+    assert got["token"] <= got["block"] <= got["optimal"] + 1e-12
+    p = torch.tensor([[0.5, 0.3, 0.2]], dtype=torch.float64).numpy()
+    q = torch.tensor([[0.2, 0.3, 0.5]], dtype=torch.float64).numpy()
+    pa, qa = two_point(p, q)
+    assert (pa[0], qa[0]) == pytest.approx((0.5, 0.8))  # A = {x : q >= p} = {1, 2}
+    # cost model: 3 tokens per iteration, 10 ms plain per token, 2 draft calls of 2 ms + a 12 ms target call
+    assert predicted_speedup(3.0, 10.0, 2, 2.0, 12.0) == pytest.approx(30 / 16)
