@@ -8,7 +8,14 @@ import pytest
 from llm_bridge import models
 from llm_bridge.distill import dequantize_rows, quantize_rows
 from llm_bridge.drafters import make_drafter
-from llm_bridge.models import LoadedModel, ModelNotFound, VocabularyMismatch, check_vocabularies, load_model, load_pair
+from llm_bridge.models import (
+    LoadedModel,
+    ModelNotFound,
+    VocabularyMismatch,
+    check_vocabularies,
+    load_model,
+    load_pair,
+)
 from llm_bridge.sampling import Sampling
 from tests.llm_tiny import tiny_llama, tiny_tokenizer, torch
 
