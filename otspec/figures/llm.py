@@ -1,0 +1,171 @@
+"""Real model pairs (``llm_bridge.validate`` records): measured against predicted, in one figure and section.
+
+``python -m llm_bridge.validate`` writes ``figures/llm_<name>.json``; this module reads those
+records (it never runs a model), draws every run's measured block efficiency and speedup against
+the theory's prediction, and writes one report part per record. :func:`record_markdown` and
+:func:`render_record` are also what the command writes beside each record.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from . import register
+from .common import axes, new_figure
+
+__all__ = ["RECORDS_DIR", "llm_data", "record_markdown", "render_llm", "render_record"]
+
+#: Where the committed records live (the repository's ``figures/``).
+RECORDS_DIR = Path(__file__).resolve().parents[2] / "figures"
+
+
+def _f(x, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "–"
+    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+
+
+def record_markdown(record: dict, title: str | None = None) -> str:
+    """A Markdown summary: setup, drafter, baseline and peer, one row per run, losslessness."""
+    pair, s, base = record["model_pair"], record["settings"], record["baseline"]
+    lines = [f"## {title or 'Real model pair: ' + pair['target'] + ' / ' + pair['draft']}", "",
+             f"Target `{pair['target']}`, draft `{pair['draft']}` on {pair['device']} ({pair['dtype']}, "
+             f"{s['threads']} threads, torch {s['torch']}, transformers {s['transformers']}); {s['prompts']} prompts "
+             f"× {s['max_new_tokens']} new tokens, temperature {s['temperature']}, top-k {s['top_k']}, "
+             f"top-p {s['top_p']}, batch {s['batch_size']}, seed {s['seed']}.", ""]
+    prof, drafter = record["profile"], record["drafter"]
+    t_target = ", ".join(f"n={k}: {v:.1f}" for k, v in prof["t_target_ms"].items())
+    lines += [f"Drafter: first-position acceptance 1 − TV = {_f(drafter['acceptance'])}, cost ratio "
+              f"t_draft / t_target(1) = {_f(drafter['cost_ratio'])} (t_draft = {_f(prof['t_draft_ms'], 1)} ms; "
+              f"t_target(n) in ms at a {prof['context_tokens']}-token context: {t_target}).", "",
+              f"Plain target sampling: **{_f(base['tokens_per_s'], 1)} tokens/s** in the same run."]
+    hf = record.get("hf_assisted")
+    if hf:
+        lines.append(f"Hugging Face assisted generation ({hf['mode']}): **{_f(hf['tokens_per_s'], 1)} tokens/s** "
+                     f"(speedup {_f(hf['speedup'], 2)}), acceptance rate {_f(hf['acceptance_rate'])}.")
+    lines += ["", "| verifier | L | block efficiency [95% CI] | predicted | E[τ+1 given drafts] | acceptance rate "
+              "| tokens/s | speedup [CI] | predicted speedup [range] | verifier / target call |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in record["runs"]:
+        be, pi, si, psi = (r["block_efficiency"], r["predicted_block_efficiency_interval"], r["speedup_interval"],
+                           r["predicted_speedup_interval"])
+        lines.append(f"| {r['verifier']} | {r['L']} | {_f(be['mean'])} [{_f(be['low'])}, {_f(be['high'])}] | "
+                     f"{_f(r['predicted_block_efficiency'])} [{_f(pi['low'])}, {_f(pi['high'])}] | "
+                     f"{_f(r['expected_block_efficiency_given_drafts'])} | {_f(r['acceptance_rate'])} | "
+                     f"{_f(r['tokens_per_s'], 1)} | {_f(r['speedup'], 2)} [{_f(si['low'], 2)}, {_f(si['high'], 2)}] | "
+                     f"{_f(r['predicted_speedup'], 2)} [{_f(psi['low'], 2)}, {_f(psi['high'], 2)}] | "
+                     f"{100 * r['verify_fraction_of_target_call']:.1f} % |")
+    lines += ["", "Predicted block efficiency: the token (eq. (4)), block (eq. (17)) or block-OT (eq. (8)) formula on "
+              "the per-position two-point reduction of the measured rows (same TV per position); range from "
+              "resampling iterations. *E[τ+1 given drafts]* averages the verifier's exact conditional law on the real "
+              "rows. Predicted speedup: the cost model with the measured t_draft, t_target(L+1) and loop overhead."]
+    loss = record.get("lossless", {})
+    if "verifiers" in loss:
+        lines += ["", f"Losslessness (top-k {loss['sampling']['top_k']}, L = {loss['draft_length']}, "
+                  f"{loss['samples']} draws per side):", "",
+                  "| verifier | max abs(first-token law − target row) | draft paths | G-test p-value |", "|---|---|---|---|"]
+        for name, v in loss["verifiers"].items():
+            lines.append(f"| {name} | {v['first_token_max_deviation']:.2e} | {v['draft_paths']} | "
+                         f"{v['two_sample']['p_value']:.3g} |")
+    elif loss:
+        lines += ["", f"Losslessness: {loss.get('status')}"]
+    return "\n".join(lines) + "\n"
+
+
+def render_record(record: dict):
+    """A 2 × 2 figure: block efficiency and speedup (measured vs predicted) against L, t_target(n), acceptance per position."""
+    fig = new_figure((11, 8), 110)
+    fig.set_layout_engine("constrained")
+    ax_be, ax_sp, ax_t, ax_pos = fig.subplots(2, 2).ravel()
+    names = sorted({r["verifier"] for r in record["runs"]}, key=[r["verifier"] for r in record["runs"]].index)
+    for c, name in enumerate(names):
+        runs = [r for r in record["runs"] if r["verifier"] == name]
+        Ls = [r["L"] for r in runs]
+        be = [r["block_efficiency"] for r in runs]
+        ax_be.errorbar(Ls, [b["mean"] for b in be], yerr=[[b["mean"] - b["low"] for b in be],
+                                                          [b["high"] - b["mean"] for b in be]],
+                       fmt="o", color=f"C{c}", capsize=3, label=f"{name} measured")
+        ax_be.plot(Ls, [r["predicted_block_efficiency"] for r in runs], "--", color=f"C{c}", label=f"{name} predicted")
+        ax_sp.plot(Ls, [r["speedup"] for r in runs], "o", color=f"C{c}", label=f"{name} measured")
+        ax_sp.plot(Ls, [r["predicted_speedup"] for r in runs], "--", color=f"C{c}", label=f"{name} predicted")
+        last = runs[-1]
+        pos = last["acceptance_per_position"]
+        ax_pos.plot(range(1, len(pos) + 1), pos, "o-", color=f"C{c}", label=f"{name}, L={last['L']}: accepted")
+    if record["runs"]:
+        tv = record["runs"][-1]["tv_per_position"]
+        ax_pos.plot(range(1, len(tv) + 1), [1 - x for x in tv], "k:", label="1 − TV(draft, target)")
+    ax_sp.axhline(1.0, color="grey", lw=0.8)
+    hf = record.get("hf_assisted")
+    if hf:
+        ax_sp.axhline(hf["speedup"], color="C7", ls="-.", label="HF assisted")
+    prof = record["profile"]["t_target_ms"]
+    ax_t.plot([int(k) for k in prof], list(prof.values()), "o-", label="t_target(n)")
+    ax_t.axhline(record["profile"]["t_draft_ms"], color="C1", ls="--", label="t_draft (one token)")
+    for ax, title, xl in ((ax_be, "block efficiency (tokens per target call)", "draft length L"),
+                          (ax_sp, "speedup over plain sampling", "draft length L"),
+                          (ax_t, "time per call (ms)", "tokens scored per target call n"),
+                          (ax_pos, "acceptance per draft position", "position in the draft")):
+        ax.set_title(title)
+        ax.set_xlabel(xl)
+        ax.legend(fontsize=7)
+    pair = record["model_pair"]
+    fig.suptitle(f"{pair['target']} / {pair['draft']} on {pair['device']}")
+    return fig
+
+
+
+def render_llm(data: dict):
+    """Measured against predicted block efficiency and speedup for every run of every record."""
+    fig, (ax_be, ax_sp) = axes((11, 4.6), ncols=2)
+    markers = "osD^vP*X"
+    for i, rec in enumerate(data["records"]):
+        label = f"{rec['model_pair']['draft']} ({rec['model_pair']['device']})"
+        runs = rec["runs"]
+        ax_be.errorbar([r["predicted_block_efficiency"] for r in runs], [r["block_efficiency"]["mean"] for r in runs],
+                       yerr=[[r["block_efficiency"]["mean"] - r["block_efficiency"]["low"] for r in runs],
+                             [r["block_efficiency"]["high"] - r["block_efficiency"]["mean"] for r in runs]],
+                       fmt=markers[i % len(markers)], color=f"C{i}", ms=4, capsize=2, label=label)
+        ax_sp.plot([r["predicted_speedup"] for r in runs], [r["speedup"] for r in runs], markers[i % len(markers)],
+                   color=f"C{i}", ms=4, label=label)
+        hf = rec.get("hf_assisted")
+        if hf:
+            ax_sp.axhline(hf["speedup"], color=f"C{i}", ls=":", lw=1, label=f"HF assisted, {rec['model_pair']['draft']}")
+    for ax, what in ((ax_be, "block efficiency"), (ax_sp, "speedup over plain sampling")):
+        lo, hi = ax.get_xlim()
+        lo, hi = min(lo, ax.get_ylim()[0]), max(hi, ax.get_ylim()[1])
+        ax.plot([lo, hi], [lo, hi], color="0.5", lw=0.8, label="measured = predicted")
+        ax.set_xlabel(f"predicted {what}")
+        ax.set_ylabel(f"measured {what}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("Real model pairs: measurement against the theory's prediction", fontsize=10)
+    return fig
+
+
+def _llm_section(data: dict, png: Path) -> str:
+    if not data["records"]:
+        return (f"## Real model pairs\n\n![measured against predicted]({png.name})\n\nNo `figures/llm_*.json` record "
+                "yet: run `python -m llm_bridge.validate`.\n")
+    parts = ["## Real model pairs", "", f"![measured against predicted]({png.name})", "",
+             "Each record below was measured by `python -m llm_bridge.validate` (its JSON, Markdown and plot sit "
+             "beside this report as `llm_<name>.*`); the figure above puts every run's measurement next to the "
+             "prediction the theory makes from measured per-position rows and call times.", ""]
+    for rec in data["records"]:
+        body = record_markdown(rec, f"{rec['file']}: {rec['model_pair']['target']} / {rec['model_pair']['draft']} "
+                                    f"on {rec['model_pair']['device']}").replace("\n## ", "\n### ")
+        parts += ["#" + body, f"![{rec['file']}]({Path(rec['file']).with_suffix('.png').name})", ""]
+    return "\n".join(parts)
+
+
+@register("real_models", "real_models", render=render_llm, section=_llm_section)
+def llm_data(scale: float = 1.0, records_dir: str | Path | None = None) -> dict:
+    """The committed ``llm_*.json`` records (``scale`` is unused: nothing is rerun)."""
+    folder = Path(records_dir) if records_dir is not None else RECORDS_DIR
+    records = []
+    for path in sorted(folder.glob("llm_*.json")):
+        record = json.loads(path.read_text())
+        if isinstance(record, dict) and "runs" in record and "model_pair" in record:
+            records.append({"file": path.name, **record})
+    return {"records": records}
