@@ -18,20 +18,26 @@ $(BASE_STAMP):
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	touch $(BASE_STAMP)
 
-# the main job: otspec and the notebook runner (no test tools, no torch)
+# the main job: otspec, the notebook runner, a CPU build of torch and transformers for the real pair
 $(DEMO_STAMP): pyproject.toml Makefile $(BASE_STAMP)
-	$(BIN)/python -m pip install --quiet -e ".[notebooks]"
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[notebooks,llm]"
 	touch $(DEMO_STAMP)
 
-# the test suite: otspec, the test tools and a CPU build of torch for the parity tests
+# the test suite: otspec, the test tools, a CPU build of torch and transformers (tiny models, the real pair)
 $(TEST_STAMP): pyproject.toml Makefile $(BASE_STAMP)
 	@if [ -n "$(TORCH_SPEC)" ]; then \
 	  $(BIN)/python -m pip install --quiet "$(TORCH_SPEC)" \
 	  || echo "otspec: could not install $(TORCH_SPEC); torch tests will be skipped"; fi
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,llm]"
 	touch $(TEST_STAMP)
 
+# the short real-model validation of the main job (default pair, cached after its first run)
+LLM_DEMO := --name default --draft distilled --verifiers token,block,block_v1 --L 2,4 --prompts 4 \
+            --max-new-tokens 32 --lossless-samples 100
+
 demo: $(DEMO_STAMP)
+	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.validate $(LLM_DEMO)
 	MPLBACKEND=Agg $(BIN)/python -m otspec.report
 	MPLBACKEND=Agg $(BIN)/python notebooks/execute.py
 
