@@ -84,31 +84,43 @@ def _per_position(hist: np.ndarray) -> list:
     return out
 
 
-def _bootstrap_prediction(result, L: int, key: str, rng, n_boot: int = 100) -> np.ndarray:
-    """Predicted tokens per iteration when each position's iterations are resampled (an interval for the prediction)."""
+def _mixed_prediction(pa, qa, weights) -> dict:
+    """Tokens per iteration of each formula averaged over the drafted depths g (``weights[g]`` = share of iterations)."""
+    out = {"token": 0.0, "block": 0.0, "optimal": 0.0}
+    for g in np.flatnonzero(weights):
+        for key, value in predicted_block_efficiency(pa[:g], qa[:g], int(g)).items():
+            out[key] += weights[g] * value
+    return out
+
+
+def _bootstrap_prediction(result, weights, key: str, rng, n_boot: int = 100) -> np.ndarray:
+    """Predictions with each position's iterations resampled (an interval for the prediction)."""
     draws = []
     for _ in range(n_boot):
         pa = [v[rng.integers(0, v.size, v.size)].mean() for v in result.p_a]
         qa = [v[rng.integers(0, v.size, v.size)].mean() for v in result.q_a]
-        draws.append(predicted_block_efficiency(pa, qa, len(pa))[key])
+        draws.append(_mixed_prediction(pa, qa, weights)[key])
     return np.array(draws)
 
 
 def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, rng) -> dict:
     """One entry of ``runs``: measured quantities, then the theory's predictions from measured inputs."""
     d, timer = result.decode, result.timer
-    drafted_positions = len(result.p_a)
     pa = [float(v.mean()) for v in result.p_a]
     qa = [float(v.mean()) for v in result.q_a]
-    formulas = predicted_block_efficiency(pa, qa, drafted_positions)
+    depths = d.accept_hist.sum(axis=1)  # iterations by drafted depth g (fixed L: L, except at sequence ends)
+    weights = depths / depths.sum()
+    formulas = _mixed_prediction(pa, qa, weights)
     key = FORMULA.get(verifier_name, "token")
-    boot = _bootstrap_prediction(result, drafted_positions, key, rng)
+    boot = _bootstrap_prediction(result, weights, key, rng)
     calls = max(timer.count("target"), 1)
     model_ms = 1e3 * (timer.total("draft") + timer.total("target"))
     overhead_ms = max(1e3 * result.seconds - model_ms, 0.0) / calls
     t_draft = timer.mean_ms("draft") if timer.count("draft") else 0.0
     draft_calls = timer.count("draft") / calls
-    t_target_pred = prof["t_target_ms"].get(str(L + 1), timer.mean_ms("target"))
+    measured = {k: v["mean"] for k, v in timer.by_n_ms("target").items()}
+    t_target_pred = sum(w * prof["t_target_ms"].get(str(g + 1), measured.get(str(g + 1), timer.mean_ms("target")))
+                        for g, w in enumerate(weights) if w > 0)
     predict = [predicted_speedup(x, baseline["ms_per_token"], draft_calls, t_draft, t_target_pred, overhead_ms)
                for x in (formulas[key], boot.min(), boot.max())]
     be = d.block_efficiency
@@ -129,7 +141,8 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, r
         "accepted_length_histogram": d.accept_hist.sum(axis=0).tolist(),
         "iterations": d.iterations, "generated": d.generated,
         "draft_calls": timer.count("draft"), "target_calls": timer.count("target"),
-        "t_draft_ms": t_draft, "t_target_ms": {k: v["mean"] for k, v in timer.by_n_ms("target").items()},
+        "drafted_length_histogram": depths.tolist(),
+        "t_draft_ms": t_draft, "t_target_ms": measured,
         "t_verify_ms": timer.mean_ms("verify"), "overhead_ms_per_iteration": overhead_ms,
         "verify_fraction_of_target_call": timer.total("verify") / max(timer.total("target"), 1e-12),
         "draft_seconds": timer.total("draft"), "target_seconds": timer.total("target"), "seconds": result.seconds,
