@@ -51,7 +51,8 @@ class BridgeResult:
     timer : CallTimer
         Wall-clock of every draft / target / verifier call.
     seconds : float
-        Wall-clock of the decode loop (prefill excluded).
+        Wall-clock of the decode loop (prefill and the measurements of ``tv``, ``p_a``, ``q_a`` and
+        ``expected_accepted`` excluded).
     tv, p_a, q_a : lists of float arrays, one per draft position
         TV(p_i, q_i) and the two-point pair at draft position i of every iteration that drafted it.
     expected_accepted : float array
@@ -185,6 +186,7 @@ def speculative_generate(pair, prompts, verifier: Verifier, draft_length, max_ne
         out += _decode(pair, chunk, offset, verifier, ctrl, N, sampling, rng, timer, ledger, records, bar)
         seconds += time.perf_counter() - t0
     bar.close()
+    seconds -= timer.total("records")
     buf = np.stack(out)
     return BridgeResult(list(buf), ledger.result(buf, confidence), timer, seconds, *records.columns())
 
@@ -217,7 +219,7 @@ def _decode(pair, prompts, offset, verifier, ctrl, N, sampling, rng, timer, ledg
             length[rows_idx] = start[rows_idx] + tau + 1
             ledger.record(offset + rows_idx, start[rows_idx] - plen[rows_idx], g, tau, tau + 1, draft_calls=g,
                           drafted=g * rows_idx.size)
-            records.add(toks, p_rows, q_rows)
+            timer.call("records", g, records.add, toks, p_rows, q_rows)  # measurement, not decoding: excluded
             bar.update(int((tau + 1).sum()))
         kept = start + np.where(active, length - start - 1, 0)  # committed prefix + accepted drafts
         target.rollback(kept)
