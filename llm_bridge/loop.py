@@ -198,7 +198,6 @@ def _decode(pair, prompts, offset, verifier, ctrl, N, sampling, rng, timer, ledg
     draft = pair.drafter.session(B, sampling, hidden=getattr(ctrl, "needs_context", False))
     seq, plen = _start(prompts, N, [("target", target), ("draft", draft)], timer)
     length, state = plen.copy(), verifier.start_state(B, L)
-    t0 = time.perf_counter()
     while (length - plen < N).any():
         active = length - plen < N
         limit = np.where(active, np.minimum(L, N - (length - plen) - 1), 0)
@@ -224,7 +223,6 @@ def _decode(pair, prompts, offset, verifier, ctrl, N, sampling, rng, timer, ledg
         kept = start + np.where(active, length - start - 1, 0)  # committed prefix + accepted drafts
         target.rollback(kept)
         draft.rollback(kept)
-    timer.add("loop", B, time.perf_counter() - t0)
     return [seq[b, plen[b]:plen[b] + N].copy() for b in range(B)]
 
 
