@@ -186,7 +186,7 @@ def speculative_generate(pair, prompts, verifier: Verifier, draft_length, max_ne
         out += _decode(pair, chunk, offset, verifier, ctrl, N, sampling, rng, timer, ledger, records, bar)
         seconds += time.perf_counter() - t0
     bar.close()
-    seconds -= timer.total("records")
+    seconds -= sum(timer.total(k) for k in ("records", "target_prefill", "draft_prefill"))
     buf = np.stack(out)
     return BridgeResult(list(buf), ledger.result(buf, confidence), timer, seconds, *records.columns())
 
