@@ -6,7 +6,9 @@ counted with forward hooks: each target call is one verification iteration emitt
 drafts plus one token, so accepted = generated − target calls and the acceptance rate is
 accepted / drafted, with drafted = the draft model's forward calls (one per drafted token).
 ``min_new_tokens`` keeps every run at exactly ``max_new_tokens`` tokens (it masks the end-of-text
-token until then, which the otspec loop does not need to do).
+token until then, which the otspec loop does not need to do). Hugging Face's timings include its
+prefill, so the same ``generate`` without a draft is timed too (``plain_tokens_per_s``) and
+``speedup`` is the ratio of the two.
 """
 
 from __future__ import annotations
@@ -20,14 +22,25 @@ __all__ = ["hf_assisted"]
 
 
 def hf_assisted(pair, prompts, max_new_tokens: int, *, sampling: Sampling = DEFAULT_SAMPLING, seed: int = 0) -> dict:
-    """{"tokens_per_s", "acceptance_rate", "target_calls", "draft_calls", "generated", "mode"} over ``prompts``."""
+    """{"tokens_per_s", "acceptance_rate", "plain_tokens_per_s", "speedup", "target_calls", "draft_calls",
+    "generated", "mode"} over ``prompts``."""
+    out = _generate(pair, prompts, max_new_tokens, sampling, seed, assisted=True)
+    plain = _generate(pair, prompts, max_new_tokens, sampling, seed, assisted=False)
+    out["plain_tokens_per_s"] = plain["tokens_per_s"]
+    out["speedup"] = out["tokens_per_s"] / plain["tokens_per_s"]
+    return out
+
+
+def _generate(pair, prompts, max_new_tokens, sampling, seed, assisted: bool) -> dict:
     import torch
 
     target = pair.target.model
     counts = {"target": 0, "draft": 0}
     hooks = [target.register_forward_hook(lambda *_: counts.__setitem__("target", counts["target"] + 1))]
     kwargs = {"max_new_tokens": max_new_tokens, "min_new_tokens": max_new_tokens, **sampling.hf_kwargs()}
-    if isinstance(pair.drafter, NGramDrafter):
+    if not assisted:
+        mode = "plain"
+    elif isinstance(pair.drafter, NGramDrafter):
         kwargs["prompt_lookup_num_tokens"], mode = 8, "prompt lookup"
     else:
         draft = pair.drafter.model

@@ -44,7 +44,8 @@ def record_markdown(record: dict, title: str | None = None) -> str:
     hf = record.get("hf_assisted")
     if hf:
         lines.append(f"Hugging Face assisted generation ({hf['mode']}): **{_f(hf['tokens_per_s'], 1)} tokens/s** "
-                     f"(speedup {_f(hf['speedup'], 2)}), acceptance rate {_f(hf['acceptance_rate'])}.")
+                     f"against {_f(hf.get('plain_tokens_per_s'), 1)} for its plain `generate` (speedup "
+                     f"{_f(hf['speedup'], 2)}; both include the prefill), acceptance rate {_f(hf['acceptance_rate'])}.")
     lines += ["", "| verifier | L | block efficiency [95% CI] | predicted | E[τ+1 given drafts] | acceptance rate "
               "| tokens/s | speedup [CI] | predicted speedup [range] | verifier / target call |",
               "|---|---|---|---|---|---|---|---|---|---|"]
