@@ -7,6 +7,8 @@ Recipe (every number is a flag; the defaults made the committed weights):
    are held out to measure acceptance.
 2. Teacher: the target's last hidden state (after its final norm) at every position, stored once;
    the teacher's rows are its tied head applied to them, so the loss below is over the full vocabulary.
+   Only the rows a decode loop uses count: those after the prompt's last token and after each
+   continuation token (the shared system prompt would otherwise be memorised and inflate acceptance).
 3. Draft: the target's first ``--layers`` decoder layers and final norm, initialised from the
    target and trained; the embedding and tied head stay the target's (not trained, not shipped).
 4. Loss: KL(target ‖ draft) per position, AdamW with cosine decay for ``--steps`` steps on
@@ -106,22 +108,32 @@ def _kl_and_overlap(head, draft_hidden, teacher_hidden, mask):
     return (kl * m).sum() / m.sum(), (overlap * m).sum() / m.sum()
 
 
-def _evaluate(draft, head, tokens, lengths, teacher, batch: int = 8) -> float:
+def _masks(tokens, lengths, plens, device):
+    """(attention mask, loss mask): real tokens, and the rows a decode loop uses (after the prompt's last token on)."""
+    import torch
+
+    pos = np.arange(tokens.shape[1])[None]
+    real = pos < lengths[:, None]
+    return (torch.as_tensor(real, device=device).long(),
+            torch.as_tensor(real & (pos >= plens[:, None] - 1), device=device))
+
+
+def _evaluate(draft, head, tokens, lengths, plens, teacher, batch: int = 8) -> float:
     import torch
 
     total = count = 0.0
     with torch.no_grad():
         for i in range(0, len(tokens), batch):
             ids = torch.as_tensor(tokens[i:i + batch], device=draft.device)
-            mask = torch.as_tensor(np.arange(tokens.shape[1])[None] < lengths[i:i + batch, None], device=draft.device)
-            h = draft.model(input_ids=ids, attention_mask=mask.long()).last_hidden_state
+            attention, mask = _masks(tokens[i:i + batch], lengths[i:i + batch], plens[i:i + batch], draft.device)
+            h = draft.model(input_ids=ids, attention_mask=attention).last_hidden_state
             _, ov = _kl_and_overlap(head, h, teacher[i:i + batch].to(draft.device), mask)
             total += float(ov) * float(mask.sum())
             count += float(mask.sum())
     return total / count
 
 
-def distill(*, target: str = DEFAULT_TARGET, layers: int = 4, samples: int = 4, length: int = 128, steps: int = 400,
+def distill(*, target: str = DEFAULT_TARGET, layers: int = 4, samples: int = 6, length: int = 128, steps: int = 400,
             batch: int = 8, lr: float = 5e-4, seed: int = 0, device: str = "auto", out: Path = DISTILLED_DIR,
             log_every: int = 25) -> dict:
     """Run the recipe of the module docstring; returns the ``draft.json`` record."""
@@ -132,7 +144,7 @@ def distill(*, target: str = DEFAULT_TARGET, layers: int = 4, samples: int = 4, 
     t_start = time.perf_counter()
     tgt = load_model(target, device=device, dtype="float32")
     prompt_ids = encode_prompts(tgt.tokenizer, read_prompts(DATA_DIR / "distill_prompts.txt"))
-    tokens, lengths, _ = _corpus(tgt, prompt_ids, samples, length, seed)
+    tokens, lengths, plens = _corpus(tgt, prompt_ids, samples, length, seed)
     teacher = _hidden(tgt.model, tokens, lengths)
     order = np.random.default_rng(seed).permutation(len(tokens))
     n_val = max(1, len(tokens) // 10)
@@ -144,7 +156,8 @@ def distill(*, target: str = DEFAULT_TARGET, layers: int = 4, samples: int = 4, 
     trained = {n: p for n, p in draft.named_parameters() if n.startswith("model.layers.") or n == "model.norm.weight"}
     for p in trained.values():
         p.requires_grad_(True)
-    before = _evaluate(draft, head, tokens[val], lengths[val], teacher[val])
+    heldout = (tokens[val], lengths[val], plens[val], teacher[val])
+    before = _evaluate(draft, head, *heldout)
     opt = torch.optim.AdamW(trained.values(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
     rng, log = np.random.default_rng(seed + 1), []
@@ -152,8 +165,8 @@ def distill(*, target: str = DEFAULT_TARGET, layers: int = 4, samples: int = 4, 
     for step in range(1, steps + 1):
         pick = rng.choice(train, size=min(batch, len(train)), replace=False)
         ids = torch.as_tensor(tokens[pick], device=draft.device)
-        mask = torch.as_tensor(np.arange(tokens.shape[1])[None] < lengths[pick, None], device=draft.device)
-        h = draft.model(input_ids=ids, attention_mask=mask.long()).last_hidden_state
+        attention, mask = _masks(tokens[pick], lengths[pick], plens[pick], draft.device)
+        h = draft.model(input_ids=ids, attention_mask=attention).last_hidden_state
         loss, overlap = _kl_and_overlap(head, h, teacher[pick].to(draft.device), mask)
         opt.zero_grad()
         loss.backward()
@@ -162,8 +175,8 @@ def distill(*, target: str = DEFAULT_TARGET, layers: int = 4, samples: int = 4, 
         sched.step()
         if step % log_every == 0 or step == steps:
             draft.eval()
-            entry = {"step": step, "kl": float(loss), "train_overlap": float(overlap),
-                     "heldout_overlap": _evaluate(draft, head, tokens[val], lengths[val], teacher[val]),
+            entry = {"step": step, "kl": float(loss.detach()), "train_overlap": float(overlap.detach()),
+                     "heldout_overlap": _evaluate(draft, head, *heldout),
                      "seconds": time.perf_counter() - t_start}
             draft.train()
             log.append(entry)
@@ -180,10 +193,10 @@ def distill(*, target: str = DEFAULT_TARGET, layers: int = 4, samples: int = 4, 
               "recipe": {"prompts": "llm_bridge/data/distill_prompts.txt", "samples_per_prompt": samples,
                          "length": length, "sequences": len(tokens), "tokens": int(lengths.sum()),
                          "heldout_sequences": int(n_val), "steps": steps, "batch": batch, "lr": lr, "seed": seed,
-                         "loss": "KL(target || draft), full vocabulary", "optimizer": "AdamW, cosine decay",
+                         "loss": "KL(target || draft), full vocabulary, continuation rows only", "optimizer": "AdamW, cosine decay",
                          "storage": "int8 per-row scales (float16)"},
               "heldout_acceptance_before": before,
-              "heldout_acceptance_after": _evaluate(draft, head, tokens[val], lengths[val], teacher[val]),
+              "heldout_acceptance_after": _evaluate(draft, head, *heldout),
               "device": tgt.device, "seconds": time.perf_counter() - t_start}
     (out / "draft.json").write_text(json.dumps(record, indent=2) + "\n")
     (out / "train_log.json").write_text(json.dumps(log, indent=1) + "\n")
@@ -194,7 +207,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m llm_bridge.distill", description=__doc__.splitlines()[0])
     ap.add_argument("--target", default=DEFAULT_TARGET)
     ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--samples", type=int, default=4, help="continuations sampled per prompt")
+    ap.add_argument("--samples", type=int, default=6, help="continuations sampled per prompt")
     ap.add_argument("--length", type=int, default=128, help="tokens per continuation")
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--batch", type=int, default=8)

@@ -56,7 +56,8 @@ class BridgeResult:
     tv, p_a, q_a : lists of float arrays, one per draft position
         TV(p_i, q_i) and the two-point pair at draft position i of every iteration that drafted it.
     expected_accepted : float array
-        E[τ | draft] of every iteration, from the verifier's exact law on the real rows.
+        E[τ | draft] of every iteration (0 where nothing was drafted), from the verifier's exact law
+        on the real rows.
     """
 
     tokens: list
@@ -152,6 +153,8 @@ class _Records:
             self.q_a[i].append(qa)
         if self.with_law and toks.shape[1]:
             self.law.append(np.asarray(self.verifier.law(toks, p_rows, q_rows, validate=False).expected_accepted))
+        elif self.with_law:  # nothing drafted: τ = 0 for sure
+            self.law.append(np.zeros(toks.shape[0]))
 
     def columns(self):
         cat = [[np.concatenate(v) for v in lists if v] for lists in (self.tv, self.p_a, self.q_a)]

@@ -220,7 +220,8 @@ def test_records_match_the_ledger():
     for pa, qa, tv in zip(run.p_a, run.q_a, run.tv, strict=True):
         np.testing.assert_allclose(qa - pa, tv, atol=1e-12)  # the two-point reduction keeps TV
     # E[tau | drafts] averages to the measured accepted length within sampling error
-    measured = d.accepted / run.expected_accepted.size
+    assert run.expected_accepted.size == d.iterations
+    measured = d.accepted / d.iterations
     assert abs(run.expected_accepted.mean() - measured) < 5 * run.expected_accepted.std() / np.sqrt(
         run.expected_accepted.size) + 0.05
     assert run.timer.count("target") >= d.iterations / 2 and run.tokens_per_s > 0
