@@ -122,7 +122,7 @@ def render_llm(data: dict):
     fig, (ax_be, ax_sp) = axes((11, 4.6), ncols=2)
     markers = "osD^vP*X"
     for i, rec in enumerate(data["records"]):
-        label = f"{rec['model_pair']['draft']} ({rec['model_pair']['device']})"
+        label = f"{rec['file'].removesuffix('.json')}: {rec['model_pair']['draft']} ({rec['model_pair']['device']})"
         runs = rec["runs"]
         ax_be.errorbar([r["predicted_block_efficiency"] for r in runs], [r["block_efficiency"]["mean"] for r in runs],
                        yerr=[[r["block_efficiency"]["mean"] - r["block_efficiency"]["low"] for r in runs],
@@ -132,7 +132,7 @@ def render_llm(data: dict):
                    color=f"C{i}", ms=4, label=label)
         hf = rec.get("hf_assisted")
         if hf:
-            ax_sp.axhline(hf["speedup"], color=f"C{i}", ls=":", lw=1, label=f"HF assisted, {rec['model_pair']['draft']}")
+            ax_sp.axhline(hf["speedup"], color=f"C{i}", ls=":", lw=1, label=f"HF assisted, {rec['file'].removesuffix('.json')}")
     for ax, what in ((ax_be, "block efficiency"), (ax_sp, "speedup over plain sampling")):
         lo, hi = ax.get_xlim()
         lo, hi = min(lo, ax.get_ylim()[0]), max(hi, ax.get_ylim()[1])
