@@ -51,6 +51,7 @@ bench: $(TEST_STAMP)
 	$(BIN)/python benchmarks/bench_token_mc.py
 	$(BIN)/python benchmarks/bench_block_ot.py
 	$(BIN)/python benchmarks/bench_otm.py
+	$(BIN)/python benchmarks/bench_verifiers_torch.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -16,3 +16,17 @@ def test_token_mc_benchmark_runs():
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert [r["blocks_per_s"] > 0 for r in out["results"]] == [True, True]
+
+
+def test_torch_verifier_benchmark_runs():
+    import pytest
+
+    pytest.importorskip("torch")
+    proc = subprocess.run([sys.executable, str(BENCH / "bench_verifiers_torch.py"), "--vocab", "50", "--L", "3",
+                           "--batches", "1,2", "--target", "none", "--repeat", "1", "--device", "cpu", "--json"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert [(r["verifier"], r["batch"]) for r in out["results"]] == [(v, b) for b in (1, 2)
+                                                                      for v in ("token", "block", "block_v1")]
+    assert all(r["verifications_per_s"] > 0 and r["fraction_of_target_call"] is None for r in out["results"])
