@@ -12,6 +12,11 @@ the last n_b slots, the slots before them are holes masked out of attention. Eac
 and then restores the layout: trailing holes are cropped, and holes between tokens are squeezed
 out by one gather over the slot axis of every layer (only when a row's holes are not all at its
 start; with one sequence that never happens and rollback is a crop).
+
+Token trees: :meth:`CachedLM.feed_tree` scores a tree of draft tokens per sequence in one forward
+pass — each node attends to the sequence and to its own ancestors (a 4-D attention mask) at
+position length + depth, so its row equals sequential scoring of its path — and
+:meth:`CachedLM.keep_path` then keeps one root-first path of each tree and drops the other nodes.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class CachedLM:
         self.valid = torch.zeros((batch, 0), dtype=torch.bool, device=self.device)  # (B, slots)
         self.length = np.zeros(batch, dtype=np.int64)
         self.calls = 0
+        self._tree = None  # (first slot, nodes) of a tree awaiting keep_path
 
     def feed(self, tokens, counts):
         """Append ``tokens[b, :counts[b]]`` to sequence b; one forward pass.
@@ -76,6 +82,55 @@ class CachedLM:
         self.valid, self.length = mask, self.length + counts
         self._compact()
         return out.logits, (out.hidden_states[-1] if self.hidden else None)
+
+    def feed_tree(self, tokens, parents, counts):
+        """Score a tree of ``counts[b]`` nodes per sequence in one forward pass; returns logits (B, m, V).
+
+        ``tokens`` (B, m) are right-padded nodes, listed parents first; ``parents`` (B, m) gives each
+        node's parent index among its row's nodes (-1: a child of the sequence's last token).
+        ``logits[b, j]`` is the next-token row after the path root → node j. The nodes stay pending
+        (not part of any sequence) until :meth:`keep_path`.
+        """
+        import torch
+
+        tokens, parents = np.asarray(tokens, dtype=np.int64), np.asarray(parents, dtype=np.int64)
+        counts = np.asarray(counts, dtype=np.int64)
+        B, m = tokens.shape
+        real = np.arange(m)[None, :] < counts[:, None]
+        below = np.zeros((B, m, m), dtype=bool)  # below[b, j, i]: node i is node j or one of its ancestors
+        depth = np.zeros((B, m), dtype=np.int64)
+        for j in range(m):
+            below[:, j, j] = True
+            parent = parents[:, j]
+            has = real[:, j] & (parent >= 0)
+            if (has & (parent >= j)).any():
+                raise ValueError("feed_tree: list every node after its parent (parents[b, j] < j)")
+            rows = np.flatnonzero(has)
+            below[rows, j] |= below[rows, parent[rows]]
+            depth[rows, j] = depth[rows, parent[rows]] + 1
+        mask = torch.cat([self.valid[:, None, :].expand(B, m, -1),
+                          torch.as_tensor(below & real[:, None, :] | np.eye(m, dtype=bool)[None], device=self.device)],
+                         dim=2)[:, None]
+        positions = torch.as_tensor(self.length[:, None] + depth, device=self.device)
+        with torch.no_grad():
+            out = self.model(input_ids=torch.as_tensor(tokens, device=self.device), attention_mask=mask,
+                             position_ids=positions, past_key_values=self.cache, use_cache=True)
+        self.calls += 1
+        self._tree = (self.valid.shape[1], m)
+        self.valid = torch.cat([self.valid, torch.zeros((B, m), dtype=torch.bool, device=self.device)], dim=1)
+        return out.logits
+
+    def keep_path(self, paths) -> None:
+        """Keep node list ``paths[b]`` (root first, a chain of the last :meth:`feed_tree`) of each tree; drop the rest."""
+        start, m = self._tree
+        for b, path in enumerate(paths):
+            path = list(path)
+            if any(not 0 <= j < m for j in path):
+                raise ValueError(f"keep_path: node indices of row {b} must lie in [0, {m})")
+            self.valid[b, [start + j for j in path]] = True
+            self.length[b] += len(path)
+        self._tree = None
+        self._compact()
 
     def rollback(self, keep) -> None:
         """Keep the first ``keep[b]`` tokens of sequence b (at most its length); drop the rest."""

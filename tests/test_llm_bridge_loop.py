@@ -225,3 +225,38 @@ def test_records_match_the_ledger():
     assert abs(run.expected_accepted.mean() - measured) < 5 * run.expected_accepted.std() / np.sqrt(
         run.expected_accepted.size) + 0.05
     assert run.timer.count("target") >= d.iterations / 2 and run.tokens_per_s > 0
+
+
+def test_tree_scoring_equals_sequential_scoring_and_keeps_one_path():
+    model = tiny_llama(6)
+    prefixes = [[1, 5, 7, 9], [1, 4]]
+    cache = CachedLM(model, 2)
+    cache.feed(np.array([[1, 5, 7, 9], [1, 4, 0, 0]]), [4, 2])
+    # row 0: a 4x2-like tree of 6 nodes; row 1: a chain of 3 nodes (padding after)
+    tokens = np.array([[11, 12, 13, 14, 15, 16], [17, 18, 19, 0, 0, 0]])
+    parents = np.array([[-1, -1, 0, 0, 1, 2], [-1, 0, 1, -1, -1, -1]])
+    logits = cache.feed_tree(tokens, parents, [6, 3])
+
+    def path(b, j):
+        out = []
+        while j >= 0:
+            out.append(int(tokens[b, j]))
+            j = parents[b, j]
+        return out[::-1]
+
+    worst = 0.0
+    for b, n in enumerate((6, 3)):
+        for j in range(n):
+            with torch.no_grad():
+                ref = model(torch.as_tensor([prefixes[b] + path(b, j)])).logits[0, -1]
+            worst = max(worst, float((logits[b, j] - ref).abs().max()))
+    assert worst < 1e-12
+    cache.keep_path([[0, 2, 5], [0, 1]])
+    assert cache.length.tolist() == [7, 4]
+    after, _ = cache.feed(np.array([[20], [21]]), [1, 1])
+    for b, seq in enumerate([prefixes[0] + [11, 13, 16, 20], prefixes[1] + [17, 18, 21]]):
+        with torch.no_grad():
+            ref = model(torch.as_tensor([seq])).logits[0, -1]
+        assert float((after[b, 0] - ref).abs().max()) < 1e-12
+    with pytest.raises(ValueError, match="after its parent"):
+        cache.feed_tree(np.array([[3, 4], [3, 4]]), np.array([[1, -1], [-1, 0]]), [2, 2])
