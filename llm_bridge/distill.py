@@ -31,40 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .drafters import DISTILLED_DIR, truncated_target
+from .drafters import DISTILLED_DIR, dequantize_rows, quantize_rows, truncated_target
 from .loop import plain_generate
 from .models import DEFAULT_TARGET, load_model
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 
-__all__ = ["dequantize_rows", "main", "quantize_rows"]
-
-
-def quantize_rows(weights: dict) -> dict:
-    """int8 copies of 2-D tensors with a float16 scale per row (``name:int8``, ``name:scale``); others float16."""
-    import torch
-
-    out = {}
-    for name, w in weights.items():
-        w = w.detach().float().cpu()
-        if w.ndim == 2:
-            scale = (w.abs().amax(dim=1, keepdim=True) / 127.0).clamp_min(1e-12)
-            out[f"{name}:int8"] = torch.round(w / scale).clamp(-127, 127).to(torch.int8).contiguous()
-            out[f"{name}:scale"] = scale.to(torch.float16).contiguous()
-        else:
-            out[name] = w.to(torch.float16).contiguous()
-    return out
-
-
-def dequantize_rows(stored: dict) -> dict:
-    """Float32 tensors back from :func:`quantize_rows`' layout."""
-    out = {}
-    for name, t in stored.items():
-        if name.endswith(":int8"):
-            base = name.removesuffix(":int8")
-            out[base] = t.float() * stored[f"{base}:scale"].float()
-        elif not name.endswith(":scale"):
-            out[name] = t.float()
-    return out
+__all__ = ["distill", "main"]
 
 
 def _corpus(target, prompts, samples: int, length: int, seed: int, batch: int = 32):

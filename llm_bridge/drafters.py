@@ -29,7 +29,8 @@ import numpy as np
 from .cache import CachedLM
 from .models import LoadedModel, check_vocabularies, load_model
 
-__all__ = ["DISTILLED_DIR", "ModelDrafter", "NGramDrafter", "Pair", "make_drafter", "truncated_target"]
+__all__ = ["DISTILLED_DIR", "ModelDrafter", "NGramDrafter", "Pair", "dequantize_rows", "make_drafter", "quantize_rows",
+           "truncated_target"]
 
 #: Where ``python -m llm_bridge.distill`` writes the shipped draft (config, weights, training log).
 DISTILLED_DIR = Path(__file__).parent / "weights" / "distilled"
@@ -152,11 +153,37 @@ def truncated_target(target: LoadedModel, layers: int):
     return draft.eval()
 
 
+def quantize_rows(weights: dict) -> dict:
+    """int8 copies of 2-D tensors with a float16 scale per row (``name:int8``, ``name:scale``); others float16."""
+    import torch
+
+    out = {}
+    for name, w in weights.items():
+        w = w.detach().float().cpu()
+        if w.ndim == 2:
+            scale = (w.abs().amax(dim=1, keepdim=True) / 127.0).clamp_min(1e-12)
+            out[f"{name}:int8"] = torch.round(w / scale).clamp(-127, 127).to(torch.int8).contiguous()
+            out[f"{name}:scale"] = scale.to(torch.float16).contiguous()
+        else:
+            out[name] = w.to(torch.float16).contiguous()
+    return out
+
+
+def dequantize_rows(stored: dict) -> dict:
+    """Float32 tensors back from :func:`quantize_rows`' layout."""
+    out = {}
+    for name, t in stored.items():
+        if name.endswith(":int8"):
+            base = name.removesuffix(":int8")
+            out[base] = t.float() * stored[f"{base}:scale"].float()
+        elif not name.endswith(":scale"):
+            out[name] = t.float()
+    return out
+
+
 def _distilled(target: LoadedModel, folder: Path = DISTILLED_DIR):
     """The shipped distilled draft: the target's architecture with the trained layers of ``folder``."""
     from safetensors.torch import load_file
-
-    from .distill import dequantize_rows
 
     meta_path = folder / "draft.json"
     if not meta_path.is_file():

@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from otspec.distributions import sample_categorical
+from otspec.distributions import sample_categorical, total_variation
 from otspec.engine.controllers import FixedDraftLength
 from otspec.engine.ledger import DecodeResult, Ledger
 from otspec.verifiers.base import Outcome, Verifier
 
 from .cache import CachedLM
-from .measure import CallTimer, position_tv, two_point
+from .measure import CallTimer, two_point
 from .sampling import DEFAULT_SAMPLING, Sampling
 
 __all__ = ["BridgeResult", "plain_generate", "speculative_generate"]
@@ -147,7 +147,7 @@ class _Records:
 
     def add(self, toks, p_rows, q_rows) -> None:
         for i in range(toks.shape[1]):
-            self.tv[i].append(position_tv(p_rows[:, i], q_rows[:, i]))
+            self.tv[i].append(total_variation(p_rows[:, i], q_rows[:, i]))
             pa, qa = two_point(p_rows[:, i], q_rows[:, i])
             self.p_a[i].append(pa)
             self.q_a[i].append(qa)

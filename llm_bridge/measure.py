@@ -2,7 +2,6 @@
 
 * :class:`CallTimer` — wall-clock of every draft, target and verifier call, keyed by the number of
   tokens a target call scores (t_target(n)); CUDA work is synchronised before reading the clock.
-* :func:`position_tv` — per-position TV(draft, target) along the drafted paths.
 * :func:`predicted_block_efficiency` — the block efficiency the token and block formulas predict
   from per-position draft/target rows, through each position's *two-point reduction*: with
   A_i = {x : q_i(x) ≥ p_i(x)} the pair (p_i(A_i), q_i(A_i)) is a Bernoulli pair with the same TV,
@@ -20,7 +19,7 @@ from collections import defaultdict
 
 import numpy as np
 
-__all__ = ["CallTimer", "position_tv", "predicted_block_efficiency", "predicted_speedup", "two_point"]
+__all__ = ["CallTimer", "predicted_block_efficiency", "predicted_speedup", "two_point"]
 
 
 class CallTimer:
@@ -53,9 +52,6 @@ class CallTimer:
         self.records[kind][int(n)].append(elapsed - inner)
         return out
 
-    def add(self, kind: str, n: int, seconds: float) -> None:
-        self.records[kind][int(n)].append(seconds)
-
     def count(self, kind: str) -> int:
         return sum(len(v) for v in self.records[kind].values())
 
@@ -71,11 +67,6 @@ class CallTimer:
         """{n: {"mean", "median", "calls"}} in milliseconds (JSON keys are strings)."""
         return {str(n): {"mean": 1e3 * float(np.mean(v)), "median": 1e3 * float(np.median(v)), "calls": len(v)}
                 for n, v in sorted(self.records[kind].items())}
-
-
-def position_tv(draft_rows, target_rows) -> np.ndarray:
-    """TV(p_i, q_i) for rows (..., V), computed in float64."""
-    return 0.5 * np.abs(np.asarray(draft_rows, np.float64) - np.asarray(target_rows, np.float64)).sum(axis=-1)
 
 
 def two_point(draft_rows, target_rows) -> tuple[np.ndarray, np.ndarray]:

@@ -29,7 +29,7 @@ from otspec.verifiers import REGISTRY, DecodingOPT
 from .cache import CachedLM
 from .loop import plain_generate, speculative_generate
 from .lossless import first_token_law, two_sample_test
-from .measure import predicted_block_efficiency, predicted_speedup
+from .measure import CallTimer, predicted_block_efficiency, predicted_speedup
 from .models import DEFAULT_TARGET, load_pair
 from .peer import hf_assisted
 from .prompts import DATA_DIR, encode_prompts, read_prompts
@@ -42,26 +42,22 @@ FORMULA = {"token": "token", "block": "block", "block_v1": "optimal"}
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
 
 
-def _interval(values, point: float) -> dict:
-    return {"mean": float(point), "low": float(np.min(values)), "high": float(np.max(values))}
-
-
 def profile(pair, prompt, continuation, ns, *, reps: int = 5) -> dict:
     """Median milliseconds of a target call scoring n tokens (each n in ``ns``) and of a one-token draft call,
-    at the context prompt + ``continuation`` (run after warm-up, rolled back after each call)."""
-    from .measure import CallTimer
-
+    at the context prompt + ``continuation`` (after one untimed warm-up call; rolled back after each call)."""
     timer = CallTimer(pair.target.device)
     context = np.asarray(list(prompt) + list(continuation), dtype=np.int64)[None]
     extra = np.resize(np.asarray(continuation, dtype=np.int64), max(ns))[None]
     target = CachedLM(pair.target.model, 1)
     target.feed(context, [context.shape[1]])
-    for n in [1, *ns]:  # the first call warms up
+    target.feed(extra[:, :1], [1])  # warm-up, not timed
+    target.rollback(target.length - 1)
+    for n in ns:
         for _ in range(reps):
             timer.call("target", n, target.feed, extra[:, :n], [n])
             target.rollback(target.length - n)
     out = {"context_tokens": int(context.shape[1]),
-           "t_target_ms": {k: v["median"] for k, v in timer.by_n_ms("target").items() if int(k) in ns}}
+           "t_target_ms": {k: v["median"] for k, v in timer.by_n_ms("target").items()}}
     if not pair.drafter.deterministic:
         draft = pair.drafter.session(1, Sampling())
         draft.feed(context, [context.shape[1]])

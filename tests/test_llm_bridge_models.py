@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from llm_bridge import models
-from llm_bridge.distill import dequantize_rows, quantize_rows
-from llm_bridge.drafters import make_drafter
+from llm_bridge.drafters import dequantize_rows, make_drafter, quantize_rows
 from llm_bridge.models import (
     LoadedModel,
     ModelNotFound,
