@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -33,7 +34,7 @@ import numpy as np
 
 from .drafters import DISTILLED_DIR, dequantize_rows, quantize_rows, truncated_target
 from .loop import plain_generate
-from .models import DEFAULT_TARGET, load_model
+from .models import DEFAULT_TARGET, ModelNotFound, load_model
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 
 __all__ = ["distill", "main"]
@@ -189,9 +190,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=DISTILLED_DIR)
     ap.add_argument("--log-every", type=int, default=25)
     args = ap.parse_args(argv)
-    record = distill(target=args.target, layers=args.layers, samples=args.samples, length=args.length,
-                     steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed, device=args.device, out=args.out,
-                     log_every=args.log_every)
+    try:
+        record = distill(target=args.target, layers=args.layers, samples=args.samples, length=args.length,
+                         steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed, device=args.device, out=args.out,
+                         log_every=args.log_every)
+    except (ModelNotFound, ImportError, ValueError) as err:
+        print(f"python -m llm_bridge.distill: {err}", file=sys.stderr)
+        return 2
     print(json.dumps(record, indent=2))
     return 0
 

@@ -24,13 +24,14 @@ from pathlib import Path
 
 import numpy as np
 
+from otspec.checks import MAX_DRAFT_LENGTH, check_size
 from otspec.verifiers import REGISTRY, DecodingOPT
 
 from .cache import CachedLM
 from .loop import plain_generate, speculative_generate
 from .lossless import first_token_law, two_sample_test
 from .measure import CallTimer, predicted_block_efficiency, predicted_speedup
-from .models import DEFAULT_TARGET, load_pair
+from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch, load_pair
 from .peer import hf_assisted
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 from .sampling import Sampling
@@ -177,6 +178,8 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     import torch
     import transformers
 
+    prompts, max_new_tokens = check_size(prompts, "prompts"), check_size(max_new_tokens, "max_new_tokens")
+    lengths = [check_size(L, "L", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH") for L in lengths]
     unknown = [v for v in verifiers if v not in REGISTRY]
     if unknown:
         raise ValueError(f"verifiers {unknown}: expected names among {sorted(REGISTRY)}")
@@ -247,11 +250,15 @@ def main(argv=None) -> int:
         lengths = [int(x) for x in args.L.split(",") if x.strip()]
     except ValueError:
         ap.error(f"--L {args.L!r}: expected comma-separated integers")
-    record = validate(target=args.target, draft=args.draft, verifiers=[v.strip() for v in args.verifiers.split(",")],
-                      lengths=lengths, prompts=args.prompts, max_new_tokens=args.max_new_tokens, device=args.device,
-                      dtype=args.dtype, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                      seed=args.seed, batch_size=args.batch_size, lossless_samples=args.lossless_samples,
-                      hf=not args.no_hf)
+    try:
+        record = validate(target=args.target, draft=args.draft, verifiers=[v.strip() for v in args.verifiers.split(",")],
+                          lengths=lengths, prompts=args.prompts, max_new_tokens=args.max_new_tokens, device=args.device,
+                          dtype=args.dtype, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                          seed=args.seed, batch_size=args.batch_size, lossless_samples=args.lossless_samples,
+                          hf=not args.no_hf)
+    except (ModelNotFound, VocabularyMismatch, ImportError, ValueError) as err:
+        print(f"python -m llm_bridge.validate: {err}", file=sys.stderr)
+        return 2
     from .summary import write_outputs
 
     paths = write_outputs(record, args.out_dir, f"llm_{args.name or _name(args.draft)}")

@@ -74,3 +74,15 @@ def test_predictions_from_two_point_pairs():
     assert (pa[0], qa[0]) == pytest.approx((0.5, 0.8))  # A = {x : q >= p} = {1, 2}
     # cost model: 3 tokens per iteration, 10 ms plain per token, 2 draft calls of 2 ms + a 12 ms target call
     assert predicted_speedup(3.0, 10.0, 2, 2.0, 12.0) == pytest.approx(30 / 16)
+
+
+def test_cli_bad_input_exits_2_with_a_message(folders, capsys):
+    assert validate_mod.main(["--target", "/nonexistent/model", "--no-hf"]) == 2
+    assert "/nonexistent/model" in capsys.readouterr().err
+    common = ["--target", str(folders / "target"), "--draft", str(folders / "draft"), "--device", "cpu"]
+    assert validate_mod.main([*common, "--prompts", "0"]) == 2
+    assert "prompts" in capsys.readouterr().err
+    assert validate_mod.main([*common, "--prompts", "99"]) == 2
+    assert "holds only 16" in capsys.readouterr().err
+    assert validate_mod.main([*common, "--L", "0"]) == 2
+    assert "L" in capsys.readouterr().err
