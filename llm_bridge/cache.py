@@ -47,7 +47,7 @@ class CachedLM:
         self.valid = torch.zeros((batch, 0), dtype=torch.bool, device=self.device)  # (B, slots)
         self.length = np.zeros(batch, dtype=np.int64)
         self.calls = 0
-        self._tree = None  # (first slot, nodes) of a tree awaiting keep_path
+        self._tree = None  # pending tree nodes: (first slot, ancestor matrix, depths, real) until keep_path
 
     def feed(self, tokens, counts):
         """Append ``tokens[b, :counts[b]]`` to sequence b; one forward pass.
@@ -69,6 +69,7 @@ class CachedLM:
         """
         import torch
 
+        self._no_tree("feed")
         tokens, counts = np.asarray(tokens, dtype=np.int64), np.asarray(counts, dtype=np.int64)
         m = tokens.shape[1]
         new = torch.as_tensor(np.arange(m)[None, :] < counts[:, None], device=self.device)
@@ -84,49 +85,68 @@ class CachedLM:
         return out.logits, (out.hidden_states[-1] if self.hidden else None)
 
     def feed_tree(self, tokens, parents, counts):
-        """Score a tree of ``counts[b]`` nodes per sequence in one forward pass; returns logits (B, m, V).
+        """Score ``counts[b]`` tree nodes per sequence in one forward pass; returns logits (B, m, V).
 
         ``tokens`` (B, m) are right-padded nodes, listed parents first; ``parents`` (B, m) gives each
-        node's parent index among its row's nodes (-1: a child of the sequence's last token).
-        ``logits[b, j]`` is the next-token row after the path root → node j. The nodes stay pending
-        (not part of any sequence) until :meth:`keep_path`.
+        node's parent among the row's *pending* nodes — those of every :meth:`feed_tree` call since the
+        last :meth:`keep_path`, numbered in order across calls — or -1 for a child of the sequence's
+        last token. A tree can so be grown a level per call (drafting) or scored whole (verification).
+        ``logits[b, j]`` is the next-token row after the path root → node j. Pending nodes belong to
+        no sequence until :meth:`keep_path`.
         """
         import torch
 
         tokens, parents = np.asarray(tokens, dtype=np.int64), np.asarray(parents, dtype=np.int64)
         counts = np.asarray(counts, dtype=np.int64)
         B, m = tokens.shape
-        real = np.arange(m)[None, :] < counts[:, None]
-        below = np.zeros((B, m, m), dtype=bool)  # below[b, j, i]: node i is node j or one of its ancestors
-        depth = np.zeros((B, m), dtype=np.int64)
-        for j in range(m):
-            below[:, j, j] = True
-            parent = parents[:, j]
+        start, below, depth, real = self._tree or (self.valid.shape[1], np.zeros((B, 0, 0), dtype=bool),
+                                                    np.zeros((B, 0), dtype=np.int64), np.zeros((B, 0), dtype=bool))
+        M = below.shape[1]
+        real = np.concatenate([real, np.arange(m)[None, :] < counts[:, None]], axis=1)
+        grown = np.zeros((B, M + m, M + m), dtype=bool)  # grown[b, j, i]: node i is node j or an ancestor of it
+        grown[:, :M, :M] = below
+        depth = np.concatenate([depth, np.zeros((B, m), dtype=np.int64)], axis=1)
+        for j in range(M, M + m):
+            grown[:, j, j] = True
+            parent = parents[:, j - M]
             has = real[:, j] & (parent >= 0)
             if (has & (parent >= j)).any():
-                raise ValueError("feed_tree: list every node after its parent (parents[b, j] < j)")
+                raise ValueError("feed_tree: list every node after its parent (parents[b, j] < the node's index)")
             rows = np.flatnonzero(has)
-            below[rows, j] |= below[rows, parent[rows]]
+            grown[rows, j] |= grown[rows, parent[rows]]
             depth[rows, j] = depth[rows, parent[rows]] + 1
-        mask = torch.cat([self.valid[:, None, :].expand(B, m, -1),
-                          torch.as_tensor(below & real[:, None, :] | np.eye(m, dtype=bool)[None], device=self.device)],
+        sees = grown[:, M:] & real[:, None, :]
+        sees[:, np.arange(m), M + np.arange(m)] = True  # padding nodes see themselves (no empty softmax row)
+        mask = torch.cat([self.valid[:, None, :start].expand(B, m, -1), torch.as_tensor(sees, device=self.device)],
                          dim=2)[:, None]
-        positions = torch.as_tensor(self.length[:, None] + depth, device=self.device)
+        positions = torch.as_tensor(self.length[:, None] + depth[:, M:], device=self.device)
         with torch.no_grad():
             out = self.model(input_ids=torch.as_tensor(tokens, device=self.device), attention_mask=mask,
                              position_ids=positions, past_key_values=self.cache, use_cache=True)
         self.calls += 1
-        self._tree = (self.valid.shape[1], m)
+        self._tree = (start, grown, depth, real)
         self.valid = torch.cat([self.valid, torch.zeros((B, m), dtype=torch.bool, device=self.device)], dim=1)
         return out.logits
 
+    @property
+    def pending(self) -> int:
+        """Tree nodes (per row, padding included) scored since the last :meth:`keep_path`."""
+        return 0 if self._tree is None else self._tree[1].shape[1]
+
     def keep_path(self, paths) -> None:
-        """Keep node list ``paths[b]`` (root first, a chain of the last :meth:`feed_tree`) of each tree; drop the rest."""
-        start, m = self._tree
+        """Keep pending nodes ``paths[b]`` (a root-first chain) of each tree as tokens of sequence b; drop the rest."""
+        if self._tree is None:
+            if any(len(path) for path in paths):
+                raise ValueError("keep_path: no tree is pending (call feed_tree first)")
+            return
+        start, below, _, _ = self._tree
+        m = below.shape[1]
         for b, path in enumerate(paths):
             path = list(path)
             if any(not 0 <= j < m for j in path):
                 raise ValueError(f"keep_path: node indices of row {b} must lie in [0, {m})")
+            if path and set(np.flatnonzero(below[b, path[-1]]).tolist()) != set(path):
+                raise ValueError(f"keep_path: nodes {path} of row {b} are not a root-first chain of the tree")
             self.valid[b, [start + j for j in path]] = True
             self.length[b] += len(path)
         self._tree = None
@@ -136,6 +156,7 @@ class CachedLM:
         """Keep the first ``keep[b]`` tokens of sequence b (at most its length); drop the rest."""
         import torch
 
+        self._no_tree("rollback")
         keep = np.minimum(np.asarray(keep, dtype=np.int64), self.length)
         if (keep < 0).any():
             raise ValueError(f"rollback: keep must be >= 0, got {keep.tolist()}")
@@ -143,6 +164,10 @@ class CachedLM:
         self.valid = self.valid & (rank <= torch.as_tensor(keep, device=self.device)[:, None])
         self.length = keep
         self._compact()
+
+    def _no_tree(self, what: str) -> None:
+        if self._tree is not None:
+            raise RuntimeError(f"{what}: tree nodes are pending; call keep_path first")
 
     def _compact(self) -> None:
         """Restore the left-padded layout: crop trailing holes, squeeze holes between tokens."""

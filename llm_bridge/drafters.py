@@ -86,6 +86,13 @@ class _ModelSession:
     def rollback(self, keep):
         self.cache.rollback(keep)
 
+    def feed_tree(self, tokens, parents, counts):
+        """Processed rows (B, m, V) after each new tree node (see :meth:`CachedLM.feed_tree`)."""
+        return self.sampling.rows(self.cache.feed_tree(tokens, parents, counts))
+
+    def keep_path(self, paths):
+        self.cache.keep_path(paths)
+
 
 class NGramDrafter:
     """Prompt lookup decoding: propose the continuation of the last ``n``-gram's latest earlier occurrence."""

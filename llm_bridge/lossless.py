@@ -22,7 +22,7 @@ from otspec.errors import SizeLimitError
 from .loop import plain_generate, speculative_generate
 from .sampling import DEFAULT_SAMPLING, Sampling
 
-__all__ = ["MAX_LAW_PATHS", "FirstTokenLaw", "first_token_law", "two_sample_test"]
+__all__ = ["MAX_LAW_PATHS", "FirstTokenLaw", "first_token_law", "root_token_law", "two_sample_test"]
 
 #: Most draft paths :func:`first_token_law` enumerates (each needs a forward pass of both models).
 MAX_LAW_PATHS = 4096
@@ -94,6 +94,25 @@ def first_token_law(pair, prompt, verifier, draft_length: int, *, sampling: Samp
     return FirstTokenLaw(first, q_levels[0][0], n)
 
 
+def root_token_law(pair, prompt, verifier, k: int, *, sampling: Sampling = DEFAULT_SAMPLING,
+                   max_paths: int = MAX_LAW_PATHS) -> FirstTokenLaw:
+    """Exact law of the first token emitted after ``prompt`` by a multi-draft verifier with k candidates at the root.
+
+    In a tree iteration the first token is decided at the root alone, so its law is
+    Σ_x P_D(x^k) · P(Y = · | x^k) over every candidate tuple the draft row can produce
+    (:func:`otspec.drafts.draft_tuple_law`, drawn as the verifier requires). Lossless: the target's row.
+    """
+    from otspec.drafts import draft_tuple_law
+
+    if pair.drafter.deterministic:
+        raise ValueError("root_token_law enumerates a model drafter's draws; the n-gram drafter has none")
+    p = _last_rows(pair.drafter.model, prompt, [()], sampling)[0]
+    q = _last_rows(pair.target.model, prompt, [()], sampling)[0]
+    tuples, probs = draft_tuple_law(p, int(k), bool(getattr(verifier, "replacement", True)), max_tuples=max_paths)
+    law = verifier.law(tuples, np.broadcast_to(p, (len(tuples), p.size)), np.broadcast_to(q, (len(tuples), q.size)))
+    return FirstTokenLaw(probs @ (np.asarray(law.accepted) + np.asarray(law.rejected)), q, len(tuples))
+
+
 def _g_test(a: np.ndarray, b: np.ndarray) -> tuple[float, float, int, int]:
     """G-test that samples ``a`` and ``b`` (token ids) share one law; categories with < 10 draws in all are pooled."""
     values, code = np.unique(np.concatenate([a, b]), return_inverse=True)
@@ -109,16 +128,24 @@ def _g_test(a: np.ndarray, b: np.ndarray) -> tuple[float, float, int, int]:
     return float(p_value), float(stat), int(dof), int(table.shape[1])
 
 
-def two_sample_test(pair, prompt, verifier, draft_length: int, *, n: int = 400, tokens: int = 2,
-                    sampling: Sampling = DEFAULT_SAMPLING, seed: int = 0) -> dict:
+def two_sample_test(pair, prompt, verifier, draft_length, *, n: int = 400, tokens: int = 2,
+                    sampling: Sampling = DEFAULT_SAMPLING, seed: int = 0, rule: str = "match") -> dict:
     """Do speculative decoding and plain sampling emit the same first ``tokens`` tokens? ``n`` draws each.
 
-    One G-test per position (the law of the t-th token), combined by Bonferroni: ``p_value`` =
-    min(1, tokens × the smallest per-position p-value). Returns {"p_value", "per_position"}.
+    ``draft_length`` is L for a chain verifier, a draft tree (``"2x2"``, a DraftTree) for a multi-draft
+    one (run by :func:`llm_bridge.trees.tree_generate` with ``rule``). One G-test per position (the
+    law of the t-th token), combined by Bonferroni: ``p_value`` = min(1, tokens × the smallest
+    per-position p-value). Returns {"p_value", "per_position"}.
     """
     prompts = [list(prompt)] * n
-    spec = speculative_generate(pair, prompts, verifier, draft_length, tokens, sampling=sampling, seed=seed,
-                                progress=False, record_law=False)
+    if verifier.layout == "candidates":
+        from .trees import tree_generate
+
+        spec = tree_generate(pair, prompts, verifier, draft_length, tokens, rule=rule, sampling=sampling, seed=seed,
+                             progress=False, record_law=False)
+    else:
+        spec = speculative_generate(pair, prompts, verifier, draft_length, tokens, sampling=sampling, seed=seed,
+                                    progress=False, record_law=False)
     plain = plain_generate(pair.target, prompts, tokens, sampling=sampling, seed=seed + 1, progress=False)
     a, b = np.stack(spec.tokens), np.stack(plain.tokens)
     per = [dict(zip(("p_value", "statistic", "dof", "categories"), _g_test(a[:, t], b[:, t]), strict=True))

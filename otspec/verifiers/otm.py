@@ -29,7 +29,9 @@ class OTMVerify(MultiDraftVerifier):
     For each distinct (p, q) row pair the plan is solved exactly by
     :func:`otspec.solvers.otm.otm_maxflow` (cached by the rows' bytes); Y is drawn from the
     plan's row of the given tuple and accepted iff Y ∈ S(x^k), so the expected acceptance is
-    the optimum α_k. numpy-only, for small problems: V**k may not exceed ``max_tuples``.
+    the optimum α_k. Tokens outside both rows' supports take no part in the plan, so each pair is
+    solved on its joint support: numpy-only, for small supports (after top-k / top-p truncation a
+    language model's rows qualify): support**k may not exceed ``max_tuples``.
 
     Parameters
     ----------
@@ -72,8 +74,9 @@ class OTMVerify(MultiDraftVerifier):
         V = p.shape[0]
         count = capped_power(V, int(k))
         if count > self.max_tuples:
-            raise SizeLimitError(f"OTMVerify: V**k = {V}**{k} = {format_count(count)} candidate tuples exceeds max_tuples="
-                                 f"{self.max_tuples}; the OTM plan is only practical for small vocabularies and k",
+            raise SizeLimitError(f"OTMVerify: V**k = {V}**{k} = {format_count(count)} candidate tuples (V = the rows' "
+                                 f"joint support) exceeds max_tuples={self.max_tuples}; the OTM plan is only practical "
+                                 "for small supports and k (truncate the rows with top-k / top-p)",
                                  size=count, limit=self.max_tuples)
         out = otm_maxflow(p, q, int(k), self.replacement).plan
         if len(self._cache) >= self.cache_size:
@@ -95,14 +98,18 @@ class OTMVerify(MultiDraftVerifier):
             return candidates, kernel
         pairs, inverse = np.unique(np.concatenate([p, q], axis=1), axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)
-        for g, pair in enumerate(pairs):  # one plan per distinct (p, q) pair
+        for g, pair in enumerate(pairs):  # one plan per distinct (p, q) pair, on the pair's joint support
             rows = np.flatnonzero(inverse == g)
-            tuples, plan = self.plan(pair[:V], pair[V:], k)
-            codes = _encode(tuples, V)
+            support = np.flatnonzero((pair[:V] > 0) | (pair[V:] > 0))
+            tuples, plan = self.plan(pair[:V][support], pair[V:][support], k)
+            codes = _encode(tuples, support.size)
             order = np.argsort(codes)
-            want = _encode(candidates[rows], V)
+            cands = candidates[rows]
+            at = np.minimum(np.searchsorted(support, cands), support.size - 1)
+            inside = (cands < 0) | (support[at] == cands)
+            want = _encode(np.where(cands < 0, -1, at), support.size)
             pos = np.minimum(np.searchsorted(codes[order], want), len(codes) - 1)
-            found = codes[order][pos] == want
+            found = inside.all(axis=1) & (codes[order][pos] == want)
             if not found.all():
                 b = int(rows[np.flatnonzero(~found)[0]])
                 mode = "with" if self.replacement else "without"
@@ -110,7 +117,7 @@ class OTMVerify(MultiDraftVerifier):
                                  f"{mode} replacement from draft_probs; OTMVerify(replacement={self.replacement}) "
                                  "needs candidates drawn that way")
             sel = plan[order[pos]]
-            kernel[rows] = sel / sel.sum(axis=1, keepdims=True)
+            kernel[np.ix_(rows, support)] = sel / sel.sum(axis=1, keepdims=True)
         return candidates, kernel
 
     def law(self, candidates, draft_probs, target_probs, *, validate=True):

@@ -1,0 +1,201 @@
+"""Multi-draft and tree decoding of real models (llm_bridge.trees) on tiny LLaMA models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llm_bridge.cache import CachedLM
+from llm_bridge.drafters import NGramDrafter, Pair
+from llm_bridge.loop import plain_generate
+from llm_bridge.lossless import root_token_law, two_sample_test
+from llm_bridge.sampling import Sampling
+from llm_bridge.trees import parse_tree, tree_generate
+from otspec.distributions import namespace
+from otspec.drafts import DraftTree
+from otspec.errors import SizeLimitError
+from otspec.verifiers import (
+    KSeq,
+    MultiRound,
+    MultiRoundWithoutReplacement,
+    NaiveMultiCandidate,
+    OTMVerify,
+    TokenVerify,
+)
+from otspec.verifiers.candidates import MultiDraftVerifier, membership_law, membership_outcome
+from tests.llm_tiny import VOCAB, random_prompts, tiny_llama, tiny_pair, torch
+
+TOP4 = Sampling(top_k=4)
+
+
+def _full_row(model, seq, sampling):
+    with torch.no_grad():
+        return sampling.rows(model(torch.as_tensor([list(seq)])).logits[0, -1])
+
+
+class FirstCandidate(MultiDraftVerifier):
+    """A biased control: always emits the first candidate (the draft's law, not the target's)."""
+
+    name = "first"
+    lossless = False
+
+    def law(self, candidates, draft_probs, target_probs, *, validate=True):
+        kernel = np.eye(draft_probs.shape[1])[np.asarray(candidates)[:, 0]]
+        return membership_law(np.asarray(candidates), kernel)
+
+    def sample(self, candidates, draft_probs, target_probs, rng, *, validate=True):
+        candidates = np.asarray(candidates)
+        return membership_outcome(candidates, candidates[:, 0].astype(np.int64))
+
+
+def test_grown_tree_equals_sequential_scoring_float32():
+    """A tree grown a level per call (drafting) and scored whole (verification) both equal sequential scoring."""
+    model = tiny_llama(3, dtype=torch.float32)
+    prefixes = [[1, 5, 7], [1, 9, 4, 6, 8]]
+    grown, whole = CachedLM(model, 2), CachedLM(model, 2)
+    for cache in (grown, whole):
+        cache.feed(np.array([[1, 5, 7, 0, 0], [1, 9, 4, 6, 8]]), [3, 5])
+    # level 1: two children of the root (row 1: one); level 2: children of pending nodes 0 and 1
+    first = grown.feed_tree(np.array([[11, 12], [13, 0]]), np.array([[-1, -1], [-1, -1]]), [2, 1])
+    second = grown.feed_tree(np.array([[14, 15, 16], [17, 18, 0]]), np.array([[0, 0, 1], [0, 2, -1]]), [3, 2])
+    assert grown.pending == 5
+    tokens = np.array([[11, 12, 14, 15, 16], [13, 17, 18, 0, 0]])
+    parents = np.array([[-1, -1, 0, 0, 1], [-1, 0, 1, -1, -1]])
+    at_once = whole.feed_tree(tokens, parents, [5, 3])
+    paths = {0: [[11], [12], [11, 14], [11, 15], [12, 16]], 1: [[13], [13, 17], [13, 17, 18]]}
+    rows = {0: [first[0, 0], first[0, 1], second[0, 0], second[0, 1], second[0, 2]],
+            1: [first[1, 0], second[1, 0], second[1, 1]]}
+    for b in (0, 1):
+        for j, path in enumerate(paths[b]):
+            with torch.no_grad():
+                ref = model(torch.as_tensor([prefixes[b] + path])).logits[0, -1]
+            assert float((rows[b][j] - ref).abs().max()) < 1e-5
+            assert float((at_once[b, j] - ref).abs().max()) < 1e-5
+    with pytest.raises(RuntimeError, match="pending"):
+        grown.feed(np.array([[3], [3]]), [1, 1])
+    with pytest.raises(ValueError, match="root-first chain"):
+        grown.keep_path([[1, 2], []])  # node 2 (14) hangs below node 0, not node 1
+    grown.keep_path([[0, 2], [0, 2, 3]])  # 11 → 14, and 13 → 17 → 18 (pending columns: row 1's 17 is column 2)
+    assert grown.length.tolist() == [5, 8]
+    after, _ = grown.feed(np.array([[20], [21]]), [1, 1])
+    for b, seq in enumerate([prefixes[0] + [11, 14, 20], prefixes[1] + [13, 17, 18, 21]]):
+        with torch.no_grad():
+            ref = model(torch.as_tensor([seq])).logits[0, -1]
+        assert float((after[b, 0] - ref).abs().max()) < 1e-5
+
+
+@pytest.mark.parametrize("verifier,tree,rule", [(KSeq(), "2x2x1", "match"), (MultiRound(), "iid:3:2", "accepted"),
+                                                (MultiRoundWithoutReplacement(), "2x2", "match")],
+                         ids=["kseq-2x2x1", "multiround-iid", "multiround-wor"])
+def test_every_trie_row_equals_a_full_forward_pass(verifier, tree, rule):
+    pair = tiny_pair(sharpness=2.0)
+    prompts = random_prompts(2, np.random.default_rng(4))
+    run = tree_generate(pair, prompts, verifier, tree, 12, rule=rule, batch_size=2, progress=False, keep_tries=True)
+    assert run.decode.generated == 24 and len(run.tries) == run.decode.iterations
+    checked = 0
+    for b, committed, trie in run.tries:
+        for node in range(len(trie.token)):
+            path = committed.tolist() + [trie.token[j] for j in trie.path_to(node)]
+            np.testing.assert_allclose(trie.q[node], _full_row(pair.target.model, path, Sampling()), atol=1e-12)
+            if node in trie.p:
+                np.testing.assert_allclose(trie.p[node], _full_row(pair.drafter.model, path, Sampling()), atol=1e-12)
+            checked += 1
+        assert committed[:len(prompts[b])].tolist() == list(prompts[b])
+    assert checked > 3 * run.decode.iterations
+    # the emitted tokens are the committed prefixes that follow
+    for b in range(2):
+        last = [c for i, c, _ in run.tries if i == b][-1]
+        assert run.tokens[b][:last.size - len(prompts[b])].tolist() == last[len(prompts[b]):].tolist()
+
+
+@pytest.mark.parametrize("verifier,k", [(KSeq(), 2), (MultiRound(), 3), (MultiRoundWithoutReplacement(), 3),
+                                        (NaiveMultiCandidate(), 2), (OTMVerify(), 2), (OTMVerify(False), 2)],
+                         ids=["kseq", "multiround", "multiround-wor", "naive", "otm", "otm-wor"])
+def test_root_token_law_is_the_target_row(verifier, k):
+    pair = tiny_pair()
+    law = root_token_law(pair, [1, 5, 9, 3], verifier, k, sampling=TOP4)
+    assert law.paths > 1
+    assert law.max_deviation < 1e-12
+    assert abs(law.law.sum() - 1) < 1e-12
+
+
+def test_biased_root_law_deviates():
+    law = root_token_law(tiny_pair(), [1, 5, 9, 3], FirstCandidate(), 2, sampling=TOP4)
+    assert law.max_deviation > 0.05
+
+
+@pytest.mark.parametrize("verifier,tree,rule", [(KSeq(), "2x2", "match"), (MultiRoundWithoutReplacement(), "2x2",
+                                                                             "accepted"), (OTMVerify(), "iid:2:2",
+                                                                                           "match")],
+                         ids=["kseq", "multiround-wor", "otm"])
+def test_tree_loop_passes_two_sample_test(verifier, tree, rule):
+    pair = tiny_pair(sharpness=2.0)
+    test = two_sample_test(pair, [1, 5, 9, 3], verifier, tree, n=300, tokens=3, sampling=TOP4, seed=5, rule=rule)
+    assert test["p_value"] > 1e-3
+
+
+def test_two_sample_test_rejects_a_biased_tree_verifier():
+    pair = tiny_pair(sharpness=2.0)
+    test = two_sample_test(pair, [1, 5, 9, 3], FirstCandidate(), "2x1", n=300, tokens=2, sampling=TOP4, seed=5)
+    assert test["p_value"] < 1e-6
+
+
+@pytest.mark.parametrize("rule", ["match", "accepted"])
+def test_expected_length_given_the_trie_matches_the_measured_one(rule):
+    pair = tiny_pair(sharpness=2.0)
+    run = tree_generate(pair, random_prompts(4, np.random.default_rng(6)), KSeq(), "3x2x1", 40, rule=rule,
+                        sampling=TOP4, progress=False)
+    d = run.decode
+    assert run.expected_accepted.size == d.iterations
+    measured = d.accepted / d.iterations
+    se = run.expected_accepted.std() / np.sqrt(d.iterations)
+    assert abs(run.expected_accepted.mean() - measured) < 5 * se + 0.1
+    # records: one go-on probability per verified node; the optimum bounds the closed form node by node
+    assert run.go_on[0].size == (d.accept_hist.sum(axis=1)[1:]).sum()
+    for acc, opt in zip(run.acceptance, run.optimum, strict=True):
+        assert np.all(acc <= opt + 1e-9)
+    assert run.tree == DraftTree((3, 2, 1)) and run.target_nodes.size == d.iterations
+
+
+def test_greedy_tree_decoding_equals_greedy_plain():
+    pair = tiny_pair()
+    prompts = random_prompts(3, np.random.default_rng(8))
+    greedy = Sampling(temperature=0)
+    tree = tree_generate(pair, prompts, KSeq(), "2x2x2", 15, sampling=greedy, progress=False)
+    plain = plain_generate(pair.target, prompts, 15, sampling=greedy, progress=False)
+    for a, b in zip(tree.tokens, plain.tokens, strict=True):
+        assert a.tolist() == b.tolist()
+
+
+def test_tree_arguments_are_checked():
+    pair = tiny_pair()
+    with pytest.raises(ValueError, match="multi-draft verifier"):
+        tree_generate(pair, [[1, 2]], TokenVerify(), "2x2", 4)
+    with pytest.raises(ValueError, match="rule"):
+        tree_generate(pair, [[1, 2]], KSeq(), "2x2", 4, rule="first")
+    with pytest.raises(ValueError, match="model draft"):
+        tree_generate(Pair(pair.target, NGramDrafter(VOCAB)), [[1, 2]], KSeq(), "2x2", 4)
+    with pytest.raises(ValueError, match="k-config"):
+        parse_tree("2xx")
+    with pytest.raises(ValueError, match="iid:K:L"):
+        parse_tree("iid:4")
+    assert parse_tree("iid:4:3", False) == DraftTree((4, 1, 1), False)
+    with pytest.raises(SizeLimitError, match="joint support"):  # the OTM plan on full rows: refused, not attempted
+        tree_generate(pair, [[1, 2, 3]], OTMVerify(), "3x1", 4, progress=False)
+
+
+def test_otm_plan_on_the_joint_support_equals_the_plan_on_compressed_rows():
+    rng = np.random.default_rng(2)
+    V, support = 40, np.array([3, 7, 8, 21, 30])
+    p, q = np.zeros((1, V)), np.zeros((1, V))
+    p[0, support[:4]] = rng.dirichlet(np.ones(4))
+    q[0, support[1:]] = rng.dirichlet(np.ones(4))
+    cands = np.array([[7, 3], [21, 21], [8, 3]])
+    wide = OTMVerify().law(cands, np.repeat(p, 3, 0), np.repeat(q, 3, 0))
+    index = {int(t): i for i, t in enumerate(support)}
+    narrow = OTMVerify().law(np.vectorize(index.get)(cands), np.repeat(p[:, support], 3, 0),
+                             np.repeat(q[:, support], 3, 0))
+    xp = namespace(p)
+    np.testing.assert_allclose(xp.asarray(wide.accepted)[:, support], narrow.accepted, atol=1e-12)
+    np.testing.assert_allclose(xp.asarray(wide.rejected)[:, support], narrow.rejected, atol=1e-12)
+    assert float(np.asarray(wide.accepted).sum() + np.asarray(wide.rejected).sum()) == pytest.approx(3.0)
