@@ -10,7 +10,13 @@ JSON: ``model_pair`` {target, draft, device, dtype}; ``runs``: per run ``verifie
 ``tv_per_position``, ``t_draft_ms``, ``t_target_ms`` (object keyed by n), ``tokens_per_s``,
 ``baseline_tokens_per_s``, ``speedup``, ``predicted_speedup`` (and more: intervals, histograms,
 acceptance per position, the SpecDec++ time decomposition); ``hf_assisted`` {tokens_per_s,
-acceptance_rate}; plus ``baseline``, ``profile``, ``drafter`` and ``lossless``.
+acceptance_rate}; plus ``baseline``, ``profile``, ``drafter`` and ``lossless``. With ``--trees``:
+``tree_runs``, per multi-draft verifier × draft tree (k-configs such as ``4x2x2x1``, or ``iid:K:L``
+for SpecTr's K drafts of L tokens) ``verifier``, ``tree``, ``rule``, ``block_efficiency``,
+``expected_block_efficiency_given_tree``, ``predicted_block_efficiency`` (the verifier's closed-form
+acceptance per depth), ``otm_bound_block_efficiency`` (the OTM-k optimum on the same rows),
+per-depth ``go_on`` / ``acceptance`` / ``optimum`` / ``tv``, ``target_nodes_per_call``, times,
+``tokens_per_s``, ``speedup`` and ``predicted_speedup``.
 """
 
 from __future__ import annotations
@@ -25,16 +31,17 @@ from pathlib import Path
 import numpy as np
 
 from otspec.checks import MAX_DRAFT_LENGTH, check_size
-from otspec.verifiers import REGISTRY, DecodingOPT
+from otspec.verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, DecodingOPT
 
 from .cache import CachedLM
 from .loop import plain_generate, speculative_generate
-from .lossless import first_token_law, two_sample_test
+from .lossless import first_token_law, root_token_law, two_sample_test
 from .measure import CallTimer, predicted_block_efficiency, predicted_speedup
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch, load_pair
 from .peer import hf_assisted
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 from .sampling import Sampling
+from .trees import parse_tree, tree_generate
 
 __all__ = ["FORMULA", "main", "validate"]
 
@@ -152,7 +159,60 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, r
     }
 
 
-def _lossless(pair, prompt, verifiers, sampling: Sampling, samples: int, seed: int) -> dict:
+def _chain_of_means(means, weights) -> float:
+    """Tokens per iteration 1 + Σ_d Π_{i≤d} a_i for per-depth rates ``means``, averaged over drafted depths g."""
+    out = 0.0
+    for g in np.flatnonzero(weights):
+        out += weights[g] * (1.0 + float(np.sum(np.cumprod(means[:g]))))
+    return out
+
+
+def tree_record(result, verifier_name: str, baseline: dict, prof: dict) -> dict:
+    """One entry of ``tree_runs``: measured, E[τ+1 | trie], and the per-depth product predictions."""
+    d, timer = result.decode, result.timer
+    depths = d.accept_hist.sum(axis=1)
+    weights = depths / depths.sum()
+    per_depth = {key: [float(np.mean(v)) for v in getattr(result, key)] for key in ("go_on", "acceptance", "optimum")}
+    per_depth["tv"] = [float(np.mean(v)) for v in result.tv]
+    predicted = {key: _chain_of_means(np.array(v + [0.0] * (len(weights) - len(v))), weights)
+                 for key, v in per_depth.items() if key != "tv"}
+    calls = max(timer.count("target"), 1)
+    ns = np.array([int(n) for n in prof["t_target_ms"]])
+    ts = np.array(list(prof["t_target_ms"].values()))
+    t_target_pred = float(np.mean(np.interp(result.target_nodes, ns, ts))) if result.target_nodes.size else 0.0
+    t_draft = timer.mean_ms("draft") if timer.count("draft") else 0.0
+    model_ms = 1e3 * (timer.total("draft") + timer.total("target"))
+    overhead_ms = max(1e3 * result.seconds - model_ms, 0.0) / calls
+    be = d.block_efficiency
+    speedup = result.tokens_per_s / baseline["tokens_per_s"]
+    return {
+        "verifier": verifier_name, "tree": "x".join(map(str, result.tree.branching)), "rule": result.rule,
+        "replacement": result.tree.replacement, "tree_tokens": result.tree.num_tokens,
+        "block_efficiency": {"mean": be.value, "low": be.low, "high": be.high},
+        "expected_block_efficiency_given_tree": float(1 + result.expected_accepted.mean())
+        if result.expected_accepted.size else None,
+        "predicted_block_efficiency": predicted["acceptance"],
+        "go_on_block_efficiency": predicted["go_on"],
+        "otm_bound_block_efficiency": predicted["optimum"],
+        "go_on": per_depth["go_on"], "acceptance": per_depth["acceptance"], "optimum": per_depth["optimum"],
+        "tv": per_depth["tv"], "candidates": [float(np.mean(v)) for v in result.candidates],
+        "accepted_length_histogram": d.accept_hist.sum(axis=0).tolist(), "drafted_depth_histogram": depths.tolist(),
+        "iterations": d.iterations, "generated": d.generated,
+        "draft_calls": timer.count("draft"), "target_calls": timer.count("target"),
+        "target_nodes_per_call": float(result.target_nodes.mean()) if result.target_nodes.size else 0.0,
+        "t_draft_ms": t_draft, "t_target_ms": {k: v["mean"] for k, v in timer.by_n_ms("target").items()},
+        "t_target_mean_ms": timer.mean_ms("target"), "t_verify_ms": timer.mean_ms("verify"),
+        "overhead_ms_per_iteration": overhead_ms,
+        "verify_fraction_of_target_call": timer.total("verify") / max(timer.total("target"), 1e-12),
+        "seconds": result.seconds, "tokens_per_s": result.tokens_per_s,
+        "baseline_tokens_per_s": baseline["tokens_per_s"], "speedup": speedup,
+        "speedup_interval": {"low": speedup * be.low / be.value, "high": speedup * be.high / be.value},
+        "predicted_speedup": predicted_speedup(predicted["acceptance"], baseline["ms_per_token"],
+                                               timer.count("draft") / calls, t_draft, t_target_pred, overhead_ms),
+    }
+
+
+def _lossless(pair, prompt, verifiers, sampling: Sampling, samples: int, seed: int, multi=()) -> dict:
     """Exact first-token law (L = 2) and the two-sample test for each verifier, with a biased negative control."""
     if pair.drafter.deterministic:
         return {"status": "skipped: the n-gram drafter draws nothing to enumerate; see the model drafters' runs"}
@@ -165,6 +225,14 @@ def _lossless(pair, prompt, verifiers, sampling: Sampling, samples: int, seed: i
         test = two_sample_test(pair, prompt, verifier, 2, n=samples, tokens=2, sampling=sampling, seed=seed + 10 * i)
         out["verifiers"][name] = {"lossless": verifier.lossless, "first_token_max_deviation": law.max_deviation,
                                   "draft_paths": law.paths, "two_sample": test}
+    for i, name in enumerate(multi):  # the root's law with k = 2 candidates, and a 2x1 tree against plain sampling
+        verifier = MULTI_DRAFT_REGISTRY[name]()
+        law = root_token_law(pair, prompt, verifier, 2, sampling=sampling)
+        test = two_sample_test(pair, prompt, verifier, "2x1", n=samples, tokens=2, sampling=sampling,
+                               seed=seed + 1000 + 10 * i)
+        out["verifiers"][f"{name} (tree 2x1)"] = {"lossless": verifier.lossless,
+                                                  "first_token_max_deviation": law.max_deviation,
+                                                  "draft_paths": law.paths, "two_sample": test}
     return out
 
 
@@ -172,9 +240,10 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
              lengths=(2, 4, 8), prompts: int = 8, max_new_tokens: int = 64, device: str = "auto",
              dtype: str = "float32", temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
              batch_size: int = 1, lossless_samples: int = 200, hf: bool = True, progress: bool | None = None,
-             pair=None) -> dict:
+             pair=None, trees=(), multi_verifiers=("kseq", "multiround"), rule: str = "match") -> dict:
     """Everything of the module docstring; returns the JSON record. ``pair`` (a loaded
-    :class:`~llm_bridge.drafters.Pair`) replaces ``target``, ``draft``, ``device`` and ``dtype``."""
+    :class:`~llm_bridge.drafters.Pair`) replaces ``target``, ``draft``, ``device`` and ``dtype``;
+    ``trees`` (k-configs) adds a run per multi-draft verifier × tree."""
     import torch
     import transformers
 
@@ -183,6 +252,11 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     unknown = [v for v in verifiers if v not in REGISTRY]
     if unknown:
         raise ValueError(f"verifiers {unknown}: expected names among {sorted(REGISTRY)}")
+    trees = [parse_tree(t) for t in trees]
+    multi_verifiers = list(multi_verifiers) if trees else []
+    unknown = [v for v in multi_verifiers if v not in MULTI_DRAFT_REGISTRY]
+    if unknown:
+        raise ValueError(f"multi-draft verifiers {unknown}: expected names among {sorted(MULTI_DRAFT_REGISTRY)}")
     pair = pair or load_pair(target, draft, device=device, dtype=dtype)
     sampling = Sampling(temperature, top_k, top_p)
     ids = encode_prompts(pair.tokenizer, read_prompts(DATA_DIR / "validate_prompts.txt", prompts))
@@ -193,13 +267,20 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
                            progress=progress)
     baseline = {"tokens_per_s": plain.tokens_per_s, "ms_per_token": 1e3 * plain.seconds / plain.generated,
                 "t_target_ms": plain.timer.mean_ms("target"), "generated": plain.generated}
-    prof = profile(pair, ids[0], plain.tokens[0][:max_new_tokens // 2], sorted({1, *(L + 1 for L in lengths)}))
+    ns = {1, *(L + 1 for L in lengths), *(t.num_tokens + 1 for t in trees)}
+    prof = profile(pair, ids[0], plain.tokens[0][:max_new_tokens // 2], sorted(ns))
     runs = []
     for name in verifiers:
         for L in lengths:
             result = speculative_generate(pair, ids, REGISTRY[name](), L, max_new_tokens, sampling=sampling,
                                           seed=seed, batch_size=batch_size, progress=progress)
             runs.append(run_record(result, name, L, baseline, prof, rng))
+    tree_runs = []
+    for name in multi_verifiers:
+        for tree in trees:
+            result = tree_generate(pair, ids, MULTI_DRAFT_REGISTRY[name](), tree, max_new_tokens, rule=rule,
+                                   sampling=sampling, seed=seed, batch_size=batch_size, progress=progress)
+            tree_runs.append(tree_record(result, name, baseline, prof))
     record = {
         "model_pair": pair.describe(),
         "settings": {"prompts": prompts, "max_new_tokens": max_new_tokens, "lengths": list(lengths),
@@ -213,11 +294,14 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
                     "cost_ratio": prof["t_draft_ms"] / prof["t_target_ms"][str(1)]},
         "runs": runs,
     }
+    if trees:
+        record["tree_runs"] = tree_runs
+        record["settings"].update(trees=[str(t) for t in trees], rule=rule)
     record["hf_assisted"] = hf_assisted(pair, ids, max_new_tokens, sampling=sampling, seed=seed) if hf else None
     if hf:  # against the otspec baseline too (Hugging Face's own ratio is "speedup")
         record["hf_assisted"]["speedup_vs_baseline"] = record["hf_assisted"]["tokens_per_s"] / baseline["tokens_per_s"]
     law_sampling = Sampling(temperature or 1.0, top_k or 8, top_p)
-    record["lossless"] = _lossless(pair, ids[0], verifiers, law_sampling, lossless_samples, seed)
+    record["lossless"] = _lossless(pair, ids[0], verifiers, law_sampling, lossless_samples, seed, multi_verifiers)
     return record
 
 
@@ -231,6 +315,12 @@ def main(argv=None) -> int:
     ap.add_argument("--draft", default="distilled", help="distilled, ngram[:N], int8, layers:K, or a model")
     ap.add_argument("--verifiers", default="token,block,block_v1")
     ap.add_argument("--L", default="2,4,8", help="draft lengths, comma-separated")
+    ap.add_argument("--trees", default="", help="draft trees for multi-draft runs, comma-separated k-configs "
+                    "(4x2x2x1) or iid:K:L (K i.i.d. drafts of L tokens); none by default")
+    ap.add_argument("--multi-verifiers", default="kseq,multiround",
+                    help=f"multi-draft verifiers for --trees, among {','.join(MULTI_DRAFT_REGISTRY)}")
+    ap.add_argument("--rule", default="match", choices=("match", "accepted"),
+                    help="tree walk: SpecTr's match (go on when a candidate equals Y) or MCSD's accepted")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--device", default="auto")
@@ -255,7 +345,9 @@ def main(argv=None) -> int:
                           lengths=lengths, prompts=args.prompts, max_new_tokens=args.max_new_tokens, device=args.device,
                           dtype=args.dtype, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                           seed=args.seed, batch_size=args.batch_size, lossless_samples=args.lossless_samples,
-                          hf=not args.no_hf)
+                          hf=not args.no_hf, trees=[t for t in args.trees.split(",") if t.strip()],
+                          multi_verifiers=[v.strip() for v in args.multi_verifiers.split(",") if v.strip()],
+                          rule=args.rule)
     except (ModelNotFound, VocabularyMismatch, ImportError, ValueError) as err:
         print(f"python -m llm_bridge.validate: {err}", file=sys.stderr)
         return 2

@@ -86,3 +86,37 @@ def test_cli_bad_input_exits_2_with_a_message(folders, capsys):
     assert "holds only 16" in capsys.readouterr().err
     assert validate_mod.main([*common, "--L", "0"]) == 2
     assert "L" in capsys.readouterr().err
+
+
+TREE_KEYS = {"verifier", "tree", "rule", "block_efficiency", "expected_block_efficiency_given_tree",
+             "predicted_block_efficiency", "otm_bound_block_efficiency", "go_on", "acceptance", "optimum", "tv",
+             "target_nodes_per_call", "tokens_per_s", "speedup", "predicted_speedup"}
+
+
+def test_cli_tree_runs(folders, tmp_path):
+    out = tmp_path / "figs"
+    code = validate_mod.main(["--target", str(folders / "target"), "--draft", str(folders / "draft"),
+                              "--verifiers", "token", "--L", "2", "--trees", "iid:2:2,2x2",
+                              "--multi-verifiers", "kseq,multiround_without_replacement", "--rule", "accepted",
+                              "--prompts", "2", "--max-new-tokens", "10", "--device", "cpu",
+                              "--lossless-samples", "40", "--no-hf", "--name", "trees", "--out-dir", str(out)])
+    assert code == 0
+    record = json.loads((out / "llm_trees.json").read_text())
+    runs = record["tree_runs"]
+    assert [(r["verifier"], r["tree"], r["replacement"]) for r in runs] == [
+        ("kseq", "2x1", True), ("kseq", "2x2", True), ("multiround_without_replacement", "2x1", False),
+        ("multiround_without_replacement", "2x2", False)]
+    for r in runs:
+        assert TREE_KEYS <= set(r) and r["rule"] == "accepted"
+        assert 1 <= r["block_efficiency"]["mean"] <= 3 and len(r["go_on"]) == 2
+        assert all(a <= o + 1e-9 for a, o in zip(r["acceptance"], r["optimum"], strict=True))
+        assert r["predicted_block_efficiency"] <= r["otm_bound_block_efficiency"] + 1e-9
+        assert r["target_nodes_per_call"] >= 1 and r["predicted_speedup"] > 0
+    laws = record["lossless"]["verifiers"]
+    assert laws["kseq (tree 2x1)"]["first_token_max_deviation"] < 1e-6
+    assert laws["multiround_without_replacement (tree 2x1)"]["first_token_max_deviation"] < 1e-6
+    summary = (out / "llm_trees.md").read_text()
+    assert "| kseq | 2x2 | accepted |" in summary and "w/o repl." in summary
+    assert (out / "llm_trees.png").stat().st_size > 10_000
+    assert validate_mod.main(["--target", str(folders / "target"), "--draft", str(folders / "draft"),
+                              "--trees", "2x1", "--multi-verifiers", "token", "--prompts", "1", "--no-hf"]) == 2

@@ -62,6 +62,7 @@ def record_markdown(record: dict, title: str | None = None) -> str:
               "the per-position two-point reduction of the measured rows (same TV per position); range from "
               "resampling iterations. *E[τ+1 given drafts]* averages the verifier's exact conditional law on the real "
               "rows. Predicted speedup: the cost model with the measured t_draft, t_target(L+1) and loop overhead."]
+    lines += _tree_markdown(record.get("tree_runs") or [])
     loss = record.get("lossless", {})
     if "verifiers" in loss:
         lines += ["", f"Losslessness (top-k {loss['sampling']['top_k']}, L = {loss['draft_length']}, "
@@ -75,11 +76,63 @@ def record_markdown(record: dict, title: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _tree_markdown(runs: list) -> list:
+    if not runs:
+        return []
+    lines = ["", "Multi-draft and tree runs (one target call scores every node of the drafted trie):", "",
+             "| verifier | tree | rule | block efficiency [95% CI] | E[τ+1 given trie] | predicted | OTM-k bound "
+             "| go-on per depth | nodes per target call | tokens/s | speedup [CI] | predicted speedup "
+             "| verifier / target call |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        be, si = r["block_efficiency"], r["speedup_interval"]
+        go = ", ".join(_f(x, 2) for x in r["go_on"])
+        lines.append(f"| {r['verifier']} | {r['tree']}{'' if r['replacement'] else ' (w/o repl.)'} | {r['rule']} | "
+                     f"{_f(be['mean'])} [{_f(be['low'])}, {_f(be['high'])}] | "
+                     f"{_f(r['expected_block_efficiency_given_tree'])} | {_f(r['predicted_block_efficiency'])} | "
+                     f"{_f(r['otm_bound_block_efficiency'])} | {go} | {_f(r['target_nodes_per_call'], 1)} | "
+                     f"{_f(r['tokens_per_s'], 1)} | {_f(r['speedup'], 2)} [{_f(si['low'], 2)}, {_f(si['high'], 2)}] | "
+                     f"{_f(r['predicted_speedup'], 2)} | {100 * r['verify_fraction_of_target_call']:.1f} % |")
+    lines += ["", "*Predicted*: 1 + Σ_d Π_{i≤d} a_i with a_d the verifier's closed-form acceptance (averaged over "
+              "candidates) at the measured rows of the nodes walked at depth d, averaged over drafted depths; *OTM-k "
+              "bound*: the same with the optimal multi-draft acceptance α_k on those rows; *E[τ+1 given trie]*: the "
+              "verifier's exact law on every row of the drafted trie. Under the SpecTr rule a residual token that "
+              "equals a candidate also goes on, so *go-on* can exceed the acceptance."]
+    return lines
+
+
+def _render_trees(fig, runs: list) -> None:
+    """Two panels: measured vs predicted tokens per target call per tree run; go-on / acceptance / optimum per depth."""
+    ax_be, ax_depth = fig.subplots(1, 2)
+    labels = [f"{r['verifier']}\n{r['tree']}" for r in runs]
+    x = range(len(runs))
+    be = [r["block_efficiency"] for r in runs]
+    ax_be.errorbar(x, [b["mean"] for b in be], yerr=[[b["mean"] - b["low"] for b in be],
+                                                     [b["high"] - b["mean"] for b in be]],
+                   fmt="o", color="C0", capsize=3, label="measured")
+    ax_be.plot(x, [r["expected_block_efficiency_given_tree"] for r in runs], "x", color="C3", label="E[τ+1 | trie]")
+    ax_be.plot(x, [r["predicted_block_efficiency"] for r in runs], "_", ms=14, mew=2, color="C1", label="predicted")
+    ax_be.plot(x, [r["otm_bound_block_efficiency"] for r in runs], "v", color="C2", label="OTM-k bound")
+    ax_be.set_xticks(list(x), labels, fontsize=7, rotation=20)
+    ax_be.set_title("multi-draft: tokens per target call")
+    for c, r in enumerate(runs[:6]):
+        d = range(1, len(r["go_on"]) + 1)
+        ax_depth.plot(d, r["go_on"], "o-", color=f"C{c}", label=f"{r['verifier']} {r['tree']}: go on")
+        ax_depth.plot(d, r["optimum"], "v:", color=f"C{c}")
+    ax_depth.set_title("per depth: go-on (solid), OTM-k optimum (dotted)")
+    ax_depth.set_xlabel("tree depth")
+    for ax in (ax_be, ax_depth):
+        ax.legend(fontsize=7)
+
+
 def render_record(record: dict):
     """A 2 × 2 figure: block efficiency and speedup (measured vs predicted) against L, t_target(n), acceptance per position."""
-    fig = new_figure((11, 8), 110)
+    trees = record.get("tree_runs") or []
+    fig = new_figure((11, 11.5 if trees else 8), 110)
     fig.set_layout_engine("constrained")
-    ax_be, ax_sp, ax_t, ax_pos = fig.subplots(2, 2).ravel()
+    top, bottom = fig.subfigures(2, 1, height_ratios=[2, 1]) if trees else (fig, None)
+    ax_be, ax_sp, ax_t, ax_pos = top.subplots(2, 2).ravel()
+    if trees:
+        _render_trees(bottom, trees)
     names = sorted({r["verifier"] for r in record["runs"]}, key=[r["verifier"] for r in record["runs"]].index)
     for c, name in enumerate(names):
         runs = [r for r in record["runs"] if r["verifier"] == name]
@@ -130,6 +183,12 @@ def render_llm(data: dict):
                        fmt=markers[i % len(markers)], color=f"C{i}", ms=4, capsize=2, label=label)
         ax_sp.plot([r["predicted_speedup"] for r in runs], [r["speedup"] for r in runs], markers[i % len(markers)],
                    color=f"C{i}", ms=4, label=label)
+        trees = rec.get("tree_runs") or []
+        if trees:
+            ax_be.plot([r["predicted_block_efficiency"] for r in trees], [r["block_efficiency"]["mean"] for r in trees],
+                       markers[i % len(markers)], mfc="none", color=f"C{i}", ms=6, label=f"{label}: trees")
+            ax_sp.plot([r["predicted_speedup"] for r in trees], [r["speedup"] for r in trees],
+                       markers[i % len(markers)], mfc="none", color=f"C{i}", ms=6)
         hf = rec.get("hf_assisted")
         if hf:
             ax_sp.axhline(hf["speedup"], color=f"C{i}", ls=":", lw=1, label=f"HF assisted, {rec['file'].removesuffix('.json')}")
