@@ -162,12 +162,19 @@ class LearnedHeadController:
     ``featurize(previous, tokens)`` maps the token before each drafted one (-1 at a sequence start)
     and the drafted tokens to feature rows; a loop that has richer draft-side features (the draft
     model's hidden states in ``llm_bridge``) passes them as ``features=`` instead.
+
+    ``lagged=True`` is SpecDec++ Algorithm 1 to the letter (spec §6): the features handed over at
+    step k are the draft's embedding e_{k−1} at the previous drafted token (the forward pass that
+    yields p_k), so they predict the acceptance of token k − 1; step 1 multiplies nothing (its
+    features describe the context, not a drafted token), so for h > 0 every round drafts at least
+    2 tokens unless ``max_length`` is 1.
     """
 
     needs_context = True
 
-    def __init__(self, head: AcceptanceHead, featurize: Callable, threshold: float, max_length: int):
-        self.head, self.featurize = head, featurize
+    def __init__(self, head: AcceptanceHead, featurize: Callable, threshold: float, max_length: int, *,
+                 lagged: bool = False):
+        self.head, self.featurize, self.lagged = head, featurize, bool(lagged)
         self.threshold = check_real(threshold, "threshold", low=0.0, high=1.0)
         self.max_length = check_size(max_length, "max_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
         self._predicted = np.ones(0)
@@ -184,5 +191,6 @@ class LearnedHeadController:
             features = self.featurize(previous, tokens)
         n = np.asarray(features).shape[0]
         which = np.arange(n) if which is None else which
-        self._predicted[which] *= self.head.predict(features)
+        if not (self.lagged and step == 1):
+            self._predicted[which] *= self.head.predict(features)
         return ((1.0 - self._predicted[which]) < self.threshold) & (step < self.max_length)

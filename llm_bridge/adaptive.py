@@ -1,0 +1,321 @@
+"""SpecDec++ on the real pair: the acceptance head on the draft's hidden states, the adaptive loop, the frontier.
+
+``python -m llm_bridge.adaptive`` (spec ``specdecpp.md`` §5–7; p is the draft, q the target):
+
+1. **Training data, the paper's construction (§7).** For each training prompt the target writes a
+   response X_1..X_N (plain sampling, the run's processing); one draft pass on (prompt, X) gives
+   p(·|prompt, X_{<i}) and one target pass q(·|prompt, X_{<i}); Y_i ~ p(·|prompt, X_{<i}) and the soft
+   label P_i = min{1, q(Y_i|·)/p(Y_i|·)}; token mixing sets Z_i = X_i with probability r (15 %), else
+   Y_i; one draft pass on (prompt, Z) gives e_i, the draft's final hidden state at Z_i, for every
+   position with Z_i = Y_i (the head's rows).
+2. **The head** — :class:`otspec.engine.heads.AcceptanceHead` (the paper's D = 0 head: a linear layer
+   and a sigmoid) fitted on the weighted loss (12); held-out prompts give the binary KL diagnostic.
+3. **The adaptive loop** — :func:`llm_bridge.loop.speculative_generate` with a
+   :class:`~otspec.engine.heads.LearnedHeadController` in Algorithm 1's convention (``lagged=True``:
+   the features the draft call returns with p_k are e_{k−1}, the embedding at the previous drafted
+   token; stop once 1 − ∏ P̂ exceeds h).
+4. **The frontier** (the paper's Figure 3 on this pair): discard rate N_discarded / N against
+   verification rate N_target / N for the threshold rule over h and for fixed K, with measured
+   tokens/s, speedup over plain sampling in the same run, and the cost model's latency (eq. (4))
+   from the measured t_draft and t_target.
+
+Writes ``figures/llm_adaptive_<name>.json`` / ``.md`` / ``.png``; the head is saved as JSON (``--save-head``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from otspec.distributions import sample_categorical
+from otspec.engine.heads import AcceptanceHead, LearnedHeadController, binary_kl
+from otspec.verifiers import TokenVerify
+
+from .loop import plain_generate, speculative_generate
+from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch, load_pair
+from .prompts import DATA_DIR, encode_prompts, read_prompts
+from .sampling import DEFAULT_SAMPLING, Sampling
+
+__all__ = ["HeadData", "frontier", "head_training_data", "load_head", "main", "save_head", "train_head"]
+
+FIGURES = Path(__file__).resolve().parent.parent / "figures"
+THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+@dataclass(frozen=True)
+class HeadData:
+    """Rows of the head's training set: features e_i (n, H), soft labels P_i (n,), and the prompt of each row."""
+
+    features: np.ndarray
+    labels: np.ndarray
+    prompt: np.ndarray
+
+    def split(self, held_out: float = 0.2):
+        """(train, test) by prompt: the last ``held_out`` share of prompts is the test set."""
+        prompts = np.unique(self.prompt)
+        n_train = min(max(int(round(len(prompts) * (1 - held_out))), 1), max(len(prompts) - 1, 1))
+        sel = np.isin(self.prompt, prompts[:n_train])
+        take = lambda m: HeadData(self.features[m], self.labels[m], self.prompt[m])  # noqa: E731
+        return take(sel), take(~sel)
+
+
+def _forward(model, ids, hidden: bool = False):
+    import torch
+
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        out = model(input_ids=torch.as_tensor([list(ids)], device=device), output_hidden_states=hidden)
+    return out.logits[0], (out.hidden_states[-1][0] if hidden else None)
+
+
+def head_training_data(pair, prompts, max_new_tokens: int, *, mix: float = 0.15,
+                       sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int = 16,
+                       progress: bool | None = None) -> HeadData:
+    """The paper's training data (module docstring, step 1) for ``prompts`` (token id lists)."""
+    from tqdm.auto import tqdm
+
+    if not 0.0 <= mix <= 1.0:
+        raise ValueError(f"mix: expected a probability in [0, 1], got {mix!r}")
+    if getattr(pair.drafter, "deterministic", False) or not hasattr(pair.drafter, "model"):
+        raise ValueError("the acceptance head reads a model draft's hidden states; the n-gram drafter has none")
+    responses = plain_generate(pair.target, prompts, max_new_tokens, sampling=sampling, seed=seed,
+                               batch_size=batch_size, progress=progress).tokens
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), 1]))
+    feats, labels, which = [], [], []
+    for j, (prompt, X) in enumerate(tqdm(list(zip(prompts, responses, strict=True)), desc="head data", leave=False,
+                                         disable=None if progress is None else not progress)):
+        P, N = len(prompt), len(X)
+        rows = slice(P - 1, P - 1 + N)  # logits at these positions predict X_1..X_N
+        q = sampling.rows(_forward(pair.target.model, list(prompt) + list(X))[0][rows])
+        p = sampling.rows(_forward(pair.drafter.model, list(prompt) + list(X))[0][rows])
+        Y = sample_categorical(p, rng)
+        label = np.minimum(1.0, q[np.arange(N), Y] / p[np.arange(N), Y])
+        from_draft = rng.random(N) >= mix
+        Z = np.where(from_draft, Y, X)
+        _, hidden = _forward(pair.drafter.model, list(prompt) + Z.tolist(), hidden=True)
+        e = hidden[P:P + N].double().cpu().numpy()  # e_i at Z_i: position P + i − 1 for i = 1..N
+        feats.append(e[from_draft])
+        labels.append(label[from_draft])
+        which.append(np.full(int(from_draft.sum()), j))
+    return HeadData(np.concatenate(feats), np.concatenate(labels), np.concatenate(which))
+
+
+def train_head(data: HeadData, *, w_rej: float = 3.0, l2: float = 1e-4, held_out: float = 0.2):
+    """(head, report): the head fitted on the training prompts, binary KL and mean labels on both splits."""
+    train, test = data.split(held_out)
+    head = AcceptanceHead(1.0, w_rej, l2).fit(train.features, train.labels)
+    report = {"rows": {"train": int(train.labels.size), "test": int(test.labels.size)}, "w_acc": 1.0, "w_rej": w_rej,
+              "l2": l2, "mean_label": {"train": float(train.labels.mean())}}
+    for name, part in (("train", train), ("test", test)):
+        if part.labels.size:
+            pred = head.predict(part.features)
+            report.setdefault("binary_kl", {})[name] = binary_kl(part.labels, pred)
+            report.setdefault("binary_kl_constant", {})[name] = binary_kl(part.labels,
+                                                                         np.full(part.labels.size, train.labels.mean()))
+            report["mean_label"][name] = float(part.labels.mean())
+            report.setdefault("correlation", {})[name] = float(np.corrcoef(part.labels, pred)[0, 1]) \
+                if part.labels.std() > 0 and pred.std() > 0 else None
+    return head, report
+
+
+def save_head(head: AcceptanceHead, path, meta: dict) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**meta, "theta": head.theta.tolist(), "bias": head.bias}) + "\n")
+    return path
+
+
+def load_head(path) -> tuple[AcceptanceHead, dict]:
+    """(head, metadata) from :func:`save_head`'s JSON."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no acceptance head at {path} (train one: python -m llm_bridge.adaptive)")
+    meta = json.loads(path.read_text())
+    head = AcceptanceHead(meta.get("w_acc", 1.0), meta.get("w_rej", 1.0), meta.get("l2", 1e-4))
+    head.theta, head.bias = np.asarray(meta.pop("theta"), dtype=np.float64), float(meta.pop("bias"))
+    return head, meta
+
+
+def _row(result, policy: str, value, baseline: dict) -> dict:
+    d, timer = result.decode, result.timer
+    t_draft, t_target = timer.mean_ms("draft"), timer.mean_ms("target")
+    cost = d.cost(t_draft, t_target)
+    be = d.block_efficiency
+    drafted = d.accept_hist.sum(axis=1)
+    return {"policy": policy, "value": value, "block_efficiency": {"mean": be.value, "low": be.low, "high": be.high},
+            "mean_draft_length": float(drafted @ np.arange(drafted.size) / max(drafted.sum(), 1)),
+            "discard_rate": cost.discard_rate, "verification_rate": cost.verification_rate,
+            "latency_ms": cost.latency, "t_draft_ms": t_draft, "t_target_ms": t_target,
+            "tokens_per_s": result.tokens_per_s, "speedup": result.tokens_per_s / baseline["tokens_per_s"],
+            "model_speedup": baseline["ms_per_token"] / cost.latency}
+
+
+def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6, 8), max_length: int = 12,
+             max_new_tokens: int = 48, sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int = 1,
+             progress: bool | None = None) -> dict:
+    """Fixed K and the threshold rule on the learned head, on the same prompts with plain sampling beside them."""
+    plain = plain_generate(pair.target, prompts, max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size,
+                           progress=progress)
+    baseline = {"tokens_per_s": plain.tokens_per_s, "ms_per_token": 1e3 * plain.seconds / plain.generated}
+    out = {"baseline": baseline, "fixed": [], "threshold": []}
+    for K in fixed:
+        run = speculative_generate(pair, prompts, TokenVerify(), int(K), max_new_tokens, sampling=sampling, seed=seed,
+                                   batch_size=batch_size, progress=progress, record_law=False)
+        out["fixed"].append(_row(run, "fixed", int(K), baseline))
+    for h in thresholds:
+        ctrl = LearnedHeadController(head, None, float(h), max_length, lagged=True)
+        run = speculative_generate(pair, prompts, TokenVerify(), ctrl, max_new_tokens, sampling=sampling, seed=seed,
+                                   batch_size=batch_size, progress=progress, record_law=False)
+        out["threshold"].append(_row(run, "threshold", float(h), baseline))
+    return out
+
+
+def render(record: dict):
+    """Two panels: the discard-rate / verification-rate frontier, and tokens/s per policy."""
+    from otspec.figures.common import axes
+
+    fig, (ax_f, ax_s) = axes((11, 4.4), ncols=2)
+    fx, th = record["fixed"], record["threshold"]
+    ax_f.plot([r["verification_rate"] for r in fx], [r["discard_rate"] for r in fx], "s--", color="0.4", ms=4,
+              label="fixed K")
+    for r in fx:
+        ax_f.annotate(f"K={r['value']}", (r["verification_rate"], r["discard_rate"]), fontsize=7, xytext=(3, 3),
+                      textcoords="offset points")
+    ax_f.plot([r["verification_rate"] for r in th], [r["discard_rate"] for r in th], "o-", color="C1", ms=4,
+              label="SpecDec++ threshold, learned head")
+    for r in th:
+        ax_f.annotate(f"h={r['value']:g}", (r["verification_rate"], r["discard_rate"]), fontsize=6, xytext=(3, -8),
+                      textcoords="offset points", color="C1")
+    ax_f.set_xlabel("verification rate N_target / N")
+    ax_f.set_ylabel("discard rate N_discarded / N")
+    for rows, style, label in ((fx, "s--", "fixed K"), (th, "o-", "threshold h")):
+        ax_s.plot([r["mean_draft_length"] for r in rows], [r["speedup"] for r in rows], style, ms=4, label=label)
+    ax_s.axhline(1.0, color="grey", lw=0.8)
+    ax_s.set_xlabel("mean draft length per iteration")
+    ax_s.set_ylabel("speedup over plain sampling (measured)")
+    for ax in (ax_f, ax_s):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    pair = record["model_pair"]
+    fig.suptitle(f"SpecDec++ on {pair['target']} / {pair['draft']} ({pair['device']}): learned head vs fixed K",
+                 fontsize=10)
+    return fig
+
+
+def markdown(record: dict) -> str:
+    pair, hd, s = record["model_pair"], record["head"], record["settings"]
+    kl = hd.get("binary_kl", {})
+    const = hd.get("binary_kl_constant", {})
+    lines = [f"## SpecDec++ on the real pair: {pair['target']} / {pair['draft']} on {pair['device']}", "",
+             f"Head: linear on the draft's final hidden state ({hd['features']} features), weighted loss (12) with "
+             f"w_rej = {hd['w_rej']}, trained on {hd['rows']['train']:,} rows from {s['train_prompts']} prompts × "
+             f"{s['train_tokens']} tokens (token mixing r = {s['mix']}); held out: {hd['rows']['test']:,} rows. Binary "
+             f"KL(P ‖ P̂): train {kl.get('train', float('nan')):.4f}, test {kl.get('test', float('nan')):.4f} "
+             f"(a constant predictor: {const.get('test', float('nan')):.4f}); correlation of P̂ with P on the test "
+             f"rows {hd.get('correlation', {}).get('test')}.", "",
+             f"Loop: {s['prompts']} prompts × {s['max_new_tokens']} tokens, token verification, K_max = "
+             f"{s['max_length']}; plain sampling {record['baseline']['tokens_per_s']:.1f} tokens/s in the same run.", "",
+             "| policy | block efficiency [95% CI] | mean draft length | discard rate | verification rate "
+             "| latency (cost model, ms/token) | tokens/s | speedup |", "|---|---|---|---|---|---|---|---|"]
+    for r in record["fixed"] + record["threshold"]:
+        be = r["block_efficiency"]
+        name = f"fixed K = {r['value']}" if r["policy"] == "fixed" else f"threshold h = {r['value']:g}"
+        lines.append(f"| {name} | {be['mean']:.3f} [{be['low']:.3f}, {be['high']:.3f}] | {r['mean_draft_length']:.2f} "
+                     f"| {r['discard_rate']:.3f} | {r['verification_rate']:.3f} | {r['latency_ms']:.2f} | "
+                     f"{r['tokens_per_s']:.1f} | {r['speedup']:.3f} |")
+    best_f = max(record["fixed"], key=lambda r: r["tokens_per_s"])
+    best_t = max(record["threshold"], key=lambda r: r["tokens_per_s"])
+    lines += ["", f"Best fixed K = {best_f['value']}: {best_f['tokens_per_s']:.1f} tokens/s; best threshold h = "
+              f"{best_t['value']:g}: {best_t['tokens_per_s']:.1f} tokens/s "
+              f"({100 * (best_t['tokens_per_s'] / best_f['tokens_per_s'] - 1):+.1f} %)."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m llm_bridge.adaptive", description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default=DEFAULT_TARGET)
+    ap.add_argument("--draft", default="distilled")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--head", type=Path, help="a saved head (JSON) instead of training one")
+    ap.add_argument("--save-head", type=Path, help="write the trained head here (JSON)")
+    ap.add_argument("--train-prompts", type=int, default=64, help="prompts of distill_prompts.txt to train on")
+    ap.add_argument("--train-tokens", type=int, default=96, help="target response length per training prompt")
+    ap.add_argument("--mix", type=float, default=0.15, help="token mixing rate r")
+    ap.add_argument("--w-rej", type=float, default=3.0)
+    ap.add_argument("--thresholds", default=",".join(map(str, THRESHOLDS)))
+    ap.add_argument("--fixed", default="1,2,3,4,6,8", help="fixed draft lengths K for comparison")
+    ap.add_argument("--max-length", type=int, default=12, help="K_max of the threshold rule")
+    ap.add_argument("--prompts", type=int, default=4, help="validation prompts of the loop")
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--name", help="output name: figures/llm_adaptive_<name>.* (default: the draft)")
+    ap.add_argument("--out-dir", type=Path, default=FIGURES)
+    args = ap.parse_args(argv)
+    try:
+        thresholds = [float(x) for x in args.thresholds.split(",") if x.strip()]
+        fixed = [int(x) for x in args.fixed.split(",") if x.strip()]
+    except ValueError:
+        ap.error("--thresholds and --fixed take comma-separated numbers")
+    try:
+        record = run(args, thresholds, fixed)
+    except (ModelNotFound, VocabularyMismatch, ImportError, ValueError, FileNotFoundError) as err:
+        print(f"python -m llm_bridge.adaptive: {err}", file=sys.stderr)
+        return 2
+    stem = f"llm_adaptive_{args.name or _stem(args.draft)}"
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    (args.out_dir / f"{stem}.json").write_text(json.dumps(record, indent=1) + "\n")
+    (args.out_dir / f"{stem}.md").write_text(markdown(record))
+    render(record).savefig(args.out_dir / f"{stem}.png")
+    print(f"wrote {args.out_dir / stem}.{{json,md,png}}", file=sys.stderr)
+    return 0
+
+
+def _stem(draft: str) -> str:
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_]+", "_", Path(draft).name).strip("_") or "pair"
+
+
+def run(args, thresholds, fixed) -> dict:
+    """Load the pair, train (or load) the head, run the frontier; the JSON record."""
+    import torch
+
+    sampling = Sampling(args.temperature)
+    for h in thresholds:
+        if not 0.0 <= h <= 1.0:
+            raise ValueError(f"--thresholds: {h} is not in [0, 1]")
+    if any(k < 1 for k in fixed) or args.max_length < 1 or args.prompts < 1 or args.max_new_tokens < 1:
+        raise ValueError("--fixed, --max-length, --prompts and --max-new-tokens must be >= 1")
+    pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
+    if args.head:
+        head, report = load_head(args.head)
+    else:
+        train_ids = encode_prompts(pair.tokenizer, read_prompts(DATA_DIR / "distill_prompts.txt", args.train_prompts))
+        data = head_training_data(pair, train_ids, args.train_tokens, mix=args.mix, sampling=sampling, seed=args.seed)
+        head, report = train_head(data, w_rej=args.w_rej)
+        report["features"] = int(data.features.shape[1])
+        if args.save_head:
+            save_head(head, args.save_head, {**report, "draft": pair.drafter.name, "target": pair.target.name})
+    ids = encode_prompts(pair.tokenizer, read_prompts(DATA_DIR / "validate_prompts.txt", args.prompts))
+    if len(ids) < args.prompts:
+        raise ValueError(f"--prompts {args.prompts}: the prompt file holds only {len(ids)}")
+    record = {"model_pair": pair.describe(),
+              "settings": {"train_prompts": args.train_prompts, "train_tokens": args.train_tokens, "mix": args.mix,
+                           "prompts": args.prompts, "max_new_tokens": args.max_new_tokens,
+                           "max_length": args.max_length, "temperature": args.temperature, "seed": args.seed,
+                           "torch": torch.__version__, "threads": torch.get_num_threads()},
+              "head": report}
+    record.update(frontier(pair, ids, head, thresholds=thresholds, fixed=fixed, max_length=args.max_length,
+                           max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed))
+    return record
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

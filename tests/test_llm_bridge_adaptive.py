@@ -1,0 +1,104 @@
+"""SpecDec++ on real models (llm_bridge.adaptive) with tiny LLaMA models: head data, the lagged head in the loop."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from llm_bridge import adaptive
+from llm_bridge.cache import CachedLM
+from llm_bridge.loop import speculative_generate
+from otspec.engine.heads import AcceptanceHead, LearnedHeadController
+from otspec.verifiers import TokenVerify
+from tests.llm_tiny import random_prompts, tiny_llama, tiny_pair, tiny_tokenizer, torch
+
+
+def test_hidden_states_from_the_cache_equal_a_full_forward_pass():
+    model = tiny_llama(2)
+    cache = CachedLM(model, 2, hidden=True)
+    cache.feed(np.array([[1, 5, 7], [1, 4, 0]]), [3, 2])
+    _, hidden = cache.feed(np.array([[9, 3], [6, 0]]), [2, 1])
+    for b, (seq, last) in enumerate((([1, 5, 7, 9, 3], 1), ([1, 4, 6], 0))):
+        with torch.no_grad():
+            ref = model(torch.as_tensor([seq]), output_hidden_states=True).hidden_states[-1][0, -1]
+        assert float((hidden[b, last] - ref).abs().max()) < 1e-12
+
+
+def test_head_data_follows_the_papers_construction():
+    pair = tiny_pair(sharpness=2.0)
+    prompts = random_prompts(5, np.random.default_rng(1))
+    data = adaptive.head_training_data(pair, prompts, 12, mix=0.25, seed=3, progress=False)
+    n = data.labels.size
+    assert data.features.shape == (n, 32) and np.all((data.labels >= 0) & (data.labels <= 1))
+    assert 0.5 * 60 < n < 60  # about (1 − r) of the 5 × 12 positions
+    assert set(np.unique(data.prompt)) == set(range(5))
+    assert data.labels.mean() < 1.0  # the tiny pair disagrees somewhere
+    train, test = data.split(0.4)
+    assert set(np.unique(train.prompt)) == {0, 1, 2} and set(np.unique(test.prompt)) == {3, 4}
+    none = adaptive.head_training_data(pair, prompts[:1], 6, mix=1.0, seed=0, progress=False)
+    assert none.labels.size == 0  # every position mixed in from the target: no row
+    with pytest.raises(ValueError, match="mix"):
+        adaptive.head_training_data(pair, prompts, 4, mix=1.5)
+
+
+def test_trained_head_runs_in_the_loop_lagged():
+    pair = tiny_pair(sharpness=2.0)
+    data = adaptive.head_training_data(pair, random_prompts(8, np.random.default_rng(2)), 16, seed=1, progress=False)
+    head, report = adaptive.train_head(data, w_rej=1.0, held_out=0.25)  # unweighted: the loss is the KL + const
+    assert report["rows"]["train"] + report["rows"]["test"] == data.labels.size
+    assert report["binary_kl"]["train"] <= report["binary_kl_constant"]["train"] + 1e-9
+    seen = []
+
+    class Recording(LearnedHeadController):
+        def keep_drafting(self, step, draft_rows, **kw):
+            seen.append((step, kw["features"].shape))
+            return super().keep_drafting(step, draft_rows, **kw)
+
+    ctrl = Recording(head, None, 0.5, 6, lagged=True)
+    run = speculative_generate(pair, random_prompts(3, np.random.default_rng(4)), TokenVerify(), ctrl, 30,
+                               progress=False)
+    drafted = run.decode.accept_hist.sum(axis=1)
+    assert run.decode.generated == 90
+    assert drafted[1] == 0 or drafted[1] <= 3  # the lagged rule never stops after one token (ends of sequences aside)
+    assert all(shape[1] == 32 for _, shape in seen) and any(step > 1 for step, _ in seen)
+    eager = LearnedHeadController(head, None, 1e-9, 6)  # not lagged, threshold ~0: stops at the first token
+    one = speculative_generate(pair, random_prompts(2, np.random.default_rng(4)), TokenVerify(), eager, 10,
+                               progress=False)
+    assert one.decode.accept_hist.sum(axis=1)[2:].sum() == 0
+
+
+def test_saved_head_round_trips(tmp_path):
+    rng = np.random.default_rng(0)
+    head = AcceptanceHead(w_rej=2.0).fit(rng.normal(size=(50, 4)), rng.uniform(size=50))
+    path = adaptive.save_head(head, tmp_path / "head.json", {"w_acc": 1.0, "w_rej": 2.0, "features": 4})
+    again, meta = adaptive.load_head(path)
+    x = rng.normal(size=(7, 4))
+    np.testing.assert_array_equal(again.predict(x), head.predict(x))
+    assert meta["features"] == 4
+    with pytest.raises(FileNotFoundError, match="no acceptance head"):
+        adaptive.load_head(tmp_path / "missing.json")
+
+
+def test_cli_writes_the_frontier(tmp_path):
+    root = tmp_path / "pair"
+    for name, seed, layers in (("target", 0, 2), ("draft", 1, 1)):
+        tiny_llama(seed, layers, dtype=torch.float32).save_pretrained(root / name)
+        tiny_tokenizer().save_pretrained(root / name)
+    out = tmp_path / "figs"
+    args = ["--target", str(root / "target"), "--draft", str(root / "draft"), "--device", "cpu", "--train-prompts", "4",
+            "--train-tokens", "10", "--thresholds", "0.3,0.7", "--fixed", "1,3", "--max-length", "5", "--prompts", "2",
+            "--max-new-tokens", "10", "--name", "tiny", "--out-dir", str(out), "--save-head", str(tmp_path / "h.json")]
+    assert adaptive.main(args) == 0
+    record = json.loads((out / "llm_adaptive_tiny.json").read_text())
+    assert [r["value"] for r in record["fixed"]] == [1, 3] and [r["value"] for r in record["threshold"]] == [0.3, 0.7]
+    for r in record["fixed"] + record["threshold"]:
+        assert {"discard_rate", "verification_rate", "tokens_per_s", "speedup", "block_efficiency"} <= set(r)
+        assert 0 < r["verification_rate"] <= 1 and r["discard_rate"] >= 0
+    assert record["fixed"][0]["discard_rate"] <= record["fixed"][1]["discard_rate"] + 0.5
+    assert "threshold h = 0.3" in (out / "llm_adaptive_tiny.md").read_text()
+    assert (out / "llm_adaptive_tiny.png").stat().st_size > 10_000
+    # a saved head is reused without training
+    assert adaptive.main(args[:6] + ["--head", str(tmp_path / "h.json")] + args[16:-2]) == 0
+    assert adaptive.main(args[:6] + ["--thresholds", "1.5"]) == 2
