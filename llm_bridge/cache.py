@@ -21,9 +21,79 @@ position length + depth, so its row equals sequential scoring of its path — an
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
-__all__ = ["CachedLM"]
+__all__ = ["CACHE_KINDS", "CachedLM", "StaticCachedLM", "compiled_forward", "make_cache"]
+
+#: ``dynamic``: :class:`CachedLM` (eager; the CPU default); ``static``: :class:`StaticCachedLM` eager;
+#: ``compiled``: :class:`StaticCachedLM` with a ``torch.compile``-d forward (the CUDA default); ``auto``.
+CACHE_KINDS = ("auto", "dynamic", "static", "compiled")
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def compiled_forward(model):
+    """``torch.compile(model)`` once per model: CUDA graphs (``reduce-overhead``) on a GPU, inductor on a CPU.
+
+    Shapes are static (one graph per call width: 1 token, L + 1 tokens, a tree), and the static
+    cache's tensors keep their addresses, so the graphs are replayed, not rebuilt.
+    """
+    import torch
+
+    forward = _COMPILED.get(model)
+    if forward is None:
+        cuda = next(model.parameters()).is_cuda
+        forward = torch.compile(model, mode="reduce-overhead" if cuda else None, dynamic=False)
+        _COMPILED[model] = forward
+    return forward
+
+
+def make_cache(model, batch: int, *, hidden: bool = False, kind: str = "auto", max_length: int | None = None):
+    """The KV cache of ``kind`` (:data:`CACHE_KINDS`) for ``batch`` sequences of at most ``max_length`` tokens."""
+    if kind not in CACHE_KINDS:
+        raise ValueError(f"cache: expected one of {CACHE_KINDS}, got {kind!r}")
+    if kind == "auto":
+        kind = "compiled" if next(model.parameters()).is_cuda else "dynamic"
+    if kind == "dynamic":
+        return CachedLM(model, batch, hidden=hidden)
+    if max_length is None:
+        raise ValueError(f"a {kind} cache needs max_length (the longest sequence it will hold)")
+    return StaticCachedLM(model, batch, max_length, hidden=hidden,
+                          forward=compiled_forward(model) if kind == "compiled" else None)
+
+
+def _grow_tree(below, depth, real, parents, counts):
+    """Pending-tree bookkeeping: add m nodes (their ``parents`` index pending nodes, -1 = the sequence's last token).
+
+    Returns (ancestor matrix (B, M+m, M+m) — [b, j, i]: node i is node j or an ancestor —, depths, real).
+    """
+    B, M = below.shape[0], below.shape[1]
+    m = parents.shape[1]
+    real = np.concatenate([real, np.arange(m)[None, :] < np.asarray(counts)[:, None]], axis=1)
+    grown = np.zeros((B, M + m, M + m), dtype=bool)
+    grown[:, :M, :M] = below
+    depth = np.concatenate([depth, np.zeros((B, m), dtype=np.int64)], axis=1)
+    for j in range(M, M + m):
+        grown[:, j, j] = True
+        parent = parents[:, j - M]
+        has = real[:, j] & (parent >= 0)
+        if (has & (parent >= j)).any():
+            raise ValueError("feed_tree: list every node after its parent (parents[b, j] < the node's index)")
+        rows = np.flatnonzero(has)
+        grown[rows, j] |= grown[rows, parent[rows]]
+        depth[rows, j] = depth[rows, parent[rows]] + 1
+    return grown, depth, real
+
+
+def _check_path(below, b: int, path) -> list:
+    path = [int(j) for j in path]
+    m = below.shape[1]
+    if any(not 0 <= j < m for j in path):
+        raise ValueError(f"keep_path: node indices of row {b} must lie in [0, {m})")
+    if path and set(np.flatnonzero(below[b, path[-1]]).tolist()) != set(path):
+        raise ValueError(f"keep_path: nodes {path} of row {b} are not a root-first chain of the tree")
+    return path
 
 
 class CachedLM:
@@ -102,19 +172,7 @@ class CachedLM:
         start, below, depth, real = self._tree or (self.valid.shape[1], np.zeros((B, 0, 0), dtype=bool),
                                                     np.zeros((B, 0), dtype=np.int64), np.zeros((B, 0), dtype=bool))
         M = below.shape[1]
-        real = np.concatenate([real, np.arange(m)[None, :] < counts[:, None]], axis=1)
-        grown = np.zeros((B, M + m, M + m), dtype=bool)  # grown[b, j, i]: node i is node j or an ancestor of it
-        grown[:, :M, :M] = below
-        depth = np.concatenate([depth, np.zeros((B, m), dtype=np.int64)], axis=1)
-        for j in range(M, M + m):
-            grown[:, j, j] = True
-            parent = parents[:, j - M]
-            has = real[:, j] & (parent >= 0)
-            if (has & (parent >= j)).any():
-                raise ValueError("feed_tree: list every node after its parent (parents[b, j] < the node's index)")
-            rows = np.flatnonzero(has)
-            grown[rows, j] |= grown[rows, parent[rows]]
-            depth[rows, j] = depth[rows, parent[rows]] + 1
+        grown, depth, real = _grow_tree(below, depth, real, parents, counts)
         sees = grown[:, M:] & real[:, None, :]
         sees[:, np.arange(m), M + np.arange(m)] = True  # padding nodes see themselves (no empty softmax row)
         mask = torch.cat([self.valid[:, None, :start].expand(B, m, -1), torch.as_tensor(sees, device=self.device)],
@@ -140,13 +198,8 @@ class CachedLM:
                 raise ValueError("keep_path: no tree is pending (call feed_tree first)")
             return
         start, below, _, _ = self._tree
-        m = below.shape[1]
         for b, path in enumerate(paths):
-            path = list(path)
-            if any(not 0 <= j < m for j in path):
-                raise ValueError(f"keep_path: node indices of row {b} must lie in [0, {m})")
-            if path and set(np.flatnonzero(below[b, path[-1]]).tolist()) != set(path):
-                raise ValueError(f"keep_path: nodes {path} of row {b} are not a root-first chain of the tree")
+            path = _check_path(below, b, path)
             self.valid[b, [start + j for j in path]] = True
             self.length[b] += len(path)
         self._tree = None
@@ -185,3 +238,148 @@ class CachedLM:
                 index = order[:, None, :, None].expand(-1, kv.shape[1], -1, kv.shape[3])
                 setattr(layer, name, torch.gather(kv, 2, index))
         self.valid = torch.gather(self.valid, 1, order)
+
+
+class StaticCachedLM:
+    """:class:`CachedLM`'s interface on a preallocated Hugging Face ``StaticCache`` (the CUDA path).
+
+    Every sequence's keys and values live in ``max_length`` fixed slots; all rows write a call's
+    tokens at the same slots (``ptr`` onwards) and a boolean slot mask (B, S) says which slots are
+    real. Rollback is *position-based*: it only clears mask bits and moves the write pointer back
+    (no tensor is copied or reallocated), so the cache tensors keep their addresses and a compiled
+    forward (``torch.compile``, CUDA graphs) is reused across calls of the same width. Rows that
+    kept different numbers of tokens leave holes; when the slots run out they are squeezed out in
+    place (one gather per layer), and a sequence longer than ``max_length`` is a clear error.
+    Positions come from each row's own length, so RoPE sees no holes. ``forward`` (e.g.
+    :func:`compiled_forward`) runs calls of at most ``compile_width`` tokens; wider ones (the
+    prefill) run eagerly on the same cache.
+    """
+
+    def __init__(self, model, batch: int, max_length: int, *, hidden: bool = False, forward=None,
+                 compile_width: int = 64):
+        import torch
+        from transformers import StaticCache
+
+        self.model, self.hidden, self.max_length = model, hidden, int(max_length)
+        self.device = next(model.parameters()).device
+        self.cache = StaticCache(config=model.config, max_cache_len=self.max_length)
+        self.forward = model if forward is None else forward
+        self.compile_width = int(compile_width)
+        self.valid = torch.zeros((batch, self.max_length), dtype=torch.bool, device=self.device)
+        self.length = np.zeros(batch, dtype=np.int64)
+        self.ptr, self.calls = 0, 0
+        self._tree = None  # (first slot, ancestor matrix, depths, real) of pending tree nodes
+
+    @property
+    def pending(self) -> int:
+        return 0 if self._tree is None else self._tree[1].shape[1]
+
+    def _room(self, m: int) -> None:
+        if self.ptr + m > self.max_length:
+            self._squeeze()
+        if self.ptr + m > self.max_length:
+            raise ValueError(f"StaticCachedLM: {int(self.length.max()) + m} tokens do not fit max_length="
+                             f"{self.max_length}; build the cache with a larger max_length")
+
+    def _call(self, tokens, sees, positions):
+        """One forward pass writing ``tokens`` (B, m) at slots ptr..ptr+m−1; ``sees`` (B, m, S) is the attention mask."""
+        import torch
+
+        for layer in self.cache.layers:
+            layer.cumulative_length.fill_(self.ptr)  # where this call writes: the position-based rollback
+        with torch.no_grad():
+            forward = self.forward if tokens.shape[1] <= self.compile_width else self.model
+            out = forward(input_ids=torch.as_tensor(tokens, device=self.device), attention_mask=sees[:, None],
+                               position_ids=torch.as_tensor(positions, device=self.device),
+                               past_key_values=self.cache, use_cache=True, output_hidden_states=self.hidden)
+        self.calls += 1
+        return out
+
+    def feed(self, tokens, counts):
+        """As :meth:`CachedLM.feed`: append ``tokens[b, :counts[b]]``; returns (logits (B, m, V), hidden or None)."""
+        import torch
+
+        if self._tree is not None:
+            raise RuntimeError("feed: tree nodes are pending; call keep_path first")
+        tokens, counts = np.asarray(tokens, dtype=np.int64), np.asarray(counts, dtype=np.int64)
+        B, m = tokens.shape
+        self._room(m)
+        new = torch.as_tensor(np.arange(m)[None, :] < counts[:, None], device=self.device)
+        causal = torch.tril(torch.ones((m, m), dtype=torch.bool, device=self.device))
+        sees = self.valid[:, None, :].expand(B, m, -1).clone()
+        sees[:, :, self.ptr:self.ptr + m] = (causal[None] & new[:, None, :]) | torch.eye(m, dtype=torch.bool,
+                                                                                         device=self.device)
+        out = self._call(tokens, sees, self.length[:, None] + np.arange(m)[None, :])
+        self.valid[:, self.ptr:self.ptr + m] = new
+        self.ptr += m
+        self.length = self.length + counts
+        self._crop()
+        return out.logits, (out.hidden_states[-1] if self.hidden else None)
+
+    def feed_tree(self, tokens, parents, counts):
+        """As :meth:`CachedLM.feed_tree` (pending nodes numbered across calls until :meth:`keep_path`)."""
+        import torch
+
+        tokens, parents = np.asarray(tokens, dtype=np.int64), np.asarray(parents, dtype=np.int64)
+        counts = np.asarray(counts, dtype=np.int64)
+        B, m = tokens.shape
+        if self._tree is None:
+            self._room(m)
+        elif self.ptr + m > self.max_length:
+            raise ValueError(f"StaticCachedLM: the tree does not fit max_length={self.max_length}")
+        start, below, depth, real = self._tree or (self.ptr, np.zeros((B, 0, 0), dtype=bool),
+                                                    np.zeros((B, 0), dtype=np.int64), np.zeros((B, 0), dtype=bool))
+        grown, depth, real = _grow_tree(below, depth, real, parents, counts)
+        M = below.shape[1]
+        sees = self.valid[:, None, :].expand(B, m, -1).clone()
+        tree = grown[:, M:] & real[:, None, :]
+        tree[:, np.arange(m), M + np.arange(m)] = True
+        sees[:, :, start:start + M + m] = torch.as_tensor(tree, device=self.device)
+        out = self._call(tokens, sees, self.length[:, None] + depth[:, M:])
+        self._tree = (start, grown, depth, real)
+        self.ptr += m
+        return out.logits
+
+    def keep_path(self, paths) -> None:
+        if self._tree is None:
+            if any(len(path) for path in paths):
+                raise ValueError("keep_path: no tree is pending (call feed_tree first)")
+            return
+        start, below, _, _ = self._tree
+        for b, path in enumerate(paths):
+            path = _check_path(below, b, path)
+            self.valid[b, [start + j for j in path]] = True
+            self.length[b] += len(path)
+        self._tree = None
+        self._crop()
+
+    def rollback(self, keep) -> None:
+        """Keep the first ``keep[b]`` tokens of sequence b: mask bits cleared, the write pointer moved back."""
+        import torch
+
+        if self._tree is not None:
+            raise RuntimeError("rollback: tree nodes are pending; call keep_path first")
+        keep = np.minimum(np.asarray(keep, dtype=np.int64), self.length)
+        if (keep < 0).any():
+            raise ValueError(f"rollback: keep must be >= 0, got {keep.tolist()}")
+        rank = torch.cumsum(self.valid.long(), dim=1)
+        self.valid &= rank <= torch.as_tensor(keep, device=self.device)[:, None]
+        self.length = keep
+        self._crop()
+
+    def _crop(self) -> None:
+        """Move the pointer to just after the last real slot of any row (trailing holes are free again)."""
+        used = self.valid.any(dim=0).nonzero()
+        self.ptr = int(used[-1]) + 1 if used.numel() else 0
+
+    def _squeeze(self) -> None:
+        """Move every row's tokens to its first slots, in order (in place: the tensors keep their addresses)."""
+        import torch
+
+        order = torch.sort((~self.valid).to(torch.int8), dim=1, stable=True).indices  # real slots first
+        for layer in self.cache.layers:
+            if getattr(layer, "is_initialized", False):
+                for kv in (layer.keys, layer.values):
+                    kv.copy_(torch.gather(kv, 2, order[:, None, :, None].expand(-1, kv.shape[1], -1, kv.shape[3])))
+        self.valid.copy_(torch.gather(self.valid, 1, order))
+        self._crop()

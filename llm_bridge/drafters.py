@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .cache import CachedLM
+from .cache import make_cache
 from .models import LoadedModel, check_vocabularies, load_model
 
 __all__ = ["DISTILLED_DIR", "ModelDrafter", "NGramDrafter", "Pair", "dequantize_rows", "make_drafter", "quantize_rows",
@@ -62,12 +62,13 @@ class ModelDrafter:
         self.loaded, self.name = loaded, name or loaded.name
         self.model = loaded.model
 
-    def session(self, batch: int, sampling, *, hidden: bool = False):
-        return _ModelSession(CachedLM(self.model, batch, hidden=hidden), sampling)
+    def session(self, batch: int, sampling, *, hidden: bool = False, cache: str = "auto", max_length: int | None = None):
+        """A KV-cache session over ``batch`` sequences (``cache``: a kind of :func:`~llm_bridge.cache.make_cache`)."""
+        return _ModelSession(make_cache(self.model, batch, hidden=hidden, kind=cache, max_length=max_length), sampling)
 
 
 class _ModelSession:
-    def __init__(self, cache: CachedLM, sampling):
+    def __init__(self, cache, sampling):
         self.cache, self.sampling = cache, sampling
 
     @property
@@ -104,7 +105,7 @@ class NGramDrafter:
             raise ValueError(f"ngram: expected n >= 1, got {n!r}")
         self.vocab_size, self.n, self.name = int(vocab_size), int(n), f"ngram:{n}"
 
-    def session(self, batch: int, sampling, *, hidden: bool = False):
+    def session(self, batch: int, sampling, *, hidden: bool = False, **_):
         if hidden:
             raise ValueError("the n-gram drafter has no hidden states for a learned head")
         return _NGramSession(self, batch)

@@ -31,7 +31,7 @@ from otspec.engine.controllers import FixedDraftLength
 from otspec.engine.ledger import DecodeResult, Ledger
 from otspec.verifiers.base import Outcome, Verifier
 
-from .cache import CachedLM
+from .cache import make_cache
 from .measure import CallTimer, two_point
 from .sampling import DEFAULT_SAMPLING, Sampling
 
@@ -107,28 +107,34 @@ def _start(prompts, n_new: int, sessions, timer: CallTimer):
     return seq, lengths
 
 
+def _room(prompts, n_new: int, width: int) -> int:
+    """Slots a static cache needs: the longest prompt, the new tokens, and the widest call, with a margin."""
+    return max(len(p) for p in prompts) + int(n_new) + int(width) + 2
+
+
 def _chunks(prompts, batch_size):
     size = len(prompts) if batch_size is None else max(1, int(batch_size))
     return [(i, prompts[i:i + size]) for i in range(0, len(prompts), size)]
 
 
 def plain_generate(target, prompts, max_new_tokens: int, *, sampling: Sampling = DEFAULT_SAMPLING, seed=0,
-                   batch_size: int | None = None, progress: bool | None = None) -> BridgeResult:
+                   batch_size: int | None = None, progress: bool | None = None, cache: str = "auto") -> BridgeResult:
     """Sample ``max_new_tokens`` tokens per prompt from the target alone (the baseline), one call per token.
 
-    Prompts go through in batches of ``batch_size`` (default: all at once)."""
+    Prompts go through in batches of ``batch_size`` (default: all at once); ``cache`` is a kind of
+    :func:`~llm_bridge.cache.make_cache` (``auto``: compiled static caches on CUDA, dynamic on CPU)."""
     rng, timer, out, seconds = np.random.default_rng(seed), CallTimer(target.device), [], 0.0
     bar = tqdm(total=len(prompts) * max_new_tokens, desc="plain sampling", unit="tok", leave=False,
                disable=None if progress is None else not progress)
     for _, chunk in _chunks(prompts, batch_size):
         B = len(chunk)
-        cache = CachedLM(target.model, B)
-        seq, plen = _start(chunk, max_new_tokens, [("target", cache)], timer)
+        lm = make_cache(target.model, B, kind=cache, max_length=_room(chunk, max_new_tokens, 1))
+        seq, plen = _start(chunk, max_new_tokens, [("target", lm)], timer)
         length, everyone = plen.copy(), np.ones(B, dtype=bool)
         t0 = time.perf_counter()
         for _ in range(max_new_tokens):
-            tokens, counts = _unseen(seq, length, cache.length, everyone)
-            logits, _ = timer.call("target", 1, cache.feed, tokens, counts)
+            tokens, counts = _unseen(seq, length, lm.length, everyone)
+            logits, _ = timer.call("target", 1, lm.feed, tokens, counts)
             seq[np.arange(B), length] = sample_categorical(sampling.rows(logits[np.arange(B), counts - 1]), rng)
             length += 1
             bar.update(B)
@@ -164,14 +170,15 @@ class _Records:
 def speculative_generate(pair, prompts, verifier: Verifier, draft_length, max_new_tokens: int, *,
                          sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int | None = None,
                          progress: bool | None = None, confidence: float = 0.95,
-                         record_law: bool = True) -> BridgeResult:
+                         record_law: bool = True, cache: str = "auto") -> BridgeResult:
     """Generate ``max_new_tokens`` tokens for each prompt (token id lists) by speculative decoding.
 
     ``draft_length`` is L or a controller from :mod:`otspec.engine.controllers` /
     :mod:`otspec.engine.heads`; a learned head gets the draft's last hidden states as ``features``.
     Controllers that need the target's rows while drafting (oracles) are refused: a real system
     does not have them. Prompts go through in batches of ``batch_size`` (default: all at once);
-    ``record_law`` also computes E[τ | draft] from the verifier's exact law.
+    ``record_law`` also computes E[τ | draft] from the verifier's exact law; ``cache`` is a kind of
+    :func:`~llm_bridge.cache.make_cache` for both models.
     """
     ctrl = draft_length if hasattr(draft_length, "keep_drafting") else FixedDraftLength(draft_length)
     if getattr(ctrl, "needs_target", False) or getattr(ctrl, "needs_lookahead", False):
@@ -186,7 +193,7 @@ def speculative_generate(pair, prompts, verifier: Verifier, draft_length, max_ne
                disable=None if progress is None else not progress)
     for offset, chunk in _chunks(prompts, batch_size):
         t0 = time.perf_counter()
-        out += _decode(pair, chunk, offset, verifier, ctrl, N, sampling, rng, timer, ledger, records, bar)
+        out += _decode(pair, chunk, offset, verifier, ctrl, N, sampling, rng, timer, ledger, records, bar, cache)
         seconds += time.perf_counter() - t0
     bar.close()
     seconds -= sum(timer.total(k) for k in ("records", "target_prefill", "draft_prefill"))
@@ -194,11 +201,13 @@ def speculative_generate(pair, prompts, verifier: Verifier, draft_length, max_ne
     return BridgeResult(list(buf), ledger.result(buf, confidence), timer, seconds, *records.columns())
 
 
-def _decode(pair, prompts, offset, verifier, ctrl, N, sampling, rng, timer, ledger, records, bar) -> list:
+def _decode(pair, prompts, offset, verifier, ctrl, N, sampling, rng, timer, ledger, records, bar, cache) -> list:
     """The loop of the module docstring for one batch of prompts; returns their continuations."""
     B, L = len(prompts), ctrl.max_length
-    target = CachedLM(pair.target.model, B)
-    draft = pair.drafter.session(B, sampling, hidden=getattr(ctrl, "needs_context", False))
+    room = _room(prompts, N, L + 2)
+    target = make_cache(pair.target.model, B, kind=cache, max_length=room)
+    draft = pair.drafter.session(B, sampling, hidden=getattr(ctrl, "needs_context", False), cache=cache,
+                                 max_length=room)
     seq, plen = _start(prompts, N, [("target", target), ("draft", draft)], timer)
     length, state = plen.copy(), verifier.start_state(B, L)
     while (length - plen < N).any():

@@ -41,8 +41,8 @@ from otspec.engine.ledger import Ledger
 from otspec.engine.tree import RULES
 from otspec.solvers import kseq_acceptance, multiround_acceptance, naive_acceptance, otm_value
 
-from .cache import CachedLM
-from .loop import BridgeResult, _chunks, _padded, _start, _unseen
+from .cache import make_cache
+from .loop import BridgeResult, _chunks, _padded, _room, _start, _unseen
 from .measure import CallTimer
 from .sampling import DEFAULT_SAMPLING, Sampling
 
@@ -146,14 +146,15 @@ class _Trie:
 def tree_generate(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: str = "match",
                   sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int | None = None,
                   progress: bool | None = None, confidence: float = 0.95, record_law: bool = True,
-                  keep_tries: bool = False) -> TreeResult:
+                  keep_tries: bool = False, cache: str = "auto") -> TreeResult:
     """Generate ``max_new_tokens`` tokens per prompt by multi-draft speculative decoding on ``tree``.
 
     ``verifier`` is a multi-draft verifier (``layout == "candidates"``); ``tree`` a
     :class:`~otspec.drafts.DraftTree` or a k-config string (``"4x2x2x1"``, ``"iid:4:3"``); the
     candidates are drawn with or without replacement as the verifier requires. ``record_law``
     also computes E[τ | drafted trie] (a law call per internal trie node; measurement, untimed);
-    ``keep_tries`` keeps every drafted trie with its rows (for tests).
+    ``keep_tries`` keeps every drafted trie with its rows (for tests); ``cache`` is a kind of
+    :func:`~llm_bridge.cache.make_cache`.
     """
     if getattr(verifier, "layout", None) != "candidates":
         raise ValueError(f"{type(verifier).__name__} verifies {getattr(verifier, 'layout', '?')}; a tree needs a "
@@ -173,7 +174,7 @@ def tree_generate(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: s
                disable=None if progress is None else not progress)
     for offset, chunk in _chunks(prompts, batch_size):
         t0 = time.perf_counter()
-        out += _decode(pair, chunk, offset, verifier, tree, rule, N, sampling, rng, timer, ledger, rec, bar)
+        out += _decode(pair, chunk, offset, verifier, tree, rule, N, sampling, rng, timer, ledger, rec, bar, cache)
         seconds += time.perf_counter() - t0
     bar.close()
     seconds -= sum(timer.total(k) for k in ("records", "target_prefill", "draft_prefill"))
@@ -184,10 +185,11 @@ def tree_generate(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: s
                       np.asarray(rec.nodes, dtype=np.int64), rec.kept)
 
 
-def _decode(pair, prompts, offset, verifier, tree, rule, N, sampling, rng, timer, ledger, rec, bar) -> list:
+def _decode(pair, prompts, offset, verifier, tree, rule, N, sampling, rng, timer, ledger, rec, bar, cache) -> list:
     B, L = len(prompts), tree.depth
-    target = CachedLM(pair.target.model, B)
-    draft = pair.drafter.session(B, sampling)
+    room = _room(prompts, N, tree.num_tokens + 2)
+    target = make_cache(pair.target.model, B, kind=cache, max_length=room)
+    draft = pair.drafter.session(B, sampling, cache=cache, max_length=room)
     seq, plen = _start(prompts, N, [("target", target), ("draft", draft)], timer)
     length = plen.copy()
     while (length - plen < N).any():

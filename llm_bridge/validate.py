@@ -33,7 +33,7 @@ import numpy as np
 from otspec.checks import MAX_DRAFT_LENGTH, check_size
 from otspec.verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, DecodingOPT
 
-from .cache import CachedLM
+from .cache import CACHE_KINDS, make_cache
 from .loop import plain_generate, speculative_generate
 from .lossless import first_token_law, root_token_law, two_sample_test
 from .measure import CallTimer, predicted_block_efficiency, predicted_speedup
@@ -50,13 +50,13 @@ FORMULA = {"token": "token", "block": "block", "block_v1": "optimal"}
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
 
 
-def profile(pair, prompt, continuation, ns, *, reps: int = 5) -> dict:
+def profile(pair, prompt, continuation, ns, *, reps: int = 5, cache: str = "auto") -> dict:
     """Median milliseconds of a target call scoring n tokens (each n in ``ns``) and of a one-token draft call,
     at the context prompt + ``continuation`` (after one untimed warm-up call; rolled back after each call)."""
     timer = CallTimer(pair.target.device)
     context = np.asarray(list(prompt) + list(continuation), dtype=np.int64)[None]
     extra = np.resize(np.asarray(continuation, dtype=np.int64), max(ns))[None]
-    target = CachedLM(pair.target.model, 1)
+    target = make_cache(pair.target.model, 1, kind=cache, max_length=context.shape[1] + extra.shape[1] + 2)
     target.feed(context, [context.shape[1]])
     target.feed(extra[:, :1], [1])  # warm-up, not timed
     target.rollback(target.length - 1)
@@ -67,7 +67,7 @@ def profile(pair, prompt, continuation, ns, *, reps: int = 5) -> dict:
     out = {"context_tokens": int(context.shape[1]),
            "t_target_ms": {k: v["median"] for k, v in timer.by_n_ms("target").items()}}
     if not pair.drafter.deterministic:
-        draft = pair.drafter.session(1, Sampling())
+        draft = pair.drafter.session(1, Sampling(), cache=cache, max_length=context.shape[1] + 3)
         draft.feed(context, [context.shape[1]])
         for _ in range(reps + 1):
             timer.call("draft", 1, draft.feed, extra[:, :1], [1])
@@ -240,10 +240,13 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
              lengths=(2, 4, 8), prompts: int = 8, max_new_tokens: int = 64, device: str = "auto",
              dtype: str = "float32", temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
              batch_size: int = 1, lossless_samples: int = 200, hf: bool = True, progress: bool | None = None,
-             pair=None, trees=(), multi_verifiers=("kseq", "multiround"), rule: str = "match") -> dict:
+             pair=None, trees=(), multi_verifiers=("kseq", "multiround"), rule: str = "match",
+             cache: str = "auto") -> dict:
     """Everything of the module docstring; returns the JSON record. ``pair`` (a loaded
     :class:`~llm_bridge.drafters.Pair`) replaces ``target``, ``draft``, ``device`` and ``dtype``;
-    ``trees`` (k-configs) adds a run per multi-draft verifier × tree."""
+    ``trees`` (k-configs) adds a run per multi-draft verifier × tree; ``cache`` is a kind of
+    :func:`~llm_bridge.cache.make_cache` (``auto``: compiled static caches on CUDA, dynamic eager on CPU;
+    a compiled run first warms every call shape up, untimed)."""
     import torch
     import transformers
 
@@ -257,35 +260,42 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     unknown = [v for v in multi_verifiers if v not in MULTI_DRAFT_REGISTRY]
     if unknown:
         raise ValueError(f"multi-draft verifiers {unknown}: expected names among {sorted(MULTI_DRAFT_REGISTRY)}")
+    if cache not in CACHE_KINDS:
+        raise ValueError(f"cache: expected one of {CACHE_KINDS}, got {cache!r}")
     pair = pair or load_pair(target, draft, device=device, dtype=dtype)
+    if cache == "auto":
+        cache = "compiled" if pair.target.device.startswith("cuda") else "dynamic"
     sampling = Sampling(temperature, top_k, top_p)
     ids = encode_prompts(pair.tokenizer, read_prompts(DATA_DIR / "validate_prompts.txt", prompts))
     if len(ids) < prompts:
         raise ValueError(f"--prompts {prompts}: the prompt file holds only {len(ids)}")
     rng = np.random.default_rng(seed)
+    if cache == "compiled":  # compile every call shape before anything is timed
+        _warm_up(pair, ids[:batch_size], lengths, trees, multi_verifiers, rule, sampling, cache)
     plain = plain_generate(pair.target, ids, max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size,
-                           progress=progress)
+                           progress=progress, cache=cache)
     baseline = {"tokens_per_s": plain.tokens_per_s, "ms_per_token": 1e3 * plain.seconds / plain.generated,
                 "t_target_ms": plain.timer.mean_ms("target"), "generated": plain.generated}
     ns = {1, *(L + 1 for L in lengths), *(t.num_tokens + 1 for t in trees)}
-    prof = profile(pair, ids[0], plain.tokens[0][:max_new_tokens // 2], sorted(ns))
+    prof = profile(pair, ids[0], plain.tokens[0][:max_new_tokens // 2], sorted(ns), cache=cache)
     runs = []
     for name in verifiers:
         for L in lengths:
             result = speculative_generate(pair, ids, REGISTRY[name](), L, max_new_tokens, sampling=sampling,
-                                          seed=seed, batch_size=batch_size, progress=progress)
+                                          seed=seed, batch_size=batch_size, progress=progress, cache=cache)
             runs.append(run_record(result, name, L, baseline, prof, rng))
     tree_runs = []
     for name in multi_verifiers:
         for tree in trees:
             result = tree_generate(pair, ids, MULTI_DRAFT_REGISTRY[name](), tree, max_new_tokens, rule=rule,
-                                   sampling=sampling, seed=seed, batch_size=batch_size, progress=progress)
+                                   sampling=sampling, seed=seed, batch_size=batch_size, progress=progress,
+                                   cache=cache)
             tree_runs.append(tree_record(result, name, baseline, prof))
     record = {
         "model_pair": pair.describe(),
         "settings": {"prompts": prompts, "max_new_tokens": max_new_tokens, "lengths": list(lengths),
                      "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed,
-                     "batch_size": batch_size, "torch": torch.__version__, "transformers": transformers.__version__,
+                     "batch_size": batch_size, "cache": cache, "torch": torch.__version__, "transformers": transformers.__version__,
                      "threads": torch.get_num_threads(), "machine": platform.machine(),
                      "python": platform.python_version()},
         "baseline": baseline, "profile": prof,
@@ -303,6 +313,18 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     law_sampling = Sampling(temperature or 1.0, top_k or 8, top_p)
     record["lossless"] = _lossless(pair, ids[0], verifiers, law_sampling, lossless_samples, seed, multi_verifiers)
     return record
+
+
+def _warm_up(pair, ids, lengths, trees, multi_verifiers, rule, sampling, cache) -> None:
+    """Run every configuration briefly (untimed) so that compiled graphs exist before the measured runs."""
+    plain_generate(pair.target, ids, 4, sampling=sampling, progress=False, cache=cache)
+    for L in lengths:
+        speculative_generate(pair, ids, REGISTRY["token"](), L, 3 * (L + 1), sampling=sampling, progress=False,
+                             record_law=False, cache=cache)
+    for name in multi_verifiers[:1]:
+        for tree in trees:
+            tree_generate(pair, ids, MULTI_DRAFT_REGISTRY[name](), tree, 3 * (tree.depth + 1), rule=rule,
+                          sampling=sampling, progress=False, record_law=False, cache=cache)
 
 
 def _name(draft: str) -> str:
@@ -324,6 +346,8 @@ def main(argv=None) -> int:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--cache", default="auto", choices=CACHE_KINDS,
+                    help="KV caches: compiled static (the CUDA default), static eager, dynamic eager (the CPU default)")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--top-k", type=int, default=0)
@@ -347,7 +371,7 @@ def main(argv=None) -> int:
                           seed=args.seed, batch_size=args.batch_size, lossless_samples=args.lossless_samples,
                           hf=not args.no_hf, trees=[t for t in args.trees.split(",") if t.strip()],
                           multi_verifiers=[v.strip() for v in args.multi_verifiers.split(",") if v.strip()],
-                          rule=args.rule)
+                          rule=args.rule, cache=args.cache)
     except (ModelNotFound, VocabularyMismatch, ImportError, ValueError) as err:
         print(f"python -m llm_bridge.validate: {err}", file=sys.stderr)
         return 2

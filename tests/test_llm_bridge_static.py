@@ -1,0 +1,81 @@
+"""Static KV caches with position-based rollback (the CUDA path of llm_bridge), checked on CPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llm_bridge.cache import StaticCachedLM, make_cache
+from llm_bridge.loop import plain_generate, speculative_generate
+from llm_bridge.trees import tree_generate
+from otspec.verifiers import BlockVerify, KSeq, TokenVerify
+from tests.llm_tiny import random_prompts, tiny_llama, tiny_pair, torch
+
+
+def _ref(model, seq):
+    with torch.no_grad():
+        return model(torch.as_tensor([seq])).logits[0, -1]
+
+
+def _gap(a, b) -> float:
+    return float((a - b).abs().max())
+
+
+def test_static_cache_feed_rollback_tree_and_squeeze_equal_full_passes():
+    model = tiny_llama(6)
+    c = StaticCachedLM(model, 2, 24)
+    seqs = [[1, 5, 7, 9], [1, 4]]
+    lg, _ = c.feed(np.array([[1, 5, 7, 9], [1, 4, 0, 0]]), [4, 2])
+    assert _gap(lg[0, 3], _ref(model, seqs[0])) < 1e-12 and _gap(lg[1, 1], _ref(model, seqs[1])) < 1e-12
+    keys = c.cache.layers[0].keys
+    c.feed(np.array([[3, 8], [6, 2]]), [2, 2])
+    c.rollback([5, 3])  # position-based: only the mask and the pointer change
+    assert c.ptr == 5 and c.length.tolist() == [5, 3] and c.cache.layers[0].keys is keys
+    seqs = [[1, 5, 7, 9, 3], [1, 4, 6]]
+    lg = c.feed_tree(np.array([[11, 12, 13], [17, 18, 0]]), np.array([[-1, -1, 0], [-1, 0, -1]]), [3, 2])
+    assert _gap(lg[0, 2], _ref(model, seqs[0] + [11, 13])) < 1e-12
+    assert _gap(lg[1, 1], _ref(model, seqs[1] + [17, 18])) < 1e-12
+    c.keep_path([[0, 2], [0]])
+    seqs = [seqs[0] + [11, 13], seqs[1] + [17]]
+    for i in range(8):  # uneven rollbacks leave holes until the slots run out and are squeezed out in place
+        c.rollback(c.length - np.array([0, 1]))
+        seqs[1] = seqs[1][:-1]
+        lg, _ = c.feed(np.array([[3 + i, 4], [5, 6 + i]]), [2, 2])
+        seqs = [seqs[0] + [3 + i, 4], seqs[1] + [5, 6 + i]]
+    assert c.length.tolist() == [len(s) for s in seqs] and c.cache.layers[0].keys is keys
+    assert _gap(lg[0, 1], _ref(model, seqs[0])) < 1e-12 and _gap(lg[1, 1], _ref(model, seqs[1])) < 1e-12
+    with pytest.raises(ValueError, match="max_length"):
+        c.feed(np.zeros((2, 6), dtype=np.int64), [6, 6])
+    with pytest.raises(ValueError, match="needs max_length"):
+        make_cache(model, 1, kind="static")
+    with pytest.raises(ValueError, match="cache: expected"):
+        make_cache(model, 1, kind="paged")
+
+
+@pytest.mark.parametrize("verifier", [TokenVerify(), BlockVerify()], ids=["token", "block"])
+def test_loops_on_static_caches_equal_the_dynamic_ones(verifier):
+    pair = tiny_pair(sharpness=2.0)
+    prompts = random_prompts(3, np.random.default_rng(11))
+    runs = [speculative_generate(pair, prompts, verifier, 3, 20, seed=4, progress=False, cache=kind)
+            for kind in ("dynamic", "static")]
+    assert [t.tolist() for t in runs[0].tokens] == [t.tolist() for t in runs[1].tokens]
+    trees = [tree_generate(pair, prompts, KSeq(), "2x2", 16, seed=4, progress=False, cache=kind)
+             for kind in ("dynamic", "static")]
+    assert [t.tolist() for t in trees[0].tokens] == [t.tolist() for t in trees[1].tokens]
+    plain = [plain_generate(pair.target, prompts, 12, seed=2, progress=False, cache=kind) for kind in ("dynamic",
+                                                                                                     "static")]
+    assert [t.tolist() for t in plain[0].tokens] == [t.tolist() for t in plain[1].tokens]
+
+
+def test_compiled_static_cache_matches_eager_on_cpu():
+    model = tiny_llama(6, dtype=torch.float32)
+    c = make_cache(model, 1, kind="compiled", max_length=32)
+    c.feed(np.array([[1, 5, 7, 9]]), [4])
+    seq = [1, 5, 7, 9]
+    for x in (3, 4, 5):
+        lg, _ = c.feed(np.array([[x]]), [1])
+        seq.append(x)
+    assert _gap(lg[0, 0], _ref(model, seq)) < 1e-5
+    c.rollback([5])
+    lg, _ = c.feed(np.array([[11]]), [1])  # same width: the compiled graph is reused after the rollback
+    assert _gap(lg[0, 0], _ref(model, [1, 5, 7, 9, 3, 11])) < 1e-5
