@@ -96,7 +96,36 @@ def _check_path(below, b: int, path) -> list:
     return path
 
 
-class CachedLM:
+class _Pending:
+    """Pending tree nodes shared by both caches: ``_tree`` = (first slot, ancestor matrix, depths, real)."""
+
+    _tree = None
+
+    @property
+    def pending(self) -> int:
+        """Tree nodes (per row, padding included) scored since the last :meth:`keep_path`."""
+        return 0 if self._tree is None else self._tree[1].shape[1]
+
+    def keep_path(self, paths) -> None:
+        """Keep pending nodes ``paths[b]`` (a root-first chain) of each tree as tokens of sequence b; drop the rest."""
+        if self._tree is None:
+            if any(len(path) for path in paths):
+                raise ValueError("keep_path: no tree is pending (call feed_tree first)")
+            return
+        start, below, _, _ = self._tree
+        for b, path in enumerate(paths):
+            path = _check_path(below, b, path)
+            self.valid[b, [start + j for j in path]] = True
+            self.length[b] += len(path)
+        self._tree = None
+        self._settle()
+
+    def _no_tree(self, what: str) -> None:
+        if self._tree is not None:
+            raise RuntimeError(f"{what}: tree nodes are pending; call keep_path first")
+
+
+class CachedLM(_Pending):
     """A causal LM with a KV cache over ``batch`` sequences of different lengths.
 
     Attributes
@@ -186,25 +215,6 @@ class CachedLM:
         self.valid = torch.cat([self.valid, torch.zeros((B, m), dtype=torch.bool, device=self.device)], dim=1)
         return out.logits
 
-    @property
-    def pending(self) -> int:
-        """Tree nodes (per row, padding included) scored since the last :meth:`keep_path`."""
-        return 0 if self._tree is None else self._tree[1].shape[1]
-
-    def keep_path(self, paths) -> None:
-        """Keep pending nodes ``paths[b]`` (a root-first chain) of each tree as tokens of sequence b; drop the rest."""
-        if self._tree is None:
-            if any(len(path) for path in paths):
-                raise ValueError("keep_path: no tree is pending (call feed_tree first)")
-            return
-        start, below, _, _ = self._tree
-        for b, path in enumerate(paths):
-            path = _check_path(below, b, path)
-            self.valid[b, [start + j for j in path]] = True
-            self.length[b] += len(path)
-        self._tree = None
-        self._compact()
-
     def rollback(self, keep) -> None:
         """Keep the first ``keep[b]`` tokens of sequence b (at most its length); drop the rest."""
         import torch
@@ -218,9 +228,8 @@ class CachedLM:
         self.length = keep
         self._compact()
 
-    def _no_tree(self, what: str) -> None:
-        if self._tree is not None:
-            raise RuntimeError(f"{what}: tree nodes are pending; call keep_path first")
+    def _settle(self) -> None:
+        self._compact()
 
     def _compact(self) -> None:
         """Restore the left-padded layout: crop trailing holes, squeeze holes between tokens."""
@@ -240,7 +249,7 @@ class CachedLM:
         self.valid = torch.gather(self.valid, 1, order)
 
 
-class StaticCachedLM:
+class StaticCachedLM(_Pending):
     """:class:`CachedLM`'s interface on a preallocated Hugging Face ``StaticCache`` (the CUDA path).
 
     Every sequence's keys and values live in ``max_length`` fixed slots; all rows write a call's
@@ -270,10 +279,6 @@ class StaticCachedLM:
         self.ptr, self.calls = 0, 0
         self._tree = None  # (first slot, ancestor matrix, depths, real) of pending tree nodes
 
-    @property
-    def pending(self) -> int:
-        return 0 if self._tree is None else self._tree[1].shape[1]
-
     def _room(self, m: int) -> None:
         if self.ptr + m > self.max_length:
             self._squeeze()
@@ -299,8 +304,7 @@ class StaticCachedLM:
         """As :meth:`CachedLM.feed`: append ``tokens[b, :counts[b]]``; returns (logits (B, m, V), hidden or None)."""
         import torch
 
-        if self._tree is not None:
-            raise RuntimeError("feed: tree nodes are pending; call keep_path first")
+        self._no_tree("feed")
         tokens, counts = np.asarray(tokens, dtype=np.int64), np.asarray(counts, dtype=np.int64)
         B, m = tokens.shape
         self._room(m)
@@ -340,31 +344,20 @@ class StaticCachedLM:
         self.ptr += m
         return out.logits
 
-    def keep_path(self, paths) -> None:
-        if self._tree is None:
-            if any(len(path) for path in paths):
-                raise ValueError("keep_path: no tree is pending (call feed_tree first)")
-            return
-        start, below, _, _ = self._tree
-        for b, path in enumerate(paths):
-            path = _check_path(below, b, path)
-            self.valid[b, [start + j for j in path]] = True
-            self.length[b] += len(path)
-        self._tree = None
-        self._crop()
-
     def rollback(self, keep) -> None:
         """Keep the first ``keep[b]`` tokens of sequence b: mask bits cleared, the write pointer moved back."""
         import torch
 
-        if self._tree is not None:
-            raise RuntimeError("rollback: tree nodes are pending; call keep_path first")
+        self._no_tree("rollback")
         keep = np.minimum(np.asarray(keep, dtype=np.int64), self.length)
         if (keep < 0).any():
             raise ValueError(f"rollback: keep must be >= 0, got {keep.tolist()}")
         rank = torch.cumsum(self.valid.long(), dim=1)
         self.valid &= rank <= torch.as_tensor(keep, device=self.device)[:, None]
         self.length = keep
+        self._crop()
+
+    def _settle(self) -> None:
         self._crop()
 
     def _crop(self) -> None:
