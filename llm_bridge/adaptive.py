@@ -34,6 +34,7 @@ import numpy as np
 
 from otspec.distributions import sample_categorical
 from otspec.engine.heads import AcceptanceHead, LearnedHeadController, binary_kl
+from otspec.figures.llm import adaptive_markdown, render_adaptive_record
 from otspec.verifiers import TokenVerify
 
 from .loop import plain_generate, speculative_generate
@@ -175,67 +176,6 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
     return out
 
 
-def render(record: dict):
-    """Two panels: the discard-rate / verification-rate frontier, and tokens/s per policy."""
-    from otspec.figures.common import axes
-
-    fig, (ax_f, ax_s) = axes((11, 4.4), ncols=2)
-    fx, th = record["fixed"], record["threshold"]
-    ax_f.plot([r["verification_rate"] for r in fx], [r["discard_rate"] for r in fx], "s--", color="0.4", ms=4,
-              label="fixed K")
-    for r in fx:
-        ax_f.annotate(f"K={r['value']}", (r["verification_rate"], r["discard_rate"]), fontsize=7, xytext=(3, 3),
-                      textcoords="offset points")
-    ax_f.plot([r["verification_rate"] for r in th], [r["discard_rate"] for r in th], "o-", color="C1", ms=4,
-              label="SpecDec++ threshold, learned head")
-    for r in th:
-        ax_f.annotate(f"h={r['value']:g}", (r["verification_rate"], r["discard_rate"]), fontsize=6, xytext=(3, -8),
-                      textcoords="offset points", color="C1")
-    ax_f.set_xlabel("verification rate N_target / N")
-    ax_f.set_ylabel("discard rate N_discarded / N")
-    for rows, style, label in ((fx, "s--", "fixed K"), (th, "o-", "threshold h")):
-        ax_s.plot([r["mean_draft_length"] for r in rows], [r["speedup"] for r in rows], style, ms=4, label=label)
-    ax_s.axhline(1.0, color="grey", lw=0.8)
-    ax_s.set_xlabel("mean draft length per iteration")
-    ax_s.set_ylabel("speedup over plain sampling (measured)")
-    for ax in (ax_f, ax_s):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    pair = record["model_pair"]
-    fig.suptitle(f"SpecDec++ on {pair['target']} / {pair['draft']} ({pair['device']}): learned head vs fixed K",
-                 fontsize=10)
-    return fig
-
-
-def markdown(record: dict) -> str:
-    pair, hd, s = record["model_pair"], record["head"], record["settings"]
-    kl = hd.get("binary_kl", {})
-    const = hd.get("binary_kl_constant", {})
-    lines = [f"## SpecDec++ on the real pair: {pair['target']} / {pair['draft']} on {pair['device']}", "",
-             f"Head: linear on the draft's final hidden state ({hd['features']} features), weighted loss (12) with "
-             f"w_rej = {hd['w_rej']}, trained on {hd['rows']['train']:,} rows from {s['train_prompts']} prompts × "
-             f"{s['train_tokens']} tokens (token mixing r = {s['mix']}); held out: {hd['rows']['test']:,} rows. Binary "
-             f"KL(P ‖ P̂): train {kl.get('train', float('nan')):.4f}, test {kl.get('test', float('nan')):.4f} "
-             f"(a constant predictor: {const.get('test', float('nan')):.4f}); correlation of P̂ with P on the test "
-             f"rows {hd.get('correlation', {}).get('test')}.", "",
-             f"Loop: {s['prompts']} prompts × {s['max_new_tokens']} tokens, token verification, K_max = "
-             f"{s['max_length']}; plain sampling {record['baseline']['tokens_per_s']:.1f} tokens/s in the same run.", "",
-             "| policy | block efficiency [95% CI] | mean draft length | discard rate | verification rate "
-             "| latency (cost model, ms/token) | tokens/s | speedup |", "|---|---|---|---|---|---|---|---|"]
-    for r in record["fixed"] + record["threshold"]:
-        be = r["block_efficiency"]
-        name = f"fixed K = {r['value']}" if r["policy"] == "fixed" else f"threshold h = {r['value']:g}"
-        lines.append(f"| {name} | {be['mean']:.3f} [{be['low']:.3f}, {be['high']:.3f}] | {r['mean_draft_length']:.2f} "
-                     f"| {r['discard_rate']:.3f} | {r['verification_rate']:.3f} | {r['latency_ms']:.2f} | "
-                     f"{r['tokens_per_s']:.1f} | {r['speedup']:.3f} |")
-    best_f = max(record["fixed"], key=lambda r: r["tokens_per_s"])
-    best_t = max(record["threshold"], key=lambda r: r["tokens_per_s"])
-    lines += ["", f"Best fixed K = {best_f['value']}: {best_f['tokens_per_s']:.1f} tokens/s; best threshold h = "
-              f"{best_t['value']:g}: {best_t['tokens_per_s']:.1f} tokens/s "
-              f"({100 * (best_t['tokens_per_s'] / best_f['tokens_per_s'] - 1):+.1f} %)."]
-    return "\n".join(lines) + "\n"
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m llm_bridge.adaptive", description=__doc__.splitlines()[0])
     ap.add_argument("--target", default=DEFAULT_TARGET)
@@ -271,8 +211,8 @@ def main(argv=None) -> int:
     stem = f"llm_adaptive_{args.name or _stem(args.draft)}"
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / f"{stem}.json").write_text(json.dumps(record, indent=1) + "\n")
-    (args.out_dir / f"{stem}.md").write_text(markdown(record))
-    render(record).savefig(args.out_dir / f"{stem}.png")
+    (args.out_dir / f"{stem}.md").write_text(adaptive_markdown(record))
+    render_adaptive_record(record).savefig(args.out_dir / f"{stem}.png")
     print(f"wrote {args.out_dir / stem}.{{json,md,png}}", file=sys.stderr)
     return 0
 

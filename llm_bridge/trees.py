@@ -39,6 +39,7 @@ from otspec.distributions import sample_categorical, total_variation
 from otspec.drafts import DraftTree, sample_candidates
 from otspec.engine.ledger import Ledger
 from otspec.engine.tree import RULES
+from otspec.errors import SizeLimitError
 from otspec.solvers import kseq_acceptance, multiround_acceptance, naive_acceptance, otm_value
 
 from .cache import make_cache
@@ -367,7 +368,16 @@ class _TreeRecords:
                 self.tv[d].append(float(total_variation(p, q)))
                 self.n_cands[d].append(k)
                 self.optimum[d].append(float(otm_value(p, q, k, self.tree.replacement)))
-                self.acceptance[d].append(float(self.formula(p, q, k)) if self.formula else np.nan)
+                self.acceptance[d].append(self._closed_form(p, q, k))
+
+    def _closed_form(self, p, q, k) -> float:
+        """The verifier's closed-form acceptance, or nan where it has none or it is too large to evaluate."""
+        if self.formula is None:
+            return np.nan
+        try:
+            return float(self.formula(p, q, k))
+        except SizeLimitError:
+            return np.nan
 
     def columns(self):
         return [[np.asarray(v) for v in lists if v] for lists in (self.tv, self.go_on, self.acceptance, self.optimum,

@@ -176,6 +176,8 @@ def tree_record(result, verifier_name: str, baseline: dict, prof: dict) -> dict:
     per_depth["tv"] = [float(np.mean(v)) for v in result.tv]
     predicted = {key: _chain_of_means(np.array(v + [0.0] * (len(weights) - len(v))), weights)
                  for key, v in per_depth.items() if key != "tv"}
+    predicted = {k: (v if np.isfinite(v) else None) for k, v in predicted.items()}  # no closed form: None
+    per_depth = {k: [x if np.isfinite(x) else None for x in v] for k, v in per_depth.items()}
     calls = max(timer.count("target"), 1)
     ns = np.array([int(n) for n in prof["t_target_ms"]])
     ts = np.array(list(prof["t_target_ms"].values()))
@@ -207,8 +209,9 @@ def tree_record(result, verifier_name: str, baseline: dict, prof: dict) -> dict:
         "seconds": result.seconds, "tokens_per_s": result.tokens_per_s,
         "baseline_tokens_per_s": baseline["tokens_per_s"], "speedup": speedup,
         "speedup_interval": {"low": speedup * be.low / be.value, "high": speedup * be.high / be.value},
-        "predicted_speedup": predicted_speedup(predicted["acceptance"], baseline["ms_per_token"],
-                                               timer.count("draft") / calls, t_draft, t_target_pred, overhead_ms),
+        "predicted_speedup": None if predicted["acceptance"] is None else predicted_speedup(
+            predicted["acceptance"], baseline["ms_per_token"], timer.count("draft") / calls, t_draft, t_target_pred,
+            overhead_ms),
     }
 
 

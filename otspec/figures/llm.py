@@ -15,7 +15,8 @@ from pathlib import Path
 from . import register
 from .common import axes, new_figure
 
-__all__ = ["RECORDS_DIR", "llm_data", "record_markdown", "render_llm", "render_record"]
+__all__ = ["RECORDS_DIR", "adaptive_markdown", "llm_data", "record_markdown", "render_adaptive_record", "render_llm",
+           "render_record"]
 
 #: Where the committed records live (the repository's ``figures/``).
 RECORDS_DIR = Path(__file__).resolve().parents[2] / "figures"
@@ -100,6 +101,10 @@ def _tree_markdown(runs: list) -> list:
     return lines
 
 
+def _nan(values) -> list:
+    return [float("nan") if v is None else v for v in values]
+
+
 def _render_trees(fig, runs: list) -> None:
     """Two panels: measured vs predicted tokens per target call per tree run; go-on / acceptance / optimum per depth."""
     ax_be, ax_depth = fig.subplots(1, 2)
@@ -110,7 +115,7 @@ def _render_trees(fig, runs: list) -> None:
                                                      [b["high"] - b["mean"] for b in be]],
                    fmt="o", color="C0", capsize=3, label="measured")
     ax_be.plot(x, [r["expected_block_efficiency_given_tree"] for r in runs], "x", color="C3", label="E[τ+1 | trie]")
-    ax_be.plot(x, [r["predicted_block_efficiency"] for r in runs], "_", ms=14, mew=2, color="C1", label="predicted")
+    ax_be.plot(x, _nan(r["predicted_block_efficiency"] for r in runs), "_", ms=14, mew=2, color="C1", label="predicted")
     ax_be.plot(x, [r["otm_bound_block_efficiency"] for r in runs], "v", color="C2", label="OTM-k bound")
     ax_be.set_xticks(list(x), labels, fontsize=7, rotation=20)
     ax_be.set_title("multi-draft: tokens per target call")
@@ -170,6 +175,66 @@ def render_record(record: dict):
 
 
 
+def render_adaptive_record(record: dict):
+    """An ``llm_bridge.adaptive`` record: the discard-rate / verification-rate frontier, and speedup per policy."""
+    fig, (ax_f, ax_s) = axes((11, 4.4), ncols=2)
+    fx, th = record["fixed"], record["threshold"]
+    ax_f.plot([r["verification_rate"] for r in fx], [r["discard_rate"] for r in fx], "s--", color="0.4", ms=4,
+              label="fixed K")
+    for r in fx:
+        ax_f.annotate(f"K={r['value']}", (r["verification_rate"], r["discard_rate"]), fontsize=7, xytext=(3, 3),
+                      textcoords="offset points")
+    ax_f.plot([r["verification_rate"] for r in th], [r["discard_rate"] for r in th], "o-", color="C1", ms=4,
+              label="SpecDec++ threshold, learned head")
+    for r in th:
+        ax_f.annotate(f"h={r['value']:g}", (r["verification_rate"], r["discard_rate"]), fontsize=6, xytext=(3, -8),
+                      textcoords="offset points", color="C1")
+    ax_f.set_xlabel("verification rate N_target / N")
+    ax_f.set_ylabel("discard rate N_discarded / N")
+    for rows, style, label in ((fx, "s--", "fixed K"), (th, "o-", "threshold h")):
+        ax_s.plot([r["mean_draft_length"] for r in rows], [r["speedup"] for r in rows], style, ms=4, label=label)
+    ax_s.axhline(1.0, color="grey", lw=0.8)
+    ax_s.set_xlabel("mean draft length per iteration")
+    ax_s.set_ylabel("speedup over plain sampling (measured)")
+    for ax in (ax_f, ax_s):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    pair = record["model_pair"]
+    fig.suptitle(f"SpecDec++ on {pair['target']} / {pair['draft']} ({pair['device']}): learned head vs fixed K",
+                 fontsize=10)
+    return fig
+
+
+def adaptive_markdown(record: dict, title: str | None = None) -> str:
+    """The Markdown of an ``llm_bridge.adaptive`` record: the head, one row per policy, the best of each kind."""
+    pair, hd, s = record["model_pair"], record["head"], record["settings"]
+    kl = hd.get("binary_kl", {})
+    const = hd.get("binary_kl_constant", {})
+    lines = [f"## {title or 'SpecDec++ on the real pair: ' + pair['target'] + ' / ' + pair['draft']}", "",
+             f"Head: linear on the draft's final hidden state ({hd['features']} features), weighted loss (12) with "
+             f"w_rej = {hd['w_rej']}, trained on {hd['rows']['train']:,} rows from {s['train_prompts']} prompts × "
+             f"{s['train_tokens']} tokens (token mixing r = {s['mix']}); held out: {hd['rows']['test']:,} rows. Binary "
+             f"KL(P ‖ P̂): train {kl.get('train', float('nan')):.4f}, test {kl.get('test', float('nan')):.4f} "
+             f"(a constant predictor: {const.get('test', float('nan')):.4f}); correlation of P̂ with P on the test "
+             f"rows {hd.get('correlation', {}).get('test')}.", "",
+             f"Loop: {s['prompts']} prompts × {s['max_new_tokens']} tokens, token verification, K_max = "
+             f"{s['max_length']}; plain sampling {record['baseline']['tokens_per_s']:.1f} tokens/s in the same run.", "",
+             "| policy | block efficiency [95% CI] | mean draft length | discard rate | verification rate "
+             "| latency (cost model, ms/token) | tokens/s | speedup |", "|---|---|---|---|---|---|---|---|"]
+    for r in record["fixed"] + record["threshold"]:
+        be = r["block_efficiency"]
+        name = f"fixed K = {r['value']}" if r["policy"] == "fixed" else f"threshold h = {r['value']:g}"
+        lines.append(f"| {name} | {be['mean']:.3f} [{be['low']:.3f}, {be['high']:.3f}] | {r['mean_draft_length']:.2f} "
+                     f"| {r['discard_rate']:.3f} | {r['verification_rate']:.3f} | {r['latency_ms']:.2f} | "
+                     f"{r['tokens_per_s']:.1f} | {r['speedup']:.3f} |")
+    best_f = max(record["fixed"], key=lambda r: r["tokens_per_s"])
+    best_t = max(record["threshold"], key=lambda r: r["tokens_per_s"])
+    lines += ["", f"Best fixed K = {best_f['value']}: {best_f['tokens_per_s']:.1f} tokens/s; best threshold h = "
+              f"{best_t['value']:g}: {best_t['tokens_per_s']:.1f} tokens/s "
+              f"({100 * (best_t['tokens_per_s'] / best_f['tokens_per_s'] - 1):+.1f} %)."]
+    return "\n".join(lines) + "\n"
+
+
 def render_llm(data: dict):
     """Measured against predicted block efficiency and speedup for every run of every record."""
     fig, (ax_be, ax_sp) = axes((11, 4.6), ncols=2)
@@ -185,9 +250,9 @@ def render_llm(data: dict):
                    color=f"C{i}", ms=4, label=label)
         trees = rec.get("tree_runs") or []
         if trees:
-            ax_be.plot([r["predicted_block_efficiency"] for r in trees], [r["block_efficiency"]["mean"] for r in trees],
+            ax_be.plot(_nan(r["predicted_block_efficiency"] for r in trees), [r["block_efficiency"]["mean"] for r in trees],
                        markers[i % len(markers)], mfc="none", color=f"C{i}", ms=6, label=f"{label}: trees")
-            ax_sp.plot([r["predicted_speedup"] for r in trees], [r["speedup"] for r in trees],
+            ax_sp.plot(_nan(r["predicted_speedup"] for r in trees), [r["speedup"] for r in trees],
                        markers[i % len(markers)], mfc="none", color=f"C{i}", ms=6)
         hf = rec.get("hf_assisted")
         if hf:
@@ -216,6 +281,10 @@ def _llm_section(data: dict, png: Path) -> str:
         body = record_markdown(rec, f"{rec['file']}: {rec['model_pair']['target']} / {rec['model_pair']['draft']} "
                                     f"on {rec['model_pair']['device']}").replace("\n## ", "\n### ")
         parts += ["#" + body, f"![{rec['file']}]({Path(rec['file']).with_suffix('.png').name})", ""]
+    for rec in data.get("adaptive", []):  # SpecDec++ on the pair (python -m llm_bridge.adaptive)
+        body = adaptive_markdown(rec, f"{rec['file']}: SpecDec++ on {rec['model_pair']['target']} / "
+                                      f"{rec['model_pair']['draft']} on {rec['model_pair']['device']}")
+        parts += ["#" + body, f"![{rec['file']}]({Path(rec['file']).with_suffix('.png').name})", ""]
     return "\n".join(parts)
 
 
@@ -223,9 +292,11 @@ def _llm_section(data: dict, png: Path) -> str:
 def llm_data(scale: float = 1.0, records_dir: str | Path | None = None) -> dict:
     """The committed ``llm_*.json`` records (``scale`` is unused: nothing is rerun)."""
     folder = Path(records_dir) if records_dir is not None else RECORDS_DIR
-    records = []
+    records, adaptive = [], []
     for path in sorted(folder.glob("llm_*.json")):
         record = json.loads(path.read_text())
         if isinstance(record, dict) and "runs" in record and "model_pair" in record:
             records.append({"file": path.name, **record})
-    return {"records": records}
+        elif isinstance(record, dict) and "threshold" in record and "model_pair" in record:
+            adaptive.append({"file": path.name, **record})
+    return {"records": records, "adaptive": adaptive}
