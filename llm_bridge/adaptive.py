@@ -41,6 +41,7 @@ from .loop import plain_generate, speculative_generate
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch, load_pair
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 from .sampling import DEFAULT_SAMPLING, Sampling
+from .validate import output_name
 
 __all__ = ["HeadData", "frontier", "head_training_data", "load_head", "main", "save_head", "train_head"]
 
@@ -208,19 +209,13 @@ def main(argv=None) -> int:
     except (ModelNotFound, VocabularyMismatch, ImportError, ValueError, FileNotFoundError) as err:
         print(f"python -m llm_bridge.adaptive: {err}", file=sys.stderr)
         return 2
-    stem = f"llm_adaptive_{args.name or _stem(args.draft)}"
+    stem = f"llm_adaptive_{args.name or output_name(args.draft)}"
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / f"{stem}.json").write_text(json.dumps(record, indent=1) + "\n")
     (args.out_dir / f"{stem}.md").write_text(adaptive_markdown(record))
     render_adaptive_record(record).savefig(args.out_dir / f"{stem}.png")
     print(f"wrote {args.out_dir / stem}.{{json,md,png}}", file=sys.stderr)
     return 0
-
-
-def _stem(draft: str) -> str:
-    import re
-
-    return re.sub(r"[^A-Za-z0-9_]+", "_", Path(draft).name).strip("_") or "pair"
 
 
 def run(args, thresholds, fixed) -> dict:

@@ -97,7 +97,8 @@ def _check_path(below, b: int, path) -> list:
 
 
 class _Pending:
-    """Pending tree nodes shared by both caches: ``_tree`` = (first slot, ancestor matrix, depths, real)."""
+    """What both caches share: rollback over the slot mask, and pending tree nodes
+    (``_tree`` = (first slot, ancestor matrix, depths, real)) until :meth:`keep_path`."""
 
     _tree = None
 
@@ -123,6 +124,35 @@ class _Pending:
     def _no_tree(self, what: str) -> None:
         if self._tree is not None:
             raise RuntimeError(f"{what}: tree nodes are pending; call keep_path first")
+
+    def _add_nodes(self, parents, counts, first_slot: int):
+        """Register m new pending nodes; returns (first pending slot, node mask (B, m, M + m), depths (B, m)).
+
+        The mask says which pending nodes each new node sees: its ancestors and itself (padding
+        nodes see themselves only, so no softmax row is empty); ``first_slot`` is where a new tree starts.
+        """
+        B, m = parents.shape
+        start, below, depth, real = self._tree or (first_slot, np.zeros((B, 0, 0), dtype=bool),
+                                                    np.zeros((B, 0), dtype=np.int64), np.zeros((B, 0), dtype=bool))
+        M = below.shape[1]
+        grown, depth, real = _grow_tree(below, depth, real, parents, counts)
+        sees = grown[:, M:] & real[:, None, :]
+        sees[:, np.arange(m), M + np.arange(m)] = True
+        self._tree = (start, grown, depth, real)
+        return start, sees, depth[:, M:]
+
+    def rollback(self, keep) -> None:
+        """Keep the first ``keep[b]`` tokens of sequence b (at most its length): their slots stay, the rest are freed."""
+        import torch
+
+        self._no_tree("rollback")
+        keep = np.minimum(np.asarray(keep, dtype=np.int64), self.length)
+        if (keep < 0).any():
+            raise ValueError(f"rollback: keep must be >= 0, got {keep.tolist()}")
+        rank = torch.cumsum(self.valid.long(), dim=1)
+        self.valid = self.valid & (rank <= torch.as_tensor(keep, device=self.device)[:, None])
+        self.length = keep
+        self._settle()
 
 
 class CachedLM(_Pending):
@@ -198,35 +228,16 @@ class CachedLM(_Pending):
         tokens, parents = np.asarray(tokens, dtype=np.int64), np.asarray(parents, dtype=np.int64)
         counts = np.asarray(counts, dtype=np.int64)
         B, m = tokens.shape
-        start, below, depth, real = self._tree or (self.valid.shape[1], np.zeros((B, 0, 0), dtype=bool),
-                                                    np.zeros((B, 0), dtype=np.int64), np.zeros((B, 0), dtype=bool))
-        M = below.shape[1]
-        grown, depth, real = _grow_tree(below, depth, real, parents, counts)
-        sees = grown[:, M:] & real[:, None, :]
-        sees[:, np.arange(m), M + np.arange(m)] = True  # padding nodes see themselves (no empty softmax row)
+        start, sees, depths = self._add_nodes(parents, counts, self.valid.shape[1])
         mask = torch.cat([self.valid[:, None, :start].expand(B, m, -1), torch.as_tensor(sees, device=self.device)],
                          dim=2)[:, None]
-        positions = torch.as_tensor(self.length[:, None] + depth[:, M:], device=self.device)
+        positions = torch.as_tensor(self.length[:, None] + depths, device=self.device)
         with torch.no_grad():
             out = self.model(input_ids=torch.as_tensor(tokens, device=self.device), attention_mask=mask,
                              position_ids=positions, past_key_values=self.cache, use_cache=True)
         self.calls += 1
-        self._tree = (start, grown, depth, real)
         self.valid = torch.cat([self.valid, torch.zeros((B, m), dtype=torch.bool, device=self.device)], dim=1)
         return out.logits
-
-    def rollback(self, keep) -> None:
-        """Keep the first ``keep[b]`` tokens of sequence b (at most its length); drop the rest."""
-        import torch
-
-        self._no_tree("rollback")
-        keep = np.minimum(np.asarray(keep, dtype=np.int64), self.length)
-        if (keep < 0).any():
-            raise ValueError(f"rollback: keep must be >= 0, got {keep.tolist()}")
-        rank = torch.cumsum(self.valid.long(), dim=1)
-        self.valid = self.valid & (rank <= torch.as_tensor(keep, device=self.device)[:, None])
-        self.length = keep
-        self._compact()
 
     def _settle(self) -> None:
         self._compact()
@@ -331,33 +342,14 @@ class StaticCachedLM(_Pending):
             self._room(m)
         elif self.ptr + m > self.max_length:
             raise ValueError(f"StaticCachedLM: the tree does not fit max_length={self.max_length}")
-        start, below, depth, real = self._tree or (self.ptr, np.zeros((B, 0, 0), dtype=bool),
-                                                    np.zeros((B, 0), dtype=np.int64), np.zeros((B, 0), dtype=bool))
-        grown, depth, real = _grow_tree(below, depth, real, parents, counts)
-        M = below.shape[1]
+        start, tree, depths = self._add_nodes(parents, counts, self.ptr)
         sees = self.valid[:, None, :].expand(B, m, -1).clone()
-        tree = grown[:, M:] & real[:, None, :]
-        tree[:, np.arange(m), M + np.arange(m)] = True
-        sees[:, :, start:start + M + m] = torch.as_tensor(tree, device=self.device)
-        out = self._call(tokens, sees, self.length[:, None] + depth[:, M:])
-        self._tree = (start, grown, depth, real)
+        sees[:, :, start:start + tree.shape[2]] = torch.as_tensor(tree, device=self.device)
+        out = self._call(tokens, sees, self.length[:, None] + depths)
         self.ptr += m
         return out.logits
 
-    def rollback(self, keep) -> None:
-        """Keep the first ``keep[b]`` tokens of sequence b: mask bits cleared, the write pointer moved back."""
-        import torch
-
-        self._no_tree("rollback")
-        keep = np.minimum(np.asarray(keep, dtype=np.int64), self.length)
-        if (keep < 0).any():
-            raise ValueError(f"rollback: keep must be >= 0, got {keep.tolist()}")
-        rank = torch.cumsum(self.valid.long(), dim=1)
-        self.valid &= rank <= torch.as_tensor(keep, device=self.device)[:, None]
-        self.length = keep
-        self._crop()
-
-    def _settle(self) -> None:
+    def _settle(self) -> None:  # rollback is position-based here: mask bits cleared, the pointer moved back
         self._crop()
 
     def _crop(self) -> None:

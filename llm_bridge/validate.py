@@ -107,6 +107,23 @@ def _bootstrap_prediction(result, weights, key: str, rng, n_boot: int = 100) -> 
     return np.array(draws)
 
 
+def _call_costs(result) -> tuple[int, float, float]:
+    """(target calls (≥ 1), mean ms per draft call (0 if none), loop overhead in ms per target call).
+
+    The overhead is the loop's wall-clock minus the time inside the models, spread over the iterations."""
+    timer = result.timer
+    calls = max(timer.count("target"), 1)
+    model_ms = 1e3 * (timer.total("draft") + timer.total("target"))
+    return (calls, timer.mean_ms("draft") if timer.count("draft") else 0.0,
+            max(1e3 * result.seconds - model_ms, 0.0) / calls)
+
+
+def _speedup(result, baseline: dict, be) -> tuple[float, dict]:
+    """Measured speedup over plain sampling and its interval (the block efficiency's, scaled)."""
+    speedup = result.tokens_per_s / baseline["tokens_per_s"]
+    return speedup, {"low": speedup * be.low / be.value, "high": speedup * be.high / be.value}
+
+
 def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, rng) -> dict:
     """One entry of ``runs``: measured quantities, then the theory's predictions from measured inputs."""
     d, timer = result.decode, result.timer
@@ -117,10 +134,7 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, r
     formulas = _mixed_prediction(pa, qa, weights)
     key = FORMULA.get(verifier_name, "token")
     boot = _bootstrap_prediction(result, weights, key, rng)
-    calls = max(timer.count("target"), 1)
-    model_ms = 1e3 * (timer.total("draft") + timer.total("target"))
-    overhead_ms = max(1e3 * result.seconds - model_ms, 0.0) / calls
-    t_draft = timer.mean_ms("draft") if timer.count("draft") else 0.0
+    calls, t_draft, overhead_ms = _call_costs(result)
     draft_calls = timer.count("draft") / calls
     measured = {k: v["mean"] for k, v in timer.by_n_ms("target").items()}
     t_target_pred = sum(w * prof["t_target_ms"].get(str(g + 1), measured.get(str(g + 1), timer.mean_ms("target")))
@@ -128,7 +142,7 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, r
     predict = [predicted_speedup(x, baseline["ms_per_token"], draft_calls, t_draft, t_target_pred, overhead_ms)
                for x in (formulas[key], boot.min(), boot.max())]
     be = d.block_efficiency
-    speedup = result.tokens_per_s / baseline["tokens_per_s"]
+    speedup, speedup_interval = _speedup(result, baseline, be)
     cost = d.cost(t_draft, timer.mean_ms("target"))
     return {
         "verifier": verifier_name, "L": L,
@@ -153,7 +167,7 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, r
         "time_decomposition_ms": cost.as_dict(),
         "tokens_per_s": result.tokens_per_s, "baseline_tokens_per_s": baseline["tokens_per_s"],
         "speedup": speedup,
-        "speedup_interval": {"low": speedup * be.low / be.value, "high": speedup * be.high / be.value},
+        "speedup_interval": speedup_interval,
         "predicted_speedup": predict[0],
         "predicted_speedup_interval": {"low": predict[1], "high": predict[2]},
     }
@@ -178,15 +192,12 @@ def tree_record(result, verifier_name: str, baseline: dict, prof: dict) -> dict:
                  for key, v in per_depth.items() if key != "tv"}
     predicted = {k: (v if np.isfinite(v) else None) for k, v in predicted.items()}  # no closed form: None
     per_depth = {k: [x if np.isfinite(x) else None for x in v] for k, v in per_depth.items()}
-    calls = max(timer.count("target"), 1)
+    calls, t_draft, overhead_ms = _call_costs(result)
     ns = np.array([int(n) for n in prof["t_target_ms"]])
     ts = np.array(list(prof["t_target_ms"].values()))
     t_target_pred = float(np.mean(np.interp(result.target_nodes, ns, ts))) if result.target_nodes.size else 0.0
-    t_draft = timer.mean_ms("draft") if timer.count("draft") else 0.0
-    model_ms = 1e3 * (timer.total("draft") + timer.total("target"))
-    overhead_ms = max(1e3 * result.seconds - model_ms, 0.0) / calls
     be = d.block_efficiency
-    speedup = result.tokens_per_s / baseline["tokens_per_s"]
+    speedup, speedup_interval = _speedup(result, baseline, be)
     return {
         "verifier": verifier_name, "tree": "x".join(map(str, result.tree.branching)), "rule": result.rule,
         "replacement": result.tree.replacement, "tree_tokens": result.tree.num_tokens,
@@ -208,7 +219,7 @@ def tree_record(result, verifier_name: str, baseline: dict, prof: dict) -> dict:
         "verify_fraction_of_target_call": timer.total("verify") / max(timer.total("target"), 1e-12),
         "seconds": result.seconds, "tokens_per_s": result.tokens_per_s,
         "baseline_tokens_per_s": baseline["tokens_per_s"], "speedup": speedup,
-        "speedup_interval": {"low": speedup * be.low / be.value, "high": speedup * be.high / be.value},
+        "speedup_interval": speedup_interval,
         "predicted_speedup": None if predicted["acceptance"] is None else predicted_speedup(
             predicted["acceptance"], baseline["ms_per_token"], timer.count("draft") / calls, t_draft, t_target_pred,
             overhead_ms),
@@ -330,7 +341,8 @@ def _warm_up(pair, ids, lengths, trees, multi_verifiers, rule, sampling, cache) 
                           sampling=sampling, progress=False, record_law=False, cache=cache)
 
 
-def _name(draft: str) -> str:
+def output_name(draft: str) -> str:
+    """The ``<name>`` of ``figures/llm_<name>.*`` made from a draft spec or path."""
     return re.sub(r"[^A-Za-z0-9_]+", "_", Path(draft).name).strip("_") or "pair"
 
 
@@ -380,7 +392,7 @@ def main(argv=None) -> int:
         return 2
     from .summary import write_outputs
 
-    paths = write_outputs(record, args.out_dir, f"llm_{args.name or _name(args.draft)}")
+    paths = write_outputs(record, args.out_dir, f"llm_{args.name or output_name(args.draft)}")
     if args.json:
         print(json.dumps(record, indent=1))
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
