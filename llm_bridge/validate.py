@@ -10,7 +10,9 @@ JSON: ``model_pair`` {target, draft, device, dtype}; ``runs``: per run ``verifie
 ``tv_per_position``, ``t_draft_ms``, ``t_target_ms`` (object keyed by n), ``tokens_per_s``,
 ``baseline_tokens_per_s``, ``speedup``, ``predicted_speedup`` (and more: intervals, histograms,
 acceptance per position, the SpecDec++ time decomposition); ``hf_assisted`` {tokens_per_s,
-acceptance_rate}; plus ``baseline``, ``profile``, ``drafter`` and ``lossless``. With ``--trees``:
+acceptance_rate}; ``hf_decode_step`` {ms_per_token, tokens_per_s, cache, otspec_step_ratio}: Hugging
+Face's plain decode step with the same cache kind and otspec's step over it (the CUDA goal is at
+most 1.5); plus ``baseline``, ``profile``, ``drafter`` and ``lossless``. With ``--trees``:
 ``tree_runs``, per multi-draft verifier × draft tree (k-configs such as ``4x2x2x1``, or ``iid:K:L``
 for SpecTr's K drafts of L tokens) ``verifier``, ``tree``, ``rule``, ``block_efficiency``,
 ``expected_block_efficiency_given_tree``, ``predicted_block_efficiency`` (the verifier's closed-form
@@ -38,7 +40,7 @@ from .loop import plain_generate, speculative_generate
 from .lossless import first_token_law, root_token_law, two_sample_test
 from .measure import CallTimer, predicted_block_efficiency, predicted_speedup
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch, load_pair
-from .peer import hf_assisted
+from .peer import hf_assisted, hf_decode_step
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 from .sampling import Sampling
 from .trees import parse_tree, tree_generate
@@ -324,6 +326,10 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     record["hf_assisted"] = hf_assisted(pair, ids, max_new_tokens, sampling=sampling, seed=seed) if hf else None
     if hf:  # against the otspec baseline too (Hugging Face's own ratio is "speedup")
         record["hf_assisted"]["speedup_vs_baseline"] = record["hf_assisted"]["tokens_per_s"] / baseline["tokens_per_s"]
+    if hf and max_new_tokens >= 2:  # the otspec decode step against Hugging Face's, same cache kind
+        step = hf_decode_step(pair, ids[:min(2, len(ids))], max_new_tokens, sampling=sampling, seed=seed, cache=cache)
+        step["otspec_step_ratio"] = step["ms_per_token"] and baseline["ms_per_token"] / step["ms_per_token"]
+        record["hf_decode_step"] = step
     law_sampling = Sampling(temperature or 1.0, top_k or 8, top_p)
     record["lossless"] = _lossless(pair, ids[0], verifiers, law_sampling, lossless_samples, seed, multi_verifiers)
     return record

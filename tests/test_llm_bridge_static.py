@@ -79,3 +79,21 @@ def test_compiled_static_cache_matches_eager_on_cpu():
     c.rollback([5])
     lg, _ = c.feed(np.array([[11]]), [1])  # same width: the compiled graph is reused after the rollback
     assert _gap(lg[0, 0], _ref(model, [1, 5, 7, 9, 3, 11])) < 1e-5
+
+
+def test_hugging_face_decode_step_reference_runs_with_each_cache_kind():
+    from llm_bridge.peer import hf_decode_step
+
+    pair = tiny_pair(sharpness=2.0)
+    prompts = random_prompts(2, np.random.default_rng(3))
+    for kind in ("dynamic", "static"):
+        step = hf_decode_step(pair, prompts, 24, cache=kind)
+        assert step["cache"] == kind
+        if step["ms_per_token"] is None:  # only when timing noise swamps a tiny model, and then it says so
+            assert "note" in step
+        else:
+            assert step["ms_per_token"] > 0 and step["tokens_per_s"] == pytest.approx(1e3 / step["ms_per_token"])
+    with pytest.raises(ValueError, match="cache: expected"):
+        hf_decode_step(pair, prompts, 8, cache="paged")
+    with pytest.raises(ValueError, match="at least 2"):
+        hf_decode_step(pair, prompts, 1)

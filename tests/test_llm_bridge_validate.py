@@ -46,6 +46,7 @@ def test_cli_writes_the_json_contract(folders, tmp_path, capsys):
         assert 1 <= r["predicted_block_efficiency"] <= r["L"] + 1 and r["predicted_speedup"] > 0
         assert sum(r["accepted_length_histogram"]) == r["iterations"]
     assert set(record["hf_assisted"]) >= {"tokens_per_s", "acceptance_rate"}
+    assert record["hf_decode_step"]["cache"] == record["settings"]["cache"]
     laws = record["lossless"]["verifiers"]
     assert all(laws[v]["first_token_max_deviation"] < 1e-6 for v in ("token", "block", "block_v1"))
     summary = (out / "llm_tiny.md").read_text()

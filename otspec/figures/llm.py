@@ -47,6 +47,11 @@ def record_markdown(record: dict, title: str | None = None) -> str:
         lines.append(f"Hugging Face assisted generation ({hf['mode']}): **{_f(hf['tokens_per_s'], 1)} tokens/s** "
                      f"against {_f(hf.get('plain_tokens_per_s'), 1)} for its plain `generate` (speedup "
                      f"{_f(hf['speedup'], 2)}; both include the prefill), acceptance rate {_f(hf['acceptance_rate'])}.")
+    step = record.get("hf_decode_step")
+    if step:
+        lines.append(f"Decode step: otspec's plain loop {_f(base['ms_per_token'], 2)} ms per token against "
+                     f"{_f(step['ms_per_token'], 2)} ms for Hugging Face's plain `generate` with the same cache kind "
+                     f"({step['cache']}; prefill excluded from both): ratio **{_f(step['otspec_step_ratio'], 2)}**.")
     lines += ["", "| verifier | L | block efficiency [95% CI] | predicted | E[τ+1 given drafts] | acceptance rate "
               "| tokens/s | speedup [CI] | predicted speedup [range] | verifier / target call |",
               "|---|---|---|---|---|---|---|---|---|---|"]
