@@ -506,3 +506,33 @@ def test_otm_benchmark_runs():
     assert {"machine", "fast_route", "lp", "without_replacement", "ratio_goal_over_time"} <= set(out)
     assert all(r["seconds"] > 0 for r in out["fast_route"]) and out["lp"]
     assert all(r["abs_diff_lp_maxflow"] <= 1e-9 for r in out["lp"])
+
+
+def test_rho_star_from_sorted_ratios_equals_a_root_finder_on_the_direct_sum():
+    # ρ* comes from one sort of q/p and a closed form per piece; scipy's brentq on the plain
+    # f(ρ) = 1 − (Σ (p − q/ρ)_+)^k − Σ min(ρp, q) is the independent reference
+    from scipy.optimize import brentq
+
+    def f(p, q, k, rho):
+        return 1 - np.clip(p - q / rho, 0, None).sum() ** k - np.minimum(rho * p, q).sum()
+
+    rows, ks = [], []
+    for p, q, _ in random_pairs(12, 120, vmax=40):
+        for k in (2, 3, 5):
+            rows.append((p, q))
+            ks.append(k)
+            rho = kseq_rho_star(p, q, k)
+            if f(p, q, k, 1.0) <= 1e-15:
+                assert rho == 1.0
+                continue
+            ref = brentq(lambda r, p=p, q=q, k=k: f(p, q, k, r), 1.0, float(k), xtol=1e-14, rtol=1e-15)
+            assert abs(rho - ref) <= 1e-9 and f(p, q, k, rho) <= 1e-14
+    V = max(len(p) for p, _ in rows)
+    pad = [(np.pad(p, (0, V - len(p))), np.pad(q, (0, V - len(q)))) for p, q in rows]
+    P, Q = np.stack([p for p, _ in pad]), np.stack([q for _, q in pad])
+    one_by_one = np.array([kseq_rho_star(p, q, k) for (p, q), k in zip(rows, ks, strict=True)])
+    gap = np.abs(kseq_rho_star(P, Q, np.array(ks, dtype=float)) - one_by_one).max()
+    assert gap <= 1e-12, gap  # the batch and padding change only the rounding
+    torch = pytest.importorskip("torch")
+    on_torch = kseq_rho_star(torch.from_numpy(P), torch.from_numpy(Q), torch.tensor(ks, dtype=torch.float64))
+    assert np.abs(on_torch.numpy() - one_by_one).max() <= 1e-12
