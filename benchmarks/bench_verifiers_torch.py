@@ -1,14 +1,16 @@
 """otspec's batched verifiers on torch at the default pair's vocabulary, against one target call.
 
 Usage: python benchmarks/bench_verifiers_torch.py [--vocab 49152] [--L 8] [--batches 1,4,16,64,256]
-       [--device auto] [--target smollm2|none] [--repeat 3] [--json]
+       [--k 4] [--device auto] [--target smollm2|none] [--repeat 3] [--json]
 
 For each verifier (token, block, block_v1) and batch size B it times one ``sample`` call on torch
 tensors on the device — B drafts of L tokens with (B, L, V) draft rows and (B, L+1, V) target rows
 — and prints verifications per second. With ``--target smollm2`` (the default when the target is
 already cached) it also times one target call scoring L + 1 tokens for each of the B sequences
 after a 32-token context, and prints verifier time / target-call time (goal, issue 12: <= 3 % on
-a GPU). Nothing is asserted.
+a GPU). The multi-draft verifiers (kseq, multiround) are timed on one tree level — k i.i.d.
+candidates from a (B, V) draft row — and charged L times, one walk of L levels per iteration.
+Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import time
 
 import torch
 
-from otspec.verifiers import REGISTRY
+from otspec.verifiers import MULTI_DRAFT_REGISTRY, REGISTRY
 
 GOAL_FRACTION = 0.03
 
@@ -53,6 +55,22 @@ def time_verifier(verifier, B: int, L: int, V: int, device, repeat: int) -> floa
     return best
 
 
+def time_level(verifier, B: int, k: int, V: int, device, repeat: int) -> float:
+    """Best seconds of one multi-draft ``verifier.sample`` call: k i.i.d. candidates per row, (B, V) rows."""
+    gen = torch.Generator(device=device).manual_seed(0)
+    p, q = _rows((B, V), device, gen), _rows((B, V), device, gen)
+    candidates = torch.multinomial(p, k, replacement=True, generator=gen)
+    verifier.sample(candidates, p, q, gen, validate=False)  # warm-up
+    best = float("inf")
+    for _ in range(repeat):
+        _sync(device)
+        t0 = time.perf_counter()
+        verifier.sample(candidates, p, q, gen, validate=False)
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def time_target(model, B: int, L: int, device, repeat: int, context: int = 32) -> float:
     """Best seconds of one target call scoring L + 1 tokens for each of B sequences after ``context`` tokens."""
     from llm_bridge.cache import CachedLM
@@ -78,6 +96,7 @@ def main(argv=None):
     parser.add_argument("--vocab", type=int, default=49_152)
     parser.add_argument("--L", type=int, default=8)
     parser.add_argument("--batches", default="1,4,16,64,256")
+    parser.add_argument("--k", type=int, default=4, help="candidates per level for kseq and multiround")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--target", default=None, help="'smollm2' (default when cached) or 'none'")
     parser.add_argument("--repeat", type=int, default=3)
@@ -98,6 +117,11 @@ def main(argv=None):
             rows.append({"verifier": name, "batch": B, "seconds": seconds, "verifications_per_s": B / seconds,
                          "target_call_s": t_target,
                          "fraction_of_target_call": None if t_target is None else seconds / t_target})
+        for name in ("kseq", "multiround"):
+            seconds = args.L * time_level(MULTI_DRAFT_REGISTRY[name](), B, args.k, args.vocab, device, args.repeat)
+            rows.append({"verifier": f"{name} k={args.k}", "batch": B, "seconds": seconds,
+                         "verifications_per_s": B / seconds, "target_call_s": t_target,
+                         "fraction_of_target_call": None if t_target is None else seconds / t_target})
     info = {"device": str(device), "cpus": os.cpu_count(), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(),
             "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None}
@@ -110,7 +134,7 @@ def main(argv=None):
         ratio = "" if r["fraction_of_target_call"] is None else (
             f"  {100 * r['fraction_of_target_call']:6.2f} % of a target call ({1e3 * r['target_call_s']:.1f} ms;"
             f" goal <= {100 * GOAL_FRACTION:.0f} %)")
-        print(f"  {r['verifier']:<9} B = {r['batch']:>4}  {1e3 * r['seconds']:9.3f} ms  "
+        print(f"  {r['verifier']:<14} B = {r['batch']:>4}  {1e3 * r['seconds']:9.3f} ms  "
               f"{r['verifications_per_s']:12,.0f} verifications/s{ratio}")
 
 

@@ -107,12 +107,37 @@ def head_training_data(pair, prompts, max_new_tokens: int, *, mix: float = 0.15,
     return HeadData(np.concatenate(feats), np.concatenate(labels), np.concatenate(which))
 
 
-def train_head(data: HeadData, *, w_rej: float = 3.0, l2: float = 1e-4, held_out: float = 0.2):
-    """(head, report): the head fitted on the training prompts, binary KL and mean labels on both splits."""
+L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
+
+
+def choose_l2(data: HeadData, *, w_rej: float = 3.0, grid=L2_GRID, held_out: float = 0.25) -> tuple[float, dict]:
+    """(l2, validation loss per l2): the ridge penalty with the smallest weighted loss (12) on the last
+    ``held_out`` share of ``data``'s prompts, the head fitted on the others (a split by prompt)."""
+    fit, val = data.split(held_out)
+    if not val.labels.size:
+        raise ValueError("choosing l2 needs at least two prompts of head data")
+    scores = {float(l2): AcceptanceHead(1.0, w_rej, float(l2)).fit(fit.features, fit.labels).loss(val.features,
+                                                                                                 val.labels)
+              for l2 in grid}
+    return min(scores, key=scores.get), scores
+
+
+def train_head(data: HeadData, *, w_rej: float = 3.0, l2: float | str = "auto", held_out: float = 0.2):
+    """(head, report): the head fitted on the training prompts, binary KL and mean labels on both splits.
+
+    ``l2="auto"`` picks the ridge penalty by :func:`choose_l2` inside the training prompts (the test
+    prompts stay unseen)."""
     train, test = data.split(held_out)
-    head = AcceptanceHead(1.0, w_rej, l2).fit(train.features, train.labels)
+    validation = None
+    if l2 == "auto":
+        l2, validation = choose_l2(train, w_rej=w_rej)
+    head = AcceptanceHead(1.0, w_rej, float(l2)).fit(train.features, train.labels)
     report = {"rows": {"train": int(train.labels.size), "test": int(test.labels.size)}, "w_acc": 1.0, "w_rej": w_rej,
-              "l2": l2, "mean_label": {"train": float(train.labels.mean())}}
+              "l2": float(l2), "mean_label": {"train": float(train.labels.mean())}}
+    if validation is not None:
+        report["l2_validation_loss"] = {str(k): v for k, v in validation.items()}
+    # the best constant under the same weighted loss: with w_rej > 1 it sits below the mean label, as the head does
+    constant = AcceptanceHead(1.0, w_rej, 0.0).fit(np.zeros((train.labels.size, 1)), train.labels)
     for name, part in (("train", train), ("test", test)):
         if part.labels.size:
             pred = head.predict(part.features)
@@ -120,6 +145,9 @@ def train_head(data: HeadData, *, w_rej: float = 3.0, l2: float = 1e-4, held_out
             report.setdefault("binary_kl_constant", {})[name] = binary_kl(part.labels,
                                                                          np.full(part.labels.size, train.labels.mean()))
             report["mean_label"][name] = float(part.labels.mean())
+            report.setdefault("weighted_loss", {})[name] = head.loss(part.features, part.labels)
+            report.setdefault("weighted_loss_constant", {})[name] = constant.loss(np.zeros((part.labels.size, 1)),
+                                                                                  part.labels)
             report.setdefault("correlation", {})[name] = float(np.corrcoef(part.labels, pred)[0, 1]) \
                 if part.labels.std() > 0 and pred.std() > 0 else None
     return head, report
@@ -189,6 +217,8 @@ def main(argv=None) -> int:
     ap.add_argument("--train-tokens", type=int, default=96, help="target response length per training prompt")
     ap.add_argument("--mix", type=float, default=0.15, help="token mixing rate r")
     ap.add_argument("--w-rej", type=float, default=3.0)
+    ap.add_argument("--l2", default="auto", help="ridge penalty of the head, or auto: chosen on held-out training "
+                    f"prompts among {','.join(map(str, L2_GRID))}")
     ap.add_argument("--thresholds", default=",".join(map(str, THRESHOLDS)))
     ap.add_argument("--fixed", default="1,2,3,4,6,8", help="fixed draft lengths K for comparison")
     ap.add_argument("--max-length", type=int, default=12, help="K_max of the threshold rule")
@@ -234,7 +264,7 @@ def run(args, thresholds, fixed) -> dict:
     else:
         train_ids = encode_prompts(pair.tokenizer, read_prompts(DATA_DIR / "distill_prompts.txt", args.train_prompts))
         data = head_training_data(pair, train_ids, args.train_tokens, mix=args.mix, sampling=sampling, seed=args.seed)
-        head, report = train_head(data, w_rej=args.w_rej)
+        head, report = train_head(data, w_rej=args.w_rej, l2=args.l2 if args.l2 == "auto" else float(args.l2))
         report["features"] = int(data.features.shape[1])
         if args.save_head:
             save_head(head, args.save_head, {**report, "draft": pair.drafter.name, "target": pair.target.name})

@@ -27,6 +27,6 @@ def test_torch_verifier_benchmark_runs():
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert [(r["verifier"], r["batch"]) for r in out["results"]] == [(v, b) for b in (1, 2)
-                                                                      for v in ("token", "block", "block_v1")]
+    names = ("token", "block", "block_v1", "kseq k=4", "multiround k=4")
+    assert [(r["verifier"], r["batch"]) for r in out["results"]] == [(v, b) for b in (1, 2) for v in names]
     assert all(r["verifications_per_s"] > 0 and r["fraction_of_target_call"] is None for r in out["results"])

@@ -49,6 +49,7 @@ def test_trained_head_runs_in_the_loop_lagged():
     head, report = adaptive.train_head(data, w_rej=1.0, held_out=0.25)  # unweighted: the loss is the KL + const
     assert report["rows"]["train"] + report["rows"]["test"] == data.labels.size
     assert report["binary_kl"]["train"] <= report["binary_kl_constant"]["train"] + 1e-9
+    assert report["weighted_loss"]["train"] <= report["weighted_loss_constant"]["train"] + 1e-7  # θ = 0 is feasible
     seen = []
 
     class Recording(LearnedHeadController):
@@ -102,3 +103,26 @@ def test_cli_writes_the_frontier(tmp_path):
     # a saved head is reused without training
     assert adaptive.main(args[:6] + ["--head", str(tmp_path / "h.json")] + args[16:-2]) == 0
     assert adaptive.main(args[:6] + ["--thresholds", "1.5"]) == 2
+
+
+def test_ridge_penalty_is_chosen_on_held_out_prompts():
+    rng = np.random.default_rng(5)
+    n, d = 400, 64
+    prompt = np.repeat(np.arange(20), n // 20)
+    noise = rng.standard_normal((n, d))
+    labels = rng.random(n)  # unrelated to the features: a light penalty only fits noise
+    l2, scores = adaptive.choose_l2(adaptive.HeadData(noise, labels, prompt), w_rej=1.0)
+    assert l2 >= 0.1 and scores[l2] < scores[1e-4]
+    theta = np.zeros(d)
+    theta[0] = 3.0
+    signal = 1 / (1 + np.exp(-(noise @ theta)))  # labels a function of one feature: a light penalty wins
+    l2, scores = adaptive.choose_l2(adaptive.HeadData(noise, signal, prompt), w_rej=1.0)
+    assert l2 <= 1e-2 and scores[l2] < scores[1.0]
+    data = adaptive.HeadData(noise, signal, prompt)
+    _, report = adaptive.train_head(data, w_rej=1.0)
+    assert report["l2"] == adaptive.choose_l2(data.split(0.2)[0], w_rej=1.0)[0]  # the test prompts stay unseen
+    assert set(report["l2_validation_loss"]) == {str(x) for x in adaptive.L2_GRID}
+    with pytest.raises(ValueError, match="two prompts"):
+        adaptive.choose_l2(adaptive.HeadData(noise[:5], labels[:5], np.zeros(5)))
+    assert AcceptanceHead(1.0, 1.0).fit(noise, signal).loss(noise, signal) < AcceptanceHead(1.0, 1.0, 1.0).fit(
+        noise, signal).loss(noise, signal)

@@ -148,6 +148,12 @@ class AcceptanceHead:
         self.theta, self.bias = res.x[:-1], float(res.x[-1])
         return self
 
+    def loss(self, features, labels) -> float:
+        """Mean weighted loss (12) on held-out rows, without the ridge penalty (for choosing ``l2``)."""
+        pred = np.clip(self.predict(features), 1e-300, 1.0)
+        P = np.asarray(labels, dtype=np.float64)
+        return float(np.mean(-self.w_acc * P * np.log(pred) - self.w_rej * (1 - P) * np.log1p(-np.minimum(pred, 1 - 1e-16))))
+
     def predict(self, features) -> np.ndarray:
         """Predicted acceptance probabilities, shape (n,)."""
         if self.theta is None:

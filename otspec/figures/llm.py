@@ -210,6 +210,17 @@ def render_adaptive_record(record: dict):
     return fig
 
 
+def _weighted_loss_note(hd: dict) -> str:
+    wl, wc = hd.get("weighted_loss", {}), hd.get("weighted_loss_constant", {})
+    note = ""
+    if "l2" in hd and "l2_validation_loss" in hd:
+        note += f" Ridge penalty l2 = {hd['l2']:g}, chosen on held-out training prompts."
+    if "test" in wl and "test" in wc:
+        note += (f" Weighted loss (12) on the test rows, the objective itself: head {wl['test']:.4f} against "
+                 f"{wc['test']:.4f} for the best constant under the same weights.")
+    return note
+
+
 def adaptive_markdown(record: dict, title: str | None = None) -> str:
     """The Markdown of an ``llm_bridge.adaptive`` record: the head, one row per policy, the best of each kind."""
     pair, hd, s = record["model_pair"], record["head"], record["settings"]
@@ -220,8 +231,8 @@ def adaptive_markdown(record: dict, title: str | None = None) -> str:
              f"w_rej = {hd['w_rej']}, trained on {hd['rows']['train']:,} rows from {s['train_prompts']} prompts × "
              f"{s['train_tokens']} tokens (token mixing r = {s['mix']}); held out: {hd['rows']['test']:,} rows. Binary "
              f"KL(P ‖ P̂): train {kl.get('train', float('nan')):.4f}, test {kl.get('test', float('nan')):.4f} "
-             f"(a constant predictor: {const.get('test', float('nan')):.4f}); correlation of P̂ with P on the test "
-             f"rows {hd.get('correlation', {}).get('test')}.", "",
+             f"(the mean label as a constant: {const.get('test', float('nan')):.4f}); correlation of P̂ with P on the "
+             f"test rows {_f(hd.get('correlation', {}).get('test'))}." + _weighted_loss_note(hd), "",
              f"Loop: {s['prompts']} prompts × {s['max_new_tokens']} tokens, token verification, K_max = "
              f"{s['max_length']}; plain sampling {record['baseline']['tokens_per_s']:.1f} tokens/s in the same run.", "",
              "| policy | block efficiency [95% CI] | mean draft length | discard rate | verification rate "
