@@ -33,6 +33,19 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
+def _best(call, device, repeat: int) -> float:
+    """Best seconds of ``call()`` over ``repeat`` synchronised runs, after one untimed warm-up run."""
+    call()
+    best = float("inf")
+    for _ in range(repeat):
+        _sync(device)
+        t0 = time.perf_counter()
+        call()
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def _rows(shape, device, gen):
     """Random probability rows (peaked like a language model's) of ``shape`` (..., V), float32."""
     return torch.softmax(3.0 * torch.randn(shape, device=device, generator=gen), dim=-1)
@@ -44,15 +57,7 @@ def time_verifier(verifier, B: int, L: int, V: int, device, repeat: int) -> floa
     p = _rows((B, L, V), device, gen)
     q = _rows((B, L + 1, V), device, gen)
     tokens = torch.multinomial(p.reshape(B * L, V), 1, generator=gen).reshape(B, L)
-    verifier.sample(tokens, p, q, gen, validate=False)  # warm-up
-    best = float("inf")
-    for _ in range(repeat):
-        _sync(device)
-        t0 = time.perf_counter()
-        verifier.sample(tokens, p, q, gen, validate=False)
-        _sync(device)
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return _best(lambda: verifier.sample(tokens, p, q, gen, validate=False), device, repeat)
 
 
 def time_level(verifier, B: int, k: int, V: int, device, repeat: int) -> float:
@@ -60,15 +65,7 @@ def time_level(verifier, B: int, k: int, V: int, device, repeat: int) -> float:
     gen = torch.Generator(device=device).manual_seed(0)
     p, q = _rows((B, V), device, gen), _rows((B, V), device, gen)
     candidates = torch.multinomial(p, k, replacement=True, generator=gen)
-    verifier.sample(candidates, p, q, gen, validate=False)  # warm-up
-    best = float("inf")
-    for _ in range(repeat):
-        _sync(device)
-        t0 = time.perf_counter()
-        verifier.sample(candidates, p, q, gen, validate=False)
-        _sync(device)
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return _best(lambda: verifier.sample(candidates, p, q, gen, validate=False), device, repeat)
 
 
 def time_target(model, B: int, L: int, device, repeat: int, context: int = 32) -> float:
