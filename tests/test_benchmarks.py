@@ -30,3 +30,13 @@ def test_torch_verifier_benchmark_runs():
     names = ("token", "block", "block_v1", "kseq k=4", "multiround k=4")
     assert [(r["verifier"], r["batch"]) for r in out["results"]] == [(v, b) for b in (1, 2) for v in names]
     assert all(r["verifications_per_s"] > 0 and r["fraction_of_target_call"] is None for r in out["results"])
+
+
+def test_llm_vocabulary_monte_carlo_benchmark_runs():
+    proc = subprocess.run([sys.executable, str(BENCH / "bench_llm_vocab_mc.py"), "--vocabs", "2,300", "--L", "3",
+                           "--scale", "0.001", "--repeat", "1", "--json"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert [(r["vocab"], r["verifier"]) for r in out["results"]] == [(2, "token"), (2, "block"), (300, "token"),
+                                                                     (300, "block")]
+    assert all(r["rows_blocks_per_s"] > 0 and r["row_free_blocks_per_s"] > 0 for r in out["results"])

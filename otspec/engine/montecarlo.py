@@ -15,12 +15,15 @@ from tqdm.auto import tqdm
 
 from ..checks import MAX_DRAFT_LENGTH, MAX_SIMULATION_BLOCKS, check_size
 from ..pairs import check_pair
-from ..sources import Source
+from ..sources import IIDSource, Source
 from ..verifiers.base import Verifier
 from .chunking import chunk_size
+from .rowfree import RowProfile, row_free_sampler
 from .stats import Estimate, check_confidence, mean_estimate, proportion_intervals
 
-__all__ = ["MonteCarloResult", "default_batch_size", "simulate"]
+__all__ = ["MONTE_CARLO_METHODS", "MonteCarloResult", "default_batch_size", "simulate"]
+
+MONTE_CARLO_METHODS = ("auto", "rows", "row_free")
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,7 @@ def default_batch_size(vocab_size: int, draft_length: int) -> int:
 
 def simulate(draft: Source, target: Source, verifier: Verifier, draft_length: int, n_blocks: int, *,
              seed=0, batch_size: int | None = None, progress: bool | None = None,
-             confidence: float = 0.95) -> MonteCarloResult:
+             confidence: float = 0.95, method: str = "auto") -> MonteCarloResult:
     """Simulate ``n_blocks`` independent iterations of ``verifier``.
 
     Parameters
@@ -80,14 +83,28 @@ def simulate(draft: Source, target: Source, verifier: Verifier, draft_length: in
         Show a tqdm bar over chunks; ``None`` shows it only on a terminal.
     confidence : float
         Level of the reported intervals.
+    method : {"auto", "rows", "row_free"}
+        ``rows`` scores every block with both sources and runs ``verifier.sample`` on the rows;
+        ``row_free`` (IID pairs with token or published block verification) samples the same law
+        from precomputed tables without materialising rows (:mod:`otspec.engine.rowfree`), so its cost
+        does not grow with V; ``auto`` picks ``row_free`` where it applies.
     """
     L = check_size(draft_length, "draft_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
     n_blocks = check_size(n_blocks, "n_blocks", limit=MAX_SIMULATION_BLOCKS, limit_name="MAX_SIMULATION_BLOCKS")
     confidence = check_confidence(confidence)
     V = check_pair(draft, target)
     target.check_length(L + 1)
+    if method not in MONTE_CARLO_METHODS:
+        raise ValueError(f"method: expected one of {MONTE_CARLO_METHODS}, got {method!r}")
+    fast = row_free_sampler(verifier) if isinstance(draft, IIDSource) and isinstance(target, IIDSource) else None
+    if method == "row_free" and fast is None:
+        raise ValueError(f"method='row_free' needs an IID draft and target and a verifier among token, block; got "
+                         f"{type(draft).__name__}, {type(target).__name__} and {verifier.name!r}")
+    if method == "rows":
+        fast = None
+    profile = RowProfile(draft.probs, target.probs) if fast is not None else None
     rng = np.random.default_rng(seed)
-    batch = chunk_size((L + 1) * V, batch_size)
+    batch = chunk_size((L + 1) * V if fast is None else 4 * (L + 1), batch_size)
     counts = np.zeros(L + 1, dtype=np.int64)
     first = np.zeros(V, dtype=np.int64)
     start = time.perf_counter()
@@ -98,9 +115,13 @@ def simulate(draft: Source, target: Source, verifier: Verifier, draft_length: in
         done = 0
         while done < n_blocks:
             b = min(batch, n_blocks - done)
-            tokens = draft.sample(b, L, rng)
-            out = verifier.sample(tokens, draft.path_probs(tokens)[:, :L, :], target.path_probs(tokens), rng,
-                                  validate=False)
+            if fast is not None:
+                out = fast(profile, b, L, rng)
+                tokens = out.tokens
+            else:
+                tokens = draft.sample(b, L, rng)
+                out = verifier.sample(tokens, draft.path_probs(tokens)[:, :L, :], target.path_probs(tokens), rng,
+                                      validate=False)
             tau = np.asarray(out.accepted_len)
             counts += np.bincount(tau, minlength=L + 1)
             first += np.bincount(np.where(tau >= 1, tokens[:, 0], np.asarray(out.correction)), minlength=V)
