@@ -6,6 +6,7 @@ Subcommands
 ``simulate``       Monte Carlo estimate of one verifier's accepted length (one row per L)
 ``decode``         end-to-end speculative generation with call counts (one row per L)
 ``source random``  write a random draft/target pair of JSON sources
+``sweep SPEC``     a grid of pairs × verifiers × L × k from a TOML/YAML spec, one table row per cell
 
 Calculators live in :data:`otspec.calculators.CALCULATORS`. Model pairs are given inline
 (``--draft 0.3,0.7 --target 0.75,0.25``; one number x means Bernoulli(x)) or as JSON source
@@ -103,6 +104,17 @@ def _source_random(args) -> dict:
             "horizon": args.horizon, "seed": args.seed}
 
 
+def _sweep(args) -> dict:
+    from .sweep import load_spec, run_sweep
+
+    spec = load_spec(args.spec)
+    out = args.out or Path(args.spec).with_suffix("").parent / f"{Path(args.spec).stem}_results"
+    if args.workers is not None and (args.scheduler or args.cluster):
+        raise CLIError("--workers is the local pool's size; with --scheduler or --cluster the cluster decides")
+    return {"sweep": spec.name, "out": str(out), **run_sweep(spec, out, workers=args.workers, scheduler=args.scheduler,
+                                                              cluster=args.cluster, progress=not args.json)}
+
+
 def _json_flag(parser):
     parser.add_argument("--json", action="store_true", help="print JSON instead of a human-readable summary")
 
@@ -162,6 +174,21 @@ def build_parser() -> argparse.ArgumentParser:
     rnd.add_argument("--target-out", required=True, metavar="FILE", help="where to write the target source")
     _json_flag(rnd)
     rnd.set_defaults(run=_source_random)
+
+    swp = sub.add_parser("sweep", help="run a grid from a TOML/YAML spec into Parquet and CSV tables (see README, "
+                                       "Sweeps)", formatter_class=_Formatter)
+    swp.add_argument("spec", metavar="SPEC", help="the sweep spec (.toml, or .yaml/.yml)")
+    swp.add_argument("--out", type=Path, default=None,
+                     help="results folder (cells/, results.parquet, results.csv); default: SPEC's folder, "
+                          "<spec name>_results. Finished cells there are skipped (resume)")
+    swp.add_argument("--workers", type=positive_int, default=None,
+                     help="local process pool size (default: the CPU count; 1 runs in this process)")
+    swp.add_argument("--scheduler", metavar="tcp://HOST:PORT", default=None,
+                     help="run on a running Dask distributed scheduler")
+    swp.add_argument("--cluster", metavar="local:N", default=None,
+                     help="start a Dask LocalCluster of N single-threaded workers")
+    _json_flag(swp)
+    swp.set_defaults(run=_sweep)
     return parser
 
 

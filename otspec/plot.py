@@ -3,6 +3,8 @@
 Each figure is an entry of the registry :data:`otspec.figures.FIGURES` (data function,
 renderer, report section). ``python -m otspec.plot all`` writes every figure; ``--out`` chooses the
 PNG path (the JSON goes beside it); ``--scale`` shrinks the simulations.
+``python -m otspec.plot sweep RESULTS --x COL --y COL`` draws a sweep's table
+(:mod:`otspec.figures.sweep`).
 """
 
 from __future__ import annotations
@@ -80,6 +82,12 @@ PAIR_FIGURES = [name for name, figure in FIGURES.items() if figure.pair]
 
 def main(argv=None) -> int:
     from .clitools import add_pair_arguments
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["sweep"]:  # a sweep's results table, not a registered figure
+        from .figures.sweep import main as sweep_main
+
+        return sweep_main(argv[1:])
 
     parser = argparse.ArgumentParser(prog="python -m otspec.plot", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)

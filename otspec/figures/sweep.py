@@ -1,0 +1,128 @@
+"""``python -m otspec.plot sweep RESULTS``: lines or a heat map from a sweep's results table.
+
+Lines: ``--x`` against ``--y``, one line per value of ``--hue``, with the interval band of ``y`` where
+the table has one (``exact_*``: ``exact_low``/``exact_high``; ``mc_accepted``: ``mc_low``/``mc_high``;
+``decode_block_efficiency``: ``decode_low``/``decode_high``). Heat map (``--heatmap``): ``--x`` by
+``--y`` coloured by ``--z``. ``--where col=value`` (repeatable) picks a slice; every remaining
+(hue, x) or (x, y) must name one row, else the error lists the columns that still vary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["INTERVALS", "PARAMETERS", "main", "plot_sweep", "read_results"]
+
+#: The interval columns of a plotted value.
+INTERVALS = {"exact_accepted": ("exact_low", "exact_high"), "mc_accepted": ("mc_low", "mc_high"),
+             "decode_block_efficiency": ("decode_low", "decode_high"),
+             "optimum_accepted": ("optimum_low", "optimum_high")}
+#: The columns that describe a cell (``param_*`` too): what ``--where`` may need to fix.
+PARAMETERS = ("pair", "pair_kind", "vocab", "concentration", "sparsity", "pair_seed", "verifier", "L", "k",
+              "temperature", "cost_ratio")
+
+
+def read_results(path):
+    """The results table (Parquet, or CSV for ``.csv``) as a pandas DataFrame."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no sweep results at {path} (run: python -m otspec sweep SPEC)")
+    return pd.read_csv(path) if path.suffix.lower() == ".csv" else pd.read_parquet(path)
+
+
+def _where(frame, conditions):
+    for cond in conditions or ():
+        col, sep, value = cond.partition("=")
+        if not sep or col not in frame.columns:
+            raise ValueError(f"--where {cond!r}: expected COLUMN=VALUE with a column of the table")
+        column = frame[col]
+        try:
+            mask = np.isclose(column.astype(float), float(value))
+        except (TypeError, ValueError):
+            mask = column.astype(str) == value
+        frame = frame[mask]
+    if frame.empty:
+        raise ValueError("no row left after --where")
+    return frame
+
+
+def _one_row_each(frame, keys, value_cols):
+    counts = frame.groupby(keys, dropna=False).size()
+    if (counts > 1).any():
+        params = [c for c in frame.columns if (c in PARAMETERS or c.startswith("param_")) and c not in keys
+                  and frame[c].nunique(dropna=False) > 1]
+        raise ValueError(f"several rows share each {tuple(keys)}: pick a slice with --where on {params}")
+
+
+def plot_sweep(frame, x: str, y: str, *, hue: str | None = None, heatmap: bool = False, z: str | None = None,
+               title: str | None = None):
+    """A matplotlib figure of the table ``frame`` (see the module docstring)."""
+    import matplotlib.pyplot as plt
+
+    missing = [c for c in (x, y, hue, z) if c is not None and c not in frame.columns]
+    if missing:
+        raise ValueError(f"columns {missing} are not in the table; it has {sorted(frame.columns)}")
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    if heatmap:
+        if z is None:
+            raise ValueError("--heatmap needs --z, the value to colour")
+        frame = frame.dropna(subset=[z])
+        _one_row_each(frame, [x, y], [z])
+        grid = frame.pivot(index=y, columns=x, values=z).sort_index().sort_index(axis=1)
+        im = ax.imshow(grid.to_numpy(dtype=float), origin="lower", aspect="auto", cmap="viridis")
+        ax.set_xticks(range(grid.shape[1]), [f"{v:g}" if isinstance(v, float) else str(v) for v in grid.columns])
+        ax.set_yticks(range(grid.shape[0]), [f"{v:g}" if isinstance(v, float) else str(v) for v in grid.index])
+        fig.colorbar(im, ax=ax, label=z)
+    else:
+        frame = frame.dropna(subset=[y])
+        keys = [hue, x] if hue else [x]
+        _one_row_each(frame, keys, [y])
+        band = INTERVALS.get(y)
+        groups = frame.groupby(hue, dropna=False) if hue else [(None, frame)]
+        for i, (name, part) in enumerate(groups):
+            part = part.sort_values(x)
+            label = None if hue is None else f"{hue} = {name}"
+            ax.plot(part[x], part[y], "o-", color=f"C{i}", label=label)
+            if band and all(b in part.columns for b in band) and part[list(band)].notna().all().all():
+                ax.fill_between(part[x], part[band[0]], part[band[1]], color=f"C{i}", alpha=0.2)
+        if hue:
+            ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(title or (f"{z} by {x} and {y}" if heatmap else f"{y} by {x}"), fontsize=10)
+    return fig
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m otspec.plot sweep", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("results", help="results.parquet (or .csv) written by python -m otspec sweep")
+    parser.add_argument("--x", required=True, help="column on the horizontal axis")
+    parser.add_argument("--y", required=True, help="value column (lines) or vertical-axis column (--heatmap)")
+    parser.add_argument("--hue", help="one line per value of this column")
+    parser.add_argument("--heatmap", action="store_true", help="a heat map of --z over --x and --y")
+    parser.add_argument("--z", help="the value coloured in a heat map")
+    parser.add_argument("--where", action="append", metavar="COL=VALUE", help="keep only these rows (repeatable)")
+    parser.add_argument("--out", help="PNG path (default: beside RESULTS, named after the axes)")
+    args = parser.parse_args(argv)
+    try:
+        frame = _where(read_results(args.results), args.where)
+        fig = plot_sweep(frame, args.x, args.y, hue=args.hue, heatmap=args.heatmap, z=args.z)
+        stem = f"{args.z}_by_{args.x}_{args.y}" if args.heatmap else f"{args.y}_by_{args.x}"
+        out = Path(args.out) if args.out else Path(args.results).with_name(f"{stem}.png")
+        if out.suffix.lower() != ".png":
+            raise ValueError(f"--out must name a .png file, got {out}")
+        fig.tight_layout()
+        fig.savefig(out)
+    except (ValueError, OSError, ImportError) as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}")
+    return 0

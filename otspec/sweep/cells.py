@@ -1,0 +1,168 @@
+"""One sweep cell: build its pair, run its quantities, return one flat row.
+
+Quantities (columns; a quantity that does not apply or is too large leaves its columns empty and
+says why in ``<quantity>_note``):
+
+* ``exact`` — E[τ] of the verifier (single draft: eqs. (4), (17), (8); IID pairs through
+  :func:`~otspec.theory.iid.iid_block_values` at any V, with certified ``exact_low``/``exact_high``;
+  multi-draft: the verifier's closed-form acceptance of one step of k candidates), with tokens
+  per iteration and the speedup (E[τ] + 1) / (c·L + 1) at the cell's cost ratio c.
+* ``optimum`` — the block-OT optimum (8) (single draft) or the OTM-k optimum α_k (min-cut dual).
+* ``monte_carlo`` — :func:`otspec.engine.simulate` (row-free for IID token / block cells) with its
+  interval.
+* ``decode`` — block efficiency of :func:`otspec.engine.generate` with its interval.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .. import theory
+from ..engine import generate, simulate
+from ..solvers.otm_dual import otm_value
+from ..sources import IIDSource, MarkovSource, load_source, random_iid, random_markov
+from ..theory.iid import iid_block_values
+from ..theory.multidraft import kseq_acceptance, multiround_acceptance, naive_acceptance
+from ..verifiers import MULTI_DRAFT_REGISTRY, REGISTRY
+from .spec import cell_id, cell_seed, describe_pair
+
+__all__ = ["build_pair", "run_cell", "temper"]
+
+_SINGLE_EXACT = {"token": theory.expected_accepted_token, "block": theory.expected_accepted_block,
+                 "block_v1": theory.expected_accepted_optimal}
+
+
+def _multi_exact(name: str, params: dict, p, q, k: int) -> float:
+    if name == "kseq":
+        return kseq_acceptance(p, q, k, params.get("rho"))
+    if name == "multiround":
+        return multiround_acceptance(p, q, k)
+    if name == "multiround_without_replacement":
+        return multiround_acceptance(p, q, k, replacement=False)
+    if name == "naive":
+        return naive_acceptance(p, q, k, replacement=MULTI_DRAFT_REGISTRY[name](**params).replacement)
+    if name == "otm":
+        return otm_value(p, q, k, replacement=MULTI_DRAFT_REGISTRY[name](**params).replacement)
+    raise ValueError(f"no closed-form acceptance for {name!r}")
+
+
+def temper(source, T: float):
+    """``source`` with every row raised to 1/T and renormalised (T = 1: the source itself)."""
+    if T == 1.0:
+        return source
+
+    def rows(x):
+        x = np.asarray(x, dtype=np.float64)
+        with np.errstate(divide="ignore"):
+            logs = np.where(x > 0, np.log(np.where(x > 0, x, 1.0)) / T, -np.inf)
+        logs -= logs.max(axis=-1, keepdims=True)
+        out = np.exp(logs)
+        return out / out.sum(axis=-1, keepdims=True)
+
+    if isinstance(source, IIDSource):
+        return IIDSource(rows(source.probs))
+    if isinstance(source, MarkovSource):
+        horizon = None if source.stationary else source.transition.shape[0] + 1
+        return MarkovSource(rows(source.initial), rows(source.transition), horizon=horizon)
+    raise ValueError(f"temperature {T}: applies to iid and markov sources, not {type(source).__name__}")
+
+
+def build_pair(pair: dict, base: Path = Path("."), temperature: float = 1.0):
+    """(draft, target) of a spec's pair entry (random families from their ``pair_seed``)."""
+    kind = pair["kind"]
+    if kind == "random_iid":
+        d, t = random_iid(pair["vocab"], pair["concentration"], seed=pair["pair_seed"], sparsity=pair["sparsity"])
+    elif kind == "random_markov":
+        d, t = random_markov(pair["vocab"], pair["concentration"], horizon=pair.get("horizon"),
+                             seed=pair["pair_seed"], sparsity=pair["sparsity"])
+    elif kind == "iid":
+        d, t = IIDSource(pair["draft"]), IIDSource(pair["target"])
+    else:
+        d, t = (load_source(p if Path(p).is_absolute() else base / p) for p in (pair["draft"], pair["target"]))
+    if d.vocab_size != t.vocab_size:
+        raise ValueError(f"pair {describe_pair(pair)}: draft has {d.vocab_size} tokens, target {t.vocab_size}")
+    return temper(d, temperature), temper(t, temperature)
+
+
+def _first_rows(draft, target):
+    empty = np.zeros((1, 0), dtype=np.int64)
+    return draft.next_probs(empty)[0], target.next_probs(empty)[0]
+
+
+def _quantity(row: dict, name: str, fn) -> None:
+    """Run one quantity; a ValueError (too large, not applicable) becomes its note instead of the sweep's end."""
+    t0 = time.perf_counter()
+    try:
+        row.update(fn())
+    except (ValueError, NotImplementedError) as err:
+        row[f"{name}_note"] = str(err)
+    row[f"{name}_seconds"] = time.perf_counter() - t0
+
+
+def run_cell(cell: dict, sweep_seed: int, quantities, base: Path = Path(".")) -> dict:
+    """The row of one cell: its parameters, then the columns of each quantity."""
+    pair, name, params, L, k = cell["pair"], cell["verifier"], cell["params"], cell["L"], cell["k"]
+    row = {"cell": cell_id(cell), "pair": describe_pair(pair), "pair_kind": pair["kind"],
+           "vocab": pair.get("vocab"), "concentration": pair.get("concentration"), "sparsity": pair.get("sparsity"),
+           "pair_seed": pair.get("pair_seed"), "verifier": name, "L": L, "k": k,
+           "temperature": cell["temperature"], "cost_ratio": cell["cost_ratio"],
+           **{f"param_{key}": value for key, value in sorted(params.items())}}
+    seeds = cell_seed(sweep_seed, cell).spawn(2)
+    draft, target = build_pair(pair, base, cell["temperature"])
+    row["vocab"] = target.vocab_size
+    c, conf = cell["cost_ratio"], cell["confidence"]
+    multi = name in MULTI_DRAFT_REGISTRY
+    p, q = _first_rows(draft, target)
+    row["tv_first_token"] = float(0.5 * np.abs(p - q).sum())
+
+    iid = isinstance(draft, IIDSource) and isinstance(target, IIDSource)
+    iid_values = {}
+
+    def single(which: str):
+        """(value, low, high): IID pairs by iid_block_values (certified bounds at any V), others exactly."""
+        if iid:
+            if not iid_values:
+                iid_values.update(vars(iid_block_values(draft.probs, target.probs, L)))
+            v = iid_values[{"token": "token", "block": "verification", "block_v1": "optimum",
+                            "optimum": "optimum"}[which]]
+            return v.value, v.low, v.high
+        e = (theory.expected_accepted_optimal if which == "optimum" else _SINGLE_EXACT[which])(draft, target, L)
+        return e, e, e
+
+    def exact():
+        if multi:
+            a = _multi_exact(name, params, p, q, k)  # one step of k drafts: one batched draft call
+            return {"exact_acceptance": a, "exact_tokens_per_step": 1.0 + a, "exact_speedup": (1.0 + a) / (1.0 + c)}
+        e, lo, hi = single(name)
+        return {"exact_accepted": e, "exact_low": lo, "exact_high": hi, "exact_tokens_per_iteration": e + 1.0,
+                "exact_speedup": (e + 1.0) / (1.0 + c * L)}
+
+    def optimum():
+        if multi:
+            return {"optimum_acceptance": otm_value(p, q, k)}
+        e, lo, hi = single("optimum")
+        return {"optimum_accepted": e, "optimum_low": lo, "optimum_high": hi, "optimum_speedup": (e + 1.0) / (1.0 + c * L)}
+
+    def monte_carlo():
+        if multi:
+            raise NotImplementedError("Monte Carlo cells are single-draft (multi-draft: exact and optimum)")
+        res = simulate(draft, target, REGISTRY[name](**params), L, cell["blocks"], seed=np.random.default_rng(seeds[0]),
+                       progress=False, confidence=conf)
+        a = res.accepted
+        return {"mc_accepted": a.value, "mc_low": a.low, "mc_high": a.high, "mc_stderr": a.stderr,
+                "mc_blocks": cell["blocks"], "mc_blocks_per_s": cell["blocks"] / max(res.elapsed_s, 1e-12)}
+
+    def decode():
+        if multi:
+            raise NotImplementedError("decode cells are single-draft")
+        res = generate(draft, target, REGISTRY[name](**params), L, cell["tokens"], n_sequences=cell["sequences"],
+                       seed=np.random.default_rng(seeds[1]), progress=False, confidence=conf)
+        be = res.block_efficiency
+        return {"decode_block_efficiency": be.value, "decode_low": be.low, "decode_high": be.high}
+
+    for qname in quantities:
+        _quantity(row, qname, {"exact": exact, "optimum": optimum, "monte_carlo": monte_carlo, "decode": decode}[qname])
+    return row

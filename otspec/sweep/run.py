@@ -1,0 +1,150 @@
+"""Running a sweep: cells on an executor, one file per finished cell, a table at the end.
+
+Storage: ``OUT/cells/<cell>.json`` is written by whoever ran the cell (a worker, the local pool or
+this process) to a temporary name and renamed into place, so a file is there whole or not at all.
+A rerun skips every cell whose file exists (resume), and a worker that dies loses only the cell it
+was running (the engine re-runs it). ``OUT/results.parquet`` and ``OUT/results.csv`` gather the
+rows, sorted by cell parameters, once every cell is done.
+
+Executors: ``serial`` (this process), a local process pool (the default: embedded, nothing to start),
+or Dask distributed (``scheduler="tcp://HOST:PORT"`` for a running cluster, ``cluster="local:N"`` to
+start a LocalCluster of N single-threaded workers). Each cell's seed comes from the sweep seed and
+its own parameters, so rows do not depend on the executor, the worker count or the order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from .cells import run_cell
+from .spec import SweepSpec, cell_id, load_spec
+
+__all__ = ["CRASH_ONCE_ENV", "gather", "run_sweep", "write_tables"]
+
+
+def _cell_path(out: Path, cell: dict) -> Path:
+    return out / "cells" / f"{cell_id(cell)}.json"
+
+
+def _write_atomic(path: Path, row: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(row, fh, allow_nan=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+#: Fault injection for the crash tests: when this variable names a file that does not exist yet, the
+#: next cell to start creates it and kills its own process mid-cell (as a lost worker would).
+CRASH_ONCE_ENV = "OTSPEC_SWEEP_CRASH_ONCE"
+
+
+def _run_and_store(cell: dict, seed: int, quantities, base: str, out: str, extra: dict) -> str:
+    """Run one cell and write its row (this runs in the worker: a finished row survives the worker)."""
+    marker = os.environ.get(CRASH_ONCE_ENV)
+    if marker:
+        try:
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            pass
+        else:
+            os.close(fd)
+            os._exit(17)
+    row = {**extra, **run_cell(cell, seed, quantities, Path(base))}
+    path = _cell_path(Path(out), cell)
+    _write_atomic(path, row)
+    return str(path)
+
+
+def _parse_cluster(cluster: str) -> int:
+    kind, _, n = cluster.partition(":")
+    if kind != "local" or not n.isdigit() or int(n) < 1:
+        raise ValueError(f"--cluster {cluster!r}: expected local:N with N >= 1 workers")
+    return int(n)
+
+
+def run_sweep(spec: SweepSpec | str | os.PathLike, out, *, workers: int | None = None, scheduler: str | None = None,
+              cluster: str | None = None, progress: bool | None = None) -> dict:
+    """Run every unfinished cell of ``spec`` into ``out``; returns {"cells", "ran", "skipped", "table"}.
+
+    ``workers``: 1 runs in this process, N a local pool of N processes (default: the CPU count);
+    ``scheduler`` / ``cluster``: Dask distributed instead (see the module docstring).
+    """
+    spec = spec if isinstance(spec, SweepSpec) else load_spec(spec)
+    if scheduler and cluster:
+        raise ValueError("give --scheduler or --cluster, not both")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    todo = [c for c in spec.cells if not _cell_path(out, c).exists()]
+    extra = {"sweep": spec.name, "sweep_seed": spec.seed}
+    args = (spec.seed, list(spec.quantities), str(spec.base), str(out), extra)
+    bar = tqdm(total=len(spec.cells), initial=len(spec.cells) - len(todo), unit="cell", desc=f"sweep {spec.name}",
+               disable=None if progress is None else not progress)
+    try:
+        if scheduler or cluster:
+            _run_dask(todo, args, scheduler, cluster, bar)
+        elif (workers or os.cpu_count() or 1) == 1 or len(todo) <= 1:
+            for cell in todo:
+                _run_and_store(cell, *args)
+                bar.update(1)
+        else:
+            with ProcessPoolExecutor(max_workers=workers or os.cpu_count()) as pool:
+                for fut in as_completed([pool.submit(_run_and_store, cell, *args) for cell in todo]):
+                    fut.result()
+                    bar.update(1)
+    finally:
+        bar.close()
+    table = write_tables(gather(spec, out), out)
+    return {"cells": len(spec.cells), "ran": len(todo), "skipped": len(spec.cells) - len(todo), "table": table}
+
+
+def _run_dask(todo, args, scheduler, cluster, bar) -> None:
+    try:
+        from distributed import Client, LocalCluster
+        from distributed import as_completed as dask_completed
+    except ImportError:
+        raise ImportError("Dask distributed is not installed: pip install 'otspec[sweep]'") from None
+    local = LocalCluster(n_workers=_parse_cluster(cluster), threads_per_worker=1, processes=True,
+                         dashboard_address=None) if cluster else None
+    try:
+        with Client(local if local is not None else scheduler) as client:
+            # retries: a cell whose worker died is run again elsewhere; finished cells are already on disk
+            futures = [client.submit(_run_and_store, cell, *args, pure=False, retries=3) for cell in todo]
+            for fut in dask_completed(futures):
+                fut.result()
+                bar.update(1)
+    finally:
+        if local is not None:
+            local.close()
+
+
+def gather(spec: SweepSpec, out) -> list[dict]:
+    """The rows of every finished cell of ``spec`` in ``out``, in the spec's cell order."""
+    rows = []
+    for cell in spec.cells:
+        path = _cell_path(Path(out), cell)
+        if path.exists():
+            rows.append(json.loads(path.read_text()))
+    return rows
+
+
+def write_tables(rows: list[dict], out) -> dict:
+    """``results.parquet`` and ``results.csv`` in ``out`` (pandas + pyarrow); returns their paths."""
+    try:
+        import pandas as pd
+    except ImportError:
+        raise ImportError("pandas and pyarrow are needed for sweep tables: pip install 'otspec[sweep]'") from None
+    out = Path(out)
+    frame = pd.DataFrame(rows)
+    paths = {"parquet": out / "results.parquet", "csv": out / "results.csv"}
+    frame.to_parquet(paths["parquet"], index=False)
+    frame.to_csv(paths["csv"], index=False)
+    return {k: str(v) for k, v in paths.items()}

@@ -1,0 +1,233 @@
+"""Sweep specifications: a TOML or YAML file describing a grid, expanded into cells.
+
+Schema (every key but ``pairs`` and ``verifiers`` optional; a list expands into one cell per value)::
+
+    name = "distance"                 # a label, copied into every row
+    seed = 0                          # the sweep seed: every cell's seed derives from it and the cell
+    quantities = ["exact", "optimum", "monte_carlo"]   # among QUANTITIES (default: exact, optimum)
+    L = [2, 4, 8]                     # draft lengths (single-draft verifiers)
+    k = [2, 4]                        # drafts per step (multi-draft verifiers)
+    temperature = [1.0]               # both rows raised to 1/T and renormalised
+    cost_ratio = [0.1]                # c = t_draft / t_target, for the speedup columns
+    blocks = 100000                   # Monte Carlo iterations per cell
+    tokens = 128                      # decode: tokens per sequence
+    sequences = 8                     # decode: sequences per cell
+    confidence = 0.95
+
+    [[pairs]]                         # a seeded random family with a distance knob
+    kind = "random_iid"               # random_iid | random_markov | iid | json
+    vocab = [1000, 32000]
+    concentration = [0.0, 1.0, 10.0]  # the draft approaches the target as it grows
+    pair_seed = 0                     # optional: random families default to the sweep seed
+
+    [[pairs]]
+    kind = "iid"                      # explicit rows (never expanded)
+    draft = [0.3, 0.7]
+    target = [0.6, 0.4]
+
+    [[pairs]]
+    kind = "json"                     # otspec JSON source files, relative to the spec's folder
+    draft = "draft.json"
+    target = "target.json"
+
+    [[verifiers]]
+    name = "token"                    # a name of otspec.verifiers.REGISTRY or MULTI_DRAFT_REGISTRY
+    [[verifiers]]
+    name = "kseq"
+    rho = [1.5, 2.0]                  # constructor parameters, lists expand
+
+Single-draft verifiers take every ``L`` (``k`` is empty for them); multi-draft verifiers are one
+step of k candidates from the first-position rows (``L`` is empty for them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..checks import MAX_DRAFT_LENGTH, check_real, check_size
+from ..verifiers import MULTI_DRAFT_REGISTRY, REGISTRY
+
+__all__ = ["PAIR_KINDS", "QUANTITIES", "SweepSpec", "cell_id", "cell_seed", "load_spec"]
+
+PAIR_KINDS = ("random_iid", "random_markov", "iid", "json")
+#: What a cell can compute; see :mod:`otspec.sweep.cells`.
+QUANTITIES = ("exact", "optimum", "monte_carlo", "decode")
+_PAIR_KEYS = {"random_iid": {"vocab", "concentration", "sparsity", "pair_seed"},
+              "random_markov": {"vocab", "concentration", "sparsity", "pair_seed", "horizon"},
+              "iid": {"draft", "target", "label"}, "json": {"draft", "target", "label"}}
+_TOP_KEYS = {"name", "seed", "quantities", "L", "k", "temperature", "cost_ratio", "blocks", "tokens", "sequences",
+             "confidence", "pairs", "verifiers"}
+MAX_CELLS = 1_000_000
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A validated sweep: its settings and the expanded cells (one dict of parameters each)."""
+
+    name: str
+    seed: int
+    quantities: tuple[str, ...]
+    settings: dict
+    cells: list = field(repr=False)
+    base: Path = Path(".")
+
+
+def _as_list(value) -> list:
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def _grid(entry: dict, fixed: set) -> list[dict]:
+    """Every combination of the list-valued keys of ``entry`` (keys in ``fixed`` are taken whole)."""
+    keys = sorted(entry)
+    values = [[entry[key]] if key in fixed else _as_list(entry[key]) for key in keys]
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
+
+
+def _error(where: str, message: str) -> ValueError:
+    return ValueError(f"sweep spec {where}: {message}")
+
+
+def _read(path: Path) -> dict:
+    if not path.is_file():
+        raise FileNotFoundError(f"sweep spec: no file {path}")
+    text = path.read_text()
+    try:
+        if path.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = tomllib.loads(text)
+    except Exception as err:  # the parsers' own messages name the line
+        raise ValueError(f"sweep spec {path}: cannot parse it: {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"sweep spec {path}: expected a table of keys at the top level")
+    return data
+
+
+def _pairs(raw, seed: int) -> list[dict]:
+    if not isinstance(raw, list) or not raw:
+        raise _error("pairs", "expected a non-empty list of [[pairs]] tables")
+    out = []
+    for i, entry in enumerate(raw):
+        where = f"pairs[{i}]"
+        if not isinstance(entry, dict) or entry.get("kind") not in PAIR_KINDS:
+            raise _error(where, f"kind: expected one of {PAIR_KINDS}")
+        kind = entry["kind"]
+        rest = {k: v for k, v in entry.items() if k != "kind"}
+        unknown = set(rest) - _PAIR_KEYS[kind]
+        if unknown:
+            raise _error(where, f"unknown keys {sorted(unknown)} for kind {kind!r}; expected among "
+                                f"{sorted(_PAIR_KEYS[kind])}")
+        if kind in ("iid", "json"):
+            if "draft" not in rest or "target" not in rest:
+                raise _error(where, f"kind {kind!r} needs draft and target")
+            out.append({"kind": kind, **rest})
+            continue
+        if "vocab" not in rest:
+            raise _error(where, f"kind {kind!r} needs vocab")
+        rest.setdefault("concentration", 1.0)
+        rest.setdefault("sparsity", 0.0)
+        rest.setdefault("pair_seed", seed)
+        for combo in _grid(rest, set()):
+            check_size(combo["vocab"], f"{where}.vocab")
+            check_real(combo["concentration"], f"{where}.concentration", low=0.0)
+            check_real(combo["sparsity"], f"{where}.sparsity", low=0.0, high=1.0)
+            out.append({"kind": kind, **combo})
+    return out
+
+
+def _verifiers(raw) -> list[dict]:
+    if not isinstance(raw, list) or not raw:
+        raise _error("verifiers", "expected a non-empty list of [[verifiers]] tables")
+    out = []
+    for i, entry in enumerate(raw):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if name not in REGISTRY and name not in MULTI_DRAFT_REGISTRY:
+            raise _error(f"verifiers[{i}]", f"name: expected one of {sorted(REGISTRY) + sorted(MULTI_DRAFT_REGISTRY)},"
+                                            f" got {name!r}")
+        params = {k: v for k, v in entry.items() if k != "name"}
+        for combo in _grid(params, set()):
+            cls = REGISTRY.get(name) or MULTI_DRAFT_REGISTRY[name]
+            try:
+                cls(**combo)  # the constructor checks its parameters now, not in a worker later
+            except TypeError as err:
+                raise _error(f"verifiers[{i}]", f"parameters {combo} for {name!r}: {err}") from None
+            out.append({"name": name, "multi": name in MULTI_DRAFT_REGISTRY, "params": combo})
+    return out
+
+
+def _numbers(data: dict, key: str, default, check) -> list:
+    values = _as_list(data.get(key, default))
+    if not values:
+        raise _error(key, "expected at least one value")
+    return [check(v, key) for v in values]
+
+
+def canonical(obj) -> str:
+    """Canonical JSON of a cell's parameters (sorted keys): equal cells, equal text."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def cell_id(params: dict) -> str:
+    """A short stable name of a cell: the first 16 hex digits of the SHA-256 of its canonical parameters."""
+    return hashlib.sha256(canonical(params).encode()).hexdigest()[:16]
+
+
+def cell_seed(sweep_seed: int, params: dict) -> np.random.SeedSequence:
+    """The cell's seed sequence: the sweep seed and the cell's own parameters, nothing about workers or order."""
+    digest = hashlib.sha256(canonical(params).encode()).digest()
+    return np.random.SeedSequence([int(sweep_seed), *np.frombuffer(digest[:16], dtype=np.uint32).tolist()])
+
+
+def load_spec(path) -> SweepSpec:
+    """Read, validate and expand a sweep spec (TOML, or YAML for ``.yaml``/``.yml``)."""
+    path = Path(path)
+    data = _read(path)
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise _error("keys", f"unknown {sorted(unknown)}; expected among {sorted(_TOP_KEYS)}")
+    seed = check_size(data.get("seed", 0), "seed", minimum=0)
+    quantities = tuple(_as_list(data.get("quantities", ["exact", "optimum"])))
+    bad = [q for q in quantities if q not in QUANTITIES]
+    if bad or not quantities:
+        raise _error("quantities", f"{bad or 'none'}: expected names among {QUANTITIES}")
+    Ls = _numbers(data, "L", [4], lambda v, k: check_size(v, k, limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH"))
+    ks = _numbers(data, "k", [2], lambda v, k: check_size(v, k))
+    temps = _numbers(data, "temperature", [1.0], lambda v, k: check_real(v, k, low=0.0, low_open=True))
+    costs = _numbers(data, "cost_ratio", [0.0], lambda v, k: check_real(v, k, low=0.0))
+    settings = {"blocks": check_size(data.get("blocks", 100_000), "blocks"),
+                "tokens": check_size(data.get("tokens", 128), "tokens"),
+                "sequences": check_size(data.get("sequences", 8), "sequences"),
+                "confidence": check_real(data.get("confidence", 0.95), "confidence", low=0.0, high=1.0,
+                                         low_open=True)}
+    if settings["confidence"] >= 1:
+        raise _error("confidence", f"expected a level in (0, 1), got {settings['confidence']!r}")
+    pairs, verifiers = _pairs(data.get("pairs"), seed), _verifiers(data.get("verifiers"))
+    n = len(pairs) * sum(len(ks) if v["multi"] else len(Ls) for v in verifiers) * len(temps) * len(costs)
+    if n > MAX_CELLS:
+        raise _error("grid", f"{n:,} cells exceed MAX_CELLS = {MAX_CELLS:,}")
+    cells = []
+    for pair, ver, T, c in itertools.product(pairs, verifiers, temps, costs):
+        for length in ([None] if ver["multi"] else Ls):
+            for k in (ks if ver["multi"] else [None]):
+                cells.append({"pair": pair, "verifier": ver["name"], "params": ver["params"], "L": length, "k": k,
+                              "temperature": T, "cost_ratio": c, **settings})
+    if len({cell_id(c) for c in cells}) != len(cells):
+        raise _error("grid", "two cells have the same parameters (a value listed twice?)")
+    return SweepSpec(str(data.get("name", path.stem)), seed, quantities, settings, cells, path.parent.resolve())
+
+
+def describe_pair(pair: dict) -> str:
+    """A short label of a pair entry for tables and plots."""
+    if pair["kind"] in ("iid", "json"):
+        return str(pair.get("label") or (f"{pair['kind']}:{Path(pair['draft']).name}/{Path(pair['target']).name}"
+                                         if pair["kind"] == "json" else "iid"))
+    return f"{pair['kind']}(V={pair['vocab']}, c={pair['concentration']:g})"

@@ -1,0 +1,173 @@
+"""otspec sweep: spec expansion, cells against independent values, executors, resume, lost workers."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+from otspec import cli
+from otspec.sources import random_iid
+from otspec.sweep import cell_id, load_spec, run_sweep
+from otspec.sweep.run import CRASH_ONCE_ENV
+
+pd = pytest.importorskip("pandas")
+
+SPEC = """
+name = "small"
+seed = 11
+quantities = ["exact", "optimum", "monte_carlo", "decode"]
+L = [2, 3]
+k = [2]
+cost_ratio = [0.0, 0.2]
+blocks = 40000
+tokens = 24
+sequences = 3
+
+[[pairs]]
+kind = "random_iid"
+vocab = [4, 300]
+concentration = [0.0, 5.0]
+
+[[pairs]]
+kind = "iid"
+draft = [0.3, 0.7]
+target = [0.6, 0.4]
+label = "bernoulli"
+
+[[verifiers]]
+name = "token"
+[[verifiers]]
+name = "block"
+[[verifiers]]
+name = "multiround"
+"""
+TIMING = ("_seconds", "mc_blocks_per_s")
+
+
+def _spec(tmp_path, text=SPEC, name="spec.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _table(out):
+    frame = pd.read_parquet(out / "results.parquet")
+    keep = [c for c in frame.columns if not c.endswith(TIMING)]
+    return frame[keep].sort_values("cell").reset_index(drop=True)
+
+
+def test_spec_expands_the_grid_and_refuses_bad_input(tmp_path):
+    spec = load_spec(_spec(tmp_path))
+    # 5 pairs x (2 single-draft verifiers x 2 lengths + 1 multi-draft x 1 k) x 2 cost ratios
+    assert len(spec.cells) == 5 * (2 * 2 + 1) * 2 and len({cell_id(c) for c in spec.cells}) == len(spec.cells)
+    assert all((c["k"] is None) == (c["verifier"] != "multiround") for c in spec.cells)
+    yaml_path = tmp_path / "spec.yaml"
+    yaml_path.write_text("seed: 11\npairs:\n  - {kind: iid, draft: [0.3, 0.7], target: [0.6, 0.4]}\n"
+                         "verifiers:\n  - {name: kseq, rho: [1.5, 2.0]}\nk: [2, 3]\n")
+    assert len(load_spec(yaml_path).cells) == 4
+    for bad, match in [("pairs = []", "pairs"), ('bogus = 1\n' + SPEC, "unknown"),
+                       (SPEC.replace('name = "token"', 'name = "tokn"'), "tokn"),
+                       (SPEC.replace('kind = "iid"', 'kind = "zipf"'), "kind"),
+                       (SPEC.replace('"decode"]', '"decode", "magic"]'), "magic"),
+                       (SPEC.replace("L = [2, 3]", "L = [2, 0]"), "L"),
+                       (SPEC.replace('name = "multiround"', 'name = "kseq"\nrho = [0.5]'), "rho"),
+                       ("seed = [", "parse")]:
+        with pytest.raises(ValueError, match=match):
+            load_spec(_spec(tmp_path, bad, "bad.toml"))
+    with pytest.raises(FileNotFoundError):
+        load_spec(tmp_path / "missing.toml")
+
+
+def test_cells_agree_with_independent_values(tmp_path):
+    out = tmp_path / "serial"
+    run_sweep(_spec(tmp_path), out, workers=1, progress=False)
+    t = _table(out)
+    assert len(t) == 50 and t.filter(like="_note").drop(columns=["monte_carlo_note", "decode_note"]).isna().all().all()
+    for _, r in t[t.verifier == "token"].iterrows():
+        if r.pair == "bernoulli":
+            p, q = np.array([0.3, 0.7]), np.array([0.6, 0.4])
+        else:
+            d, g = random_iid(int(r.vocab), r.concentration, seed=11)
+            p, q = d.probs, g.probs
+        beta = 1 - 0.5 * np.abs(p - q).sum()
+        e = sum(beta**i for i in range(1, int(r.L) + 1))  # eq. (4) for an IID pair
+        assert abs(r.exact_accepted - e) <= 1e-12
+        assert abs(r.exact_speedup - (e + 1) / (1 + r.cost_ratio * r.L)) <= 1e-12
+    single = t[t.verifier != "multiround"]
+    assert (single.exact_accepted <= single.optimum_accepted + 1e-9).all()
+    inside = (single.mc_low <= single.exact_high + 1e-9) & (single.exact_low - 1e-9 <= single.mc_high)
+    assert inside.mean() >= 0.85  # 95 % intervals: a few misses are expected among 40 cells
+    multi = t[t.verifier == "multiround"]
+    assert (multi.exact_acceptance <= multi.optimum_acceptance + 1e-9).all() and multi.mc_accepted.isna().all()
+    assert multi.monte_carlo_note.str.contains("single-draft").all()
+
+
+def test_local_pool_and_dask_cluster_give_the_serial_rows_exactly(tmp_path):
+    pytest.importorskip("distributed")
+    spec = _spec(tmp_path)
+    run_sweep(spec, tmp_path / "serial", workers=1, progress=False)
+    run_sweep(spec, tmp_path / "pool", workers=2, progress=False)
+    run_sweep(spec, tmp_path / "dask", cluster="local:2", progress=False)
+    serial = _table(tmp_path / "serial")
+    pd.testing.assert_frame_equal(serial, _table(tmp_path / "pool"))
+    pd.testing.assert_frame_equal(serial, _table(tmp_path / "dask"))
+    assert (tmp_path / "dask" / "results.csv").stat().st_size > 0
+
+
+def test_resume_skips_finished_cells_and_a_lost_worker_loses_no_row(tmp_path, monkeypatch):
+    pytest.importorskip("distributed")
+    spec = _spec(tmp_path)
+    out = tmp_path / "out"
+    first = run_sweep(spec, out, workers=1, progress=False)
+    assert first["ran"] == 50 and first["skipped"] == 0
+    files = sorted((out / "cells").glob("*.json"))
+    for f in files[:7]:
+        f.unlink()
+    again = run_sweep(spec, out, workers=1, progress=False)
+    assert again["ran"] == 7 and again["skipped"] == 43
+    # a worker killed mid-cell: its cell is run again elsewhere, every finished row stays
+    crashed = tmp_path / "crashed"
+    marker = tmp_path / "crash.marker"
+    monkeypatch.setenv(CRASH_ONCE_ENV, str(marker))
+    run_sweep(spec, crashed, cluster="local:2", progress=False)
+    assert marker.exists()  # one worker did die
+    pd.testing.assert_frame_equal(_table(out), _table(crashed))
+    assert not [p for p in os.listdir(crashed / "cells") if p.endswith(".tmp")]
+
+
+def test_sweep_command_line(tmp_path, capsys):
+    spec = _spec(tmp_path, SPEC.replace('quantities = ["exact", "optimum", "monte_carlo", "decode"]',
+                                        'quantities = ["exact"]'))
+    assert cli.main(["sweep", str(spec), "--workers", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["cells"] == 50 and out["ran"] == 50 and out["out"].endswith("spec_results")
+    frame = pd.read_csv(out["table"]["csv"])
+    assert len(frame) == 50 and not math.isnan(frame.exact_accepted.dropna().iloc[0])
+    assert cli.main(["sweep", str(spec), "--workers", "2", "--cluster", "local:2"]) == 2
+    assert cli.main(["sweep", str(tmp_path / "nope.toml")]) == 2
+    assert cli.main(["sweep", str(spec), "--cluster", "remote:3", "--json"]) == 2
+
+
+def test_plot_sweep_draws_lines_and_heat_maps_and_names_what_varies(tmp_path, capsys):
+    from otspec import plot
+
+    out = tmp_path / "out"
+    run_sweep(_spec(tmp_path), out, workers=1, progress=False)
+    results = str(out / "results.parquet")
+    assert plot.main(["sweep", results, "--x", "L", "--y", "exact_accepted", "--hue", "verifier", "--where",
+                      "pair=bernoulli", "--where", "cost_ratio=0", "--out", str(tmp_path / "lines.png")]) == 0
+    assert (tmp_path / "lines.png").stat().st_size > 10_000
+    assert plot.main(["sweep", str(out / "results.csv"), "--heatmap", "--x", "L", "--y", "concentration", "--z",
+                      "mc_accepted", "--where", "verifier=block", "--where", "vocab=300", "--where",
+                      "cost_ratio=0.2"]) == 0
+    assert (out / "mc_accepted_by_L_concentration.png").exists()
+    assert plot.main(["sweep", results, "--x", "L", "--y", "exact_accepted", "--hue", "verifier"]) == 2
+    err = capsys.readouterr().err
+    assert "pick a slice with --where" in err and "'cost_ratio'" in err and "'exact_speedup'" not in err
+    assert plot.main(["sweep", results, "--x", "L", "--y", "nope"]) == 2
+    assert plot.main(["sweep", results, "--x", "L", "--y", "exact_accepted", "--where", "vocab=999"]) == 2
+    assert plot.main(["sweep", str(tmp_path / "missing.parquet"), "--x", "L", "--y", "exact_accepted"]) == 2
