@@ -53,6 +53,7 @@ bench: $(TEST_STAMP)
 	$(BIN)/python benchmarks/bench_otm.py
 	$(BIN)/python benchmarks/bench_verifiers_torch.py
 	$(BIN)/python benchmarks/bench_llm_vocab_mc.py
+	$(BIN)/python benchmarks/bench_sweep.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

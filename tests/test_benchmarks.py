@@ -40,3 +40,14 @@ def test_llm_vocabulary_monte_carlo_benchmark_runs():
     assert [(r["vocab"], r["verifier"]) for r in out["results"]] == [(2, "token"), (2, "block"), (300, "token"),
                                                                      (300, "block")]
     assert all(r["rows_blocks_per_s"] > 0 and r["row_free_blocks_per_s"] > 0 for r in out["results"])
+
+
+def test_sweep_throughput_benchmark_runs():
+    pytest = __import__("pytest")
+    pytest.importorskip("pandas")
+    proc = subprocess.run([sys.executable, str(BENCH / "bench_sweep.py"), "--cells", "4", "--blocks", "2000",
+                           "--workers", "1,2", "--json"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert [(r["engine"], r["workers"], r["cells"]) for r in out["results"]] == [("pool", 1, 4), ("pool", 2, 4)]
+    assert out["results"][0]["ratio_to_first"] == 1.0 and all(r["cells_per_s"] > 0 for r in out["results"])

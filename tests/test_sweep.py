@@ -19,7 +19,7 @@ pd = pytest.importorskip("pandas")
 SPEC = """
 name = "small"
 seed = 11
-quantities = ["exact", "optimum", "monte_carlo", "decode"]
+quantities = ["exact", "optimum", "monte_carlo", "decode", "adaptive"]
 L = [2, 3]
 k = [2]
 cost_ratio = [0.0, 0.2]
@@ -29,7 +29,7 @@ sequences = 3
 
 [[pairs]]
 kind = "random_iid"
-vocab = [4, 300]
+vocab = [4, 40]
 concentration = [0.0, 5.0]
 
 [[pairs]]
@@ -72,7 +72,7 @@ def test_spec_expands_the_grid_and_refuses_bad_input(tmp_path):
     for bad, match in [("pairs = []", "pairs"), ('bogus = 1\n' + SPEC, "unknown"),
                        (SPEC.replace('name = "token"', 'name = "tokn"'), "tokn"),
                        (SPEC.replace('kind = "iid"', 'kind = "zipf"'), "kind"),
-                       (SPEC.replace('"decode"]', '"decode", "magic"]'), "magic"),
+                       (SPEC.replace('"adaptive"]', '"adaptive", "magic"]'), "magic"),
                        (SPEC.replace("L = [2, 3]", "L = [2, 0]"), "L"),
                        (SPEC.replace('name = "multiround"', 'name = "kseq"\nrho = [0.5]'), "rho"),
                        ("seed = [", "parse")]:
@@ -86,7 +86,14 @@ def test_cells_agree_with_independent_values(tmp_path):
     out = tmp_path / "serial"
     run_sweep(_spec(tmp_path), out, workers=1, progress=False)
     t = _table(out)
-    assert len(t) == 50 and t.filter(like="_note").drop(columns=["monte_carlo_note", "decode_note"]).isna().all().all()
+    assert len(t) == 50
+    assert t.filter(like="_note").drop(columns=["monte_carlo_note", "decode_note", "adaptive_note"]).isna().all().all()
+    token = t[t.verifier == "token"]
+    # SpecDec++: the optimal policy is at least as fast as the best fixed length, which is at most fixed L
+    assert (token.adaptive_latency <= token.adaptive_best_fixed_latency + 1e-12).all()
+    assert (token.adaptive_best_fixed_latency <= token.adaptive_fixed_latency + 1e-12).all()
+    free = token[token.cost_ratio == 0]  # free drafts: fixed L latency = 1 / E[tokens per iteration]
+    assert np.allclose(free.adaptive_fixed_latency, 1 / free.exact_tokens_per_iteration, rtol=1e-12)
     for _, r in t[t.verifier == "token"].iterrows():
         if r.pair == "bernoulli":
             p, q = np.array([0.3, 0.7]), np.array([0.6, 0.4])
@@ -140,7 +147,7 @@ def test_resume_skips_finished_cells_and_a_lost_worker_loses_no_row(tmp_path, mo
 
 
 def test_sweep_command_line(tmp_path, capsys):
-    spec = _spec(tmp_path, SPEC.replace('quantities = ["exact", "optimum", "monte_carlo", "decode"]',
+    spec = _spec(tmp_path, SPEC.replace('quantities = ["exact", "optimum", "monte_carlo", "decode", "adaptive"]',
                                         'quantities = ["exact"]'))
     assert cli.main(["sweep", str(spec), "--workers", "1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -162,7 +169,7 @@ def test_plot_sweep_draws_lines_and_heat_maps_and_names_what_varies(tmp_path, ca
                       "pair=bernoulli", "--where", "cost_ratio=0", "--out", str(tmp_path / "lines.png")]) == 0
     assert (tmp_path / "lines.png").stat().st_size > 10_000
     assert plot.main(["sweep", str(out / "results.csv"), "--heatmap", "--x", "L", "--y", "concentration", "--z",
-                      "mc_accepted", "--where", "verifier=block", "--where", "vocab=300", "--where",
+                      "mc_accepted", "--where", "verifier=block", "--where", "vocab=40", "--where",
                       "cost_ratio=0.2"]) == 0
     assert (out / "mc_accepted_by_L_concentration.png").exists()
     assert plot.main(["sweep", results, "--x", "L", "--y", "exact_accepted", "--hue", "verifier"]) == 2

@@ -11,6 +11,9 @@ says why in ``<quantity>_note``):
 * ``monte_carlo`` — :func:`otspec.engine.simulate` (row-free for IID token / block cells) with its
   interval.
 * ``decode`` — block efficiency of :func:`otspec.engine.generate` with its interval.
+* ``adaptive`` — SpecDec++ on an IID pair with token verification: latency per token (t_target = 1,
+  t_draft = c) of the exact optimal stopping policy with at most L drafts, of fixed L and of the best
+  fixed length ≤ L, and the optimal policy's speedup over plain decoding.
 """
 
 from __future__ import annotations
@@ -163,6 +166,16 @@ def run_cell(cell: dict, sweep_seed: int, quantities, base: Path = Path(".")) ->
         be = res.block_efficiency
         return {"decode_block_efficiency": be.value, "decode_low": be.low, "decode_high": be.high}
 
+    def adaptive():
+        if name != "token" or not iid:
+            raise NotImplementedError("adaptive cells: token verification of an IID pair (SpecDec++'s setting)")
+        fixed = theory.fixed_length_latency(draft.probs, target.probs, L, c, 1.0)
+        best = min(theory.fixed_length_latency(draft.probs, target.probs, j, c, 1.0) for j in range(1, L + 1))
+        opt = theory.optimal_stopping(draft.probs, target.probs, L, c, 1.0)
+        return {"adaptive_latency": opt.latency, "adaptive_fixed_latency": fixed, "adaptive_best_fixed_latency": best,
+                "adaptive_speedup": 1.0 / opt.latency, "adaptive_expected_drafted": opt.expected_drafted}
+
+    runs = {"exact": exact, "optimum": optimum, "monte_carlo": monte_carlo, "decode": decode, "adaptive": adaptive}
     for qname in quantities:
-        _quantity(row, qname, {"exact": exact, "optimum": optimum, "monte_carlo": monte_carlo, "decode": decode}[qname])
+        _quantity(row, qname, runs[qname])
     return row

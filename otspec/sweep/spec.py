@@ -58,7 +58,7 @@ __all__ = ["PAIR_KINDS", "QUANTITIES", "SweepSpec", "cell_id", "cell_seed", "loa
 
 PAIR_KINDS = ("random_iid", "random_markov", "iid", "json")
 #: What a cell can compute; see :mod:`otspec.sweep.cells`.
-QUANTITIES = ("exact", "optimum", "monte_carlo", "decode")
+QUANTITIES = ("exact", "optimum", "monte_carlo", "decode", "adaptive")
 _PAIR_KEYS = {"random_iid": {"vocab", "concentration", "sparsity", "pair_seed"},
               "random_markov": {"vocab", "concentration", "sparsity", "pair_seed", "horizon"},
               "iid": {"draft", "target", "label"}, "json": {"draft", "target", "label"}}
