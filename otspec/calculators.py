@@ -17,7 +17,7 @@ import numpy as np
 
 from . import theory
 from .checks import MAX_DRAFT_LENGTH, capped_power, check_size, format_count
-from .clitools import CLIError, add_pair_arguments, pair_from_args, positive_int
+from .clitools import CLIError, add_pair_arguments, length_list, pair_from_args, positive_int
 from .distributions import total_variation
 from .errors import SizeLimitError
 from .sources import IIDSource, Source
@@ -61,8 +61,8 @@ BEST_LENGTH_SEARCH = 64
 
 def _block_arguments(parser):
     add_pair_arguments(parser)
-    parser.add_argument("--L", "--draft-length", dest="L", type=positive_int, required=True,
-                        help="draft (block) length L")
+    parser.add_argument("--L", "--draft-length", dest="L", type=length_list, required=True,
+                        help="draft (block) length L, or several separated by commas (2,4,8): one object each")
     parser.add_argument("--lp-max-variables", type=positive_int, default=CALC_LP_MAX_VARIABLES,
                         help="solve the block-OT LP only up to this many variables V^(2L); larger sizes report "
                              "lp = null with the reason in lp_status")
@@ -93,10 +93,17 @@ def _speedup(expected_accepted: float, c: float, L: int) -> float:
     return (expected_accepted + 1.0) / (1.0 + c * L)
 
 
-def _block_compute(args) -> dict:
+def _block_compute(args) -> dict | list:
+    """One object for one --L, a list of them (one per length, in order) for several."""
+    lengths = args.L if isinstance(args.L, list) else [args.L]
+    rows = [_block_one(args, L) for L in lengths]
+    return rows[0] if len(rows) == 1 else rows
+
+
+def _block_one(args, L) -> dict:
     from .solvers import solve_block_lp
 
-    L = check_size(args.L, "--L", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
+    L = check_size(L, "--L", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
     draft, target = pair_from_args(args)
     V = target.vocab_size
     first = total_variation(draft.next_probs([[]])[0], target.next_probs([[]])[0])

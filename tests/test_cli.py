@@ -34,6 +34,17 @@ def test_calc_block_token_key_matches_bernoulli_closed_form():
     assert result["draft_length"] == 4
 
 
+def test_calc_block_takes_several_lengths():
+    rc, out, err = run("calc", "block", "--draft", "0.3,0.7", "--target", "0.75,0.25", "--L", "4,8,2", "--json")
+    assert rc == 0, err
+    rows = json.loads(out)
+    assert [r["draft_length"] for r in rows] == [4, 8, 2]
+    assert all(r["token"] == pytest.approx(sum(0.55**ell for ell in range(1, r["draft_length"] + 1)), abs=1e-12)
+               for r in rows)
+    rc, _, err = run("calc", "block", "--draft", "0.3", "--target", "0.75", "--L", "4,x")
+    assert rc == 2 and "--L" in err
+
+
 def test_calc_block_with_source_files(tmp_path, capsys):
     d, t = random_markov(3, 1.0, horizon=5, seed=2)
     save_source(d, tmp_path / "d.json")
