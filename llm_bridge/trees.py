@@ -40,29 +40,14 @@ from otspec.drafts import DraftTree, sample_candidates
 from otspec.engine.ledger import Ledger
 from otspec.engine.tree import RULES
 from otspec.errors import SizeLimitError
-from otspec.solvers import kseq_acceptance, multiround_acceptance, naive_acceptance, otm_value
+from otspec.solvers import otm_value
 
 from .cache import make_cache
 from .loop import BridgeResult, _chunks, _padded, _room, _start, _unseen
 from .measure import CallTimer
 from .sampling import DEFAULT_SAMPLING, Sampling
 
-__all__ = ["TreeResult", "acceptance_formula", "parse_tree", "tree_generate"]
-
-
-def acceptance_formula(verifier, replacement: bool):
-    """The verifier's expected acceptance over candidates as f(p, q, k) (closed form), or None if unknown."""
-    name = getattr(verifier, "name", "")
-    if name == "kseq":
-        rho = getattr(verifier, "rho", None)
-        return lambda p, q, k: kseq_acceptance(p, q, k, rho)
-    if name in ("multiround", "multiround_without_replacement"):
-        return lambda p, q, k: multiround_acceptance(p, q, k, name == "multiround")
-    if name == "naive":
-        return lambda p, q, k: naive_acceptance(p, q, k, replacement)
-    if name == "otm":
-        return lambda p, q, k: otm_value(p, q, k, replacement)
-    return None
+__all__ = ["TreeResult", "parse_tree", "tree_generate"]
 
 
 def parse_tree(spec, replacement: bool = True) -> DraftTree:
@@ -332,7 +317,6 @@ class _TreeRecords:
 
     def __init__(self, L: int, verifier, tree: DraftTree, rule: str, with_law: bool, keep: bool = False):
         self.verifier, self.tree, self.rule, self.with_law = verifier, tree, rule, with_law
-        self.formula = acceptance_formula(verifier, tree.replacement)
         self.go_on, self.acceptance, self.optimum, self.tv, self.n_cands = ([[] for _ in range(L)] for _ in range(5))
         self.expected, self.nodes, self.keep, self.kept = [], [], keep, []
 
@@ -372,11 +356,9 @@ class _TreeRecords:
 
     def _closed_form(self, p, q, k) -> float:
         """The verifier's closed-form acceptance, or nan where it has none or it is too large to evaluate."""
-        if self.formula is None:
-            return np.nan
         try:
-            return float(self.formula(p, q, k))
-        except SizeLimitError:
+            return float(self.verifier.expected_acceptance(p, q, k))
+        except (NotImplementedError, SizeLimitError):
             return np.nan
 
     def columns(self):

@@ -183,6 +183,8 @@ def test_lossless_and_acceptance_bounds(inst):
         assert acc <= in_s + 1e-12  # an accepted candidate is in S
         assert in_s <= alpha[replacement] + 1e-9, (verifier, replacement)
         accept[verifier.name, replacement] = (acc, in_s)
+        if replacement == verifier.replacement:  # the verifier's closed form = its enumerated law
+            assert abs(verifier.expected_acceptance(p, q, k) - acc) < 1e-9, (verifier, replacement)
 
     for replacement in (True, False):  # OTM attains the optimum
         acc, in_s = accept["otm", replacement]

@@ -28,7 +28,6 @@ from ..engine import generate, simulate
 from ..solvers.otm_dual import otm_value
 from ..sources import IIDSource, MarkovSource, load_source, random_iid, random_markov
 from ..theory.iid import iid_block_values
-from ..theory.multidraft import kseq_acceptance, multiround_acceptance, naive_acceptance
 from ..verifiers import MULTI_DRAFT_REGISTRY, REGISTRY
 from .spec import cell_id, cell_seed, describe_pair
 
@@ -36,20 +35,6 @@ __all__ = ["build_pair", "run_cell", "temper"]
 
 _SINGLE_EXACT = {"token": theory.expected_accepted_token, "block": theory.expected_accepted_block,
                  "block_v1": theory.expected_accepted_optimal}
-
-
-def _multi_exact(name: str, params: dict, p, q, k: int) -> float:
-    if name == "kseq":
-        return kseq_acceptance(p, q, k, params.get("rho"))
-    if name == "multiround":
-        return multiround_acceptance(p, q, k)
-    if name == "multiround_without_replacement":
-        return multiround_acceptance(p, q, k, replacement=False)
-    if name == "naive":
-        return naive_acceptance(p, q, k, replacement=MULTI_DRAFT_REGISTRY[name](**params).replacement)
-    if name == "otm":
-        return otm_value(p, q, k, replacement=MULTI_DRAFT_REGISTRY[name](**params).replacement)
-    raise ValueError(f"no closed-form acceptance for {name!r}")
 
 
 def temper(source, T: float):
@@ -137,7 +122,7 @@ def run_cell(cell: dict, sweep_seed: int, quantities, base: Path = Path(".")) ->
 
     def exact():
         if multi:
-            a = _multi_exact(name, params, p, q, k)  # one step of k drafts: one batched draft call
+            a = MULTI_DRAFT_REGISTRY[name](**params).expected_acceptance(p, q, k)  # one batched draft call
             return {"exact_acceptance": a, "exact_tokens_per_step": 1.0 + a, "exact_speedup": (1.0 + a) / (1.0 + c)}
         e, lo, hi = single(name)
         return {"exact_accepted": e, "exact_low": lo, "exact_high": hi, "exact_tokens_per_iteration": e + 1.0,

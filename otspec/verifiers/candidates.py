@@ -50,6 +50,13 @@ class MultiDraftVerifier(Verifier):
     layout = CANDIDATES
     name = "multi"
 
+    def expected_acceptance(self, draft, target, k: int) -> float:
+        """P(a candidate is accepted) for k candidates drawn as this verifier requires, in closed form.
+
+        ``draft`` and ``target`` are one row each. Verifiers without a closed form raise
+        ``NotImplementedError``."""
+        raise NotImplementedError(f"{self.name}: no closed-form acceptance")
+
 
 class SequentialMultiDraftVerifier(MultiDraftVerifier):
     """Verifiers that test candidates in order and return the first accepted one.

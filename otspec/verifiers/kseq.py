@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ..distributions import namespace
-from ..theory.multidraft import KSeqParameters, kseq_parameters
+from ..theory.multidraft import KSeqParameters, kseq_acceptance, kseq_parameters
 from .candidates import SequentialMultiDraftVerifier, gather_candidates
 
 __all__ = ["KSeq"]
@@ -49,6 +49,9 @@ class KSeq(SequentialMultiDraftVerifier):
         ok = (candidates >= 0) & (p_x > 0)
         ratio = q_x / (par.rho[:, None] * xp.where(ok, p_x, xp.ones_like(p_x)))
         return xp.where(ok, xp.minimum(ratio, 1.0), xp.zeros_like(p_x)), par.residual
+
+    def expected_acceptance(self, draft, target, k: int) -> float:
+        return kseq_acceptance(draft, target, k, self.rho)
 
     def __repr__(self):
         return "KSeq()" if self.rho is None else f"KSeq(rho={self.rho!r})"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..distributions import namespace, residual
 from ..drafts.laws import _one_hot
+from ..theory.multidraft import multiround_acceptance
 from .candidates import SequentialMultiDraftVerifier, gather_candidates, stack_columns
 
 __all__ = ["MultiRound", "MultiRoundWithoutReplacement", "multiround_plan"]
@@ -47,6 +48,9 @@ class MultiRound(SequentialMultiDraftVerifier):
     style = {"linestyle": "-", "color": "C2"}
     replacement = True
 
+    def expected_acceptance(self, draft, target, k: int) -> float:
+        return multiround_acceptance(draft, target, k, self.replacement)
+
     def acceptance_plan(self, candidates, draft_probs, target_probs):
         return multiround_plan(candidates, draft_probs, target_probs)
 
@@ -62,6 +66,9 @@ class MultiRoundWithoutReplacement(SequentialMultiDraftVerifier):
     label = "multi-round w/o replacement (MCSD)"
     style = {"linestyle": ":", "color": "C2"}
     replacement = False
+
+    def expected_acceptance(self, draft, target, k: int) -> float:
+        return multiround_acceptance(draft, target, k, self.replacement)
     distinct_candidates = True
 
     def acceptance_plan(self, candidates, draft_probs, target_probs):

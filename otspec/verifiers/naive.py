@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..distributions import namespace, sample_categorical
+from ..theory.multidraft import naive_acceptance
 from .candidates import MultiDraftVerifier, membership_law, membership_outcome
 
 __all__ = ["NaiveMultiCandidate"]
@@ -22,6 +23,9 @@ class NaiveMultiCandidate(MultiDraftVerifier):
     replacement = True
     #: Lossless whatever the candidates' law (the tree engines accept any draw mode).
     any_draw_mode = True
+
+    def expected_acceptance(self, draft, target, k: int) -> float:
+        return naive_acceptance(draft, target, k, self.replacement)
 
     def law(self, candidates, draft_probs, target_probs, *, validate=True):
         d = self.check(candidates, draft_probs, target_probs, validate=validate)

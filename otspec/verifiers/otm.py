@@ -9,6 +9,7 @@ from ..checks import capped_power, format_count
 from ..distributions import sample_categorical
 from ..errors import SizeLimitError
 from ..solvers.otm import otm_maxflow
+from ..solvers.otm_dual import otm_value
 from .candidates import MultiDraftVerifier, membership_law, membership_outcome
 
 __all__ = ["OTM_MAX_TUPLES", "OTMVerify"]
@@ -55,6 +56,10 @@ class OTMVerify(MultiDraftVerifier):
         if not self.replacement:
             self.label = "optimum, drafts w/o replacement"
             self.style = {"linestyle": ":", "color": "C0"}
+
+    def expected_acceptance(self, draft, target, k: int) -> float:
+        """α_k, the optimum this verifier attains (min-cut dual, no tuple enumeration)."""
+        return otm_value(draft, target, k, self.replacement)
 
     def __repr__(self):
         return f"OTMVerify(replacement={self.replacement})"
