@@ -25,6 +25,8 @@ Tolerances: 1e-6 (float64 and float32), 7.8e-3 (float16), 6.25e-2 (bfloat16).
 
 from __future__ import annotations
 
+import math
+
 import array_api_compat
 import numpy as np
 
@@ -57,6 +59,7 @@ __all__ = [
     "row_pair",
     "first_index",
     "namespace",
+    "likelihood_ratio",
     "overlap",
     "residual",
     "sample_categorical",
@@ -201,6 +204,20 @@ def total_variation(draft, target):
     draft, target = _arrays(draft, target)
     xp = namespace(draft, target)
     return 0.5 * xp.sum(xp.abs(draft - target), axis=-1)
+
+
+def likelihood_ratio(draft, target):
+    """r(x) = q(x)/p(x) along the last axis: +inf where only the target has mass, 0 where neither has.
+
+    Rows are taken as given (numpy or torch, not validated).
+
+    >>> likelihood_ratio(np.array([0.5, 0.5, 0.0, 0.0]), np.array([0.25, 0.25, 0.5, 0.0])).tolist()
+    [0.5, 0.5, inf, 0.0]
+    """
+    xp = namespace(draft, target)
+    positive = draft > 0
+    return xp.where(positive, target / xp.where(positive, draft, xp.ones_like(draft)),
+                    xp.where(target > 0, xp.full_like(draft, math.inf), xp.zeros_like(draft)))
 
 
 def overlap(draft, target):

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats.sampling import DiscreteGuideTable
 
+from ..distributions import likelihood_ratio
 from ..verifiers.block import BlockVerify
 from ..verifiers.token import TokenVerify
 
@@ -46,16 +47,11 @@ class RowProfile:
     """Sampling tables of one (draft, target) row pair; ``p`` and ``q`` are validated float64 rows (V,)."""
 
     def __init__(self, p: np.ndarray, q: np.ndarray):
-        self.p, self.q = p, q
-        self.vocab_size = p.shape[0]
         self._guide_p, self._guide_q = DiscreteGuideTable(p), DiscreteGuideTable(q)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(p > 0, q / np.where(p > 0, p, 1.0), np.where(q > 0, np.inf, 0.0))
-        self.ratio = ratio
-        self.order = np.argsort(-ratio, kind="stable")  # descending ratio
-        self.neg_sorted = -ratio[self.order]  # ascending: searchsorted finds the prefix r > 1/w
+        self.ratio = likelihood_ratio(p, q)
+        self.order = np.argsort(-self.ratio, kind="stable")  # descending ratio
+        self.neg_sorted = -self.ratio[self.order]  # ascending: searchsorted finds the prefix r > 1/w
         self.cum_q, self.cum_p = np.cumsum(q[self.order]), np.cumsum(p[self.order])
-
         self.total_variation = float(np.sum(np.clip(q - p, 0.0, None)))  # M(1), the common case w = 1
 
     def draw_draft(self, u: np.ndarray) -> np.ndarray:
@@ -65,30 +61,28 @@ class RowProfile:
     def draw_target(self, u: np.ndarray) -> np.ndarray:
         return self._guide_q.ppf(u).astype(np.int64)
 
-    def _prefix(self, w: np.ndarray) -> np.ndarray:
-        """n(w) = #{x : w q(x) > p(x)} = #{x : r(x) > 1/w} (0 where w = 0)."""
+    def _prefix(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(n, M): n(w) = #{x : w q(x) > p(x)} = #{x : r(x) > 1/w}, a prefix of the order by ratio, and the
+        surplus mass M(w) = w Q_n − P_n on it (both 0 where w = 0)."""
         with np.errstate(divide="ignore"):
             threshold = np.where(w > 0, -1.0 / np.where(w > 0, w, 1.0), -np.inf)
-        n = np.searchsorted(self.neg_sorted, threshold, side="left")
-        return np.where(w > 0, n, 0)
+        n = np.where(w > 0, np.searchsorted(self.neg_sorted, threshold, side="left"), 0)
+        last = np.maximum(n - 1, 0)
+        return n, np.where(n > 0, np.maximum(w * self.cum_q[last] - self.cum_p[last], 0.0), 0.0)
 
     def surplus_mass(self, w: np.ndarray) -> np.ndarray:
         """M(w) = Σ_x (w q(x) − p(x))_+ for an array of weights w ≥ 0 (w = 1, the common case, is a constant)."""
         out = np.where(w >= 1.0, self.total_variation, 0.0)
         some = np.flatnonzero((w > 0) & (w < 1.0))
         if some.size:
-            ws = w[some]
-            n = self._prefix(ws)
-            last = np.maximum(n - 1, 0)
-            out[some] = np.where(n > 0, np.maximum(ws * self.cum_q[last] - self.cum_p[last], 0.0), 0.0)
+            out[some] = self._prefix(w[some])[1]
         return out
 
     def draw_surplus(self, w: np.ndarray, u: np.ndarray) -> np.ndarray:
         """One draw from (w q − p)_+ per entry (w > 0 with positive surplus mass), by binary search."""
-        n = self._prefix(w)
-        last = np.maximum(n - 1, 0)
-        goal = u * np.maximum(w * self.cum_q[last] - self.cum_p[last], 0.0)
-        lo, hi = np.zeros_like(n), last  # smallest j in [0, n−1] with w Q_j − P_j > goal
+        n, mass = self._prefix(w)
+        goal = u * mass
+        lo, hi = np.zeros_like(n), np.maximum(n - 1, 0)  # smallest j in [0, n−1] with w Q_j − P_j > goal
         while np.any(lo < hi):
             mid = (lo + hi) // 2
             above = w * self.cum_q[mid] - self.cum_p[mid] > goal
@@ -97,14 +91,10 @@ class RowProfile:
         return self.order[lo]
 
 
-def _ratios(profile: RowProfile, tokens: np.ndarray) -> np.ndarray:
-    return profile.ratio[tokens]
-
-
 def sample_token(profile: RowProfile, n: int, L: int, rng: np.random.Generator) -> RowFreeOutcome:
     """``n`` iterations of token verification (spec eq. (3)) on the IID pair of ``profile``."""
     tokens = profile.draw_draft(rng.random((n, L)))
-    accepted = rng.random((n, L)) < np.minimum(_ratios(profile, tokens), 1.0)
+    accepted = rng.random((n, L)) < np.minimum(profile.ratio[tokens], 1.0)
     tau = np.where(accepted.all(axis=1), L, np.argmin(accepted, axis=1)) if L else np.zeros(n, dtype=np.int64)
     y = profile.draw_target(rng.random(n))
     rejected = np.flatnonzero(tau < L)
@@ -117,7 +107,7 @@ def sample_block(profile: RowProfile, n: int, L: int, rng: np.random.Generator) 
     """``n`` iterations of published block verification (eqs. (13)-(14)) on the IID pair of ``profile``."""
     tokens = profile.draw_draft(rng.random((n, L)))
     with np.errstate(divide="ignore"):
-        log_r = np.log(_ratios(profile, tokens))
+        log_r = np.log(profile.ratio[tokens])
     log_w = np.zeros((n, L + 1))
     for i in range(L):
         log_w[:, i + 1] = np.minimum(log_w[:, i] + log_r[:, i], 0.0)

@@ -25,7 +25,7 @@ import array_api_compat
 import numpy as np
 
 from ..checks import COUNT_CAP, MAX_CANDIDATES, capped_perm, check_size
-from ..distributions import first_index, namespace, residual, row_pair
+from ..distributions import first_index, likelihood_ratio, namespace, residual, row_pair
 from ..drafts.laws import (
     _check_k,
     draft_inclusion_probs,
@@ -198,8 +198,7 @@ def kseq_rho_star(draft, target, k, *, tol: float = RHO_TOL):
         k = _check_k(k)
     xp = namespace(p, q)
     k = _as_row_vector(k, p)
-    ratio = xp.where(p > 0, q / xp.where(p > 0, p, xp.ones_like(p)),
-                     xp.where(q > 0, xp.full_like(p, math.inf), xp.zeros_like(p)))
+    ratio = likelihood_ratio(p, q)
     ones = xp.ones_like(k)
     hi = xp.maximum(xp.minimum(k, xp.max(ratio, axis=-1)), ones)  # f(hi) <= 0 (Lemma 4, or hi = k)
     lo, hi, p_tail, q_head = _kseq_segment(p, q, k, ratio, hi)
