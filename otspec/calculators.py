@@ -88,11 +88,6 @@ def _iid_bounds(values: dict, draft: Source, target: Source, L: int) -> None:
                 bound.method
 
 
-def _speedup(expected_accepted: float, c: float, L: int) -> float:
-    """Predicted speedup over plain decoding: (E[τ] + 1) tokens per iteration for one target call + L draft calls."""
-    return (expected_accepted + 1.0) / (1.0 + c * L)
-
-
 def _block_compute(args) -> dict | list:
     """One object for one --L, a list of them (one per length, in order) for several."""
     lengths = args.L if isinstance(args.L, list) else [args.L]
@@ -142,11 +137,11 @@ def _cost_model(draft: Source, target: Source, L: int, c: float, max_length: int
     horizon = min(h for h in (draft.horizon, target.horizon, max_length) if h is not None)
     lengths = range(1, horizon + 1)
     token = [theory.expected_accepted_token(draft, target, ell) for ell in lengths]
-    speed = [_speedup(v, c, ell) for ell, v in zip(lengths, token, strict=True)]
+    speed = [theory.predicted_speedup(v, c, ell) for ell, v in zip(lengths, token, strict=True)]
     best = int(np.argmax(speed))
     return {
         "cost_ratio": c,
-        "speedup": {name: _speedup(values[name], c, L) for name in names},
+        "speedup": {name: theory.predicted_speedup(values[name], c, L) for name in names},
         "speedup_model": ("(E[tau] + 1) / (1 + c L): one target call scoring L + 1 tokens costs one plain decoding "
                           "step, each drafted token c of it"),
         "best_length": lengths[best],

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import theory
+from ..distributions import total_variation
 from ..engine import generate, simulate
 from ..solvers.otm_dual import otm_value
 from ..sources import IIDSource, MarkovSource, load_source, random_iid, random_markov
@@ -75,11 +76,6 @@ def build_pair(pair: dict, base: Path = Path("."), temperature: float = 1.0):
     return temper(d, temperature), temper(t, temperature)
 
 
-def _first_rows(draft, target):
-    empty = np.zeros((1, 0), dtype=np.int64)
-    return draft.next_probs(empty)[0], target.next_probs(empty)[0]
-
-
 def _quantity(row: dict, name: str, fn) -> None:
     """Run one quantity; a ValueError (too large, not applicable) becomes its note instead of the sweep's end."""
     t0 = time.perf_counter()
@@ -93,18 +89,18 @@ def _quantity(row: dict, name: str, fn) -> None:
 def run_cell(cell: dict, sweep_seed: int, quantities, base: Path = Path(".")) -> dict:
     """The row of one cell: its parameters, then the columns of each quantity."""
     pair, name, params, L, k = cell["pair"], cell["verifier"], cell["params"], cell["L"], cell["k"]
-    row = {"cell": cell_id(cell), "pair": describe_pair(pair), "pair_kind": pair["kind"],
-           "vocab": pair.get("vocab"), "concentration": pair.get("concentration"), "sparsity": pair.get("sparsity"),
+    draft, target = build_pair(pair, base, cell["temperature"])
+    p, q = draft.next_probs([[]])[0], target.next_probs([[]])[0]
+    row = {"cell": cell_id(cell), "pair": describe_pair(pair), "pair_kind": pair["kind"], "vocab": target.vocab_size,
+           "concentration": pair.get("concentration"), "sparsity": pair.get("sparsity"),
            "pair_seed": pair.get("pair_seed"), "verifier": name, "L": L, "k": k,
            "temperature": cell["temperature"], "cost_ratio": cell["cost_ratio"],
-           **{f"param_{key}": value for key, value in sorted(params.items())}}
+           **{f"param_{key}": value for key, value in sorted(params.items())},
+           "tv_first_token": float(total_variation(p, q))}
     seeds = cell_seed(sweep_seed, cell).spawn(2)
-    draft, target = build_pair(pair, base, cell["temperature"])
-    row["vocab"] = target.vocab_size
     c, conf = cell["cost_ratio"], cell["confidence"]
     multi = name in MULTI_DRAFT_REGISTRY
-    p, q = _first_rows(draft, target)
-    row["tv_first_token"] = float(0.5 * np.abs(p - q).sum())
+    verifier = (MULTI_DRAFT_REGISTRY if multi else REGISTRY)[name](**params)
 
     iid = isinstance(draft, IIDSource) and isinstance(target, IIDSource)
     iid_values = {}
@@ -122,22 +118,23 @@ def run_cell(cell: dict, sweep_seed: int, quantities, base: Path = Path(".")) ->
 
     def exact():
         if multi:
-            a = MULTI_DRAFT_REGISTRY[name](**params).expected_acceptance(p, q, k)  # one batched draft call
-            return {"exact_acceptance": a, "exact_tokens_per_step": 1.0 + a, "exact_speedup": (1.0 + a) / (1.0 + c)}
+            a = verifier.expected_acceptance(p, q, k)  # one step: one batched draft call
+            return {"exact_acceptance": a, "exact_tokens_per_step": 1.0 + a,
+                    "exact_speedup": theory.predicted_speedup(a, c, 1)}
         e, lo, hi = single(name)
         return {"exact_accepted": e, "exact_low": lo, "exact_high": hi, "exact_tokens_per_iteration": e + 1.0,
-                "exact_speedup": (e + 1.0) / (1.0 + c * L)}
+                "exact_speedup": theory.predicted_speedup(e, c, L)}
 
     def optimum():
         if multi:
             return {"optimum_acceptance": otm_value(p, q, k)}
         e, lo, hi = single("optimum")
-        return {"optimum_accepted": e, "optimum_low": lo, "optimum_high": hi, "optimum_speedup": (e + 1.0) / (1.0 + c * L)}
+        return {"optimum_accepted": e, "optimum_low": lo, "optimum_high": hi, "optimum_speedup": theory.predicted_speedup(e, c, L)}
 
     def monte_carlo():
         if multi:
             raise NotImplementedError("Monte Carlo cells are single-draft (multi-draft: exact and optimum)")
-        res = simulate(draft, target, REGISTRY[name](**params), L, cell["blocks"], seed=np.random.default_rng(seeds[0]),
+        res = simulate(draft, target, verifier, L, cell["blocks"], seed=np.random.default_rng(seeds[0]),
                        progress=False, confidence=conf)
         a = res.accepted
         return {"mc_accepted": a.value, "mc_low": a.low, "mc_high": a.high, "mc_stderr": a.stderr,
@@ -146,7 +143,7 @@ def run_cell(cell: dict, sweep_seed: int, quantities, base: Path = Path(".")) ->
     def decode():
         if multi:
             raise NotImplementedError("decode cells are single-draft")
-        res = generate(draft, target, REGISTRY[name](**params), L, cell["tokens"], n_sequences=cell["sequences"],
+        res = generate(draft, target, verifier, L, cell["tokens"], n_sequences=cell["sequences"],
                        seed=np.random.default_rng(seeds[1]), progress=False, confidence=conf)
         be = res.block_efficiency
         return {"decode_block_efficiency": be.value, "decode_low": be.low, "decode_high": be.high}

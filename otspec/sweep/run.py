@@ -4,7 +4,7 @@ Storage: ``OUT/cells/<cell>.json`` is written by whoever ran the cell (a worker,
 this process) to a temporary name and renamed into place, so a file is there whole or not at all.
 A rerun skips every cell whose file exists (resume), and a worker that dies loses only the cell it
 was running (the engine re-runs it). ``OUT/results.parquet`` and ``OUT/results.csv`` gather the
-rows, sorted by cell parameters, once every cell is done.
+rows, in the spec's cell order, once every cell is done.
 
 Executors: ``serial`` (this process), a local process pool (the default: embedded, nothing to start),
 or Dask distributed (``scheduler="tcp://HOST:PORT"`` for a running cluster, ``cluster="local:N"`` to

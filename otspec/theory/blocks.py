@@ -24,6 +24,7 @@ __all__ = [
     "expected_accepted_block",
     "expected_accepted_optimal",
     "expected_accepted_token",
+    "predicted_speedup",
     "tokens_per_iteration",
 ]
 
@@ -38,6 +39,12 @@ FIGURE2_QUANTITY = (
 def tokens_per_iteration(expected_accepted):
     """Expected tokens emitted per iteration: E[τ] + 1 (accepted + correction/bonus)."""
     return expected_accepted + 1.0
+
+
+def predicted_speedup(expected_accepted: float, cost_ratio: float, draft_length: int) -> float:
+    """Speedup over plain decoding, (E[τ] + 1) / (1 + c L): E[τ] + 1 tokens for one target call and L draft
+    calls of relative cost c = t_draft / t_target."""
+    return (expected_accepted + 1.0) / (1.0 + cost_ratio * draft_length)
 
 
 def bernoulli_expected_accepted_token(draft_p: float, target_p: float, draft_length: int) -> float:
