@@ -136,23 +136,27 @@ class AcceptanceHead:
             raise ValueError("features must be finite and labels in [0, 1]")
 
         def loss(w):
-            z = F @ w[:-1] + w[-1]
-            log_p, log_1p = -np.logaddexp(0.0, -z), -np.logaddexp(0.0, z)  # log sigmoid(±z), stable
-            value = np.mean(-self.w_acc * P * log_p - self.w_rej * (1 - P) * log_1p) + self.l2 * w[:-1] @ w[:-1]
+            value, log_p = self._weighted(F @ w[:-1] + w[-1], P)
             sig = np.exp(log_p)
             dz = (-self.w_acc * P * (1 - sig) + self.w_rej * (1 - P) * sig) / F.shape[0]
             grad = np.concatenate([F.T @ dz + 2 * self.l2 * w[:-1], [dz.sum()]])
-            return value, grad
+            return value + self.l2 * w[:-1] @ w[:-1], grad
 
         res = minimize(loss, np.zeros(F.shape[1] + 1), jac=True, method="L-BFGS-B", options={"maxiter": 2000})
         self.theta, self.bias = res.x[:-1], float(res.x[-1])
         return self
 
+    def _weighted(self, z, P):
+        """(mean loss (12) at logits z, log sigmoid(z)), in the stable log-sigmoid form."""
+        log_p, log_1p = -np.logaddexp(0.0, -z), -np.logaddexp(0.0, z)
+        return np.mean(-self.w_acc * P * log_p - self.w_rej * (1 - P) * log_1p), log_p
+
     def loss(self, features, labels) -> float:
         """Mean weighted loss (12) on held-out rows, without the ridge penalty (for choosing ``l2``)."""
-        pred = np.clip(self.predict(features), 1e-300, 1.0)
-        P = np.asarray(labels, dtype=np.float64)
-        return float(np.mean(-self.w_acc * P * np.log(pred) - self.w_rej * (1 - P) * np.log1p(-np.minimum(pred, 1 - 1e-16))))
+        if self.theta is None:
+            raise ValueError("AcceptanceHead: call fit before loss")
+        z = np.asarray(features, dtype=np.float64) @ self.theta + self.bias
+        return float(self._weighted(z, np.asarray(labels, dtype=np.float64))[0])
 
     def predict(self, features) -> np.ndarray:
         """Predicted acceptance probabilities, shape (n,)."""
