@@ -328,7 +328,8 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
         record["hf_assisted"]["speedup_vs_baseline"] = record["hf_assisted"]["tokens_per_s"] / baseline["tokens_per_s"]
     if hf and max_new_tokens >= 2:  # the otspec decode step against Hugging Face's, same cache kind
         step = hf_decode_step(pair, ids[:min(2, len(ids))], max_new_tokens, sampling=sampling, seed=seed, cache=cache)
-        step["otspec_step_ratio"] = step["ms_per_token"] and baseline["ms_per_token"] / step["ms_per_token"]
+        step["otspec_step_ratio"] = (None if step["ms_per_token"] is None
+                                     else baseline["ms_per_token"] / step["ms_per_token"])
         record["hf_decode_step"] = step
     law_sampling = Sampling(temperature or 1.0, top_k or 8, top_p)
     record["lossless"] = _lossless(pair, ids[0], verifiers, law_sampling, lossless_samples, seed, multi_verifiers)

@@ -83,10 +83,10 @@ def _as_list(value) -> list:
     return list(value) if isinstance(value, list | tuple) else [value]
 
 
-def _grid(entry: dict, fixed: set) -> list[dict]:
-    """Every combination of the list-valued keys of ``entry`` (keys in ``fixed`` are taken whole)."""
+def _grid(entry: dict) -> list[dict]:
+    """Every combination of the list-valued keys of ``entry``."""
     keys = sorted(entry)
-    values = [[entry[key]] if key in fixed else _as_list(entry[key]) for key in keys]
+    values = [_as_list(entry[key]) for key in keys]
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
 
 
@@ -136,7 +136,7 @@ def _pairs(raw, seed: int) -> list[dict]:
         rest.setdefault("concentration", 1.0)
         rest.setdefault("sparsity", 0.0)
         rest.setdefault("pair_seed", seed)
-        for combo in _grid(rest, set()):
+        for combo in _grid(rest):
             check_size(combo["vocab"], f"{where}.vocab")
             check_real(combo["concentration"], f"{where}.concentration", low=0.0)
             check_real(combo["sparsity"], f"{where}.sparsity", low=0.0, high=1.0)
@@ -154,7 +154,7 @@ def _verifiers(raw) -> list[dict]:
             raise _error(f"verifiers[{i}]", f"name: expected one of {sorted(REGISTRY) + sorted(MULTI_DRAFT_REGISTRY)},"
                                             f" got {name!r}")
         params = {k: v for k, v in entry.items() if k != "name"}
-        for combo in _grid(params, set()):
+        for combo in _grid(params):
             cls = REGISTRY.get(name) or MULTI_DRAFT_REGISTRY[name]
             try:
                 cls(**combo)  # the constructor checks its parameters now, not in a worker later
