@@ -75,11 +75,18 @@ def test_spec_expands_the_grid_and_refuses_bad_input(tmp_path):
                        (SPEC.replace('"adaptive"]', '"adaptive", "magic"]'), "magic"),
                        (SPEC.replace("L = [2, 3]", "L = [2, 0]"), "L"),
                        (SPEC.replace('name = "multiround"', 'name = "kseq"\nrho = [0.5]'), "rho"),
-                       ("seed = [", "parse")]:
+                       ("seed = [", "parse"),
+                       (SPEC.replace("vocab = [4, 40]", "vocab = [4, 10000000000]"), "MAX_RANDOM_ENTRIES"),
+                       (SPEC.replace("vocab = [4, 40]", "vocab = [4, 40]\nbogus = 2"), "unknown"),
+                       (SPEC.replace('kind = "random_iid"\nvocab = [4, 40]', 'kind = "random_markov"\nvocab = 5000'),
+                        "MAX_RANDOM_ENTRIES")]:
         with pytest.raises(ValueError, match=match):
             load_spec(_spec(tmp_path, bad, "bad.toml"))
     with pytest.raises(FileNotFoundError):
         load_spec(tmp_path / "missing.toml")
+    with pytest.raises(FileNotFoundError, match="no draft source file"):
+        load_spec(_spec(tmp_path, 'L = 2\n[[pairs]]\nkind = "json"\ndraft = "d.json"\ntarget = "t.json"\n'
+                                  '[[verifiers]]\nname = "token"\n', "json.toml"))
 
 
 def test_cells_agree_with_independent_values(tmp_path):

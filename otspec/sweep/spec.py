@@ -52,6 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from ..checks import MAX_DRAFT_LENGTH, check_real, check_size
+from ..sources import MAX_RANDOM_ENTRIES
 from ..verifiers import MULTI_DRAFT_REGISTRY, REGISTRY
 
 __all__ = ["PAIR_KINDS", "QUANTITIES", "SweepSpec", "cell_id", "cell_seed", "load_spec"]
@@ -137,7 +138,11 @@ def _pairs(raw, seed: int) -> list[dict]:
         rest.setdefault("sparsity", 0.0)
         rest.setdefault("pair_seed", seed)
         for combo in _grid(rest):
-            check_size(combo["vocab"], f"{where}.vocab")
+            V = check_size(combo["vocab"], f"{where}.vocab", limit=MAX_RANDOM_ENTRIES, limit_name="MAX_RANDOM_ENTRIES")
+            matrices = max(check_size(combo.get("horizon") or 2, f"{where}.horizon") - 1, 1)
+            if kind == "random_markov" and matrices * V * V > MAX_RANDOM_ENTRIES:  # refused here, not in a worker
+                raise _error(where, f"{matrices:,} transition matrices of {V:,} x {V:,} entries exceed "
+                                    f"MAX_RANDOM_ENTRIES = {MAX_RANDOM_ENTRIES:,}")
             check_real(combo["concentration"], f"{where}.concentration", low=0.0)
             check_real(combo["sparsity"], f"{where}.sparsity", low=0.0, high=1.0)
             out.append({"kind": kind, **combo})
@@ -211,6 +216,10 @@ def load_spec(path) -> SweepSpec:
     if settings["confidence"] >= 1:
         raise _error("confidence", f"expected a level in (0, 1), got {settings['confidence']!r}")
     pairs, verifiers = _pairs(data.get("pairs"), seed), _verifiers(data.get("verifiers"))
+    for pair in pairs:  # missing source files are refused now, not in a worker later
+        for role in ("draft", "target"):
+            if pair["kind"] == "json" and not (path.parent / pair[role]).is_file():
+                raise FileNotFoundError(f"sweep spec pairs: no {role} source file {path.parent / pair[role]}")
     n = len(pairs) * sum(len(ks) if v["multi"] else len(Ls) for v in verifiers) * len(temps) * len(costs)
     if n > MAX_CELLS:
         raise _error("grid", f"{n:,} cells exceed MAX_CELLS = {MAX_CELLS:,}")
