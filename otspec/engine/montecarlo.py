@@ -15,13 +15,13 @@ from tqdm.auto import tqdm
 
 from ..checks import MAX_DRAFT_LENGTH, MAX_SIMULATION_BLOCKS, check_size
 from ..pairs import check_pair
-from ..sources import IIDSource, Source
+from ..sources import IIDSource, LoggedRows, Source
 from ..verifiers.base import Verifier
 from .chunking import chunk_size
-from .rowfree import RowProfile, row_free_sampler
+from .rowfree import RowProfile, RowTables, resolve_device, row_free_sampler
 from .stats import Estimate, check_confidence, mean_estimate, proportion_intervals
 
-__all__ = ["MONTE_CARLO_METHODS", "MonteCarloResult", "default_batch_size", "simulate"]
+__all__ = ["MONTE_CARLO_METHODS", "MonteCarloResult", "default_batch_size", "simulate", "simulate_logged"]
 
 MONTE_CARLO_METHODS = ("auto", "rows", "row_free")
 
@@ -64,9 +64,59 @@ def default_batch_size(vocab_size: int, draft_length: int) -> int:
     return chunk_size((draft_length + 1) * vocab_size)
 
 
+def _numpy(x) -> np.ndarray:
+    """A numpy copy of a numpy array or a torch tensor on any device."""
+    return x.cpu().numpy() if hasattr(x, "cpu") else np.asarray(x)
+
+
+def _torch_generator(seed, device):
+    """A torch generator on ``device`` seeded from ``seed`` (an int or a numpy Generator)."""
+    import torch
+
+    return torch.Generator(device=device).manual_seed(int(np.random.default_rng(seed).integers(2**62)))
+
+
+def _run(draw, L: int, V: int, n_blocks: int, batch: int, confidence: float, progress, desc: str) -> MonteCarloResult:
+    """Call ``draw(b) -> (τ, first emitted token)`` on chunks of at most ``batch`` trials; tally the result."""
+    counts = np.zeros(L + 1, dtype=np.int64)
+    first = np.zeros(V, dtype=np.int64)
+    start = time.perf_counter()
+    # tqdm's disable=None hides the bar when stderr is not a terminal
+    disable = None if progress is None else not progress
+    with tqdm(total=n_blocks, unit="block", unit_scale=True, disable=disable, desc=desc, leave=False) as bar:
+        done = 0
+        while done < n_blocks:
+            b = min(batch, n_blocks - done)
+            tau, head = draw(b)
+            counts += np.bincount(_numpy(tau), minlength=L + 1)
+            first += np.bincount(_numpy(head), minlength=V)
+            done += b
+            bar.update(b)
+    elapsed = time.perf_counter() - start
+    ells = np.arange(L + 1)
+    acc = mean_estimate(float(counts @ ells), float(counts @ ells**2), n_blocks, confidence)
+    tpi = Estimate(acc.value + 1, acc.stderr, acc.low + 1, acc.high + 1, confidence)
+    return MonteCarloResult(
+        draft_length=L,
+        n_blocks=n_blocks,
+        accepted=acc,
+        tokens_per_iteration=tpi,
+        accept_counts=counts,
+        accept_dist=counts / n_blocks,
+        accept_dist_ci=proportion_intervals(counts, n_blocks, confidence),
+        first_token_counts=first,
+        elapsed_s=elapsed,
+    )
+
+
+def _first_emitted(tau, tokens, correction, xp=np):
+    """X_1 where τ >= 1, else Y: the first token an iteration emits."""
+    return correction if tokens.shape[1] == 0 else xp.where(tau >= 1, tokens[:, 0], correction)
+
+
 def simulate(draft: Source, target: Source, verifier: Verifier, draft_length: int, n_blocks: int, *,
              seed=0, batch_size: int | None = None, progress: bool | None = None,
-             confidence: float = 0.95, method: str = "auto") -> MonteCarloResult:
+             confidence: float = 0.95, method: str = "auto", device=None) -> MonteCarloResult:
     """Simulate ``n_blocks`` independent iterations of ``verifier``.
 
     Parameters
@@ -88,6 +138,9 @@ def simulate(draft: Source, target: Source, verifier: Verifier, draft_length: in
         ``row_free`` (IID pairs with token or published block verification) samples the same law
         from precomputed tables without materialising rows (:mod:`otspec.engine.rowfree`), so its cost
         does not grow with V; ``auto`` picks ``row_free`` where it applies.
+    device : None, "auto" or a torch device
+        Row-free sampling only: None runs numpy; otherwise torch on that device ("auto": CUDA when
+        available, else the CPU).
     """
     L = check_size(draft_length, "draft_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
     n_blocks = check_size(n_blocks, "n_blocks", limit=MAX_SIMULATION_BLOCKS, limit_name="MAX_SIMULATION_BLOCKS")
@@ -102,43 +155,71 @@ def simulate(draft: Source, target: Source, verifier: Verifier, draft_length: in
                          f"{type(draft).__name__}, {type(target).__name__} and {verifier.name!r}")
     if method == "rows":
         fast = None
-    profile = RowProfile(draft.probs, target.probs) if fast is not None else None
+    device = resolve_device(device)
+    if device is not None and fast is None:
+        raise ValueError(f"device={device!s}: only row-free sampling runs on torch (IID pairs, token or block)")
+    desc = f"monte carlo ({verifier.name}, L={L})"
+    if fast is not None:
+        if device is None:
+            tables, rng = RowProfile(draft.probs, target.probs), np.random.default_rng(seed)
+        else:
+            tables = RowTables([0, V], np.arange(V), draft.probs, target.probs, device=device)
+            rng = _torch_generator(seed, device)
+
+        def draw(b):
+            out = fast(tables, b, L, rng)
+            return out.accepted_len, _first_emitted(out.accepted_len, out.tokens, out.correction, tables.xp)
+
+        return _run(draw, L, V, n_blocks, chunk_size(4 * (L + 1), batch_size), confidence, progress, desc)
     rng = np.random.default_rng(seed)
-    batch = chunk_size((L + 1) * V if fast is None else 4 * (L + 1), batch_size)
-    counts = np.zeros(L + 1, dtype=np.int64)
-    first = np.zeros(V, dtype=np.int64)
-    start = time.perf_counter()
-    # tqdm's disable=None hides the bar when stderr is not a terminal
-    disable = None if progress is None else not progress
-    with tqdm(total=n_blocks, unit="block", unit_scale=True, disable=disable,
-              desc=f"monte carlo ({verifier.name}, L={L})", leave=False) as bar:
-        done = 0
-        while done < n_blocks:
-            b = min(batch, n_blocks - done)
-            if fast is not None:
-                out = fast(profile, b, L, rng)
-                tokens = out.tokens
-            else:
-                tokens = draft.sample(b, L, rng)
-                out = verifier.sample(tokens, draft.path_probs(tokens)[:, :L, :], target.path_probs(tokens), rng,
-                                      validate=False)
-            tau = np.asarray(out.accepted_len)
-            counts += np.bincount(tau, minlength=L + 1)
-            first += np.bincount(np.where(tau >= 1, tokens[:, 0], np.asarray(out.correction)), minlength=V)
-            done += b
-            bar.update(b)
-    elapsed = time.perf_counter() - start
-    ells = np.arange(L + 1)
-    acc = mean_estimate(float(counts @ ells), float(counts @ ells**2), n_blocks, confidence)
-    tpi = Estimate(acc.value + 1, acc.stderr, acc.low + 1, acc.high + 1, confidence)
-    return MonteCarloResult(
-        draft_length=L,
-        n_blocks=n_blocks,
-        accepted=acc,
-        tokens_per_iteration=tpi,
-        accept_counts=counts,
-        accept_dist=counts / n_blocks,
-        accept_dist_ci=proportion_intervals(counts, n_blocks, confidence),
-        first_token_counts=first,
-        elapsed_s=elapsed,
-    )
+
+    def draw_rows(b):
+        tokens = draft.sample(b, L, rng)
+        out = verifier.sample(tokens, draft.path_probs(tokens)[:, :L, :], target.path_probs(tokens), rng,
+                              validate=False)
+        tau = np.asarray(out.accepted_len)
+        return tau, _first_emitted(tau, tokens, np.asarray(out.correction))
+
+    return _run(draw_rows, L, V, n_blocks, chunk_size((L + 1) * V, batch_size), confidence, progress, desc)
+
+
+def simulate_logged(log: LoggedRows, verifier: Verifier, draft_length: int, n_blocks: int, *, tail: str = "overlap",
+                    seed=0, batch_size: int | None = None, progress: bool | None = None, confidence: float = 0.95,
+                    device=None) -> MonteCarloResult:
+    """Monte Carlo on logged rows: each iteration starts at a window of L+1 consecutive steps of one path,
+    drawn uniformly among all windows of the log (:meth:`~otspec.sources.LoggedRows.windows`), and verifies a
+    block drafted from the rows there — E[τ] averaged over the windows.
+
+    Row-free (token and published block verification): the sampling tables of every step's row pair are
+    built once (:class:`~otspec.engine.rowfree.RowTables`), numpy or torch on ``device`` as in :func:`simulate`.
+    ``first_token_counts`` cover the log's V' symbols (:meth:`~otspec.sources.LoggedRows.vocab`).
+    """
+    L = check_size(draft_length, "draft_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
+    n_blocks = check_size(n_blocks, "n_blocks", limit=MAX_SIMULATION_BLOCKS, limit_name="MAX_SIMULATION_BLOCKS")
+    confidence = check_confidence(confidence)
+    fast = row_free_sampler(verifier)
+    if fast is None:
+        raise ValueError(f"Monte Carlo on logged rows samples token and block verification row-free; got "
+                         f"{verifier.name!r}")
+    windows = log.windows(L)
+    device = resolve_device(device)
+    tables = RowTables(*log.segments(tail), device=device)
+    if device is None:
+        rng, starts = np.random.default_rng(seed), windows
+
+        def pick(b):
+            return starts[rng.integers(0, starts.size, b)]
+    else:
+        import torch
+
+        rng, starts = _torch_generator(seed, device), torch.as_tensor(windows, device=device)
+
+        def pick(b):
+            return starts[torch.randint(0, starts.shape[0], (b,), generator=rng, device=device)]
+
+    def draw(b):
+        out = fast(tables, b, L, rng, at=pick(b))
+        return out.accepted_len, _first_emitted(out.accepted_len, out.tokens, out.correction, tables.xp)
+
+    return _run(draw, L, log.vocab(tail), n_blocks, chunk_size(4 * (L + 1), batch_size), confidence, progress,
+                f"monte carlo on logged rows ({verifier.name}, L={L})")

@@ -1,134 +1,286 @@
-"""Monte Carlo without probability rows: token and block verification of an IID pair at any vocabulary.
+"""Monte Carlo without probability rows: token and block verification at any vocabulary size.
 
 :func:`~otspec.engine.montecarlo.simulate` scores every drafted block with both sources and hands the
 verifier (B, L+1, V) rows; at V = 32,000 that is 2 MB per block, and memory traffic caps it near a
-thousand blocks per second. For an IID pair every position has the same two rows, and what token and
-published block verification need from them is small:
+thousand blocks per second. When the rows of a block do not depend on the drafted tokens (an IID
+pair, or logged rows indexed by position, :mod:`otspec.sources.logged`), what token and published
+block verification need from a row pair is small and can be tabulated once per pair:
 
-* draws from p and from q — exact inversion with a guide table (scipy's ``DiscreteGuideTable``,
-  O(1) expected per draw), built once;
+* draws from p and from q — inverse CDF on the cumulative rows (a binary search per draw; one IID
+  pair on numpy uses scipy's ``DiscreteGuideTable``, O(1) expected per draw);
 * the likelihood ratio r(x) = q(x)/p(x) at the drafted tokens — one gather;
-* the surplus mass M(w) = Σ_x (w q(x) − p(x))_+ at the running block weight w ∈ [0, 1], and draws
-  from the surplus (w q − p)_+ — both from the tokens sorted by r, descending: the tokens with
+* the surplus mass M(w) = Σ_x (w q(x) − p(x))_+ at a block weight w ∈ [0, 1], and draws from the
+  surplus (w q − p)_+ — both from the tokens sorted by r, descending: the tokens with
   w q(x) > p(x) are the ones with r(x) > 1/w, a prefix of that order, so M(w) = w Q_n − P_n with
   Q, P the cumulative target and draft masses in that order and n the prefix length, and a draw
   from the surplus is a binary search of u·M(w) in the increasing w Q_j − P_j over j < n.
 
-:class:`RowProfile` holds these tables (O(V) memory, built once); :func:`sample_token` and
-:func:`sample_block` run one batch of iterations with them, in the same law as
-``TokenVerify().sample`` and ``BlockVerify().sample`` on the full rows (the tests check both
-against the exact law). :data:`ROW_FREE` maps verifier classes to their samplers.
+:class:`RowTables` packs these tables for many row pairs ("segments") into flat arrays, numpy or
+torch on any device (CUDA included); segment s covers entries ``offsets[s]:offsets[s+1]``, one
+entry per token of its support. :class:`RowProfile` is the one-pair numpy case with guide-table
+draws. :func:`sample_token` and :func:`sample_block` run one batch of iterations; iteration b reads
+segment ``at[b] + i`` at position i (the same pair everywhere when ``at`` is None), in the same law
+as ``TokenVerify().sample`` and ``BlockVerify().sample`` on the full rows (the tests check both
+against the exact law). Binary searches run a fixed number of halvings, so nothing waits on the
+device. :data:`ROW_FREE` maps verifier classes to their samplers.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import array_api_compat
 import numpy as np
 from scipy.stats.sampling import DiscreteGuideTable
 
-from ..distributions import likelihood_ratio
+from ..distributions import likelihood_ratio, uniform
 from ..verifiers.block import BlockVerify
 from ..verifiers.token import TokenVerify
 
-__all__ = ["ROW_FREE", "RowProfile", "RowFreeOutcome", "row_free_sampler", "sample_block", "sample_token"]
+__all__ = ["ROW_FREE", "RowFreeOutcome", "RowProfile", "RowTables", "resolve_device", "row_free_sampler",
+           "sample_block", "sample_token"]
 
 
 @dataclass(frozen=True)
 class RowFreeOutcome:
-    """τ (accepted drafts), the drafted tokens (B, L) and the extra token Y, per iteration."""
+    """τ (accepted drafts), the drafted tokens (B, L) and the extra token Y, per iteration (numpy or torch)."""
 
-    accepted_len: np.ndarray
-    tokens: np.ndarray
-    correction: np.ndarray
+    accepted_len: object
+    tokens: object
+    correction: object
 
 
-class RowProfile:
-    """Sampling tables of one (draft, target) row pair; ``p`` and ``q`` are validated float64 rows (V,)."""
+def resolve_device(device):
+    """None: numpy; "auto": torch on CUDA when available, else torch on the CPU; else a torch device."""
+    if device is None:
+        return None
+    import torch
+
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device: expected None, 'auto' or a torch device such as 'cpu' or 'cuda', "
+                         f"got {device!r} ({err})") from None
+
+
+class RowTables:
+    """Sampling tables of many (draft, target) row pairs on their own supports, packed flat.
+
+    Parameters
+    ----------
+    offsets : int array (S+1,)
+        Segment s (one row pair) is the entries ``offsets[s]:offsets[s+1]``; none is empty.
+    tokens : int array (nnz,)
+        The token id of each entry (what the samplers return).
+    draft, target : float64 arrays (nnz,)
+        p and q on each segment, validated by the caller (non-negative, each segment's p and q
+        summing to 1).
+    device : None or torch device
+        None keeps numpy arrays; a torch device moves the tables there (see :func:`resolve_device`).
+    """
+
+    def __init__(self, offsets, tokens, draft, target, *, device=None):
+        offsets = np.asarray(offsets, dtype=np.int64)
+        p, q = np.asarray(draft, dtype=np.float64), np.asarray(target, dtype=np.float64)
+        sizes = np.diff(offsets)
+        if sizes.size == 0 or sizes.min() < 1 or offsets[0] != 0 or offsets[-1] != p.size or q.size != p.size:
+            raise ValueError("row tables: offsets must start at 0, rise strictly and end at the number of entries")
+        ratio = likelihood_ratio(p, q)
+        order = np.empty(p.size, dtype=np.int64)
+        cum_p, cum_q, scum_p, scum_q = (np.empty(p.size) for _ in range(4))
+        last_p, last_q = np.empty(sizes.size, dtype=np.int64), np.empty(sizes.size, dtype=np.int64)
+        for s, (a, b) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)):
+            o = a + np.argsort(-ratio[a:b], kind="stable")  # descending ratio within the segment
+            order[a:b] = o
+            cum_p[a:b], cum_q[a:b] = np.cumsum(p[a:b]), np.cumsum(q[a:b])  # segment-local: no cross-talk
+            scum_p[a:b], scum_q[a:b] = np.cumsum(p[o]), np.cumsum(q[o])
+            last_p[s], last_q[s] = a + np.flatnonzero(p[a:b])[-1], a + np.flatnonzero(q[a:b])[-1]
+        tv = np.add.reduceat(np.clip(q - p, 0.0, None), offsets[:-1])
+        #: halvings that settle any search over one segment (and one more)
+        self.halvings = int(math.ceil(math.log2(int(sizes.max()) + 1))) + 1
+        self.n_segments, self.n_entries = int(sizes.size), int(p.size)
+        arrays = {"offsets": offsets, "tokens": np.asarray(tokens, dtype=np.int64), "ratio": ratio, "order": order,
+                  "neg_sorted": -ratio[order], "cum_p": cum_p, "cum_q": cum_q, "scum_p": scum_p, "scum_q": scum_q,
+                  "last_p": last_p, "last_q": last_q, "tv": tv}
+        if device is not None:
+            import torch
+
+            arrays = {k: torch.as_tensor(v, device=device) for k, v in arrays.items()}
+        for key, value in arrays.items():
+            setattr(self, key, value)
+        self.xp = array_api_compat.array_namespace(self.ratio)
+
+    # ------------------------------------------------------------------ searches
+    def _segment(self, seg, shape):
+        """(start, end) entry bounds of the segments ``seg`` (None: segment 0 everywhere)."""
+        if seg is None:
+            seg = self.xp.zeros(shape, dtype=self.xp.int64, device=array_api_compat.device(self.ratio))
+        return self.offsets[seg], self.offsets[seg + 1]
+
+    def _search(self, holds, lo, hi):
+        """Smallest j in [lo, hi) with ``holds(j)`` (monotone: False then True), else hi; elementwise."""
+        xp, top = self.xp, self.n_entries - 1
+        for _ in range(self.halvings):
+            go = lo < hi
+            mid = (lo + hi) // 2
+            ok = holds(xp.clip(mid, max=top)) & go
+            hi = xp.where(ok, mid, hi)
+            lo = xp.where(go & ~ok, mid + 1, lo)
+        return lo
+
+    def _draw(self, cum, last, u, seg):
+        lo, hi = self._segment(seg, u.shape)
+        goal = u * cum[hi - 1]  # cum is segment-local: a segment's total is its last entry
+        j = self._search(lambda j: cum[j] > goal, lo, hi)
+        # u·total can round up to the total itself: then the last token with mass is the draw
+        return self.xp.minimum(j, last[seg] if seg is not None else last[0])
+
+    def draw_draft(self, u, seg=None):
+        """Entries drawn from p by inverse CDF at the uniforms ``u`` (segment ``seg``, any shape)."""
+        return self._draw(self.cum_p, self.last_p, u, seg)
+
+    def draw_target(self, u, seg=None):
+        return self._draw(self.cum_q, self.last_q, u, seg)
+
+    def _prefix(self, w, seg):
+        """(start, n, M): n(w) = #{x : r(x) > 1/w} in the segment, a prefix of its order by ratio, and the
+        surplus mass M(w) = w Q_n − P_n on it (both 0 where w = 0)."""
+        xp = self.xp
+        lo, hi = self._segment(seg, w.shape)
+        positive = w > 0
+        threshold = xp.where(positive, -1.0 / xp.where(positive, w, 1.0), -math.inf)
+        n = self._prefix_count(threshold, lo, hi, seg)
+        last = xp.clip(lo + n - 1, min=0)
+        mass = xp.where(n > 0, xp.clip(w * self.scum_q[last] - self.scum_p[last], min=0.0), 0.0)
+        return lo, n, mass
+
+    def _prefix_count(self, threshold, lo, hi, seg):
+        return self._search(lambda j: self.neg_sorted[j] >= threshold, lo, hi) - lo
+
+    def surplus_mass(self, w, seg=None):
+        """M(w) = Σ_x (w q(x) − p(x))_+ for an array of weights 0 <= w <= 1."""
+        tv = self.tv[seg] if seg is not None else self.tv[0]
+        return self.xp.where(w >= 1.0, tv, self._prefix(w, seg)[2])
+
+    def draw_surplus(self, w, u, seg=None):
+        """One entry drawn from (w q − p)_+ per weight (w > 0 with positive surplus mass), by binary search."""
+        lo, n, mass = self._prefix(w, seg)
+        goal = u * mass
+        j = self._search(lambda j: w * self.scum_q[j] - self.scum_p[j] > goal, lo, lo + n)
+        return self.order[self.xp.minimum(j, lo + self.xp.clip(n - 1, min=0))]
+
+    def total_variation(self, seg=None):
+        """TV(p, q) of the segments ``seg`` (None: segment 0)."""
+        return self.tv[seg] if seg is not None else self.tv[0]
+
+    def tokens_of(self, entries):
+        """The token ids of entries."""
+        return self.tokens[entries]
+
+
+class RowProfile(RowTables):
+    """One (draft, target) row pair on numpy: validated float64 rows (V,), entries = token ids.
+
+    Draws from p and q use scipy's guide tables (O(1) expected), the prefix of a weight a
+    ``searchsorted`` in C; everything else is :class:`RowTables`.
+    """
 
     def __init__(self, p: np.ndarray, q: np.ndarray):
+        p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+        super().__init__([0, p.size], np.arange(p.size), p, q)
         self._guide_p, self._guide_q = DiscreteGuideTable(p), DiscreteGuideTable(q)
-        self.ratio = likelihood_ratio(p, q)
-        self.order = np.argsort(-self.ratio, kind="stable")  # descending ratio
-        self.neg_sorted = -self.ratio[self.order]  # ascending: searchsorted finds the prefix r > 1/w
-        self.cum_q, self.cum_p = np.cumsum(q[self.order]), np.cumsum(p[self.order])
-        self.total_variation = float(np.sum(np.clip(q - p, 0.0, None)))  # M(1), the common case w = 1
 
-    def draw_draft(self, u: np.ndarray) -> np.ndarray:
-        """Inverse CDF of p at the uniforms ``u`` (any shape)."""
+    def draw_draft(self, u, seg=None):
         return self._guide_p.ppf(u).astype(np.int64)
 
-    def draw_target(self, u: np.ndarray) -> np.ndarray:
+    def draw_target(self, u, seg=None):
         return self._guide_q.ppf(u).astype(np.int64)
 
-    def _prefix(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(n, M): n(w) = #{x : w q(x) > p(x)} = #{x : r(x) > 1/w}, a prefix of the order by ratio, and the
-        surplus mass M(w) = w Q_n − P_n on it (both 0 where w = 0)."""
-        with np.errstate(divide="ignore"):
-            threshold = np.where(w > 0, -1.0 / np.where(w > 0, w, 1.0), -np.inf)
-        n = np.where(w > 0, np.searchsorted(self.neg_sorted, threshold, side="left"), 0)
-        last = np.maximum(n - 1, 0)
-        return n, np.where(n > 0, np.maximum(w * self.cum_q[last] - self.cum_p[last], 0.0), 0.0)
+    def _prefix_count(self, threshold, lo, hi, seg):
+        return np.searchsorted(self.neg_sorted, threshold, side="left")
 
-    def surplus_mass(self, w: np.ndarray) -> np.ndarray:
-        """M(w) = Σ_x (w q(x) − p(x))_+ for an array of weights w ≥ 0 (w = 1, the common case, is a constant)."""
-        out = np.where(w >= 1.0, self.total_variation, 0.0)
+    def surplus_mass(self, w, seg=None):
+        out = np.where(w >= 1.0, self.tv[0], 0.0)  # w = 1, the common case, is a constant
         some = np.flatnonzero((w > 0) & (w < 1.0))
         if some.size:
-            out[some] = self._prefix(w[some])[1]
+            out[some] = self._prefix(w[some], None)[2]
         return out
 
-    def draw_surplus(self, w: np.ndarray, u: np.ndarray) -> np.ndarray:
-        """One draw from (w q − p)_+ per entry (w > 0 with positive surplus mass), by binary search."""
-        n, mass = self._prefix(w)
-        goal = u * mass
-        lo, hi = np.zeros_like(n), np.maximum(n - 1, 0)  # smallest j in [0, n−1] with w Q_j − P_j > goal
-        while np.any(lo < hi):
-            mid = (lo + hi) // 2
-            above = w * self.cum_q[mid] - self.cum_p[mid] > goal
-            hi = np.where(above, mid, hi)
-            lo = np.where(above, lo, mid + 1)
-        return self.order[lo]
+    def tokens_of(self, entries):
+        return entries
 
 
-def sample_token(profile: RowProfile, n: int, L: int, rng: np.random.Generator) -> RowFreeOutcome:
-    """``n`` iterations of token verification (spec eq. (3)) on the IID pair of ``profile``."""
-    tokens = profile.draw_draft(rng.random((n, L)))
-    accepted = rng.random((n, L)) < np.minimum(profile.ratio[tokens], 1.0)
-    tau = np.where(accepted.all(axis=1), L, np.argmin(accepted, axis=1)) if L else np.zeros(n, dtype=np.int64)
-    y = profile.draw_target(rng.random(n))
-    rejected = np.flatnonzero(tau < L)
-    if rejected.size and profile.total_variation > 0:
-        y[rejected] = profile.draw_surplus(np.ones(rejected.size), rng.random(rejected.size))
-    return RowFreeOutcome(tau, tokens, y)
+def _columns(at, width, xp, device):
+    """Segment of each (iteration, position): ``at[b] + i`` for i < width, or None (one pair)."""
+    if at is None:
+        return None
+    return at[:, None] + xp.arange(width, dtype=at.dtype, device=device)[None, :]
 
 
-def sample_block(profile: RowProfile, n: int, L: int, rng: np.random.Generator) -> RowFreeOutcome:
-    """``n`` iterations of published block verification (eqs. (13)-(14)) on the IID pair of ``profile``."""
-    tokens = profile.draw_draft(rng.random((n, L)))
-    with np.errstate(divide="ignore"):
-        log_r = np.log(profile.ratio[tokens])
-    log_w = np.zeros((n, L + 1))
+def _pick(seg, rows, cols):
+    return None if seg is None else seg[rows, cols]
+
+
+def sample_token(tables: RowTables, n: int, L: int, rng, at=None) -> RowFreeOutcome:
+    """``n`` iterations of token verification (spec eq. (3)); iteration b reads segment ``at[b] + i`` at
+    position i (``at``: int array (n,) in the tables' namespace, or None for one pair)."""
+    xp, like = tables.xp, tables.ratio
+    dev = array_api_compat.device(like)
+    seg = _columns(at, L + 1, xp, dev)
+    drafts = tables.draw_draft(uniform(rng, (n, L), like), None if seg is None else seg[:, :L])
+    accepted = uniform(rng, (n, L), like) < xp.clip(tables.ratio[drafts], max=1.0)
+    # τ: the length of the leading run of acceptances
+    tau = xp.sum(xp.cumulative_prod(xp.astype(accepted, xp.int64), axis=1), axis=1) if L else \
+        xp.zeros(n, dtype=xp.int64, device=dev)
+    rows = xp.arange(n, device=dev)
+    y = tables.draw_target(uniform(rng, (n,), like), _pick(seg, rows, tau))  # the bonus row (or row τ)
+    rejected = xp.nonzero(tau < L)[0]
+    at_rej = _pick(seg, rejected, tau[rejected])
+    pick = rejected[tables.total_variation(at_rej) > 0] if seg is not None else \
+        (rejected if float(tables.total_variation()) > 0 else rejected[:0])
+    if pick.shape[0]:
+        at_pick = _pick(seg, pick, tau[pick])
+        y[pick] = tables.draw_surplus(xp.ones(pick.shape[0], dtype=like.dtype, device=dev),
+                                      uniform(rng, (pick.shape[0],), like), at_pick)
+    return RowFreeOutcome(tau, tables.tokens_of(drafts), tables.tokens_of(y))
+
+
+def sample_block(tables: RowTables, n: int, L: int, rng, at=None) -> RowFreeOutcome:
+    """``n`` iterations of published block verification (eqs. (13)-(14)); ``at`` as in :func:`sample_token`."""
+    xp, like = tables.xp, tables.ratio
+    dev = array_api_compat.device(like)
+    seg = _columns(at, L + 1, xp, dev)
+    drafts = tables.draw_draft(uniform(rng, (n, L), like), None if seg is None else seg[:, :L])
+    r = tables.ratio[drafts]
+    log_r = xp.where(r > 0, xp.log(xp.where(r > 0, r, 1.0)), -math.inf)
+    logs = [xp.zeros(n, dtype=like.dtype, device=dev)]
     for i in range(L):
-        log_w[:, i + 1] = np.minimum(log_w[:, i] + log_r[:, i], 0.0)
-    w = np.exp(log_w)
-    h = np.ones((n, L + 1))
+        logs.append(xp.clip(logs[-1] + log_r[:, i], max=0.0))
+    w = xp.exp(xp.stack(logs, axis=1))
+    h = xp.ones((n, L + 1), dtype=like.dtype, device=dev)
     if L:
         mid = w[:, 1:L]
-        m = profile.surplus_mass(mid.ravel()).reshape(mid.shape)
+        m = xp.reshape(tables.surplus_mass(xp.reshape(mid, (-1,)),
+                                           None if seg is None else xp.reshape(seg[:, 1:L], (-1,))), mid.shape)
         den = m + 1.0 - mid
-        h[:, 1:L] = np.where(den > 0, m / np.where(den > 0, den, 1.0), 0.0)
+        h[:, 1:L] = xp.where(den > 0, m / xp.where(den > 0, den, 1.0), 0.0)
         h[:, L] = w[:, L]
-    passed = rng.random((n, L + 1)) < h
-    tau = np.max(np.where(passed, np.arange(L + 1), 0), axis=1)
-    y = profile.draw_target(rng.random(n))
-    rows = np.flatnonzero(tau < L)
-    if rows.size:
-        scale = w[rows, tau[rows]]
-        live = profile.surplus_mass(scale) > 0  # a surplus of mass 0: the target row, as the verifier does
-        pick = rows[live]
-        y[pick] = profile.draw_surplus(scale[live], rng.random(pick.size))
-    return RowFreeOutcome(tau, tokens, y)
+    passed = uniform(rng, (n, L + 1), like) < h
+    ids = xp.arange(L + 1, device=dev)
+    tau = xp.max(xp.where(passed, ids, xp.zeros_like(ids)), axis=1)
+    rows = xp.arange(n, device=dev)
+    y = tables.draw_target(uniform(rng, (n,), like), _pick(seg, rows, tau))
+    rej = xp.nonzero(tau < L)[0]
+    if rej.shape[0]:
+        scale, at_rej = w[rej, tau[rej]], _pick(seg, rej, tau[rej])
+        live = tables.surplus_mass(scale, at_rej) > 0  # a surplus of mass 0: the target row, as the verifier does
+        pick = rej[live]
+        y[pick] = tables.draw_surplus(scale[live], uniform(rng, (pick.shape[0],), like),
+                                      None if at_rej is None else at_rej[live])
+    return RowFreeOutcome(tau, tables.tokens_of(drafts), tables.tokens_of(y))
 
 
 ROW_FREE = {TokenVerify: sample_token, BlockVerify: sample_block}

@@ -14,6 +14,8 @@ Sources in this module
 * :class:`IIDSource` — every token drawn from one row (Bernoulli, uniform U(d), any vector).
 * :class:`MarkovSource` — order-1 chains, stationary (one matrix) or time-varying
   (one matrix per step, hence a finite horizon).
+* :class:`PositionalSource` — token t drawn from row t whatever came before (finite horizon); a
+  logged decoding path replays this way (:mod:`otspec.sources.logged`).
 * :class:`TableSource` — arbitrary prefix → row tables or callables (finite horizon).
 
 JSON format (read by :func:`source_from_json`, written by ``Source.to_json``)::
@@ -23,6 +25,7 @@ JSON format (read by :func:`source_from_json`, written by ``Source.to_json``)::
     {"type": "uniform", "support": 4, "vocab_size": 6}    # U(4) inside 6 tokens
     {"type": "markov", "initial": [...], "transition": [[...], ...]}
     {"type": "markov", "initial": [...], "transition": [M1, M2, ...], "horizon": T}
+    {"type": "positional", "rows": [[...], ...]}          # row t: law of token t
     {"type": "table", "vocab_size": 2, "horizon": 2,
      "rows": {"": [0.5, 0.5], "0": [0.9, 0.1], "1": [0.2, 0.8]}}
 
@@ -32,7 +35,16 @@ T−1 matrices.
 """
 from .base import EMPTY_PREFIX, MAX_ENUMERATION, Enumeration, Source, extend_prefixes
 from .io import load_source, save_source, source_from_json
-from .models import GreedySource, IIDSource, MarkovSource, TableSource, bernoulli, uniform_source
+from .logged import TAIL_MODES, LoggedRows, load_logged_rows, log_rows
+from .models import (
+    GreedySource,
+    IIDSource,
+    MarkovSource,
+    PositionalSource,
+    TableSource,
+    bernoulli,
+    uniform_source,
+)
 from .random import MAX_RANDOM_ENTRIES, random_iid, random_markov
 
 __all__ = [
@@ -42,12 +54,17 @@ __all__ = [
     "Enumeration",
     "GreedySource",
     "IIDSource",
+    "LoggedRows",
     "MarkovSource",
+    "TAIL_MODES",
+    "PositionalSource",
     "Source",
     "TableSource",
     "bernoulli",
     "extend_prefixes",
+    "load_logged_rows",
     "load_source",
+    "log_rows",
     "random_iid",
     "random_markov",
     "save_source",

@@ -7,7 +7,14 @@ import os
 from collections.abc import Mapping
 
 from .base import Source
-from .models import IIDSource, MarkovSource, TableSource, bernoulli, uniform_source
+from .models import (
+    IIDSource,
+    MarkovSource,
+    PositionalSource,
+    TableSource,
+    bernoulli,
+    uniform_source,
+)
 
 __all__ = ["load_source", "save_source", "source_from_json"]
 
@@ -29,7 +36,7 @@ def source_from_json(obj) -> Source:
     """
     if not isinstance(obj, Mapping) or "type" not in obj:
         raise ValueError("source JSON: expected an object with a 'type' key "
-                         "('iid', 'bernoulli', 'uniform', 'markov' or 'table')")
+                         "('iid', 'bernoulli', 'uniform', 'markov', 'positional' or 'table')")
     kind = obj["type"]
     try:
         return _from_json(obj, kind)
@@ -50,6 +57,8 @@ def _from_json(obj, kind) -> Source:
         return uniform_source(_integer_field(obj, "support", kind), _integer_field(obj, "vocab_size", kind))
     if kind == "markov":
         return MarkovSource(obj["initial"], obj["transition"], horizon=_integer_field(obj, "horizon", kind))
+    if kind == "positional":
+        return PositionalSource(obj["rows"])
     if kind == "table":
         rows = {}
         for key, value in obj["rows"].items():
@@ -59,7 +68,8 @@ def _from_json(obj, kind) -> Source:
                 raise ValueError(f"source JSON of type 'table': row key {key!r} must be comma-separated token "
                                  "ids such as '0,1' ('' for the empty prefix)") from None
         return TableSource(rows, _integer_field(obj, "vocab_size", kind), _integer_field(obj, "horizon", kind))
-    raise ValueError(f"source JSON: unknown type {kind!r}; expected 'iid', 'bernoulli', 'uniform', 'markov' or 'table'")
+    raise ValueError(f"source JSON: unknown type {kind!r}; expected 'iid', 'bernoulli', 'uniform', 'markov', 'positional' "
+                     "or 'table'")
 
 
 def load_source(path: str | os.PathLike) -> Source:

@@ -10,7 +10,8 @@ from ..checks import check_size
 from ..distributions import validate_probs
 from .base import Source, _as_tokens
 
-__all__ = ["GreedySource", "IIDSource", "MarkovSource", "TableSource", "bernoulli", "uniform_source"]
+__all__ = ["GreedySource", "IIDSource", "MarkovSource", "PositionalSource", "TableSource", "bernoulli",
+           "uniform_source"]
 
 
 class IIDSource(Source):
@@ -139,6 +140,45 @@ class MarkovSource(Source):
         if not self.stationary:
             out["horizon"] = self.horizon  # also says how to read an empty list of matrices (horizon 1)
         return out
+
+
+class PositionalSource(Source):
+    """Token t (0-based) drawn from ``rows[t]`` whatever came before: independent, not identically distributed.
+
+    ``rows`` has shape (T, V), so the horizon is T. A logged decoding path replays this way
+    (:mod:`otspec.sources.logged`).
+    """
+
+    def __init__(self, rows):
+        self.rows = np.asarray(validate_probs(rows, "rows", min_ndim=2), dtype=np.float64)
+        if self.rows.ndim != 2 or self.rows.shape[0] < 1:
+            raise ValueError(f"rows: expected shape (T, V) with T >= 1, got {self.rows.shape}")
+        self.horizon, self.vocab_size = self.rows.shape
+        self._cdf = np.cumsum(self.rows, axis=1)
+
+    def __repr__(self):
+        return f"PositionalSource(T={self.horizon}, V={self.vocab_size})"
+
+    def _rows(self, tokens, lengths):
+        return self.rows[lengths]
+
+    def path_probs(self, tokens, include_next=True):
+        tokens = _as_tokens(tokens)
+        self._check_tokens(tokens)
+        T = tokens.shape[1] + int(include_next)
+        self.check_length(T)
+        return np.broadcast_to(self.rows[:T], (tokens.shape[0], T, self.vocab_size))
+
+    def sample(self, n, length, rng):
+        self.check_length(length)
+        u = rng.random((n, length))
+        out = np.empty((n, length), dtype=np.int64)
+        for t in range(length):  # one inverse CDF per position, vectorised over the n sequences
+            out[:, t] = np.searchsorted(self._cdf[t], u[:, t] * self._cdf[t, -1], side="right")
+        return np.minimum(out, self.vocab_size - 1)
+
+    def to_json(self):
+        return {"type": "positional", "rows": self.rows.tolist()}
 
 
 class TableSource(Source):

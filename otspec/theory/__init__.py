@@ -23,6 +23,7 @@ from .blocks import (
     expected_accepted_block,
     expected_accepted_optimal,
     expected_accepted_token,
+    positional_window_values,
     predicted_speedup,
     tokens_per_iteration,
 )
@@ -81,7 +82,8 @@ __all__ = [
     "expected_accepted_block", "expected_accepted_optimal", "expected_accepted_token", "expected_rejections",
     "family_curve", "kseq_acceptance", "kseq_beta", "kseq_parameters", "kseq_residual", "kseq_rho_star",
     "lemma3_upper_bound", "markov_pair", "multiround_acceptance", "multiround_rejection", "naive_acceptance",
-    "optimal_resampling", "over_acceptance", "over_acceptance_kernel", "pareto_front", "per_step_curve", "predicted_speedup",
+    "optimal_resampling", "over_acceptance", "over_acceptance_kernel", "pareto_front", "per_step_curve",
+    "positional_window_values", "predicted_speedup",
     "rejections_per_position", "sequence_expected_rejections_sd", "sequence_laws", "speedup",
     "tokens_per_iteration", "uniform_alpha", "uniform_multiround_without_replacement",
 ]

@@ -24,6 +24,7 @@ __all__ = [
     "expected_accepted_block",
     "expected_accepted_optimal",
     "expected_accepted_token",
+    "positional_window_values",
     "predicted_speedup",
     "tokens_per_iteration",
 ]
@@ -45,6 +46,30 @@ def predicted_speedup(expected_accepted: float, cost_ratio: float, draft_length:
     """Speedup over plain decoding, (E[τ] + 1) / (1 + c L): E[τ] + 1 tokens for one target call and L draft
     calls of relative cost c = t_draft / t_target."""
     return (expected_accepted + 1.0) / (1.0 + cost_ratio * draft_length)
+
+
+def positional_window_values(overlaps) -> tuple[float, float]:
+    r"""Token verification exactly, and an upper bound on every lossless single-draft verifier, for rows that
+    depend on position only (logged rows), averaged over windows.
+
+    ``overlaps`` is (W, L): :math:`\alpha_{w,i} = 1 - TV(p_i, q_i)` at position i of window w. With the
+    rows independent across positions, eq. (4) factorises: :math:`E[\tau_{tok}] = \sum_l \prod_{i \le l}
+    \alpha_i`. The block-OT optimum eq. (8) is :math:`\sum_l (1 - TV(\otimes_{i \le l} p_i, \otimes_{i \le l}
+    q_i))`, and the TV of a product is at least the TV of each factor, so
+    :math:`E[\tau_{opt}] \le \sum_l \min_{i \le l} \alpha_i`. Published block verification (17) lies between
+    the two: it is optimal among on-path verifiers, token verification is one, and every valid verifier
+    is bounded by (8).
+
+    Returns (token value, upper bound), each the mean over windows.
+
+    >>> positional_window_values([[0.5, 1.0]])  # 0.5 + 0.5 and 0.5 + 0.5
+    (1.0, 1.0)
+    """
+    a = np.asarray(overlaps, dtype=np.float64)
+    if a.ndim != 2 or a.shape[0] == 0 or not np.all((a >= 0) & (a <= 1 + 1e-12)):
+        raise ValueError(f"overlaps: expected a non-empty (windows, L) array of values in [0, 1], got shape {a.shape}")
+    return (float(np.cumprod(a, axis=1).sum(axis=1).mean()),
+            float(np.minimum.accumulate(a, axis=1).sum(axis=1).mean()))
 
 
 def bernoulli_expected_accepted_token(draft_p: float, target_p: float, draft_length: int) -> float:
