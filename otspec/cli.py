@@ -6,6 +6,7 @@ Subcommands
 ``simulate``       Monte Carlo estimate of one verifier's accepted length (one row per L)
 ``decode``         end-to-end speculative generation with call counts (one row per L)
 ``source random``  write a random draft/target pair of JSON sources
+``source logged``  log top-p truncated draft/target rows along paths of a pair (a logged-rows file)
 ``sweep SPEC``     a grid of pairs × verifiers × L × k from a TOML/YAML spec, one table row per cell
 
 Calculators live in :data:`otspec.calculators.CALCULATORS`. Model pairs are given inline
@@ -35,9 +36,9 @@ from .clitools import (
     positive_int,
     seed,
 )
-from .engine import generate, simulate
+from .engine import generate, simulate, simulate_logged
 from .errors import SolveError
-from .sources import random_markov, save_source
+from .sources import TAIL_MODES, load_logged_rows, log_rows, random_markov, save_source
 from .verifiers import REGISTRY
 
 __all__ = ["CALCULATORS", "CLIError", "Calculator", "build_parser", "main", "parse_probs"]
@@ -60,11 +61,20 @@ def _rows(args, one_row) -> dict | list:
 
 
 def _simulate(args):
-    draft, target = pair_from_args(args)
+    if args.logged is not None:
+        if any(x is not None for x in (args.draft, args.target, args.draft_source, args.target_source)):
+            raise CLIError("--logged replaces the model pair: give it alone")
+        log = load_logged_rows(args.logged)
+    else:
+        draft, target = pair_from_args(args)
 
     def row(args, L):
-        res = simulate(draft, target, REGISTRY[args.verifier](), L, args.blocks, seed=args.seed,
-                       progress=not args.json)
+        if args.logged is not None:
+            res = simulate_logged(log, REGISTRY[args.verifier](), L, args.blocks, tail=args.tail, seed=args.seed,
+                                  progress=not args.json, device=args.device)
+        else:
+            res = simulate(draft, target, REGISTRY[args.verifier](), L, args.blocks, seed=args.seed,
+                           progress=not args.json, device=args.device)
         return {"verifier": args.verifier, "draft_length": L, "blocks": args.blocks, "seed": args.seed,
                 "accepted": res.accepted.as_dict(), "tokens_per_iteration": res.tokens_per_iteration.as_dict(),
                 "acceptance_rate": res.accepted.value / L, "accept_dist": res.accept_dist.tolist()}
@@ -104,6 +114,16 @@ def _source_random(args) -> dict:
             "horizon": args.horizon, "seed": args.seed}
 
 
+def _source_logged(args) -> dict:
+    draft, target = pair_from_args(args)
+    log = log_rows(draft, target, args.paths, args.length, top_p=args.top_p, max_kept=args.max_kept, seed=args.seed)
+    try:
+        log.save(args.out)
+    except OSError as exc:
+        raise CLIError(f"--out: cannot write {args.out}: {exc.strerror or exc}") from None
+    return {"out": str(args.out), **{k: v for k, v in log.summary().items() if k != "meta"}}
+
+
 def _sweep(args) -> dict:
     from .sweep import load_spec, run_sweep
 
@@ -140,6 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="draft length, or several separated by commas (2,4,8): one row each")
     sim.add_argument("--blocks", type=positive_int, default=1_000_000, help="simulated iterations per length")
     sim.add_argument("--seed", type=seed, default=0, help="random seed (an integer >= 0)")
+    sim.add_argument("--logged", metavar="FILE", default=None,
+                     help="instead of a pair: a logged-rows file; blocks start at random windows of its paths")
+    sim.add_argument("--tail", choices=TAIL_MODES, default="overlap", help="with --logged: what the truncated mass "
+                     "becomes (see otspec.sources.logged)")
+    sim.add_argument("--device", default=None, help="row-free sampling on torch: auto (CUDA when available), cpu, "
+                     "cuda, cuda:1, ... (default: numpy)")
     _json_flag(sim)
     sim.set_defaults(run=_simulate)
 
@@ -174,6 +200,17 @@ def build_parser() -> argparse.ArgumentParser:
     rnd.add_argument("--target-out", required=True, metavar="FILE", help="where to write the target source")
     _json_flag(rnd)
     rnd.set_defaults(run=_source_random)
+    lgd = src_sub.add_parser("logged", help="log top-p truncated rows of a pair along target paths "
+                                            "(see otspec.sources.logged)", formatter_class=_Formatter)
+    add_pair_arguments(lgd)
+    lgd.add_argument("--paths", type=positive_int, default=8, help="paths (sequences) to log")
+    lgd.add_argument("--length", type=positive_int, default=64, help="steps per path")
+    lgd.add_argument("--top-p", type=float, default=0.95, help="keep each row's smallest set of mass >= top-p")
+    lgd.add_argument("--max-kept", type=positive_int, default=None, help="and at most this many tokens per row")
+    lgd.add_argument("--seed", type=seed, default=0, help="random seed (an integer >= 0)")
+    lgd.add_argument("--out", required=True, metavar="FILE", help="the .npz file to write")
+    _json_flag(lgd)
+    lgd.set_defaults(run=_source_logged)
 
     swp = sub.add_parser("sweep", help="run a grid from a TOML/YAML spec into Parquet and CSV tables (see README, "
                                        "Sweeps)", formatter_class=_Formatter)

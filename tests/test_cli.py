@@ -193,3 +193,31 @@ def test_plot_pareto_contract(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "otspec.plot", "pareto", *bad, "--out", str(out)],
                               capture_output=True, text=True)
         assert proc.returncode == 2 and "error" in proc.stderr
+
+
+def test_source_logged_writes_a_log_that_simulate_reads(tmp_path, capsys):
+    d, t = random_markov(6, 1.0, seed=4)
+    save_source(d, tmp_path / "d.json")
+    save_source(t, tmp_path / "t.json")
+    assert main(["source", "logged", "--draft-source", str(tmp_path / "d.json"), "--target-source",
+                 str(tmp_path / "t.json"), "--paths", "3", "--length", "8", "--top-p", "0.9",
+                 "--out", str(tmp_path / "rows"), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["steps"] == 24 and info["paths"] == 3 and (tmp_path / "rows").is_file()  # the name as given
+    from otspec.sources import load_logged_rows
+    from otspec.theory import positional_window_values
+
+    log = load_logged_rows(tmp_path / "rows")
+    W = log.windows(2)
+    token, _ = positional_window_values(log.overlaps()[W[:, None] + [0, 1]])
+    for device in ([], ["--device", "cpu"]):
+        assert main(["simulate", "--logged", str(tmp_path / "rows"), "--L", "2", "--blocks", "100000", "--json",
+                     *device]) == 0
+        sim = json.loads(capsys.readouterr().out)
+        assert sim["accepted"]["low"] <= token <= sim["accepted"]["high"]
+    rc, _, err = run("simulate", "--logged", str(tmp_path / "rows"), "--draft", "0.5", "--L", "2")
+    assert rc == 2 and "alone" in err
+    rc, _, err = run("simulate", "--logged", str(tmp_path / "missing.npz"), "--L", "2")
+    assert rc == 2 and "no file" in err
+    rc, _, err = run("simulate", "--draft", "0.5", "--target", "0.2", "--L", "2", "--device", "warp-drive")
+    assert rc == 2 and "device" in err

@@ -185,3 +185,65 @@ def test_plot_sweep_draws_lines_and_heat_maps_and_names_what_varies(tmp_path, ca
     assert plot.main(["sweep", results, "--x", "L", "--y", "nope"]) == 2
     assert plot.main(["sweep", results, "--x", "L", "--y", "exact_accepted", "--where", "vocab=999"]) == 2
     assert plot.main(["sweep", str(tmp_path / "missing.parquet"), "--x", "L", "--y", "exact_accepted"]) == 2
+
+
+LOGGED_SPEC = """
+seed = 3
+quantities = ["exact", "optimum", "monte_carlo", "decode"]
+L = [2, 3]
+k = [2]
+blocks = 200000
+
+[[pairs]]
+kind = "logged"
+file = "rows.npz"
+tail = ["overlap", "renormalise"]
+
+[[verifiers]]
+name = "token"
+[[verifiers]]
+name = "block"
+[[verifiers]]
+name = "kseq"
+"""
+
+
+def test_logged_rows_sweep_checks_its_cells_against_the_windows_and_steps(tmp_path):
+    from otspec.sources import load_logged_rows, log_rows, random_markov
+    from otspec.theory import positional_window_values
+    from otspec.verifiers import KSeq
+
+    d, t = random_markov(12, 1.0, seed=5)
+    log_rows(d, t, 4, 10, top_p=0.85, seed=6).save(tmp_path / "rows.npz")
+    log = load_logged_rows(tmp_path / "rows.npz")
+    out = tmp_path / "out"
+    run_sweep(load_spec(_spec(tmp_path, LOGGED_SPEC)), out, workers=1, progress=False)
+    frame = pd.read_parquet(out / "results.parquet")
+    assert len(frame) == 2 * (2 * 2 + 1)
+    for row in frame.itertuples():
+        tail = row.tail
+        alpha = log.overlaps(tail)
+        assert row.vocab == log.vocab(tail) and row.pair == f"logged:rows.npz({tail})"
+        assert "logged rows" in row.decode_note
+        if row.verifier == "kseq":
+            steps = [KSeq().expected_acceptance(*log.step_rows(s, tail)[1:], 2) for s in range(log.n_steps)]
+            assert abs(row.exact_acceptance - np.mean(steps)) <= 1e-12
+            assert row.optimum_acceptance >= row.exact_acceptance - 1e-9
+            assert "single-draft" in row.monte_carlo_note or "token and block" in row.monte_carlo_note
+            continue
+        L = int(row.L)
+        W = log.windows(L)
+        token, high = positional_window_values(alpha[W[:, None] + np.arange(L)])
+        assert row.exact_low == token and row.optimum_low == token and row.optimum_high == high
+        assert row.exact_high == (token if row.verifier == "token" else high)
+        assert row.mc_low <= row.exact_high + 1e-12 and row.mc_high >= token - 1e-12
+        if row.verifier == "token":
+            assert row.exact_accepted == token and row.mc_low <= token <= row.mc_high
+        else:
+            assert math.isnan(row.exact_accepted) and "certified range" in row.exact_note
+    for bad, match in [(LOGGED_SPEC.replace('file = "rows.npz"', 'file = "none.npz"'), "no logged-rows file"),
+                       (LOGGED_SPEC + "temperature = [1.0, 0.5]\n", "temperature"),
+                       (LOGGED_SPEC.replace('"renormalise"]', '"merge"]'), "tail"),
+                       (LOGGED_SPEC.replace('file = "rows.npz"', ''), "needs file")]:
+        with pytest.raises((ValueError, FileNotFoundError), match=match):
+            load_spec(_spec(tmp_path, bad, "bad.toml"))

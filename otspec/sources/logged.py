@@ -191,9 +191,10 @@ class LoggedRows:
 
     # ------------------------------------------------------------------ file
     def save(self, path: str | os.PathLike) -> None:
-        """Write the compressed ``.npz`` file (numpy appends ``.npz`` to a name without it)."""
-        np.savez_compressed(path, format=np.array(FORMAT), meta=np.array(json.dumps(self.meta, default=str)),
-                            vocab_size=np.array(self.vocab_size), **{k: getattr(self, k) for k in _ARRAYS})
+        """Write the compressed ``.npz`` file under exactly this name."""
+        with open(path, "wb") as fh:
+            np.savez_compressed(fh, format=np.array(FORMAT), meta=np.array(json.dumps(self.meta, default=str)),
+                                vocab_size=np.array(self.vocab_size), **{k: getattr(self, k) for k in _ARRAYS})
 
     # ------------------------------------------------------------------ shape
     @property

@@ -11,6 +11,12 @@ says why in ``<quantity>_note``):
 * ``monte_carlo`` — :func:`otspec.engine.simulate` (row-free for IID token / block cells) with its
   interval.
 * ``decode`` — block efficiency of :func:`otspec.engine.generate` with its interval.
+* on logged rows (:mod:`otspec.sources.logged`), averaged over every window of L+1 steps: ``exact`` is
+  token verification's closed form; for block verification and the optimum it gives the certified
+  range ``[token value, Σ_l min_{i≤l} (1 − TV_i)]`` with an empty value
+  (:func:`~otspec.theory.positional_window_values`); ``monte_carlo`` is :func:`otspec.engine.simulate_logged`
+  (row-free, token and block); multi-draft cells average the closed form and the OTM-k optimum over every
+  step. ``decode`` and ``adaptive`` do not apply.
 * ``adaptive`` — SpecDec++ on an IID pair with token verification: latency per token (t_target = 1,
   t_draft = c) of the exact optimal stopping policy with at most L drafts, of fixed L and of the best
   fixed length ≤ L, and the optimal policy's speedup over plain decoding.
@@ -18,6 +24,7 @@ says why in ``<quantity>_note``):
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 
@@ -25,9 +32,16 @@ import numpy as np
 
 from .. import theory
 from ..distributions import total_variation
-from ..engine import generate, simulate
+from ..engine import generate, simulate, simulate_logged
 from ..solvers.otm_dual import otm_value
-from ..sources import IIDSource, MarkovSource, load_source, random_iid, random_markov
+from ..sources import (
+    IIDSource,
+    MarkovSource,
+    load_logged_rows,
+    load_source,
+    random_iid,
+    random_markov,
+)
 from ..theory.iid import iid_block_values
 from ..verifiers import MULTI_DRAFT_REGISTRY, REGISTRY
 from .spec import cell_id, cell_seed, describe_pair
@@ -59,6 +73,12 @@ def temper(source, T: float):
     raise ValueError(f"temperature {T}: applies to iid and markov sources, not {type(source).__name__}")
 
 
+@functools.lru_cache(maxsize=8)
+def _logged(path: str):
+    """A worker reads each log once."""
+    return load_logged_rows(path)
+
+
 def build_pair(pair: dict, base: Path = Path("."), temperature: float = 1.0):
     """(draft, target) of a spec's pair entry (random families from their ``pair_seed``)."""
     kind = pair["kind"]
@@ -86,21 +106,89 @@ def _quantity(row: dict, name: str, fn) -> None:
     row[f"{name}_seconds"] = time.perf_counter() - t0
 
 
+def _logged_runs(cell: dict, log, verifier, seeds, row: dict) -> dict:
+    """The quantities of a cell on logged rows (see the module docstring)."""
+    name, L, k, c, tail = cell["verifier"], cell["L"], cell["k"], cell["cost_ratio"], cell["pair"]["tail"]
+    multi = name in MULTI_DRAFT_REGISTRY
+    alpha = log.overlaps(tail)
+    row.update(vocab=log.vocab(tail), tv_first_token=float(1.0 - alpha[0]), tv_mean=float(1.0 - alpha.mean()),
+               log_paths=log.n_paths, log_steps=log.n_steps)
+    bounds = {}
+
+    def single():
+        if not bounds:
+            W = log.windows(L)
+            bounds["token"], bounds["high"] = theory.positional_window_values(alpha[W[:, None] + np.arange(L)])
+        return bounds["token"], bounds["high"]
+
+    def per_step(fn):
+        return float(np.mean([fn(*log.step_rows(t, tail)[1:], k) for t in range(log.n_steps)]))
+
+    def exact():
+        if multi:
+            a = per_step(verifier.expected_acceptance)
+            return {"exact_acceptance": a, "exact_tokens_per_step": 1.0 + a,
+                    "exact_speedup": theory.predicted_speedup(a, c, 1)}
+        token, high = single()
+        if name == "token":
+            return {"exact_accepted": token, "exact_low": token, "exact_high": token,
+                    "exact_tokens_per_iteration": token + 1.0, "exact_speedup": theory.predicted_speedup(token, c, L)}
+        return {"exact_low": token, "exact_high": high,
+                "exact_note": f"{name} on logged rows: a certified range (token value, min-overlap bound), no value"}
+
+    def optimum():
+        if multi:
+            return {"optimum_acceptance": per_step(otm_value)}
+        token, high = single()
+        return {"optimum_low": token, "optimum_high": high,
+                "optimum_note": "the block-OT optimum on logged rows: a certified range only"}
+
+    def monte_carlo():
+        if multi:
+            raise NotImplementedError(_MC_SINGLE)
+        res = simulate_logged(log, verifier, L, cell["blocks"], tail=tail, seed=np.random.default_rng(seeds[0]),
+                              progress=False, confidence=cell["confidence"], device=cell.get("device"))
+        return _mc_columns(res, cell["blocks"])
+
+    def unavailable(what):
+        def run():
+            raise NotImplementedError(f"{what} on logged rows: their rows depend on position only, there is no "
+                                      "context to decode from")
+        return run
+
+    return {"exact": exact, "optimum": optimum, "monte_carlo": monte_carlo, "decode": unavailable("decode"),
+            "adaptive": unavailable("adaptive")}
+
+
+_MC_SINGLE = "Monte Carlo cells are single-draft (multi-draft: exact and optimum)"
+
+
+def _mc_columns(res, blocks: int) -> dict:
+    a = res.accepted
+    return {"mc_accepted": a.value, "mc_low": a.low, "mc_high": a.high, "mc_stderr": a.stderr,
+            "mc_blocks": blocks, "mc_blocks_per_s": blocks / max(res.elapsed_s, 1e-12)}
+
+
 def run_cell(cell: dict, sweep_seed: int, quantities, base: Path = Path(".")) -> dict:
     """The row of one cell: its parameters, then the columns of each quantity."""
     pair, name, params, L, k = cell["pair"], cell["verifier"], cell["params"], cell["L"], cell["k"]
-    draft, target = build_pair(pair, base, cell["temperature"])
-    p, q = draft.next_probs([[]])[0], target.next_probs([[]])[0]
-    row = {"cell": cell_id(cell), "pair": describe_pair(pair), "pair_kind": pair["kind"], "vocab": target.vocab_size,
+    row = {"cell": cell_id(cell), "pair": describe_pair(pair), "pair_kind": pair["kind"],
            "concentration": pair.get("concentration"), "sparsity": pair.get("sparsity"),
-           "pair_seed": pair.get("pair_seed"), "verifier": name, "L": L, "k": k,
+           "pair_seed": pair.get("pair_seed"), "tail": pair.get("tail"), "verifier": name, "L": L, "k": k,
            "temperature": cell["temperature"], "cost_ratio": cell["cost_ratio"],
-           **{f"param_{key}": value for key, value in sorted(params.items())},
-           "tv_first_token": float(total_variation(p, q))}
+           **{f"param_{key}": value for key, value in sorted(params.items())}}
     seeds = cell_seed(sweep_seed, cell).spawn(2)
     c, conf = cell["cost_ratio"], cell["confidence"]
     multi = name in MULTI_DRAFT_REGISTRY
     verifier = (MULTI_DRAFT_REGISTRY if multi else REGISTRY)[name](**params)
+    if pair["kind"] == "logged":
+        runs = _logged_runs(cell, _logged(str((base / pair["file"]).resolve())), verifier, seeds, row)
+        for qname in quantities:
+            _quantity(row, qname, runs[qname])
+        return row
+    draft, target = build_pair(pair, base, cell["temperature"])
+    p, q = draft.next_probs([[]])[0], target.next_probs([[]])[0]
+    row.update(vocab=target.vocab_size, tv_first_token=float(total_variation(p, q)))
 
     iid = isinstance(draft, IIDSource) and isinstance(target, IIDSource)
     iid_values = {}
@@ -133,12 +221,10 @@ def run_cell(cell: dict, sweep_seed: int, quantities, base: Path = Path(".")) ->
 
     def monte_carlo():
         if multi:
-            raise NotImplementedError("Monte Carlo cells are single-draft (multi-draft: exact and optimum)")
+            raise NotImplementedError(_MC_SINGLE)
         res = simulate(draft, target, verifier, L, cell["blocks"], seed=np.random.default_rng(seeds[0]),
-                       progress=False, confidence=conf)
-        a = res.accepted
-        return {"mc_accepted": a.value, "mc_low": a.low, "mc_high": a.high, "mc_stderr": a.stderr,
-                "mc_blocks": cell["blocks"], "mc_blocks_per_s": cell["blocks"] / max(res.elapsed_s, 1e-12)}
+                       progress=False, confidence=conf, device=cell.get("device"))
+        return _mc_columns(res, cell["blocks"])
 
     def decode():
         if multi:

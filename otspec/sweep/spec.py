@@ -30,6 +30,11 @@ Schema (every key but ``pairs`` and ``verifiers`` optional; a list expands into 
     draft = "draft.json"
     target = "target.json"
 
+    [[pairs]]
+    kind = "logged"                   # logged rows (otspec.sources.logged), relative to the spec's folder
+    file = "rows.npz"
+    tail = "overlap"                  # overlap | renormalise (a list expands)
+
     [[verifiers]]
     name = "token"                    # a name of otspec.verifiers.REGISTRY or MULTI_DRAFT_REGISTRY
     [[verifiers]]
@@ -37,7 +42,10 @@ Schema (every key but ``pairs`` and ``verifiers`` optional; a list expands into 
     rho = [1.5, 2.0]                  # constructor parameters, lists expand
 
 Single-draft verifiers take every ``L`` (``k`` is empty for them); multi-draft verifiers are one
-step of k candidates from the first-position rows (``L`` is empty for them).
+step of k candidates from the first-position rows (``L`` is empty for them). On logged rows a
+single-draft cell averages over every window of L+1 steps of the log, a multi-draft cell over every
+step; logged rows keep the temperature they were recorded at (only ``temperature = 1`` is accepted).
+``device = "auto"`` (optional) runs row-free Monte Carlo on torch, on CUDA when available.
 """
 
 from __future__ import annotations
@@ -52,19 +60,21 @@ from pathlib import Path
 import numpy as np
 
 from ..checks import MAX_DRAFT_LENGTH, check_real, check_size
-from ..sources import MAX_RANDOM_ENTRIES
+from ..engine.rowfree import resolve_device
+from ..sources import MAX_RANDOM_ENTRIES, TAIL_MODES
 from ..verifiers import MULTI_DRAFT_REGISTRY, REGISTRY
 
 __all__ = ["PAIR_KINDS", "QUANTITIES", "SweepSpec", "cell_id", "cell_seed", "load_spec"]
 
-PAIR_KINDS = ("random_iid", "random_markov", "iid", "json")
+PAIR_KINDS = ("random_iid", "random_markov", "iid", "json", "logged")
 #: What a cell can compute; see :mod:`otspec.sweep.cells`.
 QUANTITIES = ("exact", "optimum", "monte_carlo", "decode", "adaptive")
 _PAIR_KEYS = {"random_iid": {"vocab", "concentration", "sparsity", "pair_seed"},
               "random_markov": {"vocab", "concentration", "sparsity", "pair_seed", "horizon"},
-              "iid": {"draft", "target", "label"}, "json": {"draft", "target", "label"}}
+              "iid": {"draft", "target", "label"}, "json": {"draft", "target", "label"},
+              "logged": {"file", "tail", "label"}}
 _TOP_KEYS = {"name", "seed", "quantities", "L", "k", "temperature", "cost_ratio", "blocks", "tokens", "sequences",
-             "confidence", "pairs", "verifiers"}
+             "confidence", "device", "pairs", "verifiers"}
 MAX_CELLS = 1_000_000
 
 
@@ -127,6 +137,14 @@ def _pairs(raw, seed: int) -> list[dict]:
         if unknown:
             raise _error(where, f"unknown keys {sorted(unknown)} for kind {kind!r}; expected among "
                                 f"{sorted(_PAIR_KEYS[kind])}")
+        if kind == "logged":
+            if "file" not in rest:
+                raise _error(where, "kind 'logged' needs file (a logged-rows .npz)")
+            for tail in _as_list(rest.setdefault("tail", "overlap")):
+                if tail not in TAIL_MODES:
+                    raise _error(where, f"tail: expected one of {TAIL_MODES}, got {tail!r}")
+            out.extend({"kind": kind, **combo} for combo in _grid(rest))
+            continue
         if kind in ("iid", "json"):
             if "draft" not in rest or "target" not in rest:
                 raise _error(where, f"kind {kind!r} needs draft and target")
@@ -213,13 +231,21 @@ def load_spec(path) -> SweepSpec:
                 "sequences": check_size(data.get("sequences", 8), "sequences"),
                 "confidence": check_real(data.get("confidence", 0.95), "confidence", low=0.0, high=1.0,
                                          low_open=True)}
+    if "device" in data:  # only when given, so cells of specs without it keep their ids
+        settings["device"] = None if data["device"] in (None, "numpy") else str(data["device"])
+        resolve_device(settings["device"])
     if settings["confidence"] >= 1:
         raise _error("confidence", f"expected a level in (0, 1), got {settings['confidence']!r}")
     pairs, verifiers = _pairs(data.get("pairs"), seed), _verifiers(data.get("verifiers"))
-    for pair in pairs:  # missing source files are refused now, not in a worker later
-        for role in ("draft", "target"):
-            if pair["kind"] == "json" and not (path.parent / pair[role]).is_file():
-                raise FileNotFoundError(f"sweep spec pairs: no {role} source file {path.parent / pair[role]}")
+    for pair in pairs:  # missing files are refused now, not in a worker later
+        roles = {"json": ("draft source", "target source"), "logged": ("logged-rows",)}.get(pair["kind"], ())
+        for role in roles:
+            name = pair[role.split()[0] if pair["kind"] == "json" else "file"]
+            if not (path.parent / name).is_file():
+                raise FileNotFoundError(f"sweep spec pairs: no {role} file {path.parent / name}")
+        if pair["kind"] == "logged" and any(T != 1.0 for T in temps):
+            raise _error("temperature", f"logged rows keep the temperature they were recorded at; sweep "
+                                        f"{describe_pair(pair)} at temperature 1 (got {temps})")
     n = len(pairs) * sum(len(ks) if v["multi"] else len(Ls) for v in verifiers) * len(temps) * len(costs)
     if n > MAX_CELLS:
         raise _error("grid", f"{n:,} cells exceed MAX_CELLS = {MAX_CELLS:,}")
@@ -236,6 +262,8 @@ def load_spec(path) -> SweepSpec:
 
 def describe_pair(pair: dict) -> str:
     """A short label of a pair entry for tables and plots."""
+    if pair["kind"] == "logged":
+        return str(pair.get("label") or f"logged:{Path(pair['file']).name}({pair['tail']})")
     if pair["kind"] in ("iid", "json"):
         return str(pair.get("label") or (f"{pair['kind']}:{Path(pair['draft']).name}/{Path(pair['target']).name}"
                                          if pair["kind"] == "json" else "iid"))
