@@ -18,7 +18,9 @@ for SpecTr's K drafts of L tokens) ``verifier``, ``tree``, ``rule``, ``block_eff
 ``expected_block_efficiency_given_tree``, ``predicted_block_efficiency`` (the verifier's closed-form
 acceptance per depth), ``otm_bound_block_efficiency`` (the OTM-k optimum on the same rows),
 per-depth ``go_on`` / ``acceptance`` / ``optimum`` / ``tv``, ``target_nodes_per_call``, times,
-``tokens_per_s``, ``speedup`` and ``predicted_speedup``.
+``tokens_per_s``, ``speedup`` and ``predicted_speedup``. With ``--log-rows FILE``: ``logged_rows``
+{file, paths, steps, kept_mean, overlap_mean, ...}, and FILE holds both models' rows along the plain
+continuations, top-p truncated (:mod:`llm_bridge.logrows`), for otspec's offline sweeps.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from otspec.checks import MAX_DRAFT_LENGTH, check_size
 from otspec.verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, DecodingOPT
 
 from .cache import CACHE_KINDS, make_cache
+from .logrows import DEFAULT_LOG_MAX_KEPT, DEFAULT_LOG_TOP_P, record_rows
 from .loop import plain_generate, speculative_generate
 from .lossless import first_token_law, root_token_law, two_sample_test
 from .measure import CallTimer, predicted_block_efficiency, predicted_speedup
@@ -257,12 +260,14 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
              dtype: str = "float32", temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
              batch_size: int = 1, lossless_samples: int = 200, hf: bool = True, progress: bool | None = None,
              pair=None, trees=(), multi_verifiers=("kseq", "multiround"), rule: str = "match",
-             cache: str = "auto") -> dict:
+             cache: str = "auto", log_rows=None, log_top_p: float = DEFAULT_LOG_TOP_P,
+             log_max_kept: int | None = DEFAULT_LOG_MAX_KEPT) -> dict:
     """Everything of the module docstring; returns the JSON record. ``pair`` (a loaded
     :class:`~llm_bridge.drafters.Pair`) replaces ``target``, ``draft``, ``device`` and ``dtype``;
     ``trees`` (k-configs) adds a run per multi-draft verifier × tree; ``cache`` is a kind of
     :func:`~llm_bridge.cache.make_cache` (``auto``: compiled static caches on CUDA, dynamic eager on CPU;
-    a compiled run first warms every call shape up, untimed)."""
+    a compiled run first warms every call shape up, untimed); ``log_rows`` (a path) also writes the
+    logged rows of the plain continuations there."""
     import torch
     import transformers
 
@@ -278,6 +283,8 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
         raise ValueError(f"multi-draft verifiers {unknown}: expected names among {sorted(MULTI_DRAFT_REGISTRY)}")
     if cache not in CACHE_KINDS:
         raise ValueError(f"cache: expected one of {CACHE_KINDS}, got {cache!r}")
+    if log_rows is not None and not Path(log_rows).resolve().parent.is_dir():
+        raise ValueError(f"--log-rows {log_rows}: its folder does not exist")
     pair = pair or load_pair(target, draft, device=device, dtype=dtype)
     if cache == "auto":
         cache = "compiled" if pair.target.device.startswith("cuda") else "dynamic"
@@ -292,6 +299,12 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
                            progress=progress, cache=cache)
     baseline = {"tokens_per_s": plain.tokens_per_s, "ms_per_token": 1e3 * plain.seconds / plain.generated,
                 "t_target_ms": plain.timer.mean_ms("target"), "generated": plain.generated}
+    logged = None
+    if log_rows is not None:
+        log = record_rows(pair, ids, plain.tokens, sampling=sampling, top_p=log_top_p, max_kept=log_max_kept,
+                          meta={"prompts": prompts, "max_new_tokens": max_new_tokens, "seed": seed})
+        log.save(log_rows)
+        logged = {"file": str(log_rows), **{k: v for k, v in log.summary().items() if k != "meta"}}
     ns = {1, *(L + 1 for L in lengths), *(t.num_tokens + 1 for t in trees)}
     prof = profile(pair, ids[0], plain.tokens[0][:max_new_tokens // 2], sorted(ns), cache=cache)
     runs = []
@@ -320,6 +333,8 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
                     "cost_ratio": prof["t_draft_ms"] / prof["t_target_ms"][str(1)]},
         "runs": runs,
     }
+    if logged is not None:
+        record["logged_rows"] = logged
     if trees:
         record["tree_runs"] = tree_runs
         record["settings"].update(trees=[str(t) for t in trees], rule=rule)
@@ -381,6 +396,12 @@ def main(argv=None) -> int:
     ap.add_argument("--name", help="output name: figures/llm_<name>.* (default: from the draft)")
     ap.add_argument("--out-dir", type=Path, default=FIGURES)
     ap.add_argument("--json", action="store_true", help="also print the JSON record")
+    ap.add_argument("--log-rows", type=Path, default=None, metavar="FILE",
+                    help="also write both models' rows along the plain continuations, top-p truncated (a logged-rows "
+                         ".npz for python -m otspec sweep / simulate --logged)")
+    ap.add_argument("--log-top-p", type=float, default=DEFAULT_LOG_TOP_P, help="with --log-rows: mass kept per row")
+    ap.add_argument("--log-max-kept", type=int, default=DEFAULT_LOG_MAX_KEPT,
+                    help="with --log-rows: at most this many tokens per row and model")
     args = ap.parse_args(argv)
     try:
         lengths = [int(x) for x in args.L.split(",") if x.strip()]
@@ -393,7 +414,8 @@ def main(argv=None) -> int:
                           seed=args.seed, batch_size=args.batch_size, lossless_samples=args.lossless_samples,
                           hf=not args.no_hf, trees=[t for t in args.trees.split(",") if t.strip()],
                           multi_verifiers=[v.strip() for v in args.multi_verifiers.split(",") if v.strip()],
-                          rule=args.rule, cache=args.cache)
+                          rule=args.rule, cache=args.cache, log_rows=args.log_rows, log_top_p=args.log_top_p,
+                          log_max_kept=args.log_max_kept)
     except (ModelNotFound, VocabularyMismatch, ImportError, ValueError) as err:
         print(f"python -m llm_bridge.validate: {err}", file=sys.stderr)
         return 2

@@ -121,3 +121,52 @@ def test_cli_tree_runs(folders, tmp_path):
     assert (out / "llm_trees.png").stat().st_size > 10_000
     assert validate_mod.main(["--target", str(folders / "target"), "--draft", str(folders / "draft"),
                               "--trees", "2x1", "--multi-verifiers", "token", "--prompts", "1", "--no-hf"]) == 2
+
+
+def test_log_rows_writes_the_real_pairs_rows_along_the_plain_continuations(folders, tmp_path, capsys):
+    import numpy as np
+
+    from llm_bridge.models import load_model
+    from llm_bridge.sampling import Sampling
+    from otspec.engine import simulate_logged
+    from otspec.sources import load_logged_rows
+    from otspec.theory import positional_window_values
+    from otspec.verifiers import TokenVerify
+
+    out, rows = tmp_path / "figs", tmp_path / "rows.npz"
+    code = validate_mod.main(["--target", str(folders / "target"), "--draft", str(folders / "draft"),
+                              "--verifiers", "token", "--L", "2", "--prompts", "2", "--max-new-tokens", "12",
+                              "--device", "cpu", "--lossless-samples", "20", "--no-hf", "--temperature", "1.5",
+                              "--name", "logged", "--out-dir", str(out), "--log-rows", str(rows), "--log-top-p", "0.9"])
+    assert code == 0
+    record = json.loads((out / "llm_logged.json").read_text())
+    log = load_logged_rows(rows)
+    assert record["logged_rows"]["steps"] == log.n_steps == 24 and log.n_paths == 2
+    assert log.meta["sampling"]["temperature"] == 1.5 and log.meta["top_p"] == 0.9
+    # every kept entry is the model's processed row at that prefix, and the tail is what was left out
+    from llm_bridge.prompts import DATA_DIR, encode_prompts, read_prompts
+
+    target, draft = load_model(str(folders / "target"), device="cpu"), load_model(str(folders / "draft"), device="cpu")
+    prompt = encode_prompts(target.tokenizer, read_prompts(DATA_DIR / "validate_prompts.txt", 2))[1]
+    steps = range(log.path_offsets[1], log.path_offsets[2])
+    ids = torch.as_tensor([list(prompt) + log.tokens[steps.start:steps.stop].tolist()])
+    sampling = Sampling(1.5)
+    for model, kept, tail in ((draft, log.draft, log.draft_tail), (target, log.target, log.target_tail)):
+        with torch.no_grad():
+            full = sampling.rows(model.model(input_ids=ids).logits[0, len(prompt) - 1:-1])
+        for i, s in enumerate(steps):
+            a, b = log.row_offsets[s], log.row_offsets[s + 1]
+            np.testing.assert_allclose(kept[a:b], full[i, log.row_tokens[a:b]], rtol=0, atol=1e-12)
+            assert abs(tail[s] - (1 - full[i, log.row_tokens[a:b]].sum())) <= 1e-12
+    # and otspec runs on it: Monte Carlo around the exact token value over its windows
+    W = log.windows(2)
+    token, _ = positional_window_values(log.overlaps()[W[:, None] + np.arange(2)])
+    res = simulate_logged(log, TokenVerify(), 2, 100_000, seed=0, progress=False)
+    assert res.accepted.low <= token <= res.accepted.high
+    assert validate_mod.main(["--target", str(folders / "target"), "--draft", "ngram", "--prompts", "1", "--no-hf",
+                              "--L", "2", "--max-new-tokens", "4", "--device", "cpu", "--out-dir", str(out),
+                              "--log-rows", str(tmp_path / "ngram.npz")]) == 2
+    assert "needs a model drafter" in capsys.readouterr().err
+    assert validate_mod.main(["--target", str(folders / "target"), "--draft", str(folders / "draft"),
+                              "--log-rows", str(tmp_path / "no" / "such" / "dir.npz")]) == 2
+    assert "folder does not exist" in capsys.readouterr().err

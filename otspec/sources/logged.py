@@ -50,7 +50,7 @@ from ..distributions import NORMALISATION_TOL
 from .base import Source
 from .models import PositionalSource
 
-__all__ = ["FORMAT", "TAIL_MODES", "LoggedRows", "load_logged_rows", "log_rows", "truncate_rows"]
+__all__ = ["FORMAT", "TAIL_MODES", "LoggedRows", "load_logged_rows", "log_rows", "truncate_chunks", "truncate_rows"]
 
 FORMAT = "otspec-logged-rows/1"
 TAIL_MODES = ("overlap", "renormalise")
@@ -80,17 +80,29 @@ def truncate_rows(draft_rows, target_rows, top_p: float = 0.95, max_kept: int | 
     renormalised in float64 first). Returns ``row_offsets``, ``row_tokens``, ``draft``, ``target``,
     ``draft_tail``, ``target_tail`` and ``tail_overlap``.
     """
-    top_p = check_real(top_p, "top_p", low=0.0, high=1.0, low_open=True)
-    if max_kept is not None:
-        max_kept = check_size(max_kept, "max_kept")
-    p_all, q_all = (np.asarray(x, dtype=np.float64) for x in (draft_rows, target_rows))
+    p_all, q_all = np.asarray(draft_rows), np.asarray(target_rows)
     if p_all.ndim != 2 or p_all.shape != q_all.shape:
         raise ValueError(f"draft and target rows: expected two (steps, V) arrays of one shape, got {p_all.shape} "
                          f"and {q_all.shape}")
-    parts = {k: [] for k in ("counts", "row_tokens", "draft", "target", "draft_tail", "target_tail", "tail_overlap")}
     step = max(1, _CHUNK_ENTRIES // max(p_all.shape[1], 1))
-    for a in range(0, p_all.shape[0], step):
-        p, q = p_all[a:a + step], q_all[a:a + step]
+    return truncate_chunks(((p_all[a:a + step], q_all[a:a + step]) for a in range(0, p_all.shape[0], step)),
+                           top_p, max_kept)
+
+
+def truncate_chunks(chunks, top_p: float = 0.95, max_kept: int | None = None) -> dict:
+    """:func:`truncate_rows` over an iterable of (draft rows, target rows) blocks of steps, one block in
+    memory at a time (a model's rows at V = 49,152 are 0.4 MB per step)."""
+    top_p = check_real(top_p, "top_p", low=0.0, high=1.0, low_open=True)
+    if max_kept is not None:
+        max_kept = check_size(max_kept, "max_kept")
+    parts = {k: [] for k in ("counts", "row_tokens", "draft", "target", "draft_tail", "target_tail", "tail_overlap")}
+    width = None
+    for p, q in chunks:
+        p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+        if p.ndim != 2 or p.shape != q.shape or (width is not None and p.shape[1] != width):
+            raise ValueError(f"draft and target rows: expected (steps, V) blocks of one shape, got {p.shape} and "
+                             f"{q.shape}")
+        width = p.shape[1]
         for name, x in (("draft", p), ("target", q)):
             if not np.all(np.isfinite(x)) or (x < 0).any() or (x.sum(axis=1) <= 0).any():
                 raise ValueError(f"{name} rows: expected finite non-negative rows with positive mass")
@@ -184,10 +196,9 @@ class LoggedRows:
     def from_rows(cls, draft_rows, target_rows, tokens, path_offsets, *, top_p: float = 0.95,
                   max_kept: int | None = None, meta: dict | None = None) -> LoggedRows:
         """Truncate full (N, V) rows along paths (:func:`truncate_rows`) into a log."""
-        draft_rows = np.asarray(draft_rows)
-        arrays = truncate_rows(draft_rows, target_rows, top_p, max_kept)
-        return cls(vocab_size=int(draft_rows.shape[1]), path_offsets=path_offsets, tokens=tokens,
-                   meta={"top_p": top_p, "max_kept": max_kept, **(meta or {})}, **arrays)
+        return cls(vocab_size=int(np.shape(draft_rows)[1]), path_offsets=path_offsets, tokens=tokens,
+                   meta={"top_p": top_p, "max_kept": max_kept, **(meta or {})},
+                   **truncate_rows(draft_rows, target_rows, top_p, max_kept))
 
     # ------------------------------------------------------------------ file
     def save(self, path: str | os.PathLike) -> None:
