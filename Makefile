@@ -34,7 +34,7 @@ $(TEST_STAMP): pyproject.toml Makefile $(BASE_STAMP)
 
 # the short real-model validation of the main job (default pair, cached after its first run)
 LLM_DEMO := --name default --draft distilled --verifiers token,block,block_v1 --L 2,4 --prompts 4 \
-            --max-new-tokens 32 --lossless-samples 100
+            --max-new-tokens 32 --lossless-samples 100 --log-rows figures/llm_default_rows.npz
 
 demo: $(DEMO_STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.validate $(LLM_DEMO)

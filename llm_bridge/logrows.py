@@ -20,8 +20,9 @@ from .sampling import DEFAULT_SAMPLING, Sampling
 __all__ = ["DEFAULT_LOG_MAX_KEPT", "DEFAULT_LOG_TOP_P", "record_rows"]
 
 DEFAULT_LOG_TOP_P = 0.95
-#: At most this many tokens per row and model: a flat row at V = 49,152 would otherwise keep thousands.
-DEFAULT_LOG_MAX_KEPT = 1024
+#: At most this many tokens per row and model: a flat row at V = 49,152 would otherwise keep thousands
+#: (the tail masses and their overlap are recorded whatever is cut).
+DEFAULT_LOG_MAX_KEPT = 256
 
 
 def _continuation_rows(model, prompt, continuation, sampling: Sampling) -> np.ndarray:

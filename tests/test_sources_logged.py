@@ -91,6 +91,9 @@ def test_the_file_round_trips_and_windows_stay_inside_paths(tmp_path, markov_log
     assert np.all(np.searchsorted(back.path_offsets, w + 4, side="right") == path_of)
     with pytest.raises(ValueError, match="no path has the 13 steps"):
         back.windows(12)
+    np.testing.assert_array_equal(back.windows(1, span=5), w)  # a common span: the same starts for every L
+    with pytest.raises(ValueError, match="at least 5 steps"):
+        back.windows(4, span=3)
 
 
 def _arrays(log):

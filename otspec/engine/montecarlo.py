@@ -184,11 +184,11 @@ def simulate(draft: Source, target: Source, verifier: Verifier, draft_length: in
 
 
 def simulate_logged(log: LoggedRows, verifier: Verifier, draft_length: int, n_blocks: int, *, tail: str = "overlap",
-                    seed=0, batch_size: int | None = None, progress: bool | None = None, confidence: float = 0.95,
-                    device=None) -> MonteCarloResult:
+                    span: int | None = None, seed=0, batch_size: int | None = None, progress: bool | None = None,
+                    confidence: float = 0.95, device=None) -> MonteCarloResult:
     """Monte Carlo on logged rows: each iteration starts at a window of L+1 consecutive steps of one path,
-    drawn uniformly among all windows of the log (:meth:`~otspec.sources.LoggedRows.windows`), and verifies a
-    block drafted from the rows there — E[τ] averaged over the windows.
+    drawn uniformly among all windows of the log (:meth:`~otspec.sources.LoggedRows.windows`; ``span`` as
+    there), and verifies a block drafted from the rows there — E[τ] averaged over the windows.
 
     Row-free (token and published block verification): the sampling tables of every step's row pair are
     built once (:class:`~otspec.engine.rowfree.RowTables`), numpy or torch on ``device`` as in :func:`simulate`.
@@ -201,7 +201,7 @@ def simulate_logged(log: LoggedRows, verifier: Verifier, draft_length: int, n_bl
     if fast is None:
         raise ValueError(f"Monte Carlo on logged rows samples token and block verification row-free; got "
                          f"{verifier.name!r}")
-    windows = log.windows(L)
+    windows = log.windows(L, span)
     device = resolve_device(device)
     tables = RowTables(*log.segments(tail), device=device)
     if device is None:

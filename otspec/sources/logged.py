@@ -216,13 +216,18 @@ class LoggedRows:
     def n_steps(self) -> int:
         return self.tokens.size
 
-    def windows(self, draft_length: int) -> np.ndarray:
-        """First steps t of every window of L+1 consecutive steps inside one path (rows t..t+L of a block)."""
+    def windows(self, draft_length: int, span: int | None = None) -> np.ndarray:
+        """First steps t of the windows of a block of L drafts: rows t..t+L inside one path, and at least
+        ``span`` steps (default L+1) left in the path from t. A common ``span`` gives blocks of every L
+        the same starts, so values at different L are comparable."""
         L = check_size(draft_length, "draft_length", minimum=0)
-        starts = [np.arange(a, b - L) for a, b in zip(self.path_offsets[:-1], self.path_offsets[1:], strict=True)]
+        need = L + 1 if span is None else check_size(span, "span")
+        if need < L + 1:
+            raise ValueError(f"span {need}: a block of L = {L} needs at least {L + 1} steps")
+        starts = [np.arange(a, b - need + 1) for a, b in zip(self.path_offsets[:-1], self.path_offsets[1:], strict=True)]
         out = np.concatenate(starts).astype(np.int64)
         if out.size == 0:
-            raise ValueError(f"logged rows: no path has the {L + 1} steps a block of L = {L} needs "
+            raise ValueError(f"logged rows: no path has the {need} steps a block of L = {L} needs "
                              f"(longest path: {int(np.diff(self.path_offsets).max())} steps)")
         return out
 

@@ -117,7 +117,7 @@ def _logged_runs(cell: dict, log, verifier, seeds, row: dict) -> dict:
 
     def single():
         if not bounds:
-            W = log.windows(L)
+            W = log.windows(L, cell["pair"].get("span"))
             bounds["token"], bounds["high"] = theory.positional_window_values(alpha[W[:, None] + np.arange(L)])
         return bounds["token"], bounds["high"]
 
@@ -146,7 +146,7 @@ def _logged_runs(cell: dict, log, verifier, seeds, row: dict) -> dict:
     def monte_carlo():
         if multi:
             raise NotImplementedError(_MC_SINGLE)
-        res = simulate_logged(log, verifier, L, cell["blocks"], tail=tail, seed=np.random.default_rng(seeds[0]),
+        res = simulate_logged(log, verifier, L, cell["blocks"], tail=tail, span=cell["pair"].get("span"), seed=np.random.default_rng(seeds[0]),
                               progress=False, confidence=cell["confidence"], device=cell.get("device"))
         return _mc_columns(res, cell["blocks"])
 

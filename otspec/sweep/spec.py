@@ -34,6 +34,7 @@ Schema (every key but ``pairs`` and ``verifiers`` optional; a list expands into 
     kind = "logged"                   # logged rows (otspec.sources.logged), relative to the spec's folder
     file = "rows.npz"
     tail = "overlap"                  # overlap | renormalise (a list expands)
+    span = 9                          # optional: blocks start where 9 steps are left (the same starts for L <= 8)
 
     [[verifiers]]
     name = "token"                    # a name of otspec.verifiers.REGISTRY or MULTI_DRAFT_REGISTRY
@@ -72,7 +73,7 @@ QUANTITIES = ("exact", "optimum", "monte_carlo", "decode", "adaptive")
 _PAIR_KEYS = {"random_iid": {"vocab", "concentration", "sparsity", "pair_seed"},
               "random_markov": {"vocab", "concentration", "sparsity", "pair_seed", "horizon"},
               "iid": {"draft", "target", "label"}, "json": {"draft", "target", "label"},
-              "logged": {"file", "tail", "label"}}
+              "logged": {"file", "tail", "span", "label"}}
 _TOP_KEYS = {"name", "seed", "quantities", "L", "k", "temperature", "cost_ratio", "blocks", "tokens", "sequences",
              "confidence", "device", "pairs", "verifiers"}
 MAX_CELLS = 1_000_000
@@ -143,6 +144,8 @@ def _pairs(raw, seed: int) -> list[dict]:
             for tail in _as_list(rest.setdefault("tail", "overlap")):
                 if tail not in TAIL_MODES:
                     raise _error(where, f"tail: expected one of {TAIL_MODES}, got {tail!r}")
+            for span in _as_list(rest.get("span", 1)):
+                check_size(span, f"{where}.span")
             out.extend({"kind": kind, **combo} for combo in _grid(rest))
             continue
         if kind in ("iid", "json"):
