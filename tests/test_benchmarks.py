@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
@@ -19,8 +21,6 @@ def test_token_mc_benchmark_runs():
 
 
 def test_torch_verifier_benchmark_runs():
-    import pytest
-
     pytest.importorskip("torch")
     proc = subprocess.run([sys.executable, str(BENCH / "bench_verifiers_torch.py"), "--vocab", "50", "--L", "3",
                            "--batches", "1,2", "--target", "none", "--repeat", "1", "--device", "cpu", "--json"],
@@ -33,13 +33,18 @@ def test_torch_verifier_benchmark_runs():
 
 
 def test_llm_vocabulary_monte_carlo_benchmark_runs():
+    pytest.importorskip("torch")
     proc = subprocess.run([sys.executable, str(BENCH / "bench_llm_vocab_mc.py"), "--vocabs", "2,300", "--L", "3",
-                           "--scale", "0.001", "--repeat", "1", "--json"], capture_output=True, text=True)
+                           "--scale", "0.001", "--repeat", "1", "--device", "cpu", "--log",
+                           str(BENCH.parent / "figures" / "llm_distilled_rows.npz"), "--json"],
+                          capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert [(r["vocab"], r["verifier"]) for r in out["results"]] == [(2, "token"), (2, "block"), (300, "token"),
                                                                      (300, "block")]
     assert all(r["rows_blocks_per_s"] > 0 and r["row_free_blocks_per_s"] > 0 for r in out["results"])
+    assert all(r["torch_blocks_per_s"] > 0 for r in out["results"] + out["logged"])
+    assert [r["verifier"] for r in out["logged"]] == ["token", "block"]
 
 
 def test_sweep_throughput_benchmark_runs():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 
 import numpy as np
@@ -102,7 +103,8 @@ SEGMENTS = [
     ([0, 5], [0.7, 0.3], [0.1, 0.9]),
     ([2, 3, 4], [0.2, 0.5, 0.3], [0.2, 0.5, 0.3]),  # p = q
 ]
-DEVICES = [None, "cpu"]
+DEVICES = [None, pytest.param("cpu", marks=pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                                             reason="torch is not installed"))]
 
 
 def packed():
@@ -185,6 +187,7 @@ def test_row_tables_refuse_empty_segments():
 
 @pytest.mark.parametrize("verifier", [TokenVerify(), BlockVerify()], ids=["token", "block"])
 def test_torch_row_free_simulate_matches_the_exact_value(verifier):
+    pytest.importorskip("torch")
     rng = np.random.default_rng(4)
     V, L = 500, 4
     p, q = rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V))
