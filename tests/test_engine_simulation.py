@@ -107,3 +107,21 @@ def test_vocab_mismatch_errors():
         simulate(IIDSource([0.5, 0.5]), IIDSource([1 / 3] * 3), TokenVerify(), 2, 10)
     with pytest.raises(ValueError, match="vocabulary mismatch"):
         generate(IIDSource([0.5, 0.5]), IIDSource([1 / 3] * 3), TokenVerify(), 2, 10)
+
+
+@pytest.mark.parametrize("name", ["kseq", "multiround", "multiround_without_replacement", "otm", "naive"])
+def test_simulate_candidates_estimates_the_closed_form_and_emits_the_target(name):
+
+    from otspec.engine import simulate_candidates
+    from otspec.verifiers import MULTI_DRAFT_REGISTRY, REGISTRY
+    from tests.strategies import g_test
+
+    p, q = np.array([0.5, 0.3, 0.15, 0.05]), np.array([0.1, 0.2, 0.3, 0.4])
+    verifier = MULTI_DRAFT_REGISTRY[name]()
+    res = simulate_candidates(p, q, verifier, 3, 200_000, seed=4, progress=False)
+    exact = verifier.expected_acceptance(p, q, 3)
+    assert res.accepted.low <= exact <= res.accepted.high
+    g, dof = g_test(res.first_token_counts, q)  # lossless: Y follows the target row
+    assert stats.chi2.sf(g, dof) > 1e-4
+    with pytest.raises(ValueError, match="multi-draft"):
+        simulate_candidates(p, q, REGISTRY["token"](), 3, 10)

@@ -94,7 +94,7 @@ def test_cells_agree_with_independent_values(tmp_path):
     run_sweep(_spec(tmp_path), out, workers=1, progress=False)
     t = _table(out)
     assert len(t) == 50
-    assert t.filter(like="_note").drop(columns=["monte_carlo_note", "decode_note", "adaptive_note"]).isna().all().all()
+    assert t.filter(like="_note").drop(columns=["decode_note", "adaptive_note"]).isna().all().all()
     token = t[t.verifier == "token"]
     # SpecDec++: the optimal policy is at least as fast as the best fixed length, which is at most fixed L
     assert (token.adaptive_latency <= token.adaptive_best_fixed_latency + 1e-12).all()
@@ -116,8 +116,9 @@ def test_cells_agree_with_independent_values(tmp_path):
     inside = (single.mc_low <= single.exact_high + 1e-9) & (single.exact_low - 1e-9 <= single.mc_high)
     assert inside.mean() >= 0.85  # 95 % intervals: a few misses are expected among 40 cells
     multi = t[t.verifier == "multiround"]
-    assert (multi.exact_acceptance <= multi.optimum_acceptance + 1e-9).all() and multi.mc_accepted.isna().all()
-    assert multi.monte_carlo_note.str.contains("single-draft").all()
+    assert (multi.exact_acceptance <= multi.optimum_acceptance + 1e-9).all()
+    hit = (multi.mc_low <= multi.exact_acceptance + 1e-12) & (multi.exact_acceptance - 1e-12 <= multi.mc_high)
+    assert hit.mean() >= 0.8 and "monte_carlo_note" not in t  # one step of k candidates, 95 % intervals
 
 
 def test_local_pool_and_dask_cluster_give_the_serial_rows_exactly(tmp_path):
@@ -229,7 +230,7 @@ def test_logged_rows_sweep_checks_its_cells_against_the_windows_and_steps(tmp_pa
             steps = [KSeq().expected_acceptance(*log.step_rows(s, tail)[1:], 2) for s in range(log.n_steps)]
             assert abs(row.exact_acceptance - np.mean(steps)) <= 1e-12
             assert row.optimum_acceptance >= row.exact_acceptance - 1e-9
-            assert "single-draft" in row.monte_carlo_note or "token and block" in row.monte_carlo_note
+            assert "multi-draft cells on logged rows" in row.monte_carlo_note
             continue
         L = int(row.L)
         W = log.windows(L)

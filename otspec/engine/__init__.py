@@ -5,7 +5,7 @@ from .controllers import FixedDraftLength, HindsightOracle, ThresholdController
 from .decode import generate
 from .exact import ExactResult, evaluate
 from .ledger import CostModel, DecodeResult
-from .montecarlo import MonteCarloResult, simulate, simulate_logged
+from .montecarlo import MonteCarloResult, simulate, simulate_candidates, simulate_logged
 from .stats import Estimate
 from .tree import generate_tree, tree_law
 
@@ -23,6 +23,7 @@ __all__ = [
     "generate",
     "generate_tree",
     "simulate",
+    "simulate_candidates",
     "simulate_logged",
     "tree_law",
 ]

@@ -14,14 +14,18 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..checks import MAX_DRAFT_LENGTH, MAX_SIMULATION_BLOCKS, check_size
+from ..distributions import row_pair
+from ..drafts import sample_candidates
 from ..pairs import check_pair
 from ..sources import IIDSource, LoggedRows, Source
 from ..verifiers.base import Verifier
+from ..verifiers.candidates import MultiDraftVerifier
 from .chunking import chunk_size
 from .rowfree import RowProfile, RowTables, resolve_device, row_free_sampler
 from .stats import Estimate, check_confidence, mean_estimate, proportion_intervals
 
-__all__ = ["MONTE_CARLO_METHODS", "MonteCarloResult", "default_batch_size", "simulate", "simulate_logged"]
+__all__ = ["MONTE_CARLO_METHODS", "MonteCarloResult", "default_batch_size", "simulate", "simulate_candidates",
+           "simulate_logged"]
 
 MONTE_CARLO_METHODS = ("auto", "rows", "row_free")
 
@@ -181,6 +185,31 @@ def simulate(draft: Source, target: Source, verifier: Verifier, draft_length: in
         return tau, _first_emitted(tau, tokens, np.asarray(out.correction))
 
     return _run(draw_rows, L, V, n_blocks, chunk_size((L + 1) * V, batch_size), confidence, progress, desc)
+
+
+def simulate_candidates(draft_row, target_row, verifier, k: int, n_steps: int, *, seed=0,
+                        batch_size: int | None = None, progress: bool | None = None,
+                        confidence: float = 0.95) -> MonteCarloResult:
+    """Monte Carlo of one multi-draft step: k candidates drawn from the draft row as ``verifier`` requires
+    (i.i.d., or without replacement), verified against the target row. ``accepted`` estimates
+    P(a candidate is accepted) (τ ∈ {0, 1}); ``first_token_counts`` counts the emitted token Y, which a
+    lossless verifier draws from the target row."""
+    if not isinstance(verifier, MultiDraftVerifier):
+        raise ValueError(f"simulate_candidates: expected a multi-draft verifier, got {verifier.name!r}")
+    k = check_size(k, "k")
+    n_steps = check_size(n_steps, "n_steps", limit=MAX_SIMULATION_BLOCKS, limit_name="MAX_SIMULATION_BLOCKS")
+    confidence = check_confidence(confidence)
+    p, q = row_pair(draft_row, target_row)
+    rng, V = np.random.default_rng(seed), p.size
+    replacement = getattr(verifier, "replacement", True)
+
+    def draw(b):
+        P, Q = np.broadcast_to(p, (b, V)), np.broadcast_to(q, (b, V))
+        out = verifier.sample(sample_candidates(P, k, rng, replacement=replacement), P, Q, rng, validate=False)
+        return np.asarray(out.accepted_len), np.asarray(out.token)
+
+    return _run(draw, 1, V, n_steps, chunk_size((k + 2) * V, batch_size), confidence, progress,
+                f"monte carlo ({verifier.name}, k={k})")
 
 
 def simulate_logged(log: LoggedRows, verifier: Verifier, draft_length: int, n_blocks: int, *, tail: str = "overlap",

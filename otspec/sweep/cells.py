@@ -9,7 +9,7 @@ says why in ``<quantity>_note``):
   per iteration and the speedup (E[τ] + 1) / (c·L + 1) at the cell's cost ratio c.
 * ``optimum`` — the block-OT optimum (8) (single draft) or the OTM-k optimum α_k (min-cut dual).
 * ``monte_carlo`` — :func:`otspec.engine.simulate` (row-free for IID token / block cells) with its
-  interval.
+  interval; multi-draft cells: :func:`otspec.engine.simulate_candidates`, P(accept) of one step.
 * ``decode`` — block efficiency of :func:`otspec.engine.generate` with its interval.
 * on logged rows (:mod:`otspec.sources.logged`), averaged over every window of L+1 steps: ``exact`` is
   token verification's closed form; for block verification and the optimum it gives the certified
@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import theory
 from ..distributions import total_variation
-from ..engine import generate, simulate, simulate_logged
+from ..engine import generate, simulate, simulate_candidates, simulate_logged
 from ..solvers.otm_dual import otm_value
 from ..sources import (
     IIDSource,
@@ -160,7 +160,7 @@ def _logged_runs(cell: dict, log, verifier, seeds, row: dict) -> dict:
             "adaptive": unavailable("adaptive")}
 
 
-_MC_SINGLE = "Monte Carlo cells are single-draft (multi-draft: exact and optimum)"
+_MC_SINGLE = "Monte Carlo of multi-draft cells on logged rows: not available (exact and optimum average every step)"
 
 
 def _mc_columns(res, blocks: int) -> dict:
@@ -220,8 +220,10 @@ def run_cell(cell: dict, sweep_seed: int, quantities, base: Path = Path(".")) ->
         return {"optimum_accepted": e, "optimum_low": lo, "optimum_high": hi, "optimum_speedup": theory.predicted_speedup(e, c, L)}
 
     def monte_carlo():
-        if multi:
-            raise NotImplementedError(_MC_SINGLE)
+        if multi:  # one step of k candidates at the first position, as the exact column
+            res = simulate_candidates(p, q, verifier, k, cell["blocks"], seed=np.random.default_rng(seeds[0]),
+                                      progress=False, confidence=conf)
+            return _mc_columns(res, cell["blocks"])
         res = simulate(draft, target, verifier, L, cell["blocks"], seed=np.random.default_rng(seeds[0]),
                        progress=False, confidence=conf, device=cell.get("device"))
         return _mc_columns(res, cell["blocks"])
