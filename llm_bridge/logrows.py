@@ -17,7 +17,7 @@ from otspec.sources.logged import LoggedRows, truncate_chunks
 
 from .sampling import DEFAULT_SAMPLING, Sampling
 
-__all__ = ["DEFAULT_LOG_MAX_KEPT", "DEFAULT_LOG_TOP_P", "record_rows"]
+__all__ = ["DEFAULT_LOG_MAX_KEPT", "DEFAULT_LOG_TOP_P", "check_loggable", "record_rows"]
 
 DEFAULT_LOG_TOP_P = 0.95
 #: At most this many tokens per row and model: a flat row at V = 49,152 would otherwise keep thousands
@@ -37,12 +37,17 @@ def _continuation_rows(model, prompt, continuation, sampling: Sampling) -> np.nd
     return sampling.rows(logits[start:start + len(continuation)])
 
 
+def check_loggable(pair) -> None:
+    """Raise ``ValueError`` unless the pair's drafter has probability rows to log (a model, not n-grams)."""
+    if getattr(pair.drafter, "deterministic", False) or not hasattr(pair.drafter, "model"):
+        raise ValueError(f"logging rows needs a model drafter; {pair.drafter.name!r} has no probability rows")
+
+
 def record_rows(pair, prompts, continuations, *, sampling: Sampling = DEFAULT_SAMPLING,
                 top_p: float = DEFAULT_LOG_TOP_P, max_kept: int | None = DEFAULT_LOG_MAX_KEPT,
                 meta: dict | None = None) -> LoggedRows:
     """A :class:`~otspec.sources.LoggedRows` of ``pair`` along ``continuations`` (one per prompt, token ids)."""
-    if getattr(pair.drafter, "deterministic", False) or not hasattr(pair.drafter, "model"):
-        raise ValueError(f"logging rows needs a model drafter; {pair.drafter.name!r} has no probability rows")
+    check_loggable(pair)
     kept = [(list(p), np.asarray(c, dtype=np.int64)) for p, c in zip(prompts, continuations, strict=True)]
     kept = [(p, c) for p, c in kept if c.size]
     if not kept:

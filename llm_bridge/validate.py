@@ -38,7 +38,7 @@ from otspec.checks import MAX_DRAFT_LENGTH, check_size
 from otspec.verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, DecodingOPT
 
 from .cache import CACHE_KINDS, make_cache
-from .logrows import DEFAULT_LOG_MAX_KEPT, DEFAULT_LOG_TOP_P, record_rows
+from .logrows import DEFAULT_LOG_MAX_KEPT, DEFAULT_LOG_TOP_P, check_loggable, record_rows
 from .loop import plain_generate, speculative_generate
 from .lossless import first_token_law, root_token_law, two_sample_test
 from .measure import CallTimer, predicted_block_efficiency, predicted_speedup
@@ -286,6 +286,8 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     if log_rows is not None and not Path(log_rows).resolve().parent.is_dir():
         raise ValueError(f"--log-rows {log_rows}: its folder does not exist")
     pair = pair or load_pair(target, draft, device=device, dtype=dtype)
+    if log_rows is not None:  # before any decoding
+        check_loggable(pair)
     if cache == "auto":
         cache = "compiled" if pair.target.device.startswith("cuda") else "dynamic"
     sampling = Sampling(temperature, top_k, top_p)

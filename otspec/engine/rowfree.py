@@ -101,7 +101,7 @@ class RowTables:
         tv = np.add.reduceat(np.clip(q - p, 0.0, None), offsets[:-1])
         #: halvings that settle any search over one segment (and one more)
         self.halvings = int(math.ceil(math.log2(int(sizes.max()) + 1))) + 1
-        self.n_segments, self.n_entries = int(sizes.size), int(p.size)
+        self.n_entries = int(p.size)
         arrays = {"offsets": offsets, "tokens": np.asarray(tokens, dtype=np.int64), "ratio": ratio, "order": order,
                   "neg_sorted": -ratio[order], "cum_p": cum_p, "cum_q": cum_q, "scum_p": scum_p, "scum_q": scum_q,
                   "last_p": last_p, "last_q": last_q, "tv": tv}
@@ -162,8 +162,7 @@ class RowTables:
 
     def surplus_mass(self, w, seg=None):
         """M(w) = Σ_x (w q(x) − p(x))_+ for an array of weights 0 <= w <= 1."""
-        tv = self.tv[seg] if seg is not None else self.tv[0]
-        return self.xp.where(w >= 1.0, tv, self._prefix(w, seg)[2])
+        return self.xp.where(w >= 1.0, self.total_variation(seg), self._prefix(w, seg)[2])
 
     def draw_surplus(self, w, u, seg=None):
         """One entry drawn from (w q − p)_+ per weight (w > 0 with positive surplus mass), by binary search."""

@@ -171,22 +171,28 @@ def _mc_columns(res, blocks: int) -> dict:
 
 def run_cell(cell: dict, sweep_seed: int, quantities, base: Path = Path(".")) -> dict:
     """The row of one cell: its parameters, then the columns of each quantity."""
-    pair, name, params, L, k = cell["pair"], cell["verifier"], cell["params"], cell["L"], cell["k"]
+    pair, name, params = cell["pair"], cell["verifier"], cell["params"]
     row = {"cell": cell_id(cell), "pair": describe_pair(pair), "pair_kind": pair["kind"],
            "concentration": pair.get("concentration"), "sparsity": pair.get("sparsity"),
-           "pair_seed": pair.get("pair_seed"), "tail": pair.get("tail"), "verifier": name, "L": L, "k": k,
-           "temperature": cell["temperature"], "cost_ratio": cell["cost_ratio"],
+           "pair_seed": pair.get("pair_seed"), "tail": pair.get("tail"), "verifier": name, "L": cell["L"],
+           "k": cell["k"], "temperature": cell["temperature"], "cost_ratio": cell["cost_ratio"],
            **{f"param_{key}": value for key, value in sorted(params.items())}}
     seeds = cell_seed(sweep_seed, cell).spawn(2)
-    c, conf = cell["cost_ratio"], cell["confidence"]
-    multi = name in MULTI_DRAFT_REGISTRY
-    verifier = (MULTI_DRAFT_REGISTRY if multi else REGISTRY)[name](**params)
+    verifier = (MULTI_DRAFT_REGISTRY if name in MULTI_DRAFT_REGISTRY else REGISTRY)[name](**params)
     if pair["kind"] == "logged":
         runs = _logged_runs(cell, _logged(str((base / pair["file"]).resolve())), verifier, seeds, row)
-        for qname in quantities:
-            _quantity(row, qname, runs[qname])
-        return row
-    draft, target = build_pair(pair, base, cell["temperature"])
+    else:
+        runs = _source_runs(cell, build_pair(pair, base, cell["temperature"]), verifier, seeds, row)
+    for qname in quantities:
+        _quantity(row, qname, runs[qname])
+    return row
+
+
+def _source_runs(cell: dict, sources, verifier, seeds, row: dict) -> dict:
+    """The quantities of a cell on a pair of sources (see the module docstring)."""
+    name, L, k, c, conf = cell["verifier"], cell["L"], cell["k"], cell["cost_ratio"], cell["confidence"]
+    multi = name in MULTI_DRAFT_REGISTRY
+    draft, target = sources
     p, q = draft.next_probs([[]])[0], target.next_probs([[]])[0]
     row.update(vocab=target.vocab_size, tv_first_token=float(total_variation(p, q)))
 
@@ -245,7 +251,4 @@ def run_cell(cell: dict, sweep_seed: int, quantities, base: Path = Path(".")) ->
         return {"adaptive_latency": opt.latency, "adaptive_fixed_latency": fixed, "adaptive_best_fixed_latency": best,
                 "adaptive_speedup": 1.0 / opt.latency, "adaptive_expected_drafted": opt.expected_drafted}
 
-    runs = {"exact": exact, "optimum": optimum, "monte_carlo": monte_carlo, "decode": decode, "adaptive": adaptive}
-    for qname in quantities:
-        _quantity(row, qname, runs[qname])
-    return row
+    return {"exact": exact, "optimum": optimum, "monte_carlo": monte_carlo, "decode": decode, "adaptive": adaptive}

@@ -77,6 +77,8 @@ _PAIR_KEYS = {"random_iid": {"vocab", "concentration", "sparsity", "pair_seed"},
 _TOP_KEYS = {"name", "seed", "quantities", "L", "k", "temperature", "cost_ratio", "blocks", "tokens", "sequences",
              "confidence", "device", "pairs", "verifiers"}
 MAX_CELLS = 1_000_000
+#: The files a pair kind names (key, what it is), refused at load time when missing.
+_FILES = {"json": (("draft", "draft source"), ("target", "target source")), "logged": (("file", "logged-rows"),)}
 
 
 @dataclass(frozen=True)
@@ -144,7 +146,7 @@ def _pairs(raw, seed: int) -> list[dict]:
             for tail in _as_list(rest.setdefault("tail", "overlap")):
                 if tail not in TAIL_MODES:
                     raise _error(where, f"tail: expected one of {TAIL_MODES}, got {tail!r}")
-            for span in _as_list(rest.get("span", 1)):
+            for span in _as_list(rest.get("span", [])):
                 check_size(span, f"{where}.span")
             out.extend({"kind": kind, **combo} for combo in _grid(rest))
             continue
@@ -241,11 +243,9 @@ def load_spec(path) -> SweepSpec:
         raise _error("confidence", f"expected a level in (0, 1), got {settings['confidence']!r}")
     pairs, verifiers = _pairs(data.get("pairs"), seed), _verifiers(data.get("verifiers"))
     for pair in pairs:  # missing files are refused now, not in a worker later
-        roles = {"json": ("draft source", "target source"), "logged": ("logged-rows",)}.get(pair["kind"], ())
-        for role in roles:
-            name = pair[role.split()[0] if pair["kind"] == "json" else "file"]
-            if not (path.parent / name).is_file():
-                raise FileNotFoundError(f"sweep spec pairs: no {role} file {path.parent / name}")
+        for key, role in _FILES.get(pair["kind"], ()):
+            if not (path.parent / pair[key]).is_file():
+                raise FileNotFoundError(f"sweep spec pairs: no {role} file {path.parent / pair[key]}")
         if pair["kind"] == "logged" and any(T != 1.0 for T in temps):
             raise _error("temperature", f"logged rows keep the temperature they were recorded at; sweep "
                                         f"{describe_pair(pair)} at temperature 1 (got {temps})")
