@@ -1,8 +1,8 @@
 """Drafters for a target model: a smaller LM with its own KV cache, or an n-gram lookup.
 
-Every drafter opens a *session* over a batch of sequences with the same two calls as the target's
-cache (:class:`~llm_bridge.cache.CachedLM`): ``feed(tokens, counts)`` appends tokens and returns
-the draft row after each sequence's last token, and ``rollback(keep)``. Names understood by
+Every drafter is an :class:`otspec.engine.session.Drafter`: it opens a
+:class:`~otspec.engine.session.Session` over a batch of sequences (:mod:`llm_bridge.sessions`), the
+protocol the decode loops of :mod:`otspec.engine.loop` drive. Names understood by
 :func:`make_drafter`:
 
 * ``"distilled"`` — the shipped draft made by ``python -m llm_bridge.distill``: the target's
@@ -26,8 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from .cache import make_cache
+from otspec.engine.session import Drafter
+
 from .models import LoadedModel, check_vocabularies, load_model
+from .sampling import DEFAULT_SAMPLING
+from .sessions import ModelSession, NGramSession
 
 __all__ = ["DISTILLED_DIR", "ModelDrafter", "NGramDrafter", "Pair", "dequantize_rows", "make_drafter", "quantize_rows",
            "truncated_target"]
@@ -53,8 +56,8 @@ class Pair:
                 "dtype": str(self.target.dtype).removeprefix("torch.")}
 
 
-class ModelDrafter:
-    """A draft language model; its session is a KV cache whose rows go through the loop's processing."""
+class ModelDrafter(Drafter):
+    """A draft language model; its session is a :class:`~llm_bridge.sessions.ModelSession`."""
 
     deterministic = False
 
@@ -62,40 +65,14 @@ class ModelDrafter:
         self.loaded, self.name = loaded, name or loaded.name
         self.model = loaded.model
 
-    def session(self, batch: int, sampling, *, hidden: bool = False, cache: str = "auto", max_length: int | None = None):
+    def session(self, batch: int, sampling=DEFAULT_SAMPLING, *, hidden: bool = False, cache: str = "auto",
+                max_length: int | None = None, timer=None, host_rows: bool = True) -> ModelSession:
         """A KV-cache session over ``batch`` sequences (``cache``: a kind of :func:`~llm_bridge.cache.make_cache`)."""
-        return _ModelSession(make_cache(self.model, batch, hidden=hidden, kind=cache, max_length=max_length), sampling)
+        return ModelSession(self.model, batch, sampling, hidden=hidden, cache=cache, max_length=max_length,
+                            timer=timer, name="draft", host_rows=host_rows)
 
 
-class _ModelSession:
-    def __init__(self, cache, sampling):
-        self.cache, self.sampling = cache, sampling
-
-    @property
-    def length(self):
-        return self.cache.length
-
-    def feed(self, tokens, counts):
-        """(rows (B, V) after each sequence's last token, usable (B,) bool, features (B, H) or None)."""
-        logits, hidden = self.cache.feed(tokens, counts)
-        last = np.maximum(np.asarray(counts) - 1, 0)
-        b = np.arange(len(last))
-        rows = self.sampling.rows(logits[b, last])
-        features = None if hidden is None else hidden[b, last].double().cpu().numpy()
-        return rows, np.ones(len(last), dtype=bool), features
-
-    def rollback(self, keep):
-        self.cache.rollback(keep)
-
-    def feed_tree(self, tokens, parents, counts):
-        """Processed rows (B, m, V) after each new tree node (see :meth:`CachedLM.feed_tree`)."""
-        return self.sampling.rows(self.cache.feed_tree(tokens, parents, counts))
-
-    def keep_path(self, paths):
-        self.cache.keep_path(paths)
-
-
-class NGramDrafter:
+class NGramDrafter(Drafter):
     """Prompt lookup decoding: propose the continuation of the last ``n``-gram's latest earlier occurrence."""
 
     deterministic = True
@@ -105,10 +82,10 @@ class NGramDrafter:
             raise ValueError(f"ngram: expected n >= 1, got {n!r}")
         self.vocab_size, self.n, self.name = int(vocab_size), int(n), f"ngram:{n}"
 
-    def session(self, batch: int, sampling, *, hidden: bool = False, **_):
+    def session(self, batch: int, sampling=None, *, hidden: bool = False, **_) -> NGramSession:
         if hidden:
             raise ValueError("the n-gram drafter has no hidden states for a learned head")
-        return _NGramSession(self, batch)
+        return NGramSession(self, batch)
 
     def propose(self, history: np.ndarray) -> int:
         """The proposed next token after ``history`` (1-D ids), or -1 when no suffix recurs."""
@@ -119,29 +96,6 @@ class NGramDrafter:
             if hits.size:
                 return int(history[hits[-1] + k])
         return -1
-
-
-class _NGramSession:
-    def __init__(self, drafter: NGramDrafter, batch: int):
-        self.drafter = drafter
-        self.history = [np.zeros(0, dtype=np.int64) for _ in range(batch)]
-
-    @property
-    def length(self):
-        return np.array([h.size for h in self.history], dtype=np.int64)
-
-    def feed(self, tokens, counts):
-        rows = np.zeros((len(self.history), self.drafter.vocab_size))
-        usable = np.zeros(len(self.history), dtype=bool)
-        for b, c in enumerate(np.asarray(counts)):
-            self.history[b] = np.concatenate([self.history[b], np.asarray(tokens[b, :c], dtype=np.int64)])
-            token = self.drafter.propose(self.history[b]) if c else -1
-            usable[b] = token >= 0
-            rows[b, max(token, 0)] = 1.0
-        return rows, usable, None
-
-    def rollback(self, keep):
-        self.history = [h[:k] for h, k in zip(self.history, np.asarray(keep), strict=True)]
 
 
 def truncated_target(target: LoadedModel, layers: int):

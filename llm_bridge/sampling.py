@@ -40,13 +40,13 @@ class Sampling:
         if int(self.top_k) != self.top_k or self.top_k < 0:
             raise ValueError(f"top_k: expected an integer >= 0, got {self.top_k!r}")
 
-    def rows(self, logits) -> np.ndarray:
-        """Probability rows (float64 numpy, same shape as ``logits`` (..., V)) after the processing."""
+    def probs(self, logits):
+        """Probability rows as float64 tensors on the logits' device (same shape (..., V)) after the processing."""
         import torch
 
         z = logits.detach().to(torch.float64)
         if self.temperature == 0:
-            return torch.nn.functional.one_hot(z.argmax(dim=-1), z.shape[-1]).to(torch.float64).cpu().numpy()
+            return torch.nn.functional.one_hot(z.argmax(dim=-1), z.shape[-1]).to(torch.float64)
         z = z / self.temperature
         if self.top_k and self.top_k < z.shape[-1]:
             kth = torch.topk(z, self.top_k, dim=-1).values[..., -1:]
@@ -58,7 +58,11 @@ class Sampling:
             drop = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, before >= self.top_p)
             probs = probs.masked_fill(drop, 0.0)
             probs = probs / probs.sum(dim=-1, keepdim=True)
-        return probs.cpu().numpy()
+        return probs
+
+    def rows(self, logits) -> np.ndarray:
+        """:meth:`probs` as float64 numpy arrays on the host."""
+        return self.probs(logits).cpu().numpy()
 
     def hf_kwargs(self) -> dict:
         """The same processing as Hugging Face ``generate`` arguments (for the assisted-generation peer)."""

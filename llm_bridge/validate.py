@@ -73,10 +73,13 @@ def profile(pair, prompt, continuation, ns, *, reps: int = 5, cache: str = "auto
            "t_target_ms": {k: v["median"] for k, v in timer.by_n_ms("target").items()}}
     if not pair.drafter.deterministic:
         draft = pair.drafter.session(1, Sampling(), cache=cache, max_length=context.shape[1] + 3)
-        draft.feed(context, [context.shape[1]])
+        draft.start([context[0]])
+        none = np.zeros((1, 0), dtype=np.int64)
+        draft.feed(none, [0])  # feeds the context's last token
+        draft.commit(none, [0])
         for _ in range(reps + 1):
             timer.call("draft", 1, draft.feed, extra[:, :1], [1])
-            draft.rollback(draft.length - 1)
+            draft.commit(none, [0])  # drops the speculative token again
         out["t_draft_ms"] = float(np.median(timer.records["draft"][1][1:]) * 1e3)
     else:
         out["t_draft_ms"] = 0.0

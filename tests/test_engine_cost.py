@@ -10,17 +10,18 @@ from strategies import markov_pairs
 
 from otspec.drafts import DraftTree
 from otspec.engine import generate, generate_tree
+from otspec.engine.controllers import DraftLengthController
 from otspec.sources import bernoulli
 from otspec.verifiers import BackwardBlockVerify, BlockVerify, MultiRound, TokenVerify
 
 
-class CoinController:
+class CoinController(DraftLengthController):
     """Draft one more token with probability 1/2 (a random, history-free draft length in 1..max_length)."""
 
     def __init__(self, max_length, seed):
         self.max_length, self.rng = max_length, np.random.default_rng(seed)
 
-    def keep_drafting(self, step, draft_rows):
+    def keep_drafting(self, step, draft_rows, **_):
         return (self.rng.random(draft_rows.shape[0]) < 0.5) & (step < self.max_length)
 
 

@@ -1,10 +1,10 @@
 """Draft-length controllers: how many tokens each iteration of the decode loop drafts.
 
-The decode loop asks a controller after every drafted token whether to draft one more (up to
-``max_length``). A controller has
+The decode loops (:mod:`otspec.engine.loop`) ask a controller after every drafted token whether to
+draft one more (up to ``max_length``). Every controller is a :class:`DraftLengthController`:
 
 * ``max_length`` — the cap K;
-* ``start(n)`` (optional) — called at the start of an iteration with ``n`` drafting sequences;
+* ``start(n)`` — called at the start of an iteration with ``n`` sequences (default: nothing);
 * ``keep_drafting(step, draft_rows)`` — after the ``step``-th drafted token (1-based), with the
   draft rows (m, V) that produced the tokens of the m sequences still drafting; returns a bool
   array (m,). A controller that sets ``needs_target = True`` is called as
@@ -25,29 +25,61 @@ The optimal thresholds of an IID pair are :func:`otspec.theory.adaptive.optimal_
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 import numpy as np
 
 from ..checks import MAX_DRAFT_LENGTH, check_real, check_size
 
-__all__ = ["FixedDraftLength", "HindsightOracle", "ThresholdController"]
+__all__ = ["DraftLengthController", "FixedDraftLength", "HindsightOracle", "ThresholdController", "as_controller"]
 
 
-class FixedDraftLength:
+class DraftLengthController(ABC):
+    """The controller protocol: ``max_length``, ``start``, ``keep_drafting`` and what it reads.
+
+    The three flags say which inputs beyond the draft rows a loop must hand over (see the module
+    docstring); a real model's loop refuses ``needs_target`` and ``needs_lookahead`` (oracles).
+    """
+
+    max_length: int
+    needs_target: bool = False
+    needs_context: bool = False
+    needs_lookahead: bool = False
+
+    def start(self, n: int) -> None:  # noqa: B027 - optional hook, nothing to do by default
+        """A new iteration begins for ``n`` sequences."""
+
+    @abstractmethod
+    def keep_drafting(self, step: int, draft_rows, *, which=None, tokens=None, previous=None, features=None,
+                      target_rows=None, next_rows=None):
+        """Bool array (m,): whether each of the m sequences still drafting drafts one more token."""
+
+    @property
+    def oracle(self) -> bool:
+        """Whether it reads rows a real system does not have while drafting."""
+        return self.needs_target or self.needs_lookahead
+
+
+def as_controller(draft_length) -> DraftLengthController:
+    """A controller, or :class:`FixedDraftLength` for an integer L."""
+    return draft_length if isinstance(draft_length, DraftLengthController) else FixedDraftLength(draft_length)
+
+
+class FixedDraftLength(DraftLengthController):
     """Draft-length controller that always drafts ``length`` tokens."""
 
     def __init__(self, length: int):
         self.max_length = check_size(length, "draft_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
 
-    def keep_drafting(self, step: int, draft_rows: np.ndarray, **_) -> np.ndarray:
+    def keep_drafting(self, step: int, draft_rows, **_) -> np.ndarray:
         return np.full(draft_rows.shape[0], step < self.max_length)
 
     def __repr__(self):
         return f"FixedDraftLength({self.max_length})"
 
 
-class ThresholdController:
+class ThresholdController(DraftLengthController):
     """Draft another token iff P(some drafted token is rejected) < h_step (oracle acceptance probabilities).
 
     Parameters
@@ -73,7 +105,7 @@ class ThresholdController:
     def start(self, n: int) -> None:
         self._all_accepted = np.ones(n)  # Π_j = P(all drafted tokens so far accepted | drafts), per sequence
 
-    def keep_drafting(self, step, draft_rows, *, which=None, tokens=None, target_rows=None):
+    def keep_drafting(self, step, draft_rows, *, which=None, tokens=None, target_rows=None, **_):
         if tokens is None or target_rows is None:
             raise ValueError("ThresholdController needs the drafted tokens and the target rows (an oracle head)")
         rows = np.arange(len(tokens))
@@ -88,7 +120,7 @@ class ThresholdController:
         return f"ThresholdController(max_length={self.max_length})"
 
 
-class HindsightOracle:
+class HindsightOracle(DraftLengthController):
     """SpecDec++'s greedy oracle (Theorem 4.1): stop drafting right before the first token the target will reject.
 
     For greedy draft and target (:class:`otspec.sources.GreedySource`), after each drafted token

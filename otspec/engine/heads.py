@@ -29,6 +29,7 @@ from ..checks import MAX_DRAFT_LENGTH, MAX_SIMULATION_BLOCKS, check_real, check_
 from ..distributions import sample_categorical
 from ..pairs import check_pair
 from ..sources import Source
+from .controllers import DraftLengthController
 
 __all__ = ["AcceptanceHead", "LearnedHeadController", "MixedData", "binary_kl", "one_hot_features",
            "token_mixing_data", "weighted_bce"]
@@ -166,7 +167,7 @@ class AcceptanceHead:
         return np.exp(-np.logaddexp(0.0, -z))
 
 
-class LearnedHeadController:
+class LearnedHeadController(DraftLengthController):
     """Stop once 1 − ∏ P̂_i ≥ ``threshold`` (eq. (11)), P̂ from a head on draft-side features.
 
     ``featurize(previous, tokens)`` maps the token before each drafted one (-1 at a sequence start)

@@ -14,9 +14,9 @@ returns Y ~ q(·|y^d) and whether it accepted a candidate. Two continuation rule
 
 Both are lossless for any lossless token-level verifier, because the subtree
 below a candidate is drawn independently of the selection at its level. If
-every level continues, a bonus token is drawn from q at the leaf. Children are
-drawn lazily along the followed path: the output law is the same as drafting
-the whole tree first.
+every level continues, a bonus token is drawn from q at the leaf. The exact law
+(:func:`tree_law`) follows only the walked path; the decode loop drafts the whole
+trie first, as a real system does — the output law is the same.
 """
 
 from __future__ import annotations
@@ -28,18 +28,17 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..checks import check_size
-from ..distributions import sample_categorical
-from ..drafts import DraftTree, draft_tuple_law, sample_candidates
+from ..drafts import DraftTree, draft_tuple_law
 from ..pairs import check_pair
 from ..sources import Source, extend_prefixes
-from .decode import _lengths, check_buffer
+from .decode import check_buffer
 from .ledger import DecodeResult, Ledger
+from .loop import tree_loop
+from .observers import LedgerObserver
+from .session import SourceSession
+from .trie import RULES
 
 __all__ = ["RULES", "TreeExactResult", "tree_law", "generate_tree"]
-
-#: Continuation rules: SpecTr ("match") and MCSD ("accepted").
-RULES = ("match", "accepted")
-
 
 def _check(draft: Source, target: Source, verifier, tree: DraftTree, rule: str):
     if rule not in RULES:
@@ -149,63 +148,21 @@ def generate_tree(draft: Source, target: Source, verifier, tree: DraftTree, n_to
                   confidence: float = 0.95) -> DecodeResult:
     """End-to-end multi-draft decoding on ``tree``; counts as in :func:`otspec.engine.decode.generate`.
 
-    ``draft_calls`` counts draft forward passes (one per tree depth drafted, batched
-    over the depth's nodes); ``discarded`` counts drafted tree tokens that were not
-    accepted. A sequence never drafts past its last token (the tree is cut at depth
-    N − pos − 1). ``accept_hist[g, t]``: iterations with tree depth g that accepted t.
+    Runs the tree loop of :mod:`otspec.engine.loop` over two
+    :class:`~otspec.engine.session.SourceSession` objects. ``draft_calls`` counts draft forward
+    passes (one per tree depth drafted, batched over the depth's nodes); ``discarded`` counts
+    drafted tree tokens that were not accepted. A sequence never drafts past its last token (the
+    tree is cut at depth N − pos − 1). ``accept_hist[g, t]``: iterations with tree depth g that
+    accepted t.
     """
     _check(draft, target, verifier, tree, rule)
     L, N, B = tree.depth, check_size(n_tokens, "n_tokens"), check_size(n_sequences, "n_sequences")
     check_buffer(N, B)
     target.check_length(N)
-    rng = np.random.default_rng(seed)
-    buf, pos = np.zeros((B, N), dtype=np.int64), np.zeros(B, dtype=np.int64)
     ledger = Ledger(B, N, L)
-    tree_tokens = np.concatenate([[0], np.cumsum(np.cumprod(tree.branching))])  # draft tokens above each depth
+    sessions = (SourceSession(draft, B, N + 1, max_prefix=N - 2), SourceSession(target, B, N + 1, max_prefix=N - 1))
     with tqdm(total=B * N, unit="tok", unit_scale=True, disable=None if progress is None else not progress,
               leave=False, desc=f"tree decode ({getattr(verifier, 'name', 'verifier')}, {tree})") as bar:
-        while (pos < N).any():
-            active = np.flatnonzero(pos < N)
-            p0 = pos[active].copy()
-            depth = np.minimum(L, N - p0 - 1)  # tree cut so that the bonus token stays inside N
-            emitted = _walk(draft, target, verifier, tree, rule, buf, active, p0, depth, rng)
-            pos[active] += emitted
-            ledger.record(active, p0, depth, np.minimum(emitted - 1, depth), emitted,
-                          draft_calls=depth, drafted=int(tree_tokens[depth].sum()))
-            bar.update(int(emitted.sum()))
-    return ledger.result(buf, confidence)
-
-
-def _walk(draft, target, verifier, tree, rule, buf, active, p0, depth, rng):
-    """One iteration down the tree for sequences ``active`` from positions ``p0``; returns tokens emitted."""
-    B = buf.shape[0]
-    nodes = np.ones(active.size, dtype=np.int64)
-    going = np.ones(active.size, dtype=bool)
-    emitted = np.zeros(active.size, dtype=np.int64)
-    for d in range(tree.depth + 1):
-        here, bonus = going & (d < depth), going & (d == depth)
-        if bonus.any():  # every level continued: a bonus token from q at the leaf
-            rows = active[bonus]
-            q_row = target.next_probs(buf, _lengths(B, rows, p0[bonus] + d))[rows]
-            buf[rows, p0[bonus] + d] = sample_categorical(q_row, rng)
-            emitted[bonus] += 1
-            going &= ~bonus
-        if not here.any():
-            break
-        n_cands = nodes * tree.branching[d]  # snapshot: groups below update `nodes`
-        for k in np.unique(n_cands[here]):
-            sel = here & (n_cands == k)
-            rows = active[sel]
-            lengths = _lengths(B, rows, p0[sel] + d)
-            p_row, q_row = draft.next_probs(buf, lengths)[rows], target.next_probs(buf, lengths)[rows]
-            cands = np.asarray(sample_candidates(p_row, int(k), rng, replacement=tree.replacement))
-            out = verifier.sample(cands, p_row, q_row, rng, validate=False)
-            y, accepted = np.asarray(out.token), np.asarray(out.accepted, dtype=bool)
-            buf[rows, p0[sel] + d] = y
-            emitted[sel] += 1
-            if rule == "match":
-                count = (cands == y[:, None]).sum(axis=1)
-                going[sel], nodes[sel] = count > 0, np.maximum(count, 1)
-            else:
-                going[sel], nodes[sel] = accepted, 1
-    return emitted
+        run = tree_loop(*sessions, verifier, tree, N, np.random.default_rng(seed), rule=rule, batch=B,
+                        observers=[LedgerObserver(ledger)], bar=bar)
+    return ledger.result(run.tokens, confidence)

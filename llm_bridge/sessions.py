@@ -1,0 +1,255 @@
+"""Language models behind otspec's session protocol: a KV-cache session and an n-gram lookup.
+
+:class:`ModelSession` puts a causal LM with a KV cache (:mod:`llm_bridge.cache`) behind
+:class:`otspec.engine.session.Session`, so the chain and tree loops of :mod:`otspec.engine.loop`
+drive a real model exactly as they drive a toy source. It owns what the cache has not seen: the
+committed tokens it still has to feed (at least the last one, whose row the next call needs) are
+fed at the start of the next call, and a commit keeps the scored speculative tokens that spell the
+committed ones (a crop or a tree path) and drops the rest. Logits become probability rows through
+the loop's :class:`~llm_bridge.sampling.Sampling` on the model's device; ``host_rows`` hands them
+over as float64 numpy (the CPU default) or keeps them as float64 tensors on the device.
+
+:class:`NGramSession` is prompt lookup: one-hot rows of the token that followed the latest earlier
+occurrence of the last n-gram, and ``usable`` False where nothing recurs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from otspec.engine.session import Scores, Session, as_prompts
+
+from .cache import make_cache
+
+__all__ = ["ModelSession", "NGramSession", "padded"]
+
+
+def padded(rows: list) -> tuple[np.ndarray, np.ndarray]:
+    """Right-pad a list of 1-D token arrays: (tokens (B, m), counts (B,))."""
+    counts = np.array([len(r) for r in rows], dtype=np.int64)
+    out = np.zeros((len(rows), max(int(counts.max(initial=0)), 1)), dtype=np.int64)
+    for b, r in enumerate(rows):
+        out[b, :len(r)] = r
+    return out, counts
+
+
+def _real(tokens, counts, b: int) -> np.ndarray:
+    return np.asarray(tokens[b, :int(counts[b])], dtype=np.int64)
+
+
+class ModelSession(Session):
+    """A causal LM over B sequences with a KV cache (see the module docstring).
+
+    Parameters
+    ----------
+    model : transformers causal LM
+    batch : int
+    sampling : Sampling
+        Logit processing (temperature, top-k, top-p) of the rows.
+    hidden : bool
+        Also return the last hidden states as features (a learned draft-length head reads them).
+    cache : str
+        A kind of :func:`~llm_bridge.cache.make_cache`.
+    max_length : int, optional
+        The longest sequence a static cache holds.
+    host_rows : bool
+        Rows as float64 numpy arrays (True) or float64 tensors on the model's device.
+    timer : CallTimer, optional
+        Times the prefill as ``"<name>_prefill"``.
+    name : str
+    """
+
+    def __init__(self, model, batch: int, sampling, *, hidden: bool = False, cache: str = "auto",
+                 max_length: int | None = None, host_rows: bool = True, timer=None, name: str = "model"):
+        self.cache = make_cache(model, batch, hidden=hidden, kind=cache, max_length=max_length)
+        self.batch, self.sampling, self.hidden = int(batch), sampling, hidden
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.device, self.host_rows, self.timer, self.name = self.cache.device, bool(host_rows), timer, name
+        self._reset()
+
+    def _reset(self) -> None:
+        B = self.batch
+        self.base = np.zeros(B, dtype=np.int64)  # committed tokens the cache holds
+        self.pending = [np.zeros(0, dtype=np.int64) for _ in range(B)]  # committed tokens not fed yet
+        self.spec = [np.zeros(0, dtype=np.int64) for _ in range(B)]  # speculative chain fed since the last commit
+        self._tree = None  # per row: (prefix slots, node tokens, node parents, node slots)
+        self._last = None  # (logits (B, V), hidden (B, H) or None) after each row's current end
+
+    # ------------------------------------------------------------------ protocol
+    def start(self, prompts) -> None:
+        prompts = as_prompts(prompts)
+        if len(prompts) != self.batch:
+            raise ValueError(f"start: {len(prompts)} prompts for a session of batch {self.batch}")
+        if min(p.size for p in prompts) < 1:
+            raise ValueError("every prompt needs at least one token (a BOS or chat-template token)")
+        self._reset()
+        tokens, counts = padded([p[:-1] for p in prompts])
+        if counts.max() > 0:
+            self._timed(f"{self.name}_prefill", int(counts.max()), self.cache.feed, tokens, counts)
+        self.base = counts.copy()
+        self.pending = [p[-1:].copy() for p in prompts]
+
+    def feed(self, tokens, counts) -> Scores:
+        if self._tree is not None:
+            raise RuntimeError("feed: tree nodes are pending; commit first")
+        tokens, counts = np.asarray(tokens, dtype=np.int64), np.asarray(counts, dtype=np.int64)
+        m = tokens.shape[1]
+        u = np.array([p.size for p in self.pending], dtype=np.int64)
+        inputs, n = padded([np.concatenate([self.pending[b], _real(tokens, counts, b)]) for b in range(self.batch)])
+        if n.max() == 0:
+            logits = hidden = None
+        else:
+            logits, hidden = self.cache.feed(inputs, n)
+        for b in range(self.batch):
+            self.spec[b] = np.concatenate([self.spec[b], _real(tokens, counts, b)])
+            self.pending[b] = self.pending[b][:0]
+        self.base = self.base + u
+        # logits row u_b - 1 + j is the row after new token j (j = 0: after the last pending token)
+        at = np.minimum(u[:, None] - 1 + np.arange(m + 1)[None, :], np.maximum(n - 1, 0)[:, None])
+        return self._scores(logits, hidden, at, n)
+
+    def feed_tree(self, tokens, parents, counts) -> Scores:
+        if any(s.size for s in self.spec):
+            raise RuntimeError("feed_tree: a speculative chain is pending; commit first")
+        tokens, parents = np.asarray(tokens, dtype=np.int64), np.asarray(parents, dtype=np.int64)
+        counts = np.asarray(counts, dtype=np.int64)
+        B, m = tokens.shape
+        if self._tree is None:
+            self._tree = [([], [], [], []) for _ in range(B)]
+        first = self.cache.pending  # cache slots are numbered across calls, padding included
+        u = np.array([p.size for p in self.pending], dtype=np.int64)
+        rows, cache_parents = [], []
+        for b in range(B):
+            prefix, node_tokens, node_parents, slots = self._tree[b]
+            chain = self.pending[b]
+            par = [first + i - 1 if i else (prefix[-1] if prefix else -1) for i in range(chain.size)]
+            prefix.extend(first + i for i in range(chain.size))
+            for j in range(int(counts[b])):
+                parent = int(parents[b, j])
+                if not -1 <= parent < len(node_tokens):
+                    raise ValueError(f"feed_tree: parent {parent} of row {b} is not a node fed before it")
+                par.append(slots[parent] if parent >= 0 else (prefix[-1] if prefix else -1))
+                node_tokens.append(int(tokens[b, j]))
+                node_parents.append(parent)
+                slots.append(first + chain.size + j)
+            rows.append(np.concatenate([chain, tokens[b, :int(counts[b])]]))
+            cache_parents.append(par)
+            self.pending[b] = chain[:0]
+        inputs, n = padded(rows)
+        par = np.full(inputs.shape, -1, dtype=np.int64)
+        for b, p in enumerate(cache_parents):
+            par[b, :len(p)] = p
+        logits = self.cache.feed_tree(inputs, par, n) if n.max() > 0 else None
+        at = np.minimum(u[:, None] - 1 + np.arange(m + 1)[None, :], np.maximum(n - 1, 0)[:, None])
+        return self._scores(logits, None, at, n)
+
+    def commit(self, tokens, counts) -> None:
+        tokens, counts = np.asarray(tokens, dtype=np.int64), np.asarray(counts, dtype=np.int64)
+        paths = []
+        for b in range(self.batch):
+            new = _real(tokens, counts, b)
+            if self._tree is not None:
+                prefix, node_tokens, node_parents, slots = self._tree[b]
+                kept = self._match_tree(node_tokens, node_parents, new[:-1])
+                paths.append(prefix + [slots[j] for j in kept])
+                self.base[b] += len(prefix) + len(kept)
+                kept = len(kept)
+            else:
+                fed = self.spec[b]
+                agree = int(np.cumprod(fed[:new.size] == new[:fed.size]).sum()) if fed.size and new.size else 0
+                kept = min(agree, max(new.size - 1, 0))  # the last committed token stays unseen
+                self.base[b] += kept
+            self.pending[b] = np.concatenate([self.pending[b], new[kept:]])
+            self.spec[b] = self.spec[b][:0]
+        if self._tree is not None:
+            self._tree = None
+            self.cache.keep_path(paths)
+        else:
+            self.cache.rollback(self.base)
+
+    # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def _match_tree(node_tokens, node_parents, new) -> list:
+        """Nodes of the pending tree that spell a prefix of ``new`` from the root, root first."""
+        path, at = [], -1
+        for x in new.tolist():
+            child = next((j for j, (t, p) in enumerate(zip(node_tokens, node_parents, strict=True))
+                          if p == at and t == x), None)
+            if child is None:
+                break
+            path.append(child)
+            at = child
+        return path
+
+    def _timed(self, kind, n, fn, *args):
+        return fn(*args) if self.timer is None else self.timer.call(kind, n, fn, *args)
+
+    def _scores(self, logits, hidden, at, n) -> Scores:
+        """Rows (B, m + 1, V) at logits positions ``at``; rows of sequences fed nothing come from the last call."""
+        import torch
+
+        B = self.batch
+        fresh = torch.as_tensor(n > 0, device=self.device)
+        if logits is None:
+            picked = self._last[0][:, None].expand(-1, at.shape[1], -1)
+            feats = None if self._last[1] is None else self._last[1][:, None].expand(-1, at.shape[1], -1)
+        else:
+            index = torch.as_tensor(np.maximum(at, 0), device=self.device)
+            picked = torch.gather(logits, 1, index[..., None].expand(-1, -1, logits.shape[-1]))
+            feats = None if hidden is None else torch.gather(hidden, 1, index[..., None].expand(-1, -1, hidden.shape[-1]))
+            if self._last is not None:  # row j = 0 of a sequence with nothing pending is the last call's row
+                stale = torch.as_tensor(at[:, 0] < 0, device=self.device)
+                picked[:, 0] = torch.where(stale[:, None], self._last[0], picked[:, 0])
+                if feats is not None and self._last[1] is not None:
+                    feats[:, 0] = torch.where(stale[:, None], self._last[1], feats[:, 0])
+            end = torch.as_tensor(np.maximum(n - 1, 0), device=self.device)
+            last = logits[torch.arange(B, device=self.device), end]
+            last_h = None if hidden is None else hidden[torch.arange(B, device=self.device), end]
+            if self._last is not None:
+                last = torch.where(fresh[:, None], last, self._last[0])
+                if last_h is not None and self._last[1] is not None:
+                    last_h = torch.where(fresh[:, None], last_h, self._last[1])
+            self._last = (last, last_h)
+        rows = self.sampling.probs(picked)
+        if feats is not None:
+            feats = feats.double()
+        if self.host_rows:
+            rows = rows.cpu().numpy()
+            feats = None if feats is None else feats.cpu().numpy()
+        return Scores(rows, feats)
+
+
+class NGramSession(Session):
+    """Prompt lookup over B sequences: rows are one-hot on the proposed token; ``usable`` says where one exists."""
+
+    def __init__(self, drafter, batch: int):
+        self.drafter, self.batch, self.vocab_size = drafter, int(batch), int(drafter.vocab_size)
+        self.history = [np.zeros(0, dtype=np.int64) for _ in range(self.batch)]
+        self.committed = np.zeros(self.batch, dtype=np.int64)
+
+    def start(self, prompts) -> None:
+        self.history = [p.copy() for p in as_prompts(prompts)]
+        self.committed = np.array([h.size for h in self.history], dtype=np.int64)
+
+    def feed(self, tokens, counts) -> Scores:
+        tokens, counts = np.asarray(tokens, dtype=np.int64), np.asarray(counts, dtype=np.int64)
+        m = tokens.shape[1]
+        rows = np.zeros((self.batch, m + 1, self.vocab_size))
+        usable = np.zeros((self.batch, m + 1), dtype=bool)
+        for b in range(self.batch):
+            end = self.history[b].size
+            self.history[b] = np.concatenate([self.history[b], _real(tokens, counts, b)])
+            for j in range(m + 1):
+                token = self.drafter.propose(self.history[b][:end + min(j, int(counts[b]))])
+                usable[b, j] = token >= 0
+                rows[b, j, max(token, 0)] = 1.0
+        return Scores(rows, None, usable)
+
+    def feed_tree(self, tokens, parents, counts) -> Scores:
+        raise ValueError("the n-gram drafter proposes one token per position; a draft tree needs a model draft")
+
+    def commit(self, tokens, counts) -> None:
+        counts = np.asarray(counts, dtype=np.int64)
+        self.history = [np.concatenate([h[:c], _real(tokens, counts, b)])
+                        for b, (h, c) in enumerate(zip(self.history, self.committed, strict=True))]
+        self.committed = self.committed + counts

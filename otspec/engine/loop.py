@@ -1,0 +1,393 @@
+"""The decode loops: one chain loop and one tree loop, for toy sources and real models alike.
+
+Both drive two :class:`~otspec.engine.session.Session` objects (a drafter's and the target's)
+and a verifier, and know nothing of what a session is made of. One iteration of
+:func:`chain_loop` for B sequences:
+
+1. the drafter proposes up to L tokens per sequence, a
+   :class:`~otspec.engine.controllers.DraftLengthController` deciding after each whether to
+   draft one more (a sequence never drafts past its last position);
+2. one target call scores the drafted tokens: L + 1 rows per sequence;
+3. the verifier decides τ and the next token Y from the rows (carried state, e.g. the v1 block
+   verifier's residual windows, goes through the protocol's hooks);
+4. both sessions commit the τ accepted tokens and Y.
+
+:func:`tree_loop` drafts a :class:`~otspec.engine.trie.Trie` a level per draft call, scores
+every node with one target call, and walks down it with a multi-draft verifier (SpecTr's
+``"match"`` rule or MCSD's ``"accepted"``). Randomness comes from one generator in a fixed
+order: the draft tokens, then the verifier.
+
+Measurement is done by *observers* (:mod:`otspec.engine.observers`): after every iteration each
+gets a ``ChainStep`` or ``TreeStep`` with the drafts, both models' rows and the outcome. The time
+they take is left out of :attr:`LoopRun.seconds`, the wall-clock of decoding.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..distributions import namespace, sample_categorical
+from ..drafts import DraftTree, sample_candidates
+from ..verifiers.base import Outcome
+from .controllers import DraftLengthController
+from .observers import ChainStep, TreeStep
+from .session import Session, as_prompts
+from .trie import Trie
+
+__all__ = ["LoopRun", "chain_loop", "tree_loop"]
+
+
+@dataclass
+class LoopRun:
+    """What a loop produced: each sequence's new tokens (B, N) and the seconds spent decoding (observers excluded)."""
+
+    tokens: np.ndarray
+    seconds: float
+
+
+class _Timing:
+    """A timer with ``call(kind, n, fn, *args)`` (e.g. ``llm_bridge``'s CallTimer), or none."""
+
+    def __init__(self, timer):
+        self.timer = timer
+
+    def __call__(self, kind: str, n: int, fn, *args):
+        return fn(*args) if self.timer is None else self.timer.call(kind, n, fn, *args)
+
+
+class _Run:
+    """State shared by both loops: the committed tokens, progress, observers and the clock."""
+
+    def __init__(self, sessions, prompts, n_tokens: int, observers, bar, timer):
+        self.prompts = prompts
+        self.B, self.N = len(prompts), int(n_tokens)
+        self.plen = np.array([p.size for p in prompts], dtype=np.int64)
+        self.seq = np.zeros((self.B, int(self.plen.max(initial=0)) + self.N), dtype=np.int64)
+        for b, p in enumerate(prompts):
+            self.seq[b, :p.size] = p
+        self.done = np.zeros(self.B, dtype=np.int64)  # tokens generated per sequence
+        self.observers, self.bar, self.call = list(observers), bar, _Timing(timer)
+        for session in sessions:
+            if session is not None:
+                session.start(prompts)
+        self.watching = 0.0
+        self.t0 = time.perf_counter()
+
+    def notify(self, method: str, step) -> None:
+        t = time.perf_counter()
+        for observer in self.observers:
+            getattr(observer, method)(step)
+        self.watching += time.perf_counter() - t
+
+    def emit(self, rows, tokens, counts, sessions) -> None:
+        """Append ``tokens[i, :counts[i]]`` to sequences ``rows`` and commit them to every session."""
+        at = self.plen[rows] + self.done[rows]
+        r, c = np.nonzero(np.arange(tokens.shape[1])[None, :] < counts[:, None])
+        self.seq[rows[r], at[r] + c] = tokens[r, c]
+        self.done[rows] += counts
+        full_tokens = np.zeros((self.B, tokens.shape[1]), dtype=np.int64)
+        full_counts = np.zeros(self.B, dtype=np.int64)
+        full_tokens[rows], full_counts[rows] = tokens, counts
+        for session in sessions:
+            if session is not None:
+                session.commit(full_tokens, full_counts)
+        if self.bar is not None:
+            self.bar.update(int(counts.sum()))
+
+    def result(self) -> LoopRun:
+        seconds = time.perf_counter() - self.t0 - self.watching
+        return LoopRun(np.stack([self.seq[b, self.plen[b]:self.plen[b] + self.N] for b in range(self.B)])
+                       if self.B else np.zeros((0, self.N), dtype=np.int64), seconds)
+
+
+def _to_host(x) -> np.ndarray:
+    return x if isinstance(x, np.ndarray) else x.cpu().numpy()
+
+
+def _zeros(like, shape):
+    xp = namespace(like)
+    return xp.zeros(shape, dtype=like.dtype, device=getattr(like, "device", None)) if xp is not np else \
+        np.zeros(shape, dtype=like.dtype)
+
+
+def _index(rows, idx):
+    """``rows[idx]`` for a numpy index into numpy or torch rows."""
+    if isinstance(rows, np.ndarray):
+        return rows[idx]
+    import torch
+
+    return rows[torch.as_tensor(idx, device=rows.device)]
+
+
+def _controller_inputs(ctrl: DraftLengthController, draft, target, run, tokens, i, idx, x, features) -> dict:
+    """What the controller reads besides the draft rows (see :mod:`otspec.engine.controllers`)."""
+    previous = tokens[idx, i - 1] if i > 0 else np.where(run.plen[idx] + run.done[idx] > 0,
+                                                         run.seq[idx, np.maximum(run.plen[idx] + run.done[idx] - 1, 0)],
+                                                         -1)
+    out = {"which": idx, "tokens": x, "previous": previous, "features": features}
+    if ctrl.needs_target or ctrl.needs_lookahead:
+        counts = np.zeros(run.B, dtype=np.int64)
+        counts[idx] = i
+        if ctrl.needs_target:
+            out["target_rows"] = target.lookahead(tokens[:, :i], counts).rows[idx, i]
+        if ctrl.needs_lookahead:
+            ahead = counts.copy()
+            ahead[idx] += 1
+            out["next_rows"] = lambda: (draft.lookahead(tokens[:, :i + 1], ahead).rows[idx, i + 1],
+                                        target.lookahead(tokens[:, :i + 1], ahead).rows[idx, i + 1])
+    return out
+
+
+def _draft_chain(draft: Session, target: Session, ctrl: DraftLengthController, run: _Run, limit, rng):
+    """Draft up to ``limit`` (B,) tokens per sequence; returns (drafted (B,), tokens (B, L), draft rows (B, L, V))."""
+    B, L = run.B, ctrl.max_length
+    drafted, tokens = np.zeros(B, dtype=np.int64), np.zeros((B, max(L, 1)), dtype=np.int64)
+    ctrl.start(B)
+    drafting = limit > 0
+    scores = run.call("draft", 0, draft.feed, np.zeros((B, 0), dtype=np.int64), np.zeros(B, dtype=np.int64))
+    draft_rows, at = None, 0
+    for i in range(L):
+        if scores.usable is not None:
+            drafting &= _to_host(scores.usable[:, at]).astype(bool)
+        idx = np.flatnonzero(drafting)
+        if idx.size == 0:
+            break
+        rows = _index(scores.rows[:, at], idx)
+        if draft_rows is None:
+            draft_rows = _zeros(rows, (B, max(L, 1), rows.shape[-1]))
+        x = _to_host(sample_categorical(rows, rng))
+        tokens[idx, i] = x
+        draft_rows[idx, i] = rows
+        drafted[idx] += 1
+        features = None if scores.features is None else _to_host(_index(scores.features[:, at], idx))
+        keep = ctrl.keep_drafting(i + 1, rows, **_controller_inputs(ctrl, draft, target, run, tokens, i, idx, x,
+                                                                    features))
+        drafting[idx] = np.asarray(keep, dtype=bool) & (drafted[idx] < limit[idx])
+        if not drafting.any():
+            break
+        step = np.zeros((B, 1), dtype=np.int64)
+        step[:, 0] = tokens[:, i]
+        scores, at = run.call("draft", 1, draft.feed, step, drafting.astype(np.int64)), 1
+    return drafted, tokens, draft_rows
+
+
+def _verify_chain(verifier, state, draft, run, active, drafted, tokens, draft_rows, target_rows, rng):
+    """τ, Y for every sequence (verified in groups of equal drafted length), and the rows verified against when
+    the verifier carries a residual target (``None`` otherwise: the target's rows)."""
+    accepted, correction = np.zeros(run.B, dtype=np.int64), np.zeros(run.B, dtype=np.int64)
+    verified = None
+    if verifier is not None and verifier.carries_residual:
+        verified = target_rows.copy() if isinstance(target_rows, np.ndarray) else target_rows.clone()
+    start = run.done
+    for g in np.unique(drafted[active]).tolist():
+        idx = np.flatnonzero(active & (drafted == g))
+        toks = tokens[idx, :g]
+        q_rows = _index(target_rows, idx)[:, :g + 1]
+        p_rows = _index(draft_rows, idx)[:, :g] if g else _zeros(q_rows, (idx.size, 0, q_rows.shape[-1]))
+
+        def next_draft_row(idx=idx, g=g):  # the draft's row after the last drafted token (v1 block verification)
+            step, counts = np.zeros((run.B, 1), dtype=np.int64), np.zeros(run.B, dtype=np.int64)
+            step[idx, 0], counts[idx] = tokens[idx, g - 1], 1
+            return _index(run.call("draft", 1, draft.feed, step, counts).rows[:, 1], idx)
+
+        if verifier is not None:
+            q_rows, scratch = verifier.current_targets(state, idx, toks, p_rows, q_rows, start[idx], next_draft_row)
+            if verified is not None:
+                verified[idx, :g + 1] = q_rows
+        if g == 0:  # nothing drafted (the last position, or no draft on offer): the target's own draw
+            out = Outcome(np.zeros(idx.size, dtype=np.int64), sample_categorical(q_rows[:, 0], rng))
+        else:
+            out = run.call("verify", g, _sample, verifier, toks, p_rows, q_rows, rng)
+        if verifier is not None:
+            verifier.advance_state(state, idx, scratch, out, start[idx], g)
+        accepted[idx], correction[idx] = _to_host(out.accepted_len), _to_host(out.correction)
+    return accepted, correction, verified
+
+
+def _sample(verifier, tokens, draft_rows, target_rows, rng):
+    return verifier.sample(tokens, draft_rows, target_rows, rng, validate=False)
+
+
+def chain_loop(draft: Session | None, target: Session, verifier, controller: DraftLengthController, n_tokens: int,
+               rng, *, prompts=None, batch: int | None = None, observers=(), bar=None, timer=None) -> LoopRun:
+    """Generate ``n_tokens`` tokens per sequence by speculative decoding of chains (module docstring).
+
+    Parameters
+    ----------
+    draft : Session or None
+        The drafter's session; ``None`` (with no verifier and no controller) is plain sampling.
+    target : Session
+    verifier : chain Verifier or None
+    controller : DraftLengthController or None
+    n_tokens : int
+        N, tokens generated per sequence.
+    rng : numpy Generator (numpy rows) or torch Generator (torch rows)
+    prompts : list of 1-D int arrays, optional
+        Default: ``batch`` empty prompts (toy sources).
+    observers : sequence of Observer
+    bar : tqdm bar, optional
+        Advanced by the tokens emitted.
+    timer : object with ``call(kind, n, fn, *args)``, optional
+        Times the verifier (``"verify"``) and the draft calls (``"draft"``).
+    """
+    prompts = as_prompts(prompts, batch)
+    if (draft is None) != (controller is None):
+        raise ValueError("chain_loop: give both a drafter and a controller, or neither (plain sampling)")
+    run = _Run((draft, target), prompts, n_tokens, observers, bar, timer)
+    L = 0 if controller is None else controller.max_length
+    state = None if verifier is None else verifier.start_state(run.B, L)
+    while (run.done < run.N).any():
+        active = run.done < run.N
+        limit = np.where(active, np.minimum(L, run.N - run.done - 1), 0)
+        if draft is None or not limit.any():
+            drafted, tokens, draft_rows = np.zeros(run.B, dtype=np.int64), np.zeros((run.B, max(L, 1)), np.int64), None
+        else:
+            drafted, tokens, draft_rows = _draft_chain(draft, target, controller, run, limit, rng)
+        scores = run.call("target", int(drafted.max()) + 1, target.feed, tokens[:, :int(drafted.max())], drafted)
+        target_rows = scores.rows
+        accepted, correction, verified = _verify_chain(verifier, state, draft, run, active, drafted, tokens, draft_rows,
+                                             target_rows, rng)
+        idx = np.flatnonzero(active)
+        start = run.done[idx].copy()
+        emitted = np.zeros((idx.size, max(L, 1) + 1), dtype=np.int64)
+        emitted[:, :max(L, 1)] = np.where(np.arange(max(L, 1))[None, :] < accepted[idx, None], tokens[idx], 0)
+        emitted[np.arange(idx.size), accepted[idx]] = correction[idx]
+        run.emit(idx, emitted, accepted[idx] + 1, (draft, target))
+        if run.observers:
+            run.notify("on_chain", ChainStep(idx, start, drafted[idx], tokens[idx],
+                                             None if draft_rows is None else _index(draft_rows, idx),
+                                             _index(target_rows, idx), accepted[idx], correction[idx],
+                                             None if verified is None else _index(verified, idx)))
+    return run.result()
+
+
+# ---------------------------------------------------------------------------------------------- trees
+
+
+def _grow(draft: Session, tree: DraftTree, run: _Run, depth, rng):
+    """Draft every sequence's trie to its depth; returns (tries, draft calls per sequence)."""
+    B = run.B
+    tries = [Trie() for _ in range(B)]
+    calls = np.zeros(B, dtype=np.int64)
+    drafting = depth > 0
+    if not drafting.any():
+        return tries, calls
+    scores = run.call("draft", 0, draft.feed, np.zeros((B, 0), dtype=np.int64), np.zeros(B, dtype=np.int64))
+    calls[drafting] += 1
+    root = _to_host(scores.rows[:, 0])
+    frontier = [[0] if drafting[b] else [] for b in range(B)]
+    for b in np.flatnonzero(drafting):
+        tries[b].p[0] = root[b]
+    fed = np.zeros(B, dtype=np.int64)  # nodes fed to the draft session since the last commit
+    for d in range(tree.depth):
+        work = [(b, node) for b in range(B) for node in frontier[b]]
+        if not work:
+            break
+        sizes = np.array([tries[b].mult[node] * tree.branching[d] for b, node in work])
+        born = [[] for _ in range(B)]
+        for size in np.unique(sizes):
+            group = [w for w, s in zip(work, sizes, strict=True) if s == size]
+            p = np.stack([tries[b].p[node] for b, node in group])
+            cands = np.asarray(sample_candidates(p, int(size), rng, replacement=tree.replacement))
+            for (b, node), c in zip(group, cands, strict=True):
+                born[b] += tries[b].add_candidates(node, c)
+        feed = [born[b] if depth[b] > d + 1 else [] for b in range(B)]  # their rows are needed one level down
+        n = np.array([len(f) for f in feed], dtype=np.int64)
+        if n.max() > 0:
+            toks, parents = np.zeros((B, n.max()), dtype=np.int64), np.full((B, n.max()), -1, dtype=np.int64)
+            for b in np.flatnonzero(n):
+                t = tries[b]
+                toks[b, :n[b]] = [t.token[j] for j in feed[b]]
+                parents[b, :n[b]] = [-1 if t.parent[j] == 0 else t.draft_slot[t.parent[j]] for j in feed[b]]
+                for i, j in enumerate(feed[b]):
+                    t.draft_slot[j] = int(fed[b]) + i
+            rows = _to_host(run.call("draft", int(n.max()), draft.feed_tree, toks, parents, n).rows)
+            calls[n > 0] += 1
+            fed += n
+            for b in np.flatnonzero(n):
+                for i, j in enumerate(feed[b]):
+                    tries[b].p[j] = rows[b, i + 1]
+        frontier = feed
+    return tries, calls
+
+
+def _score_tries(target: Session, tries, run: _Run, active):
+    """One target call over every trie (node j's parent j' < j); fills each trie's rows ``q`` (root first)."""
+    n = np.array([len(t) - 1 if active[b] else 0 for b, t in enumerate(tries)], dtype=np.int64)
+    width = max(int(n.max()), 0)
+    toks, parents = np.zeros((run.B, width), dtype=np.int64), np.full((run.B, width), -1, dtype=np.int64)
+    for b in np.flatnonzero(n):
+        t = tries[b]
+        toks[b, :n[b]] = t.token[1:]
+        parents[b, :n[b]] = np.asarray(t.parent[1:]) - 1  # trie node j is fed as node j - 1; the root is -1
+    rows = _to_host(run.call("target", width + 1, target.feed_tree, toks, parents, n).rows)
+    for b in np.flatnonzero(active):
+        tries[b].q = rows[b, :len(tries[b])]
+    return n
+
+
+def _walk(verifier, tree: DraftTree, rule: str, tries, depth, active, rng, run: _Run):
+    """Verify down each trie; returns (emitted tokens (B, L + 1), counts (B,), walked nodes)."""
+    B = run.B
+    cur = np.zeros(B, dtype=np.int64)
+    going, emitted = active.copy(), np.zeros(B, dtype=np.int64)
+    out_tokens = np.zeros((B, tree.depth + 1), dtype=np.int64)
+    paths = [[] for _ in range(B)]
+    for d in range(tree.depth + 1):
+        bonus = np.flatnonzero(going & (depth == d))
+        if bonus.size:  # every level went on (or nothing was drafted): the target's own draw at the node
+            out_tokens[bonus, d] = sample_categorical(np.stack([tries[b].q[cur[b]] for b in bonus]), rng)
+            emitted[bonus] += 1
+            going[bonus] = False
+        here = np.flatnonzero(going & (depth > d))
+        if here.size == 0:
+            break
+        used = {b: tries[b].used(cur[b], tree.branching[d], rule) for b in here}
+        sizes = np.array([len(used[b]) for b in here])
+        for size in np.unique(sizes):
+            group = here[sizes == size]
+            cands = np.stack([used[b] for b in group])
+            p = np.stack([tries[b].p[cur[b]] for b in group])
+            q = np.stack([tries[b].q[cur[b]] for b in group])
+            out = run.call("verify", int(size), _sample, verifier, cands, p, q, rng)
+            y, accepted = np.asarray(out.token, dtype=np.int64), np.asarray(out.accepted, dtype=bool)
+            out_tokens[group, d] = y
+            emitted[group] += 1
+            for b, yb, ok in zip(group, y.tolist(), accepted.tolist(), strict=True):
+                child = tries[b].next_node(cur[b], yb, ok, rule)
+                if child is None:
+                    going[b] = False
+                else:
+                    cur[b] = child
+                    paths[b].append(child)
+    return out_tokens, emitted, paths
+
+
+def tree_loop(draft: Session, target: Session, verifier, tree: DraftTree, n_tokens: int, rng, *,
+              rule: str = "match", prompts=None, batch: int | None = None, observers=(), bar=None,
+              timer=None) -> LoopRun:
+    """Generate ``n_tokens`` tokens per sequence by multi-draft speculative decoding on ``tree``.
+
+    ``verifier`` is a multi-draft verifier (``layout == "candidates"``) lossless for the tree's
+    draw (with or without replacement); other arguments as in :func:`chain_loop`. A sequence's
+    trie is cut at depth N − generated − 1, so every sequence ends with exactly N tokens.
+    """
+    prompts = as_prompts(prompts, batch)
+    run = _Run((draft, target), prompts, n_tokens, observers, bar, timer)
+    while (run.done < run.N).any():
+        active = run.done < run.N
+        depth = np.where(active, np.minimum(tree.depth, run.N - run.done - 1), 0)
+        tries, calls = _grow(draft, tree, run, depth, rng)
+        nodes = _score_tries(target, tries, run, active)
+        out_tokens, emitted, paths = _walk(verifier, tree, rule, tries, depth, active, rng, run)
+        idx = np.flatnonzero(active)
+        start = run.done[idx].copy()
+        before = run.plen + run.done
+        run.emit(idx, out_tokens[idx], emitted[idx], (draft, target))
+        if run.observers:
+            run.notify("on_tree", TreeStep(idx, start, depth[idx], emitted[idx], tries, paths, nodes[idx], calls[idx],
+                                           lambda b, before=before: run.seq[b, :before[b]].copy()))
+    return run.result()

@@ -1,0 +1,228 @@
+"""The session protocol: what a drafter or a target offers the decode loops.
+
+A *session* is one model's view of B sequences being generated. The loops of
+:mod:`otspec.engine.loop` talk to every model — a toy :class:`~otspec.sources.Source` or a
+language model with a KV cache (``llm_bridge.sessions``) — through four calls:
+
+* :meth:`Session.start` — the prompts (possibly empty);
+* :meth:`Session.feed` — append speculative tokens to each sequence and return the probability
+  rows after the current end and after each new token;
+* :meth:`Session.feed_tree` — the same for a tree of speculative tokens (each node sees its
+  ancestors only), grown a level per call or scored whole;
+* :meth:`Session.commit` — the tokens the loop decided to keep (accepted drafts and the
+  correction or bonus token). The session keeps whatever it already scored that spells a prefix
+  of them, throws the other speculative tokens away, and remembers the rest as not seen yet.
+
+"What a session has not seen yet" is the session's own business: a cache feeds the committed
+tokens it lacks at the start of its next call, a source needs nothing. Rows come back on the
+session's own device and in its own array namespace (numpy for sources; numpy or torch for
+models), optionally with features (a model's last hidden states) aligned with them. Shapes::
+
+    feed(tokens (B, m), counts (B,))                 -> Scores.rows (B, m + 1, V)
+    feed_tree(tokens (B, m), parents (B, m), counts) -> Scores.rows (B, m + 1, V)
+    commit(tokens (B, m), counts (B,))
+
+Row 0 is the row after each sequence's current end (committed prefix and any speculative tokens
+fed before), row j the row after its j-th new token; rows past ``counts[b]`` are valid
+probability rows of no meaning. Tree nodes are numbered in the order they are fed across
+:meth:`Session.feed_tree` calls since the last commit; a parent of -1 is the current end.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..sources import Source
+
+__all__ = ["Drafter", "Scores", "Session", "SourceSession", "as_prompts"]
+
+
+class Scores(NamedTuple):
+    """What a session returns for one call.
+
+    Attributes
+    ----------
+    rows : array (B, m + 1, V)
+        Next-token probability rows (numpy or torch, on the session's device).
+    features : array (B, m + 1, H) or None
+        Features aligned with ``rows`` (a model's last hidden states), when the session has them.
+    usable : bool array (B, m + 1) or None
+        False where the session has no draft to offer (an n-gram lookup without a match);
+        ``None`` means usable everywhere.
+    """
+
+    rows: Any
+    features: Any = None
+    usable: Any = None
+
+
+def as_prompts(prompts, batch: int | None = None) -> list[np.ndarray]:
+    """Prompts as a list of 1-D int64 arrays; ``None`` is ``batch`` empty prompts."""
+    if prompts is None:
+        return [np.zeros(0, dtype=np.int64) for _ in range(int(batch))]
+    return [np.asarray(p, dtype=np.int64).reshape(-1) for p in prompts]
+
+
+class Session(ABC):
+    """One model's state over B sequences; see the module docstring for the protocol.
+
+    Attributes
+    ----------
+    vocab_size : int
+    batch : int
+    """
+
+    vocab_size: int
+    batch: int
+
+    @abstractmethod
+    def start(self, prompts: list[np.ndarray]) -> None:
+        """Begin B sequences with these prompts (1-D int arrays, possibly empty)."""
+
+    @abstractmethod
+    def feed(self, tokens, counts) -> Scores:
+        """Append ``tokens[b, :counts[b]]`` to sequence b (speculatively); rows (B, m + 1, V)."""
+
+    @abstractmethod
+    def feed_tree(self, tokens, parents, counts) -> Scores:
+        """Score ``counts[b]`` tree nodes of sequence b (``parents`` as in the module docstring)."""
+
+    @abstractmethod
+    def commit(self, tokens, counts) -> None:
+        """Make ``tokens[b, :counts[b]]`` part of sequence b; drop speculative tokens that do not spell them."""
+
+    def lookahead(self, tokens, counts) -> Scores:
+        """Rows after the committed prefix followed by ``tokens[b, :j]``, j = 0..m, without changing the session.
+
+        Only sessions that can afford it (toy sources) offer this; simulated oracles
+        (:class:`~otspec.engine.controllers.ThresholdController`, the hindsight oracle) need it.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot look ahead: an oracle controller reads rows a "
+                                  "real system does not have while drafting")
+
+
+class Drafter(ABC):
+    """What a drafter offers a loop: a session over a batch of sequences.
+
+    ``deterministic`` drafters (an n-gram lookup) propose one token per position and cannot
+    draw the i.i.d. candidates of a draft tree.
+    """
+
+    name: str = "drafter"
+    deterministic: bool = False
+
+    @abstractmethod
+    def session(self, batch: int, **options) -> Session:
+        """A :class:`Session` over ``batch`` sequences."""
+
+
+def _positions(counts: np.ndarray, m: int) -> np.ndarray:
+    """(B, m + 1) offsets j, capped at each row's count (rows past the count repeat the last real one)."""
+    return np.minimum(np.arange(m + 1)[None, :], counts[:, None])
+
+
+class SourceSession(Session):
+    """A :class:`Session` over any :class:`~otspec.sources.Source` (stateless, numpy).
+
+    It keeps one token buffer: each sequence's committed tokens, then its speculative chain;
+    tree nodes are kept as (token, parent) lists until :meth:`commit`.
+
+    Parameters
+    ----------
+    source : Source
+    batch : int
+    capacity : int
+        Longest sequence (prompt + generated + speculative tokens) the buffer holds.
+    max_prefix : int, optional
+        Longest prefix whose row is ever needed; rows of no meaning (finished sequences, padding)
+        are taken at most this far, so a source with a horizon is never asked past it.
+    """
+
+    def __init__(self, source: Source, batch: int, capacity: int, max_prefix: int | None = None):
+        self.source, self.vocab_size, self.batch = source, source.vocab_size, int(batch)
+        self.max_prefix = int(capacity) if max_prefix is None else max(int(max_prefix), 0)
+        self.buf = np.zeros((self.batch, int(capacity)), dtype=np.int64)
+        self.committed = np.zeros(self.batch, dtype=np.int64)
+        self.end = np.zeros(self.batch, dtype=np.int64)
+        self._nodes: list[list[tuple[int, int]]] = [[] for _ in range(self.batch)]
+
+    def start(self, prompts) -> None:
+        for b, p in enumerate(as_prompts(prompts)):
+            self.buf[b, :p.size] = p
+            self.committed[b] = self.end[b] = p.size
+        self._nodes = [[] for _ in range(self.batch)]
+
+    def _rows_at(self, lengths: np.ndarray) -> np.ndarray:
+        """Rows after ``buf[b, :lengths[b, j]]``, shape (B, J, V)."""
+        lengths = np.minimum(lengths, self.max_prefix)
+        return np.stack([self.source.next_probs(self.buf, lengths[:, j]) for j in range(lengths.shape[1])], axis=1)
+
+    def _write(self, at: np.ndarray, tokens, counts) -> tuple[np.ndarray, np.ndarray]:
+        tokens, counts = np.asarray(tokens, dtype=np.int64), np.asarray(counts, dtype=np.int64)
+        rows, cols = np.nonzero(np.arange(tokens.shape[1])[None, :] < counts[:, None])
+        self.buf[rows, at[rows] + cols] = tokens[rows, cols]
+        return tokens, counts
+
+    def feed(self, tokens, counts) -> Scores:
+        if any(self._nodes):
+            raise RuntimeError("feed: tree nodes are pending; commit first")
+        tokens, counts = self._write(self.end, tokens, counts)
+        rows = self._rows_at(self.end[:, None] + _positions(counts, tokens.shape[1]))
+        self.end = self.end + counts
+        return Scores(rows)
+
+    def lookahead(self, tokens, counts) -> Scores:
+        saved = self.buf.copy()
+        tokens, counts = self._write(self.committed, tokens, counts)
+        try:
+            return Scores(self._rows_at(self.committed[:, None] + _positions(counts, tokens.shape[1])))
+        finally:
+            self.buf = saved
+
+    def feed_tree(self, tokens, parents, counts) -> Scores:
+        tokens, parents = np.asarray(tokens, dtype=np.int64), np.asarray(parents, dtype=np.int64)
+        counts = np.asarray(counts, dtype=np.int64)
+        B, m = tokens.shape
+        rows = np.empty((B, m + 1, self.vocab_size))
+        rows[:, 0] = self.source.next_probs(self.buf, np.minimum(self.end, self.max_prefix))
+        paths, owners = [], []
+        for b in range(B):
+            nodes = self._nodes[b]
+            for j in range(counts[b]):
+                parent = int(parents[b, j])
+                if not -1 <= parent < len(nodes):
+                    raise ValueError(f"feed_tree: parent {parent} of row {b} is not a node fed before it")
+                nodes.append((int(tokens[b, j]), parent))
+                paths.append(self._path(b, len(nodes) - 1))
+                owners.append((b, j))
+        rows[:, 1:] = rows[:, :1]  # padding rows: the root's row
+        if paths:
+            depth = max(len(p) for p in paths)
+            buf = np.zeros((len(paths), int(self.end.max()) + depth), dtype=np.int64)
+            lengths = np.zeros(len(paths), dtype=np.int64)
+            for i, ((b, _), path) in enumerate(zip(owners, paths, strict=True)):
+                e = self.end[b]
+                buf[i, :e] = self.buf[b, :e]
+                buf[i, e:e + len(path)] = path
+                lengths[i] = e + len(path)
+            node_rows = self.source.next_probs(buf, lengths)
+            for i, (b, j) in enumerate(owners):
+                rows[b, j + 1] = node_rows[i]
+        return Scores(rows)
+
+    def _path(self, b: int, node: int) -> list[int]:
+        """Tokens from the current end down to ``node`` of sequence b's pending tree."""
+        out = []
+        while node >= 0:
+            token, node = self._nodes[b][node]
+            out.append(token)
+        return out[::-1]
+
+    def commit(self, tokens, counts) -> None:
+        tokens, counts = self._write(self.committed, tokens, counts)
+        self.committed = self.committed + counts
+        self.end = self.committed.copy()
+        self._nodes = [[] for _ in range(self.batch)]
