@@ -7,9 +7,9 @@ llm_bridge.validate`` measures everything next to the theory's prediction. See t
 "Real models" section.
 """
 
-from .drafters import NGramDrafter, Pair, make_drafter
+from .drafters import NGramDrafter, Pair, load_pair, make_drafter
 from .loop import BridgeResult, plain_generate, speculative_generate
-from .models import ModelNotFound, VocabularyMismatch, check_vocabularies, load_model, load_pair
+from .models import ModelNotFound, VocabularyMismatch, check_vocabularies, load_model
 from .sampling import Sampling
 
 __all__ = ["BridgeResult", "ModelNotFound", "NGramDrafter", "Pair", "Sampling", "VocabularyMismatch",

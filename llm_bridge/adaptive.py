@@ -37,8 +37,9 @@ from otspec.engine.heads import AcceptanceHead, LearnedHeadController, binary_kl
 from otspec.figures.llm import adaptive_markdown, render_adaptive_record
 from otspec.verifiers import TokenVerify
 
+from .drafters import load_pair
 from .loop import plain_generate, speculative_generate
-from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch, load_pair
+from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .validate import output_name

@@ -28,12 +28,12 @@ import numpy as np
 
 from otspec.engine.session import Drafter
 
-from .models import LoadedModel, check_vocabularies, load_model
+from .models import DEFAULT_TARGET, LoadedModel, check_vocabularies, load_model
 from .sampling import DEFAULT_SAMPLING
 from .sessions import ModelSession, NGramSession
 
-__all__ = ["DISTILLED_DIR", "ModelDrafter", "NGramDrafter", "Pair", "dequantize_rows", "make_drafter", "quantize_rows",
-           "truncated_target"]
+__all__ = ["DISTILLED_DIR", "ModelDrafter", "NGramDrafter", "Pair", "dequantize_rows", "load_pair", "make_drafter",
+           "quantize_rows", "truncated_target"]
 
 #: Where ``python -m llm_bridge.distill`` writes the shipped draft (config, weights, training log).
 DISTILLED_DIR = Path(__file__).parent / "weights" / "distilled"
@@ -189,3 +189,14 @@ def make_drafter(spec: str, target: LoadedModel):
     if draft.vocab_size != target.vocab_size:
         raise ValueError(f"draft rows have width {draft.vocab_size:,}, the target's {target.vocab_size:,}")
     return ModelDrafter(draft)
+
+
+def load_pair(target: str = DEFAULT_TARGET, draft: str = "distilled", *, device: str = "auto",
+              dtype: Any = "float32"):
+    """Load a target model and a drafter on one device; see the module docstring for drafter names.
+
+    Returns a :class:`Pair`. A model drafter's tokenizer must agree with the
+    target's (:func:`check_vocabularies`) and its rows must have the target's width.
+    """
+    tgt = load_model(target, device=device, dtype=dtype)
+    return Pair(tgt, make_drafter(draft, tgt))

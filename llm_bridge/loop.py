@@ -32,7 +32,7 @@ from otspec.distributions import total_variation
 from otspec.engine.controllers import as_controller
 from otspec.engine.ledger import DecodeResult, Ledger
 from otspec.engine.loop import chain_loop
-from otspec.engine.observers import LedgerObserver, Observer
+from otspec.engine.observers import LedgerObserver, Observer, to_host
 from otspec.verifiers.base import Verifier
 
 from .measure import CallTimer, two_point
@@ -124,20 +124,23 @@ class _Records(Observer):
         self.law, self.verifier, self.with_law = [], verifier, with_law
 
     def on_chain(self, step) -> None:
-        for g in np.unique(step.drafted).tolist():  # the verifier's law takes drafts of one length
-            sel = step.drafted == g
-            self.add(step.tokens[sel, :g], step.draft_rows[sel, :g] if g else None, step.target_rows[sel, :g + 1])
-
-    def add(self, toks, p_rows, q_rows) -> None:
-        for i in range(toks.shape[1]):
-            self.tv[i].append(total_variation(p_rows[:, i], q_rows[:, i]))
-            pa, qa = two_point(p_rows[:, i], q_rows[:, i])
+        drafted = np.asarray(step.drafted)
+        for i in range(int(drafted.max(initial=0))):
+            sel = drafted > i
+            p_rows, q_rows = to_host(step.draft_rows[sel, i]), to_host(step.target_rows[sel, i])
+            self.tv[i].append(total_variation(p_rows, q_rows))
+            pa, qa = two_point(p_rows, q_rows)
             self.p_a[i].append(pa)
             self.q_a[i].append(qa)
-        if self.with_law and toks.shape[1]:
-            self.law.append(np.asarray(self.verifier.law(toks, p_rows, q_rows, validate=False).expected_accepted))
-        elif self.with_law:  # nothing drafted: τ = 0 for sure
-            self.law.append(np.zeros(toks.shape[0]))
+        if not self.with_law:
+            return
+        if drafted.max(initial=0) == 0:  # nothing drafted: τ = 0 for sure
+            self.law.append(np.zeros(drafted.size))
+            return
+        width = int(drafted.max())
+        law = self.verifier.law_ragged(step.tokens[:, :width], step.draft_rows[:, :width],
+                                       step.target_rows[:, :width + 1], drafted, validate=False)
+        self.law.append(to_host(law.expected_accepted))
 
     def columns(self):
         cat = [[np.concatenate(v) for v in lists if v] for lists in (self.tv, self.p_a, self.q_a)]

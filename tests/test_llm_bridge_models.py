@@ -6,14 +6,13 @@ import numpy as np
 import pytest
 
 from llm_bridge import models
-from llm_bridge.drafters import dequantize_rows, make_drafter, quantize_rows
+from llm_bridge.drafters import dequantize_rows, load_pair, make_drafter, quantize_rows
 from llm_bridge.models import (
     LoadedModel,
     ModelNotFound,
     VocabularyMismatch,
     check_vocabularies,
     load_model,
-    load_pair,
 )
 from llm_bridge.sampling import Sampling
 from tests.llm_tiny import tiny_llama, tiny_tokenizer, torch

@@ -15,10 +15,9 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 
-from llm_bridge.drafters import DISTILLED_DIR  # noqa: E402
+from llm_bridge.drafters import DISTILLED_DIR, load_pair  # noqa: E402
 from llm_bridge.loop import speculative_generate  # noqa: E402
 from llm_bridge.lossless import first_token_law, two_sample_test  # noqa: E402
-from llm_bridge.models import load_pair  # noqa: E402
 from llm_bridge.prompts import DATA_DIR, encode_prompts, read_prompts  # noqa: E402
 from llm_bridge.sampling import Sampling  # noqa: E402
 from otspec.verifiers import BackwardBlockVerify, BlockVerify, DecodingOPT, TokenVerify  # noqa: E402

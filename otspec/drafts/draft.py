@@ -44,6 +44,9 @@ class Draft:
     draft_probs: Any
     target_probs: Any
     layout: str = CHAIN
+    #: Chains only: per-row draft lengths (B,) of a ragged batch (row b drafted ``lengths[b]`` <= L
+    #: tokens; the rest is padding), or ``None`` when every row drafted L.
+    lengths: Any = None
 
     @property
     def batch(self) -> int:
@@ -77,7 +80,7 @@ def _gather_candidates(rows, candidates):
 
 
 def check_draft(tokens, draft_probs, target_probs, layout: str = CHAIN, *, validate: bool = True,
-                distinct: bool = False) -> Draft:
+                distinct: bool = False, lengths=None) -> Draft:
     """Validate a verifier's inputs and return them as a :class:`Draft` (rows renormalised).
 
     Raises ``ValueError`` naming the offending argument for: tokens of the wrong rank or not
@@ -86,13 +89,19 @@ def check_draft(tokens, draft_probs, target_probs, layout: str = CHAIN, *, valid
     chain, [-1, V) for candidates); a drafted token with zero draft probability; and, with
     ``distinct=True``, a candidate repeated in a row (verifiers for draws without
     replacement). With ``validate=False`` the inputs are wrapped unchecked.
+
+    ``lengths`` (B,) makes a chain batch ragged: row b drafted ``lengths[b]`` tokens in [0, L];
+    padded positions are not checked for positive draft probability (their rows must still be
+    probability rows when validating; the decode loops pass zeros unvalidated).
     """
     if layout not in (CHAIN, CANDIDATES):
         raise ValueError(f"layout: expected {CHAIN!r} or {CANDIDATES!r}, got {layout!r}")
     if not array_api_compat.is_array_api_obj(tokens):
         tokens = np.asarray(tokens)
+    if lengths is not None and layout != CHAIN:
+        raise ValueError("lengths: only a chain batch can be ragged")
     if not validate:
-        return Draft(tokens, draft_probs, target_probs, layout)
+        return Draft(tokens, draft_probs, target_probs, layout, lengths)
     kinds = {name: "torch" if array_api_compat.is_torch_array(x) else "numpy"
              for name, x in (("tokens", tokens), ("draft_probs", draft_probs), ("target_probs", target_probs))
              if array_api_compat.is_array_api_obj(x)}
@@ -122,11 +131,15 @@ def check_draft(tokens, draft_probs, target_probs, layout: str = CHAIN, *, valid
     if not xp.isdtype(tokens.dtype, "integral"):
         raise ValueError(f"{what}: expected integer token ids, got dtype {tokens.dtype}")
     low = 0 if chain else -1
+    if lengths is not None:
+        lengths = _check_lengths(lengths, B, n, xp, tokens)
     if n and (bool(xp.any(tokens < low)) or bool(xp.any(tokens >= V))):
         raise ValueError(f"{what}: ids must lie in [{low}, {V})" + ("" if chain else " (-1 = no candidate)"))
     if n:
         p_x = gather_tokens(draft_probs, tokens) if chain else _gather_candidates(draft_probs, tokens)
         zero = (p_x <= 0) if chain else (tokens >= 0) & (p_x <= 0)
+        if lengths is not None:
+            zero = zero & (xp.arange(n, device=array_api_compat.device(tokens))[None, :] < lengths[:, None])
         if bool(xp.any(zero)):
             b, i = first_index(zero)
             where = f"(batch {b}, position {i})" if chain else f"(row {b}, position {i})"
@@ -135,7 +148,19 @@ def check_draft(tokens, draft_probs, target_probs, layout: str = CHAIN, *, valid
                              f"a {kind} must have positive draft probability")
     if distinct:
         _check_no_repeats(tokens)
-    return Draft(tokens, draft_probs, target_probs, layout)
+    return Draft(tokens, draft_probs, target_probs, layout, lengths)
+
+
+def _check_lengths(lengths, batch: int, L: int, xp, like):
+    """Per-row draft lengths as an integer array of ``like``'s kind, each in [0, L]."""
+    if not array_api_compat.is_array_api_obj(lengths):
+        lengths = xp.asarray(np.asarray(lengths), device=array_api_compat.device(like))
+    if tuple(lengths.shape) != (batch,) or not xp.isdtype(lengths.dtype, "integral"):
+        raise ValueError(f"lengths: expected integer draft lengths of shape (batch,) = ({batch},), got "
+                         f"shape {tuple(lengths.shape)} and dtype {lengths.dtype}")
+    if bool(xp.any(lengths < 0)) or bool(xp.any(lengths > L)):
+        raise ValueError(f"lengths: every draft length must lie in [0, L] = [0, {L}]")
+    return lengths
 
 
 def _check_no_repeats(candidates):

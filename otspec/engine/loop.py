@@ -33,7 +33,7 @@ from ..distributions import namespace, sample_categorical
 from ..drafts import DraftTree, sample_candidates
 from ..verifiers.base import Outcome
 from .controllers import DraftLengthController
-from .observers import ChainStep, TreeStep
+from .observers import ChainStep, TreeStep, to_host
 from .session import Session, as_prompts
 from .trie import Trie
 
@@ -103,10 +103,6 @@ class _Run:
                        if self.B else np.zeros((0, self.N), dtype=np.int64), seconds)
 
 
-def _to_host(x) -> np.ndarray:
-    return x if isinstance(x, np.ndarray) else x.cpu().numpy()
-
-
 def _zeros(like, shape):
     xp = namespace(like)
     return xp.zeros(shape, dtype=like.dtype, device=getattr(like, "device", None)) if xp is not np else \
@@ -147,22 +143,24 @@ def _draft_chain(draft: Session, target: Session, ctrl: DraftLengthController, r
     drafted, tokens = np.zeros(B, dtype=np.int64), np.zeros((B, max(L, 1)), dtype=np.int64)
     ctrl.start(B)
     drafting = limit > 0
-    scores = run.call("draft", 0, draft.feed, np.zeros((B, 0), dtype=np.int64), np.zeros(B, dtype=np.int64))
     draft_rows, at = None, 0
+    if not drafting.any():
+        return drafted, tokens, draft_rows
+    scores = run.call("draft", 0, draft.feed, np.zeros((B, 0), dtype=np.int64), np.zeros(B, dtype=np.int64))
     for i in range(L):
         if scores.usable is not None:
-            drafting &= _to_host(scores.usable[:, at]).astype(bool)
+            drafting &= to_host(scores.usable[:, at]).astype(bool)
         idx = np.flatnonzero(drafting)
         if idx.size == 0:
             break
         rows = _index(scores.rows[:, at], idx)
         if draft_rows is None:
             draft_rows = _zeros(rows, (B, max(L, 1), rows.shape[-1]))
-        x = _to_host(sample_categorical(rows, rng))
+        x = to_host(sample_categorical(rows, rng))
         tokens[idx, i] = x
         draft_rows[idx, i] = rows
         drafted[idx] += 1
-        features = None if scores.features is None else _to_host(_index(scores.features[:, at], idx))
+        features = None if scores.features is None else to_host(_index(scores.features[:, at], idx))
         keep = ctrl.keep_drafting(i + 1, rows, **_controller_inputs(ctrl, draft, target, run, tokens, i, idx, x,
                                                                     features))
         drafting[idx] = np.asarray(keep, dtype=bool) & (drafted[idx] < limit[idx])
@@ -174,43 +172,61 @@ def _draft_chain(draft: Session, target: Session, ctrl: DraftLengthController, r
     return drafted, tokens, draft_rows
 
 
-def _verify_chain(verifier, state, draft, run, active, drafted, tokens, draft_rows, target_rows, rng):
-    """τ, Y for every sequence (verified in groups of equal drafted length), and the rows verified against when
-    the verifier carries a residual target (``None`` otherwise: the target's rows)."""
-    accepted, correction = np.zeros(run.B, dtype=np.int64), np.zeros(run.B, dtype=np.int64)
-    verified = None
-    if verifier is not None and verifier.carries_residual:
-        verified = target_rows.copy() if isinstance(target_rows, np.ndarray) else target_rows.clone()
-    start = run.done
-    for g in np.unique(drafted[active]).tolist():
-        idx = np.flatnonzero(active & (drafted == g))
-        toks = tokens[idx, :g]
-        q_rows = _index(target_rows, idx)[:, :g + 1]
-        p_rows = _index(draft_rows, idx)[:, :g] if g else _zeros(q_rows, (idx.size, 0, q_rows.shape[-1]))
+def _verify_chain(verifier, state, draft, run, idx, drafted, tokens, draft_rows, target_rows, rng):
+    """τ and Y of sequences ``idx`` in one ragged verifier call, and the rows verified against when the verifier
+    carries a residual target (``None`` otherwise: the target's rows)."""
+    lengths = drafted[idx]
+    width = int(lengths.max(initial=0))
+    toks = tokens[idx, :width]
+    q_rows = _index(target_rows, idx)[:, :width + 1]
+    p_rows = _index(draft_rows, idx)[:, :width] if width else _zeros(q_rows, (idx.size, 0, q_rows.shape[-1]))
+    start = run.done[idx]
+    verified, scratch = None, None
 
-        def next_draft_row(idx=idx, g=g):  # the draft's row after the last drafted token (v1 block verification)
-            step, counts = np.zeros((run.B, 1), dtype=np.int64), np.zeros(run.B, dtype=np.int64)
-            step[idx, 0], counts[idx] = tokens[idx, g - 1], 1
-            return _index(run.call("draft", 1, draft.feed, step, counts).rows[:, 1], idx)
+    def next_draft_row():  # the draft's row after each row's drafted tokens (v1 block verification asks for it)
+        step, counts = np.zeros((run.B, 1), dtype=np.int64), np.zeros(run.B, dtype=np.int64)
+        some = idx[lengths > 0]
+        step[some, 0], counts[some] = tokens[some, drafted[some] - 1], 1
+        rows = run.call("draft", 1, draft.feed, step, counts).rows  # row 0: after the end, where nothing was drafted
+        return _index(_where_rows(counts > 0, rows[:, 1], rows[:, 0]), idx)
 
-        if verifier is not None:
-            q_rows, scratch = verifier.current_targets(state, idx, toks, p_rows, q_rows, start[idx], next_draft_row)
-            if verified is not None:
-                verified[idx, :g + 1] = q_rows
-        if g == 0:  # nothing drafted (the last position, or no draft on offer): the target's own draw
-            out = Outcome(np.zeros(idx.size, dtype=np.int64), sample_categorical(q_rows[:, 0], rng))
-        else:
-            out = run.call("verify", g, _sample, verifier, toks, p_rows, q_rows, rng)
-        if verifier is not None:
-            verifier.advance_state(state, idx, scratch, out, start[idx], g)
-        accepted[idx], correction[idx] = _to_host(out.accepted_len), _to_host(out.correction)
-    return accepted, correction, verified
+    q_used = q_rows
+    if verifier is not None:
+        q_used, scratch = verifier.current_targets(state, idx, toks, p_rows, q_rows, start, lengths, next_draft_row)
+        verified = q_used if verifier.carries_residual else None
+    if width == 0:  # nothing drafted (the last position, or no draft on offer): the target's own draw
+        out = Outcome(np.zeros(idx.size, dtype=np.int64), sample_categorical(q_used[:, 0], rng))
+    else:
+        out = run.call("verify", width, _sample, verifier, toks, p_rows, q_used, _like(lengths, q_used), rng)
+    if verifier is not None:
+        verifier.advance_state(state, idx, scratch, out, start, lengths)
+    return to_host(out.accepted_len), to_host(out.correction), verified
 
 
-def _sample(verifier, tokens, draft_rows, target_rows, rng):
-    return verifier.sample(tokens, draft_rows, target_rows, rng, validate=False)
+def _where_rows(mask: np.ndarray, rows, other):
+    """Row b of ``rows`` where ``mask[b]``, else of ``other`` (numpy or torch rows, host mask)."""
+    if isinstance(rows, np.ndarray):
+        return np.where(mask[:, None], rows, other)
+    import torch
+
+    return torch.where(torch.as_tensor(mask, device=rows.device)[:, None], rows, other)
 
 
+def _like(values: np.ndarray, rows):
+    """Host integers (lengths, tokens) in the namespace and on the device of ``rows``."""
+    if isinstance(rows, np.ndarray):
+        return values
+    import torch
+
+    return torch.as_tensor(values, device=rows.device)
+
+
+def _sample(verifier, tokens, draft_rows, target_rows, lengths, rng):
+    return verifier.sample_ragged(_like(tokens, target_rows), draft_rows, target_rows, lengths, rng, validate=False)
+
+
+def _sample_candidates(verifier, candidates, draft_rows, target_rows, rng):
+    return verifier.sample(candidates, draft_rows, target_rows, rng, validate=False)
 def chain_loop(draft: Session | None, target: Session, verifier, controller: DraftLengthController, n_tokens: int,
                rng, *, prompts=None, batch: int | None = None, observers=(), bar=None, timer=None) -> LoopRun:
     """Generate ``n_tokens`` tokens per sequence by speculative decoding of chains (module docstring).
@@ -242,25 +258,25 @@ def chain_loop(draft: Session | None, target: Session, verifier, controller: Dra
     while (run.done < run.N).any():
         active = run.done < run.N
         limit = np.where(active, np.minimum(L, run.N - run.done - 1), 0)
-        if draft is None or not limit.any():
-            drafted, tokens, draft_rows = np.zeros(run.B, dtype=np.int64), np.zeros((run.B, max(L, 1)), np.int64), None
+        if draft is None:
+            drafted, tokens, draft_rows = np.zeros(run.B, dtype=np.int64), np.zeros((run.B, 1), np.int64), None
         else:
             drafted, tokens, draft_rows = _draft_chain(draft, target, controller, run, limit, rng)
-        scores = run.call("target", int(drafted.max()) + 1, target.feed, tokens[:, :int(drafted.max())], drafted)
-        target_rows = scores.rows
-        accepted, correction, verified = _verify_chain(verifier, state, draft, run, active, drafted, tokens, draft_rows,
-                                             target_rows, rng)
+        width = int(drafted.max())
+        target_rows = run.call("target", width + 1, target.feed, tokens[:, :width], drafted).rows
         idx = np.flatnonzero(active)
+        accepted, correction, verified = _verify_chain(verifier, state, draft, run, idx, drafted, tokens, draft_rows,
+                                                       target_rows, rng)
         start = run.done[idx].copy()
-        emitted = np.zeros((idx.size, max(L, 1) + 1), dtype=np.int64)
-        emitted[:, :max(L, 1)] = np.where(np.arange(max(L, 1))[None, :] < accepted[idx, None], tokens[idx], 0)
-        emitted[np.arange(idx.size), accepted[idx]] = correction[idx]
-        run.emit(idx, emitted, accepted[idx] + 1, (draft, target))
+        emitted = np.zeros((idx.size, width + 1), dtype=np.int64)  # the accepted drafts, then Y
+        emitted[:, :width] = tokens[idx, :width]
+        emitted[np.arange(idx.size), accepted] = correction
+        run.emit(idx, emitted, accepted + 1, (draft, target))
         if run.observers:
             run.notify("on_chain", ChainStep(idx, start, drafted[idx], tokens[idx],
                                              None if draft_rows is None else _index(draft_rows, idx),
-                                             _index(target_rows, idx), accepted[idx], correction[idx],
-                                             None if verified is None else _index(verified, idx)))
+                                             _index(target_rows, idx), accepted, correction,
+                                             verified))
     return run.result()
 
 
@@ -277,7 +293,7 @@ def _grow(draft: Session, tree: DraftTree, run: _Run, depth, rng):
         return tries, calls
     scores = run.call("draft", 0, draft.feed, np.zeros((B, 0), dtype=np.int64), np.zeros(B, dtype=np.int64))
     calls[drafting] += 1
-    root = _to_host(scores.rows[:, 0])
+    root = to_host(scores.rows[:, 0])
     frontier = [[0] if drafting[b] else [] for b in range(B)]
     for b in np.flatnonzero(drafting):
         tries[b].p[0] = root[b]
@@ -304,7 +320,7 @@ def _grow(draft: Session, tree: DraftTree, run: _Run, depth, rng):
                 parents[b, :n[b]] = [-1 if t.parent[j] == 0 else t.draft_slot[t.parent[j]] for j in feed[b]]
                 for i, j in enumerate(feed[b]):
                     t.draft_slot[j] = int(fed[b]) + i
-            rows = _to_host(run.call("draft", int(n.max()), draft.feed_tree, toks, parents, n).rows)
+            rows = to_host(run.call("draft", int(n.max()), draft.feed_tree, toks, parents, n).rows)
             calls[n > 0] += 1
             fed += n
             for b in np.flatnonzero(n):
@@ -323,7 +339,7 @@ def _score_tries(target: Session, tries, run: _Run, active):
         t = tries[b]
         toks[b, :n[b]] = t.token[1:]
         parents[b, :n[b]] = np.asarray(t.parent[1:]) - 1  # trie node j is fed as node j - 1; the root is -1
-    rows = _to_host(run.call("target", width + 1, target.feed_tree, toks, parents, n).rows)
+    rows = to_host(run.call("target", width + 1, target.feed_tree, toks, parents, n).rows)
     for b in np.flatnonzero(active):
         tries[b].q = rows[b, :len(tries[b])]
     return n
@@ -352,7 +368,7 @@ def _walk(verifier, tree: DraftTree, rule: str, tries, depth, active, rng, run: 
             cands = np.stack([used[b] for b in group])
             p = np.stack([tries[b].p[cur[b]] for b in group])
             q = np.stack([tries[b].q[cur[b]] for b in group])
-            out = run.call("verify", int(size), _sample, verifier, cands, p, q, rng)
+            out = run.call("verify", int(size), _sample_candidates, verifier, cands, p, q, rng)
             y, accepted = np.asarray(out.token, dtype=np.int64), np.asarray(out.accepted, dtype=bool)
             out_tokens[group, d] = y
             emitted[group] += 1

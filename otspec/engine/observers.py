@@ -16,7 +16,12 @@ import numpy as np
 
 from .ledger import Ledger
 
-__all__ = ["ChainStep", "LedgerObserver", "Observer", "TreeStep"]
+__all__ = ["ChainStep", "LedgerObserver", "Observer", "TreeStep", "to_host"]
+
+
+def to_host(x) -> np.ndarray:
+    """A numpy array from numpy or torch (on any device): what an observer reads rows with, off the timed path."""
+    return x if isinstance(x, np.ndarray) else x.cpu().numpy()
 
 
 @dataclass

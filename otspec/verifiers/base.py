@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import array_api_compat
+import numpy as np
 
 from ..distributions import namespace
 from ..drafts import CANDIDATES, CHAIN, Draft, check_draft, gather_tokens
@@ -165,10 +166,10 @@ class Verifier(ABC):
     #: Whether the outcome carries a residual target into the next iteration (v1 block verification).
     carries_residual: ClassVar[bool] = False
 
-    def check(self, tokens, draft_probs, target_probs, *, validate: bool = True) -> Draft:
+    def check(self, tokens, draft_probs, target_probs, *, validate: bool = True, lengths=None) -> Draft:
         """The one input check (:func:`otspec.drafts.check_draft`) for this verifier's layout."""
         return check_draft(tokens, draft_probs, target_probs, self.layout, validate=validate,
-                           distinct=self.distinct_candidates)
+                           distinct=self.distinct_candidates, lengths=lengths)
 
     @abstractmethod
     def law(self, tokens, draft_probs, target_probs, *, validate: bool = True) -> VerifierLaw:
@@ -178,28 +179,90 @@ class Verifier(ABC):
     def sample(self, tokens, draft_probs, target_probs, rng, *, validate: bool = True) -> Outcome:
         """One outcome per draft; ``rng`` is a numpy ``Generator`` or a ``torch.Generator``."""
 
+    # ----------------------------------------------------- ragged batches (chains)
+    #: Whether ``law`` and ``sample`` take ``lengths=`` themselves (one vectorised call for a ragged batch).
+    ragged: ClassVar[bool] = False
+
+    def sample_ragged(self, tokens, draft_probs, target_probs, lengths, rng, *, validate: bool = True) -> Outcome:
+        """One outcome per row of a ragged chain batch: row b drafted ``lengths[b]`` of the L tokens.
+
+        The layout of vLLM's rejection sampler, padded: positions past a row's length are
+        ignored, τ ≤ ``lengths[b]``, and at τ = ``lengths[b]`` Y is drawn from that row's bonus row
+        ``target_probs[b, lengths[b]]``. Verifiers with ``ragged = True`` do it in one vectorised
+        call; the others are called once per distinct length (same law, host-side grouping).
+        """
+        if self.ragged:
+            return self.sample(tokens, draft_probs, target_probs, rng, validate=validate, lengths=lengths)
+        if validate:
+            lengths = self.check(tokens, draft_probs, target_probs, lengths=lengths).lengths
+        return _by_length(lambda g, idx: self.sample(tokens[idx, :g], draft_probs[idx, :g], target_probs[idx, :g + 1],
+                                                     rng, validate=validate), tokens, target_probs, lengths)
+
+    def law_ragged(self, tokens, draft_probs, target_probs, lengths, *, validate: bool = True) -> VerifierLaw:
+        """:meth:`law` of a ragged chain batch (see :meth:`sample_ragged`); rows τ > ``lengths[b]`` have probability 0."""
+        if self.ragged:
+            return self.law(tokens, draft_probs, target_probs, validate=validate, lengths=lengths)
+        if validate:
+            lengths = self.check(tokens, draft_probs, target_probs, lengths=lengths).lengths
+        xp = namespace(target_probs)
+        L = tokens.shape[1]
+        accept = xp.zeros((tokens.shape[0], L + 1), dtype=target_probs.dtype)
+        correction = xp.zeros_like(target_probs)
+        correction[...] = target_probs  # rows of probability 0 stay valid rows
+        for g, idx in _groups(lengths):
+            law = self.law(tokens[idx, :g], draft_probs[idx, :g], target_probs[idx, :g + 1], validate=validate)
+            accept[idx, :g + 1] = law.accept_probs
+            correction[idx, :g + 1] = law.correction_probs
+        return VerifierLaw(accept, correction)
+
     # ----------------------------------------------------- carried state (default: none)
     def start_state(self, batch: int, max_length: int) -> Any:
         """State carried between iterations for ``batch`` sequences (``None``: nothing carried)."""
         return None
 
-    def current_targets(self, state, rows, tokens, draft_probs, target_probs, start, next_draft_row):
+    def current_targets(self, state, rows, tokens, draft_probs, target_probs, start, lengths, next_draft_row):
         """Target rows this iteration verifies against, and scratch for :meth:`advance_state`.
 
-        ``rows`` (n,) are the sequences of the batch, ``tokens`` (n, g) their drafted tokens,
-        ``draft_probs`` (n, g, V) and ``target_probs`` (n, g+1, V) the plain models' rows,
+        ``rows`` (n,) are the sequences of the batch, ``tokens`` (n, L) their drafted tokens,
+        ``lengths`` (n,) how many each drafted (a ragged batch, host integers),
+        ``draft_probs`` (n, L, V) and ``target_probs`` (n, L+1, V) the plain models' rows,
         ``start`` (n,) the position of the first drafted token, and ``next_draft_row()`` returns
-        the draft's (n, V) row after the last drafted token (a draft call, made only when
+        the draft's (n, V) row after each row's last drafted token (a draft call, made only when
         needed). Default: the plain target rows, no scratch.
         """
         return target_probs, None
 
-    def advance_state(self, state, rows, scratch, outcome: Outcome, start, drafted: int) -> None:
+    def advance_state(self, state, rows, scratch, outcome: Outcome, start, lengths) -> None:
         """Update ``state`` of sequences ``rows`` after the iteration's ``outcome`` (in place). Default: nothing."""
         return None
 
     def __repr__(self):
         return f"{type(self).__name__}()"
+
+
+def _groups(lengths):
+    """(g, rows) for every distinct draft length g of a ragged batch (lengths on the host)."""
+    lengths = np.asarray(lengths if isinstance(lengths, np.ndarray) else lengths.cpu())
+    return [(int(g), np.flatnonzero(lengths == g)) for g in np.unique(lengths)]
+
+
+def _by_length(call, tokens, target_probs, lengths) -> Outcome:
+    """Assemble one :class:`Outcome` from ``call(g, rows)`` on every group of equal draft length."""
+    xp = namespace(target_probs)
+    B = tokens.shape[0]
+    device = array_api_compat.device(target_probs)
+    tau = xp.zeros(B, dtype=xp.int64, device=device)
+    y = xp.zeros(B, dtype=xp.int64, device=device)
+    carry = None
+    for g, idx in _groups(lengths):
+        at = idx if xp is np else xp.asarray(idx, device=device)
+        out = call(g, at)
+        tau[at], y[at] = out.accepted_len, out.correction
+        if out.carry is not None:
+            if carry is None:
+                carry = xp.zeros(B, dtype=target_probs.dtype, device=device)
+            carry[at] = out.carry
+    return Outcome(tau, y, carry)
 
 
 def check_single_draft(draft_tokens, draft_probs, target_probs, *, validate: bool = True):

@@ -63,25 +63,32 @@ def _carried_log_ratio(xp, log_ratio, target_prob, draft_prob):
     return xp.where(draft_prob > 0, log_ratio + _safe_log(xp, target_prob) - xp.log(safe_p), xp.inf)
 
 
-def block_weights(draft_tokens, draft_probs, target_probs):
-    """Running weights w_0..w_L (eq. (13)), shape (B, L+1), computed in log space."""
+def block_weights(draft_tokens, draft_probs, target_probs, lengths=None):
+    """Running weights w_0..w_L (eq. (13)), shape (B, L+1), computed in log space (0 past ``lengths``)."""
     xp = namespace(draft_probs, target_probs)
-    lr = log_ratios(draft_tokens, draft_probs, target_probs)
+    lr = log_ratios(draft_tokens, draft_probs, target_probs, lengths)
     logs = [xp.zeros_like(lr[:, 0]) if lr.shape[1] else xp.zeros((lr.shape[0],), dtype=lr.dtype)]
     for i in range(lr.shape[1]):
         logs.append(xp.minimum(logs[-1] + lr[:, i], 0.0))
     return xp.exp(xp.stack(logs, axis=1))
 
 
-def published_commit_probs(draft_probs, target_probs, w):
-    """h_0..h_L of the published algorithm (eqs. (14a)-(14c)), shape (B, L+1)."""
+def published_commit_probs(draft_probs, target_probs, w, lengths=None):
+    """h_0..h_L of the published algorithm (eqs. (14a)-(14c)), shape (B, L+1).
+
+    In a ragged batch row b's last position is ``lengths[b]``: h there is w (eq. (14c)), and 0 past it.
+    """
     xp = namespace(draft_probs, target_probs)
     L = draft_probs.shape[1]
     w_mid = w[:, 1:L]
     m = xp.sum(xp.clip(w_mid[..., None] * target_probs[:, 1:L, :] - draft_probs[:, 1:L, :], min=0.0), axis=-1)
     den = m + 1.0 - w_mid
     h_mid = xp.where(den > 0, m / xp.where(den > 0, den, 1.0), 0.0)
-    return xp.concat([_ones(xp, w, 1), h_mid, w[:, L:]], axis=1)
+    h = xp.concat([_ones(xp, w, 1), h_mid, w[:, max(L, 1):]], axis=1)  # h_L = w_L (nothing more when L = 0)
+    if lengths is None:
+        return h
+    ids = xp.arange(L + 1, device=array_api_compat.device(w))[None, :]
+    return xp.where(ids < lengths[:, None], h, xp.where(ids == lengths[:, None], w, 0.0))
 
 
 def backward_commit_probs(draft_tokens, draft_probs, target_probs):
@@ -101,7 +108,7 @@ def backward_commit_probs(draft_tokens, draft_probs, target_probs):
     reject = xp.sum(xp.clip(-diff, min=0.0), axis=-1)
     h = xp.where(reject > 0, xp.minimum(remain / xp.where(reject > 0, reject, 1.0), 1.0), 1.0)
     # the root ratio is TV/TV = 1 exactly; rounding must not let tau = 0 fail
-    h = xp.concat([_ones(xp, h, 1), h[:, 1:], a[:, L:]], axis=1)
+    h = xp.concat([_ones(xp, h, 1), h[:, 1:], a[:, max(L, 1):]], axis=1)  # h_L = min(1, ρ_L); just h_0 when L = 0
     return h, a, b, s
 
 
@@ -112,21 +119,25 @@ class BlockVerify(Verifier):
     label = "published block (on-path)"
     style = {"marker": "s", "color": "C1"}
 
-    def law(self, draft_tokens, draft_probs, target_probs, *, validate=True):
-        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate)
-        draft_tokens, draft_probs, target_probs = d.tokens, d.draft_probs, d.target_probs
-        w = block_weights(draft_tokens, draft_probs, target_probs)
-        h = published_commit_probs(draft_probs, target_probs, w)
-        L = draft_probs.shape[1]
-        return VerifierLaw(last_pass_law(h), correction_law(draft_probs, target_probs, target_scale=w[:, :L]))
+    ragged = True
 
-    def sample(self, draft_tokens, draft_probs, target_probs, rng, *, validate=True):
-        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate)
+    def law(self, draft_tokens, draft_probs, target_probs, *, validate=True, lengths=None):
+        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate, lengths=lengths)
         draft_tokens, draft_probs, target_probs = d.tokens, d.draft_probs, d.target_probs
-        w = block_weights(draft_tokens, draft_probs, target_probs)
-        tau = last_pass_sample(published_commit_probs(draft_probs, target_probs, w), rng)
+        w = block_weights(draft_tokens, draft_probs, target_probs, d.lengths)
+        h = published_commit_probs(draft_probs, target_probs, w, d.lengths)
         L = draft_probs.shape[1]
-        return Outcome(tau, draw_correction(tau, draft_probs, target_probs, rng, target_scale=w[:, :L]))
+        return VerifierLaw(last_pass_law(h), correction_law(draft_probs, target_probs, target_scale=w[:, :L],
+                                                            lengths=d.lengths))
+
+    def sample(self, draft_tokens, draft_probs, target_probs, rng, *, validate=True, lengths=None):
+        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate, lengths=lengths)
+        draft_tokens, draft_probs, target_probs = d.tokens, d.draft_probs, d.target_probs
+        w = block_weights(draft_tokens, draft_probs, target_probs, d.lengths)
+        tau = last_pass_sample(published_commit_probs(draft_probs, target_probs, w, d.lengths), rng)
+        L = draft_probs.shape[1]
+        return Outcome(tau, draw_correction(tau, draft_probs, target_probs, rng, target_scale=w[:, :L],
+                                            lengths=d.lengths))
 
 
 class BackwardBlockVerify(Verifier):
@@ -165,6 +176,8 @@ class BackwardBlockVerify(Verifier):
         L = draft_probs.shape[1]
         tau = last_pass_sample(h, rng)
         y = draw_correction(tau, draft_probs, target_probs, rng, target_scale=a[:, :L], draft_scale=b[:, :L])
+        if L == 0:  # nothing drafted: Y is the target's draw and nothing is carried
+            return Outcome(tau, y, xp.zeros(tau.shape, dtype=target_probs.dtype, device=array_api_compat.device(tau)))
         rows = xp.arange(tau.shape[0], device=array_api_compat.device(tau))
         at = xp.clip(tau, max=L - 1)
         carry = _carried_log_ratio(xp, s[rows, tau], target_probs[rows, tau, y], draft_probs[rows, at, y])
@@ -174,14 +187,27 @@ class BackwardBlockVerify(Verifier):
     def start_state(self, batch, max_length):
         return ResidualWindows.empty(batch, max_length)
 
-    def current_targets(self, state, rows, tokens, draft_probs, target_probs, start, next_draft_row):
-        """The carried residual cascade along each drafted path (see :mod:`otspec.verifiers.carry`)."""
-        p_rows = np.concatenate([draft_probs, next_draft_row()[:, None]], axis=1)
-        states, levels = score_carried(state.take(rows), target_probs, p_rows, tokens, start)
-        return levels[:, :, -1], (states, levels, p_rows)
+    def current_targets(self, state, rows, tokens, draft_probs, target_probs, start, lengths, next_draft_row):
+        """The carried residual cascade along each drafted path (see :mod:`otspec.verifiers.carry`).
 
-    def advance_state(self, state, rows, scratch, outcome, start, drafted):
-        states, levels, p_rows = scratch
+        The windows are numpy and handled one draft length at a time (``scratch`` keeps each group)."""
+        rows, lengths, start = np.asarray(rows), np.asarray(lengths), np.asarray(start)
+        after = np.asarray(next_draft_row())
+        out = np.array(target_probs, copy=True)
+        scratch = []
+        for g in np.unique(lengths).tolist():
+            sel = np.flatnonzero(lengths == g)
+            p_rows = np.concatenate([np.asarray(draft_probs)[sel, :g], after[sel, None]], axis=1)
+            states, levels = score_carried(state.take(rows[sel]), np.asarray(target_probs)[sel, :g + 1], p_rows,
+                                           np.asarray(tokens)[sel, :g], start[sel])
+            out[sel, :g + 1] = levels[:, :, -1]
+            scratch.append((g, sel, states, levels, p_rows))
+        return out, scratch
+
+    def advance_state(self, state, rows, scratch, outcome, start, lengths):
+        rows, start = np.asarray(rows), np.asarray(start)
         tau, y = np.asarray(outcome.accepted_len), np.asarray(outcome.correction)
         carry = None if outcome.carry is None else np.asarray(outcome.carry)
-        state.put(rows, carry_forward(states, levels, p_rows, start, drafted, tau, y, carry))
+        for g, sel, states, levels, p_rows in scratch:
+            state.put(rows[sel], carry_forward(states, levels, p_rows, start[sel], g, tau[sel], y[sel],
+                                               None if carry is None else carry[sel]))

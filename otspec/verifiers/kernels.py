@@ -12,6 +12,8 @@ from ..distributions import namespace, residual, sample_categorical, uniform
 from .base import gather_tokens
 
 __all__ = [
+    "drafted_mask",
+    "drafted_probs",
     "first_rejection_law",
     "first_rejection_sample",
     "log_ratios",
@@ -23,15 +25,39 @@ __all__ = [
 ]
 
 
-def log_ratios(draft_tokens, draft_probs, target_probs):
-    """log q(X_i|X^{i-1}) − log p(X_i|X^{i-1}), shape (B, L); −inf where the target gives 0.
+def drafted_mask(lengths, like):
+    """(B, L) bool: position i of row b was drafted (i < ``lengths[b]``); all True when ``lengths`` is None."""
+    xp = namespace(like)
+    L = like.shape[1]
+    ids = xp.arange(L, device=array_api_compat.device(like))
+    if lengths is None:
+        return xp.ones(like.shape[:2], dtype=xp.bool, device=array_api_compat.device(like))
+    return ids[None, :] < lengths[:, None]
+
+
+def drafted_probs(draft_tokens, draft_probs, target_probs, lengths=None):
+    """(p(X_i|X^{i-1}), q(X_i|X^{i-1})), shape (B, L) each; past a row's length (padding) 1 and 0.
+
+    The ragged layout: a row that drafted ``lengths[b]`` < L tokens has arbitrary padding after
+    them (zero rows included); its padded positions read as certain rejections of nothing.
+    """
+    xp = namespace(draft_probs, target_probs)
+    p_x = gather_tokens(draft_probs, draft_tokens)
+    q_x = gather_tokens(target_probs, draft_tokens)
+    if lengths is None:
+        return p_x, q_x
+    mask = drafted_mask(lengths, p_x)
+    return xp.where(mask, p_x, 1.0), xp.where(mask, q_x, 0.0)
+
+
+def log_ratios(draft_tokens, draft_probs, target_probs, lengths=None):
+    """log q(X_i|X^{i-1}) − log p(X_i|X^{i-1}), shape (B, L); −inf where the target gives 0 (and past ``lengths``).
 
     Drafted tokens have positive draft probability (checked by the protocol), so
     the result is never NaN.
     """
     xp = namespace(draft_probs, target_probs)
-    p_x = gather_tokens(draft_probs, draft_tokens)
-    q_x = gather_tokens(target_probs, draft_tokens)
+    p_x, q_x = drafted_probs(draft_tokens, draft_probs, target_probs, lengths)
     log_q = xp.where(q_x > 0, xp.log(xp.where(q_x > 0, q_x, 1.0)), -xp.inf)
     return log_q - xp.log(p_x)
 
@@ -91,21 +117,25 @@ def last_pass_sample(h, rng):
     return xp.max(xp.where(passed, ids, xp.zeros_like(ids)), axis=-1)
 
 
-def correction_law(draft_probs, target_probs, target_scale=None, draft_scale=None):
+def correction_law(draft_probs, target_probs, target_scale=None, draft_scale=None, lengths=None):
     """Law of the extra token for every τ: shape (B, L+1, V).
 
     Row i < L is the residual (α_i q(·|X^i) − β_i p(·|X^i))_+ normalised, with
     per-position scales α = ``target_scale`` and β = ``draft_scale`` (shape (B, L),
-    default 1); row L is the bonus row q(·|X^L).
+    default 1); row L — or row ``lengths[b]`` of a ragged batch — is the bonus row q(·|X^L).
     """
     xp = namespace(draft_probs, target_probs)
     scaled_q = target_probs[:, :-1, :] if target_scale is None else target_scale[..., None] * target_probs[:, :-1, :]
     scaled_p = draft_probs if draft_scale is None else draft_scale[..., None] * draft_probs
-    return xp.concat([residual(scaled_q, scaled_p), target_probs[:, -1:, :]], axis=1)
+    law = xp.concat([residual(scaled_q, scaled_p), target_probs[:, -1:, :]], axis=1)
+    if lengths is None:
+        return law
+    ids = xp.arange(law.shape[1], device=array_api_compat.device(law))
+    return xp.where((ids[None, :] == lengths[:, None])[..., None], target_probs, law)
 
 
-def draw_correction(tau, draft_probs, target_probs, rng, target_scale=None, draft_scale=None):
-    """One extra token per draft: from the scaled residual at τ < L, else the bonus row; shape (B,).
+def draw_correction(tau, draft_probs, target_probs, rng, target_scale=None, draft_scale=None, lengths=None):
+    """One extra token per draft: from the scaled residual at τ < L (τ < ``lengths``), else the bonus row; shape (B,).
 
     The residual is sampled unnormalised (``sample_categorical`` scales by the
     row total). Where its mass is 0 — a rejection of probability 0 — the target
@@ -121,5 +151,5 @@ def draw_correction(tau, draft_probs, target_probs, rng, target_scale=None, draf
     alpha = 1.0 if target_scale is None else target_scale[rows, at][:, None]
     beta = 1.0 if draft_scale is None else draft_scale[rows, at][:, None]
     surplus = xp.clip(alpha * t_row - beta * draft_probs[rows, at], min=0.0)
-    use_residual = (tau < L) & (xp.sum(surplus, axis=-1) > 0)
+    use_residual = (tau < (L if lengths is None else lengths)) & (xp.sum(surplus, axis=-1) > 0)
     return sample_categorical(xp.where(use_residual[:, None], surplus, t_row), rng)
