@@ -63,6 +63,13 @@ def make_cache(model, batch: int, *, hidden: bool = False, kind: str = "auto", m
                           forward=compiled_forward(model) if kind == "compiled" else None)
 
 
+def _ids(tokens):
+    """Token ids as given when they are a tensor (kept on its device), else an int64 numpy array."""
+    import torch
+
+    return tokens if torch.is_tensor(tokens) else np.asarray(tokens, dtype=np.int64)
+
+
 def _grow_tree(below, depth, real, parents, counts):
     """Pending-tree bookkeeping: add m nodes (their ``parents`` index pending nodes, -1 = the sequence's last token).
 
@@ -116,7 +123,7 @@ class _Pending:
         start, below, _, _ = self._tree
         for b, path in enumerate(paths):
             path = _check_path(below, b, path)
-            self.valid[b, [start + j for j in path]] = True
+            self.valid[b, [start + j for j in path]] = True  # host mask: no device round trip
             self.length[b] += len(path)
         self._tree = None
         self._settle()
@@ -143,14 +150,13 @@ class _Pending:
 
     def rollback(self, keep) -> None:
         """Keep the first ``keep[b]`` tokens of sequence b (at most its length): their slots stay, the rest are freed."""
-        import torch
 
         self._no_tree("rollback")
         keep = np.minimum(np.asarray(keep, dtype=np.int64), self.length)
         if (keep < 0).any():
             raise ValueError(f"rollback: keep must be >= 0, got {keep.tolist()}")
-        rank = torch.cumsum(self.valid.long(), dim=1)
-        self.valid = self.valid & (rank <= torch.as_tensor(keep, device=self.device)[:, None])
+        rank = np.cumsum(self.valid, axis=1)
+        self.valid = self.valid & (rank <= keep[:, None])
         self.length = keep
         self._settle()
 
@@ -167,13 +173,12 @@ class CachedLM(_Pending):
     """
 
     def __init__(self, model, batch: int, *, hidden: bool = False):
-        import torch
         from transformers import DynamicCache
 
         self.model, self.hidden = model, hidden
         self.device = next(model.parameters()).device
         self.cache = DynamicCache(config=model.config)
-        self.valid = torch.zeros((batch, 0), dtype=torch.bool, device=self.device)  # (B, slots)
+        self.valid = np.zeros((batch, 0), dtype=bool)  # (B, slots), on the host: the device gets copies
         self.length = np.zeros(batch, dtype=np.int64)
         self.calls = 0
         self._tree = None  # pending tree nodes: (first slot, ancestor matrix, depths, real) until keep_path
@@ -199,13 +204,14 @@ class CachedLM(_Pending):
         import torch
 
         self._no_tree("feed")
-        tokens, counts = np.asarray(tokens, dtype=np.int64), np.asarray(counts, dtype=np.int64)
+        tokens, counts = _ids(tokens), np.asarray(counts, dtype=np.int64)
         m = tokens.shape[1]
-        new = torch.as_tensor(np.arange(m)[None, :] < counts[:, None], device=self.device)
-        mask = torch.cat([self.valid, new], dim=1)
+        new = np.arange(m)[None, :] < counts[:, None]
+        mask = np.concatenate([self.valid, new], axis=1)
         positions = torch.as_tensor(self.length[:, None] + np.arange(m)[None, :], device=self.device)
         with torch.no_grad():
-            out = self.model(input_ids=torch.as_tensor(tokens, device=self.device), attention_mask=mask.long(),
+            out = self.model(input_ids=torch.as_tensor(tokens, device=self.device),
+                             attention_mask=torch.as_tensor(mask, device=self.device).long(),
                              position_ids=positions, past_key_values=self.cache, use_cache=True,
                              output_hidden_states=self.hidden)
         self.calls += 1
@@ -225,18 +231,18 @@ class CachedLM(_Pending):
         """
         import torch
 
-        tokens, parents = np.asarray(tokens, dtype=np.int64), np.asarray(parents, dtype=np.int64)
+        tokens, parents = _ids(tokens), np.asarray(parents, dtype=np.int64)
         counts = np.asarray(counts, dtype=np.int64)
         B, m = tokens.shape
         start, sees, depths = self._add_nodes(parents, counts, self.valid.shape[1])
-        mask = torch.cat([self.valid[:, None, :start].expand(B, m, -1), torch.as_tensor(sees, device=self.device)],
-                         dim=2)[:, None]
+        mask = torch.as_tensor(np.concatenate([np.broadcast_to(self.valid[:, None, :start], (B, m, start)), sees],
+                                              axis=2)[:, None], device=self.device)
         positions = torch.as_tensor(self.length[:, None] + depths, device=self.device)
         with torch.no_grad():
             out = self.model(input_ids=torch.as_tensor(tokens, device=self.device), attention_mask=mask,
                              position_ids=positions, past_key_values=self.cache, use_cache=True)
         self.calls += 1
-        self.valid = torch.cat([self.valid, torch.zeros((B, m), dtype=torch.bool, device=self.device)], dim=1)
+        self.valid = np.concatenate([self.valid, np.zeros((B, m), dtype=bool)], axis=1)
         return out.logits
 
     def _settle(self) -> None:
@@ -247,17 +253,18 @@ class CachedLM(_Pending):
         import torch
 
         slots = int(self.length.max()) if self.length.size else 0
-        as_int = self.valid.to(torch.int8)
+        as_int = self.valid.astype(np.int8)
         if self.valid.shape[1] == slots and bool((as_int[:, 1:] >= as_int[:, :-1]).all()):
             return  # already tight and left-padded
         # holes first, then each row's tokens in their order; the last `slots` columns are the new layout
-        order = torch.sort(as_int, dim=1, stable=True).indices[:, as_int.shape[1] - slots:]
+        order = np.argsort(as_int, axis=1, kind="stable")[:, as_int.shape[1] - slots:]
+        index_dev = torch.as_tensor(order, device=self.device)
         for layer in self.cache.layers:
             for name in ("keys", "values"):
                 kv = getattr(layer, name)
-                index = order[:, None, :, None].expand(-1, kv.shape[1], -1, kv.shape[3])
+                index = index_dev[:, None, :, None].expand(-1, kv.shape[1], -1, kv.shape[3])
                 setattr(layer, name, torch.gather(kv, 2, index))
-        self.valid = torch.gather(self.valid, 1, order)
+        self.valid = np.take_along_axis(self.valid, order, axis=1)
 
 
 class StaticCachedLM(_Pending):
@@ -277,7 +284,6 @@ class StaticCachedLM(_Pending):
 
     def __init__(self, model, batch: int, max_length: int, *, hidden: bool = False, forward=None,
                  compile_width: int = 64):
-        import torch
         from transformers import StaticCache
 
         self.model, self.hidden, self.max_length = model, hidden, int(max_length)
@@ -285,7 +291,7 @@ class StaticCachedLM(_Pending):
         self.cache = StaticCache(config=model.config, max_cache_len=self.max_length)
         self.forward = model if forward is None else forward
         self.compile_width = int(compile_width)
-        self.valid = torch.zeros((batch, self.max_length), dtype=torch.bool, device=self.device)
+        self.valid = np.zeros((batch, self.max_length), dtype=bool)  # on the host: the device gets copies
         self.length = np.zeros(batch, dtype=np.int64)
         self.ptr, self.calls = 0, 0
         self._tree = None  # (first slot, ancestor matrix, depths, real) of pending tree nodes
@@ -305,7 +311,8 @@ class StaticCachedLM(_Pending):
             layer.cumulative_length.fill_(self.ptr)  # where this call writes: the position-based rollback
         with torch.no_grad():
             forward = self.forward if tokens.shape[1] <= self.compile_width else self.model
-            out = forward(input_ids=torch.as_tensor(tokens, device=self.device), attention_mask=sees[:, None],
+            out = forward(input_ids=torch.as_tensor(tokens, device=self.device),
+                          attention_mask=torch.as_tensor(sees[:, None], device=self.device),
                                position_ids=torch.as_tensor(positions, device=self.device),
                                past_key_values=self.cache, use_cache=True, output_hidden_states=self.hidden)
         self.calls += 1
@@ -313,17 +320,15 @@ class StaticCachedLM(_Pending):
 
     def feed(self, tokens, counts):
         """As :meth:`CachedLM.feed`: append ``tokens[b, :counts[b]]``; returns (logits (B, m, V), hidden or None)."""
-        import torch
 
         self._no_tree("feed")
-        tokens, counts = np.asarray(tokens, dtype=np.int64), np.asarray(counts, dtype=np.int64)
-        B, m = tokens.shape
+        tokens, counts = _ids(tokens), np.asarray(counts, dtype=np.int64)
+        m = tokens.shape[1]
         self._room(m)
-        new = torch.as_tensor(np.arange(m)[None, :] < counts[:, None], device=self.device)
-        causal = torch.tril(torch.ones((m, m), dtype=torch.bool, device=self.device))
-        sees = self.valid[:, None, :].expand(B, m, -1).clone()
-        sees[:, :, self.ptr:self.ptr + m] = (causal[None] & new[:, None, :]) | torch.eye(m, dtype=torch.bool,
-                                                                                         device=self.device)
+        new = np.arange(m)[None, :] < counts[:, None]
+        causal = np.tril(np.ones((m, m), dtype=bool))
+        sees = np.repeat(self.valid[:, None, :], m, axis=1)
+        sees[:, :, self.ptr:self.ptr + m] = (causal[None] & new[:, None, :]) | np.eye(m, dtype=bool)
         out = self._call(tokens, sees, self.length[:, None] + np.arange(m)[None, :])
         self.valid[:, self.ptr:self.ptr + m] = new
         self.ptr += m
@@ -333,18 +338,17 @@ class StaticCachedLM(_Pending):
 
     def feed_tree(self, tokens, parents, counts):
         """As :meth:`CachedLM.feed_tree` (pending nodes numbered across calls until :meth:`keep_path`)."""
-        import torch
 
-        tokens, parents = np.asarray(tokens, dtype=np.int64), np.asarray(parents, dtype=np.int64)
+        tokens, parents = _ids(tokens), np.asarray(parents, dtype=np.int64)
         counts = np.asarray(counts, dtype=np.int64)
-        B, m = tokens.shape
+        m = tokens.shape[1]
         if self._tree is None:
             self._room(m)
         elif self.ptr + m > self.max_length:
             raise ValueError(f"StaticCachedLM: the tree does not fit max_length={self.max_length}")
         start, tree, depths = self._add_nodes(parents, counts, self.ptr)
-        sees = self.valid[:, None, :].expand(B, m, -1).clone()
-        sees[:, :, start:start + tree.shape[2]] = torch.as_tensor(tree, device=self.device)
+        sees = np.repeat(self.valid[:, None, :], m, axis=1)
+        sees[:, :, start:start + tree.shape[2]] = tree
         out = self._call(tokens, sees, self.length[:, None] + depths)
         self.ptr += m
         return out.logits
@@ -354,17 +358,18 @@ class StaticCachedLM(_Pending):
 
     def _crop(self) -> None:
         """Move the pointer to just after the last real slot of any row (trailing holes are free again)."""
-        used = self.valid.any(dim=0).nonzero()
-        self.ptr = int(used[-1]) + 1 if used.numel() else 0
+        used = np.flatnonzero(self.valid.any(axis=0))
+        self.ptr = int(used[-1]) + 1 if used.size else 0
 
     def _squeeze(self) -> None:
         """Move every row's tokens to its first slots, in order (in place: the tensors keep their addresses)."""
         import torch
 
-        order = torch.sort((~self.valid).to(torch.int8), dim=1, stable=True).indices  # real slots first
+        order = np.argsort((~self.valid).astype(np.int8), axis=1, kind="stable")  # real slots first
+        index = torch.as_tensor(order, device=self.device)
         for layer in self.cache.layers:
             if getattr(layer, "is_initialized", False):
                 for kv in (layer.keys, layer.values):
-                    kv.copy_(torch.gather(kv, 2, order[:, None, :, None].expand(-1, kv.shape[1], -1, kv.shape[3])))
-        self.valid.copy_(torch.gather(self.valid, 1, order))
+                    kv.copy_(torch.gather(kv, 2, index[:, None, :, None].expand(-1, kv.shape[1], -1, kv.shape[3])))
+        self.valid = np.take_along_axis(self.valid, order, axis=1)
         self._crop()
