@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from otspec.engine.observers import to_host
 from otspec.engine.session import Scores, Session, as_prompts
 
 from .cache import make_cache
@@ -24,17 +25,48 @@ from .cache import make_cache
 __all__ = ["ModelSession", "NGramSession", "padded"]
 
 
-def padded(rows: list) -> tuple[np.ndarray, np.ndarray]:
-    """Right-pad a list of 1-D token arrays: (tokens (B, m), counts (B,))."""
+def _is_tensor(x) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def padded(rows: list, device=None):
+    """Right-pad a list of 1-D token arrays: (tokens (B, m), counts (B,)); a tensor on ``device`` when any row is one."""
     counts = np.array([len(r) for r in rows], dtype=np.int64)
-    out = np.zeros((len(rows), max(int(counts.max(initial=0)), 1)), dtype=np.int64)
+    width = max(int(counts.max(initial=0)), 1)
+    if any(_is_tensor(r) for r in rows):
+        import torch
+
+        out = torch.zeros((len(rows), width), dtype=torch.int64, device=device)
+        for b, r in enumerate(rows):
+            if len(r):
+                out[b, :len(r)] = torch.as_tensor(r, device=device)
+        return out, counts
+    out = np.zeros((len(rows), width), dtype=np.int64)
     for b, r in enumerate(rows):
         out[b, :len(r)] = r
     return out, counts
 
 
-def _real(tokens, counts, b: int) -> np.ndarray:
-    return np.asarray(tokens[b, :int(counts[b])], dtype=np.int64)
+def _real(tokens, counts, b: int):
+    """Row b's real tokens (a view: numpy, or a tensor left on its device)."""
+    row = tokens[b, :int(counts[b])]
+    return row if _is_tensor(row) else np.asarray(row, dtype=np.int64)
+
+
+def _ids(tokens):
+    """Token ids: a tensor stays on its device, anything else becomes an int64 numpy array."""
+    return tokens if _is_tensor(tokens) else np.asarray(tokens, dtype=np.int64)
+
+
+def _cat(a, b):
+    """Two 1-D token arrays end to end (a tensor when either is one)."""
+    if _is_tensor(a) or _is_tensor(b):
+        import torch
+
+        device = a.device if _is_tensor(a) else b.device
+        return torch.cat([torch.as_tensor(a, device=device, dtype=torch.int64),
+                          torch.as_tensor(b, device=device, dtype=torch.int64)])
+    return np.concatenate([a, b])
 
 
 class ModelSession(Session):
@@ -65,6 +97,7 @@ class ModelSession(Session):
         self.batch, self.sampling, self.hidden = int(batch), sampling, hidden
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.device, self.host_rows, self.timer, self.name = self.cache.device, bool(host_rows), timer, name
+        self.rows_device = None if self.host_rows else self.device
         self._reset()
 
     def _reset(self) -> None:
@@ -72,6 +105,7 @@ class ModelSession(Session):
         self.base = np.zeros(B, dtype=np.int64)  # committed tokens the cache holds
         self.pending = [np.zeros(0, dtype=np.int64) for _ in range(B)]  # committed tokens not fed yet
         self.spec = [np.zeros(0, dtype=np.int64) for _ in range(B)]  # speculative chain fed since the last commit
+        self.fed = np.zeros(B, dtype=np.int64)  # its length
         self._tree = None  # per row: (prefix slots, node tokens, node parents, node slots)
         self._last = None  # (logits (B, V), hidden (B, H) or None) after each row's current end
 
@@ -88,21 +122,23 @@ class ModelSession(Session):
             self._timed(f"{self.name}_prefill", int(counts.max()), self.cache.feed, tokens, counts)
         self.base = counts.copy()
         self.pending = [p[-1:].copy() for p in prompts]
+        self.fed[:] = 0
 
     def feed(self, tokens, counts) -> Scores:
         if self._tree is not None:
             raise RuntimeError("feed: tree nodes are pending; commit first")
-        tokens, counts = np.asarray(tokens, dtype=np.int64), np.asarray(counts, dtype=np.int64)
+        tokens, counts = _ids(tokens), np.asarray(counts, dtype=np.int64)
         m = tokens.shape[1]
-        u = np.array([p.size for p in self.pending], dtype=np.int64)
-        inputs, n = padded([np.concatenate([self.pending[b], _real(tokens, counts, b)]) for b in range(self.batch)])
+        u = np.array([len(p) for p in self.pending], dtype=np.int64)
+        inputs, n = padded([_cat(self.pending[b], _real(tokens, counts, b)) for b in range(self.batch)], self.device)
         if n.max() == 0:
             logits = hidden = None
         else:
             logits, hidden = self.cache.feed(inputs, n)
         for b in range(self.batch):
-            self.spec[b] = np.concatenate([self.spec[b], _real(tokens, counts, b)])
+            self.spec[b] = _cat(self.spec[b], _real(tokens, counts, b))
             self.pending[b] = self.pending[b][:0]
+        self.fed = self.fed + counts
         self.base = self.base + u
         # logits row u_b - 1 + j is the row after new token j (j = 0: after the last pending token)
         at = np.minimum(u[:, None] - 1 + np.arange(m + 1)[None, :], np.maximum(n - 1, 0)[:, None])
@@ -117,11 +153,11 @@ class ModelSession(Session):
         if self._tree is None:
             self._tree = [([], [], [], []) for _ in range(B)]
         first = self.cache.pending  # cache slots are numbered across calls, padding included
-        u = np.array([p.size for p in self.pending], dtype=np.int64)
+        u = np.array([len(p) for p in self.pending], dtype=np.int64)
         rows, cache_parents = [], []
         for b in range(B):
             prefix, node_tokens, node_parents, slots = self._tree[b]
-            chain = self.pending[b]
+            chain = to_host(self.pending[b])  # trees are walked on the host
             par = [first + i - 1 if i else (prefix[-1] if prefix else -1) for i in range(chain.size)]
             prefix.extend(first + i for i in range(chain.size))
             for j in range(int(counts[b])):
@@ -144,23 +180,22 @@ class ModelSession(Session):
         return self._scores(logits, None, at, n)
 
     def commit(self, tokens, counts) -> None:
-        tokens, counts = np.asarray(tokens, dtype=np.int64), np.asarray(counts, dtype=np.int64)
+        tokens, counts = _ids(tokens), np.asarray(counts, dtype=np.int64)
         paths = []
         for b in range(self.batch):
             new = _real(tokens, counts, b)
             if self._tree is not None:
                 prefix, node_tokens, node_parents, slots = self._tree[b]
-                kept = self._match_tree(node_tokens, node_parents, new[:-1])
+                kept = self._match_tree(node_tokens, node_parents, to_host(new[:-1]))
                 paths.append(prefix + [slots[j] for j in kept])
                 self.base[b] += len(prefix) + len(kept)
                 kept = len(kept)
             else:
-                fed = self.spec[b]
-                agree = int(np.cumprod(fed[:new.size] == new[:fed.size]).sum()) if fed.size and new.size else 0
-                kept = min(agree, max(new.size - 1, 0))  # the last committed token stays unseen
+                kept = min(self._agree(self.spec[b], new), max(len(new) - 1, 0))  # the last one stays unseen
                 self.base[b] += kept
-            self.pending[b] = np.concatenate([self.pending[b], new[kept:]])
+            self.pending[b] = _cat(self.pending[b], new[kept:])
             self.spec[b] = self.spec[b][:0]
+        self.fed[:] = 0
         if self._tree is not None:
             self._tree = None
             self.cache.keep_path(paths)
@@ -168,6 +203,19 @@ class ModelSession(Session):
             self.cache.rollback(self.base)
 
     # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def _agree(fed, new) -> int:
+        """How many of the committed tokens ``new`` the speculative chain ``fed`` spells.
+
+        On the host they are compared. Tokens on a device are taken to follow the chain for as far
+        as both go (the chain loop commits accepted drafts, a prefix of what it fed): comparing them
+        would read back from the device."""
+        if _is_tensor(fed) or _is_tensor(new):
+            return min(len(fed), len(new))
+        if not (len(fed) and len(new)):
+            return 0
+        return int(np.cumprod(fed[:len(new)] == new[:len(fed)]).sum())
+
     @staticmethod
     def _match_tree(node_tokens, node_parents, new) -> list:
         """Nodes of the pending tree that spell a prefix of ``new`` from the root, root first."""

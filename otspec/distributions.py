@@ -273,11 +273,13 @@ def uniform(rng, shape, like):
     return rng.random(shape)
 
 
-def sample_categorical(probs, rng, u=None):
+def sample_categorical(probs, rng, u=None, *, check: bool = True):
     """One draw from each row of ``probs`` (shape (..., V)) by inverse CDF.
 
     Rows must be non-negative with a positive sum (an all-zero row is a ``ValueError``); they
-    need not sum to 1.
+    need not sum to 1. ``check=False`` skips that test, which reads a value back from the
+    device: the decode loops sample rows they know to be valid without a host synchronisation
+    (an all-zero row then gives index 0).
 
     Returns integer indices of shape (...). ``u`` optionally supplies the
     uniforms (shape (...)). Entries with probability 0 are never returned.
@@ -286,7 +288,7 @@ def sample_categorical(probs, rng, u=None):
     if u is None:
         u = uniform(rng, probs.shape[:-1], probs)
     cdf = xp.cumulative_sum(probs, axis=-1)
-    if probs.shape[-1] == 0 or not bool(xp.all(cdf[..., -1] > 0)):
+    if check and (probs.shape[-1] == 0 or not bool(xp.all(cdf[..., -1] > 0))):
         raise ValueError("probs: every row to sample from needs positive total mass (got an empty or all-zero row)")
     # u is scaled by the row total, so rows need not be normalised and rounding in the
     # cumulative sum cannot push past the end. The first index with cdf > u * total has

@@ -24,8 +24,8 @@ def _full_rows(model, seq, sampling):
 
 
 def reference_generate(pair, prompts, verifier, L, N, sampling, seed):
-    """The loop without KV caches: every row recomputed from the whole sequence, same order of draws (the drafts,
-    then one verifier call on the ragged batch)."""
+    """The loop without KV caches: every row recomputed from the whole sequence, same order of draws (a token for
+    every sequence at each drafting step, kept where it still drafts; then one verifier call on the ragged batch)."""
     rng, B = np.random.default_rng(seed), len(prompts)
     seqs, done = [list(p) for p in prompts], np.zeros(B, dtype=np.int64)
     while (done < N).any():
@@ -38,7 +38,7 @@ def reference_generate(pair, prompts, verifier, L, N, sampling, seed):
             if idx.size == 0:
                 break
             rows = np.stack([_full_rows(pair.drafter.model, seqs[b] + drafts[b], sampling) for b in idx])
-            x = sample_categorical(rows, rng)
+            x = sample_categorical(rows, rng, u=rng.random(B)[idx])  # the loop draws for every sequence
             for j, b in enumerate(idx):
                 drafts[b].append(int(x[j]))
                 p_rows[b].append(rows[j])

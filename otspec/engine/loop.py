@@ -59,15 +59,20 @@ class _Timing:
 
 
 class _Run:
-    """State shared by both loops: the committed tokens, progress, observers and the clock."""
+    """State shared by both loops: the committed tokens, progress, observers and the clock.
 
-    def __init__(self, sessions, prompts, n_tokens: int, observers, bar, timer):
-        self.prompts = prompts
+    Tokens live where the target's rows live (``Session.rows_device``): numpy on the host, or a
+    torch tensor on the device, so committing them reads nothing back from the device.
+    """
+
+    def __init__(self, sessions, prompts, n_tokens: int, observers, bar, timer, device=None):
+        self.prompts, self.device = prompts, device
         self.B, self.N = len(prompts), int(n_tokens)
         self.plen = np.array([p.size for p in prompts], dtype=np.int64)
-        self.seq = np.zeros((self.B, int(self.plen.max(initial=0)) + self.N), dtype=np.int64)
+        seq = np.zeros((self.B, int(self.plen.max(initial=0)) + self.N), dtype=np.int64)
         for b, p in enumerate(prompts):
-            self.seq[b, :p.size] = p
+            seq[b, :p.size] = p
+        self.seq = self.like(seq)
         self.done = np.zeros(self.B, dtype=np.int64)  # tokens generated per sequence
         self.observers, self.bar, self.call = list(observers), bar, _Timing(timer)
         for session in sessions:
@@ -75,6 +80,18 @@ class _Run:
                 session.start(prompts)
         self.watching = 0.0
         self.t0 = time.perf_counter()
+
+    def like(self, values):
+        """Host values (token ids, an index) where the run keeps its tokens."""
+        if self.device is None or not isinstance(values, np.ndarray):
+            return values
+        import torch
+
+        return torch.as_tensor(values, device=self.device)
+
+    def tokens(self, shape):
+        """Zero token ids of ``shape`` where the run keeps its tokens."""
+        return self.like(np.zeros(shape, dtype=np.int64))
 
     def notify(self, method: str, step) -> None:
         t = time.perf_counter()
@@ -84,13 +101,14 @@ class _Run:
 
     def emit(self, rows, tokens, counts, sessions) -> None:
         """Append ``tokens[i, :counts[i]]`` to sequences ``rows`` and commit them to every session."""
+        tokens = self.like(tokens)
         at = self.plen[rows] + self.done[rows]
         r, c = np.nonzero(np.arange(tokens.shape[1])[None, :] < counts[:, None])
-        self.seq[rows[r], at[r] + c] = tokens[r, c]
+        self.seq[self.like(rows[r]), self.like(at[r] + c)] = tokens[self.like(r), self.like(c)]
         self.done[rows] += counts
-        full_tokens = np.zeros((self.B, tokens.shape[1]), dtype=np.int64)
+        full_tokens = self.tokens((self.B, tokens.shape[1]))
         full_counts = np.zeros(self.B, dtype=np.int64)
-        full_tokens[rows], full_counts[rows] = tokens, counts
+        full_tokens[self.like(rows)], full_counts[rows] = tokens, counts
         for session in sessions:
             if session is not None:
                 session.commit(full_tokens, full_counts)
@@ -99,7 +117,8 @@ class _Run:
 
     def result(self) -> LoopRun:
         seconds = time.perf_counter() - self.t0 - self.watching
-        return LoopRun(np.stack([self.seq[b, self.plen[b]:self.plen[b] + self.N] for b in range(self.B)])
+        seq = to_host(self.seq)
+        return LoopRun(np.stack([seq[b, self.plen[b]:self.plen[b] + self.N] for b in range(self.B)])
                        if self.B else np.zeros((0, self.N), dtype=np.int64), seconds)
 
 
@@ -110,7 +129,7 @@ def _zeros(like, shape):
 
 
 def _index(rows, idx):
-    """``rows[idx]`` for a numpy index into numpy or torch rows."""
+    """``rows[idx]`` for a host index into numpy or torch rows."""
     if isinstance(rows, np.ndarray):
         return rows[idx]
     import torch
@@ -119,11 +138,18 @@ def _index(rows, idx):
 
 
 def _controller_inputs(ctrl: DraftLengthController, draft, target, run, tokens, i, idx, x, features) -> dict:
-    """What the controller reads besides the draft rows (see :mod:`otspec.engine.controllers`)."""
-    previous = tokens[idx, i - 1] if i > 0 else np.where(run.plen[idx] + run.done[idx] > 0,
-                                                         run.seq[idx, np.maximum(run.plen[idx] + run.done[idx] - 1, 0)],
-                                                         -1)
-    out = {"which": idx, "tokens": x, "previous": previous, "features": features}
+    """What the controller reads besides the draft rows (see :mod:`otspec.engine.controllers`).
+
+    Token ids go to the host only for controllers that read them (a learned head on token features,
+    the simulated oracles); a fixed draft length reads nothing."""
+    out = {"which": idx, "features": features}
+    if not (ctrl.needs_context or ctrl.needs_target or ctrl.needs_lookahead):
+        return out
+    tokens = to_host(tokens)
+    end = run.plen[idx] + run.done[idx]
+    before = to_host(_index(run.seq, idx))[np.arange(idx.size), np.maximum(end - 1, 0)]
+    out["tokens"] = tokens[idx, i]
+    out["previous"] = tokens[idx, i - 1] if i > 0 else np.where(end > 0, before, -1)
     if ctrl.needs_target or ctrl.needs_lookahead:
         counts = np.zeros(run.B, dtype=np.int64)
         counts[idx] = i
@@ -138,55 +164,55 @@ def _controller_inputs(ctrl: DraftLengthController, draft, target, run, tokens, 
 
 
 def _draft_chain(draft: Session, target: Session, ctrl: DraftLengthController, run: _Run, limit, rng):
-    """Draft up to ``limit`` (B,) tokens per sequence; returns (drafted (B,), tokens (B, L), draft rows (B, L, V))."""
+    """Draft up to ``limit`` (B,) tokens per sequence; returns (drafted (B,), tokens (B, L), draft rows (B, L, V)).
+
+    Every step draws a token for every sequence (one uniform each, no host index), and keeps those
+    of the sequences still drafting; the rest is padding past their drafted length."""
     B, L = run.B, ctrl.max_length
-    drafted, tokens = np.zeros(B, dtype=np.int64), np.zeros((B, max(L, 1)), dtype=np.int64)
+    drafted, tokens, draft_rows = np.zeros(B, dtype=np.int64), run.tokens((B, L)), None
     ctrl.start(B)
     drafting = limit > 0
-    draft_rows, at = None, 0
     if not drafting.any():
         return drafted, tokens, draft_rows
-    scores = run.call("draft", 0, draft.feed, np.zeros((B, 0), dtype=np.int64), np.zeros(B, dtype=np.int64))
+    scores, at = run.call("draft", 0, draft.feed, run.tokens((B, 0)), np.zeros(B, dtype=np.int64)), 0
     for i in range(L):
         if scores.usable is not None:
             drafting &= to_host(scores.usable[:, at]).astype(bool)
         idx = np.flatnonzero(drafting)
         if idx.size == 0:
             break
-        rows = _index(scores.rows[:, at], idx)
+        rows = scores.rows[:, at]
         if draft_rows is None:
-            draft_rows = _zeros(rows, (B, max(L, 1), rows.shape[-1]))
-        x = to_host(sample_categorical(rows, rng))
-        tokens[idx, i] = x
-        draft_rows[idx, i] = rows
+            draft_rows = _zeros(rows, (B, L, rows.shape[-1]))
+        tokens[:, i] = sample_categorical(rows, rng, check=False)
+        draft_rows[:, i] = rows
         drafted[idx] += 1
         features = None if scores.features is None else to_host(_index(scores.features[:, at], idx))
-        keep = ctrl.keep_drafting(i + 1, rows, **_controller_inputs(ctrl, draft, target, run, tokens, i, idx, x,
-                                                                    features))
+        keep = ctrl.keep_drafting(i + 1, _index(rows, idx), **_controller_inputs(ctrl, draft, target, run, tokens, i,
+                                                                                 idx, None, features))
         drafting[idx] = np.asarray(keep, dtype=bool) & (drafted[idx] < limit[idx])
         if not drafting.any():
             break
-        step = np.zeros((B, 1), dtype=np.int64)
-        step[:, 0] = tokens[:, i]
-        scores, at = run.call("draft", 1, draft.feed, step, drafting.astype(np.int64)), 1
+        scores, at = run.call("draft", 1, draft.feed, tokens[:, i:i + 1], drafting.astype(np.int64)), 1
     return drafted, tokens, draft_rows
 
 
 def _verify_chain(verifier, state, draft, run, idx, drafted, tokens, draft_rows, target_rows, rng):
-    """τ and Y of sequences ``idx`` in one ragged verifier call, and the rows verified against when the verifier
-    carries a residual target (``None`` otherwise: the target's rows)."""
+    """τ (host) and Y (where the rows are) of sequences ``idx`` in one ragged verifier call, and the rows verified
+    against when the verifier carries a residual target (``None`` otherwise: the target's rows)."""
     lengths = drafted[idx]
     width = int(lengths.max(initial=0))
-    toks = tokens[idx, :width]
+    toks = _index(tokens, idx)[:, :width]
     q_rows = _index(target_rows, idx)[:, :width + 1]
     p_rows = _index(draft_rows, idx)[:, :width] if width else _zeros(q_rows, (idx.size, 0, q_rows.shape[-1]))
     start = run.done[idx]
     verified, scratch = None, None
 
     def next_draft_row():  # the draft's row after each row's drafted tokens (v1 block verification asks for it)
-        step, counts = np.zeros((run.B, 1), dtype=np.int64), np.zeros(run.B, dtype=np.int64)
+        step, counts = run.tokens((run.B, 1)), np.zeros(run.B, dtype=np.int64)
         some = idx[lengths > 0]
-        step[some, 0], counts[some] = tokens[some, drafted[some] - 1], 1
+        step[run.like(some), 0] = tokens[run.like(some), run.like(drafted[some] - 1)]
+        counts[some] = 1
         rows = run.call("draft", 1, draft.feed, step, counts).rows  # row 0: after the end, where nothing was drafted
         return _index(_where_rows(counts > 0, rows[:, 1], rows[:, 0]), idx)
 
@@ -195,12 +221,12 @@ def _verify_chain(verifier, state, draft, run, idx, drafted, tokens, draft_rows,
         q_used, scratch = verifier.current_targets(state, idx, toks, p_rows, q_rows, start, lengths, next_draft_row)
         verified = q_used if verifier.carries_residual else None
     if width == 0:  # nothing drafted (the last position, or no draft on offer): the target's own draw
-        out = Outcome(np.zeros(idx.size, dtype=np.int64), sample_categorical(q_used[:, 0], rng))
+        out = Outcome(np.zeros(idx.size, dtype=np.int64), sample_categorical(q_used[:, 0], rng, check=False))
     else:
         out = run.call("verify", width, _sample, verifier, toks, p_rows, q_used, _like(lengths, q_used), rng)
     if verifier is not None:
         verifier.advance_state(state, idx, scratch, out, start, lengths)
-    return to_host(out.accepted_len), to_host(out.correction), verified
+    return to_host(out.accepted_len), out.correction, verified  # the iteration's one read-back: τ
 
 
 def _where_rows(mask: np.ndarray, rows, other):
@@ -213,7 +239,7 @@ def _where_rows(mask: np.ndarray, rows, other):
 
 
 def _like(values: np.ndarray, rows):
-    """Host integers (lengths, tokens) in the namespace and on the device of ``rows``."""
+    """Host integers (lengths) in the namespace and on the device of ``rows``."""
     if isinstance(rows, np.ndarray):
         return values
     import torch
@@ -222,11 +248,13 @@ def _like(values: np.ndarray, rows):
 
 
 def _sample(verifier, tokens, draft_rows, target_rows, lengths, rng):
-    return verifier.sample_ragged(_like(tokens, target_rows), draft_rows, target_rows, lengths, rng, validate=False)
+    return verifier.sample_ragged(tokens, draft_rows, target_rows, lengths, rng, validate=False)
 
 
 def _sample_candidates(verifier, candidates, draft_rows, target_rows, rng):
     return verifier.sample(candidates, draft_rows, target_rows, rng, validate=False)
+
+
 def chain_loop(draft: Session | None, target: Session, verifier, controller: DraftLengthController, n_tokens: int,
                rng, *, prompts=None, batch: int | None = None, observers=(), bar=None, timer=None) -> LoopRun:
     """Generate ``n_tokens`` tokens per sequence by speculative decoding of chains (module docstring).
@@ -252,14 +280,14 @@ def chain_loop(draft: Session | None, target: Session, verifier, controller: Dra
     prompts = as_prompts(prompts, batch)
     if (draft is None) != (controller is None):
         raise ValueError("chain_loop: give both a drafter and a controller, or neither (plain sampling)")
-    run = _Run((draft, target), prompts, n_tokens, observers, bar, timer)
+    run = _Run((draft, target), prompts, n_tokens, observers, bar, timer, target.rows_device)
     L = 0 if controller is None else controller.max_length
     state = None if verifier is None else verifier.start_state(run.B, L)
     while (run.done < run.N).any():
         active = run.done < run.N
         limit = np.where(active, np.minimum(L, run.N - run.done - 1), 0)
         if draft is None:
-            drafted, tokens, draft_rows = np.zeros(run.B, dtype=np.int64), np.zeros((run.B, 1), np.int64), None
+            drafted, tokens, draft_rows = np.zeros(run.B, dtype=np.int64), run.tokens((run.B, 0)), None
         else:
             drafted, tokens, draft_rows = _draft_chain(draft, target, controller, run, limit, rng)
         width = int(drafted.max())
@@ -268,15 +296,14 @@ def chain_loop(draft: Session | None, target: Session, verifier, controller: Dra
         accepted, correction, verified = _verify_chain(verifier, state, draft, run, idx, drafted, tokens, draft_rows,
                                                        target_rows, rng)
         start = run.done[idx].copy()
-        emitted = np.zeros((idx.size, width + 1), dtype=np.int64)  # the accepted drafts, then Y
-        emitted[:, :width] = tokens[idx, :width]
-        emitted[np.arange(idx.size), accepted] = correction
+        emitted = run.tokens((idx.size, width + 1))  # the accepted drafts, then Y
+        emitted[:, :width] = _index(tokens, idx)[:, :width]
+        emitted[run.like(np.arange(idx.size)), run.like(accepted)] = correction
         run.emit(idx, emitted, accepted + 1, (draft, target))
         if run.observers:
-            run.notify("on_chain", ChainStep(idx, start, drafted[idx], tokens[idx],
+            run.notify("on_chain", ChainStep(idx, start, drafted[idx], _index(tokens, idx),
                                              None if draft_rows is None else _index(draft_rows, idx),
-                                             _index(target_rows, idx), accepted, correction,
-                                             verified))
+                                             _index(target_rows, idx), accepted, correction, verified))
     return run.result()
 
 
@@ -392,7 +419,7 @@ def tree_loop(draft: Session, target: Session, verifier, tree: DraftTree, n_toke
     trie is cut at depth N − generated − 1, so every sequence ends with exactly N tokens.
     """
     prompts = as_prompts(prompts, batch)
-    run = _Run((draft, target), prompts, n_tokens, observers, bar, timer)
+    run = _Run((draft, target), prompts, n_tokens, observers, bar, timer)  # trees walk on the host
     while (run.done < run.N).any():
         active = run.done < run.N
         depth = np.where(active, np.minimum(tree.depth, run.N - run.done - 1), 0)

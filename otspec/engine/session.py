@@ -24,7 +24,8 @@ models), optionally with features (a model's last hidden states) aligned with th
 
 Row 0 is the row after each sequence's current end (committed prefix and any speculative tokens
 fed before), row j the row after its j-th new token; rows past ``counts[b]`` are valid
-probability rows of no meaning. Tree nodes are numbered in the order they are fed across
+probability rows of no meaning. Token ids may be numpy arrays or, for a session whose rows live on
+a device (``rows_device``), tensors on that device; counts are always host integers. Tree nodes are numbered in the order they are fed across
 :meth:`Session.feed_tree` calls since the last commit; a parent of -1 is the current end.
 """
 
@@ -77,6 +78,9 @@ class Session(ABC):
 
     vocab_size: int
     batch: int
+    #: Where the rows live: ``None`` for numpy on the host, else the torch device of the rows (the
+    #: loop then keeps its tokens there too and reads back only the accepted lengths).
+    rows_device: Any = None
 
     @abstractmethod
     def start(self, prompts: list[np.ndarray]) -> None:

@@ -1,0 +1,93 @@
+"""Rows on the model's device: the chain loop reads back one thing per iteration, the accepted lengths.
+
+The torch path of the loop runs here on CPU tensors (a GPU runs the same code). Every tensor method
+that copies to the host is wrapped, and calls made from otspec's or llm_bridge's own code (not from
+inside the model) are counted between iterations.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llm_bridge.sampling import Sampling
+from llm_bridge.sessions import ModelSession
+from otspec.engine.controllers import FixedDraftLength
+from otspec.engine.loop import chain_loop
+from otspec.engine.observers import Observer
+from otspec.verifiers import BlockVerify, TokenVerify
+from tests.llm_tiny import random_prompts, tiny_pair, torch
+
+ROOT = Path(__file__).resolve().parent.parent
+OURS = (str(ROOT / "otspec"), str(ROOT / "llm_bridge"))
+READS = ("cpu", "numpy", "item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__array__")
+
+
+@pytest.fixture
+def host_reads(monkeypatch):
+    """A list that grows by one name for every host read made from otspec / llm_bridge code."""
+    seen = []
+    for name in READS:
+        original = getattr(torch.Tensor, name)
+
+        def wrapped(self, *args, _original=original, _name=name, **kwargs):
+            frame = sys._getframe(1)
+            if frame.f_code.co_filename.startswith(OURS):
+                seen.append(f"{_name} at {Path(frame.f_code.co_filename).name}:{frame.f_lineno}")
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, wrapped)
+    return seen
+
+
+class Marks(Observer):
+    """How many host reads had happened when each iteration ended."""
+
+    def __init__(self, seen):
+        self.seen, self.marks = seen, []
+
+    def on_chain(self, step):
+        self.marks.append(len(self.seen))
+
+
+@pytest.mark.parametrize("verifier", [TokenVerify(), BlockVerify()], ids=["token", "block"])
+@pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=0.8, top_k=8, top_p=0.9)],
+                         ids=["plain", "processed"])
+def test_one_host_read_per_iteration_on_the_torch_path(verifier, sampling, host_reads):
+    pair = tiny_pair(sharpness=3.0)
+    prompts = random_prompts(3, np.random.default_rng(0))
+    target = ModelSession(pair.target.model, 3, sampling, host_rows=False, name="target")
+    draft = pair.drafter.session(3, sampling, host_rows=False)
+    marks = Marks(host_reads)
+    run = chain_loop(draft, target, verifier, FixedDraftLength(4), 24, torch.Generator().manual_seed(0),
+                     prompts=prompts, observers=[marks])
+    per_iteration = np.diff([0, *marks.marks])
+    assert len(marks.marks) >= 6 and run.tokens.shape == (3, 24)
+    assert per_iteration.max() <= 1, (per_iteration.tolist(), host_reads[:12])
+    assert (per_iteration == 1).sum() >= per_iteration.size - 1  # the accepted lengths (none when nothing was drafted)
+
+
+def test_the_counter_sees_a_host_read(host_reads):
+    """Negative control: the numpy-row path reads every row back, and the counter notices."""
+    pair = tiny_pair(sharpness=3.0)
+    target = ModelSession(pair.target.model, 2, Sampling(), host_rows=True, name="target")
+    draft = pair.drafter.session(2, Sampling(), host_rows=True)
+    chain_loop(draft, target, TokenVerify(), FixedDraftLength(3), 8, np.random.default_rng(0),
+               prompts=random_prompts(2, np.random.default_rng(1)))
+    assert len(host_reads) > 8
+
+
+def test_device_rows_give_the_target_law():
+    """The torch path is the same loop: with greedy processing it reproduces plain greedy decoding."""
+    pair = tiny_pair(sharpness=3.0)
+    greedy = Sampling(temperature=0)
+    prompts = random_prompts(2, np.random.default_rng(2))
+    spec = chain_loop(pair.drafter.session(2, greedy, host_rows=False),
+                      ModelSession(pair.target.model, 2, greedy, host_rows=False), TokenVerify(),
+                      FixedDraftLength(3), 15, torch.Generator().manual_seed(1), prompts=prompts)
+    plain = chain_loop(None, ModelSession(pair.target.model, 2, greedy), None, None, 15,
+                       np.random.default_rng(0), prompts=prompts)
+    np.testing.assert_array_equal(spec.tokens, plain.tokens)
