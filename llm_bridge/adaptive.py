@@ -19,7 +19,9 @@
    tokens/s, speedup over plain sampling in the same run, and the cost model's latency (eq. (4))
    from the measured t_draft and t_target.
 
-Writes ``figures/llm_adaptive_<name>.json`` / ``.md`` / ``.png``; the head is saved as JSON (``--save-head``).
+Writes the record ``figures/llm_adaptive_<name>.json`` (an :class:`otspec.engine.record.AdaptiveRecord`;
+``python -m otspec.plot record`` and the report draw its ``.md`` and ``.png``); the head is saved as JSON
+(``--save-head``).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import numpy as np
 
 from otspec.distributions import sample_categorical
 from otspec.engine.heads import AcceptanceHead, LearnedHeadController, binary_kl
-from otspec.figures.llm import adaptive_markdown, render_adaptive_record
+from otspec.engine.record import AdaptiveRecord
 from otspec.verifiers import TokenVerify
 
 from .drafters import load_pair
@@ -240,17 +242,13 @@ def main(argv=None) -> int:
     except (ModelNotFound, VocabularyMismatch, ImportError, ValueError, FileNotFoundError) as err:
         print(f"python -m llm_bridge.adaptive: {err}", file=sys.stderr)
         return 2
-    stem = f"llm_adaptive_{args.name or output_name(args.draft)}"
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / f"{stem}.json").write_text(json.dumps(record, indent=1) + "\n")
-    (args.out_dir / f"{stem}.md").write_text(adaptive_markdown(record))
-    render_adaptive_record(record).savefig(args.out_dir / f"{stem}.png")
-    print(f"wrote {args.out_dir / stem}.{{json,md,png}}", file=sys.stderr)
+    path = record.write(args.out_dir / f"llm_adaptive_{args.name or output_name(args.draft)}.json")
+    print(f"wrote {path} (its plot and summary: python -m otspec.plot record {path})", file=sys.stderr)
     return 0
 
 
-def run(args, thresholds, fixed) -> dict:
-    """Load the pair, train (or load) the head, run the frontier; the JSON record."""
+def run(args, thresholds, fixed) -> AdaptiveRecord:
+    """Load the pair, train (or load) the head, run the frontier; the record."""
     import torch
 
     sampling = Sampling(args.temperature)
@@ -280,7 +278,7 @@ def run(args, thresholds, fixed) -> dict:
               "head": report}
     record.update(frontier(pair, ids, head, thresholds=thresholds, fixed=fixed, max_length=args.max_length,
                            max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed))
-    return record
+    return AdaptiveRecord.from_json(record)
 
 
 if __name__ == "__main__":

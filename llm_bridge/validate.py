@@ -2,8 +2,9 @@
 
 For every verifier × draft length it runs the speculative loop on the same prompts, and in the same
 process plain target sampling (the speedup's denominator), Hugging Face assisted generation (the
-peer), a t_target(n) / t_draft profile, and the losslessness checks. It writes
-``figures/llm_<name>.json`` (the contract below), ``figures/llm_<name>.md`` and ``figures/llm_<name>.png``.
+peer), a t_target(n) / t_draft profile, and the losslessness checks. It writes the record
+``figures/llm_<name>.json`` (an :class:`otspec.engine.record.PairRecord`, the contract below);
+``python -m otspec.plot record`` (and the report) draw its ``.md`` summary and ``.png`` plot.
 
 JSON: ``model_pair`` {target, draft, device, dtype}; ``runs``: per run ``verifier``, ``L``,
 ``block_efficiency`` {mean, low, high}, ``predicted_block_efficiency``, ``acceptance_rate``,
@@ -35,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from otspec.checks import MAX_DRAFT_LENGTH, check_size
+from otspec.engine.record import PairRecord
 from otspec.verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, DecodingOPT
 
 from .cache import CACHE_KINDS, make_cache
@@ -354,7 +356,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
         record["hf_decode_step"] = step
     law_sampling = Sampling(temperature or 1.0, top_k or 8, top_p)
     record["lossless"] = _lossless(pair, ids[0], verifiers, law_sampling, lossless_samples, seed, multi_verifiers)
-    return record
+    return PairRecord.from_json(record)
 
 
 def _warm_up(pair, ids, lengths, trees, multi_verifiers, rule, sampling, cache) -> None:
@@ -425,12 +427,10 @@ def main(argv=None) -> int:
     except (ModelNotFound, VocabularyMismatch, ImportError, ValueError) as err:
         print(f"python -m llm_bridge.validate: {err}", file=sys.stderr)
         return 2
-    from .summary import write_outputs
-
-    paths = write_outputs(record, args.out_dir, f"llm_{args.name or output_name(args.draft)}")
+    path = record.write(args.out_dir / f"llm_{args.name or output_name(args.draft)}.json")
     if args.json:
-        print(json.dumps(record, indent=1))
-    print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+        print(json.dumps(record.to_json(), indent=1))
+    print(f"wrote {path} (its plot and summary: python -m otspec.plot record {path})", file=sys.stderr)
     return 0
 
 

@@ -49,12 +49,16 @@ def write_figure(name: str, out: str | os.PathLike | None = None, scale: float =
     unknown = [key for key in data_kwargs if key not in accepted]
     if unknown:
         raise ValueError(f"figure {name!r} does not take {', '.join('--' + k for k in unknown)}")
+    if "records_dir" in accepted and data_kwargs.get("records_dir") is None:
+        data_kwargs["records_dir"] = png.parent  # measured records sit beside the figures drawn from them
     data = {**data_fn(scale=scale, **data_kwargs), "figure": stem}  # the JSON names the figure it sits beside
     fig = render(name, data)
     fig.tight_layout()
     fig.savefig(png)
     js = png.with_suffix(".json")
     js.write_text(json.dumps(data, indent=1) + "\n")
+    if FIGURES[name].files is not None:
+        FIGURES[name].files(data, png.parent)
     return png, js, data
 
 
@@ -88,6 +92,10 @@ def main(argv=None) -> int:
         from .figures.sweep import main as sweep_main
 
         return sweep_main(argv[1:])
+    if argv[:1] == ["record"]:  # a real pair's record: its plot and summary beside it
+        from .figures.llm import record_main
+
+        return record_main(argv[1:])
 
     parser = argparse.ArgumentParser(prog="python -m otspec.plot", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)

@@ -11,6 +11,7 @@ from llm_bridge import adaptive
 from llm_bridge.cache import CachedLM
 from llm_bridge.loop import speculative_generate
 from otspec.engine.heads import AcceptanceHead, LearnedHeadController
+from otspec.plot import main as plot_main
 from otspec.verifiers import TokenVerify
 from tests.llm_tiny import random_prompts, tiny_llama, tiny_pair, tiny_tokenizer, torch
 
@@ -98,6 +99,7 @@ def test_cli_writes_the_frontier(tmp_path):
         assert {"discard_rate", "verification_rate", "tokens_per_s", "speedup", "block_efficiency"} <= set(r)
         assert 0 < r["verification_rate"] <= 1 and r["discard_rate"] >= 0
     assert record["fixed"][0]["discard_rate"] <= record["fixed"][1]["discard_rate"] + 0.5
+    assert plot_main(["record", str(out / "llm_adaptive_tiny.json")]) == 0
     assert "threshold h = 0.3" in (out / "llm_adaptive_tiny.md").read_text()
     assert (out / "llm_adaptive_tiny.png").stat().st_size > 10_000
     # a saved head is reused without training

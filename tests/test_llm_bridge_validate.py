@@ -8,6 +8,7 @@ import pytest
 
 from llm_bridge import validate as validate_mod
 from llm_bridge.measure import predicted_block_efficiency, predicted_speedup, two_point
+from otspec.plot import main as plot_main
 from tests.llm_tiny import tiny_llama, tiny_tokenizer, torch
 
 RUN_KEYS = {"verifier", "L", "block_efficiency", "predicted_block_efficiency", "acceptance_rate", "tv_per_position",
@@ -49,6 +50,8 @@ def test_cli_writes_the_json_contract(folders, tmp_path, capsys):
     assert record["hf_decode_step"]["cache"] == record["settings"]["cache"]
     laws = record["lossless"]["verifiers"]
     assert all(laws[v]["first_token_max_deviation"] < 1e-6 for v in ("token", "block", "block_v1"))
+    assert not (out / "llm_tiny.md").exists()  # the model side writes data; the figures draw it
+    assert plot_main(["record", str(out / "llm_tiny.json")]) == 0
     summary = (out / "llm_tiny.md").read_text()
     assert all(f"\n| {v} | {L} | " in summary for v in ("token", "block", "block_v1") for L in (2, 3))
     assert "biased control" in summary
@@ -116,6 +119,7 @@ def test_cli_tree_runs(folders, tmp_path):
     laws = record["lossless"]["verifiers"]
     assert laws["kseq (tree 2x1)"]["first_token_max_deviation"] < 1e-6
     assert laws["multiround_without_replacement (tree 2x1)"]["first_token_max_deviation"] < 1e-6
+    assert plot_main(["record", str(out / "llm_trees.json")]) == 0
     summary = (out / "llm_trees.md").read_text()
     assert "| kseq | 2x2 | accepted |" in summary and "w/o repl." in summary
     assert (out / "llm_trees.png").stat().st_size > 10_000

@@ -23,7 +23,8 @@ class Figure:
     """One figure: its CLI name, file stem, data function, renderer and report section.
 
     ``pair`` says whether ``data`` accepts a user's ``draft=``/``target=`` probability rows
-    (figures of one draft/target pair).
+    (figures of one draft/target pair); ``files(data, out_dir)``, when set, writes the figure's own
+    further files (the real-pair records' plots and summaries) and returns their paths.
     """
 
     name: str
@@ -32,19 +33,21 @@ class Figure:
     render: Callable
     section: Callable
     pair: bool = False
+    files: Callable | None = None
 
 
 #: Figures by name, in report order.
 FIGURES: dict[str, Figure] = {}
 
 
-def register(name: str, stem: str, *, render: Callable, section: Callable, pair: bool = False):
+def register(name: str, stem: str, *, render: Callable, section: Callable, pair: bool = False,
+             files: Callable | None = None):
     """Decorator registering a data function as figure ``name`` (file ``figures/<stem>.png``)."""
 
     def wrap(data: Callable) -> Callable:
         if name in FIGURES:
             raise ValueError(f"figure {name!r} is registered twice")
-        FIGURES[name] = Figure(name, stem, data, render, section, pair)
+        FIGURES[name] = Figure(name, stem, data, render, section, pair, files)
         return data
 
     return wrap

@@ -1,25 +1,27 @@
-"""Real model pairs (``llm_bridge.validate`` records): measured against predicted, in one figure and section.
+"""Real model pairs (``llm_bridge`` records): measured against predicted, in one figure and section.
 
-``python -m llm_bridge.validate`` writes ``figures/llm_<name>.json``; this module reads those
-records (it never runs a model), draws every run's measured block efficiency and speedup against
-the theory's prediction, and writes one report part per record. :func:`record_markdown` and
-:func:`render_record` are also what the command writes beside each record.
+``python -m llm_bridge.validate`` writes ``llm_<name>.json`` (a :class:`~otspec.engine.record.PairRecord`)
+and ``python -m llm_bridge.adaptive`` ``llm_adaptive_<name>.json`` (an
+:class:`~otspec.engine.record.AdaptiveRecord`); this module reads those records (it never runs a
+model), draws every run's measured block efficiency and speedup against the theory's prediction,
+writes one report part per record, and draws each record's own plot and summary
+(:func:`write_record_files`, ``python -m otspec.plot record FILE``). The records' folder is an
+argument: the report reads the folder it writes into.
 """
 
 from __future__ import annotations
 
-import json
+import argparse
 import math
+import sys
 from pathlib import Path
 
+from ..engine.record import AdaptiveRecord, RecordError, read_record
 from . import register
 from .common import axes, new_figure
 
-__all__ = ["RECORDS_DIR", "adaptive_markdown", "llm_data", "record_markdown", "render_adaptive_record", "render_llm",
-           "render_record"]
-
-#: Where the committed records live (the repository's ``figures/``).
-RECORDS_DIR = Path(__file__).resolve().parents[2] / "figures"
+__all__ = ["adaptive_markdown", "llm_data", "record_main", "record_markdown", "render_adaptive_record", "render_llm",
+           "render_record", "write_record_files"]
 
 
 def _f(x, digits: int = 3) -> str:
@@ -304,15 +306,49 @@ def _llm_section(data: dict, png: Path) -> str:
     return "\n".join(parts)
 
 
-@register("real_models", "real_models", render=render_llm, section=_llm_section)
-def llm_data(scale: float = 1.0, records_dir: str | Path | None = None) -> dict:
-    """The committed ``llm_*.json`` records (``scale`` is unused: nothing is rerun)."""
-    folder = Path(records_dir) if records_dir is not None else RECORDS_DIR
+def write_record_files(path) -> list[Path]:
+    """Draw the record in ``path`` (a ``.json``): its Markdown summary and plot beside it; returns their paths."""
+    path = Path(path)
+    record = read_record(path)
+    data = record.to_json()
+    adaptive = isinstance(record, AdaptiveRecord)
+    md, png = path.with_suffix(".md"), path.with_suffix(".png")
+    md.write_text(adaptive_markdown(data) if adaptive else record_markdown(data))
+    figure = render_adaptive_record(data) if adaptive else render_record(data)
+    figure.savefig(png)
+    import matplotlib.pyplot as plt
+
+    plt.close(figure)
+    return [md, png]
+
+
+def _records_files(data: dict, out_dir: Path) -> list[Path]:
+    """The report's hook: every record it read gets its plot and summary (beside it, in the report's folder)."""
+    return [p for rec in data["records"] + data.get("adaptive", []) for p in write_record_files(rec["path"])]
+
+
+@register("real_models", "real_models", render=render_llm, section=_llm_section, files=_records_files)
+def llm_data(scale: float = 1.0, records_dir: str | Path = "figures") -> dict:
+    """Every record ``llm_*.json`` in ``records_dir`` (``scale`` is unused: nothing is rerun)."""
     records, adaptive = [], []
-    for path in sorted(folder.glob("llm_*.json")):
-        record = json.loads(path.read_text())
-        if isinstance(record, dict) and "runs" in record and "model_pair" in record:
-            records.append({"file": path.name, **record})
-        elif isinstance(record, dict) and "threshold" in record and "model_pair" in record:
-            adaptive.append({"file": path.name, **record})
+    for path in sorted(Path(records_dir).glob("llm_*.json")):
+        record = read_record(path)
+        entry = {"file": path.name, "path": str(path), **record.to_json()}
+        (adaptive if isinstance(record, AdaptiveRecord) else records).append(entry)
     return {"records": records, "adaptive": adaptive}
+
+
+def record_main(argv=None) -> int:
+    """``python -m otspec.plot record FILE [FILE ...]``: each record's plot and summary beside it."""
+    parser = argparse.ArgumentParser(prog="python -m otspec.plot record",
+                                     description="Draw a real pair's record (llm_bridge.validate / adaptive): its "
+                                                 "Markdown summary and plot, written beside the JSON.")
+    parser.add_argument("files", nargs="+", type=Path, help="record files (llm_<name>.json)")
+    args = parser.parse_args(argv)
+    try:
+        for path in args.files:
+            print("wrote " + ", ".join(str(p) for p in write_record_files(path)))
+    except (RecordError, OSError) as err:
+        print(f"{parser.prog}: error: {err}", file=sys.stderr)
+        return 2
+    return 0

@@ -14,7 +14,6 @@ from ..theory import positional_window_values
 from ..verifiers import BlockVerify, TokenVerify
 from . import register
 from .common import axes, table
-from .llm import RECORDS_DIR
 
 __all__ = ["logged_data", "render_logged"]
 
@@ -120,9 +119,9 @@ def _logged_section(data: dict, png: Path) -> str:
 
 
 @register("logged_rows", "logged_rows", render=render_logged, section=_logged_section)
-def logged_data(scale: float = 1.0, records_dir: str | Path | None = None) -> dict:
-    """Every committed ``llm_*_rows.npz`` log, evaluated at L in :data:`LENGTHS` (``scale`` sets the Monte
-    Carlo blocks: 200,000 at 1)."""
-    folder = Path(records_dir) if records_dir is not None else RECORDS_DIR
+def logged_data(scale: float = 1.0, records_dir: str | Path = "figures") -> dict:
+    """Every ``llm_*_rows.npz`` log in ``records_dir``, evaluated at L in :data:`LENGTHS` (``scale`` sets the
+    Monte Carlo blocks: 200,000 at 1)."""
+    folder = Path(records_dir)
     blocks = max(2_000, int(200_000 * scale))
     return {"blocks": blocks, "logs": [_one_log(path, blocks) for path in sorted(folder.glob("llm_*_rows.npz"))]}
