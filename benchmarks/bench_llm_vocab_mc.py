@@ -22,8 +22,8 @@ import platform
 
 import numpy as np
 
+from otspec.distributions import resolve_device
 from otspec.engine import simulate, simulate_logged
-from otspec.engine.rowfree import resolve_device
 from otspec.sources import IIDSource, load_logged_rows
 from otspec.verifiers import BlockVerify, TokenVerify
 

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from otspec.distributions import resolve_device as _resolve_device
+
 __all__ = ["DEFAULT_TARGET", "LoadedModel", "ModelNotFound", "VocabularyMismatch", "cache_dir",
            "check_vocabularies", "default_target", "load_model", "resolve_device",
            "resolve_dtype"]
@@ -60,14 +62,8 @@ def cache_dir() -> Path:
 
 
 def resolve_device(device: str = "auto") -> str:
-    """``"auto"`` → ``"cuda"`` when a CUDA GPU is visible, else ``"cpu"``; other names pass through checked."""
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if str(device).startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r}: no CUDA GPU is visible to torch (use device='auto' or 'cpu')")
-    return str(device)
+    """The device name of :func:`otspec.distributions.resolve_device` (``"auto"``: ``"cuda"`` when visible, else ``"cpu"``)."""
+    return str(_resolve_device(device))
 
 
 def resolve_dtype(dtype: Any = "float32"):

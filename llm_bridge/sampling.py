@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from otspec.checks import check_real
+from otspec.distributions import temperature_rows, top_p_mask
 
 __all__ = ["DEFAULT_SAMPLING", "Sampling"]
 
@@ -47,16 +48,12 @@ class Sampling:
         z = logits.detach().to(torch.float64)
         if self.temperature == 0:
             return torch.nn.functional.one_hot(z.argmax(dim=-1), z.shape[-1]).to(torch.float64)
-        z = z / self.temperature
         if self.top_k and self.top_k < z.shape[-1]:
             kth = torch.topk(z, self.top_k, dim=-1).values[..., -1:]
             z = z.masked_fill(z < kth, -torch.inf)
-        probs = torch.softmax(z, dim=-1)
+        probs = temperature_rows(z, self.temperature)
         if self.top_p < 1.0:
-            sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)
-            before = torch.cumsum(sorted_p, dim=-1) - sorted_p  # mass of the tokens ranked above
-            drop = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, before >= self.top_p)
-            probs = probs.masked_fill(drop, 0.0)
+            probs = probs.masked_fill(~top_p_mask(probs, self.top_p), 0.0)
             probs = probs / probs.sum(dim=-1, keepdim=True)
         return probs
 

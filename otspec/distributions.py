@@ -53,6 +53,9 @@ def normalisation_tolerance(dtype, vocab_size: int | None = None, xp=np) -> floa
 
 __all__ = [
     "NORMALISATION_TOL",
+    "resolve_device",
+    "temperature_rows",
+    "top_p_mask",
     "normalisation_tolerance",
     "check_same_vocab",
     "one_row",
@@ -297,3 +300,63 @@ def sample_categorical(probs, rng, u=None, *, check: bool = True):
     if _is_torch(past):  # torch's argmax takes no booleans; numpy's is fastest on them
         past = xp.astype(past, xp.uint8)
     return xp.argmax(past, axis=-1)
+
+
+def resolve_device(device):
+    """Where arrays live: ``None`` keeps numpy; ``"auto"`` is torch on CUDA when a GPU is visible, else on the CPU;
+    anything else must name a torch device that exists here (``"cpu"``, ``"cuda"``, ``"cuda:1"``)."""
+    if device is None:
+        return None
+    import torch
+
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device: expected None, 'auto' or a torch device such as 'cpu' or 'cuda', "
+                         f"got {device!r} ({err})") from None
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r}: no CUDA GPU is visible to torch (use 'auto' or 'cpu')")
+    return resolved
+
+
+def temperature_rows(logits, temperature: float):
+    """softmax(logits / T) along the last axis (numpy or torch); ``-inf`` logits stay at probability 0.
+
+    A model's logits, or log-probabilities (``log p``, with ``-inf`` where p = 0) to temper a
+    probability row: p^(1/T) renormalised. T must be positive (T = 0, greedy, is the arg-max row).
+    """
+    xp = namespace(logits)
+    z = logits / temperature
+    z = z - xp.max(z, axis=-1, keepdims=True)
+    out = xp.exp(z)
+    return out / xp.sum(out, axis=-1, keepdims=True)
+
+
+def top_p_mask(rows, top_p: float, max_kept: int | None = None):
+    """The smallest set of most likely entries of each row whose mass reaches ``top_p`` of the row's total
+    (ties: lower id first), at most ``max_kept`` of them: a bool mask of the rows' shape (numpy or torch).
+
+    Entry k of a row sorted by decreasing probability is kept iff the mass ranked above it is below
+    ``top_p`` × total (nucleus sampling's rule).
+    """
+    if _is_torch(rows):
+        import torch
+
+        sorted_rows, order = torch.sort(rows, dim=-1, descending=True, stable=True)
+        above = torch.cumsum(sorted_rows, dim=-1) - sorted_rows
+        keep = above < top_p * sorted_rows.sum(dim=-1, keepdim=True)
+        if max_kept is not None:
+            keep &= torch.arange(rows.shape[-1], device=rows.device) < max_kept
+        return torch.zeros_like(rows, dtype=torch.bool).scatter(-1, order, keep)
+    rows = np.asarray(rows)
+    order = np.argsort(-rows, axis=-1, kind="stable")
+    sorted_rows = np.take_along_axis(rows, order, axis=-1)
+    above = np.cumsum(sorted_rows, axis=-1) - sorted_rows
+    keep = above < top_p * sorted_rows.sum(axis=-1, keepdims=True)
+    if max_kept is not None:
+        keep &= np.arange(rows.shape[-1]) < max_kept
+    mask = np.zeros(rows.shape, dtype=bool)
+    np.put_along_axis(mask, order, keep, axis=-1)
+    return mask

@@ -117,3 +117,45 @@ def test_sample_categorical_extreme_uniforms_stay_in_support():
     for u in (0.0, 1.0 - 2**-53):
         out = sample_categorical(probs, None, u=np.full(2, u))
         assert probs[np.arange(2), out].min() > 0
+
+
+def test_top_p_mask_is_the_nucleus_rule_on_numpy_and_torch():
+    from otspec.distributions import top_p_mask
+
+    rng = np.random.default_rng(3)
+    rows = rng.dirichlet(np.full(7, 0.5), size=40)
+    rows[0] = [0.3, 0.3, 0.2, 0.2, 0, 0, 0]  # ties: lower ids first
+    for top_p in (0.1, 0.5, 0.9, 1.0):
+        mask = top_p_mask(rows, top_p)
+        for row, keep in zip(rows, mask, strict=True):  # brute force: add tokens by rank until the mass reaches top_p
+            order = sorted(range(7), key=lambda i: (-row[i], i))
+            kept, mass = set(), 0.0
+            for i in order:
+                if mass >= top_p * row.sum():
+                    break
+                kept.add(i)
+                mass += row[i]
+            assert set(np.flatnonzero(keep)) == kept
+        assert not top_p_mask(rows, top_p, max_kept=2).sum(axis=1).max() > 2
+    assert top_p_mask(rows[:1], 0.5).tolist() == [[True, True, False, False, False, False, False]]
+    torch = pytest.importorskip("torch")
+    np.testing.assert_array_equal(top_p_mask(torch.as_tensor(rows), 0.7, max_kept=3).numpy(),
+                                  top_p_mask(rows, 0.7, max_kept=3))
+
+
+def test_temperature_rows_and_resolve_device():
+    from otspec.distributions import resolve_device, temperature_rows
+
+    p = np.array([[0.5, 0.25, 0.25, 0.0]])
+    with np.errstate(divide="ignore"):
+        hot = temperature_rows(np.log(p), 2.0)
+    np.testing.assert_allclose(hot, np.sqrt(p) / np.sqrt(p).sum(), atol=1e-15)
+    np.testing.assert_allclose(temperature_rows(np.log(p[:, :3]), 1.0), p[:, :3], atol=1e-15)
+    assert resolve_device(None) is None
+    torch = pytest.importorskip("torch")
+    assert resolve_device("cpu") == torch.device("cpu") and resolve_device("auto").type in ("cpu", "cuda")
+    with pytest.raises(ValueError, match="torch device"):
+        resolve_device("nowhere")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA GPU"):
+            resolve_device("cuda")

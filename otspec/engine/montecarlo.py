@@ -14,14 +14,14 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..checks import MAX_DRAFT_LENGTH, MAX_SIMULATION_BLOCKS, check_size
-from ..distributions import row_pair
+from ..distributions import resolve_device, row_pair
 from ..drafts import sample_candidates
 from ..pairs import check_pair
 from ..sources import IIDSource, LoggedRows, Source
 from ..verifiers.base import Verifier
 from ..verifiers.candidates import MultiDraftVerifier
 from .chunking import chunk_size
-from .rowfree import RowProfile, RowTables, resolve_device, row_free_sampler
+from .rowfree import RowProfile, RowTables, row_free_sampler
 from .stats import Estimate, check_confidence, mean_estimate, proportion_intervals
 
 __all__ = ["MONTE_CARLO_METHODS", "MonteCarloResult", "default_batch_size", "simulate", "simulate_candidates",

@@ -34,8 +34,9 @@ import array_api_compat
 import numpy as np
 from scipy.stats.sampling import DiscreteGuideTable
 
-from ..distributions import likelihood_ratio, uniform
-from ..verifiers.block import BlockVerify
+from ..distributions import likelihood_ratio, resolve_device, uniform
+from ..verifiers.block import BlockVerify, commit_probs, running_weights
+from ..verifiers.kernels import first_rejection_sample, last_pass_sample
 from ..verifiers.token import TokenVerify
 
 __all__ = ["ROW_FREE", "RowFreeOutcome", "RowProfile", "RowTables", "resolve_device", "row_free_sampler",
@@ -49,21 +50,6 @@ class RowFreeOutcome:
     accepted_len: object
     tokens: object
     correction: object
-
-
-def resolve_device(device):
-    """None: numpy; "auto": torch on CUDA when available, else torch on the CPU; else a torch device."""
-    if device is None:
-        return None
-    import torch
-
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        return torch.device(device)
-    except (RuntimeError, TypeError) as err:
-        raise ValueError(f"device: expected None, 'auto' or a torch device such as 'cpu' or 'cuda', "
-                         f"got {device!r} ({err})") from None
 
 
 class RowTables:
@@ -230,10 +216,7 @@ def sample_token(tables: RowTables, n: int, L: int, rng, at=None) -> RowFreeOutc
     dev = array_api_compat.device(like)
     seg = _columns(at, L + 1, xp, dev)
     drafts = tables.draw_draft(uniform(rng, (n, L), like), None if seg is None else seg[:, :L])
-    accepted = uniform(rng, (n, L), like) < xp.clip(tables.ratio[drafts], max=1.0)
-    # τ: the length of the leading run of acceptances
-    tau = xp.sum(xp.cumulative_prod(xp.astype(accepted, xp.int64), axis=1), axis=1) if L else \
-        xp.zeros(n, dtype=xp.int64, device=dev)
+    tau = first_rejection_sample(xp.clip(tables.ratio[drafts], max=1.0), rng)  # the verifier's own stopping rule
     rows = xp.arange(n, device=dev)
     y = tables.draw_target(uniform(rng, (n,), like), _pick(seg, rows, tau))  # the bonus row (or row τ)
     rejected = xp.nonzero(tau < L)[0]
@@ -254,22 +237,11 @@ def sample_block(tables: RowTables, n: int, L: int, rng, at=None) -> RowFreeOutc
     seg = _columns(at, L + 1, xp, dev)
     drafts = tables.draw_draft(uniform(rng, (n, L), like), None if seg is None else seg[:, :L])
     r = tables.ratio[drafts]
-    log_r = xp.where(r > 0, xp.log(xp.where(r > 0, r, 1.0)), -math.inf)
-    logs = [xp.zeros(n, dtype=like.dtype, device=dev)]
-    for i in range(L):
-        logs.append(xp.clip(logs[-1] + log_r[:, i], max=0.0))
-    w = xp.exp(xp.stack(logs, axis=1))
-    h = xp.ones((n, L + 1), dtype=like.dtype, device=dev)
-    if L:
-        mid = w[:, 1:L]
-        m = xp.reshape(tables.surplus_mass(xp.reshape(mid, (-1,)),
-                                           None if seg is None else xp.reshape(seg[:, 1:L], (-1,))), mid.shape)
-        den = m + 1.0 - mid
-        h[:, 1:L] = xp.where(den > 0, m / xp.where(den > 0, den, 1.0), 0.0)
-        h[:, L] = w[:, L]
-    passed = uniform(rng, (n, L + 1), like) < h
-    ids = xp.arange(L + 1, device=dev)
-    tau = xp.max(xp.where(passed, ids, xp.zeros_like(ids)), axis=1)
+    w = running_weights(xp.where(r > 0, xp.log(xp.where(r > 0, r, 1.0)), -math.inf))  # the verifier's kernels
+    mid = w[:, 1:L]
+    m = xp.reshape(tables.surplus_mass(xp.reshape(mid, (-1,)),
+                                       None if seg is None else xp.reshape(seg[:, 1:L], (-1,))), mid.shape)
+    tau = last_pass_sample(commit_probs(w, m), rng)
     rows = xp.arange(n, device=dev)
     y = tables.draw_target(uniform(rng, (n,), like), _pick(seg, rows, tau))
     rej = xp.nonzero(tau < L)[0]

@@ -29,6 +29,7 @@ from ..pairs import check_pair_horizon, walk_prefix_tree
 from ..sources import MAX_ENUMERATION, Source
 from ..theory.rejections import check_batch_size
 from ..verifiers.multiround import MultiRound
+from ..verifiers.token import TokenVerify
 from .chunking import chunk_size, chunks
 from .stats import Estimate, mean_estimate
 
@@ -93,15 +94,17 @@ class RejectionSimulation:
         return mean_estimate(float(c.sum()), float((c * c).sum()), c.size, conf)
 
 
+_TOKEN = TokenVerify()
+
+
 def _sd_step(p, q, rng):
-    """One full-lookahead SD verification per row: (token (B,), rejected (B,) bool)."""
-    B = p.shape[0]
-    idx = np.arange(B)
+    """One full-lookahead SD verification per row by :class:`~otspec.verifiers.TokenVerify` on one drafted token:
+    (token (B,), rejected (B,) bool). The step keeps the draft when it is accepted; the verifier's bonus
+    token (row 1, here q again) belongs to the next position and is not used."""
     draft = sample_categorical(p, rng)
-    u = rng.random(B)
-    accept = u * p[idx, draft] < q[idx, draft]  # u < q/p, p(draft) > 0
-    corr = sample_categorical(residual(q, p), rng)
-    return np.where(accept, draft, corr), ~accept
+    out = _TOKEN.sample(draft[:, None], p[:, None], np.stack([q, q], axis=1), rng, validate=False)
+    accept = np.asarray(out.accepted_len) == 1
+    return np.where(accept, draft, np.asarray(out.correction)), ~accept
 
 
 def _simulate(draft, target, T, runs, seed, batch_size, progress, M, return_sequences, confidence):

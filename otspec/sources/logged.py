@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..checks import check_real, check_size
-from ..distributions import NORMALISATION_TOL
+from ..distributions import NORMALISATION_TOL, top_p_mask
 from .base import Source
 from .models import PositionalSource
 
@@ -58,19 +58,6 @@ _ARRAYS = ("path_offsets", "tokens", "row_offsets", "row_tokens", "draft", "targ
            "tail_overlap")
 #: Rows handled per chunk by :func:`truncate_rows` (bounds its (rows, V) temporaries).
 _CHUNK_ENTRIES = 1 << 24
-
-
-def _top_p_mask(rows: np.ndarray, top_p: float, max_kept: int | None) -> np.ndarray:
-    """The smallest set of most likely tokens of each row with mass >= top_p (ties: lower id first),
-    at most ``max_kept`` tokens: a bool mask of the rows' shape."""
-    order = np.argsort(-rows, axis=1, kind="stable")
-    mass = np.cumsum(np.take_along_axis(rows, order, axis=1), axis=1)
-    count = np.minimum((mass < top_p * mass[:, -1:]).sum(axis=1) + 1, rows.shape[1])
-    if max_kept is not None:
-        count = np.minimum(count, max_kept)
-    mask = np.zeros(rows.shape, dtype=bool)
-    np.put_along_axis(mask, order, np.arange(rows.shape[1])[None, :] < count[:, None], axis=1)
-    return mask
 
 
 def truncate_rows(draft_rows, target_rows, top_p: float = 0.95, max_kept: int | None = None) -> dict:
@@ -107,7 +94,7 @@ def truncate_chunks(chunks, top_p: float = 0.95, max_kept: int | None = None) ->
             if not np.all(np.isfinite(x)) or (x < 0).any() or (x.sum(axis=1) <= 0).any():
                 raise ValueError(f"{name} rows: expected finite non-negative rows with positive mass")
         p, q = p / p.sum(axis=1, keepdims=True), q / q.sum(axis=1, keepdims=True)
-        keep = _top_p_mask(p, top_p, max_kept) | _top_p_mask(q, top_p, max_kept)
+        keep = top_p_mask(p, top_p, max_kept) | top_p_mask(q, top_p, max_kept)
         rows, cols = np.nonzero(keep)  # row-major: token ids increase within a step
         parts["counts"].append(keep.sum(axis=1))
         parts["row_tokens"].append(cols)

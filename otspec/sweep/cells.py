@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import theory
-from ..distributions import total_variation
+from ..distributions import temperature_rows, total_variation
 from ..engine import generate, simulate, simulate_candidates, simulate_logged
 from ..solvers.otm_dual import otm_value
 from ..sources import (
@@ -59,11 +59,7 @@ def temper(source, T: float):
 
     def rows(x):
         x = np.asarray(x, dtype=np.float64)
-        with np.errstate(divide="ignore"):
-            logs = np.where(x > 0, np.log(np.where(x > 0, x, 1.0)) / T, -np.inf)
-        logs -= logs.max(axis=-1, keepdims=True)
-        out = np.exp(logs)
-        return out / out.sum(axis=-1, keepdims=True)
+        return temperature_rows(np.where(x > 0, np.log(np.where(x > 0, x, 1.0)), -np.inf), T)
 
     if isinstance(source, IIDSource):
         return IIDSource(rows(source.probs))

@@ -61,7 +61,7 @@ from pathlib import Path
 import numpy as np
 
 from ..checks import MAX_DRAFT_LENGTH, check_real, check_size
-from ..engine.rowfree import resolve_device
+from ..distributions import resolve_device
 from ..sources import MAX_RANDOM_ENTRIES, TAIL_MODES
 from ..verifiers import MULTI_DRAFT_REGISTRY, REGISTRY
 

@@ -42,7 +42,8 @@ from .kernels import (
     ratio_scales,
 )
 
-__all__ = ["BlockVerify", "BackwardBlockVerify", "block_weights", "published_commit_probs", "backward_commit_probs"]
+__all__ = ["BlockVerify", "BackwardBlockVerify", "backward_commit_probs", "block_weights", "commit_probs",
+           "published_commit_probs", "running_weights"]
 
 
 def _ones(xp, like, n):
@@ -63,14 +64,30 @@ def _carried_log_ratio(xp, log_ratio, target_prob, draft_prob):
     return xp.where(draft_prob > 0, log_ratio + _safe_log(xp, target_prob) - xp.log(safe_p), xp.inf)
 
 
+def running_weights(log_ratio):
+    """w_0..w_L (eq. (13)) from the drafted tokens' log q/p ratios (B, L): w_i = min{1, w_{i−1} ρ_i}, in log space."""
+    xp = namespace(log_ratio)
+    logs = [xp.zeros_like(log_ratio[:, 0]) if log_ratio.shape[1] else
+            xp.zeros((log_ratio.shape[0],), dtype=log_ratio.dtype, device=array_api_compat.device(log_ratio))]
+    for i in range(log_ratio.shape[1]):
+        logs.append(xp.minimum(logs[-1] + log_ratio[:, i], 0.0))
+    return xp.exp(xp.stack(logs, axis=1))
+
+
 def block_weights(draft_tokens, draft_probs, target_probs, lengths=None):
     """Running weights w_0..w_L (eq. (13)), shape (B, L+1), computed in log space (0 past ``lengths``)."""
-    xp = namespace(draft_probs, target_probs)
-    lr = log_ratios(draft_tokens, draft_probs, target_probs, lengths)
-    logs = [xp.zeros_like(lr[:, 0]) if lr.shape[1] else xp.zeros((lr.shape[0],), dtype=lr.dtype)]
-    for i in range(lr.shape[1]):
-        logs.append(xp.minimum(logs[-1] + lr[:, i], 0.0))
-    return xp.exp(xp.stack(logs, axis=1))
+    return running_weights(log_ratios(draft_tokens, draft_probs, target_probs, lengths))
+
+
+def commit_probs(w, surplus):
+    """h_0..h_L (eqs. (14a)-(14c)) from the weights w (B, L+1) and the surplus masses m_i = Σ_x (w_i q − p)_+ at
+    positions 1..L−1 (B, L−1): h_0 = 1, h_i = m_i / (m_i + 1 − w_i), h_L = w_L."""
+    xp = namespace(w)
+    L = w.shape[1] - 1
+    w_mid = w[:, 1:L]
+    den = surplus + 1.0 - w_mid
+    h_mid = xp.where(den > 0, surplus / xp.where(den > 0, den, 1.0), 0.0)
+    return xp.concat([_ones(xp, w, 1), h_mid, w[:, max(L, 1):]], axis=1)  # h_L = w_L (nothing more when L = 0)
 
 
 def published_commit_probs(draft_probs, target_probs, w, lengths=None):
@@ -82,9 +99,7 @@ def published_commit_probs(draft_probs, target_probs, w, lengths=None):
     L = draft_probs.shape[1]
     w_mid = w[:, 1:L]
     m = xp.sum(xp.clip(w_mid[..., None] * target_probs[:, 1:L, :] - draft_probs[:, 1:L, :], min=0.0), axis=-1)
-    den = m + 1.0 - w_mid
-    h_mid = xp.where(den > 0, m / xp.where(den > 0, den, 1.0), 0.0)
-    h = xp.concat([_ones(xp, w, 1), h_mid, w[:, max(L, 1):]], axis=1)  # h_L = w_L (nothing more when L = 0)
+    h = commit_probs(w, m)
     if lengths is None:
         return h
     ids = xp.arange(L + 1, device=array_api_compat.device(w))[None, :]
