@@ -4,8 +4,10 @@ The pieces live where they belong: the closed forms (Theorem 1, eq. (1); batch r
 (4)–(5)) in :mod:`otspec.theory.rejections`, the Algorithm 1 / Algorithm 4 simulators and the
 exact laws by enumeration in :mod:`otspec.engine.sequence`, the Theorem-2 LP in
 :mod:`otspec.solvers.rejections`, the figure in :mod:`otspec.figures.rejections`. This module
-re-exports them.
+re-exports them, and warns: import from those homes instead.
 """
+
+import warnings
 
 from .engine.sequence import (
     MAX_BATCH_TUPLES,
@@ -28,6 +30,9 @@ from .theory.rejections import (
     rejections_per_position,
     speedup,
 )
+
+warnings.warn("otspec.rejections is deprecated: import from otspec.theory.rejections, otspec.engine.sequence and "
+              "otspec.solvers.rejections", DeprecationWarning, stacklevel=2)
 
 __all__ = [
     "BATCH_MS", "MAX_BATCH_TUPLES", "MAX_LP_VARIABLES", "RejectionSimulation", "RejectionTemplate", "TemplateLaw",

@@ -127,3 +127,48 @@ def test_figure_registry_is_consistent():
     assert len(stems) == len(set(stems))
     for name, fig in FIGURES.items():
         assert fig.name == name and callable(fig.data) and callable(fig.render) and callable(fig.section)
+
+
+OLD_PATHS = ("otspec.rejections", "otspec.verifiers.multi", "otspec.experiments")
+
+
+@pytest.mark.parametrize("module", OLD_PATHS)
+def test_old_import_paths_warn(module):
+    import importlib
+    import sys
+
+    sys.modules.pop(module, None)
+    with pytest.warns(DeprecationWarning, match=module.replace(".", r"\.")):
+        importlib.import_module(module)
+
+
+def test_theory_names_through_solvers_warn_and_still_work():
+    import otspec.solvers
+    from otspec.theory.multidraft import kseq_acceptance
+
+    with pytest.warns(DeprecationWarning, match=r"otspec\.solvers\.kseq_acceptance is deprecated"):
+        assert otspec.solvers.kseq_acceptance is kseq_acceptance
+    with pytest.raises(AttributeError):
+        otspec.solvers.no_such_name  # noqa: B018
+
+
+def test_nothing_here_uses_the_old_paths():
+    from otspec.solvers import _MOVED
+
+    files = [p for folder in (*PACKAGES, ROOT / "tests", ROOT / "benchmarks", ROOT / "simulations")
+             for p in folder.rglob("*.py") if p.name not in ("rejections.py", "multi.py", "experiments.py")
+             or p.parent.name not in ("otspec", "verifiers")]
+    bad = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module in OLD_PATHS or (node.module == "otspec" and any(a.name in ("rejections", "experiments")
+                                                                                for a in node.names)):
+                    bad.append((str(path.relative_to(ROOT)), node.module))
+                if node.module == "otspec.solvers" and any(a.name in _MOVED for a in node.names):
+                    bad.append((str(path.relative_to(ROOT)), "otspec.solvers: " + ", ".join(
+                        a.name for a in node.names if a.name in _MOVED)))
+    notebooks = [p.name for p in (ROOT / "notebooks").glob("*.ipynb")
+                 if any(old in p.read_text() for old in ("from otspec import rejections", "otspec.verifiers.multi",
+                                                         "otspec.experiments"))]
+    assert bad == [] and notebooks == []

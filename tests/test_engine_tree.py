@@ -13,7 +13,7 @@ from otspec import theory
 from otspec.drafts import DraftTree
 from otspec.engine.tree import generate_tree, tree_law
 from otspec.sources import IIDSource, random_markov
-from otspec.verifiers.multi import (
+from otspec.verifiers import (
     KSeq,
     MultiRound,
     MultiRoundWithoutReplacement,

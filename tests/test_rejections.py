@@ -13,23 +13,25 @@ from scipy import stats
 from strategies import g_test, markov_pairs, table_pairs
 
 from otspec.distributions import residual, total_variation
-from otspec.figures.rejections import rejections_figure_data, render_rejections
-from otspec.rejections import (
+from otspec.engine.sequence import (
     RejectionTemplate,
+    batch_law,
+    simulate_batch_rejections,
+    simulate_rejections,
+    template_law,
+)
+from otspec.figures.rejections import rejections_figure_data, render_rejections
+from otspec.solvers.rejections import min_rejection_lp
+from otspec.sources import IIDSource, MarkovSource, TableSource, random_markov
+from otspec.theory.rejections import (
     batch_curve,
     batch_expected_rejections,
-    batch_law,
     batch_rejections_per_position,
     expected_rejections,
     markov_pair,
-    min_rejection_lp,
     rejections_per_position,
-    simulate_batch_rejections,
-    simulate_rejections,
     speedup,
-    template_law,
 )
-from otspec.sources import IIDSource, MarkovSource, TableSource, random_markov
 
 SEEDED = markov_pair(4, 50, 5)
 

@@ -12,11 +12,23 @@ from hypothesis import strategies as st
 from scipy.integrate import quad
 from strategies import SPECTR_BERNOULLI_TABLE, row_instances
 
-from otspec.solvers import (
-    OTMResult,
-    bernoulli_alpha,
+from otspec.drafts import (
     draft_inclusion_probs,
     draft_tuple_law,
+    prob_drafts_within,
+    tuple_membership,
+)
+from otspec.solvers import (
+    OTMResult,
+    otm_lp,
+    otm_maxflow,
+    otm_min_cut,
+    otm_value,
+    otm_value_bruteforce,
+    plan_acceptance,
+)
+from otspec.theory.multidraft import (
+    bernoulli_alpha,
     kseq_acceptance,
     kseq_beta,
     kseq_residual,
@@ -24,14 +36,6 @@ from otspec.solvers import (
     lemma3_upper_bound,
     multiround_acceptance,
     naive_acceptance,
-    otm_lp,
-    otm_maxflow,
-    otm_min_cut,
-    otm_value,
-    otm_value_bruteforce,
-    plan_acceptance,
-    prob_drafts_within,
-    tuple_membership,
     uniform_alpha,
 )
 

@@ -11,25 +11,24 @@ import numpy as np
 import pytest
 from test_solvers_otm import random_pairs
 
+from otspec.drafts import MAX_DRAFT_TUPLES, draft_tuple_law, prob_drafts_within, tuple_membership
 from otspec.solvers import (
-    MAX_BRUTEFORCE_VOCAB,
-    MAX_DRAFT_TUPLES,
     MAX_OTM_LP_VARIABLES,
     OTMSolveError,
+    otm_lp,
+    otm_maxflow,
+    otm_value,
+    otm_value_bruteforce,
+)
+from otspec.theory.multidraft import (
+    MAX_BRUTEFORCE_VOCAB,
     bernoulli_alpha,
-    draft_tuple_law,
     kseq_acceptance,
     kseq_residual,
     kseq_rho_star,
     lemma3_upper_bound,
     multiround_acceptance,
     naive_acceptance,
-    otm_lp,
-    otm_maxflow,
-    otm_value,
-    otm_value_bruteforce,
-    prob_drafts_within,
-    tuple_membership,
     uniform_alpha,
 )
 

@@ -1,4 +1,4 @@
-"""Token-level multi-draft verifiers (otspec.verifiers.multi).
+"""Token-level multi-draft verifiers (otspec.verifiers: kseq, multiround, naive, otm).
 
 Exact losslessness over all candidate tuples (property test), acceptance against an
 independently computed OTM optimum, the published closed-form numbers, the invalid
@@ -22,7 +22,10 @@ from strategies import (
 )
 
 from otspec.distributions import residual
-from otspec.verifiers.multi import (
+from otspec.drafts import draft_tuple_law as candidate_tuple_law
+from otspec.drafts import sample_candidates
+from otspec.theory.multidraft import kseq_parameters, kseq_rho_star
+from otspec.verifiers import (
     KSeq,
     MultiDraftLaw,
     MultiDraftOutcome,
@@ -30,12 +33,8 @@ from otspec.verifiers.multi import (
     MultiRoundWithoutReplacement,
     NaiveMultiCandidate,
     OTMVerify,
-    SequentialMultiDraftVerifier,
-    candidate_tuple_law,
-    kseq_parameters,
-    kseq_rho_star,
-    sample_candidates,
 )
+from otspec.verifiers.candidates import SequentialMultiDraftVerifier
 
 
 # ------------------------------------------------------------ independent references

@@ -16,15 +16,15 @@ from test_verifiers_multi import (
     NaiveFirstOnly,
 )
 
-from otspec.verifiers.multi import (
+from otspec.drafts import draft_tuple_law as candidate_tuple_law
+from otspec.drafts import sample_candidates
+from otspec.verifiers import (
     KSeq,
     MultiDraftOutcome,
     MultiRound,
     MultiRoundWithoutReplacement,
     NaiveMultiCandidate,
     OTMVerify,
-    candidate_tuple_law,
-    sample_candidates,
 )
 
 # ------------------------------------------------------------------ sampler vs law

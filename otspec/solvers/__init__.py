@@ -8,38 +8,15 @@
 * :mod:`~otspec.solvers.rejections` — the Theorem-2 LP of least rejections;
 * :mod:`~otspec.solvers.lp` — the one LP helper (HiGHS / cvxpy).
 
-Nothing here imports :mod:`otspec.verifiers`. For convenience this package also re-exports the
-multi-draft closed forms and draft-tuple laws it is checked against (their homes are
-:mod:`otspec.theory.multidraft` and :mod:`otspec.drafts`).
+Nothing here imports :mod:`otspec.verifiers`. The multi-draft closed forms, draft-tuple laws and
+Pareto curves this package once re-exported live in :mod:`otspec.theory` and :mod:`otspec.drafts`;
+their old names here still work and warn with ``DeprecationWarning``.
 """
 
-from ..drafts import (
-    MAX_DRAFT_TUPLES,
-    MAX_RACE_CELLS,
-    RACE_STEP,
-    draft_inclusion_probs,
-    draft_tuple_law,
-    prob_drafts_within,
-    tuple_membership,
-)
+import importlib
+import warnings
+
 from ..errors import SizeLimitError, SolveError
-from ..theory.multidraft import (
-    KSEQ_RESIDUAL_TOL,
-    MAX_BRUTEFORCE_VOCAB,
-    MAX_LEMMA3_TERMS,
-    MAX_MULTIROUND_PATHS,
-    RHO_TOL,
-    bernoulli_alpha,
-    kseq_acceptance,
-    kseq_beta,
-    kseq_residual,
-    kseq_rho_star,
-    lemma3_upper_bound,
-    multiround_acceptance,
-    naive_acceptance,
-    uniform_alpha,
-)
-from ..theory.pareto import family_curve, optimal_resampling, over_acceptance, pareto_front
 from .block_ot import (
     BLOCK_LAW_TOL,
     CVXPY_RESIDUAL_TOL,
@@ -79,17 +56,50 @@ from .pareto import (
 )
 from .rejections import min_rejection_lp
 
+#: Names this package re-exported before they found their homes (name -> home module).
+_MOVED = {
+    "MAX_DRAFT_TUPLES": "otspec.drafts",
+    "MAX_RACE_CELLS": "otspec.drafts",
+    "RACE_STEP": "otspec.drafts",
+    "draft_inclusion_probs": "otspec.drafts",
+    "draft_tuple_law": "otspec.drafts",
+    "prob_drafts_within": "otspec.drafts",
+    "tuple_membership": "otspec.drafts",
+    "KSEQ_RESIDUAL_TOL": "otspec.theory.multidraft",
+    "MAX_BRUTEFORCE_VOCAB": "otspec.theory.multidraft",
+    "MAX_LEMMA3_TERMS": "otspec.theory.multidraft",
+    "MAX_MULTIROUND_PATHS": "otspec.theory.multidraft",
+    "RHO_TOL": "otspec.theory.multidraft",
+    "bernoulli_alpha": "otspec.theory.multidraft",
+    "kseq_acceptance": "otspec.theory.multidraft",
+    "kseq_beta": "otspec.theory.multidraft",
+    "kseq_residual": "otspec.theory.multidraft",
+    "kseq_rho_star": "otspec.theory.multidraft",
+    "lemma3_upper_bound": "otspec.theory.multidraft",
+    "multiround_acceptance": "otspec.theory.multidraft",
+    "naive_acceptance": "otspec.theory.multidraft",
+    "uniform_alpha": "otspec.theory.multidraft",
+    "family_curve": "otspec.theory.pareto",
+    "optimal_resampling": "otspec.theory.pareto",
+    "over_acceptance": "otspec.theory.pareto",
+    "pareto_front": "otspec.theory.pareto",
+}
+
+
+def __getattr__(name: str):
+    if name in _MOVED:
+        warnings.warn(f"otspec.solvers.{name} is deprecated: import it from {_MOVED[name]}", DeprecationWarning,
+                      stacklevel=2)
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module 'otspec.solvers' has no attribute {name!r}")
+
+
 __all__ = [
-    "BLOCK_LAW_TOL", "CVXPY_RESIDUAL_TOL", "HIGHS_RESIDUAL_TOL", "KSEQ_RESIDUAL_TOL", "MAX_BRUTEFORCE_VOCAB",
-    "MAX_CVXPY_VARIABLES", "MAX_DRAFT_TUPLES", "MAX_FLOW_EDGES", "MAX_LEMMA3_TERMS", "MAX_LP_VARIABLES",
-    "MAX_MULTIROUND_PATHS", "MAX_OTM_LP_VARIABLES", "MAX_PLAN_ENTRIES", "MAX_RACE_CELLS", "OTM_RESIDUAL_TOL",
-    "RACE_STEP", "RHO_TOL", "BlockOTResult", "BlockOTSolveError", "OTMResult", "OTMSolveError", "ParetoResult",
-    "ParetoSolveError", "SequenceParetoResult", "SizeLimitError", "SolveError", "bernoulli_alpha", "block_laws",
-    "block_ot_value", "common_prefix_length", "draft_inclusion_probs", "draft_tuple_law", "family_curve",
-    "kseq_acceptance", "kseq_beta", "kseq_residual", "kseq_rho_star", "lemma3_upper_bound", "min_bias",
-    "min_rejection_lp", "multiround_acceptance", "naive_acceptance", "optimal_resampling", "otm_lp",
-    "otm_maxflow", "otm_min_cut", "otm_value", "otm_value_bruteforce", "over_acceptance", "pareto_front",
-    "plan_acceptance", "plan_expected_length", "prob_drafts_within", "sequence_min_bias", "sequence_pareto",
-    "solve_block_lp", "solve_block_lp_laws", "solve_block_tree", "solve_block_tree_laws", "tuple_membership",
-    "uniform_alpha",
+    "BLOCK_LAW_TOL", "BlockOTResult", "BlockOTSolveError", "CVXPY_RESIDUAL_TOL", "HIGHS_RESIDUAL_TOL",
+    "MAX_CVXPY_VARIABLES", "MAX_FLOW_EDGES", "MAX_LP_VARIABLES", "MAX_OTM_LP_VARIABLES", "MAX_PLAN_ENTRIES",
+    "OTMResult", "OTMSolveError", "OTM_RESIDUAL_TOL", "ParetoResult", "ParetoSolveError",
+    "SequenceParetoResult", "SizeLimitError", "SolveError", "block_laws", "block_ot_value",
+    "common_prefix_length", "min_bias", "min_rejection_lp", "otm_lp", "otm_maxflow", "otm_min_cut",
+    "otm_value", "otm_value_bruteforce", "plan_acceptance", "plan_expected_length", "sequence_min_bias",
+    "sequence_pareto", "solve_block_lp", "solve_block_lp_laws", "solve_block_tree", "solve_block_tree_laws",
 ]
