@@ -19,6 +19,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from otspec.theory.cost import CallCosts
+
 __all__ = ["CallTimer", "predicted_block_efficiency", "predicted_speedup", "two_point"]
 
 
@@ -94,20 +96,19 @@ def predicted_block_efficiency(p_a, q_a, length: int) -> dict:
     the block-OT optimum (8) (attained by BackwardBlockVerify) on that pair, each + 1 (the
     corrected or bonus token).
     """
-    from otspec import theory
+    from otspec.verifiers import REGISTRY
 
     p_a, q_a = np.asarray(p_a, np.float64)[:length], np.asarray(q_a, np.float64)[:length]
     if length == 0:
-        return {"token": 1.0, "block": 1.0, "optimal": 1.0}
+        return {cls.closed_form: 1.0 for cls in REGISTRY.values()}
     # one extra (unused) step so the sources cover the bonus position
     draft, target = _bernoulli_chain(np.append(p_a, p_a[-1])), _bernoulli_chain(np.append(q_a, q_a[-1]))
-    return {"token": 1.0 + theory.expected_accepted_token(draft, target, length),
-            "block": 1.0 + theory.expected_accepted_block(draft, target, length),
-            "optimal": 1.0 + theory.expected_accepted_optimal(draft, target, length)}
+    return {cls.closed_form: 1.0 + cls().expected_accepted(draft, target, length) for cls in REGISTRY.values()}
 
 
 def predicted_speedup(tokens_per_iteration: float, plain_ms_per_token: float, draft_calls: float,
                       t_draft_ms: float, t_target_ms: float, overhead_ms: float = 0.0) -> float:
-    """Speedup over plain sampling predicted by the cost model (all times in milliseconds, per iteration)."""
-    per_iteration = draft_calls * t_draft_ms + t_target_ms + overhead_ms
-    return tokens_per_iteration * plain_ms_per_token / per_iteration
+    """Speedup over plain sampling predicted by the cost model (all times in milliseconds, per iteration):
+    :class:`otspec.theory.CallCosts` with the measured call times."""
+    costs = CallCosts(t_draft_ms, t_target_ms, overhead_ms)
+    return costs.speedup(tokens_per_iteration, draft_calls, plain_per_token=plain_ms_per_token)

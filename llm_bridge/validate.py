@@ -51,10 +51,8 @@ from .prompts import DATA_DIR, encode_prompts, read_prompts
 from .sampling import Sampling
 from .trees import parse_tree, tree_generate
 
-__all__ = ["FORMULA", "main", "validate"]
+__all__ = ["main", "validate"]
 
-#: Which two-point formula predicts which verifier (eq. (4), eq. (17), the block-OT optimum (8)).
-FORMULA = {"token": "token", "block": "block", "block_v1": "optimal"}
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
 
 
@@ -143,7 +141,7 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, r
     depths = d.accept_hist.sum(axis=1)  # iterations by drafted depth g (fixed L: L, except at sequence ends)
     weights = depths / depths.sum()
     formulas = _mixed_prediction(pa, qa, weights)
-    key = FORMULA.get(verifier_name, "token")
+    key = REGISTRY[verifier_name].closed_form  # the verifier names the closed form it attains
     boot = _bootstrap_prediction(result, weights, key, rng)
     calls, t_draft, overhead_ms = _call_costs(result)
     draft_calls = timer.count("draft") / calls

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..theory.cost import CallCosts
 from .stats import Estimate, ratio_estimate
 
 __all__ = ["MIN_CI_UNITS", "CostModel", "DecodeResult", "Ledger", "block_efficiency_estimate"]
@@ -23,7 +24,8 @@ MIN_CI_UNITS = 32
 
 @dataclass(frozen=True)
 class CostModel:
-    """Wall-clock accounting of a decode run for per-call costs t_draft, t_target (SpecDec++ §3.2).
+    """Wall-clock accounting of a decode run for per-call costs t_draft, t_target (SpecDec++ §3.2), from the
+    one cost model :class:`otspec.theory.CallCosts`.
 
     With N generated tokens, N_draft draft calls, N_target target calls and N_discarded drafted
     tokens thrown away (``specdecpp.md`` eqs. (1)–(4)):
@@ -103,7 +105,9 @@ class DecodeResult:
 
         t_draft = check_real(t_draft, "t_draft", low=0.0)
         t_target = check_real(t_target, "t_target", low=0.0, low_open=True)
-        N, total = self.generated, t_draft * self.draft_calls + t_target * self.target_calls
+        N = self.generated
+        parts = CallCosts(t_draft, t_target).decomposition(N, self.draft_calls, self.target_calls, self.discarded)
+        total = parts["total_time"]
         latency = total / N
         interval = None
         if self.trace is not None:  # batch means over the same units as the block-efficiency interval
@@ -112,9 +116,8 @@ class DecodeResult:
             gen_u = np.bincount(unit, weights=emitted, minlength=n_units)
             used = gen_u > 0
             interval = ratio_estimate(time_u[used], gen_u[used], confidence)
-        return CostModel(t_draft, t_target, total, t_draft * N, t_draft * self.discarded,
-                         (t_target - t_draft) * self.target_calls,
-                         self.draft_calls + self.target_calls == N + self.discarded, latency,
+        return CostModel(t_draft, t_target, total, parts["oracle_time"], parts["discard_time"],
+                         parts["verification_time"], parts["holds"], latency,
                          self.discarded / N, self.target_calls / N, t_target / latency if latency > 0 else math.inf,
                          interval)
 

@@ -48,10 +48,6 @@ from .spec import cell_id, cell_seed, describe_pair
 
 __all__ = ["build_pair", "run_cell", "temper"]
 
-_SINGLE_EXACT = {"token": theory.expected_accepted_token, "block": theory.expected_accepted_block,
-                 "block_v1": theory.expected_accepted_optimal}
-
-
 def temper(source, T: float):
     """``source`` with every row raised to 1/T and renormalised (T = 1: the source itself)."""
     if T == 1.0:
@@ -203,7 +199,8 @@ def _source_runs(cell: dict, sources, verifier, seeds, row: dict) -> dict:
             v = iid_values[{"token": "token", "block": "verification", "block_v1": "optimum",
                             "optimum": "optimum"}[which]]
             return v.value, v.low, v.high
-        e = (theory.expected_accepted_optimal if which == "optimum" else _SINGLE_EXACT[which])(draft, target, L)
+        e = (theory.expected_accepted_optimal(draft, target, L) if which == "optimum"
+             else REGISTRY[which]().expected_accepted(draft, target, L))  # the verifier's own closed form
         return e, e, e
 
     def exact():

@@ -27,6 +27,7 @@ from .blocks import (
     predicted_speedup,
     tokens_per_iteration,
 )
+from .cost import CallCosts
 from .iid import (
     IIDBlockValue,
     IIDBlockValues,
@@ -83,7 +84,7 @@ __all__ = [
     "family_curve", "kseq_acceptance", "kseq_beta", "kseq_parameters", "kseq_residual", "kseq_rho_star",
     "lemma3_upper_bound", "markov_pair", "multiround_acceptance", "multiround_rejection", "naive_acceptance",
     "optimal_resampling", "over_acceptance", "over_acceptance_kernel", "pareto_front", "per_step_curve",
-    "positional_window_values", "predicted_speedup",
+    "positional_window_values", "predicted_speedup", "CallCosts",
     "rejections_per_position", "sequence_expected_rejections_sd", "sequence_laws", "speedup",
     "tokens_per_iteration", "uniform_alpha", "uniform_multiround_without_replacement",
 ]

@@ -15,6 +15,7 @@ from ..distributions import total_variation
 from ..errors import SizeLimitError
 from ..pairs import check_pair, markov_chains, walk_prefix_tree
 from ..sources import IIDSource, Source
+from .cost import predicted_speedup
 from .iid import iid_block_values
 
 __all__ = [
@@ -40,12 +41,6 @@ FIGURE2_QUANTITY = (
 def tokens_per_iteration(expected_accepted):
     """Expected tokens emitted per iteration: E[τ] + 1 (accepted + correction/bonus)."""
     return expected_accepted + 1.0
-
-
-def predicted_speedup(expected_accepted: float, cost_ratio: float, draft_length: int) -> float:
-    """Speedup over plain decoding, (E[τ] + 1) / (1 + c L): E[τ] + 1 tokens for one target call and L draft
-    calls of relative cost c = t_draft / t_target."""
-    return (expected_accepted + 1.0) / (1.0 + cost_ratio * draft_length)
 
 
 def positional_window_values(overlaps) -> tuple[float, float]:

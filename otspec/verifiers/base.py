@@ -183,6 +183,18 @@ class Verifier(ABC):
     #: Whether ``law`` and ``sample`` take ``lengths=`` themselves (one vectorised call for a ragged batch).
     ragged: ClassVar[bool] = False
 
+    # ----------------------------------------------------- closed forms
+    #: The name of the closed form this chain verifier attains, in the records' vocabulary ("token" eq. (4),
+    #: "block" eq. (17), "optimal" the block-OT optimum eq. (8)); ``None`` when it has none.
+    closed_form: ClassVar[str | None] = None
+
+    def expected_accepted(self, draft, target, length: int) -> float:
+        """E[τ] of one iteration with drafts of ``length`` for a pair of sources, in closed form.
+
+        The chain verifiers' counterpart of the multi-draft ``expected_acceptance``; verifiers without
+        a closed form raise ``NotImplementedError``."""
+        raise NotImplementedError(f"{self.name}: no closed-form expected accepted length")
+
     def sample_ragged(self, tokens, draft_probs, target_probs, lengths, rng, *, validate: bool = True) -> Outcome:
         """One outcome per row of a ragged chain batch: row b drafted ``lengths[b]`` of the L tokens.
 

@@ -31,6 +31,7 @@ import array_api_compat
 import numpy as np
 
 from ..distributions import namespace
+from ..theory.blocks import expected_accepted_block, expected_accepted_optimal
 from .base import Outcome, Verifier, VerifierLaw
 from .carry import ResidualWindows, carry_forward, score_carried
 from .kernels import (
@@ -135,6 +136,11 @@ class BlockVerify(Verifier):
     style = {"marker": "s", "color": "C1"}
 
     ragged = True
+    closed_form = "block"
+
+    def expected_accepted(self, draft, target, length):
+        """Eq. (17) (:func:`otspec.theory.expected_accepted_block`): optimal among on-path verifiers."""
+        return expected_accepted_block(draft, target, length)
 
     def law(self, draft_tokens, draft_probs, target_probs, *, validate=True, lengths=None):
         d = self.check(draft_tokens, draft_probs, target_probs, validate=validate, lengths=lengths)
@@ -171,6 +177,11 @@ class BackwardBlockVerify(Verifier):
     label = "v1 block (backward, optimal)"
     style = {"marker": "^", "color": "C2"}
     carries_residual = True
+    closed_form = "optimal"
+
+    def expected_accepted(self, draft, target, length):
+        """The block-OT optimum eq. (8) (:func:`otspec.theory.expected_accepted_optimal`), which it attains."""
+        return expected_accepted_optimal(draft, target, length)
 
     def law(self, draft_tokens, draft_probs, target_probs, *, validate=True):
         d = self.check(draft_tokens, draft_probs, target_probs, validate=validate)

@@ -13,6 +13,7 @@ its length at the latest, and the bonus row there is its own q(·|X^{L_b}).
 from __future__ import annotations
 
 from ..distributions import namespace
+from ..theory.blocks import expected_accepted_token
 from .base import Outcome, Verifier, VerifierLaw
 from .kernels import (
     correction_law,
@@ -39,6 +40,11 @@ class TokenVerify(Verifier):
     label = "token verification"
     style = {"marker": "o", "color": "C0"}
     ragged = True
+    closed_form = "token"
+
+    def expected_accepted(self, draft, target, length):
+        """Eq. (4) (:func:`otspec.theory.expected_accepted_token`)."""
+        return expected_accepted_token(draft, target, length)
 
     def law(self, draft_tokens, draft_probs, target_probs, *, validate=True, lengths=None):
         d = self.check(draft_tokens, draft_probs, target_probs, validate=validate, lengths=lengths)
