@@ -140,11 +140,11 @@ def _index(rows, idx):
 def _controller_inputs(ctrl: DraftLengthController, draft, target, run, tokens, i, idx, x, features) -> dict:
     """What the controller reads besides the draft rows (see :mod:`otspec.engine.controllers`).
 
-    Token ids go to the host only for controllers that read them (a learned head on token features,
-    the simulated oracles); a fixed draft length reads nothing."""
-    out = {"which": idx, "features": features}
+    Only controllers that declare a need get anything (a learned head: its features or the token ids;
+    the simulated oracles: the target's rows too); a fixed draft length reads nothing."""
     if not (ctrl.needs_context or ctrl.needs_target or ctrl.needs_lookahead):
-        return out
+        return {}
+    out = {"which": idx, "features": features}
     tokens = to_host(tokens)
     end = run.plen[idx] + run.done[idx]
     before = to_host(_index(run.seq, idx))[np.arange(idx.size), np.maximum(end - 1, 0)]
