@@ -9,7 +9,7 @@ BASE_STAMP := $(VENV)/.base
 DEMO_STAMP := $(VENV)/.demo
 TEST_STAMP := $(VENV)/.test
 
-.PHONY: demo test bench lint venv clean
+.PHONY: demo test bench gpu lint venv clean
 
 venv: $(BASE_STAMP)
 
@@ -54,6 +54,10 @@ bench: $(TEST_STAMP)
 	$(BIN)/python benchmarks/bench_verifiers_torch.py
 	$(BIN)/python benchmarks/bench_llm_vocab_mc.py --device auto --log figures/llm_distilled_rows.npz
 	$(BIN)/python benchmarks/bench_sweep.py
+
+# every GPU record of the README (llm_bridge.validate per draft family, trees, the verifier benchmark) on CUDA
+gpu: $(DEMO_STAMP)
+	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.gpu_suite --device cuda
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

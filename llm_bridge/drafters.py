@@ -82,9 +82,11 @@ class NGramDrafter(Drafter):
             raise ValueError(f"ngram: expected n >= 1, got {n!r}")
         self.vocab_size, self.n, self.name = int(vocab_size), int(n), f"ngram:{n}"
 
-    def session(self, batch: int, sampling=None, *, hidden: bool = False, **_) -> NGramSession:
+    def session(self, batch: int, sampling=None, *, hidden: bool = False, host_rows: bool = True, **_) -> NGramSession:
         if hidden:
             raise ValueError("the n-gram drafter has no hidden states for a learned head")
+        if not host_rows:
+            raise ValueError("the n-gram drafter's rows live on the host (host_rows=True)")
         return NGramSession(self, batch)
 
     def propose(self, history: np.ndarray) -> int:

@@ -93,6 +93,15 @@ def chunks(prompts, batch_size):
     return [(i, prompts[i:i + size]) for i in range(0, len(prompts), size)]
 
 
+def _generator(seed, device):
+    """The loop's random generator: numpy for host rows, a seeded ``torch.Generator`` on ``device`` otherwise."""
+    if device is None:
+        return np.random.default_rng(seed)
+    import torch
+
+    return torch.Generator(device=device).manual_seed(int(seed))
+
+
 def _bar(total: int, desc: str, progress):
     return tqdm(total=total, desc=desc, unit="tok", leave=False, disable=None if progress is None else not progress)
 
@@ -150,7 +159,7 @@ class _Records(Observer):
 def speculative_generate(pair, prompts, verifier: Verifier, draft_length, max_new_tokens: int, *,
                          sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int | None = None,
                          progress: bool | None = None, confidence: float = 0.95,
-                         record_law: bool = True, cache: str = "auto") -> BridgeResult:
+                         record_law: bool = True, cache: str = "auto", host_rows: bool | None = None) -> BridgeResult:
     """Generate ``max_new_tokens`` tokens for each prompt (token id lists) by speculative decoding.
 
     The chain loop of :mod:`otspec.engine.loop` over the target's and the drafter's sessions.
@@ -159,7 +168,10 @@ def speculative_generate(pair, prompts, verifier: Verifier, draft_length, max_ne
     Controllers that need the target's rows while drafting (oracles) are refused: a real system
     does not have them. Prompts go through in batches of ``batch_size`` (default: all at once);
     ``record_law`` also computes E[τ | draft] from the verifier's exact law; ``cache`` is a kind of
-    :func:`~llm_bridge.cache.make_cache` for both models.
+    :func:`~llm_bridge.cache.make_cache` for both models. ``host_rows`` (default: on the CPU, or with a
+    drafter that makes no tensors) hands the rows over as numpy with a numpy generator; otherwise they
+    stay on the model's device, drawn with a ``torch.Generator`` seeded from ``seed``, and the loop
+    reads back only the accepted lengths.
     """
     ctrl = as_controller(draft_length)
     if ctrl.oracle:
@@ -168,15 +180,17 @@ def speculative_generate(pair, prompts, verifier: Verifier, draft_length, max_ne
     if verifier.layout != "chain":
         raise ValueError(f"{type(verifier).__name__} verifies {verifier.layout}; this loop drafts chains")
     L, N = ctrl.max_length, int(max_new_tokens)
-    rng, timer = np.random.default_rng(seed), CallTimer(pair.target.device)
+    if host_rows is None:
+        host_rows = str(pair.target.device) == "cpu" or pair.drafter.deterministic
+    rng, timer = _generator(seed, None if host_rows else pair.target.device), CallTimer(pair.target.device)
     ledger, records, out, seconds = Ledger(len(prompts), N, L), _Records(L, verifier, record_law), [], 0.0
     with _bar(len(prompts) * N, f"{verifier.name} L={L}", progress) as bar:
         for offset, chunk in chunks(prompts, batch_size):
             room = _room(chunk, N, L + 2)
             target = ModelSession(pair.target.model, len(chunk), sampling, cache=cache, max_length=room, timer=timer,
-                                  name="target")
+                                  name="target", host_rows=host_rows)
             draft = pair.drafter.session(len(chunk), sampling, hidden=ctrl.needs_context, cache=cache,
-                                         max_length=room, timer=timer)
+                                         max_length=room, timer=timer, host_rows=host_rows)
             run = chain_loop(draft, target, verifier, ctrl, N, rng, prompts=chunk, bar=bar, timer=timer,
                              observers=[LedgerObserver(ledger, offset), records])
             out += list(run.tokens)

@@ -91,3 +91,40 @@ def test_device_rows_give_the_target_law():
     plain = chain_loop(None, ModelSession(pair.target.model, 2, greedy), None, None, 15,
                        np.random.default_rng(0), prompts=prompts)
     np.testing.assert_array_equal(spec.tokens, plain.tokens)
+
+
+def test_speculative_generate_keeps_rows_on_the_device_when_asked():
+    from llm_bridge.loop import plain_generate, speculative_generate
+
+    pair = tiny_pair(sharpness=3.0)
+    greedy = Sampling(temperature=0)
+    prompts = random_prompts(2, np.random.default_rng(5))
+    spec = speculative_generate(pair, prompts, TokenVerify(), 3, 12, sampling=greedy, progress=False, host_rows=False)
+    plain = plain_generate(pair.target, prompts, 12, sampling=greedy, progress=False)
+    for a, b in zip(spec.tokens, plain.tokens, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert spec.tv and spec.expected_accepted.size == spec.decode.iterations  # the observers read the device rows
+
+
+def test_gpu_suite_smoke_runs_every_step_on_cpu(tmp_path):
+    """``python -m llm_bridge.gpu_suite --smoke --device cpu``: the GPU suite's path at toy sizes."""
+    from llm_bridge import gpu_suite
+    from otspec.engine.record import read_record
+    from tests.llm_tiny import tiny_llama, tiny_tokenizer
+
+    for name, seed, layers in (("target", 0, 2), ("draft", 1, 1)):
+        tiny_llama(seed, layers, dtype=torch.float32).save_pretrained(tmp_path / name)
+        tiny_tokenizer().save_pretrained(tmp_path / name)
+    out = tmp_path / "figs"
+    code = gpu_suite.main(["--smoke", "--device", "cpu", "--target", str(tmp_path / "target"),
+                           "--families", f"{tmp_path / 'draft'},ngram:2", "--out-dir", str(out)])
+    assert code == 0
+    summary = __import__("json").loads((out / "llm_gpu_suite.json").read_text())
+    assert [s["step"].split()[0] for s in summary["steps"]] == ["validate", "validate", "trees",
+                                                                "bench_verifiers_torch"]
+    for name in ("llm_gpu_draft.json", "llm_gpu_ngram_2.json", "llm_gpu_trees.json"):
+        record = read_record(out / name)
+        assert record.runs and record.settings["cache"] == "static"
+    assert read_record(out / "llm_gpu_trees.json").tree_runs
+    assert "results" in __import__("json").loads((out / "llm_gpu_verifiers.json").read_text())
+    assert gpu_suite.main(["--device", "cpu", "--out-dir", str(out)]) == 2  # no GPU: only a smoke run

@@ -100,6 +100,8 @@ def check_draft(tokens, draft_probs, target_probs, layout: str = CHAIN, *, valid
         tokens = np.asarray(tokens)
     if lengths is not None and layout != CHAIN:
         raise ValueError("lengths: only a chain batch can be ragged")
+    if lengths is not None:
+        lengths = _lengths_like(lengths, draft_probs)
     if not validate:
         return Draft(tokens, draft_probs, target_probs, layout, lengths)
     kinds = {name: "torch" if array_api_compat.is_torch_array(x) else "numpy"
@@ -151,10 +153,19 @@ def check_draft(tokens, draft_probs, target_probs, layout: str = CHAIN, *, valid
     return Draft(tokens, draft_probs, target_probs, layout, lengths)
 
 
+def _lengths_like(lengths, like):
+    """Draft lengths in the array kind and on the device of ``like`` (host integers are copied over)."""
+    if array_api_compat.is_torch_array(like) and not array_api_compat.is_torch_array(lengths):
+        import torch
+
+        return torch.as_tensor(np.asarray(lengths), device=like.device)
+    if not array_api_compat.is_array_api_obj(lengths):
+        return np.asarray(lengths)
+    return lengths
+
+
 def _check_lengths(lengths, batch: int, L: int, xp, like):
     """Per-row draft lengths as an integer array of ``like``'s kind, each in [0, L]."""
-    if not array_api_compat.is_array_api_obj(lengths):
-        lengths = xp.asarray(np.asarray(lengths), device=array_api_compat.device(like))
     if tuple(lengths.shape) != (batch,) or not xp.isdtype(lengths.dtype, "integral"):
         raise ValueError(f"lengths: expected integer draft lengths of shape (batch,) = ({batch},), got "
                          f"shape {tuple(lengths.shape)} and dtype {lengths.dtype}")

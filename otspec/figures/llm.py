@@ -329,9 +329,12 @@ def _records_files(data: dict, out_dir: Path) -> list[Path]:
 
 @register("real_models", "real_models", render=render_llm, section=_llm_section, files=_records_files)
 def llm_data(scale: float = 1.0, records_dir: str | Path = "figures") -> dict:
-    """Every record ``llm_*.json`` in ``records_dir`` (``scale`` is unused: nothing is rerun)."""
+    """Every record ``llm_*.json`` in ``records_dir`` (``scale`` is unused: nothing is rerun); other ``llm_*``
+    data files there (a benchmark's output, the GPU suite's summary) hold no ``model_pair`` and are skipped."""
     records, adaptive = [], []
     for path in sorted(Path(records_dir).glob("llm_*.json")):
+        if '"model_pair"' not in path.read_text():
+            continue
         record = read_record(path)
         entry = {"file": path.name, "path": str(path), **record.to_json()}
         (adaptive if isinstance(record, AdaptiveRecord) else records).append(entry)
