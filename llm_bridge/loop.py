@@ -82,7 +82,7 @@ class BridgeResult:
         return self.generated / self.seconds
 
 
-def _room(prompts, n_new: int, width: int) -> int:
+def cache_room(prompts, n_new: int, width: int) -> int:
     """Slots a static cache needs: the longest prompt, the new tokens, and the widest call, with a margin."""
     return max(len(p) for p in prompts) + int(n_new) + int(width) + 2
 
@@ -117,7 +117,7 @@ def plain_generate(target, prompts, max_new_tokens: int, *, sampling: Sampling =
     with _bar(len(prompts) * max_new_tokens, "plain sampling", progress) as bar:
         for _, chunk in chunks(prompts, batch_size):
             session = ModelSession(target.model, len(chunk), sampling, cache=cache, timer=timer, name="target",
-                                   max_length=_room(chunk, max_new_tokens, 1))
+                                   max_length=cache_room(chunk, max_new_tokens, 1))
             run = chain_loop(None, session, None, None, max_new_tokens, rng, prompts=chunk, bar=bar,
                              timer=timer)
             out += list(run.tokens)
@@ -186,7 +186,7 @@ def speculative_generate(pair, prompts, verifier: Verifier, draft_length, max_ne
     ledger, records, out, seconds = Ledger(len(prompts), N, L), _Records(L, verifier, record_law), [], 0.0
     with _bar(len(prompts) * N, f"{verifier.name} L={L}", progress) as bar:
         for offset, chunk in chunks(prompts, batch_size):
-            room = _room(chunk, N, L + 2)
+            room = cache_room(chunk, N, L + 2)
             target = ModelSession(pair.target.model, len(chunk), sampling, cache=cache, max_length=room, timer=timer,
                                   name="target", host_rows=host_rows)
             draft = pair.drafter.session(len(chunk), sampling, hidden=ctrl.needs_context, cache=cache,

@@ -45,7 +45,7 @@ from otspec.engine.trie import RULES, Trie
 from otspec.errors import SizeLimitError
 from otspec.solvers import otm_value
 
-from .loop import BridgeResult, _room, chunks
+from .loop import BridgeResult, cache_room, chunks
 from .measure import CallTimer
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .sessions import ModelSession
@@ -121,7 +121,7 @@ def tree_generate(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: s
     with tqdm(total=len(prompts) * N, desc=f"{verifier.name} {tree} ({rule})", unit="tok", leave=False,
               disable=None if progress is None else not progress) as bar:
         for offset, chunk in chunks(prompts, batch_size):
-            room = _room(chunk, N, tree.num_tokens + 2)
+            room = cache_room(chunk, N, tree.num_tokens + 2)
             target = ModelSession(pair.target.model, len(chunk), sampling, cache=cache, max_length=room, timer=timer,
                                   name="target")
             draft = pair.drafter.session(len(chunk), sampling, cache=cache, max_length=room, timer=timer)

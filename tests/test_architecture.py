@@ -153,7 +153,7 @@ def test_theory_names_through_solvers_warn_and_still_work():
 
 
 def test_nothing_here_uses_the_old_paths():
-    from otspec.solvers import _MOVED
+    from otspec.solvers import MOVED_NAMES
 
     files = [p for folder in (*PACKAGES, ROOT / "tests", ROOT / "benchmarks", ROOT / "simulations")
              for p in folder.rglob("*.py") if p.name not in ("rejections.py", "multi.py", "experiments.py")
@@ -165,10 +165,28 @@ def test_nothing_here_uses_the_old_paths():
                 if node.module in OLD_PATHS or (node.module == "otspec" and any(a.name in ("rejections", "experiments")
                                                                                 for a in node.names)):
                     bad.append((str(path.relative_to(ROOT)), node.module))
-                if node.module == "otspec.solvers" and any(a.name in _MOVED for a in node.names):
+                if node.module == "otspec.solvers" and any(a.name in MOVED_NAMES for a in node.names):
                     bad.append((str(path.relative_to(ROOT)), "otspec.solvers: " + ", ".join(
-                        a.name for a in node.names if a.name in _MOVED)))
+                        a.name for a in node.names if a.name in MOVED_NAMES)))
     notebooks = [p.name for p in (ROOT / "notebooks").glob("*.ipynb")
                  if any(old in p.read_text() for old in ("from otspec import rejections", "otspec.verifiers.multi",
                                                          "otspec.experiments"))]
     assert bad == [] and notebooks == []
+
+
+def test_private_helpers_stay_in_their_module():
+    """No ``from <otspec or llm_bridge module> import _name``: a helper used elsewhere gets a public name."""
+    graph_modules = {_module_name(p) for package in PACKAGES for p in package.rglob("*.py")}
+    files = [p for folder in (*PACKAGES, ROOT / "tests", ROOT / "benchmarks") for p in folder.rglob("*.py")]
+    bad = []
+    for path in files:
+        inside = path.is_relative_to(PACKAGE.parent / "otspec") or path.is_relative_to(PACKAGES[1])
+        module = _module_name(path) if inside else ""
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            source = _resolve(module, path.name == "__init__.py", node)[-1] if node.level else node.module or ""
+            if source in graph_modules or source.split(".")[0] in ("otspec", "llm_bridge"):
+                bad += [(str(path.relative_to(ROOT)), f"{source}.{a.name}") for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    assert bad == []

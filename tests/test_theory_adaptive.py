@@ -135,5 +135,5 @@ def test_simulated_optimal_policy_lands_in_its_interval():
     opt = optimal_stopping(p, q, 8, 0.05)
     ctrl = ThresholdController([t["continue_below"] for t in opt.thresholds], 8)
     res = generate(IIDSource(p), IIDSource(q), TokenVerify(), ctrl, 20_000, n_sequences=32, seed=11, progress=False)
-    interval = res.cost(0.05).latency_interval
+    interval = res.cost(0.05, confidence=0.999).latency_interval  # one seeded run: a 0.1 % false-alarm rate
     assert interval.low <= opt.latency <= interval.high

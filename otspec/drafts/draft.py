@@ -70,7 +70,7 @@ def gather_tokens(rows, tokens):
     return xp.take_along_axis(rows[:, :L, :], tokens[..., None], axis=-1)[..., 0]
 
 
-def _gather_candidates(rows, candidates):
+def gather_candidates(rows, candidates):
     """``rows[b, candidates[b, i]]``, shape (B, k); 0 where the candidate is -1."""
     xp = namespace(rows)
     valid = candidates >= 0
@@ -138,7 +138,7 @@ def check_draft(tokens, draft_probs, target_probs, layout: str = CHAIN, *, valid
     if n and (bool(xp.any(tokens < low)) or bool(xp.any(tokens >= V))):
         raise ValueError(f"{what}: ids must lie in [{low}, {V})" + ("" if chain else " (-1 = no candidate)"))
     if n:
-        p_x = gather_tokens(draft_probs, tokens) if chain else _gather_candidates(draft_probs, tokens)
+        p_x = gather_tokens(draft_probs, tokens) if chain else gather_candidates(draft_probs, tokens)
         zero = (p_x <= 0) if chain else (tokens >= 0) & (p_x <= 0)
         if lengths is not None:
             zero = zero & (xp.arange(n, device=array_api_compat.device(tokens))[None, :] < lengths[:, None])

@@ -28,11 +28,11 @@ MAX_RACE_CELLS = 2**24
 RACE_STEP = 0.1
 
 
-def _check_k(k) -> int:
+def check_k(k) -> int:
     return check_size(k, "k", what="an integer number of drafts")
 
 
-def _n_tuples(s: int, k: int, replacement: bool) -> int:
+def tuple_count(s: int, k: int, replacement: bool) -> int:
     """Tuples of positive probability (capped at :data:`COUNT_CAP`)."""
     return capped_power(s, k) if replacement else capped_perm(s, k)
 
@@ -72,10 +72,10 @@ def draft_tuple_law(draft, k: int, replacement: bool = True, *,
     >>> tuples.tolist(), probs.tolist()
     ([[0, 1], [1, 0]], [0.5, 0.5])
     """
-    p, k, replacement = one_row(draft, "draft"), _check_k(k), bool(replacement)
+    p, k, replacement = one_row(draft, "draft"), check_k(k), bool(replacement)
     supp = np.flatnonzero(p > 0)
     s = supp.size
-    n = _n_tuples(s, k, replacement)
+    n = tuple_count(s, k, replacement)
     if n > max_tuples:
         limit = "MAX_DRAFT_TUPLES" if max_tuples == MAX_DRAFT_TUPLES else "max_tuples"
         count = format_count(n)
@@ -118,7 +118,7 @@ def tuple_membership(tuples, vocab_size: int) -> np.ndarray:
     return member[:, :V]
 
 
-def _one_hot(tokens, V, like):
+def one_hot(tokens, V, like):
     """(B, V) rows of ``like``'s dtype with a 1 at each token (all zero for -1)."""
     xp = namespace(like)
     ids = xp.arange(V, device=array_api_compat.device(like))
@@ -153,7 +153,7 @@ def sample_candidates(draft_probs, k: int, rng, replacement: bool = True):
         left = xp.sum(w, axis=-1) > 0  # rows whose support is not exhausted yet
         x = xp.astype(sample_categorical(xp.where(left[:, None], w, p), rng), xp.int64)
         x = xp.where(left, x, xp.full_like(x, -1))
-        drafted = drafted + _one_hot(x, V, p)
+        drafted = drafted + one_hot(x, V, p)
         out.append(x)
     return xp.stack(out, axis=1)
 
@@ -227,7 +227,7 @@ def prob_drafts_within(draft, subset, k: int, replacement: bool = True, method: 
         :func:`draft_tuple_law`.
     """
     p = one_row(draft, "draft")
-    k = _check_k(k)
+    k = check_k(k)
     A = np.asarray(subset)
     if A.dtype == bool:
         if A.shape != p.shape:
@@ -268,7 +268,7 @@ def draft_inclusion_probs(draft, k: int, replacement: bool = True) -> np.ndarray
     [0.75, 0.75]
     """
     p = one_row(draft, "draft")
-    k = _check_k(k)
+    k = check_k(k)
     if replacement:
         return inclusion_iid(p, k)
     supp = np.flatnonzero(p > 0)

@@ -57,7 +57,7 @@ from .pareto import (
 from .rejections import min_rejection_lp
 
 #: Names this package re-exported before they found their homes (name -> home module).
-_MOVED = {
+MOVED_NAMES = {
     "MAX_DRAFT_TUPLES": "otspec.drafts",
     "MAX_RACE_CELLS": "otspec.drafts",
     "RACE_STEP": "otspec.drafts",
@@ -87,10 +87,10 @@ _MOVED = {
 
 
 def __getattr__(name: str):
-    if name in _MOVED:
-        warnings.warn(f"otspec.solvers.{name} is deprecated: import it from {_MOVED[name]}", DeprecationWarning,
+    if name in MOVED_NAMES:
+        warnings.warn(f"otspec.solvers.{name} is deprecated: import it from {MOVED_NAMES[name]}", DeprecationWarning,
                       stacklevel=2)
-        return getattr(importlib.import_module(_MOVED[name]), name)
+        return getattr(importlib.import_module(MOVED_NAMES[name]), name)
     raise AttributeError(f"module 'otspec.solvers' has no attribute {name!r}")
 
 

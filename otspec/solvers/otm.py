@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..distributions import row_pair
-from ..drafts.laws import _check_k, _n_tuples, draft_tuple_law, tuple_membership
+from ..drafts.laws import check_k, draft_tuple_law, tuple_count, tuple_membership
 from ..errors import SizeLimitError, SolveError
 from .lp import solve_lp
 
@@ -108,9 +108,9 @@ def plan_acceptance(tuples, plan) -> float:
 def _plan_inputs(draft, target, k, replacement, limit: int, limit_name: str, what: str, unit: str):
     """Validated rows, k, and the tuple law with membership, refusing plans above ``limit`` entries."""
     p, q = row_pair(draft, target)
-    k = _check_k(k)
+    k = check_k(k)
     V, s = p.size, int(np.count_nonzero(p))
-    n_tuples = _n_tuples(s, k, bool(replacement))
+    n_tuples = tuple_count(s, k, bool(replacement))
     if n_tuples * V > limit:
         raise SizeLimitError(f"the OTM {what} for V={V}, k={k} has {n_tuples:,} tuples x {V} tokens = "
                              f"{n_tuples * V:,} {unit}, above {limit_name} = {limit:,}; "

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..distributions import row_pair
-from ..drafts.laws import _check_k, inclusion_iid, race_add_token, race_nodes, race_weights
+from ..drafts.laws import check_k, inclusion_iid, race_add_token, race_nodes, race_weights
 from ..errors import SizeLimitError
 from ..theory.multidraft import MAX_BRUTEFORCE_VOCAB, subset_masses
 
@@ -92,7 +92,7 @@ def otm_min_cut(draft, target, k: int, replacement: bool = True) -> tuple[float,
         accepts every tuple with S(X) ⊄ A with an output outside A.
     """
     p, q = row_pair(draft, target)
-    k = _check_k(k)
+    k = check_k(k)
     order = _sorted_order(p, q)
     cuts = (_prefix_cuts_iid if replacement else _prefix_cuts_wor)(p, q, k, order)
     j = int(np.argmin(cuts))
@@ -225,7 +225,7 @@ def otm_value_bruteforce(draft, target, k: int, replacement: bool = True) -> flo
     quadrature, no tuple enumeration).
     """
     p, q = row_pair(draft, target)
-    k = _check_k(k)
+    k = check_k(k)
     if p.size > MAX_BRUTEFORCE_VOCAB:
         raise SizeLimitError(f"otm_value_bruteforce enumerates 2^V subsets; V={p.size} is above "
                              f"MAX_BRUTEFORCE_VOCAB = {MAX_BRUTEFORCE_VOCAB}; use otm_value",

@@ -44,7 +44,7 @@ def extend_prefixes(tokens: np.ndarray, vocab_size: int) -> np.ndarray:
     return np.concatenate([np.repeat(tokens, vocab_size, axis=0), last], axis=1)
 
 
-def _as_tokens(tokens) -> np.ndarray:
+def as_tokens(tokens) -> np.ndarray:
     arr = np.asarray(tokens)
     if arr.ndim == 1:
         arr = arr[None, :]
@@ -85,7 +85,7 @@ class Source(ABC):
         ndarray, shape (B, V)
             May be a read-only broadcast view; copy before writing to it.
         """
-        tokens = _as_tokens(tokens)
+        tokens = as_tokens(tokens)
         if lengths is None:
             lengths = np.full(tokens.shape[0], tokens.shape[1], dtype=np.int64)
         else:
@@ -121,7 +121,7 @@ class Source(ABC):
         ``include_next=False`` omits the row after the full sequence (so a
         sequence as long as the horizon can be scored).
         """
-        tokens = _as_tokens(tokens)
+        tokens = as_tokens(tokens)
         B, T = tokens.shape
         if T == 0 and not include_next:
             return np.zeros((B, 0, self.vocab_size))
@@ -129,14 +129,14 @@ class Source(ABC):
 
     def token_probs(self, tokens) -> np.ndarray:
         """Conditional probability of each token given its prefix: shape (B, T)."""
-        tokens = _as_tokens(tokens)
+        tokens = as_tokens(tokens)
         self._check_tokens(tokens)
         rows = self.path_probs(tokens, include_next=False)
         return np.take_along_axis(rows, tokens[..., None], axis=-1)[..., 0]
 
     def prefix_log_probs(self, tokens) -> np.ndarray:
         """log P(x_1..x_t) for t = 0..T: shape (B, T+1), first column 0, ``-inf`` for impossible prefixes."""
-        tokens = _as_tokens(tokens)
+        tokens = as_tokens(tokens)
         with np.errstate(divide="ignore"):
             logs = np.log(self.token_probs(tokens))
         out = np.zeros((tokens.shape[0], tokens.shape[1] + 1))

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..checks import check_size
 from ..distributions import validate_probs
-from .base import Source, _as_tokens
+from .base import Source, as_tokens
 
 __all__ = ["GreedySource", "IIDSource", "MarkovSource", "PositionalSource", "TableSource", "bernoulli",
            "uniform_source"]
@@ -31,7 +31,7 @@ class IIDSource(Source):
         return np.broadcast_to(self.probs, (tokens.shape[0], self.vocab_size))
 
     def path_probs(self, tokens, include_next=True):
-        tokens = _as_tokens(tokens)
+        tokens = as_tokens(tokens)
         self._check_tokens(tokens)
         return np.broadcast_to(self.probs, (tokens.shape[0], tokens.shape[1] + int(include_next), self.vocab_size))
 
@@ -122,7 +122,7 @@ class MarkovSource(Source):
         return np.where((lengths == 0)[:, None], self.initial, rows)
 
     def path_probs(self, tokens, include_next=True):
-        tokens = _as_tokens(tokens)
+        tokens = as_tokens(tokens)
         self._check_tokens(tokens)
         B, T = tokens.shape
         if not include_next:
@@ -163,7 +163,7 @@ class PositionalSource(Source):
         return self.rows[lengths]
 
     def path_probs(self, tokens, include_next=True):
-        tokens = _as_tokens(tokens)
+        tokens = as_tokens(tokens)
         self._check_tokens(tokens)
         T = tokens.shape[1] + int(include_next)
         self.check_length(T)

@@ -34,7 +34,7 @@ import numpy as np
 from ..checks import MAX_DRAFT_LENGTH, check_real, check_size
 from ..distributions import row_pair
 from ..errors import SizeLimitError
-from .iid import _count_states, _ratio_classes, _successors
+from .iid import count_states, ratio_classes, successors
 
 __all__ = ["MAX_ADAPTIVE_STATES", "AdaptiveOptimum", "fixed_length_latency", "optimal_stopping",
            "threshold_policy_latency"]
@@ -44,7 +44,7 @@ __all__ = ["MAX_ADAPTIVE_STATES", "AdaptiveOptimum", "fixed_length_latency", "op
 MAX_ADAPTIVE_STATES = 2**21
 
 
-def _costs(t_draft, t_target) -> tuple[float, float]:
+def stopping_costs(t_draft, t_target) -> tuple[float, float]:
     return (check_real(t_draft, "t_draft", low=0.0),
             check_real(t_target, "t_target", low=0.0, low_open=True))
 
@@ -57,7 +57,7 @@ def fixed_length_latency(draft, target, length: int, t_draft: float, t_target: f
     """
     p, q = row_pair(draft, target)
     k = check_size(length, "length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
-    t_draft, t_target = _costs(t_draft, t_target)
+    t_draft, t_target = stopping_costs(t_draft, t_target)
     beta = float(np.minimum(p, q).sum())
     return (t_draft * k + t_target) / (1.0 + sum(beta**ell for ell in range(1, k + 1)))
 
@@ -121,7 +121,7 @@ def _evaluate(a, w, dead, K, go, nxt, total, pi):
 
 def _iid_states(p, q, K):
     """(a, w, dead, successors, totals, Π) of the class-count states, or None if no draft is ever accepted."""
-    P, Q = _ratio_classes(p, q)
+    P, Q = ratio_classes(p, q)
     a, w = np.minimum(1.0, Q / P), P
     sure = a >= 1.0  # every token with q >= p is accepted surely: one class
     if sure.sum() > 1:
@@ -135,9 +135,9 @@ def _iid_states(p, q, K):
                              size=count, limit=MAX_ADAPTIVE_STATES)
     if m == 0:
         return None
-    lex = _count_states(m, K)
+    lex = count_states(m, K)
     pi = np.exp(lex @ np.log(a))  # classes here have q > 0, so a > 0
-    return a, w, dead, _successors(lex, K), lex.sum(axis=1), pi
+    return a, w, dead, successors(lex, K), lex.sum(axis=1), pi
 
 
 def threshold_policy_latency(draft, target, max_length: int, t_draft: float, t_target: float = 1.0,
@@ -148,7 +148,7 @@ def threshold_policy_latency(draft, target, max_length: int, t_draft: float, t_t
     """
     p, q = row_pair(draft, target)
     K = check_size(max_length, "max_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
-    t_draft, t_target = _costs(t_draft, t_target)
+    t_draft, t_target = stopping_costs(t_draft, t_target)
     hs = [thresholds] * (K - 1) if thresholds is None or isinstance(thresholds, int | float) else list(thresholds)
     states = _iid_states(p, q, K)
     if states is None:
@@ -174,7 +174,7 @@ def optimal_stopping(draft, target, max_length: int, t_draft: float, t_target: f
     """
     p, q = row_pair(draft, target)
     K = check_size(max_length, "max_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
-    t_draft, t_target = _costs(t_draft, t_target)
+    t_draft, t_target = stopping_costs(t_draft, t_target)
     states = _iid_states(p, q, K)
     if states is None:  # every draft is rejected: draft one token per target call
         return AdaptiveOptimum(t_draft + t_target, 1.0, 1.0, [], True, 0)

@@ -30,7 +30,7 @@ from ..checks import MAX_DRAFT_LENGTH, check_size
 from ..distributions import residual
 from ..errors import SizeLimitError
 from ..sources import IIDSource, MarkovSource
-from .adaptive import _costs
+from .adaptive import stopping_costs
 
 __all__ = ["MAX_MARKOV_PATHS", "MarkovAdaptiveOptimum", "markov_optimal_stopping", "markov_policy_latency"]
 
@@ -145,7 +145,7 @@ def markov_policy_latency(draft, target, length: int, t_draft: float, t_target: 
     """Exact latency per generated token of always drafting ``length`` tokens on a stationary Markov pair."""
     P, Q = _matrices(draft, target)
     K = check_size(length, "length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
-    t_draft, t_target = _costs(t_draft, t_target)
+    t_draft, t_target = stopping_costs(t_draft, t_target)
     paths = _Paths(P, Q, K)
     masks = [None] + [np.ones(paths.last[j].size, dtype=bool) for j in range(1, K + 1)]
     return _ratio(paths, masks, t_draft, t_target)[0]
@@ -187,7 +187,7 @@ def markov_optimal_stopping(draft, target, max_length: int, t_draft: float, t_ta
     """The exact optimal stopping rule of a stationary Markov pair under token verification (module docstring)."""
     P, Q = _matrices(draft, target)
     K = check_size(max_length, "max_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
-    t_draft, t_target = _costs(t_draft, t_target)
+    t_draft, t_target = stopping_costs(t_draft, t_target)
     paths = _Paths(P, Q, K)
     V = P.shape[0]
     lam, h, seen, steps = t_target, np.zeros(V), None, 0

@@ -107,7 +107,7 @@ def _check_inputs(draft, target, draft_length, route, step):
     return p, q, L
 
 
-def _ratio_classes(p, q):
+def ratio_classes(p, q):
     """Class masses (P_k, Q_k) of the tokens with p, q > 0, grouped by equal q/p.
 
     Key: the exact binary exponent of q/p and its correctly rounded mantissa ratio in [1, 2)
@@ -126,7 +126,7 @@ def _ratio_classes(p, q):
     return np.bincount(cls, weights=p[live][order]), np.bincount(cls, weights=q[live][order])
 
 
-def _count_states(K: int, L: int) -> np.ndarray:
+def count_states(K: int, L: int) -> np.ndarray:
     """All count vectors in N^K of total <= L, lexicographic (first class most significant).
 
     Built column by column keeping parent links only, then read back: O(K N) for N vectors.
@@ -145,7 +145,7 @@ def _count_states(K: int, L: int) -> np.ndarray:
     return states
 
 
-def _successors(states: np.ndarray, L: int) -> np.ndarray:
+def successors(states: np.ndarray, L: int) -> np.ndarray:
     """Lexicographic rank of c + e_k for each row c and class k (meaningful where |c| < L).
 
     With n(m, t) = C(t + m, m) vectors of length m and total <= t, the rank of c is
@@ -177,10 +177,10 @@ def _exact_terms(P, Q, L: int):
     same U). Tokens with q = 0 drop their mass (their weight stays 0).
     """
     z = np.log(Q) - np.log(P)
-    lex = _count_states(P.size, L)
+    lex = count_states(P.size, L)
     order = np.argsort(lex.sum(axis=1), kind="stable")
     rank, states = np.argsort(order), lex[order]
-    nxt = rank[np.clip(_successors(lex, L)[order], 0, order.size - 1)]
+    nxt = rank[np.clip(successors(lex, L)[order], 0, order.size - 1)]
     total, s = states.sum(axis=1), (states * z).sum(axis=1)
     cut = np.searchsorted(total, np.arange(L + 2))
     nxt_bv = np.where(s[nxt] >= 0.0, 0, nxt)
@@ -297,7 +297,7 @@ def _values(draft, target, draft_length, route: str, step, want: tuple[str, ...]
     out["token"] = _result(tok, tok, "closed form")
     if L == 1 or not want:
         return IIDBlockValues(**{key: out["token"] if key in want else v for key, v in out.items()})
-    P, Q = _ratio_classes(p, q)
+    P, Q = ratio_classes(p, q)
     work = math.comb(L + P.size, P.size) * max(P.size, 1)
     if route == "exact" and work > MAX_CLASS_WORK:
         raise SizeLimitError(f"the ratio-class route for K = {P.size} classes, L = {L} needs {work:,} state "

@@ -27,7 +27,7 @@ import numpy as np
 from ..checks import COUNT_CAP, MAX_CANDIDATES, capped_perm, check_size
 from ..distributions import first_index, likelihood_ratio, namespace, residual, row_pair
 from ..drafts.laws import (
-    _check_k,
+    check_k,
     draft_inclusion_probs,
     draft_tuple_law,
     inclusion_iid,
@@ -90,7 +90,7 @@ def bernoulli_alpha(draft_p: float, target_p: float, k: int) -> float:
     >>> bernoulli_alpha(0.25, 0.75, 1)
     0.5
     """
-    p1, q1, k = _check_unit(draft_p, "draft_p"), _check_unit(target_p, "target_p"), _check_k(k)
+    p1, q1, k = _check_unit(draft_p, "draft_p"), _check_unit(target_p, "target_p"), check_k(k)
     return min(q1, 1.0 - (1.0 - p1) ** k) + min(1.0 - q1, 1.0 - p1**k)
 
 
@@ -100,7 +100,7 @@ def uniform_alpha(r: float, k: int) -> float:
     >>> uniform_alpha(2.0, 2)
     0.75
     """
-    k = _check_k(k)
+    k = check_k(k)
     try:
         r = float(r)
     except (TypeError, ValueError):
@@ -120,7 +120,7 @@ def uniform_multiround_without_replacement(support: int, target_support: int, k:
     >>> uniform_multiround_without_replacement(4, 2, 2)
     0.8333333333333334
     """
-    N, dq, k = int(support), int(target_support), _check_k(k)
+    N, dq, k = int(support), int(target_support), check_k(k)
     if not 1 <= dq <= N:
         raise ValueError(f"target_support: expected 1 <= d_q <= N = {N}, got {target_support!r}")
     return 1.0 - math.comb(N - dq, k) / math.comb(N, k)
@@ -195,7 +195,7 @@ def kseq_rho_star(draft, target, k, *, tol: float = RHO_TOL):
     """
     p, q, scalar = _batched(draft, target)
     if scalar:
-        k = _check_k(k)
+        k = check_k(k)
     xp = namespace(p, q)
     k = _as_row_vector(k, p)
     ratio = likelihood_ratio(p, q)
@@ -294,7 +294,7 @@ def _check_rho(rho) -> float:
 
 def _kseq_row(draft, target, k, rho) -> KSeqParameters:
     p, q = row_pair(draft, target)
-    return kseq_parameters(p[None], q[None], _check_k(k), None if rho is None else _check_rho(rho))
+    return kseq_parameters(p[None], q[None], check_k(k), None if rho is None else _check_rho(rho))
 
 
 def kseq_beta(draft, target, rho: float) -> float:
@@ -427,7 +427,7 @@ def lemma3_upper_bound(draft, target, k: int, replacement: bool = True) -> float
     :data:`MAX_LEMMA3_TERMS` (set, tuple) pairs.
     """
     p, q = row_pair(draft, target)
-    k = _check_k(k)
+    k = check_k(k)
     V = p.size
     if V > MAX_BRUTEFORCE_VOCAB:
         raise SizeLimitError(f"lemma3_upper_bound enumerates 2^V sets; V={V} is above MAX_BRUTEFORCE_VOCAB = "

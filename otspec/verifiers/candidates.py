@@ -22,8 +22,8 @@ from abc import abstractmethod
 import array_api_compat
 
 from ..distributions import namespace, sample_categorical, uniform
-from ..drafts.draft import CANDIDATES, _gather_candidates
-from ..drafts.laws import _one_hot
+from ..drafts.draft import CANDIDATES, gather_candidates
+from ..drafts.laws import one_hot
 from .base import Outcome, Verifier, VerifierLaw
 
 __all__ = [
@@ -35,10 +35,6 @@ __all__ = [
     "membership_outcome",
     "stack_columns",
 ]
-
-#: ``rows[b, candidates[b, i]]``, shape (B, k); 0 where the candidate is -1.
-gather_candidates = _gather_candidates
-
 
 def _device(x):
     return array_api_compat.device(x)
@@ -81,7 +77,7 @@ class SequentialMultiDraftVerifier(MultiDraftVerifier):
         survive = xp.ones((B,), dtype=p.dtype, device=_device(p))
         accepted = xp.zeros_like(p)
         for i in range(candidates.shape[1]):
-            accepted = accepted + (survive * a[:, i])[:, None] * _one_hot(candidates[:, i], V, p)
+            accepted = accepted + (survive * a[:, i])[:, None] * one_hot(candidates[:, i], V, p)
             survive = survive * (1.0 - a[:, i])
         return VerifierLaw.from_masses(accepted, survive[:, None] * res)
 
@@ -117,7 +113,7 @@ def membership(candidates, like):
     xp = namespace(like)
     member = xp.zeros_like(like)
     for i in range(candidates.shape[1]):
-        member = xp.maximum(member, _one_hot(candidates[:, i], like.shape[-1], like))
+        member = xp.maximum(member, one_hot(candidates[:, i], like.shape[-1], like))
     return member
 
 

@@ -10,7 +10,7 @@ not drafted yet, renormalised (Algorithm 2). The acceptance probability is
 from __future__ import annotations
 
 from ..distributions import namespace, residual
-from ..drafts.laws import _one_hot
+from ..drafts.laws import one_hot
 from ..theory.multidraft import multiround_acceptance
 from .candidates import SequentialMultiDraftVerifier, gather_candidates, stack_columns
 
@@ -33,7 +33,7 @@ def multiround_plan(candidates, draft_probs, target_probs, *, without_replacemen
         a.append(xp.where(ok, xp.minimum(t_x / xp.where(ok, d_x, xp.ones_like(d_x)), 1.0), xp.zeros_like(d_x)))
         t = xp.where(valid[:, None], residual(t, d), t)
         if without_replacement:
-            drafted = xp.clip(drafted + _one_hot(c[:, 0], p.shape[1], p), max=1.0)
+            drafted = xp.clip(drafted + one_hot(c[:, 0], p.shape[1], p), max=1.0)
             left = p * (1.0 - drafted)  # recomputed from p each round: no accumulated rounding
             mass = xp.sum(left, axis=-1, keepdims=True)
             d = xp.where(mass > 0, left / xp.where(mass > 0, mass, xp.ones_like(mass)), xp.zeros_like(p))
