@@ -1,10 +1,10 @@
 """Losslessness on a real model pair: the exact first-token law, and a two-sample test against plain sampling.
 
-* :func:`first_token_law` enumerates every draft of ``draft_length`` tokens the drafter can produce
-  from one prompt (the processed rows' supports; top-k / top-p keep this small), scores every
-  prefix with both models, and combines the verifier's exact law (``verifier.law`` on the real
-  rows) into the law of the first emitted token: x_1 when τ ≥ 1, the correction drawn at position 0
-  when τ = 0. A lossless verifier gives the target's processed next-token row.
+* :func:`first_token_law` is otspec's exact engine (:mod:`otspec.engine.first_token`) run over the
+  two models as sources (:class:`~llm_bridge.sources.ModelSource`): every draft of ``draft_length``
+  tokens the drafter can produce from one prompt (the processed rows' supports; top-k / top-p keep
+  this small), both models' rows along it, and the verifier's exact law combined into the law of the
+  first emitted token. A lossless verifier gives the target's processed next-token row.
 * :func:`two_sample_test` runs the speculative loop and plain sampling on ``n`` copies of a prompt
   (one batch each) and compares the joint law of their first tokens with a G-test; a biased
   verifier (e.g. ``DecodingOPT(eps=inf)``, which accepts every draft) is the negative control.
@@ -12,105 +12,37 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 from scipy import stats
 
-from otspec.errors import SizeLimitError
+from otspec.engine.first_token import MAX_LAW_PATHS, FirstTokenLaw
+from otspec.engine.first_token import first_token_law as engine_first_token_law
+from otspec.engine.first_token import root_token_law as engine_root_token_law
 
 from .loop import plain_generate, speculative_generate
 from .sampling import DEFAULT_SAMPLING, Sampling
+from .sources import ModelSource
 
 __all__ = ["MAX_LAW_PATHS", "FirstTokenLaw", "first_token_law", "root_token_law", "two_sample_test"]
 
-#: Most draft paths :func:`first_token_law` enumerates (each needs a forward pass of both models).
-MAX_LAW_PATHS = 4096
-
-
-@dataclass(frozen=True)
-class FirstTokenLaw:
-    """``law`` (V,) of the first emitted token, the target's row ``target`` (V,), and ``max_deviation``."""
-
-    law: np.ndarray
-    target: np.ndarray
-    paths: int
-
-    @property
-    def max_deviation(self) -> float:
-        return float(np.max(np.abs(self.law - self.target)))
-
-
-def _last_rows(model, prompt, prefixes, sampling, chunk: int = 64) -> np.ndarray:
-    """Processed next-token rows of ``model`` after prompt + each prefix (no cache; full forward passes)."""
-    import torch
-
-    device = next(model.parameters()).device
-    rows = []
-    with torch.no_grad():
-        for i in range(0, len(prefixes), chunk):
-            ids = torch.as_tensor([list(prompt) + list(p) for p in prefixes[i:i + chunk]], device=device)
-            rows.append(sampling.rows(model(input_ids=ids).logits[:, -1]))
-    return np.concatenate(rows)
-
-
 def first_token_law(pair, prompt, verifier, draft_length: int, *, sampling: Sampling = DEFAULT_SAMPLING,
                     max_paths: int = MAX_LAW_PATHS) -> FirstTokenLaw:
-    """Exact law of the first token emitted after ``prompt`` (token ids) by one verification iteration."""
+    """Exact law of the first token emitted after ``prompt`` (token ids) by one verification iteration: otspec's
+    exact engine (:func:`otspec.engine.first_token.first_token_law`) over both models as sources."""
     if pair.drafter.deterministic:
         raise ValueError("first_token_law enumerates a model drafter's draws; the n-gram drafter has none")
-    draft_model, target_model = pair.drafter.model, pair.target.model
-    prefixes, weights = [()], np.ones(1)
-    p_levels, q_levels, parents = [], [], []
-    for level in range(draft_length + 1):
-        q_levels.append(_last_rows(target_model, prompt, prefixes, sampling))
-        if level == draft_length:
-            break
-        p = _last_rows(draft_model, prompt, prefixes, sampling)
-        support = p > 0
-        count = int(support.sum())
-        if count > max_paths:
-            raise SizeLimitError(f"{count:,} draft paths of length {level + 1} exceed MAX_LAW_PATHS = {max_paths:,}; "
-                                 "use top_k or top_p to shrink the rows' supports", size=count, limit=max_paths)
-        parent, token = np.nonzero(support)
-        p_levels.append(p)
-        parents.append(parent)
-        weights = weights[parent] * p[parent, token]
-        prefixes = [prefixes[a] + (int(x),) for a, x in zip(parent, token, strict=True)]
-    # rows along every full path: walk back through the parents
-    n, L = len(prefixes), draft_length
-    tokens = np.array(prefixes, dtype=np.int64).reshape(n, L)
-    V = q_levels[0].shape[1]
-    p_rows, q_rows = np.zeros((n, L, V)), np.zeros((n, L + 1, V))
-    node = np.arange(n)
-    q_rows[:, L] = q_levels[L][node]
-    for level in range(L - 1, -1, -1):
-        node = parents[level][node]
-        p_rows[:, level], q_rows[:, level] = p_levels[level][node], q_levels[level][node]
-    law = verifier.law(tokens, p_rows, q_rows)
-    accept = np.asarray(law.accept_probs)
-    first = weights @ (accept[:, 0, None] * np.asarray(law.correction_probs)[:, 0])
-    np.add.at(first, tokens[:, 0], weights * accept[:, 1:].sum(axis=1))
-    return FirstTokenLaw(first, q_levels[0][0], n)
+    draft, target = (ModelSource(m, prompt, sampling) for m in (pair.drafter.model, pair.target.model))
+    return engine_first_token_law(draft, target, verifier, draft_length, max_paths=max_paths)
 
 
 def root_token_law(pair, prompt, verifier, k: int, *, sampling: Sampling = DEFAULT_SAMPLING,
                    max_paths: int = MAX_LAW_PATHS) -> FirstTokenLaw:
-    """Exact law of the first token emitted after ``prompt`` by a multi-draft verifier with k candidates at the root.
-
-    In a tree iteration the first token is decided at the root alone, so its law is
-    Σ_x P_D(x^k) · P(Y = · | x^k) over every candidate tuple the draft row can produce
-    (:func:`otspec.drafts.draft_tuple_law`, drawn as the verifier requires). Lossless: the target's row.
-    """
-    from otspec.drafts import draft_tuple_law
-
+    """Exact law of the first token emitted after ``prompt`` by a multi-draft verifier with k candidates at the root
+    (:func:`otspec.engine.first_token.root_token_law` over both models as sources)."""
     if pair.drafter.deterministic:
         raise ValueError("root_token_law enumerates a model drafter's draws; the n-gram drafter has none")
-    p = _last_rows(pair.drafter.model, prompt, [()], sampling)[0]
-    q = _last_rows(pair.target.model, prompt, [()], sampling)[0]
-    tuples, probs = draft_tuple_law(p, int(k), bool(getattr(verifier, "replacement", True)), max_tuples=max_paths)
-    law = verifier.law(tuples, np.broadcast_to(p, (len(tuples), p.size)), np.broadcast_to(q, (len(tuples), q.size)))
-    return FirstTokenLaw(probs @ (np.asarray(law.accepted) + np.asarray(law.rejected)), q, len(tuples))
+    draft, target = (ModelSource(m, prompt, sampling) for m in (pair.drafter.model, pair.target.model))
+    return engine_root_token_law(draft, target, verifier, k, max_paths=max_paths)
 
 
 def _g_test(a: np.ndarray, b: np.ndarray) -> tuple[float, float, int, int]:
