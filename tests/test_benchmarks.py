@@ -56,3 +56,12 @@ def test_sweep_throughput_benchmark_runs():
     out = json.loads(proc.stdout)
     assert [(r["engine"], r["workers"], r["cells"]) for r in out["results"]] == [("pool", 1, 4), ("pool", 2, 4)]
     assert out["results"][0]["ratio_to_first"] == 1.0 and all(r["cells_per_s"] > 0 for r in out["results"])
+
+
+def test_loop_overhead_benchmark_runs():
+    proc = subprocess.run([sys.executable, str(BENCH / "bench_loop_overhead.py"), "--target", "tiny", "--prompts", "2",
+                           "--tokens", "10", "--repeat", "1", "--json"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert {r["verifier"] for r in out["results"]} == {"token", "block"}
+    assert all(r["fraction_of_target_call"] > 0 for r in out["results"])

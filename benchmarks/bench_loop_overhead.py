@@ -1,0 +1,112 @@
+"""What the decode loop and the verifier cost per iteration, against one target call, on a real pair.
+
+Usage: python benchmarks/bench_loop_overhead.py [--target smollm2] [--draft distilled] [--L 4]
+       [--prompts 4] [--tokens 48] [--device cpu] [--rows host|device] [--repeat 3] [--json]
+
+It runs the engine's chain loop (otspec.engine.loop) over the pair's KV-cache sessions at batch 1,
+for token and block verification, and splits the wall-clock of decoding into the time inside the
+models (draft and target calls) and the rest: the loop, the verifier and the commits. The overhead
+per iteration is reported as a fraction of one target call (goal, issue 20: <= 3 % on CPU at B = 1,
+L = 4). Plain sampling runs between the speculative runs as a check on the machine's load: its
+time per token before and after should agree. ``--target tiny`` uses two tiny random models (no
+download), for a quick look. Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+
+import numpy as np
+
+GOAL_FRACTION = 0.03
+
+
+def _pair(target: str, draft: str, device: str):
+    if target == "tiny":
+        import sys
+        from pathlib import Path
+
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from tests.llm_tiny import tiny_pair
+
+        return tiny_pair(sharpness=3.0)
+    from llm_bridge.drafters import load_pair
+
+    return load_pair(target, draft, device=device)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", default="smollm2", help="smollm2, a folder, or 'tiny'")
+    parser.add_argument("--draft", default="distilled")
+    parser.add_argument("--L", type=int, default=4)
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--tokens", type=int, default=48)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--rows", default="host", choices=("host", "device"),
+                        help="hand the loop numpy rows (host) or keep them as tensors (device)")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from llm_bridge.loop import plain_generate, speculative_generate
+    from llm_bridge.prompts import DATA_DIR, encode_prompts, read_prompts
+    from otspec.verifiers import BlockVerify, TokenVerify
+
+    pair = _pair(args.target, args.draft, args.device)
+    if args.target == "tiny":
+        rng = np.random.default_rng(0)
+        prompts = [list(rng.integers(3, 20, size=6)) for _ in range(args.prompts)]
+    else:
+        prompts = encode_prompts(pair.tokenizer, read_prompts(DATA_DIR / "validate_prompts.txt", args.prompts))
+
+    def plain_ms_per_token() -> float:
+        run = plain_generate(pair.target, prompts, args.tokens, batch_size=1, progress=False)
+        return 1e3 * run.seconds / run.generated
+
+    rows = []
+    baseline = [plain_ms_per_token()]
+    for verifier in (TokenVerify(), BlockVerify()):
+        best = None
+        for _ in range(args.repeat):
+            run = speculative_generate(pair, prompts, verifier, args.L, args.tokens, batch_size=1, progress=False,
+                                       record_law=False, host_rows=args.rows == "host")
+            timer = run.timer
+            iterations = run.decode.iterations
+            models = timer.total("draft") + timer.total("target")
+            overhead_ms = 1e3 * (run.seconds - models) / iterations
+            verify_ms = 1e3 * timer.total("verify") / iterations
+            target_ms = timer.mean_ms("target")
+            row = {"verifier": verifier.name, "L": args.L, "iterations": iterations,
+                   "overhead_ms_per_iteration": overhead_ms, "verify_ms_per_iteration": verify_ms,
+                   "target_call_ms": target_ms, "fraction_of_target_call": overhead_ms / target_ms,
+                   "tokens_per_s": run.tokens_per_s}
+            if best is None or row["fraction_of_target_call"] < best["fraction_of_target_call"]:
+                best = row
+        rows.append(best)
+        baseline.append(plain_ms_per_token())  # interleaved: the machine's load shows as a drift here
+    info = {"device": args.device, "rows": args.rows, "cpus": os.cpu_count(), "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "python": platform.python_version(), "target": args.target,
+            "draft": args.draft, "plain_ms_per_token": baseline}
+    if args.json:
+        print(json.dumps({"machine": info, "goal_fraction": GOAL_FRACTION, "results": rows}, indent=2))
+        return 0
+    drift = max(baseline) / min(baseline) - 1.0
+    print(f"loop + verifier overhead per iteration at B = 1, L = {args.L}, best of {args.repeat} ({info})")
+    print(f"  plain sampling {', '.join(f'{b:.2f}' for b in baseline)} ms/token across the run "
+          f"(drift {100 * drift:.1f} %: {'quiet' if drift < 0.1 else 'LOADED, numbers unreliable'})")
+    for r in rows:
+        print(f"  {r['verifier']:<6} overhead {r['overhead_ms_per_iteration']:7.3f} ms/iteration "
+              f"(verifier {r['verify_ms_per_iteration']:.3f} ms) = {100 * r['fraction_of_target_call']:5.2f} % of a "
+              f"target call ({r['target_call_ms']:.1f} ms); ratio to the goal "
+              f"{r['fraction_of_target_call'] / GOAL_FRACTION:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
