@@ -52,6 +52,7 @@ bench: $(TEST_STAMP)
 	$(BIN)/python benchmarks/bench_block_ot.py
 	$(BIN)/python benchmarks/bench_otm.py
 	$(BIN)/python benchmarks/bench_verifiers_torch.py
+	$(BIN)/python benchmarks/bench_loop_overhead.py
 	$(BIN)/python benchmarks/bench_llm_vocab_mc.py --device auto --log figures/llm_distilled_rows.npz
 	$(BIN)/python benchmarks/bench_sweep.py
 
