@@ -65,6 +65,16 @@ class _Record:
         path.write_text(json.dumps(self.to_json(), indent=1) + "\n")
         return path
 
+    @staticmethod
+    def _object(obj, where: str) -> dict:
+        """The JSON object (parsed from text if need be), with the fields every record has checked."""
+        obj = json.loads(obj) if isinstance(obj, str) else obj
+        if not isinstance(obj, dict):
+            raise RecordError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        _check_model_pair(obj, where)
+        _check(obj, "settings", dict, where)
+        return obj
+
     @classmethod
     def _split(cls, obj: dict) -> tuple[dict, dict]:
         names = {f.name for f in fields(cls)} - {"extra"}
@@ -108,11 +118,7 @@ class PairRecord(_Record):
     @classmethod
     def from_json(cls, obj, where: str = "record") -> PairRecord:
         """A :class:`PairRecord` from its JSON object (or text), checked field by field."""
-        obj = json.loads(obj) if isinstance(obj, str) else obj
-        if not isinstance(obj, dict):
-            raise RecordError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-        _check_model_pair(obj, where)
-        _check(obj, "settings", dict, where)
+        obj = cls._object(obj, where)
         runs = _check(obj, "runs", list, where)
         for i, run in enumerate(runs):
             at = f"{where}: runs[{i}]"
@@ -145,11 +151,7 @@ class AdaptiveRecord(_Record):
     @classmethod
     def from_json(cls, obj, where: str = "record") -> AdaptiveRecord:
         """An :class:`AdaptiveRecord` from its JSON object (or text), checked field by field."""
-        obj = json.loads(obj) if isinstance(obj, str) else obj
-        if not isinstance(obj, dict):
-            raise RecordError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-        _check_model_pair(obj, where)
-        _check(obj, "settings", dict, where)
+        obj = cls._object(obj, where)
         _check(obj, "head", dict, where)
         for key in ("fixed", "threshold"):
             for i, row in enumerate(_check(obj, key, list, where)):
