@@ -86,7 +86,7 @@ def head_training_data(pair, prompts, max_new_tokens: int, *, mix: float = 0.15,
 
     if not 0.0 <= mix <= 1.0:
         raise ValueError(f"mix: expected a probability in [0, 1], got {mix!r}")
-    if getattr(pair.drafter, "deterministic", False) or not hasattr(pair.drafter, "model"):
+    if pair.drafter.deterministic:
         raise ValueError("the acceptance head reads a model draft's hidden states; the n-gram drafter has none")
     responses = plain_generate(pair.target, prompts, max_new_tokens, sampling=sampling, seed=seed,
                                batch_size=batch_size, progress=progress).tokens

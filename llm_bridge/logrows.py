@@ -39,7 +39,7 @@ def _continuation_rows(model, prompt, continuation, sampling: Sampling) -> np.nd
 
 def check_loggable(pair) -> None:
     """Raise ``ValueError`` unless the pair's drafter has probability rows to log (a model, not n-grams)."""
-    if getattr(pair.drafter, "deterministic", False) or not hasattr(pair.drafter, "model"):
+    if pair.drafter.deterministic:
         raise ValueError(f"logging rows needs a model drafter; {pair.drafter.name!r} has no probability rows")
 
 

@@ -104,15 +104,15 @@ def tree_generate(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: s
     ``keep_tries`` keeps every drafted trie with its rows (for tests); ``cache`` is a kind of
     :func:`~llm_bridge.cache.make_cache`.
     """
-    if getattr(verifier, "layout", None) != "candidates":
-        raise ValueError(f"{type(verifier).__name__} verifies {getattr(verifier, 'layout', '?')}; a tree needs a "
+    if verifier.layout != "candidates":
+        raise ValueError(f"{type(verifier).__name__} verifies {verifier.layout}; a tree needs a "
                          "multi-draft verifier (kseq, multiround, multiround_without_replacement, naive, otm)")
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     if pair.drafter.deterministic:
         raise ValueError(f"the {pair.drafter.name} drafter proposes one token per position; a draft tree needs a "
                          "model draft (distilled, int8, layers:K or a model)")
-    tree = parse_tree(tree, bool(getattr(verifier, "replacement", True)))
+    tree = parse_tree(tree, bool(verifier.replacement))
     L, N = tree.depth, int(max_new_tokens)
     rng, timer = np.random.default_rng(seed), CallTimer(pair.target.device)
     ledger = Ledger(len(prompts), N, L)

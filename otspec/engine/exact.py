@@ -118,7 +118,7 @@ def evaluate(draft: Source, target: Source, verifier: Verifier, draft_length: in
         raise SizeLimitError(f"exact evaluation needs {V}^{L} drafts x {L + 1} positions x {V} tokens = {format_count(entries)} "
                              f"entries, above MAX_EXACT_ENTRIES = {MAX_EXACT_ENTRIES:,}; use Monte Carlo",
                              size=entries, limit=MAX_EXACT_ENTRIES)
-    if iterations > 1 or getattr(verifier, "carries_residual", False):
+    if iterations > 1 or verifier.carries_residual:
         return _evaluate_branching(draft, target, verifier, L, int(iterations))
     target.check_length(L + 1)
     enum = draft.enumerate(L)

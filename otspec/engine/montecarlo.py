@@ -201,7 +201,7 @@ def simulate_candidates(draft_row, target_row, verifier, k: int, n_steps: int, *
     confidence = check_confidence(confidence)
     p, q = row_pair(draft_row, target_row)
     rng, V = np.random.default_rng(seed), p.size
-    replacement = getattr(verifier, "replacement", True)
+    replacement = verifier.replacement
 
     def draw(b):
         P, Q = np.broadcast_to(p, (b, V)), np.broadcast_to(q, (b, V))

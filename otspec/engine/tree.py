@@ -44,7 +44,9 @@ def _check(draft: Source, target: Source, verifier, tree: DraftTree, rule: str):
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     check_pair(draft, target)
-    if not getattr(verifier, "any_draw_mode", False) and getattr(verifier, "replacement", True) != tree.replacement:
+    if verifier.layout != "candidates":
+        raise ValueError(f"{type(verifier).__name__} verifies {verifier.layout}; a tree needs a multi-draft verifier")
+    if not verifier.any_draw_mode and verifier.replacement != tree.replacement:
         mode = "with" if tree.replacement else "without"
         raise ValueError(f"{type(verifier).__name__} is lossless for candidates drawn "
                          f"{'with' if verifier.replacement else 'without'} replacement, but the tree draws "
@@ -162,7 +164,7 @@ def generate_tree(draft: Source, target: Source, verifier, tree: DraftTree, n_to
     ledger = Ledger(B, N, L)
     sessions = (SourceSession(draft, B, N + 1, max_prefix=N - 2), SourceSession(target, B, N + 1, max_prefix=N - 1))
     with tqdm(total=B * N, unit="tok", unit_scale=True, disable=None if progress is None else not progress,
-              leave=False, desc=f"tree decode ({getattr(verifier, 'name', 'verifier')}, {tree})") as bar:
+              leave=False, desc=f"tree decode ({verifier.name}, {tree})") as bar:
         run = tree_loop(*sessions, verifier, tree, N, np.random.default_rng(seed), rule=rule, batch=B,
                         observers=[LedgerObserver(ledger)], bar=bar)
     return ledger.result(run.tokens, confidence)

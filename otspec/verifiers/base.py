@@ -160,6 +160,8 @@ class Verifier(ABC):
     style: ClassVar[dict] = {}
     layout: ClassVar[str] = CHAIN
     replacement: bool = True
+    #: Candidates: lossless whether they were drawn with or without replacement (the naive verifier).
+    any_draw_mode: ClassVar[bool] = False
     lossless: ClassVar[bool] = True
     #: Candidates must be distinct (checked with ``validate=True``).
     distinct_candidates: ClassVar[bool] = False
