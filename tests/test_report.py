@@ -64,3 +64,20 @@ def test_pair_figures_draw_the_users_pair(tmp_path):
     assert proc.returncode == 2 and "take no pair" in proc.stderr
     help_text = subprocess.run([sys.executable, "-m", "otspec.plot", "--help"], capture_output=True, text=True).stdout
     assert "--draft-source" in help_text and "pareto" in help_text and "(default:" in help_text
+
+
+def test_report_reads_the_records_in_its_folder(tmp_path):
+    """The records' folder is the report's: copied records are drawn there, each with its own plot and summary."""
+    import shutil
+    from pathlib import Path
+
+    figures = Path(__file__).resolve().parent.parent / "figures"
+    shutil.copy(figures / "llm_default.json", tmp_path / "llm_default.json")
+    shutil.copy(figures / "llm_default_rows.npz", tmp_path / "llm_default_rows.npz")
+    from otspec.plot import write_figure
+
+    _, _, data = write_figure("real_models", tmp_path / "real_models.png")
+    assert [r["file"] for r in data["records"]] == ["llm_default.json"]
+    assert (tmp_path / "llm_default.png").stat().st_size > 10_000 and (tmp_path / "llm_default.md").exists()
+    _, _, logged = write_figure("logged_rows", tmp_path / "logged_rows.png", scale=0.02)
+    assert [log["file"] for log in logged["logs"]] == ["llm_default_rows.npz"]

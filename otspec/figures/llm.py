@@ -289,8 +289,8 @@ def render_llm(data: dict):
 
 def _llm_section(data: dict, png: Path) -> str:
     if not data["records"]:
-        return (f"## Real model pairs\n\n![measured against predicted]({png.name})\n\nNo `figures/llm_*.json` record "
-                "yet: run `python -m llm_bridge.validate`.\n")
+        return (f"## Real model pairs\n\n![measured against predicted]({png.name})\n\nNo `llm_*.json` record in "
+                "this folder yet: run `python -m llm_bridge.validate`.\n")
     parts = ["## Real model pairs", "", f"![measured against predicted]({png.name})", "",
              "Each record below was measured by `python -m llm_bridge.validate` (its JSON, Markdown and plot sit "
              "beside this report as `llm_<name>.*`); the figure above puts every run's measurement next to the "

@@ -86,8 +86,8 @@ def render_logged(data: dict):
 
 def _logged_section(data: dict, png: Path) -> str:
     if not data["logs"]:
-        return ("## Logged rows of a real pair\n\nNo `figures/llm_*_rows.npz` yet: run "
-                "`python -m llm_bridge.validate --log-rows FILE`.\n")
+        return (f"## Logged rows of a real pair\n\n![logged rows]({png.name})\n\nNo `llm_*_rows.npz` log in "
+                "this folder yet: run `python -m llm_bridge.validate --log-rows FILE`.\n")
     parts = ["## Logged rows of a real pair", "", f"![logged rows]({png.name})", "",
              "`python -m llm_bridge.validate --log-rows` records both models' processed rows along the plain "
              "continuations, top-p truncated with the tail masses and their overlap kept "
