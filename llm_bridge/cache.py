@@ -254,8 +254,12 @@ class CachedLM(_Pending):
 
         slots = int(self.length.max()) if self.length.size else 0
         as_int = self.valid.astype(np.int8)
-        if self.valid.shape[1] == slots and bool((as_int[:, 1:] >= as_int[:, :-1]).all()):
-            return  # already tight and left-padded
+        if not self.valid[:, slots:].any() and bool((as_int[:, 1:slots] >= as_int[:, :slots - 1]).all()):
+            if self.valid.shape[1] > slots:  # left-padded with trailing holes only: a crop (views, no copy)
+                for layer in self.cache.layers:
+                    layer.keys, layer.values = layer.keys[:, :, :slots], layer.values[:, :, :slots]
+                self.valid = self.valid[:, :slots]
+            return
         # holes first, then each row's tokens in their order; the last `slots` columns are the new layout
         order = np.argsort(as_int, axis=1, kind="stable")[:, as_int.shape[1] - slots:]
         index_dev = torch.as_tensor(order, device=self.device)

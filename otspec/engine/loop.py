@@ -129,7 +129,9 @@ def _zeros(like, shape):
 
 
 def _index(rows, idx):
-    """``rows[idx]`` for a host index into numpy or torch rows."""
+    """``rows[idx]`` for a host index into numpy or torch rows (``rows`` itself when ``idx`` takes every row in order)."""
+    if idx.size == rows.shape[0] and (idx.size == 0 or (idx[0] == 0 and idx[-1] == idx.size - 1)):
+        return rows  # idx is sorted and distinct (flatnonzero), so this is 0..n-1: no copy
     if isinstance(rows, np.ndarray):
         return rows[idx]
     import torch
