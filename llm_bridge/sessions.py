@@ -145,7 +145,7 @@ class ModelSession(Session):
         return self._scores(logits, hidden, at, n)
 
     def feed_tree(self, tokens, parents, counts) -> Scores:
-        if any(s.size for s in self.spec):
+        if any(len(s) for s in self.spec):
             raise RuntimeError("feed_tree: a speculative chain is pending; commit first")
         tokens, parents = np.asarray(tokens, dtype=np.int64), np.asarray(parents, dtype=np.int64)
         counts = np.asarray(counts, dtype=np.int64)
