@@ -290,6 +290,8 @@ def sample_categorical(probs, rng, u=None, *, check: bool = True):
     xp = namespace(probs)
     if u is None:
         u = uniform(rng, probs.shape[:-1], probs)
+    if xp is np and probs.shape[-1] >= _BLOCKED_FROM and not check:
+        return _blocked_draw(probs, u)
     cdf = xp.cumulative_sum(probs, axis=-1)
     if check and (probs.shape[-1] == 0 or not bool(xp.all(cdf[..., -1] > 0))):
         raise ValueError("probs: every row to sample from needs positive total mass (got an empty or all-zero row)")
@@ -300,6 +302,40 @@ def sample_categorical(probs, rng, u=None, *, check: bool = True):
     if _is_torch(past):  # torch's argmax takes no booleans; numpy's is fastest on them
         past = xp.astype(past, xp.uint8)
     return xp.argmax(past, axis=-1)
+
+
+#: Rows at least this wide are drawn block-wise on numpy (:func:`_blocked_draw`); the block width.
+_BLOCKED_FROM, _BLOCK = 4096, 256
+
+
+def _blocked_draw(probs: np.ndarray, u) -> np.ndarray:
+    """The inverse-CDF draw of :func:`sample_categorical` for wide numpy rows, without a cumulative sum over V.
+
+    The row is cut into blocks of :data:`_BLOCK` entries: the block sums (one vectorised pass), the block
+    whose cumulative end first exceeds u · total, then a cumulative sum inside that block alone. The
+    index is the same first entry whose CDF exceeds u · total (zero-probability entries are never it);
+    where rounding between the two summation orders puts the target past the block's last entry, that
+    last entry of positive probability is taken, which is what exact arithmetic gives.
+    """
+    V = probs.shape[-1]
+    flat = np.reshape(probs, (-1, V))
+    target_u = np.reshape(u, -1)
+    n, full = flat.shape[0], V // _BLOCK * _BLOCK
+    sums = np.concatenate([flat[:, :full].reshape(n, -1, _BLOCK).sum(axis=-1), flat[:, full:].sum(axis=-1)[:, None]],
+                          axis=1)
+    ends = np.cumsum(sums, axis=1)
+    target = target_u * ends[:, -1]
+    rows = np.arange(n)
+    block = np.minimum((ends <= target[:, None]).sum(axis=1), sums.shape[1] - 1)
+    before = np.where(block > 0, ends[rows, np.maximum(block - 1, 0)], 0.0)
+    at = block[:, None] * _BLOCK + np.arange(_BLOCK)[None, :]
+    inside = at < V
+    local = np.where(inside, np.take_along_axis(flat, np.minimum(at, V - 1), axis=1), 0.0)
+    step = (before[:, None] + np.cumsum(local, axis=1) <= target[:, None]).sum(axis=1)
+    positive = local > 0
+    last = _BLOCK - 1 - np.argmax(positive[:, ::-1], axis=1)
+    step = np.where(step >= inside.sum(axis=1), last, step)
+    return np.reshape(block * _BLOCK + step, np.shape(probs)[:-1])
 
 
 def resolve_device(device):
