@@ -21,6 +21,7 @@ from .clitools import CLIError, add_pair_arguments, length_list, pair_from_args,
 from .distributions import total_variation
 from .errors import SizeLimitError
 from .sources import IIDSource, Source
+from .verifiers import BackwardBlockVerify, BlockVerify, TokenVerify
 
 __all__ = ["CALCULATORS", "Calculator"]
 
@@ -95,6 +96,10 @@ def _block_compute(args) -> dict | list:
     return rows[0] if len(rows) == 1 else rows
 
 
+#: ``calc block``'s JSON keys and the verifier whose closed form each reports (eq. (4), (17), (8)).
+BLOCK_KEYS = {"token": TokenVerify, "block_onpath": BlockVerify, "block_optimal": BackwardBlockVerify}
+
+
 def _block_one(args, L) -> dict:
     from .solvers import solve_block_lp
 
@@ -103,9 +108,8 @@ def _block_one(args, L) -> dict:
     V = target.vocab_size
     first = total_variation(draft.next_probs([[]])[0], target.next_probs([[]])[0])
     values: dict = {}
-    _value(values, "token", theory.expected_accepted_token, draft, target, L)
-    _value(values, "block_onpath", theory.expected_accepted_block, draft, target, L)
-    _value(values, "block_optimal", theory.expected_accepted_optimal, draft, target, L)
+    for key, verifier in BLOCK_KEYS.items():  # each verifier's own closed form
+        _value(values, key, verifier().expected_accepted, draft, target, L)
     _iid_bounds(values, draft, target, L)
     out = {
         "quantity": "expected accepted draft tokens per iteration, E[tau] (add 1 for tokens per iteration)",
