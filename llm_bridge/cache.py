@@ -9,9 +9,12 @@ the last n_b slots, the slots before them are holes masked out of attention. Eac
   slots are masked, positions come from each row's own length, so RoPE sees no holes), and
 * :meth:`CachedLM.rollback` keeps the first ``keep[b]`` tokens of row b,
 
-and then restores the layout: trailing holes are cropped, and holes between tokens are squeezed
-out by one gather over the slot axis of every layer (only when a row's holes are not all at its
-start; with one sequence that never happens and rollback is a crop).
+Rolled-back slots stay in the cache as holes (masked out of attention) until there are more than
+``max_holes`` slots beyond the longest row; then the layout is restored: trailing holes are cropped
+(views, no copy), and holes between tokens are squeezed out by one gather over the slot axis of
+every layer. A decode step's rollback so touches no tensor most of the time (a crop or gather per
+layer costs more Python than the few masked slots cost attention); ``max_holes=0`` restores the
+layout after every call.
 
 Token trees: :meth:`CachedLM.feed_tree` scores a tree of draft tokens per sequence in one forward
 pass — each node attends to the sequence and to its own ancestors (a 4-D attention mask) at
@@ -168,14 +171,20 @@ class CachedLM(_Pending):
     ----------
     length : int ndarray, shape (B,)
         Tokens of each sequence held in the cache.
+    valid : bool ndarray, shape (B, slots)
+        Which cache slots hold a token of their row (the rest are holes, masked out of attention).
+    max_holes : int
+        Slots beyond the longest row kept before the layout is restored (module docstring).
     calls : int
         Forward passes made so far.
     """
 
-    def __init__(self, model, batch: int, *, hidden: bool = False):
+    def __init__(self, model, batch: int, *, hidden: bool = False, max_holes: int = 64):
         from transformers import DynamicCache
 
-        self.model, self.hidden = model, hidden
+        if int(max_holes) < 0:
+            raise ValueError(f"max_holes must be >= 0, got {max_holes}")
+        self.model, self.hidden, self.max_holes = model, hidden, int(max_holes)
         self.device = next(model.parameters()).device
         self.cache = DynamicCache(config=model.config)
         self.valid = np.zeros((batch, 0), dtype=bool)  # (B, slots), on the host: the device gets copies
@@ -249,10 +258,13 @@ class CachedLM(_Pending):
         self._compact()
 
     def _compact(self) -> None:
-        """Restore the left-padded layout: crop trailing holes, squeeze holes between tokens."""
+        """Restore the left-padded layout (crop trailing holes, squeeze holes between tokens) once more than
+        ``max_holes`` slots lie beyond the longest row."""
         import torch
 
         slots = int(self.length.max()) if self.length.size else 0
+        if self.valid.shape[1] - slots <= self.max_holes:
+            return
         as_int = self.valid.astype(np.int8)
         if not self.valid[:, slots:].any() and bool((as_int[:, 1:slots] >= as_int[:, :slots - 1]).all()):
             if self.valid.shape[1] > slots:  # left-padded with trailing holes only: a crop (views, no copy)

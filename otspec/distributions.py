@@ -290,7 +290,7 @@ def sample_categorical(probs, rng, u=None, *, check: bool = True):
     xp = namespace(probs)
     if u is None:
         u = uniform(rng, probs.shape[:-1], probs)
-    if xp is np and probs.shape[-1] >= _BLOCKED_FROM and not check:
+    if isinstance(probs, np.ndarray) and probs.shape[-1] >= _BLOCKED_FROM and not check:
         return _blocked_draw(probs, u)
     cdf = xp.cumulative_sum(probs, axis=-1)
     if check and (probs.shape[-1] == 0 or not bool(xp.all(cdf[..., -1] > 0))):
@@ -304,8 +304,9 @@ def sample_categorical(probs, rng, u=None, *, check: bool = True):
     return xp.argmax(past, axis=-1)
 
 
-#: Rows at least this wide are drawn block-wise on numpy (:func:`_blocked_draw`); the block width.
-_BLOCKED_FROM, _BLOCK = 4096, 256
+#: Rows at least this wide are drawn block-wise on numpy (:func:`_blocked_draw`); the block width; up to this many
+#: rows are drawn one at a time (a decode step's few rows: fewer array operations than the vectorised draw).
+_BLOCKED_FROM, _BLOCK, _ROW_BY_ROW = 4096, 256, 8
 
 
 def _blocked_draw(probs: np.ndarray, u) -> np.ndarray:
@@ -315,27 +316,35 @@ def _blocked_draw(probs: np.ndarray, u) -> np.ndarray:
     whose cumulative end first exceeds u · total, then a cumulative sum inside that block alone. The
     index is the same first entry whose CDF exceeds u · total (zero-probability entries are never it);
     where rounding between the two summation orders puts the target past the block's last entry, that
-    last entry of positive probability is taken, which is what exact arithmetic gives.
+    last entry of positive probability is taken, which is what exact arithmetic gives. u · total is
+    kept below the total, so the block found always holds mass; an all-zero row gives index 0.
     """
     V = probs.shape[-1]
     flat = np.reshape(probs, (-1, V))
-    target_u = np.reshape(u, -1)
-    n, full = flat.shape[0], V // _BLOCK * _BLOCK
-    sums = np.concatenate([flat[:, :full].reshape(n, -1, _BLOCK).sum(axis=-1), flat[:, full:].sum(axis=-1)[:, None]],
-                          axis=1)
-    ends = np.cumsum(sums, axis=1)
-    target = target_u * ends[:, -1]
+    n, starts = flat.shape[0], np.arange(0, V, _BLOCK)
+    ends = np.cumsum(np.add.reduceat(flat, starts, axis=1), axis=1)  # the CDF at each block's last entry
+    target = np.minimum(np.reshape(u, -1) * ends[:, -1], np.nextafter(ends[:, -1], 0.0))
+    if n <= _ROW_BY_ROW:
+        out = np.zeros(n, dtype=np.int64)
+        for r in range(n):
+            block = int(np.searchsorted(ends[r], target[r], side="right"))
+            if block == starts.size:  # no mass at all
+                continue
+            local = flat[r, starts[block]:starts[block] + _BLOCK]
+            before = ends[r, block - 1] if block else 0.0
+            step = int(np.searchsorted(before + np.cumsum(local), target[r], side="right"))
+            out[r] = starts[block] + (step if step < local.size else int(np.flatnonzero(local > 0)[-1]))
+        return np.reshape(out, np.shape(probs)[:-1])
     rows = np.arange(n)
-    block = np.minimum((ends <= target[:, None]).sum(axis=1), sums.shape[1] - 1)
+    block = np.minimum((ends <= target[:, None]).sum(axis=1), starts.size - 1)
     before = np.where(block > 0, ends[rows, np.maximum(block - 1, 0)], 0.0)
     at = block[:, None] * _BLOCK + np.arange(_BLOCK)[None, :]
     inside = at < V
     local = np.where(inside, np.take_along_axis(flat, np.minimum(at, V - 1), axis=1), 0.0)
     step = (before[:, None] + np.cumsum(local, axis=1) <= target[:, None]).sum(axis=1)
-    positive = local > 0
-    last = _BLOCK - 1 - np.argmax(positive[:, ::-1], axis=1)
+    last = _BLOCK - 1 - np.argmax((local > 0)[:, ::-1], axis=1)
     step = np.where(step >= inside.sum(axis=1), last, step)
-    return np.reshape(block * _BLOCK + step, np.shape(probs)[:-1])
+    return np.reshape(np.where(ends[:, -1] > 0, block * _BLOCK + step, 0), np.shape(probs)[:-1])
 
 
 def resolve_device(device):

@@ -176,5 +176,33 @@ def test_wide_rows_are_drawn_block_wise_as_the_plain_inverse_cdf():
     plain = np.argmax(cdf[None] > (u * cdf[:, -1])[..., None], axis=-1)
     fast = sample_categorical(np.broadcast_to(rows, (400, 6, V)), None, u=u, check=False)  # the block-wise path
     assert (fast == plain).mean() > 0.999 and np.all(rows[np.arange(6), fast] > 0)
+    one_by_one = np.stack([sample_categorical(rows, None, u=u[k], check=False) for k in range(400)])  # row by row
+    assert (one_by_one == plain).mean() > 0.999 and np.all(rows[np.arange(6), one_by_one] > 0)
+    # u just below 1 with the last blocks empty: the last entry with mass, never an empty block; no mass: index 0
+    edge = np.zeros((2, V))
+    edge[0, [5, 300]] = [0.25, 0.75]
+    for many in (False, True):
+        got = sample_categorical(np.tile(edge, (10 if many else 1, 1)), None, u=np.full(20 if many else 2, 1 - 2**-53),
+                                 check=False)
+        assert got[0] == 300 and got[1] == 0
     draws = sample_categorical(np.tile(rows[2], (20_000, 1)), np.random.default_rng(1), check=False)
     assert set(np.unique(draws)) == {0, V - 1} and abs((draws == 0).mean() - 0.5) < 0.02
+
+
+def test_wide_rows_take_the_block_wise_path(monkeypatch):
+    """The decode loops' draw (numpy, V >= 4096, unchecked) never sums cumulatively over the whole row; the checked
+    draw does (so the spy below sees the plain path when it is taken)."""
+    widths = []
+    cumsum = np.cumsum
+
+    def spy(a, *args, **kwargs):
+        widths.append(np.shape(a)[-1])
+        return cumsum(a, *args, **kwargs)
+
+    monkeypatch.setattr(np, "cumsum", spy)
+    rows = np.random.default_rng(2).dirichlet(np.ones(8192), size=3)
+    sample_categorical(rows, np.random.default_rng(0), check=False)
+    assert widths and max(widths) < 8192
+    widths.clear()
+    sample_categorical(rows, np.random.default_rng(0))
+    assert max(widths) == 8192

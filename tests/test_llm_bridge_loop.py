@@ -80,11 +80,15 @@ def test_loop_equals_reference_loop_without_caches(verifier, batch):
     assert d.accepted + d.discarded == sum(int(t) for t in [d.accept_hist.T @ np.arange(d.accept_hist.shape[0])][0])
 
 
-def test_cache_with_holes_matches_full_forward():
+@pytest.mark.parametrize("max_holes", [0, 5, 64])
+def test_cache_with_holes_matches_full_forward(max_holes):
+    """Rows after rollbacks equal a fresh forward pass whether holes are squeezed out at once (0), now and then (5),
+    or left in place for the whole run (64)."""
     model = tiny_llama(3)
     rng = np.random.default_rng(0)
     seqs = random_prompts(3, rng, 1, 6)
-    cache = CachedLM(model, 3)
+    cache = CachedLM(model, 3, max_holes=max_holes)
+    spare = []
     tokens = np.zeros((3, 6), dtype=np.int64)
     for b, s in enumerate(seqs):
         tokens[b, :len(s)] = s
@@ -104,12 +108,17 @@ def test_cache_with_holes_matches_full_forward():
         cache.rollback(keep)
         seqs = [s[:k] for s, k in zip(seqs, keep, strict=True)]
         np.testing.assert_array_equal(cache.length, [len(s) for s in seqs])
-        assert cache.valid.shape[1] == max(len(s) for s in seqs)  # holes squeezed out
+        spare.append(cache.valid.shape[1] - max(len(s) for s in seqs))
+        assert 0 <= spare[-1] <= max_holes  # holes beyond the budget are squeezed out
+        assert (cache.valid.sum(axis=1) == cache.length).all()
     assert worst < 1e-12
+    assert max(spare) > 0 if max_holes else max(spare) == 0
 
 
 def test_single_sequence_rollback_is_a_crop():
-    cache = CachedLM(tiny_llama(4), 1)
+    with pytest.raises(ValueError, match="max_holes"):
+        CachedLM(tiny_llama(4), 1, max_holes=-1)
+    cache = CachedLM(tiny_llama(4), 1, max_holes=0)
     cache.feed(np.array([[3, 4, 5, 6]]), [4])
     cache.rollback([2])
     assert cache.valid.shape == (1, 2) and bool(cache.valid.all())

@@ -123,9 +123,9 @@ class _Run:
 
 
 def _zeros(like, shape):
-    xp = namespace(like)
-    return xp.zeros(shape, dtype=like.dtype, device=getattr(like, "device", None)) if xp is not np else \
-        np.zeros(shape, dtype=like.dtype)
+    if isinstance(like, np.ndarray):
+        return np.zeros(shape, dtype=like.dtype)
+    return namespace(like).zeros(shape, dtype=like.dtype, device=like.device)
 
 
 def _index(rows, idx):

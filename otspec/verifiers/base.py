@@ -269,7 +269,7 @@ def _by_length(call, tokens, target_probs, lengths) -> Outcome:
     y = xp.zeros(B, dtype=xp.int64, device=device)
     carry = None
     for g, idx in _groups(lengths):
-        at = idx if xp is np else xp.asarray(idx, device=device)
+        at = idx if isinstance(target_probs, np.ndarray) else xp.asarray(idx, device=device)
         out = call(g, at)
         tau[at], y[at] = out.accepted_len, out.correction
         if out.carry is not None:

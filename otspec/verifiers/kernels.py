@@ -148,9 +148,10 @@ def draw_correction(tau, draft_probs, target_probs, rng, target_scale=None, draf
     if L == 0:
         return sample_categorical(t_row, rng, check=False)
     at = xp.clip(tau, max=L - 1)
-    alpha = 1.0 if target_scale is None else target_scale[rows, at][:, None]
-    beta = 1.0 if draft_scale is None else draft_scale[rows, at][:, None]
-    surplus = xp.clip(alpha * t_row - beta * draft_probs[rows, at], min=0.0)
+    scaled_q = t_row if target_scale is None else target_scale[rows, at][:, None] * t_row
+    p_row = draft_probs[rows, at]
+    scaled_p = p_row if draft_scale is None else draft_scale[rows, at][:, None] * p_row
+    surplus = xp.clip(scaled_q - scaled_p, min=0.0)
     use_residual = (tau < (L if lengths is None else lengths)) & (xp.sum(surplus, axis=-1) > 0)
     # valid inputs give valid rows here, so the draw skips the check that would read back from a device
     return sample_categorical(xp.where(use_residual[:, None], surplus, t_row), rng, check=False)
