@@ -79,6 +79,7 @@ class _Run:
             if session is not None:
                 session.start(prompts)
         self.watching = 0.0
+        self._draft_rows = None  # the draft rows' buffer, reused across iterations
         self.t0 = time.perf_counter()
 
     def like(self, values):
@@ -92,6 +93,15 @@ class _Run:
     def tokens(self, shape):
         """Zero token ids of ``shape`` where the run keeps its tokens."""
         return self.like(np.zeros(shape, dtype=np.int64))
+
+    def draft_buffer(self, rows, L: int):
+        """A (B, L, V) buffer for the draft rows like ``rows`` (B, V), allocated once per run: rows past a
+        sequence's drafted length hold whatever an earlier iteration left there (ragged padding)."""
+        buf = self._draft_rows
+        if buf is None or buf.shape != (self.B, L, rows.shape[-1]) or buf.dtype != rows.dtype \
+                or getattr(buf, "device", None) != getattr(rows, "device", None):
+            buf = self._draft_rows = _zeros(rows, (self.B, L, rows.shape[-1]))
+        return buf
 
     def notify(self, method: str, step) -> None:
         t = time.perf_counter()
@@ -185,7 +195,7 @@ def _draft_chain(draft: Session, target: Session, ctrl: DraftLengthController, r
             break
         rows = scores.rows[:, at]
         if draft_rows is None:
-            draft_rows = _zeros(rows, (B, L, rows.shape[-1]))
+            draft_rows = run.draft_buffer(rows, L)
         tokens[:, i] = sample_categorical(rows, rng, check=False)
         draft_rows[:, i] = rows
         drafted[idx] += 1

@@ -28,6 +28,9 @@ def to_host(x) -> np.ndarray:
 class ChainStep:
     """One iteration of :func:`chain_loop` as observers see it (n = sequences that verified).
 
+    The arrays are valid during the callback: the loop reuses its buffers (the draft rows), so an
+    observer copies what it keeps.
+
     Attributes
     ----------
     rows : int array (n,)

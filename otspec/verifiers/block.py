@@ -30,7 +30,7 @@ from __future__ import annotations
 import array_api_compat
 import numpy as np
 
-from ..distributions import namespace
+from ..distributions import namespace, positive_part
 from ..theory.blocks import expected_accepted_block, expected_accepted_optimal
 from .base import Outcome, Verifier, VerifierLaw
 from .carry import ResidualWindows, carry_forward, score_carried
@@ -99,7 +99,7 @@ def published_commit_probs(draft_probs, target_probs, w, lengths=None):
     xp = namespace(draft_probs, target_probs)
     L = draft_probs.shape[1]
     w_mid = w[:, 1:L]
-    m = xp.sum(xp.clip(w_mid[..., None] * target_probs[:, 1:L, :] - draft_probs[:, 1:L, :], min=0.0), axis=-1)
+    m = xp.sum(positive_part(target_probs[:, 1:L, :], draft_probs[:, 1:L, :], w_mid[..., None]), axis=-1)
     h = commit_probs(w, m)
     if lengths is None:
         return h

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import array_api_compat
 
-from ..distributions import namespace, residual, sample_categorical, uniform
+from ..distributions import namespace, positive_part, residual, sample_categorical, uniform
 from .base import gather_tokens
 
 __all__ = [
@@ -148,10 +148,9 @@ def draw_correction(tau, draft_probs, target_probs, rng, target_scale=None, draf
     if L == 0:
         return sample_categorical(t_row, rng, check=False)
     at = xp.clip(tau, max=L - 1)
-    scaled_q = t_row if target_scale is None else target_scale[rows, at][:, None] * t_row
     p_row = draft_probs[rows, at]
-    scaled_p = p_row if draft_scale is None else draft_scale[rows, at][:, None] * p_row
-    surplus = xp.clip(scaled_q - scaled_p, min=0.0)
+    surplus = positive_part(t_row, p_row if draft_scale is None else draft_scale[rows, at][:, None] * p_row,
+                            None if target_scale is None else target_scale[rows, at][:, None])
     use_residual = (tau < (L if lengths is None else lengths)) & (xp.sum(surplus, axis=-1) > 0)
     # valid inputs give valid rows here, so the draw skips the check that would read back from a device
     return sample_categorical(xp.where(use_residual[:, None], surplus, t_row), rng, check=False)
