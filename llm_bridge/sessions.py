@@ -245,15 +245,17 @@ class ModelSession(Session):
             index = torch.as_tensor(np.maximum(at, 0), device=self.device)
             picked = torch.gather(logits, 1, index[..., None].expand(-1, -1, logits.shape[-1]))
             feats = None if hidden is None else torch.gather(hidden, 1, index[..., None].expand(-1, -1, hidden.shape[-1]))
-            if self._last is not None:  # rows at or before the end of a sequence fed nothing new: the last call's
-                stale = torch.as_tensor((at < 0) | (n[:, None] == 0), device=self.device)[..., None]
-                picked = torch.where(stale, self._last[0][:, None], picked)
+            stale_b, stale_j = np.nonzero((at < 0) | (n[:, None] == 0))
+            if self._last is not None and stale_b.size:  # rows at or before the end of a sequence fed nothing new:
+                sb = torch.as_tensor(stale_b, device=self.device)  # the last call's (host indices: no read-back)
+                sj = torch.as_tensor(stale_j, device=self.device)
+                picked[sb, sj] = self._last[0][sb]  # picked and feats are this call's own gathers
                 if feats is not None and self._last[1] is not None:
-                    feats = torch.where(stale, self._last[1][:, None], feats)
+                    feats[sb, sj] = self._last[1][sb]
             end = torch.as_tensor(np.maximum(n - 1, 0), device=self.device)
             last = logits[torch.arange(B, device=self.device), end]
             last_h = None if hidden is None else hidden[torch.arange(B, device=self.device), end]
-            if self._last is not None:
+            if self._last is not None and not (n > 0).all():
                 last = torch.where(fresh[:, None], last, self._last[0])
                 if last_h is not None and self._last[1] is not None:
                     last_h = torch.where(fresh[:, None], last_h, self._last[1])

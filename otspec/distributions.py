@@ -73,8 +73,13 @@ __all__ = [
 ]
 
 
+_NUMPY = array_api_compat.array_namespace(np.zeros(0))
+
+
 def namespace(*arrays):
-    """Array-API namespace shared by ``arrays`` (numpy or torch)."""
+    """Array-API namespace shared by ``arrays`` (numpy or torch); numpy arrays alone skip the general lookup."""
+    if arrays and all(type(a) is np.ndarray for a in arrays):
+        return _NUMPY
     return array_api_compat.array_namespace(*arrays)
 
 
@@ -388,8 +393,12 @@ def temperature_rows(logits, temperature: float):
     A model's logits, or log-probabilities (``log p``, with ``-inf`` where p = 0) to temper a
     probability row: p^(1/T) renormalised. T must be positive (T = 0, greedy, is the arg-max row).
     """
+    if _is_torch(logits):
+        import torch
+
+        return torch.softmax(logits if temperature == 1 else logits / temperature, dim=-1)
     xp = namespace(logits)
-    z = logits / temperature
+    z = logits if temperature == 1 else logits / temperature
     z = z - xp.max(z, axis=-1, keepdims=True)
     out = xp.exp(z)
     return out / xp.sum(out, axis=-1, keepdims=True)

@@ -7,6 +7,7 @@ or torch (array-API namespace of the inputs). Shapes: B drafts, L positions, V t
 from __future__ import annotations
 
 import array_api_compat
+import numpy as np
 
 from ..distributions import namespace, positive_part, residual, sample_categorical, uniform
 from .base import gather_tokens
@@ -147,10 +148,15 @@ def draw_correction(tau, draft_probs, target_probs, rng, target_scale=None, draf
     t_row = target_probs[rows, tau]
     if L == 0:
         return sample_categorical(t_row, rng, check=False)
-    at = xp.clip(tau, max=L - 1)
+    at = xp.minimum(tau, L - 1)
     p_row = draft_probs[rows, at]
     surplus = positive_part(t_row, p_row if draft_scale is None else draft_scale[rows, at][:, None] * p_row,
                             None if target_scale is None else target_scale[rows, at][:, None])
     use_residual = (tau < (L if lengths is None else lengths)) & (xp.sum(surplus, axis=-1) > 0)
+    if isinstance(surplus, np.ndarray):  # this call's own temporary: the bonus rows go in place, no copy of the rest
+        bonus = ~use_residual
+        surplus[bonus] = t_row[bonus]
+    else:
+        surplus = xp.where(use_residual[:, None], surplus, t_row)
     # valid inputs give valid rows here, so the draw skips the check that would read back from a device
-    return sample_categorical(xp.where(use_residual[:, None], surplus, t_row), rng, check=False)
+    return sample_categorical(surplus, rng, check=False)
