@@ -61,15 +61,18 @@ __all__ = [
     "one_row",
     "row_pair",
     "first_index",
+    "host_to_like",
     "namespace",
     "likelihood_ratio",
     "overlap",
     "positive_part",
     "residual",
     "sample_categorical",
+    "to_host",
     "total_variation",
     "uniform",
     "validate_probs",
+    "zeros_of",
 ]
 
 
@@ -85,6 +88,28 @@ def namespace(*arrays):
 
 def _is_torch(x) -> bool:
     return array_api_compat.is_torch_array(x)
+
+
+def to_host(x) -> np.ndarray:
+    """A numpy array from numpy (as is) or torch (a copy from any device)."""
+    return x if isinstance(x, np.ndarray) else x.numpy(force=True) if _is_torch(x) else np.asarray(x)
+
+
+def host_to_like(values, like):
+    """Host values (integers, an index) in the array kind and on the device of ``like`` (numpy or torch);
+    values that are already a tensor are returned as they are."""
+    if not _is_torch(like) or _is_torch(values):
+        return values if array_api_compat.is_array_api_obj(values) else np.asarray(values)
+    import torch
+
+    return torch.as_tensor(np.asarray(values), device=like.device)
+
+
+def zeros_of(like, shape):
+    """Zeros of ``shape`` with the dtype, kind and device of the array ``like``."""
+    if isinstance(like, np.ndarray):
+        return np.zeros(shape, dtype=like.dtype)
+    return namespace(like).zeros(shape, dtype=like.dtype, device=like.device)
 
 
 def validate_probs(probs, name: str = "probs", *, tol: float | None = None, min_ndim: int = 1):
@@ -205,14 +230,19 @@ def _arrays(draft, target):
 
 
 def total_variation(draft, target):
-    """TV(p, q) = ½ Σ_x |p(x) − q(x)|, batched over leading axes.
+    """TV(p, q) = ½ Σ_x |p(x) − q(x)|, batched over leading axes; at most 1 (rounding on disjoint supports
+    cannot push it past, where it would be an invalid rejection probability).
 
     >>> round(float(total_variation(np.array([0.3, 0.7]), np.array([0.75, 0.25]))), 12)
     0.45
+    >>> p = np.array([0.7816153257870219, 0.21838467421297827, 0.0, 0.0])
+    >>> q = np.array([0.0, 0.0, 0.9632991963561205, 0.036700803643879475])
+    >>> float(0.5 * np.abs(p - q).sum()), float(total_variation(p, q))  # disjoint supports
+    (1.0000000000000002, 1.0)
     """
     draft, target = _arrays(draft, target)
     xp = namespace(draft, target)
-    return 0.5 * xp.sum(xp.abs(draft - target), axis=-1)
+    return xp.minimum(0.5 * xp.sum(xp.abs(draft - target), axis=-1), 1.0)
 
 
 def likelihood_ratio(draft, target):

@@ -8,7 +8,7 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
-from ..distributions import check_same_vocab, first_index, namespace, validate_probs
+from ..distributions import check_same_vocab, first_index, host_to_like, namespace, validate_probs
 
 __all__ = ["CANDIDATES", "CHAIN", "Draft", "check_draft", "gather_tokens"]
 
@@ -101,7 +101,7 @@ def check_draft(tokens, draft_probs, target_probs, layout: str = CHAIN, *, valid
     if lengths is not None and layout != CHAIN:
         raise ValueError("lengths: only a chain batch can be ragged")
     if lengths is not None:
-        lengths = _lengths_like(lengths, draft_probs)
+        lengths = host_to_like(lengths, draft_probs)
     if not validate:
         return Draft(tokens, draft_probs, target_probs, layout, lengths)
     kinds = {name: "torch" if array_api_compat.is_torch_array(x) else "numpy"
@@ -151,17 +151,6 @@ def check_draft(tokens, draft_probs, target_probs, layout: str = CHAIN, *, valid
     if distinct:
         _check_no_repeats(tokens)
     return Draft(tokens, draft_probs, target_probs, layout, lengths)
-
-
-def _lengths_like(lengths, like):
-    """Draft lengths in the array kind and on the device of ``like`` (host integers are copied over)."""
-    if array_api_compat.is_torch_array(like) and not array_api_compat.is_torch_array(lengths):
-        import torch
-
-        return torch.as_tensor(np.asarray(lengths), device=like.device)
-    if not array_api_compat.is_array_api_obj(lengths):
-        return np.asarray(lengths)
-    return lengths
 
 
 def _check_lengths(lengths, batch: int, L: int, xp, like):

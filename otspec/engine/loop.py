@@ -29,11 +29,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..distributions import namespace, sample_categorical
+from ..distributions import host_to_like, sample_categorical, to_host, zeros_of
 from ..drafts import DraftTree, sample_candidates
 from ..verifiers.base import Outcome
 from .controllers import DraftLengthController
-from .observers import ChainStep, TreeStep, to_host
+from .observers import ChainStep, TreeStep
 from .session import Session, as_prompts
 from .trie import Trie
 
@@ -100,7 +100,7 @@ class _Run:
         buf = self._draft_rows
         if buf is None or buf.shape != (self.B, L, rows.shape[-1]) or buf.dtype != rows.dtype \
                 or getattr(buf, "device", None) != getattr(rows, "device", None):
-            buf = self._draft_rows = _zeros(rows, (self.B, L, rows.shape[-1]))
+            buf = self._draft_rows = zeros_of(rows, (self.B, L, rows.shape[-1]))
         return buf
 
     def notify(self, method: str, step) -> None:
@@ -130,12 +130,6 @@ class _Run:
         seq = to_host(self.seq)
         return LoopRun(np.stack([seq[b, self.plen[b]:self.plen[b] + self.N] for b in range(self.B)])
                        if self.B else np.zeros((0, self.N), dtype=np.int64), seconds)
-
-
-def _zeros(like, shape):
-    if isinstance(like, np.ndarray):
-        return np.zeros(shape, dtype=like.dtype)
-    return namespace(like).zeros(shape, dtype=like.dtype, device=like.device)
 
 
 def _index(rows, idx):
@@ -216,7 +210,7 @@ def _verify_chain(verifier, state, draft, run, idx, drafted, tokens, draft_rows,
     width = int(lengths.max(initial=0))
     toks = _index(tokens, idx)[:, :width]
     q_rows = _index(target_rows, idx)[:, :width + 1]
-    p_rows = _index(draft_rows, idx)[:, :width] if width else _zeros(q_rows, (idx.size, 0, q_rows.shape[-1]))
+    p_rows = _index(draft_rows, idx)[:, :width] if width else zeros_of(q_rows, (idx.size, 0, q_rows.shape[-1]))
     start = run.done[idx]
     verified, scratch = None, None
 
@@ -235,7 +229,7 @@ def _verify_chain(verifier, state, draft, run, idx, drafted, tokens, draft_rows,
     if width == 0:  # nothing drafted (the last position, or no draft on offer): the target's own draw
         out = Outcome(np.zeros(idx.size, dtype=np.int64), sample_categorical(q_used[:, 0], rng, check=False))
     else:
-        out = run.call("verify", width, _sample, verifier, toks, p_rows, q_used, _like(lengths, q_used), rng)
+        out = run.call("verify", width, _sample, verifier, toks, p_rows, q_used, host_to_like(lengths, q_used), rng)
     if verifier is not None:
         verifier.advance_state(state, idx, scratch, out, start, lengths)
     return to_host(out.accepted_len), out.correction, verified  # the iteration's one read-back: τ
@@ -248,15 +242,6 @@ def _where_rows(mask: np.ndarray, rows, other):
     import torch
 
     return torch.where(torch.as_tensor(mask, device=rows.device)[:, None], rows, other)
-
-
-def _like(values: np.ndarray, rows):
-    """Host integers (lengths) in the namespace and on the device of ``rows``."""
-    if isinstance(rows, np.ndarray):
-        return values
-    import torch
-
-    return torch.as_tensor(values, device=rows.device)
 
 
 def _sample(verifier, tokens, draft_rows, target_rows, lengths, rng):

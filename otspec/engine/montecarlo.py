@@ -14,7 +14,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..checks import MAX_DRAFT_LENGTH, MAX_SIMULATION_BLOCKS, check_size
-from ..distributions import resolve_device, row_pair
+from ..distributions import resolve_device, row_pair, to_host
 from ..drafts import sample_candidates
 from ..pairs import check_pair
 from ..sources import IIDSource, LoggedRows, Source
@@ -68,11 +68,6 @@ def default_batch_size(vocab_size: int, draft_length: int) -> int:
     return chunk_size((draft_length + 1) * vocab_size)
 
 
-def _numpy(x) -> np.ndarray:
-    """A numpy copy of a numpy array or a torch tensor on any device."""
-    return x.cpu().numpy() if hasattr(x, "cpu") else np.asarray(x)
-
-
 def _torch_generator(seed, device):
     """A torch generator on ``device`` seeded from ``seed`` (an int or a numpy Generator)."""
     import torch
@@ -92,8 +87,8 @@ def _run(draw, L: int, V: int, n_blocks: int, batch: int, confidence: float, pro
         while done < n_blocks:
             b = min(batch, n_blocks - done)
             tau, head = draw(b)
-            counts += np.bincount(_numpy(tau), minlength=L + 1)
-            first += np.bincount(_numpy(head), minlength=V)
+            counts += np.bincount(to_host(tau), minlength=L + 1)
+            first += np.bincount(to_host(head), minlength=V)
             done += b
             bar.update(b)
     elapsed = time.perf_counter() - start

@@ -14,14 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from ..distributions import to_host
 from .ledger import Ledger
 
 __all__ = ["ChainStep", "LedgerObserver", "Observer", "TreeStep", "to_host"]
-
-
-def to_host(x) -> np.ndarray:
-    """A numpy array from numpy or torch (on any device): what an observer reads rows with, off the timed path."""
-    return x if isinstance(x, np.ndarray) else x.numpy(force=True)
 
 
 @dataclass
