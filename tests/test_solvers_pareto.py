@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog
 from strategies import markov_chain, prob_rows
@@ -27,6 +27,7 @@ from otspec.solvers.pareto import (
 )
 from otspec.sources import IIDSource, TableSource, random_markov
 from otspec.theory.pareto import (
+    check_fraction,
     family_curve,
     optimal_resampling,
     over_acceptance,
@@ -50,8 +51,14 @@ def tv(a, b) -> float:
 
 
 # ------------------------------------------------------------------ Theorem 5
+_DISJOINT = (np.array([0.7816153257870219, 0.21838467421297827, 0.0, 0.0]),
+             np.array([0.0, 0.0, 0.9632991963561205, 0.036700803643879475]))  # ½ Σ|p − q| = 1 + 2e-16 unclipped
+
+
 @settings(max_examples=60)
 @given(row_pairs())
+@example(_DISJOINT)
+@example((np.array([0.0, 0.0, 0.0, 1.0, 0.0]), np.array([0.0, 0.1, 0.2, 0.0, 0.7])))  # p = e_4, q on {2, 3, 5}
 def test_min_bias_highs_equals_linear_front(pair):
     p, q = pair
     for r in R_GRID + (tv(p, q),):
@@ -390,3 +397,18 @@ def test_front_gap_is_reported_at_its_true_maximum_and_per_step_claims_hold():
     mix = line - np.array(per_step_curve(d, t, 3, fine, "mixture")["bias"])
     assert 0.002 < eps.max() < 0.003 and 0.85 < fine[eps.argmax()] < 1.0
     assert mix.max() <= 1e-9
+
+
+def test_rejection_probabilities_tolerate_rounding_at_the_bounds():
+    """A TV of 1 + 2e-16 (disjoint supports, float sums) is a rejection probability of 1; 1 + 1e-9 is an error."""
+    p, q = _DISJOINT
+    assert float(0.5 * np.abs(p - q).sum()) > 1.0  # the rounding this guards against
+    assert check_fraction(1.0 + 2e-16, "r") == 1.0 and check_fraction(-1e-17, "r") == 0.0
+    assert pareto_front(p, q, 1.0 + 2e-16) == 0.0
+    res = min_bias(p, q, 0.5 * np.abs(p - q).sum())
+    assert res.value <= 1e-9 and abs(res.rejection - 1.0) <= 1e-12
+    for bad in (1.0 + 1e-9, -1e-9, float("nan")):
+        with pytest.raises(ValueError, match="rejection"):
+            check_fraction(bad, "rejection")
+        with pytest.raises(ValueError, match="rejection"):
+            pareto_front(p, q, bad)

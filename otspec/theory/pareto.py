@@ -28,6 +28,7 @@ from ..sources import Source
 from .rejections import expected_rejections
 
 __all__ = [
+    "FRACTION_ROUNDING",
     "ResamplingResult",
     "check_fraction",
     "family_curve",
@@ -50,14 +51,21 @@ class ResamplingResult(NamedTuple):
 
 
 
+#: How far past 0 or 1 a rejection probability may lie and still be read as that bound (float rounding, e.g. a TV of
+#: 1 + 2e-16 computed on disjoint supports).
+FRACTION_ROUNDING = 1e-12
+
+
 def check_fraction(value, name: str) -> float:
+    """``value`` as a probability in [0, 1]; values within :data:`FRACTION_ROUNDING` outside are clipped to the
+    bound, anything else (NaN, infinite, not a number, further out) is a ``ValueError`` naming ``name``."""
     try:
         r = float(value)
     except (TypeError, ValueError):
         raise ValueError(f"{name}: expected a number in [0, 1], got {value!r}") from None
-    if not math.isfinite(r) or not 0.0 <= r <= 1.0:
+    if not math.isfinite(r) or not -FRACTION_ROUNDING <= r <= 1.0 + FRACTION_ROUNDING:
         raise ValueError(f"{name}: expected a rejection probability in [0, 1], got {value!r}")
-    return r
+    return min(max(r, 0.0), 1.0)
 
 
 def pareto_front(draft, target, rejection) -> float | np.ndarray:
@@ -67,8 +75,9 @@ def pareto_front(draft, target, rejection) -> float | np.ndarray:
     """
     p, q = row_pair(draft, target)
     r = np.asarray(rejection, dtype=np.float64)
-    if not np.all(np.isfinite(r)) or np.any((r < 0) | (r > 1)):
+    if not np.all(np.isfinite(r)) or np.any((r < -FRACTION_ROUNDING) | (r > 1 + FRACTION_ROUNDING)):
         raise ValueError(f"rejection: expected values in [0, 1], got {rejection!r}")
+    r = np.clip(r, 0.0, 1.0)
     out = np.maximum(0.0, float(total_variation(p, q)) - r)
     return float(out) if out.ndim == 0 else out
 
