@@ -316,9 +316,12 @@ def _adaptive_markov(draft, target, K, args) -> dict:
                 "optimal_thresholds_status": reason}
     out.update({"optimal": opt.latency, "optimal_is_threshold_policy": opt.is_threshold_policy})
     if opt.is_threshold_policy:
-        out.update({"optimal_thresholds": None, "optimal_thresholds_status": (
-            "the optimal rule is a threshold on P(some drafted token rejected) at every step, but its value depends "
-            "on the drafted context; see otspec.theory.adaptive_markov")})
+        out.update({"optimal_thresholds": [t["continue_below"] for t in opt.thresholds],
+                    "optimal_thresholds_note": ("after drafted token j the optimal rule drafts another iff P(some "
+                                                "drafted token is rejected) < optimal_thresholds[j-1], one value per "
+                                                "step whatever the drafted context (null: always stop), on the paths "
+                                                "the rule reaches"),
+                    "optimal_threshold_intervals": opt.thresholds})
     else:
         out.update({"optimal_thresholds": None, "optimal_thresholds_status": (
             "no threshold policy: the optimal rule depends on the drafted context (Theorem 4.3's structure fails "

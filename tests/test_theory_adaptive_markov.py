@@ -11,7 +11,11 @@ from otspec.engine import generate
 from otspec.errors import SizeLimitError
 from otspec.sources import IIDSource, MarkovSource, random_markov
 from otspec.theory.adaptive import fixed_length_latency, optimal_stopping
-from otspec.theory.adaptive_markov import markov_optimal_stopping, markov_policy_latency
+from otspec.theory.adaptive_markov import (
+    markov_optimal_stopping,
+    markov_policy_latency,
+    markov_rule_latency,
+)
 from otspec.verifiers import TokenVerify
 
 
@@ -75,13 +79,47 @@ def test_fixed_length_latency_is_what_the_decode_loop_measures():
     assert res.cost(0.1).latency == pytest.approx(markov_policy_latency(draft, target, 3, 0.1), rel=0.01)
 
 
-def test_theorem_4_3_threshold_structure_fails_on_a_markov_pair():
-    """The optimal rule depends on the drafted context, not only on P(some draft rejected): a counterexample."""
+def _best_threshold_latency(draft, target, K, t_draft):
+    """The best rule that continues at step j iff Π_j exceeds a threshold θ_j, by search over every θ."""
+    values = {}
+
+    def collect(j, accepted, paths):
+        values[j] = np.unique(accepted)
+        return np.ones(accepted.size, dtype=bool)
+
+    assert markov_rule_latency(draft, target, K, t_draft, rule=collect) == pytest.approx(
+        markov_policy_latency(draft, target, K, t_draft), rel=1e-12)  # always continuing: fixed length K
+    grid = [np.concatenate([[-1.0], values[j]]) for j in range(1, K)]
+    return min(markov_rule_latency(draft, target, K, t_draft, rule=lambda j, acc, paths, th=th: acc > th[j - 1])
+               for th in itertools.product(*grid))
+
+
+@pytest.mark.parametrize(("t_draft", "threshold"), [(0.05, True), (0.1, False), (0.2, False)])
+def test_theorem_4_3_threshold_structure_on_a_markov_pair(t_draft, threshold):
+    """Whether the optimal rule is a threshold on P(some draft rejected) among the paths it reaches: where it says
+    so, the best per-step threshold rule attains the optimum; where it gives a counterexample, every threshold
+    rule is strictly worse (so the counterexample is not on a path the rule never drafts)."""
     draft, target = random_markov(3, 1.0, seed=2)
-    opt = markov_optimal_stopping(draft, target, 4, 0.1)
-    assert not opt.is_threshold_policy
-    ex = opt.counterexample
-    assert ex["stops"]["rejection"] < ex["continues"]["rejection"]  # the likelier-accepted path stops
+    opt = markov_optimal_stopping(draft, target, 3, t_draft)
+    best = _best_threshold_latency(draft, target, 3, t_draft)
+    assert opt.is_threshold_policy is threshold
+    if threshold:
+        assert opt.counterexample is None and best == pytest.approx(opt.latency, rel=1e-12)
+        below = [t["continue_below"] for t in opt.thresholds]  # the reported thresholds are that rule
+        rule = markov_rule_latency(draft, target, 3, t_draft, rule=lambda j, acc, paths: np.full(acc.size, False)
+                                   if below[j - 1] is None else 1.0 - acc < below[j - 1])
+        assert rule == pytest.approx(opt.latency, rel=1e-12)
+    else:
+        assert best > opt.latency + 1e-5 and opt.thresholds is None
+        ex = opt.counterexample
+        assert ex["stops"]["rejection"] < ex["continues"]["rejection"]  # the likelier-accepted path stops
+        assert len(ex["stops"]["path"]) == len(ex["continues"]["path"]) == ex["step"] + 1
+
+
+def test_rule_latency_checks_the_rule():
+    draft, target = random_markov(3, 1.0, seed=2)
+    with pytest.raises(ValueError, match="bool array"):
+        markov_rule_latency(draft, target, 3, 0.1, rule=lambda j, acc, paths: acc)
 
 
 def test_errors():

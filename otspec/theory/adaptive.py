@@ -17,7 +17,8 @@ ratio of the policy found, until the policy repeats (finitely many policies: the
 optimum exactly). Since W_{j+1} is non-increasing in π, so is the bracket: the optimal policy
 continues iff Π_j is above a step-dependent threshold, i.e. iff the probability that some drafted
 token is rejected, 1 − Π_j, is below h_j (Theorem 4.3's structure). :func:`optimal_stopping`
-checks this on every reachable state and reports the thresholds.
+checks this on every state of the induction — those the policy reaches and those it never does
+(after an earlier stop), a stronger check — and reports the thresholds.
 
 :func:`fixed_length_latency` gives the latency of always drafting k tokens:
 (t_draft k + t_target) / (1 + Σ_{l ≤ k} β^l), β = Σ_x min(p, q) (eq. (4) of the single-draft
@@ -77,7 +78,8 @@ class AdaptiveOptimum:
         drafts another token iff P(some drafted token is rejected) = 1 − Π_j is below it (any value in
         ``[low, high]`` gives the same policy; ``None`` when no reachable state continues, i.e. always stop).
     is_threshold_policy : bool
-        Whether at every step the continue states all have larger Π_j than the stop states.
+        Whether at every step the continue states all have larger Π_j than the stop states (every state of the
+        induction, reached by the policy or not).
     iterations : int
         Dinkelbach steps until the policy repeated.
     """

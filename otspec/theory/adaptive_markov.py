@@ -15,9 +15,10 @@ rules by Dinkelbach's method: for a ratio λ, relative value iteration on the st
 per-iteration cost C − λR — each step an exact backward induction over every drafted path —
 gives an optimal rule; λ becomes that rule's exact latency; the rule repeats after finitely many
 steps and the last λ is the optimum. It reports whether the optimal rule is a threshold on
-P(some drafted token rejected) = 1 − Π_j at each step (Theorem 4.3's structure) and, if not, a
-counterexample (two paths of one step where the more likely accepted one stops and the other
-continues).
+P(some drafted token rejected) = 1 − Π_j at each step (Theorem 4.3's structure) among the paths
+the rule reaches (from start tokens of positive stationary probability, through steps where it
+continued: what it would do elsewhere never happens) and, if not, a reachable counterexample (two
+such paths of one step where the more likely accepted one stops and the other continues).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from ..errors import SizeLimitError
 from ..sources import IIDSource, MarkovSource
 from .adaptive import stopping_costs
 
-__all__ = ["MAX_MARKOV_PATHS", "MarkovAdaptiveOptimum", "markov_optimal_stopping", "markov_policy_latency"]
+__all__ = ["MAX_MARKOV_PATHS", "MarkovAdaptiveOptimum", "markov_optimal_stopping", "markov_policy_latency",
+           "markov_rule_latency"]
 
 #: Most drafted paths (start token × drafted tokens) of the exact computation: V·Σ_{j<=K} V^j.
 MAX_MARKOV_PATHS = 2**18
@@ -141,6 +143,39 @@ def _ratio(paths, masks, t_draft, t_target) -> tuple[float, float, float]:
     return float(mu @ cost / (mu @ reward)), float(mu @ cost), float(mu @ reward)
 
 
+def _path_array(paths, j) -> np.ndarray:
+    """Every drafted path of step j as rows (start token, x_1, …, x_j): shape (n_j, j + 1)."""
+    cols, i = [paths.last[j]], np.arange(paths.last[j].size)
+    for level in range(j, 1, -1):
+        i = paths.parent[level][i]
+        cols.append(paths.last[level - 1][i])
+    cols.append(paths.start[j])
+    return np.stack(cols[::-1], axis=1)
+
+
+def markov_rule_latency(draft, target, max_length: int, t_draft: float, t_target: float = 1.0, *, rule) -> float:
+    """Exact latency per generated token of any deterministic stopping rule on a stationary Markov pair.
+
+    ``rule(j, accepted, paths)`` is called once per step j = 1..K−1 with Π_j of every drafted path of
+    that step (``accepted``, shape (n,)) and the paths themselves (``paths``, (n, j + 1): start token,
+    then the drafted tokens); it returns a bool array, True where the rule drafts one more token.
+    Drafting stops at ``max_length`` = K in any case.
+    """
+    P, Q = _matrices(draft, target)
+    K = check_size(max_length, "max_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
+    t_draft, t_target = stopping_costs(t_draft, t_target)
+    paths = _Paths(P, Q, K)
+    masks = [None]
+    for j in range(1, K):
+        go = np.asarray(rule(j, paths.all_acc[j].copy(), _path_array(paths, j)))
+        if go.shape != paths.all_acc[j].shape or go.dtype != bool:
+            raise ValueError(f"rule: expected a bool array of shape {paths.all_acc[j].shape} at step {j}, got "
+                             f"{go.dtype} of shape {go.shape}")
+        masks.append(go)
+    masks.append(np.zeros(paths.last[K].size, dtype=bool))
+    return _ratio(paths, masks, t_draft, t_target)[0]
+
+
 def markov_policy_latency(draft, target, length: int, t_draft: float, t_target: float = 1.0) -> float:
     """Exact latency per generated token of always drafting ``length`` tokens on a stationary Markov pair."""
     P, Q = _matrices(draft, target)
@@ -160,18 +195,34 @@ class MarkovAdaptiveOptimum:
     latency : float
         Its latency per generated token.
     is_threshold_policy : bool
-        Whether at every step j the rule continues exactly on the paths with Π_j above a threshold.
+        Whether at every step j the rule continues exactly on the paths with Π_j above a threshold,
+        among the paths it reaches.
     counterexample : dict or None
-        When it is not: a step and two paths (start token and drafted tokens) with their
+        When it is not: a step and two reachable paths (start token and drafted tokens) with their
         P(some drafted token rejected), the one with the larger Π_j stopping, the other continuing.
     iterations : int
         Dinkelbach steps.
+    thresholds : list of dict or None
+        When it is a threshold rule: per step j = 1..K−1, ``continue_below`` (draft another token iff
+        P(some drafted token rejected) < it; ``None``: always stop) and the interval ``[low, high]``
+        of values that give the same rule on the reached paths, as :func:`otspec.theory.adaptive.optimal_stopping`.
     """
 
     latency: float
     is_threshold_policy: bool
     counterexample: dict | None
     iterations: int
+    thresholds: list | None = None
+
+
+def _reached(paths, masks, t_draft, t_target) -> list:
+    """Per step j: which drafted paths the rule ``masks`` reaches with positive probability (start tokens of
+    positive stationary probability under the rule, every earlier step continuing, drafts of positive probability)."""
+    mu = _stationary(paths.evaluate(masks, t_draft, t_target)[2])
+    out = [None, mu[paths.start[1]] > 0]
+    for j in range(1, paths.K):
+        out.append((out[j] & masks[j])[paths.parent[j + 1]])
+    return out
 
 
 def _path(paths, j, i) -> list[int]:
@@ -206,10 +257,18 @@ def markov_optimal_stopping(draft, target, max_length: int, t_draft: float, t_ta
             lam = lam_new
             break
         seen, lam = key, lam_new
-    ok, example = True, None
+    ok, example, thresholds = True, None, []
+    reached = _reached(paths, masks, t_draft, t_target)
     for j in range(1, K):
-        cont, stop = masks[j], ~masks[j]
-        if cont.any() and stop.any() and paths.all_acc[j][stop].max() > paths.all_acc[j][cont].min() + 1e-12:
+        cont, stop = masks[j] & reached[j], ~masks[j] & reached[j]  # a rule's choices off its own paths are moot
+        if not cont.any():
+            thresholds.append({"step": j, "continue_below": None, "low": None, "high": None})
+        else:
+            high = 1.0 - float(paths.all_acc[j][stop].max() if stop.any() else 0.0)
+            low = 1.0 - float(paths.all_acc[j][cont].min())
+            thresholds.append({"step": j, "continue_below": 0.5 * (low + high) if low <= high else None,
+                               "low": low, "high": high})
+        if ok and cont.any() and stop.any() and paths.all_acc[j][stop].max() > paths.all_acc[j][cont].min() + 1e-12:
             ok = False
             i_stop = int(np.flatnonzero(stop)[np.argmax(paths.all_acc[j][stop])])
             i_cont = int(np.flatnonzero(cont)[np.argmin(paths.all_acc[j][cont])])
@@ -218,4 +277,6 @@ def markov_optimal_stopping(draft, target, max_length: int, t_draft: float, t_ta
                        "continues": {"path": _path(paths, j, i_cont),
                                      "rejection": 1 - float(paths.all_acc[j][i_cont])}}
             break
-    return MarkovAdaptiveOptimum(float(lam), ok, example, steps)
+    if not ok:
+        thresholds = None
+    return MarkovAdaptiveOptimum(float(lam), ok, example, steps, thresholds)
