@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from otspec.checks import MAX_DRAFT_LENGTH, check_size
+from otspec.engine.metrics import SYNTHETIC_FORMAT, engine_metrics, synthetic_rates
 from otspec.engine.record import PairRecord
 from otspec.verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, DecodingOPT
 
@@ -51,9 +52,11 @@ from .prompts import DATA_DIR, encode_prompts, read_prompts
 from .sampling import Sampling
 from .trees import parse_tree, tree_generate
 
-__all__ = ["main", "validate"]
+__all__ = ["ENGINE_KEYS", "export_synthetic_rates", "main", "validate"]
 
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
+#: The serving-engine metrics every run carries at its top level (all of them under ``engine_metrics``).
+ENGINE_KEYS = ("mean_acceptance_length", "acceptance_per_position_unconditional", "draft_acceptance_rate")
 
 
 def profile(pair, prompt, continuation, ns, *, reps: int = 5, cache: str = "auto") -> dict:
@@ -84,16 +87,6 @@ def profile(pair, prompt, continuation, ns, *, reps: int = 5, cache: str = "auto
         out["t_draft_ms"] = float(np.median(timer.records["draft"][1][1:]) * 1e3)
     else:
         out["t_draft_ms"] = 0.0
-    return out
-
-
-def _per_position(hist: np.ndarray) -> list:
-    """P(draft position i accepted | it was drafted and every earlier one accepted), i = 1..L."""
-    L = hist.shape[0] - 1
-    out = []
-    for i in range(1, L + 1):
-        reached = hist[i:, i - 1:].sum()  # drafted ≥ i tokens and accepted ≥ i − 1
-        out.append(float(hist[i:, i:].sum() / reached) if reached else None)
     return out
 
 
@@ -153,6 +146,7 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, r
     be = d.block_efficiency
     speedup, speedup_interval = _speedup(result, baseline, be)
     cost = d.cost(t_draft, timer.mean_ms("target"))
+    metrics = engine_metrics(d.accept_hist)
     return {
         "verifier": verifier_name, "L": L,
         "block_efficiency": {"mean": be.value, "low": be.low, "high": be.high},
@@ -162,7 +156,11 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, r
         "expected_block_efficiency_given_drafts": float(1 + result.expected_accepted.mean())
         if result.expected_accepted.size else None,
         "acceptance_rate": d.acceptance_rate,
-        "acceptance_per_position": _per_position(d.accept_hist),
+        "acceptance_per_position": metrics.acceptance_per_position_conditional,
+        "mean_acceptance_length": metrics.mean_acceptance_length,
+        "acceptance_per_position_unconditional": metrics.acceptance_per_position_unconditional,
+        "draft_acceptance_rate": metrics.draft_acceptance_rate,
+        "engine_metrics": metrics.as_dict(),
         "tv_per_position": [float(v.mean()) for v in result.tv],
         "two_point_per_position": {"draft": pa, "target": qa},
         "accepted_length_histogram": d.accept_hist.sum(axis=0).tolist(),
@@ -207,6 +205,7 @@ def tree_record(result, verifier_name: str, baseline: dict, prof: dict) -> dict:
     t_target_pred = float(np.mean(np.interp(result.target_nodes, ns, ts))) if result.target_nodes.size else 0.0
     be = d.block_efficiency
     speedup, speedup_interval = _speedup(result, baseline, be)
+    metrics = engine_metrics(d.accept_hist).as_dict()  # a tree's depth plays the draft position
     return {
         "verifier": verifier_name, "tree": "x".join(map(str, result.tree.branching)), "rule": result.rule,
         "replacement": result.tree.replacement, "tree_tokens": result.tree.num_tokens,
@@ -219,6 +218,7 @@ def tree_record(result, verifier_name: str, baseline: dict, prof: dict) -> dict:
         "go_on": per_depth["go_on"], "acceptance": per_depth["acceptance"], "optimum": per_depth["optimum"],
         "tv": per_depth["tv"], "candidates": [float(np.mean(v)) for v in result.candidates],
         "accepted_length_histogram": d.accept_hist.sum(axis=0).tolist(), "drafted_depth_histogram": depths.tolist(),
+        **{k: v for k, v in metrics.items() if k in ENGINE_KEYS}, "engine_metrics": metrics,
         "iterations": d.iterations, "generated": d.generated,
         "draft_calls": timer.count("draft"), "target_calls": timer.count("target"),
         "target_nodes_per_call": float(result.target_nodes.mean()) if result.target_nodes.size else 0.0,
@@ -369,6 +369,26 @@ def _warm_up(pair, ids, lengths, trees, multi_verifiers, rule, sampling, cache) 
                           sampling=sampling, progress=False, record_law=False, cache=cache)
 
 
+def export_synthetic_rates(record: dict, path) -> Path:
+    """Write the per-position unconditional acceptance rates of every chain run (measured, and predicted where the
+    run carries a prediction of them) in the form of a serving engine's synthetic-acceptance mode (JSON)."""
+    entries = []
+    for run in record.get("runs", []):
+        info = {"verifier": run["verifier"], "L": run["L"]}
+        if run.get("mean_acceptance_length") is not None:
+            entries.append(synthetic_rates(run["acceptance_per_position_unconditional"], source="measured", **info))
+        if run.get("predicted_acceptance_per_position_unconditional") is not None:
+            entries.append(synthetic_rates(run["predicted_acceptance_per_position_unconditional"], source="predicted",
+                                           method=run.get("prediction_method"), **info))
+    out = {"format": SYNTHETIC_FORMAT, "model_pair": record["model_pair"],
+           "definition": "acceptance_rates[i-1] = P(the first i drafted tokens are all accepted) (non-increasing); "
+                         "mean_acceptance_length = 1 + sum(acceptance_rates) = 1 + accepted / drafts",
+           "runs": entries}
+    path = Path(path)
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    return path
+
+
 def output_name(draft: str) -> str:
     """The ``<name>`` of ``figures/llm_<name>.*`` made from a draft spec or path."""
     return re.sub(r"[^A-Za-z0-9_]+", "_", Path(draft).name).strip("_") or "pair"
@@ -405,6 +425,9 @@ def main(argv=None) -> int:
     ap.add_argument("--log-rows", type=Path, default=None, metavar="FILE",
                     help="also write both models' rows along the plain continuations, top-p truncated (a logged-rows "
                          ".npz for python -m otspec sweep / simulate --logged)")
+    ap.add_argument("--export-synthetic-rates", type=Path, default=None, metavar="FILE",
+                    help="also write each run's per-position unconditional acceptance rates and mean acceptance "
+                         "length (measured, and predicted where present) for a serving engine's synthetic mode")
     ap.add_argument("--log-top-p", type=float, default=DEFAULT_LOG_TOP_P, help="with --log-rows: mass kept per row")
     ap.add_argument("--log-max-kept", type=int, default=DEFAULT_LOG_MAX_KEPT,
                     help="with --log-rows: at most this many tokens per row and model")
@@ -413,6 +436,8 @@ def main(argv=None) -> int:
         lengths = [int(x) for x in args.L.split(",") if x.strip()]
     except ValueError:
         ap.error(f"--L {args.L!r}: expected comma-separated integers")
+    if args.export_synthetic_rates is not None and not args.export_synthetic_rates.resolve().parent.is_dir():
+        ap.error(f"--export-synthetic-rates {args.export_synthetic_rates}: its folder does not exist")
     try:
         record = validate(target=args.target, draft=args.draft, verifiers=[v.strip() for v in args.verifiers.split(",")],
                           lengths=lengths, prompts=args.prompts, max_new_tokens=args.max_new_tokens, device=args.device,
@@ -426,6 +451,8 @@ def main(argv=None) -> int:
         print(f"python -m llm_bridge.validate: {err}", file=sys.stderr)
         return 2
     path = record.write(args.out_dir / f"llm_{args.name or output_name(args.draft)}.json")
+    if args.export_synthetic_rates is not None:
+        print(f"wrote {export_synthetic_rates(record.to_json(), args.export_synthetic_rates)}", file=sys.stderr)
     if args.json:
         print(json.dumps(record.to_json(), indent=1))
     print(f"wrote {path} (its plot and summary: python -m otspec.plot record {path})", file=sys.stderr)

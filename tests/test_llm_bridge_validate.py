@@ -29,7 +29,8 @@ def test_cli_writes_the_json_contract(folders, tmp_path, capsys):
     code = validate_mod.main(["--target", str(folders / "target"), "--draft", str(folders / "draft"),
                               "--verifiers", "token,block,block_v1", "--L", "2,3", "--prompts", "2",
                               "--max-new-tokens", "10", "--device", "cpu", "--lossless-samples", "40",
-                              "--name", "tiny", "--out-dir", str(out), "--json"])
+                              "--name", "tiny", "--out-dir", str(out), "--json",
+                              "--export-synthetic-rates", str(tmp_path / "rates.json")])
     assert code == 0
     record = json.loads((out / "llm_tiny.json").read_text())
     assert json.loads(capsys.readouterr().out) == record
@@ -46,6 +47,21 @@ def test_cli_writes_the_json_contract(folders, tmp_path, capsys):
         assert r["speedup"] == pytest.approx(r["tokens_per_s"] / r["baseline_tokens_per_s"])
         assert 1 <= r["predicted_block_efficiency"] <= r["L"] + 1 and r["predicted_speedup"] > 0
         assert sum(r["accepted_length_histogram"]) == r["iterations"]
+        # the serving engines' metrics: mean acceptance length = 1 + Σ unconditional rates = 1 + accepted / drafts
+        m = r["engine_metrics"]
+        assert r["mean_acceptance_length"] == pytest.approx(1 + sum(r["acceptance_per_position_unconditional"]))
+        assert r["mean_acceptance_length"] == pytest.approx(1 + m["accepted_tokens"] / m["drafts"])
+        assert m["drafts"] + m["draft_length_histogram"][0] == r["iterations"]
+        rates = r["acceptance_per_position_unconditional"]
+        assert len(rates) == r["L"] and all(b <= a for a, b in zip(rates, rates[1:], strict=False))
+        assert r["draft_acceptance_rate"] == pytest.approx(m["accepted_tokens"] / m["drafted_tokens"])
+    exported = json.loads((tmp_path / "rates.json").read_text())
+    assert exported["format"] == "otspec-synthetic-acceptance/1" and exported["model_pair"] == record["model_pair"]
+    measured = [e for e in exported["runs"] if e["source"] == "measured"]
+    assert [(e["verifier"], e["L"]) for e in measured] == [(r["verifier"], r["L"]) for r in record["runs"]]
+    for e, r in zip(measured, record["runs"], strict=True):
+        assert e["acceptance_rates"] == r["acceptance_per_position_unconditional"]
+        assert e["mean_acceptance_length"] == pytest.approx(r["mean_acceptance_length"])
     assert set(record["hf_assisted"]) >= {"tokens_per_s", "acceptance_rate"}
     assert record["hf_decode_step"]["cache"] == record["settings"]["cache"]
     laws = record["lossless"]["verifiers"]
@@ -90,6 +106,9 @@ def test_cli_bad_input_exits_2_with_a_message(folders, capsys):
     assert "holds only 16" in capsys.readouterr().err
     assert validate_mod.main([*common, "--L", "0"]) == 2
     assert "L" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # checked before anything runs
+        validate_mod.main([*common, "--export-synthetic-rates", "/nonexistent/folder/rates.json"])
+    assert "its folder does not exist" in capsys.readouterr().err
 
 
 TREE_KEYS = {"verifier", "tree", "rule", "block_efficiency", "expected_block_efficiency_given_tree",
@@ -116,6 +135,7 @@ def test_cli_tree_runs(folders, tmp_path):
         assert all(a <= o + 1e-9 for a, o in zip(r["acceptance"], r["optimum"], strict=True))
         assert r["predicted_block_efficiency"] <= r["otm_bound_block_efficiency"] + 1e-9
         assert r["target_nodes_per_call"] >= 1 and r["predicted_speedup"] > 0
+        assert r["mean_acceptance_length"] == pytest.approx(1 + sum(r["acceptance_per_position_unconditional"]))
     laws = record["lossless"]["verifiers"]
     assert laws["kseq (tree 2x1)"]["first_token_max_deviation"] < 1e-6
     assert laws["multiround_without_replacement (tree 2x1)"]["first_token_max_deviation"] < 1e-6

@@ -24,7 +24,9 @@ class Figure:
 
     ``pair`` says whether ``data`` accepts a user's ``draft=``/``target=`` probability rows
     (figures of one draft/target pair); ``files(data, out_dir)``, when set, writes the figure's own
-    further files (the real-pair records' plots and summaries) and returns their paths.
+    further files (the real-pair records' plots and summaries) and returns their paths;
+    ``reads_records`` marks figures built from committed files of real-model runs (read from the
+    records folder, not rerun) rather than computed from scratch.
     """
 
     name: str
@@ -34,6 +36,7 @@ class Figure:
     section: Callable
     pair: bool = False
     files: Callable | None = None
+    reads_records: bool = False
 
 
 #: Figures by name, in report order.
@@ -41,13 +44,13 @@ FIGURES: dict[str, Figure] = {}
 
 
 def register(name: str, stem: str, *, render: Callable, section: Callable, pair: bool = False,
-             files: Callable | None = None):
+             files: Callable | None = None, reads_records: bool = False):
     """Decorator registering a data function as figure ``name`` (file ``figures/<stem>.png``)."""
 
     def wrap(data: Callable) -> Callable:
         if name in FIGURES:
             raise ValueError(f"figure {name!r} is registered twice")
-        FIGURES[name] = Figure(name, stem, data, render, section, pair, files)
+        FIGURES[name] = Figure(name, stem, data, render, section, pair, files, reads_records)
         return data
 
     return wrap

@@ -38,16 +38,21 @@ def render_adaptive(data: dict):
     ax1.plot(ks, [fixed[str(k)] for k in ks], "s-", ms=3, color="0.4", label="fixed K (exact)")
     ax1.plot(ks, data["fixed_measured"], "x", color="0.4", ms=5, label="fixed K (decode loop)")
     ax1.axhline(data["optimal"], color="k", lw=1.2, label=f"exact optimum {data['optimal']:.4f}")
+    exact = min(data["oracle"], key=lambda r: r["exact_latency"])
+    ax1.axhline(exact["exact_latency"], color="C0", ls="-", lw=0.8,
+                label=f"best threshold, oracle head (exact, h = {exact['threshold']:g})")
     for key, label, color in (("oracle", "best threshold, oracle head", "C0"),
                               ("learned", "best threshold, learned head", "C1")):
         best = min(data[key], key=lambda r: r["latency"])
-        ax1.axhline(best["latency"], color=color, ls=":", lw=1.2, label=f"{label} (h = {best['threshold']:g})")
-    for key, label, color in (("oracle", "threshold, oracle head", "C0"), ("learned", "threshold, learned head", "C1")):
+        ax1.axhline(best["latency"], color=color, ls=":", lw=1.2,
+                    label=f"{label} (decode loop, h = {best['threshold']:g})")
+    for key, label, color in (("oracle", "threshold, oracle head (decode loop)", "C0"),
+                              ("learned", "threshold, learned head (decode loop)", "C1")):
         rows = data[key]
         ax2.plot([r["verification_rate"] for r in rows], [r["discard_rate"] for r in rows], "o-", ms=3, color=color,
                  label=label)
     ax2.plot(data["fixed_verification_rate"], data["fixed_discard_rate"], "s--", ms=4, color="0.4",
-             label="fixed K = 1..K_max")
+             label="fixed K = 1..K_max (decode loop)")
     for k, x, y in zip(ks, data["fixed_verification_rate"], data["fixed_discard_rate"], strict=True):
         ax2.annotate(str(k), (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax1.set_xlabel("draft length K")

@@ -327,7 +327,8 @@ def _records_files(data: dict, out_dir: Path) -> list[Path]:
     return [p for rec in data["records"] + data.get("adaptive", []) for p in write_record_files(rec["path"])]
 
 
-@register("real_models", "real_models", render=render_llm, section=_llm_section, files=_records_files)
+@register("real_models", "real_models", render=render_llm, section=_llm_section, files=_records_files,
+          reads_records=True)
 def llm_data(scale: float = 1.0, records_dir: str | Path = "figures") -> dict:
     """Every record ``llm_*.json`` in ``records_dir`` (``scale`` is unused: nothing is rerun); other ``llm_*``
     data files there (a benchmark's output, the GPU suite's summary) hold no ``model_pair`` and are skipped."""

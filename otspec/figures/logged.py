@@ -118,7 +118,7 @@ def _logged_section(data: dict, png: Path) -> str:
     return "\n".join(parts)
 
 
-@register("logged_rows", "logged_rows", render=render_logged, section=_logged_section)
+@register("logged_rows", "logged_rows", render=render_logged, section=_logged_section, reads_records=True)
 def logged_data(scale: float = 1.0, records_dir: str | Path = "figures") -> dict:
     """Every ``llm_*_rows.npz`` log in ``records_dir``, evaluated at L in :data:`LENGTHS` (``scale`` sets the
     Monte Carlo blocks: 200,000 at 1)."""
