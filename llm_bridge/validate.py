@@ -13,7 +13,11 @@ JSON: ``model_pair`` {target, draft, device, dtype}; ``runs``: per run ``verifie
 acceptance per position, the SpecDec++ time decomposition); ``hf_assisted`` {tokens_per_s,
 acceptance_rate}; ``hf_decode_step`` {ms_per_token, tokens_per_s, cache, otspec_step_ratio}: Hugging
 Face's plain decode step with the same cache kind and otspec's step over it (the CUDA goal is at
-most 1.5); plus ``baseline``, ``profile``, ``drafter`` and ``lossless``. With ``--trees``:
+most 1.5); plus ``baseline``, ``profile``, ``drafter`` and ``lossless``; ``timing`` {baseline_before_ms_per_token,
+baseline_after_ms_per_token, baseline_drift, load_average, cpus, unreliable_timing}: plain sampling is run again
+after every measured run, and a drift above 10 % or a load above the cores sets the top-level
+``unreliable_timing`` (the reason), which the summaries and plots show instead of trusting the times.
+Every run also carries the serving engines' metrics (:mod:`otspec.engine.metrics`). With ``--trees``:
 ``tree_runs``, per multi-draft verifier × draft tree (k-configs such as ``4x2x2x1``, or ``iid:K:L``
 for SpecTr's K drafts of L tokens) ``verifier``, ``tree``, ``rule``, ``block_efficiency``,
 ``expected_block_efficiency_given_tree``, ``predicted_block_efficiency`` (the verifier's closed-form
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import re
 import sys
@@ -52,7 +57,7 @@ from .prompts import DATA_DIR, encode_prompts, read_prompts
 from .sampling import Sampling
 from .trees import parse_tree, tree_generate
 
-__all__ = ["ENGINE_KEYS", "export_synthetic_rates", "main", "validate"]
+__all__ = ["ENGINE_KEYS", "MAX_BASELINE_DRIFT", "export_synthetic_rates", "main", "timing_check", "validate"]
 
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
 #: The serving-engine metrics every run carries at its top level (all of them under ``engine_metrics``).
@@ -107,6 +112,36 @@ def _bootstrap_prediction(result, weights, key: str, rng, n_boot: int = 100) -> 
         qa = [v[rng.integers(0, v.size, v.size)].mean() for v in result.q_a]
         draws.append(_mixed_prediction(pa, qa, weights)[key])
     return np.array(draws)
+
+
+#: A record's timing is unreliable when plain sampling's time per token drifts by more than this between the start
+#: and the end of its runs, or when the machine's load average exceeds its cores.
+MAX_BASELINE_DRIFT = 0.10
+
+
+def timing_check(before_ms: float, after_ms: float, loads, cpus: int) -> dict:
+    """The ``timing`` object of a record: plain sampling's ms per token before and after the measured runs, their
+    drift, the load averages seen (1-minute, at the start and the end) and ``unreliable_timing`` (``None``, or the
+    reason: a drift above :data:`MAX_BASELINE_DRIFT` or a load above the ``cpus`` cores)."""
+    drift = abs(after_ms / before_ms - 1.0) if before_ms > 0 else float("inf")
+    reasons = []
+    if drift > MAX_BASELINE_DRIFT:
+        reasons.append(f"plain sampling drifted {100 * drift:.1f} % between the start and the end of the runs "
+                       f"({before_ms:.2f} -> {after_ms:.2f} ms per token; limit {100 * MAX_BASELINE_DRIFT:.0f} %)")
+    busy = [x for x in loads if x is not None and x > cpus]
+    if busy:
+        reasons.append(f"the machine's load average reached {max(busy):.2f} on {cpus} cores")
+    return {"baseline_before_ms_per_token": before_ms, "baseline_after_ms_per_token": after_ms,
+            "baseline_drift": drift, "load_average": list(loads), "cpus": cpus,
+            "unreliable_timing": "; ".join(reasons) or None}
+
+
+def _load_average():
+    """The 1-minute load average (``None`` where the platform has none)."""
+    try:
+        return float(os.getloadavg()[0])
+    except (AttributeError, OSError):
+        return None
 
 
 def _call_costs(result) -> tuple[int, float, float]:
@@ -299,6 +334,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     if len(ids) < prompts:
         raise ValueError(f"--prompts {prompts}: the prompt file holds only {len(ids)}")
     rng = np.random.default_rng(seed)
+    load_start = _load_average()
     if cache == "compiled":  # compile every call shape before anything is timed
         _warm_up(pair, ids[:batch_size], lengths, trees, multi_verifiers, rule, sampling, cache)
     plain = plain_generate(pair.target, ids, max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size,
@@ -326,6 +362,10 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
                                    sampling=sampling, seed=seed, batch_size=batch_size, progress=progress,
                                    cache=cache)
             tree_runs.append(tree_record(result, name, baseline, prof))
+    after = plain_generate(pair.target, ids, max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size,
+                           progress=progress, cache=cache)  # the baseline again: did the machine stay as quiet?
+    timing = timing_check(baseline["ms_per_token"], 1e3 * after.seconds / after.generated,
+                          [load_start, _load_average()], os.cpu_count() or 1)
     record = {
         "model_pair": pair.describe(),
         "settings": {"prompts": prompts, "max_new_tokens": max_new_tokens, "lengths": list(lengths),
@@ -333,7 +373,8 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
                      "batch_size": batch_size, "cache": cache, "torch": torch.__version__, "transformers": transformers.__version__,
                      "threads": torch.get_num_threads(), "machine": platform.machine(),
                      "python": platform.python_version()},
-        "baseline": baseline, "profile": prof,
+        "baseline": baseline, "profile": prof, "timing": timing,
+        **({"unreliable_timing": timing["unreliable_timing"]} if timing["unreliable_timing"] else {}),
         "drafter": {"name": pair.drafter.name, "acceptance": float(np.mean([1 - r["tv_per_position"][0]
                                                                             for r in runs])) if runs else None,
                     "cost_ratio": prof["t_draft_ms"] / prof["t_target_ms"][str(1)]},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +11,8 @@ from llm_bridge import validate as validate_mod
 from llm_bridge.measure import predicted_block_efficiency, predicted_speedup, two_point
 from otspec.plot import main as plot_main
 from tests.llm_tiny import tiny_llama, tiny_tokenizer, torch
+
+REPO = Path(__file__).resolve().parent.parent
 
 RUN_KEYS = {"verifier", "L", "block_efficiency", "predicted_block_efficiency", "acceptance_rate", "tv_per_position",
             "t_draft_ms", "t_target_ms", "tokens_per_s", "baseline_tokens_per_s", "speedup", "predicted_speedup"}
@@ -55,6 +58,10 @@ def test_cli_writes_the_json_contract(folders, tmp_path, capsys):
         rates = r["acceptance_per_position_unconditional"]
         assert len(rates) == r["L"] and all(b <= a for a, b in zip(rates, rates[1:], strict=False))
         assert r["draft_acceptance_rate"] == pytest.approx(m["accepted_tokens"] / m["drafted_tokens"])
+    timing = record["timing"]  # the baseline measured again after the runs
+    assert timing["baseline_before_ms_per_token"] == pytest.approx(record["baseline"]["ms_per_token"])
+    assert timing["baseline_after_ms_per_token"] > 0 and len(timing["load_average"]) == 2
+    assert ("unreliable_timing" in record) == (timing["unreliable_timing"] is not None)
     exported = json.loads((tmp_path / "rates.json").read_text())
     assert exported["format"] == "otspec-synthetic-acceptance/1" and exported["model_pair"] == record["model_pair"]
     measured = [e for e in exported["runs"] if e["source"] == "measured"]
@@ -194,3 +201,17 @@ def test_log_rows_writes_the_real_pairs_rows_along_the_plain_continuations(folde
     assert validate_mod.main(["--target", str(folders / "target"), "--draft", str(folders / "draft"),
                               "--log-rows", str(tmp_path / "no" / "such" / "dir.npz")]) == 2
     assert "folder does not exist" in capsys.readouterr().err
+
+
+def test_timing_check_marks_a_loaded_machine():
+    quiet = validate_mod.timing_check(10.0, 10.5, [0.3, 0.8], 2)
+    assert quiet["unreliable_timing"] is None and quiet["baseline_drift"] == pytest.approx(0.05)
+    drifted = validate_mod.timing_check(10.0, 12.0, [0.3, None], 2)
+    assert "drifted 20.0 %" in drifted["unreliable_timing"]
+    loaded = validate_mod.timing_check(49.0, 1198.0, [3.5, 2.1], 2)  # issue 21's busy make demo run
+    assert "drifted" in loaded["unreliable_timing"] and "load average reached 3.50 on 2 cores" in loaded["unreliable_timing"]
+    from otspec.figures.llm import record_markdown
+
+    record = json.loads((REPO / "figures" / "llm_default.json").read_text())
+    record["unreliable_timing"] = loaded["unreliable_timing"]
+    assert "**Unreliable timing: plain sampling drifted" in record_markdown(record)

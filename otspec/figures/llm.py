@@ -38,6 +38,10 @@ def record_markdown(record: dict, title: str | None = None) -> str:
              f"{s['threads']} threads, torch {s['torch']}, transformers {s['transformers']}); {s['prompts']} prompts "
              f"× {s['max_new_tokens']} new tokens, temperature {s['temperature']}, top-k {s['top_k']}, "
              f"top-p {s['top_p']}, batch {s['batch_size']}, seed {s['seed']}.", ""]
+    if record.get("unreliable_timing"):
+        lines += [f"**Unreliable timing: {record['unreliable_timing']}.** The tokens/s and speedups below were "
+                  "measured on a machine that was not quiet; block efficiencies and predictions do not depend on it.",
+                  ""]
     prof, drafter = record["profile"], record["drafter"]
     t_target = ", ".join(f"n={k}: {v:.1f}" for k, v in prof["t_target_ms"].items())
     lines += [f"Drafter: first-position acceptance 1 − TV = {_f(drafter['acceptance'])}, cost ratio "
@@ -170,7 +174,9 @@ def render_record(record: dict):
     ax_t.plot([int(k) for k in prof], list(prof.values()), "o-", label="t_target(n)")
     ax_t.axhline(record["profile"]["t_draft_ms"], color="C1", ls="--", label="t_draft (one token)")
     for ax, title, xl in ((ax_be, "block efficiency (tokens per target call)", "draft length L"),
-                          (ax_sp, "speedup over plain sampling", "draft length L"),
+                          (ax_sp, "speedup over plain sampling" + (" (UNRELIABLE TIMING: machine not quiet)"
+                                                                    if record.get("unreliable_timing") else ""),
+                           "draft length L"),
                           (ax_t, "time per call (ms)", "tokens scored per target call n"),
                           (ax_pos, "acceptance per draft position", "position in the draft")):
         ax.set_title(title)
@@ -264,8 +270,10 @@ def render_llm(data: dict):
                        yerr=[[r["block_efficiency"]["mean"] - r["block_efficiency"]["low"] for r in runs],
                              [r["block_efficiency"]["high"] - r["block_efficiency"]["mean"] for r in runs]],
                        fmt=markers[i % len(markers)], color=f"C{i}", ms=4, capsize=2, label=label)
+        unreliable = bool(rec.get("unreliable_timing"))  # drawn hollow and named: not a measurement to trust
         ax_sp.plot([r["predicted_speedup"] for r in runs], [r["speedup"] for r in runs], markers[i % len(markers)],
-                   color=f"C{i}", ms=4, label=label)
+                   color=f"C{i}", ms=4, mfc="none" if unreliable else None,
+                   label=label + (" [unreliable timing]" if unreliable else ""))
         trees = rec.get("tree_runs") or []
         if trees:
             ax_be.plot(_nan(r["predicted_block_efficiency"] for r in trees), [r["block_efficiency"]["mean"] for r in trees],
