@@ -265,17 +265,25 @@ class LoggedRows:
         offsets, _, p, q = self.segments(tail)
         return np.add.reduceat(np.minimum(p, q), offsets[:-1])
 
-    def path_pair(self, path: int, tail: str = "overlap") -> tuple[Source, Source]:
-        """(draft, target) :class:`~otspec.sources.PositionalSource` of one path on the full V' symbols."""
+    def path_pair(self, path: int, tail: str = "overlap", *, compact: bool = False) -> tuple[Source, Source]:
+        """(draft, target) :class:`~otspec.sources.PositionalSource` of one path on the full V' symbols.
+
+        ``compact=True`` relabels the symbols to those the path's rows use (sorted by id): the rows depend
+        on position only, so every law of the decoding is the same up to that relabelling, with rows
+        hundreds of times narrower than the model's vocabulary.
+        """
         path = check_size(path, "path", minimum=0)
         if path >= self.n_paths:
             raise ValueError(f"path {path}: the log has {self.n_paths} paths")
         offsets, ids, p, q = self.segments(tail)
         a, b = self.path_offsets[path], self.path_offsets[path + 1]
-        rows = np.zeros((2, b - a, self.vocab(tail)))
+        used = ids[offsets[a]:offsets[b]]
+        symbols = np.unique(used) if compact else None
+        rows = np.zeros((2, b - a, symbols.size if compact else self.vocab(tail)))
         for t in range(a, b):
             e0, e1 = offsets[t], offsets[t + 1]
-            rows[0, t - a, ids[e0:e1]], rows[1, t - a, ids[e0:e1]] = p[e0:e1], q[e0:e1]
+            at = np.searchsorted(symbols, ids[e0:e1]) if compact else ids[e0:e1]
+            rows[0, t - a, at], rows[1, t - a, at] = p[e0:e1], q[e0:e1]
         return PositionalSource(rows[0]), PositionalSource(rows[1])
 
     def summary(self, tail: str = "overlap") -> dict:
