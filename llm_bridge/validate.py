@@ -7,7 +7,10 @@ peer), a t_target(n) / t_draft profile, and the losslessness checks. It writes t
 ``python -m otspec.plot record`` (and the report) draw its ``.md`` summary and ``.png`` plot.
 
 JSON: ``model_pair`` {target, draft, device, dtype}; ``runs``: per run ``verifier``, ``L``,
-``block_efficiency`` {mean, low, high}, ``predicted_block_efficiency``, ``acceptance_rate``,
+``block_efficiency`` {mean, low, high}, ``predicted_block_efficiency`` (with ``predicted_block_efficiency_interval``,
+``prediction_method`` and ``prediction``: otspec's decode engine replaying a log of both models' rows along an
+independent plain run, seed + 1, :mod:`otspec.engine.predict`; the verifier's closed form on the two-point
+reduction of the run's own rows stays as ``two_point_upper_bound``), ``acceptance_rate``,
 ``tv_per_position``, ``t_draft_ms``, ``t_target_ms`` (object keyed by n), ``tokens_per_s``,
 ``baseline_tokens_per_s``, ``speedup``, ``predicted_speedup`` (and more: intervals, histograms,
 acceptance per position, the SpecDec++ time decomposition); ``hf_assisted`` {tokens_per_s,
@@ -42,6 +45,7 @@ import numpy as np
 
 from otspec.checks import MAX_DRAFT_LENGTH, check_size
 from otspec.engine.metrics import SYNTHETIC_FORMAT, engine_metrics, synthetic_rates
+from otspec.engine.predict import predict_from_log
 from otspec.engine.record import PairRecord
 from otspec.verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, DecodingOPT
 
@@ -60,6 +64,8 @@ from .trees import parse_tree, tree_generate
 __all__ = ["ENGINE_KEYS", "MAX_BASELINE_DRIFT", "export_synthetic_rates", "main", "timing_check", "validate"]
 
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
+#: The plain run after the measured runs (the timing check, and the log the predictions read) uses seed + this.
+PREDICTION_SEED_OFFSET = 1
 #: The serving-engine metrics every run carries at its top level (all of them under ``engine_metrics``).
 ENGINE_KEYS = ("mean_acceptance_length", "acceptance_per_position_unconditional", "draft_acceptance_rate")
 
@@ -104,12 +110,13 @@ def _mixed_prediction(pa, qa, weights) -> dict:
     return out
 
 
-def _bootstrap_prediction(result, weights, key: str, rng, n_boot: int = 100) -> np.ndarray:
-    """Predictions with each position's iterations resampled (an interval for the prediction)."""
+def _bootstrap_prediction(result, weights, key: str, rng, n_boot: int = 200) -> np.ndarray:
+    """The two-point value with each position's iterations resampled, p(A) and q(A) of an iteration together."""
     draws = []
     for _ in range(n_boot):
-        pa = [v[rng.integers(0, v.size, v.size)].mean() for v in result.p_a]
-        qa = [v[rng.integers(0, v.size, v.size)].mean() for v in result.q_a]
+        picks = [rng.integers(0, v.size, v.size) for v in result.p_a]
+        pa = [v[i].mean() for v, i in zip(result.p_a, picks, strict=True)]
+        qa = [v[i].mean() for v, i in zip(result.q_a, picks, strict=True)]
         draws.append(_mixed_prediction(pa, qa, weights)[key])
     return np.array(draws)
 
@@ -161,8 +168,23 @@ def _speedup(result, baseline: dict, be) -> tuple[float, dict]:
     return speedup, {"low": speedup * be.low / be.value, "high": speedup * be.high / be.value}
 
 
-def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, rng) -> dict:
-    """One entry of ``runs``: measured quantities, then the theory's predictions from measured inputs."""
+#: The stand-in prediction where no plain-decoding log exists (a drafter without probability rows).
+TWO_POINT_METHOD = ("two-point upper bound: the verifier's closed form on the per-position reduction A = {q >= p} of "
+                    "this run's rows (no plain-decoding log: the drafter has no probability rows); interval: paired "
+                    "bootstrap over iterations, percentile")
+
+
+def _predicted(prediction, two_point: float, boot: np.ndarray) -> tuple[float, float, float, str]:
+    """(value, low, high, method) of a run's prediction: the log's, else the two-point bound."""
+    if prediction is None:
+        low, high = np.quantile(boot, [0.025, 0.975])
+        return two_point, float(low), float(high), TWO_POINT_METHOD
+    return prediction.block_efficiency, prediction.low, prediction.high, prediction.method
+
+
+def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, rng, prediction=None) -> dict:
+    """One entry of ``runs``: measured quantities, then the theory's predictions: ``prediction`` (a
+    :class:`~otspec.engine.predict.LogPrediction` from an independent plain-decoding log) and the two-point bound."""
     d, timer = result.decode, result.timer
     pa = [float(v.mean()) for v in result.p_a]
     qa = [float(v.mean()) for v in result.q_a]
@@ -176,8 +198,9 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, r
     measured = {k: v["mean"] for k, v in timer.by_n_ms("target").items()}
     t_target_pred = sum(w * prof["t_target_ms"].get(str(g + 1), measured.get(str(g + 1), timer.mean_ms("target")))
                         for g, w in enumerate(weights) if w > 0)
+    value, low, high, method = _predicted(prediction, formulas[key], boot)
     predict = [predicted_speedup(x, baseline["ms_per_token"], draft_calls, t_draft, t_target_pred, overhead_ms)
-               for x in (formulas[key], boot.min(), boot.max())]
+               for x in (value, low, high)]
     be = d.block_efficiency
     speedup, speedup_interval = _speedup(result, baseline, be)
     cost = d.cost(t_draft, timer.mean_ms("target"))
@@ -185,9 +208,16 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, r
     return {
         "verifier": verifier_name, "L": L,
         "block_efficiency": {"mean": be.value, "low": be.low, "high": be.high},
-        "predicted_block_efficiency": formulas[key],
-        "predicted_block_efficiency_interval": {"low": float(boot.min()), "high": float(boot.max())},
-        "predicted_by_formula": formulas,
+        "predicted_block_efficiency": value,
+        "predicted_block_efficiency_interval": {"low": low, "high": high},
+        "prediction_method": method,
+        "prediction": None if prediction is None else prediction.as_dict(),
+        "predicted_acceptance_per_position_unconditional":
+            None if prediction is None else prediction.as_dict()["acceptance_per_position_unconditional"],
+        "two_point_upper_bound": formulas[key],
+        "two_point_upper_bound_interval": dict(zip(("low", "high"), np.quantile(boot, [0.025, 0.975]).tolist(),
+                                                   strict=True)),
+        "two_point_upper_bound_by_formula": formulas,
         "expected_block_efficiency_given_drafts": float(1 + result.expected_accepted.mean())
         if result.expected_accepted.size else None,
         "acceptance_rate": d.acceptance_rate,
@@ -223,8 +253,9 @@ def _chain_of_means(means, weights) -> float:
     return out
 
 
-def tree_record(result, verifier_name: str, baseline: dict, prof: dict) -> dict:
-    """One entry of ``tree_runs``: measured, E[τ+1 | trie], and the per-depth product predictions."""
+def tree_record(result, verifier_name: str, baseline: dict, prof: dict, prediction=None) -> dict:
+    """One entry of ``tree_runs``: measured, E[τ+1 | trie], the prediction from an independent log (``prediction``)
+    and the per-depth product values from this run's own rows."""
     d, timer = result.decode, result.timer
     depths = d.accept_hist.sum(axis=1)
     weights = depths / depths.sum()
@@ -241,13 +272,19 @@ def tree_record(result, verifier_name: str, baseline: dict, prof: dict) -> dict:
     be = d.block_efficiency
     speedup, speedup_interval = _speedup(result, baseline, be)
     metrics = engine_metrics(d.accept_hist).as_dict()  # a tree's depth plays the draft position
-    return {
+    out = {
         "verifier": verifier_name, "tree": "x".join(map(str, result.tree.branching)), "rule": result.rule,
         "replacement": result.tree.replacement, "tree_tokens": result.tree.num_tokens,
         "block_efficiency": {"mean": be.value, "low": be.low, "high": be.high},
         "expected_block_efficiency_given_tree": float(1 + result.expected_accepted.mean())
         if result.expected_accepted.size else None,
-        "predicted_block_efficiency": predicted["acceptance"],
+        "predicted_block_efficiency": predicted["acceptance"] if prediction is None else prediction.block_efficiency,
+        "predicted_block_efficiency_interval": None if prediction is None else {"low": prediction.low,
+                                                                                 "high": prediction.high},
+        "prediction_method": ("product of this run's per-depth acceptance (no plain-decoding log)" if prediction is None
+                              else prediction.method),
+        "prediction": None if prediction is None else prediction.as_dict(),
+        "per_depth_product_block_efficiency": predicted["acceptance"],
         "go_on_block_efficiency": predicted["go_on"],
         "otm_bound_block_efficiency": predicted["optimum"],
         "go_on": per_depth["go_on"], "acceptance": per_depth["acceptance"], "optimum": per_depth["optimum"],
@@ -264,10 +301,11 @@ def tree_record(result, verifier_name: str, baseline: dict, prof: dict) -> dict:
         "seconds": result.seconds, "tokens_per_s": result.tokens_per_s,
         "baseline_tokens_per_s": baseline["tokens_per_s"], "speedup": speedup,
         "speedup_interval": speedup_interval,
-        "predicted_speedup": None if predicted["acceptance"] is None else predicted_speedup(
-            predicted["acceptance"], baseline["ms_per_token"], timer.count("draft") / calls, t_draft, t_target_pred,
-            overhead_ms),
     }
+    value = out["predicted_block_efficiency"]
+    out["predicted_speedup"] = None if value is None else predicted_speedup(
+        value, baseline["ms_per_token"], timer.count("draft") / calls, t_draft, t_target_pred, overhead_ms)
+    return out
 
 
 def _lossless(pair, prompt, verifiers, sampling: Sampling, samples: int, seed: int, multi=()) -> dict:
@@ -300,13 +338,14 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
              batch_size: int = 1, lossless_samples: int = 200, hf: bool = True, progress: bool | None = None,
              pair=None, trees=(), multi_verifiers=("kseq", "multiround"), rule: str = "match",
              cache: str = "auto", log_rows=None, log_top_p: float = DEFAULT_LOG_TOP_P,
-             log_max_kept: int | None = DEFAULT_LOG_MAX_KEPT) -> dict:
+             log_max_kept: int | None = DEFAULT_LOG_MAX_KEPT, prediction_sequences: int = 32) -> dict:
     """Everything of the module docstring; returns the JSON record. ``pair`` (a loaded
     :class:`~llm_bridge.drafters.Pair`) replaces ``target``, ``draft``, ``device`` and ``dtype``;
     ``trees`` (k-configs) adds a run per multi-draft verifier × tree; ``cache`` is a kind of
     :func:`~llm_bridge.cache.make_cache` (``auto``: compiled static caches on CUDA, dynamic eager on CPU;
-    a compiled run first warms every call shape up, untimed); ``log_rows`` (a path) also writes the
-    logged rows of the plain continuations there."""
+    a compiled run first warms every call shape up, untimed); ``log_rows`` (a path) also writes there the
+    logged rows the predictions use: both models' rows along a second plain run (seed + 1, after the measured
+    runs), replayed ``prediction_sequences`` times per prompt by :func:`otspec.engine.predict.predict_from_log`."""
     import torch
     import transformers
 
@@ -341,31 +380,38 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
                            progress=progress, cache=cache)
     baseline = {"tokens_per_s": plain.tokens_per_s, "ms_per_token": 1e3 * plain.seconds / plain.generated,
                 "t_target_ms": plain.timer.mean_ms("target"), "generated": plain.generated}
-    logged = None
-    if log_rows is not None:
-        log = record_rows(pair, ids, plain.tokens, sampling=sampling, top_p=log_top_p, max_kept=log_max_kept,
-                          meta={"prompts": prompts, "max_new_tokens": max_new_tokens, "seed": seed})
-        log.save(log_rows)
-        logged = {"file": str(log_rows), **{k: v for k, v in log.summary().items() if k != "meta"}}
     ns = {1, *(L + 1 for L in lengths), *(t.num_tokens + 1 for t in trees)}
     prof = profile(pair, ids[0], plain.tokens[0][:max_new_tokens // 2], sorted(ns), cache=cache)
-    runs = []
-    for name in verifiers:
-        for L in lengths:
-            result = speculative_generate(pair, ids, REGISTRY[name](), L, max_new_tokens, sampling=sampling,
-                                          seed=seed, batch_size=batch_size, progress=progress, cache=cache)
-            runs.append(run_record(result, name, L, baseline, prof, rng))
-    tree_runs = []
-    for name in multi_verifiers:
-        for tree in trees:
-            result = tree_generate(pair, ids, MULTI_DRAFT_REGISTRY[name](), tree, max_new_tokens, rule=rule,
-                                   sampling=sampling, seed=seed, batch_size=batch_size, progress=progress,
-                                   cache=cache)
-            tree_runs.append(tree_record(result, name, baseline, prof))
-    after = plain_generate(pair.target, ids, max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size,
-                           progress=progress, cache=cache)  # the baseline again: did the machine stay as quiet?
+    chain_results = [(name, L, speculative_generate(pair, ids, REGISTRY[name](), L, max_new_tokens, sampling=sampling,
+                                                    seed=seed, batch_size=batch_size, progress=progress, cache=cache))
+                     for name in verifiers for L in lengths]
+    tree_results = [(name, tree, tree_generate(pair, ids, MULTI_DRAFT_REGISTRY[name](), tree, max_new_tokens,
+                                               rule=rule, sampling=sampling, seed=seed, batch_size=batch_size,
+                                               progress=progress, cache=cache))
+                    for name in multi_verifiers for tree in trees]
+    # the baseline again, with another seed: did the machine stay as quiet, and an independent plain-decoding log
+    after = plain_generate(pair.target, ids, max_new_tokens, sampling=sampling, seed=seed + PREDICTION_SEED_OFFSET,
+                           batch_size=batch_size, progress=progress, cache=cache)
     timing = timing_check(baseline["ms_per_token"], 1e3 * after.seconds / after.generated,
                           [load_start, _load_average()], os.cpu_count() or 1)
+    log = None
+    if not pair.drafter.deterministic:
+        log = record_rows(pair, ids, after.tokens, sampling=sampling, top_p=log_top_p, max_kept=log_max_kept,
+                          meta={"prompts": prompts, "max_new_tokens": max_new_tokens,
+                                "seed": seed + PREDICTION_SEED_OFFSET, "use": "predictions (independent of the runs)"})
+
+    def predict(verifier, draft):
+        return None if log is None else predict_from_log(log, verifier, draft, sequences=prediction_sequences,
+                                                         seed=seed, rule=rule)
+
+    runs = [run_record(result, name, L, baseline, prof, rng, predict(REGISTRY[name](), L))
+            for name, L, result in chain_results]
+    tree_runs = [tree_record(result, name, baseline, prof, predict(MULTI_DRAFT_REGISTRY[name](), result.tree))
+                 for name, _, result in tree_results]  # the tree as the run drew it (with or without replacement)
+    logged = None
+    if log_rows is not None:
+        log.save(log_rows)
+        logged = {"file": str(log_rows), **{k: v for k, v in log.summary().items() if k != "meta"}}
     record = {
         "model_pair": pair.describe(),
         "settings": {"prompts": prompts, "max_new_tokens": max_new_tokens, "lengths": list(lengths),
@@ -469,6 +515,8 @@ def main(argv=None) -> int:
     ap.add_argument("--export-synthetic-rates", type=Path, default=None, metavar="FILE",
                     help="also write each run's per-position unconditional acceptance rates and mean acceptance "
                          "length (measured, and predicted where present) for a serving engine's synthetic mode")
+    ap.add_argument("--prediction-sequences", type=int, default=32,
+                    help="replays of each logged prompt by the prediction's decode engine")
     ap.add_argument("--log-top-p", type=float, default=DEFAULT_LOG_TOP_P, help="with --log-rows: mass kept per row")
     ap.add_argument("--log-max-kept", type=int, default=DEFAULT_LOG_MAX_KEPT,
                     help="with --log-rows: at most this many tokens per row and model")
@@ -487,7 +535,7 @@ def main(argv=None) -> int:
                           hf=not args.no_hf, trees=[t for t in args.trees.split(",") if t.strip()],
                           multi_verifiers=[v.strip() for v in args.multi_verifiers.split(",") if v.strip()],
                           rule=args.rule, cache=args.cache, log_rows=args.log_rows, log_top_p=args.log_top_p,
-                          log_max_kept=args.log_max_kept)
+                          log_max_kept=args.log_max_kept, prediction_sequences=args.prediction_sequences)
     except (ModelNotFound, VocabularyMismatch, ImportError, ValueError) as err:
         print(f"python -m llm_bridge.validate: {err}", file=sys.stderr)
         return 2

@@ -49,6 +49,12 @@ def test_cli_writes_the_json_contract(folders, tmp_path, capsys):
         assert all(k.isdigit() and v > 0 for k, v in r["t_target_ms"].items())
         assert r["speedup"] == pytest.approx(r["tokens_per_s"] / r["baseline_tokens_per_s"])
         assert 1 <= r["predicted_block_efficiency"] <= r["L"] + 1 and r["predicted_speedup"] > 0
+        pi = r["predicted_block_efficiency_interval"]  # from the independent plain-decoding log
+        assert pi["low"] <= r["predicted_block_efficiency"] <= pi["high"] and "decode engine" in r["prediction_method"]
+        assert r["prediction"]["paths"] == 2 and r["prediction"]["block_efficiency"] == r["predicted_block_efficiency"]
+        assert 1 <= r["two_point_upper_bound"] <= r["L"] + 1
+        tp = r["two_point_upper_bound_interval"]
+        assert tp["low"] <= tp["high"]
         assert sum(r["accepted_length_histogram"]) == r["iterations"]
         # the serving engines' metrics: mean acceptance length = 1 + Σ unconditional rates = 1 + accepted / drafts
         m = r["engine_metrics"]
@@ -69,6 +75,8 @@ def test_cli_writes_the_json_contract(folders, tmp_path, capsys):
     for e, r in zip(measured, record["runs"], strict=True):
         assert e["acceptance_rates"] == r["acceptance_per_position_unconditional"]
         assert e["mean_acceptance_length"] == pytest.approx(r["mean_acceptance_length"])
+    predicted = [e for e in exported["runs"] if e["source"] == "predicted"]
+    assert len(predicted) == len(record["runs"]) and all("decode engine" in e["method"] for e in predicted)
     assert set(record["hf_assisted"]) >= {"tokens_per_s", "acceptance_rate"}
     assert record["hf_decode_step"]["cache"] == record["settings"]["cache"]
     laws = record["lossless"]["verifiers"]
@@ -140,7 +148,9 @@ def test_cli_tree_runs(folders, tmp_path):
         assert TREE_KEYS <= set(r) and r["rule"] == "accepted"
         assert 1 <= r["block_efficiency"]["mean"] <= 3 and len(r["go_on"]) == 2
         assert all(a <= o + 1e-9 for a, o in zip(r["acceptance"], r["optimum"], strict=True))
-        assert r["predicted_block_efficiency"] <= r["otm_bound_block_efficiency"] + 1e-9
+        assert r["per_depth_product_block_efficiency"] <= r["otm_bound_block_efficiency"] + 1e-9
+        pi = r["predicted_block_efficiency_interval"]  # from the independent plain-decoding log
+        assert pi["low"] <= r["predicted_block_efficiency"] <= pi["high"] and "decode engine" in r["prediction_method"]
         assert r["target_nodes_per_call"] >= 1 and r["predicted_speedup"] > 0
         assert r["mean_acceptance_length"] == pytest.approx(1 + sum(r["acceptance_per_position_unconditional"]))
     laws = record["lossless"]["verifiers"]

@@ -58,22 +58,28 @@ def record_markdown(record: dict, title: str | None = None) -> str:
         lines.append(f"Decode step: otspec's plain loop {_f(base['ms_per_token'], 2)} ms per token against "
                      f"{_f(step['ms_per_token'], 2)} ms for Hugging Face's plain `generate` with the same cache kind "
                      f"({step['cache']}; prefill excluded from both): ratio **{_f(step['otspec_step_ratio'], 2)}**.")
-    lines += ["", "| verifier | L | block efficiency [95% CI] | predicted | E[τ+1 given drafts] | acceptance rate "
-              "| tokens/s | speedup [CI] | predicted speedup [range] | verifier / target call |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| verifier | L | block efficiency [95% CI] | predicted [95%] | two-point bound | E[τ+1 given drafts] "
+              "| mean acceptance length | acceptance rate | tokens/s | speedup [CI] | predicted speedup [range] "
+              "| verifier / target call |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in record["runs"]:
         be, pi, si, psi = (r["block_efficiency"], r["predicted_block_efficiency_interval"], r["speedup_interval"],
                            r["predicted_speedup_interval"])
         lines.append(f"| {r['verifier']} | {r['L']} | {_f(be['mean'])} [{_f(be['low'])}, {_f(be['high'])}] | "
                      f"{_f(r['predicted_block_efficiency'])} [{_f(pi['low'])}, {_f(pi['high'])}] | "
-                     f"{_f(r['expected_block_efficiency_given_drafts'])} | {_f(r['acceptance_rate'])} | "
+                     f"{_f(r.get('two_point_upper_bound'))} | "
+                     f"{_f(r['expected_block_efficiency_given_drafts'])} | {_f(r.get('mean_acceptance_length'))} | "
+                     f"{_f(r['acceptance_rate'])} | "
                      f"{_f(r['tokens_per_s'], 1)} | {_f(r['speedup'], 2)} [{_f(si['low'], 2)}, {_f(si['high'], 2)}] | "
                      f"{_f(r['predicted_speedup'], 2)} [{_f(psi['low'], 2)}, {_f(psi['high'], 2)}] | "
                      f"{100 * r['verify_fraction_of_target_call']:.1f} % |")
-    lines += ["", "Predicted block efficiency: the token (eq. (4)), block (eq. (17)) or block-OT (eq. (8)) formula on "
-              "the per-position two-point reduction of the measured rows (same TV per position); range from "
-              "resampling iterations. *E[τ+1 given drafts]* averages the verifier's exact conditional law on the real "
-              "rows. Predicted speedup: the cost model with the measured t_draft, t_target(L+1) and loop overhead."]
+    methods = sorted({r.get("prediction_method") or "" for r in record["runs"]} - {""})
+    lines += ["", "Predicted: " + ("; ".join(methods) if methods else "the two-point formulas (older record)") + ". "
+              "*Two-point bound*: the verifier's formula (token eq. (4), block eq. (17), block-OT eq. (8)) on the "
+              "per-position two-point reduction A = {q ≥ p} of this run's own rows, an upper bound for the block "
+              "verifiers. *E[τ+1 given drafts]* averages the verifier's exact conditional law on the real rows. *Mean "
+              "acceptance length*: 1 + accepted / drafts, as serving engines report it. Predicted speedup: the cost "
+              "model with the measured t_draft, t_target(L+1) and loop overhead."]
     lines += _tree_markdown(record.get("tree_runs") or [])
     loss = record.get("lossless", {})
     if "verifiers" in loss:
