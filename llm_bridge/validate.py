@@ -45,7 +45,7 @@ import numpy as np
 
 from otspec.checks import MAX_DRAFT_LENGTH, check_size
 from otspec.engine.metrics import SYNTHETIC_FORMAT, engine_metrics, synthetic_rates
-from otspec.engine.predict import predict_from_log
+from otspec.engine.predict import paired_ratio_interval, predict_from_log
 from otspec.engine.record import PairRecord
 from otspec.verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, DecodingOPT
 
@@ -162,10 +162,18 @@ def _call_costs(result) -> tuple[int, float, float]:
             max(1e3 * result.seconds - model_ms, 0.0) / calls)
 
 
+def _prompt_interval(decode, seed: int) -> dict:
+    """Block efficiency with its interval over prompts, the independent unit: generated tokens / iterations, the
+    prompts resampled with their tokens and iterations together (paired bootstrap, 95 % percentile)."""
+    tokens, iterations = decode.per_sequence
+    mean, low, high = paired_ratio_interval(tokens, iterations, seed=seed)
+    return {"mean": mean, "low": low, "high": high, "unit": "prompt", "prompts": int(tokens.size)}
+
+
 def _speedup(result, baseline: dict, be) -> tuple[float, dict]:
     """Measured speedup over plain sampling and its interval (the block efficiency's, scaled)."""
     speedup = result.tokens_per_s / baseline["tokens_per_s"]
-    return speedup, {"low": speedup * be.low / be.value, "high": speedup * be.high / be.value}
+    return speedup, {"low": speedup * be["low"] / be["mean"], "high": speedup * be["high"] / be["mean"]}
 
 
 #: The stand-in prediction where no plain-decoding log exists (a drafter without probability rows).
@@ -202,12 +210,14 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, r
     predict = [predicted_speedup(x, baseline["ms_per_token"], draft_calls, t_draft, t_target_pred, overhead_ms)
                for x in (value, low, high)]
     be = d.block_efficiency
-    speedup, speedup_interval = _speedup(result, baseline, be)
+    by_prompt = _prompt_interval(d, int(rng.integers(2**31)))
+    speedup, speedup_interval = _speedup(result, baseline, by_prompt)
     cost = d.cost(t_draft, timer.mean_ms("target"))
     metrics = engine_metrics(d.accept_hist)
     return {
         "verifier": verifier_name, "L": L,
-        "block_efficiency": {"mean": be.value, "low": be.low, "high": be.high},
+        "block_efficiency": by_prompt,
+        "block_efficiency_batch_means": {"mean": be.value, "low": be.low, "high": be.high},
         "predicted_block_efficiency": value,
         "predicted_block_efficiency_interval": {"low": low, "high": high},
         "prediction_method": method,
@@ -270,12 +280,14 @@ def tree_record(result, verifier_name: str, baseline: dict, prof: dict, predicti
     ts = np.array(list(prof["t_target_ms"].values()))
     t_target_pred = float(np.mean(np.interp(result.target_nodes, ns, ts))) if result.target_nodes.size else 0.0
     be = d.block_efficiency
-    speedup, speedup_interval = _speedup(result, baseline, be)
+    by_prompt = _prompt_interval(d, 0)
+    speedup, speedup_interval = _speedup(result, baseline, by_prompt)
     metrics = engine_metrics(d.accept_hist).as_dict()  # a tree's depth plays the draft position
     out = {
         "verifier": verifier_name, "tree": "x".join(map(str, result.tree.branching)), "rule": result.rule,
         "replacement": result.tree.replacement, "tree_tokens": result.tree.num_tokens,
-        "block_efficiency": {"mean": be.value, "low": be.low, "high": be.high},
+        "block_efficiency": by_prompt,
+        "block_efficiency_batch_means": {"mean": be.value, "low": be.low, "high": be.high},
         "expected_block_efficiency_given_tree": float(1 + result.expected_accepted.mean())
         if result.expected_accepted.size else None,
         "predicted_block_efficiency": predicted["acceptance"] if prediction is None else prediction.block_efficiency,

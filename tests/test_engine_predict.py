@@ -70,3 +70,14 @@ def test_paired_ratio_interval():
         paired_ratio_interval([1, 2], [0, 0])
     with pytest.raises(ValueError, match="LoggedRows"):
         predict_from_log(None, TokenVerify(), 2)
+
+
+def test_decode_results_keep_per_sequence_totals():
+    """Each sequence's tokens and iterations (the units of a prompt-level interval) add up to the run's totals."""
+    draft, target = random_markov(5, 1.0, seed=1)
+    res = generate(draft, target, BlockVerify(), 3, 30, n_sequences=7, seed=0, progress=False)
+    tokens, iterations = res.per_sequence
+    assert tokens.shape == iterations.shape == (7,)
+    assert (tokens == 30).all() and iterations.sum() == res.iterations and (iterations >= 30 / 4).all()
+    value, low, high = paired_ratio_interval(tokens, iterations)
+    assert value == pytest.approx(res.block_efficiency.value) and low <= value <= high

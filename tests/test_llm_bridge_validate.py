@@ -44,7 +44,9 @@ def test_cli_writes_the_json_contract(folders, tmp_path, capsys):
     for r in record["runs"]:
         assert RUN_KEYS <= set(r)
         be = r["block_efficiency"]
-        assert set(be) == {"mean", "low", "high"} and 1 <= be["mean"] <= r["L"] + 1
+        assert {"mean", "low", "high"} <= set(be) and 1 <= be["mean"] <= r["L"] + 1
+        assert be["unit"] == "prompt" and be["prompts"] == 2 and be["low"] <= be["mean"] <= be["high"]
+        assert be["mean"] == pytest.approx(r["generated"] / r["iterations"])  # tokens / iterations over prompts
         assert len(r["tv_per_position"]) == r["L"] and all(0 <= x <= 1 for x in r["tv_per_position"])
         assert all(k.isdigit() and v > 0 for k, v in r["t_target_ms"].items())
         assert r["speedup"] == pytest.approx(r["tokens_per_s"] / r["baseline_tokens_per_s"])

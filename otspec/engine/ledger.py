@@ -95,6 +95,8 @@ class DecodeResult:
     elapsed_s: float
     #: Per-iteration records (unit id, emitted tokens, draft calls) for intervals on derived ratios.
     trace: tuple | None = field(default=None, repr=False, compare=False)
+    #: Per sequence: (tokens generated (B,), verification iterations (B,)) — the units of a prompt-level interval.
+    per_sequence: tuple | None = field(default=None, repr=False, compare=False)
 
     def cost(self, t_draft: float, t_target: float = 1.0, confidence: float = 0.95) -> CostModel:
         """The :class:`CostModel` of this run for a draft call costing ``t_draft`` and a target call ``t_target``.
@@ -212,4 +214,6 @@ class Ledger:
             accept_hist=self.hist,
             elapsed_s=time.perf_counter() - self._t0,
             trace=(unit, n_units, emitted, np.concatenate(self._draft_calls)),
+            per_sequence=(np.bincount(np.concatenate(self._rows), weights=emitted, minlength=self.B).astype(np.int64),
+                          np.bincount(np.concatenate(self._rows), minlength=self.B)),
         )
