@@ -505,7 +505,8 @@ def main(argv=None) -> int:
                     help=f"multi-draft verifiers for --trees, among {','.join(MULTI_DRAFT_REGISTRY)}")
     ap.add_argument("--rule", default="match", choices=("match", "accepted"),
                     help="tree walk: SpecTr's match (go on when a candidate equals Y) or MCSD's accepted")
-    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--prompts", type=int, default=32, help="validation prompts (the interval's independent units; "
+                    "committed records use at least 32)")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--cache", default="auto", choices=CACHE_KINDS,
@@ -515,7 +516,7 @@ def main(argv=None) -> int:
     ap.add_argument("--top-k", type=int, default=0)
     ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--batch-size", type=int, default=1, help="prompts decoded together")
+    ap.add_argument("--batch-size", type=int, default=8, help="prompts decoded together")
     ap.add_argument("--lossless-samples", type=int, default=200, help="draws per side of the two-sample test")
     ap.add_argument("--no-hf", action="store_true", help="skip Hugging Face assisted generation")
     ap.add_argument("--name", help="output name: figures/llm_<name>.* (default: from the draft)")

@@ -120,7 +120,7 @@ def test_cli_bad_input_exits_2_with_a_message(folders, capsys):
     assert validate_mod.main([*common, "--prompts", "0"]) == 2
     assert "prompts" in capsys.readouterr().err
     assert validate_mod.main([*common, "--prompts", "99"]) == 2
-    assert "holds only 16" in capsys.readouterr().err
+    assert "holds only 48" in capsys.readouterr().err
     assert validate_mod.main([*common, "--L", "0"]) == 2
     assert "L" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # checked before anything runs
@@ -227,3 +227,12 @@ def test_timing_check_marks_a_loaded_machine():
     record = json.loads((REPO / "figures" / "llm_default.json").read_text())
     record["unreliable_timing"] = loaded["unreliable_timing"]
     assert "**Unreliable timing: plain sampling drifted" in record_markdown(record)
+
+
+def test_validation_prompts_are_many_and_disjoint_from_training():
+    from llm_bridge.prompts import DATA_DIR, read_prompts
+
+    validation = read_prompts(DATA_DIR / "validate_prompts.txt")
+    training = read_prompts(DATA_DIR / "distill_prompts.txt")
+    assert len(validation) >= 32 and len(set(validation)) == len(validation)
+    assert not set(validation) & set(training)
