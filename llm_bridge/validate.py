@@ -170,6 +170,12 @@ def _prompt_interval(decode, seed: int) -> dict:
     return {"mean": mean, "low": low, "high": high, "unit": "prompt", "prompts": int(tokens.size)}
 
 
+def _step_ms(baseline: dict) -> float:
+    """Plain sampling's time per decode step (one target call for the whole batch): the cost model's plain time per
+    token of a sequence, whatever the batch (the model's calls are timed per batch too)."""
+    return baseline.get("ms_per_step", baseline["ms_per_token"])
+
+
 def _speedup(result, baseline: dict, be) -> tuple[float, dict]:
     """Measured speedup over plain sampling and its interval (the block efficiency's, scaled)."""
     speedup = result.tokens_per_s / baseline["tokens_per_s"]
@@ -204,10 +210,11 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, r
     calls, t_draft, overhead_ms = _call_costs(result)
     draft_calls = timer.count("draft") / calls
     measured = {k: v["mean"] for k, v in timer.by_n_ms("target").items()}
-    t_target_pred = sum(w * prof["t_target_ms"].get(str(g + 1), measured.get(str(g + 1), timer.mean_ms("target")))
+    # the run's own target calls (its batch), the batch-1 profile only for a width the run never called
+    t_target_pred = sum(w * measured.get(str(g + 1), prof["t_target_ms"].get(str(g + 1), timer.mean_ms("target")))
                         for g, w in enumerate(weights) if w > 0)
     value, low, high, method = _predicted(prediction, formulas[key], boot)
-    predict = [predicted_speedup(x, baseline["ms_per_token"], draft_calls, t_draft, t_target_pred, overhead_ms)
+    predict = [predicted_speedup(x, _step_ms(baseline), draft_calls, t_draft, t_target_pred, overhead_ms)
                for x in (value, low, high)]
     be = d.block_efficiency
     by_prompt = _prompt_interval(d, int(rng.integers(2**31)))
@@ -276,9 +283,7 @@ def tree_record(result, verifier_name: str, baseline: dict, prof: dict, predicti
     predicted = {k: (v if np.isfinite(v) else None) for k, v in predicted.items()}  # no closed form: None
     per_depth = {k: [x if np.isfinite(x) else None for x in v] for k, v in per_depth.items()}
     calls, t_draft, overhead_ms = _call_costs(result)
-    ns = np.array([int(n) for n in prof["t_target_ms"]])
-    ts = np.array(list(prof["t_target_ms"].values()))
-    t_target_pred = float(np.mean(np.interp(result.target_nodes, ns, ts))) if result.target_nodes.size else 0.0
+    t_target_pred = timer.mean_ms("target") if timer.count("target") else 0.0  # the run's own (batched) calls
     be = d.block_efficiency
     by_prompt = _prompt_interval(d, 0)
     speedup, speedup_interval = _speedup(result, baseline, by_prompt)
@@ -316,7 +321,7 @@ def tree_record(result, verifier_name: str, baseline: dict, prof: dict, predicti
     }
     value = out["predicted_block_efficiency"]
     out["predicted_speedup"] = None if value is None else predicted_speedup(
-        value, baseline["ms_per_token"], timer.count("draft") / calls, t_draft, t_target_pred, overhead_ms)
+        value, _step_ms(baseline), timer.count("draft") / calls, t_draft, t_target_pred, overhead_ms)
     return out
 
 
@@ -345,9 +350,9 @@ def _lossless(pair, prompt, verifiers, sampling: Sampling, samples: int, seed: i
 
 
 def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifiers=("token", "block", "block_v1"),
-             lengths=(2, 4, 8), prompts: int = 8, max_new_tokens: int = 64, device: str = "auto",
+             lengths=(2, 4, 8), prompts: int = 32, max_new_tokens: int = 64, device: str = "auto",
              dtype: str = "float32", temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
-             batch_size: int = 1, lossless_samples: int = 200, hf: bool = True, progress: bool | None = None,
+             batch_size: int = 8, lossless_samples: int = 200, hf: bool = True, progress: bool | None = None,
              pair=None, trees=(), multi_verifiers=("kseq", "multiround"), rule: str = "match",
              cache: str = "auto", log_rows=None, log_top_p: float = DEFAULT_LOG_TOP_P,
              log_max_kept: int | None = DEFAULT_LOG_MAX_KEPT, prediction_sequences: int = 32) -> dict:
@@ -388,9 +393,12 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     load_start = _load_average()
     if cache == "compiled":  # compile every call shape before anything is timed
         _warm_up(pair, ids[:batch_size], lengths, trees, multi_verifiers, rule, sampling, cache)
+    else:  # first calls of a fresh process are slow (allocations, kernels chosen): not part of the baseline
+        plain_generate(pair.target, ids[:batch_size], 4, sampling=sampling, progress=False, cache=cache)
     plain = plain_generate(pair.target, ids, max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size,
                            progress=progress, cache=cache)
     baseline = {"tokens_per_s": plain.tokens_per_s, "ms_per_token": 1e3 * plain.seconds / plain.generated,
+                "ms_per_step": 1e3 * plain.seconds / max(plain.timer.count("target"), 1),
                 "t_target_ms": plain.timer.mean_ms("target"), "generated": plain.generated}
     ns = {1, *(L + 1 for L in lengths), *(t.num_tokens + 1 for t in trees)}
     prof = profile(pair, ids[0], plain.tokens[0][:max_new_tokens // 2], sorted(ns), cache=cache)

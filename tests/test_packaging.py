@@ -26,7 +26,10 @@ def test_demo_installs_only_the_main_job():
     for tool in ("pytest", "hypothesis", "ruff", "torch", "jupyterlab", "POT"):
         assert not any(req.startswith(tool) for req in extras["notebooks"])
     assert "otspec.report" in recipe and "notebooks/execute.py" in recipe and "llm_bridge.validate" in recipe
-    assert recipe.index("llm_bridge.validate") < recipe.index("otspec.report")  # the report reads its record
+    assert recipe.index("llm_bridge.validate") < recipe.index("otspec.report")
+    # the short validation writes into a scratch folder, never over a committed record in figures/
+    demo = re.search(r"^LLM_DEMO := (.*?)(?<!\\)\n", (ROOT / "Makefile").read_text(), flags=re.M | re.S).group(1)
+    assert "--out-dir build/" in demo and "--log-rows" not in demo and "figures/" not in demo
 
 
 def test_test_path_keeps_the_cpu_torch_build():
