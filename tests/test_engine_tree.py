@@ -99,3 +99,34 @@ def test_errors():
         tree_law(d, t, MultiRoundWithoutReplacement(), DraftTree.parse("2x1"), "match")
     with pytest.raises(ValueError, match="rule must be one of"):
         tree_law(d, t, KSeq(), DraftTree.parse("2x1"), "first")
+
+
+@pytest.mark.parametrize("kind", ["table", "markov", "time-varying", "positional"])
+def test_source_session_scores_a_tree_as_whole_paths(kind):
+    """Rows of tree nodes equal the source's rows after prefix + path, whatever prefix tokens the source reads
+    (all of them, the last one, or none but the length)."""
+    from otspec.engine.session import SourceSession
+    from otspec.sources import PositionalSource, TableSource
+
+    rng = np.random.default_rng(5)
+    V, T = 4, 9
+    if kind == "table":
+        source = TableSource(lambda prefix: np.roll(np.arange(1.0, V + 1), sum(prefix) % V) / (V * (V + 1) / 2), V, T)
+    elif kind == "markov":
+        source = random_markov(V, 1.0, seed=1)[1]
+    elif kind == "time-varying":
+        source = random_markov(V, 1.0, horizon=T, seed=1)[1]
+    else:
+        source = PositionalSource(rng.dirichlet(np.ones(V), size=T))
+    assert source.context == {"table": None, "markov": 1, "time-varying": 1, "positional": 0}[kind]
+    session = SourceSession(source, 2, T)
+    session.start([np.array([2, 1, 3]), np.array([0])])
+    tokens = np.array([[1, 2, 3, 0], [3, 3, 0, 0]])
+    parents = np.array([[-1, -1, 0, 2], [-1, 0, -1, -1]])
+    rows = session.feed_tree(tokens, parents, np.array([4, 2])).rows
+    paths = {(0, 0): [1], (0, 1): [2], (0, 2): [1, 3], (0, 3): [1, 3, 0], (1, 0): [3], (1, 1): [3, 3]}
+    prefixes = ([2, 1, 3], [0])
+    for (b, j), path in paths.items():
+        seq = np.array([prefixes[b] + path])
+        np.testing.assert_allclose(rows[b, j + 1], source.next_probs(seq)[0], atol=0, rtol=0)
+    np.testing.assert_allclose(rows[1, 3], rows[1, 0])  # padding: the root's row

@@ -151,7 +151,7 @@ class SourceSession(Session):
         self.buf = np.zeros((self.batch, int(capacity)), dtype=np.int64)
         self.committed = np.zeros(self.batch, dtype=np.int64)
         self.end = np.zeros(self.batch, dtype=np.int64)
-        self._nodes: list[list[tuple[int, int]]] = [[] for _ in range(self.batch)]
+        self._nodes: list[list[tuple]] = [[] for _ in range(self.batch)]
 
     def start(self, prompts) -> None:
         for b, p in enumerate(as_prompts(prompts)):
@@ -192,38 +192,42 @@ class SourceSession(Session):
         B, m = tokens.shape
         rows = np.empty((B, m + 1, self.vocab_size))
         rows[:, 0] = self.source.next_probs(self.buf, np.minimum(self.end, self.max_prefix))
-        paths, owners = [], []
-        for b in range(B):
-            nodes = self._nodes[b]
-            for j in range(counts[b]):
+        rows[:, 1:] = rows[:, :1]  # padding rows: the root's row
+        paths, owner_b, owner_j = [], [], []
+        for b in np.flatnonzero(counts).tolist():
+            nodes = self._nodes[b]  # per node: its path of tokens below the current end (a tuple)
+            for j in range(int(counts[b])):
                 parent = int(parents[b, j])
                 if not -1 <= parent < len(nodes):
                     raise ValueError(f"feed_tree: parent {parent} of row {b} is not a node fed before it")
-                nodes.append((int(tokens[b, j]), parent))
-                paths.append(self._path(b, len(nodes) - 1))
-                owners.append((b, j))
-        rows[:, 1:] = rows[:, :1]  # padding rows: the root's row
-        if paths:
-            depth = max(len(p) for p in paths)
-            buf = np.zeros((len(paths), int(self.end.max()) + depth), dtype=np.int64)
-            lengths = np.zeros(len(paths), dtype=np.int64)
-            for i, ((b, _), path) in enumerate(zip(owners, paths, strict=True)):
-                e = self.end[b]
-                buf[i, :e] = self.buf[b, :e]
-                buf[i, e:e + len(path)] = path
-                lengths[i] = e + len(path)
-            node_rows = self.source.next_probs(buf, lengths)
-            for i, (b, j) in enumerate(owners):
-                rows[b, j + 1] = node_rows[i]
+                nodes.append((nodes[parent] if parent >= 0 else ()) + (int(tokens[b, j]),))
+                paths.append(nodes[-1])
+                owner_b.append(b)
+                owner_j.append(j)
+        if not paths:
+            return Scores(rows)
+        owner_b, owner_j = np.asarray(owner_b), np.asarray(owner_j)
+        n, depth = len(paths), max(len(p) for p in paths)
+        size = np.fromiter((len(p) for p in paths), dtype=np.int64, count=n)
+        path_tokens = np.zeros((n, depth), dtype=np.int64)
+        path_tokens[np.arange(depth)[None, :] < size[:, None]] = np.fromiter(
+            (t for p in paths for t in p), dtype=np.int64, count=int(size.sum()))
+        end = self.end[owner_b]
+        buf = np.zeros((n, int(end.max()) + depth), dtype=np.int64)
+        ctx = self.source.context  # copy only the prefix tokens the rows read
+        if ctx is None:
+            width = int(end.max())
+            buf[:, :width] = self.buf[owner_b, :width]  # past a row's end: overwritten by its path or unread
+        elif ctx > 0:
+            cols = end[:, None] - ctx + np.arange(ctx)[None, :]
+            keep = cols >= 0
+            r = np.broadcast_to(np.arange(n)[:, None], cols.shape)[keep]
+            buf[r, cols[keep]] = self.buf[owner_b[r], cols[keep]]
+        inside = np.arange(depth)[None, :] < size[:, None]
+        r, k = np.nonzero(inside)
+        buf[r, end[r] + k] = path_tokens[r, k]
+        rows[owner_b, owner_j + 1] = self.source.next_probs(buf, end + size)
         return Scores(rows)
-
-    def _path(self, b: int, node: int) -> list[int]:
-        """Tokens from the current end down to ``node`` of sequence b's pending tree."""
-        out = []
-        while node >= 0:
-            token, node = self._nodes[b][node]
-            out.append(token)
-        return out[::-1]
 
     def commit(self, tokens, counts) -> None:
         tokens, counts = self._write(self.committed, tokens, counts)

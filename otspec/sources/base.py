@@ -65,6 +65,9 @@ class Source(ABC):
     vocab_size: int
     #: Longest sequence the source defines (``None``: unbounded).
     horizon: int | None = None
+    #: How many of a prefix's last tokens the rows read (its length aside): 0 for IID or positional rows, 1 for an
+    #: order-1 Markov chain, ``None`` (the default) for the whole prefix. Engines use it to copy less.
+    context: int | None = None
 
     # ----------------------------------------------------------------- core
     @abstractmethod

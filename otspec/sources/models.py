@@ -17,6 +17,8 @@ __all__ = ["GreedySource", "IIDSource", "MarkovSource", "PositionalSource", "Tab
 class IIDSource(Source):
     """Every token independently drawn from ``probs`` (shape (V,))."""
 
+    context = 0
+
     def __init__(self, probs):
         self.probs = np.asarray(validate_probs(probs, "probs"), dtype=np.float64)
         if self.probs.ndim != 1:
@@ -78,6 +80,8 @@ class MarkovSource(Source):
         For time-varying chains, the horizon the caller needs; an error is
         raised if fewer than ``horizon − 1`` matrices are given.
     """
+
+    context = 1
 
     def __init__(self, initial, transition, horizon: int | None = None):
         self.initial = np.asarray(validate_probs(initial, "initial"), dtype=np.float64)
@@ -148,6 +152,8 @@ class PositionalSource(Source):
     ``rows`` has shape (T, V), so the horizon is T. A logged decoding path replays this way
     (:mod:`otspec.sources.logged`).
     """
+
+    context = 0
 
     def __init__(self, rows):
         self.rows = np.asarray(validate_probs(rows, "rows", min_ndim=2), dtype=np.float64)
@@ -254,6 +260,7 @@ class GreedySource(Source):
         self.base = base
         self.vocab_size = base.vocab_size
         self.horizon = base.horizon
+        self.context = base.context
 
     def __repr__(self):
         return f"GreedySource({self.base!r})"
