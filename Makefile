@@ -9,7 +9,7 @@ BASE_STAMP := $(VENV)/.base
 DEMO_STAMP := $(VENV)/.demo
 TEST_STAMP := $(VENV)/.test
 
-.PHONY: demo test bench gpu lint venv clean
+.PHONY: demo demo-validate-notebooks demo-report test bench gpu lint venv clean
 
 venv: $(BASE_STAMP)
 
@@ -34,14 +34,21 @@ $(TEST_STAMP): pyproject.toml Makefile $(BASE_STAMP)
 
 # the short real-model validation of the main job (default pair, cached after its first run): into a scratch
 # folder, never over a committed record; the report and notebooks read the committed records in figures/
-LLM_DEMO := --name demo --out-dir build/demo --draft distilled --verifiers token,block,block_v1 --L 2,4 \
-            --prompts 4 --batch-size 4 --max-new-tokens 24 --lossless-samples 60 --prediction-sequences 8 --no-hf
+LLM_DEMO := --name demo --out-dir build/demo --draft distilled --verifiers token,block,block_v1 --L 4 \
+            --prompts 4 --batch-size 4 --max-new-tokens 24 --prediction-sequences 8 --no-hf \
+            --lossless-verifiers block --lossless-samples 0
 
+# two lanes on two cores: the validation (one torch thread) then the notebooks, and the report
 demo: $(DEMO_STAMP)
-	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.validate $(LLM_DEMO)
+	$(MAKE) --no-print-directory -j2 demo-validate-notebooks demo-report
+
+demo-validate-notebooks: $(DEMO_STAMP)
+	OMP_NUM_THREADS=1 MPLBACKEND=Agg $(BIN)/python -m llm_bridge.validate $(LLM_DEMO)
 	MPLBACKEND=Agg $(BIN)/python -m otspec.plot record build/demo/llm_demo.json
-	MPLBACKEND=Agg $(BIN)/python -m otspec.report
 	MPLBACKEND=Agg $(BIN)/python notebooks/execute.py
+
+demo-report: $(DEMO_STAMP)
+	MPLBACKEND=Agg $(BIN)/python -m otspec.report
 
 test: $(TEST_STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m pytest

@@ -335,14 +335,15 @@ def _lossless(pair, prompt, verifiers, sampling: Sampling, samples: int, seed: i
                                                                    DecodingOPT(float("inf")))]
     for i, (name, verifier) in enumerate(checks):
         law = first_token_law(pair, prompt, verifier, 2, sampling=sampling)
-        test = two_sample_test(pair, prompt, verifier, 2, n=samples, tokens=2, sampling=sampling, seed=seed + 10 * i)
+        test = None if samples == 0 else two_sample_test(pair, prompt, verifier, 2, n=samples, tokens=2,
+                                                         sampling=sampling, seed=seed + 10 * i)
         out["verifiers"][name] = {"lossless": verifier.lossless, "first_token_max_deviation": law.max_deviation,
                                   "draft_paths": law.paths, "two_sample": test}
     for i, name in enumerate(multi):  # the root's law with k = 2 candidates, and a 2x1 tree against plain sampling
         verifier = MULTI_DRAFT_REGISTRY[name]()
         law = root_token_law(pair, prompt, verifier, 2, sampling=sampling)
-        test = two_sample_test(pair, prompt, verifier, "2x1", n=samples, tokens=2, sampling=sampling,
-                               seed=seed + 1000 + 10 * i)
+        test = None if samples == 0 else two_sample_test(pair, prompt, verifier, "2x1", n=samples, tokens=2,
+                                                         sampling=sampling, seed=seed + 1000 + 10 * i)
         out["verifiers"][f"{name} (tree 2x1)"] = {"lossless": verifier.lossless,
                                                   "first_token_max_deviation": law.max_deviation,
                                                   "draft_paths": law.paths, "two_sample": test}
@@ -355,7 +356,8 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
              batch_size: int = 8, lossless_samples: int = 200, hf: bool = True, progress: bool | None = None,
              pair=None, trees=(), multi_verifiers=("kseq", "multiround"), rule: str = "match",
              cache: str = "auto", log_rows=None, log_top_p: float = DEFAULT_LOG_TOP_P,
-             log_max_kept: int | None = DEFAULT_LOG_MAX_KEPT, prediction_sequences: int = 32) -> dict:
+             log_max_kept: int | None = DEFAULT_LOG_MAX_KEPT, prediction_sequences: int = 32,
+             lossless_verifiers=None) -> dict:
     """Everything of the module docstring; returns the JSON record. ``pair`` (a loaded
     :class:`~llm_bridge.drafters.Pair`) replaces ``target``, ``draft``, ``device`` and ``dtype``;
     ``trees`` (k-configs) adds a run per multi-draft verifier × tree; ``cache`` is a kind of
@@ -371,6 +373,11 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     unknown = [v for v in verifiers if v not in REGISTRY]
     if unknown:
         raise ValueError(f"verifiers {unknown}: expected names among {sorted(REGISTRY)}")
+    unknown = [v for v in lossless_verifiers or () if v not in REGISTRY]
+    if unknown:
+        raise ValueError(f"lossless verifiers {unknown}: expected names among {sorted(REGISTRY)}")
+    if lossless_samples < 0:
+        raise ValueError(f"lossless_samples: expected >= 0 (0 skips the two-sample test), got {lossless_samples}")
     trees = [parse_tree(t) for t in trees]
     multi_verifiers = list(multi_verifiers) if trees else []
     unknown = [v for v in multi_verifiers if v not in MULTI_DRAFT_REGISTRY]
@@ -460,7 +467,9 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
                                      else baseline["ms_per_token"] / step["ms_per_token"])
         record["hf_decode_step"] = step
     law_sampling = Sampling(temperature or 1.0, top_k or 8, top_p)
-    record["lossless"] = _lossless(pair, ids[0], verifiers, law_sampling, lossless_samples, seed, multi_verifiers)
+    checked = list(verifiers) if lossless_verifiers is None else list(lossless_verifiers)
+    record["lossless"] = _lossless(pair, ids[0], checked, law_sampling, lossless_samples, seed,
+                                   multi_verifiers if lossless_verifiers is None else [])
     return PairRecord.from_json(record)
 
 
@@ -525,7 +534,11 @@ def main(argv=None) -> int:
     ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=8, help="prompts decoded together")
-    ap.add_argument("--lossless-samples", type=int, default=200, help="draws per side of the two-sample test")
+    ap.add_argument("--lossless-samples", type=int, default=200,
+                    help="draws per side of the two-sample test (0: the exact first-token laws only)")
+    ap.add_argument("--lossless-verifiers", default=None,
+                    help="chain verifiers whose losslessness is checked (default: every verifier run, and the "
+                         "multi-draft ones with --trees); the biased control is always checked")
     ap.add_argument("--no-hf", action="store_true", help="skip Hugging Face assisted generation")
     ap.add_argument("--name", help="output name: figures/llm_<name>.* (default: from the draft)")
     ap.add_argument("--out-dir", type=Path, default=FIGURES)
@@ -556,7 +569,9 @@ def main(argv=None) -> int:
                           hf=not args.no_hf, trees=[t for t in args.trees.split(",") if t.strip()],
                           multi_verifiers=[v.strip() for v in args.multi_verifiers.split(",") if v.strip()],
                           rule=args.rule, cache=args.cache, log_rows=args.log_rows, log_top_p=args.log_top_p,
-                          log_max_kept=args.log_max_kept, prediction_sequences=args.prediction_sequences)
+                          log_max_kept=args.log_max_kept, prediction_sequences=args.prediction_sequences,
+                          lossless_verifiers=None if args.lossless_verifiers is None else
+                          [v.strip() for v in args.lossless_verifiers.split(",") if v.strip()])
     except (ModelNotFound, VocabularyMismatch, ImportError, ValueError) as err:
         print(f"python -m llm_bridge.validate: {err}", file=sys.stderr)
         return 2

@@ -236,3 +236,18 @@ def test_validation_prompts_are_many_and_disjoint_from_training():
     training = read_prompts(DATA_DIR / "distill_prompts.txt")
     assert len(validation) >= 32 and len(set(validation)) == len(validation)
     assert not set(validation) & set(training)
+
+
+def test_lossless_checks_can_be_narrowed(folders, tmp_path, capsys):
+    """make demo's short validation: the exact first-token law of chosen verifiers, no two-sample test."""
+    out = tmp_path / "figs"
+    common = ["--target", str(folders / "target"), "--draft", str(folders / "draft"), "--device", "cpu", "--no-hf",
+              "--verifiers", "token", "--L", "2", "--prompts", "2", "--max-new-tokens", "6", "--out-dir", str(out)]
+    assert validate_mod.main([*common, "--lossless-samples", "0", "--lossless-verifiers", "block", "--name", "n"]) == 0
+    checks = json.loads((out / "llm_n.json").read_text())["lossless"]["verifiers"]
+    assert set(checks) == {"block", "decoding_opt_eps_inf (biased control)"}
+    assert checks["block"]["first_token_max_deviation"] < 1e-6 and checks["block"]["two_sample"] is None
+    assert plot_main(["record", str(out / "llm_n.json")]) == 0 and "not run" in (out / "llm_n.md").read_text()
+    capsys.readouterr()
+    assert validate_mod.main([*common, "--lossless-verifiers", "kseq"]) == 2
+    assert "lossless verifiers ['kseq']" in capsys.readouterr().err

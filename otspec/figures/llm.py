@@ -88,7 +88,7 @@ def record_markdown(record: dict, title: str | None = None) -> str:
                   "| verifier | max abs(first-token law − target row) | draft paths | G-test p-value |", "|---|---|---|---|"]
         for name, v in loss["verifiers"].items():
             lines.append(f"| {name} | {v['first_token_max_deviation']:.2e} | {v['draft_paths']} | "
-                         f"{v['two_sample']['p_value']:.3g} |")
+                         f"{'not run' if v.get('two_sample') is None else format(v['two_sample']['p_value'], '.3g')} |")
     elif loss:
         lines += ["", f"Losslessness: {loss.get('status')}"]
     return "\n".join(lines) + "\n"
