@@ -1,0 +1,272 @@
+"""One record entry per run of ``python -m llm_bridge.validate``: what was measured, what was predicted.
+
+* :func:`run_record` (chain runs) and :func:`tree_record` (multi-draft runs): block efficiency over prompts
+  (paired bootstrap), the serving engines' metrics, the prediction from an independent plain-decoding log
+  (:mod:`otspec.engine.predict`) and the two-point upper bound, call times and the cost model's speedup;
+* :func:`timing_check`: the record's load protection (plain sampling before and after, load averages);
+* :func:`export_synthetic_rates`: per-position rates for a serving engine's synthetic-acceptance mode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from otspec.engine.metrics import SYNTHETIC_FORMAT, engine_metrics, synthetic_rates
+from otspec.engine.predict import paired_ratio_interval
+from otspec.verifiers import REGISTRY
+
+from .measure import predicted_block_efficiency, predicted_speedup
+
+__all__ = ["ENGINE_KEYS", "MAX_BASELINE_DRIFT", "TWO_POINT_METHOD", "export_synthetic_rates", "load_average",
+           "run_record", "timing_check", "tree_record"]
+
+#: The serving-engine metrics every run carries at its top level (all of them under ``engine_metrics``).
+ENGINE_KEYS = ("mean_acceptance_length", "acceptance_per_position_unconditional", "draft_acceptance_rate")
+
+
+def _mixed_prediction(pa, qa, weights) -> dict:
+    """Tokens per iteration of each formula averaged over the drafted depths g (``weights[g]`` = share of iterations)."""
+    out = {"token": 0.0, "block": 0.0, "optimal": 0.0}
+    for g in np.flatnonzero(weights):
+        for key, value in predicted_block_efficiency(pa[:g], qa[:g], int(g)).items():
+            out[key] += weights[g] * value
+    return out
+
+
+def _bootstrap_prediction(result, weights, key: str, rng, n_boot: int = 200) -> np.ndarray:
+    """The two-point value with each position's iterations resampled, p(A) and q(A) of an iteration together."""
+    draws = []
+    for _ in range(n_boot):
+        picks = [rng.integers(0, v.size, v.size) for v in result.p_a]
+        pa = [v[i].mean() for v, i in zip(result.p_a, picks, strict=True)]
+        qa = [v[i].mean() for v, i in zip(result.q_a, picks, strict=True)]
+        draws.append(_mixed_prediction(pa, qa, weights)[key])
+    return np.array(draws)
+
+
+#: A record's timing is unreliable when plain sampling's time per token drifts by more than this between the start
+#: and the end of its runs, or when the machine's load average exceeds its cores.
+MAX_BASELINE_DRIFT = 0.10
+
+
+def timing_check(before_ms: float, after_ms: float, loads, cpus: int) -> dict:
+    """The ``timing`` object of a record: plain sampling's ms per token before and after the measured runs, their
+    drift, the load averages seen (1-minute, at the start and the end) and ``unreliable_timing`` (``None``, or the
+    reason: a drift above :data:`MAX_BASELINE_DRIFT` or a load above the ``cpus`` cores)."""
+    drift = abs(after_ms / before_ms - 1.0) if before_ms > 0 else float("inf")
+    reasons = []
+    if drift > MAX_BASELINE_DRIFT:
+        reasons.append(f"plain sampling drifted {100 * drift:.1f} % between the start and the end of the runs "
+                       f"({before_ms:.2f} -> {after_ms:.2f} ms per token; limit {100 * MAX_BASELINE_DRIFT:.0f} %)")
+    busy = [x for x in loads if x is not None and x > cpus]
+    if busy:
+        reasons.append(f"the machine's load average reached {max(busy):.2f} on {cpus} cores")
+    return {"baseline_before_ms_per_token": before_ms, "baseline_after_ms_per_token": after_ms,
+            "baseline_drift": drift, "load_average": list(loads), "cpus": cpus,
+            "unreliable_timing": "; ".join(reasons) or None}
+
+
+def load_average():
+    """The 1-minute load average (``None`` where the platform has none)."""
+    try:
+        return float(os.getloadavg()[0])
+    except (AttributeError, OSError):
+        return None
+
+
+def _call_costs(result) -> tuple[int, float, float]:
+    """(target calls (≥ 1), mean ms per draft call (0 if none), loop overhead in ms per target call).
+
+    The overhead is the loop's wall-clock minus the time inside the models, spread over the iterations."""
+    timer = result.timer
+    calls = max(timer.count("target"), 1)
+    model_ms = 1e3 * (timer.total("draft") + timer.total("target"))
+    return (calls, timer.mean_ms("draft") if timer.count("draft") else 0.0,
+            max(1e3 * result.seconds - model_ms, 0.0) / calls)
+
+
+def _prompt_interval(decode, seed: int) -> dict:
+    """Block efficiency with its interval over prompts, the independent unit: generated tokens / iterations, the
+    prompts resampled with their tokens and iterations together (paired bootstrap, 95 % percentile)."""
+    tokens, iterations = decode.per_sequence
+    mean, low, high = paired_ratio_interval(tokens, iterations, seed=seed)
+    return {"mean": mean, "low": low, "high": high, "unit": "prompt", "prompts": int(tokens.size)}
+
+
+def _step_ms(baseline: dict) -> float:
+    """Plain sampling's time per decode step (one target call for the whole batch): the cost model's plain time per
+    token of a sequence, whatever the batch (the model's calls are timed per batch too)."""
+    return baseline.get("ms_per_step", baseline["ms_per_token"])
+
+
+def _speedup(result, baseline: dict, be) -> tuple[float, dict]:
+    """Measured speedup over plain sampling and its interval (the block efficiency's, scaled)."""
+    speedup = result.tokens_per_s / baseline["tokens_per_s"]
+    return speedup, {"low": speedup * be["low"] / be["mean"], "high": speedup * be["high"] / be["mean"]}
+
+
+#: The stand-in prediction where no plain-decoding log exists (a drafter without probability rows).
+TWO_POINT_METHOD = ("two-point upper bound: the verifier's closed form on the per-position reduction A = {q >= p} of "
+                    "this run's rows (no plain-decoding log: the drafter has no probability rows); interval: paired "
+                    "bootstrap over iterations, percentile")
+
+
+def _predicted(prediction, two_point: float, boot: np.ndarray) -> tuple[float, float, float, str]:
+    """(value, low, high, method) of a run's prediction: the log's, else the two-point bound."""
+    if prediction is None:
+        low, high = np.quantile(boot, [0.025, 0.975])
+        return two_point, float(low), float(high), TWO_POINT_METHOD
+    return prediction.block_efficiency, prediction.low, prediction.high, prediction.method
+
+
+def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, rng, prediction=None) -> dict:
+    """One entry of ``runs``: measured quantities, then the theory's predictions: ``prediction`` (a
+    :class:`~otspec.engine.predict.LogPrediction` from an independent plain-decoding log) and the two-point bound."""
+    d, timer = result.decode, result.timer
+    pa = [float(v.mean()) for v in result.p_a]
+    qa = [float(v.mean()) for v in result.q_a]
+    depths = d.accept_hist.sum(axis=1)  # iterations by drafted depth g (fixed L: L, except at sequence ends)
+    weights = depths / depths.sum()
+    formulas = _mixed_prediction(pa, qa, weights)
+    key = REGISTRY[verifier_name].closed_form  # the verifier names the closed form it attains
+    boot = _bootstrap_prediction(result, weights, key, rng)
+    calls, t_draft, overhead_ms = _call_costs(result)
+    draft_calls = timer.count("draft") / calls
+    measured = {k: v["mean"] for k, v in timer.by_n_ms("target").items()}
+    # the run's own target calls (its batch), the batch-1 profile only for a width the run never called
+    t_target_pred = sum(w * measured.get(str(g + 1), prof["t_target_ms"].get(str(g + 1), timer.mean_ms("target")))
+                        for g, w in enumerate(weights) if w > 0)
+    value, low, high, method = _predicted(prediction, formulas[key], boot)
+    predict = [predicted_speedup(x, _step_ms(baseline), draft_calls, t_draft, t_target_pred, overhead_ms)
+               for x in (value, low, high)]
+    be = d.block_efficiency
+    by_prompt = _prompt_interval(d, int(rng.integers(2**31)))
+    speedup, speedup_interval = _speedup(result, baseline, by_prompt)
+    cost = d.cost(t_draft, timer.mean_ms("target"))
+    metrics = engine_metrics(d.accept_hist)
+    return {
+        "verifier": verifier_name, "L": L,
+        "block_efficiency": by_prompt,
+        "block_efficiency_batch_means": {"mean": be.value, "low": be.low, "high": be.high},
+        "predicted_block_efficiency": value,
+        "predicted_block_efficiency_interval": {"low": low, "high": high},
+        "prediction_method": method,
+        "prediction": None if prediction is None else prediction.as_dict(),
+        "predicted_acceptance_per_position_unconditional":
+            None if prediction is None else prediction.as_dict()["acceptance_per_position_unconditional"],
+        "two_point_upper_bound": formulas[key],
+        "two_point_upper_bound_interval": dict(zip(("low", "high"), np.quantile(boot, [0.025, 0.975]).tolist(),
+                                                   strict=True)),
+        "two_point_upper_bound_by_formula": formulas,
+        "expected_block_efficiency_given_drafts": float(1 + result.expected_accepted.mean())
+        if result.expected_accepted.size else None,
+        "acceptance_rate": d.acceptance_rate,
+        "acceptance_per_position": metrics.acceptance_per_position_conditional,
+        "mean_acceptance_length": metrics.mean_acceptance_length,
+        "acceptance_per_position_unconditional": metrics.acceptance_per_position_unconditional,
+        "draft_acceptance_rate": metrics.draft_acceptance_rate,
+        "engine_metrics": metrics.as_dict(),
+        "tv_per_position": [float(v.mean()) for v in result.tv],
+        "two_point_per_position": {"draft": pa, "target": qa},
+        "accepted_length_histogram": d.accept_hist.sum(axis=0).tolist(),
+        "iterations": d.iterations, "generated": d.generated,
+        "draft_calls": timer.count("draft"), "target_calls": timer.count("target"),
+        "drafted_length_histogram": depths.tolist(),
+        "t_draft_ms": t_draft, "t_target_ms": measured,
+        "t_verify_ms": timer.mean_ms("verify"), "overhead_ms_per_iteration": overhead_ms,
+        "verify_fraction_of_target_call": timer.total("verify") / max(timer.total("target"), 1e-12),
+        "draft_seconds": timer.total("draft"), "target_seconds": timer.total("target"), "seconds": result.seconds,
+        "time_decomposition_ms": cost.as_dict(),
+        "tokens_per_s": result.tokens_per_s, "baseline_tokens_per_s": baseline["tokens_per_s"],
+        "speedup": speedup,
+        "speedup_interval": speedup_interval,
+        "predicted_speedup": predict[0],
+        "predicted_speedup_interval": {"low": predict[1], "high": predict[2]},
+    }
+
+
+def _chain_of_means(means, weights) -> float:
+    """Tokens per iteration 1 + Σ_d Π_{i≤d} a_i for per-depth rates ``means``, averaged over drafted depths g."""
+    out = 0.0
+    for g in np.flatnonzero(weights):
+        out += weights[g] * (1.0 + float(np.sum(np.cumprod(means[:g]))))
+    return out
+
+
+def tree_record(result, verifier_name: str, baseline: dict, prof: dict, prediction=None) -> dict:
+    """One entry of ``tree_runs``: measured, E[τ+1 | trie], the prediction from an independent log (``prediction``)
+    and the per-depth product values from this run's own rows."""
+    d, timer = result.decode, result.timer
+    depths = d.accept_hist.sum(axis=1)
+    weights = depths / depths.sum()
+    per_depth = {key: [float(np.mean(v)) for v in getattr(result, key)] for key in ("go_on", "acceptance", "optimum")}
+    per_depth["tv"] = [float(np.mean(v)) for v in result.tv]
+    predicted = {key: _chain_of_means(np.array(v + [0.0] * (len(weights) - len(v))), weights)
+                 for key, v in per_depth.items() if key != "tv"}
+    predicted = {k: (v if np.isfinite(v) else None) for k, v in predicted.items()}  # no closed form: None
+    per_depth = {k: [x if np.isfinite(x) else None for x in v] for k, v in per_depth.items()}
+    calls, t_draft, overhead_ms = _call_costs(result)
+    t_target_pred = timer.mean_ms("target") if timer.count("target") else 0.0  # the run's own (batched) calls
+    be = d.block_efficiency
+    by_prompt = _prompt_interval(d, 0)
+    speedup, speedup_interval = _speedup(result, baseline, by_prompt)
+    metrics = engine_metrics(d.accept_hist).as_dict()  # a tree's depth plays the draft position
+    out = {
+        "verifier": verifier_name, "tree": "x".join(map(str, result.tree.branching)), "rule": result.rule,
+        "replacement": result.tree.replacement, "tree_tokens": result.tree.num_tokens,
+        "block_efficiency": by_prompt,
+        "block_efficiency_batch_means": {"mean": be.value, "low": be.low, "high": be.high},
+        "expected_block_efficiency_given_tree": float(1 + result.expected_accepted.mean())
+        if result.expected_accepted.size else None,
+        "predicted_block_efficiency": predicted["acceptance"] if prediction is None else prediction.block_efficiency,
+        "predicted_block_efficiency_interval": None if prediction is None else {"low": prediction.low,
+                                                                                 "high": prediction.high},
+        "prediction_method": ("product of this run's per-depth acceptance (no plain-decoding log)" if prediction is None
+                              else prediction.method),
+        "prediction": None if prediction is None else prediction.as_dict(),
+        "per_depth_product_block_efficiency": predicted["acceptance"],
+        "go_on_block_efficiency": predicted["go_on"],
+        "otm_bound_block_efficiency": predicted["optimum"],
+        "go_on": per_depth["go_on"], "acceptance": per_depth["acceptance"], "optimum": per_depth["optimum"],
+        "tv": per_depth["tv"], "candidates": [float(np.mean(v)) for v in result.candidates],
+        "accepted_length_histogram": d.accept_hist.sum(axis=0).tolist(), "drafted_depth_histogram": depths.tolist(),
+        **{k: v for k, v in metrics.items() if k in ENGINE_KEYS}, "engine_metrics": metrics,
+        "iterations": d.iterations, "generated": d.generated,
+        "draft_calls": timer.count("draft"), "target_calls": timer.count("target"),
+        "target_nodes_per_call": float(result.target_nodes.mean()) if result.target_nodes.size else 0.0,
+        "t_draft_ms": t_draft, "t_target_ms": {k: v["mean"] for k, v in timer.by_n_ms("target").items()},
+        "t_target_mean_ms": timer.mean_ms("target"), "t_verify_ms": timer.mean_ms("verify"),
+        "overhead_ms_per_iteration": overhead_ms,
+        "verify_fraction_of_target_call": timer.total("verify") / max(timer.total("target"), 1e-12),
+        "seconds": result.seconds, "tokens_per_s": result.tokens_per_s,
+        "baseline_tokens_per_s": baseline["tokens_per_s"], "speedup": speedup,
+        "speedup_interval": speedup_interval,
+    }
+    value = out["predicted_block_efficiency"]
+    out["predicted_speedup"] = None if value is None else predicted_speedup(
+        value, _step_ms(baseline), timer.count("draft") / calls, t_draft, t_target_pred, overhead_ms)
+    return out
+
+
+def export_synthetic_rates(record: dict, path) -> Path:
+    """Write the per-position unconditional acceptance rates of every chain run (measured, and predicted where the
+    run carries a prediction of them) in the form of a serving engine's synthetic-acceptance mode (JSON)."""
+    entries = []
+    for run in record.get("runs", []):
+        info = {"verifier": run["verifier"], "L": run["L"]}
+        if run.get("mean_acceptance_length") is not None:
+            entries.append(synthetic_rates(run["acceptance_per_position_unconditional"], source="measured", **info))
+        if run.get("predicted_acceptance_per_position_unconditional") is not None:
+            entries.append(synthetic_rates(run["predicted_acceptance_per_position_unconditional"], source="predicted",
+                                           method=run.get("prediction_method"), **info))
+    out = {"format": SYNTHETIC_FORMAT, "model_pair": record["model_pair"],
+           "definition": "acceptance_rates[i-1] = P(the first i drafted tokens are all accepted) (non-increasing); "
+                         "mean_acceptance_length = 1 + sum(acceptance_rates) = 1 + accepted / drafts",
+           "runs": entries}
+    path = Path(path)
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    return path
