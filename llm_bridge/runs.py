@@ -97,12 +97,6 @@ def _prompt_interval(decode, seed: int) -> dict:
     return {"mean": mean, "low": low, "high": high, "unit": "prompt", "prompts": int(tokens.size)}
 
 
-def _step_ms(baseline: dict) -> float:
-    """Plain sampling's time per decode step (one target call for the whole batch): the cost model's plain time per
-    token of a sequence, whatever the batch (the model's calls are timed per batch too)."""
-    return baseline.get("ms_per_step", baseline["ms_per_token"])
-
-
 def _speedup(result, baseline: dict, be) -> tuple[float, dict]:
     """Measured speedup over plain sampling and its interval (the block efficiency's, scaled)."""
     speedup = result.tokens_per_s / baseline["tokens_per_s"]
@@ -113,14 +107,6 @@ def _speedup(result, baseline: dict, be) -> tuple[float, dict]:
 TWO_POINT_METHOD = ("two-point upper bound: the verifier's closed form on the per-position reduction A = {q >= p} of "
                     "this run's rows (no plain-decoding log: the drafter has no probability rows); interval: paired "
                     "bootstrap over iterations, percentile")
-
-
-def _predicted(prediction, two_point: float, boot: np.ndarray) -> tuple[float, float, float, str]:
-    """(value, low, high, method) of a run's prediction: the log's, else the two-point bound."""
-    if prediction is None:
-        low, high = np.quantile(boot, [0.025, 0.975])
-        return two_point, float(low), float(high), TWO_POINT_METHOD
-    return prediction.block_efficiency, prediction.low, prediction.high, prediction.method
 
 
 def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, rng, prediction=None) -> dict:
@@ -140,14 +126,20 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, r
     # the run's own target calls (its batch), the batch-1 profile only for a width the run never called
     t_target_pred = sum(w * measured.get(str(g + 1), prof["t_target_ms"].get(str(g + 1), timer.mean_ms("target")))
                         for g, w in enumerate(weights) if w > 0)
-    value, low, high, method = _predicted(prediction, formulas[key], boot)
-    predict = [predicted_speedup(x, _step_ms(baseline), draft_calls, t_draft, t_target_pred, overhead_ms)
+    bound_low, bound_high = (float(x) for x in np.quantile(boot, [0.025, 0.975]))
+    if prediction is None:  # no plain-decoding log: the two-point bound stands in
+        value, low, high, method, predicted = formulas[key], bound_low, bound_high, TWO_POINT_METHOD, None
+    else:
+        value, low, high, method = prediction.block_efficiency, prediction.low, prediction.high, prediction.method
+        predicted = prediction.as_dict()
+    # plain sampling's time per decode step (one target call for the whole batch) against the run's batched calls
+    predict = [predicted_speedup(x, baseline["ms_per_step"], draft_calls, t_draft, t_target_pred, overhead_ms)
                for x in (value, low, high)]
     be = d.block_efficiency
     by_prompt = _prompt_interval(d, int(rng.integers(2**31)))
     speedup, speedup_interval = _speedup(result, baseline, by_prompt)
     cost = d.cost(t_draft, timer.mean_ms("target"))
-    metrics = engine_metrics(d.accept_hist)
+    metrics = engine_metrics(d.accept_hist).as_dict()
     return {
         "verifier": verifier_name, "L": L,
         "block_efficiency": by_prompt,
@@ -155,21 +147,17 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, r
         "predicted_block_efficiency": value,
         "predicted_block_efficiency_interval": {"low": low, "high": high},
         "prediction_method": method,
-        "prediction": None if prediction is None else prediction.as_dict(),
+        "prediction": predicted,
         "predicted_acceptance_per_position_unconditional":
-            None if prediction is None else prediction.as_dict()["acceptance_per_position_unconditional"],
+            None if predicted is None else predicted["acceptance_per_position_unconditional"],
         "two_point_upper_bound": formulas[key],
-        "two_point_upper_bound_interval": dict(zip(("low", "high"), np.quantile(boot, [0.025, 0.975]).tolist(),
-                                                   strict=True)),
+        "two_point_upper_bound_interval": {"low": bound_low, "high": bound_high},
         "two_point_upper_bound_by_formula": formulas,
         "expected_block_efficiency_given_drafts": float(1 + result.expected_accepted.mean())
         if result.expected_accepted.size else None,
         "acceptance_rate": d.acceptance_rate,
-        "acceptance_per_position": metrics.acceptance_per_position_conditional,
-        "mean_acceptance_length": metrics.mean_acceptance_length,
-        "acceptance_per_position_unconditional": metrics.acceptance_per_position_unconditional,
-        "draft_acceptance_rate": metrics.draft_acceptance_rate,
-        "engine_metrics": metrics.as_dict(),
+        "acceptance_per_position": metrics["acceptance_per_position_conditional"],
+        **{k: metrics[k] for k in ENGINE_KEYS}, "engine_metrics": metrics,
         "tv_per_position": [float(v.mean()) for v in result.tv],
         "two_point_per_position": {"draft": pa, "target": qa},
         "accepted_length_histogram": d.accept_hist.sum(axis=0).tolist(),
@@ -197,7 +185,7 @@ def _chain_of_means(means, weights) -> float:
     return out
 
 
-def tree_record(result, verifier_name: str, baseline: dict, prof: dict, prediction=None) -> dict:
+def tree_record(result, verifier_name: str, baseline: dict, prediction=None) -> dict:
     """One entry of ``tree_runs``: measured, E[τ+1 | trie], the prediction from an independent log (``prediction``)
     and the per-depth product values from this run's own rows."""
     d, timer = result.decode, result.timer
@@ -234,7 +222,7 @@ def tree_record(result, verifier_name: str, baseline: dict, prof: dict, predicti
         "go_on": per_depth["go_on"], "acceptance": per_depth["acceptance"], "optimum": per_depth["optimum"],
         "tv": per_depth["tv"], "candidates": [float(np.mean(v)) for v in result.candidates],
         "accepted_length_histogram": d.accept_hist.sum(axis=0).tolist(), "drafted_depth_histogram": depths.tolist(),
-        **{k: v for k, v in metrics.items() if k in ENGINE_KEYS}, "engine_metrics": metrics,
+        **{k: metrics[k] for k in ENGINE_KEYS}, "engine_metrics": metrics,
         "iterations": d.iterations, "generated": d.generated,
         "draft_calls": timer.count("draft"), "target_calls": timer.count("target"),
         "target_nodes_per_call": float(result.target_nodes.mean()) if result.target_nodes.size else 0.0,
@@ -248,7 +236,7 @@ def tree_record(result, verifier_name: str, baseline: dict, prof: dict, predicti
     }
     value = out["predicted_block_efficiency"]
     out["predicted_speedup"] = None if value is None else predicted_speedup(
-        value, _step_ms(baseline), timer.count("draft") / calls, t_draft, t_target_pred, overhead_ms)
+        value, baseline["ms_per_step"], timer.count("draft") / calls, t_draft, t_target_pred, overhead_ms)
     return out
 
 

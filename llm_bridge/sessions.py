@@ -237,7 +237,6 @@ class ModelSession(Session):
         import torch
 
         B = self.batch
-        fresh = torch.as_tensor(n > 0, device=self.device)
         if logits is None:
             picked = self._last[0][:, None].expand(-1, at.shape[1], -1)
             feats = None if self._last[1] is None else self._last[1][:, None].expand(-1, at.shape[1], -1)
@@ -256,6 +255,7 @@ class ModelSession(Session):
             last = logits[torch.arange(B, device=self.device), end]
             last_h = None if hidden is None else hidden[torch.arange(B, device=self.device), end]
             if self._last is not None and not (n > 0).all():
+                fresh = torch.as_tensor(n > 0, device=self.device)
                 last = torch.where(fresh[:, None], last, self._last[0])
                 if last_h is not None and self._last[1] is not None:
                     last_h = torch.where(fresh[:, None], last_h, self._last[1])

@@ -158,6 +158,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     unknown = [v for v in lossless_verifiers or () if v not in REGISTRY]
     if unknown:
         raise ValueError(f"lossless verifiers {unknown}: expected names among {sorted(REGISTRY)}")
+    prediction_sequences = check_size(prediction_sequences, "prediction_sequences")
     if lossless_samples < 0:
         raise ValueError(f"lossless_samples: expected >= 0 (0 skips the two-sample test), got {lossless_samples}")
     trees = [parse_tree(t) for t in trees]
@@ -215,7 +216,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
 
     runs = [run_record(result, name, L, baseline, prof, rng, predict(REGISTRY[name](), L))
             for name, L, result in chain_results]
-    tree_runs = [tree_record(result, name, baseline, prof, predict(MULTI_DRAFT_REGISTRY[name](), result.tree))
+    tree_runs = [tree_record(result, name, baseline, predict(MULTI_DRAFT_REGISTRY[name](), result.tree))
                  for name, _, result in tree_results]  # the tree as the run drew it (with or without replacement)
     logged = None
     if log_rows is not None:
@@ -306,8 +307,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out-dir", type=Path, default=FIGURES)
     ap.add_argument("--json", action="store_true", help="also print the JSON record")
     ap.add_argument("--log-rows", type=Path, default=None, metavar="FILE",
-                    help="also write both models' rows along the plain continuations, top-p truncated (a logged-rows "
-                         ".npz for python -m otspec sweep / simulate --logged)")
+                    help="also write the rows the predictions read: both models' rows along the second plain run "
+                         "(seed + 1), top-p truncated (a logged-rows .npz for python -m otspec sweep / simulate "
+                         "--logged)")
     ap.add_argument("--export-synthetic-rates", type=Path, default=None, metavar="FILE",
                     help="also write each run's per-position unconditional acceptance rates and mean acceptance "
                          "length (measured, and predicted where present) for a serving engine's synthetic mode")

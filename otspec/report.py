@@ -1,7 +1,8 @@
 """``python -m otspec.report``: regenerate every figure and ``figures/REPORT.md``.
 
 The toy-source figures are computed by this run from embedded defaults; the real-model sections
-read the committed records (the header says which is which). The text only frames the numbers. ``--scale`` shrinks the simulations (tests use it).
+read the committed records (the header says which is which). The text only frames the numbers.
+``--scale`` shrinks the simulations (tests use it).
 """
 
 from __future__ import annotations

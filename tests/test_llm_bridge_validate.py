@@ -123,6 +123,8 @@ def test_cli_bad_input_exits_2_with_a_message(folders, capsys):
     assert "holds only 48" in capsys.readouterr().err
     assert validate_mod.main([*common, "--L", "0"]) == 2
     assert "L" in capsys.readouterr().err
+    assert validate_mod.main([*common, "--prediction-sequences", "0"]) == 2  # refused before any decoding
+    assert "prediction_sequences" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # checked before anything runs
         validate_mod.main([*common, "--export-synthetic-rates", "/nonexistent/folder/rates.json"])
     assert "its folder does not exist" in capsys.readouterr().err

@@ -196,8 +196,8 @@ class Ledger:
 
     def result(self, tokens: np.ndarray, confidence: float = 0.95) -> DecodeResult:
         """The :class:`DecodeResult` of everything recorded."""
-        emitted = np.concatenate(self._emitted)
-        unit, n_units = _units(np.concatenate(self._rows), np.concatenate(self._starts), self.B, self.N)
+        emitted, rows = np.concatenate(self._emitted), np.concatenate(self._rows)
+        unit, n_units = _units(rows, np.concatenate(self._starts), self.B, self.N)
         ells = np.arange(self.hist.shape[0])
         accepted = int(self.hist.sum(axis=0) @ ells)
         return DecodeResult(
@@ -214,6 +214,6 @@ class Ledger:
             accept_hist=self.hist,
             elapsed_s=time.perf_counter() - self._t0,
             trace=(unit, n_units, emitted, np.concatenate(self._draft_calls)),
-            per_sequence=(np.bincount(np.concatenate(self._rows), weights=emitted, minlength=self.B).astype(np.int64),
-                          np.bincount(np.concatenate(self._rows), minlength=self.B)),
+            per_sequence=(np.bincount(rows, weights=emitted, minlength=self.B).astype(np.int64),
+                          np.bincount(rows, minlength=self.B)),
         )

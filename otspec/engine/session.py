@@ -209,9 +209,9 @@ class SourceSession(Session):
         owner_b, owner_j = np.asarray(owner_b), np.asarray(owner_j)
         n, depth = len(paths), max(len(p) for p in paths)
         size = np.fromiter((len(p) for p in paths), dtype=np.int64, count=n)
+        inside = np.arange(depth)[None, :] < size[:, None]
         path_tokens = np.zeros((n, depth), dtype=np.int64)
-        path_tokens[np.arange(depth)[None, :] < size[:, None]] = np.fromiter(
-            (t for p in paths for t in p), dtype=np.int64, count=int(size.sum()))
+        path_tokens[inside] = np.fromiter((t for p in paths for t in p), dtype=np.int64, count=int(size.sum()))
         end = self.end[owner_b]
         buf = np.zeros((n, int(end.max()) + depth), dtype=np.int64)
         ctx = self.source.context  # copy only the prefix tokens the rows read
@@ -223,7 +223,6 @@ class SourceSession(Session):
             keep = cols >= 0
             r = np.broadcast_to(np.arange(n)[:, None], cols.shape)[keep]
             buf[r, cols[keep]] = self.buf[owner_b[r], cols[keep]]
-        inside = np.arange(depth)[None, :] < size[:, None]
         r, k = np.nonzero(inside)
         buf[r, end[r] + k] = path_tokens[r, k]
         rows[owner_b, owner_j + 1] = self.source.next_probs(buf, end + size)
