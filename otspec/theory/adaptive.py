@@ -37,12 +37,24 @@ from ..distributions import row_pair
 from ..errors import SizeLimitError
 from .iid import count_states, ratio_classes, successors
 
-__all__ = ["MAX_ADAPTIVE_STATES", "AdaptiveOptimum", "fixed_length_latency", "optimal_stopping",
+__all__ = ["MAX_ADAPTIVE_STATES", "AdaptiveOptimum", "fixed_length_latency", "optimal_stopping", "step_threshold",
            "threshold_policy_latency"]
 
 #: Most (step, class-count) states of the exact backward induction: C(m + K, K) for m classes of equal
 #: q/p and at most K drafts (2^21 states take about a second per Dinkelbach step on 2 cores).
 MAX_ADAPTIVE_STATES = 2**21
+
+
+def step_threshold(step: int, continuing, stopping) -> dict:
+    """The threshold entry of one step from Π_j of the states (or paths) where a rule continues and where it stops:
+    ``continue_below`` (draft another iff P(some drafted token rejected) < it; ``None``: always stop) and the
+    interval ``[low, high]`` of values that give the same rule there."""
+    continuing, stopping = np.asarray(continuing), np.asarray(stopping)
+    if continuing.size == 0:
+        return {"step": step, "continue_below": None, "low": None, "high": None}
+    high = 1.0 - float(stopping.max() if stopping.size else 0.0)
+    low = 1.0 - float(continuing.min())
+    return {"step": step, "continue_below": 0.5 * (low + high), "low": low, "high": high}
 
 
 def stopping_costs(t_draft, t_target) -> tuple[float, float]:
@@ -197,10 +209,5 @@ def optimal_stopping(draft, target, max_length: int, t_draft: float, t_target: f
         cont, stop = pi[at & go], pi[at & ~go]
         if cont.size and stop.size and stop.max() >= cont.min():
             ok = False
-        if cont.size == 0:
-            thresholds.append({"step": j, "continue_below": None, "low": None, "high": None})
-            continue
-        high = 1.0 - float(stop.max() if stop.size else 0.0)
-        low = 1.0 - float(cont.min())
-        thresholds.append({"step": j, "continue_below": 0.5 * (low + high), "low": low, "high": high})
+        thresholds.append(step_threshold(j, cont, stop))
     return AdaptiveOptimum(float(lam), float(drafted), float(1.0 + accepted), thresholds, ok, steps)

@@ -31,7 +31,7 @@ from ..checks import MAX_DRAFT_LENGTH, check_size
 from ..distributions import residual
 from ..errors import SizeLimitError
 from ..sources import IIDSource, MarkovSource
-from .adaptive import stopping_costs
+from .adaptive import step_threshold, stopping_costs
 
 __all__ = ["MAX_MARKOV_PATHS", "MarkovAdaptiveOptimum", "markov_optimal_stopping", "markov_policy_latency",
            "markov_rule_latency"]
@@ -261,13 +261,7 @@ def markov_optimal_stopping(draft, target, max_length: int, t_draft: float, t_ta
     reached = _reached(paths, masks, t_draft, t_target)
     for j in range(1, K):
         cont, stop = masks[j] & reached[j], ~masks[j] & reached[j]  # a rule's choices off its own paths are moot
-        if not cont.any():
-            thresholds.append({"step": j, "continue_below": None, "low": None, "high": None})
-        else:
-            high = 1.0 - float(paths.all_acc[j][stop].max() if stop.any() else 0.0)
-            low = 1.0 - float(paths.all_acc[j][cont].min())
-            thresholds.append({"step": j, "continue_below": 0.5 * (low + high) if low <= high else None,
-                               "low": low, "high": high})
+        thresholds.append(step_threshold(j, paths.all_acc[j][cont], paths.all_acc[j][stop]))
         if ok and cont.any() and stop.any() and paths.all_acc[j][stop].max() > paths.all_acc[j][cont].min() + 1e-12:
             ok = False
             i_stop = int(np.flatnonzero(stop)[np.argmax(paths.all_acc[j][stop])])
