@@ -39,7 +39,8 @@ from .measure import CallTimer, two_point
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .sessions import ModelSession
 
-__all__ = ["BridgeResult", "plain_generate", "speculative_generate"]
+__all__ = ["BridgeResult", "finish", "interleave", "plain_batches", "plain_generate", "speculative_batches",
+           "speculative_generate"]
 
 
 @dataclass
@@ -62,6 +63,8 @@ class BridgeResult:
     expected_accepted : float array
         E[τ | draft] of every iteration (0 where nothing was drafted), from the verifier's exact law
         on the real rows.
+    rounds : list of (generated tokens, seconds)
+        One entry per batch of prompts, in order: what :func:`interleave` compares round by round.
     """
 
     tokens: list
@@ -72,6 +75,7 @@ class BridgeResult:
     p_a: list = field(default_factory=list)
     q_a: list = field(default_factory=list)
     expected_accepted: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    rounds: list = field(default_factory=list)
 
     @property
     def generated(self) -> int:
@@ -113,16 +117,55 @@ def plain_generate(target, prompts, max_new_tokens: int, *, sampling: Sampling =
     The chain loop of :mod:`otspec.engine.loop` with no drafter. Prompts go through in batches of
     ``batch_size`` (default: all at once); ``cache`` is a kind of :func:`~llm_bridge.cache.make_cache`
     (``auto``: compiled static caches on CUDA, dynamic on CPU)."""
-    rng, timer, out, seconds = np.random.default_rng(seed), CallTimer(target.device), [], 0.0
+    return finish(plain_batches(target, prompts, max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size,
+                                progress=progress, cache=cache))
+
+
+def plain_batches(target, prompts, max_new_tokens: int, *, sampling: Sampling = DEFAULT_SAMPLING, seed=0,
+                  batch_size: int | None = None, progress: bool | None = None, cache: str = "auto"):
+    """:func:`plain_generate` one batch at a time: a generator that yields after each batch and returns the
+    :class:`BridgeResult` (drive it with :func:`finish` or :func:`interleave`)."""
+    rng, timer, out, seconds, rounds = np.random.default_rng(seed), CallTimer(target.device), [], 0.0, []
     with _bar(len(prompts) * max_new_tokens, "plain sampling", progress) as bar:
         for _, chunk in chunks(prompts, batch_size):
             session = ModelSession(target.model, len(chunk), sampling, cache=cache, timer=timer, name="target",
                                    max_length=cache_room(chunk, max_new_tokens, 1))
             run = chain_loop(None, session, None, None, max_new_tokens, rng, prompts=chunk, bar=bar,
                              timer=timer)
+            del session  # free the batch's cache before another run's batch goes
             out += list(run.tokens)
             seconds += run.seconds
-    return BridgeResult(out, None, timer, seconds)
+            rounds.append((int(sum(len(t) for t in run.tokens)), run.seconds))
+            yield
+    return BridgeResult(out, None, timer, seconds, rounds=rounds)
+
+
+def finish(batches):
+    """Run a ``*_batches`` generator to its end; its result."""
+    while True:
+        try:
+            next(batches)
+        except StopIteration as stop:
+            return stop.value
+
+
+def interleave(runs, on_round=None) -> list:
+    """Drive several ``*_batches`` generators batch by batch, in turn (batch 1 of every run, then batch 2, …):
+    plain and speculative decoding timed in the same windows (ABAB…), whatever the machine does meanwhile.
+    ``on_round(i)`` is called after each run's batch. Returns their results, in order."""
+    runs, results = list(runs), {}
+    while len(results) < len(runs):
+        for i, run in enumerate(runs):
+            if i in results:
+                continue
+            try:
+                next(run)
+            except StopIteration as stop:
+                results[i] = stop.value
+                continue
+            if on_round is not None:
+                on_round(i)
+    return [results[i] for i in range(len(runs))]
 
 
 class _Records(Observer):
@@ -171,8 +214,20 @@ def speculative_generate(pair, prompts, verifier: Verifier, draft_length, max_ne
     :func:`~llm_bridge.cache.make_cache` for both models. ``host_rows`` (default: on the CPU, or with a
     drafter that makes no tensors) hands the rows over as numpy with a numpy generator; otherwise they
     stay on the model's device, drawn with a ``torch.Generator`` seeded from ``seed``, and the loop
-    reads back only the accepted lengths.
+    reads back only the accepted lengths. :func:`speculative_batches` is the same, one batch at a time.
     """
+    return finish(speculative_batches(pair, prompts, verifier, draft_length, max_new_tokens, sampling=sampling,
+                                      seed=seed, batch_size=batch_size, progress=progress, confidence=confidence,
+                                      record_law=record_law, cache=cache, host_rows=host_rows))
+
+
+def speculative_batches(pair, prompts, verifier: Verifier, draft_length, max_new_tokens: int, *,
+                        sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int | None = None,
+                        progress: bool | None = None, confidence: float = 0.95,
+                        record_law: bool = True, cache: str = "auto", host_rows: bool | None = None):
+    """:func:`speculative_generate` one batch at a time: a generator that yields after each batch and returns the
+    :class:`BridgeResult` (drive it with :func:`finish` or :func:`interleave`). The checks run before the first
+    batch, when the generator is first advanced."""
     ctrl = as_controller(draft_length)
     if ctrl.oracle:
         raise ValueError(f"{ctrl!r} is an oracle (it reads the target's rows while drafting); the real loop can run "
@@ -184,6 +239,7 @@ def speculative_generate(pair, prompts, verifier: Verifier, draft_length, max_ne
         host_rows = str(pair.target.device) == "cpu" or pair.drafter.deterministic
     rng, timer = _generator(seed, None if host_rows else pair.target.device), CallTimer(pair.target.device)
     ledger, records, out, seconds = Ledger(len(prompts), N, L), _Records(L, verifier, record_law), [], 0.0
+    rounds = []
     with _bar(len(prompts) * N, f"{verifier.name} L={L}", progress) as bar:
         for offset, chunk in chunks(prompts, batch_size):
             room = cache_room(chunk, N, L + 2)
@@ -193,7 +249,10 @@ def speculative_generate(pair, prompts, verifier: Verifier, draft_length, max_ne
                                          max_length=room, timer=timer, host_rows=host_rows)
             run = chain_loop(draft, target, verifier, ctrl, N, rng, prompts=chunk, bar=bar, timer=timer,
                              observers=[LedgerObserver(ledger, offset), records])
+            del target, draft  # free the batch's caches before another run's batch goes
             out += list(run.tokens)
             seconds += run.seconds
+            rounds.append((int(sum(len(t) for t in run.tokens)), run.seconds))
+            yield
     buf = np.stack(out)
-    return BridgeResult(list(buf), ledger.result(buf, confidence), timer, seconds, *records.columns())
+    return BridgeResult(list(buf), ledger.result(buf, confidence), timer, seconds, *records.columns(), rounds=rounds)

@@ -21,7 +21,7 @@ from otspec.verifiers import REGISTRY
 
 from .measure import predicted_block_efficiency, predicted_speedup
 
-__all__ = ["ENGINE_KEYS", "MAX_BASELINE_DRIFT", "TWO_POINT_METHOD", "export_synthetic_rates", "load_average",
+__all__ = ["ENGINE_KEYS", "INTERLEAVED_METHOD", "MAX_BASELINE_DRIFT", "TWO_POINT_METHOD", "export_synthetic_rates", "load_average",
            "run_record", "timing_check", "tree_record"]
 
 #: The serving-engine metrics every run carries at its top level (all of them under ``engine_metrics``).
@@ -97,10 +97,29 @@ def _prompt_interval(decode, seed: int) -> dict:
     return {"mean": mean, "low": low, "high": high, "unit": "prompt", "prompts": int(tokens.size)}
 
 
+#: How ``speedup_interval`` is made when plain sampling and the run went batch by batch in turn.
+INTERLEAVED_METHOD = ("interleaved rounds: plain sampling and every run decode the same batch of prompts in turn, "
+                      "batch after batch (ABAB...); per round, the run's tokens/s over plain sampling's; low/high: the "
+                      "smallest and largest round, median: their median")
+
+
+def _rounds(result) -> list:
+    """The run's timing rounds (one per batch of prompts) as record entries."""
+    return [{"generated": g, "seconds": t} for g, t in result.rounds]
+
+
 def _speedup(result, baseline: dict, be) -> tuple[float, dict]:
-    """Measured speedup over plain sampling and its interval (the block efficiency's, scaled)."""
+    """Measured speedup over plain sampling, and its spread over the interleaved timing rounds (each batch of
+    prompts, timed for plain sampling and this run in the same window). Without rounds that pair up (a baseline
+    not decoded in turn with the run), the block efficiency's interval, scaled, stands in."""
     speedup = result.tokens_per_s / baseline["tokens_per_s"]
-    return speedup, {"low": speedup * be["low"] / be["mean"], "high": speedup * be["high"] / be["mean"]}
+    plain = baseline.get("rounds") or []
+    if not plain or len(plain) != len(result.rounds):
+        return speedup, {"low": speedup * be["low"] / be["mean"], "high": speedup * be["high"] / be["mean"],
+                         "method": "block efficiency interval, scaled (no interleaved timing rounds)"}
+    ratios = [(g / t) / (r["generated"] / r["seconds"]) for (g, t), r in zip(result.rounds, plain, strict=True)]
+    return speedup, {"low": float(min(ratios)), "high": float(max(ratios)), "median": float(np.median(ratios)),
+                     "rounds": [float(x) for x in ratios], "method": INTERLEAVED_METHOD}
 
 
 #: The stand-in prediction where no plain-decoding log exists (a drafter without probability rows).
@@ -171,7 +190,7 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, r
         "time_decomposition_ms": cost.as_dict(),
         "tokens_per_s": result.tokens_per_s, "baseline_tokens_per_s": baseline["tokens_per_s"],
         "speedup": speedup,
-        "speedup_interval": speedup_interval,
+        "speedup_interval": speedup_interval, "timing_rounds": _rounds(result),
         "predicted_speedup": predict[0],
         "predicted_speedup_interval": {"low": predict[1], "high": predict[2]},
     }
@@ -232,7 +251,7 @@ def tree_record(result, verifier_name: str, baseline: dict, prediction=None) -> 
         "verify_fraction_of_target_call": timer.total("verify") / max(timer.total("target"), 1e-12),
         "seconds": result.seconds, "tokens_per_s": result.tokens_per_s,
         "baseline_tokens_per_s": baseline["tokens_per_s"], "speedup": speedup,
-        "speedup_interval": speedup_interval,
+        "speedup_interval": speedup_interval, "timing_rounds": _rounds(result),
     }
     value = out["predicted_block_efficiency"]
     out["predicted_speedup"] = None if value is None else predicted_speedup(

@@ -45,12 +45,12 @@ from otspec.engine.trie import RULES, Trie
 from otspec.errors import SizeLimitError
 from otspec.solvers import otm_value
 
-from .loop import BridgeResult, cache_room, chunks
+from .loop import BridgeResult, cache_room, chunks, finish
 from .measure import CallTimer
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .sessions import ModelSession
 
-__all__ = ["TreeResult", "parse_tree", "tree_generate"]
+__all__ = ["TreeResult", "parse_tree", "tree_batches", "tree_generate"]
 
 
 def parse_tree(spec, replacement: bool = True) -> DraftTree:
@@ -102,8 +102,19 @@ def tree_generate(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: s
     candidates are drawn with or without replacement as the verifier requires. ``record_law``
     also computes E[τ | drafted trie] (a law call per internal trie node; measurement, untimed);
     ``keep_tries`` keeps every drafted trie with its rows (for tests); ``cache`` is a kind of
-    :func:`~llm_bridge.cache.make_cache`.
+    :func:`~llm_bridge.cache.make_cache`. :func:`tree_batches` is the same, one batch at a time.
     """
+    return finish(tree_batches(pair, prompts, verifier, tree, max_new_tokens, rule=rule, sampling=sampling, seed=seed,
+                               batch_size=batch_size, progress=progress, confidence=confidence,
+                               record_law=record_law, keep_tries=keep_tries, cache=cache))
+
+
+def tree_batches(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: str = "match",
+                 sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int | None = None,
+                 progress: bool | None = None, confidence: float = 0.95, record_law: bool = True,
+                 keep_tries: bool = False, cache: str = "auto"):
+    """:func:`tree_generate` one batch at a time: a generator that yields after each batch and returns the
+    :class:`TreeResult` (drive it with :func:`~llm_bridge.loop.finish` or :func:`~llm_bridge.loop.interleave`)."""
     if verifier.layout != "candidates":
         raise ValueError(f"{type(verifier).__name__} verifies {verifier.layout}; a tree needs a "
                          "multi-draft verifier (kseq, multiround, multiround_without_replacement, naive, otm)")
@@ -117,7 +128,7 @@ def tree_generate(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: s
     rng, timer = np.random.default_rng(seed), CallTimer(pair.target.device)
     ledger = Ledger(len(prompts), N, L)
     rec = _TreeRecords(L, verifier, tree, rule, record_law, keep_tries)
-    out, seconds = [], 0.0
+    out, seconds, rounds = [], 0.0, []
     with tqdm(total=len(prompts) * N, desc=f"{verifier.name} {tree} ({rule})", unit="tok", leave=False,
               disable=None if progress is None else not progress) as bar:
         for offset, chunk in chunks(prompts, batch_size):
@@ -128,12 +139,15 @@ def tree_generate(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: s
             rec.offset = offset
             run = tree_loop(draft, target, verifier, tree, N, rng, rule=rule, prompts=chunk, bar=bar, timer=timer,
                             observers=[LedgerObserver(ledger, offset), rec])
+            del target, draft  # free the batch's caches before another run's batch goes
             out += list(run.tokens)
             seconds += run.seconds
+            rounds.append((int(sum(len(t) for t in run.tokens)), run.seconds))
+            yield
     buf = np.stack(out)
     tv, go_on, acceptance, optimum, n_cands = rec.columns()
     return TreeResult(list(buf), ledger.result(buf, confidence), timer, seconds, tv, [], [],
-                      np.asarray(rec.expected, dtype=float), tree, rule, go_on, acceptance, optimum, n_cands,
+                      np.asarray(rec.expected, dtype=float), rounds, tree, rule, go_on, acceptance, optimum, n_cands,
                       np.asarray(rec.nodes, dtype=np.int64), rec.kept)
 
 

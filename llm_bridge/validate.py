@@ -42,6 +42,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from otspec.checks import MAX_DRAFT_LENGTH, check_size
 from otspec.engine.predict import predict_from_log
@@ -51,7 +52,13 @@ from otspec.verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, DecodingOPT
 from .cache import CACHE_KINDS, make_cache
 from .drafters import load_pair
 from .logrows import DEFAULT_LOG_MAX_KEPT, DEFAULT_LOG_TOP_P, check_loggable, record_rows
-from .loop import plain_generate, speculative_generate
+from .loop import (
+    interleave,
+    plain_batches,
+    plain_generate,
+    speculative_batches,
+    speculative_generate,
+)
 from .lossless import first_token_law, root_token_law, two_sample_test
 from .measure import CallTimer
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
@@ -67,7 +74,7 @@ from .runs import (
     tree_record,
 )
 from .sampling import Sampling
-from .trees import parse_tree, tree_generate
+from .trees import parse_tree, tree_batches, tree_generate
 
 __all__ = ["ENGINE_KEYS", "MAX_BASELINE_DRIFT", "export_synthetic_rates", "main", "timing_check", "validate"]
 
@@ -185,20 +192,27 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
         _warm_up(pair, ids[:batch_size], lengths, trees, multi_verifiers, rule, sampling, cache)
     else:  # first calls of a fresh process are slow (allocations, kernels chosen): not part of the baseline
         plain_generate(pair.target, ids[:batch_size], 4, sampling=sampling, progress=False, cache=cache)
-    plain = plain_generate(pair.target, ids, max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size,
-                           progress=progress, cache=cache)
+    # plain sampling and every run, batch by batch in turn (ABAB…): each batch of prompts is a timing round
+    configs = [(name, L) for name in verifiers for L in lengths]
+    tree_configs = [(name, tree) for name in multi_verifiers for tree in trees]
+    common = {"sampling": sampling, "seed": seed, "batch_size": batch_size, "progress": False, "cache": cache}
+    batches = [plain_batches(pair.target, ids, max_new_tokens, **common)]
+    batches += [speculative_batches(pair, ids, REGISTRY[name](), L, max_new_tokens, **common) for name, L in configs]
+    batches += [tree_batches(pair, ids, MULTI_DRAFT_REGISTRY[name](), tree, max_new_tokens, rule=rule, **common)
+                for name, tree in tree_configs]
+    rounds = -(-len(ids) // batch_size)
+    with tqdm(total=rounds * len(batches), desc="interleaved runs", unit="batch", leave=False,
+              disable=None if progress is None else not progress) as bar:
+        plain, *results = interleave(batches, on_round=lambda _: bar.update())
     baseline = {"tokens_per_s": plain.tokens_per_s, "ms_per_token": 1e3 * plain.seconds / plain.generated,
                 "ms_per_step": 1e3 * plain.seconds / max(plain.timer.count("target"), 1),
-                "t_target_ms": plain.timer.mean_ms("target"), "generated": plain.generated}
+                "t_target_ms": plain.timer.mean_ms("target"), "generated": plain.generated,
+                "rounds": [{"generated": g, "seconds": t} for g, t in plain.rounds]}
     ns = {1, *(L + 1 for L in lengths), *(t.num_tokens + 1 for t in trees)}
     prof = profile(pair, ids[0], plain.tokens[0][:max_new_tokens // 2], sorted(ns), cache=cache)
-    chain_results = [(name, L, speculative_generate(pair, ids, REGISTRY[name](), L, max_new_tokens, sampling=sampling,
-                                                    seed=seed, batch_size=batch_size, progress=progress, cache=cache))
-                     for name in verifiers for L in lengths]
-    tree_results = [(name, tree, tree_generate(pair, ids, MULTI_DRAFT_REGISTRY[name](), tree, max_new_tokens,
-                                               rule=rule, sampling=sampling, seed=seed, batch_size=batch_size,
-                                               progress=progress, cache=cache))
-                    for name in multi_verifiers for tree in trees]
+    chain_results = [(name, L, result) for (name, L), result in zip(configs, results[:len(configs)], strict=True)]
+    tree_results = [(name, tree, result) for (name, tree), result in zip(tree_configs, results[len(configs):],
+                                                                          strict=True)]
     # the baseline again, with another seed: did the machine stay as quiet, and an independent plain-decoding log
     after = plain_generate(pair.target, ids, max_new_tokens, sampling=sampling, seed=seed + PREDICTION_SEED_OFFSET,
                            batch_size=batch_size, progress=progress, cache=cache)

@@ -7,7 +7,13 @@ import pytest
 
 from llm_bridge.cache import CachedLM
 from llm_bridge.drafters import NGramDrafter, Pair
-from llm_bridge.loop import plain_generate, speculative_generate
+from llm_bridge.loop import (
+    interleave,
+    plain_batches,
+    plain_generate,
+    speculative_batches,
+    speculative_generate,
+)
 from llm_bridge.lossless import first_token_law, two_sample_test
 from llm_bridge.sampling import Sampling
 from otspec.distributions import sample_categorical
@@ -174,6 +180,24 @@ def test_batches_of_prompts_give_every_sequence_its_length():
     assert run.decode.generated == 65 and run.decode.tokens.shape == (5, 13)
     plain = plain_generate(pair.target, prompts, 9, batch_size=3, progress=False)
     assert [len(t) for t in plain.tokens] == [9] * 5 and plain.timer.count("target") == 2 * 9
+
+
+def test_interleaved_runs_take_turns_batch_by_batch_and_equal_the_sequential_runs():
+    pair = tiny_pair()
+    prompts = random_prompts(5, np.random.default_rng(7))
+    alone = [plain_generate(pair.target, prompts, 9, seed=3, batch_size=2, progress=False),
+             speculative_generate(pair, prompts, BlockVerify(), 3, 9, seed=3, batch_size=2, progress=False)]
+    order = []
+    together = interleave([plain_batches(pair.target, prompts, 9, seed=3, batch_size=2, progress=False),
+                           speculative_batches(pair, prompts, BlockVerify(), 3, 9, seed=3, batch_size=2,
+                                               progress=False)], on_round=order.append)
+    assert order == [0, 1] * 3  # ABABAB: batch b of every run before batch b + 1 of any
+    for a, b in zip(alone, together, strict=True):
+        assert all(np.array_equal(x, y) for x, y in zip(a.tokens, b.tokens, strict=True))
+        assert [g for g, _ in b.rounds] == [18, 18, 9] and sum(t for _, t in b.rounds) == pytest.approx(b.seconds)
+    assert together[1].decode.iterations == alone[1].decode.iterations
+    with pytest.raises(ValueError, match="verifies candidates"):  # checks run when the generator is first advanced
+        interleave([speculative_batches(pair, prompts, KSeq(), 3, 9, progress=False)])
 
 
 def test_greedy_speculative_equals_greedy_plain():

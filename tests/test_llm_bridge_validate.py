@@ -140,7 +140,7 @@ def test_cli_tree_runs(folders, tmp_path):
     code = validate_mod.main(["--target", str(folders / "target"), "--draft", str(folders / "draft"),
                               "--verifiers", "token", "--L", "2", "--trees", "iid:2:2,2x2",
                               "--multi-verifiers", "kseq,multiround_without_replacement", "--rule", "accepted",
-                              "--prompts", "2", "--max-new-tokens", "10", "--device", "cpu",
+                              "--prompts", "2", "--batch-size", "1", "--max-new-tokens", "10", "--device", "cpu",
                               "--lossless-samples", "40", "--no-hf", "--name", "trees", "--out-dir", str(out)])
     assert code == 0
     record = json.loads((out / "llm_trees.json").read_text())
@@ -157,6 +157,14 @@ def test_cli_tree_runs(folders, tmp_path):
         assert pi["low"] <= r["predicted_block_efficiency"] <= pi["high"] and "decode engine" in r["prediction_method"]
         assert r["target_nodes_per_call"] >= 1 and r["predicted_speedup"] > 0
         assert r["mean_acceptance_length"] == pytest.approx(1 + sum(r["acceptance_per_position_unconditional"]))
+    plain = [x["generated"] / x["seconds"] for x in record["baseline"]["rounds"]]
+    assert len(plain) == 2 and sum(x["generated"] for x in record["baseline"]["rounds"]) == 20
+    for r in runs + record["runs"]:  # one timing round per batch: plain sampling and the run in turn
+        ratios = [x["generated"] / x["seconds"] / b for x, b in zip(r["timing_rounds"], plain, strict=True)]
+        si = r["speedup_interval"]
+        assert si["rounds"] == pytest.approx(ratios) and "interleaved" in si["method"]
+        assert si["low"] == pytest.approx(min(ratios)) and si["high"] == pytest.approx(max(ratios))
+        assert si["low"] <= si["median"] <= si["high"]
     laws = record["lossless"]["verifiers"]
     assert laws["kseq (tree 2x1)"]["first_token_max_deviation"] < 1e-6
     assert laws["multiround_without_replacement (tree 2x1)"]["first_token_max_deviation"] < 1e-6

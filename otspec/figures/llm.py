@@ -59,7 +59,7 @@ def record_markdown(record: dict, title: str | None = None) -> str:
                      f"{_f(step['ms_per_token'], 2)} ms for Hugging Face's plain `generate` with the same cache kind "
                      f"({step['cache']}; prefill excluded from both): ratio **{_f(step['otspec_step_ratio'], 2)}**.")
     lines += ["", "| verifier | L | block efficiency [95% CI] | predicted [95%] | two-point bound | E[τ+1 given drafts] "
-              "| mean acceptance length | acceptance rate | tokens/s | speedup [CI] | predicted speedup [range] "
+              "| mean acceptance length | acceptance rate | tokens/s | speedup [rounds] | predicted speedup [range] "
               "| verifier / target call |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in record["runs"]:
@@ -79,7 +79,8 @@ def record_markdown(record: dict, title: str | None = None) -> str:
               "per-position two-point reduction A = {q ≥ p} of this run's own rows, an upper bound for the block "
               "verifiers. *E[τ+1 given drafts]* averages the verifier's exact conditional law on the real rows. *Mean "
               "acceptance length*: 1 + accepted / drafts, as serving engines report it. Predicted speedup: the cost "
-              "model with the measured t_draft, t_target(L+1) and loop overhead."]
+              "model with the measured t_draft, t_target(L+1) and loop overhead. *Speedup [rounds]*: the run's tokens/s over plain "
+              "sampling's, and the smallest and largest ratio over " + _rounds_text(record["runs"]) + "."]
     lines += _tree_markdown(record.get("tree_runs") or [])
     loss = record.get("lossless", {})
     if "verifiers" in loss:
@@ -99,7 +100,7 @@ def _tree_markdown(runs: list) -> list:
         return []
     lines = ["", "Multi-draft and tree runs (one target call scores every node of the drafted trie):", "",
              "| verifier | tree | rule | block efficiency [95% CI] | E[τ+1 given trie] | predicted | OTM-k bound "
-             "| go-on per depth | nodes per target call | tokens/s | speedup [CI] | predicted speedup "
+             "| go-on per depth | nodes per target call | tokens/s | speedup [rounds] | predicted speedup "
              "| verifier / target call |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         be, si = r["block_efficiency"], r["speedup_interval"]
@@ -110,12 +111,22 @@ def _tree_markdown(runs: list) -> list:
                      f"{_f(r['otm_bound_block_efficiency'])} | {go} | {_f(r['target_nodes_per_call'], 1)} | "
                      f"{_f(r['tokens_per_s'], 1)} | {_f(r['speedup'], 2)} [{_f(si['low'], 2)}, {_f(si['high'], 2)}] | "
                      f"{_f(r['predicted_speedup'], 2)} | {100 * r['verify_fraction_of_target_call']:.1f} % |")
-    lines += ["", "*Predicted*: 1 + Σ_d Π_{i≤d} a_i with a_d the verifier's closed-form acceptance (averaged over "
-              "candidates) at the measured rows of the nodes walked at depth d, averaged over drafted depths; *OTM-k "
-              "bound*: the same with the optimal multi-draft acceptance α_k on those rows; *E[τ+1 given trie]*: the "
+    methods = sorted({r.get("prediction_method") or "" for r in runs} - {""})
+    lines += ["", "*Predicted*: " + ("; ".join(methods) if methods else "per-depth product (older record)") + ". "
+              "*OTM-k bound*: 1 + Σ_d Π_{i≤d} α_d with α_d the optimal multi-draft acceptance on the measured rows "
+              "of the nodes walked at depth d, averaged over drafted depths; *E[τ+1 given trie]*: the "
               "verifier's exact law on every row of the drafted trie. Under the SpecTr rule a residual token that "
               "equals a candidate also goes on, so *go-on* can exceed the acceptance."]
     return lines
+
+
+def _rounds_text(runs: list) -> str:
+    """How the speedup's spread was measured, from the runs' ``speedup_interval``."""
+    counts = {len(r["speedup_interval"].get("rounds") or []) for r in runs}
+    if counts and 0 not in counts:
+        return (f"{max(counts)} timing rounds (each batch of prompts decoded by plain sampling and every run in turn, "
+                "in the same window)")
+    return "the block efficiency's interval, scaled (an older record without interleaved timing rounds)"
 
 
 def _nan(values) -> list:
