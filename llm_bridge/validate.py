@@ -226,7 +226,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
 
     def predict(verifier, draft):
         return None if log is None else predict_from_log(log, verifier, draft, sequences=prediction_sequences,
-                                                         seed=seed, rule=rule)
+                                                         seed=seed, rule=rule, units=len(ids))
 
     runs = [run_record(result, name, L, baseline, prof, rng, predict(REGISTRY[name](), L))
             for name, L, result in chain_results]

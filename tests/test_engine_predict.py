@@ -7,7 +7,7 @@ import pytest
 
 from otspec.drafts import DraftTree
 from otspec.engine import generate
-from otspec.engine.predict import paired_ratio_interval, predict_from_log
+from otspec.engine.predict import paired_ratio_interval, predict_from_log, predictive_ratio_interval
 from otspec.sources import IIDSource, log_rows, random_markov
 from otspec.theory import expected_accepted_token
 from otspec.verifiers import BackwardBlockVerify, BlockVerify, KSeq, TokenVerify
@@ -81,3 +81,29 @@ def test_decode_results_keep_per_sequence_totals():
     assert (tokens == 30).all() and iterations.sum() == res.iterations and (iterations >= 30 / 4).all()
     value, low, high = paired_ratio_interval(tokens, iterations)
     assert value == pytest.approx(res.block_efficiency.value) and low <= value <= high
+
+
+def test_prediction_interval_covers_independent_runs():
+    """The prediction interval is for a measurement: runs of `units` fresh sequences, decoded with other seeds,
+    fall inside it about 95 % of the time; the prediction's own interval is much narrower and would not hold them."""
+    draft, target = random_markov(4, 1.0, seed=11)
+    log = log_rows(draft, target, 48, 24, top_p=1.0, seed=5)
+    pred = predict_from_log(log, BlockVerify(), 3, sequences=16, seed=0, units=8)
+    assert pred.low < pred.mean_low <= pred.block_efficiency <= pred.mean_high < pred.high
+    assert pred.as_dict()["units"] == 8 and "8 prompts" in pred.as_dict()["interval"]
+    runs = np.array([generate(draft, target, BlockVerify(), 3, 24, n_sequences=8, seed=1000 + s,
+                              progress=False).block_efficiency.value for s in range(200)])
+    inside = np.mean((runs >= pred.low) & (runs <= pred.high))
+    assert 0.88 <= inside <= 0.995, inside
+    assert np.mean((runs >= pred.mean_low) & (runs <= pred.mean_high)) < 0.8
+
+
+def test_predictive_ratio_interval_edges():
+    same = np.full((5, 3), 4.0), np.full((5, 3), 2.0)  # every replay has ratio 2
+    assert predictive_ratio_interval(*same, 7) == pytest.approx((2.0, 2.0))
+    with pytest.raises(ValueError, match="one shape"):
+        predictive_ratio_interval(np.ones((2, 3)), np.ones((2, 2)), 4)
+    with pytest.raises(ValueError, match="non-negative"):
+        predictive_ratio_interval(np.ones((2, 2)), -np.ones((2, 2)), 4)
+    with pytest.raises(ValueError, match="units"):
+        predictive_ratio_interval(np.ones((2, 2)), np.ones((2, 2)), 0)

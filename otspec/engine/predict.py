@@ -13,9 +13,16 @@ What it assumes: the rows at draft position i are those of the plain continuatio
 i.e. they do not depend on the drafted tokens. Position 1 of every block is exact (its context is
 target-distributed because decoding is lossless); later positions are approximated.
 
-The interval is a paired bootstrap over the log's paths (prompts, the independent unit): paths are
-resampled with replacement, each carrying its tokens and iterations together, and the ratio of the
-sums is recomputed; the percentile interval of those ratios is reported.
+Two intervals, both bootstraps over the log's paths (prompts, the independent unit), each path carrying
+its tokens and iterations together (paired), reported as percentile intervals:
+
+* ``mean_low`` / ``mean_high`` — the prediction's own uncertainty: paths resampled with replacement, the
+  ratio of the sums over all their replays recomputed;
+* ``low`` / ``high`` — the *prediction interval* for a measurement: where the block efficiency of one run
+  over ``units`` new prompts should fall. A two-level bootstrap: the log's paths resampled (the
+  prediction's uncertainty), then ``units`` prompts drawn from that resample, each decoded once (one of
+  its replays, chosen at random): prompt-to-prompt spread and decoding randomness, as a run has them.
+  This is the interval a measured value is checked against.
 """
 
 from __future__ import annotations
@@ -32,11 +39,12 @@ from .metrics import engine_metrics
 from .stats import check_confidence
 from .tree import generate_tree
 
-__all__ = ["LogPrediction", "paired_ratio_interval", "predict_from_log"]
+__all__ = ["LogPrediction", "paired_ratio_interval", "predict_from_log", "predictive_ratio_interval"]
 
 #: How the prediction was made, as records state it.
 METHOD = ("decode engine on the logged rows of an independent plain-decoding run (positional pair per prompt, rows "
-          "independent of the drafted tokens); interval: paired bootstrap over prompts, percentile")
+          "independent of the drafted tokens); interval: prediction interval for a run over the measured number of "
+          "prompts (two-level paired bootstrap over prompts and their replays, percentile)")
 
 
 @dataclass(frozen=True)
@@ -44,18 +52,23 @@ class LogPrediction:
     """A predicted block efficiency and what it rests on (see the module docstring)."""
 
     block_efficiency: float
-    low: float
+    low: float  # prediction interval for a run over ``units`` prompts
     high: float
     tokens: np.ndarray  # per path: tokens generated over its replays
     iterations: np.ndarray  # per path: verification iterations
     accept_hist: np.ndarray  # pooled [drafted g, accepted τ]
     sequences: int
+    mean_low: float = float("nan")  # the prediction's own (confidence) interval
+    mean_high: float = float("nan")
+    units: int = 0  # prompts of the run the prediction interval is for
     method: str = METHOD
 
     def as_dict(self) -> dict:
         m = engine_metrics(self.accept_hist)
         return {"block_efficiency": self.block_efficiency, "low": self.low, "high": self.high,
-                "paths": int(self.tokens.size), "sequences_per_path": self.sequences,
+                "interval": f"prediction interval for one run over {self.units} prompts",
+                "mean_low": self.mean_low, "mean_high": self.mean_high,
+                "paths": int(self.tokens.size), "sequences_per_path": self.sequences, "units": self.units,
                 "mean_acceptance_length": m.mean_acceptance_length,
                 "acceptance_per_position_unconditional": m.acceptance_per_position_unconditional,
                 "method": self.method}
@@ -82,12 +95,42 @@ def paired_ratio_interval(numerators, denominators, *, confidence: float = 0.95,
     return float(num.sum() / den.sum()), float(low), float(high)
 
 
+def predictive_ratio_interval(tokens, iterations, units: int, *, confidence: float = 0.95, draws: int = 2000,
+                              seed=0) -> tuple[float, float]:
+    """Percentile interval of the ratio Σ tokens / Σ iterations that one run over ``units`` prompts would measure.
+
+    ``tokens`` and ``iterations`` are (P, S): S replays of each of P logged prompts. Two levels (module
+    docstring): the P prompts resampled, then ``units`` prompts drawn from the resample, one replay each."""
+    tok, its = np.asarray(tokens, dtype=np.float64), np.asarray(iterations, dtype=np.float64)
+    if tok.ndim != 2 or tok.shape != its.shape or tok.size == 0:
+        raise ValueError(f"tokens and iterations: expected two non-empty (prompts, replays) arrays of one shape, got "
+                         f"shapes {tok.shape} and {its.shape}")
+    if not (np.all(np.isfinite(tok)) and np.all(np.isfinite(its))) or (its < 0).any():
+        raise ValueError("iterations: expected finite non-negative values")
+    units, draws = check_size(units, "units"), check_size(draws, "draws")
+    confidence = check_confidence(confidence)
+    rng = np.random.default_rng(seed)
+    P, S = tok.shape
+    outer = rng.integers(0, P, size=(draws, P))
+    picks = np.take_along_axis(outer, rng.integers(0, P, size=(draws, units)), axis=1)
+    replays = rng.integers(0, S, size=(draws, units))
+    den = its[picks, replays].sum(axis=1)
+    ratios = tok[picks, replays].sum(axis=1)[den > 0] / den[den > 0]
+    if ratios.size == 0:
+        raise ValueError("iterations: every resampled run had none")
+    alpha = 0.5 * (1.0 - confidence)
+    low, high = np.quantile(ratios, [alpha, 1.0 - alpha])
+    return float(low), float(high)
+
+
 def predict_from_log(log: LoggedRows, verifier, draft, *, sequences: int = 32, seed: int = 0, rule: str = "match",
-                     tail: str = "overlap", confidence: float = 0.95, draws: int = 2000) -> LogPrediction:
+                     tail: str = "overlap", confidence: float = 0.95, draws: int = 2000,
+                     units: int | None = None) -> LogPrediction:
     """The block efficiency the decode engine gives ``verifier`` on every path of ``log`` (module docstring).
 
     ``draft`` is a draft length L (a chain verifier) or a :class:`~otspec.drafts.DraftTree` (a multi-draft
     verifier, walked with ``rule``); each path is replayed ``sequences`` times (path i with seed ``seed + i``).
+    ``units`` is the number of prompts of the run the prediction interval is for (default: the log's paths).
     """
     if not isinstance(log, LoggedRows):
         raise ValueError(f"log: expected LoggedRows (otspec.sources.load_logged_rows), got {type(log).__name__}")
@@ -105,10 +148,16 @@ def predict_from_log(log: LoggedRows, verifier, draft, *, sequences: int = 32, s
         else:
             res = generate_tree(d, t, verifier, tree, steps, rule=rule, n_sequences=sequences, seed=seed + i,
                                 progress=False)
-        tokens.append(res.generated)
-        iterations.append(res.iterations)
+        per_tokens, per_iterations = res.per_sequence
+        tokens.append(per_tokens)
+        iterations.append(per_iterations)
         hist += np.asarray(res.accept_hist, dtype=np.int64)
     if not tokens:
         raise ValueError("log: no path has the two steps a prediction needs")
-    value, low, high = paired_ratio_interval(tokens, iterations, confidence=confidence, draws=draws, seed=seed)
-    return LogPrediction(value, low, high, np.asarray(tokens), np.asarray(iterations), hist, sequences)
+    tokens, iterations = np.stack(tokens), np.stack(iterations)  # (paths, replays)
+    value, mean_low, mean_high = paired_ratio_interval(tokens.sum(axis=1), iterations.sum(axis=1),
+                                                       confidence=confidence, draws=draws, seed=seed)
+    units = tokens.shape[0] if units is None else check_size(units, "units")
+    low, high = predictive_ratio_interval(tokens, iterations, units, confidence=confidence, draws=draws, seed=seed + 1)
+    return LogPrediction(value, low, high, tokens.sum(axis=1), iterations.sum(axis=1), hist, sequences,
+                         mean_low, mean_high, units)
