@@ -45,13 +45,20 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from otspec.checks import MAX_DRAFT_LENGTH, check_size
-from otspec.engine.predict import predict_from_log
+from otspec.engine.predict import predict_from_log, predict_from_pairs
 from otspec.engine.record import PairRecord
 from otspec.verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, DecodingOPT
 
 from .cache import CACHE_KINDS, make_cache
 from .drafters import load_pair
-from .logrows import DEFAULT_LOG_MAX_KEPT, DEFAULT_LOG_TOP_P, check_loggable, record_rows
+from .logrows import (
+    DEFAULT_LOG_MAX_KEPT,
+    DEFAULT_LOG_TOP_P,
+    NGRAM_METHOD,
+    check_loggable,
+    ngram_pairs,
+    record_rows,
+)
 from .loop import (
     interleave,
     plain_batches,
@@ -218,15 +225,20 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
                            batch_size=batch_size, progress=progress, cache=cache)
     timing = timing_check(baseline["ms_per_token"], 1e3 * after.seconds / after.generated,
                           [load_start, load_average()], os.cpu_count() or 1)
-    log = None
-    if not pair.drafter.deterministic:
+    log = replays = None
+    if pair.drafter.deterministic:  # prompt lookup: its proposals and the target's rows along the same run
+        replays = ngram_pairs(pair, ids, after.tokens, sampling=sampling)
+    else:
         log = record_rows(pair, ids, after.tokens, sampling=sampling, top_p=log_top_p, max_kept=log_max_kept,
                           meta={"prompts": prompts, "max_new_tokens": max_new_tokens,
                                 "seed": seed + PREDICTION_SEED_OFFSET, "use": "predictions (independent of the runs)"})
 
     def predict(verifier, draft):
-        return None if log is None else predict_from_log(log, verifier, draft, sequences=prediction_sequences,
-                                                         seed=seed, rule=rule, units=len(ids))
+        if replays is not None:
+            return predict_from_pairs(replays, verifier, draft, sequences=prediction_sequences, seed=seed,
+                                      units=len(ids), method=NGRAM_METHOD)
+        return predict_from_log(log, verifier, draft, sequences=prediction_sequences, seed=seed, rule=rule,
+                                units=len(ids))
 
     runs = [run_record(result, name, L, baseline, prof, rng, predict(REGISTRY[name](), L))
             for name, L, result in chain_results]

@@ -7,8 +7,13 @@ import pytest
 
 from otspec.drafts import DraftTree
 from otspec.engine import generate
-from otspec.engine.predict import paired_ratio_interval, predict_from_log, predictive_ratio_interval
-from otspec.sources import IIDSource, log_rows, random_markov
+from otspec.engine.predict import (
+    paired_ratio_interval,
+    predict_from_log,
+    predict_from_pairs,
+    predictive_ratio_interval,
+)
+from otspec.sources import IIDSource, PositionalSource, log_rows, random_markov, source_from_json
 from otspec.theory import expected_accepted_token
 from otspec.verifiers import BackwardBlockVerify, BlockVerify, KSeq, TokenVerify
 
@@ -107,3 +112,51 @@ def test_predictive_ratio_interval_edges():
         predictive_ratio_interval(np.ones((2, 2)), -np.ones((2, 2)), 4)
     with pytest.raises(ValueError, match="units"):
         predictive_ratio_interval(np.ones((2, 2)), np.ones((2, 2)), 0)
+
+
+def _gapped_pair(T: int, seed: int):
+    """A positional target on 5 symbols and a one-hot draft that proposes nothing at about a third of the steps."""
+    rng = np.random.default_rng(seed)
+    q = rng.dirichlet(np.ones(5) * 0.4, size=T)
+    x = rng.integers(0, 5, size=T)
+    proposes = rng.random(T) > 0.35
+    return q, x, proposes
+
+
+def test_a_draft_that_proposes_nothing_stops_drafting_there():
+    q, x, proposes = _gapped_pair(40, 0)
+    draft = PositionalSource(np.eye(5)[x], proposes=proposes)
+    assert source_from_json(draft.to_json()).proposes(np.arange(40)).tolist() == proposes.tolist()
+    for verifier in (TokenVerify(), BlockVerify()):
+        out = generate(draft, PositionalSource(q), verifier, 4, 40, n_sequences=64, seed=3, progress=False)
+        hist = np.asarray(out.accept_hist)  # [drafted g, accepted τ]
+        assert hist[0].sum() > 0 and hist[1:].sum() > 0
+    # a draft the target always accepts, proposing at even steps only: one drafted token + the bonus per iteration
+    sure = PositionalSource(np.eye(5)[x], proposes=np.arange(40) % 2 == 0)
+    for verifier in (TokenVerify(), BlockVerify(), BackwardBlockVerify()):
+        out = generate(sure, PositionalSource(np.eye(5)[x]), verifier, 4, 40, n_sequences=4, seed=1, progress=False)
+        assert out.block_efficiency.value == 2.0  # 5 if the gaps were ignored
+    # where nothing is ever proposed, every iteration drafts nothing: one token per target call
+    none = PositionalSource(np.eye(5)[x], proposes=np.zeros(40, dtype=bool))
+    out = generate(none, PositionalSource(q), BlockVerify(), 4, 40, n_sequences=8, seed=3, progress=False)
+    assert out.block_efficiency.value == 1.0 and np.asarray(out.accept_hist)[1:].sum() == 0
+    with pytest.raises(ValueError, match="proposes"):
+        PositionalSource(np.eye(5)[x], proposes=np.ones(39, dtype=bool))
+
+
+@pytest.mark.parametrize("verifier", [TokenVerify(), BlockVerify(), BackwardBlockVerify()],
+                         ids=["token", "block", "block_v1"])
+def test_a_one_hot_draft_lumps_to_two_symbols(verifier):
+    """A one-hot draft enters every verifier's law only through q(proposal): the rows lumped to {proposal, rest}
+    give the same block efficiency as the full rows (the prompt-lookup replay of llm_bridge rests on this)."""
+    full, lumped = [], []
+    for i in range(6):
+        q, x, proposes = _gapped_pair(30, 10 + i)
+        qx = q[np.arange(30), x]
+        full.append((PositionalSource(np.eye(5)[x], proposes=proposes), PositionalSource(q)))
+        lumped.append((PositionalSource(np.tile([1.0, 0.0], (30, 1)), proposes=proposes),
+                       PositionalSource(np.stack([qx, 1 - qx], axis=1))))
+    a = predict_from_pairs(full, verifier, 4, sequences=400, seed=0)
+    b = predict_from_pairs(lumped, verifier, 4, sequences=400, seed=50)
+    assert abs(a.block_efficiency - b.block_efficiency) < 0.02
+    assert a.mean_low - 0.01 <= b.block_efficiency <= a.mean_high + 0.01

@@ -39,7 +39,8 @@ from .metrics import engine_metrics
 from .stats import check_confidence
 from .tree import generate_tree
 
-__all__ = ["LogPrediction", "paired_ratio_interval", "predict_from_log", "predictive_ratio_interval"]
+__all__ = ["LogPrediction", "paired_ratio_interval", "predict_from_log", "predict_from_pairs",
+           "predictive_ratio_interval"]
 
 #: How the prediction was made, as records state it.
 METHOD = ("decode engine on the logged rows of an independent plain-decoding run (positional pair per prompt, rows "
@@ -134,15 +135,29 @@ def predict_from_log(log: LoggedRows, verifier, draft, *, sequences: int = 32, s
     """
     if not isinstance(log, LoggedRows):
         raise ValueError(f"log: expected LoggedRows (otspec.sources.load_logged_rows), got {type(log).__name__}")
+    pairs = (log.path_pair(i, tail, compact=True) for i in range(log.n_paths))
+    return predict_from_pairs(pairs, verifier, draft, sequences=sequences, seed=seed, rule=rule,
+                              confidence=confidence, draws=draws, units=units)
+
+
+def predict_from_pairs(pairs, verifier, draft, *, sequences: int = 32, seed: int = 0, rule: str = "match",
+                       confidence: float = 0.95, draws: int = 2000, units: int | None = None,
+                       method: str = METHOD) -> LogPrediction:
+    """:func:`predict_from_log` on replays given as (draft, target) sources, one pair per prompt, each with a
+    finite horizon (the prompt's logged steps): e.g. :class:`~otspec.sources.PositionalSource` pairs whose draft
+    marks where it proposes nothing (a prompt-lookup drafter). Pair i is replayed with seed ``seed + i``;
+    ``method`` is the description the prediction carries."""
     sequences = check_size(sequences, "sequences")
     tree = draft if isinstance(draft, DraftTree) else None
     L = tree.depth if tree is not None else check_size(draft, "L", minimum=0)
     tokens, iterations, hist = [], [], np.zeros((L + 1, L + 1), dtype=np.int64)
-    for i in range(log.n_paths):
-        steps = int(log.path_offsets[i + 1] - log.path_offsets[i])
+    for i, (d, t) in enumerate(pairs):
+        horizons = [x for x in (d.horizon, t.horizon) if x is not None]
+        if not horizons:
+            raise ValueError(f"pair {i}: a replay needs a source with a finite horizon (the prompt's steps)")
+        steps = min(horizons)
         if steps < 2:  # a one-step path has nothing to draft
             continue
-        d, t = log.path_pair(i, tail, compact=True)
         if tree is None:
             res = generate(d, t, verifier, L, steps, n_sequences=sequences, seed=seed + i, progress=False)
         else:
@@ -160,4 +175,4 @@ def predict_from_log(log: LoggedRows, verifier, draft, *, sequences: int = 32, s
     units = tokens.shape[0] if units is None else check_size(units, "units")
     low, high = predictive_ratio_interval(tokens, iterations, units, confidence=confidence, draws=draws, seed=seed + 1)
     return LogPrediction(value, low, high, tokens.sum(axis=1), iterations.sum(axis=1), hist, sequences,
-                         mean_low, mean_high, units)
+                         mean_low, mean_high, units, method)

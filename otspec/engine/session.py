@@ -174,9 +174,10 @@ class SourceSession(Session):
         if any(self._nodes):
             raise RuntimeError("feed: tree nodes are pending; commit first")
         tokens, counts = self._write(self.end, tokens, counts)
-        rows = self._rows_at(self.end[:, None] + _positions(counts, tokens.shape[1]))
+        lengths = self.end[:, None] + _positions(counts, tokens.shape[1])
+        rows = self._rows_at(lengths)
         self.end = self.end + counts
-        return Scores(rows)
+        return Scores(rows, None, self.source.proposes(np.minimum(lengths, self.max_prefix)))
 
     def lookahead(self, tokens, counts) -> Scores:
         saved = self.buf.copy()

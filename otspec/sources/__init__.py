@@ -26,6 +26,7 @@ JSON format (read by :func:`source_from_json`, written by ``Source.to_json``)::
     {"type": "markov", "initial": [...], "transition": [[...], ...]}
     {"type": "markov", "initial": [...], "transition": [M1, M2, ...], "horizon": T}
     {"type": "positional", "rows": [[...], ...]}          # row t: law of token t
+    {"type": "positional", "rows": [...], "proposes": [true, false, ...]}  # a draft with gaps
     {"type": "table", "vocab_size": 2, "horizon": 2,
      "rows": {"": [0.5, 0.5], "0": [0.9, 0.1], "1": [0.2, 0.8]}}
 

@@ -102,6 +102,12 @@ class Source(ABC):
         # subclasses range-check only the tokens they read, so a long decode buffer costs nothing
         return self._rows(tokens, lengths)
 
+    def proposes(self, lengths) -> np.ndarray | None:
+        """Whether a draft on this source proposes a token after prefixes of these ``lengths`` (int array), as a
+        bool array of their shape; ``None`` (the default): everywhere. A drafter that sometimes has nothing to
+        propose (prompt lookup) is replayed by a source that says where; the decode loops stop drafting there."""
+        return None
+
     def check_length(self, length: int) -> None:
         """Raise ``ValueError`` if sequences of ``length`` tokens exceed the horizon."""
         if self.horizon is not None and length > self.horizon:

@@ -6,6 +6,8 @@ import json
 import os
 from collections.abc import Mapping
 
+import numpy as np
+
 from .base import Source
 from .models import (
     IIDSource,
@@ -58,7 +60,10 @@ def _from_json(obj, kind) -> Source:
     if kind == "markov":
         return MarkovSource(obj["initial"], obj["transition"], horizon=_integer_field(obj, "horizon", kind))
     if kind == "positional":
-        return PositionalSource(obj["rows"])
+        proposes = obj.get("proposes")
+        if proposes is not None and not (isinstance(proposes, list) and all(isinstance(x, bool) for x in proposes)):
+            raise ValueError("positional source: 'proposes' must be a list of true/false, one per row")
+        return PositionalSource(obj["rows"], None if proposes is None else np.asarray(proposes, dtype=bool))
     if kind == "table":
         rows = {}
         for key, value in obj["rows"].items():

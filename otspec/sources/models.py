@@ -150,20 +150,34 @@ class PositionalSource(Source):
     """Token t (0-based) drawn from ``rows[t]`` whatever came before: independent, not identically distributed.
 
     ``rows`` has shape (T, V), so the horizon is T. A logged decoding path replays this way
-    (:mod:`otspec.sources.logged`).
+    (:mod:`otspec.sources.logged`). ``proposes`` (bool (T,), optional) marks the positions where a
+    draft replayed by this source has a token to propose (a prompt-lookup drafter may have none; its
+    row there is not used): the decode loops stop drafting at a position marked ``False``.
     """
 
     context = 0
 
-    def __init__(self, rows):
+    def __init__(self, rows, proposes=None):
         self.rows = np.asarray(validate_probs(rows, "rows", min_ndim=2), dtype=np.float64)
         if self.rows.ndim != 2 or self.rows.shape[0] < 1:
             raise ValueError(f"rows: expected shape (T, V) with T >= 1, got {self.rows.shape}")
         self.horizon, self.vocab_size = self.rows.shape
         self._cdf = np.cumsum(self.rows, axis=1)
+        self._proposes = None
+        if proposes is not None:
+            mask = np.asarray(proposes)
+            if mask.dtype != bool or mask.shape != (self.horizon,):
+                raise ValueError(f"proposes: expected a bool array of shape ({self.horizon},), got {mask.dtype} "
+                                 f"{mask.shape}")
+            self._proposes = mask.copy()
 
     def __repr__(self):
         return f"PositionalSource(T={self.horizon}, V={self.vocab_size})"
+
+    def proposes(self, lengths) -> np.ndarray | None:
+        if self._proposes is None:
+            return None
+        return self._proposes[np.clip(np.asarray(lengths, dtype=np.int64), 0, self.horizon - 1)]
 
     def _rows(self, tokens, lengths):
         return self.rows[lengths]
@@ -184,7 +198,10 @@ class PositionalSource(Source):
         return np.minimum(out, self.vocab_size - 1)
 
     def to_json(self):
-        return {"type": "positional", "rows": self.rows.tolist()}
+        out = {"type": "positional", "rows": self.rows.tolist()}
+        if self._proposes is not None:
+            out["proposes"] = self._proposes.tolist()
+        return out
 
 
 class TableSource(Source):
