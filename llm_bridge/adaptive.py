@@ -11,13 +11,17 @@
 2. **The head** — :class:`otspec.engine.heads.AcceptanceHead` (the paper's D = 0 head: a linear layer
    and a sigmoid) fitted on the weighted loss (12); held-out prompts give the binary KL diagnostic.
 3. **The adaptive loop** — :func:`llm_bridge.loop.speculative_generate` with a
-   :class:`~otspec.engine.heads.LearnedHeadController` in Algorithm 1's convention (``lagged=True``:
-   the features the draft call returns with p_k are e_{k−1}, the embedding at the previous drafted
-   token; stop once 1 − ∏ P̂ exceeds h).
+   :class:`~otspec.engine.heads.LearnedHeadController`, two ways: ``threshold``, Algorithm 1's
+   convention (``lagged=True``: the features the draft call returns with p_k are e_{k−1}, the
+   embedding at the previous drafted token; stop once 1 − ∏ P̂ exceeds h; every round drafts ≥ 2
+   tokens), and ``threshold_unlagged`` (``lagged=False``: each drafted token is fed to the draft
+   before the rule decides, so P̂_k reads e_k and the rule can stop after one token, at one more
+   draft call per round). Only the unlagged rule compares like for like with fixed K = 1.
 4. **The frontier** (the paper's Figure 3 on this pair): discard rate N_discarded / N against
-   verification rate N_target / N for the threshold rule over h and for fixed K, with measured
-   tokens/s, speedup over plain sampling in the same run, and the cost model's latency (eq. (4))
-   from the measured t_draft and t_target.
+   verification rate N_target / N for both threshold rules over h and for fixed K, with measured
+   tokens/s and speedup over plain sampling (every run and plain sampling decode each batch of
+   prompts in turn: interleaved timing rounds, with plain sampling again at the end as the timing
+   check), and the cost model's latency (eq. (4)) from the measured t_draft and t_target.
 
 Writes the record ``figures/llm_adaptive_<name>.json`` (an :class:`otspec.engine.record.AdaptiveRecord`;
 ``python -m otspec.plot record`` and the report draw its ``.md`` and ``.png``); the head is saved as JSON
@@ -28,21 +32,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from otspec.distributions import sample_categorical
 from otspec.engine.heads import AcceptanceHead, LearnedHeadController, binary_kl
+from otspec.engine.predict import paired_ratio_interval
 from otspec.engine.record import AdaptiveRecord
 from otspec.verifiers import TokenVerify
 
 from .drafters import load_pair
-from .loop import plain_generate, speculative_generate
+from .loop import interleave, plain_batches, plain_generate, speculative_batches
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
 from .prompts import DATA_DIR, encode_prompts, read_prompts
+from .runs import INTERLEAVED_METHOD, LoadMeter, round_speedups, timing_check, torch_threads
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .validate import output_name
 
@@ -180,31 +188,72 @@ def _row(result, policy: str, value, baseline: dict) -> dict:
     cost = d.cost(t_draft, t_target)
     be = d.block_efficiency
     drafted = d.accept_hist.sum(axis=1)
-    return {"policy": policy, "value": value, "block_efficiency": {"mean": be.value, "low": be.low, "high": be.high},
+    tokens, iterations = d.per_sequence
+    mean, low, high = paired_ratio_interval(tokens, iterations, seed=0)
+    ratios = round_speedups(result, baseline)
+    return {"policy": policy, "value": value,
+            "block_efficiency": {"mean": mean, "low": low, "high": high, "unit": "prompt", "prompts": int(tokens.size)},
+            "block_efficiency_batch_means": {"mean": be.value, "low": be.low, "high": be.high},
             "mean_draft_length": float(drafted @ np.arange(drafted.size) / max(drafted.sum(), 1)),
+            "draft_calls_per_iteration": timer.count("draft") / max(d.iterations, 1),
             "discard_rate": cost.discard_rate, "verification_rate": cost.verification_rate,
             "latency_ms": cost.latency, "t_draft_ms": t_draft, "t_target_ms": t_target,
             "tokens_per_s": result.tokens_per_s, "speedup": result.tokens_per_s / baseline["tokens_per_s"],
+            "speedup_interval": None if ratios is None else {
+                "low": min(ratios), "high": max(ratios), "median": float(np.median(ratios)), "rounds": ratios,
+                "method": INTERLEAVED_METHOD},
             "model_speedup": baseline["ms_per_token"] / cost.latency}
 
 
+#: What the two threshold rules of a record are.
+RULES = {"threshold": "lagged, SpecDec++ Algorithm 1 to the letter: the features at step k are the draft's state at "
+                      "token k - 1, so P-hat predicts the previous token's acceptance and every round drafts >= 2 "
+                      "tokens (K_max = 1 aside)",
+         "threshold_unlagged": "unlagged: each drafted token is fed to the draft before the rule decides, so P-hat_k "
+                               "reads the state at token k itself and the rule can stop after 1 token; one more draft "
+                               "call per round (the call that would give the next row is also made where it stops)"}
+
+
 def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6, 8), max_length: int = 12,
-             max_new_tokens: int = 48, sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int = 1,
-             progress: bool | None = None) -> dict:
-    """Fixed K and the threshold rule on the learned head, on the same prompts with plain sampling beside them."""
-    plain = plain_generate(pair.target, prompts, max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size,
-                           progress=progress)
-    baseline = {"tokens_per_s": plain.tokens_per_s, "ms_per_token": 1e3 * plain.seconds / plain.generated}
-    out = {"baseline": baseline, "fixed": [], "threshold": []}
-    for K in fixed:
-        run = speculative_generate(pair, prompts, TokenVerify(), int(K), max_new_tokens, sampling=sampling, seed=seed,
-                                   batch_size=batch_size, progress=progress, record_law=False)
-        out["fixed"].append(_row(run, "fixed", int(K), baseline))
-    for h in thresholds:
-        ctrl = LearnedHeadController(head, None, float(h), max_length, lagged=True)
-        run = speculative_generate(pair, prompts, TokenVerify(), ctrl, max_new_tokens, sampling=sampling, seed=seed,
-                                   batch_size=batch_size, progress=progress, record_law=False)
-        out["threshold"].append(_row(run, "threshold", float(h), baseline))
+             max_new_tokens: int = 48, sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int = 8,
+             progress: bool | None = None, unlagged: bool = True) -> dict:
+    """Fixed K and the threshold rule on the learned head (lagged, and with ``unlagged`` the rule without the lag),
+    on the same prompts with plain sampling beside them: every run and plain sampling decode each batch of prompts
+    in turn (interleaved timing rounds), and plain sampling runs again at the end (the record's timing check)."""
+    common = {"sampling": sampling, "seed": seed, "batch_size": batch_size, "progress": False}
+    plan = [("plain", None)] + [("fixed", int(K)) for K in fixed] + [("threshold", float(h)) for h in thresholds]
+    if unlagged:
+        plan += [("threshold_unlagged", float(h)) for h in thresholds]
+    meter = LoadMeter()
+    load_start = meter.read()
+    plain_generate(pair.target, prompts[:batch_size], 4, sampling=sampling, progress=False)  # warm-up, untimed
+    batches = []
+    for policy, value in plan:
+        if policy == "plain":
+            batches.append(plain_batches(pair.target, prompts, max_new_tokens, **common))
+            continue
+        ctrl = int(value) if policy == "fixed" else LearnedHeadController(head, None, value, max_length,
+                                                                          lagged=policy == "threshold")
+        batches.append(speculative_batches(pair, prompts, TokenVerify(), ctrl, max_new_tokens, record_law=False,
+                                           **common))
+    rounds = -(-len(prompts) // batch_size)
+    with tqdm(total=rounds * len(batches), desc="frontier runs", unit="batch", leave=False,
+              disable=None if progress is None else not progress) as bar:
+        plain, *results = interleave(batches, on_round=lambda _: (bar.update(), meter.sample()))
+    baseline = {"tokens_per_s": plain.tokens_per_s, "ms_per_token": 1e3 * plain.seconds / plain.generated,
+                "rounds": [{"generated": g, "seconds": t} for g, t in plain.rounds]}
+    after = plain_generate(pair.target, prompts, max_new_tokens, sampling=sampling, seed=seed + 1,
+                           batch_size=batch_size, progress=False)
+    timing = timing_check(baseline["ms_per_token"], 1e3 * after.seconds / after.generated,
+                          [load_start, meter.read()], os.cpu_count() or 1,
+                          torch_threads())
+    out = {"baseline": baseline, "timing": timing, "fixed": [], "threshold": [], "rules": RULES}
+    if unlagged:
+        out["threshold_unlagged"] = []
+    if timing["unreliable_timing"]:
+        out["unreliable_timing"] = timing["unreliable_timing"]
+    for (policy, value), result in zip(plan[1:], results, strict=True):
+        out[policy].append(_row(result, policy, value, baseline))
     return out
 
 
@@ -225,7 +274,9 @@ def main(argv=None) -> int:
     ap.add_argument("--thresholds", default=",".join(map(str, THRESHOLDS)))
     ap.add_argument("--fixed", default="1,2,3,4,6,8", help="fixed draft lengths K for comparison")
     ap.add_argument("--max-length", type=int, default=12, help="K_max of the threshold rule")
-    ap.add_argument("--prompts", type=int, default=4, help="validation prompts of the loop")
+    ap.add_argument("--prompts", type=int, default=32, help="validation prompts of the loop (the intervals' units)")
+    ap.add_argument("--batch-size", type=int, default=8, help="prompts decoded together (one timing round each)")
+    ap.add_argument("--no-unlagged", action="store_true", help="run only the lagged rule of Algorithm 1")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
@@ -255,8 +306,9 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
     for h in thresholds:
         if not 0.0 <= h <= 1.0:
             raise ValueError(f"--thresholds: {h} is not in [0, 1]")
-    if any(k < 1 for k in fixed) or args.max_length < 1 or args.prompts < 1 or args.max_new_tokens < 1:
-        raise ValueError("--fixed, --max-length, --prompts and --max-new-tokens must be >= 1")
+    if (any(k < 1 for k in fixed) or args.max_length < 1 or args.prompts < 1 or args.max_new_tokens < 1
+            or args.batch_size < 1):
+        raise ValueError("--fixed, --max-length, --prompts, --max-new-tokens and --batch-size must be >= 1")
     pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
     if args.head:
         head, report = load_head(args.head)
@@ -272,12 +324,14 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
         raise ValueError(f"--prompts {args.prompts}: the prompt file holds only {len(ids)}")
     record = {"model_pair": pair.describe(),
               "settings": {"train_prompts": args.train_prompts, "train_tokens": args.train_tokens, "mix": args.mix,
-                           "prompts": args.prompts, "max_new_tokens": args.max_new_tokens,
+                           "prompts": args.prompts, "batch_size": args.batch_size,
+                           "max_new_tokens": args.max_new_tokens,
                            "max_length": args.max_length, "temperature": args.temperature, "seed": args.seed,
                            "torch": torch.__version__, "threads": torch.get_num_threads()},
               "head": report}
     record.update(frontier(pair, ids, head, thresholds=thresholds, fixed=fixed, max_length=args.max_length,
-                           max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed))
+                           max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed,
+                           batch_size=args.batch_size, unlagged=not args.no_unlagged))
     return AdaptiveRecord.from_json(record)
 
 

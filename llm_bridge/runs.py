@@ -3,7 +3,8 @@
 * :func:`run_record` (chain runs) and :func:`tree_record` (multi-draft runs): block efficiency over prompts
   (paired bootstrap), the serving engines' metrics, the prediction from an independent plain-decoding log
   (:mod:`otspec.engine.predict`) and the two-point upper bound, call times and the cost model's speedup;
-* :func:`timing_check`: the record's load protection (plain sampling before and after, load averages);
+* :func:`timing_check` and :class:`LoadMeter`: the record's load protection (plain sampling before and after, the
+  load other work puts on the machine);
 * :func:`export_synthetic_rates`: per-position rates for a serving engine's synthetic-acceptance mode.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +23,8 @@ from otspec.verifiers import REGISTRY
 
 from .measure import predicted_block_efficiency, predicted_speedup
 
-__all__ = ["ENGINE_KEYS", "INTERLEAVED_METHOD", "MAX_BASELINE_DRIFT", "TWO_POINT_METHOD", "export_synthetic_rates", "load_average",
-           "run_record", "timing_check", "tree_record"]
+__all__ = ["ENGINE_KEYS", "INTERLEAVED_METHOD", "MAX_BASELINE_DRIFT", "MIN_OTHER_LOAD", "TWO_POINT_METHOD",
+           "LoadMeter", "export_synthetic_rates", "load_average", "round_speedups", "run_record", "timing_check", "tree_record"]
 
 #: The serving-engine metrics every run carries at its top level (all of them under ``engine_metrics``).
 ENGINE_KEYS = ("mean_acceptance_length", "acceptance_per_position_unconditional", "draft_acceptance_rate")
@@ -49,25 +51,63 @@ def _bootstrap_prediction(result, weights, key: str, rng, n_boot: int = 200) -> 
 
 
 #: A record's timing is unreliable when plain sampling's time per token drifts by more than this between the start
-#: and the end of its runs, or when the machine's load average exceeds its cores.
+#: and the end of its runs, or when other work takes more of the machine than this process leaves free.
 MAX_BASELINE_DRIFT = 0.10
+#: The least load average of other work counted as contention (one core): the load average less this process's own
+#: CPU use is an estimate, off by a few tenths on a quiet machine.
+MIN_OTHER_LOAD = 1.0
+
+_START = (time.monotonic(), time.process_time())  # this process, when llm_bridge was imported
 
 
-def timing_check(before_ms: float, after_ms: float, loads, cpus: int) -> dict:
+class LoadMeter:
+    """The load other work puts on the machine: the 1-minute load average less this process's own CPU use (CPU
+    seconds per second) over about the last minute. ``sample()`` notes the process's CPU time (call it now and then,
+    e.g. once per timing round); ``read()`` returns ``{"load_average", "own_cpu", "other_load"}``."""
+
+    WINDOW = 60.0
+
+    def __init__(self):
+        self.samples = [_START]
+
+    def sample(self) -> None:
+        self.samples.append((time.monotonic(), time.process_time()))
+
+    def read(self) -> dict:
+        load, now = load_average(), (time.monotonic(), time.process_time())
+        older = [x for x in self.samples if now[0] - x[0] >= self.WINDOW]
+        ref = older[-1] if older else self.samples[0]
+        own = (now[1] - ref[1]) / max(now[0] - ref[0], 1e-9)
+        self.samples.append(now)
+        return {"load_average": load, "own_cpu": own, "other_load": None if load is None else max(load - own, 0.0)}
+
+
+def timing_check(before_ms: float, after_ms: float, readings, cpus: int, threads: int = 1) -> dict:
     """The ``timing`` object of a record: plain sampling's ms per token before and after the measured runs, their
-    drift, the load averages seen (1-minute, at the start and the end) and ``unreliable_timing`` (``None``, or the
-    reason: a drift above :data:`MAX_BASELINE_DRIFT` or a load above the ``cpus`` cores)."""
+    drift, the load readings (:meth:`LoadMeter.read`, at the start and the end) and ``unreliable_timing`` (``None``,
+    or the reason: a drift above :data:`MAX_BASELINE_DRIFT`, or other work above the cores this process's
+    ``threads`` leave free, and at least :data:`MIN_OTHER_LOAD`)."""
     drift = abs(after_ms / before_ms - 1.0) if before_ms > 0 else float("inf")
     reasons = []
     if drift > MAX_BASELINE_DRIFT:
         reasons.append(f"plain sampling drifted {100 * drift:.1f} % between the start and the end of the runs "
                        f"({before_ms:.2f} -> {after_ms:.2f} ms per token; limit {100 * MAX_BASELINE_DRIFT:.0f} %)")
-    busy = [x for x in loads if x is not None and x > cpus]
-    if busy:
-        reasons.append(f"the machine's load average reached {max(busy):.2f} on {cpus} cores")
+    free = max(cpus - threads, MIN_OTHER_LOAD)
+    others = [r["other_load"] for r in readings if r is not None and r.get("other_load") is not None]
+    if others and max(others) > free:
+        reasons.append(f"other work kept the machine busy: load average {max(others):.2f} beyond this process's own, "
+                       f"on {cpus} cores of which this run's {threads} threads leave {free:g} free")
     return {"baseline_before_ms_per_token": before_ms, "baseline_after_ms_per_token": after_ms,
-            "baseline_drift": drift, "load_average": list(loads), "cpus": cpus,
-            "unreliable_timing": "; ".join(reasons) or None}
+            "baseline_drift": drift, "load": list(readings),
+            "load_average": [None if r is None else r.get("load_average") for r in readings], "cpus": cpus,
+            "threads": threads, "unreliable_timing": "; ".join(reasons) or None}
+
+
+def torch_threads() -> int:
+    """The threads torch computes with in this process."""
+    import torch
+
+    return int(torch.get_num_threads())
 
 
 def load_average():
@@ -108,16 +148,24 @@ def _rounds(result) -> list:
     return [{"generated": g, "seconds": t} for g, t in result.rounds]
 
 
+def round_speedups(result, baseline: dict) -> list | None:
+    """The run's tokens/s over plain sampling's, per interleaved timing round (``baseline["rounds"]``), or ``None``
+    when the two were not decoded in turn (their rounds do not pair up)."""
+    plain = baseline.get("rounds") or []
+    if not plain or len(plain) != len(result.rounds):
+        return None
+    return [float((g / t) / (r["generated"] / r["seconds"])) for (g, t), r in zip(result.rounds, plain, strict=True)]
+
+
 def _speedup(result, baseline: dict, be) -> tuple[float, dict]:
     """Measured speedup over plain sampling, and its spread over the interleaved timing rounds (each batch of
     prompts, timed for plain sampling and this run in the same window). Without rounds that pair up (a baseline
     not decoded in turn with the run), the block efficiency's interval, scaled, stands in."""
     speedup = result.tokens_per_s / baseline["tokens_per_s"]
-    plain = baseline.get("rounds") or []
-    if not plain or len(plain) != len(result.rounds):
+    ratios = round_speedups(result, baseline)
+    if ratios is None:
         return speedup, {"low": speedup * be["low"] / be["mean"], "high": speedup * be["high"] / be["mean"],
                          "method": "block efficiency interval, scaled (no interleaved timing rounds)"}
-    ratios = [(g / t) / (r["generated"] / r["seconds"]) for (g, t), r in zip(result.rounds, plain, strict=True)]
     return speedup, {"low": float(min(ratios)), "high": float(max(ratios)), "median": float(np.median(ratios)),
                      "rounds": [float(x) for x in ratios], "method": INTERLEAVED_METHOD}
 

@@ -17,8 +17,9 @@ acceptance per position, the SpecDec++ time decomposition); ``hf_assisted`` {tok
 acceptance_rate}; ``hf_decode_step`` {ms_per_token, tokens_per_s, cache, otspec_step_ratio}: Hugging
 Face's plain decode step with the same cache kind and otspec's step over it (the CUDA goal is at
 most 1.5); plus ``baseline``, ``profile``, ``drafter`` and ``lossless``; ``timing`` {baseline_before_ms_per_token,
-baseline_after_ms_per_token, baseline_drift, load_average, cpus, unreliable_timing}: plain sampling is run again
-after every measured run, and a drift above 10 % or a load above the cores sets the top-level
+baseline_after_ms_per_token, baseline_drift, load, load_average, cpus, threads, unreliable_timing}: plain sampling is
+run again after every measured run, and a drift above 10 % or other work above the cores this run leaves free (the
+load average less this process's own CPU use) sets the top-level
 ``unreliable_timing`` (the reason), which the summaries and plots show instead of trusting the times.
 Every run also carries the serving engines' metrics (:mod:`otspec.engine.metrics`). With ``--trees``:
 ``tree_runs``, per multi-draft verifier × draft tree (k-configs such as ``4x2x2x1``, or ``iid:K:L``
@@ -74,10 +75,11 @@ from .prompts import DATA_DIR, encode_prompts, read_prompts
 from .runs import (
     ENGINE_KEYS,
     MAX_BASELINE_DRIFT,
+    LoadMeter,
     export_synthetic_rates,
-    load_average,
     run_record,
     timing_check,
+    torch_threads,
     tree_record,
 )
 from .sampling import Sampling
@@ -194,7 +196,8 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     if len(ids) < prompts:
         raise ValueError(f"--prompts {prompts}: the prompt file holds only {len(ids)}")
     rng = np.random.default_rng(seed)
-    load_start = load_average()
+    meter = LoadMeter()
+    load_start = meter.read()
     if cache == "compiled":  # compile every call shape before anything is timed
         _warm_up(pair, ids[:batch_size], lengths, trees, multi_verifiers, rule, sampling, cache)
     else:  # first calls of a fresh process are slow (allocations, kernels chosen): not part of the baseline
@@ -210,7 +213,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     rounds = -(-len(ids) // batch_size)
     with tqdm(total=rounds * len(batches), desc="interleaved runs", unit="batch", leave=False,
               disable=None if progress is None else not progress) as bar:
-        plain, *results = interleave(batches, on_round=lambda _: bar.update())
+        plain, *results = interleave(batches, on_round=lambda _: (bar.update(), meter.sample()))
     baseline = {"tokens_per_s": plain.tokens_per_s, "ms_per_token": 1e3 * plain.seconds / plain.generated,
                 "ms_per_step": 1e3 * plain.seconds / max(plain.timer.count("target"), 1),
                 "t_target_ms": plain.timer.mean_ms("target"), "generated": plain.generated,
@@ -224,7 +227,8 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     after = plain_generate(pair.target, ids, max_new_tokens, sampling=sampling, seed=seed + PREDICTION_SEED_OFFSET,
                            batch_size=batch_size, progress=progress, cache=cache)
     timing = timing_check(baseline["ms_per_token"], 1e3 * after.seconds / after.generated,
-                          [load_start, load_average()], os.cpu_count() or 1)
+                          [load_start, meter.read()], os.cpu_count() or 1,
+                          torch_threads())
     log = replays = None
     if pair.drafter.deterministic:  # prompt lookup: its proposals and the target's rows along the same run
         replays = ngram_pairs(pair, ids, after.tokens, sampling=sampling)

@@ -71,6 +71,43 @@ def test_trained_head_runs_in_the_loop_lagged():
     assert one.decode.accept_hist.sum(axis=1)[2:].sum() == 0
 
 
+def test_unlagged_head_reads_the_state_at_the_drafted_token():
+    """Lagged (Algorithm 1): the features at step 1 are the draft's last hidden state at the context's last token;
+    unlagged: at the drafted token itself, fed before the rule decides (one more draft call per round)."""
+    pair = tiny_pair(sharpness=2.0)
+    rng = np.random.default_rng(0)
+    head = AcceptanceHead().fit(rng.normal(size=(100, 32)), rng.uniform(0.3, 0.9, size=100))
+    seen = []
+
+    class Recording(LearnedHeadController):
+        def keep_drafting(self, step, draft_rows, **kw):
+            seen.append((step, np.array(kw["tokens"]), np.array(kw["features"])))
+            return super().keep_drafting(step, draft_rows, **kw)
+
+    prompt = random_prompts(1, np.random.default_rng(4))
+    calls = {}
+    for lagged in (True, False):
+        seen.clear()
+        run = speculative_generate(pair, prompt, TokenVerify(), Recording(head, None, 1e-9, 4, lagged=lagged), 12,
+                                   progress=False)
+        step, tokens, features = seen[0]  # the first round's first drafted token x_1
+        assert step == 1
+        context = list(prompt[0]) + ([] if lagged else [int(tokens[0])])
+        with torch.no_grad():
+            hidden = pair.drafter.model(input_ids=torch.as_tensor([context]), output_hidden_states=True)
+        np.testing.assert_allclose(features[0], hidden.hidden_states[-1][0, -1].double().numpy(), atol=1e-5)
+        calls[lagged] = (run.timer.count("draft"), run.decode.iterations, run.decode.accept_hist.sum(axis=1))
+    lagged_hist, unlagged_hist = calls[True][2], calls[False][2]
+    assert lagged_hist[1] == 0 or lagged_hist[1] <= 1  # threshold ~0: the lagged rule still drafts 2 (ends aside)
+    assert unlagged_hist[2:].sum() == 0 and unlagged_hist[1] > 0  # the unlagged rule stops after 1
+    assert calls[False][0] == 2 * (calls[False][1] - unlagged_hist[0])  # 2 draft calls per drafting round
+    with pytest.raises(ValueError, match="unlagged head"):
+        from otspec.verifiers import BackwardBlockVerify
+
+        speculative_generate(pair, prompt, BackwardBlockVerify(), LearnedHeadController(head, None, 0.5, 4), 6,
+                             progress=False)
+
+
 def test_saved_head_round_trips(tmp_path):
     rng = np.random.default_rng(0)
     head = AcceptanceHead(w_rej=2.0).fit(rng.normal(size=(50, 4)), rng.uniform(size=50))
@@ -95,12 +132,18 @@ def test_cli_writes_the_frontier(tmp_path):
     assert adaptive.main(args) == 0
     record = json.loads((out / "llm_adaptive_tiny.json").read_text())
     assert [r["value"] for r in record["fixed"]] == [1, 3] and [r["value"] for r in record["threshold"]] == [0.3, 0.7]
-    for r in record["fixed"] + record["threshold"]:
+    assert [r["value"] for r in record["threshold_unlagged"]] == [0.3, 0.7] and set(record["rules"]) == {
+        "threshold", "threshold_unlagged"}
+    assert record["timing"]["baseline_after_ms_per_token"] > 0
+    for r in record["fixed"] + record["threshold"] + record["threshold_unlagged"]:
+        assert r["block_efficiency"]["unit"] == "prompt" and "interleaved" in r["speedup_interval"]["method"]
         assert {"discard_rate", "verification_rate", "tokens_per_s", "speedup", "block_efficiency"} <= set(r)
         assert 0 < r["verification_rate"] <= 1 and r["discard_rate"] >= 0
     assert record["fixed"][0]["discard_rate"] <= record["fixed"][1]["discard_rate"] + 0.5
     assert plot_main(["record", str(out / "llm_adaptive_tiny.json")]) == 0
-    assert "threshold h = 0.3" in (out / "llm_adaptive_tiny.md").read_text()
+    summary = (out / "llm_adaptive_tiny.md").read_text()
+    assert "threshold h = 0.3 (lagged)" in summary and "threshold h = 0.3 (unlagged)" in summary
+    assert "Best unlagged threshold" in summary and "like for like with fixed K = 1" in summary
     assert (out / "llm_adaptive_tiny.png").stat().st_size > 10_000
     # a saved head is reused without training
     assert adaptive.main(args[:6] + ["--head", str(tmp_path / "h.json")] + args[16:-2]) == 0

@@ -179,6 +179,13 @@ class LearnedHeadController(DraftLengthController):
     yields p_k), so they predict the acceptance of token k − 1; step 1 multiplies nothing (its
     features describe the context, not a drafted token), so for h > 0 every round drafts at least
     2 tokens unless ``max_length`` is 1.
+
+    ``lagged=False`` in a loop whose draft session returns features (``llm_bridge``'s hidden states)
+    is the rule without the lag: the loop feeds each drafted token to the draft before asking
+    (``reads_drafted_state``), so the features at step k are e_k, the state at token k itself, and
+    P̂_k predicts the acceptance of token k; the price is one more draft call per round (the call
+    that would give p_{k+1} is made also where the rule stops). A loop without features (toy
+    sources) uses ``featurize(previous, tokens)``, which already describes token k.
     """
 
     needs_context = True
@@ -189,6 +196,11 @@ class LearnedHeadController(DraftLengthController):
         self.threshold = check_real(threshold, "threshold", low=0.0, high=1.0)
         self.max_length = check_size(max_length, "max_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
         self._predicted = np.ones(0)
+
+    @property
+    def reads_drafted_state(self) -> bool:
+        """Whether a loop with draft features should hand over the state at the drafted token (unlagged)."""
+        return not self.lagged
 
     def start(self, n: int) -> None:
         self._predicted = np.ones(n)

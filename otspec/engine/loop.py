@@ -181,6 +181,8 @@ def _draft_chain(draft: Session, target: Session, ctrl: DraftLengthController, r
     if not drafting.any():
         return drafted, tokens, draft_rows
     scores, at = run.call("draft", 0, draft.feed, run.tokens((B, 0)), np.zeros(B, dtype=np.int64)), 0
+    # an unlagged head reads the draft's state at the drafted token itself: feed each token before asking
+    early = bool(getattr(ctrl, "reads_drafted_state", False)) and scores.features is not None
     for i in range(L):
         if scores.usable is not None:
             drafting &= to_host(scores.usable[:, at]).astype(bool)
@@ -193,13 +195,16 @@ def _draft_chain(draft: Session, target: Session, ctrl: DraftLengthController, r
         tokens[:, i] = sample_categorical(rows, rng, check=False)
         draft_rows[:, i] = rows
         drafted[idx] += 1
+        if early:  # the call that gives p_{i+2} also gives e_{i+1}, the state at token i + 1 (1-based)
+            scores, at = run.call("draft", 1, draft.feed, tokens[:, i:i + 1], drafting.astype(np.int64)), 1
         features = None if scores.features is None else to_host(_index(scores.features[:, at], idx))
         keep = ctrl.keep_drafting(i + 1, _index(rows, idx), **_controller_inputs(ctrl, draft, target, run, tokens, i,
                                                                                  idx, None, features))
         drafting[idx] = np.asarray(keep, dtype=bool) & (drafted[idx] < limit[idx])
         if not drafting.any():
             break
-        scores, at = run.call("draft", 1, draft.feed, tokens[:, i:i + 1], drafting.astype(np.int64)), 1
+        if not early:
+            scores, at = run.call("draft", 1, draft.feed, tokens[:, i:i + 1], drafting.astype(np.int64)), 1
     return drafted, tokens, draft_rows
 
 

@@ -214,15 +214,23 @@ def render_adaptive_record(record: dict):
     for r in fx:
         ax_f.annotate(f"K={r['value']}", (r["verification_rate"], r["discard_rate"]), fontsize=7, xytext=(3, 3),
                       textcoords="offset points")
-    ax_f.plot([r["verification_rate"] for r in th], [r["discard_rate"] for r in th], "o-", color="C1", ms=4,
-              label="SpecDec++ threshold, learned head")
-    for r in th:
-        ax_f.annotate(f"h={r['value']:g}", (r["verification_rate"], r["discard_rate"]), fontsize=6, xytext=(3, -8),
-                      textcoords="offset points", color="C1")
+    un = record.get("threshold_unlagged") or []
+    lagged = "lagged (Algorithm 1)" if un else "learned head"
+    for rows, color, label in ((th, "C1", f"SpecDec++ threshold, {lagged}"), (un, "C2", "threshold, unlagged")):
+        if not rows:
+            continue
+        ax_f.plot([r["verification_rate"] for r in rows], [r["discard_rate"] for r in rows], "o-", color=color, ms=4,
+                  label=label)
+        for r in rows:
+            ax_f.annotate(f"h={r['value']:g}", (r["verification_rate"], r["discard_rate"]), fontsize=6,
+                          xytext=(3, -8), textcoords="offset points", color=color)
     ax_f.set_xlabel("verification rate N_target / N")
     ax_f.set_ylabel("discard rate N_discarded / N")
-    for rows, style, label in ((fx, "s--", "fixed K"), (th, "o-", "threshold h")):
-        ax_s.plot([r["mean_draft_length"] for r in rows], [r["speedup"] for r in rows], style, ms=4, label=label)
+    for rows, style, color, label in ((fx, "s--", "0.4", "fixed K"), (th, "o-", "C1", f"threshold h, {lagged}"),
+                                      (un, "o-", "C2", "threshold h, unlagged")):
+        if rows:
+            ax_s.plot([r["mean_draft_length"] for r in rows], [r["speedup"] for r in rows], style, color=color, ms=4,
+                      label=label)
     ax_s.axhline(1.0, color="grey", lw=0.8)
     ax_s.set_xlabel("mean draft length per iteration")
     ax_s.set_ylabel("speedup over plain sampling (measured)")
@@ -249,6 +257,7 @@ def _weighted_loss_note(hd: dict) -> str:
 def adaptive_markdown(record: dict, title: str | None = None) -> str:
     """The Markdown of an ``llm_bridge.adaptive`` record: the head, one row per policy, the best of each kind."""
     pair, hd, s = record["model_pair"], record["head"], record["settings"]
+    un = record.get("threshold_unlagged") or []
     kl = hd.get("binary_kl", {})
     const = hd.get("binary_kl_constant", {})
     lines = [f"## {title or 'SpecDec++ on the real pair: ' + pair['target'] + ' / ' + pair['draft']}", "",
@@ -259,20 +268,36 @@ def adaptive_markdown(record: dict, title: str | None = None) -> str:
              f"(the mean label as a constant: {const.get('test', float('nan')):.4f}); correlation of P̂ with P on the "
              f"test rows {_f(hd.get('correlation', {}).get('test'))}." + _weighted_loss_note(hd), "",
              f"Loop: {s['prompts']} prompts × {s['max_new_tokens']} tokens, token verification, K_max = "
-             f"{s['max_length']}; plain sampling {record['baseline']['tokens_per_s']:.1f} tokens/s in the same run.", "",
+             f"{s['max_length']}; plain sampling {record['baseline']['tokens_per_s']:.1f} tokens/s in the same run"
+             + (" (each batch of prompts decoded by plain sampling and every policy in turn: speedup [smallest, "
+                "largest] over those timing rounds)." if record["baseline"].get("rounds") else "."), "",
+             *([f"**Unreliable timing: {record['unreliable_timing']}.** Tokens/s and speedups below were measured "
+                "on a machine that was not quiet.", ""] if record.get("unreliable_timing") else []),
              "| policy | block efficiency [95% CI] | mean draft length | discard rate | verification rate "
              "| latency (cost model, ms/token) | tokens/s | speedup |", "|---|---|---|---|---|---|---|---|"]
-    for r in record["fixed"] + record["threshold"]:
+    names = {"fixed": "fixed K = {:d}", "threshold": "threshold h = {:g}" + (" (lagged)" if un else ""),
+             "threshold_unlagged": "threshold h = {:g} (unlagged)"}
+    for r in record["fixed"] + record["threshold"] + un:
         be = r["block_efficiency"]
-        name = f"fixed K = {r['value']}" if r["policy"] == "fixed" else f"threshold h = {r['value']:g}"
+        name = names.get(r["policy"], r["policy"] + " {}").format(r["value"])
+        si = r.get("speedup_interval")
+        spread = "" if not si else f" [{si['low']:.2f}, {si['high']:.2f}]"
         lines.append(f"| {name} | {be['mean']:.3f} [{be['low']:.3f}, {be['high']:.3f}] | {r['mean_draft_length']:.2f} "
                      f"| {r['discard_rate']:.3f} | {r['verification_rate']:.3f} | {r['latency_ms']:.2f} | "
-                     f"{r['tokens_per_s']:.1f} | {r['speedup']:.3f} |")
+                     f"{r['tokens_per_s']:.1f} | {r['speedup']:.3f}{spread} |")
     best_f = max(record["fixed"], key=lambda r: r["tokens_per_s"])
-    best_t = max(record["threshold"], key=lambda r: r["tokens_per_s"])
-    lines += ["", f"Best fixed K = {best_f['value']}: {best_f['tokens_per_s']:.1f} tokens/s; best threshold h = "
-              f"{best_t['value']:g}: {best_t['tokens_per_s']:.1f} tokens/s "
-              f"({100 * (best_t['tokens_per_s'] / best_f['tokens_per_s'] - 1):+.1f} %)."]
+    lines.append("")
+    for rows, kind in ((record["threshold"], "lagged threshold" if un else "threshold"), (un, "unlagged threshold")):
+        if rows:
+            best = max(rows, key=lambda r: r["tokens_per_s"])
+            lines.append(f"Best {kind} h = {best['value']:g}: {best['tokens_per_s']:.1f} tokens/s against the best "
+                         f"fixed K = {best_f['value']}: {best_f['tokens_per_s']:.1f} tokens/s "
+                         f"({100 * (best['tokens_per_s'] / best_f['tokens_per_s'] - 1):+.1f} %).")
+    for key, text in (record.get("rules") or {}).items():
+        lines.append(f"*{key}*: {text}.")
+    if un:
+        lines.append("The lagged rule never stops after one token, so only the unlagged rule is like for like with "
+                     "fixed K = 1.")
     return "\n".join(lines) + "\n"
 
 
