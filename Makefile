@@ -65,19 +65,20 @@ bench: $(TEST_STAMP)
 	$(BIN)/python benchmarks/bench_llm_vocab_mc.py --device auto --log figures/llm_distilled_rows.npz
 	$(BIN)/python benchmarks/bench_sweep.py
 
-# every committed real-pair record on CPU (about two hours on 2 cores): run it on a quiet machine, nothing else
-# running, then commit figures/llm_*; records measured on a busy machine mark themselves unreliable_timing
+# every committed real-pair record on CPU (about two hours on 2 quiet cores): run it on a quiet machine, nothing else
+# running, then commit figures/llm_*; records measured on a busy machine mark themselves unreliable_timing. The
+# two-sample losslessness tests of token / block / block_v1 run once (llm_distilled); the exact laws run everywhere
 RECORD := MPLBACKEND=Agg $(BIN)/python -m llm_bridge.validate --prompts 32 --batch-size 8 --max-new-tokens 64
 records: $(DEMO_STAMP)
 	$(RECORD) --draft distilled --L 2,4,8
-	$(RECORD) --draft distilled --L 2,4 --name default --log-rows figures/llm_default_rows.npz
-	$(RECORD) --draft int8 --L 2,4
+	$(RECORD) --draft distilled --L 2,4 --name default --log-rows figures/llm_default_rows.npz --lossless-samples 0
+	$(RECORD) --draft int8 --L 2,4 --lossless-samples 0
 	$(RECORD) --draft distilled --verifiers token --L 2 --top-k 8 --trees 2x1,iid:3:2 \
 	    --multi-verifiers otm,kseq,multiround --name otm
 	$(RECORD) --draft distilled --verifiers token --L 2,4 --trees iid:2:3,2x2x1,4x2x2x1 \
 	    --multi-verifiers kseq,multiround,multiround_without_replacement --name trees
 	$(RECORD) --draft ngram --L 2,4,8 --name ngram
-	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.adaptive --draft distilled
+	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.adaptive --draft distilled --thresholds 0.2,0.4,0.6,0.8 --fixed 1,2,3,4,6
 	MPLBACKEND=Agg $(BIN)/python -m otspec.report
 
 # every GPU record of the README (llm_bridge.validate per draft family, trees, the verifier benchmark) on CUDA

@@ -155,7 +155,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
              pair=None, trees=(), multi_verifiers=("kseq", "multiround"), rule: str = "match",
              cache: str = "auto", log_rows=None, log_top_p: float = DEFAULT_LOG_TOP_P,
              log_max_kept: int | None = DEFAULT_LOG_MAX_KEPT, prediction_sequences: int = 32,
-             lossless_verifiers=None) -> dict:
+             lossless_verifiers=None, hf_prompts: int = 8) -> dict:
     """Everything of the module docstring; returns the JSON record. ``pair`` (a loaded
     :class:`~llm_bridge.drafters.Pair`) replaces ``target``, ``draft``, ``device`` and ``dtype``;
     ``trees`` (k-configs) adds a run per multi-draft verifier × tree; ``cache`` is a kind of
@@ -175,6 +175,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     if unknown:
         raise ValueError(f"lossless verifiers {unknown}: expected names among {sorted(REGISTRY)}")
     prediction_sequences = check_size(prediction_sequences, "prediction_sequences")
+    hf_prompts = check_size(hf_prompts, "hf_prompts")
     if lossless_samples < 0:
         raise ValueError(f"lossless_samples: expected >= 0 (0 skips the two-sample test), got {lossless_samples}")
     trees = [parse_tree(t) for t in trees]
@@ -256,7 +257,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
         "model_pair": pair.describe(),
         "settings": {"prompts": prompts, "max_new_tokens": max_new_tokens, "lengths": list(lengths),
                      "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed,
-                     "batch_size": batch_size, "cache": cache, "torch": torch.__version__, "transformers": transformers.__version__,
+                     "batch_size": batch_size, "hf_prompts": min(hf_prompts, prompts), "cache": cache, "torch": torch.__version__, "transformers": transformers.__version__,
                      "threads": torch.get_num_threads(), "machine": platform.machine(),
                      "python": platform.python_version()},
         "baseline": baseline, "profile": prof, "timing": timing,
@@ -271,8 +272,10 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     if trees:
         record["tree_runs"] = tree_runs
         record["settings"].update(trees=[str(t) for t in trees], rule=rule)
-    record["hf_assisted"] = hf_assisted(pair, ids, max_new_tokens, sampling=sampling, seed=seed) if hf else None
+    hf_ids = ids[:hf_prompts]  # the peer is a reference, at batch 1: a share of the prompts keeps it short
+    record["hf_assisted"] = hf_assisted(pair, hf_ids, max_new_tokens, sampling=sampling, seed=seed) if hf else None
     if hf:  # against the otspec baseline too (Hugging Face's own ratio is "speedup")
+        record["hf_assisted"]["prompts"] = len(hf_ids)
         record["hf_assisted"]["speedup_vs_baseline"] = record["hf_assisted"]["tokens_per_s"] / baseline["tokens_per_s"]
     if hf and max_new_tokens >= 2:  # the otspec decode step against Hugging Face's, same cache kind
         step = hf_decode_step(pair, ids[:min(2, len(ids))], max_new_tokens, sampling=sampling, seed=seed, cache=cache)
@@ -333,6 +336,8 @@ def main(argv=None) -> int:
                     help="chain verifiers whose losslessness is checked (default: every verifier run, and the "
                          "multi-draft ones with --trees); the biased control is always checked")
     ap.add_argument("--no-hf", action="store_true", help="skip Hugging Face assisted generation")
+    ap.add_argument("--hf-prompts", type=int, default=8,
+                    help="prompts Hugging Face assisted generation (the peer, batch 1) runs on: the first of --prompts")
     ap.add_argument("--name", help="output name: figures/llm_<name>.* (default: from the draft)")
     ap.add_argument("--out-dir", type=Path, default=FIGURES)
     ap.add_argument("--json", action="store_true", help="also print the JSON record")
@@ -364,6 +369,7 @@ def main(argv=None) -> int:
                           multi_verifiers=[v.strip() for v in args.multi_verifiers.split(",") if v.strip()],
                           rule=args.rule, cache=args.cache, log_rows=args.log_rows, log_top_p=args.log_top_p,
                           log_max_kept=args.log_max_kept, prediction_sequences=args.prediction_sequences,
+                          hf_prompts=args.hf_prompts,
                           lossless_verifiers=None if args.lossless_verifiers is None else
                           [v.strip() for v in args.lossless_verifiers.split(",") if v.strip()])
     except (ModelNotFound, VocabularyMismatch, ImportError, ValueError) as err:
