@@ -227,6 +227,8 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
     meter = LoadMeter()
     load_start = meter.read()
     plain_generate(pair.target, prompts[:batch_size], 4, sampling=sampling, progress=False)  # warm-up, untimed
+    before = plain_generate(pair.target, prompts, max_new_tokens, sampling=sampling, seed=seed + 1,
+                            batch_size=batch_size, progress=False)  # the timing check: the same run before and after
     batches = []
     for policy, value in plan:
         if policy == "plain":
@@ -244,9 +246,8 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
                 "rounds": [{"generated": g, "seconds": t} for g, t in plain.rounds]}
     after = plain_generate(pair.target, prompts, max_new_tokens, sampling=sampling, seed=seed + 1,
                            batch_size=batch_size, progress=False)
-    timing = timing_check(baseline["ms_per_token"], 1e3 * after.seconds / after.generated,
-                          [load_start, meter.read()], os.cpu_count() or 1,
-                          torch_threads())
+    timing = timing_check(1e3 * before.seconds / before.generated, 1e3 * after.seconds / after.generated,
+                          [load_start, meter.read()], os.cpu_count() or 1, torch_threads())
     out = {"baseline": baseline, "timing": timing, "fixed": [], "threshold": [], "rules": RULES}
     if unlagged:
         out["threshold_unlagged"] = []

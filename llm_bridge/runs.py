@@ -57,6 +57,10 @@ MAX_BASELINE_DRIFT = 0.10
 #: CPU use is an estimate, off by a few tenths on a quiet machine.
 MIN_OTHER_LOAD = 1.0
 
+#: How the drift is measured, as records state it.
+TIMING_METHOD = ("plain sampling with one seed before and after the measured runs (the same tokens, so the same work), "
+                 "ms per token compared")
+
 _START = (time.monotonic(), time.process_time())  # this process, when llm_bridge was imported
 
 
@@ -97,7 +101,7 @@ def timing_check(before_ms: float, after_ms: float, readings, cpus: int, threads
     if others and max(others) > free:
         reasons.append(f"other work kept the machine busy: load average {max(others):.2f} beyond this process's own, "
                        f"on {cpus} cores of which this run's {threads} threads leave {free:g} free")
-    return {"baseline_before_ms_per_token": before_ms, "baseline_after_ms_per_token": after_ms,
+    return {"method": TIMING_METHOD, "baseline_before_ms_per_token": before_ms, "baseline_after_ms_per_token": after_ms,
             "baseline_drift": drift, "load": list(readings),
             "load_average": [None if r is None else r.get("load_average") for r in readings], "cpus": cpus,
             "threads": threads, "unreliable_timing": "; ".join(reasons) or None}

@@ -17,8 +17,8 @@ acceptance per position, the SpecDec++ time decomposition); ``hf_assisted`` {tok
 acceptance_rate}; ``hf_decode_step`` {ms_per_token, tokens_per_s, cache, otspec_step_ratio}: Hugging
 Face's plain decode step with the same cache kind and otspec's step over it (the CUDA goal is at
 most 1.5); plus ``baseline``, ``profile``, ``drafter`` and ``lossless``; ``timing`` {baseline_before_ms_per_token,
-baseline_after_ms_per_token, baseline_drift, load, load_average, cpus, threads, unreliable_timing}: plain sampling is
-run again after every measured run, and a drift above 10 % or other work above the cores this run leaves free (the
+baseline_after_ms_per_token, baseline_drift, load, load_average, cpus, threads, unreliable_timing}: plain sampling with
+one seed runs before and after the measured runs, and a drift above 10 % or other work above the cores this run leaves free (the
 load average less this process's own CPU use) sets the top-level
 ``unreliable_timing`` (the reason), which the summaries and plots show instead of trusting the times.
 Every run also carries the serving engines' metrics (:mod:`otspec.engine.metrics`). With ``--trees``:
@@ -203,6 +203,10 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
         _warm_up(pair, ids[:batch_size], lengths, trees, multi_verifiers, rule, sampling, cache)
     else:  # first calls of a fresh process are slow (allocations, kernels chosen): not part of the baseline
         plain_generate(pair.target, ids[:batch_size], 4, sampling=sampling, progress=False, cache=cache)
+    # the timing check's first half: plain sampling with the seed of the run after the measured runs (the same
+    # tokens, so the same work: only the machine can make them differ)
+    before = plain_generate(pair.target, ids, max_new_tokens, sampling=sampling, seed=seed + PREDICTION_SEED_OFFSET,
+                            batch_size=batch_size, progress=progress, cache=cache)
     # plain sampling and every run, batch by batch in turn (ABAB…): each batch of prompts is a timing round
     configs = [(name, L) for name in verifiers for L in lengths]
     tree_configs = [(name, tree) for name in multi_verifiers for tree in trees]
@@ -227,9 +231,8 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     # the baseline again, with another seed: did the machine stay as quiet, and an independent plain-decoding log
     after = plain_generate(pair.target, ids, max_new_tokens, sampling=sampling, seed=seed + PREDICTION_SEED_OFFSET,
                            batch_size=batch_size, progress=progress, cache=cache)
-    timing = timing_check(baseline["ms_per_token"], 1e3 * after.seconds / after.generated,
-                          [load_start, meter.read()], os.cpu_count() or 1,
-                          torch_threads())
+    timing = timing_check(1e3 * before.seconds / before.generated, 1e3 * after.seconds / after.generated,
+                          [load_start, meter.read()], os.cpu_count() or 1, torch_threads())
     log = replays = None
     if pair.drafter.deterministic:  # prompt lookup: its proposals and the target's rows along the same run
         replays = ngram_pairs(pair, ids, after.tokens, sampling=sampling)

@@ -69,7 +69,7 @@ def test_cli_writes_the_json_contract(folders, tmp_path, capsys):
         assert len(rates) == r["L"] and all(b <= a for a, b in zip(rates, rates[1:], strict=False))
         assert r["draft_acceptance_rate"] == pytest.approx(m["accepted_tokens"] / m["drafted_tokens"])
     timing = record["timing"]  # the baseline measured again after the runs
-    assert timing["baseline_before_ms_per_token"] == pytest.approx(record["baseline"]["ms_per_token"])
+    assert timing["baseline_before_ms_per_token"] > 0 and "one seed before and after" in timing["method"]
     assert timing["baseline_after_ms_per_token"] > 0 and len(timing["load_average"]) == 2
     assert all(r["own_cpu"] >= 0 for r in timing["load"]) and timing["threads"] >= 1
     assert ("unreliable_timing" in record) == (timing["unreliable_timing"] is not None)
@@ -83,6 +83,7 @@ def test_cli_writes_the_json_contract(folders, tmp_path, capsys):
     predicted = [e for e in exported["runs"] if e["source"] == "predicted"]
     assert len(predicted) == len(record["runs"]) and all("decode engine" in e["method"] for e in predicted)
     assert set(record["hf_assisted"]) >= {"tokens_per_s", "acceptance_rate"}
+    assert record["hf_assisted"]["prompts"] == record["settings"]["hf_prompts"] == 2  # --hf-prompts 8, 2 prompts
     assert record["hf_decode_step"]["cache"] == record["settings"]["cache"]
     laws = record["lossless"]["verifiers"]
     assert all(laws[v]["first_token_max_deviation"] < 1e-6 for v in ("token", "block", "block_v1"))

@@ -86,3 +86,25 @@ def test_report_reads_the_records_in_its_folder(tmp_path):
     assert (tmp_path / "llm_default.png").stat().st_size > 10_000 and (tmp_path / "llm_default.md").exists()
     _, _, logged = write_figure("logged_rows", tmp_path / "logged_rows.png", scale=0.02)
     assert [log["file"] for log in logged["logs"]] == ["llm_default_rows.npz"]
+
+
+def test_prediction_check_flags_runs_that_miss():
+    from otspec.figures.llm import prediction_check, prediction_check_markdown
+
+    def run(mean, pred, low, high, **kw):
+        return {"verifier": "block", "L": 4, "block_efficiency": {"mean": mean, "low": mean - 0.05, "high": mean + 0.05},
+                "predicted_block_efficiency": pred, "predicted_block_efficiency_interval": {"low": low, "high": high},
+                **kw}
+
+    record = {"file": "llm_x.json", "runs": [run(1.40, 1.35, 1.30, 1.45),   # holds: +3.7 %, inside
+                                             run(1.40, 1.20, 1.10, 1.45),   # inside but +16.7 %
+                                             run(1.40, 1.38, 1.30, 1.39)],  # +1.4 % but outside
+              "tree_runs": [{"verifier": "kseq", "tree": "2x1", "block_efficiency": {"mean": 1.3, "low": 1.2,
+                                                                                      "high": 1.4},
+                             "predicted_block_efficiency": None}]}  # no prediction: left out
+    rows = prediction_check([record])
+    assert [(r["within_tolerance"], r["inside_interval"]) for r in rows] == [(True, True), (False, True),
+                                                                             (True, False)]
+    assert abs(rows[1]["relative_error"] - (1.40 / 1.20 - 1)) < 1e-12
+    table = "\n".join(prediction_check_markdown(rows))
+    assert "1 of 3 runs hold" in table and table.count("**no**") == 2

@@ -20,8 +20,9 @@ from ..engine.record import AdaptiveRecord, RecordError, read_record
 from . import register
 from .common import axes, new_figure
 
-__all__ = ["adaptive_markdown", "llm_data", "record_main", "record_markdown", "render_adaptive_record", "render_llm",
-           "render_record", "write_record_files"]
+__all__ = ["PREDICTION_TOLERANCE", "adaptive_markdown", "llm_data", "prediction_check", "prediction_check_markdown",
+           "record_main", "record_markdown", "render_adaptive_record", "render_llm", "render_record",
+           "write_record_files"]
 
 
 def _f(x, digits: int = 3) -> str:
@@ -337,6 +338,52 @@ def render_llm(data: dict):
     return fig
 
 
+#: A prediction holds when the measured block efficiency is within this share of it and inside its interval.
+PREDICTION_TOLERANCE = 0.10
+
+
+def prediction_check(records: list) -> list[dict]:
+    """Every chain and tree run of ``records`` (their JSON objects, with ``file``): measured block efficiency
+    against its prediction — relative error, within :data:`PREDICTION_TOLERANCE`, inside the prediction's
+    interval (``None`` where the run has no interval)."""
+    rows = []
+    for rec in records:
+        for r in list(rec.get("runs") or []) + list(rec.get("tree_runs") or []):
+            pred, be = r.get("predicted_block_efficiency"), r["block_efficiency"]
+            if pred is None:
+                continue
+            pi = r.get("predicted_block_efficiency_interval") or {}
+            inside = None if "low" not in pi else bool(pi["low"] <= be["mean"] <= pi["high"])
+            error = be["mean"] / pred - 1.0
+            rows.append({"record": rec.get("file", ""), "verifier": r["verifier"],
+                         "draft": f"L = {r['L']}" if "L" in r else r["tree"], "measured": be, "predicted": pred,
+                         "interval": pi or None, "relative_error": error,
+                         "within_tolerance": bool(abs(error) <= PREDICTION_TOLERANCE), "inside_interval": inside,
+                         "method": r.get("prediction_method") or ""})
+    return rows
+
+
+def prediction_check_markdown(rows: list) -> list:
+    """Markdown lines of :func:`prediction_check`'s rows: how many hold, then one table row per run."""
+    if not rows:
+        return []
+    held = sum(r["within_tolerance"] and r["inside_interval"] is not False for r in rows)
+    lines = [f"### Predictions against measurements: {held} of {len(rows)} runs hold", "",
+             f"A prediction holds when the measured block efficiency is within {100 * PREDICTION_TOLERANCE:.0f} % of "
+             "it and inside its interval (for a prediction from a plain-decoding log: where one run over the measured "
+             "number of prompts should fall).", "",
+             "| record | verifier | draft | measured [95% CI] | predicted [interval] | error | holds |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        be, pi = r["measured"], r["interval"] or {}
+        interval = f" [{_f(pi.get('low'))}, {_f(pi.get('high'))}]" if pi else ""
+        ok = r["within_tolerance"] and r["inside_interval"] is not False
+        lines.append(f"| {r['record']} | {r['verifier']} | {r['draft']} | {_f(be['mean'])} [{_f(be['low'])}, "
+                     f"{_f(be['high'])}] | {_f(r['predicted'])}{interval} | {100 * r['relative_error']:+.1f} % | "
+                     f"{'yes' if ok else '**no**'} |")
+    return lines + [""]
+
+
 def _llm_section(data: dict, png: Path) -> str:
     if not data["records"]:
         return (f"## Real model pairs\n\n![measured against predicted]({png.name})\n\nNo `llm_*.json` record in "
@@ -344,7 +391,9 @@ def _llm_section(data: dict, png: Path) -> str:
     parts = ["## Real model pairs", "", f"![measured against predicted]({png.name})", "",
              "Each record below was measured by `python -m llm_bridge.validate` (its JSON, Markdown and plot sit "
              "beside this report as `llm_<name>.*`); the figure above puts every run's measurement next to the "
-             "prediction the theory makes from measured per-position rows and call times.", ""]
+             "theory's prediction (block efficiency from an independent plain-decoding log of the pair, speedup "
+             "from it and the measured call times).", "",
+             *prediction_check_markdown(prediction_check(data["records"]))]
     for rec in data["records"]:
         body = record_markdown(rec, f"{rec['file']}: {rec['model_pair']['target']} / {rec['model_pair']['draft']} "
                                     f"on {rec['model_pair']['device']}").replace("\n## ", "\n### ")
