@@ -95,7 +95,8 @@ class ModelSession(Session):
                  max_length: int | None = None, host_rows: bool = True, timer=None, name: str = "model"):
         self.cache = make_cache(model, batch, hidden=hidden, kind=cache, max_length=max_length)
         self.batch, self.sampling, self.hidden = int(batch), sampling, hidden
-        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        weight = model.get_output_embeddings().weight
+        self.vocab_size = int((weight() if callable(weight) else weight).shape[0])  # a quantized head's is a method
         self.device, self.host_rows, self.timer, self.name = self.cache.device, bool(host_rows), timer, name
         self.rows_device = None if self.host_rows else self.device
         self._reset()

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from llm_bridge import models
-from llm_bridge.drafters import dequantize_rows, load_pair, make_drafter, quantize_rows
+from llm_bridge.drafters import Pair, dequantize_rows, load_pair, make_drafter, quantize_rows
+from llm_bridge.loop import speculative_generate
 from llm_bridge.models import (
     LoadedModel,
     ModelNotFound,
@@ -15,6 +16,7 @@ from llm_bridge.models import (
     load_model,
 )
 from llm_bridge.sampling import Sampling
+from otspec.verifiers import TokenVerify
 from tests.llm_tiny import tiny_llama, tiny_tokenizer, torch
 
 
@@ -101,6 +103,9 @@ def test_drafters_made_from_the_target():
     int8 = make_drafter("int8", target)
     with torch.no_grad():
         assert int8.model(ids).logits.shape == (1, 3, 24)
+    # and it drafts in the loop (its quantized head's weight is a method, not a tensor)
+    run = speculative_generate(Pair(target, int8), [[1, 5, 6]], TokenVerify(), 2, 6, progress=False)
+    assert run.decode.generated == 6 and run.timer.count("draft") > 0
 
 
 def test_int8_storage_of_shipped_weights_is_close():
