@@ -226,7 +226,8 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
         plan += [("threshold_unlagged", float(h)) for h in thresholds]
     meter = LoadMeter()
     load_start = meter.read()
-    plain_generate(pair.target, prompts[:batch_size], 4, sampling=sampling, progress=False)  # warm-up, untimed
+    # warm-up, untimed: a fresh process's first decoding is slow (allocations grow, kernels are chosen)
+    plain_generate(pair.target, prompts[:batch_size], max_new_tokens, sampling=sampling, progress=False)
     before = plain_generate(pair.target, prompts, max_new_tokens, sampling=sampling, seed=seed + 1,
                             batch_size=batch_size, progress=False)  # the timing check: the same run before and after
     batches = []
