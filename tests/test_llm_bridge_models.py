@@ -8,6 +8,7 @@ import pytest
 from llm_bridge import models
 from llm_bridge.drafters import Pair, dequantize_rows, load_pair, make_drafter, quantize_rows
 from llm_bridge.loop import speculative_generate
+from llm_bridge.lossless import first_token_law
 from llm_bridge.models import (
     LoadedModel,
     ModelNotFound,
@@ -106,6 +107,8 @@ def test_drafters_made_from_the_target():
     # and it drafts in the loop (its quantized head's weight is a method, not a tensor)
     run = speculative_generate(Pair(target, int8), [[1, 5, 6]], TokenVerify(), 2, 6, progress=False)
     assert run.decode.generated == 6 and run.timer.count("draft") > 0
+    law = first_token_law(Pair(target, int8), [1, 5, 6], TokenVerify(), 2)  # the exact law reads it too
+    assert law.max_deviation < 1e-6
 
 
 def test_int8_storage_of_shipped_weights_is_close():

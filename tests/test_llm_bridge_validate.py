@@ -95,6 +95,15 @@ def test_cli_writes_the_json_contract(folders, tmp_path, capsys):
     assert (out / "llm_tiny.png").stat().st_size > 10_000
 
 
+def test_the_int8_drafter_validates_end_to_end(folders):
+    """Every step of a record (warm-up, interleaved runs, log, predictions, exact laws, two-sample test) with the
+    int8 drafter, whose quantized head differs from a float model's."""
+    record = validate_mod.validate(target=str(folders / "target"), draft="int8", verifiers=("token",), lengths=(2,),
+                                   prompts=1, max_new_tokens=6, device="cpu", lossless_samples=20, hf=False).to_json()
+    assert record["model_pair"]["draft"] == "int8" and record["runs"][0]["prediction"]["paths"] == 1
+    assert record["lossless"]["verifiers"]["token"]["first_token_max_deviation"] < 1e-6
+
+
 def test_bad_arguments_are_clear(folders):
     with pytest.raises(SystemExit):
         validate_mod.main(["--L", "2,x"])
