@@ -50,7 +50,14 @@ from .drafters import load_pair
 from .loop import interleave, plain_batches, plain_generate, speculative_batches
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
 from .prompts import DATA_DIR, encode_prompts, read_prompts
-from .runs import INTERLEAVED_METHOD, LoadMeter, round_speedups, timing_check, torch_threads
+from .runs import (
+    LoadMeter,
+    interleaved_interval,
+    round_entries,
+    round_speedups,
+    timing_check,
+    torch_threads,
+)
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .validate import output_name
 
@@ -199,9 +206,7 @@ def _row(result, policy: str, value, baseline: dict) -> dict:
             "discard_rate": cost.discard_rate, "verification_rate": cost.verification_rate,
             "latency_ms": cost.latency, "t_draft_ms": t_draft, "t_target_ms": t_target,
             "tokens_per_s": result.tokens_per_s, "speedup": result.tokens_per_s / baseline["tokens_per_s"],
-            "speedup_interval": None if ratios is None else {
-                "low": min(ratios), "high": max(ratios), "median": float(np.median(ratios)), "rounds": ratios,
-                "method": INTERLEAVED_METHOD},
+            "speedup_interval": None if ratios is None else interleaved_interval(ratios),
             "model_speedup": baseline["ms_per_token"] / cost.latency}
 
 
@@ -244,7 +249,7 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
               disable=None if progress is None else not progress) as bar:
         plain, *results = interleave(batches, on_round=lambda _: (bar.update(), meter.sample()))
     baseline = {"tokens_per_s": plain.tokens_per_s, "ms_per_token": 1e3 * plain.seconds / plain.generated,
-                "rounds": [{"generated": g, "seconds": t} for g, t in plain.rounds]}
+                "rounds": round_entries(plain.rounds)}
     after = plain_generate(pair.target, prompts, max_new_tokens, sampling=sampling, seed=seed + 1,
                            batch_size=batch_size, progress=False)
     timing = timing_check(1e3 * before.seconds / before.generated, 1e3 * after.seconds / after.generated,

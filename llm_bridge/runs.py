@@ -24,7 +24,7 @@ from otspec.verifiers import REGISTRY
 from .measure import predicted_block_efficiency, predicted_speedup
 
 __all__ = ["ENGINE_KEYS", "INTERLEAVED_METHOD", "MAX_BASELINE_DRIFT", "MIN_OTHER_LOAD", "TWO_POINT_METHOD",
-           "LoadMeter", "export_synthetic_rates", "load_average", "round_speedups", "run_record", "timing_check", "tree_record"]
+           "LoadMeter", "export_synthetic_rates", "interleaved_interval", "load_average", "round_entries", "round_speedups", "run_record", "timing_check", "tree_record"]
 
 #: The serving-engine metrics every run carries at its top level (all of them under ``engine_metrics``).
 ENGINE_KEYS = ("mean_acceptance_length", "acceptance_per_position_unconditional", "draft_acceptance_rate")
@@ -147,9 +147,15 @@ INTERLEAVED_METHOD = ("interleaved rounds: plain sampling and every run decode t
                       "smallest and largest round, median: their median")
 
 
-def _rounds(result) -> list:
-    """The run's timing rounds (one per batch of prompts) as record entries."""
-    return [{"generated": g, "seconds": t} for g, t in result.rounds]
+def round_entries(rounds) -> list:
+    """Timing rounds (one (generated, seconds) per batch of prompts) as record entries."""
+    return [{"generated": g, "seconds": t} for g, t in rounds]
+
+
+def interleaved_interval(ratios) -> dict:
+    """``speedup_interval`` from per-round speedups: smallest, largest, median and the rounds."""
+    return {"low": float(min(ratios)), "high": float(max(ratios)), "median": float(np.median(ratios)),
+            "rounds": [float(x) for x in ratios], "method": INTERLEAVED_METHOD}
 
 
 def round_speedups(result, baseline: dict) -> list | None:
@@ -170,8 +176,7 @@ def _speedup(result, baseline: dict, be) -> tuple[float, dict]:
     if ratios is None:
         return speedup, {"low": speedup * be["low"] / be["mean"], "high": speedup * be["high"] / be["mean"],
                          "method": "block efficiency interval, scaled (no interleaved timing rounds)"}
-    return speedup, {"low": float(min(ratios)), "high": float(max(ratios)), "median": float(np.median(ratios)),
-                     "rounds": [float(x) for x in ratios], "method": INTERLEAVED_METHOD}
+    return speedup, interleaved_interval(ratios)
 
 
 #: The stand-in prediction where no plain-decoding log exists (a drafter without probability rows).
@@ -242,7 +247,7 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, r
         "time_decomposition_ms": cost.as_dict(),
         "tokens_per_s": result.tokens_per_s, "baseline_tokens_per_s": baseline["tokens_per_s"],
         "speedup": speedup,
-        "speedup_interval": speedup_interval, "timing_rounds": _rounds(result),
+        "speedup_interval": speedup_interval, "timing_rounds": round_entries(result.rounds),
         "predicted_speedup": predict[0],
         "predicted_speedup_interval": {"low": predict[1], "high": predict[2]},
     }
@@ -303,7 +308,7 @@ def tree_record(result, verifier_name: str, baseline: dict, prediction=None) -> 
         "verify_fraction_of_target_call": timer.total("verify") / max(timer.total("target"), 1e-12),
         "seconds": result.seconds, "tokens_per_s": result.tokens_per_s,
         "baseline_tokens_per_s": baseline["tokens_per_s"], "speedup": speedup,
-        "speedup_interval": speedup_interval, "timing_rounds": _rounds(result),
+        "speedup_interval": speedup_interval, "timing_rounds": round_entries(result.rounds),
     }
     value = out["predicted_block_efficiency"]
     out["predicted_speedup"] = None if value is None else predicted_speedup(

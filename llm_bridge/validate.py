@@ -77,6 +77,7 @@ from .runs import (
     MAX_BASELINE_DRIFT,
     LoadMeter,
     export_synthetic_rates,
+    round_entries,
     run_record,
     timing_check,
     torch_threads,
@@ -226,7 +227,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     baseline = {"tokens_per_s": plain.tokens_per_s, "ms_per_token": 1e3 * plain.seconds / plain.generated,
                 "ms_per_step": 1e3 * plain.seconds / max(plain.timer.count("target"), 1),
                 "t_target_ms": plain.timer.mean_ms("target"), "generated": plain.generated,
-                "rounds": [{"generated": g, "seconds": t} for g, t in plain.rounds]}
+                "rounds": round_entries(plain.rounds)}
     ns = {1, *(L + 1 for L in lengths), *(t.num_tokens + 1 for t in trees)}
     prof = profile(pair, ids[0], plain.tokens[0][:max_new_tokens // 2], sorted(ns), cache=cache)
     chain_results = [(name, L, result) for (name, L), result in zip(configs, results[:len(configs)], strict=True)]
