@@ -243,6 +243,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
         replays = ngram_pairs(pair, ids, after.tokens, sampling=sampling)
     else:
         log = record_rows(pair, ids, after.tokens, sampling=sampling, top_p=log_top_p, max_kept=log_max_kept,
+                          batch_size=batch_size,
                           meta={"prompts": prompts, "max_new_tokens": max_new_tokens,
                                 "seed": seed + PREDICTION_SEED_OFFSET, "use": "predictions (independent of the runs)"})
 

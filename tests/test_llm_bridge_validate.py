@@ -217,13 +217,24 @@ def test_log_rows_writes_the_real_pairs_rows_along_the_plain_continuations(folde
     steps = range(log.path_offsets[1], log.path_offsets[2])
     ids = torch.as_tensor([list(prompt) + log.tokens[steps.start:steps.stop].tolist()])
     sampling = Sampling(1.5)
+    # the draft's rows as the loop's draft session computes them: both prompts in one batch, a token per call
+    from llm_bridge.drafters import ModelDrafter
+    from llm_bridge.logrows import draft_rows_incremental
+
+    prompts = encode_prompts(target.tokenizer, read_prompts(DATA_DIR / "validate_prompts.txt", 2))
+    conts = [log.tokens[log.path_offsets[i]:log.path_offsets[i + 1]] for i in range(2)]
+    incremental = list(draft_rows_incremental(ModelDrafter(draft), prompts, conts, sampling, batch_size=8))[1]
     for model, kept, tail in ((draft, log.draft, log.draft_tail), (target, log.target, log.target_tail)):
         with torch.no_grad():
             full = sampling.rows(model.model(input_ids=ids).logits[0, len(prompt) - 1:-1])
+        if model is draft:  # one token per call and one full pass agree to float32 rounding for this float model
+            np.testing.assert_allclose(incremental, full, rtol=0, atol=1e-5)
+            full = incremental
         for i, s in enumerate(steps):
             a, b = log.row_offsets[s], log.row_offsets[s + 1]
             np.testing.assert_allclose(kept[a:b], full[i, log.row_tokens[a:b]], rtol=0, atol=1e-12)
             assert abs(tail[s] - (1 - full[i, log.row_tokens[a:b]].sum())) <= 1e-12
+    assert log.meta["draft_rows"].startswith("incremental")
     # and otspec runs on it: Monte Carlo around the exact token value over its windows
     W = log.windows(2)
     token, _ = positional_window_values(log.overlaps()[W[:, None] + np.arange(2)])
