@@ -32,32 +32,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from otspec.distributions import sample_categorical
 from otspec.engine.heads import AcceptanceHead, LearnedHeadController, binary_kl
-from otspec.engine.predict import paired_ratio_interval
+from otspec.engine.predict import paired_ratio_interval, predict_from_log
 from otspec.engine.record import AdaptiveRecord
 from otspec.verifiers import TokenVerify
 
 from .drafters import load_pair
-from .loop import interleave, plain_batches, plain_generate, speculative_batches
+from .logrows import record_rows
+from .loop import plain_generate, speculative_batches, speculative_generate
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
 from .prompts import DATA_DIR, encode_prompts, read_prompts
-from .runs import (
-    LoadMeter,
-    interleaved_interval,
-    round_entries,
-    round_speedups,
-    timing_check,
-    torch_threads,
-)
+from .runs import interleaved_interval, round_speedups, timed_runs
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .validate import output_name
 
@@ -225,42 +217,45 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
     """Fixed K and the threshold rule on the learned head (lagged, and with ``unlagged`` the rule without the lag),
     on the same prompts with plain sampling beside them: every run and plain sampling decode each batch of prompts
     in turn (interleaved timing rounds), and plain sampling runs again at the end (the record's timing check)."""
-    common = {"sampling": sampling, "seed": seed, "batch_size": batch_size, "progress": False}
-    plan = [("plain", None)] + [("fixed", int(K)) for K in fixed] + [("threshold", float(h)) for h in thresholds]
+    plan = [("fixed", int(K)) for K in fixed] + [("threshold", float(h)) for h in thresholds]
     if unlagged:
         plan += [("threshold_unlagged", float(h)) for h in thresholds]
-    meter = LoadMeter()
-    load_start = meter.read()
-    # warm-up, untimed: a fresh process's first decoding is slow (allocations grow, kernels are chosen)
-    plain_generate(pair.target, prompts[:batch_size], max_new_tokens, sampling=sampling, progress=False)
-    before = plain_generate(pair.target, prompts, max_new_tokens, sampling=sampling, seed=seed + 1,
-                            batch_size=batch_size, progress=False)  # the timing check: the same run before and after
-    batches = []
-    for policy, value in plan:
-        if policy == "plain":
-            batches.append(plain_batches(pair.target, prompts, max_new_tokens, **common))
-            continue
+
+    def run(policy, value, **common):
         ctrl = int(value) if policy == "fixed" else LearnedHeadController(head, None, value, max_length,
                                                                           lagged=policy == "threshold")
-        batches.append(speculative_batches(pair, prompts, TokenVerify(), ctrl, max_new_tokens, record_law=False,
-                                           **common))
-    rounds = -(-len(prompts) // batch_size)
-    with tqdm(total=rounds * len(batches), desc="frontier runs", unit="batch", leave=False,
-              disable=None if progress is None else not progress) as bar:
-        plain, *results = interleave(batches, on_round=lambda _: (bar.update(), meter.sample()))
-    baseline = {"tokens_per_s": plain.tokens_per_s, "ms_per_token": 1e3 * plain.seconds / plain.generated,
-                "rounds": round_entries(plain.rounds)}
-    after = plain_generate(pair.target, prompts, max_new_tokens, sampling=sampling, seed=seed + 1,
-                           batch_size=batch_size, progress=False)
-    timing = timing_check(1e3 * before.seconds / before.generated, 1e3 * after.seconds / after.generated,
-                          [load_start, meter.read()], os.cpu_count() or 1, torch_threads())
+        return speculative_batches(pair, prompts, TokenVerify(), ctrl, max_new_tokens, record_law=False, **common)
+
+    def warm_up():  # untimed: one batch of plain sampling and of the longest fixed K
+        plain_generate(pair.target, prompts[:batch_size], max_new_tokens, sampling=sampling, progress=False)
+        if fixed:
+            speculative_generate(pair, prompts[:batch_size], TokenVerify(), int(max(fixed)), max_new_tokens,
+                                 sampling=sampling, progress=False, record_law=False)
+
+    timed = timed_runs(pair.target, prompts, [lambda p=p, v=v, **kw: run(p, v, **kw) for p, v in plan],
+                       max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size, warm_up=warm_up,
+                       progress=progress, desc="frontier runs")
+    baseline, results, timing = timed.baseline, timed.results, timed.timing
+    # fixed K is predicted as validate predicts a chain run: the decode engine on both models' rows logged along
+    # the plain run after the frontier (seed + 1, independent of the runs); the threshold rules read the draft's
+    # hidden states, which a log of rows does not hold
+    log = None
+    if fixed and not pair.drafter.deterministic:
+        log = record_rows(pair, prompts, timed.after.tokens, sampling=sampling, batch_size=batch_size,
+                          meta={"seed": seed + 1, "use": "predictions of fixed K (independent of the runs)"})
     out = {"baseline": baseline, "timing": timing, "fixed": [], "threshold": [], "rules": RULES}
     if unlagged:
         out["threshold_unlagged"] = []
     if timing["unreliable_timing"]:
         out["unreliable_timing"] = timing["unreliable_timing"]
-    for (policy, value), result in zip(plan[1:], results, strict=True):
-        out[policy].append(_row(result, policy, value, baseline))
+    for (policy, value), result in zip(plan, results, strict=True):
+        row = _row(result, policy, value, baseline)
+        if policy == "fixed" and log is not None:
+            pred = predict_from_log(log, TokenVerify(), int(value), seed=seed, units=len(prompts))
+            row.update(predicted_block_efficiency=pred.block_efficiency,
+                       predicted_block_efficiency_interval={"low": pred.low, "high": pred.high},
+                       prediction_method=pred.method, prediction=pred.as_dict())
+        out[policy].append(row)
     return out
 
 

@@ -3,6 +3,8 @@
 * :func:`run_record` (chain runs) and :func:`tree_record` (multi-draft runs): block efficiency over prompts
   (paired bootstrap), the serving engines' metrics, the prediction from an independent plain-decoding log
   (:mod:`otspec.engine.predict`) and the two-point upper bound, call times and the cost model's speedup;
+* :func:`timed_runs`: the timing protocol every record follows (an untimed warm-up, plain sampling before, plain
+  sampling and every run batch by batch in turn, plain sampling after, the check);
 * :func:`timing_check` and :class:`LoadMeter`: the record's load protection (plain sampling before and after, the
   load other work puts on the machine);
 * :func:`export_synthetic_rates`: per-position rates for a serving engine's synthetic-acceptance mode.
@@ -13,18 +15,22 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from otspec.engine.metrics import SYNTHETIC_FORMAT, engine_metrics, synthetic_rates
 from otspec.engine.predict import paired_ratio_interval
 from otspec.verifiers import REGISTRY
 
+from .loop import interleave, plain_batches, plain_generate
 from .measure import predicted_block_efficiency, predicted_speedup
 
 __all__ = ["ENGINE_KEYS", "INTERLEAVED_METHOD", "MAX_BASELINE_DRIFT", "MIN_OTHER_LOAD", "TWO_POINT_METHOD",
-           "LoadMeter", "export_synthetic_rates", "interleaved_interval", "load_average", "round_entries", "round_speedups", "run_record", "timing_check", "tree_record"]
+           "STRAGGLING_METHOD", "LoadMeter", "export_synthetic_rates", "interleaved_interval", "load_average", "TimedRuns", "round_entries", "round_speedups", "run_record", "timed_runs", "timing_check",
+           "tree_record"]
 
 #: The serving-engine metrics every run carries at its top level (all of them under ``engine_metrics``).
 ENGINE_KEYS = ("mean_acceptance_length", "acceptance_per_position_unconditional", "draft_acceptance_rate")
@@ -107,6 +113,57 @@ def timing_check(before_ms: float, after_ms: float, readings, cpus: int, threads
             "threads": threads, "unreliable_timing": "; ".join(reasons) or None}
 
 
+@dataclass
+class TimedRuns:
+    """What :func:`timed_runs` measured: plain sampling interleaved with the runs (``plain``, its ``baseline``
+    entry), every run's result in order, the plain run after them (same seed as the one before: an independent
+    plain-decoding log for the predictions) and the record's ``timing`` object."""
+
+    plain: object
+    baseline: dict
+    results: list
+    after: object
+    timing: dict
+
+
+def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: int, batch_size: int,
+               cache: str = "auto", warm_up=None, check_seed: int | None = None, progress: bool | None = None,
+               desc: str = "interleaved runs") -> TimedRuns:
+    """The timing protocol of every record (``validate``, ``adaptive``).
+
+    1. ``warm_up()`` (untimed; default: one batch of plain sampling): a fresh process's first decoding is slow,
+       17.3 against 10.5 ms per token for the same plain run later in one record;
+    2. plain sampling with ``check_seed`` (default ``seed + 1``), the timing check's first half;
+    3. plain sampling (``seed``) and every run, batch of prompts by batch, in turn (ABAB…; :func:`interleave`):
+       each batch is a timing round measured for all in one window; ``runs`` are callables that take the common
+       keyword arguments and return a ``*_batches`` generator;
+    4. plain sampling with ``check_seed`` again: the same tokens, so the same work; only the machine can make its
+       time differ from step 2's (:func:`timing_check`, with the load other work put on the machine)."""
+    meter = LoadMeter()
+    load_start = meter.read()
+    check_seed = seed + 1 if check_seed is None else check_seed
+    if warm_up is None:
+        plain_generate(target, prompts[:batch_size], max_new_tokens, sampling=sampling, progress=False, cache=cache)
+    else:
+        warm_up()
+    plain_kwargs = {"sampling": sampling, "batch_size": batch_size, "cache": cache}
+    before = plain_generate(target, prompts, max_new_tokens, seed=check_seed, progress=progress, **plain_kwargs)
+    common = {**plain_kwargs, "seed": seed, "progress": False}
+    batches = [plain_batches(target, prompts, max_new_tokens, **common)] + [run(**common) for run in runs]
+    rounds = -(-len(prompts) // batch_size)
+    with tqdm(total=rounds * len(batches), desc=desc, unit="batch", leave=False,
+              disable=None if progress is None else not progress) as bar:
+        plain, *results = interleave(batches, on_round=lambda _: (bar.update(), meter.sample()))
+    baseline = {"tokens_per_s": plain.tokens_per_s, "ms_per_token": 1e3 * plain.seconds / plain.generated,
+                "ms_per_step": 1e3 * plain.seconds / max(plain.timer.count("target"), 1),
+                "t_target_ms": plain.timer.mean_ms("target"), "generated": plain.generated,
+                "rounds": round_entries(plain.rounds)}
+    after = plain_generate(target, prompts, max_new_tokens, seed=check_seed, progress=progress, **plain_kwargs)
+    timing = timing_check(1e3 * before.seconds / before.generated, 1e3 * after.seconds / after.generated,
+                          [load_start, meter.read()], os.cpu_count() or 1, torch_threads())
+    return TimedRuns(plain, baseline, results, after, timing)
+
+
 def torch_threads() -> int:
     """The threads torch computes with in this process."""
     import torch
@@ -185,9 +242,31 @@ TWO_POINT_METHOD = ("two-point upper bound: the verifier's closed form on the pe
                     "bootstrap over iterations, percentile")
 
 
-def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, rng, prediction=None) -> dict:
+#: How ``batch_straggling`` is made, as records state it.
+STRAGGLING_METHOD = ("a batch decodes until its slowest sequence has its tokens, so it takes max over its sequences of "
+                     "their iterations in target calls (plain sampling: exactly N for each); factor = calls per batch "
+                     "/ mean iterations per sequence. measured: target calls / (iterations / prompts x rounds); "
+                     "predicted: the prediction's replays, batches of distinct prompts drawn with one replay each "
+                     "(otspec.engine.predict.batch_straggling); predicted_speedup divides tokens per iteration by it")
+
+
+def _straggling(result, prediction, batch_size: int, prompts: int) -> dict:
+    """Measured and predicted calls per batch over iterations per sequence (:data:`STRAGGLING_METHOD`)."""
+    d, rounds = result.decode, max(len(result.rounds), 1)
+    per_sequence = d.iterations / max(prompts, 1)
+    measured = result.timer.count("target") / rounds / per_sequence if per_sequence > 0 else None
+    predicted = None
+    if prediction is not None and getattr(prediction, "replay_iterations", None) is not None:
+        predicted = prediction.batch_calls(batch_size)
+    return {"measured": measured, "predicted": None if predicted is None else predicted["factor"],
+            "predicted_batch": predicted, "batch_size": int(batch_size), "method": STRAGGLING_METHOD}
+
+
+def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, rng, prediction=None,
+               batch_size: int = 1) -> dict:
     """One entry of ``runs``: measured quantities, then the theory's predictions: ``prediction`` (a
-    :class:`~otspec.engine.predict.LogPrediction` from an independent plain-decoding log) and the two-point bound."""
+    :class:`~otspec.engine.predict.LogPrediction` from an independent plain-decoding log) and the two-point bound.
+    ``batch_size``: the prompts decoded together (the predicted speedup allows for the batch's slowest sequence)."""
     d, timer = result.decode, result.timer
     pa = [float(v.mean()) for v in result.p_a]
     qa = [float(v.mean()) for v in result.q_a]
@@ -208,11 +287,14 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, r
     else:
         value, low, high, method = prediction.block_efficiency, prediction.low, prediction.high, prediction.method
         predicted = prediction.as_dict()
-    # plain sampling's time per decode step (one target call for the whole batch) against the run's batched calls
-    predict = [predicted_speedup(x, baseline["ms_per_step"], draft_calls, t_draft, t_target_pred, overhead_ms)
-               for x in (value, low, high)]
     be = d.block_efficiency
     by_prompt = _prompt_interval(d, int(rng.integers(2**31)))
+    straggling = _straggling(result, prediction, batch_size, by_prompt["prompts"])
+    factor = straggling["predicted"] or 1.0
+    # plain sampling's time per decode step (one target call for the whole batch) against the run's batched calls,
+    # of which a batch makes as many as its slowest sequence needs iterations
+    predict = [predicted_speedup(x / factor, baseline["ms_per_step"], draft_calls, t_draft, t_target_pred,
+                                 overhead_ms) for x in (value, low, high)]
     speedup, speedup_interval = _speedup(result, baseline, by_prompt)
     cost = d.cost(t_draft, timer.mean_ms("target"))
     metrics = engine_metrics(d.accept_hist).as_dict()
@@ -250,6 +332,8 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, r
         "speedup_interval": speedup_interval, "timing_rounds": round_entries(result.rounds),
         "predicted_speedup": predict[0],
         "predicted_speedup_interval": {"low": predict[1], "high": predict[2]},
+        "predicted_speedup_ignoring_straggling": predict[0] * factor if factor != 1.0 else predict[0],
+        "batch_straggling": straggling,
     }
 
 
@@ -261,9 +345,9 @@ def _chain_of_means(means, weights) -> float:
     return out
 
 
-def tree_record(result, verifier_name: str, baseline: dict, prediction=None) -> dict:
+def tree_record(result, verifier_name: str, baseline: dict, prediction=None, batch_size: int = 1) -> dict:
     """One entry of ``tree_runs``: measured, E[τ+1 | trie], the prediction from an independent log (``prediction``)
-    and the per-depth product values from this run's own rows."""
+    and the per-depth product values from this run's own rows; ``batch_size`` as in :func:`run_record`."""
     d, timer = result.decode, result.timer
     depths = d.accept_hist.sum(axis=1)
     weights = depths / depths.sum()
@@ -311,8 +395,10 @@ def tree_record(result, verifier_name: str, baseline: dict, prediction=None) -> 
         "speedup_interval": speedup_interval, "timing_rounds": round_entries(result.rounds),
     }
     value = out["predicted_block_efficiency"]
+    out["batch_straggling"] = _straggling(result, prediction, batch_size, by_prompt["prompts"])
+    factor = out["batch_straggling"]["predicted"] or 1.0
     out["predicted_speedup"] = None if value is None else predicted_speedup(
-        value, baseline["ms_per_step"], timer.count("draft") / calls, t_draft, t_target_pred, overhead_ms)
+        value / factor, baseline["ms_per_step"], timer.count("draft") / calls, t_draft, t_target_pred, overhead_ms)
     return out
 
 

@@ -36,14 +36,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import re
 import sys
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from otspec.checks import MAX_DRAFT_LENGTH, check_size
 from otspec.engine.predict import predict_from_log, predict_from_pairs
@@ -60,13 +58,7 @@ from .logrows import (
     ngram_pairs,
     record_rows,
 )
-from .loop import (
-    interleave,
-    plain_batches,
-    plain_generate,
-    speculative_batches,
-    speculative_generate,
-)
+from .loop import plain_generate, speculative_batches, speculative_generate
 from .lossless import first_token_law, root_token_law, two_sample_test
 from .measure import CallTimer
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
@@ -75,12 +67,10 @@ from .prompts import DATA_DIR, encode_prompts, read_prompts
 from .runs import (
     ENGINE_KEYS,
     MAX_BASELINE_DRIFT,
-    LoadMeter,
     export_synthetic_rates,
-    round_entries,
     run_record,
+    timed_runs,
     timing_check,
-    torch_threads,
     tree_record,
 )
 from .sampling import Sampling
@@ -198,46 +188,34 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     if len(ids) < prompts:
         raise ValueError(f"--prompts {prompts}: the prompt file holds only {len(ids)}")
     rng = np.random.default_rng(seed)
-    meter = LoadMeter()
-    load_start = meter.read()
-    if cache == "compiled":  # compile every call shape before anything is timed
-        _warm_up(pair, ids[:batch_size], lengths, trees, multi_verifiers, rule, sampling, cache)
-    else:  # a fresh process's first decoding is slow (allocations grow, kernels are chosen): 17.3 against 10.5 ms
-        # per token for the same plain run later in one record, so one whole batch of each kind goes untimed first
+    configs = [(name, L) for name in verifiers for L in lengths]
+    tree_configs = [(name, tree) for name in multi_verifiers for tree in trees]
+
+    def warm_up():
+        if cache == "compiled":  # compile every call shape before anything is timed
+            _warm_up(pair, ids[:batch_size], lengths, trees, multi_verifiers, rule, sampling, cache)
+            return
+        # a fresh process's first decoding is slow: one whole batch of each kind goes untimed first
         plain_generate(pair.target, ids[:batch_size], max_new_tokens, sampling=sampling, progress=False, cache=cache)
         if lengths:
             speculative_generate(pair, ids[:batch_size], REGISTRY["token"](), max(lengths), max_new_tokens,
                                  sampling=sampling, progress=False, record_law=False, cache=cache)
-    # the timing check's first half: plain sampling with the seed of the run after the measured runs (the same
-    # tokens, so the same work: only the machine can make them differ)
-    before = plain_generate(pair.target, ids, max_new_tokens, sampling=sampling, seed=seed + PREDICTION_SEED_OFFSET,
-                            batch_size=batch_size, progress=progress, cache=cache)
-    # plain sampling and every run, batch by batch in turn (ABAB…): each batch of prompts is a timing round
-    configs = [(name, L) for name in verifiers for L in lengths]
-    tree_configs = [(name, tree) for name in multi_verifiers for tree in trees]
-    common = {"sampling": sampling, "seed": seed, "batch_size": batch_size, "progress": False, "cache": cache}
-    batches = [plain_batches(pair.target, ids, max_new_tokens, **common)]
-    batches += [speculative_batches(pair, ids, REGISTRY[name](), L, max_new_tokens, **common) for name, L in configs]
-    batches += [tree_batches(pair, ids, MULTI_DRAFT_REGISTRY[name](), tree, max_new_tokens, rule=rule, **common)
-                for name, tree in tree_configs]
-    rounds = -(-len(ids) // batch_size)
-    with tqdm(total=rounds * len(batches), desc="interleaved runs", unit="batch", leave=False,
-              disable=None if progress is None else not progress) as bar:
-        plain, *results = interleave(batches, on_round=lambda _: (bar.update(), meter.sample()))
-    baseline = {"tokens_per_s": plain.tokens_per_s, "ms_per_token": 1e3 * plain.seconds / plain.generated,
-                "ms_per_step": 1e3 * plain.seconds / max(plain.timer.count("target"), 1),
-                "t_target_ms": plain.timer.mean_ms("target"), "generated": plain.generated,
-                "rounds": round_entries(plain.rounds)}
+
+    # plain sampling and every run, batch by batch in turn (ABAB…), between two identical plain runs (seed + 1)
+    # whose second is also the independent plain-decoding log the predictions read
+    runs = [lambda name=name, L=L, **kw: speculative_batches(pair, ids, REGISTRY[name](), L, max_new_tokens, **kw)
+            for name, L in configs]
+    runs += [lambda name=name, tree=tree, **kw: tree_batches(pair, ids, MULTI_DRAFT_REGISTRY[name](), tree,
+                                                             max_new_tokens, rule=rule, **kw)
+             for name, tree in tree_configs]
+    timed = timed_runs(pair.target, ids, runs, max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size,
+                       cache=cache, warm_up=warm_up, check_seed=seed + PREDICTION_SEED_OFFSET, progress=progress)
+    plain, baseline, results, after, timing = timed.plain, timed.baseline, timed.results, timed.after, timed.timing
     ns = {1, *(L + 1 for L in lengths), *(t.num_tokens + 1 for t in trees)}
     prof = profile(pair, ids[0], plain.tokens[0][:max_new_tokens // 2], sorted(ns), cache=cache)
     chain_results = [(name, L, result) for (name, L), result in zip(configs, results[:len(configs)], strict=True)]
     tree_results = [(name, tree, result) for (name, tree), result in zip(tree_configs, results[len(configs):],
                                                                           strict=True)]
-    # the baseline again, with another seed: did the machine stay as quiet, and an independent plain-decoding log
-    after = plain_generate(pair.target, ids, max_new_tokens, sampling=sampling, seed=seed + PREDICTION_SEED_OFFSET,
-                           batch_size=batch_size, progress=progress, cache=cache)
-    timing = timing_check(1e3 * before.seconds / before.generated, 1e3 * after.seconds / after.generated,
-                          [load_start, meter.read()], os.cpu_count() or 1, torch_threads())
     log = replays = None
     if pair.drafter.deterministic:  # prompt lookup: its proposals and the target's rows along the same run
         replays = ngram_pairs(pair, ids, after.tokens, sampling=sampling)
@@ -254,9 +232,10 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
         return predict_from_log(log, verifier, draft, sequences=prediction_sequences, seed=seed, rule=rule,
                                 units=len(ids))
 
-    runs = [run_record(result, name, L, baseline, prof, rng, predict(REGISTRY[name](), L))
+    runs = [run_record(result, name, L, baseline, prof, rng, predict(REGISTRY[name](), L), batch_size=batch_size)
             for name, L, result in chain_results]
-    tree_runs = [tree_record(result, name, baseline, predict(MULTI_DRAFT_REGISTRY[name](), result.tree))
+    tree_runs = [tree_record(result, name, baseline, predict(MULTI_DRAFT_REGISTRY[name](), result.tree),
+                             batch_size=batch_size)
                  for name, _, result in tree_results]  # the tree as the run drew it (with or without replacement)
     logged = None
     if log_rows is not None:

@@ -160,3 +160,34 @@ def test_a_one_hot_draft_lumps_to_two_symbols(verifier):
     b = predict_from_pairs(lumped, verifier, 4, sequences=400, seed=50)
     assert abs(a.block_efficiency - b.block_efficiency) < 0.02
     assert a.mean_low - 0.01 <= b.block_efficiency <= a.mean_high + 0.01
+
+
+def test_batch_straggling_by_hand():
+    """Two prompts needing 1 and 2 iterations: a batch of both takes 2 calls against a mean of 1.5 (factor 4/3);
+    a batch of one takes its own; equal prompts do not straggle."""
+    from otspec.engine.predict import batch_straggling
+
+    two = batch_straggling(np.array([[1.0], [2.0]]), 2, draws=50)
+    assert (two["batch_iterations"], two["mean_iterations"], two["factor"]) == (2.0, 1.5, pytest.approx(4 / 3))
+    assert batch_straggling(np.array([[1.0], [2.0]]), 1, draws=4000, seed=3)["factor"] == 1.0
+    assert batch_straggling(np.full((5, 3), 7.0), 4)["factor"] == 1.0
+    assert batch_straggling(np.array([[1.0], [2.0]]), 8)["batch"] == 2  # a batch holds at most every prompt
+    with pytest.raises(ValueError, match="prompts, replays"):
+        batch_straggling(np.array([1.0, np.nan]), 2)
+
+
+def test_predicted_straggling_matches_batches_decoded_together():
+    """A batch of B sequences decoded together needs max_b iterations_b target calls: the prediction from a log
+    (its replays) gives the mean of that maximum that batches of the logged pair show, and the factor exceeds 1."""
+    p, q = np.array([0.6, 0.3, 0.1]), np.array([0.2, 0.3, 0.5])
+    draft, target = IIDSource(p), IIDSource(q)
+    log = log_rows(draft, target, 48, 32, top_p=1.0, seed=5)
+    pred = predict_from_log(log, TokenVerify(), 3, sequences=32, seed=0)
+    B = 8
+    predicted = pred.batch_calls(B, draws=8000, seed=1)
+    real = generate(draft, target, TokenVerify(), 3, 32, n_sequences=B * 500, seed=11, progress=False)
+    its = np.asarray(real.per_sequence[1], dtype=float).reshape(500, B)
+    slowest = its.max(axis=1)
+    assert predicted["factor"] > 1.05
+    assert abs(predicted["batch_iterations"] - slowest.mean()) < 4 * slowest.std() / np.sqrt(500) + 0.1
+    assert abs(predicted["mean_iterations"] - its.mean()) < 0.2

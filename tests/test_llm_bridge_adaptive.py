@@ -140,10 +140,16 @@ def test_cli_writes_the_frontier(tmp_path):
         assert {"discard_rate", "verification_rate", "tokens_per_s", "speedup", "block_efficiency"} <= set(r)
         assert 0 < r["verification_rate"] <= 1 and r["discard_rate"] >= 0
     assert record["fixed"][0]["discard_rate"] <= record["fixed"][1]["discard_rate"] + 0.5
+    for r in record["fixed"]:  # fixed K predicted from the rows logged along the plain run after the frontier
+        pi = r["predicted_block_efficiency_interval"]
+        assert pi["low"] <= r["predicted_block_efficiency"] <= pi["high"] <= r["value"] + 1
+        assert "decode engine" in r["prediction_method"] and r["prediction"]["paths"] == 2
+    assert all("predicted_block_efficiency" not in r for r in record["threshold"])
     assert plot_main(["record", str(out / "llm_adaptive_tiny.json")]) == 0
     summary = (out / "llm_adaptive_tiny.md").read_text()
     assert "threshold h = 0.3 (lagged)" in summary and "threshold h = 0.3 (unlagged)" in summary
     assert "Best unlagged threshold" in summary and "like for like with fixed K = 1" in summary
+    assert "*Predicted* (fixed K): decode engine" in summary
     assert (out / "llm_adaptive_tiny.png").stat().st_size > 10_000
     # a saved head is reused without training
     assert adaptive.main(args[:6] + ["--head", str(tmp_path / "h.json")] + args[16:-2]) == 0

@@ -68,6 +68,12 @@ def test_cli_writes_the_json_contract(folders, tmp_path, capsys):
         rates = r["acceptance_per_position_unconditional"]
         assert len(rates) == r["L"] and all(b <= a for a, b in zip(rates, rates[1:], strict=False))
         assert r["draft_acceptance_rate"] == pytest.approx(m["accepted_tokens"] / m["drafted_tokens"])
+        # a batch of both prompts takes as many target calls as its slower sequence needs iterations
+        st = r["batch_straggling"]
+        assert st["batch_size"] == 8 and st["predicted_batch"]["batch"] == 2 and st["predicted"] >= 1.0
+        assert st["measured"] == pytest.approx(r["target_calls"] / (r["iterations"] / 2))  # one round of 2 prompts
+        assert r["predicted_speedup_ignoring_straggling"] == pytest.approx(r["predicted_speedup"] * st["predicted"],
+                                                                          rel=1e-9)
     timing = record["timing"]  # the baseline measured again after the runs
     assert timing["baseline_before_ms_per_token"] > 0 and "one seed before and after" in timing["method"]
     assert timing["baseline_after_ms_per_token"] > 0 and len(timing["load_average"]) == 2

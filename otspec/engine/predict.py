@@ -23,6 +23,11 @@ its tokens and iterations together (paired), reported as percentile intervals:
   prediction's uncertainty), then ``units`` prompts drawn from that resample, each decoded once (one of
   its replays, chosen at random): prompt-to-prompt spread and decoding randomness, as a run has them.
   This is the interval a measured value is checked against.
+
+A batch of B prompts decoded together needs as many target calls as its *slowest* sequence needs
+iterations (plain sampling takes exactly N steps for each): :meth:`LogPrediction.batch_calls` predicts that
+straggling from the replays, E[max of B prompts' iterations] / E[their mean], which a speedup predicted from
+tokens per iteration must divide by (``llm_bridge`` does).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from .metrics import engine_metrics
 from .stats import check_confidence
 from .tree import generate_tree
 
-__all__ = ["LogPrediction", "paired_ratio_interval", "predict_from_log", "predict_from_pairs",
+__all__ = ["LogPrediction", "batch_straggling", "paired_ratio_interval", "predict_from_log", "predict_from_pairs",
            "predictive_ratio_interval"]
 
 #: How the prediction was made, as records state it.
@@ -63,6 +68,14 @@ class LogPrediction:
     mean_high: float = float("nan")
     units: int = 0  # prompts of the run the prediction interval is for
     method: str = METHOD
+    replay_iterations: np.ndarray | None = None  # (paths, sequences): each replay's iterations
+
+    def batch_calls(self, batch: int, *, draws: int = 4000, seed: int = 0) -> dict:
+        """Iterations a batch of ``batch`` prompts decoded together takes (its slowest sequence's) against the mean
+        sequence's: :func:`batch_straggling` on this prediction's replays."""
+        if self.replay_iterations is None:
+            raise ValueError("batch_calls: this prediction keeps no per-replay iterations")
+        return batch_straggling(self.replay_iterations, batch, draws=draws, seed=seed)
 
     def as_dict(self) -> dict:
         m = engine_metrics(self.accept_hist)
@@ -73,6 +86,28 @@ class LogPrediction:
                 "mean_acceptance_length": m.mean_acceptance_length,
                 "acceptance_per_position_unconditional": m.acceptance_per_position_unconditional,
                 "method": self.method}
+
+
+def batch_straggling(iterations, batch: int, *, draws: int = 4000, seed=0) -> dict:
+    """How much longer a batch takes than its mean sequence: ``{"batch", "mean_iterations", "batch_iterations",
+    "factor"}`` with ``factor`` = E[max over the batch's sequences of their iterations] / E[their mean] (≥ 1).
+
+    ``iterations`` is (P, S): S replays of each of P prompts; a batch draws ``batch`` distinct prompts (all P
+    when fewer) with one replay each, ``draws`` times. A decode loop that keeps calling the target until every
+    sequence of its batch has its tokens makes ``batch_iterations`` calls per batch, not ``mean_iterations``."""
+    its = np.asarray(iterations, dtype=np.float64)
+    if its.ndim != 2 or its.size == 0 or not np.all(np.isfinite(its)) or (its < 0).any():
+        raise ValueError(f"iterations: expected a non-empty (prompts, replays) array of finite values >= 0, got "
+                         f"shape {its.shape}")
+    batch, draws = check_size(batch, "batch"), check_size(draws, "draws")
+    rng = np.random.default_rng(seed)
+    P, S = its.shape
+    b = min(batch, P)
+    picks = rng.random((draws, P)).argsort(axis=1)[:, :b]  # distinct prompts per batch
+    drawn = its[picks, rng.integers(0, S, size=(draws, b))]
+    mean, slowest = float(drawn.mean()), float(drawn.max(axis=1).mean())
+    return {"batch": b, "mean_iterations": mean, "batch_iterations": slowest,
+            "factor": slowest / mean if mean > 0 else 1.0}
 
 
 def paired_ratio_interval(numerators, denominators, *, confidence: float = 0.95, draws: int = 2000,
@@ -175,4 +210,4 @@ def predict_from_pairs(pairs, verifier, draft, *, sequences: int = 32, seed: int
     units = tokens.shape[0] if units is None else check_size(units, "units")
     low, high = predictive_ratio_interval(tokens, iterations, units, confidence=confidence, draws=draws, seed=seed + 1)
     return LogPrediction(value, low, high, tokens.sum(axis=1), iterations.sum(axis=1), hist, sequences,
-                         mean_low, mean_high, units, method)
+                         mean_low, mean_high, units, method, iterations)

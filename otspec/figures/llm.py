@@ -80,7 +80,8 @@ def record_markdown(record: dict, title: str | None = None) -> str:
               "per-position two-point reduction A = {q ≥ p} of this run's own rows, an upper bound for the block "
               "verifiers. *E[τ+1 given drafts]* averages the verifier's exact conditional law on the real rows. *Mean "
               "acceptance length*: 1 + accepted / drafts, as serving engines report it. Predicted speedup: the cost "
-              "model with the measured t_draft, t_target(L+1) and loop overhead. *Speedup [rounds]*: the run's tokens/s over plain "
+              "model with the measured t_draft, t_target(L+1) and loop overhead" + _straggling_text(record["runs"]) +
+              ". *Speedup [rounds]*: the run's tokens/s over plain "
               "sampling's, and the smallest and largest ratio over " + _rounds_text(record["runs"]) + "."]
     lines += _tree_markdown(record.get("tree_runs") or [])
     loss = record.get("lossless", {})
@@ -119,6 +120,18 @@ def _tree_markdown(runs: list) -> list:
               "verifier's exact law on every row of the drafted trie. Under the SpecTr rule a residual token that "
               "equals a candidate also goes on, so *go-on* can exceed the acceptance."]
     return lines
+
+
+def _straggling_text(runs: list) -> str:
+    """How the predicted speedups allow for a batch's slowest sequence (records that measured it)."""
+    st = [r["batch_straggling"] for r in runs if r.get("batch_straggling")]
+    measured = [x["measured"] for x in st if x.get("measured") is not None]
+    predicted = [x["predicted"] for x in st if x.get("predicted") is not None]
+    if not (measured and predicted):
+        return ""
+    return (f", per iteration of a batch of {st[0]['batch_size']}: a batch calls the target until its slowest "
+            f"sequence has its tokens, {min(measured):.3f}–{max(measured):.3f} times the mean sequence's iterations "
+            f"(predicted from the log's replays: {min(predicted):.3f}–{max(predicted):.3f})")
 
 
 def _rounds_text(runs: list) -> str:
@@ -274,8 +287,9 @@ def adaptive_markdown(record: dict, title: str | None = None) -> str:
                 "largest] over those timing rounds)." if record["baseline"].get("rounds") else "."), "",
              *([f"**Unreliable timing: {record['unreliable_timing']}.** Tokens/s and speedups below were measured "
                 "on a machine that was not quiet.", ""] if record.get("unreliable_timing") else []),
-             "| policy | block efficiency [95% CI] | mean draft length | discard rate | verification rate "
-             "| latency (cost model, ms/token) | tokens/s | speedup |", "|---|---|---|---|---|---|---|---|"]
+             "| policy | block efficiency [95% CI] | predicted [95%] | mean draft length | discard rate "
+             "| verification rate | latency (cost model, ms/token) | tokens/s | speedup |",
+             "|---|---|---|---|---|---|---|---|---|"]
     names = {"fixed": "fixed K = {:d}", "threshold": "threshold h = {:g}" + (" (lagged)" if un else ""),
              "threshold_unlagged": "threshold h = {:g} (unlagged)"}
     for r in record["fixed"] + record["threshold"] + un:
@@ -283,7 +297,10 @@ def adaptive_markdown(record: dict, title: str | None = None) -> str:
         name = names.get(r["policy"], r["policy"] + " {}").format(r["value"])
         si = r.get("speedup_interval")
         spread = "" if not si else f" [{si['low']:.2f}, {si['high']:.2f}]"
-        lines.append(f"| {name} | {be['mean']:.3f} [{be['low']:.3f}, {be['high']:.3f}] | {r['mean_draft_length']:.2f} "
+        pi = r.get("predicted_block_efficiency_interval")
+        pred = "–" if not pi else f"{r['predicted_block_efficiency']:.3f} [{pi['low']:.3f}, {pi['high']:.3f}]"
+        lines.append(f"| {name} | {be['mean']:.3f} [{be['low']:.3f}, {be['high']:.3f}] | {pred} | "
+                     f"{r['mean_draft_length']:.2f} "
                      f"| {r['discard_rate']:.3f} | {r['verification_rate']:.3f} | {r['latency_ms']:.2f} | "
                      f"{r['tokens_per_s']:.1f} | {r['speedup']:.3f}{spread} |")
     best_f = max(record["fixed"], key=lambda r: r["tokens_per_s"])
@@ -299,6 +316,10 @@ def adaptive_markdown(record: dict, title: str | None = None) -> str:
     if un:
         lines.append("The lagged rule never stops after one token, so only the unlagged rule is like for like with "
                      "fixed K = 1.")
+    methods = sorted({r.get("prediction_method") or "" for r in record["fixed"]} - {""})
+    if methods:
+        lines.append("*Predicted* (fixed K): " + "; ".join(methods) + ". The threshold rules read the draft's hidden "
+                     "states, which a log of rows does not hold: they have no prediction.")
     return "\n".join(lines) + "\n"
 
 
