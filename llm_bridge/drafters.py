@@ -8,7 +8,8 @@ protocol the decode loops of :mod:`otspec.engine.loop` drive. Names understood b
 * ``"distilled"`` — the shipped draft made by ``python -m llm_bridge.distill``: the target's
   first layers, retrained by distillation, on the target's own embedding and tied head;
 * ``"layers:K"`` — the target's first K layers untrained (self-speculation, a baseline);
-* ``"int8"`` — the target with every linear layer dynamically quantised to int8 (CPU only);
+* ``"int8"`` — the target with every linear layer in int8, activations quantised per token so that a token's
+  row depends on its context alone (:mod:`llm_bridge.int8`; CPU only);
 * ``"ngram"`` / ``"ngram:N"`` — prompt lookup: the token that followed the most recent earlier
   occurrence of the last N (then N−1, …, 1) tokens; a deterministic draft (a one-hot row) at
   negligible cost, and no draft where nothing matches;
@@ -28,6 +29,7 @@ import numpy as np
 
 from otspec.engine.session import Drafter
 
+from .int8 import int8_model
 from .models import DEFAULT_TARGET, LoadedModel, check_vocabularies, load_model
 from .sampling import DEFAULT_SAMPLING
 from .sessions import ModelSession, NGramSession
@@ -167,8 +169,6 @@ def _distilled(target: LoadedModel, folder: Path = DISTILLED_DIR):
 
 def make_drafter(spec: str, target: LoadedModel):
     """The drafter named ``spec`` for ``target`` (see the module docstring)."""
-    import torch
-
     spec = str(spec)
     if spec.startswith("ngram"):
         n = int(spec.split(":", 1)[1]) if ":" in spec else 3
@@ -182,10 +182,9 @@ def make_drafter(spec: str, target: LoadedModel):
                             spec)
     if spec == "int8":
         if target.device != "cpu":
-            raise ValueError("the int8 draft uses CPU dynamic quantisation: run on device='cpu'")
-        model = torch.ao.quantization.quantize_dynamic(copy.deepcopy(target.model), {torch.nn.Linear},
-                                                       dtype=torch.qint8)
-        return ModelDrafter(LoadedModel(model, target.tokenizer, spec, target.device, target.dtype), spec)
+            raise ValueError("the int8 draft multiplies in int8 on the CPU (torch._int_mm): run on device='cpu'")
+        return ModelDrafter(LoadedModel(int8_model(target.model), target.tokenizer, spec, target.device,
+                                        target.dtype), spec)
     draft = load_model(spec, device=target.device, dtype=target.dtype)
     check_vocabularies(target.tokenizer, draft.tokenizer)
     if draft.vocab_size != target.vocab_size:

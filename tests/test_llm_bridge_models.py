@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -136,3 +138,36 @@ def test_sampling_rows():
     for bad in ({"temperature": -1}, {"top_p": 0.0}, {"top_p": 1.5}, {"top_k": -2}, {"top_k": 1.5}):
         with pytest.raises(ValueError):
             Sampling(**bad)
+
+
+def test_int8_rows_depend_on_the_context_alone():
+    """The int8 drafter quantises activations per token: a sequence's rows are the same fed alone or beside another
+    sequence, in one call or token by token (float attention aside, to 1e-5), and close to the float model's.
+    PyTorch's dynamic quantisation (one scale per call), the negative control, moves them with the batch-mate."""
+    from llm_bridge.int8 import int8_linear
+    from llm_bridge.models import LoadedModel
+
+    lin = torch.nn.Linear(16, 8)
+    x = torch.randn(5, 16)
+    with torch.no_grad():
+        q = int8_linear(lin)
+        torch.testing.assert_close(q(x), lin(x), atol=0.05, rtol=0.05)
+        torch.testing.assert_close(q(x[2:3]), q(x)[2:3], atol=0, rtol=0)  # integer products: exact per row
+    model = tiny_llama(0, 2, dtype=torch.float32)
+    target = LoadedModel(model, tiny_tokenizer(), "tiny", "cpu", torch.float32)
+    int8 = make_drafter("int8", target).model
+    a, b = torch.tensor([[1, 5, 6, 7, 9]]), torch.tensor([[3, 20, 2, 11, 4]])
+    both = torch.cat([a, b])
+    with torch.no_grad():
+        alone, paired = int8(a).logits[0], int8(both).logits[0]
+        torch.testing.assert_close(paired, alone, atol=1e-5, rtol=0)
+        past, steps = None, []
+        for t in range(a.shape[1]):  # token by token with a KV cache, as a draft session feeds it
+            out = int8(a[:, t:t + 1], past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            steps.append(out.logits[0, 0])
+        torch.testing.assert_close(torch.stack(steps), alone, atol=1e-5, rtol=0)
+        assert (alone.softmax(-1) - model(a).logits[0].softmax(-1)).abs().sum(-1).max() < 0.2  # close to float
+        dynamic = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8)
+        moved = (dynamic(both).logits[0] - dynamic(a).logits[0]).abs().max()
+    assert moved > 1e-3

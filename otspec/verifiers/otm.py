@@ -101,12 +101,14 @@ class OTMVerify(MultiDraftVerifier):
         kernel = np.zeros((B, V))
         if B == 0:
             return candidates, kernel
-        pairs, inverse = np.unique(np.concatenate([p, q], axis=1), axis=0, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        for g, pair in enumerate(pairs):  # one plan per distinct (p, q) pair, on the pair's joint support
-            rows = np.flatnonzero(inverse == g)
-            support = np.flatnonzero((pair[:V] > 0) | (pair[V:] > 0))
-            tuples, plan = self.plan(pair[:V][support], pair[V:][support], k)
+        groups: dict = {}  # one plan per distinct (p, q) pair, on the pair's joint support (keyed by its bytes:
+        for b in range(B):  # np.unique(axis=0) on rows of a real vocabulary took 50 ms per row)
+            support = np.flatnonzero((p[b] > 0) | (q[b] > 0))
+            key = (support.tobytes(), p[b, support].tobytes(), q[b, support].tobytes())
+            groups.setdefault(key, (support, []))[1].append(b)
+        for support, members in groups.values():
+            rows = np.asarray(members, dtype=np.int64)
+            tuples, plan = self.plan(p[rows[0], support], q[rows[0], support], k)
             codes = _encode(tuples, support.size)
             order = np.argsort(codes)
             cands = candidates[rows]
