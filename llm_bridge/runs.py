@@ -92,24 +92,27 @@ class LoadMeter:
         return {"load_average": load, "own_cpu": own, "other_load": None if load is None else max(load - own, 0.0)}
 
 
-def timing_check(before_ms: float, after_ms: float, readings, cpus: int, threads: int = 1) -> dict:
+def timing_check(before_ms: float, after_ms: float, readings, cpus: int, threads: int = 1, rounds=()) -> dict:
     """The ``timing`` object of a record: plain sampling's ms per token before and after the measured runs, their
-    drift, the load readings (:meth:`LoadMeter.read`, at the start and the end) and ``unreliable_timing`` (``None``,
-    or the reason: a drift above :data:`MAX_BASELINE_DRIFT`, or other work above the cores this process's
-    ``threads`` leave free, and at least :data:`MIN_OTHER_LOAD`)."""
+    drift, the load readings (:meth:`LoadMeter.read`, at the start and the end; ``rounds``: after every timing
+    round, as ``load_rounds``) and ``unreliable_timing`` (``None``, or the reason: a drift above
+    :data:`MAX_BASELINE_DRIFT`, or other work above the cores this process's ``threads`` leave free, and at least
+    :data:`MIN_OTHER_LOAD`, in any reading)."""
     drift = abs(after_ms / before_ms - 1.0) if before_ms > 0 else float("inf")
     reasons = []
     if drift > MAX_BASELINE_DRIFT:
         reasons.append(f"plain sampling drifted {100 * drift:.1f} % between the start and the end of the runs "
                        f"({before_ms:.2f} -> {after_ms:.2f} ms per token; limit {100 * MAX_BASELINE_DRIFT:.0f} %)")
     free = max(cpus - threads, MIN_OTHER_LOAD)
-    others = [r["other_load"] for r in readings if r is not None and r.get("other_load") is not None]
+    rounds = list(rounds)
+    others = [r["other_load"] for r in list(readings) + rounds if r is not None and r.get("other_load") is not None]
     if others and max(others) > free:
         reasons.append(f"other work kept the machine busy: load average {max(others):.2f} beyond this process's own, "
                        f"on {cpus} cores of which this run's {threads} threads leave {free:g} free")
     return {"method": TIMING_METHOD, "baseline_before_ms_per_token": before_ms, "baseline_after_ms_per_token": after_ms,
             "baseline_drift": drift, "load": list(readings),
-            "load_average": [None if r is None else r.get("load_average") for r in readings], "cpus": cpus,
+            "load_average": [None if r is None else r.get("load_average") for r in readings], "load_rounds": rounds,
+            "cpus": cpus,
             "threads": threads, "unreliable_timing": "; ".join(reasons) or None}
 
 
@@ -153,14 +156,15 @@ def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: in
     rounds = -(-len(prompts) // batch_size)
     with tqdm(total=rounds * len(batches), desc=desc, unit="batch", leave=False,
               disable=None if progress is None else not progress) as bar:
-        plain, *results = interleave(batches, on_round=lambda _: (bar.update(), meter.sample()))
+        readings = []  # the load after every run's batch: other work that comes and goes mid-record is caught
+        plain, *results = interleave(batches, on_round=lambda _: (bar.update(), readings.append(meter.read())))
     baseline = {"tokens_per_s": plain.tokens_per_s, "ms_per_token": 1e3 * plain.seconds / plain.generated,
                 "ms_per_step": 1e3 * plain.seconds / max(plain.timer.count("target"), 1),
                 "t_target_ms": plain.timer.mean_ms("target"), "generated": plain.generated,
                 "rounds": round_entries(plain.rounds)}
     after = plain_generate(target, prompts, max_new_tokens, seed=check_seed, progress=progress, **plain_kwargs)
     timing = timing_check(1e3 * before.seconds / before.generated, 1e3 * after.seconds / after.generated,
-                          [load_start, meter.read()], os.cpu_count() or 1, torch_threads())
+                          [load_start, meter.read()], os.cpu_count() or 1, torch_threads(), readings)
     return TimedRuns(plain, baseline, results, after, timing)
 
 

@@ -299,6 +299,10 @@ def test_timing_check_marks_a_loaded_machine():
     loaded = validate_mod.timing_check(49.0, 1198.0, [reading(3.5, 1.0), reading(4.1, 0.9)], 2, 2)
     assert "drifted" in loaded["unreliable_timing"] and "load average 3.20 beyond this process's own" in \
         loaded["unreliable_timing"]
+    # another record decoding beside this one for a while, quiet at the start and the end: a round's reading names it
+    mid = validate_mod.timing_check(10.0, 10.2, [reading(0.5, 0.2), reading(1.9, 1.8)], 2, 2,
+                                    [reading(2.0, 1.9), reading(3.9, 1.0), reading(2.1, 1.9)])
+    assert "load average 2.90 beyond this process's own" in mid["unreliable_timing"] and len(mid["load_rounds"]) == 3
     # one thread on 16 cores leaves 15 free: a few other jobs are not contention
     assert validate_mod.timing_check(10.0, 10.0, [reading(6.0, 1.0)], 16, 1)["unreliable_timing"] is None
     from llm_bridge.runs import LoadMeter

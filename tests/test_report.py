@@ -108,3 +108,19 @@ def test_prediction_check_flags_runs_that_miss():
     assert abs(rows[1]["relative_error"] - (1.40 / 1.20 - 1)) < 1e-12
     table = "\n".join(prediction_check_markdown(rows))
     assert "1 of 3 runs hold" in table and table.count("**no**") == 2
+
+
+def test_prediction_check_reads_the_fixed_lengths_of_a_specdecpp_record():
+    """An adaptive record's fixed-K runs are token-verification chain runs: predicted ones are checked (K as L),
+    threshold rules (no prediction) are not."""
+    from otspec.figures.llm import prediction_check
+
+    be = {"mean": 1.5, "low": 1.4, "high": 1.6}
+    record = {"file": "llm_adaptive_x.json",
+              "fixed": [{"policy": "fixed", "value": 3, "block_efficiency": be, "predicted_block_efficiency": 1.45,
+                         "predicted_block_efficiency_interval": {"low": 1.3, "high": 1.6}},
+                        {"policy": "fixed", "value": 4, "block_efficiency": be}],
+              "threshold": [{"policy": "threshold", "value": 0.5, "block_efficiency": be}]}
+    rows = prediction_check([record])
+    assert [(r["verifier"], r["draft"], r["within_tolerance"], r["inside_interval"]) for r in rows] == [
+        ("token", "L = 3", True, True)]

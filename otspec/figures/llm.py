@@ -368,8 +368,9 @@ def prediction_check(records: list) -> list[dict]:
     against its prediction — relative error, within :data:`PREDICTION_TOLERANCE`, inside the prediction's
     interval (``None`` where the run has no interval)."""
     rows = []
-    for rec in records:
-        for r in list(rec.get("runs") or []) + list(rec.get("tree_runs") or []):
+    for rec in records:  # a SpecDec++ record's fixed-K runs are chain runs of token verification
+        fixed = [{**r, "verifier": "token", "L": r["value"]} for r in rec.get("fixed") or []]
+        for r in list(rec.get("runs") or []) + list(rec.get("tree_runs") or []) + fixed:
             pred, be = r.get("predicted_block_efficiency"), r["block_efficiency"]
             if pred is None:
                 continue
@@ -414,7 +415,7 @@ def _llm_section(data: dict, png: Path) -> str:
              "beside this report as `llm_<name>.*`); the figure above puts every run's measurement next to the "
              "theory's prediction (block efficiency from an independent plain-decoding log of the pair, speedup "
              "from it and the measured call times).", "",
-             *prediction_check_markdown(prediction_check(data["records"]))]
+             *prediction_check_markdown(prediction_check(data["records"] + data.get("adaptive", [])))]
     for rec in data["records"]:
         body = record_markdown(rec, f"{rec['file']}: {rec['model_pair']['target']} / {rec['model_pair']['draft']} "
                                     f"on {rec['model_pair']['device']}").replace("\n## ", "\n### ")
