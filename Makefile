@@ -78,7 +78,8 @@ records: $(DEMO_STAMP)
 	$(RECORD) --draft distilled --verifiers token --L 2,4 --trees iid:2:3,2x2x1,4x2x2x1 \
 	    --multi-verifiers kseq,multiround,multiround_without_replacement --name trees
 	$(RECORD) --draft ngram --L 2,4,8 --name ngram
-	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.adaptive --draft distilled --thresholds 0.2,0.4,0.6,0.8 --fixed 1,2,3,4,6
+	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.adaptive --draft distilled --head llm_bridge/weights/distilled/head.json \
+	    --thresholds 0.2,0.4,0.6,0.8 --fixed 1,2,3,4,6
 	MPLBACKEND=Agg $(BIN)/python -m otspec.report
 
 # every GPU record of the README (llm_bridge.validate per draft family, trees, the verifier benchmark) on CUDA

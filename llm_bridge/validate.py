@@ -25,7 +25,8 @@ Every run also carries the serving engines' metrics (:mod:`otspec.engine.metrics
 ``tree_runs``, per multi-draft verifier × draft tree (k-configs such as ``4x2x2x1``, or ``iid:K:L``
 for SpecTr's K drafts of L tokens) ``verifier``, ``tree``, ``rule``, ``block_efficiency``,
 ``expected_block_efficiency_given_tree``, ``predicted_block_efficiency`` (the verifier's closed-form
-acceptance per depth), ``otm_bound_block_efficiency`` (the OTM-k optimum on the same rows),
+acceptance per depth), ``otm_bound_block_efficiency`` (the OTM-k optimum on the same rows; both over the
+first :data:`~llm_bridge.trees.MAX_CLOSED_FORM_NODES` nodes of each depth),
 per-depth ``go_on`` / ``acceptance`` / ``optimum`` / ``tv``, ``target_nodes_per_call``, times,
 ``tokens_per_s``, ``speedup`` and ``predicted_speedup``. With ``--log-rows FILE``: ``logged_rows``
 {file, paths, steps, kept_mean, overlap_mean, ...}, and FILE holds both models' rows along the plain

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from llm_bridge import trees
 from llm_bridge.cache import CachedLM
 from llm_bridge.drafters import NGramDrafter, Pair
 from llm_bridge.loop import plain_generate
@@ -154,6 +155,9 @@ def test_expected_length_given_the_trie_matches_the_measured_one(rule):
     assert run.go_on[0].size == (d.accept_hist.sum(axis=1)[1:]).sum()
     for acc, opt in zip(run.acceptance, run.optimum, strict=True):
         assert np.all(acc <= opt + 1e-9)
+    # closed forms over the first nodes of each depth only
+    assert [a.size for a in run.acceptance] == [min(g.size, trees.MAX_CLOSED_FORM_NODES) for g in run.go_on]
+    assert run.go_on[0].size > trees.MAX_CLOSED_FORM_NODES
     assert run.tree == DraftTree((3, 2, 1)) and run.target_nodes.size == d.iterations
 
 
