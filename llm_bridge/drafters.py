@@ -29,7 +29,7 @@ import numpy as np
 
 from otspec.engine.session import Drafter
 
-from .int8 import int8_model
+from .int8 import int8_model, quantize_per_row
 from .models import DEFAULT_TARGET, LoadedModel, check_vocabularies, load_model
 from .sampling import DEFAULT_SAMPLING
 from .sessions import ModelSession, NGramSession
@@ -127,8 +127,8 @@ def quantize_rows(weights: dict) -> dict:
     for name, w in weights.items():
         w = w.detach().float().cpu()
         if w.ndim == 2:
-            scale = (w.abs().amax(dim=1, keepdim=True) / 127.0).clamp_min(1e-12)
-            out[f"{name}:int8"] = torch.round(w / scale).clamp(-127, 127).to(torch.int8).contiguous()
+            q, scale = quantize_per_row(w)
+            out[f"{name}:int8"] = q.contiguous()
             out[f"{name}:scale"] = scale.to(torch.float16).contiguous()
         else:
             out[name] = w.to(torch.float16).contiguous()

@@ -20,7 +20,15 @@ from __future__ import annotations
 import copy
 from functools import cache
 
-__all__ = ["int8_linear", "int8_model"]
+__all__ = ["int8_linear", "int8_model", "quantize_per_row"]
+
+
+def quantize_per_row(t):
+    """(int8 rows, float32 scale per row (…, 1)) of a float tensor: each row over its largest magnitude / 127."""
+    import torch
+
+    scale = (t.abs().amax(dim=-1, keepdim=True) / 127.0).clamp_min(1e-12)
+    return torch.round(t / scale).clamp(-127, 127).to(torch.int8), scale
 
 
 @cache
@@ -35,11 +43,9 @@ def _int8_linear_class():
         def __init__(self, linear):
             super().__init__()
             w = linear.weight.detach().float()
-            scale = (w.abs().amax(dim=1, keepdim=True) / 127.0).clamp_min(1e-12)
+            q, scale = quantize_per_row(w)
             self.in_features, self.out_features = int(w.shape[1]), int(w.shape[0])
-            # (in, out) int8: the layout torch._int_mm multiplies by
-            self.register_buffer("weight_int8",
-                                 torch.round(w / scale).clamp(-127, 127).to(torch.int8).t().contiguous())
+            self.register_buffer("weight_int8", q.t().contiguous())  # (in, out): the layout torch._int_mm takes
             self.register_buffer("weight_scale", scale.reshape(-1))
             self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float().clone())
 
@@ -51,8 +57,7 @@ def _int8_linear_class():
         def forward(self, x):
             lead, dtype = x.shape[:-1], x.dtype
             flat = x.reshape(-1, self.in_features).float()
-            scale = (flat.abs().amax(dim=1, keepdim=True) / 127.0).clamp_min(1e-12)
-            q = torch.round(flat / scale).clamp(-127, 127).to(torch.int8)
+            q, scale = quantize_per_row(flat)
             y = torch._int_mm(q, self.weight_int8).float() * scale * self.weight_scale
             if self.bias is not None:
                 y = y + self.bias
