@@ -68,7 +68,7 @@ bench: $(TEST_STAMP)
 # every committed real-pair record on CPU (about two hours on 2 quiet cores): run it on a quiet machine, nothing else
 # running, then commit figures/llm_*; records measured on a busy machine mark themselves unreliable_timing. The
 # two-sample losslessness tests of token / block / block_v1 run once (llm_distilled); the exact laws run everywhere
-RECORD := MPLBACKEND=Agg $(BIN)/python -m llm_bridge.validate --prompts 32 --batch-size 8 --max-new-tokens 64
+RECORD := MPLBACKEND=Agg $(BIN)/python -m llm_bridge.validate --prompts 32 --batch-size 8 --max-new-tokens 64 --timing-attempts 2
 records: $(DEMO_STAMP)
 	$(RECORD) --draft distilled --L 2,4,8
 	$(RECORD) --draft distilled --L 2,4 --name default --log-rows figures/llm_default_rows.npz --lossless-samples 0
@@ -78,7 +78,7 @@ records: $(DEMO_STAMP)
 	$(RECORD) --draft distilled --verifiers token --L 2,4 --trees iid:2:3,2x2x1,4x2x2x1 \
 	    --multi-verifiers kseq,multiround,multiround_without_replacement --name trees
 	$(RECORD) --draft ngram --L 2,4,8 --name ngram
-	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.adaptive --draft distilled --head llm_bridge/weights/distilled/head.json \
+	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.adaptive --draft distilled --head llm_bridge/weights/distilled/head.json --timing-attempts 2 \
 	    --thresholds 0.2,0.4,0.6,0.8 --fixed 1,2,3,4,6
 	MPLBACKEND=Agg $(BIN)/python -m otspec.report
 

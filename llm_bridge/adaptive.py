@@ -213,7 +213,7 @@ RULES = {"threshold": "lagged, SpecDec++ Algorithm 1 to the letter: the features
 
 def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6, 8), max_length: int = 12,
              max_new_tokens: int = 48, sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int = 8,
-             progress: bool | None = None, unlagged: bool = True) -> dict:
+             progress: bool | None = None, unlagged: bool = True, timing_attempts: int = 1) -> dict:
     """Fixed K and the threshold rule on the learned head (lagged, and with ``unlagged`` the rule without the lag),
     on the same prompts with plain sampling beside them: every run and plain sampling decode each batch of prompts
     in turn (interleaved timing rounds), and plain sampling runs again at the end (the record's timing check)."""
@@ -234,7 +234,7 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
 
     timed = timed_runs(pair.target, prompts, [lambda p=p, v=v, **kw: run(p, v, **kw) for p, v in plan],
                        max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size, warm_up=warm_up,
-                       progress=progress, desc="frontier runs")
+                       progress=progress, desc="frontier runs", attempts=timing_attempts)
     baseline, results, timing = timed.baseline, timed.results, timed.timing
     # fixed K is predicted as validate predicts a chain run: the decode engine on both models' rows logged along
     # the plain run after the frontier (seed + 1, independent of the runs); the threshold rules read the draft's
@@ -284,6 +284,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--name", help="output name: figures/llm_adaptive_<name>.* (default: the draft)")
     ap.add_argument("--out-dir", type=Path, default=FIGURES)
+    ap.add_argument("--timing-attempts", type=int, default=1, metavar="N",
+                    help="measure the timed runs again, whole, up to N times in all while the timing check finds them "
+                         "unreliable (baseline drift or load); every attempt is listed in the record's timing")
     args = ap.parse_args(argv)
     try:
         thresholds = [float(x) for x in args.thresholds.split(",") if x.strip()]
@@ -333,7 +336,8 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
               "head": report}
     record.update(frontier(pair, ids, head, thresholds=thresholds, fixed=fixed, max_length=args.max_length,
                            max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed,
-                           batch_size=args.batch_size, unlagged=not args.no_unlagged))
+                           batch_size=args.batch_size, unlagged=not args.no_unlagged,
+                           timing_attempts=args.timing_attempts))
     return AdaptiveRecord.from_json(record)
 
 

@@ -147,14 +147,16 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
              pair=None, trees=(), multi_verifiers=("kseq", "multiround"), rule: str = "match",
              cache: str = "auto", log_rows=None, log_top_p: float = DEFAULT_LOG_TOP_P,
              log_max_kept: int | None = DEFAULT_LOG_MAX_KEPT, prediction_sequences: int = 32,
-             lossless_verifiers=None, hf_prompts: int = 8) -> dict:
+             lossless_verifiers=None, hf_prompts: int = 8, timing_attempts: int = 1) -> dict:
     """Everything of the module docstring; returns the JSON record. ``pair`` (a loaded
     :class:`~llm_bridge.drafters.Pair`) replaces ``target``, ``draft``, ``device`` and ``dtype``;
     ``trees`` (k-configs) adds a run per multi-draft verifier × tree; ``cache`` is a kind of
     :func:`~llm_bridge.cache.make_cache` (``auto``: compiled static caches on CUDA, dynamic eager on CPU;
     a compiled run first warms every call shape up, untimed); ``log_rows`` (a path) also writes there the
     logged rows the predictions use: both models' rows along a second plain run (seed + 1, after the measured
-    runs), replayed ``prediction_sequences`` times per prompt by :func:`otspec.engine.predict.predict_from_log`."""
+    runs), replayed ``prediction_sequences`` times per prompt by :func:`otspec.engine.predict.predict_from_log`;
+    ``timing_attempts``: how many times the timed runs may be measured while the timing check fails
+    (:func:`~llm_bridge.runs.timed_runs`)."""
     import torch
     import transformers
 
@@ -210,7 +212,8 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
                                                              max_new_tokens, rule=rule, **kw)
              for name, tree in tree_configs]
     timed = timed_runs(pair.target, ids, runs, max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size,
-                       cache=cache, warm_up=warm_up, check_seed=seed + PREDICTION_SEED_OFFSET, progress=progress)
+                       cache=cache, warm_up=warm_up, check_seed=seed + PREDICTION_SEED_OFFSET, progress=progress,
+                       attempts=timing_attempts)
     plain, baseline, results, after, timing = timed.plain, timed.baseline, timed.results, timed.after, timed.timing
     ns = {1, *(L + 1 for L in lengths), *(t.num_tokens + 1 for t in trees)}
     prof = profile(pair, ids[0], plain.tokens[0][:max_new_tokens // 2], sorted(ns), cache=cache)
@@ -342,6 +345,9 @@ def main(argv=None) -> int:
     ap.add_argument("--log-top-p", type=float, default=DEFAULT_LOG_TOP_P, help="with --log-rows: mass kept per row")
     ap.add_argument("--log-max-kept", type=int, default=DEFAULT_LOG_MAX_KEPT,
                     help="with --log-rows: at most this many tokens per row and model")
+    ap.add_argument("--timing-attempts", type=int, default=1, metavar="N",
+                    help="measure the timed runs again, whole, up to N times in all while the timing check finds them "
+                         "unreliable (baseline drift or load); every attempt is listed in the record's timing")
     args = ap.parse_args(argv)
     try:
         lengths = [int(x) for x in args.L.split(",") if x.strip()]
@@ -358,7 +364,7 @@ def main(argv=None) -> int:
                           multi_verifiers=[v.strip() for v in args.multi_verifiers.split(",") if v.strip()],
                           rule=args.rule, cache=args.cache, log_rows=args.log_rows, log_top_p=args.log_top_p,
                           log_max_kept=args.log_max_kept, prediction_sequences=args.prediction_sequences,
-                          hf_prompts=args.hf_prompts,
+                          hf_prompts=args.hf_prompts, timing_attempts=args.timing_attempts,
                           lossless_verifiers=None if args.lossless_verifiers is None else
                           [v.strip() for v in args.lossless_verifiers.split(",") if v.strip()])
     except (ModelNotFound, VocabularyMismatch, ImportError, ValueError) as err:

@@ -343,3 +343,51 @@ def test_lossless_checks_can_be_narrowed(folders, tmp_path, capsys):
     capsys.readouterr()
     assert validate_mod.main([*common, "--lossless-verifiers", "kseq"]) == 2
     assert "lossless verifiers ['kseq']" in capsys.readouterr().err
+
+
+def test_unreliable_timing_is_measured_again_and_every_attempt_is_listed(folders, tmp_path, monkeypatch):
+    from llm_bridge import runs as runs_mod
+
+    args = ["--target", str(folders / "target"), "--draft", str(folders / "draft"), "--verifiers", "token",
+            "--L", "2", "--prompts", "2", "--max-new-tokens", "6", "--device", "cpu", "--lossless-samples", "0",
+            "--no-hf", "--out-dir", str(tmp_path)]
+    # a rule no timing passes: every attempt is measured, listed and failed, and the record says so
+    monkeypatch.setattr(runs_mod, "MAX_BASELINE_DRIFT", -1.0)
+    assert validate_mod.main(args + ["--name", "never", "--timing-attempts", "3"]) == 0
+    record = json.loads((tmp_path / "llm_never.json").read_text())
+    attempts = record["timing"]["attempts"]
+    assert len(attempts) == 3 and all("drifted" in a["unreliable_timing"] for a in attempts)
+    assert record["unreliable_timing"] == attempts[-1]["unreliable_timing"]
+    # the first attempt fails, the second passes: the record keeps the second and lists both
+    verdicts = iter([True, False])
+    real_check = runs_mod.timing_check
+
+    def check(*a, **k):
+        out = real_check(*a, **k)
+        return {**out, "unreliable_timing": "the first attempt fails" if next(verdicts) else None}
+
+    monkeypatch.setattr(runs_mod, "MAX_BASELINE_DRIFT", 0.10)
+    monkeypatch.setattr(runs_mod, "timing_check", check)
+    assert validate_mod.main(args + ["--name", "second", "--timing-attempts", "3"]) == 0
+    record = json.loads((tmp_path / "llm_second.json").read_text())
+    assert [a["unreliable_timing"] for a in record["timing"]["attempts"]] == ["the first attempt fails", None]
+    assert "unreliable_timing" not in record and record["timing"]["unreliable_timing"] is None
+    settling = record["timing"]["settling"]
+    assert 2 <= len(settling["ms_per_token"]) <= runs_mod.MAX_SETTLE_PASSES
+
+
+def test_settling_stops_when_two_passes_agree(monkeypatch):
+    from llm_bridge import runs as runs_mod
+
+    speeds = iter([17.0, 13.0, 11.0, 10.6, 10.5, 10.5])  # ms per token: a fresh process speeding up
+
+    class Pass:
+        def __init__(self):
+            self.seconds, self.generated = next(speeds) * 64 / 1e3, 64
+
+    monkeypatch.setattr(runs_mod, "plain_generate", lambda *a, **k: Pass())
+    out = runs_mod.settle(None, [[1]], 64, sampling=None, cache="dynamic")
+    assert out["settled"] and out["ms_per_token"] == pytest.approx([17.0, 13.0, 11.0, 10.6])  # 10.6 / 11.0: 3.6 %
+    speeds = iter([10.0, 20.0] * 10)  # never settles: bounded, and says so
+    out = runs_mod.settle(None, [[1]], 64, sampling=None, cache="dynamic", max_passes=5)
+    assert not out["settled"] and len(out["ms_per_token"]) == 5

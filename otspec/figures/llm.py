@@ -31,6 +31,28 @@ def _f(x, digits: int = 3) -> str:
     return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
 
 
+def _timing_text(record: dict) -> list[str]:
+    """The timing check in words: the baseline before and after, the drift, and every attempt measured."""
+    t = record.get("timing") or {}
+    if "baseline_drift" not in t:
+        return []
+    text = (f"Timing check: plain sampling {t['baseline_before_ms_per_token']:.2f} ms per token before the runs and "
+            f"{t['baseline_after_ms_per_token']:.2f} after (drift {100 * t['baseline_drift']:.1f} %).")
+    attempts = t.get("attempts") or []
+    if len(attempts) > 1:
+        dropped = "; ".join(f"{100 * a['baseline_drift']:.1f} %" + (f" ({a['unreliable_timing']})"
+                                                                     if a["unreliable_timing"] else "")
+                            for a in attempts[:-1])
+        text += (f" Measured in attempt {len(attempts)}: the earlier attempts, discarded whole because the check "
+                 f"failed, drifted {dropped}.")
+    settling = t.get("settling")
+    if settling:
+        text += (f" Warm-up passes until two agreed within {100 * settling['tolerance']:.0f} %: "
+                 + ", ".join(f"{x:.1f}" for x in settling["ms_per_token"]) + " ms per token"
+                 + ("." if settling["settled"] else " (never settled)."))
+    return [text, ""]
+
+
 def record_markdown(record: dict, title: str | None = None) -> str:
     """A Markdown summary: setup, drafter, baseline and peer, one row per run, losslessness."""
     pair, s, base = record["model_pair"], record["settings"], record["baseline"]
@@ -43,6 +65,7 @@ def record_markdown(record: dict, title: str | None = None) -> str:
         lines += [f"**Unreliable timing: {record['unreliable_timing']}.** The tokens/s and speedups below were "
                   "measured on a machine that was not quiet; block efficiencies and predictions do not depend on it.",
                   ""]
+    lines += _timing_text(record)
     prof, drafter = record["profile"], record["drafter"]
     t_target = ", ".join(f"n={k}: {v:.1f}" for k, v in prof["t_target_ms"].items())
     lines += [f"Drafter: first-position acceptance 1 − TV = {_f(drafter['acceptance'])}, cost ratio "
@@ -287,6 +310,7 @@ def adaptive_markdown(record: dict, title: str | None = None) -> str:
                 "largest] over those timing rounds)." if record["baseline"].get("rounds") else "."), "",
              *([f"**Unreliable timing: {record['unreliable_timing']}.** Tokens/s and speedups below were measured "
                 "on a machine that was not quiet.", ""] if record.get("unreliable_timing") else []),
+             *_timing_text(record),
              "| policy | block efficiency [95% CI] | predicted [95%] | mean draft length | discard rate "
              "| verification rate | latency (cost model, ms/token) | tokens/s | speedup |",
              "|---|---|---|---|---|---|---|---|---|"]
