@@ -79,6 +79,9 @@ class TreeResult(BridgeResult):
     candidates : how many candidates the verifier saw at each node.
     target_nodes : tokens scored by each target call (unseen committed tokens + trie nodes).
     tries : (prompt index, committed tokens, trie) of every iteration when run with ``keep_tries``.
+
+    A run made with ``defer_closed_forms`` has ``acceptance`` and ``optimum`` empty until
+    :meth:`closed_forms` computes them from the nodes it kept.
     """
 
     tree: DraftTree | None = None
@@ -89,6 +92,14 @@ class TreeResult(BridgeResult):
     candidates: list = field(default_factory=list)
     target_nodes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     tries: list = field(default_factory=list)
+    pending: object = None
+
+    def closed_forms(self) -> "TreeResult":
+        """Compute ``acceptance`` and ``optimum`` of a run made with ``defer_closed_forms`` (no-op otherwise)."""
+        if self.pending is not None:
+            self.acceptance, self.optimum = self.pending.closed_forms()
+            self.pending = None
+        return self
 
 
 def tree_generate(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: str = "match",
@@ -113,9 +124,12 @@ def tree_generate(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: s
 def tree_batches(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: str = "match",
                  sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int | None = None,
                  progress: bool | None = None, confidence: float = 0.95, record_law: bool = True,
-                 keep_tries: bool = False, cache: str = "auto"):
+                 keep_tries: bool = False, cache: str = "auto", defer_closed_forms: bool = False):
     """:func:`tree_generate` one batch at a time: a generator that yields after each batch and returns the
-    :class:`TreeResult` (drive it with :func:`~llm_bridge.loop.finish` or :func:`~llm_bridge.loop.interleave`)."""
+    :class:`TreeResult` (drive it with :func:`~llm_bridge.loop.finish` or :func:`~llm_bridge.loop.interleave`).
+    ``defer_closed_forms`` keeps the nodes whose closed-form acceptance and OTM-k optimum the result reports and
+    leaves computing them to :meth:`TreeResult.closed_forms` (at V = 49,152 the optimum without replacement takes
+    seconds a node: a timed record computes them after its timing window)."""
     if verifier.layout != "candidates":
         raise ValueError(f"{type(verifier).__name__} verifies {verifier.layout}; a tree needs a "
                          "multi-draft verifier (kseq, multiround, multiround_without_replacement, naive, otm)")
@@ -146,10 +160,11 @@ def tree_batches(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: st
             rounds.append((int(sum(len(t) for t in run.tokens)), run.seconds))
             yield
     buf = np.stack(out)
-    tv, go_on, acceptance, optimum, n_cands = rec.columns()
-    return TreeResult(list(buf), ledger.result(buf, confidence), timer, seconds, tv, [], [],
-                      np.asarray(rec.expected, dtype=float), rounds, tree, rule, go_on, acceptance, optimum, n_cands,
-                      np.asarray(rec.nodes, dtype=np.int64), rec.kept)
+    tv, go_on, n_cands = rec.columns()
+    result = TreeResult(list(buf), ledger.result(buf, confidence), timer, seconds, tv, [], [],
+                        np.asarray(rec.expected, dtype=float), rounds, tree, rule, go_on, [], [], n_cands,
+                        np.asarray(rec.nodes, dtype=np.int64), rec.kept, rec)
+    return result if defer_closed_forms else result.closed_forms()
 
 
 #: The closed-form acceptance and the OTM-k optimum are averaged over at most this many verified nodes per depth
@@ -164,7 +179,7 @@ class _TreeRecords(Observer):
 
     def __init__(self, L: int, verifier, tree: DraftTree, rule: str, with_law: bool, keep: bool = False):
         self.verifier, self.tree, self.rule, self.with_law = verifier, tree, rule, with_law
-        self.go_on, self.acceptance, self.optimum, self.tv, self.n_cands = ([[] for _ in range(L)] for _ in range(5))
+        self.go_on, self.closed, self.tv, self.n_cands = ([[] for _ in range(L)] for _ in range(4))
         self.expected, self.nodes, self.keep, self.kept, self.offset = [], [], keep, [], 0
 
     def _go_on(self, t: Trie, node: int):
@@ -198,9 +213,8 @@ class _TreeRecords(Observer):
                 self.go_on[d].append(float(probs.sum()))
                 self.tv[d].append(float(total_variation(p, q)))
                 self.n_cands[d].append(k)
-                if len(self.optimum[d]) < MAX_CLOSED_FORM_NODES:
-                    self.optimum[d].append(float(otm_value(p, q, k, self.tree.replacement)))
-                    self.acceptance[d].append(self._closed_form(p, q, k))
+                if len(self.closed[d]) < MAX_CLOSED_FORM_NODES:
+                    self.closed[d].append((p, q, k))
 
     def _closed_form(self, p, q, k) -> float:
         """The verifier's closed-form acceptance, or nan where it has none or it is too large to evaluate."""
@@ -210,5 +224,17 @@ class _TreeRecords(Observer):
             return np.nan
 
     def columns(self):
-        return [[np.asarray(v) for v in lists if v] for lists in (self.tv, self.go_on, self.acceptance, self.optimum,
-                                                                  self.n_cands)]
+        return [[np.asarray(v) for v in lists if v] for lists in (self.tv, self.go_on, self.n_cands)]
+
+    def closed_forms(self):
+        """Per depth: the closed-form acceptance and the OTM-k optimum of the kept nodes (``(p, q, k)``), once."""
+        nodes = [c for c in self.closed if c]
+        acceptance, optimum = [], []
+        with tqdm(total=sum(map(len, nodes)), desc=f"closed forms {self.verifier.name} {self.tree}", unit="node",
+                  leave=False) as bar:
+            for c in nodes:
+                acceptance.append(np.array([self._closed_form(p, q, k) for p, q, k in c]))
+                optimum.append(np.array([otm_value(p, q, k, self.tree.replacement) for p, q, k in c]))
+                bar.update(len(c))
+        self.closed = [[] for _ in self.closed]
+        return acceptance, optimum

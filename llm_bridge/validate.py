@@ -209,7 +209,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     runs = [lambda name=name, L=L, **kw: speculative_batches(pair, ids, REGISTRY[name](), L, max_new_tokens, **kw)
             for name, L in configs]
     runs += [lambda name=name, tree=tree, **kw: tree_batches(pair, ids, MULTI_DRAFT_REGISTRY[name](), tree,
-                                                             max_new_tokens, rule=rule, **kw)
+                                                             max_new_tokens, rule=rule, defer_closed_forms=True, **kw)
              for name, tree in tree_configs]
     timed = timed_runs(pair.target, ids, runs, max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size,
                        cache=cache, warm_up=warm_up, check_seed=seed + PREDICTION_SEED_OFFSET, progress=progress,
@@ -238,7 +238,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
 
     runs = [run_record(result, name, L, baseline, prof, rng, predict(REGISTRY[name](), L), batch_size=batch_size)
             for name, L, result in chain_results]
-    tree_runs = [tree_record(result, name, baseline, predict(MULTI_DRAFT_REGISTRY[name](), result.tree),
+    tree_runs = [tree_record(result.closed_forms(), name, baseline, predict(MULTI_DRAFT_REGISTRY[name](), result.tree),
                              batch_size=batch_size)
                  for name, _, result in tree_results]  # the tree as the run drew it (with or without replacement)
     logged = None

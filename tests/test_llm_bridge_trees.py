@@ -203,3 +203,21 @@ def test_otm_plan_on_the_joint_support_equals_the_plan_on_compressed_rows():
     np.testing.assert_allclose(xp.asarray(wide.accepted)[:, support], narrow.accepted, atol=1e-12)
     np.testing.assert_allclose(xp.asarray(wide.rejected)[:, support], narrow.rejected, atol=1e-12)
     assert float(np.asarray(wide.accepted).sum() + np.asarray(wide.rejected).sum()) == pytest.approx(3.0)
+
+
+def test_deferred_closed_forms_equal_the_ones_computed_while_decoding():
+    from llm_bridge.loop import finish
+    from otspec.verifiers import MultiRoundWithoutReplacement
+
+    pair = tiny_pair(sharpness=2.0)
+    prompts = random_prompts(2, np.random.default_rng(7))
+    now = tree_generate(pair, prompts, MultiRoundWithoutReplacement(), "2x2x1", 12, sampling=TOP4, progress=False)
+    later = finish(trees.tree_batches(pair, prompts, MultiRoundWithoutReplacement(), "2x2x1", 12, sampling=TOP4,
+                                      progress=False, defer_closed_forms=True))
+    assert later.acceptance == [] and later.optimum == [] and later.pending is not None
+    later.closed_forms()
+    assert later.pending is None and len(later.acceptance) == len(now.acceptance) > 0
+    for a, b, x, y in zip(now.acceptance, later.acceptance, now.optimum, later.optimum, strict=True):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(x, y)
+        assert np.all(b <= y + 1e-12)  # the verifier's acceptance never beats the optimum on the same node

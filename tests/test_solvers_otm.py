@@ -407,3 +407,32 @@ def test_tiny_masses_do_not_break_the_lp():
             ref = otm_value_bruteforce(p, q, 4, replacement)
             assert abs(otm_lp(p, q, 4, replacement).value - ref) <= 1e-9
             assert abs(otm_maxflow(p, q, 4, replacement).value - ref) <= 1e-9
+
+
+def multiround_wor_by_recursion(p, q, k):
+    """Multi-round without replacement by the plain recursion over every rejected token (MCSD Alg. 2)."""
+    def acc(t, d, depth):
+        accept = float(np.minimum(d, t).sum())
+        pos = np.maximum(t - d, 0.0)
+        if depth == k or pos.sum() <= 0.0:
+            return accept
+        rej = np.maximum(d - t, 0.0)
+        for x in np.flatnonzero(rej > 0):
+            d_next = d.copy()
+            d_next[x] = 0.0
+            if d_next.sum() > 0.0:
+                accept += float(rej[x]) * acc(pos / pos.sum(), d_next / d_next.sum(), depth + 1)
+        return accept
+
+    return acc(q, p, 1)
+
+
+def test_multiround_without_replacement_last_round_matches_the_recursion():
+    # the last draft's branches summed at once (sorted ratios) against one branch at a time, ties and zeros included
+    cases = list(random_pairs(9, 40, vmax=7))
+    cases.append((np.array([0.25, 0.25, 0.5, 0.0]), np.array([0.5, 0.25, 0.0, 0.25]), None))
+    cases.append((np.array([0.5, 0.5]), np.array([0.1, 0.9]), None))  # the second draft exhausts the support
+    for p, q, _ in cases:
+        for k in (2, 3, 4):
+            assert abs(multiround_acceptance(p, q, k, replacement=False)
+                       - multiround_wor_by_recursion(p, q, k)) <= 1e-12

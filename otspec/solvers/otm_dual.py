@@ -94,7 +94,8 @@ def otm_min_cut(draft, target, k: int, replacement: bool = True) -> tuple[float,
     p, q = row_pair(draft, target)
     k = check_k(k)
     order = _sorted_order(p, q)
-    cuts = (_prefix_cuts_iid if replacement else _prefix_cuts_wor)(p, q, k, order)
+    # one draft is the same with or without replacement: the closed form (5), O(V log V)
+    cuts = (_prefix_cuts_iid if replacement or k == 1 else _prefix_cuts_wor)(p, q, k, order)
     j = int(np.argmin(cuts))
     return float(min(1.0, max(0.0, cuts[j]))), np.sort(order[:j])
 
