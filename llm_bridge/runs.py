@@ -141,7 +141,7 @@ def settle(target, prompts, max_new_tokens: int, *, sampling, cache: str, tolera
     again until two passes in a row agree within ``tolerance`` in ms per token (at least two passes, at most
     ``max_passes``). Returns ``{"ms_per_token": [...], "settled": bool}`` for the record."""
     times = []
-    for i in range(max_passes):
+    for _ in range(max_passes):
         r = plain_generate(target, prompts, max_new_tokens, sampling=sampling, seed=0, progress=False, cache=cache)
         times.append(1e3 * r.seconds / r.generated)
         if len(times) >= 2 and abs(times[-1] / times[-2] - 1.0) <= tolerance:
@@ -189,7 +189,8 @@ def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: in
         with tqdm(total=rounds * len(batches), desc=label, unit="batch", leave=False,
                   disable=None if progress is None else not progress) as bar:
             readings = []  # the load after every run's batch: other work that comes and goes mid-record is caught
-            plain, *results = interleave(batches, on_round=lambda _: (bar.update(), readings.append(meter.read())))
+            plain, *results = interleave(batches, on_round=lambda _, bar=bar, readings=readings: (
+                bar.update(), readings.append(meter.read())))
         after = plain_generate(target, prompts, max_new_tokens, seed=check_seed, progress=progress, **plain_kwargs)
         timing = timing_check(1e3 * before.seconds / before.generated, 1e3 * after.seconds / after.generated,
                               [load_start, meter.read()], os.cpu_count() or 1, torch_threads(), readings)

@@ -94,7 +94,7 @@ class TreeResult(BridgeResult):
     tries: list = field(default_factory=list)
     pending: object = None
 
-    def closed_forms(self) -> "TreeResult":
+    def closed_forms(self) -> TreeResult:
         """Compute ``acceptance`` and ``optimum`` of a run made with ``defer_closed_forms`` (no-op otherwise)."""
         if self.pending is not None:
             self.acceptance, self.optimum = self.pending.closed_forms()
