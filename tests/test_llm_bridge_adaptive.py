@@ -138,6 +138,10 @@ def test_cli_writes_the_frontier(tmp_path):
     for r in record["fixed"] + record["threshold"] + record["threshold_unlagged"]:
         assert r["block_efficiency"]["unit"] == "prompt" and "interleaved" in r["speedup_interval"]["method"]
         assert {"discard_rate", "verification_rate", "tokens_per_s", "speedup", "block_efficiency"} <= set(r)
+        rates = r["acceptance_per_position_unconditional"]  # the engine-style metrics, as in validate's records
+        assert r["mean_acceptance_length"] >= 1 and all(a >= b - 1e-12 for a, b in zip(rates, rates[1:], strict=False))
+        assert 0 <= r["draft_acceptance_rate"] <= 1 and r["engine_metrics"]["mean_acceptance_length"] == \
+            r["mean_acceptance_length"]
         assert 0 < r["verification_rate"] <= 1 and r["discard_rate"] >= 0
     assert record["fixed"][0]["discard_rate"] <= record["fixed"][1]["discard_rate"] + 0.5
     for r in record["fixed"]:  # fixed K predicted from the rows logged along the plain run after the frontier

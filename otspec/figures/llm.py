@@ -38,15 +38,11 @@ def _timing_text(record: dict) -> list[str]:
         return []
     text = (f"Timing check: plain sampling {t['baseline_before_ms_per_token']:.2f} ms per token before the runs and "
             f"{t['baseline_after_ms_per_token']:.2f} after (drift {100 * t['baseline_drift']:.1f} %).")
-    attempts = t.get("attempts") or []
-    if len(attempts) > 1:
-        dropped = "; ".join(f"{100 * a['baseline_drift']:.1f} %" + (f" ({a['unreliable_timing']})"
-                                                                     if a["unreliable_timing"] else "")
-                            for a in attempts[:-1])
+    if len(attempts := t.get("attempts") or []) > 1:
         text += (f" Measured in attempt {len(attempts)}: the earlier attempts, discarded whole because the check "
-                 f"failed, drifted {dropped}.")
-    settling = t.get("settling")
-    if settling:
+                 "failed, drifted " + "; ".join(f"{100 * a['baseline_drift']:.1f} % ({a['unreliable_timing']})"
+                                                for a in attempts[:-1]) + ".")
+    if settling := t.get("settling"):
         text += (f" Warm-up passes until two agreed within {100 * settling['tolerance']:.0f} %: "
                  + ", ".join(f"{x:.1f}" for x in settling["ms_per_token"]) + " ms per token"
                  + ("." if settling["settled"] else " (never settled)."))
