@@ -40,7 +40,6 @@ import numpy as np
 
 from otspec.distributions import sample_categorical
 from otspec.engine.heads import AcceptanceHead, LearnedHeadController, binary_kl
-from otspec.engine.metrics import engine_metrics
 from otspec.engine.predict import paired_ratio_interval, predict_from_log
 from otspec.engine.record import AdaptiveRecord
 from otspec.verifiers import TokenVerify
@@ -50,7 +49,7 @@ from .logrows import record_rows
 from .loop import plain_generate, speculative_batches, speculative_generate
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
 from .prompts import DATA_DIR, encode_prompts, read_prompts
-from .runs import ENGINE_KEYS, interleaved_interval, round_speedups, timed_runs
+from .runs import engine_fields, interleaved_interval, round_speedups, timed_runs
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .validate import output_name
 
@@ -191,7 +190,6 @@ def _row(result, policy: str, value, baseline: dict) -> dict:
     tokens, iterations = d.per_sequence
     mean, low, high = paired_ratio_interval(tokens, iterations, seed=0)
     ratios = round_speedups(result, baseline)
-    metrics = engine_metrics(d.accept_hist).as_dict()  # as serving engines report them (README)
     return {"policy": policy, "value": value,
             "block_efficiency": {"mean": mean, "low": low, "high": high, "unit": "prompt", "prompts": int(tokens.size)},
             "block_efficiency_batch_means": {"mean": be.value, "low": be.low, "high": be.high},
@@ -202,7 +200,7 @@ def _row(result, policy: str, value, baseline: dict) -> dict:
             "tokens_per_s": result.tokens_per_s, "speedup": result.tokens_per_s / baseline["tokens_per_s"],
             "speedup_interval": None if ratios is None else interleaved_interval(ratios),
             "model_speedup": baseline["ms_per_token"] / cost.latency,
-            **{k: metrics[k] for k in ENGINE_KEYS}, "engine_metrics": metrics}
+            **engine_fields(d.accept_hist)}
 
 
 #: What the two threshold rules of a record are.

@@ -36,6 +36,13 @@ __all__ = ["ENGINE_KEYS", "INTERLEAVED_METHOD", "MAX_BASELINE_DRIFT", "MIN_OTHER
 ENGINE_KEYS = ("mean_acceptance_length", "acceptance_per_position_unconditional", "draft_acceptance_rate")
 
 
+def engine_fields(accept_hist) -> dict:
+    """A record row's serving-engine metrics: :data:`ENGINE_KEYS` at the top level, all under ``engine_metrics``
+    (a tree's depth plays the draft position)."""
+    metrics = engine_metrics(accept_hist).as_dict()
+    return {**{k: metrics[k] for k in ENGINE_KEYS}, "engine_metrics": metrics}
+
+
 def _mixed_prediction(pa, qa, weights) -> dict:
     """Tokens per iteration of each formula averaged over the drafted depths g (``weights[g]`` = share of iterations)."""
     out = {"token": 0.0, "block": 0.0, "optimal": 0.0}
@@ -179,12 +186,11 @@ def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: in
         warm_up()
     settling = settle(target, prompts[:batch_size], max_new_tokens, sampling=sampling, cache=cache)
     plain_kwargs = {"sampling": sampling, "batch_size": batch_size, "cache": cache}
-    history = []
+    common = {**plain_kwargs, "seed": seed, "progress": False}
+    rounds, history = -(-len(prompts) // batch_size), []
     for attempt in range(attempts):
         before = plain_generate(target, prompts, max_new_tokens, seed=check_seed, progress=progress, **plain_kwargs)
-        common = {**plain_kwargs, "seed": seed, "progress": False}
         batches = [plain_batches(target, prompts, max_new_tokens, **common)] + [run(**common) for run in runs]
-        rounds = -(-len(prompts) // batch_size)
         label = desc if attempts == 1 else f"{desc} (attempt {attempt + 1} of {attempts})"
         with tqdm(total=rounds * len(batches), desc=label, unit="batch", leave=False,
                   disable=None if progress is None else not progress) as bar:
@@ -341,7 +347,7 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, r
                                  overhead_ms) for x in (value, low, high)]
     speedup, speedup_interval = _speedup(result, baseline, by_prompt)
     cost = d.cost(t_draft, timer.mean_ms("target"))
-    metrics = engine_metrics(d.accept_hist).as_dict()
+    engine = engine_fields(d.accept_hist)
     return {
         "verifier": verifier_name, "L": L,
         "block_efficiency": by_prompt,
@@ -358,8 +364,8 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, r
         "expected_block_efficiency_given_drafts": float(1 + result.expected_accepted.mean())
         if result.expected_accepted.size else None,
         "acceptance_rate": d.acceptance_rate,
-        "acceptance_per_position": metrics["acceptance_per_position_conditional"],
-        **{k: metrics[k] for k in ENGINE_KEYS}, "engine_metrics": metrics,
+        "acceptance_per_position": engine["engine_metrics"]["acceptance_per_position_conditional"],
+        **engine,
         "tv_per_position": [float(v.mean()) for v in result.tv],
         "two_point_per_position": {"draft": pa, "target": qa},
         "accepted_length_histogram": d.accept_hist.sum(axis=0).tolist(),
@@ -392,7 +398,7 @@ def _chain_of_means(means, weights) -> float:
 def tree_record(result, verifier_name: str, baseline: dict, prediction=None, batch_size: int = 1) -> dict:
     """One entry of ``tree_runs``: measured, E[τ+1 | trie], the prediction from an independent log (``prediction``)
     and the per-depth product values from this run's own rows; ``batch_size`` as in :func:`run_record`."""
-    d, timer = result.decode, result.timer
+    d, timer = result.closed_forms().decode, result.timer  # a run decoded with defer_closed_forms: computed here
     depths = d.accept_hist.sum(axis=1)
     weights = depths / depths.sum()
     per_depth = {key: [float(np.mean(v)) for v in getattr(result, key)] for key in ("go_on", "acceptance", "optimum")}
@@ -406,7 +412,6 @@ def tree_record(result, verifier_name: str, baseline: dict, prediction=None, bat
     be = d.block_efficiency
     by_prompt = _prompt_interval(d, 0)
     speedup, speedup_interval = _speedup(result, baseline, by_prompt)
-    metrics = engine_metrics(d.accept_hist).as_dict()  # a tree's depth plays the draft position
     out = {
         "verifier": verifier_name, "tree": "x".join(map(str, result.tree.branching)), "rule": result.rule,
         "replacement": result.tree.replacement, "tree_tokens": result.tree.num_tokens,
@@ -426,7 +431,7 @@ def tree_record(result, verifier_name: str, baseline: dict, prediction=None, bat
         "go_on": per_depth["go_on"], "acceptance": per_depth["acceptance"], "optimum": per_depth["optimum"],
         "tv": per_depth["tv"], "candidates": [float(np.mean(v)) for v in result.candidates],
         "accepted_length_histogram": d.accept_hist.sum(axis=0).tolist(), "drafted_depth_histogram": depths.tolist(),
-        **{k: metrics[k] for k in ENGINE_KEYS}, "engine_metrics": metrics,
+        **engine_fields(d.accept_hist),
         "iterations": d.iterations, "generated": d.generated,
         "draft_calls": timer.count("draft"), "target_calls": timer.count("target"),
         "target_nodes_per_call": float(result.target_nodes.mean()) if result.target_nodes.size else 0.0,

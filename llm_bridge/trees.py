@@ -229,7 +229,7 @@ class _TreeRecords(Observer):
         return [[np.asarray(v) for v in lists if v] for lists in (self.tv, self.go_on, self.n_cands)]
 
     def closed_forms(self):
-        """Per depth: the closed-form acceptance and the OTM-k optimum of the kept nodes (``(p, q, k)``), once."""
+        """Per depth: the closed-form acceptance and the OTM-k optimum of the kept nodes (``(p, q, k)``)."""
         nodes = [c for c in self.closed if c]
         acceptance, optimum = [], []
         with tqdm(total=sum(map(len, nodes)), desc=f"closed forms {self.verifier.name} {self.tree}", unit="node",
@@ -238,5 +238,4 @@ class _TreeRecords(Observer):
                 acceptance.append(np.array([self._closed_form(p, q, k) for p, q, k in c]))
                 optimum.append(np.array([otm_value(p, q, k, self.tree.replacement) for p, q, k in c]))
                 bar.update(len(c))
-        self.closed = [[] for _ in self.closed]
         return acceptance, optimum

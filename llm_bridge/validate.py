@@ -238,7 +238,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
 
     runs = [run_record(result, name, L, baseline, prof, rng, predict(REGISTRY[name](), L), batch_size=batch_size)
             for name, L, result in chain_results]
-    tree_runs = [tree_record(result.closed_forms(), name, baseline, predict(MULTI_DRAFT_REGISTRY[name](), result.tree),
+    tree_runs = [tree_record(result, name, baseline, predict(MULTI_DRAFT_REGISTRY[name](), result.tree),
                              batch_size=batch_size)
                  for name, _, result in tree_results]  # the tree as the run drew it (with or without replacement)
     logged = None
