@@ -192,8 +192,9 @@ class CachedLM(_Pending):
         self.calls = 0
         self._tree = None  # pending tree nodes: (first slot, ancestor matrix, depths, real) until keep_path
 
-    def feed(self, tokens, counts):
-        """Append ``tokens[b, :counts[b]]`` to sequence b; one forward pass.
+    def feed(self, tokens, counts, **inputs):
+        """Append ``tokens[b, :counts[b]]`` to sequence b; one forward pass (``inputs``: more keyword inputs of the
+        model, aligned with the tokens, e.g. a draft head's features).
 
         Parameters
         ----------
@@ -222,7 +223,7 @@ class CachedLM(_Pending):
             out = self.model(input_ids=torch.as_tensor(tokens, device=self.device),
                              attention_mask=torch.as_tensor(mask, device=self.device).long(),
                              position_ids=positions, past_key_values=self.cache, use_cache=True,
-                             output_hidden_states=self.hidden)
+                             output_hidden_states=self.hidden, **inputs)
         self.calls += 1
         self.valid, self.length = mask, self.length + counts
         self._compact()
@@ -319,7 +320,7 @@ class StaticCachedLM(_Pending):
             raise ValueError(f"StaticCachedLM: {int(self.length.max()) + m} tokens do not fit max_length="
                              f"{self.max_length}; build the cache with a larger max_length")
 
-    def _call(self, tokens, sees, positions):
+    def _call(self, tokens, sees, positions, **inputs):
         """One forward pass writing ``tokens`` (B, m) at slots ptr..ptr+m−1; ``sees`` (B, m, S) is the attention mask."""
         import torch
 
@@ -330,11 +331,12 @@ class StaticCachedLM(_Pending):
             out = forward(input_ids=torch.as_tensor(tokens, device=self.device),
                           attention_mask=torch.as_tensor(sees[:, None], device=self.device),
                                position_ids=torch.as_tensor(positions, device=self.device),
-                               past_key_values=self.cache, use_cache=True, output_hidden_states=self.hidden)
+                               past_key_values=self.cache, use_cache=True, output_hidden_states=self.hidden,
+                               **inputs)
         self.calls += 1
         return out
 
-    def feed(self, tokens, counts):
+    def feed(self, tokens, counts, **inputs):
         """As :meth:`CachedLM.feed`: append ``tokens[b, :counts[b]]``; returns (logits (B, m, V), hidden or None)."""
 
         self._no_tree("feed")
@@ -345,7 +347,7 @@ class StaticCachedLM(_Pending):
         causal = np.tril(np.ones((m, m), dtype=bool))
         sees = np.repeat(self.valid[:, None, :], m, axis=1)
         sees[:, :, self.ptr:self.ptr + m] = (causal[None] & new[:, None, :]) | np.eye(m, dtype=bool)
-        out = self._call(tokens, sees, self.length[:, None] + np.arange(m)[None, :])
+        out = self._call(tokens, sees, self.length[:, None] + np.arange(m)[None, :], **inputs)
         self.valid[:, self.ptr:self.ptr + m] = new
         self.ptr += m
         self.length = self.length + counts

@@ -37,10 +37,10 @@ from .loop import plain_generate
 from .models import DEFAULT_TARGET, ModelNotFound, load_model
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 
-__all__ = ["distill", "main"]
+__all__ = ["distill", "last_features", "main", "sample_corpus"]
 
 
-def _corpus(target, prompts, samples: int, length: int, seed: int, batch: int = 32):
+def sample_corpus(target, prompts, samples: int, length: int, seed: int, batch: int = 32):
     """Target samples: (token array (n, T) right-padded, lengths (n,), prompt lengths (n,))."""
     jobs = [p for p in prompts for _ in range(samples)]
     seqs, plens = [], []
@@ -56,7 +56,7 @@ def _corpus(target, prompts, samples: int, length: int, seed: int, batch: int = 
     return out, lengths, np.array(plens)
 
 
-def _hidden(model, tokens, lengths, batch: int = 16):
+def last_features(model, tokens, lengths, batch: int = 16):
     """Last hidden states (after the final norm) of ``model`` on every sequence, (n, T, H) float32 CPU."""
     import torch
 
@@ -117,8 +117,8 @@ def distill(*, target: str = DEFAULT_TARGET, layers: int = 4, samples: int = 6, 
     t_start = time.perf_counter()
     tgt = load_model(target, device=device, dtype="float32")
     prompt_ids = encode_prompts(tgt.tokenizer, read_prompts(DATA_DIR / "distill_prompts.txt"))
-    tokens, lengths, plens = _corpus(tgt, prompt_ids, samples, length, seed)
-    teacher = _hidden(tgt.model, tokens, lengths)
+    tokens, lengths, plens = sample_corpus(tgt, prompt_ids, samples, length, seed)
+    teacher = last_features(tgt.model, tokens, lengths)
     order = np.random.default_rng(seed).permutation(len(tokens))
     n_val = max(1, len(tokens) // 10)
     val, train = order[:n_val], order[n_val:]

@@ -10,6 +10,9 @@ protocol the decode loops of :mod:`otspec.engine.loop` drive. Names understood b
 * ``"layers:K"`` — the target's first K layers untrained (self-speculation, a baseline);
 * ``"int8"`` — the target with every linear layer in int8, activations quantised per token so that a token's
   row depends on its context alone (:mod:`llm_bridge.int8`; CPU only);
+* ``"eagle"`` / ``"medusa"`` — the shipped feature-level heads made by ``python -m llm_bridge.train_head``
+  (:mod:`llm_bridge.heads`): they read the target's own hidden states, over a reduced vocabulary;
+  ``"head:FOLDER"`` loads another trained head;
 * ``"ngram"`` / ``"ngram:N"`` — prompt lookup: the token that followed the most recent earlier
   occurrence of the last N (then N−1, …, 1) tokens; a deterministic draft (a one-hot row) at
   negligible cost, and no draft where nothing matches;
@@ -29,7 +32,7 @@ import numpy as np
 
 from otspec.engine.session import Drafter
 
-from .int8 import int8_model, quantize_per_row
+from .int8 import dequantize_rows, int8_model, quantize_rows
 from .models import DEFAULT_TARGET, LoadedModel, check_vocabularies, load_model
 from .sampling import DEFAULT_SAMPLING
 from .sessions import ModelSession, NGramSession
@@ -119,34 +122,6 @@ def truncated_target(target: LoadedModel, layers: int):
     return draft.eval()
 
 
-def quantize_rows(weights: dict) -> dict:
-    """int8 copies of 2-D tensors with a float16 scale per row (``name:int8``, ``name:scale``); others float16."""
-    import torch
-
-    out = {}
-    for name, w in weights.items():
-        w = w.detach().float().cpu()
-        if w.ndim == 2:
-            q, scale = quantize_per_row(w)
-            out[f"{name}:int8"] = q.contiguous()
-            out[f"{name}:scale"] = scale.to(torch.float16).contiguous()
-        else:
-            out[name] = w.to(torch.float16).contiguous()
-    return out
-
-
-def dequantize_rows(stored: dict) -> dict:
-    """Float32 tensors back from :func:`quantize_rows`' layout."""
-    out = {}
-    for name, t in stored.items():
-        if name.endswith(":int8"):
-            base = name.removesuffix(":int8")
-            out[base] = t.float() * stored[f"{base}:scale"].float()
-        elif not name.endswith(":scale"):
-            out[name] = t.float()
-    return out
-
-
 def _distilled(target: LoadedModel, folder: Path = DISTILLED_DIR):
     """The shipped distilled draft: the target's architecture with the trained layers of ``folder``."""
     from safetensors.torch import load_file
@@ -180,6 +155,12 @@ def make_drafter(spec: str, target: LoadedModel):
     if spec == "distilled":
         return ModelDrafter(LoadedModel(_distilled(target), target.tokenizer, spec, target.device, target.dtype),
                             spec)
+    if spec in ("eagle", "medusa") or spec.startswith("head:"):
+        from .heads import HEAD_DIRS, HeadDrafter, load_head
+
+        folder = HEAD_DIRS[spec] if spec in HEAD_DIRS else Path(spec.split(":", 1)[1])
+        head, meta = load_head(folder, target.model)
+        return HeadDrafter(head, spec, meta)
     if spec == "int8":
         if target.device != "cpu":
             raise ValueError("the int8 draft multiplies in int8 on the CPU (torch._int_mm): run on device='cpu'")

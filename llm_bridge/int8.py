@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 from functools import cache
 
-__all__ = ["int8_linear", "int8_model", "quantize_per_row"]
+__all__ = ["dequantize_rows", "int8_linear", "int8_model", "quantize_per_row", "quantize_rows"]
 
 
 def quantize_per_row(t):
@@ -85,3 +85,31 @@ def int8_model(model):
             if isinstance(child, torch.nn.Linear):
                 setattr(module, name, int8_linear(child))
     return out.eval()
+
+
+def quantize_rows(weights: dict) -> dict:
+    """int8 copies of 2-D tensors with a float16 scale per row (``name:int8``, ``name:scale``); others float16."""
+    import torch
+
+    out = {}
+    for name, w in weights.items():
+        w = w.detach().float().cpu()
+        if w.ndim == 2:
+            q, scale = quantize_per_row(w)
+            out[f"{name}:int8"] = q.contiguous()
+            out[f"{name}:scale"] = scale.to(torch.float16).contiguous()
+        else:
+            out[name] = w.to(torch.float16).contiguous()
+    return out
+
+
+def dequantize_rows(stored: dict) -> dict:
+    """Float32 tensors back from :func:`quantize_rows`' layout."""
+    out = {}
+    for name, t in stored.items():
+        if name.endswith(":int8"):
+            base = name.removesuffix(":int8")
+            out[base] = t.float() * stored[f"{base}:scale"].float()
+        elif not name.endswith(":scale"):
+            out[name] = t.float()
+    return out

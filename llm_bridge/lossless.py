@@ -31,8 +31,15 @@ def first_token_law(pair, prompt, verifier, draft_length: int, *, sampling: Samp
     exact engine (:func:`otspec.engine.first_token.first_token_law`) over both models as sources."""
     if pair.drafter.deterministic:
         raise ValueError("first_token_law enumerates a model drafter's draws; the n-gram drafter has none")
-    draft, target = (ModelSource(m, prompt, sampling) for m in (pair.drafter.model, pair.target.model))
+    draft, target = _draft_source(pair, prompt, sampling), ModelSource(pair.target.model, prompt, sampling)
     return engine_first_token_law(draft, target, verifier, draft_length, max_paths=max_paths)
+
+
+def _draft_source(pair, prompt, sampling):
+    """The drafter's rows after ``prompt`` as a source: a draft model's, or a feature head's on the target's features."""
+    if hasattr(pair.drafter, "source"):
+        return pair.drafter.source(pair.target.model, prompt, sampling)
+    return ModelSource(pair.drafter.model, prompt, sampling)
 
 
 def root_token_law(pair, prompt, verifier, k: int, *, sampling: Sampling = DEFAULT_SAMPLING,

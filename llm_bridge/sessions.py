@@ -48,6 +48,13 @@ def padded(rows: list, device=None):
     return out, counts
 
 
+def torch_zeros(shape, device):
+    """A float64 zero tensor on ``device``."""
+    import torch
+
+    return torch.zeros(shape, dtype=torch.float64, device=device)
+
+
 def _real(tokens, counts, b: int):
     """Row b's real tokens (a view: numpy, or a tensor left on its device)."""
     row = tokens[b, :int(counts[b])]
@@ -80,7 +87,8 @@ class ModelSession(Session):
     sampling : Sampling
         Logit processing (temperature, top-k, top-p) of the rows.
     hidden : bool
-        Also return the last hidden states as features (a learned draft-length head reads them).
+        Also return the last hidden states as features (a learned draft-length head or a feature-level
+        draft head reads them), and keep the prompt's as ``prompt_features`` after :meth:`start`.
     cache : str
         A kind of :func:`~llm_bridge.cache.make_cache`.
     max_length : int, optional
@@ -109,6 +117,7 @@ class ModelSession(Session):
         self.fed = np.zeros(B, dtype=np.int64)  # its length
         self._tree = None  # per row: (prefix slots, node tokens, node parents, node slots)
         self._last = None  # (logits (B, V), hidden (B, H) or None) after each row's current end
+        self.prompt_features = None  # with hidden=True, after start: per sequence (n_b - 1, H)
 
     # ------------------------------------------------------------------ protocol
     def start(self, prompts) -> None:
@@ -119,8 +128,13 @@ class ModelSession(Session):
             raise ValueError("every prompt needs at least one token (a BOS or chat-template token)")
         self._reset()
         tokens, counts = padded([p[:-1] for p in prompts])
+        hidden = None
         if counts.max() > 0:
-            self._timed(f"{self.name}_prefill", int(counts.max()), self.cache.feed, tokens, counts)
+            _, hidden = self._timed(f"{self.name}_prefill", int(counts.max()), self.cache.feed, tokens, counts)
+        if self.hidden:  # the state after each prompt token but the last (a feature-reading drafter's context)
+            width = self.cache.model.config.hidden_size
+            self.prompt_features = [self._host(hidden[b, :c].double()) if c else
+                                    self._host(torch_zeros((0, width), self.device)) for b, c in enumerate(counts)]
         self.base = counts.copy()
         self.pending = [p[-1:].copy() for p in prompts]
         self.fed[:] = 0
@@ -229,6 +243,10 @@ class ModelSession(Session):
             path.append(child)
             at = child
         return path
+
+    def _host(self, x):
+        """A float64 feature tensor as the session hands rows over (numpy on the host, else left on the device)."""
+        return x.cpu().numpy() if self.host_rows else x
 
     def _timed(self, kind, n, fn, *args):
         return fn(*args) if self.timer is None else self.timer.call(kind, n, fn, *args)

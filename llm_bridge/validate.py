@@ -102,13 +102,19 @@ def profile(pair, prompt, continuation, ns, *, reps: int = 5, cache: str = "auto
            "t_target_ms": {k: v["median"] for k, v in timer.by_n_ms("target").items()}}
     if not pair.drafter.deterministic:
         draft = pair.drafter.session(1, Sampling(), cache=cache, max_length=context.shape[1] + 3)
-        draft.start([context[0]])
         none = np.zeros((1, 0), dtype=np.int64)
+        extra_args = {}
+        if draft.reads_target_features:  # a feature head: the target's features of the context (values do not matter)
+            width = pair.target.model.config.hidden_size
+            draft.start([context[0]], features=[np.zeros((context.shape[1] - 1, width))])
+            extra_args = {"features": np.zeros((1, 0, width))}
+        else:
+            draft.start([context[0]])
         draft.feed(none, [0])  # feeds the context's last token
-        draft.commit(none, [0])
+        draft.commit(none, [0], **extra_args)
         for _ in range(reps + 1):
             timer.call("draft", 1, draft.feed, extra[:, :1], [1])
-            draft.commit(none, [0])  # drops the speculative token again
+            draft.commit(none, [0], **extra_args)  # drops the speculative token again
         out["t_draft_ms"] = float(np.median(timer.records["draft"][1][1:]) * 1e3)
     else:
         out["t_draft_ms"] = 0.0

@@ -75,9 +75,7 @@ class _Run:
         self.seq = self.like(seq)
         self.done = np.zeros(self.B, dtype=np.int64)  # tokens generated per sequence
         self.observers, self.bar, self.call = list(observers), bar, _Timing(timer)
-        for session in sessions:
-            if session is not None:
-                session.start(prompts)
+        _start(sessions, prompts)
         self.watching = 0.0
         self._draft_rows = None  # the draft rows' buffer, reused across iterations
         self.t0 = time.perf_counter()
@@ -109,8 +107,9 @@ class _Run:
             getattr(observer, method)(step)
         self.watching += time.perf_counter() - t
 
-    def emit(self, rows, tokens, counts, sessions) -> None:
-        """Append ``tokens[i, :counts[i]]`` to sequences ``rows`` and commit them to every session."""
+    def emit(self, rows, tokens, counts, sessions, features=None) -> None:
+        """Append ``tokens[i, :counts[i]]`` to sequences ``rows`` and commit them to every session; a session that
+        reads the target's features gets ``features`` (B, m, H), aligned with the committed tokens of every sequence."""
         tokens = self.like(tokens)
         at = self.plen[rows] + self.done[rows]
         r, c = np.nonzero(np.arange(tokens.shape[1])[None, :] < counts[:, None])
@@ -120,7 +119,9 @@ class _Run:
         full_counts = np.zeros(self.B, dtype=np.int64)
         full_tokens[self.like(rows)], full_counts[rows] = tokens, counts
         for session in sessions:
-            if session is not None:
+            if session is not None and session.reads_target_features:
+                session.commit(full_tokens, full_counts, features=features)
+            elif session is not None:
                 session.commit(full_tokens, full_counts)
         if self.bar is not None:
             self.bar.update(int(counts.sum()))
@@ -130,6 +131,23 @@ class _Run:
         seq = to_host(self.seq)
         return LoopRun(np.stack([seq[b, self.plen[b]:self.plen[b] + self.N] for b in range(self.B)])
                        if self.B else np.zeros((0, self.N), dtype=np.int64), seconds)
+
+
+def _start(sessions, prompts) -> None:
+    """Start the target (the last session) first: a drafter that reads its features gets the prompt's."""
+    *drafts, target = sessions
+    target.start(prompts)
+    for session in drafts:
+        if session is None:
+            continue
+        if session.reads_target_features:
+            features = getattr(target, "prompt_features", None)
+            if features is None:
+                raise ValueError(f"{type(session).__name__} reads the target's features, and the target session "
+                                 f"{type(target).__name__} gives none (a model session built with hidden=True does)")
+            session.start(prompts, features=features)
+        else:
+            session.start(prompts)
 
 
 def _index(rows, idx):
@@ -293,7 +311,10 @@ def chain_loop(draft: Session | None, target: Session, verifier, controller: Dra
         else:
             drafted, tokens, draft_rows = _draft_chain(draft, target, controller, run, limit, rng)
         width = int(drafted.max())
-        target_rows = run.call("target", width + 1, target.feed, tokens[:, :width], drafted).rows
+        scored = run.call("target", width + 1, target.feed, tokens[:, :width], drafted)
+        target_rows = scored.rows
+        if draft is not None and draft.reads_target_features and scored.features is None:
+            raise ValueError(f"{type(draft).__name__} reads the target's features; {type(target).__name__} returned none")
         idx = np.flatnonzero(active)
         accepted, correction, verified = _verify_chain(verifier, state, draft, run, idx, drafted, tokens, draft_rows,
                                                        target_rows, rng)
@@ -301,7 +322,7 @@ def chain_loop(draft: Session | None, target: Session, verifier, controller: Dra
         emitted = run.tokens((idx.size, width + 1))  # the accepted drafts, then Y
         emitted[:, :width] = _index(tokens, idx)[:, :width]
         emitted[run.like(np.arange(idx.size)), run.like(accepted)] = correction
-        run.emit(idx, emitted, accepted + 1, (draft, target))
+        run.emit(idx, emitted, accepted + 1, (draft, target), scored.features)
         if run.observers:
             run.notify("on_chain", ChainStep(idx, start, drafted[idx], _index(tokens, idx),
                                              None if draft_rows is None else _index(draft_rows, idx),
@@ -421,6 +442,9 @@ def tree_loop(draft: Session, target: Session, verifier, tree: DraftTree, n_toke
     trie is cut at depth N − generated − 1, so every sequence ends with exactly N tokens.
     """
     prompts = as_prompts(prompts, batch)
+    if draft.reads_target_features:
+        raise ValueError(f"{type(draft).__name__} reads the target's features; the tree loop drafts from the draft "
+                         "session alone (use the chain loop)")
     run = _Run((draft, target), prompts, n_tokens, observers, bar, timer)  # trees walk on the host
     while (run.done < run.N).any():
         active = run.done < run.N

@@ -27,6 +27,15 @@ fed before), row j the row after its j-th new token; rows past ``counts[b]`` are
 probability rows of no meaning. Token ids may be numpy arrays or, for a session whose rows live on
 a device (``rows_device``), tensors on that device; counts are always host integers. Tree nodes are numbered in the order they are fed across
 :meth:`Session.feed_tree` calls since the last commit; a parent of -1 is the current end.
+
+*Target features.* A drafter that reads the target's hidden states (an EAGLE- or Medusa-style
+head) has a session with ``reads_target_features = True``. The loops then hand it the target's
+features as a keyword of two calls: ``start(prompts, features=...)`` with, per sequence, the
+features of its prompt (array (n_b - 1, H): feature j is the target's state after prompt token j,
+the one whose row gives prompt token j + 1), and ``commit(tokens, counts, features=...)`` with
+(B, m, H) features aligned with the committed tokens (feature j is the state whose row the j-th
+committed token was drawn or verified against: the target call's feature row j). Such a drafter
+needs a target session that returns features (``Scores.features``) and ``prompt_features``.
 """
 
 from __future__ import annotations
@@ -78,6 +87,8 @@ class Session(ABC):
 
     vocab_size: int
     batch: int
+    #: The session takes the target's features as a keyword of start and commit (module docstring).
+    reads_target_features: bool = False
     #: Where the rows live: ``None`` for numpy on the host, else the torch device of the rows (the
     #: loop then keeps its tokens there too and reads back only the accepted lengths).
     rows_device: Any = None

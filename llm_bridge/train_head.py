@@ -1,0 +1,327 @@
+"""``python -m llm_bridge.train_head``: train a feature-level draft head on the target's own samples, reproducibly.
+
+Recipe (every number is a flag; the defaults made the shipped heads):
+
+1. Data: each prompt of ``data/distill_prompts.txt`` as a chat turn, ``--samples`` continuations of
+   ``--length`` tokens sampled from the target at temperature 1 (seeded); 10 % of the sequences are
+   held out. The target's last features (after its final norm) at every position, and the
+   log-normaliser of its full row there, are computed once and cached under
+   ``cache_dir()/heads`` (keyed by the recipe), so trying another head or vocabulary costs no sampling.
+2. Vocabulary: the ``--vocab`` most frequent tokens of the training continuations (0: all tokens).
+   Its coverage (the target's mean mass on it) bounds the head's acceptance and is reported.
+3. Loss, at every row a decode loop uses (after the prompt's last token on): the cross-entropy
+   −Σ_{v∈S} q(v) log p(v) of the head's row p on its vocabulary S against the target's row q (the
+   KL(q ‖ p) up to a constant when S is every token; with a reduced S it is the KL to q restricted
+   to S, weighted by q(S)). An EAGLE head adds ``--feature-weight`` × smooth-L1 between its predicted
+   feature and the target's, and is trained on ``--unroll`` drafting steps ("training-time test"):
+   step s reads the head's own step s − 1 feature, and its attention sees the target's features of
+   the prefix and the head's own of the drafted positions before it, as when drafting.
+4. AdamW with linear warm-up and cosine decay, ``--steps`` minibatches of ``--batch`` sequences.
+5. Acceptance: held-out Σ_v min(p(v), q(v)) = 1 − TV per draft position (q over the full
+   vocabulary), measured with the weights as shipped (matrices int8 with a float16 scale per row).
+
+Writes ``drafter.json`` (recipe, sizes, coverage, acceptance per position before and after),
+``drafter.safetensors`` and ``train_log.json`` to ``--out`` (default: the shipped head of the kind).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .heads import HEAD_DIRS, HEAD_KINDS, build_head, load_head, save_head
+from .models import DEFAULT_TARGET, ModelNotFound, cache_dir, load_model
+from .prompts import DATA_DIR, encode_prompts, read_prompts
+
+__all__ = ["corpus", "eagle_unrolled", "frequent_tokens", "main", "train_head"]
+
+PROMPTS = DATA_DIR / "distill_prompts.txt"
+
+
+def _log_normalisers(model, features, batch: int = 4096):
+    """logsumexp of the target's full logit row at every feature (n, T)."""
+    import torch
+
+    W = model.get_output_embeddings().weight.detach()
+    flat = features.reshape(-1, features.shape[-1])
+    out = torch.empty(flat.shape[0])
+    with torch.no_grad():
+        for i in range(0, flat.shape[0], batch):
+            out[i:i + batch] = torch.logsumexp(flat[i:i + batch].to(W.device) @ W.T, dim=-1).cpu()
+    return out.reshape(features.shape[:-1])
+
+
+def corpus(target, *, target_name: str, samples: int, length: int, seed: int, progress: bool = True) -> dict:
+    """The cached training data: tokens (n, T), lengths, prompt lengths, features (n, T, H), log-normalisers (n, T)."""
+    import torch
+
+    from .distill import last_features, sample_corpus
+
+    text = PROMPTS.read_text()
+    key = hashlib.sha256(json.dumps([target_name, target.vocab_size, samples, length, seed, text]).encode()).hexdigest()
+    path = cache_dir() / "heads" / f"corpus-{key[:16]}.pt"
+    if path.is_file():
+        return torch.load(path)
+    if progress:
+        print(f"train_head: sampling {samples} continuations of {length} tokens per prompt (cached at {path})",
+              file=sys.stderr)
+    prompt_ids = encode_prompts(target.tokenizer, read_prompts(PROMPTS))
+    tokens, lengths, plens = sample_corpus(target, prompt_ids, samples, length, seed)
+    features = last_features(target.model, tokens, lengths)
+    data = {"tokens": torch.as_tensor(tokens), "lengths": torch.as_tensor(lengths), "plens": torch.as_tensor(plens),
+            "features": features, "lse": _log_normalisers(target.model, features)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(data, path.with_suffix(".tmp"))
+    path.with_suffix(".tmp").rename(path)
+    return data
+
+
+def frequent_tokens(data: dict, rows, n: int, vocab_size: int) -> np.ndarray:
+    """The ``n`` most frequent continuation tokens of sequences ``rows`` (ties: lower id first); all when n is 0."""
+    if not n or n >= vocab_size:
+        return np.arange(vocab_size)
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    for r in rows:
+        seq = data["tokens"][r].numpy()
+        counts += np.bincount(seq[int(data["plens"][r]):int(data["lengths"][r])], minlength=vocab_size)
+    return np.sort(np.argsort(-counts, kind="stable")[:n])
+
+
+class _Batch:
+    """One minibatch: pairs i = (feature after token i, token i + 1), and the rows each output is scored on."""
+
+    def __init__(self, data, rows, head, target_model):
+        import torch
+
+        self.x = data["tokens"][rows]
+        self.F = data["features"][rows]
+        self.lse = data["lse"][rows]
+        length, plen = data["lengths"][rows], data["plens"][rows]
+        T = int(length.max())
+        self.x, self.F, self.lse = self.x[:, :T], self.F[:, :T], self.lse[:, :T]
+        pos = torch.arange(T)[None]
+        self.real = pos < length[:, None]  # token exists
+        self.scored = self.real & (pos >= plen[:, None] - 1)  # the row after token pos is one a decode loop uses
+        self.W = head.out_rows
+
+    def log_q(self, at):
+        """The target's log-probabilities on the head's vocabulary at feature positions ``at`` (a slice)."""
+        return self.F[:, at] @ self.W.T - self.lse[:, at, None]
+
+
+def _row_losses(logits, log_q, mask):
+    """(cross-entropy, acceptance) sums and the count over ``mask``: −Σ_S q log p and Σ_S min(p, q)."""
+    import torch
+
+    logp = torch.log_softmax(logits, dim=-1)
+    q = log_q.exp()
+    ce = -(q * logp).sum(-1)
+    acc = torch.minimum(logp, log_q).exp().sum(-1)
+    m = mask.float()
+    return (ce * m).sum(), (acc * m).sum(), m.sum()
+
+
+def eagle_unrolled(head, x, F, real, unroll: int) -> list:
+    """The head's predicted features (B, T - 1, H) at drafting steps s = 1..``unroll`` over whole sequences at once.
+
+    Pair i is (F[i], x[i + 1]). At step 1 every pair reads the target's feature; at step s pair i reads the step
+    s − 1 output at i − 1 (the head's own prediction) and its attention sees the step-1 keys of pairs ≤ i − s + 1
+    and the step-r keys of pair i − s + r (r = 2..s): exactly what drafting s tokens after committed pair
+    i − s + 1 computes, so one pass per step trains every draft position ("training-time test").
+    """
+    import torch
+    from transformers import DynamicCache
+
+    B, T = x.shape
+    n = T - 1
+    real = real[:, 1:]
+    emb = head.embed_rows[x[:, 1:]]
+    cache, out, prev = DynamicCache(config=head.config), [], None
+    positions = torch.arange(n)[None].expand(B, -1)
+    i = torch.arange(n)
+    for s in range(1, unroll + 1):
+        if s == 1:
+            feats, mask = F[:, :-1], real.long()
+        else:  # pair i reads the step s-1 output at i - 1; it sees true keys <= i - s + 1 and step r keys at i - s + r
+            feats = torch.cat([torch.zeros_like(prev[:, :1]), prev[:, :-1]], dim=1)
+            sees = torch.zeros((B, n, s * n), dtype=torch.bool)
+            sees[:, :, :n] = (i[None, :] <= (i[:, None] - s + 1))[None] & real[:, None, :]
+            for r in range(2, s + 1):
+                j = i - s + r
+                ok = j >= 0
+                sees[:, i[ok], (r - 1) * n + j[ok]] = real[:, j[ok]]
+            sees[:, i, (s - 1) * n + i] = True  # every query sees itself (no empty softmax row)
+            mask = sees[:, None]
+        xin = head.fc(torch.cat([feats, emb], dim=-1))
+        prev = head.body(inputs_embeds=xin, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                         use_cache=True).last_hidden_state
+        out.append(prev)
+    return out
+
+
+def _eagle_steps(head, batch: _Batch, unroll: int, feature_weight: float):
+    """Per drafting step s = 1..unroll: (loss sum, acceptance sum, count) over the batch (module docstring, item 3)."""
+    import torch
+
+    T = batch.x.shape[1]
+    scored = batch.scored[:, 1:]  # pair i's output is scored on the row after token i + 1
+    log_q = batch.log_q(slice(1, T))
+    n, out = T - 1, []
+    for s, h in enumerate(eagle_unrolled(head, batch.x, batch.F, batch.real, unroll), start=1):
+        valid = scored.clone()  # step s: the pair s - 1 before it is the last committed one, after the prompt too
+        valid[:, :s - 1] = False
+        valid[:, s - 1:] &= scored[:, :n - s + 1]
+        ce, acc, count = _row_losses(head.reduced_logits(h), log_q, valid)
+        reg = (torch.nn.functional.smooth_l1_loss(h, batch.F[:, 1:], reduction="none").mean(-1) * valid.float()).sum()
+        out.append((ce + feature_weight * reg, acc, count))
+    return out
+
+
+def _medusa_steps(head, batch: _Batch):
+    """Per block r: (loss sum, acceptance sum, count): block r on the feature after token i scores the row after token
+    i + 1 + r."""
+    F, T = batch.F, batch.x.shape[1]
+    logits = head(F)  # (B, T, k, N)
+    out = []
+    for r in range(head.k):
+        n = T - 1 - r
+        if n <= 0:
+            break
+        valid = batch.scored[:, 1:1 + n] & batch.scored[:, 1 + r:1 + r + n]  # "Y" is the prompt's last token or later
+        ce, acc, count = _row_losses(logits[:, :n, r], batch.log_q(slice(1 + r, 1 + r + n)), valid)
+        out.append((ce, acc, count))
+    return out
+
+
+def _steps(head, batch, unroll, feature_weight):
+    return _eagle_steps(head, batch, unroll, feature_weight) if head.kind == "eagle" else _medusa_steps(head, batch)
+
+
+def evaluate(head, data, rows, target_model, unroll: int, batch: int = 8) -> dict:
+    """Held-out acceptance 1 − TV per draft position, and the vocabulary's coverage (mean q(S))."""
+    import torch
+
+    sums, counts, cover, n_cover = None, None, 0.0, 0.0
+    with torch.no_grad():
+        for i in range(0, len(rows), batch):
+            b = _Batch(data, rows[i:i + batch], head, target_model)
+            steps = _steps(head, b, unroll, 0.0)
+            acc = np.array([float(a) for _, a, _ in steps])
+            cnt = np.array([float(c) for _, _, c in steps])
+            sums = acc if sums is None else sums + acc
+            counts = cnt if counts is None else counts + cnt
+            m = b.scored[:, 1:].float()
+            cover += float((b.log_q(slice(1, b.x.shape[1])).exp().sum(-1) * m).sum())
+            n_cover += float(m.sum())
+    return {"acceptance_per_position": (sums / counts).tolist(), "coverage": cover / n_cover}
+
+
+def train_head(*, kind: str = "eagle", target: str = DEFAULT_TARGET, vocab: int = 8192, samples: int = 6,
+               length: int = 128, steps: int = 400, batch: int = 8, lr: float = 1e-3, unroll: int = 3,
+               medusa_heads: int = 4, feature_weight: float = 0.1, seed: int = 0, device: str = "cpu",
+               out: Path | None = None, log_every: int = 25, progress: bool = True) -> dict:
+    """Run the recipe of the module docstring; returns the ``drafter.json`` record."""
+    import torch
+    from tqdm.auto import tqdm
+
+    if kind not in HEAD_KINDS:
+        raise ValueError(f"--kind: expected one of {HEAD_KINDS}, got {kind!r}")
+    for name, value in (("steps", steps), ("batch", batch), ("unroll", unroll), ("samples", samples),
+                        ("length", length)):
+        if int(value) != value or value < 1:
+            raise ValueError(f"--{name}: expected an integer >= 1, got {value!r}")
+    torch.manual_seed(seed)
+    t0 = time.perf_counter()
+    tgt = load_model(target, device=device, dtype="float32")
+    data = corpus(tgt, target_name=target, samples=samples, length=length, seed=seed, progress=progress)
+    order = np.random.default_rng(seed).permutation(len(data["tokens"]))
+    n_val = max(1, len(order) // 10)
+    val, train = np.sort(order[:n_val]), order[n_val:]
+    ids = frequent_tokens(data, train, vocab, tgt.vocab_size)
+    head = build_head(kind, tgt.model, ids, **({"k": medusa_heads} if kind == "medusa" else {}))
+    unroll = unroll if kind == "eagle" else head.k
+    before = evaluate(head, data, val, tgt.model, unroll)
+    params = [p for p in head.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    warm = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+    rng, log = np.random.default_rng(seed + 1), []
+    head.train()
+    bar = tqdm(range(1, steps + 1), desc=f"train {kind}", disable=not progress)
+    for step in bar:
+        b = _Batch(data, rng.choice(train, size=min(batch, len(train)), replace=False), head, tgt.model)
+        parts = _steps(head, b, unroll, feature_weight)
+        loss = sum(ls / c.clamp(min=1) for ls, _, c in parts) / len(parts)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        train_acc = [float(a / c.clamp(min=1)) for _, a, c in parts]
+        bar.set_postfix(loss=f"{float(loss):.3f}", acc1=f"{train_acc[0]:.3f}")
+        if step % log_every == 0 or step == steps:
+            head.eval()
+            entry = {"step": step, "loss": float(loss.detach()), "train_acceptance": train_acc,
+                     "heldout": evaluate(head, data, val, tgt.model, unroll)["acceptance_per_position"],
+                     "seconds": time.perf_counter() - t0}
+            head.train()
+            log.append(entry)
+            bar.write(json.dumps(entry))
+    head.eval()
+    out = Path(out) if out is not None else HEAD_DIRS[kind]
+    recipe = {"prompts": "llm_bridge/data/distill_prompts.txt", "samples_per_prompt": samples, "length": length,
+              "sequences": int(len(order)), "tokens": int(data["lengths"].sum()), "heldout_sequences": int(n_val),
+              "vocab": int(ids.size), "steps": steps, "batch": batch, "lr": lr, "seed": seed,
+              "unroll": unroll if kind == "eagle" else None, "feature_weight": feature_weight if kind == "eagle" else None,
+              "loss": "cross-entropy of the head's row on its vocabulary against the target's row (KL up to a constant)"
+                      + (" + feature smooth-L1, unrolled drafting steps" if kind == "eagle" else ""),
+              "optimizer": "AdamW, linear warm-up, cosine decay", "storage": "int8 per-row scales (float16)"}
+    record = save_head(head, out, {"target": target, "recipe": recipe, "heldout_before": before})
+    shipped, _ = load_head(out, tgt.model)
+    record["heldout"] = evaluate(shipped, data, val, tgt.model, unroll)
+    record["seconds"] = time.perf_counter() - t0
+    (out / "drafter.json").write_text(json.dumps(record, indent=2) + "\n")
+    (out / "train_log.json").write_text(json.dumps(log, indent=1) + "\n")
+    return record
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m llm_bridge.train_head", description=__doc__.splitlines()[0])
+    ap.add_argument("--kind", required=True, choices=HEAD_KINDS)
+    ap.add_argument("--target", default=DEFAULT_TARGET)
+    ap.add_argument("--vocab", type=int, default=8192, help="draft vocabulary: the N most frequent tokens (0: all)")
+    ap.add_argument("--samples", type=int, default=6, help="continuations sampled per prompt")
+    ap.add_argument("--length", type=int, default=128, help="tokens per continuation")
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--unroll", type=int, default=3, help="EAGLE: drafting steps trained (training-time test)")
+    ap.add_argument("--medusa-heads", type=int, default=4, help="Medusa: blocks (the longest draft)")
+    ap.add_argument("--feature-weight", type=float, default=0.1, help="EAGLE: weight of the feature regression")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--out", type=Path, default=None, help="output folder (default: llm_bridge/weights/<kind>)")
+    ap.add_argument("--log-every", type=int, default=25)
+    args = ap.parse_args(argv)
+    try:
+        record = train_head(kind=args.kind, target=args.target, vocab=args.vocab, samples=args.samples,
+                            length=args.length, steps=args.steps, batch=args.batch, lr=args.lr, unroll=args.unroll,
+                            medusa_heads=args.medusa_heads, feature_weight=args.feature_weight, seed=args.seed,
+                            device=args.device, out=args.out, log_every=args.log_every)
+    except (ModelNotFound, ImportError, ValueError) as err:
+        print(f"python -m llm_bridge.train_head: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(record, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,161 @@
+"""Feature-level draft heads (EAGLE- and Medusa-style) on tiny LLaMA models: rows, exactness, training, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llm_bridge.drafters import Pair
+from llm_bridge.heads import (
+    EagleHead,
+    EagleSession,
+    HeadDrafter,
+    HeadSource,
+    MedusaHeads,
+    MedusaSession,
+    load_head,
+    save_head,
+)
+from llm_bridge.loop import speculative_generate
+from llm_bridge.lossless import first_token_law, two_sample_test
+from llm_bridge.sampling import Sampling
+from llm_bridge.sessions import ModelSession
+from otspec.verifiers import BackwardBlockVerify, BlockVerify, DecodingOPT, TokenVerify
+from tests.llm_tiny import VOCAB, random_prompts, tiny_pair, torch
+
+REDUCED = np.array([3, 4, 5, 7, 8, 11, 13, 17, 19, 23])  # a reduced draft vocabulary: rows are 0 elsewhere
+
+
+def head_pair(kind: str, vocab=None, seed: int = 3, k: int = 3) -> Pair:
+    """The tiny target with a randomly perturbed head of ``kind`` (so that it is neither the identity nor the target)."""
+    target = tiny_pair(sharpness=3.0).target
+    torch.manual_seed(seed)
+    ids = np.arange(VOCAB) if vocab is None else vocab
+    head = EagleHead(target.model, ids) if kind == "eagle" else MedusaHeads(target.model, ids, k=k)
+    with torch.no_grad():
+        for p in head.parameters():
+            if p.requires_grad:
+                p.add_(0.3 * torch.randn_like(p))
+    return Pair(target, HeadDrafter(head.eval()))
+
+
+def _sessions(pair, prompts, sampling=None):
+    sampling = sampling or Sampling()
+    target = ModelSession(pair.target.model, len(prompts), sampling, hidden=True, name="target")
+    draft = pair.drafter.session(len(prompts), sampling)
+    target.start(prompts)
+    draft.start(prompts, features=target.prompt_features)
+    return target, draft
+
+
+@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+def test_head_session_rows_match_a_recomputation_without_cache(kind):
+    """Drafting, a commit of an accepted draft and a correction, drafting again: every row equals the full recomputation."""
+    pair = head_pair(kind, REDUCED)
+    rng = np.random.default_rng(0)
+    prompts = random_prompts(3, rng, low=2, high=6)
+    target, draft = _sessions(pair, prompts)
+
+    def reference(prefix, drafted):
+        return HeadSource(pair.drafter.head, pair.target.model, prefix).next_probs(np.array([drafted]))[0]
+
+    rows0 = draft.feed(np.zeros((3, 0), dtype=np.int64), np.zeros(3, dtype=np.int64)).rows
+    x = np.array([[5], [7], [11]])
+    rows1 = draft.feed(x, np.ones(3, dtype=np.int64)).rows
+    for b, p in enumerate(prompts):
+        np.testing.assert_allclose(rows0[b, 0], reference(p, []), atol=1e-12)
+        np.testing.assert_allclose(rows1[b, 1], reference(p, [int(x[b, 0])]), atol=1e-12)
+        assert rows1[b, 1][np.setdiff1d(np.arange(VOCAB), REDUCED)].max() == 0.0  # reduced vocabulary
+    scored = target.feed(x, np.ones(3, dtype=np.int64))  # rows after the prompt and after the draft
+    committed = np.array([[5, 3], [7, 4], [9, 0]])  # rows 0, 1 accept their draft then add a token; row 2 rejects
+    counts = np.array([2, 2, 1])
+    target.commit(committed, counts)
+    draft.commit(committed, counts, features=scored.features[:, :2])
+    rows2 = draft.feed(np.zeros((3, 0), dtype=np.int64), np.zeros(3, dtype=np.int64)).rows
+    for b, p in enumerate(prompts):
+        np.testing.assert_allclose(rows2[b, 0], reference(list(p) + committed[b, :counts[b]].tolist(), []), atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+@pytest.mark.parametrize("verifier", [TokenVerify(), BlockVerify(), BackwardBlockVerify()], ids=lambda v: v.name)
+def test_head_first_token_law_is_the_target_row(kind, verifier):
+    pair = head_pair(kind, REDUCED)
+    law = first_token_law(pair, [1, 5, 9, 4], verifier, 2)
+    assert law.max_deviation < 1e-12
+    assert law.paths > 1
+
+
+def test_head_loop_matches_plain_sampling_and_the_test_can_fail():
+    pair = head_pair("eagle", REDUCED)
+    assert two_sample_test(pair, [1, 6, 3], BackwardBlockVerify(), 3, n=600, tokens=2)["p_value"] > 1e-3
+    assert two_sample_test(pair, [1, 6, 3], DecodingOPT(eps=np.inf), 3, n=600, tokens=2)["p_value"] < 1e-3
+
+
+@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+def test_speculative_generate_with_a_head_on_ragged_batches(kind):
+    pair = head_pair(kind, vocab=None)
+    prompts = random_prompts(5, np.random.default_rng(1), low=2, high=7)
+    run = speculative_generate(pair, prompts, TokenVerify(), 3, 12, batch_size=2, seed=4, progress=False)
+    assert [len(t) for t in run.tokens] == [12] * 5
+    assert run.decode.block_efficiency.value >= 1.0
+    assert run.decode.accepted > 0
+    again = speculative_generate(pair, prompts, TokenVerify(), 3, 12, batch_size=2, seed=4, progress=False)
+    assert all(np.array_equal(a, b) for a, b in zip(run.tokens, again.tokens, strict=True))
+
+
+@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+def test_save_and_load_a_head(tmp_path, kind):
+    pair = head_pair(kind, REDUCED)
+    head = pair.drafter.head
+    record = save_head(head, tmp_path, {"target": "tiny"})
+    assert record["vocab_size"] == REDUCED.size and record["kind"] == kind
+    loaded, _ = load_head(tmp_path, pair.target.model)
+    assert np.array_equal(loaded.vocab.numpy(), REDUCED)
+    for (name, a), b in zip(head.named_parameters(), loaded.parameters(), strict=True):
+        if a.requires_grad:  # int8 rows with a float16 scale per row: half a step, plus the scale's own rounding
+            big = a.detach().abs().amax(dim=-1, keepdim=True) if a.ndim == 2 else a.detach().abs()
+            bound = (big / 127 / 2 if a.ndim == 2 else 0) + big * 1e-3 + 1e-6
+            assert (a.detach() - b.detach()).abs().le(bound).all(), name
+    with pytest.raises(FileNotFoundError, match="train_head"):
+        load_head(tmp_path / "missing", pair.target.model)
+
+
+def test_eagle_unrolled_training_steps_are_the_drafting_rows():
+    """Step s of the unrolled pass at pair i is the row the head drafts s tokens after committed pair i - s + 1."""
+    from llm_bridge.train_head import eagle_unrolled
+
+    pair = head_pair("eagle", REDUCED)
+    head, model = pair.drafter.head, pair.target.model
+    seq = [1, 9, 4, 12, 6, 3, 15, 8]
+    with torch.no_grad():
+        F = model.base_model(input_ids=torch.as_tensor([seq])).last_hidden_state
+        outs = eagle_unrolled(head, torch.as_tensor([seq]), F, torch.ones((1, len(seq)), dtype=torch.bool), 3)
+    sampling = Sampling()
+    for s, h in enumerate(outs, start=1):
+        for i in range(s + 1, len(seq) - 1):
+            cut = i - s + 3  # committed tokens x[0..i-s+2]; drafted x[i-s+3..i+1]
+            want = HeadSource(head, model, seq[:cut]).next_probs(np.array([seq[cut:i + 2]]))[0]
+            got = sampling.rows(head.full_logits(head.reduced_logits(h[0, i])))
+            np.testing.assert_allclose(got, want, atol=1e-9, err_msg=f"step {s}, pair {i}")
+
+
+def test_head_errors():
+    pair = head_pair("eagle", REDUCED)
+    session = pair.drafter.session(2)
+    with pytest.raises(ValueError, match="features"):
+        session.start([[1, 2], [1, 3]])
+    with pytest.raises(ValueError, match="distinct token ids"):
+        EagleHead(pair.target.model, [3, 3, 4])
+    with pytest.raises(ValueError, match="distinct token ids"):
+        MedusaHeads(pair.target.model, [0, VOCAB])
+    with pytest.raises(ValueError, match="k >= 1"):
+        MedusaHeads(pair.target.model, REDUCED, k=0)
+    from llm_bridge.trees import tree_generate
+    from otspec.verifiers import KSeq
+
+    with pytest.raises(ValueError, match="features"):
+        tree_generate(pair, [[1, 4, 5]], KSeq(), "2x1", 4, progress=False)
+    with pytest.raises(ValueError, match=">= 2 tokens"):
+        HeadSource(pair.drafter.head, pair.target.model, [1])
+    assert isinstance(session, EagleSession)
+    assert isinstance(head_pair("medusa", REDUCED).drafter.session(2), MedusaSession)
