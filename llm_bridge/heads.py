@@ -42,7 +42,7 @@ from .sampling import DEFAULT_SAMPLING
 from .sessions import padded
 
 __all__ = ["HEAD_DIRS", "HEAD_KINDS", "EagleHead", "EagleSession", "HeadDrafter", "HeadSource", "MedusaHeads",
-           "MedusaSession", "build_head", "load_head", "save_head"]
+           "HEAD_METHOD", "MedusaSession", "build_head", "eagle_unrolled", "head_replays", "load_head", "save_head"]
 
 HEAD_KINDS = ("eagle", "medusa")
 #: Where ``python -m llm_bridge.train_head --kind K`` writes the shipped head of each kind.
@@ -160,6 +160,43 @@ class MedusaHeads(torch.nn.Module, _ReducedOutput):
         f = features.to(self.blocks[0].weight.dtype)
         h = torch.stack([f + torch.nn.functional.silu(block(f)) for block in self.blocks], dim=-2)
         return self.reduced_logits(h)
+
+
+def eagle_unrolled(head, x, F, real, unroll: int) -> list:
+    """The head's predicted features (B, T - 1, H) at drafting steps s = 1..``unroll`` over whole sequences at once.
+
+    Pair i is (F[i], x[i + 1]). At step 1 every pair reads the target's feature; at step s pair i reads the step
+    s − 1 output at i − 1 (the head's own prediction) and its attention sees the step-1 keys of pairs ≤ i − s + 1
+    and the step-r keys of pair i − s + r (r = 2..s): exactly what drafting s tokens after committed pair
+    i − s + 1 computes, so one pass per step trains every draft position ("training-time test").
+    """
+    from transformers import DynamicCache
+
+    B, T = x.shape
+    n = T - 1
+    real = real[:, 1:]
+    emb = head.embed_rows[x[:, 1:]]
+    cache, out, prev = DynamicCache(config=head.config), [], None
+    positions = torch.arange(n)[None].expand(B, -1)
+    i = torch.arange(n)
+    for s in range(1, unroll + 1):
+        if s == 1:
+            feats, mask = F[:, :-1], real.long()
+        else:  # pair i reads the step s-1 output at i - 1; it sees true keys <= i - s + 1 and step r keys at i - s + r
+            feats = torch.cat([torch.zeros_like(prev[:, :1]), prev[:, :-1]], dim=1)
+            sees = torch.zeros((B, n, s * n), dtype=torch.bool)
+            sees[:, :, :n] = (i[None, :] <= (i[:, None] - s + 1))[None] & real[:, None, :]
+            for r in range(2, s + 1):
+                j = i - s + r
+                ok = j >= 0
+                sees[:, i[ok], (r - 1) * n + j[ok]] = real[:, j[ok]]
+            sees[:, i, (s - 1) * n + i] = True  # every query sees itself (no empty softmax row)
+            mask = sees[:, None]
+        xin = head.fc(torch.cat([feats, emb], dim=-1))
+        prev = head.body(inputs_embeds=xin, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                         use_cache=True).last_hidden_state
+        out.append(prev)
+    return out
 
 
 def build_head(kind: str, target_model, vocab, **options):
@@ -444,3 +481,89 @@ class HeadSource(Source):
         self._check_tokens(tokens)
         return np.stack([self._row(tokens[b, :n].tolist()) for b, n in enumerate(lengths.tolist())]) \
             if tokens.shape[0] else np.zeros((0, self.vocab_size))
+
+
+#: How a head's prediction is made, as records state it.
+HEAD_METHOD = ("decode engine on the head's rows at every draft depth and the target's rows along an independent "
+               "plain-decoding run (a positional pair per prompt whose draft row also depends on the draft depth, "
+               "as the head drafts); interval: prediction interval for a run over the measured number of prompts "
+               "(two-level paired bootstrap over prompts and their replays, percentile)")
+
+
+def _depth_rows(head, target_model, prompt, continuation, depth: int, sampling):
+    """(draft rows (depth, T, V) by draft depth, target rows (T, V)) predicting each continuation token."""
+    n, T = len(prompt), len(continuation)
+    x = torch.as_tensor([list(prompt) + list(continuation)], device=head.vocab.device)
+    with torch.no_grad():
+        F = target_model.base_model(input_ids=x).last_hidden_state  # F[0, j]: the state after token j
+        q = sampling.rows(target_model.get_output_embeddings()(F[0, n - 1:n - 1 + T]))
+        rows = np.empty((depth, T, q.shape[-1]))
+        if head.kind == "eagle":  # pair i = (F[i], x[i + 1]); the row for token n + t is step d + 1 at pair n + t - 2
+            outs = eagle_unrolled(head, x, F, torch.ones_like(x, dtype=torch.bool), depth)
+            for d in range(depth):
+                t = np.arange(T)
+                h = torch.stack([outs[min(d, k)][0, n + k - 2] for k in t.tolist()])  # depth d needs d drafted tokens
+                rows[d] = sampling.rows(head.full_logits(head.reduced_logits(h)))
+        else:  # block d on the feature that gave the last committed token x[n + t - d - 1]: F[n + t - d - 2]
+            for d in range(depth):
+                at = [n + k - min(d, k) - 2 for k in range(T)]
+                logits = head(F[0, at])[:, min(d, head.k - 1)]
+                rows[d] = sampling.rows(head.full_logits(logits))
+    return rows, q
+
+
+def _compact(rows_p, q, top_p: float, max_kept: int | None):
+    """Per position: the union of every row's top-p set, relabelled 0..k-1, and three tail symbols.
+
+    Tail symbols k, k + 1, k + 2: shared (the target puts max_d o_d there, depth d puts its own tail overlap
+    o_d = Σ_outside min(p_d, q)), draft only, target only; each depth's TV to the target is then exact.
+    Returns (draft rows (D, T, W), target rows (T, W)), W = the widest position's k + 3.
+    """
+    from otspec.distributions import top_p_mask
+
+    D, T, _ = rows_p.shape
+    keep = top_p_mask(q, top_p, max_kept)
+    for d in range(D):
+        keep |= top_p_mask(rows_p[d], top_p, max_kept)
+    W = int(keep.sum(axis=1).max()) + 3
+    out_p, out_q = np.zeros((D, T, W)), np.zeros((T, W))
+    for t in range(T):
+        ids = np.flatnonzero(keep[t])
+        k = ids.size
+        out_q[t, :k] = q[t, ids]
+        tail_q = max(1.0 - out_q[t, :k].sum(), 0.0)
+        outside = ~keep[t]
+        overlaps = np.minimum(rows_p[:, t, outside], q[t, outside]).sum(axis=1)  # o_d per depth
+        shared = float(overlaps.max(initial=0.0))
+        out_q[t, k], out_q[t, k + 2] = shared, max(tail_q - shared, 0.0)
+        for d in range(D):
+            out_p[d, t, :k] = rows_p[d, t, ids]
+            tail_p = max(1.0 - out_p[d, t, :k].sum(), 0.0)
+            out_p[d, t, k], out_p[d, t, k + 1] = overlaps[d], max(tail_p - overlaps[d], 0.0)
+    out_p /= out_p.sum(axis=-1, keepdims=True)
+    out_q /= out_q.sum(axis=-1, keepdims=True)
+    return out_p, out_q
+
+
+def head_replays(pair, prompts, continuations, depth: int, *, sampling=DEFAULT_SAMPLING, top_p: float = 0.95,
+                 max_kept: int | None = 256) -> list:
+    """(draft, target) sources per prompt along ``continuations`` (an independent plain run) for otspec's predictions.
+
+    The draft is a :class:`~otspec.sources.DepthPositionalSource`: its row at step t and draft depth d is the
+    head's row for that token after d drafted tokens (the continuation's own tokens standing in for the drafted
+    ones), so the replay drafts as the head does; the target is a :class:`~otspec.sources.PositionalSource`.
+    Each position keeps the union of the rows' top-p sets (at most ``max_kept`` tokens each), relabelled per
+    position (a positional pair's laws do not depend on the labels), plus three tail symbols that keep every
+    depth's TV to the target exact.
+    """
+    from otspec.sources import DepthPositionalSource, PositionalSource
+
+    out = []
+    for prompt, cont in zip(prompts, continuations, strict=True):
+        cont = list(np.asarray(cont, dtype=np.int64))
+        if len(prompt) < 2 or not cont:
+            raise ValueError("head_replays: every prompt needs >= 2 tokens and every continuation >= 1")
+        p, q = _depth_rows(pair.drafter.head, pair.target.model, list(prompt), cont, depth, sampling)
+        p, q = _compact(p, q, top_p, max_kept)
+        out.append((DepthPositionalSource(p), PositionalSource(q)))
+    return out

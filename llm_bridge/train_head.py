@@ -36,11 +36,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .heads import HEAD_DIRS, HEAD_KINDS, build_head, load_head, save_head
+from .heads import HEAD_DIRS, HEAD_KINDS, build_head, eagle_unrolled, load_head, save_head
 from .models import DEFAULT_TARGET, ModelNotFound, cache_dir, load_model
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 
-__all__ = ["corpus", "eagle_unrolled", "frequent_tokens", "main", "train_head"]
+__all__ = ["corpus", "frequent_tokens", "main", "train_head"]
 
 PROMPTS = DATA_DIR / "distill_prompts.txt"
 
@@ -126,44 +126,6 @@ def _row_losses(logits, log_q, mask):
     acc = torch.minimum(logp, log_q).exp().sum(-1)
     m = mask.float()
     return (ce * m).sum(), (acc * m).sum(), m.sum()
-
-
-def eagle_unrolled(head, x, F, real, unroll: int) -> list:
-    """The head's predicted features (B, T - 1, H) at drafting steps s = 1..``unroll`` over whole sequences at once.
-
-    Pair i is (F[i], x[i + 1]). At step 1 every pair reads the target's feature; at step s pair i reads the step
-    s − 1 output at i − 1 (the head's own prediction) and its attention sees the step-1 keys of pairs ≤ i − s + 1
-    and the step-r keys of pair i − s + r (r = 2..s): exactly what drafting s tokens after committed pair
-    i − s + 1 computes, so one pass per step trains every draft position ("training-time test").
-    """
-    import torch
-    from transformers import DynamicCache
-
-    B, T = x.shape
-    n = T - 1
-    real = real[:, 1:]
-    emb = head.embed_rows[x[:, 1:]]
-    cache, out, prev = DynamicCache(config=head.config), [], None
-    positions = torch.arange(n)[None].expand(B, -1)
-    i = torch.arange(n)
-    for s in range(1, unroll + 1):
-        if s == 1:
-            feats, mask = F[:, :-1], real.long()
-        else:  # pair i reads the step s-1 output at i - 1; it sees true keys <= i - s + 1 and step r keys at i - s + r
-            feats = torch.cat([torch.zeros_like(prev[:, :1]), prev[:, :-1]], dim=1)
-            sees = torch.zeros((B, n, s * n), dtype=torch.bool)
-            sees[:, :, :n] = (i[None, :] <= (i[:, None] - s + 1))[None] & real[:, None, :]
-            for r in range(2, s + 1):
-                j = i - s + r
-                ok = j >= 0
-                sees[:, i[ok], (r - 1) * n + j[ok]] = real[:, j[ok]]
-            sees[:, i, (s - 1) * n + i] = True  # every query sees itself (no empty softmax row)
-            mask = sees[:, None]
-        xin = head.fc(torch.cat([feats, emb], dim=-1))
-        prev = head.body(inputs_embeds=xin, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                         use_cache=True).last_hidden_state
-        out.append(prev)
-    return out
 
 
 def _eagle_steps(head, batch: _Batch, unroll: int, feature_weight: float):

@@ -50,7 +50,7 @@ from otspec.engine.record import PairRecord
 from otspec.verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, DecodingOPT
 
 from .cache import CACHE_KINDS, make_cache
-from .drafters import load_pair
+from .drafters import Pair, load_pair, make_drafter
 from .logrows import (
     DEFAULT_LOG_MAX_KEPT,
     DEFAULT_LOG_TOP_P,
@@ -82,6 +82,8 @@ __all__ = ["ENGINE_KEYS", "MAX_BASELINE_DRIFT", "export_synthetic_rates", "main"
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
 #: The plain run after the measured runs (the timing check, and the log the predictions read) uses seed + this.
 PREDICTION_SEED_OFFSET = 1
+#: Hugging Face assisted generation's draft when the drafter is a feature head (which it cannot take).
+PEER_DRAFT = "distilled"
 
 
 def profile(pair, prompt, continuation, ns, *, reps: int = 5, cache: str = "auto") -> dict:
@@ -190,6 +192,11 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     pair = pair or load_pair(target, draft, device=device, dtype=dtype)
     if log_rows is not None:  # before any decoding
         check_loggable(pair)
+    head = getattr(pair.drafter, "reads_target_features", False)
+    if head and trees:
+        raise ValueError(f"--trees: the {pair.drafter.name} head drafts chains (the tree loop drafts from a draft model)")
+    if head and pair.drafter.kind == "medusa" and max(lengths, default=0) > pair.drafter.head.k:
+        raise ValueError(f"--L {max(lengths)}: the Medusa heads propose at most {pair.drafter.head.k} tokens")
     if cache == "auto":
         cache = "compiled" if pair.target.device.startswith("cuda") else "dynamic"
     sampling = Sampling(temperature, top_k, top_p)
@@ -227,8 +234,14 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     tree_results = [(name, tree, result) for (name, tree), result in zip(tree_configs, results[len(configs):],
                                                                           strict=True)]
     log = replays = None
+    method = NGRAM_METHOD
+    from .heads import HEAD_METHOD, head_replays  # torch at import: only where a run is made
     if pair.drafter.deterministic:  # prompt lookup: its proposals and the target's rows along the same run
         replays = ngram_pairs(pair, ids, after.tokens, sampling=sampling)
+    elif head:  # a feature head: its rows at every draft depth along the same run (v1 reads one past L)
+        replays = head_replays(pair, ids, after.tokens, max(lengths, default=1) + 1, sampling=sampling,
+                               top_p=log_top_p, max_kept=log_max_kept)
+        method = HEAD_METHOD
     else:
         log = record_rows(pair, ids, after.tokens, sampling=sampling, top_p=log_top_p, max_kept=log_max_kept,
                           batch_size=batch_size,
@@ -238,7 +251,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     def predict(verifier, draft):
         if replays is not None:
             return predict_from_pairs(replays, verifier, draft, sequences=prediction_sequences, seed=seed,
-                                      units=len(ids), method=NGRAM_METHOD)
+                                      units=len(ids), method=method)
         return predict_from_log(log, verifier, draft, sequences=prediction_sequences, seed=seed, rule=rule,
                                 units=len(ids))
 
@@ -271,7 +284,16 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
         record["tree_runs"] = tree_runs
         record["settings"].update(trees=[str(t) for t in trees], rule=rule)
     hf_ids = ids[:hf_prompts]  # the peer is a reference, at batch 1: a share of the prompts keeps it short
-    record["hf_assisted"] = hf_assisted(pair, hf_ids, max_new_tokens, sampling=sampling, seed=seed) if hf else None
+    peer = pair
+    if hf and head:  # assisted generation takes a draft model, not a head on the target's features
+        try:
+            peer = Pair(pair.target, make_drafter(PEER_DRAFT, pair.target))
+        except (FileNotFoundError, ValueError) as err:
+            record["hf_assisted_skipped"] = f"no draft model for Hugging Face assisted generation: {err}"
+            hf = False
+    record["hf_assisted"] = hf_assisted(peer, hf_ids, max_new_tokens, sampling=sampling, seed=seed) if hf else None
+    if hf and head:
+        record["hf_assisted"]["draft"] = PEER_DRAFT
     if hf:  # against the otspec baseline too (Hugging Face's own ratio is "speedup")
         record["hf_assisted"]["prompts"] = len(hf_ids)
         record["hf_assisted"]["speedup_vs_baseline"] = record["hf_assisted"]["tokens_per_s"] / baseline["tokens_per_s"]

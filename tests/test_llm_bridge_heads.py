@@ -122,7 +122,7 @@ def test_save_and_load_a_head(tmp_path, kind):
 
 def test_eagle_unrolled_training_steps_are_the_drafting_rows():
     """Step s of the unrolled pass at pair i is the row the head drafts s tokens after committed pair i - s + 1."""
-    from llm_bridge.train_head import eagle_unrolled
+    from llm_bridge.heads import eagle_unrolled
 
     pair = head_pair("eagle", REDUCED)
     head, model = pair.drafter.head, pair.target.model
@@ -159,3 +159,49 @@ def test_head_errors():
         HeadSource(pair.drafter.head, pair.target.model, [1])
     assert isinstance(session, EagleSession)
     assert isinstance(head_pair("medusa", REDUCED).drafter.session(2), MedusaSession)
+
+
+@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+def test_head_replay_rows_are_the_drafting_rows_by_depth(kind):
+    """The replay's row at continuation step t and draft depth d is the head's row after d drafted tokens."""
+    from llm_bridge.heads import _depth_rows
+
+    pair = head_pair(kind, REDUCED)
+    head, model = pair.drafter.head, pair.target.model
+    prompt, cont = [1, 9, 4], [12, 6, 3, 15, 8]
+    rows, q = _depth_rows(head, model, prompt, cont, 3, Sampling())
+    for d in range(3):
+        for t in range(d, len(cont)):
+            committed, drafted = prompt + cont[:t - d], cont[t - d:t]
+            want = HeadSource(head, model, committed).next_probs(np.array([drafted]))[0]
+            np.testing.assert_allclose(rows[d, t], want, atol=1e-12, err_msg=f"depth {d}, step {t}")
+    with torch.no_grad():
+        full = Sampling().rows(model(torch.as_tensor([prompt + cont])).logits[0, len(prompt) - 1:-1])
+    np.testing.assert_allclose(q, full, atol=1e-12)
+
+
+def test_head_replay_compaction_keeps_every_depths_overlap():
+    from llm_bridge.heads import _compact
+
+    rng = np.random.default_rng(5)
+    p = rng.dirichlet(np.full(40, 0.3), size=(3, 6))
+    q = rng.dirichlet(np.full(40, 0.3), size=6)
+    cp, cq = _compact(p, q, top_p=0.6, max_kept=5)
+    assert cp.shape[-1] < 40
+    np.testing.assert_allclose(cp.sum(-1), 1.0, atol=1e-12)
+    for d in range(3):
+        np.testing.assert_allclose(np.minimum(cp[d], cq).sum(-1), np.minimum(p[d], q).sum(-1), atol=1e-12)
+
+
+def test_depth_positional_replay_drafts_by_depth():
+    """Depth 0 always matches the target and depth 1 never does: token verification with L = 2 accepts one per block."""
+    from otspec.engine import generate
+    from otspec.sources import DepthPositionalSource, PositionalSource
+
+    T = 7
+    target = PositionalSource(np.tile([1.0, 0.0, 0.0], (T, 1)))
+    rows = np.stack([np.tile([1.0, 0.0, 0.0], (T, 1)), np.tile([0.0, 1.0, 0.0], (T, 1))])
+    res = generate(DepthPositionalSource(rows), target, TokenVerify(), 2, 6, n_sequences=4, seed=0, progress=False)
+    assert res.block_efficiency.value == 2.0
+    flat = generate(PositionalSource(rows[0]), target, TokenVerify(), 2, 6, n_sequences=4, seed=0, progress=False)
+    assert flat.block_efficiency.value == 3.0

@@ -391,3 +391,32 @@ def test_settling_stops_when_two_passes_agree(monkeypatch):
     speeds = iter([10.0, 20.0] * 10)  # never settles: bounded, and says so
     out = runs_mod.settle(None, [[1]], 64, sampling=None, cache="dynamic", max_passes=5)
     assert not out["settled"] and len(out["ms_per_token"]) == 5
+
+
+def test_a_feature_head_validates_end_to_end(folders, tmp_path):
+    """A record with an EAGLE head (``head:FOLDER``): predictions replay the head's rows by draft depth, the exact
+    laws hold, the Hugging Face peer is skipped with its reason where no draft model fits the target."""
+    from llm_bridge.heads import EagleHead, save_head
+    from llm_bridge.models import load_model
+
+    target = load_model(str(folders / "target"), device="cpu")
+    torch.manual_seed(0)
+    head = EagleHead(target.model, np.arange(3, 20))
+    with torch.no_grad():
+        for p in head.parameters():
+            if p.requires_grad:
+                p.add_(0.2 * torch.randn_like(p))
+    save_head(head, tmp_path / "eagle", {"target": "tiny"})
+    record = validate_mod.validate(target=str(folders / "target"), draft=f"head:{tmp_path / 'eagle'}",
+                                   verifiers=("token", "block_v1"), lengths=(2,), prompts=2, max_new_tokens=8,
+                                   device="cpu", lossless_samples=0).to_json()
+    for r in record["runs"]:
+        assert "draft depth" in r["prediction_method"] and r["prediction"]["paths"] == 2
+        assert 1 <= r["predicted_block_efficiency"] <= 3
+    assert record.get("hf_assisted") is None and "distilled" in record["hf_assisted_skipped"]
+    laws = record["lossless"]["verifiers"]
+    assert all(v["first_token_max_deviation"] < 1e-6 for v in laws.values() if v["lossless"])
+    assert laws["decoding_opt_eps_inf (biased control)"]["first_token_max_deviation"] > 1e-3
+    with pytest.raises(ValueError, match="drafts chains"):
+        validate_mod.validate(target=str(folders / "target"), draft=f"head:{tmp_path / 'eagle'}", verifiers=(),
+                              trees=("2x1",), multi_verifiers=("kseq",), prompts=1, device="cpu")

@@ -170,10 +170,18 @@ class SourceSession(Session):
             self.committed[b] = self.end[b] = p.size
         self._nodes = [[] for _ in range(self.batch)]
 
+    def _probs(self, buf, lengths, depths) -> np.ndarray:
+        """Rows after ``buf[i, :lengths[i]]``; a source whose rows depend on the draft depth also gets ``depths``
+        (tokens since the last commit: :class:`~otspec.sources.DepthPositionalSource`)."""
+        if hasattr(self.source, "depth_rows"):
+            return self.source.depth_rows(lengths, depths)
+        return self.source.next_probs(buf, lengths)
+
     def _rows_at(self, lengths: np.ndarray) -> np.ndarray:
         """Rows after ``buf[b, :lengths[b, j]]``, shape (B, J, V)."""
+        depths = np.maximum(lengths - self.committed[:, None], 0)
         lengths = np.minimum(lengths, self.max_prefix)
-        return np.stack([self.source.next_probs(self.buf, lengths[:, j]) for j in range(lengths.shape[1])], axis=1)
+        return np.stack([self._probs(self.buf, lengths[:, j], depths[:, j]) for j in range(lengths.shape[1])], axis=1)
 
     def _write(self, at: np.ndarray, tokens, counts) -> tuple[np.ndarray, np.ndarray]:
         tokens, counts = np.asarray(tokens, dtype=np.int64), np.asarray(counts, dtype=np.int64)
@@ -203,7 +211,7 @@ class SourceSession(Session):
         counts = np.asarray(counts, dtype=np.int64)
         B, m = tokens.shape
         rows = np.empty((B, m + 1, self.vocab_size))
-        rows[:, 0] = self.source.next_probs(self.buf, np.minimum(self.end, self.max_prefix))
+        rows[:, 0] = self._probs(self.buf, np.minimum(self.end, self.max_prefix), self.end - self.committed)
         rows[:, 1:] = rows[:, :1]  # padding rows: the root's row
         paths, owner_b, owner_j = [], [], []
         for b in np.flatnonzero(counts).tolist():
@@ -237,7 +245,7 @@ class SourceSession(Session):
             buf[r, cols[keep]] = self.buf[owner_b[r], cols[keep]]
         r, k = np.nonzero(inside)
         buf[r, end[r] + k] = path_tokens[r, k]
-        rows[owner_b, owner_j + 1] = self.source.next_probs(buf, end + size)
+        rows[owner_b, owner_j + 1] = self._probs(buf, end + size, end - self.committed[owner_b] + size)
         return Scores(rows)
 
     def commit(self, tokens, counts) -> None:

@@ -14,6 +14,8 @@ Sources in this module
 * :class:`IIDSource` — every token drawn from one row (Bernoulli, uniform U(d), any vector).
 * :class:`MarkovSource` — order-1 chains, stationary (one matrix) or time-varying
   (one matrix per step, hence a finite horizon).
+* :class:`DepthPositionalSource` — a positional draft whose row also depends on how many tokens it
+  has drafted since the last commit (a logged feature-level head, replayed per draft depth);
 * :class:`PositionalSource` — token t drawn from row t whatever came before (finite horizon); a
   logged decoding path replays this way (:mod:`otspec.sources.logged`).
 * :class:`TableSource` — arbitrary prefix → row tables or callables (finite horizon).
@@ -38,6 +40,7 @@ from .base import EMPTY_PREFIX, MAX_ENUMERATION, Enumeration, Source, extend_pre
 from .io import load_source, save_source, source_from_json
 from .logged import TAIL_MODES, LoggedRows, load_logged_rows, log_rows
 from .models import (
+    DepthPositionalSource,
     GreedySource,
     IIDSource,
     MarkovSource,
@@ -49,6 +52,7 @@ from .models import (
 from .random import MAX_RANDOM_ENTRIES, random_iid, random_markov
 
 __all__ = [
+    "DepthPositionalSource",
     "EMPTY_PREFIX",
     "MAX_ENUMERATION",
     "MAX_RANDOM_ENTRIES",

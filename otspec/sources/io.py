@@ -10,6 +10,7 @@ import numpy as np
 
 from .base import Source
 from .models import (
+    DepthPositionalSource,
     IIDSource,
     MarkovSource,
     PositionalSource,
@@ -38,7 +39,7 @@ def source_from_json(obj) -> Source:
     """
     if not isinstance(obj, Mapping) or "type" not in obj:
         raise ValueError("source JSON: expected an object with a 'type' key "
-                         "('iid', 'bernoulli', 'uniform', 'markov', 'positional' or 'table')")
+                         "('iid', 'bernoulli', 'uniform', 'markov', 'positional', 'depth_positional' or 'table')")
     kind = obj["type"]
     try:
         return _from_json(obj, kind)
@@ -59,11 +60,12 @@ def _from_json(obj, kind) -> Source:
         return uniform_source(_integer_field(obj, "support", kind), _integer_field(obj, "vocab_size", kind))
     if kind == "markov":
         return MarkovSource(obj["initial"], obj["transition"], horizon=_integer_field(obj, "horizon", kind))
-    if kind == "positional":
+    if kind in ("positional", "depth_positional"):
         proposes = obj.get("proposes")
         if proposes is not None and not (isinstance(proposes, list) and all(isinstance(x, bool) for x in proposes)):
-            raise ValueError("positional source: 'proposes' must be a list of true/false, one per row")
-        return PositionalSource(obj["rows"], None if proposes is None else np.asarray(proposes, dtype=bool))
+            raise ValueError(f"{kind} source: 'proposes' must be a list of true/false, one per row")
+        cls = PositionalSource if kind == "positional" else DepthPositionalSource
+        return cls(obj["rows"], None if proposes is None else np.asarray(proposes, dtype=bool))
     if kind == "table":
         rows = {}
         for key, value in obj["rows"].items():
@@ -73,8 +75,8 @@ def _from_json(obj, kind) -> Source:
                 raise ValueError(f"source JSON of type 'table': row key {key!r} must be comma-separated token "
                                  "ids such as '0,1' ('' for the empty prefix)") from None
         return TableSource(rows, _integer_field(obj, "vocab_size", kind), _integer_field(obj, "horizon", kind))
-    raise ValueError(f"source JSON: unknown type {kind!r}; expected 'iid', 'bernoulli', 'uniform', 'markov', 'positional' "
-                     "or 'table'")
+    raise ValueError(f"source JSON: unknown type {kind!r}; expected 'iid', 'bernoulli', 'uniform', 'markov', 'positional', "
+                     "'depth_positional' or 'table'")
 
 
 def load_source(path: str | os.PathLike) -> Source:

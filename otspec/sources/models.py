@@ -10,7 +10,7 @@ from ..checks import check_size
 from ..distributions import validate_probs
 from .base import Source, as_tokens
 
-__all__ = ["GreedySource", "IIDSource", "MarkovSource", "PositionalSource", "TableSource", "bernoulli",
+__all__ = ["DepthPositionalSource", "GreedySource", "IIDSource", "MarkovSource", "PositionalSource", "TableSource", "bernoulli",
            "uniform_source"]
 
 
@@ -199,6 +199,42 @@ class PositionalSource(Source):
 
     def to_json(self):
         out = {"type": "positional", "rows": self.rows.tolist()}
+        if self._proposes is not None:
+            out["proposes"] = self._proposes.tolist()
+        return out
+
+
+class DepthPositionalSource(PositionalSource):
+    """A draft whose row at position t also depends on its *draft depth*: how many tokens it has drafted
+    since the last commit (a feature-level head such as EAGLE's runs on its own predicted features from
+    the second drafted token on, so its rows change with the depth).
+
+    ``rows`` has shape (D, T, V): ``rows[d, t]`` is the row at position t as the (d + 1)-th drafted row of a
+    block (depth d; depths past D − 1 use the last). As a plain source (``next_probs``) it is depth 0, the
+    row after a committed prefix. The decode loops' :class:`~otspec.engine.session.SourceSession` asks
+    :meth:`depth_rows` with each row's depth, so the decode engine replays a logged head exactly as it drafts.
+    """
+
+    def __init__(self, rows, proposes=None):
+        rows = np.asarray(validate_probs(rows, "rows", min_ndim=3), dtype=np.float64)
+        if rows.ndim != 3 or rows.shape[0] < 1:
+            raise ValueError(f"rows: expected shape (D, T, V) with D >= 1, got {rows.shape}")
+        super().__init__(rows[0], proposes)
+        self.by_depth = rows
+
+    def __repr__(self):
+        return f"DepthPositionalSource(D={self.by_depth.shape[0]}, T={self.horizon}, V={self.vocab_size})"
+
+    def depth_rows(self, lengths, depths) -> np.ndarray:
+        """Rows (n, V) at positions ``lengths`` (prefix lengths) and draft depths ``depths`` (0: after a commit)."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if (lengths < 0).any() or (lengths >= self.horizon).any():
+            raise ValueError(f"depth_rows: positions must lie in [0, {self.horizon}), got {lengths.min()}..{lengths.max()}")
+        depths = np.clip(np.asarray(depths, dtype=np.int64), 0, self.by_depth.shape[0] - 1)
+        return self.by_depth[depths, lengths]
+
+    def to_json(self):
+        out = {"type": "depth_positional", "rows": self.by_depth.tolist()}
         if self._proposes is not None:
             out["proposes"] = self._proposes.tolist()
         return out
