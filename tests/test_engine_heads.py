@@ -96,3 +96,23 @@ def test_controller_takes_features_directly(data):
     keep = ctrl.keep_drafting(1, np.zeros((2, 3)), which=np.arange(2), features=feats)
     expected = 1 - head.predict(feats) < 0.5
     assert keep.tolist() == expected.tolist()
+
+
+def test_confidence_controller_stops_on_the_drafts_own_confidence():
+    """Draft rows with largest probability 0.5: the product is 0.5 after one token and 0.25 after two, so a
+    threshold of 0.3 drafts exactly two tokens wherever the sequence has room, and the run stays exact."""
+    from otspec.engine import ConfidenceController
+    from otspec.sources import IIDSource
+
+    draft, target = IIDSource([0.5, 0.3, 0.2]), IIDSource([0.2, 0.3, 0.5])
+    res = generate(draft, target, TokenVerify(), ConfidenceController(0.3, 5), 12, n_sequences=64, seed=1,
+                   progress=False)
+    drafted = res.accept_hist.sum(axis=1)
+    assert drafted[3:].sum() == 0 and drafted[2] > 4 * (drafted[0] + drafted[1])  # g < 2: only where room ends
+    assert generate(draft, target, TokenVerify(), ConfidenceController(0.0, 4), 12, n_sequences=8, seed=1,
+                    progress=False).accept_hist.sum(axis=1)[4] > 0  # threshold 0: the cap
+    ctrl = ConfidenceController(0.6, 3)
+    ctrl.start(2)
+    assert ctrl.keep_drafting(1, np.array([[0.7, 0.3], [0.5, 0.5]]), which=np.array([0, 1])).tolist() == [True, False]
+    with pytest.raises(ValueError, match="threshold"):
+        ConfidenceController(1.5, 3)

@@ -17,7 +17,9 @@ draft one more (up to ``max_length``). Every controller is a :class:`DraftLength
   ``needs_lookahead = True`` it also gets ``next_rows()``, which returns the draft's and the
   target's rows (m, V) one position further (after the drafted token): a hindsight oracle.
 
-:class:`FixedDraftLength` always drafts K; :class:`ThresholdController` is SpecDec++'s stopping
+:class:`FixedDraftLength` always drafts K; :class:`ConfidenceController` stops once the draft's own
+confidence (the product of its rows' largest probabilities, EAGLE-2's proxy for acceptance) falls below
+a threshold, reading nothing a real system lacks; :class:`ThresholdController` is SpecDec++'s stopping
 rule with the true acceptance probabilities (``specdecpp.md`` §4–6): stop once
 P(some drafted token is rejected) = 1 − ∏ min{1, q(X_i)/p(X_i)} reaches the step's threshold.
 The optimal thresholds of an IID pair are :func:`otspec.theory.adaptive.optimal_stopping`'s.
@@ -31,8 +33,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..checks import MAX_DRAFT_LENGTH, check_real, check_size
+from ..distributions import to_host
 
-__all__ = ["DraftLengthController", "FixedDraftLength", "HindsightOracle", "ThresholdController", "as_controller"]
+__all__ = ["ConfidenceController", "DraftLengthController", "FixedDraftLength", "HindsightOracle", "ThresholdController",
+           "as_controller"]
 
 
 class DraftLengthController(ABC):
@@ -77,6 +81,37 @@ class FixedDraftLength(DraftLengthController):
 
     def __repr__(self):
         return f"FixedDraftLength({self.max_length})"
+
+
+class ConfidenceController(DraftLengthController):
+    """Draft another token while the draft's confidence ∏_{j ≤ i} max_x p_j(x) stays at least ``threshold``.
+
+    EAGLE-2 orders draft-tree expansion by this product, a proxy for the probability that the path is
+    accepted; for a chain it becomes a stopping rule. It reads the draft's own rows (a real system has
+    them), so it runs in the real loop and in the decode engine alike, and exactness is untouched.
+    """
+
+    needs_context = True  # for ``which``: the product is kept per sequence
+
+    def __init__(self, threshold: float, max_length: int):
+        self.max_length = check_size(max_length, "max_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
+        self.threshold = check_real(threshold, "threshold", low=0.0, high=1.0)
+        self._confidence = np.ones(0)
+
+    def start(self, n: int) -> None:
+        self._confidence = np.ones(n)
+
+    def keep_drafting(self, step, draft_rows, *, which=None, **_):
+        top = draft_rows.max(-1)
+        top = np.asarray(to_host(getattr(top, "values", top)), dtype=np.float64)
+        which = np.arange(top.size) if which is None else which
+        self._confidence[which] *= top
+        if step >= self.max_length:
+            return np.zeros(top.size, dtype=bool)
+        return self._confidence[which] >= self.threshold
+
+    def __repr__(self):
+        return f"ConfidenceController(threshold={self.threshold}, max_length={self.max_length})"
 
 
 class ThresholdController(DraftLengthController):
