@@ -1,7 +1,12 @@
 """Engines: exact enumeration, batched Monte Carlo, end-to-end decoding (chains and trees), whole-response simulators."""
 
 from .branching import coupling_law
-from .controllers import ConfidenceController, FixedDraftLength, HindsightOracle, ThresholdController
+from .controllers import (
+    ConfidenceController,
+    FixedDraftLength,
+    HindsightOracle,
+    ThresholdController,
+)
 from .decode import generate
 from .exact import ExactResult, evaluate
 from .ledger import CostModel, DecodeResult
