@@ -3,7 +3,8 @@
 On a CUDA machine (about 20 minutes on one H100) it writes, into ``--out-dir`` (``figures/``):
 
 * ``llm_gpu_<family>.json`` — ``llm_bridge.validate`` for each draft family (the distilled draft,
-  prompt lookup, the target's first layers), token / block / v1 block verification at L = 2, 4, 8,
+  prompt lookup, the target's first layers; the feature heads ``eagle`` and ``medusa`` when named, the
+  EAGLE head on a compiled static cache of its own), token / block / v1 block verification at L = 2, 4, 8,
   compiled static caches, rows kept on the GPU, Hugging Face's assisted generation and decode step
   beside them;
 * ``llm_gpu_trees.json`` — the multi-draft verifiers on draft trees (SpecTr's K i.i.d. drafts and
@@ -34,6 +35,8 @@ __all__ = ["FAMILIES", "main", "run_suite"]
 
 #: Draft families on a GPU (the int8 draft uses CPU dynamic quantisation, so it is not one of them).
 FAMILIES = ("distilled", "ngram", "layers:8")
+#: Drafters whose records have no tree runs: prompt lookup and the feature heads (they draft chains).
+CHAIN_ONLY = ("ngram", "eagle", "medusa", "head:")
 BENCHMARK = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_verifiers_torch.py"
 
 
@@ -75,7 +78,7 @@ def run_suite(*, target: str = DEFAULT_TARGET, families=FAMILIES, device: str = 
         name = f"llm_gpu_{output_name(family)}.json"
         step(f"validate {family}", lambda family=family, name=name: validate(
             draft=family, lengths=size["lengths"], **common).write(out_dir / name))
-    model_families = [f for f in families if not str(f).startswith("ngram")]
+    model_families = [f for f in families if not str(f).startswith(CHAIN_ONLY)]  # trees need a draft model
     if model_families:
         step(f"trees ({model_families[0]})", lambda: validate(
             draft=model_families[0], verifiers=("token",), lengths=size["lengths"][:1], trees=size["trees"],

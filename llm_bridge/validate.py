@@ -329,7 +329,8 @@ def output_name(draft: str) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m llm_bridge.validate", description=__doc__.splitlines()[0])
     ap.add_argument("--target", default=DEFAULT_TARGET, help="'smollm2', a folder, a .gguf file or a hub id")
-    ap.add_argument("--draft", default="distilled", help="distilled, ngram[:N], int8, layers:K, or a model")
+    ap.add_argument("--draft", default="distilled",
+                    help="distilled, eagle, medusa, head:FOLDER, ngram[:N], int8, layers:K, or a model")
     ap.add_argument("--verifiers", default="token,block,block_v1")
     ap.add_argument("--L", default="2,4,8", help="draft lengths, comma-separated")
     ap.add_argument("--trees", default="", help="draft trees for multi-draft runs, comma-separated k-configs "

@@ -115,14 +115,20 @@ def test_gpu_suite_smoke_runs_every_step_on_cpu(tmp_path):
     for name, seed, layers in (("target", 0, 2), ("draft", 1, 1)):
         tiny_llama(seed, layers, dtype=torch.float32).save_pretrained(tmp_path / name)
         tiny_tokenizer().save_pretrained(tmp_path / name)
+    from llm_bridge.heads import EagleHead, save_head
+    from llm_bridge.models import load_model
+
+    save_head(EagleHead(load_model(str(tmp_path / "target"), device="cpu").model, np.arange(3, 20)), tmp_path / "eagle",
+              {"target": "tiny"})  # a head on the suite's static cache
     out = tmp_path / "figs"
     code = gpu_suite.main(["--smoke", "--device", "cpu", "--target", str(tmp_path / "target"),
-                           "--families", f"{tmp_path / 'draft'},ngram:2", "--out-dir", str(out)])
+                           "--families", f"{tmp_path / 'draft'},ngram:2,head:{tmp_path / 'eagle'}", "--out-dir",
+                           str(out)])
     assert code == 0
     summary = __import__("json").loads((out / "llm_gpu_suite.json").read_text())
-    assert [s["step"].split()[0] for s in summary["steps"]] == ["validate", "validate", "trees",
+    assert [s["step"].split()[0] for s in summary["steps"]] == ["validate", "validate", "validate", "trees",
                                                                 "bench_verifiers_torch"]
-    for name in ("llm_gpu_draft.json", "llm_gpu_ngram_2.json", "llm_gpu_trees.json"):
+    for name in ("llm_gpu_draft.json", "llm_gpu_ngram_2.json", "llm_gpu_eagle.json", "llm_gpu_trees.json"):
         record = read_record(out / name)
         assert record.runs and record.settings["cache"] == "static"
     assert read_record(out / "llm_gpu_trees.json").tree_runs
