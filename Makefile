@@ -9,7 +9,7 @@ BASE_STAMP := $(VENV)/.base
 DEMO_STAMP := $(VENV)/.demo
 TEST_STAMP := $(VENV)/.test
 
-.PHONY: demo demo-validate-notebooks demo-report test bench gpu records lint venv clean
+.PHONY: demo demo-validate-notebooks demo-report test bench gpu heads records lint venv clean
 
 venv: $(BASE_STAMP)
 
@@ -81,6 +81,11 @@ records: $(DEMO_STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.adaptive --draft distilled --head llm_bridge/weights/distilled/head.json --timing-attempts 2 \
 	    --thresholds 0.2,0.4,0.6,0.8 --fixed 1,2,3,4,6
 	MPLBACKEND=Agg $(BIN)/python -m otspec.report
+
+# the shipped feature-level draft heads (llm_bridge/weights/eagle, medusa), remade from the target's own samples
+heads: $(DEMO_STAMP)
+	$(BIN)/python -m llm_bridge.train_head --kind eagle
+	$(BIN)/python -m llm_bridge.train_head --kind medusa
 
 # every GPU record of the README (llm_bridge.validate per draft family, trees, the verifier benchmark) on CUDA
 gpu: $(DEMO_STAMP)

@@ -108,11 +108,16 @@ class EagleHead(torch.nn.Module, _ReducedOutput):
         self.body = type(base)(config).to(dtype=next(target_model.parameters()).dtype)
         H = config.hidden_size
         self.fc = torch.nn.Linear(2 * H, H, bias=True).to(self.body.dtype)
-        with torch.no_grad():  # start as "the feature itself": the layer then refines it
+        with torch.no_grad():  # start as "the feature itself": its row is the target's own row at the feature
+            w = base.norm.weight.detach()  # features are norm(r) * w: dividing by w makes the final norm give f back
             self.fc.weight.zero_()
-            self.fc.weight[:, :H].copy_(torch.eye(H))
+            self.fc.weight[:, :H].copy_(torch.diag(1.0 / torch.where(w.abs() > 1e-3, w, torch.full_like(w, 1e-3))))
             self.fc.bias.zero_()
-            self.body.layers[0].load_state_dict(base.layers[-1].state_dict())
+            layer = self.body.layers[0]
+            layer.load_state_dict(base.layers[-1].state_dict())
+            for name, module in layer.named_modules():  # the residual branches' last projections start at zero
+                if name.endswith(("o_proj", "down_proj")):
+                    module.weight.zero_()
             self.body.norm.load_state_dict(base.norm.state_dict())
         self.body.embed_tokens.requires_grad_(False)
         self.register_buffer("embed_rows", base.get_input_embeddings().weight.detach(), persistent=False)

@@ -205,3 +205,17 @@ def test_depth_positional_replay_drafts_by_depth():
     assert res.block_efficiency.value == 2.0
     flat = generate(PositionalSource(rows[0]), target, TokenVerify(), 2, 6, n_sequences=4, seed=0, progress=False)
     assert flat.block_efficiency.value == 3.0
+
+
+def test_train_head_vocabulary_and_bad_arguments(capsys):
+    from llm_bridge.train_head import frequent_tokens, main
+
+    data = {"tokens": torch.as_tensor([[1, 2, 5, 5, 7, 0], [1, 3, 7, 7, 7, 5]]), "plens": torch.as_tensor([2, 2]),
+            "lengths": torch.as_tensor([5, 6])}
+    assert frequent_tokens(data, [0, 1], 2, 10).tolist() == [5, 7]  # continuation tokens only: 7 × 4, 5 × 3
+    assert frequent_tokens(data, [0], 1, 10).tolist() == [5]  # counted on the given sequences only
+    assert frequent_tokens(data, [0, 1], 0, 10).tolist() == list(range(10))  # 0: every token
+    assert main(["--kind", "eagle", "--steps", "0"]) == 2
+    assert "--steps" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--kind", "hydra"])
