@@ -37,8 +37,10 @@ def first_token_law(pair, prompt, verifier, draft_length: int, *, sampling: Samp
 
 def _draft_source(pair, prompt, sampling):
     """The drafter's rows after ``prompt`` as a source: a draft model's, or a feature head's on the target's features."""
-    if hasattr(pair.drafter, "source"):
-        return pair.drafter.source(pair.target.model, prompt, sampling)
+    if getattr(pair.drafter, "reads_target_features", False):
+        from .head_replays import HeadSource
+
+        return HeadSource(pair.drafter.head, pair.target.model, prompt, sampling)
     return ModelSource(pair.drafter.model, prompt, sampling)
 
 

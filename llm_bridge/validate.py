@@ -235,7 +235,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
                                                                           strict=True)]
     log = replays = None
     method = NGRAM_METHOD
-    from .heads import HEAD_METHOD, head_replays  # torch at import: only where a run is made
+    from .head_replays import HEAD_METHOD, head_replays  # torch at import: only where a run is made
     if pair.drafter.deterministic:  # prompt lookup: its proposals and the target's rows along the same run
         replays = ngram_pairs(pair, ids, after.tokens, sampling=sampling)
     elif head:  # a feature head: its rows at every draft depth along the same run (v1 reads one past L)

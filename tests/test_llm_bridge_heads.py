@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from llm_bridge.drafters import Pair
+from llm_bridge.head_replays import HeadSource, compact_rows, depth_rows
 from llm_bridge.heads import (
     EagleHead,
     EagleSession,
     HeadDrafter,
-    HeadSource,
     MedusaHeads,
     MedusaSession,
     load_head,
@@ -164,12 +164,10 @@ def test_head_errors():
 @pytest.mark.parametrize("kind", ["eagle", "medusa"])
 def test_head_replay_rows_are_the_drafting_rows_by_depth(kind):
     """The replay's row at continuation step t and draft depth d is the head's row after d drafted tokens."""
-    from llm_bridge.heads import _depth_rows
-
     pair = head_pair(kind, REDUCED)
     head, model = pair.drafter.head, pair.target.model
     prompt, cont = [1, 9, 4], [12, 6, 3, 15, 8]
-    rows, q = _depth_rows(head, model, prompt, cont, 3, Sampling())
+    rows, q = depth_rows(head, model, prompt, cont, 3, Sampling())
     for d in range(3):
         for t in range(d, len(cont)):
             committed, drafted = prompt + cont[:t - d], cont[t - d:t]
@@ -181,12 +179,10 @@ def test_head_replay_rows_are_the_drafting_rows_by_depth(kind):
 
 
 def test_head_replay_compaction_keeps_every_depths_overlap():
-    from llm_bridge.heads import _compact
-
     rng = np.random.default_rng(5)
     p = rng.dirichlet(np.full(40, 0.3), size=(3, 6))
     q = rng.dirichlet(np.full(40, 0.3), size=6)
-    cp, cq = _compact(p, q, top_p=0.6, max_kept=5)
+    cp, cq = compact_rows(p, q, top_p=0.6, max_kept=5)
     assert cp.shape[-1] < 40
     np.testing.assert_allclose(cp.sum(-1), 1.0, atol=1e-12)
     for d in range(3):
