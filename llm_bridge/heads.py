@@ -162,9 +162,12 @@ class MedusaHeads(torch.nn.Module, _ReducedOutput):
 
     def forward(self, features):
         """Reduced logits (..., k, N) of every block on ``features`` (..., H)."""
+        return torch.stack([self.block_logits(features, r) for r in range(self.k)], dim=-2)
+
+    def block_logits(self, features, r: int):
+        """Reduced logits (..., N) of block ``r`` alone on ``features`` (..., H)."""
         f = features.to(self.blocks[0].weight.dtype)
-        h = torch.stack([f + torch.nn.functional.silu(block(f)) for block in self.blocks], dim=-2)
-        return self.reduced_logits(h)
+        return self.reduced_logits(f + torch.nn.functional.silu(self.blocks[r](f)))
 
 
 def eagle_unrolled(head, x, F, real, unroll: int) -> list:

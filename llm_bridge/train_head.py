@@ -115,50 +115,51 @@ class _Batch:
         """The target's log-probabilities on the head's vocabulary at feature positions ``at`` (a slice)."""
         return self.F[:, at] @ self.W.T - self.lse[:, at, None]
 
+    def log_q_at(self, b, t):
+        """The same at the (sequence, position) pairs ``(b, t)`` only: (n, N)."""
+        return self.F[b, t] @ self.W.T - self.lse[b, t, None]
 
-def _row_losses(logits, log_q, mask):
-    """(cross-entropy, acceptance) sums and the count over ``mask``: −Σ_S q log p and Σ_S min(p, q)."""
+
+def _row_losses(logits, log_q):
+    """(cross-entropy, acceptance) sums and the count over the rows given: −Σ_S q log p and Σ_S min(p, q)."""
     import torch
 
     logp = torch.log_softmax(logits, dim=-1)
-    q = log_q.exp()
-    ce = -(q * logp).sum(-1)
+    ce = -(log_q.exp() * logp).sum(-1)
     acc = torch.minimum(logp, log_q).exp().sum(-1)
-    m = mask.float()
-    return (ce * m).sum(), (acc * m).sum(), m.sum()
+    return ce.sum(), acc.sum(), torch.tensor(float(logits.shape[0]))
 
 
 def _eagle_steps(head, batch: _Batch, unroll: int, feature_weight: float):
-    """Per drafting step s = 1..unroll: (loss sum, acceptance sum, count) over the batch (module docstring, item 3)."""
+    """Per drafting step s = 1..unroll: (loss sum, acceptance sum, count) over the batch (module docstring, item 3).
+
+    Only the scored outputs go through the output head (the rest of every sequence is context)."""
     import torch
 
-    T = batch.x.shape[1]
     scored = batch.scored[:, 1:]  # pair i's output is scored on the row after token i + 1
-    log_q = batch.log_q(slice(1, T))
-    n, out = T - 1, []
+    n, out = batch.x.shape[1] - 1, []
     for s, h in enumerate(eagle_unrolled(head, batch.x, batch.F, batch.real, unroll), start=1):
         valid = scored.clone()  # step s: the pair s - 1 before it is the last committed one, after the prompt too
         valid[:, :s - 1] = False
         valid[:, s - 1:] &= scored[:, :n - s + 1]
-        ce, acc, count = _row_losses(head.reduced_logits(h), log_q, valid)
-        reg = (torch.nn.functional.smooth_l1_loss(h, batch.F[:, 1:], reduction="none").mean(-1) * valid.float()).sum()
+        b, i = valid.nonzero(as_tuple=True)
+        ce, acc, count = _row_losses(head.reduced_logits(h[b, i]), batch.log_q_at(b, i + 1))
+        reg = torch.nn.functional.smooth_l1_loss(h[b, i], batch.F[b, i + 1], reduction="none").mean(-1).sum()
         out.append((ce + feature_weight * reg, acc, count))
     return out
 
 
 def _medusa_steps(head, batch: _Batch):
     """Per block r: (loss sum, acceptance sum, count): block r on the feature after token i scores the row after token
-    i + 1 + r."""
-    F, T = batch.F, batch.x.shape[1]
-    logits = head(F)  # (B, T, k, N)
-    out = []
+    i + 1 + r (scored rows only)."""
+    T, out = batch.x.shape[1], []
     for r in range(head.k):
         n = T - 1 - r
         if n <= 0:
             break
         valid = batch.scored[:, 1:1 + n] & batch.scored[:, 1 + r:1 + r + n]  # "Y" is the prompt's last token or later
-        ce, acc, count = _row_losses(logits[:, :n, r], batch.log_q(slice(1 + r, 1 + r + n)), valid)
-        out.append((ce, acc, count))
+        b, i = valid.nonzero(as_tuple=True)
+        out.append(_row_losses(head.block_logits(batch.F[b, i], r), batch.log_q_at(b, i + 1 + r)))
     return out
 
 

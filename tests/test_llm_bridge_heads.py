@@ -215,3 +215,43 @@ def test_train_head_vocabulary_and_bad_arguments(capsys):
     assert "--steps" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--kind", "hydra"])
+
+
+@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+def test_train_head_acceptance_is_the_loops_overlap_and_training_lowers_the_loss(kind):
+    """``evaluate``'s acceptance at draft position s is the mean Σ min(p, q) of the head's drafting rows (HeadSource)
+    against the target's rows over the scored positions; a few optimiser steps lower the training loss."""
+    from llm_bridge.train_head import _Batch, _steps, evaluate
+
+    pair = head_pair(kind, REDUCED, k=2)
+    head, model = pair.drafter.head, pair.target.model
+    rng = np.random.default_rng(2)
+    tokens = torch.as_tensor(rng.integers(3, VOCAB, size=(3, 9)))
+    lengths, plens = torch.as_tensor([9, 7, 8]), torch.as_tensor([3, 2, 4])
+    with torch.no_grad():
+        F = model.base_model(input_ids=tokens).last_hidden_state  # causal: padding after a length changes nothing
+        lse = torch.logsumexp(model.get_output_embeddings()(F), dim=-1)
+    data = {"tokens": tokens, "lengths": lengths, "plens": plens, "features": F, "lse": lse}
+    got = evaluate(head, data, np.arange(3), model, unroll=2)["acceptance_per_position"]
+    sampling = Sampling()
+    for s in range(2):  # depth s: s drafted tokens after the last committed one
+        overlaps = []
+        for b in range(3):
+            seq, n, plen = tokens[b].tolist(), int(lengths[b]), int(plens[b])
+            for t in range(max(plen + s, s + 2), n + 1):  # the row for token t; committed up to t - s >= plen
+                p = HeadSource(head, model, seq[:t - s]).next_probs(np.array([seq[t - s:t]]))[0]
+                with torch.no_grad():
+                    q = sampling.rows(model(torch.as_tensor([seq[:t]])).logits[0, -1])
+                overlaps.append(np.minimum(p, q).sum())
+        assert got[s] == pytest.approx(np.mean(overlaps), abs=1e-9), f"draft position {s + 1}"
+    params = [p for p in head.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=1e-2)
+    losses = []
+    for _ in range(15):
+        parts = _steps(head, _Batch(data, np.arange(3), head, model), 2, 0.1)
+        loss = sum(ls / c for ls, _, c in parts) / len(parts)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    assert losses[-1] < 0.95 * losses[0], losses
