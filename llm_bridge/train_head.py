@@ -40,7 +40,7 @@ from .heads import HEAD_DIRS, HEAD_KINDS, build_head, eagle_unrolled, load_head,
 from .models import DEFAULT_TARGET, ModelNotFound, cache_dir, load_model
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 
-__all__ = ["corpus", "frequent_tokens", "main", "train_head"]
+__all__ = ["TrainingBatch", "corpus", "evaluate", "frequent_tokens", "main", "step_losses", "train_head"]
 
 PROMPTS = DATA_DIR / "distill_prompts.txt"
 
@@ -94,7 +94,7 @@ def frequent_tokens(data: dict, rows, n: int, vocab_size: int) -> np.ndarray:
     return np.sort(np.argsort(-counts, kind="stable")[:n])
 
 
-class _Batch:
+class TrainingBatch:
     """One minibatch: pairs i = (feature after token i, token i + 1), and the rows each output is scored on."""
 
     def __init__(self, data, rows, head, target_model):
@@ -130,7 +130,7 @@ def _row_losses(logits, log_q):
     return ce.sum(), acc.sum(), torch.tensor(float(logits.shape[0]))
 
 
-def _eagle_steps(head, batch: _Batch, unroll: int, feature_weight: float):
+def _eagle_steps(head, batch: TrainingBatch, unroll: int, feature_weight: float):
     """Per drafting step s = 1..unroll: (loss sum, acceptance sum, count) over the batch (module docstring, item 3).
 
     Only the scored outputs go through the output head (the rest of every sequence is context)."""
@@ -149,7 +149,7 @@ def _eagle_steps(head, batch: _Batch, unroll: int, feature_weight: float):
     return out
 
 
-def _medusa_steps(head, batch: _Batch):
+def _medusa_steps(head, batch: TrainingBatch):
     """Per block r: (loss sum, acceptance sum, count): block r on the feature after token i scores the row after token
     i + 1 + r (scored rows only)."""
     T, out = batch.x.shape[1], []
@@ -163,7 +163,8 @@ def _medusa_steps(head, batch: _Batch):
     return out
 
 
-def _steps(head, batch, unroll, feature_weight):
+def step_losses(head, batch, unroll, feature_weight):
+    """Per draft position: (loss sum, acceptance sum, count) of ``head`` on a :class:`TrainingBatch`."""
     return _eagle_steps(head, batch, unroll, feature_weight) if head.kind == "eagle" else _medusa_steps(head, batch)
 
 
@@ -174,8 +175,8 @@ def evaluate(head, data, rows, target_model, unroll: int, batch: int = 8) -> dic
     sums, counts, cover, n_cover = None, None, 0.0, 0.0
     with torch.no_grad():
         for i in range(0, len(rows), batch):
-            b = _Batch(data, rows[i:i + batch], head, target_model)
-            steps = _steps(head, b, unroll, 0.0)
+            b = TrainingBatch(data, rows[i:i + batch], head, target_model)
+            steps = step_losses(head, b, unroll, 0.0)
             acc = np.array([float(a) for _, a, _ in steps])
             cnt = np.array([float(c) for _, _, c in steps])
             sums = acc if sums is None else sums + acc
@@ -220,8 +221,8 @@ def train_head(*, kind: str = "eagle", target: str = DEFAULT_TARGET, vocab: int 
     head.train()
     bar = tqdm(range(1, steps + 1), desc=f"train {kind}", disable=not progress)
     for step in bar:
-        b = _Batch(data, rng.choice(train, size=min(batch, len(train)), replace=False), head, tgt.model)
-        parts = _steps(head, b, unroll, feature_weight)
+        b = TrainingBatch(data, rng.choice(train, size=min(batch, len(train)), replace=False), head, tgt.model)
+        parts = step_losses(head, b, unroll, feature_weight)
         loss = sum(ls / c.clamp(min=1) for ls, _, c in parts) / len(parts)
         opt.zero_grad()
         loss.backward()

@@ -221,7 +221,7 @@ def test_train_head_vocabulary_and_bad_arguments(capsys):
 def test_train_head_acceptance_is_the_loops_overlap_and_training_lowers_the_loss(kind):
     """``evaluate``'s acceptance at draft position s is the mean Σ min(p, q) of the head's drafting rows (HeadSource)
     against the target's rows over the scored positions; a few optimiser steps lower the training loss."""
-    from llm_bridge.train_head import _Batch, _steps, evaluate
+    from llm_bridge.train_head import TrainingBatch, evaluate, step_losses
 
     pair = head_pair(kind, REDUCED, k=2)
     head, model = pair.drafter.head, pair.target.model
@@ -248,7 +248,7 @@ def test_train_head_acceptance_is_the_loops_overlap_and_training_lowers_the_loss
     opt = torch.optim.Adam(params, lr=1e-2)
     losses = []
     for _ in range(15):
-        parts = _steps(head, _Batch(data, np.arange(3), head, model), 2, 0.1)
+        parts = step_losses(head, TrainingBatch(data, np.arange(3), head, model), 2, 0.1)
         loss = sum(ls / c for ls, _, c in parts) / len(parts)
         opt.zero_grad()
         loss.backward()
