@@ -77,9 +77,9 @@ def check_loggable(pair) -> None:
     """Raise ``ValueError`` unless the pair's drafter has probability rows to log (a model, not n-grams)."""
     if pair.drafter.deterministic:
         raise ValueError(f"logging rows needs a model drafter; {pair.drafter.name!r} has no probability rows")
-    if getattr(pair.drafter, "reads_target_features", False):
+    if pair.drafter.reads_target_features:
         raise ValueError(f"logging rows needs a draft model; the {pair.drafter.name!r} head's rows depend on the draft "
-                         "depth (its predictions replay them by depth: llm_bridge.heads.head_replays)")
+                         "depth (its predictions replay them by depth: llm_bridge.head_replays.head_replays)")
 
 
 def record_rows(pair, prompts, continuations, *, sampling: Sampling = DEFAULT_SAMPLING,

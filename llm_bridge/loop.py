@@ -248,7 +248,7 @@ def speculative_batches(pair, prompts, verifier: Verifier, draft_length, max_new
             room = cache_room(chunk, N, L + 2)
             target = ModelSession(pair.target.model, len(chunk), sampling, cache=cache, max_length=room, timer=timer,
                                   name="target", host_rows=host_rows,
-                                  hidden=getattr(pair.drafter, "reads_target_features", False))
+                                  hidden=pair.drafter.reads_target_features)
             draft = pair.drafter.session(len(chunk), sampling, hidden=ctrl.needs_context, cache=cache,
                                          max_length=room, timer=timer, host_rows=host_rows)
             run = chain_loop(draft, target, verifier, ctrl, N, rng, prompts=chunk, bar=bar, timer=timer,

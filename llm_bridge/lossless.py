@@ -37,7 +37,7 @@ def first_token_law(pair, prompt, verifier, draft_length: int, *, sampling: Samp
 
 def _draft_source(pair, prompt, sampling):
     """The drafter's rows after ``prompt`` as a source: a draft model's, or a feature head's on the target's features."""
-    if getattr(pair.drafter, "reads_target_features", False):
+    if pair.drafter.reads_target_features:
         from .head_replays import HeadSource
 
         return HeadSource(pair.drafter.head, pair.target.model, prompt, sampling)

@@ -48,13 +48,6 @@ def padded(rows: list, device=None):
     return out, counts
 
 
-def torch_zeros(shape, device):
-    """A float64 zero tensor on ``device``."""
-    import torch
-
-    return torch.zeros(shape, dtype=torch.float64, device=device)
-
-
 def _real(tokens, counts, b: int):
     """Row b's real tokens (a view: numpy, or a tensor left on its device)."""
     row = tokens[b, :int(counts[b])]
@@ -132,9 +125,11 @@ class ModelSession(Session):
         if counts.max() > 0:
             _, hidden = self._timed(f"{self.name}_prefill", int(counts.max()), self.cache.feed, tokens, counts)
         if self.hidden:  # the state after each prompt token but the last (a feature-reading drafter's context)
-            width = self.cache.model.config.hidden_size
-            self.prompt_features = [self._host(hidden[b, :c].double()) if c else
-                                    self._host(torch_zeros((0, width), self.device)) for b, c in enumerate(counts)]
+            if hidden is None:  # one-token prompts: no state before their last token
+                import torch
+
+                hidden = torch.zeros((self.batch, 0, self.cache.model.config.hidden_size), device=self.device)
+            self.prompt_features = [self._host(hidden[b, :c].double()) for b, c in enumerate(counts)]
         self.base = counts.copy()
         self.pending = [p[-1:].copy() for p in prompts]
         self.fed[:] = 0

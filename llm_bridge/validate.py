@@ -192,7 +192,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     pair = pair or load_pair(target, draft, device=device, dtype=dtype)
     if log_rows is not None:  # before any decoding
         check_loggable(pair)
-    head = getattr(pair.drafter, "reads_target_features", False)
+    head = pair.drafter.reads_target_features
     if head and trees:
         raise ValueError(f"--trees: the {pair.drafter.name} head drafts chains (the tree loop drafts from a draft model)")
     if head and pair.drafter.kind == "medusa" and max(lengths, default=0) > pair.drafter.head.k:

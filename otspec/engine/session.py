@@ -128,6 +128,9 @@ class Drafter(ABC):
 
     name: str = "drafter"
     deterministic: bool = False
+    #: Its sessions read the target's features (:attr:`Session.reads_target_features`): the loop's target
+    #: session must then return them.
+    reads_target_features: bool = False
 
     @abstractmethod
     def session(self, batch: int, **options) -> Session:
