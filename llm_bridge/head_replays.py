@@ -48,7 +48,7 @@ class HeadSource(Source):
         head = self.head
         with torch.no_grad():
             if head.kind == "medusa":
-                logits = head(self.features[-1])[min(len(drafted), head.k - 1)]
+                logits = head.block_logits(self.features[-1], min(len(drafted), head.k - 1))
                 return self.sampling.rows(head.full_logits(logits))
             tokens, feats = list(self.prompt[1:]), self.features
             h = head.features(torch.as_tensor([tokens], device=feats.device), feats[None])[0]
@@ -82,13 +82,12 @@ def depth_rows(head, target_model, prompt, continuation, depth: int, sampling):
         if head.kind == "eagle":  # pair i = (F[i], x[i + 1]); the row for token n + t is step d + 1 at pair n + t - 2
             outs = eagle_unrolled(head, x, F, torch.ones_like(x, dtype=torch.bool), depth)
             for d in range(depth):
-                t = np.arange(T)
-                h = torch.stack([outs[min(d, k)][0, n + k - 2] for k in t.tolist()])  # depth d needs d drafted tokens
+                h = torch.stack([outs[min(d, k)][0, n + k - 2] for k in range(T)])  # depth d needs d drafted tokens
                 rows[d] = sampling.rows(head.full_logits(head.reduced_logits(h)))
         else:  # block d on the feature that gave the last committed token x[n + t - d - 1]: F[n + t - d - 2]
             for d in range(depth):
                 at = [n + k - min(d, k) - 2 for k in range(T)]
-                logits = head(F[0, at])[:, min(d, head.k - 1)]
+                logits = head.block_logits(F[0, at], min(d, head.k - 1))
                 rows[d] = sampling.rows(head.full_logits(logits))
     return rows, q
 

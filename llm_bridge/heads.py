@@ -38,6 +38,7 @@ from otspec.engine.observers import to_host
 from otspec.engine.session import Drafter, Scores, Session, as_prompts
 
 from .cache import make_cache
+from .models import output_size
 from .sampling import DEFAULT_SAMPLING
 from .sessions import padded
 
@@ -67,7 +68,7 @@ class _ReducedOutput:
     """What both heads share: the reduced output head and full-vocabulary logits (−inf outside the vocabulary)."""
 
     def _setup_output(self, target_model, vocab) -> None:
-        self.vocab_size = int(target_model.get_output_embeddings().weight.shape[0])
+        self.vocab_size = output_size(target_model)
         vocab = _check_vocab(vocab, self.vocab_size)
         self.register_buffer("vocab", torch.as_tensor(vocab, dtype=torch.int64))
         self.register_buffer("out_rows", _output_rows(target_model, vocab), persistent=False)
@@ -250,7 +251,7 @@ def load_head(folder: Path, target_model):
     if not meta_path.is_file():
         raise FileNotFoundError(f"no draft head at {folder} (make one with: python -m llm_bridge.train_head)")
     meta = json.loads(meta_path.read_text())
-    V = int(target_model.get_output_embeddings().weight.shape[0])
+    V = output_size(target_model)
     if meta["target_vocab_size"] != V:
         raise ValueError(f"{folder}: the head was trained for a vocabulary of {meta['target_vocab_size']:,}; this "
                          f"target has {V:,}")
@@ -426,8 +427,7 @@ class MedusaSession(_FeatureSession):
         if self._rows is None:  # every block's row on every sequence's last committed feature: one call
             with torch.no_grad():
                 self._rows = self.sampling.probs(self.head.full_logits(self.head(self.last)))  # (B, k, V)
-        m = np.asarray(tokens).shape[1] if not hasattr(tokens, "device") else tokens.shape[1]
-        at = self.drafted[:, None] + np.minimum(np.arange(m + 1)[None, :], counts[:, None])
+        at = self.drafted[:, None] + np.minimum(np.arange(tokens.shape[1] + 1)[None, :], counts[:, None])
         usable = self.has[:, None] & (at < self.head.k)
         index = torch.as_tensor(np.minimum(at, self.head.k - 1), device=self.device)
         rows = torch.gather(self._rows, 1, index[..., None].expand(-1, -1, self._rows.shape[-1]))

@@ -97,26 +97,20 @@ def frequent_tokens(data: dict, rows, n: int, vocab_size: int) -> np.ndarray:
 class TrainingBatch:
     """One minibatch: pairs i = (feature after token i, token i + 1), and the rows each output is scored on."""
 
-    def __init__(self, data, rows, head, target_model):
+    def __init__(self, data, rows, head):
         import torch
 
-        self.x = data["tokens"][rows]
-        self.F = data["features"][rows]
-        self.lse = data["lse"][rows]
         length, plen = data["lengths"][rows], data["plens"][rows]
-        T = int(length.max())
-        self.x, self.F, self.lse = self.x[:, :T], self.F[:, :T], self.lse[:, :T]
+        T = int(length.max())  # the longest sequence of the batch: the padding past it is dropped
+        self.x, self.F, self.lse = (data[k][rows][:, :T] for k in ("tokens", "features", "lse"))
         pos = torch.arange(T)[None]
         self.real = pos < length[:, None]  # token exists
         self.scored = self.real & (pos >= plen[:, None] - 1)  # the row after token pos is one a decode loop uses
         self.W = head.out_rows
 
-    def log_q(self, at):
-        """The target's log-probabilities on the head's vocabulary at feature positions ``at`` (a slice)."""
-        return self.F[:, at] @ self.W.T - self.lse[:, at, None]
-
     def log_q_at(self, b, t):
-        """The same at the (sequence, position) pairs ``(b, t)`` only: (n, N)."""
+        """The target's log-probabilities on the head's vocabulary after token t of sequence b, at the pairs
+        ``(b, t)``: (n, N)."""
         return self.F[b, t] @ self.W.T - self.lse[b, t, None]
 
 
@@ -168,22 +162,22 @@ def step_losses(head, batch, unroll, feature_weight):
     return _eagle_steps(head, batch, unroll, feature_weight) if head.kind == "eagle" else _medusa_steps(head, batch)
 
 
-def evaluate(head, data, rows, target_model, unroll: int, batch: int = 8) -> dict:
+def evaluate(head, data, rows, unroll: int, batch: int = 8) -> dict:
     """Held-out acceptance 1 − TV per draft position, and the vocabulary's coverage (mean q(S))."""
     import torch
 
     sums, counts, cover, n_cover = None, None, 0.0, 0.0
     with torch.no_grad():
         for i in range(0, len(rows), batch):
-            b = TrainingBatch(data, rows[i:i + batch], head, target_model)
+            b = TrainingBatch(data, rows[i:i + batch], head)
             steps = step_losses(head, b, unroll, 0.0)
             acc = np.array([float(a) for _, a, _ in steps])
             cnt = np.array([float(c) for _, _, c in steps])
             sums = acc if sums is None else sums + acc
             counts = cnt if counts is None else counts + cnt
-            m = b.scored[:, 1:].float()
-            cover += float((b.log_q(slice(1, b.x.shape[1])).exp().sum(-1) * m).sum())
-            n_cover += float(m.sum())
+            seq, at = b.scored[:, 1:].nonzero(as_tuple=True)  # the rows after token at + 1 a decode loop uses
+            cover += float(b.log_q_at(seq, at + 1).exp().sum())
+            n_cover += float(seq.numel())
     return {"acceptance_per_position": (sums / counts).tolist(), "coverage": cover / n_cover}
 
 
@@ -211,7 +205,7 @@ def train_head(*, kind: str = "eagle", target: str = DEFAULT_TARGET, vocab: int 
     ids = frequent_tokens(data, train, vocab, tgt.vocab_size)
     head = build_head(kind, tgt.model, ids, **({"k": medusa_heads} if kind == "medusa" else {}))
     unroll = unroll if kind == "eagle" else head.k
-    before = evaluate(head, data, val, tgt.model, unroll)
+    before = evaluate(head, data, val, unroll)
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     warm = max(1, steps // 20)
@@ -221,7 +215,7 @@ def train_head(*, kind: str = "eagle", target: str = DEFAULT_TARGET, vocab: int 
     head.train()
     bar = tqdm(range(1, steps + 1), desc=f"train {kind}", disable=not progress)
     for step in bar:
-        b = TrainingBatch(data, rng.choice(train, size=min(batch, len(train)), replace=False), head, tgt.model)
+        b = TrainingBatch(data, rng.choice(train, size=min(batch, len(train)), replace=False), head)
         parts = step_losses(head, b, unroll, feature_weight)
         loss = sum(ls / c.clamp(min=1) for ls, _, c in parts) / len(parts)
         opt.zero_grad()
@@ -234,7 +228,7 @@ def train_head(*, kind: str = "eagle", target: str = DEFAULT_TARGET, vocab: int 
         if step % log_every == 0 or step == steps:
             head.eval()
             entry = {"step": step, "loss": float(loss.detach()), "train_acceptance": train_acc,
-                     "heldout": evaluate(head, data, val, tgt.model, unroll)["acceptance_per_position"],
+                     "heldout": evaluate(head, data, val, unroll)["acceptance_per_position"],
                      "seconds": time.perf_counter() - t0}
             head.train()
             log.append(entry)
@@ -250,7 +244,7 @@ def train_head(*, kind: str = "eagle", target: str = DEFAULT_TARGET, vocab: int 
               "optimizer": "AdamW, linear warm-up, cosine decay", "storage": "int8 per-row scales (float16)"}
     record = save_head(head, out, {"target": target, "recipe": recipe, "heldout_before": before})
     shipped, _ = load_head(out, tgt.model)
-    record["heldout"] = evaluate(shipped, data, val, tgt.model, unroll)
+    record["heldout"] = evaluate(shipped, data, val, unroll)
     record["seconds"] = time.perf_counter() - t0
     (out / "drafter.json").write_text(json.dumps(record, indent=2) + "\n")
     (out / "train_log.json").write_text(json.dumps(log, indent=1) + "\n")

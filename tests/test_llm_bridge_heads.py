@@ -232,7 +232,7 @@ def test_train_head_acceptance_is_the_loops_overlap_and_training_lowers_the_loss
         F = model.base_model(input_ids=tokens).last_hidden_state  # causal: padding after a length changes nothing
         lse = torch.logsumexp(model.get_output_embeddings()(F), dim=-1)
     data = {"tokens": tokens, "lengths": lengths, "plens": plens, "features": F, "lse": lse}
-    got = evaluate(head, data, np.arange(3), model, unroll=2)["acceptance_per_position"]
+    got = evaluate(head, data, np.arange(3), unroll=2)["acceptance_per_position"]
     sampling = Sampling()
     for s in range(2):  # depth s: s drafted tokens after the last committed one
         overlaps = []
@@ -248,7 +248,7 @@ def test_train_head_acceptance_is_the_loops_overlap_and_training_lowers_the_loss
     opt = torch.optim.Adam(params, lr=1e-2)
     losses = []
     for _ in range(15):
-        parts = step_losses(head, TrainingBatch(data, np.arange(3), head, model), 2, 0.1)
+        parts = step_losses(head, TrainingBatch(data, np.arange(3), head), 2, 0.1)
         loss = sum(ls / c for ls, _, c in parts) / len(parts)
         opt.zero_grad()
         loss.backward()
