@@ -125,7 +125,7 @@ def main(argv=None) -> int:
         summary = run_suite(target=args.target, families=families, device=args.device, out_dir=args.out_dir,
                             smoke=args.smoke, cache=args.cache, hf=not args.no_hf, bench=not args.no_bench,
                             log=lambda line: print(line, file=sys.stderr))
-    except (ModelNotFound, VocabularyMismatch, ImportError, ValueError, RuntimeError) as err:
+    except (ModelNotFound, FileNotFoundError, VocabularyMismatch, ImportError, ValueError, RuntimeError) as err:
         print(f"python -m llm_bridge.gpu_suite: {err}", file=sys.stderr)
         return 2
     print(json.dumps(summary, indent=1))

@@ -396,7 +396,7 @@ def main(argv=None) -> int:
                           hf_prompts=args.hf_prompts, timing_attempts=args.timing_attempts,
                           lossless_verifiers=None if args.lossless_verifiers is None else
                           [v.strip() for v in args.lossless_verifiers.split(",") if v.strip()])
-    except (ModelNotFound, VocabularyMismatch, ImportError, ValueError) as err:
+    except (ModelNotFound, FileNotFoundError, VocabularyMismatch, ImportError, ValueError) as err:
         print(f"python -m llm_bridge.validate: {err}", file=sys.stderr)
         return 2
     path = record.write(args.out_dir / f"llm_{args.name or output_name(args.draft)}.json")

@@ -393,7 +393,7 @@ def test_settling_stops_when_two_passes_agree(monkeypatch):
     assert not out["settled"] and len(out["ms_per_token"]) == 5
 
 
-def test_a_feature_head_validates_end_to_end(folders, tmp_path):
+def test_a_feature_head_validates_end_to_end(folders, tmp_path, capsys):
     """A record with an EAGLE head (``head:FOLDER``): predictions replay the head's rows by draft depth, the exact
     laws hold, the Hugging Face peer is skipped with its reason where no draft model fits the target."""
     from llm_bridge.heads import EagleHead, save_head
@@ -417,6 +417,9 @@ def test_a_feature_head_validates_end_to_end(folders, tmp_path):
     laws = record["lossless"]["verifiers"]
     assert all(v["first_token_max_deviation"] < 1e-6 for v in laws.values() if v["lossless"])
     assert laws["decoding_opt_eps_inf (biased control)"]["first_token_max_deviation"] > 1e-3
+    code = validate_mod.main(["--target", str(folders / "target"), "--draft", f"head:{tmp_path / 'missing'}",
+                              "--device", "cpu", "--prompts", "1"])
+    assert code == 2 and "train_head" in capsys.readouterr().err  # a missing head: a clear message, no traceback
     with pytest.raises(ValueError, match="drafts chains"):
         validate_mod.validate(target=str(folders / "target"), draft=f"head:{tmp_path / 'eagle'}", verifiers=(),
                               trees=("2x1",), multi_verifiers=("kseq",), prompts=1, device="cpu")
