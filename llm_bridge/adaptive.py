@@ -39,8 +39,9 @@ from pathlib import Path
 import numpy as np
 
 from otspec.distributions import sample_categorical
+from otspec.engine.controllers import ConfidenceController
 from otspec.engine.heads import AcceptanceHead, LearnedHeadController, binary_kl
-from otspec.engine.predict import paired_ratio_interval, predict_from_log
+from otspec.engine.predict import paired_ratio_interval, predict_from_log, predict_from_pairs
 from otspec.engine.record import AdaptiveRecord
 from otspec.verifiers import TokenVerify
 
@@ -56,6 +57,7 @@ from .validate import output_name
 __all__ = ["HeadData", "frontier", "head_training_data", "load_head", "main", "save_head", "train_head"]
 
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
+RULE_KINDS = ("specdecpp", "confidence")
 THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
@@ -212,19 +214,37 @@ RULES = {"threshold": "lagged, SpecDec++ Algorithm 1 to the letter: the features
                                "call per round (the call that would give the next row is also made where it stops)"}
 
 
+#: The confidence rule (``--rule confidence``, the default for a feature-level draft head).
+CONFIDENCE_RULE = ("confidence: draft on while the product of the draft rows' largest probabilities, prod_j max_x "
+                   "p_j(x), stays >= h (EAGLE-2's expansion order as a stopping rule; it reads only the draft's own "
+                   "rows, so no head is trained)")
+
+
 def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6, 8), max_length: int = 12,
              max_new_tokens: int = 48, sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int = 8,
-             progress: bool | None = None, unlagged: bool = True, timing_attempts: int = 1) -> dict:
+             progress: bool | None = None, unlagged: bool = True, timing_attempts: int = 1,
+             rule: str = "specdecpp") -> dict:
     """Fixed K and the threshold rule on the learned head (lagged, and with ``unlagged`` the rule without the lag),
     on the same prompts with plain sampling beside them: every run and plain sampling decode each batch of prompts
-    in turn (interleaved timing rounds), and plain sampling runs again at the end (the record's timing check)."""
+    in turn (interleaved timing rounds), and plain sampling runs again at the end (the record's timing check).
+    ``rule="confidence"``: the threshold rows use :class:`~otspec.engine.controllers.ConfidenceController` (no head;
+    ``head`` and ``unlagged`` are ignored)."""
+    if rule not in RULE_KINDS:
+        raise ValueError(f"rule: expected one of {RULE_KINDS}, got {rule!r}")
+    unlagged = unlagged and rule == "specdecpp"
     plan = [("fixed", int(K)) for K in fixed] + [("threshold", float(h)) for h in thresholds]
     if unlagged:
         plan += [("threshold_unlagged", float(h)) for h in thresholds]
 
+    def controller(policy, value):
+        if policy == "fixed":
+            return int(value)
+        if rule == "confidence":
+            return ConfidenceController(value, max_length)
+        return LearnedHeadController(head, None, value, max_length, lagged=policy == "threshold")
+
     def run(policy, value, **common):
-        ctrl = int(value) if policy == "fixed" else LearnedHeadController(head, None, value, max_length,
-                                                                          lagged=policy == "threshold")
+        ctrl = controller(policy, value)
         return speculative_batches(pair, prompts, TokenVerify(), ctrl, max_new_tokens, record_law=False, **common)
 
     def warm_up():  # untimed: one batch of plain sampling and of the longest fixed K
@@ -240,19 +260,29 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
     # fixed K is predicted as validate predicts a chain run: the decode engine on both models' rows logged along
     # the plain run after the frontier (seed + 1, independent of the runs); the threshold rules read the draft's
     # hidden states, which a log of rows does not hold
-    log = None
-    if fixed and not pair.drafter.deterministic:
+    log = replays = None
+    if fixed and pair.drafter.reads_target_features:  # a feature head: its rows by draft depth along the run
+        from .head_replays import HEAD_METHOD, head_replays
+
+        replays = head_replays(pair, prompts, timed.after.tokens, int(max(fixed)), sampling=sampling)
+    elif fixed and not pair.drafter.deterministic:
         log = record_rows(pair, prompts, timed.after.tokens, sampling=sampling, batch_size=batch_size,
                           meta={"seed": seed + 1, "use": "predictions of fixed K (independent of the runs)"})
-    out = {"baseline": baseline, "timing": timing, "fixed": [], "threshold": [], "rules": RULES}
+    rules = RULES if rule == "specdecpp" else {"threshold": CONFIDENCE_RULE}
+    out = {"baseline": baseline, "timing": timing, "fixed": [], "threshold": [], "rules": rules}
     if unlagged:
         out["threshold_unlagged"] = []
     if timing["unreliable_timing"]:
         out["unreliable_timing"] = timing["unreliable_timing"]
     for (policy, value), result in zip(plan, results, strict=True):
         row = _row(result, policy, value, baseline)
+        pred = None
         if policy == "fixed" and log is not None:
             pred = predict_from_log(log, TokenVerify(), int(value), seed=seed, units=len(prompts))
+        elif policy == "fixed" and replays is not None:
+            pred = predict_from_pairs(replays, TokenVerify(), int(value), seed=seed, units=len(prompts),
+                                      method=HEAD_METHOD)
+        if pred is not None:
             row.update(predicted_block_efficiency=pred.block_efficiency,
                        predicted_block_efficiency_interval={"low": pred.low, "high": pred.high},
                        prediction_method=pred.method, prediction=pred.as_dict())
@@ -266,6 +296,9 @@ def main(argv=None) -> int:
     ap.add_argument("--draft", default="distilled")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--rule", default="auto", choices=("auto", *RULE_KINDS),
+                    help="the dynamic rule: SpecDec++'s learned acceptance head, or the draft's own confidence (auto: "
+                         "confidence for a feature-level draft head such as eagle, else specdecpp)")
     ap.add_argument("--head", type=Path, help="a saved head (JSON) instead of training one")
     ap.add_argument("--save-head", type=Path, help="write the trained head here (JSON)")
     ap.add_argument("--train-prompts", type=int, default=64, help="prompts of distill_prompts.txt to train on")
@@ -316,7 +349,10 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
             or args.batch_size < 1):
         raise ValueError("--fixed, --max-length, --prompts, --max-new-tokens and --batch-size must be >= 1")
     pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
-    if args.head:
+    rule = args.rule if args.rule != "auto" else ("confidence" if pair.drafter.reads_target_features else "specdecpp")
+    if rule == "confidence":
+        head, report = None, {"rule": "confidence", "description": CONFIDENCE_RULE}
+    elif args.head:
         head, report = load_head(args.head)
     else:
         train_ids = encode_prompts(pair.tokenizer, read_prompts(DATA_DIR / "distill_prompts.txt", args.train_prompts))
@@ -338,7 +374,7 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
     record.update(frontier(pair, ids, head, thresholds=thresholds, fixed=fixed, max_length=args.max_length,
                            max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed,
                            batch_size=args.batch_size, unlagged=not args.no_unlagged,
-                           timing_attempts=args.timing_attempts))
+                           timing_attempts=args.timing_attempts, rule=rule))
     return AdaptiveRecord.from_json(record)
 
 

@@ -38,6 +38,7 @@ from otspec.engine.observers import to_host
 from otspec.engine.session import Drafter, Scores, Session, as_prompts
 
 from .cache import make_cache
+from .kernels import few_row_linears, few_row_product
 from .models import output_size
 from .sampling import DEFAULT_SAMPLING
 from .sessions import padded
@@ -75,7 +76,7 @@ class _ReducedOutput:
 
     def reduced_logits(self, h):
         """Logits over the head's vocabulary (..., N)."""
-        return h @ self.out_rows.T
+        return few_row_product(h, self.out_rows)
 
     def full_logits(self, reduced):
         """(..., N) logits spread over the full vocabulary, −inf outside the head's tokens."""
@@ -211,9 +212,9 @@ def eagle_unrolled(head, x, F, real, unroll: int) -> list:
 def build_head(kind: str, target_model, vocab, **options):
     """A fresh head of ``kind`` (:data:`HEAD_KINDS`) for ``target_model``."""
     if kind == "eagle":
-        return EagleHead(target_model, vocab)
+        return few_row_linears(EagleHead(target_model, vocab))
     if kind == "medusa":
-        return MedusaHeads(target_model, vocab, **options)
+        return few_row_linears(MedusaHeads(target_model, vocab, **options))
     raise ValueError(f"head kind: expected one of {HEAD_KINDS}, got {kind!r}")
 
 

@@ -32,6 +32,8 @@ from typing import Any
 
 from otspec.distributions import resolve_device as _resolve_device
 
+from .kernels import few_row_linears
+
 __all__ = ["DEFAULT_TARGET", "LoadedModel", "ModelNotFound", "VocabularyMismatch", "cache_dir",
            "check_vocabularies", "default_target", "load_model", "output_size", "resolve_device",
            "resolve_dtype"]
@@ -216,6 +218,8 @@ def load_model(spec: str, *, device: str = "auto", dtype: Any = "float32") -> Lo
             raise ModelNotFound(f"model {spec!r} not found: {where} could not be loaded: "
                                 f"{str(err).splitlines()[0]}") from err
     model = model.to(device=device, dtype=torch_dtype).eval()
+    if device == "cpu":
+        few_row_linears(model)
     return LoadedModel(model, tokenizer, str(spec), device, torch_dtype)
 
 

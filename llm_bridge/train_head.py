@@ -2,9 +2,10 @@
 
 Recipe (every number is a flag; the defaults made the shipped heads):
 
-1. Data: each prompt of ``data/distill_prompts.txt`` as a chat turn, ``--samples`` continuations of
-   ``--length`` tokens sampled from the target at temperature 1 (seeded); 10 % of the sequences are
-   held out. The target's last features (after its final norm) at every position, and the
+1. Data: each prompt of ``--prompts`` (default ``data/distill_prompts.txt`` and ``data/head_prompts.txt``,
+   167 user messages, none a validation prompt) as a chat turn, ``--samples`` continuations of ``--length``
+   tokens sampled from the target at temperature 1 (seeded); every continuation of 10 % of the prompts is
+   held out, so that held-out acceptance is that on unseen prompts, as in ``llm_bridge.validate``. The target's last features (after its final norm) at every position, and the
    log-normaliser of its full row there, are computed once and cached under
    ``cache_dir()/heads`` (keyed by the recipe), so trying another head or vocabulary costs no sampling.
 2. Vocabulary: the ``--vocab`` most frequent tokens of the training continuations (0: all tokens).
@@ -42,7 +43,7 @@ from .prompts import DATA_DIR, encode_prompts, read_prompts
 
 __all__ = ["TrainingBatch", "corpus", "evaluate", "frequent_tokens", "main", "step_losses", "train_head"]
 
-PROMPTS = DATA_DIR / "distill_prompts.txt"
+PROMPTS = (DATA_DIR / "distill_prompts.txt", DATA_DIR / "head_prompts.txt")
 
 
 def _log_normalisers(model, features, batch: int = 4096):
@@ -58,25 +59,52 @@ def _log_normalisers(model, features, batch: int = 4096):
     return out.reshape(features.shape[:-1])
 
 
-def corpus(target, *, target_name: str, samples: int, length: int, seed: int, progress: bool = True) -> dict:
-    """The cached training data: tokens (n, T), lengths, prompt lengths, features (n, T, H), log-normalisers (n, T)."""
+def prompt_files(spec) -> tuple[Path, ...]:
+    """Prompt files from a comma-separated list (bare names are looked up in ``llm_bridge/data``)."""
+    names = [n.strip() for n in spec.split(",")] if isinstance(spec, str) else [str(n) for n in spec]
+    files = tuple(Path(n) if Path(n).is_file() or "/" in n else DATA_DIR / n for n in names if n)
+    for f in files:
+        if not f.is_file():
+            raise FileNotFoundError(f"--prompts: prompt file {f} does not exist")
+    if not files:
+        raise ValueError("--prompts: expected at least one prompt file")
+    return files
+
+
+def _shown(path: Path) -> str:
+    """A prompt file as the recipe names it: relative to the repository when it lies there."""
+    try:
+        return str(path.resolve().relative_to(DATA_DIR.resolve().parents[1]))
+    except ValueError:
+        return str(path)
+
+
+def corpus(target, *, target_name: str, samples: int, length: int, seed: int, prompts=PROMPTS,
+           progress: bool = True) -> dict:
+    """The cached training data: tokens (n, T), lengths, prompt lengths, features (n, T, H), log-normalisers
+    (n, T), and each sequence's prompt (n,) (sequences are grouped by prompt, ``samples`` each)."""
     import torch
 
     from .distill import last_features, sample_corpus
 
-    text = PROMPTS.read_text()
+    files = prompt_files(prompts)
+    texts = [f.read_text() for f in files]
+    text = texts[0] if len(texts) == 1 else texts  # one file: the key of the corpora cached before --prompts
     key = hashlib.sha256(json.dumps([target_name, target.vocab_size, samples, length, seed, text]).encode()).hexdigest()
     path = cache_dir() / "heads" / f"corpus-{key[:16]}.pt"
     if path.is_file():
-        return torch.load(path)
+        data = torch.load(path)
+        data.setdefault("prompt", torch.arange(len(data["tokens"])) // samples)
+        return data
     if progress:
         print(f"train_head: sampling {samples} continuations of {length} tokens per prompt (cached at {path})",
               file=sys.stderr)
-    prompt_ids = encode_prompts(target.tokenizer, read_prompts(PROMPTS))
+    prompt_ids = encode_prompts(target.tokenizer, [m for f in files for m in read_prompts(f)])
     tokens, lengths, plens = sample_corpus(target, prompt_ids, samples, length, seed)
     features = last_features(target.model, tokens, lengths)
     data = {"tokens": torch.as_tensor(tokens), "lengths": torch.as_tensor(lengths), "plens": torch.as_tensor(plens),
-            "features": features, "lse": _log_normalisers(target.model, features)}
+            "features": features, "lse": _log_normalisers(target.model, features),
+            "prompt": torch.arange(len(tokens)) // samples}
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(data, path.with_suffix(".tmp"))
     path.with_suffix(".tmp").rename(path)
@@ -181,10 +209,10 @@ def evaluate(head, data, rows, unroll: int, batch: int = 8) -> dict:
     return {"acceptance_per_position": (sums / counts).tolist(), "coverage": cover / n_cover}
 
 
-def train_head(*, kind: str = "eagle", target: str = DEFAULT_TARGET, vocab: int = 8192, samples: int = 6,
-               length: int = 128, steps: int = 400, batch: int = 8, lr: float = 1e-3, unroll: int = 3,
+def train_head(*, kind: str = "eagle", target: str = DEFAULT_TARGET, vocab: int = 8192, samples: int = 8,
+               length: int = 128, steps: int = 1000, batch: int = 8, lr: float = 1e-3, unroll: int = 3,
                medusa_heads: int = 4, feature_weight: float = 0.1, seed: int = 0, device: str = "cpu",
-               out: Path | None = None, log_every: int = 25, progress: bool = True) -> dict:
+               prompts=PROMPTS, out: Path | None = None, log_every: int = 25, progress: bool = True) -> dict:
     """Run the recipe of the module docstring; returns the ``drafter.json`` record."""
     import torch
     from tqdm.auto import tqdm
@@ -198,10 +226,16 @@ def train_head(*, kind: str = "eagle", target: str = DEFAULT_TARGET, vocab: int 
     torch.manual_seed(seed)
     t0 = time.perf_counter()
     tgt = load_model(target, device=device, dtype="float32")
-    data = corpus(tgt, target_name=target, samples=samples, length=length, seed=seed, progress=progress)
-    order = np.random.default_rng(seed).permutation(len(data["tokens"]))
-    n_val = max(1, len(order) // 10)
-    val, train = np.sort(order[:n_val]), order[n_val:]
+    files = prompt_files(prompts)
+    data = corpus(tgt, target_name=target, samples=samples, length=length, seed=seed, prompts=files,
+                  progress=progress)
+    prompt_of = data["prompt"].numpy()
+    n_prompts = int(prompt_of.max()) + 1
+    if n_prompts < 2:
+        raise ValueError("--prompts: at least two prompts are needed (one is held out)")
+    held = np.random.default_rng(seed).permutation(n_prompts)[:max(1, n_prompts // 10)]
+    is_val = np.isin(prompt_of, held)
+    val, train = np.flatnonzero(is_val), np.random.default_rng(seed).permutation(np.flatnonzero(~is_val))
     ids = frequent_tokens(data, train, vocab, tgt.vocab_size)
     head = build_head(kind, tgt.model, ids, **({"k": medusa_heads} if kind == "medusa" else {}))
     unroll = unroll if kind == "eagle" else head.k
@@ -235,8 +269,10 @@ def train_head(*, kind: str = "eagle", target: str = DEFAULT_TARGET, vocab: int 
             bar.write(json.dumps(entry))
     head.eval()
     out = Path(out) if out is not None else HEAD_DIRS[kind]
-    recipe = {"prompts": "llm_bridge/data/distill_prompts.txt", "samples_per_prompt": samples, "length": length,
-              "sequences": int(len(order)), "tokens": int(data["lengths"].sum()), "heldout_sequences": int(n_val),
+    recipe = {"prompts": [_shown(f) for f in files], "samples_per_prompt": samples, "length": length,
+              "sequences": int(len(prompt_of)), "tokens": int(data["lengths"].sum()),
+              "heldout": f"every continuation of {held.size} of the {n_prompts} prompts",
+              "heldout_sequences": int(val.size),
               "vocab": int(ids.size), "steps": steps, "batch": batch, "lr": lr, "seed": seed,
               "unroll": unroll if kind == "eagle" else None, "feature_weight": feature_weight if kind == "eagle" else None,
               "loss": "cross-entropy of the head's row on its vocabulary against the target's row (KL up to a constant)"
@@ -256,9 +292,11 @@ def main(argv=None) -> int:
     ap.add_argument("--kind", required=True, choices=HEAD_KINDS)
     ap.add_argument("--target", default=DEFAULT_TARGET)
     ap.add_argument("--vocab", type=int, default=8192, help="draft vocabulary: the N most frequent tokens (0: all)")
-    ap.add_argument("--samples", type=int, default=6, help="continuations sampled per prompt")
+    ap.add_argument("--prompts", default=",".join(f.name for f in PROMPTS),
+                    help="prompt files, comma-separated (bare names: llm_bridge/data)")
+    ap.add_argument("--samples", type=int, default=8, help="continuations sampled per prompt")
     ap.add_argument("--length", type=int, default=128, help="tokens per continuation")
-    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--unroll", type=int, default=3, help="EAGLE: drafting steps trained (training-time test)")
@@ -273,8 +311,8 @@ def main(argv=None) -> int:
         record = train_head(kind=args.kind, target=args.target, vocab=args.vocab, samples=args.samples,
                             length=args.length, steps=args.steps, batch=args.batch, lr=args.lr, unroll=args.unroll,
                             medusa_heads=args.medusa_heads, feature_weight=args.feature_weight, seed=args.seed,
-                            device=args.device, out=args.out, log_every=args.log_every)
-    except (ModelNotFound, ImportError, ValueError) as err:
+                            device=args.device, prompts=args.prompts, out=args.out, log_every=args.log_every)
+    except (ModelNotFound, ImportError, ValueError, FileNotFoundError) as err:
         print(f"python -m llm_bridge.train_head: {err}", file=sys.stderr)
         return 2
     print(json.dumps(record, indent=2))

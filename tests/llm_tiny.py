@@ -12,7 +12,10 @@ VOCAB = 24
 
 
 def tiny_llama(seed: int, layers: int = 2, vocab: int = VOCAB, sharpness: float = 1.0, dtype=None):
-    """A LLaMA with hidden size 32; ``sharpness`` scales the tied head (peakier rows, larger TV between seeds)."""
+    """A LLaMA with hidden size 32; ``sharpness`` scales the tied head (peakier rows, larger TV between seeds). Its
+    linear layers are few-row ones, as :func:`llm_bridge.models.load_model` gives on CPU."""
+    from llm_bridge.kernels import few_row_linears
+
     torch.manual_seed(seed)
     config = transformers.LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
@@ -20,7 +23,7 @@ def tiny_llama(seed: int, layers: int = 2, vocab: int = VOCAB, sharpness: float 
     model = transformers.LlamaForCausalLM(config).to(dtype or torch.float64).eval()
     with torch.no_grad():
         model.get_input_embeddings().weight.mul_(sharpness)
-    return model
+    return few_row_linears(model)
 
 
 def tiny_tokenizer(vocab: int = VOCAB, rename: dict | None = None):

@@ -181,3 +181,39 @@ def test_ridge_penalty_is_chosen_on_held_out_prompts():
         adaptive.choose_l2(adaptive.HeadData(noise[:5], labels[:5], np.zeros(5)))
     assert AcceptanceHead(1.0, 1.0).fit(noise, signal).loss(noise, signal) < AcceptanceHead(1.0, 1.0, 1.0).fit(
         noise, signal).loss(noise, signal)
+
+
+def test_a_feature_head_runs_the_confidence_rule(tmp_path):
+    """``--draft head:FOLDER``: the dynamic rule is the head's own confidence (no acceptance head is trained), fixed K
+    is predicted from the head's rows replayed by draft depth, and the summary names the rule."""
+    from llm_bridge.heads import EagleHead, save_head
+
+    root = tmp_path / "target"
+    tiny_llama(0, 2, dtype=torch.float32).save_pretrained(root)
+    tiny_tokenizer().save_pretrained(root)
+    target = tiny_llama(0, 2, dtype=torch.float32)
+    torch.manual_seed(0)
+    head = EagleHead(target, np.arange(3, 20))
+    with torch.no_grad():
+        for p in head.parameters():
+            if p.requires_grad:
+                p.add_(0.2 * torch.randn_like(p))
+    save_head(head, tmp_path / "eagle", {"target": "tiny"})
+    out = tmp_path / "figs"
+    args = ["--target", str(root), "--draft", f"head:{tmp_path / 'eagle'}", "--device", "cpu", "--thresholds",
+            "0.0,0.5,1.0", "--fixed", "1,3", "--max-length", "3", "--prompts", "2", "--max-new-tokens", "8",
+            "--name", "tinyhead", "--out-dir", str(out), "--batch-size", "1"]
+    assert adaptive.main(args) == 0
+    record = json.loads((out / "llm_adaptive_tinyhead.json").read_text())
+    assert record["head"]["rule"] == "confidence" and set(record["rules"]) == {"threshold"}
+    assert "threshold_unlagged" not in record
+    by_h, by_k = {r["value"]: r for r in record["threshold"]}, {r["value"]: r for r in record["fixed"]}
+    for h, K in ((0.0, 3), (1.0, 1)):  # h = 0 always drafts K_max; h = 1 stops after one token (no row is one-hot)
+        for key in ("mean_draft_length", "block_efficiency", "discard_rate"):
+            assert by_h[h][key] == by_k[K][key], (h, key)
+    assert by_k[1]["mean_draft_length"] <= by_h[0.5]["mean_draft_length"] <= by_k[3]["mean_draft_length"]
+    for r in record["fixed"]:
+        assert "draft depth" in r["prediction_method"] and r["prediction"]["paths"] == 2
+    assert plot_main(["record", str(out / "llm_adaptive_tinyhead.json")]) == 0
+    summary = (out / "llm_adaptive_tinyhead.md").read_text()
+    assert "confidence h = 0.5" in summary and "Rule: confidence" in summary and "lagged" not in summary

@@ -16,6 +16,7 @@ from llm_bridge.heads import (
     load_head,
     save_head,
 )
+from llm_bridge.kernels import few_row_linears
 from llm_bridge.loop import speculative_generate
 from llm_bridge.lossless import first_token_law, two_sample_test
 from llm_bridge.sampling import Sampling
@@ -31,7 +32,7 @@ def head_pair(kind: str, vocab=None, seed: int = 3, k: int = 3) -> Pair:
     target = tiny_pair(sharpness=3.0).target
     torch.manual_seed(seed)
     ids = np.arange(VOCAB) if vocab is None else vocab
-    head = EagleHead(target.model, ids) if kind == "eagle" else MedusaHeads(target.model, ids, k=k)
+    head = few_row_linears(EagleHead(target.model, ids) if kind == "eagle" else MedusaHeads(target.model, ids, k=k))
     with torch.no_grad():
         for p in head.parameters():
             if p.requires_grad:

@@ -145,6 +145,7 @@ def test_int8_rows_depend_on_the_context_alone():
     sequence, in one call or token by token (float attention aside, to 1e-5), and close to the float model's.
     PyTorch's dynamic quantisation (one scale per call), the negative control, moves them with the batch-mate."""
     from llm_bridge.int8 import int8_linear
+    from llm_bridge.kernels import plain_linears
     from llm_bridge.models import LoadedModel
 
     lin = torch.nn.Linear(16, 8)
@@ -168,6 +169,6 @@ def test_int8_rows_depend_on_the_context_alone():
             steps.append(out.logits[0, 0])
         torch.testing.assert_close(torch.stack(steps), alone, atol=1e-5, rtol=0)
         assert (alone.softmax(-1) - model(a).logits[0].softmax(-1)).abs().sum(-1).max() < 0.2  # close to float
-        dynamic = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8)
+        dynamic = torch.ao.quantization.quantize_dynamic(plain_linears(copy.deepcopy(model)), {torch.nn.Linear}, dtype=torch.qint8)
         moved = (dynamic(both).logits[0] - dynamic(a).logits[0]).abs().max()
     assert moved > 1e-3

@@ -248,8 +248,10 @@ def render_adaptive_record(record: dict):
         ax_f.annotate(f"K={r['value']}", (r["verification_rate"], r["discard_rate"]), fontsize=7, xytext=(3, 3),
                       textcoords="offset points")
     un = record.get("threshold_unlagged") or []
+    confidence = _confidence_rule(record)
     lagged = "lagged (Algorithm 1)" if un else "learned head"
-    for rows, color, label in ((th, "C1", f"SpecDec++ threshold, {lagged}"), (un, "C2", "threshold, unlagged")):
+    for rows, color, label in ((th, "C1", "draft confidence ∏ max p ≥ h" if confidence else
+                                f"SpecDec++ threshold, {lagged}"), (un, "C2", "threshold, unlagged")):
         if not rows:
             continue
         ax_f.plot([r["verification_rate"] for r in rows], [r["discard_rate"] for r in rows], "o-", color=color, ms=4,
@@ -259,7 +261,8 @@ def render_adaptive_record(record: dict):
                           xytext=(3, -8), textcoords="offset points", color=color)
     ax_f.set_xlabel("verification rate N_target / N")
     ax_f.set_ylabel("discard rate N_discarded / N")
-    for rows, style, color, label in ((fx, "s--", "0.4", "fixed K"), (th, "o-", "C1", f"threshold h, {lagged}"),
+    for rows, style, color, label in ((fx, "s--", "0.4", "fixed K"),
+                                      (th, "o-", "C1", "confidence h" if confidence else f"threshold h, {lagged}"),
                                       (un, "o-", "C2", "threshold h, unlagged")):
         if rows:
             ax_s.plot([r["mean_draft_length"] for r in rows], [r["speedup"] for r in rows], style, color=color, ms=4,
@@ -271,7 +274,8 @@ def render_adaptive_record(record: dict):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     pair = record["model_pair"]
-    fig.suptitle(f"SpecDec++ on {pair['target']} / {pair['draft']} ({pair['device']}): learned head vs fixed K",
+    rule = "the draft's confidence" if confidence else "learned head"
+    fig.suptitle(f"Dynamic draft length on {pair['target']} / {pair['draft']} ({pair['device']}): {rule} vs fixed K",
                  fontsize=10)
     return fig
 
@@ -287,19 +291,33 @@ def _weighted_loss_note(hd: dict) -> str:
     return note
 
 
-def adaptive_markdown(record: dict, title: str | None = None) -> str:
-    """The Markdown of an ``llm_bridge.adaptive`` record: the head, one row per policy, the best of each kind."""
-    pair, hd, s = record["model_pair"], record["head"], record["settings"]
-    un = record.get("threshold_unlagged") or []
+def _confidence_rule(record: dict) -> bool:
+    """Whether an adaptive record's threshold rows are the draft-confidence rule (no learned head)."""
+    return (record.get("head") or {}).get("rule") == "confidence"
+
+
+def _head_text(record: dict) -> str:
+    hd, s = record["head"], record["settings"]
+    if _confidence_rule(record):
+        return f"Rule: {hd['description']}."
     kl = hd.get("binary_kl", {})
     const = hd.get("binary_kl_constant", {})
-    lines = [f"## {title or 'SpecDec++ on the real pair: ' + pair['target'] + ' / ' + pair['draft']}", "",
-             f"Head: linear on the draft's final hidden state ({hd['features']} features), weighted loss (12) with "
+    return (f"Head: linear on the draft's final hidden state ({hd['features']} features), weighted loss (12) with "
              f"w_rej = {hd['w_rej']}, trained on {hd['rows']['train']:,} rows from {s['train_prompts']} prompts × "
              f"{s['train_tokens']} tokens (token mixing r = {s['mix']}); held out: {hd['rows']['test']:,} rows. Binary "
              f"KL(P ‖ P̂): train {kl.get('train', float('nan')):.4f}, test {kl.get('test', float('nan')):.4f} "
              f"(the mean label as a constant: {const.get('test', float('nan')):.4f}); correlation of P̂ with P on the "
-             f"test rows {_f(hd.get('correlation', {}).get('test'))}." + _weighted_loss_note(hd), "",
+             f"test rows {_f(hd.get('correlation', {}).get('test'))}." + _weighted_loss_note(hd))
+
+
+def adaptive_markdown(record: dict, title: str | None = None) -> str:
+    """The Markdown of an ``llm_bridge.adaptive`` record: the head, one row per policy, the best of each kind."""
+    pair, s = record["model_pair"], record["settings"]
+    un = record.get("threshold_unlagged") or []
+    confidence = _confidence_rule(record)
+    what = "Dynamic draft length (the draft's confidence)" if confidence else "SpecDec++"
+    lines = [f"## {title or what + ' on the real pair: ' + pair['target'] + ' / ' + pair['draft']}", "",
+             _head_text(record), "",
              f"Loop: {s['prompts']} prompts × {s['max_new_tokens']} tokens, token verification, K_max = "
              f"{s['max_length']}; plain sampling {record['baseline']['tokens_per_s']:.1f} tokens/s in the same run"
              + (" (each batch of prompts decoded by plain sampling and every policy in turn: speedup [smallest, "
@@ -310,7 +328,8 @@ def adaptive_markdown(record: dict, title: str | None = None) -> str:
              "| policy | block efficiency [95% CI] | predicted [95%] | mean draft length | discard rate "
              "| verification rate | latency (cost model, ms/token) | tokens/s | speedup |",
              "|---|---|---|---|---|---|---|---|---|"]
-    names = {"fixed": "fixed K = {:d}", "threshold": "threshold h = {:g}" + (" (lagged)" if un else ""),
+    names = {"fixed": "fixed K = {:d}", "threshold": ("confidence h = {:g}" if confidence else "threshold h = {:g}")
+             + (" (lagged)" if un else ""),
              "threshold_unlagged": "threshold h = {:g} (unlagged)"}
     for r in record["fixed"] + record["threshold"] + un:
         be = r["block_efficiency"]
@@ -325,7 +344,8 @@ def adaptive_markdown(record: dict, title: str | None = None) -> str:
                      f"{r['tokens_per_s']:.1f} | {r['speedup']:.3f}{spread} |")
     best_f = max(record["fixed"], key=lambda r: r["tokens_per_s"])
     lines.append("")
-    for rows, kind in ((record["threshold"], "lagged threshold" if un else "threshold"), (un, "unlagged threshold")):
+    for rows, kind in ((record["threshold"], "lagged threshold" if un else "confidence" if confidence else "threshold"),
+                       (un, "unlagged threshold")):
         if rows:
             best = max(rows, key=lambda r: r["tokens_per_s"])
             lines.append(f"Best {kind} h = {best['value']:g}: {best['tokens_per_s']:.1f} tokens/s against the best "
@@ -338,8 +358,10 @@ def adaptive_markdown(record: dict, title: str | None = None) -> str:
                      "fixed K = 1.")
     methods = sorted({r.get("prediction_method") or "" for r in record["fixed"]} - {""})
     if methods:
-        lines.append("*Predicted* (fixed K): " + "; ".join(methods) + ". The threshold rules read the draft's hidden "
-                     "states, which a log of rows does not hold: they have no prediction.")
+        lines.append("*Predicted* (fixed K): " + "; ".join(methods) + (
+            ". The confidence rule has no prediction here." if confidence else
+            ". The threshold rules read the draft's hidden states, which a log of rows does not hold: they have no "
+            "prediction."))
     return "\n".join(lines) + "\n"
 
 

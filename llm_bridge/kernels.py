@@ -1,0 +1,94 @@
+"""Few-row linear layers for CPU decoding.
+
+A decode step multiplies every weight matrix by a handful of rows: one per sequence and scored token. torch's
+``F.linear`` (x Wᵀ) hands this to a matrix product tuned for many rows; on CPU (MKL) it streams a weight well below
+the memory's speed for one row and slower still for two to four, which is exactly the regime of speculative
+verification (L + 1 scored tokens). The same product written the other way round, W xᵀ, streams each weight once at
+close to full speed; a single row is doubled so that it takes that path too rather than the matrix-vector one.
+``benchmarks/bench_few_rows.py`` prints both on the default target's shapes (on 2 cores: its output head and its
+30-layer body take about three times less for one or two rows).
+
+:func:`few_row_linears` swaps every ``torch.nn.Linear`` of a model for :class:`FewRowLinear`, keeping the very
+same parameters (tied weights stay tied; :func:`plain_linears` swaps them back); :func:`few_row_product` is the product itself for a head's own matrix.
+Same function, same weights: the sums run in another order, so float32 results move by ~1e-7 relative (float64:
+~1e-16), and plain and speculative decoding both run the swapped model.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+MAX_ROWS = 64
+"""Above this many rows ``F.linear`` is as fast or faster (prefill)."""
+
+
+def few_row_product(x, weight):
+    """``x @ weight.T`` for ``x`` of shape (..., in) and ``weight`` (out, in), computed as ``(weight @ xᵀ)ᵀ`` when
+    ``x`` has at most :data:`MAX_ROWS` rows (on CPU)."""
+    import torch
+
+    lead = x.shape[:-1]
+    flat = x.reshape(-1, x.shape[-1])
+    rows = flat.shape[0]
+    if rows > MAX_ROWS or rows == 0 or x.device.type != "cpu":
+        return torch.nn.functional.linear(x, weight)
+    pair = torch.cat([flat, flat]) if rows == 1 else flat.contiguous()
+    out = (weight @ pair.T)[:, :rows]
+    return out.T.contiguous().reshape(*lead, weight.shape[0])
+
+
+@lru_cache(maxsize=1)
+def _few_row_linear_class():
+    import torch
+
+    class FewRowLinear(torch.nn.Linear):
+        """A ``torch.nn.Linear`` whose product is :func:`few_row_product`."""
+
+        def forward(self, x):
+            y = few_row_product(x, self.weight)
+            return y if self.bias is None else y + self.bias
+
+    return FewRowLinear
+
+
+def few_row_linear(linear):
+    """A :class:`FewRowLinear` holding ``linear``'s own weight and bias parameters (no copy)."""
+    new = _few_row_linear_class()(linear.in_features, linear.out_features, bias=linear.bias is not None,
+                                  device="meta")
+    new.weight = linear.weight
+    new.bias = linear.bias
+    new.train(linear.training)
+    return new
+
+
+def few_row_linears(model):
+    """Swap every ``torch.nn.Linear`` of ``model`` (in place) for :func:`few_row_linear`; returns ``model``."""
+    import torch
+
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if type(child) is torch.nn.Linear:
+                setattr(module, name, few_row_linear(child))
+    return model
+
+
+def plain_linears(model):
+    """Undo :func:`few_row_linears` in place (plain ``torch.nn.Linear`` layers, same parameters); returns ``model``."""
+    import torch
+
+    cls = _few_row_linear_class()
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, cls):
+                linear = torch.nn.Linear(child.in_features, child.out_features, bias=child.bias is not None,
+                                         device="meta")
+                linear.weight, linear.bias = child.weight, child.bias
+                linear.train(child.training)
+                setattr(module, name, linear)
+    return model
+
+
+def __getattr__(name):
+    if name == "FewRowLinear":
+        return _few_row_linear_class()
+    raise AttributeError(name)
