@@ -65,7 +65,7 @@ bench: $(TEST_STAMP)
 	$(BIN)/python benchmarks/bench_llm_vocab_mc.py --device auto --log figures/llm_distilled_rows.npz
 	$(BIN)/python benchmarks/bench_sweep.py
 
-# every committed real-pair record on CPU (about two hours on 2 quiet cores): run it on a quiet machine, nothing else
+# every committed real-pair record on CPU (about three hours on 2 quiet cores): run it on a quiet machine, nothing else
 # running, then commit figures/llm_*; records measured on a busy machine mark themselves unreliable_timing. The
 # two-sample losslessness tests of token / block / block_v1 run once (llm_distilled); the exact laws run everywhere
 RECORD := MPLBACKEND=Agg $(BIN)/python -m llm_bridge.validate --prompts 32 --batch-size 8 --max-new-tokens 64 --timing-attempts 2
@@ -80,6 +80,12 @@ records: $(DEMO_STAMP)
 	$(RECORD) --draft ngram --L 2,4,8 --name ngram
 	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.adaptive --draft distilled --head llm_bridge/weights/distilled/head.json --timing-attempts 2 \
 	    --thresholds 0.2,0.4,0.6,0.8 --fixed 1,2,3,4,6
+	# the feature-level heads at batch 1 (the latency setting), temperature 1 and 0, and the confidence rule
+	$(RECORD) --draft eagle --L 1,2,3 --batch-size 1
+	$(RECORD) --draft eagle --verifiers token --L 1,2,3 --temperature 0 --batch-size 1 --name eagle_greedy
+	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.adaptive --draft eagle --fixed 1,2,3,4 --thresholds 0.05,0.1,0.2,0.3,0.5 \
+	    --max-length 6 --batch-size 1 --timing-attempts 2
+	$(RECORD) --draft medusa --L 1,2,3 --batch-size 1
 	MPLBACKEND=Agg $(BIN)/python -m otspec.report
 
 # the shipped feature-level draft heads (llm_bridge/weights/eagle, medusa), remade from the target's own samples
