@@ -12,41 +12,18 @@ argument: the report reads the folder it writes into.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
 from ..engine.record import AdaptiveRecord, RecordError, read_record
 from . import register
 from .common import axes, new_figure
+from .llm_adaptive import adaptive_markdown, render_adaptive_record
+from .llm_text import fmt, timing_text
 
 __all__ = ["PREDICTION_TOLERANCE", "adaptive_markdown", "llm_data", "prediction_check", "prediction_check_markdown",
            "record_main", "record_markdown", "render_adaptive_record", "render_llm", "render_record",
            "write_record_files"]
-
-
-def _f(x, digits: int = 3) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "–"
-    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
-
-
-def _timing_text(record: dict) -> list[str]:
-    """The timing check in words: the baseline before and after, the drift, and every attempt measured."""
-    t = record.get("timing") or {}
-    if "baseline_drift" not in t:
-        return []
-    text = (f"Timing check: plain sampling {t['baseline_before_ms_per_token']:.2f} ms per token before the runs and "
-            f"{t['baseline_after_ms_per_token']:.2f} after (drift {100 * t['baseline_drift']:.1f} %).")
-    if len(attempts := t.get("attempts") or []) > 1:
-        text += (f" Measured in attempt {len(attempts)}: the earlier attempts, discarded whole because the check "
-                 "failed, drifted " + "; ".join(f"{100 * a['baseline_drift']:.1f} % ({a['unreliable_timing']})"
-                                                for a in attempts[:-1]) + ".")
-    if settling := t.get("settling"):
-        text += (f" Warm-up passes until two agreed within {100 * settling['tolerance']:.0f} %: "
-                 + ", ".join(f"{x:.1f}" for x in settling["ms_per_token"]) + " ms per token"
-                 + ("." if settling["settled"] else " (never settled)."))
-    return [text, ""]
 
 
 def record_markdown(record: dict, title: str | None = None) -> str:
@@ -61,23 +38,23 @@ def record_markdown(record: dict, title: str | None = None) -> str:
         lines += [f"**Unreliable timing: {record['unreliable_timing']}.** The tokens/s and speedups below were "
                   "measured on a machine that was not quiet; block efficiencies and predictions do not depend on it.",
                   ""]
-    lines += _timing_text(record)
+    lines += timing_text(record)
     prof, drafter = record["profile"], record["drafter"]
     t_target = ", ".join(f"n={k}: {v:.1f}" for k, v in prof["t_target_ms"].items())
-    lines += [f"Drafter: first-position acceptance 1 − TV = {_f(drafter['acceptance'])}, cost ratio "
-              f"t_draft / t_target(1) = {_f(drafter['cost_ratio'])} (t_draft = {_f(prof['t_draft_ms'], 1)} ms; "
+    lines += [f"Drafter: first-position acceptance 1 − TV = {fmt(drafter['acceptance'])}, cost ratio "
+              f"t_draft / t_target(1) = {fmt(drafter['cost_ratio'])} (t_draft = {fmt(prof['t_draft_ms'], 1)} ms; "
               f"t_target(n) in ms at a {prof['context_tokens']}-token context: {t_target}).", "",
-              f"Plain target sampling: **{_f(base['tokens_per_s'], 1)} tokens/s** in the same run."]
+              f"Plain target sampling: **{fmt(base['tokens_per_s'], 1)} tokens/s** in the same run."]
     hf = record.get("hf_assisted")
     if hf:
-        lines.append(f"Hugging Face assisted generation ({hf['mode']}): **{_f(hf['tokens_per_s'], 1)} tokens/s** "
-                     f"against {_f(hf.get('plain_tokens_per_s'), 1)} for its plain `generate` (speedup "
-                     f"{_f(hf['speedup'], 2)}; both include the prefill), acceptance rate {_f(hf['acceptance_rate'])}.")
+        lines.append(f"Hugging Face assisted generation ({hf['mode']}): **{fmt(hf['tokens_per_s'], 1)} tokens/s** "
+                     f"against {fmt(hf.get('plain_tokens_per_s'), 1)} for its plain `generate` (speedup "
+                     f"{fmt(hf['speedup'], 2)}; both include the prefill), acceptance rate {fmt(hf['acceptance_rate'])}.")
     step = record.get("hf_decode_step")
     if step:
-        lines.append(f"Decode step: otspec's plain loop {_f(base['ms_per_token'], 2)} ms per token against "
-                     f"{_f(step['ms_per_token'], 2)} ms for Hugging Face's plain `generate` with the same cache kind "
-                     f"({step['cache']}; prefill excluded from both): ratio **{_f(step['otspec_step_ratio'], 2)}**.")
+        lines.append(f"Decode step: otspec's plain loop {fmt(base['ms_per_token'], 2)} ms per token against "
+                     f"{fmt(step['ms_per_token'], 2)} ms for Hugging Face's plain `generate` with the same cache kind "
+                     f"({step['cache']}; prefill excluded from both): ratio **{fmt(step['otspec_step_ratio'], 2)}**.")
     lines += ["", "| verifier | L | block efficiency [95% CI] | predicted [95%] | two-point bound | E[τ+1 given drafts] "
               "| mean acceptance length | acceptance rate | tokens/s | speedup [rounds] | predicted speedup [range] "
               "| verifier / target call |",
@@ -85,13 +62,13 @@ def record_markdown(record: dict, title: str | None = None) -> str:
     for r in record["runs"]:
         be, pi, si, psi = (r["block_efficiency"], r["predicted_block_efficiency_interval"], r["speedup_interval"],
                            r["predicted_speedup_interval"])
-        lines.append(f"| {r['verifier']} | {r['L']} | {_f(be['mean'])} [{_f(be['low'])}, {_f(be['high'])}] | "
-                     f"{_f(r['predicted_block_efficiency'])} [{_f(pi['low'])}, {_f(pi['high'])}] | "
-                     f"{_f(r.get('two_point_upper_bound'))} | "
-                     f"{_f(r['expected_block_efficiency_given_drafts'])} | {_f(r.get('mean_acceptance_length'))} | "
-                     f"{_f(r['acceptance_rate'])} | "
-                     f"{_f(r['tokens_per_s'], 1)} | {_f(r['speedup'], 2)} [{_f(si['low'], 2)}, {_f(si['high'], 2)}] | "
-                     f"{_f(r['predicted_speedup'], 2)} [{_f(psi['low'], 2)}, {_f(psi['high'], 2)}] | "
+        lines.append(f"| {r['verifier']} | {r['L']} | {fmt(be['mean'])} [{fmt(be['low'])}, {fmt(be['high'])}] | "
+                     f"{fmt(r['predicted_block_efficiency'])} [{fmt(pi['low'])}, {fmt(pi['high'])}] | "
+                     f"{fmt(r.get('two_point_upper_bound'))} | "
+                     f"{fmt(r['expected_block_efficiency_given_drafts'])} | {fmt(r.get('mean_acceptance_length'))} | "
+                     f"{fmt(r['acceptance_rate'])} | "
+                     f"{fmt(r['tokens_per_s'], 1)} | {fmt(r['speedup'], 2)} [{fmt(si['low'], 2)}, {fmt(si['high'], 2)}] | "
+                     f"{fmt(r['predicted_speedup'], 2)} [{fmt(psi['low'], 2)}, {fmt(psi['high'], 2)}] | "
                      f"{100 * r['verify_fraction_of_target_call']:.1f} % |")
     methods = sorted({r.get("prediction_method") or "" for r in record["runs"]} - {""})
     lines += ["", "Predicted: " + ("; ".join(methods) if methods else "the two-point formulas (older record)") + ". "
@@ -125,13 +102,13 @@ def _tree_markdown(runs: list) -> list:
              "| verifier / target call |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         be, si = r["block_efficiency"], r["speedup_interval"]
-        go = ", ".join(_f(x, 2) for x in r["go_on"])
+        go = ", ".join(fmt(x, 2) for x in r["go_on"])
         lines.append(f"| {r['verifier']} | {r['tree']}{'' if r['replacement'] else ' (w/o repl.)'} | {r['rule']} | "
-                     f"{_f(be['mean'])} [{_f(be['low'])}, {_f(be['high'])}] | "
-                     f"{_f(r['expected_block_efficiency_given_tree'])} | {_f(r['predicted_block_efficiency'])} | "
-                     f"{_f(r['otm_bound_block_efficiency'])} | {go} | {_f(r['target_nodes_per_call'], 1)} | "
-                     f"{_f(r['tokens_per_s'], 1)} | {_f(r['speedup'], 2)} [{_f(si['low'], 2)}, {_f(si['high'], 2)}] | "
-                     f"{_f(r['predicted_speedup'], 2)} | {100 * r['verify_fraction_of_target_call']:.1f} % |")
+                     f"{fmt(be['mean'])} [{fmt(be['low'])}, {fmt(be['high'])}] | "
+                     f"{fmt(r['expected_block_efficiency_given_tree'])} | {fmt(r['predicted_block_efficiency'])} | "
+                     f"{fmt(r['otm_bound_block_efficiency'])} | {go} | {fmt(r['target_nodes_per_call'], 1)} | "
+                     f"{fmt(r['tokens_per_s'], 1)} | {fmt(r['speedup'], 2)} [{fmt(si['low'], 2)}, {fmt(si['high'], 2)}] | "
+                     f"{fmt(r['predicted_speedup'], 2)} | {100 * r['verify_fraction_of_target_call']:.1f} % |")
     methods = sorted({r.get("prediction_method") or "" for r in runs} - {""})
     lines += ["", "*Predicted*: " + ("; ".join(methods) if methods else "per-depth product (older record)") + ". "
               "*OTM-k bound*: 1 + Σ_d Π_{i≤d} α_d with α_d the optimal multi-draft acceptance on the measured rows "
@@ -237,134 +214,6 @@ def render_record(record: dict):
     return fig
 
 
-
-def render_adaptive_record(record: dict):
-    """An ``llm_bridge.adaptive`` record: the discard-rate / verification-rate frontier, and speedup per policy."""
-    fig, (ax_f, ax_s) = axes((11, 4.4), ncols=2)
-    fx, th = record["fixed"], record["threshold"]
-    ax_f.plot([r["verification_rate"] for r in fx], [r["discard_rate"] for r in fx], "s--", color="0.4", ms=4,
-              label="fixed K")
-    for r in fx:
-        ax_f.annotate(f"K={r['value']}", (r["verification_rate"], r["discard_rate"]), fontsize=7, xytext=(3, 3),
-                      textcoords="offset points")
-    un = record.get("threshold_unlagged") or []
-    confidence = _confidence_rule(record)
-    lagged = "lagged (Algorithm 1)" if un else "learned head"
-    for rows, color, label in ((th, "C1", "draft confidence ∏ max p ≥ h" if confidence else
-                                f"SpecDec++ threshold, {lagged}"), (un, "C2", "threshold, unlagged")):
-        if not rows:
-            continue
-        ax_f.plot([r["verification_rate"] for r in rows], [r["discard_rate"] for r in rows], "o-", color=color, ms=4,
-                  label=label)
-        for r in rows:
-            ax_f.annotate(f"h={r['value']:g}", (r["verification_rate"], r["discard_rate"]), fontsize=6,
-                          xytext=(3, -8), textcoords="offset points", color=color)
-    ax_f.set_xlabel("verification rate N_target / N")
-    ax_f.set_ylabel("discard rate N_discarded / N")
-    for rows, style, color, label in ((fx, "s--", "0.4", "fixed K"),
-                                      (th, "o-", "C1", "confidence h" if confidence else f"threshold h, {lagged}"),
-                                      (un, "o-", "C2", "threshold h, unlagged")):
-        if rows:
-            ax_s.plot([r["mean_draft_length"] for r in rows], [r["speedup"] for r in rows], style, color=color, ms=4,
-                      label=label)
-    ax_s.axhline(1.0, color="grey", lw=0.8)
-    ax_s.set_xlabel("mean draft length per iteration")
-    ax_s.set_ylabel("speedup over plain sampling (measured)")
-    for ax in (ax_f, ax_s):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    pair = record["model_pair"]
-    rule = "the draft's confidence" if confidence else "learned head"
-    fig.suptitle(f"Dynamic draft length on {pair['target']} / {pair['draft']} ({pair['device']}): {rule} vs fixed K",
-                 fontsize=10)
-    return fig
-
-
-def _weighted_loss_note(hd: dict) -> str:
-    wl, wc = hd.get("weighted_loss", {}), hd.get("weighted_loss_constant", {})
-    note = ""
-    if "l2" in hd and "l2_validation_loss" in hd:
-        note += f" Ridge penalty l2 = {hd['l2']:g}, chosen on held-out training prompts."
-    if "test" in wl and "test" in wc:
-        note += (f" Weighted loss (12) on the test rows, the objective itself: head {wl['test']:.4f} against "
-                 f"{wc['test']:.4f} for the best constant under the same weights.")
-    return note
-
-
-def _confidence_rule(record: dict) -> bool:
-    """Whether an adaptive record's threshold rows are the draft-confidence rule (no learned head)."""
-    return (record.get("head") or {}).get("rule") == "confidence"
-
-
-def _head_text(record: dict) -> str:
-    hd, s = record["head"], record["settings"]
-    if _confidence_rule(record):
-        return f"Rule: {hd['description']}."
-    kl = hd.get("binary_kl", {})
-    const = hd.get("binary_kl_constant", {})
-    return (f"Head: linear on the draft's final hidden state ({hd['features']} features), weighted loss (12) with "
-             f"w_rej = {hd['w_rej']}, trained on {hd['rows']['train']:,} rows from {s['train_prompts']} prompts × "
-             f"{s['train_tokens']} tokens (token mixing r = {s['mix']}); held out: {hd['rows']['test']:,} rows. Binary "
-             f"KL(P ‖ P̂): train {kl.get('train', float('nan')):.4f}, test {kl.get('test', float('nan')):.4f} "
-             f"(the mean label as a constant: {const.get('test', float('nan')):.4f}); correlation of P̂ with P on the "
-             f"test rows {_f(hd.get('correlation', {}).get('test'))}." + _weighted_loss_note(hd))
-
-
-def adaptive_markdown(record: dict, title: str | None = None) -> str:
-    """The Markdown of an ``llm_bridge.adaptive`` record: the head, one row per policy, the best of each kind."""
-    pair, s = record["model_pair"], record["settings"]
-    un = record.get("threshold_unlagged") or []
-    confidence = _confidence_rule(record)
-    what = "Dynamic draft length (the draft's confidence)" if confidence else "SpecDec++"
-    lines = [f"## {title or what + ' on the real pair: ' + pair['target'] + ' / ' + pair['draft']}", "",
-             _head_text(record), "",
-             f"Loop: {s['prompts']} prompts × {s['max_new_tokens']} tokens, token verification, K_max = "
-             f"{s['max_length']}; plain sampling {record['baseline']['tokens_per_s']:.1f} tokens/s in the same run"
-             + (" (each batch of prompts decoded by plain sampling and every policy in turn: speedup [smallest, "
-                "largest] over those timing rounds)." if record["baseline"].get("rounds") else "."), "",
-             *([f"**Unreliable timing: {record['unreliable_timing']}.** Tokens/s and speedups below were measured "
-                "on a machine that was not quiet.", ""] if record.get("unreliable_timing") else []),
-             *_timing_text(record),
-             "| policy | block efficiency [95% CI] | predicted [95%] | mean draft length | discard rate "
-             "| verification rate | latency (cost model, ms/token) | tokens/s | speedup |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    names = {"fixed": "fixed K = {:d}", "threshold": ("confidence h = {:g}" if confidence else "threshold h = {:g}")
-             + (" (lagged)" if un else ""),
-             "threshold_unlagged": "threshold h = {:g} (unlagged)"}
-    for r in record["fixed"] + record["threshold"] + un:
-        be = r["block_efficiency"]
-        name = names.get(r["policy"], r["policy"] + " {}").format(r["value"])
-        si = r.get("speedup_interval")
-        spread = "" if not si else f" [{si['low']:.2f}, {si['high']:.2f}]"
-        pi = r.get("predicted_block_efficiency_interval")
-        pred = "–" if not pi else f"{r['predicted_block_efficiency']:.3f} [{pi['low']:.3f}, {pi['high']:.3f}]"
-        lines.append(f"| {name} | {be['mean']:.3f} [{be['low']:.3f}, {be['high']:.3f}] | {pred} | "
-                     f"{r['mean_draft_length']:.2f} "
-                     f"| {r['discard_rate']:.3f} | {r['verification_rate']:.3f} | {r['latency_ms']:.2f} | "
-                     f"{r['tokens_per_s']:.1f} | {r['speedup']:.3f}{spread} |")
-    best_f = max(record["fixed"], key=lambda r: r["tokens_per_s"])
-    lines.append("")
-    for rows, kind in ((record["threshold"], "lagged threshold" if un else "confidence" if confidence else "threshold"),
-                       (un, "unlagged threshold")):
-        if rows:
-            best = max(rows, key=lambda r: r["tokens_per_s"])
-            lines.append(f"Best {kind} h = {best['value']:g}: {best['tokens_per_s']:.1f} tokens/s against the best "
-                         f"fixed K = {best_f['value']}: {best_f['tokens_per_s']:.1f} tokens/s "
-                         f"({100 * (best['tokens_per_s'] / best_f['tokens_per_s'] - 1):+.1f} %).")
-    for key, text in (record.get("rules") or {}).items():
-        lines.append(f"*{key}*: {text}.")
-    if un:
-        lines.append("The lagged rule never stops after one token, so only the unlagged rule is like for like with "
-                     "fixed K = 1.")
-    methods = sorted({r.get("prediction_method") or "" for r in record["fixed"]} - {""})
-    if methods:
-        lines.append("*Predicted* (fixed K): " + "; ".join(methods) + (
-            ". The confidence rule has no prediction here." if confidence else
-            ". The threshold rules read the draft's hidden states, which a log of rows does not hold: they have no "
-            "prediction."))
-    return "\n".join(lines) + "\n"
-
-
 def render_llm(data: dict):
     """Measured against predicted block efficiency and speedup for every run of every record."""
     fig, (ax_be, ax_sp) = axes((11, 4.6), ncols=2)
@@ -440,10 +289,10 @@ def prediction_check_markdown(rows: list) -> list:
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         be, pi = r["measured"], r["interval"] or {}
-        interval = f" [{_f(pi.get('low'))}, {_f(pi.get('high'))}]" if pi else ""
+        interval = f" [{fmt(pi.get('low'))}, {fmt(pi.get('high'))}]" if pi else ""
         ok = r["within_tolerance"] and r["inside_interval"] is not False
-        lines.append(f"| {r['record']} | {r['verifier']} | {r['draft']} | {_f(be['mean'])} [{_f(be['low'])}, "
-                     f"{_f(be['high'])}] | {_f(r['predicted'])}{interval} | {100 * r['relative_error']:+.1f} % | "
+        lines.append(f"| {r['record']} | {r['verifier']} | {r['draft']} | {fmt(be['mean'])} [{fmt(be['low'])}, "
+                     f"{fmt(be['high'])}] | {fmt(r['predicted'])}{interval} | {100 * r['relative_error']:+.1f} % | "
                      f"{'yes' if ok else '**no**'} |")
     return lines + [""]
 
@@ -463,7 +312,8 @@ def _llm_section(data: dict, png: Path) -> str:
                                     f"on {rec['model_pair']['device']}").replace("\n## ", "\n### ")
         parts += ["#" + body, f"![{rec['file']}]({Path(rec['file']).with_suffix('.png').name})", ""]
     for rec in data.get("adaptive", []):  # SpecDec++ on the pair (python -m llm_bridge.adaptive)
-        body = adaptive_markdown(rec, f"{rec['file']}: SpecDec++ on {rec['model_pair']['target']} / "
+        rule = "the draft's confidence" if (rec.get("head") or {}).get("rule") == "confidence" else "SpecDec++"
+        body = adaptive_markdown(rec, f"{rec['file']}: {rule} on {rec['model_pair']['target']} / "
                                       f"{rec['model_pair']['draft']} on {rec['model_pair']['device']}")
         parts += ["#" + body, f"![{rec['file']}]({Path(rec['file']).with_suffix('.png').name})", ""]
     return "\n".join(parts)

@@ -1,0 +1,31 @@
+"""Text helpers shared by the real-pair record summaries (:mod:`otspec.figures.llm`, :mod:`.llm_adaptive`)."""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["fmt", "timing_text"]
+
+
+def fmt(x, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "–"
+    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+
+
+def timing_text(record: dict) -> list[str]:
+    """The timing check in words: the baseline before and after, the drift, and every attempt measured."""
+    t = record.get("timing") or {}
+    if "baseline_drift" not in t:
+        return []
+    text = (f"Timing check: plain sampling {t['baseline_before_ms_per_token']:.2f} ms per token before the runs and "
+            f"{t['baseline_after_ms_per_token']:.2f} after (drift {100 * t['baseline_drift']:.1f} %).")
+    if len(attempts := t.get("attempts") or []) > 1:
+        text += (f" Measured in attempt {len(attempts)}: the earlier attempts, discarded whole because the check "
+                 "failed, drifted " + "; ".join(f"{100 * a['baseline_drift']:.1f} % ({a['unreliable_timing']})"
+                                                for a in attempts[:-1]) + ".")
+    if settling := t.get("settling"):
+        text += (f" Warm-up passes until two agreed within {100 * settling['tolerance']:.0f} %: "
+                 + ", ".join(f"{x:.1f}" for x in settling["ms_per_token"]) + " ms per token"
+                 + ("." if settling["settled"] else " (never settled)."))
+    return [text, ""]
