@@ -3,7 +3,7 @@
 Recipe (every number is a flag; the defaults made the shipped heads):
 
 1. Data: each prompt of ``--prompts`` (default ``data/distill_prompts.txt`` and ``data/head_prompts.txt``,
-   167 user messages, none a validation prompt) as a chat turn, ``--samples`` continuations of ``--length``
+   164 user messages, none a validation prompt) as a chat turn, ``--samples`` continuations of ``--length``
    tokens sampled from the target at temperature 1 (seeded); every continuation of 10 % of the prompts is
    held out, so that held-out acceptance is that on unseen prompts, as in ``llm_bridge.validate``. The target's last features (after its final norm) at every position, and the
    log-normaliser of its full row there, are computed once and cached under
