@@ -258,8 +258,9 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
                        progress=progress, desc="frontier runs", attempts=timing_attempts)
     baseline, results, timing = timed.baseline, timed.results, timed.timing
     # fixed K is predicted as validate predicts a chain run: the decode engine on both models' rows logged along
-    # the plain run after the frontier (seed + 1, independent of the runs); the threshold rules read the draft's
-    # hidden states, which a log of rows does not hold
+    # the plain run after the frontier (seed + 1, independent of the runs), for a feature head its rows replayed by
+    # draft depth; the threshold rules have no prediction (the learned head reads the draft's hidden states, which
+    # a log of rows does not hold)
     log = replays = None
     if fixed and pair.drafter.reads_target_features:  # a feature head: its rows by draft depth along the run
         from .head_replays import HEAD_METHOD, head_replays

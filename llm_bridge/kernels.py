@@ -9,8 +9,8 @@ close to full speed; a single row is doubled so that it takes that path too rath
 30-layer body take about three times less for one or two rows).
 
 :func:`few_row_linears` swaps every ``torch.nn.Linear`` of a model for :class:`FewRowLinear`, keeping the very
-same parameters (tied weights stay tied; :func:`plain_linears` swaps them back); :func:`few_row_product` is the product itself for a head's own matrix.
-Same function, same weights: the sums run in another order, so float32 results move by ~1e-7 relative (float64:
+same parameters (tied weights stay tied; :func:`plain_linears` swaps them back); :func:`few_row_product` is the
+product itself, for a head's own matrix. Same function, same weights: the sums run in another order, so float32 results move by ~1e-7 relative (float64:
 ~1e-16), and plain and speculative decoding both run the swapped model.
 """
 
@@ -51,25 +51,32 @@ def _few_row_linear_class():
     return FewRowLinear
 
 
-def few_row_linear(linear):
-    """A :class:`FewRowLinear` holding ``linear``'s own weight and bias parameters (no copy)."""
-    new = _few_row_linear_class()(linear.in_features, linear.out_features, bias=linear.bias is not None,
-                                  device="meta")
-    new.weight = linear.weight
-    new.bias = linear.bias
+def _same_parameters(cls, linear):
+    """A ``cls`` layer (a ``torch.nn.Linear`` class) holding ``linear``'s own weight and bias (no copy)."""
+    new = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta")
+    new.weight, new.bias = linear.weight, linear.bias
     new.train(linear.training)
     return new
+
+
+def few_row_linear(linear):
+    """A :class:`FewRowLinear` holding ``linear``'s own weight and bias parameters (no copy)."""
+    return _same_parameters(_few_row_linear_class(), linear)
+
+
+def _swap(model, match, make):
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if match(child):
+                setattr(module, name, make(child))
+    return model
 
 
 def few_row_linears(model):
     """Swap every ``torch.nn.Linear`` of ``model`` (in place) for :func:`few_row_linear`; returns ``model``."""
     import torch
 
-    for module in list(model.modules()):
-        for name, child in list(module.named_children()):
-            if type(child) is torch.nn.Linear:
-                setattr(module, name, few_row_linear(child))
-    return model
+    return _swap(model, lambda child: type(child) is torch.nn.Linear, few_row_linear)
 
 
 def plain_linears(model):
@@ -77,15 +84,7 @@ def plain_linears(model):
     import torch
 
     cls = _few_row_linear_class()
-    for module in list(model.modules()):
-        for name, child in list(module.named_children()):
-            if isinstance(child, cls):
-                linear = torch.nn.Linear(child.in_features, child.out_features, bias=child.bias is not None,
-                                         device="meta")
-                linear.weight, linear.bias = child.weight, child.bias
-                linear.train(child.training)
-                setattr(module, name, linear)
-    return model
+    return _swap(model, lambda child: isinstance(child, cls), lambda child: _same_parameters(torch.nn.Linear, child))
 
 
 def __getattr__(name):

@@ -5,8 +5,9 @@ Recipe (every number is a flag; the defaults made the shipped heads):
 1. Data: each prompt of ``--prompts`` (default ``data/distill_prompts.txt`` and ``data/head_prompts.txt``,
    164 user messages, none a validation prompt) as a chat turn, ``--samples`` continuations of ``--length``
    tokens sampled from the target at temperature 1 (seeded); every continuation of 10 % of the prompts is
-   held out, so that held-out acceptance is that on unseen prompts, as in ``llm_bridge.validate``. The target's last features (after its final norm) at every position, and the
-   log-normaliser of its full row there, are computed once and cached under
+   held out, so that held-out acceptance is that on unseen prompts, as in ``llm_bridge.validate``. The
+   target's last features (after its final norm) at every position, and the log-normaliser of its full
+   row there, are computed once and cached under
    ``cache_dir()/heads`` (keyed by the recipe), so trying another head or vocabulary costs no sampling.
 2. Vocabulary: the ``--vocab`` most frequent tokens of the training continuations (0: all tokens).
    Its coverage (the target's mean mass on it) bounds the head's acceptance and is reported.
@@ -225,8 +226,8 @@ def train_head(*, kind: str = "eagle", target: str = DEFAULT_TARGET, vocab: int 
             raise ValueError(f"--{name}: expected an integer >= 1, got {value!r}")
     torch.manual_seed(seed)
     t0 = time.perf_counter()
+    files = prompt_files(prompts)  # a missing prompt file is refused before the model loads
     tgt = load_model(target, device=device, dtype="float32")
-    files = prompt_files(prompts)
     data = corpus(tgt, target_name=target, samples=samples, length=length, seed=seed, prompts=files,
                   progress=progress)
     prompt_of = data["prompt"].numpy()

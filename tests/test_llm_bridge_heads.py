@@ -214,6 +214,8 @@ def test_train_head_vocabulary_and_bad_arguments(capsys):
     assert frequent_tokens(data, [0, 1], 0, 10).tolist() == list(range(10))  # 0: every token
     assert main(["--kind", "eagle", "--steps", "0"]) == 2
     assert "--steps" in capsys.readouterr().err
+    assert main(["--kind", "eagle", "--prompts", "no_such_prompts.txt"]) == 2  # refused before any model loads
+    assert "no_such_prompts.txt does not exist" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--kind", "hydra"])
 
