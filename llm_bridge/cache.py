@@ -28,19 +28,27 @@ import weakref
 
 import numpy as np
 
-__all__ = ["CACHE_KINDS", "CachedLM", "StaticCachedLM", "compiled_forward", "make_cache"]
+__all__ = ["CACHE_KINDS", "STATIC_BUCKET", "CachedLM", "StaticCachedLM", "compiled_forward", "make_cache", "pooled_cache"]
 
 #: ``dynamic``: :class:`CachedLM` (eager; the CPU default); ``static``: :class:`StaticCachedLM` eager;
 #: ``compiled``: :class:`StaticCachedLM` with a ``torch.compile``-d forward (the CUDA default); ``auto``.
 CACHE_KINDS = ("auto", "dynamic", "static", "compiled")
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: Compiled caches round their length up to a multiple of this, so that runs of different prompt
+#: lengths, draft lengths and token counts share one slot count, and so one graph per call width.
+STATIC_BUCKET = 256
+#: Per model, the static caches made so far, by (batch, slots, dtype): a new session of the same size
+#: reuses the tensors of one whose session has ended (their addresses are what a compiled graph holds).
+_POOL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def compiled_forward(model):
     """``torch.compile(model)`` once per model: CUDA graphs (``reduce-overhead``) on a GPU, inductor on a CPU.
 
-    Shapes are static (one graph per call width: 1 token, L + 1 tokens, a tree), and the static
-    cache's tensors keep their addresses, so the graphs are replayed, not rebuilt.
+    Shapes are static (one graph per call width: 1 token, L + 1 tokens, a tree; :func:`make_cache`
+    rounds the slot count up to :data:`STATIC_BUCKET` and the prefill runs eagerly), and the static
+    cache's tensors keep their addresses (sessions of one size share them, see :func:`pooled_cache`),
+    so the graphs are replayed, not rebuilt.
     """
     import torch
 
@@ -62,8 +70,29 @@ def make_cache(model, batch: int, *, hidden: bool = False, kind: str = "auto", m
         return CachedLM(model, batch, hidden=hidden)
     if max_length is None:
         raise ValueError(f"a {kind} cache needs max_length (the longest sequence it will hold)")
-    return StaticCachedLM(model, batch, max_length, hidden=hidden,
+    if kind == "compiled":
+        max_length = -(-int(max_length) // STATIC_BUCKET) * STATIC_BUCKET
+    return StaticCachedLM(model, batch, max_length, hidden=hidden, pool=True,
                           forward=compiled_forward(model) if kind == "compiled" else None)
+
+
+def pooled_cache(model, batch: int, max_length: int, owner):
+    """A Hugging Face ``StaticCache`` for ``batch`` × ``max_length`` slots of ``model``, held by ``owner``.
+
+    The cache of an earlier owner of the same size is handed on once that owner is gone (its slots are
+    then free: a :class:`StaticCachedLM` masks every slot it has not written), else a new one is made.
+    """
+    from transformers import StaticCache
+
+    dtype = next(model.parameters()).dtype
+    caches = _POOL.setdefault(model, {}).setdefault((int(batch), int(max_length), dtype), [])
+    for i, (cache, held_by) in enumerate(caches):
+        if held_by() is None:
+            caches[i] = (cache, weakref.ref(owner))
+            return cache
+    cache = StaticCache(config=model.config, max_cache_len=int(max_length))
+    caches.append((cache, weakref.ref(owner)))
+    return cache
 
 
 def _ids(tokens):
@@ -295,17 +324,20 @@ class StaticCachedLM(_Pending):
     kept different numbers of tokens leave holes; when the slots run out they are squeezed out in
     place (one gather per layer), and a sequence longer than ``max_length`` is a clear error.
     Positions come from each row's own length, so RoPE sees no holes. ``forward`` (e.g.
-    :func:`compiled_forward`) runs calls of at most ``compile_width`` tokens; wider ones (the
-    prefill) run eagerly on the same cache.
+    :func:`compiled_forward`) runs calls of at most ``compile_width`` tokens into a cache that
+    holds some already; the prefill (whose width changes with the prompts) and wider calls run
+    eagerly on the same cache, and what a compiled call returns is copied out of the graph's
+    buffers. ``pool``: take the cache tensors from :func:`pooled_cache`.
     """
 
     def __init__(self, model, batch: int, max_length: int, *, hidden: bool = False, forward=None,
-                 compile_width: int = 64):
+                 compile_width: int = 64, pool: bool = False):
         from transformers import StaticCache
 
         self.model, self.hidden, self.max_length = model, hidden, int(max_length)
         self.device = next(model.parameters()).device
-        self.cache = StaticCache(config=model.config, max_cache_len=self.max_length)
+        self.cache = (pooled_cache(model, batch, self.max_length, self) if pool
+                      else StaticCache(config=model.config, max_cache_len=self.max_length))
         self.forward = model if forward is None else forward
         self.compile_width = int(compile_width)
         self.valid = np.zeros((batch, self.max_length), dtype=bool)  # on the host: the device gets copies
@@ -321,20 +353,25 @@ class StaticCachedLM(_Pending):
                              f"{self.max_length}; build the cache with a larger max_length")
 
     def _call(self, tokens, sees, positions, **inputs):
-        """One forward pass writing ``tokens`` (B, m) at slots ptr..ptr+m−1; ``sees`` (B, m, S) is the attention mask."""
+        """One forward pass writing ``tokens`` (B, m) at slots ptr..ptr+m−1; ``sees`` (B, m, S) is the attention mask.
+
+        Returns (logits (B, m, V), last hidden states (B, m, H) or None)."""
         import torch
 
         for layer in self.cache.layers:
             layer.cumulative_length.fill_(self.ptr)  # where this call writes: the position-based rollback
+        compiled = self.forward is not self.model and tokens.shape[1] <= self.compile_width and self.valid.any()
         with torch.no_grad():
-            forward = self.forward if tokens.shape[1] <= self.compile_width else self.model
-            out = forward(input_ids=torch.as_tensor(tokens, device=self.device),
-                          attention_mask=torch.as_tensor(sees[:, None], device=self.device),
-                               position_ids=torch.as_tensor(positions, device=self.device),
-                               past_key_values=self.cache, use_cache=True, output_hidden_states=self.hidden,
-                               **inputs)
+            out = (self.forward if compiled else self.model)(
+                input_ids=torch.as_tensor(tokens, device=self.device),
+                attention_mask=torch.as_tensor(sees[:, None], device=self.device),
+                position_ids=torch.as_tensor(positions, device=self.device),
+                past_key_values=self.cache, use_cache=True, output_hidden_states=self.hidden, **inputs)
         self.calls += 1
-        return out
+        logits, hidden = out.logits, (out.hidden_states[-1] if self.hidden else None)
+        if compiled:  # a graph's outputs are overwritten by its next replay
+            logits, hidden = logits.clone(), (None if hidden is None else hidden.clone())
+        return logits, hidden
 
     def feed(self, tokens, counts, **inputs):
         """As :meth:`CachedLM.feed`: append ``tokens[b, :counts[b]]``; returns (logits (B, m, V), hidden or None)."""
@@ -347,12 +384,12 @@ class StaticCachedLM(_Pending):
         causal = np.tril(np.ones((m, m), dtype=bool))
         sees = np.repeat(self.valid[:, None, :], m, axis=1)
         sees[:, :, self.ptr:self.ptr + m] = (causal[None] & new[:, None, :]) | np.eye(m, dtype=bool)
-        out = self._call(tokens, sees, self.length[:, None] + np.arange(m)[None, :], **inputs)
+        logits, hidden = self._call(tokens, sees, self.length[:, None] + np.arange(m)[None, :], **inputs)
         self.valid[:, self.ptr:self.ptr + m] = new
         self.ptr += m
         self.length = self.length + counts
         self._crop()
-        return out.logits, (out.hidden_states[-1] if self.hidden else None)
+        return logits, hidden
 
     def feed_tree(self, tokens, parents, counts):
         """As :meth:`CachedLM.feed_tree` (pending nodes numbered across calls until :meth:`keep_path`)."""
@@ -367,9 +404,9 @@ class StaticCachedLM(_Pending):
         start, tree, depths = self._add_nodes(parents, counts, self.ptr)
         sees = np.repeat(self.valid[:, None, :], m, axis=1)
         sees[:, :, start:start + tree.shape[2]] = tree
-        out = self._call(tokens, sees, self.length[:, None] + depths)
+        logits, _ = self._call(tokens, sees, self.length[:, None] + depths)
         self.ptr += m
-        return out.logits
+        return logits
 
     def _settle(self) -> None:  # rollback is position-based here: mask bits cleared, the pointer moved back
         self._crop()

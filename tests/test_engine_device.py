@@ -134,3 +134,25 @@ def test_gpu_suite_smoke_runs_every_step_on_cpu(tmp_path):
     assert read_record(out / "llm_gpu_trees.json").tree_runs
     assert "results" in __import__("json").loads((out / "llm_gpu_verifiers.json").read_text())
     assert gpu_suite.main(["--device", "cpu", "--out-dir", str(out)]) == 2  # no GPU: only a smoke run
+
+
+@pytest.mark.parametrize("verifier", ["token", "block", "block_v1"])
+@pytest.mark.parametrize("drafter", ["model", "eagle"])
+def test_device_rows_are_never_converted_to_numpy_implicitly(verifier, drafter, monkeypatch):
+    """``np.asarray`` of a CUDA tensor raises; the torch path copies with ``to_host``. Here the implicit
+    conversion raises on CPU too, so a verifier or drafter that relies on it fails without a GPU."""
+    from llm_bridge.loop import speculative_generate
+    from otspec.verifiers import REGISTRY
+    from tests.test_llm_bridge_heads import head_pair
+
+    pair = tiny_pair(sharpness=3.0) if drafter == "model" else head_pair("eagle")
+    prompts = random_prompts(2, np.random.default_rng(4))
+
+    def refuse(self, *args, **kwargs):
+        raise TypeError("implicit numpy conversion of a tensor (fails on a GPU)")
+
+    monkeypatch.setattr(torch.Tensor, "__array__", refuse)
+    with pytest.raises(TypeError, match="implicit"):  # the guard is live
+        np.asarray(torch.zeros(2))
+    run = speculative_generate(pair, prompts, REGISTRY[verifier](), 3, 12, progress=False, host_rows=False)
+    assert [len(t) for t in run.tokens] == [12, 12]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llm_bridge.cache import StaticCachedLM, make_cache
+from llm_bridge.cache import STATIC_BUCKET, StaticCachedLM, make_cache
 from llm_bridge.loop import plain_generate, speculative_generate
 from llm_bridge.trees import tree_generate
 from otspec.verifiers import BlockVerify, KSeq, TokenVerify
@@ -97,3 +97,34 @@ def test_hugging_face_decode_step_reference_runs_with_each_cache_kind():
         hf_decode_step(pair, prompts, 8, cache="paged")
     with pytest.raises(ValueError, match="at least 2"):
         hf_decode_step(pair, prompts, 1)
+
+
+def test_sessions_of_one_size_share_cache_tensors_once_the_earlier_one_is_gone():
+    model = tiny_llama(7)
+    a = make_cache(model, 2, kind="static", max_length=20)
+    b = make_cache(model, 2, kind="static", max_length=20)
+    assert b.cache is not a.cache  # both alive: each has its own slots
+    a.feed(np.array([[1, 5, 7], [1, 4, 0]]), [3, 2])
+    held = a.cache
+    del a
+    c = make_cache(model, 2, kind="static", max_length=20)
+    assert c.cache is held and make_cache(model, 1, kind="static", max_length=20).cache is not held
+    lg, _ = c.feed(np.array([[1, 9], [1, 3]]), [2, 2])  # the slots a wrote are masked out: a fresh sequence
+    assert _gap(lg[0, 1], _ref(model, [1, 9])) < 1e-12 and _gap(lg[1, 1], _ref(model, [1, 3])) < 1e-12
+
+
+def test_compiled_caches_build_one_graph_per_call_width_across_prompts_and_lengths():
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    pair = tiny_pair(sharpness=2.0, dtype=torch.float32)
+    prompts = random_prompts(3, np.random.default_rng(5), low=2, high=9)
+    assert len({len(p) for p in prompts}) == 3
+    runs = [plain_generate(pair.target, prompts, n, seed=1, batch_size=1, progress=False, cache=kind)
+            for n, kind in ((6, "compiled"), (12, "compiled"), (12, "static"))]
+    # three prompt lengths (eager prefills), two token counts (one slot count): the width-1 graph only
+    assert counters["stats"]["unique_graphs"] == 1
+    assert [t.tolist() for t in runs[1].tokens] == [t.tolist() for t in runs[2].tokens]
+    c = make_cache(pair.target.model, 1, kind="compiled", max_length=10)
+    assert c.max_length == STATIC_BUCKET

@@ -40,7 +40,7 @@ from typing import Any, ClassVar
 import array_api_compat
 import numpy as np
 
-from ..distributions import namespace
+from ..distributions import namespace, to_host
 from ..drafts import CANDIDATES, CHAIN, Draft, check_draft, gather_tokens
 
 __all__ = ["CANDIDATES", "CHAIN", "Outcome", "Verifier", "VerifierLaw", "check_single_draft", "gather_tokens"]
@@ -256,7 +256,7 @@ class Verifier(ABC):
 
 def _groups(lengths):
     """(g, rows) for every distinct draft length g of a ragged batch (lengths on the host)."""
-    lengths = np.asarray(lengths if isinstance(lengths, np.ndarray) else lengths.cpu())
+    lengths = to_host(lengths)
     return [(int(g), np.flatnonzero(lengths == g)) for g in np.unique(lengths)]
 
 

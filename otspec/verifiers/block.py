@@ -30,7 +30,7 @@ from __future__ import annotations
 import array_api_compat
 import numpy as np
 
-from ..distributions import namespace, positive_part
+from ..distributions import host_to_like, namespace, positive_part, to_host
 from ..theory.blocks import expected_accepted_block, expected_accepted_optimal
 from .base import Outcome, Verifier, VerifierLaw
 from .carry import ResidualWindows, carry_forward, score_carried
@@ -216,24 +216,25 @@ class BackwardBlockVerify(Verifier):
     def current_targets(self, state, rows, tokens, draft_probs, target_probs, start, lengths, next_draft_row):
         """The carried residual cascade along each drafted path (see :mod:`otspec.verifiers.carry`).
 
-        The windows are numpy and handled one draft length at a time (``scratch`` keeps each group)."""
-        rows, lengths, start = np.asarray(rows), np.asarray(lengths), np.asarray(start)
-        after = np.asarray(next_draft_row())
-        out = np.array(target_probs, copy=True)
+        The windows are numpy and handled one draft length at a time (``scratch`` keeps each group): rows on
+        a torch device are copied to the host and the targets handed back on that device."""
+        rows, lengths, start = to_host(rows), to_host(lengths), to_host(start)
+        after, draft_host, target_host = to_host(next_draft_row()), to_host(draft_probs), to_host(target_probs)
+        out = np.array(target_host, copy=True)
         scratch = []
         for g in np.unique(lengths).tolist():
             sel = np.flatnonzero(lengths == g)
-            p_rows = np.concatenate([np.asarray(draft_probs)[sel, :g], after[sel, None]], axis=1)
-            states, levels = score_carried(state.take(rows[sel]), np.asarray(target_probs)[sel, :g + 1], p_rows,
-                                           np.asarray(tokens)[sel, :g], start[sel])
+            p_rows = np.concatenate([draft_host[sel, :g], after[sel, None]], axis=1)
+            states, levels = score_carried(state.take(rows[sel]), target_host[sel, :g + 1], p_rows,
+                                           to_host(tokens)[sel, :g], start[sel])
             out[sel, :g + 1] = levels[:, :, -1]
             scratch.append((g, sel, states, levels, p_rows))
-        return out, scratch
+        return host_to_like(out, target_probs), scratch
 
     def advance_state(self, state, rows, scratch, outcome, start, lengths):
-        rows, start = np.asarray(rows), np.asarray(start)
-        tau, y = np.asarray(outcome.accepted_len), np.asarray(outcome.correction)
-        carry = None if outcome.carry is None else np.asarray(outcome.carry)
+        rows, start = to_host(rows), to_host(start)
+        tau, y = to_host(outcome.accepted_len), to_host(outcome.correction)
+        carry = None if outcome.carry is None else to_host(outcome.carry)
         for g, sel, states, levels, p_rows in scratch:
             state.put(rows[sel], carry_forward(states, levels, p_rows, start[sel], g, tau[sel], y[sel],
                                                None if carry is None else carry[sel]))
