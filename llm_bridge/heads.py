@@ -187,14 +187,14 @@ def eagle_unrolled(head, x, F, real, unroll: int) -> list:
     real = real[:, 1:]
     emb = head.embed_rows[x[:, 1:]]
     cache, out, prev = DynamicCache(config=head.config), [], None
-    positions = torch.arange(n)[None].expand(B, -1)
-    i = torch.arange(n)
+    positions = torch.arange(n, device=x.device)[None].expand(B, -1)
+    i = torch.arange(n, device=x.device)
     for s in range(1, unroll + 1):
         if s == 1:
             feats, mask = F[:, :-1], real.long()
         else:  # pair i reads the step s-1 output at i - 1; it sees true keys <= i - s + 1 and step r keys at i - s + r
             feats = torch.cat([torch.zeros_like(prev[:, :1]), prev[:, :-1]], dim=1)
-            sees = torch.zeros((B, n, s * n), dtype=torch.bool)
+            sees = torch.zeros((B, n, s * n), dtype=torch.bool, device=x.device)
             sees[:, :, :n] = (i[None, :] <= (i[:, None] - s + 1))[None] & real[:, None, :]
             for r in range(2, s + 1):
                 j = i - s + r

@@ -220,7 +220,7 @@ class Verifier(ABC):
             lengths = self.check(tokens, draft_probs, target_probs, lengths=lengths).lengths
         xp = namespace(target_probs)
         L = tokens.shape[1]
-        accept = xp.zeros((tokens.shape[0], L + 1), dtype=target_probs.dtype)
+        accept = xp.zeros((tokens.shape[0], L + 1), dtype=target_probs.dtype, device=array_api_compat.device(target_probs))
         correction = xp.zeros_like(target_probs)
         correction[...] = target_probs  # rows of probability 0 stay valid rows
         for g, idx in _groups(lengths):
