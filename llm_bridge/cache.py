@@ -28,7 +28,8 @@ import weakref
 
 import numpy as np
 
-__all__ = ["CACHE_KINDS", "STATIC_BUCKET", "CachedLM", "StaticCachedLM", "compiled_forward", "make_cache", "pooled_cache"]
+__all__ = ["CACHE_KINDS", "STATIC_BUCKET", "CachedLM", "StaticCachedLM", "compiled_forward", "logits_and_features",
+           "make_cache", "pooled_cache"]
 
 #: ``dynamic``: :class:`CachedLM` (eager; the CPU default); ``static``: :class:`StaticCachedLM` eager;
 #: ``compiled``: :class:`StaticCachedLM` with a ``torch.compile``-d forward (the CUDA default); ``auto``.
@@ -48,16 +49,37 @@ def compiled_forward(model):
     Shapes are static (one graph per call width: 1 token, L + 1 tokens, a tree; :func:`make_cache`
     rounds the slot count up to :data:`STATIC_BUCKET` and the prefill runs eagerly), and the static
     cache's tensors keep their addresses (sessions of one size share them, see :func:`pooled_cache`),
-    so the graphs are replayed, not rebuilt.
+    so the graphs are replayed, not rebuilt. The graph returns the logits and the last hidden states
+    (:func:`logits_and_features`), so plain and feature-reading sessions of one width share it.
     """
     import torch
 
     forward = _COMPILED.get(model)
     if forward is None:
         cuda = next(model.parameters()).is_cuda
-        forward = torch.compile(model, mode="reduce-overhead" if cuda else None, dynamic=False)
+        forward = torch.compile(logits_and_features(model), mode="reduce-overhead" if cuda else None, dynamic=False)
         _COMPILED[model] = forward
     return forward
+
+
+def logits_and_features(model):
+    """A function of a forward call's keyword arguments returning (logits, last hidden states) of ``model``.
+
+    A Hugging Face causal LM goes through its decoder and output head: asking it for its hidden states
+    captures them with hooks, which break a compiled graph. Models whose output head does more than a
+    linear map (a final logit soft-cap) and other modules (the EAGLE head) are called as they are.
+    """
+    if callable(getattr(model, "get_decoder", None)) and getattr(model.config, "final_logit_softcapping", None) is None:
+        decoder, head = model.get_decoder(), model.get_output_embeddings()
+
+        def step(**inputs):
+            h = decoder(**inputs).last_hidden_state
+            return head(h), h
+    else:
+        def step(**inputs):
+            out = model(**inputs, output_hidden_states=True)
+            return out.logits, out.hidden_states[-1]
+    return step
 
 
 def make_cache(model, batch: int, *, hidden: bool = False, kind: str = "auto", max_length: int | None = None):
@@ -361,16 +383,21 @@ class StaticCachedLM(_Pending):
         for layer in self.cache.layers:
             layer.cumulative_length.fill_(self.ptr)  # where this call writes: the position-based rollback
         compiled = self.forward is not self.model and tokens.shape[1] <= self.compile_width and self.valid.any()
+
+        def put(x):  # graphs are specialised on strides too: a compiled call gets fresh row-major tensors
+            x = torch.as_tensor(x, device=self.device)
+            return x.clone(memory_format=torch.contiguous_format) if compiled else x
+
+        args = {"input_ids": put(tokens), "attention_mask": put(sees[:, None]), "position_ids": put(positions),
+                **{name: put(x) for name, x in inputs.items()}}
         with torch.no_grad():
-            out = (self.forward if compiled else self.model)(
-                input_ids=torch.as_tensor(tokens, device=self.device),
-                attention_mask=torch.as_tensor(sees[:, None], device=self.device),
-                position_ids=torch.as_tensor(positions, device=self.device),
-                past_key_values=self.cache, use_cache=True, output_hidden_states=self.hidden, **inputs)
+            if compiled:  # a graph's outputs are overwritten by its next replay: copy them out
+                logits, hidden = self.forward(past_key_values=self.cache, use_cache=True, **args)
+                logits, hidden = logits.clone(), (hidden.clone() if self.hidden else None)
+            else:
+                out = self.model(past_key_values=self.cache, use_cache=True, output_hidden_states=self.hidden, **args)
+                logits, hidden = out.logits, (out.hidden_states[-1] if self.hidden else None)
         self.calls += 1
-        logits, hidden = out.logits, (out.hidden_states[-1] if self.hidden else None)
-        if compiled:  # a graph's outputs are overwritten by its next replay
-            logits, hidden = logits.clone(), (None if hidden is None else hidden.clone())
         return logits, hidden
 
     def feed(self, tokens, counts, **inputs):

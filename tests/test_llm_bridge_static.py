@@ -113,18 +113,25 @@ def test_sessions_of_one_size_share_cache_tensors_once_the_earlier_one_is_gone()
     assert _gap(lg[0, 1], _ref(model, [1, 9])) < 1e-12 and _gap(lg[1, 1], _ref(model, [1, 3])) < 1e-12
 
 
-def test_compiled_caches_build_one_graph_per_call_width_across_prompts_and_lengths():
+def test_compiled_caches_build_one_graph_per_call_width_across_prompts_lengths_and_sessions():
+    """What a GPU run met: prompts of several lengths, plain sessions beside feature-reading ones, rows of a
+    batch of one with any stride. One graph per model and call width, and the eager tokens."""
     from torch._dynamo.utils import counters
+
+    from tests.test_llm_bridge_heads import head_pair
 
     torch._dynamo.reset()
     counters.clear()
-    pair = tiny_pair(sharpness=2.0, dtype=torch.float32)
+    pair = head_pair("eagle")
     prompts = random_prompts(3, np.random.default_rng(5), low=2, high=9)
     assert len({len(p) for p in prompts}) == 3
     runs = [plain_generate(pair.target, prompts, n, seed=1, batch_size=1, progress=False, cache=kind)
             for n, kind in ((6, "compiled"), (12, "compiled"), (12, "static"))]
-    # three prompt lengths (eager prefills), two token counts (one slot count): the width-1 graph only
-    assert counters["stats"]["unique_graphs"] == 1
+    assert counters["stats"]["unique_graphs"] == 1  # eager prefills, one slot count: the target's width-1 graph
     assert [t.tolist() for t in runs[1].tokens] == [t.tolist() for t in runs[2].tokens]
-    c = make_cache(pair.target.model, 1, kind="compiled", max_length=10)
-    assert c.max_length == STATIC_BUCKET
+    spec = [speculative_generate(pair, prompts, TokenVerify(), 1, 10, seed=2, batch_size=1, progress=False, cache=kind)
+            for kind in ("compiled", "static")]
+    # the target reads features now (same width-1 graph) and verifies 2 tokens; the head feeds 1 or 2 pairs
+    assert counters["stats"]["unique_graphs"] == 4
+    assert [t.tolist() for t in spec[0].tokens] == [t.tolist() for t in spec[1].tokens]
+    assert make_cache(pair.target.model, 1, kind="compiled", max_length=10).max_length == STATIC_BUCKET
