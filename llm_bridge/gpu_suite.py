@@ -4,9 +4,9 @@ On a CUDA machine (about 20 minutes on one H100) it writes, into ``--out-dir`` (
 
 * ``llm_gpu_<family>.json`` — ``llm_bridge.validate`` for each draft family (the distilled draft,
   prompt lookup, the target's first layers; the feature heads ``eagle`` and ``medusa`` when named, the
-  EAGLE head on a compiled static cache of its own), token / block / v1 block verification at L = 2, 4, 8,
-  compiled static caches, rows kept on the GPU, Hugging Face's assisted generation and decode step
-  beside them;
+  EAGLE head on a compiled static cache of its own), token / block / v1 block verification at L = 2, 4, 8
+  (heads: 1, 2, 4), compiled static caches, rows kept on the GPU, Hugging Face's assisted generation
+  and decode step beside them;
 * ``llm_gpu_trees.json`` — the multi-draft verifiers on draft trees (SpecTr's K i.i.d. drafts and
   MCSD's ``4x2x2x1``);
 * ``llm_gpu_verifiers.json`` — ``benchmarks/bench_verifiers_torch.py``: every verifier on the GPU
@@ -37,15 +37,18 @@ __all__ = ["FAMILIES", "main", "run_suite"]
 FAMILIES = ("distilled", "ngram", "layers:8")
 #: Drafters whose records have no tree runs: prompt lookup and the feature heads (they draft chains).
 CHAIN_ONLY = ("ngram", "eagle", "medusa", "head:")
+#: Feature heads: shorter drafts (the shipped Medusa set proposes at most 4 tokens).
+HEADS = ("eagle", "medusa", "head:")
 BENCHMARK = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_verifiers_torch.py"
 
 
 def _sizes(smoke: bool) -> dict:
     if smoke:
-        return {"prompts": 1, "max_new_tokens": 6, "lengths": (2,), "lossless_samples": 20, "trees": ("2x1",),
+        return {"prompts": 1, "max_new_tokens": 6, "lengths": (2,), "head_lengths": (2,), "lossless_samples": 20,
+                "trees": ("2x1",),
                 "bench": ["--vocab", "512", "--L", "2", "--batches", "1,4", "--repeat", "1"]}
-    return {"prompts": 8, "max_new_tokens": 64, "lengths": (2, 4, 8), "lossless_samples": 200,
-            "trees": ("iid:2:3", "4x2x2x1"), "bench": ["--batches", "1,16,256"]}
+    return {"prompts": 8, "max_new_tokens": 64, "lengths": (2, 4, 8), "head_lengths": (1, 2, 4),
+            "lossless_samples": 200, "trees": ("iid:2:3", "4x2x2x1"), "bench": ["--batches", "1,16,256"]}
 
 
 def run_suite(*, target: str = DEFAULT_TARGET, families=FAMILIES, device: str = "auto", out_dir=FIGURES,
@@ -77,7 +80,8 @@ def run_suite(*, target: str = DEFAULT_TARGET, families=FAMILIES, device: str = 
     for family in families:
         name = f"llm_gpu_{output_name(family)}.json"
         step(f"validate {family}", lambda family=family, name=name: validate(
-            draft=family, lengths=size["lengths"], **common).write(out_dir / name))
+            draft=family, lengths=size["head_lengths" if str(family).startswith(HEADS) else "lengths"],
+            **common).write(out_dir / name))
     model_families = [f for f in families if not str(f).startswith(CHAIN_ONLY)]  # trees need a draft model
     if model_families:
         step(f"trees ({model_families[0]})", lambda: validate(
