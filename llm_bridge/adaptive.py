@@ -7,7 +7,10 @@
    p(·|prompt, X_{<i}) and one target pass q(·|prompt, X_{<i}); Y_i ~ p(·|prompt, X_{<i}) and the soft
    label P_i = min{1, q(Y_i|·)/p(Y_i|·)}; token mixing sets Z_i = X_i with probability r (15 %), else
    Y_i; one draft pass on (prompt, Z) gives e_i, the draft's final hidden state at Z_i, for every
-   position with Z_i = Y_i (the head's rows).
+   position with Z_i = Y_i (the head's rows). A feature head (EAGLE) drafts on its own predicted
+   states, which no single pass reproduces: its rows come from its real drafting at a fixed K
+   (:func:`head_training_data_on_policy`: e_k, its state after drafted token k, and P_k from the rows
+   the token was drafted from and verified against).
 2. **The head** — :class:`otspec.engine.heads.AcceptanceHead` (the paper's D = 0 head: a linear layer
    and a sigmoid) fitted on the weighted loss (12); held-out prompts give the binary KL diagnostic.
 3. **The adaptive loop** — :func:`llm_bridge.loop.speculative_generate` with a
@@ -38,23 +41,25 @@ from pathlib import Path
 
 import numpy as np
 
-from otspec.distributions import sample_categorical
-from otspec.engine.controllers import ConfidenceController
+from otspec.distributions import sample_categorical, to_host
+from otspec.engine.controllers import ConfidenceController, DraftLengthController
 from otspec.engine.heads import AcceptanceHead, LearnedHeadController, binary_kl
+from otspec.engine.observers import Observer
 from otspec.engine.predict import paired_ratio_interval, predict_from_log, predict_from_pairs
 from otspec.engine.record import AdaptiveRecord
 from otspec.verifiers import TokenVerify
 
 from .drafters import load_pair
 from .logrows import record_rows
-from .loop import plain_generate, speculative_batches, speculative_generate
+from .loop import chunks, plain_generate, speculative_batches, speculative_generate
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 from .runs import engine_fields, interleaved_interval, round_speedups, timed_runs
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .validate import output_name
 
-__all__ = ["HeadData", "frontier", "head_training_data", "load_head", "main", "save_head", "train_head"]
+__all__ = ["HeadData", "frontier", "head_training_data", "head_training_data_on_policy", "load_head", "main",
+           "save_head", "train_head"]
 
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
 RULE_KINDS = ("specdecpp", "confidence")
@@ -117,6 +122,67 @@ def head_training_data(pair, prompts, max_new_tokens: int, *, mix: float = 0.15,
         labels.append(label[from_draft])
         which.append(np.full(int(from_draft.sum()), j))
     return HeadData(np.concatenate(feats), np.concatenate(labels), np.concatenate(which))
+
+
+class _StateRecorder(DraftLengthController):
+    """Fixed K that keeps the draft's state at each drafted token (unlagged: after the token is fed)."""
+
+    needs_context = True
+    reads_drafted_state = True
+
+    def __init__(self, length: int):
+        self.max_length = int(length)
+        self.states: dict = {}
+
+    def keep_drafting(self, step, draft_rows, *, which=None, features=None, **_):
+        for b, f in zip(which.tolist(), np.asarray(features, dtype=np.float64), strict=True):
+            self.states[(b, step)] = f
+        return np.full(len(which), step < self.max_length)
+
+
+class _LabelObserver(Observer):
+    """Pairs each drafted token's state (from a :class:`_StateRecorder`) with its soft label min{1, q/p}."""
+
+    def __init__(self, recorder: _StateRecorder, offset: int):
+        self.recorder, self.offset = recorder, int(offset)
+        self.features, self.labels, self.prompt = [], [], []
+
+    def on_chain(self, step) -> None:
+        p_rows, q_rows, tokens = to_host(step.draft_rows), to_host(step.target_rows), to_host(step.tokens)
+        for i, (b, g) in enumerate(zip(step.rows.tolist(), step.drafted.tolist(), strict=True)):
+            for k in range(g):
+                y = tokens[i, k]
+                self.features.append(self.recorder.states.pop((b, k + 1)))
+                self.labels.append(min(1.0, q_rows[i, k, y] / p_rows[i, k, y]))
+                self.prompt.append(self.offset + b)
+        self.recorder.states.clear()
+
+
+def head_training_data_on_policy(pair, prompts, max_new_tokens: int, *, draft_length: int = 4,
+                                 sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int = 8,
+                                 progress: bool | None = None) -> HeadData:
+    """Training rows for a drafter whose state depends on its own drafted path (a feature head such as EAGLE).
+
+    The paper's one-pass construction (mixing target and draft tokens in one draft pass) does not apply to a
+    head that drafts on its own predicted features, so the rows come from real drafting instead: speculative
+    decoding with token verification at fixed K = ``draft_length`` on ``prompts``, every drafted token Y_k
+    giving a row (e_k, P_k) with e_k the head's state after it is fed (what the unlagged rule reads) and the
+    soft label P_k = min{1, q_k(Y_k)/p_k(Y_k)} from the rows the token was drafted from and verified against
+    (also for tokens drafted past a rejection: their rows are scored all the same)."""
+    if pair.drafter.deterministic:
+        raise ValueError("the acceptance head reads a drafter's states; the n-gram drafter has none")
+    features, labels, which = [], [], []
+    for offset, chunk in chunks(prompts, batch_size):
+        recorder = _StateRecorder(draft_length)
+        observer = _LabelObserver(recorder, offset)
+        speculative_generate(pair, chunk, TokenVerify(), recorder, max_new_tokens, sampling=sampling,
+                             seed=seed + offset, progress=progress, record_law=False, observers=[observer])
+        features += observer.features
+        labels += observer.labels
+        which += observer.prompt
+    if not labels:
+        raise ValueError("no drafted tokens to learn from")
+    return HeadData(np.stack(features), np.asarray(labels, dtype=np.float64), np.asarray(which, dtype=np.int64))
 
 
 L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
@@ -305,6 +371,8 @@ def main(argv=None) -> int:
     ap.add_argument("--train-prompts", type=int, default=64, help="prompts of distill_prompts.txt to train on")
     ap.add_argument("--train-tokens", type=int, default=96, help="target response length per training prompt")
     ap.add_argument("--mix", type=float, default=0.15, help="token mixing rate r")
+    ap.add_argument("--train-draft-length", type=int, default=4,
+                    help="a feature head's training rows come from its own drafting at this fixed K")
     ap.add_argument("--w-rej", type=float, default=3.0)
     ap.add_argument("--l2", default="auto", help="ridge penalty of the head, or auto: chosen on held-out training "
                     f"prompts among {','.join(map(str, L2_GRID))}")
@@ -347,8 +415,9 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
         if not 0.0 <= h <= 1.0:
             raise ValueError(f"--thresholds: {h} is not in [0, 1]")
     if (any(k < 1 for k in fixed) or args.max_length < 1 or args.prompts < 1 or args.max_new_tokens < 1
-            or args.batch_size < 1):
-        raise ValueError("--fixed, --max-length, --prompts, --max-new-tokens and --batch-size must be >= 1")
+            or args.batch_size < 1 or args.train_draft_length < 1):
+        raise ValueError("--fixed, --max-length, --prompts, --max-new-tokens, --batch-size and --train-draft-length "
+                         "must be >= 1")
     pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
     rule = args.rule if args.rule != "auto" else ("confidence" if pair.drafter.reads_target_features else "specdecpp")
     if rule == "confidence":
@@ -357,7 +426,13 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
         head, report = load_head(args.head)
     else:
         train_ids = encode_prompts(pair.tokenizer, read_prompts(DATA_DIR / "distill_prompts.txt", args.train_prompts))
-        data = head_training_data(pair, train_ids, args.train_tokens, mix=args.mix, sampling=sampling, seed=args.seed)
+        if pair.drafter.reads_target_features:  # a feature head drafts on its own states: rows from real drafting
+            data = head_training_data_on_policy(pair, train_ids, args.train_tokens,
+                                                draft_length=args.train_draft_length,
+                                                sampling=sampling, seed=args.seed, batch_size=args.batch_size)
+        else:
+            data = head_training_data(pair, train_ids, args.train_tokens, mix=args.mix, sampling=sampling,
+                                      seed=args.seed)
         head, report = train_head(data, w_rej=args.w_rej, l2=args.l2 if args.l2 == "auto" else float(args.l2))
         report["features"] = int(data.features.shape[1])
         if args.save_head:

@@ -202,7 +202,8 @@ class _Records(Observer):
 def speculative_generate(pair, prompts, verifier: Verifier, draft_length, max_new_tokens: int, *,
                          sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int | None = None,
                          progress: bool | None = None, confidence: float = 0.95,
-                         record_law: bool = True, cache: str = "auto", host_rows: bool | None = None) -> BridgeResult:
+                         record_law: bool = True, cache: str = "auto", host_rows: bool | None = None,
+                         observers=()) -> BridgeResult:
     """Generate ``max_new_tokens`` tokens for each prompt (token id lists) by speculative decoding.
 
     The chain loop of :mod:`otspec.engine.loop` over the target's and the drafter's sessions.
@@ -214,17 +215,18 @@ def speculative_generate(pair, prompts, verifier: Verifier, draft_length, max_ne
     :func:`~llm_bridge.cache.make_cache` for both models. ``host_rows`` (default: on the CPU, or with a
     drafter that makes no tensors) hands the rows over as numpy with a numpy generator; otherwise they
     stay on the model's device, drawn with a ``torch.Generator`` seeded from ``seed``, and the loop
-    reads back only the accepted lengths. :func:`speculative_batches` is the same, one batch at a time.
+    reads back only the accepted lengths. ``observers`` (:class:`otspec.engine.observers.Observer`) see every
+    iteration of every batch too. :func:`speculative_batches` is the same, one batch at a time.
     """
     return finish(speculative_batches(pair, prompts, verifier, draft_length, max_new_tokens, sampling=sampling,
                                       seed=seed, batch_size=batch_size, progress=progress, confidence=confidence,
-                                      record_law=record_law, cache=cache, host_rows=host_rows))
+                                      record_law=record_law, cache=cache, host_rows=host_rows, observers=observers))
 
 
 def speculative_batches(pair, prompts, verifier: Verifier, draft_length, max_new_tokens: int, *,
                         sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int | None = None,
                         progress: bool | None = None, confidence: float = 0.95,
-                        record_law: bool = True, cache: str = "auto", host_rows: bool | None = None):
+                        record_law: bool = True, cache: str = "auto", host_rows: bool | None = None, observers=()):
     """:func:`speculative_generate` one batch at a time: a generator that yields after each batch and returns the
     :class:`BridgeResult` (drive it with :func:`finish` or :func:`interleave`). The checks run before the first
     batch, when the generator is first advanced."""
@@ -252,7 +254,7 @@ def speculative_batches(pair, prompts, verifier: Verifier, draft_length, max_new
             draft = pair.drafter.session(len(chunk), sampling, hidden=ctrl.needs_context, cache=cache,
                                          max_length=room, timer=timer, host_rows=host_rows)
             run = chain_loop(draft, target, verifier, ctrl, N, rng, prompts=chunk, bar=bar, timer=timer,
-                             observers=[LedgerObserver(ledger, offset), records])
+                             observers=[LedgerObserver(ledger, offset), records, *observers])
             del target, draft  # free the batch's caches before another run's batch goes
             out += list(run.tokens)
             seconds += run.seconds

@@ -217,3 +217,37 @@ def test_a_feature_head_runs_the_confidence_rule(tmp_path):
     assert plot_main(["record", str(out / "llm_adaptive_tinyhead.json")]) == 0
     summary = (out / "llm_adaptive_tinyhead.md").read_text()
     assert "confidence h = 0.5" in summary and "Rule: confidence" in summary and "lagged" not in summary
+
+
+def test_on_policy_rows_pair_each_drafted_token_with_its_own_label():
+    """A drafter that is the target accepts every token: every label min{1, q/p} is 1, at every depth (a row read
+    one position off would not be). The rows cover every prompt, one per drafted token."""
+    from llm_bridge.drafters import ModelDrafter, Pair
+
+    pair = tiny_pair(sharpness=2.0)
+    same = Pair(pair.target, ModelDrafter(pair.target))
+    prompts = random_prompts(3, np.random.default_rng(8))
+    data = adaptive.head_training_data_on_policy(same, prompts, 9, draft_length=3, batch_size=2)
+    np.testing.assert_allclose(data.labels, 1.0, atol=1e-12)
+    assert data.features.shape == (data.labels.size, 32)
+    # 9 tokens per prompt at K = 3, all accepted: two rounds of 3 drafts + the bonus token, then the target's own
+    assert np.bincount(data.prompt).tolist() == [6, 6, 6]
+    other = adaptive.head_training_data_on_policy(pair, prompts, 9, draft_length=3, batch_size=2)
+    assert 0.0 <= other.labels.min() and other.labels.max() <= 1.0 and other.labels.min() < 1.0
+
+
+def test_an_eagle_head_trains_the_specdecpp_rule_on_its_own_states():
+    """``--rule specdecpp`` with a feature head: the acceptance head is fitted on the head's states along its own
+    drafting (width = the head's hidden size), and both threshold rules run in the frontier."""
+    from tests.test_llm_bridge_heads import head_pair
+
+    pair = head_pair("eagle")
+    prompts = random_prompts(4, np.random.default_rng(9))
+    data = adaptive.head_training_data_on_policy(pair, prompts, 10, draft_length=2, batch_size=2)
+    assert data.features.shape[1] == pair.drafter.head.config.hidden_size
+    head, report = adaptive.train_head(data, l2=0.1, held_out=0.25)
+    assert report["rows"]["train"] + report["rows"]["test"] == data.labels.size
+    for lagged in (True, False):
+        ctrl = LearnedHeadController(head, None, 0.5, 3, lagged=lagged)
+        run = speculative_generate(pair, prompts, TokenVerify(), ctrl, 8, progress=False, record_law=False)
+        assert [len(t) for t in run.tokens] == [8] * 4
