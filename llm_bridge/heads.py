@@ -133,9 +133,9 @@ class EagleHead(torch.nn.Module, _ReducedOutput):
     def forward(self, input_ids, features, attention_mask=None, position_ids=None, past_key_values=None,
                 use_cache=False, output_hidden_states=False, **_):
         """The model interface :class:`~llm_bridge.cache.CachedLM` calls: full-vocabulary logits and the features."""
-        from transformers.modeling_outputs import (
-            CausalLMOutputWithPast,  # traced by torch.compile as one graph
-        )
+        from transformers.modeling_outputs import CausalLMOutputWithPast
+
+        # a ModelOutput, which torch.compile traces into the graph (a SimpleNamespace broke it)
 
         h = self.features(input_ids, features, attention_mask=attention_mask, position_ids=position_ids,
                           past_key_values=past_key_values, use_cache=use_cache)
