@@ -1,6 +1,6 @@
 """``python -m llm_bridge.gpu_suite``: every GPU record of the README in one command.
 
-On a CUDA machine (about 20 minutes on one H100) it writes, into ``--out-dir`` (``figures/``):
+On a CUDA machine it writes, into ``--out-dir`` (``figures/``):
 
 * ``llm_gpu_<family>.json`` — ``llm_bridge.validate`` for each draft family (the distilled draft,
   prompt lookup, the target's first layers; the feature heads ``eagle`` and ``medusa`` when named, the
