@@ -85,7 +85,9 @@ records: $(DEMO_STAMP)
 	$(RECORD) --draft eagle --verifiers token --L 1,2,3 --temperature 0 --batch-size 1 --name eagle_greedy
 	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.adaptive --draft eagle --fixed 1,2,3,4 --thresholds 0.05,0.1,0.2,0.3,0.5 \
 	    --max-length 6 --batch-size 1 --timing-attempts 2
-	$(RECORD) --draft medusa --L 1,2,3 --batch-size 1
+	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.adaptive --draft eagle --rule specdecpp --fixed 1,2,3 \
+	    --thresholds 0.3,0.5,0.7,0.9 --batch-size 1 --name eagle_specdecpp --timing-attempts 2
+	$(RECORD) --draft medusa --verifiers token,block --L 1,2,3 --batch-size 1
 	MPLBACKEND=Agg $(BIN)/python -m otspec.report
 
 # the shipped feature-level draft heads (llm_bridge/weights/eagle, medusa), remade from the target's own samples

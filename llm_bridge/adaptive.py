@@ -442,6 +442,9 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
         raise ValueError(f"--prompts {args.prompts}: the prompt file holds only {len(ids)}")
     record = {"model_pair": pair.describe(),
               "settings": {"train_prompts": args.train_prompts, "train_tokens": args.train_tokens, "mix": args.mix,
+                           **({"train_data": "on-policy", "train_draft_length": args.train_draft_length}
+                              if rule == "specdecpp" and pair.drafter.reads_target_features and not args.head
+                              else {"train_data": "mixing"} if rule == "specdecpp" and not args.head else {}),
                            "prompts": args.prompts, "batch_size": args.batch_size,
                            "max_new_tokens": args.max_new_tokens,
                            "max_length": args.max_length, "temperature": args.temperature, "seed": args.seed,

@@ -135,3 +135,21 @@ def test_compiled_caches_build_one_graph_per_call_width_across_prompts_lengths_a
     assert counters["stats"]["unique_graphs"] == 4
     assert [t.tolist() for t in spec[0].tokens] == [t.tolist() for t in spec[1].tokens]
     assert make_cache(pair.target.model, 1, kind="compiled", max_length=10).max_length == STATIC_BUCKET
+
+
+def test_logits_and_features_equal_the_models_own_outputs():
+    """The compiled route (decoder, then output head) gives the model's logits and last hidden states; a model
+    whose head soft-caps its logits is called as it is."""
+    from llm_bridge.cache import logits_and_features
+
+    model = tiny_llama(4)
+    x = torch.as_tensor([[1, 5, 7, 9, 3]])
+    with torch.no_grad():
+        out = model(input_ids=x, output_hidden_states=True)
+        logits, h = logits_and_features(model)(input_ids=x)
+        assert _gap(logits, out.logits) < 1e-12 and _gap(h, out.hidden_states[-1]) < 1e-12
+        model.config.final_logit_softcapping = 30.0
+        step = logits_and_features(model)
+        assert step.__code__ is not logits_and_features(tiny_llama(4)).__code__  # the model's own forward
+        logits, h = step(input_ids=x)
+        assert _gap(logits, out.logits) < 1e-12 and _gap(h, out.hidden_states[-1]) < 1e-12

@@ -76,9 +76,17 @@ def _head_text(record: dict) -> str:
         return f"Rule: {hd['description']}."
     kl = hd.get("binary_kl", {})
     const = hd.get("binary_kl_constant", {})
+    draft = str(record["model_pair"].get("draft", ""))
+    # a feature head learns from its own drafting (records before the field: every feature head did)
+    if s.get("train_data", "on-policy" if draft in ("eagle", "medusa") or draft.startswith("head:") else "mixing") \
+            == "on-policy":
+        data = ("rows of its own drafting at fixed K" + (f" = {s['train_draft_length']}" if "train_draft_length" in s
+                                                         else "") + ", state after each drafted token")
+    else:
+        data = f"token mixing r = {s['mix']}"
     return (f"Head: linear on the draft's final hidden state ({hd['features']} features), weighted loss (12) with "
              f"w_rej = {hd['w_rej']}, trained on {hd['rows']['train']:,} rows from {s['train_prompts']} prompts × "
-             f"{s['train_tokens']} tokens (token mixing r = {s['mix']}); held out: {hd['rows']['test']:,} rows. Binary "
+             f"{s['train_tokens']} tokens ({data}); held out: {hd['rows']['test']:,} rows. Binary "
              f"KL(P ‖ P̂): train {kl.get('train', float('nan')):.4f}, test {kl.get('test', float('nan')):.4f} "
              f"(the mean label as a constant: {const.get('test', float('nan')):.4f}); correlation of P̂ with P on the "
              f"test rows {fmt(hd.get('correlation', {}).get('test'))}." + _weighted_loss_note(hd))
