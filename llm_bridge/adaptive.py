@@ -420,6 +420,7 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
                          "must be >= 1")
     pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
     rule = args.rule if args.rule != "auto" else ("confidence" if pair.drafter.reads_target_features else "specdecpp")
+    train_data = {}  # how a trained head's rows were made
     if rule == "confidence":
         head, report = None, {"rule": "confidence", "description": CONFIDENCE_RULE}
     elif args.head:
@@ -430,9 +431,11 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
             data = head_training_data_on_policy(pair, train_ids, args.train_tokens,
                                                 draft_length=args.train_draft_length,
                                                 sampling=sampling, seed=args.seed, batch_size=args.batch_size)
+            train_data = {"train_data": "on-policy", "train_draft_length": args.train_draft_length}
         else:
             data = head_training_data(pair, train_ids, args.train_tokens, mix=args.mix, sampling=sampling,
                                       seed=args.seed)
+            train_data = {"train_data": "mixing"}
         head, report = train_head(data, w_rej=args.w_rej, l2=args.l2 if args.l2 == "auto" else float(args.l2))
         report["features"] = int(data.features.shape[1])
         if args.save_head:
@@ -442,9 +445,7 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
         raise ValueError(f"--prompts {args.prompts}: the prompt file holds only {len(ids)}")
     record = {"model_pair": pair.describe(),
               "settings": {"train_prompts": args.train_prompts, "train_tokens": args.train_tokens, "mix": args.mix,
-                           **({"train_data": "on-policy", "train_draft_length": args.train_draft_length}
-                              if rule == "specdecpp" and pair.drafter.reads_target_features and not args.head
-                              else {"train_data": "mixing"} if rule == "specdecpp" and not args.head else {}),
+                           **train_data,
                            "prompts": args.prompts, "batch_size": args.batch_size,
                            "max_new_tokens": args.max_new_tokens,
                            "max_length": args.max_length, "temperature": args.temperature, "seed": args.seed,

@@ -35,10 +35,10 @@ __all__ = ["FAMILIES", "main", "run_suite"]
 
 #: Draft families on a GPU (the int8 draft uses CPU dynamic quantisation, so it is not one of them).
 FAMILIES = ("distilled", "ngram", "layers:8")
-#: Drafters whose records have no tree runs: prompt lookup and the feature heads (they draft chains).
-CHAIN_ONLY = ("ngram", "eagle", "medusa", "head:")
 #: Feature heads: shorter drafts (the shipped Medusa set proposes at most 4 tokens).
 HEADS = ("eagle", "medusa", "head:")
+#: Drafters whose records have no tree runs: prompt lookup and the feature heads (they draft chains).
+CHAIN_ONLY = ("ngram", *HEADS)
 BENCHMARK = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_verifiers_torch.py"
 
 

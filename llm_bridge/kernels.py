@@ -10,8 +10,8 @@ close to full speed; a single row is doubled so that it takes that path too rath
 
 :func:`few_row_linears` swaps every ``torch.nn.Linear`` of a model for :class:`FewRowLinear`, keeping the very
 same parameters (tied weights stay tied; :func:`plain_linears` swaps them back); :func:`few_row_product` is the
-product itself, for a head's own matrix. Same function, same weights: the sums run in another order, so float32 results move by ~1e-7 relative (float64:
-~1e-16), and plain and speculative decoding both run the swapped model.
+product itself, for a head's own matrix. Same function, same weights: the sums run in another order, so float32
+results move by ~1e-7 relative (float64: ~1e-16), and plain and speculative decoding both run the swapped model.
 """
 
 from __future__ import annotations

@@ -220,13 +220,14 @@ class BackwardBlockVerify(Verifier):
         a torch device are copied to the host and the targets handed back on that device."""
         rows, lengths, start = to_host(rows), to_host(lengths), to_host(start)
         after, draft_host, target_host = to_host(next_draft_row()), to_host(draft_probs), to_host(target_probs)
+        tokens = to_host(tokens)
         out = np.array(target_host, copy=True)
         scratch = []
         for g in np.unique(lengths).tolist():
             sel = np.flatnonzero(lengths == g)
             p_rows = np.concatenate([draft_host[sel, :g], after[sel, None]], axis=1)
             states, levels = score_carried(state.take(rows[sel]), target_host[sel, :g + 1], p_rows,
-                                           to_host(tokens)[sel, :g], start[sel])
+                                           tokens[sel, :g], start[sel])
             out[sel, :g + 1] = levels[:, :, -1]
             scratch.append((g, sel, states, levels, p_rows))
         return host_to_like(out, target_probs), scratch
