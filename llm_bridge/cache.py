@@ -46,8 +46,9 @@ _POOL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def compiled_forward(model):
     """``torch.compile(model)`` once per model: CUDA graphs (``reduce-overhead``) on a GPU, inductor on a CPU.
 
-    Shapes are static (one graph per call width: 1 token, L + 1 tokens, a tree; :func:`make_cache`
-    rounds the slot count up to :data:`STATIC_BUCKET` and the prefill runs eagerly), and the static
+    Two graphs per model: one for calls of 1 token, one whose width is symbolic for every wider call
+    (L + 1 tokens, a shorter draft at the end of a run, a tree); :func:`make_cache` rounds the slot count
+    up to :data:`STATIC_BUCKET` and the prefill runs eagerly, so nothing else varies; and the static
     cache's tensors keep their addresses (sessions of one size share them, see :func:`pooled_cache`),
     so the graphs are replayed, not rebuilt. The graph returns the logits and the last hidden states
     (:func:`logits_and_features`), so plain and feature-reading sessions of one width share it.
@@ -57,7 +58,7 @@ def compiled_forward(model):
     forward = _COMPILED.get(model)
     if forward is None:
         cuda = next(model.parameters()).is_cuda
-        forward = torch.compile(logits_and_features(model), mode="reduce-overhead" if cuda else None, dynamic=False)
+        forward = torch.compile(logits_and_features(model), mode="reduce-overhead" if cuda else None, dynamic=None)
         _COMPILED[model] = forward
     return forward
 
@@ -384,11 +385,18 @@ class StaticCachedLM(_Pending):
             layer.cumulative_length.fill_(self.ptr)  # where this call writes: the position-based rollback
         compiled = self.forward is not self.model and tokens.shape[1] <= self.compile_width and self.valid.any()
 
-        def put(x):  # graphs are specialised on strides too: a compiled call gets fresh row-major tensors
-            x = torch.as_tensor(x, device=self.device)
-            return x.clone(memory_format=torch.contiguous_format) if compiled else x
+        width = tokens.shape[1]
 
-        args = {"input_ids": put(tokens), "attention_mask": put(sees[:, None]), "position_ids": put(positions),
+        def put(x, axis=1):  # graphs are specialised on strides too: a compiled call gets fresh row-major tensors
+            x = torch.as_tensor(x, device=self.device)
+            if not compiled:
+                return x
+            x = x.clone(memory_format=torch.contiguous_format)
+            if width > 1:  # one graph for every call width above 1 (a draft of L tokens, its shorter tail)
+                torch._dynamo.maybe_mark_dynamic(x, axis)
+            return x
+
+        args = {"input_ids": put(tokens), "attention_mask": put(sees[:, None], axis=2), "position_ids": put(positions),
                 **{name: put(x) for name, x in inputs.items()}}
         with torch.no_grad():
             if compiled:  # a graph's outputs are overwritten by its next replay: copy them out

@@ -40,6 +40,7 @@ import json
 import platform
 import re
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -189,7 +190,14 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
         raise ValueError(f"cache: expected one of {CACHE_KINDS}, got {cache!r}")
     if log_rows is not None and not Path(log_rows).resolve().parent.is_dir():
         raise ValueError(f"--log-rows {log_rows}: its folder does not exist")
+    t_start, show = time.perf_counter(), sys.stderr.isatty() if progress is None else bool(progress)
+
+    def phase(name: str) -> None:  # what a long run (a compiling GPU run) has done so far
+        if show:
+            print(f"validate: {name} at {time.perf_counter() - t_start:.1f} s", file=sys.stderr, flush=True)
+
     pair = pair or load_pair(target, draft, device=device, dtype=dtype)
+    phase("models loaded")
     if log_rows is not None:  # before any decoding
         check_loggable(pair)
     head = pair.drafter.reads_target_features
@@ -210,6 +218,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     def warm_up():
         if cache == "compiled":  # compile every call shape before anything is timed
             _warm_up(pair, ids[:batch_size], lengths, trees, multi_verifiers, rule, sampling, cache)
+            phase("compiled graphs warmed up")
             return
         # a fresh process's first decoding is slow: one whole batch of each kind goes untimed first
         plain_generate(pair.target, ids[:batch_size], max_new_tokens, sampling=sampling, progress=False, cache=cache)
@@ -228,6 +237,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
                        cache=cache, warm_up=warm_up, check_seed=seed + PREDICTION_SEED_OFFSET, progress=progress,
                        attempts=timing_attempts)
     plain, baseline, results, after, timing = timed.plain, timed.baseline, timed.results, timed.after, timed.timing
+    phase("timed runs done")
     ns = {1, *(L + 1 for L in lengths), *(t.num_tokens + 1 for t in trees)}
     prof = profile(pair, ids[0], plain.tokens[0][:max_new_tokens // 2], sorted(ns), cache=cache)
     chain_results = [(name, L, result) for (name, L), result in zip(configs, results[:len(configs)], strict=True)]
@@ -255,6 +265,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
         return predict_from_log(log, verifier, draft, sequences=prediction_sequences, seed=seed, rule=rule,
                                 units=len(ids))
 
+    phase("profile and prediction rows done")
     runs = [run_record(result, name, L, baseline, prof, rng, predict(REGISTRY[name](), L), batch_size=batch_size)
             for name, L, result in chain_results]
     tree_runs = [tree_record(result, name, baseline, predict(MULTI_DRAFT_REGISTRY[name](), result.tree),
@@ -283,6 +294,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     if trees:
         record["tree_runs"] = tree_runs
         record["settings"].update(trees=[str(t) for t in trees], rule=rule)
+    phase("predictions done")
     hf_ids = ids[:hf_prompts]  # the peer is a reference, at batch 1: a share of the prompts keeps it short
     peer = pair
     if hf and head:  # assisted generation takes a draft model, not a head on the target's features
@@ -302,10 +314,12 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
         step["otspec_step_ratio"] = (None if step["ms_per_token"] is None
                                      else baseline["ms_per_token"] / step["ms_per_token"])
         record["hf_decode_step"] = step
+    phase("Hugging Face peer done" if hf else "no Hugging Face peer")
     law_sampling = Sampling(temperature or 1.0, top_k or 8, top_p)
     checked = list(verifiers) if lossless_verifiers is None else list(lossless_verifiers)
     record["lossless"] = _lossless(pair, ids[0], checked, law_sampling, lossless_samples, seed,
                                    multi_verifiers if lossless_verifiers is None else [])
+    phase("losslessness checks done")
     return PairRecord.from_json(record)
 
 
@@ -374,6 +388,8 @@ def main(argv=None) -> int:
     ap.add_argument("--log-top-p", type=float, default=DEFAULT_LOG_TOP_P, help="with --log-rows: mass kept per row")
     ap.add_argument("--log-max-kept", type=int, default=DEFAULT_LOG_MAX_KEPT,
                     help="with --log-rows: at most this many tokens per row and model")
+    ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                    help="progress bars and each phase's elapsed time on stderr (default: when stderr is a terminal)")
     ap.add_argument("--timing-attempts", type=int, default=1, metavar="N",
                     help="measure the timed runs again, whole, up to N times in all while the timing check finds them "
                          "unreliable (baseline drift or load); every attempt is listed in the record's timing")
@@ -393,7 +409,7 @@ def main(argv=None) -> int:
                           multi_verifiers=[v.strip() for v in args.multi_verifiers.split(",") if v.strip()],
                           rule=args.rule, cache=args.cache, log_rows=args.log_rows, log_top_p=args.log_top_p,
                           log_max_kept=args.log_max_kept, prediction_sequences=args.prediction_sequences,
-                          hf_prompts=args.hf_prompts, timing_attempts=args.timing_attempts,
+                          hf_prompts=args.hf_prompts, timing_attempts=args.timing_attempts, progress=args.progress,
                           lossless_verifiers=None if args.lossless_verifiers is None else
                           [v.strip() for v in args.lossless_verifiers.split(",") if v.strip()])
     except (ModelNotFound, FileNotFoundError, VocabularyMismatch, ImportError, ValueError) as err:

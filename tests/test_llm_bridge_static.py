@@ -113,9 +113,10 @@ def test_sessions_of_one_size_share_cache_tensors_once_the_earlier_one_is_gone()
     assert _gap(lg[0, 1], _ref(model, [1, 9])) < 1e-12 and _gap(lg[1, 1], _ref(model, [1, 3])) < 1e-12
 
 
-def test_compiled_caches_build_one_graph_per_call_width_across_prompts_lengths_and_sessions():
+def test_compiled_caches_build_two_graphs_per_model_across_prompts_lengths_and_sessions():
     """What a GPU run met: prompts of several lengths, plain sessions beside feature-reading ones, rows of a
-    batch of one with any stride. One graph per model and call width, and the eager tokens."""
+    batch of one with any stride, draft lengths cut short at the end of a run (a new width each). Two graphs per
+    model (width 1, any wider call), and the eager tokens."""
     from torch._dynamo.utils import counters
 
     from tests.test_llm_bridge_heads import head_pair
@@ -129,11 +130,13 @@ def test_compiled_caches_build_one_graph_per_call_width_across_prompts_lengths_a
             for n, kind in ((6, "compiled"), (12, "compiled"), (12, "static"))]
     assert counters["stats"]["unique_graphs"] == 1  # eager prefills, one slot count: the target's width-1 graph
     assert [t.tolist() for t in runs[1].tokens] == [t.tolist() for t in runs[2].tokens]
-    spec = [speculative_generate(pair, prompts, TokenVerify(), 1, 10, seed=2, batch_size=1, progress=False, cache=kind)
-            for kind in ("compiled", "static")]
-    # the target reads features now (same width-1 graph) and verifies 2 tokens; the head feeds 1 or 2 pairs
+    for L in (1, 3, 4):
+        spec = [speculative_generate(pair, prompts, TokenVerify(), L, 10, seed=2, batch_size=1, progress=False,
+                                     cache=kind) for kind in ("compiled", "static")]
+        assert [t.tolist() for t in spec[0].tokens] == [t.tolist() for t in spec[1].tokens]
+    # the target reads features now (same width-1 graph) and verifies L + 1 tokens, or fewer at the end of a run,
+    # in one graph of symbolic width; the head feeds 1 pair (width-1 graph) or several (its symbolic-width graph)
     assert counters["stats"]["unique_graphs"] == 4
-    assert [t.tolist() for t in spec[0].tokens] == [t.tolist() for t in spec[1].tokens]
     assert make_cache(pair.target.model, 1, kind="compiled", max_length=10).max_length == STATIC_BUCKET
 
 
