@@ -413,7 +413,8 @@ def tree_record(result, verifier_name: str, baseline: dict, prediction=None, bat
     by_prompt = _prompt_interval(d, 0)
     speedup, speedup_interval = _speedup(result, baseline, by_prompt)
     out = {
-        "verifier": verifier_name, "tree": "x".join(map(str, result.tree.branching)), "rule": result.rule,
+        "verifier": verifier_name, "tree": str(result.tree) if getattr(result.tree, "deterministic", False)
+        else "x".join(map(str, result.tree.branching)), "rule": result.rule,
         "replacement": result.tree.replacement, "tree_tokens": result.tree.num_tokens,
         "block_efficiency": by_prompt,
         "block_efficiency_batch_means": {"mean": be.value, "low": be.low, "high": be.high},

@@ -38,6 +38,7 @@ from tqdm.auto import tqdm
 
 from otspec.distributions import total_variation
 from otspec.drafts import DraftTree
+from otspec.drafts import parse_tree as parse_drafts_tree
 from otspec.engine.ledger import Ledger
 from otspec.engine.loop import tree_loop
 from otspec.engine.observers import LedgerObserver, Observer
@@ -53,17 +54,10 @@ from .sessions import ModelSession
 __all__ = ["MAX_CLOSED_FORM_NODES", "TreeResult", "parse_tree", "tree_batches", "tree_generate"]
 
 
-def parse_tree(spec, replacement: bool = True) -> DraftTree:
-    """A :class:`~otspec.drafts.DraftTree` from ``"4x2x2x1"``, ``"iid:K:L"`` (SpecTr's K drafts of L tokens) or a tree."""
-    if isinstance(spec, DraftTree):
-        return DraftTree(spec.branching, replacement)
-    text = str(spec).strip().lower()
-    if text.startswith("iid:"):
-        parts = text.split(":")
-        if len(parts) != 3:
-            raise ValueError(f"could not read {spec!r}; expected iid:K:L, e.g. iid:4:3")
-        return DraftTree.spectr_iid(int(parts[1]), int(parts[2]), replacement)
-    return DraftTree.parse(text, replacement)
+def parse_tree(spec, replacement: bool = True):
+    """A draft tree from ``"4x2x2x1"``, ``"iid:K:L"`` (SpecTr's K drafts of L tokens), ``"eagle2:D:K:M"`` (EAGLE-2's
+    confidence-ordered tree: depth D, top-K expansion, M nodes kept) or a tree (:func:`otspec.drafts.parse_tree`)."""
+    return parse_drafts_tree(spec, replacement)
 
 
 @dataclass
@@ -110,7 +104,8 @@ def tree_generate(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: s
 
     The tree loop of :mod:`otspec.engine.loop` over the target's and the drafter's sessions.
     ``verifier`` is a multi-draft verifier (``layout == "candidates"``); ``tree`` a
-    :class:`~otspec.drafts.DraftTree` or a k-config string (``"4x2x2x1"``, ``"iid:4:3"``); the
+    :class:`~otspec.drafts.DraftTree` or a k-config string (``"4x2x2x1"``, ``"iid:4:3"``, or EAGLE-2's
+    confidence-ordered ``"eagle2:D:K:M"`` with the naive verifier); the
     candidates are drawn with or without replacement as the verifier requires. ``record_law``
     also computes E[τ | drafted trie] (a law call per internal trie node; measurement, untimed);
     ``keep_tries`` keeps every drafted trie with its rows (for tests); ``cache`` is a kind of
@@ -199,8 +194,9 @@ class _TreeRecords(Observer):
             t, found = step.tries[b], {}
             if self.keep:
                 self.kept.append((self.offset + b, step.history(b), t))
-            verified = [j for j in [0, *step.paths[b]] if t.depth[j] < depth]
-            internal = [j for j in range(len(t.token)) if t.depth[j] < depth] if self.with_law else verified
+            verified = [j for j in [0, *step.paths[b]] if t.depth[j] < depth and j in t.cands]  # a chosen tree's
+            internal = [j for j in range(len(t.token)) if t.depth[j] < depth and j in t.cands] if self.with_law \
+                else verified  # leaves may sit above the deepest level
             for node in internal:
                 found[node] = self._go_on(t, node)
             if self.with_law:
@@ -219,7 +215,10 @@ class _TreeRecords(Observer):
                     self.closed[d].append((p, q, k))
 
     def _closed_form(self, p, q, k) -> float:
-        """The verifier's closed-form acceptance, or nan where it has none or it is too large to evaluate."""
+        """The verifier's closed-form acceptance, or nan where it has none, it is too large to evaluate, or the candidates
+        were chosen (an EAGLE-2 tree: the closed forms are for candidates drawn from p)."""
+        if getattr(self.tree, "deterministic", False):
+            return np.nan
         try:
             return float(self.verifier.expected_acceptance(p, q, k))
         except (NotImplementedError, SizeLimitError):
@@ -236,6 +235,7 @@ class _TreeRecords(Observer):
                   leave=False) as bar:
             for c in nodes:
                 acceptance.append(np.array([self._closed_form(p, q, k) for p, q, k in c]))
-                optimum.append(np.array([otm_value(p, q, k, self.tree.replacement) for p, q, k in c]))
+                optimum.append(np.array([np.nan if getattr(self.tree, "deterministic", False)
+                                         else otm_value(p, q, k, self.tree.replacement) for p, q, k in c]))
                 bar.update(len(c))
         return acceptance, optimum

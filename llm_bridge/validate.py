@@ -186,6 +186,11 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     unknown = [v for v in multi_verifiers if v not in MULTI_DRAFT_REGISTRY]
     if unknown:
         raise ValueError(f"multi-draft verifiers {unknown}: expected names among {sorted(MULTI_DRAFT_REGISTRY)}")
+    chosen = [str(t) for t in trees if getattr(t, "deterministic", False)]
+    wrong = [v for v in multi_verifiers if not MULTI_DRAFT_REGISTRY[v].any_candidates]
+    if chosen and wrong:
+        raise ValueError(f"--trees {','.join(chosen)}: EAGLE-2 trees choose their candidates (top-k); verifiers "
+                         f"{wrong} assume drawn ones. Use --multi-verifiers naive")
     if cache not in CACHE_KINDS:
         raise ValueError(f"cache: expected one of {CACHE_KINDS}, got {cache!r}")
     if log_rows is not None and not Path(log_rows).resolve().parent.is_dir():
@@ -348,7 +353,8 @@ def main(argv=None) -> int:
     ap.add_argument("--verifiers", default="token,block,block_v1")
     ap.add_argument("--L", default="2,4,8", help="draft lengths, comma-separated")
     ap.add_argument("--trees", default="", help="draft trees for multi-draft runs, comma-separated k-configs "
-                    "(4x2x2x1) or iid:K:L (K i.i.d. drafts of L tokens); none by default")
+                    "(4x2x2x1), iid:K:L (K i.i.d. drafts of L tokens) or eagle2:D:K:M (EAGLE-2's confidence-ordered "
+                    "tree: depth D, top-K expansion, M nodes; with --multi-verifiers naive); none by default")
     ap.add_argument("--multi-verifiers", default="kseq,multiround",
                     help=f"multi-draft verifiers for --trees, among {','.join(MULTI_DRAFT_REGISTRY)}")
     ap.add_argument("--rule", default="match", choices=("match", "accepted"),

@@ -10,7 +10,7 @@ from scipy import stats
 from strategies import markov_pairs
 
 from otspec import theory
-from otspec.drafts import DraftTree
+from otspec.drafts import DraftTree, parse_tree
 from otspec.engine.tree import generate_tree, tree_law
 from otspec.sources import IIDSource, random_markov
 from otspec.verifiers import (
@@ -30,6 +30,7 @@ SETUPS = [
     (MultiRoundWithoutReplacement(), "3x1", False, "match"),
     (NaiveMultiCandidate(), "2x2", True, "accepted"),
     (OTMVerify(), "2x1", True, "match"),
+    (NaiveMultiCandidate(), "eagle2:3:2:4", False, "match"),  # EAGLE-2's chosen tree (test_engine_confidence.py)
 ]
 
 
@@ -38,7 +39,7 @@ SETUPS = [
 def test_tree_iteration_is_lossless(pair, which):
     draft, target, _ = pair
     verifier, config, replacement, rule = SETUPS[which]
-    tree = DraftTree.parse(config, replacement)
+    tree = parse_tree(config, replacement)
     if target.horizon is not None and target.horizon < tree.depth + 1:
         draft, target = random_markov(draft.vocab_size, 1.0, seed=which, sparsity=0.3)
     res = tree_law(draft, target, verifier, tree, rule)
@@ -68,11 +69,11 @@ def test_decode_matches_exact_on_iid_pair():
         assert run.block_efficiency.contains(exact), (verifier.name, config, rule, exact, run.block_efficiency)
 
 
-@pytest.mark.parametrize("which", [1, 4])
+@pytest.mark.parametrize("which", [1, 4, 8])
 def test_decode_output_follows_target_law(which):
     verifier, config, replacement, rule = SETUPS[which]
     d, t = random_markov(2, 0.5, horizon=4, seed=8, sparsity=0.2)
-    res = generate_tree(d, t, verifier, DraftTree.parse(config, replacement), 4, rule=rule,
+    res = generate_tree(d, t, verifier, parse_tree(config, replacement), 4, rule=rule,
                         n_sequences=60_000, seed=3, progress=False)
     idx = res.tokens @ np.array([8, 4, 2, 1])
     law = t.enumerate(4).probs

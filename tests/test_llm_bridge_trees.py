@@ -221,3 +221,34 @@ def test_deferred_closed_forms_equal_the_ones_computed_while_decoding():
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(x, y)
         assert np.all(b <= y + 1e-12)  # the verifier's acceptance never beats the optimum on the same node
+
+
+def test_eagle2_trees_on_models_score_every_node_like_a_full_pass_and_keep_the_target_law():
+    """EAGLE-2's confidence-ordered tree with a draft model: the kept nodes' rows are the models' own rows, each
+    node's candidates are the top tokens of its draft row, E[τ | trie] matches the measured length, and a
+    two-sample test against plain sampling passes (the same test rejects a biased verifier above)."""
+    from otspec.drafts import ConfidenceTree
+    from otspec.engine.confidence import top_tokens
+
+    pair = tiny_pair(sharpness=2.0)
+    prompts = random_prompts(3, np.random.default_rng(4))
+    run = tree_generate(pair, prompts, NaiveMultiCandidate(), "eagle2:3:2:5", 20, sampling=TOP4, batch_size=3,
+                        progress=False, keep_tries=True)
+    assert run.tree == ConfidenceTree(3, 2, 5) and run.decode.generated == 60
+    for _, committed, trie in run.tries:
+        assert len(trie) - 1 <= 5
+        for node in range(len(trie.token)):
+            path = committed.tolist() + [trie.token[j] for j in trie.path_to(node)]
+            np.testing.assert_allclose(trie.q[node], _full_row(pair.target.model, path, TOP4), atol=1e-12)
+            if node in trie.cands:  # an internal node was fed: its row, and its kept children among its top 2
+                np.testing.assert_allclose(trie.p[node], _full_row(pair.drafter.model, path, TOP4), atol=1e-12)
+                assert set(trie.cands[node].tolist()) <= set(top_tokens(trie.p[node], 2).tolist())
+    d = run.decode
+    se = run.expected_accepted.std() / np.sqrt(d.iterations)
+    assert abs(run.expected_accepted.mean() - d.accepted / d.iterations) < 5 * se + 0.1
+    assert all(np.isnan(a).all() for a in run.acceptance)  # closed forms are for drawn candidates
+    test = two_sample_test(pair, [1, 5, 9, 3], NaiveMultiCandidate(), "eagle2:2:2:3", n=300, tokens=3,
+                           sampling=TOP4, seed=5)
+    assert test["p_value"] > 1e-3
+    with pytest.raises(ValueError, match="chooses them"):
+        tree_generate(pair, prompts, KSeq(), "eagle2:2:2:3", 6, progress=False)

@@ -12,7 +12,8 @@ Convention: **p is the draft distribution, q the target**.
 * :func:`draft_inclusion_probs` and :func:`prob_drafts_within` — P_D(y ∈ S(X)) and
   P_D(S(X) ⊆ A) for the candidate set S(X), without enumerating tuples (the exponential race
   of eq. (7) without replacement).
-* :class:`DraftTree` — k-configs such as MCSD's ``4x2x2x1`` and SpecTr's K i.i.d. drafts.
+* :class:`DraftTree` — k-configs such as MCSD's ``4x2x2x1`` and SpecTr's K i.i.d. drafts;
+  :class:`ConfidenceTree` — EAGLE-2's confidence-ordered dynamic trees; :func:`parse_tree` reads either.
 
 Tuples without replacement
 --------------------------
@@ -33,11 +34,12 @@ from .laws import (
     sample_candidates,
     tuple_membership,
 )
-from .tree import DraftTree
+from .tree import ConfidenceTree, DraftTree, parse_tree
 
 __all__ = [
     "CANDIDATES",
     "CHAIN",
+    "ConfidenceTree",
     "MAX_DRAFT_TUPLES",
     "MAX_RACE_CELLS",
     "RACE_STEP",
@@ -48,6 +50,7 @@ __all__ = [
     "draft_tuple_law",
     "gather_tokens",
     "inclusion_iid",
+    "parse_tree",
     "prob_drafts_within",
     "sample_candidates",
     "tuple_membership",

@@ -1,4 +1,5 @@
-"""Draft trees: k-configs such as MCSD's ``4x2x2x1`` and SpecTr's K i.i.d. drafts (MCSD spec §3, SpecTr App. D)."""
+"""Draft trees: k-configs such as MCSD's ``4x2x2x1`` and SpecTr's K i.i.d. drafts (MCSD spec §3, SpecTr App. D),
+and EAGLE-2's confidence-ordered dynamic trees."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 
 from ..checks import check_size
 
-__all__ = ["DraftTree"]
+__all__ = ["ConfidenceTree", "DraftTree", "parse_tree"]
 
 
 @dataclass(frozen=True)
@@ -72,3 +73,78 @@ class DraftTree:
 
     def __str__(self) -> str:
         return "x".join(map(str, self.branching)) + ("" if self.replacement else " (without replacement)")
+
+
+@dataclass(frozen=True)
+class ConfidenceTree:
+    """EAGLE-2's confidence-ordered dynamic draft tree (Li et al., EMNLP 2024, arXiv 2406.16858, §4).
+
+    Children are *chosen*, not drawn: a node's candidates are the ``top_k`` tokens of its draft row
+    p(·|path) of positive mass, and a node's confidence is the product of the draft probabilities along
+    its path. Expansion: at each of ``depth`` levels the ``top_k`` most confident nodes of the level are
+    fed to the drafter (one call per level) and get their ``top_k`` children; reranking: the ``nodes``
+    most confident of all drafted nodes are kept (ties: shallower first, then drafting order; a parent's
+    confidence is at least its child's, so the kept set is a tree) and scored by one target call.
+
+    The candidates are deterministic given the rows, so only a verifier that is lossless for any
+    candidate set keeps the target's law: ``naive`` (Y ~ q(·|path); the walk goes on to the child
+    spelling Y), which is also the largest acceptance any lossless verifier reaches at fixed
+    candidates C, q(C). The trees are built by :func:`otspec.engine.confidence.grow_confidence`.
+    """
+
+    depth: int
+    top_k: int
+    nodes: int
+    replacement = False  # the candidates of a node are distinct tokens
+    deterministic = True  # chosen from the rows: no draw
+
+    def __post_init__(self):
+        for name in ("depth", "top_k", "nodes"):
+            object.__setattr__(self, name, check_size(getattr(self, name), name))
+
+    @classmethod
+    def parse(cls, text: str) -> ConfidenceTree:
+        """``"eagle2:D:K:M"`` → ConfidenceTree(depth=D, top_k=K, nodes=M)."""
+        parts = str(text).strip().lower().split(":")
+        if len(parts) != 4 or parts[0] != "eagle2":
+            raise ValueError(f"could not read a confidence tree from {text!r}; expected eagle2:DEPTH:TOP_K:NODES, "
+                             "e.g. eagle2:4:4:16")
+        try:
+            return cls(*(int(x) for x in parts[1:]))
+        except ValueError:
+            raise ValueError(f"could not read a confidence tree from {text!r}: DEPTH, TOP_K and NODES are integers "
+                             "(e.g. eagle2:4:4:16)") from None
+
+    @property
+    def branching(self) -> tuple[int, ...]:
+        """At most ``top_k`` children per node at every depth (what a k-config reader sees)."""
+        return (self.top_k,) * self.depth
+
+    @property
+    def num_tokens(self) -> int:
+        """Draft tokens scored by the target call: at most ``nodes``."""
+        return self.nodes
+
+    def __str__(self) -> str:
+        return f"eagle2:{self.depth}:{self.top_k}:{self.nodes}"
+
+
+def parse_tree(spec, replacement: bool = True):
+    """A draft tree from a spec: ``"4x2x2x1"`` (k-config), ``"iid:K:L"`` (SpecTr's K i.i.d. drafts of L tokens),
+    ``"eagle2:D:K:M"`` (:class:`ConfidenceTree`), or a tree (a :class:`DraftTree` gets ``replacement``)."""
+    if isinstance(spec, ConfidenceTree):
+        return spec
+    if isinstance(spec, DraftTree):
+        return DraftTree(spec.branching, replacement)
+    text = str(spec).strip().lower()
+    if text.startswith("eagle2"):
+        return ConfidenceTree.parse(text)
+    if text.startswith("iid:"):
+        parts = text.split(":")
+        if len(parts) != 3:
+            raise ValueError(f"could not read {spec!r}; expected iid:K:L, e.g. iid:4:3")
+        try:
+            return DraftTree.spectr_iid(int(parts[1]), int(parts[2]), replacement)
+        except ValueError:
+            raise ValueError(f"could not read {spec!r}; expected iid:K:L with integers, e.g. iid:4:3") from None
+    return DraftTree.parse(text, replacement)

@@ -32,6 +32,7 @@ import numpy as np
 from ..distributions import host_to_like, sample_categorical, to_host, zeros_of
 from ..drafts import DraftTree, sample_candidates
 from ..verifiers.base import Outcome
+from .confidence import grow_confidence
 from .controllers import DraftLengthController
 from .observers import ChainStep, TreeStep
 from .session import Session, as_prompts
@@ -380,6 +381,25 @@ def _grow(draft: Session, tree: DraftTree, run: _Run, depth, rng):
     return tries, calls
 
 
+def _grow_by_confidence(draft: Session, tree, run: _Run, depth):
+    """Draft every sequence's confidence-ordered tree (:func:`~otspec.engine.confidence.grow_confidence`)."""
+    B = run.B
+    if not (depth > 0).any():
+        return [Trie() for _ in range(B)], np.zeros(B, dtype=np.int64)
+    root = to_host(run.call("draft", 0, draft.feed, np.zeros((B, 0), dtype=np.int64), np.zeros(B, dtype=np.int64)).rows)
+
+    def feed(items):
+        n = np.array([len(x) for x in items], dtype=np.int64)
+        toks, parents = np.zeros((B, n.max()), dtype=np.int64), np.full((B, n.max()), -1, dtype=np.int64)
+        for b in np.flatnonzero(n):
+            toks[b, :n[b]], parents[b, :n[b]] = np.asarray(items[b], dtype=np.int64).T
+        rows = to_host(run.call("draft", int(n.max()), draft.feed_tree, toks, parents, n).rows)
+        return [rows[b, 1:1 + n[b]] for b in range(B)]
+
+    tries, calls = grow_confidence(tree, root[:, 0], feed, depth)
+    return tries, calls + (depth > 0)
+
+
 def _score_tries(target: Session, tries, run: _Run, active):
     """One target call over every trie (node j's parent j' < j); fills each trie's rows ``q`` (root first)."""
     n = np.array([len(t) - 1 if active[b] else 0 for b, t in enumerate(tries)], dtype=np.int64)
@@ -403,12 +423,13 @@ def _walk(verifier, tree: DraftTree, rule: str, tries, depth, active, rng, run: 
     out_tokens = np.zeros((B, tree.depth + 1), dtype=np.int64)
     paths = [[] for _ in range(B)]
     for d in range(tree.depth + 1):
-        bonus = np.flatnonzero(going & (depth == d))
+        leaf = np.array([tries[b].cands.get(int(cur[b])) is None for b in range(B)], dtype=bool)  # chosen trees
+        bonus = np.flatnonzero(going & ((depth == d) | leaf))
         if bonus.size:  # every level went on (or nothing was drafted): the target's own draw at the node
             out_tokens[bonus, d] = sample_categorical(np.stack([tries[b].q[cur[b]] for b in bonus]), rng)
             emitted[bonus] += 1
             going[bonus] = False
-        here = np.flatnonzero(going & (depth > d))
+        here = np.flatnonzero(going & (depth > d) & ~leaf)
         if here.size == 0:
             break
         used = {b: tries[b].used(cur[b], tree.branching[d], rule) for b in here}
@@ -438,10 +459,15 @@ def tree_loop(draft: Session, target: Session, verifier, tree: DraftTree, n_toke
     """Generate ``n_tokens`` tokens per sequence by multi-draft speculative decoding on ``tree``.
 
     ``verifier`` is a multi-draft verifier (``layout == "candidates"``) lossless for the tree's
-    draw (with or without replacement); other arguments as in :func:`chain_loop`. A sequence's
-    trie is cut at depth N − generated − 1, so every sequence ends with exactly N tokens.
+    draw (with or without replacement); ``tree`` a :class:`~otspec.drafts.DraftTree` or an EAGLE-2
+    :class:`~otspec.drafts.ConfidenceTree` (chosen candidates: the naive verifier); other arguments as in
+    :func:`chain_loop`. A sequence's trie is cut at depth N − generated − 1, so every sequence ends with
+    exactly N tokens.
     """
     prompts = as_prompts(prompts, batch)
+    if getattr(tree, "deterministic", False) and not getattr(verifier, "any_candidates", False):
+        raise ValueError(f"{type(verifier).__name__} assumes candidates drawn from the draft row; the {tree} tree "
+                         "chooses them (top-k), which only a verifier lossless for any candidates keeps exact (naive)")
     if draft.reads_target_features:
         raise ValueError(f"{type(draft).__name__} reads the target's features; the tree loop drafts from the draft "
                          "session alone (use the chain loop)")
@@ -449,7 +475,8 @@ def tree_loop(draft: Session, target: Session, verifier, tree: DraftTree, n_toke
     while (run.done < run.N).any():
         active = run.done < run.N
         depth = np.where(active, np.minimum(tree.depth, run.N - run.done - 1), 0)
-        tries, calls = _grow(draft, tree, run, depth, rng)
+        tries, calls = (_grow_by_confidence(draft, tree, run, depth) if getattr(tree, "deterministic", False)
+                        else _grow(draft, tree, run, depth, rng))
         nodes = _score_tries(target, tries, run, active)
         out_tokens, emitted, paths = _walk(verifier, tree, rule, tries, depth, active, rng, run)
         idx = np.flatnonzero(active)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..checks import check_size
-from ..drafts import DraftTree
+from ..drafts import ConfidenceTree, DraftTree
 from ..sources import LoggedRows
 from .decode import generate
 from .metrics import engine_metrics
@@ -183,7 +183,7 @@ def predict_from_pairs(pairs, verifier, draft, *, sequences: int = 32, seed: int
     marks where it proposes nothing (a prompt-lookup drafter). Pair i is replayed with seed ``seed + i``;
     ``method`` is the description the prediction carries."""
     sequences = check_size(sequences, "sequences")
-    tree = draft if isinstance(draft, DraftTree) else None
+    tree = draft if isinstance(draft, (DraftTree, ConfidenceTree)) else None
     L = tree.depth if tree is not None else check_size(draft, "L", minimum=0)
     tokens, iterations, hist = [], [], np.zeros((L + 1, L + 1), dtype=np.int64)
     for i, (d, t) in enumerate(pairs):

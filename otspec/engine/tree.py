@@ -31,6 +31,7 @@ from ..checks import check_size
 from ..drafts import DraftTree, draft_tuple_law
 from ..pairs import check_pair
 from ..sources import Source, extend_prefixes
+from .confidence import grow_confidence
 from .decode import check_buffer
 from .ledger import DecodeResult, Ledger
 from .loop import tree_loop
@@ -46,6 +47,12 @@ def _check(draft: Source, target: Source, verifier, tree: DraftTree, rule: str):
     check_pair(draft, target)
     if verifier.layout != "candidates":
         raise ValueError(f"{type(verifier).__name__} verifies {verifier.layout}; a tree needs a multi-draft verifier")
+    if getattr(tree, "deterministic", False):
+        if not verifier.any_candidates:
+            raise ValueError(f"{type(verifier).__name__} assumes candidates drawn from the draft row; the {tree} tree "
+                             "chooses them (top-k), which only a verifier lossless for any candidates keeps exact "
+                             "(naive)")
+        return
     if not verifier.any_draw_mode and verifier.replacement != tree.replacement:
         mode = "with" if tree.replacement else "without"
         raise ValueError(f"{type(verifier).__name__} is lossless for candidates drawn "
@@ -89,11 +96,14 @@ def tree_law(draft: Source, target: Source, verifier, tree: DraftTree, rule: str
     """Exact output law of one multi-draft iteration on ``tree`` (small V and trees only).
 
     Enumerates, node set by node set along the followed path, every candidate
-    tuple with its exact probability and the verifier's exact law.
+    tuple with its exact probability and the verifier's exact law. For an EAGLE-2
+    :class:`~otspec.drafts.ConfidenceTree` the tree is grown once from the draft's rows
+    (:func:`~otspec.engine.confidence.grow_confidence`) and its chosen candidates have probability 1.
     """
     _check(draft, target, verifier, tree, rule)
     L, V = tree.depth, target.vocab_size
     target.check_length(L + 1)
+    chosen = _chosen_tree(draft, tree) if getattr(tree, "deterministic", False) else None
     emitted = defaultdict(float)
     continue_mass = np.zeros(L)
     level = {((), 1): 1.0}  # (prefix, node count) -> probability
@@ -101,7 +111,14 @@ def tree_law(draft: Source, target: Source, verifier, tree: DraftTree, rule: str
         nxt = defaultdict(float)
         for (prefix, nodes), mass in level.items():
             p_row, q_row = _row(draft, prefix), _row(target, prefix)
-            tuples, probs = draft_tuple_law(p_row, nodes * tree.branching[d], tree.replacement)
+            if chosen is None:
+                tuples, probs = draft_tuple_law(p_row, nodes * tree.branching[d], tree.replacement)
+            elif chosen.get(prefix) is None:  # a leaf above the deepest level: the bonus token from q
+                for y in range(V):
+                    emitted[prefix + (y,)] += mass * q_row[y]
+                continue
+            else:
+                tuples, probs = chosen[prefix][None], np.ones(1)
             law = verifier.law(tuples, np.broadcast_to(p_row, (len(tuples), V)), np.broadcast_to(q_row, (len(tuples), V)))
             acc = mass * probs[:, None] * np.asarray(law.accepted)
             rej = mass * probs[:, None] * np.asarray(law.rejected)
@@ -124,6 +141,21 @@ def tree_law(draft: Source, target: Source, verifier, tree: DraftTree, rule: str
     expected = sum(len(k) * m for k, m in emitted.items())
     return TreeExactResult(tree, rule, output, target_law, float(np.max(np.abs(output - target_law))),
                            float(expected), continue_mass)
+
+
+def _chosen_tree(draft: Source, tree) -> dict:
+    """A confidence tree grown from the empty context on the draft source: path (tuple) -> its node's candidates."""
+
+    def feed(items):  # (token, parent among the fed nodes) -> the draft row after the node's path
+        rows = []
+        for token, parent in items[0]:
+            paths.append((paths[parent] if parent >= 0 else ()) + (token,))
+            rows.append(_row(draft, paths[-1]))
+        return [np.array(rows)]
+
+    paths = []
+    (trie,), _ = grow_confidence(tree, _row(draft, ())[None], feed, [tree.depth])
+    return {tuple(trie.token[j] for j in trie.path_to(node)): c for node, c in trie.cands.items()}
 
 
 def _fill(target: Source, emitted: dict, length: int) -> np.ndarray:

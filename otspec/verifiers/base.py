@@ -162,6 +162,8 @@ class Verifier(ABC):
     replacement: bool = True
     #: Candidates: lossless whether they were drawn with or without replacement (the naive verifier).
     any_draw_mode: ClassVar[bool] = False
+    #: Lossless for any candidate set, drawn or chosen (EAGLE-2's top-k trees need it).
+    any_candidates: ClassVar[bool] = False
     lossless: ClassVar[bool] = True
     #: Candidates must be distinct (checked with ``validate=True``).
     distinct_candidates: ClassVar[bool] = False

@@ -23,6 +23,9 @@ class NaiveMultiCandidate(MultiDraftVerifier):
     replacement = True
     #: Lossless whatever the candidates' law (the tree engines accept any draw mode).
     any_draw_mode = True
+    #: ... and whatever chose them: Y ~ q is drawn without looking at the candidates, so chosen (top-k)
+    #: candidates keep it exact; at fixed candidates C its acceptance q(C) is the most any lossless verifier gets.
+    any_candidates = True
 
     def expected_acceptance(self, draft, target, k: int) -> float:
         return naive_acceptance(draft, target, k, self.replacement)
