@@ -281,8 +281,9 @@ class CachedLM(_Pending):
         self._compact()
         return out.logits, (out.hidden_states[-1] if self.hidden else None)
 
-    def feed_tree(self, tokens, parents, counts):
-        """Score ``counts[b]`` tree nodes per sequence in one forward pass; returns logits (B, m, V).
+    def feed_tree(self, tokens, parents, counts, **inputs):
+        """Score ``counts[b]`` tree nodes per sequence in one forward pass; returns (logits (B, m, V), hidden (B, m, H)
+        or None) as :meth:`feed` does (``inputs``: more keyword inputs aligned with the nodes, e.g. a head's features).
 
         ``tokens`` (B, m) are right-padded nodes, listed parents first; ``parents`` (B, m) gives each
         node's parent among the row's *pending* nodes — those of every :meth:`feed_tree` call since the
@@ -302,10 +303,11 @@ class CachedLM(_Pending):
         positions = torch.as_tensor(self.length[:, None] + depths, device=self.device)
         with torch.no_grad():
             out = self.model(input_ids=torch.as_tensor(tokens, device=self.device), attention_mask=mask,
-                             position_ids=positions, past_key_values=self.cache, use_cache=True)
+                             position_ids=positions, past_key_values=self.cache, use_cache=True,
+                             output_hidden_states=self.hidden, **inputs)
         self.calls += 1
         self.valid = np.concatenate([self.valid, np.zeros((B, m), dtype=bool)], axis=1)
-        return out.logits
+        return out.logits, (out.hidden_states[-1] if self.hidden else None)
 
     def _settle(self) -> None:
         self._compact()
@@ -426,7 +428,7 @@ class StaticCachedLM(_Pending):
         self._crop()
         return logits, hidden
 
-    def feed_tree(self, tokens, parents, counts):
+    def feed_tree(self, tokens, parents, counts, **inputs):
         """As :meth:`CachedLM.feed_tree` (pending nodes numbered across calls until :meth:`keep_path`)."""
 
         tokens, parents = _ids(tokens), np.asarray(parents, dtype=np.int64)
@@ -439,9 +441,9 @@ class StaticCachedLM(_Pending):
         start, tree, depths = self._add_nodes(parents, counts, self.ptr)
         sees = np.repeat(self.valid[:, None, :], m, axis=1)
         sees[:, :, start:start + tree.shape[2]] = tree
-        logits, _ = self._call(tokens, sees, self.length[:, None] + depths)
+        logits, hidden = self._call(tokens, sees, self.length[:, None] + depths, **inputs)
         self.ptr += m
-        return logits
+        return logits, hidden
 
     def _settle(self) -> None:  # rollback is position-based here: mask bits cleared, the pointer moved back
         self._crop()

@@ -309,7 +309,7 @@ class _FeatureSession(Session):
             raise ValueError(f"{type(self).__name__}.{what}: the head reads the target's features; pass features=")
 
     def feed_tree(self, tokens, parents, counts) -> Scores:
-        raise ValueError(f"{type(self).__name__} drafts chains; the tree loop needs a draft model")
+        raise ValueError(f"{type(self).__name__} drafts chains; the tree loop needs a draft model or the EAGLE head")
 
     def _out(self, rows, feats, usable) -> Scores:
         if self.host_rows:
@@ -350,6 +350,7 @@ class EagleSession(_FeatureSession):
                                                              dtype=self.dtype))
         self.last_h = torch.zeros((B, H), device=self.device, dtype=self.dtype)
         self.has_last = np.zeros(B, dtype=bool)
+        self._nodes = None  # a pending tree: per row, the cache's index of each node; the features of every column
 
     def _run(self, tokens, counts, feats) -> None:
         """One head call on pairs (feats, tokens) of ``counts[b]`` per row; the last real output becomes each row's state."""
@@ -388,9 +389,40 @@ class EagleSession(_FeatureSession):
         usable = np.repeat(self.has_last[:, None], len(logits), axis=1)
         return self._out(rows, torch.stack(feats, dim=1).double() if self.hidden else None, usable)
 
+    def feed_tree(self, tokens, parents, counts) -> Scores:
+        """Tree nodes (the session protocol's numbering: per row, the nodes fed since the last commit, -1 for a child of
+        the committed tokens) in one head call: each node's pair reads the feature the head predicted at its parent
+        (the last committed token's for -1), so a node's row equals drafting its path as a chain."""
+        counts, parents = np.asarray(counts, dtype=np.int64), np.asarray(parents, dtype=np.int64)
+        tokens = np.asarray(to_host(tokens), dtype=np.int64)
+        B, m = tokens.shape
+        if self._nodes is None:
+            self._feed_pending()
+            self._nodes = ([[] for _ in range(B)], self.last_h.new_zeros((B, 0, self.last_h.shape[1])))
+        slots, node_h = self._nodes
+        first = node_h.shape[1]  # the cache numbers pending nodes by column, padding included
+        par = np.full((B, m), -1, dtype=np.int64)
+        feats = self.last_h[:, None].repeat(1, m, 1)
+        for b in np.flatnonzero(counts):
+            for j in range(int(counts[b])):
+                parent = int(parents[b, j])
+                if not -1 <= parent < len(slots[b]):
+                    raise ValueError(f"feed_tree: parent {parent} of row {b} is not a node fed before it")
+                if parent >= 0:
+                    par[b, j] = slots[b][parent]
+                    feats[b, j] = node_h[b, par[b, j]]
+            slots[b].extend(first + j for j in range(int(counts[b])))
+        logits, h = self.cache.feed_tree(tokens, par, counts, features=feats)
+        self._nodes = (slots, torch.cat([node_h, h], dim=1))
+        rows = self.sampling.probs(torch.cat([self.last_logits[:, None], logits], dim=1))
+        return self._out(rows, None, np.repeat(self.has_last[:, None], m + 1, axis=1))
+
     def commit(self, tokens, counts, features=None) -> None:
         self._need(features, "commit")
         counts = np.asarray(counts, dtype=np.int64)
+        if self._nodes is not None:  # a drafted tree: none of its nodes stays (the target's features replace them)
+            self.cache.keep_path([[] for _ in range(self.batch)])
+            self._nodes = None
         self.cache.rollback(self.base)  # drafted pairs ran on predicted features: re-read them with the target's
         for b in np.flatnonzero(counts):
             toks, feats = self.pending[b]

@@ -50,7 +50,7 @@ def root_token_law(pair, prompt, verifier, k: int, *, sampling: Sampling = DEFAU
     (:func:`otspec.engine.first_token.root_token_law` over both models as sources)."""
     if pair.drafter.deterministic:
         raise ValueError("root_token_law enumerates a model drafter's draws; the n-gram drafter has none")
-    draft, target = (ModelSource(m, prompt, sampling) for m in (pair.drafter.model, pair.target.model))
+    draft, target = _draft_source(pair, prompt, sampling), ModelSource(pair.target.model, prompt, sampling)
     return engine_root_token_law(draft, target, verifier, k, max_paths=max_paths)
 
 

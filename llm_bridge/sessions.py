@@ -185,9 +185,9 @@ class ModelSession(Session):
         par = np.full(inputs.shape, -1, dtype=np.int64)
         for b, p in enumerate(cache_parents):
             par[b, :len(p)] = p
-        logits = self.cache.feed_tree(inputs, par, n) if n.max() > 0 else None
+        logits, hidden = self.cache.feed_tree(inputs, par, n) if n.max() > 0 else (None, None)
         at = np.minimum(u[:, None] - 1 + np.arange(m + 1)[None, :], np.maximum(n - 1, 0)[:, None])
-        return self._scores(logits, None, at, n)
+        return self._scores(logits, hidden, at, n)
 
     def commit(self, tokens, counts) -> None:
         tokens, counts = _ids(tokens), np.asarray(counts, dtype=np.int64)

@@ -130,6 +130,9 @@ def tree_batches(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: st
                          "multi-draft verifier (kseq, multiround, multiround_without_replacement, naive, otm)")
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+    if pair.drafter.reads_target_features and getattr(pair.drafter, "kind", None) != "eagle":
+        raise ValueError(f"the {pair.drafter.name} heads draft chains (each reads only the last target feature); a "
+                         "draft tree needs a draft model or the EAGLE head")
     if pair.drafter.deterministic:
         raise ValueError(f"the {pair.drafter.name} drafter proposes one token per position; a draft tree needs a "
                          "model draft (distilled, int8, layers:K or a model)")
@@ -144,6 +147,7 @@ def tree_batches(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: st
         for offset, chunk in chunks(prompts, batch_size):
             room = cache_room(chunk, N, tree.num_tokens + 2)
             target = ModelSession(pair.target.model, len(chunk), sampling, cache=cache, max_length=room, timer=timer,
+                                  hidden=pair.drafter.reads_target_features,
                                   name="target")
             draft = pair.drafter.session(len(chunk), sampling, cache=cache, max_length=room, timer=timer)
             rec.offset = offset

@@ -206,8 +206,9 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     if log_rows is not None:  # before any decoding
         check_loggable(pair)
     head = pair.drafter.reads_target_features
-    if head and trees:
-        raise ValueError(f"--trees: the {pair.drafter.name} head drafts chains (the tree loop drafts from a draft model)")
+    if head and trees and pair.drafter.kind != "eagle":
+        raise ValueError(f"--trees: the {pair.drafter.name} heads draft chains (trees need a draft model or the "
+                         "EAGLE head)")
     if head and pair.drafter.kind == "medusa" and max(lengths, default=0) > pair.drafter.head.k:
         raise ValueError(f"--L {max(lengths)}: the Medusa heads propose at most {pair.drafter.head.k} tokens")
     if cache == "auto":

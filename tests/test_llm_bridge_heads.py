@@ -154,8 +154,8 @@ def test_head_errors():
     from llm_bridge.trees import tree_generate
     from otspec.verifiers import KSeq
 
-    with pytest.raises(ValueError, match="features"):
-        tree_generate(pair, [[1, 4, 5]], KSeq(), "2x1", 4, progress=False)
+    with pytest.raises(ValueError, match="draft chains"):
+        tree_generate(head_pair("medusa", REDUCED), [[1, 4, 5]], KSeq(), "2x1", 4, progress=False)
     with pytest.raises(ValueError, match=">= 2 tokens"):
         HeadSource(pair.drafter.head, pair.target.model, [1])
     assert isinstance(session, EagleSession)
@@ -258,3 +258,36 @@ def test_train_head_acceptance_is_the_loops_overlap_and_training_lowers_the_loss
         opt.step()
         losses.append(float(loss))
     assert losses[-1] < 0.95 * losses[0], losses
+
+
+def test_eagle_tree_rows_equal_chain_drafting_and_tree_runs_keep_the_target_law():
+    """The EAGLE head on a tree: a node's row (fed a level per call, reading its parent's predicted feature) equals
+    the row of drafting its path as a chain; after a commit the head drafts on; a confidence-ordered tree run and a
+    drawn-tree run with the head pass the two-sample test against plain sampling."""
+    from llm_bridge.trees import tree_generate
+    from otspec.verifiers import KSeq, NaiveMultiCandidate
+
+    pair = head_pair("eagle", REDUCED)
+    prompts = [np.array([1, 5, 9, 3]), np.array([2, 7, 4])]
+    _, tree_session = _sessions(pair, prompts)
+    level1 = tree_session.feed_tree(np.array([[11, 12], [13, 0]]), np.array([[-1, -1], [-1, -1]]), [2, 1]).rows
+    level2 = tree_session.feed_tree(np.array([[14, 15, 16], [17, 0, 0]]), np.array([[0, 1, 1], [0, -1, -1]]),
+                                    [3, 1]).rows
+    paths = {0: [[11], [12], [11, 14], [12, 15], [12, 16]], 1: [[13], [13, 17]]}
+    got = {0: [level1[0, 1], level1[0, 2], level2[0, 1], level2[0, 2], level2[0, 3]], 1: [level1[1, 1], level2[1, 1]]}
+    for b, rows in got.items():
+        for path, row in zip(paths[b], rows, strict=True):
+            _, chain = _sessions(pair, prompts)
+            tokens = np.zeros((2, len(path)), dtype=np.int64)
+            tokens[b] = path
+            want = chain.feed(tokens, [len(path) if i == b else 0 for i in range(2)]).rows[b, len(path)]
+            np.testing.assert_allclose(row, want, atol=1e-12)
+    np.testing.assert_allclose(level1[:, 0], _sessions(pair, prompts)[1].feed(np.zeros((2, 0), dtype=np.int64),
+                                                                               [0, 0]).rows[:, 0], atol=1e-12)
+    run = tree_generate(pair, random_prompts(3, np.random.default_rng(2)), NaiveMultiCandidate(), "eagle2:3:2:5", 12,
+                        batch_size=3, progress=False, keep_tries=True)
+    assert run.decode.generated == 36 and run.decode.accepted > 0
+    for verifier, tree in ((NaiveMultiCandidate(), "eagle2:2:2:3"), (KSeq(), "2x1")):
+        test = two_sample_test(pair, [1, 5, 9, 3], verifier, tree, n=300, tokens=3, sampling=Sampling(top_k=4),
+                               seed=5)
+        assert test["p_value"] > 1e-3, (tree, test)

@@ -273,7 +273,7 @@ def test_tree_scoring_equals_sequential_scoring_and_keeps_one_path():
     # row 0: a 4x2-like tree of 6 nodes; row 1: a chain of 3 nodes (padding after)
     tokens = np.array([[11, 12, 13, 14, 15, 16], [17, 18, 19, 0, 0, 0]])
     parents = np.array([[-1, -1, 0, 0, 1, 2], [-1, 0, 1, -1, -1, -1]])
-    logits = cache.feed_tree(tokens, parents, [6, 3])
+    logits, _ = cache.feed_tree(tokens, parents, [6, 3])
 
     def path(b, j):
         out = []

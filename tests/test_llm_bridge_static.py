@@ -32,7 +32,7 @@ def test_static_cache_feed_rollback_tree_and_squeeze_equal_full_passes():
     c.rollback([5, 3])  # position-based: only the mask and the pointer change
     assert c.ptr == 5 and c.length.tolist() == [5, 3] and c.cache.layers[0].keys is keys
     seqs = [[1, 5, 7, 9, 3], [1, 4, 6]]
-    lg = c.feed_tree(np.array([[11, 12, 13], [17, 18, 0]]), np.array([[-1, -1, 0], [-1, 0, -1]]), [3, 2])
+    lg, _ = c.feed_tree(np.array([[11, 12, 13], [17, 18, 0]]), np.array([[-1, -1, 0], [-1, 0, -1]]), [3, 2])
     assert _gap(lg[0, 2], _ref(model, seqs[0] + [11, 13])) < 1e-12
     assert _gap(lg[1, 1], _ref(model, seqs[1] + [17, 18])) < 1e-12
     c.keep_path([[0, 2], [0]])

@@ -57,12 +57,12 @@ def test_grown_tree_equals_sequential_scoring_float32():
     for cache in (grown, whole):
         cache.feed(np.array([[1, 5, 7, 0, 0], [1, 9, 4, 6, 8]]), [3, 5])
     # level 1: two children of the root (row 1: one); level 2: children of pending nodes 0 and 1
-    first = grown.feed_tree(np.array([[11, 12], [13, 0]]), np.array([[-1, -1], [-1, -1]]), [2, 1])
-    second = grown.feed_tree(np.array([[14, 15, 16], [17, 18, 0]]), np.array([[0, 0, 1], [0, 2, -1]]), [3, 2])
+    first, _ = grown.feed_tree(np.array([[11, 12], [13, 0]]), np.array([[-1, -1], [-1, -1]]), [2, 1])
+    second, _ = grown.feed_tree(np.array([[14, 15, 16], [17, 18, 0]]), np.array([[0, 0, 1], [0, 2, -1]]), [3, 2])
     assert grown.pending == 5
     tokens = np.array([[11, 12, 14, 15, 16], [13, 17, 18, 0, 0]])
     parents = np.array([[-1, -1, 0, 0, 1], [-1, 0, 1, -1, -1]])
-    at_once = whole.feed_tree(tokens, parents, [5, 3])
+    at_once, _ = whole.feed_tree(tokens, parents, [5, 3])
     paths = {0: [[11], [12], [11, 14], [11, 15], [12, 16]], 1: [[13], [13, 17], [13, 17, 18]]}
     rows = {0: [first[0, 0], first[0, 1], second[0, 0], second[0, 1], second[0, 2]],
             1: [first[1, 0], second[1, 0], second[1, 1]]}

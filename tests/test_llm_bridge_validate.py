@@ -420,6 +420,18 @@ def test_a_feature_head_validates_end_to_end(folders, tmp_path, capsys):
     code = validate_mod.main(["--target", str(folders / "target"), "--draft", f"head:{tmp_path / 'missing'}",
                               "--device", "cpu", "--prompts", "1"])
     assert code == 2 and "train_head" in capsys.readouterr().err  # a missing head: a clear message, no traceback
-    with pytest.raises(ValueError, match="drafts chains"):
+    with pytest.raises(ValueError, match="choose their candidates"):
         validate_mod.validate(target=str(folders / "target"), draft=f"head:{tmp_path / 'eagle'}", verifiers=(),
-                              trees=("2x1",), multi_verifiers=("kseq",), prompts=1, device="cpu")
+                              trees=("eagle2:2:2:3",), multi_verifiers=("kseq",), prompts=1, device="cpu")
+    out = tmp_path / "figs"  # EAGLE-2's confidence-ordered tree drafted by the head, beside its chain
+    assert validate_mod.main(["--target", str(folders / "target"), "--draft", f"head:{tmp_path / 'eagle'}",
+                              "--verifiers", "token", "--L", "2", "--trees", "eagle2:2:2:3", "--multi-verifiers",
+                              "naive", "--prompts", "2", "--batch-size", "1", "--max-new-tokens", "8", "--device",
+                              "cpu", "--lossless-samples", "30", "--name", "tree_head", "--out-dir", str(out)]) == 0
+    record = json.loads((out / "llm_tree_head.json").read_text())
+    (run,) = record["tree_runs"]
+    assert run["tree"] == "eagle2:2:2:3" and run["verifier"] == "naive" and 1 <= run["block_efficiency"]["mean"] <= 3
+    assert "draft depth" in run["prediction_method"] and 1 <= run["predicted_block_efficiency"] <= 3
+    assert record["lossless"]["verifiers"]["naive (tree 2x1)"]["first_token_max_deviation"] < 1e-6
+    assert plot_main(["record", str(out / "llm_tree_head.json")]) == 0
+    assert "eagle2:2:2:3" in (out / "llm_tree_head.md").read_text()

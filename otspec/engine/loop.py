@@ -401,7 +401,8 @@ def _grow_by_confidence(draft: Session, tree, run: _Run, depth):
 
 
 def _score_tries(target: Session, tries, run: _Run, active):
-    """One target call over every trie (node j's parent j' < j); fills each trie's rows ``q`` (root first)."""
+    """One target call over every trie (node j's parent j' < j); fills each trie's rows ``q`` (root first).
+    Returns (nodes scored per sequence, the target's features at the root and every node, or None)."""
     n = np.array([len(t) - 1 if active[b] else 0 for b, t in enumerate(tries)], dtype=np.int64)
     width = max(int(n.max()), 0)
     toks, parents = np.zeros((run.B, width), dtype=np.int64), np.full((run.B, width), -1, dtype=np.int64)
@@ -409,10 +410,11 @@ def _score_tries(target: Session, tries, run: _Run, active):
         t = tries[b]
         toks[b, :n[b]] = t.token[1:]
         parents[b, :n[b]] = np.asarray(t.parent[1:]) - 1  # trie node j is fed as node j - 1; the root is -1
-    rows = to_host(run.call("target", width + 1, target.feed_tree, toks, parents, n).rows)
+    scored = run.call("target", width + 1, target.feed_tree, toks, parents, n)
+    rows = to_host(scored.rows)
     for b in np.flatnonzero(active):
         tries[b].q = rows[b, :len(tries[b])]
-    return n
+    return n, scored.features
 
 
 def _walk(verifier, tree: DraftTree, rule: str, tries, depth, active, rng, run: _Run):
@@ -468,21 +470,26 @@ def tree_loop(draft: Session, target: Session, verifier, tree: DraftTree, n_toke
     if getattr(tree, "deterministic", False) and not getattr(verifier, "any_candidates", False):
         raise ValueError(f"{type(verifier).__name__} assumes candidates drawn from the draft row; the {tree} tree "
                          "chooses them (top-k), which only a verifier lossless for any candidates keeps exact (naive)")
-    if draft.reads_target_features:
-        raise ValueError(f"{type(draft).__name__} reads the target's features; the tree loop drafts from the draft "
-                         "session alone (use the chain loop)")
     run = _Run((draft, target), prompts, n_tokens, observers, bar, timer)  # trees walk on the host
     while (run.done < run.N).any():
         active = run.done < run.N
         depth = np.where(active, np.minimum(tree.depth, run.N - run.done - 1), 0)
         tries, calls = (_grow_by_confidence(draft, tree, run, depth) if getattr(tree, "deterministic", False)
                         else _grow(draft, tree, run, depth, rng))
-        nodes = _score_tries(target, tries, run, active)
+        nodes, features = _score_tries(target, tries, run, active)
         out_tokens, emitted, paths = _walk(verifier, tree, rule, tries, depth, active, rng, run)
         idx = np.flatnonzero(active)
         start = run.done[idx].copy()
         before = run.plen + run.done
-        run.emit(idx, out_tokens[idx], emitted[idx], (draft, target))
+        if draft.reads_target_features:  # the target's features before each emitted token: at the root, then the path
+            if features is None:
+                raise ValueError(f"{type(draft).__name__} reads the target's features; {type(target).__name__} "
+                                 "returned none")
+            at = np.zeros((run.B, tree.depth + 1), dtype=np.int64)
+            for b in idx:
+                at[b, 1:1 + len(paths[b])] = paths[b]
+            features = features[host_to_like(np.arange(run.B)[:, None], features), host_to_like(at, features)]
+        run.emit(idx, out_tokens[idx], emitted[idx], (draft, target), features)
         if run.observers:
             run.notify("on_tree", TreeStep(idx, start, depth[idx], emitted[idx], tries, paths, nodes[idx], calls[idx],
                                            lambda b, before=before: run.seq[b, :before[b]].copy()))
