@@ -95,3 +95,12 @@ def test_specs_and_errors():
         tree_law(d, t, KSeq(), ConfidenceTree(2, 2, 4))
     with pytest.raises(ValueError, match="chooses them"):
         generate_tree(d, t, MultiRound(), ConfidenceTree(2, 2, 4), 4, progress=False)
+
+
+def test_top_tokens_equals_a_full_stable_sort_with_ties():
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        row = rng.integers(0, 4, int(rng.integers(1, 12))) / 3.0  # many ties and zeros
+        k = int(rng.integers(1, 8))
+        pos = np.flatnonzero(row > 0)
+        assert top_tokens(row, k).tolist() == pos[np.argsort(-row[pos], kind="stable")[:k]].tolist()

@@ -30,7 +30,12 @@ def top_tokens(row: np.ndarray, k: int) -> np.ndarray:
     """The at most ``k`` tokens of positive mass in ``row`` with the largest probabilities (ties: smaller id first)."""
     row = np.asarray(row)
     pos = np.flatnonzero(row > 0)
-    return pos[np.argsort(-row[pos], kind="stable")[:k]]
+    if pos.size > k:  # an LLM row: the k-th largest value in linear time, its ties by id
+        vals = row[pos]
+        kth = np.partition(vals, pos.size - k)[pos.size - k]
+        above = pos[vals > kth]
+        pos = np.concatenate([above, pos[vals == kth][:k - above.size]])
+    return pos[np.argsort(-row[pos], kind="stable")]
 
 
 class _Nodes:
