@@ -88,6 +88,9 @@ records: $(DEMO_STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.adaptive --draft eagle --rule specdecpp --fixed 1,2,3 \
 	    --thresholds 0.3,0.5,0.7,0.9 --batch-size 1 --name eagle_specdecpp --timing-attempts 2
 	$(RECORD) --draft medusa --verifiers token,block --L 1,2,3 --batch-size 1
+	# EAGLE-2's confidence-ordered trees drafted by the EAGLE head, beside its chain at L = 1
+	$(RECORD) --draft eagle --verifiers token --L 1 --trees eagle2:2:2:3,eagle2:3:3:6 --multi-verifiers naive \
+	    --batch-size 1 --lossless-samples 100 --no-hf --name eagle2_trees
 	MPLBACKEND=Agg $(BIN)/python -m otspec.report
 
 # the shipped feature-level draft heads (llm_bridge/weights/eagle, medusa), remade from the target's own samples

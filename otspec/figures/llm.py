@@ -103,7 +103,7 @@ def _tree_markdown(runs: list) -> list:
     for r in runs:
         be, si = r["block_efficiency"], r["speedup_interval"]
         go = ", ".join(fmt(x, 2) for x in r["go_on"])
-        lines.append(f"| {r['verifier']} | {r['tree']}{'' if r['replacement'] else ' (w/o repl.)'} | {r['rule']} | "
+        lines.append(f"| {r['verifier']} | {r['tree']}{'' if r['replacement'] or r['tree'].startswith('eagle2') else ' (w/o repl.)'} | {r['rule']} | "
                      f"{fmt(be['mean'])} [{fmt(be['low'])}, {fmt(be['high'])}] | "
                      f"{fmt(r['expected_block_efficiency_given_tree'])} | {fmt(r['predicted_block_efficiency'])} | "
                      f"{fmt(r['otm_bound_block_efficiency'])} | {go} | {fmt(r['target_nodes_per_call'], 1)} | "
