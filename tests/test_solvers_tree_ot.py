@@ -79,3 +79,18 @@ def test_per_depth_optima_are_not_reached_at_once_on_trees():
     draft, target = random_markov(2, 3.0, seed=38, sparsity=0.3)
     opt = tree_optimum(draft, target, DraftTree((2, 1)))
     assert opt.per_level_sum - opt.value > 1e-3
+
+
+def test_on_a_chosen_tree_the_naive_verifier_is_optimal():
+    """EAGLE-2's tree is one tree of probability 1: the optimum is Q(paths), which the naive verifier reaches."""
+    from otspec.drafts import ConfidenceTree
+    from otspec.engine.confidence import grow_on_source
+    from otspec.solvers.tree_ot import coupling_optimum
+
+    draft, target = random_markov(3, 0.7, seed=2, sparsity=0.2)
+    for tree in (ConfidenceTree(2, 2, 4), ConfidenceTree(3, 2, 5)):
+        trie = grow_on_source(draft, tree)
+        paths = frozenset(tuple(trie.token[j] for j in trie.path_to(n)) for n in range(1, len(trie)))
+        opt = coupling_optimum([paths], [1.0], target, tree.depth)
+        naive = tree_law(draft, target, NaiveMultiCandidate(), tree).expected_accepted
+        assert opt.trees == 1 and abs(opt.value - naive) < 1e-8 and abs(opt.value - opt.per_level_sum) < 1e-8

@@ -23,7 +23,7 @@ import numpy as np
 
 from .trie import Trie
 
-__all__ = ["grow_confidence", "top_tokens"]
+__all__ = ["grow_confidence", "grow_on_source", "top_tokens"]
 
 
 def top_tokens(row: np.ndarray, k: int) -> np.ndarray:
@@ -119,3 +119,23 @@ def grow_confidence(tree, root_rows, feed, limits) -> list:
                 level[b] += s.add_children(i, row, tree.top_k, d + 1, s.score[i])
     tries = [seqs[b].trie(root_rows[b], tree.nodes) if limits[b] >= 1 else Trie() for b in range(B)]
     return tries, calls
+
+
+def grow_on_source(draft, tree):
+    """``tree`` grown after the empty context on a draft :class:`~otspec.sources.Source` (its rows after each
+    path): the one :class:`~otspec.engine.trie.Trie` the exact laws and optima enumerate."""
+
+    def row(path):
+        return draft.next_probs(np.array(path, dtype=np.int64).reshape(1, len(path)))[0]
+
+    def feed(items):  # (token, parent among the fed nodes) -> the draft row after the node's path
+        out = []
+        for token, parent in items[0]:
+            paths.append((paths[parent] if parent >= 0 else ()) + (token,))
+            out.append(row(paths[-1]))
+        return [np.array(out)]
+
+    paths = []
+    draft.check_length(tree.depth)
+    (trie,), _ = grow_confidence(tree, row(())[None], feed, [tree.depth])
+    return trie

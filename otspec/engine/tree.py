@@ -31,7 +31,7 @@ from ..checks import check_size
 from ..drafts import DraftTree, draft_tuple_law
 from ..pairs import check_pair
 from ..sources import Source, extend_prefixes
-from .confidence import grow_confidence
+from .confidence import grow_on_source
 from .decode import check_buffer
 from .ledger import DecodeResult, Ledger
 from .loop import tree_loop
@@ -145,16 +145,7 @@ def tree_law(draft: Source, target: Source, verifier, tree: DraftTree, rule: str
 
 def _chosen_tree(draft: Source, tree) -> dict:
     """A confidence tree grown from the empty context on the draft source: path (tuple) -> its node's candidates."""
-
-    def feed(items):  # (token, parent among the fed nodes) -> the draft row after the node's path
-        rows = []
-        for token, parent in items[0]:
-            paths.append((paths[parent] if parent >= 0 else ()) + (token,))
-            rows.append(_row(draft, paths[-1]))
-        return [np.array(rows)]
-
-    paths = []
-    (trie,), _ = grow_confidence(tree, _row(draft, ())[None], feed, [tree.depth])
+    trie = grow_on_source(draft, tree)
     return {tuple(trie.token[j] for j in trie.path_to(node)): c for node, c in trie.cands.items()}
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ..checks import capped_power
+from ..checks import capped_power, check_size
 from ..drafts import DraftTree, draft_tuple_law
 from ..errors import SizeLimitError, SolveError
 from ..pairs import check_pair
@@ -38,7 +38,7 @@ from ..sources import Source
 from .block_ot import MAX_LP_VARIABLES
 from .lp import solve_lp
 
-__all__ = ["MAX_TREE_DRAWS", "TreeOptimum", "drafted_tree_law", "tree_optimum"]
+__all__ = ["MAX_TREE_DRAWS", "TreeOptimum", "coupling_optimum", "drafted_tree_law", "tree_optimum"]
 
 #: Most raw draws V**(drafted tokens) the enumeration of drafted trees accepts (checked before enumerating).
 MAX_TREE_DRAWS = 200_000
@@ -75,8 +75,8 @@ def _row(source: Source, path: tuple) -> np.ndarray:
 
 def drafted_tree_law(draft: Source, tree: DraftTree) -> tuple[list, np.ndarray]:
     """Every drafted tree as its set of paths (tuples of tokens, root excluded) with its probability P_T."""
-    if getattr(tree, "deterministic", False) or not isinstance(tree, DraftTree):
-        raise ValueError(f"drafted_tree_law enumerates the draws of a k-config tree, got {tree}")
+    if not isinstance(tree, DraftTree):
+        raise ValueError(f"drafted_tree_law enumerates the draws of a k-config DraftTree, got {tree!r}")
     V, L = draft.vocab_size, tree.depth
     draft.check_length(L)
     draws = capped_power(V, tree.num_tokens)
@@ -119,14 +119,23 @@ def tree_optimum(draft: Source, target: Source, tree: DraftTree) -> TreeOptimum:
     tree at once and each depth on its own. Sizes are refused before anything is enumerated."""
     check_pair(draft, target)
     if not isinstance(tree, DraftTree):
-        raise ValueError(f"tree_optimum takes a k-config DraftTree, got {tree!r}")
-    V, L = target.vocab_size, tree.depth
+        raise ValueError(f"tree_optimum takes a k-config DraftTree, got {tree!r} (a chosen tree: coupling_optimum)")
+    target.check_length(tree.depth)
+    return coupling_optimum(*drafted_tree_law(draft, tree), target, tree.depth)
+
+
+def coupling_optimum(trees: list, p_tree, target: Source, depth: int) -> TreeOptimum:
+    """:func:`tree_optimum` from a law of drafted trees (path sets ``trees`` with probabilities ``p_tree``, e.g. the
+    one tree of probability 1 that an EAGLE-2 :class:`~otspec.drafts.ConfidenceTree` grows, where every coupling is
+    the product and the optimum Σ_ℓ Q(Y^ℓ is a path) is what the naive verifier reaches)."""
+    V, L = target.vocab_size, check_size(depth, "depth")
     blocks = capped_power(V, L)
-    target.check_length(L)
-    trees, p_tree = drafted_tree_law(draft, tree)
+    p_tree = np.asarray(p_tree, dtype=float)
+    if p_tree.shape != (len(trees),) or (p_tree < 0).any() or abs(p_tree.sum() - 1) > 1e-9:
+        raise ValueError(f"p_tree: expected {len(trees)} probabilities summing to 1")
     n_var = len(trees) * blocks
     if n_var > MAX_LP_VARIABLES:
-        raise SizeLimitError(f"the coupling LP of the {tree} tree over V = {V} has {len(trees):,} drafted trees x "
+        raise SizeLimitError(f"the coupling LP over V = {V} has {len(trees):,} drafted trees x "
                              f"{blocks:,} target blocks = {n_var:,} variables (limit {MAX_LP_VARIABLES:,})")
     q = target.enumerate(L).probs
     member = _membership(trees, V, L)
