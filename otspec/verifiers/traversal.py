@@ -1,0 +1,94 @@
+r"""Traversal Verification (Weng et al., NeurIPS 2025, arXiv 2505.12398): a drafted tree verified from the leaves up.
+
+A node Y carries a weight a(Y) (the probability mass of accepting the path to Y, as in block verification's
+w_i), a target row M_b(·|Y) (at first q(·|Y)) and the law M_s(·|Y) its next child was drawn from (at first
+p(·|Y); siblings are drawn without replacement, so after a rejection the rejected token leaves M_s). A
+child X of Y weighs a(X) = min{1, a(Y) M_b(X|Y) / M_s(X|Y)} (eq. (13) of block verification, path by path).
+
+The traversal takes the first leaf in post-order (the first drawn child at every level, deepest first) and
+accepts the path to it with probability a(leaf); the bonus token is then drawn from M_b(·|leaf). Otherwise
+the leaf is deleted, and its parent Y, with m = Σ_x (a(Y) M_b(x|Y) − M_s(x|Y))_+, becomes
+
+.. math::
+    a(Y) \leftarrow \frac{m}{1 - a(Y) + m}, \qquad
+    M_b(\cdot|Y) \leftarrow \frac{(a(Y) M_b(\cdot|Y) - M_s(\cdot|Y))_+}{m}, \qquad
+    M_s(\cdot|Y) \leftarrow M_s(\cdot|Y) \text{ without the rejected token, renormalised},
+
+and the next leaf is taken. The root starts at a = 1 and stays there, so it is accepted once its children
+are all deleted (no drafted token kept; the bonus token from its residual). On a chain this is the published
+block verification (h_i = m_i / (m_i + 1 − w_i), eq. (14b)); the update above is derived so that, whatever the
+law of the next sibling, the mass of every next token x at Y stays a(Y) M_b(x|Y) (so the output law is the
+target's; tested exactly on every drafted tree of small sources). The paper's own text was not at hand: where
+its notation differs, this docstring is the definition that the tests check.
+
+:func:`traversal_law` is the exact law of one verification of a given tree: the traversal's decisions come in
+a fixed order, so the probability of each accepted path is a product of the rejections before it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["OrderedTree", "traversal_law"]
+
+
+class OrderedTree:
+    """A drafted tree with its rows: node 0 the root (the committed tokens); ``children[j]`` in drawing order.
+
+    ``p[j]`` / ``q[j]``: the draft's and the target's rows after the path to node j (``p`` needed at nodes with
+    children: it is the law their children were drawn from).
+    """
+
+    def __init__(self, q_root, p_root=None):
+        self.token, self.parent, self.children = [-1], [-1], [[]]
+        self.q, self.p = [np.asarray(q_root, dtype=float)], [None if p_root is None else np.asarray(p_root, float)]
+
+    def add(self, parent: int, token: int, q_row, p_row=None) -> int:
+        j = len(self.token)
+        self.token.append(int(token))
+        self.parent.append(int(parent))
+        self.children.append([])
+        self.children[parent].append(j)
+        self.q.append(np.asarray(q_row, dtype=float))
+        self.p.append(None if p_row is None else np.asarray(p_row, dtype=float))
+        return j
+
+    def path(self, j: int) -> tuple:
+        out = []
+        while j > 0:
+            out.append(self.token[j])
+            j = self.parent[j]
+        return tuple(out[::-1])
+
+
+def traversal_law(tree: OrderedTree) -> list:
+    """Every outcome of Traversal Verification on ``tree``: a list of (accepted path (tuple of tokens), its
+    probability, the row the bonus token is drawn from). Probabilities sum to 1."""
+    weight, mb, ms = {0: 1.0}, {}, {}
+    alive = [list(c) for c in tree.children]
+    outcomes, reach = [], 1.0
+    while True:
+        node = 0
+        while alive[node]:  # descend along first children, weighing each node once on first visit
+            child = alive[node][0]
+            if child not in weight:
+                x = tree.token[child]
+                rows = mb.setdefault(node, tree.q[node].copy()), ms.setdefault(node, tree.p[node].copy())
+                weight[child] = min(1.0, weight[node] * rows[0][x] / rows[1][x]) if rows[1][x] > 0 else 0.0
+            node = child
+        accept = weight[node]
+        outcomes.append((tree.path(node), reach * accept, mb.get(node, tree.q[node])))
+        reach *= 1.0 - accept
+        if node == 0 or reach <= 0.0:
+            return outcomes
+        parent, x = tree.parent[node], tree.token[node]
+        a, b, s = weight[parent], mb[parent], ms[parent]
+        r = np.maximum(a * b - s, 0.0)
+        m = float(r.sum())
+        weight[parent] = m / (1.0 - a + m) if 1.0 - a + m > 0 else 0.0
+        if m > 0:
+            mb[parent] = r / m
+        s = s.copy()
+        s[x] = 0.0
+        ms[parent] = s / s.sum() if s.sum() > 0 else s
+        alive[parent].remove(node)

@@ -1,0 +1,97 @@
+"""Traversal Verification: the exact law of every drafted tree of small sources is the target's; on a chain it is
+the published block verification."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import markov_pairs
+
+from otspec import theory
+from otspec.drafts import draft_tuple_law
+from otspec.sources import random_markov
+from otspec.verifiers.traversal import OrderedTree, traversal_law
+
+
+def _row(source, path):
+    return source.next_probs(np.array(path, dtype=np.int64).reshape(1, len(path)))[0]
+
+
+def _drafted_trees(draft, target, branching):
+    """Every drafted tree (siblings drawn without replacement, in drawing order) with its probability."""
+    def grow(tree, frontier, d, mass):
+        if d == len(branching):
+            yield mass, tree
+            return
+        tuples = [draft_tuple_law(tree.p[j], branching[d], replacement=False) for j in frontier]
+        for pick in itertools.product(*(range(len(probs)) for _, probs in tuples)):
+            m = mass * float(np.prod([tuples[i][1][k] for i, k in enumerate(pick)]))
+            new = _copy(tree)
+            below = []
+            for j, (cands, _), k in zip(frontier, tuples, pick, strict=True):
+                for x in cands[k][cands[k] >= 0].tolist():
+                    path = new.path(j) + (x,)
+                    below.append(new.add(j, x, _row(target, path), _row(draft, path)))
+            yield from grow(new, below, d + 1, m)
+
+    yield from grow(OrderedTree(_row(target, ()), _row(draft, ())), [0], 0, 1.0)
+
+
+def _copy(tree):
+    out = OrderedTree(tree.q[0], tree.p[0])
+    for j in range(1, len(tree.token)):
+        out.add(tree.parent[j], tree.token[j], tree.q[j], tree.p[j])
+    return out
+
+
+def _output_law(target, outcomes, length):
+    """Law over V**length of the emitted tokens (path, then the bonus token) continued by the target."""
+    V = target.vocab_size
+    law = np.zeros(V**length)
+    for mass, path, bonus in outcomes:
+        for y in np.flatnonzero(bonus > 0):
+            prefix, m = list(path) + [int(y)], mass * bonus[y]
+            stack = [(prefix, m)]
+            while stack:
+                seq, w = stack.pop()
+                if len(seq) == length:
+                    law[int(np.ravel_multi_index(seq, (V,) * length))] += w
+                    continue
+                row = _row(target, seq)
+                stack += [(seq + [z], w * row[z]) for z in np.flatnonzero(row > 0)]
+    return law
+
+
+def _check(draft, target, branching):
+    L = len(branching)
+    outcomes, accepted = [], 0.0
+    for mass, tree in _drafted_trees(draft, target, branching):
+        law = traversal_law(tree)
+        assert abs(sum(w for _, w, _ in law) - 1) < 1e-12
+        outcomes += [(mass * w, path, bonus) for path, w, bonus in law if w > 0]
+        accepted += mass * sum(w * len(path) for path, w, _ in law)
+    return np.abs(_output_law(target, outcomes, L + 1) - target.enumerate(L + 1).probs).max(), accepted
+
+
+@settings(max_examples=20, deadline=None)
+@given(markov_pairs(max_vocab=3, max_length=1), st.integers(1, 3))
+def test_on_a_chain_it_is_block_verification(pair, L):
+    draft, target, _ = pair
+    if target.horizon is not None and target.horizon < L + 1:
+        draft, target = random_markov(draft.vocab_size, 1.0, seed=L, sparsity=0.3)
+    deviation, accepted = _check(draft, target, (1,) * L)
+    assert deviation < 1e-12
+    assert abs(accepted - theory.expected_accepted_block(draft, target, L)) < 1e-12
+
+
+@settings(max_examples=20, deadline=None)
+@given(markov_pairs(max_vocab=3, max_length=1), st.sampled_from([(2,), (2, 1), (1, 2), (2, 2), (3, 1)]))
+def test_every_drafted_tree_keeps_the_target_law(pair, branching):
+    draft, target, _ = pair
+    if target.horizon is not None and target.horizon < len(branching) + 1:
+        draft, target = random_markov(draft.vocab_size, 1.0, seed=len(branching), sparsity=0.3)
+    deviation, _ = _check(draft, target, branching)
+    assert deviation < 1e-12
