@@ -95,3 +95,43 @@ def test_every_drafted_tree_keeps_the_target_law(pair, branching):
         draft, target = random_markov(draft.vocab_size, 1.0, seed=len(branching), sparsity=0.3)
     deviation, _ = _check(draft, target, branching)
     assert deviation < 1e-12
+
+
+def test_the_sampler_follows_the_exact_law_and_the_test_sees_a_wrong_residual():
+    """Outcomes (accepted path, bonus token) of the sampler on fixed drafted trees against traversal_law (G-test);
+    the same test rejects a sampler that draws the bonus token from q instead of the residual."""
+    from scipy import stats
+
+    from otspec.verifiers.traversal import traversal_sample
+
+    draft, target = random_markov(3, 1.0, seed=3, sparsity=0.2)
+    trees = [tree for _, tree in itertools.islice(_drafted_trees(draft, target, (2, 1)), 0, 40, 7)]
+    rng, n, biased = np.random.default_rng(0), 4000, []
+    for tree in trees:
+        law = {}
+        for path, w, bonus in traversal_law(tree):
+            for y in np.flatnonzero(bonus * w > 0):
+                law[path + (int(y),)] = law.get(path + (int(y),), 0.0) + w * bonus[y]
+        keys = sorted(law)
+        expected = n * np.array([law[k] for k in keys])
+        draws = [traversal_sample(tree, rng) for _ in range(n)]
+        seen = [p + (y,) for p, y in draws]
+        assert set(seen) <= set(keys)
+        if len(keys) < 2:  # one possible outcome: nothing to test beyond the support
+            continue
+        counts = np.array([seen.count(k) for k in keys])
+        assert stats.power_divergence(counts, expected, lambda_="log-likelihood").pvalue > 1e-4
+        wrong = [p + (int(rng.choice(3, p=tree.q[_node(tree, p)])),) for p, _ in draws]  # bonus from q
+        if set(wrong) <= set(keys):
+            counts = np.array([wrong.count(k) for k in keys])
+            biased.append(stats.power_divergence(counts, expected, lambda_="log-likelihood").pvalue)
+        else:
+            biased.append(0.0)  # a token the exact law never emits
+    assert min(biased) < 1e-6
+
+
+def _node(tree, path):
+    node = 0
+    for x in path:
+        node = next(c for c in tree.children[node] if tree.token[c] == x)
+    return node

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["OrderedTree", "traversal_law"]
+__all__ = ["OrderedTree", "traversal_law", "traversal_sample"]
 
 
 class OrderedTree:
@@ -61,12 +61,12 @@ class OrderedTree:
         return tuple(out[::-1])
 
 
-def traversal_law(tree: OrderedTree) -> list:
-    """Every outcome of Traversal Verification on ``tree``: a list of (accepted path (tuple of tokens), its
-    probability, the row the bonus token is drawn from). Probabilities sum to 1."""
+def _traverse(tree: OrderedTree, decide):
+    """The traversal (module docstring); ``decide(reach, accept)`` says whether the current leaf is accepted given
+    the probability ``reach`` of getting to it and its acceptance ``accept`` (the law records both branches)."""
     weight, mb, ms = {0: 1.0}, {}, {}
     alive = [list(c) for c in tree.children]
-    outcomes, reach = [], 1.0
+    reach = 1.0
     while True:
         node = 0
         while alive[node]:  # descend along first children, weighing each node once on first visit
@@ -77,10 +77,11 @@ def traversal_law(tree: OrderedTree) -> list:
                 weight[child] = min(1.0, weight[node] * rows[0][x] / rows[1][x]) if rows[1][x] > 0 else 0.0
             node = child
         accept = weight[node]
-        outcomes.append((tree.path(node), reach * accept, mb.get(node, tree.q[node])))
+        if decide(node, reach, accept, mb.get(node, tree.q[node])) or node == 0:
+            return
         reach *= 1.0 - accept
-        if node == 0 or reach <= 0.0:
-            return outcomes
+        if reach <= 0.0:
+            return
         parent, x = tree.parent[node], tree.token[node]
         a, b, s = weight[parent], mb[parent], ms[parent]
         r = np.maximum(a * b - s, 0.0)
@@ -92,3 +93,30 @@ def traversal_law(tree: OrderedTree) -> list:
         s[x] = 0.0
         ms[parent] = s / s.sum() if s.sum() > 0 else s
         alive[parent].remove(node)
+
+
+def traversal_law(tree: OrderedTree) -> list:
+    """Every outcome of Traversal Verification on ``tree``: a list of (accepted path (tuple of tokens), its
+    probability, the row the bonus token is drawn from). Probabilities sum to 1."""
+    outcomes = []
+
+    def record(node, reach, accept, bonus):
+        outcomes.append((tree.path(node), reach * accept, bonus))
+        return False  # follow the rejection branch too: its mass is the rest
+
+    _traverse(tree, record)
+    return outcomes
+
+
+def traversal_sample(tree: OrderedTree, rng) -> tuple[tuple, int]:
+    """One run of Traversal Verification on ``tree`` with ``rng`` (a numpy Generator): (accepted path, bonus token)."""
+    out = []
+
+    def draw(node, reach, accept, bonus):
+        if rng.random() < accept or node == 0:
+            out.append((tree.path(node), int(rng.choice(bonus.size, p=bonus / bonus.sum()))))
+            return True
+        return False
+
+    _traverse(tree, draw)
+    return out[0]
