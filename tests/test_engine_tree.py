@@ -20,6 +20,7 @@ from otspec.verifiers import (
     NaiveMultiCandidate,
     OTMVerify,
 )
+from otspec.verifiers.traversal import TraversalVerify
 
 SETUPS = [
     (KSeq(), "2x1", True, "match"),
@@ -31,6 +32,7 @@ SETUPS = [
     (NaiveMultiCandidate(), "2x2", True, "accepted"),
     (OTMVerify(), "2x1", True, "match"),
     (NaiveMultiCandidate(), "eagle2:3:2:4", False, "match"),  # EAGLE-2's chosen tree (test_engine_confidence.py)
+    (TraversalVerify(), "2x2", False, "match"),  # a whole-tree verifier (test_verifiers_traversal.py)
 ]
 
 
@@ -69,7 +71,7 @@ def test_decode_matches_exact_on_iid_pair():
         assert run.block_efficiency.contains(exact), (verifier.name, config, rule, exact, run.block_efficiency)
 
 
-@pytest.mark.parametrize("which", [1, 4, 8])
+@pytest.mark.parametrize("which", [1, 4, 8, 9])
 def test_decode_output_follows_target_law(which):
     verifier, config, replacement, rule = SETUPS[which]
     d, t = random_markov(2, 0.5, horizon=4, seed=8, sparsity=0.2)

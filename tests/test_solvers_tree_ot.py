@@ -21,6 +21,7 @@ from otspec.verifiers import (
     NaiveMultiCandidate,
     OTMVerify,
 )
+from otspec.verifiers.traversal import TraversalVerify
 
 
 @settings(max_examples=15, deadline=None)
@@ -52,6 +53,8 @@ def test_every_tree_verifier_is_at_or_below_the_optimum(seed):
         ((2, 1), True, (KSeq(), MultiRound(), NaiveMultiCandidate(), OTMVerify()), ("match", "accepted")),
         ((2, 2), True, (KSeq(), MultiRound(), NaiveMultiCandidate()), ("match", "accepted")),
         ((3,), False, (MultiRoundWithoutReplacement(), NaiveMultiCandidate(), OTMVerify(False)), ("match",)),
+        ((2, 1), False, (MultiRoundWithoutReplacement(), TraversalVerify()), ("match",)),
+        ((1, 1, 1), False, (TraversalVerify(),), ("match",)),
     ]:
         tree = DraftTree(config, replacement)
         opt = tree_optimum(draft, target, tree)

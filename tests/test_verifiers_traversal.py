@@ -115,13 +115,13 @@ def test_the_sampler_follows_the_exact_law_and_the_test_sees_a_wrong_residual():
         keys = sorted(law)
         expected = n * np.array([law[k] for k in keys])
         draws = [traversal_sample(tree, rng) for _ in range(n)]
-        seen = [p + (y,) for p, y in draws]
+        seen = [tuple(tree.token[j] for j in p) + (y,) for p, y in draws]
         assert set(seen) <= set(keys)
         if len(keys) < 2:  # one possible outcome: nothing to test beyond the support
             continue
         counts = np.array([seen.count(k) for k in keys])
         assert stats.power_divergence(counts, expected, lambda_="log-likelihood").pvalue > 1e-4
-        wrong = [p + (int(rng.choice(3, p=tree.q[_node(tree, p)])),) for p, _ in draws]  # bonus from q
+        wrong = [tuple(tree.token[j] for j in p) + (int(rng.choice(3, p=tree.q[p[-1] if p else 0])),) for p, _ in draws]
         if set(wrong) <= set(keys):
             counts = np.array([wrong.count(k) for k in keys])
             biased.append(stats.power_divergence(counts, expected, lambda_="log-likelihood").pvalue)
@@ -130,8 +130,26 @@ def test_the_sampler_follows_the_exact_law_and_the_test_sees_a_wrong_residual():
     assert min(biased) < 1e-6
 
 
-def _node(tree, path):
-    node = 0
-    for x in path:
-        node = next(c for c in tree.children[node] if tree.token[c] == x)
-    return node
+
+def test_in_the_tree_loop_and_the_exact_engine():
+    """tree_law enumerates every drafted tree for the whole-tree verifier; on a chain it is block verification; the
+    decode loop's block efficiency contains the exact value; trees drawn with replacement are refused."""
+    import pytest
+
+    from otspec.drafts import DraftTree
+    from otspec.engine.tree import generate_tree, tree_law
+    from otspec.sources import IIDSource
+    from otspec.verifiers.traversal import TraversalVerify
+
+    draft, target = random_markov(3, 0.8, seed=5, sparsity=0.2)
+    chain = tree_law(draft, target, TraversalVerify(), DraftTree.chain(3))
+    assert chain.max_deviation < 1e-12
+    assert abs(chain.expected_accepted - theory.expected_accepted_block(draft, target, 3)) < 1e-12
+    d, t = IIDSource([0.5, 0.3, 0.2]), IIDSource([0.2, 0.3, 0.5])
+    for config in ((2, 1), (1, 1, 1)):
+        tree = DraftTree(config, False)
+        exact = tree_law(d, t, TraversalVerify(), tree).expected_tokens_per_iteration
+        run = generate_tree(d, t, TraversalVerify(), tree, 3000, n_sequences=32, seed=2, progress=False)
+        assert run.block_efficiency.contains(exact), (config, exact, run.block_efficiency)
+    with pytest.raises(ValueError, match="without replacement"):
+        tree_law(d, t, TraversalVerify(), DraftTree((2, 1), True))

@@ -37,6 +37,7 @@ from .controllers import DraftLengthController
 from .observers import ChainStep, TreeStep
 from .session import Session, as_prompts
 from .trie import Trie
+from .wholetree import walk_whole_trees
 
 __all__ = ["LoopRun", "chain_loop", "tree_loop"]
 
@@ -477,7 +478,9 @@ def tree_loop(draft: Session, target: Session, verifier, tree: DraftTree, n_toke
         tries, calls = (_grow_by_confidence(draft, tree, run, depth) if getattr(tree, "deterministic", False)
                         else _grow(draft, tree, run, depth, rng))
         nodes, features = _score_tries(target, tries, run, active)
-        out_tokens, emitted, paths = _walk(verifier, tree, rule, tries, depth, active, rng, run)
+        out_tokens, emitted, paths = (walk_whole_trees(verifier, tries, depth, active, rng, tree.depth)
+                                      if verifier.layout == "tree" else
+                                      _walk(verifier, tree, rule, tries, depth, active, rng, run))
         idx = np.flatnonzero(active)
         start = run.done[idx].copy()
         before = run.plen + run.done

@@ -21,14 +21,15 @@ trie first, as a real system does — the output law is the same.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..checks import check_size
-from ..drafts import DraftTree, draft_tuple_law
+from ..checks import capped_power, check_size
+from ..drafts import MAX_DRAFT_TUPLES, DraftTree, draft_tuple_law
 from ..pairs import check_pair
 from ..sources import Source, extend_prefixes
 from .confidence import grow_on_source
@@ -37,7 +38,7 @@ from .ledger import DecodeResult, Ledger
 from .loop import tree_loop
 from .observers import LedgerObserver
 from .session import SourceSession
-from .trie import RULES
+from .trie import RULES, Trie
 
 __all__ = ["RULES", "TreeExactResult", "tree_law", "generate_tree"]
 
@@ -45,6 +46,11 @@ def _check(draft: Source, target: Source, verifier, tree: DraftTree, rule: str):
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     check_pair(draft, target)
+    if verifier.layout == "tree":  # a whole-tree verifier: children drawn without replacement, in drawing order
+        if getattr(tree, "deterministic", False) or (tree.replacement and max(tree.branching) > 1):
+            raise ValueError(f"{type(verifier).__name__} verifies trees whose children are drawn without replacement "
+                             f"(or chains), got {tree}")
+        return
     if verifier.layout != "candidates":
         raise ValueError(f"{type(verifier).__name__} verifies {verifier.layout}; a tree needs a multi-draft verifier")
     if getattr(tree, "deterministic", False):
@@ -103,6 +109,8 @@ def tree_law(draft: Source, target: Source, verifier, tree: DraftTree, rule: str
     _check(draft, target, verifier, tree, rule)
     L, V = tree.depth, target.vocab_size
     target.check_length(L + 1)
+    if verifier.layout == "tree":
+        return _whole_tree_law(draft, target, verifier, tree)
     chosen = _chosen_tree(draft, tree) if getattr(tree, "deterministic", False) else None
     emitted = defaultdict(float)
     continue_mass = np.zeros(L)
@@ -141,6 +149,50 @@ def tree_law(draft: Source, target: Source, verifier, tree: DraftTree, rule: str
     expected = sum(len(k) * m for k, m in emitted.items())
     return TreeExactResult(tree, rule, output, target_law, float(np.max(np.abs(output - target_law))),
                            float(expected), continue_mass)
+
+
+def _whole_tree_law(draft: Source, target: Source, verifier, tree: DraftTree) -> TreeExactResult:
+    """:func:`tree_law` of a whole-tree verifier: every drafted tree (children in drawing order) with its
+    probability, and the verifier's exact law on it (``verifier.tree_law``)."""
+    L = tree.depth
+    check_size(capped_power(target.vocab_size, tree.num_tokens), "drafted trees (V ** drafted tokens)",
+               limit=MAX_DRAFT_TUPLES, limit_name="MAX_DRAFT_TUPLES")
+    emitted, continue_mass = defaultdict(float), np.zeros(L)
+
+    def grow(trie, frontier, d, mass):
+        if d == L or not frontier:
+            for path, w, bonus in verifier.tree_law(trie):
+                for y in np.flatnonzero(bonus * w > 0):
+                    emitted[path + (int(y),)] += mass * w * bonus[y]
+                for depth in range(len(path)):
+                    continue_mass[depth] += mass * w
+            return
+        tuples = [draft_tuple_law(trie.p[j], tree.branching[d], tree.replacement) for j in frontier]
+        for pick in itertools.product(*(range(len(probs)) for _, probs in tuples)):
+            grown, below = _copied(trie), []
+            for j, (cands, _), k in zip(frontier, tuples, pick, strict=True):
+                below += grown.add_candidates(j, cands[k])
+            for j in below:
+                path = tuple(grown.token[i] for i in grown.path_to(j))
+                grown.p[j], grown.q = _row(draft, path), np.vstack([grown.q, _row(target, path)])
+            grow(grown, below, d + 1, mass * float(np.prod([tuples[i][1][k] for i, k in enumerate(pick)])))
+
+    root = Trie()
+    root.p[0], root.q = _row(draft, ()), _row(target, ())[None]
+    grow(root, [0], 0, 1.0)
+    output = _fill(target, emitted, L + 1)
+    target_law = target.enumerate(L + 1).probs
+    expected = sum(len(k) * m for k, m in emitted.items())
+    return TreeExactResult(tree, "traversal", output, target_law, float(np.max(np.abs(output - target_law))),
+                           float(expected), continue_mass)
+
+
+def _copied(trie: Trie) -> Trie:
+    out = Trie()
+    out.token, out.parent, out.depth, out.mult = list(trie.token), list(trie.parent), list(trie.depth), list(trie.mult)
+    out.children = [dict(c) for c in trie.children]
+    out.cands, out.p, out.q = dict(trie.cands), dict(trie.p), trie.q
+    return out
 
 
 def _chosen_tree(draft: Source, tree) -> dict:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["OrderedTree", "traversal_law", "traversal_sample"]
+__all__ = ["OrderedTree", "TraversalVerify", "traversal_law", "traversal_sample"]
 
 
 class OrderedTree:
@@ -65,7 +65,7 @@ def _traverse(tree: OrderedTree, decide):
     """The traversal (module docstring); ``decide(reach, accept)`` says whether the current leaf is accepted given
     the probability ``reach`` of getting to it and its acceptance ``accept`` (the law records both branches)."""
     weight, mb, ms = {0: 1.0}, {}, {}
-    alive = [list(c) for c in tree.children]
+    alive = [list(c.values()) if isinstance(c, dict) else list(c) for c in tree.children]  # a trie's: token -> node
     reach = 1.0
     while True:
         node = 0
@@ -95,28 +95,59 @@ def _traverse(tree: OrderedTree, decide):
         alive[parent].remove(node)
 
 
-def traversal_law(tree: OrderedTree) -> list:
-    """Every outcome of Traversal Verification on ``tree``: a list of (accepted path (tuple of tokens), its
-    probability, the row the bonus token is drawn from). Probabilities sum to 1."""
+def _nodes_to(tree, node: int) -> list:
+    """The nodes from below the root down to ``node`` (trees here are a few levels deep)."""
+    return [] if node <= 0 else [*_nodes_to(tree, tree.parent[node]), node]
+
+
+def traversal_law(tree) -> list:
+    """Every outcome of Traversal Verification on ``tree`` (an :class:`OrderedTree`, or a trie of the tree loop: any
+    object with ``token``, ``parent``, ``children`` in drawing order, rows ``p`` and ``q``): a list of (accepted path
+    (tuple of tokens), its probability, the row the bonus token is drawn from). Probabilities sum to 1."""
     outcomes = []
 
     def record(node, reach, accept, bonus):
-        outcomes.append((tree.path(node), reach * accept, bonus))
+        outcomes.append((tuple(tree.token[j] for j in _nodes_to(tree, node)), reach * accept, bonus))
         return False  # follow the rejection branch too: its mass is the rest
 
     _traverse(tree, record)
     return outcomes
 
 
-def traversal_sample(tree: OrderedTree, rng) -> tuple[tuple, int]:
-    """One run of Traversal Verification on ``tree`` with ``rng`` (a numpy Generator): (accepted path, bonus token)."""
+def traversal_sample(tree, rng) -> tuple[list, int]:
+    """One run of Traversal Verification on ``tree`` (as in :func:`traversal_law`) with ``rng`` (a numpy Generator):
+    (the accepted path's nodes, root excluded; the bonus token)."""
     out = []
 
     def draw(node, reach, accept, bonus):
         if rng.random() < accept or node == 0:
-            out.append((tree.path(node), int(rng.choice(bonus.size, p=bonus / bonus.sum()))))
+            out.append((_nodes_to(tree, node), int(rng.choice(bonus.size, p=bonus / bonus.sum()))))
             return True
         return False
 
     _traverse(tree, draw)
     return out[0]
+
+
+class TraversalVerify:
+    """Traversal Verification as a whole-tree verifier of the tree loop (``layout == "tree"``): it reads every
+    drafted node's rows at once and returns the accepted path and the bonus token. Children must be drawn without
+    replacement (chains included), in drawing order."""
+
+    name = "traversal"
+    label = "traversal (Weng et al.)"
+    style = {"color": "C5"}
+    layout = "tree"
+    replacement = False
+    any_draw_mode = False
+    any_candidates = False
+    lossless = True
+
+    def tree_law(self, tree) -> list:
+        return traversal_law(tree)
+
+    def sample_tree(self, tree, rng) -> tuple[list, int]:
+        return traversal_sample(tree, rng)
+
+    def __repr__(self) -> str:
+        return "TraversalVerify()"
