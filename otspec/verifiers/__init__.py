@@ -4,7 +4,7 @@ Chain layout (one draft of L tokens): :class:`TokenVerify`, :class:`BlockVerify`
 :class:`BackwardBlockVerify`, and the biased :class:`DecodingOPT` / :class:`DecodingUNO`.
 Candidates layout (k drafts at one position): :class:`KSeq`, :class:`MultiRound`,
 :class:`MultiRoundWithoutReplacement`, :class:`NaiveMultiCandidate`, :class:`OTMVerify`,
-:class:`BatchVerify`.
+:class:`BatchVerify`. Whole-tree layout (a drafted tree verified at once): :class:`TraversalVerify`.
 """
 
 from .base import CANDIDATES, CHAIN, Outcome, Verifier, VerifierLaw, check_single_draft
@@ -18,6 +18,7 @@ from .multiround import MultiRound, MultiRoundWithoutReplacement
 from .naive import NaiveMultiCandidate
 from .otm import OTMVerify
 from .token import TokenVerify
+from .traversal import TraversalVerify
 
 #: Lossless single-draft verifiers by short name (the CLI's ``--verifier`` choices).
 REGISTRY = {cls.name: cls for cls in (TokenVerify, BlockVerify, BackwardBlockVerify)}
@@ -25,6 +26,8 @@ REGISTRY = {cls.name: cls for cls in (TokenVerify, BlockVerify, BackwardBlockVer
 MULTI_DRAFT_REGISTRY = {
     cls.name: cls for cls in (KSeq, MultiRound, MultiRoundWithoutReplacement, NaiveMultiCandidate, OTMVerify)
 }
+#: Whole-tree verifiers by short name (the tree loop hands them every drafted node's rows at once).
+WHOLE_TREE_REGISTRY = {cls.name: cls for cls in (TraversalVerify,)}
 #: Every verifier class by short name.
 VERIFIERS = {**REGISTRY, **MULTI_DRAFT_REGISTRY,
              **{cls.name: cls for cls in (DecodingOPT, DecodingUNO, BatchVerify)}}
@@ -37,4 +40,5 @@ __all__ = ["CANDIDATES", "CHAIN", "MULTI_DRAFT_REGISTRY", "REGISTRY", "VERIFIERS
            "BatchVerify", "BlockVerify", "DecodingOPT", "DecodingUNO", "KSeq", "MultiDraftLaw",
            "MultiDraftOutcome", "MultiDraftVerifier", "MultiRound", "MultiRoundWithoutReplacement",
            "NaiveMultiCandidate", "OTMVerify", "Outcome", "OverAcceptance", "ResidualWindows",
-           "SequentialMultiDraftVerifier", "TokenVerify", "Verifier", "VerifierLaw", "check_single_draft"]
+           "SequentialMultiDraftVerifier", "TokenVerify", "TraversalVerify", "Verifier", "VerifierLaw",
+           "WHOLE_TREE_REGISTRY", "check_single_draft"]
