@@ -194,6 +194,50 @@ def _otm_compute(args) -> dict:
     return out
 
 
+# -------------------------------------------------------------------- calc tree
+def _tree_arguments(parser):
+    add_pair_arguments(parser)
+    parser.add_argument("--tree", required=True,
+                        help="draft tree: a k-config (2x1, 4x2x2x1), iid:K:L, or EAGLE-2's eagle2:DEPTH:TOP_K:NODES")
+    parser.add_argument("--without-replacement", action="store_true",
+                        help="siblings of a k-config tree are drawn without replacement (Traversal Verification "
+                             "needs it; chains are the same either way)")
+
+
+def _tree_compute(args) -> dict:
+    from .drafts import parse_tree
+    from .engine.confidence import grow_on_source
+    from .engine.tree import tree_law
+    from .solvers.tree_ot import coupling_optimum, tree_optimum
+    from .verifiers import MULTI_DRAFT_REGISTRY, WHOLE_TREE_REGISTRY
+
+    draft, target = pair_from_args(args)
+    try:
+        tree = parse_tree(args.tree, replacement=not args.without_replacement)
+    except ValueError as exc:
+        raise CLIError(f"--tree {args.tree!r}: {exc}") from None
+    out = {"quantity": "expected accepted tokens per iteration (exact), from an empty context", "tree": str(tree),
+           "depth": tree.depth, "vocab_size": target.vocab_size, "verifiers": {}}
+
+    def optimum():
+        if getattr(tree, "deterministic", False):
+            trie = grow_on_source(draft, tree)
+            paths = frozenset(tuple(trie.token[j] for j in trie.path_to(n)) for n in range(1, len(trie)))
+            return coupling_optimum([paths], [1.0], target, tree.depth)
+        return tree_optimum(draft, target, tree)
+
+    _value(out, "optimum", lambda: (lambda o: {"value": o.value, "per_depth": o.per_level.tolist(),
+                                               "per_depth_sum": o.per_level_sum, "drafted_trees": o.trees})(optimum()))
+    for name, cls in {**MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY}.items():
+        try:
+            out["verifiers"][name] = tree_law(draft, target, cls(), tree, "match").expected_accepted
+        except SizeLimitError as exc:
+            out["verifiers"][name], out["verifiers"][f"{name}_status"] = None, f"not computed: {exc}"
+        except ValueError as exc:  # a verifier that does not fit this tree's draw
+            out["verifiers"][name], out["verifiers"][f"{name}_status"] = None, f"not applicable: {exc}"
+    return out
+
+
 # ------------------------------------------------------------- calc rejections
 def _rejections_arguments(parser):
     add_pair_arguments(parser)
@@ -334,6 +378,8 @@ CALCULATORS: dict[str, Calculator] = {
     "block": Calculator("single-draft verification of a block of L tokens", _block_arguments, _block_compute),
     "otm": Calculator("multi-draft (k candidates) acceptance: optimum, k-Seq, multi-round, naive",
                       _otm_arguments, _otm_compute),
+    "tree": Calculator("a draft tree: the exact optimum of any lossless verifier, and every tree verifier's value",
+                       _tree_arguments, _tree_compute),
     "rejections": Calculator("expected rejections over a horizon T (Markov-chain theory)",
                              _rejections_arguments, _rejections_compute),
     "pareto": Calculator("rejection vs bias trade-off: least bias at a rejection probability",

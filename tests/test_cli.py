@@ -222,3 +222,22 @@ def test_source_logged_writes_a_log_that_simulate_reads(tmp_path, capsys):
     assert rc == 2 and "no file" in err
     rc, _, err = run("simulate", "--draft", "0.5", "--target", "0.2", "--L", "2", "--device", "warp-drive")
     assert rc == 2 and "device" in err
+
+
+def test_calc_tree_optimum_and_verifiers(capsys):
+    """calc tree: every applicable verifier at or below the exact tree optimum, the others said why; EAGLE-2's
+    chosen tree by hand (top-2 expansion of p = (.5, .3, .2), 3 nodes kept: 0, 1, 00) gives q0 + q1 + q0 q0."""
+    row = ["--draft", "0.5,0.3,0.2", "--target", "0.2,0.3,0.5", "--json"]
+    for tree, extra in (("2x1", []), ("2x1", ["--without-replacement"]), ("1x1x1", [])):
+        assert main(["calc", "tree", "--tree", tree, *extra, *row]) == 0
+        out = json.loads(capsys.readouterr().out)
+        values = {k: v for k, v in out["verifiers"].items() if not k.endswith("_status") and v is not None}
+        assert len(values) >= 2 and all(v <= out["optimum"]["value"] + 1e-8 for v in values.values())
+        assert all(out["verifiers"][f"{k}_status"].startswith("not applicable") for k, v in out["verifiers"].items()
+                   if v is None)
+    assert main(["calc", "tree", "--tree", "eagle2:2:2:3", *row]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["verifiers"]["naive"] == pytest.approx(0.2 + 0.3 + 0.2 * 0.2, abs=1e-12)
+    assert out["optimum"]["value"] == pytest.approx(0.54, abs=1e-8)
+    assert main(["calc", "tree", "--tree", "2xx1", *row]) == 2
+    assert "k-config" in capsys.readouterr().err
