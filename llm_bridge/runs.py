@@ -413,7 +413,7 @@ def tree_record(result, verifier_name: str, baseline: dict, prediction=None, bat
     by_prompt = _prompt_interval(d, 0)
     speedup, speedup_interval = _speedup(result, baseline, by_prompt)
     out = {
-        "verifier": verifier_name, "tree": str(result.tree) if getattr(result.tree, "deterministic", False)
+        "verifier": verifier_name, "tree": str(result.tree) if result.tree.deterministic
         else "x".join(map(str, result.tree.branching)), "rule": result.rule,
         "replacement": result.tree.replacement, "tree_tokens": result.tree.num_tokens,
         "block_efficiency": by_prompt,

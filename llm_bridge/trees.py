@@ -221,7 +221,7 @@ class _TreeRecords(Observer):
     def _closed_form(self, p, q, k) -> float:
         """The verifier's closed-form acceptance, or nan where it has none, it is too large to evaluate, or the candidates
         were chosen (an EAGLE-2 tree: the closed forms are for candidates drawn from p)."""
-        if getattr(self.tree, "deterministic", False):
+        if self.tree.deterministic:
             return np.nan
         try:
             return float(self.verifier.expected_acceptance(p, q, k))
@@ -239,7 +239,7 @@ class _TreeRecords(Observer):
                   leave=False) as bar:
             for c in nodes:
                 acceptance.append(np.array([self._closed_form(p, q, k) for p, q, k in c]))
-                optimum.append(np.array([np.nan if getattr(self.tree, "deterministic", False)
+                optimum.append(np.array([np.nan if self.tree.deterministic
                                          else otm_value(p, q, k, self.tree.replacement) for p, q, k in c]))
                 bar.update(len(c))
         return acceptance, optimum

@@ -186,7 +186,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     unknown = [v for v in multi_verifiers if v not in MULTI_DRAFT_REGISTRY]
     if unknown:
         raise ValueError(f"multi-draft verifiers {unknown}: expected names among {sorted(MULTI_DRAFT_REGISTRY)}")
-    chosen = [str(t) for t in trees if getattr(t, "deterministic", False)]
+    chosen = [str(t) for t in trees if t.deterministic]
     wrong = [v for v in multi_verifiers if not MULTI_DRAFT_REGISTRY[v].any_candidates]
     if chosen and wrong:
         raise ValueError(f"--trees {','.join(chosen)}: EAGLE-2 trees choose their candidates (top-k); verifiers "

@@ -220,7 +220,7 @@ def _tree_compute(args) -> dict:
            "depth": tree.depth, "vocab_size": target.vocab_size, "verifiers": {}}
 
     def optimum():
-        if getattr(tree, "deterministic", False):
+        if tree.deterministic:
             trie = grow_on_source(draft, tree)
             paths = frozenset(tuple(trie.token[j] for j in trie.path_to(n)) for n in range(1, len(trie)))
             return coupling_optimum([paths], [1.0], target, tree.depth)

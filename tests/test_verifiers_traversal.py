@@ -16,10 +16,6 @@ from otspec.sources import random_markov
 from otspec.verifiers.traversal import OrderedTree, traversal_law
 
 
-def _row(source, path):
-    return source.next_probs(np.array(path, dtype=np.int64).reshape(1, len(path)))[0]
-
-
 def _drafted_trees(draft, target, branching):
     """Every drafted tree (siblings drawn without replacement, in drawing order) with its probability."""
     def grow(tree, frontier, d, mass):
@@ -34,10 +30,10 @@ def _drafted_trees(draft, target, branching):
             for j, (cands, _), k in zip(frontier, tuples, pick, strict=True):
                 for x in cands[k][cands[k] >= 0].tolist():
                     path = new.path(j) + (x,)
-                    below.append(new.add(j, x, _row(target, path), _row(draft, path)))
+                    below.append(new.add(j, x, target.row_after(path), draft.row_after(path)))
             yield from grow(new, below, d + 1, m)
 
-    yield from grow(OrderedTree(_row(target, ()), _row(draft, ())), [0], 0, 1.0)
+    yield from grow(OrderedTree(target.row_after(()), draft.row_after(())), [0], 0, 1.0)
 
 
 def _copy(tree):
@@ -60,7 +56,7 @@ def _output_law(target, outcomes, length):
                 if len(seq) == length:
                     law[int(np.ravel_multi_index(seq, (V,) * length))] += w
                     continue
-                row = _row(target, seq)
+                row = target.row_after(seq)
                 stack += [(seq + [z], w * row[z]) for z in np.flatnonzero(row > 0)]
     return law
 

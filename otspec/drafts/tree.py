@@ -26,6 +26,7 @@ class DraftTree:
 
     branching: tuple[int, ...]
     replacement: bool = True
+    deterministic = False  # children are drawn (a ConfidenceTree chooses them)
 
     def __post_init__(self):
         branching = tuple(self.branching)

@@ -125,17 +125,14 @@ def grow_on_source(draft, tree):
     """``tree`` grown after the empty context on a draft :class:`~otspec.sources.Source` (its rows after each
     path): the one :class:`~otspec.engine.trie.Trie` the exact laws and optima enumerate."""
 
-    def row(path):
-        return draft.next_probs(np.array(path, dtype=np.int64).reshape(1, len(path)))[0]
-
     def feed(items):  # (token, parent among the fed nodes) -> the draft row after the node's path
         out = []
         for token, parent in items[0]:
             paths.append((paths[parent] if parent >= 0 else ()) + (token,))
-            out.append(row(paths[-1]))
+            out.append(draft.row_after(paths[-1]))
         return [np.array(out)]
 
     paths = []
     draft.check_length(tree.depth)
-    (trie,), _ = grow_confidence(tree, row(())[None], feed, [tree.depth])
+    (trie,), _ = grow_confidence(tree, draft.row_after(())[None], feed, [tree.depth])
     return trie

@@ -36,7 +36,7 @@ from .confidence import grow_confidence
 from .controllers import DraftLengthController
 from .observers import ChainStep, TreeStep
 from .session import Session, as_prompts
-from .trie import Trie
+from .trie import Trie, check_tree_verifier
 from .wholetree import walk_whole_trees
 
 __all__ = ["LoopRun", "chain_loop", "tree_loop"]
@@ -426,7 +426,9 @@ def _walk(verifier, tree: DraftTree, rule: str, tries, depth, active, rng, run: 
     out_tokens = np.zeros((B, tree.depth + 1), dtype=np.int64)
     paths = [[] for _ in range(B)]
     for d in range(tree.depth + 1):
-        leaf = np.array([tries[b].cands.get(int(cur[b])) is None for b in range(B)], dtype=bool)  # chosen trees
+        leaf = np.zeros(B, dtype=bool)  # a chosen tree's nodes may be leaves above its deepest level
+        if tree.deterministic:
+            leaf[going] = [tries[b].cands.get(int(cur[b])) is None for b in np.flatnonzero(going)]
         bonus = np.flatnonzero(going & ((depth == d) | leaf))
         if bonus.size:  # every level went on (or nothing was drafted): the target's own draw at the node
             out_tokens[bonus, d] = sample_categorical(np.stack([tries[b].q[cur[b]] for b in bonus]), rng)
@@ -468,14 +470,12 @@ def tree_loop(draft: Session, target: Session, verifier, tree: DraftTree, n_toke
     exactly N tokens.
     """
     prompts = as_prompts(prompts, batch)
-    if getattr(tree, "deterministic", False) and not getattr(verifier, "any_candidates", False):
-        raise ValueError(f"{type(verifier).__name__} assumes candidates drawn from the draft row; the {tree} tree "
-                         "chooses them (top-k), which only a verifier lossless for any candidates keeps exact (naive)")
+    check_tree_verifier(verifier, tree)
     run = _Run((draft, target), prompts, n_tokens, observers, bar, timer)  # trees walk on the host
     while (run.done < run.N).any():
         active = run.done < run.N
         depth = np.where(active, np.minimum(tree.depth, run.N - run.done - 1), 0)
-        tries, calls = (_grow_by_confidence(draft, tree, run, depth) if getattr(tree, "deterministic", False)
+        tries, calls = (_grow_by_confidence(draft, tree, run, depth) if tree.deterministic
                         else _grow(draft, tree, run, depth, rng))
         nodes, features = _score_tries(target, tries, run, active)
         out_tokens, emitted, paths = (walk_whole_trees(verifier, tries, depth, active, rng, tree.depth)

@@ -38,7 +38,7 @@ from .ledger import DecodeResult, Ledger
 from .loop import tree_loop
 from .observers import LedgerObserver
 from .session import SourceSession
-from .trie import RULES, Trie
+from .trie import RULES, Trie, check_tree_verifier
 
 __all__ = ["RULES", "TreeExactResult", "tree_law", "generate_tree"]
 
@@ -46,24 +46,7 @@ def _check(draft: Source, target: Source, verifier, tree: DraftTree, rule: str):
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     check_pair(draft, target)
-    if verifier.layout == "tree":  # a whole-tree verifier: children drawn without replacement, in drawing order
-        if getattr(tree, "deterministic", False) or (tree.replacement and max(tree.branching) > 1):
-            raise ValueError(f"{type(verifier).__name__} verifies trees whose children are drawn without replacement "
-                             f"(or chains), got {tree}")
-        return
-    if verifier.layout != "candidates":
-        raise ValueError(f"{type(verifier).__name__} verifies {verifier.layout}; a tree needs a multi-draft verifier")
-    if getattr(tree, "deterministic", False):
-        if not verifier.any_candidates:
-            raise ValueError(f"{type(verifier).__name__} assumes candidates drawn from the draft row; the {tree} tree "
-                             "chooses them (top-k), which only a verifier lossless for any candidates keeps exact "
-                             "(naive)")
-        return
-    if not verifier.any_draw_mode and verifier.replacement != tree.replacement:
-        mode = "with" if tree.replacement else "without"
-        raise ValueError(f"{type(verifier).__name__} is lossless for candidates drawn "
-                         f"{'with' if verifier.replacement else 'without'} replacement, but the tree draws "
-                         f"children {mode} replacement")
+    check_tree_verifier(verifier, tree)
 
 
 @dataclass(frozen=True)
@@ -94,10 +77,6 @@ class TreeExactResult:
         return self.expected_tokens_per_iteration - 1.0
 
 
-def _row(source: Source, prefix: tuple) -> np.ndarray:
-    return source.next_probs(np.array(prefix, dtype=np.int64).reshape(1, len(prefix)))[0]
-
-
 def tree_law(draft: Source, target: Source, verifier, tree: DraftTree, rule: str = "match") -> TreeExactResult:
     """Exact output law of one multi-draft iteration on ``tree`` (small V and trees only).
 
@@ -111,14 +90,14 @@ def tree_law(draft: Source, target: Source, verifier, tree: DraftTree, rule: str
     target.check_length(L + 1)
     if verifier.layout == "tree":
         return _whole_tree_law(draft, target, verifier, tree)
-    chosen = _chosen_tree(draft, tree) if getattr(tree, "deterministic", False) else None
+    chosen = _chosen_tree(draft, tree) if tree.deterministic else None
     emitted = defaultdict(float)
     continue_mass = np.zeros(L)
     level = {((), 1): 1.0}  # (prefix, node count) -> probability
     for d in range(L):
         nxt = defaultdict(float)
         for (prefix, nodes), mass in level.items():
-            p_row, q_row = _row(draft, prefix), _row(target, prefix)
+            p_row, q_row = draft.row_after(prefix), target.row_after(prefix)
             if chosen is None:
                 tuples, probs = draft_tuple_law(p_row, nodes * tree.branching[d], tree.replacement)
             elif chosen.get(prefix) is None:  # a leaf above the deepest level: the bonus token from q
@@ -142,7 +121,7 @@ def tree_law(draft: Source, target: Source, verifier, tree: DraftTree, rule: str
         level = {key: m for key, m in nxt.items() if m > 0}
         continue_mass[d] = sum(level.values())
     for (prefix, _), mass in level.items():  # every level continued: bonus token from q at the leaf
-        for y, qy in enumerate(_row(target, prefix)):
+        for y, qy in enumerate(target.row_after(prefix)):
             emitted[prefix + (y,)] += mass * qy
     output = _fill(target, emitted, L + 1)
     target_law = target.enumerate(L + 1).probs
@@ -169,30 +148,22 @@ def _whole_tree_law(draft: Source, target: Source, verifier, tree: DraftTree) ->
             return
         tuples = [draft_tuple_law(trie.p[j], tree.branching[d], tree.replacement) for j in frontier]
         for pick in itertools.product(*(range(len(probs)) for _, probs in tuples)):
-            grown, below = _copied(trie), []
+            grown, below = trie.copy(), []
             for j, (cands, _), k in zip(frontier, tuples, pick, strict=True):
                 below += grown.add_candidates(j, cands[k])
             for j in below:
                 path = tuple(grown.token[i] for i in grown.path_to(j))
-                grown.p[j], grown.q = _row(draft, path), np.vstack([grown.q, _row(target, path)])
+                grown.p[j], grown.q = draft.row_after(path), np.vstack([grown.q, target.row_after(path)])
             grow(grown, below, d + 1, mass * float(np.prod([tuples[i][1][k] for i, k in enumerate(pick)])))
 
     root = Trie()
-    root.p[0], root.q = _row(draft, ()), _row(target, ())[None]
+    root.p[0], root.q = draft.row_after(()), target.row_after(())[None]
     grow(root, [0], 0, 1.0)
     output = _fill(target, emitted, L + 1)
     target_law = target.enumerate(L + 1).probs
     expected = sum(len(k) * m for k, m in emitted.items())
     return TreeExactResult(tree, "traversal", output, target_law, float(np.max(np.abs(output - target_law))),
                            float(expected), continue_mass)
-
-
-def _copied(trie: Trie) -> Trie:
-    out = Trie()
-    out.token, out.parent, out.depth, out.mult = list(trie.token), list(trie.parent), list(trie.depth), list(trie.mult)
-    out.children = [dict(c) for c in trie.children]
-    out.cands, out.p, out.q = dict(trie.cands), dict(trie.p), trie.q
-    return out
 
 
 def _chosen_tree(draft: Source, tree) -> dict:

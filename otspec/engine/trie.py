@@ -11,10 +11,32 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["RULES", "Trie"]
+__all__ = ["RULES", "Trie", "check_tree_verifier"]
 
 #: Continuation rules: SpecTr ("match") and MCSD ("accepted").
 RULES = ("match", "accepted")
+
+
+def check_tree_verifier(verifier, tree) -> None:
+    """Refuse a verifier that would not keep the target's law on ``tree``'s draws (a clear ``ValueError``)."""
+    if verifier.layout == "tree":  # a whole-tree verifier: children drawn without replacement, in drawing order
+        if tree.deterministic or (tree.replacement and max(tree.branching) > 1):
+            raise ValueError(f"{type(verifier).__name__} verifies trees whose children are drawn without replacement "
+                             f"(or chains), got {tree}")
+        return
+    if verifier.layout != "candidates":
+        raise ValueError(f"{type(verifier).__name__} verifies {verifier.layout}; a tree needs a multi-draft verifier")
+    if tree.deterministic:
+        if not verifier.any_candidates:
+            raise ValueError(f"{type(verifier).__name__} assumes candidates drawn from the draft row; the {tree} tree "
+                             "chooses them (top-k), which only a verifier lossless for any candidates keeps exact "
+                             "(naive)")
+        return
+    if not verifier.any_draw_mode and verifier.replacement != tree.replacement:
+        mode = "with" if tree.replacement else "without"
+        raise ValueError(f"{type(verifier).__name__} is lossless for candidates drawn "
+                         f"{'with' if verifier.replacement else 'without'} replacement, but the tree draws "
+                         f"children {mode} replacement")
 
 
 class Trie:
@@ -59,6 +81,14 @@ class Trie:
         if not (accepted or rule == "match"):
             return None
         return self.children[node].get(int(token))
+
+    def copy(self) -> Trie:
+        """A trie to grow further without changing this one (rows are shared: they are never written)."""
+        out = Trie()
+        out.token, out.parent, out.depth, out.mult = list(self.token), list(self.parent), list(self.depth), list(self.mult)
+        out.children = [dict(c) for c in self.children]
+        out.cands, out.p, out.q, out.draft_slot = dict(self.cands), dict(self.p), self.q, dict(self.draft_slot)
+        return out
 
     def path_to(self, node: int) -> list:
         """Nodes from below the root down to ``node``, root first (the root itself excluded)."""

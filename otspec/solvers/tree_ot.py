@@ -69,10 +69,6 @@ class TreeOptimum:
     n_variables: int
 
 
-def _row(source: Source, path: tuple) -> np.ndarray:
-    return source.next_probs(np.array(path, dtype=np.int64).reshape(1, len(path)))[0]
-
-
 def drafted_tree_law(draft: Source, tree: DraftTree) -> tuple[list, np.ndarray]:
     """Every drafted tree as its set of paths (tuples of tokens, root excluded) with its probability P_T."""
     if not isinstance(tree, DraftTree):
@@ -90,7 +86,7 @@ def drafted_tree_law(draft: Source, tree: DraftTree) -> tuple[list, np.ndarray]:
             law[frozenset(paths)] += mass
             return
         nodes = list(frontier.items())
-        tuples = [draft_tuple_law(_row(draft, path), n * tree.branching[d], tree.replacement) for path, n in nodes]
+        tuples = [draft_tuple_law(draft.row_after(path), n * tree.branching[d], tree.replacement) for path, n in nodes]
         for pick in itertools.product(*(range(len(probs)) for _, probs in tuples)):
             m = mass * float(np.prod([tuples[i][1][j] for i, j in enumerate(pick)]))
             if m == 0.0:

@@ -102,6 +102,10 @@ class Source(ABC):
         # subclasses range-check only the tokens they read, so a long decode buffer costs nothing
         return self._rows(tokens, lengths)
 
+    def row_after(self, path) -> np.ndarray:
+        """The next-token law after one token path (a tuple or sequence of ids), shape (V,)."""
+        return self.next_probs(np.array(path, dtype=np.int64).reshape(1, len(path)))[0]
+
     def proposes(self, lengths) -> np.ndarray | None:
         """Whether a draft on this source proposes a token after prefixes of these ``lengths`` (int array), as a
         bool array of their shape; ``None`` (the default): everywhere. A drafter that sometimes has nothing to
