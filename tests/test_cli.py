@@ -241,3 +241,19 @@ def test_calc_tree_optimum_and_verifiers(capsys):
     assert out["optimum"]["value"] == pytest.approx(0.54, abs=1e-8)
     assert main(["calc", "tree", "--tree", "2xx1", *row]) == 2
     assert "k-config" in capsys.readouterr().err
+
+
+def test_calc_tree_refuses_sizes_before_enumerating(capsys):
+    """A 15-token chain or a 40-level EAGLE-2 tree over V = 3: every exact value is refused up front with its limit
+    (V**(L+1) blocks), not enumerated for minutes or allocated until numpy gives up."""
+    import time
+
+    row = ["--draft", "0.5,0.3,0.2", "--target", "0.2,0.3,0.5", "--json"]
+    for tree in ("x".join(["1"] * 15), "eagle2:40:3:10"):
+        t0 = time.perf_counter()
+        assert main(["calc", "tree", "--tree", tree, *row]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert time.perf_counter() - t0 < 20
+        assert out["optimum"] is None and "limit" in out["optimum_status"]
+        assert all(v is None for k, v in out["verifiers"].items() if not k.endswith("_status"))
+        assert any("MAX_ENUMERATION" in v for k, v in out["verifiers"].items() if k.endswith("_status"))

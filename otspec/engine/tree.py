@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 from ..checks import capped_power, check_size
 from ..drafts import MAX_DRAFT_TUPLES, DraftTree, draft_tuple_law
 from ..pairs import check_pair
-from ..sources import Source, extend_prefixes
+from ..sources import Source, check_enumeration, extend_prefixes
 from .confidence import grow_on_source
 from .decode import check_buffer
 from .ledger import DecodeResult, Ledger
@@ -88,6 +88,7 @@ def tree_law(draft: Source, target: Source, verifier, tree: DraftTree, rule: str
     _check(draft, target, verifier, tree, rule)
     L, V = tree.depth, target.vocab_size
     target.check_length(L + 1)
+    check_enumeration(V, L + 1)  # the output law is over V**(L+1) blocks: refused before the walk is enumerated
     if verifier.layout == "tree":
         return _whole_tree_law(draft, target, verifier, tree)
     chosen = _chosen_tree(draft, tree) if tree.deterministic else None

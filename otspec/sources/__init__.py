@@ -36,7 +36,14 @@ JSON format (read by :func:`source_from_json`, written by ``Source.to_json``)::
 i-th matrix (0-based) gives token i+2 from token i+1, so a horizon-T chain needs
 T−1 matrices.
 """
-from .base import EMPTY_PREFIX, MAX_ENUMERATION, Enumeration, Source, extend_prefixes
+from .base import (
+    EMPTY_PREFIX,
+    MAX_ENUMERATION,
+    Enumeration,
+    Source,
+    check_enumeration,
+    extend_prefixes,
+)
 from .io import load_source, save_source, source_from_json
 from .logged import TAIL_MODES, LoggedRows, load_logged_rows, log_rows
 from .models import (
@@ -66,6 +73,7 @@ __all__ = [
     "Source",
     "TableSource",
     "bernoulli",
+    "check_enumeration",
     "extend_prefixes",
     "load_logged_rows",
     "load_source",

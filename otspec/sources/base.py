@@ -11,7 +11,7 @@ from ..checks import capped_power, format_count
 from ..distributions import sample_categorical
 from ..errors import SizeLimitError
 
-__all__ = ["EMPTY_PREFIX", "MAX_ENUMERATION", "Enumeration", "Source", "extend_prefixes"]
+__all__ = ["EMPTY_PREFIX", "MAX_ENUMERATION", "Enumeration", "Source", "check_enumeration", "extend_prefixes"]
 
 #: Largest number of sequences :meth:`Source.enumerate` will build.
 MAX_ENUMERATION = 2**21
@@ -35,6 +35,17 @@ class Enumeration:
 
 #: The batch holding one empty prefix, shape (1, 0).
 EMPTY_PREFIX = np.zeros((1, 0), dtype=np.int64)
+
+
+def check_enumeration(vocab_size: int, length: int) -> int:
+    """V**length, the sequences an exact enumeration of ``length`` tokens visits; a :class:`SizeLimitError` beyond
+    :data:`MAX_ENUMERATION` (checked before anything is enumerated)."""
+    count = capped_power(vocab_size, length)
+    if count > MAX_ENUMERATION:
+        raise SizeLimitError(f"enumerating {vocab_size}^{length} = {format_count(count)} sequences exceeds the limit "
+                             f"MAX_ENUMERATION = {MAX_ENUMERATION:,}; use Monte Carlo or a shorter length",
+                             size=count, limit=MAX_ENUMERATION)
+    return count
 
 
 def extend_prefixes(tokens: np.ndarray, vocab_size: int) -> np.ndarray:
@@ -174,11 +185,7 @@ class Source(ABC):
         length = int(length)
         if length < 0:
             raise ValueError(f"length must be >= 0, got {length}")
-        count = capped_power(self.vocab_size, length)
-        if count > MAX_ENUMERATION:
-            raise SizeLimitError(f"enumerating {self.vocab_size}^{length} = {format_count(count)} sequences exceeds the limit "
-                                 f"MAX_ENUMERATION = {MAX_ENUMERATION:,}; use Monte Carlo or a shorter length",
-                                 size=count, limit=MAX_ENUMERATION)
+        check_enumeration(self.vocab_size, length)
         self.check_length(length)
         V = self.vocab_size
         tokens = EMPTY_PREFIX
