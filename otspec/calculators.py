@@ -17,7 +17,15 @@ import numpy as np
 
 from . import theory
 from .checks import MAX_DRAFT_LENGTH, capped_power, check_size, format_count
-from .clitools import CLIError, add_pair_arguments, length_list, pair_from_args, positive_int
+from .clitools import (
+    CLIError,
+    add_pair_arguments,
+    add_tree_arguments,
+    length_list,
+    pair_from_args,
+    positive_int,
+    tree_from_args,
+)
 from .distributions import total_variation
 from .errors import SizeLimitError
 from .sources import IIDSource, Source
@@ -197,37 +205,21 @@ def _otm_compute(args) -> dict:
 # -------------------------------------------------------------------- calc tree
 def _tree_arguments(parser):
     add_pair_arguments(parser)
-    parser.add_argument("--tree", required=True,
-                        help="draft tree: a k-config (2x1, 4x2x2x1), iid:K:L, or EAGLE-2's eagle2:DEPTH:TOP_K:NODES")
-    parser.add_argument("--without-replacement", action="store_true",
-                        help="siblings of a k-config tree are drawn without replacement (Traversal Verification "
-                             "needs it; chains are the same either way)")
+    add_tree_arguments(parser, required=True)
 
 
 def _tree_compute(args) -> dict:
-    from .drafts import parse_tree
-    from .engine.confidence import grow_on_source
-    from .engine.tree import tree_law
-    from .solvers.tree_ot import coupling_optimum, tree_optimum
+    from .engine.tree import tree_bound, tree_law
     from .verifiers import MULTI_DRAFT_REGISTRY, WHOLE_TREE_REGISTRY
 
     draft, target = pair_from_args(args)
-    try:
-        tree = parse_tree(args.tree, replacement=not args.without_replacement)
-    except ValueError as exc:
-        raise CLIError(f"--tree {args.tree!r}: {exc}") from None
+    tree = tree_from_args(args)
     out = {"quantity": "expected accepted tokens per iteration (exact), from an empty context", "tree": str(tree),
            "depth": tree.depth, "vocab_size": target.vocab_size, "verifiers": {}}
 
-    def optimum():
-        if tree.deterministic:
-            trie = grow_on_source(draft, tree)
-            paths = frozenset(tuple(trie.token[j] for j in trie.path_to(n)) for n in range(1, len(trie)))
-            return coupling_optimum([paths], [1.0], target, tree.depth)
-        return tree_optimum(draft, target, tree)
-
     _value(out, "optimum", lambda: (lambda o: {"value": o.value, "per_depth": o.per_level.tolist(),
-                                               "per_depth_sum": o.per_level_sum, "drafted_trees": o.trees})(optimum()))
+                                               "per_depth_sum": o.per_level_sum, "drafted_trees": o.trees})(
+        tree_bound(draft, target, tree)))
     for name, cls in {**MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY}.items():
         try:
             out["verifiers"][name] = tree_law(draft, target, cls(), tree, "match").expected_accepted

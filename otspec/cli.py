@@ -29,17 +29,20 @@ from .checks import check_real
 from .clitools import (
     CLIError,
     add_pair_arguments,
+    add_tree_arguments,
     join_negative_values,
     length_list,
     pair_from_args,
     parse_probs,
     positive_int,
     seed,
+    tree_from_args,
 )
-from .engine import generate, simulate, simulate_logged
+from .engine import generate, generate_tree, simulate, simulate_logged, simulate_tree
+from .engine.trie import check_tree_verifier
 from .errors import SolveError
 from .sources import TAIL_MODES, load_logged_rows, log_rows, random_markov, save_source
-from .verifiers import REGISTRY
+from .verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, WHOLE_TREE_REGISTRY
 
 __all__ = ["CALCULATORS", "CLIError", "Calculator", "build_parser", "main", "parse_probs"]
 
@@ -48,10 +51,37 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
     """Help that shows every default and keeps the description's line breaks."""
 
 
-def _verifier_argument(parser):
-    parser.add_argument("--verifier", choices=sorted(REGISTRY), default="token",
+def _verifier_argument(parser, trees: bool = False):
+    names = sorted(REGISTRY) + (sorted({**MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY}) if trees else [])
+    parser.add_argument("--verifier", choices=names, default="token",
                         help="verification scheme: token (speculative sampling), block (published block "
-                             "verification), block_v1 (v1 backward block verification)")
+                             "verification), block_v1 (v1 backward block verification)"
+                             + ("; with --tree a multi-draft or whole-tree verifier (kseq, multiround, "
+                                "multiround_without_replacement, naive, otm, traversal)" if trees else ""))
+    if trees:
+        add_tree_arguments(parser, required=False)
+
+
+def _tree_run(args):
+    """(verifier, tree) of ``--tree``, or None without it; a verifier that does not verify trees is refused."""
+    if args.tree is None:
+        if args.verifier not in REGISTRY:
+            raise CLIError(f"--verifier {args.verifier}: a tree verifier; give the tree with --tree")
+        if args.L is None:
+            raise CLIError("--L: required (draft lengths), or --tree for a draft tree")
+        return None
+    if args.verifier in REGISTRY:
+        raise CLIError(f"--tree: --verifier {args.verifier} verifies one chain; choose among "
+                       f"{sorted({**MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY})}")
+    if args.L is not None:
+        raise CLIError("--L and --tree: the tree sets the draft length (its depth); give one of them")
+    tree = tree_from_args(args)
+    verifier = {**MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY}[args.verifier]()
+    try:
+        check_tree_verifier(verifier, tree)
+    except ValueError as exc:
+        raise CLIError(f"--tree {args.tree} with --verifier {args.verifier}: {exc}") from None
+    return verifier, tree
 
 
 def _rows(args, one_row) -> dict | list:
@@ -61,6 +91,17 @@ def _rows(args, one_row) -> dict | list:
 
 
 def _simulate(args):
+    tree_run = _tree_run(args)
+    if tree_run is not None:
+        if args.logged is not None:
+            raise CLIError("--tree with --logged: tree Monte Carlo needs a pair of sources (logged rows hold one "
+                           "path per step)")
+        verifier, tree = tree_run
+        draft, target = pair_from_args(args)
+        res = simulate_tree(draft, target, verifier, tree, args.blocks, seed=args.seed, progress=not args.json)
+        return {"verifier": args.verifier, "tree": str(tree), "draft_length": tree.depth, "blocks": args.blocks,
+                "seed": args.seed, "accepted": res.accepted.as_dict(),
+                "tokens_per_iteration": res.tokens_per_iteration.as_dict(), "accept_dist": res.accept_dist.tolist()}
     if args.logged is not None:
         if any(x is not None for x in (args.draft, args.target, args.draft_source, args.target_source)):
             raise CLIError("--logged replaces the model pair: give it alone")
@@ -86,16 +127,25 @@ def _decode(args):
     if args.t_draft is not None:  # checked before any decoding
         check_real(args.t_draft, "--t-draft", low=0.0)
         check_real(args.t_target, "--t-target", low=0.0, low_open=True)
+    tree_run = _tree_run(args)
     draft, target = pair_from_args(args)
 
     def row(args, L):
-        res = generate(draft, target, REGISTRY[args.verifier](), L, args.tokens, n_sequences=args.sequences,
-                       seed=args.seed, progress=not args.json)
-        row = {"verifier": args.verifier, "draft_length": L, "seed": args.seed, **res.summary()}
+        if tree_run is not None:
+            res = generate_tree(draft, target, *tree_run, args.tokens, n_sequences=args.sequences, seed=args.seed,
+                                progress=not args.json)
+            row = {"verifier": args.verifier, "tree": str(tree_run[1]), "draft_length": L, "seed": args.seed,
+                   **res.summary()}
+        else:
+            res = generate(draft, target, REGISTRY[args.verifier](), L, args.tokens, n_sequences=args.sequences,
+                           seed=args.seed, progress=not args.json)
+            row = {"verifier": args.verifier, "draft_length": L, "seed": args.seed, **res.summary()}
         if args.t_draft is not None:
             row["cost"] = res.cost(args.t_draft, args.t_target).as_dict()
         return row
 
+    if tree_run is not None:
+        return row(args, tree_run[1].depth)
     return _rows(args, row)
 
 
@@ -155,9 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim = sub.add_parser("simulate", help="Monte Carlo estimate of accepted tokens per iteration",
                          formatter_class=_Formatter)
     add_pair_arguments(sim)
-    _verifier_argument(sim)
-    sim.add_argument("--L", dest="L", type=length_list, required=True,
-                     help="draft length, or several separated by commas (2,4,8): one row each")
+    _verifier_argument(sim, trees=True)
+    sim.add_argument("--L", dest="L", type=length_list, default=None,
+                     help="draft length, or several separated by commas (2,4,8): one row each (not with --tree)")
     sim.add_argument("--blocks", type=positive_int, default=1_000_000, help="simulated iterations per length")
     sim.add_argument("--seed", type=seed, default=0, help="random seed (an integer >= 0)")
     sim.add_argument("--logged", metavar="FILE", default=None,
@@ -172,9 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     dec = sub.add_parser("decode", help="end-to-end speculative generation with call counts",
                          formatter_class=_Formatter)
     add_pair_arguments(dec)
-    _verifier_argument(dec)
-    dec.add_argument("--L", dest="L", type=length_list, required=True,
-                     help="draft length, or several separated by commas (2,4,8): one row each")
+    _verifier_argument(dec, trees=True)
+    dec.add_argument("--L", dest="L", type=length_list, default=None,
+                     help="draft length, or several separated by commas (2,4,8): one row each (not with --tree)")
     dec.add_argument("--tokens", type=positive_int, default=10_000, help="tokens generated per sequence")
     dec.add_argument("--sequences", type=positive_int, default=32, help="independent sequences")
     dec.add_argument("--seed", type=seed, default=0, help="random seed (an integer >= 0)")

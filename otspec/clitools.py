@@ -14,7 +14,7 @@ from .distributions import validate_probs
 from .pairs import check_pair
 from .sources import IIDSource, Source, load_source
 
-__all__ = ["CLIError", "add_pair_arguments", "join_negative_values", "length_list", "pair_from_args", "parse_probs",
+__all__ = ["CLIError", "add_pair_arguments", "add_tree_arguments", "tree_from_args", "join_negative_values", "length_list", "pair_from_args", "parse_probs",
            "positive_int", "seed"]
 
 
@@ -104,3 +104,23 @@ def length_list(text: str) -> list[int]:
     if not values or any(v == "" for v in values):
         raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {text!r}")
     return [positive_int(v) for v in values]
+
+
+def add_tree_arguments(parser: argparse.ArgumentParser, required: bool) -> None:
+    """``--tree SPEC`` and ``--without-replacement`` (see :func:`otspec.drafts.parse_tree`)."""
+    parser.add_argument("--tree", required=required, default=None,
+                        help="draft tree: a k-config (2x1, 4x2x2x1), iid:K:L, or EAGLE-2's eagle2:DEPTH:TOP_K:NODES"
+                             + ("" if required else "; the verifier is then a multi-draft or whole-tree one"))
+    parser.add_argument("--without-replacement", action="store_true",
+                        help="siblings of a k-config tree are drawn without replacement (Traversal Verification "
+                             "needs it; chains are the same either way)")
+
+
+def tree_from_args(args):
+    """The :class:`~otspec.drafts.DraftTree` (or EAGLE-2 tree) of ``--tree``; a bad spec is a CLIError."""
+    from .drafts import parse_tree
+
+    try:
+        return parse_tree(args.tree, replacement=not args.without_replacement)
+    except ValueError as exc:
+        raise CLIError(f"--tree {args.tree!r}: {exc}") from None

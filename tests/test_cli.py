@@ -257,3 +257,24 @@ def test_calc_tree_refuses_sizes_before_enumerating(capsys):
         assert out["optimum"] is None and "limit" in out["optimum_status"]
         assert all(v is None for k, v in out["verifiers"].items() if not k.endswith("_status"))
         assert any("MAX_ENUMERATION" in v for k, v in out["verifiers"].items() if k.endswith("_status"))
+
+
+def test_simulate_and_decode_take_a_tree(capsys):
+    """simulate/decode --tree: any multi-draft or whole-tree verifier on a draft tree; the Monte Carlo interval
+    holds calc tree's exact value; chain verifiers with --tree, tree verifiers without it, --L with --tree and a
+    verifier that cannot verify the tree's draw exit 2 with a message."""
+    row = ["--draft", "0.5,0.3,0.2", "--target", "0.2,0.3,0.5", "--json"]
+    assert main(["calc", "tree", "--tree", "2x1", "--without-replacement", *row]) == 0
+    exact = json.loads(capsys.readouterr().out)["verifiers"]["traversal"]
+    assert main(["simulate", "--verifier", "traversal", "--tree", "2x1", "--without-replacement", "--blocks",
+                 "20000", "--seed", "1", *row]) == 0
+    sim = json.loads(capsys.readouterr().out)
+    assert sim["accepted"]["low"] <= exact <= sim["accepted"]["high"] and sim["draft_length"] == 2
+    assert main(["decode", "--verifier", "kseq", "--tree", "2x2", "--tokens", "40", "--sequences", "2", *row]) == 0
+    dec = json.loads(capsys.readouterr().out)
+    assert dec["tree"] == "2x2" and dec["generated"] == 80
+    for args, match in ((["--verifier", "token", "--tree", "2x1"], "one chain"), (["--verifier", "kseq"], "--tree"),
+                        (["--verifier", "traversal", "--tree", "2x1"], "without replacement"),
+                        (["--verifier", "kseq", "--tree", "2x1", "--L", "2"], "--L"), ([], "--L")):
+        assert main(["simulate", *args, "--blocks", "10", *row]) == 2
+        assert match in capsys.readouterr().err

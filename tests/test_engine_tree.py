@@ -133,3 +133,34 @@ def test_source_session_scores_a_tree_as_whole_paths(kind):
         seq = np.array([prefixes[b] + path])
         np.testing.assert_allclose(rows[b, j + 1], source.next_probs(seq)[0], atol=0, rtol=0)
     np.testing.assert_allclose(rows[1, 3], rows[1, 0])  # padding: the root's row
+
+
+@pytest.mark.parametrize("which", [0, 5, 8, 9])
+def test_simulate_tree_matches_the_exact_law_of_one_iteration(which):
+    """simulate_tree: the interval of E[accepted] holds tree_law's value (one iteration from the empty
+    context, not the decode loop's later iterations), and the first emitted token follows the target's row."""
+    from otspec.engine import simulate_tree
+
+    verifier, config, replacement, rule = SETUPS[which]
+    d, t = random_markov(3, 0.5, seed=4, sparsity=0.2)
+    tree = parse_tree(config, replacement)
+    exact = tree_law(d, t, verifier, tree, rule).expected_accepted
+    res = simulate_tree(d, t, verifier, tree, 40_000, rule=rule, seed=2, confidence=0.999, progress=False)
+    assert res.accepted.low <= exact <= res.accepted.high, (config, exact, res.accepted)
+    assert res.accept_counts.sum() == 40_000 and res.accept_counts.size == tree.depth + 1
+    q0 = t.next_probs([[]])[0]
+    assert stats.chisquare(res.first_token_counts[q0 > 0], 40_000 * q0[q0 > 0]).pvalue > 1e-4
+    assert res.first_token_counts[q0 == 0].sum() == 0
+
+
+def test_simulate_tree_has_power_against_counting_every_iteration():
+    """The estimate is of one iteration: averaging every iteration of a decode run of depth + 1 tokens (the
+    bug simulate_tree had while written) lands far outside the interval."""
+    from otspec.engine import simulate_tree
+
+    d, t = random_markov(3, 1.0, seed=1)
+    tree = parse_tree("2x1")
+    res = simulate_tree(d, t, KSeq(), tree, 20_000, seed=1, progress=False)
+    run = generate_tree(d, t, KSeq(), tree, tree.depth + 1, n_sequences=20_000, seed=1, progress=False)
+    every = (run.accept_hist.sum(axis=0) @ np.arange(tree.depth + 1)) / run.accept_hist.sum()
+    assert abs(every - res.accepted.value) > 10 * res.accepted.stderr

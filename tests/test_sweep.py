@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from otspec import cli
-from otspec.sources import random_iid
+from otspec.sources import IIDSource, random_iid
 from otspec.sweep import cell_id, load_spec, run_sweep
 from otspec.sweep.run import CRASH_ONCE_ENV
 
@@ -248,3 +248,37 @@ def test_logged_rows_sweep_checks_its_cells_against_the_windows_and_steps(tmp_pa
                        (LOGGED_SPEC.replace('file = "rows.npz"', ''), "needs file")]:
         with pytest.raises((ValueError, FileNotFoundError), match=match):
             load_spec(_spec(tmp_path, bad, "bad.toml"))
+
+
+def test_tree_cells_agree_with_the_exact_tree_law_and_the_optimum(tmp_path):
+    """trees = [...]: whole-tree verifiers take every tree, multi-draft ones every k and every tree, drawn as
+    each verifier is lossless for; exact values are tree_law's, every verifier at or below tree_bound,
+    Monte Carlo intervals around them; a tree a verifier cannot verify leaves a note."""
+    from otspec.drafts import parse_tree
+    from otspec.engine import tree_bound, tree_law
+    from otspec.verifiers import KSeq, TraversalVerify
+
+    text = ('quantities = ["exact", "optimum", "monte_carlo", "decode"]\nk = [2]\nL = [2]\n'
+            'trees = ["2x1", "1x1", "eagle2:2:2:3"]\nblocks = 20000\ntokens = 12\nsequences = 2\nseed = 3\n'
+            '[[pairs]]\nkind = "iid"\ndraft = [0.5, 0.3, 0.2]\ntarget = [0.2, 0.3, 0.5]\n'
+            '[[verifiers]]\nname = "traversal"\n[[verifiers]]\nname = "kseq"\n[[verifiers]]\nname = "token"\n')
+    spec = load_spec(_spec(tmp_path, text))
+    assert len(spec.cells) == 3 + (1 + 3) + 1
+    assert all("tree" not in c for c in spec.cells if c["verifier"] == "token" or c["k"] is not None)
+    run_sweep(_spec(tmp_path, text), tmp_path / "out", workers=1, progress=False)
+    t = _table(tmp_path / "out")
+    d, g = IIDSource([0.5, 0.3, 0.2]), IIDSource([0.2, 0.3, 0.5])
+    for name, cls, repl in (("traversal", TraversalVerify, False), ("kseq", KSeq, True)):
+        for tree in ("2x1", "1x1"):
+            r = t[(t.verifier == name) & (t.tree == tree)].iloc[0]
+            dt = parse_tree(tree, replacement=repl)
+            assert r.exact_accepted == pytest.approx(tree_law(d, g, cls(), dt).expected_accepted, abs=1e-12)
+            assert r.optimum_accepted == pytest.approx(tree_bound(d, g, dt).value, abs=1e-9)
+            assert r.exact_accepted <= r.optimum_accepted + 1e-9 and r.L == 2
+            assert r.mc_low - 1e-9 <= r.exact_accepted <= r.mc_high + 1e-9
+        eagle = t[(t.verifier == name) & (t.tree == "eagle2:2:2:3")].iloc[0]
+        assert np.isnan(eagle.exact_accepted) and ("naive" in eagle.exact_note or "without replacement" in eagle.exact_note)
+    with pytest.raises(ValueError, match="traversal"):
+        load_spec(_spec(tmp_path, text.replace('trees = ["2x1", "1x1", "eagle2:2:2:3"]\n', ""), "none.toml"))
+    with pytest.raises(ValueError, match=r"trees\[0\]"):
+        load_spec(_spec(tmp_path, text.replace('"2x1", "1x1"', '"2xx1", "1x1"'), "bad.toml"))

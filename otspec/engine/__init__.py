@@ -12,7 +12,7 @@ from .exact import ExactResult, evaluate
 from .ledger import CostModel, DecodeResult
 from .montecarlo import MonteCarloResult, simulate, simulate_candidates, simulate_logged
 from .stats import Estimate
-from .tree import generate_tree, tree_law
+from .tree import generate_tree, simulate_tree, tree_bound, tree_law
 
 __all__ = [
     "CostModel",
@@ -31,5 +31,7 @@ __all__ = [
     "simulate",
     "simulate_candidates",
     "simulate_logged",
+    "simulate_tree",
+    "tree_bound",
     "tree_law",
 ]

@@ -75,7 +75,7 @@ def _torch_generator(seed, device):
     return torch.Generator(device=device).manual_seed(int(np.random.default_rng(seed).integers(2**62)))
 
 
-def _run(draw, L: int, V: int, n_blocks: int, batch: int, confidence: float, progress, desc: str) -> MonteCarloResult:
+def run_chunks(draw, L: int, V: int, n_blocks: int, batch: int, confidence: float, progress, desc: str) -> MonteCarloResult:
     """Call ``draw(b) -> (τ, first emitted token)`` on chunks of at most ``batch`` trials; tally the result."""
     counts = np.zeros(L + 1, dtype=np.int64)
     first = np.zeros(V, dtype=np.int64)
@@ -169,7 +169,7 @@ def simulate(draft: Source, target: Source, verifier: Verifier, draft_length: in
             out = fast(tables, b, L, rng)
             return out.accepted_len, _first_emitted(out.accepted_len, out.tokens, out.correction, tables.xp)
 
-        return _run(draw, L, V, n_blocks, chunk_size(4 * (L + 1), batch_size), confidence, progress, desc)
+        return run_chunks(draw, L, V, n_blocks, chunk_size(4 * (L + 1), batch_size), confidence, progress, desc)
     rng = np.random.default_rng(seed)
 
     def draw_rows(b):
@@ -179,7 +179,7 @@ def simulate(draft: Source, target: Source, verifier: Verifier, draft_length: in
         tau = np.asarray(out.accepted_len)
         return tau, _first_emitted(tau, tokens, np.asarray(out.correction))
 
-    return _run(draw_rows, L, V, n_blocks, chunk_size((L + 1) * V, batch_size), confidence, progress, desc)
+    return run_chunks(draw_rows, L, V, n_blocks, chunk_size((L + 1) * V, batch_size), confidence, progress, desc)
 
 
 def simulate_candidates(draft_row, target_row, verifier, k: int, n_steps: int, *, seed=0,
@@ -203,7 +203,7 @@ def simulate_candidates(draft_row, target_row, verifier, k: int, n_steps: int, *
         out = verifier.sample(sample_candidates(P, k, rng, replacement=replacement), P, Q, rng, validate=False)
         return np.asarray(out.accepted_len), np.asarray(out.token)
 
-    return _run(draw, 1, V, n_steps, chunk_size((k + 2) * V, batch_size), confidence, progress,
+    return run_chunks(draw, 1, V, n_steps, chunk_size((k + 2) * V, batch_size), confidence, progress,
                 f"monte carlo ({verifier.name}, k={k})")
 
 
@@ -245,5 +245,5 @@ def simulate_logged(log: LoggedRows, verifier: Verifier, draft_length: int, n_bl
         out = fast(tables, b, L, rng, at=pick(b))
         return out.accepted_len, _first_emitted(out.accepted_len, out.tokens, out.correction, tables.xp)
 
-    return _run(draw, L, log.vocab(tail), n_blocks, chunk_size(4 * (L + 1), batch_size), confidence, progress,
+    return run_chunks(draw, L, log.vocab(tail), n_blocks, chunk_size(4 * (L + 1), batch_size), confidence, progress,
                 f"monte carlo on logged rows ({verifier.name}, L={L})")

@@ -28,19 +28,22 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..checks import capped_power, check_size
+from ..checks import MAX_SIMULATION_BLOCKS, capped_power, check_size
 from ..drafts import MAX_DRAFT_TUPLES, DraftTree, draft_tuple_law
 from ..pairs import check_pair
+from ..solvers.tree_ot import TreeOptimum, coupling_optimum, tree_optimum
 from ..sources import Source, check_enumeration, extend_prefixes
+from .chunking import chunk_size
 from .confidence import grow_on_source
 from .decode import check_buffer
 from .ledger import DecodeResult, Ledger
 from .loop import tree_loop
-from .observers import LedgerObserver
+from .montecarlo import MonteCarloResult, run_chunks
+from .observers import LedgerObserver, Observer
 from .session import SourceSession
 from .trie import RULES, Trie, check_tree_verifier
 
-__all__ = ["RULES", "TreeExactResult", "tree_law", "generate_tree"]
+__all__ = ["RULES", "TreeExactResult", "generate_tree", "simulate_tree", "tree_bound", "tree_law"]
 
 def _check(draft: Source, target: Source, verifier, tree: DraftTree, rule: str):
     if rule not in RULES:
@@ -215,3 +218,53 @@ def generate_tree(draft: Source, target: Source, verifier, tree: DraftTree, n_to
         run = tree_loop(*sessions, verifier, tree, N, np.random.default_rng(seed), rule=rule, batch=B,
                         observers=[LedgerObserver(ledger)], bar=bar)
     return ledger.result(run.tokens, confidence)
+
+
+def simulate_tree(draft: Source, target: Source, verifier, tree, n_blocks: int, *, rule: str = "match", seed=0,
+                  batch_size: int | None = None, progress: bool | None = None,
+                  confidence: float = 0.95) -> MonteCarloResult:
+    """Monte Carlo of one tree iteration from the empty context: ``n_blocks`` trees drafted and verified.
+
+    Each trial runs the tree loop (:func:`~otspec.engine.loop.tree_loop`) for depth + 1 tokens, which is
+    exactly one iteration on the whole tree; ``accepted`` estimates E[accepted tree tokens], the quantity
+    of :func:`tree_law` and of :func:`tree_bound`, and ``first_token_counts`` counts the first emitted
+    token (a lossless verifier draws it from the target's first row). Works for every tree verifier
+    (multi-draft and whole-tree) and for EAGLE-2 trees.
+    """
+    _check(draft, target, verifier, tree, rule)
+    n_blocks = check_size(n_blocks, "n_blocks", limit=MAX_SIMULATION_BLOCKS, limit_name="MAX_SIMULATION_BLOCKS")
+    L, V = tree.depth, target.vocab_size
+    target.check_length(L + 1)
+    rng = np.random.default_rng(seed)
+    batch = chunk_size((tree.num_tokens + 1) * 2 * V, batch_size)
+
+    def draw(b):
+        first = _FirstIteration(b)
+        sessions = (SourceSession(draft, b, L + 2, max_prefix=L - 1), SourceSession(target, b, L + 2, max_prefix=L))
+        run = tree_loop(*sessions, verifier, tree, L + 1, rng, rule=rule, batch=b, observers=[first])
+        return first.accepted, run.tokens[:, 0]
+
+    return run_chunks(draw, L, V, n_blocks, batch, confidence, progress, f"monte carlo ({verifier.name}, {tree})")
+
+
+class _FirstIteration(Observer):
+    """The accepted tokens of each sequence's first tree iteration (the later ones finish its N tokens)."""
+
+    def __init__(self, n: int):
+        self.accepted = np.full(n, -1, dtype=np.int64)
+
+    def on_tree(self, step) -> None:
+        at = step.start == 0
+        self.accepted[step.rows[at]] = step.emitted[at] - 1
+
+
+def tree_bound(draft: Source, target: Source, tree) -> TreeOptimum:
+    """The largest E[accepted tokens] of any lossless verifier on ``tree`` from the empty context
+    (:func:`~otspec.solvers.tree_ot.tree_optimum`); an EAGLE-2 tree is grown once from the draft's rows and
+    its one chosen tree coupled with the target (:func:`~otspec.solvers.tree_ot.coupling_optimum`)."""
+    check_pair(draft, target)
+    if not tree.deterministic:
+        return tree_optimum(draft, target, tree)
+    trie = grow_on_source(draft, tree)
+    paths = frozenset(tuple(trie.token[j] for j in trie.path_to(n)) for n in range(1, len(trie)))
+    return coupling_optimum([paths], [1.0], target, tree.depth)

@@ -17,6 +17,11 @@ says why in ``<quantity>_note``):
   (:func:`~otspec.theory.positional_window_values`); ``monte_carlo`` is :func:`otspec.engine.simulate_logged`
   (row-free, token and block); multi-draft cells average the closed form and the OTM-k optimum over every
   step. ``decode`` and ``adaptive`` do not apply.
+* tree cells (a ``tree`` key; multi-draft and whole-tree verifiers): one iteration on the whole tree
+  from the empty context — ``exact`` is :func:`~otspec.engine.tree_law`'s E[accepted], ``optimum`` the
+  tree optimum of any lossless verifier (:func:`~otspec.engine.tree_bound`), ``monte_carlo``
+  :func:`~otspec.engine.simulate_tree`, ``decode`` :func:`~otspec.engine.generate_tree`; the speedup
+  counts one draft call per tree level. Not on logged rows.
 * ``adaptive`` — SpecDec++ on an IID pair with token verification: latency per token (t_target = 1,
   t_draft = c) of the exact optimal stopping policy with at most L drafts, of fixed L and of the best
   fixed length ≤ L, and the optimal policy's speedup over plain decoding.
@@ -32,7 +37,16 @@ import numpy as np
 
 from .. import theory
 from ..distributions import temperature_rows, total_variation
-from ..engine import generate, simulate, simulate_candidates, simulate_logged
+from ..engine import (
+    generate,
+    generate_tree,
+    simulate,
+    simulate_candidates,
+    simulate_logged,
+    simulate_tree,
+    tree_bound,
+    tree_law,
+)
 from ..solvers.otm_dual import otm_value
 from ..sources import (
     IIDSource,
@@ -44,7 +58,7 @@ from ..sources import (
 )
 from ..theory.iid import iid_block_values
 from ..verifiers import MULTI_DRAFT_REGISTRY, REGISTRY
-from .spec import cell_id, cell_seed, describe_pair
+from .spec import SWEEP_VERIFIERS, cell_id, cell_seed, describe_pair, tree_of
 
 __all__ = ["build_pair", "run_cell", "temper"]
 
@@ -142,14 +156,52 @@ def _logged_runs(cell: dict, log, verifier, seeds, row: dict) -> dict:
                               progress=False, confidence=cell["confidence"], device=cell.get("device"))
         return _mc_columns(res, cell["blocks"])
 
-    def unavailable(what):
-        def run():
-            raise NotImplementedError(f"{what} on logged rows: their rows depend on position only, there is no "
-                                      "context to decode from")
-        return run
+    off = _unavailable_on_logs
+    return {"exact": exact, "optimum": optimum, "monte_carlo": monte_carlo, "decode": off("decode")["decode"],
+            "adaptive": off("adaptive")["adaptive"]}
 
-    return {"exact": exact, "optimum": optimum, "monte_carlo": monte_carlo, "decode": unavailable("decode"),
-            "adaptive": unavailable("adaptive")}
+
+def _unavailable_on_logs(what: str) -> dict:
+    """Every quantity raising: ``what`` does not run on logged rows (their rows depend on position only)."""
+    def run():
+        raise NotImplementedError(f"{what} on logged rows: their rows depend on position only, there is no "
+                                  "context to decode from")
+    return dict.fromkeys(("exact", "optimum", "monte_carlo", "decode", "adaptive"), run)
+
+
+def _tree_runs(cell: dict, sources, verifier, seeds, row: dict) -> dict:
+    """The quantities of a tree cell: one iteration on the whole tree from the empty context."""
+    draft, target = sources
+    c, conf = cell["cost_ratio"], cell["confidence"]
+    tree = tree_of(cell, verifier)
+    row.update(vocab=target.vocab_size, L=tree.depth,
+               tv_first_token=float(total_variation(draft.next_probs([[]])[0], target.next_probs([[]])[0])))
+
+    def exact():
+        e = tree_law(draft, target, verifier, tree).expected_accepted
+        return {"exact_accepted": e, "exact_low": e, "exact_high": e, "exact_tokens_per_iteration": e + 1.0,
+                "exact_speedup": theory.predicted_speedup(e, c, tree.depth)}
+
+    def optimum():
+        e = tree_bound(draft, target, tree).value
+        return {"optimum_accepted": e, "optimum_low": e, "optimum_high": e,
+                "optimum_speedup": theory.predicted_speedup(e, c, tree.depth)}
+
+    def monte_carlo():
+        res = simulate_tree(draft, target, verifier, tree, cell["blocks"], seed=np.random.default_rng(seeds[0]),
+                            progress=False, confidence=conf)
+        return _mc_columns(res, cell["blocks"])
+
+    def decode():
+        res = generate_tree(draft, target, verifier, tree, cell["tokens"], n_sequences=cell["sequences"],
+                            seed=np.random.default_rng(seeds[1]), progress=False, confidence=conf)
+        be = res.block_efficiency
+        return {"decode_block_efficiency": be.value, "decode_low": be.low, "decode_high": be.high}
+
+    def adaptive():
+        raise NotImplementedError("adaptive cells: token verification of an IID pair (SpecDec++'s setting)")
+
+    return {"exact": exact, "optimum": optimum, "monte_carlo": monte_carlo, "decode": decode, "adaptive": adaptive}
 
 
 _MC_SINGLE = "Monte Carlo of multi-draft cells on logged rows: not available (exact and optimum average every step)"
@@ -170,8 +222,12 @@ def run_cell(cell: dict, sweep_seed: int, quantities, base: Path = Path(".")) ->
            "k": cell["k"], "temperature": cell["temperature"], "cost_ratio": cell["cost_ratio"],
            **{f"param_{key}": value for key, value in sorted(params.items())}}
     seeds = cell_seed(sweep_seed, cell).spawn(2)
-    verifier = (MULTI_DRAFT_REGISTRY if name in MULTI_DRAFT_REGISTRY else REGISTRY)[name](**params)
-    if pair["kind"] == "logged":
+    verifier = SWEEP_VERIFIERS[name](**params)
+    if cell.get("tree") is not None:
+        row["tree"] = cell["tree"]
+        runs = (_unavailable_on_logs("tree cells") if pair["kind"] == "logged" else
+                _tree_runs(cell, build_pair(pair, base, cell["temperature"]), verifier, seeds, row))
+    elif pair["kind"] == "logged":
         runs = _logged_runs(cell, _logged(str((base / pair["file"]).resolve())), verifier, seeds, row)
     else:
         runs = _source_runs(cell, build_pair(pair, base, cell["temperature"]), verifier, seeds, row)

@@ -37,13 +37,18 @@ Schema (every key but ``pairs`` and ``verifiers`` optional; a list expands into 
     span = 9                          # optional: blocks start where 9 steps are left (the same starts for L <= 8)
 
     [[verifiers]]
-    name = "token"                    # a name of otspec.verifiers.REGISTRY or MULTI_DRAFT_REGISTRY
+    name = "token"                    # a name of REGISTRY, MULTI_DRAFT_REGISTRY or WHOLE_TREE_REGISTRY
     [[verifiers]]
     name = "kseq"
     rho = [1.5, 2.0]                  # constructor parameters, lists expand
 
+    trees = ["2x1", "2x2"]            # draft trees (otspec.drafts.parse_tree) for tree verifiers
+
 Single-draft verifiers take every ``L`` (``k`` is empty for them); multi-draft verifiers are one
-step of k candidates from the first-position rows (``L`` is empty for them). On logged rows a
+step of k candidates from the first-position rows (``L`` is empty for them) and, when the spec has
+``trees``, also one iteration on every tree; whole-tree verifiers (traversal) take every tree. A
+tree's siblings are drawn as its verifier is lossless for (with or without replacement; the naive
+verifier: with). Tree cells have a ``tree`` key (cells without one keep their ids). On logged rows a
 single-draft cell averages over every window of L+1 steps of the log, a multi-draft cell over every
 step; logged rows keep the temperature they were recorded at (only ``temperature = 1`` is accepted).
 ``device = "auto"`` (optional) runs row-free Monte Carlo on torch, on CUDA when available.
@@ -62,10 +67,11 @@ import numpy as np
 
 from ..checks import MAX_DRAFT_LENGTH, check_real, check_size
 from ..distributions import resolve_device
+from ..drafts import parse_tree
 from ..sources import MAX_RANDOM_ENTRIES, TAIL_MODES
-from ..verifiers import MULTI_DRAFT_REGISTRY, REGISTRY
+from ..verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, WHOLE_TREE_REGISTRY
 
-__all__ = ["PAIR_KINDS", "QUANTITIES", "SweepSpec", "cell_id", "cell_seed", "load_spec"]
+__all__ = ["PAIR_KINDS", "QUANTITIES", "SWEEP_VERIFIERS", "SweepSpec", "cell_id", "cell_seed", "load_spec", "tree_of"]
 
 PAIR_KINDS = ("random_iid", "random_markov", "iid", "json", "logged")
 #: What a cell can compute; see :mod:`otspec.sweep.cells`.
@@ -74,9 +80,11 @@ _PAIR_KEYS = {"random_iid": {"vocab", "concentration", "sparsity", "pair_seed"},
               "random_markov": {"vocab", "concentration", "sparsity", "pair_seed", "horizon"},
               "iid": {"draft", "target", "label"}, "json": {"draft", "target", "label"},
               "logged": {"file", "tail", "span", "label"}}
-_TOP_KEYS = {"name", "seed", "quantities", "L", "k", "temperature", "cost_ratio", "blocks", "tokens", "sequences",
+_TOP_KEYS = {"name", "seed", "quantities", "L", "k", "trees", "temperature", "cost_ratio", "blocks", "tokens", "sequences",
              "confidence", "device", "pairs", "verifiers"}
 MAX_CELLS = 1_000_000
+#: Every verifier a sweep can name.
+SWEEP_VERIFIERS = {**REGISTRY, **MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY}
 #: The files a pair kind names (key, what it is), refused at load time when missing.
 _FILES = {"json": (("draft", "draft source"), ("target", "target source")), "logged": (("file", "logged-rows"),)}
 
@@ -178,18 +186,37 @@ def _verifiers(raw) -> list[dict]:
     out = []
     for i, entry in enumerate(raw):
         name = entry.get("name") if isinstance(entry, dict) else None
-        if name not in REGISTRY and name not in MULTI_DRAFT_REGISTRY:
-            raise _error(f"verifiers[{i}]", f"name: expected one of {sorted(REGISTRY) + sorted(MULTI_DRAFT_REGISTRY)},"
-                                            f" got {name!r}")
+        if name not in SWEEP_VERIFIERS:
+            raise _error(f"verifiers[{i}]", f"name: expected one of {sorted(SWEEP_VERIFIERS)}, got {name!r}")
         params = {k: v for k, v in entry.items() if k != "name"}
         for combo in _grid(params):
-            cls = REGISTRY.get(name) or MULTI_DRAFT_REGISTRY[name]
             try:
-                cls(**combo)  # the constructor checks its parameters now, not in a worker later
+                SWEEP_VERIFIERS[name](**combo)  # the constructor checks its parameters now, not in a worker later
             except TypeError as err:
                 raise _error(f"verifiers[{i}]", f"parameters {combo} for {name!r}: {err}") from None
-            out.append({"name": name, "multi": name in MULTI_DRAFT_REGISTRY, "params": combo})
+            out.append({"name": name, "multi": name in MULTI_DRAFT_REGISTRY, "whole_tree": name in WHOLE_TREE_REGISTRY,
+                        "params": combo})
     return out
+
+
+def _trees(data: dict) -> list[str]:
+    """The spec's tree strings, each parsed now (a bad one is refused here, not in a worker later)."""
+    raw = _as_list(data.get("trees", []))
+    for i, text in enumerate(raw):
+        if not isinstance(text, str):
+            raise _error(f"trees[{i}]", f"expected a tree spec string (2x1, iid:2:3, eagle2:2:2:3), got {text!r}")
+        try:
+            parse_tree(text)
+        except ValueError as err:
+            raise _error(f"trees[{i}]", str(err)) from None
+    if len(set(raw)) != len(raw):
+        raise _error("trees", "a tree is listed twice")
+    return raw
+
+
+def tree_of(cell: dict, verifier):
+    """The draft tree of a tree cell, its siblings drawn as ``verifier`` is lossless for."""
+    return parse_tree(cell["tree"], replacement=getattr(verifier, "replacement", True) is not False)
 
 
 def _numbers(data: dict, key: str, default, check) -> list:
@@ -249,15 +276,27 @@ def load_spec(path) -> SweepSpec:
         if pair["kind"] == "logged" and any(T != 1.0 for T in temps):
             raise _error("temperature", f"logged rows keep the temperature they were recorded at; sweep "
                                         f"{describe_pair(pair)} at temperature 1 (got {temps})")
-    n = len(pairs) * sum(len(ks) if v["multi"] else len(Ls) for v in verifiers) * len(temps) * len(costs)
+    trees = _trees(data)
+    lonely = sorted({v["name"] for v in verifiers if v["whole_tree"]}) if not trees else []
+    if lonely:
+        raise _error("trees", f"{lonely} verify whole draft trees: give trees = [\"2x1\", ...]")
+
+    def shapes(ver) -> list[dict]:
+        """(L, k, tree) of each cell of one verifier entry."""
+        if ver["whole_tree"]:
+            return [{"L": None, "k": None, "tree": t} for t in trees]
+        if ver["multi"]:
+            return [{"L": None, "k": k} for k in ks] + [{"L": None, "k": None, "tree": t} for t in trees]
+        return [{"L": length, "k": None} for length in Ls]
+
+    n = len(pairs) * sum(len(shapes(v)) for v in verifiers) * len(temps) * len(costs)
     if n > MAX_CELLS:
         raise _error("grid", f"{n:,} cells exceed MAX_CELLS = {MAX_CELLS:,}")
     cells = []
     for pair, ver, T, c in itertools.product(pairs, verifiers, temps, costs):
-        for length in ([None] if ver["multi"] else Ls):
-            for k in (ks if ver["multi"] else [None]):
-                cells.append({"pair": pair, "verifier": ver["name"], "params": ver["params"], "L": length, "k": k,
-                              "temperature": T, "cost_ratio": c, **settings})
+        for shape in shapes(ver):
+            cells.append({"pair": pair, "verifier": ver["name"], "params": ver["params"], **shape,
+                          "temperature": T, "cost_ratio": c, **settings})
     if len({cell_id(c) for c in cells}) != len(cells):
         raise _error("grid", "two cells have the same parameters (a value listed twice?)")
     return SweepSpec(str(data.get("name", path.stem)), seed, quantities, settings, cells, path.parent.resolve())
