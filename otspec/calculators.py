@@ -217,8 +217,9 @@ def _tree_compute(args) -> dict:
     out = {"quantity": "expected accepted tokens per iteration (exact), from an empty context", "tree": str(tree),
            "depth": tree.depth, "vocab_size": target.vocab_size, "verifiers": {}}
 
-    _value(out, "optimum", lambda: (lambda o: {"value": o.value, "per_depth": o.per_level.tolist(),
-                                               "per_depth_sum": o.per_level_sum, "drafted_trees": o.trees})(
+    _value(out, "optimum", lambda: (lambda o: {"value": o.value, "coupling": o.coupling,
+                                               "per_depth": o.per_level.tolist(), "per_depth_sum": o.per_level_sum,
+                                               "drafted_trees": o.trees})(
         tree_bound(draft, target, tree)))
     for name, cls in {**MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY}.items():
         try:

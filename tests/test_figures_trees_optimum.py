@@ -12,9 +12,12 @@ def test_verifiers_sit_below_the_tree_optimum_and_reach_it_when_the_draft_is_the
     assert data["tv"][0] == 0.0 and data["tv"][-1] > 0.1
     for tree in data["trees"]:
         opt = np.array(tree["optimum"])
-        assert np.all(opt <= np.array(tree["per_depth_sum"]) + 1e-9)
+        assert np.all(opt <= np.array(tree["coupling"]) + 1e-9)
+        assert np.all(np.array(tree["coupling"]) <= np.array(tree["per_depth_sum"]) + 1e-9)
         assert abs(opt[0] - len(tree["config"])) < 1e-9  # p = q: every drafted token can be kept
         for name, values in tree["verifiers"].items():
             assert np.all(np.array(values) <= opt + 1e-8), (tree["label"], name)
+        if tree["label"].startswith("chain"):  # block verification is the one-iteration optimum on a chain
+            assert np.allclose(tree["verifiers"]["traversal"], opt, atol=1e-9)
         lossless_at_equal = [v for n, v in tree["verifiers"].items() if n != "naive"]
         assert all(abs(v[0] - opt[0]) < 1e-9 for v in lossless_at_equal)  # they accept every draft when p = q
