@@ -19,5 +19,8 @@ def test_verifiers_sit_below_the_tree_optimum_and_reach_it_when_the_draft_is_the
             assert np.all(np.array(values) <= opt + 1e-8), (tree["label"], name)
         if tree["label"].startswith("chain"):  # block verification is the one-iteration optimum on a chain
             assert np.allclose(tree["verifiers"]["traversal"], opt, atol=1e-9)
-        lossless_at_equal = [v for n, v in tree["verifiers"].items() if n != "naive"]
+        branching = max(tree["config"]) > 1
+        lossless_at_equal = [v for n, v in tree["verifiers"].items() if n != "naive" and not (n == "gbv" and branching)]
         assert all(abs(v[0] - opt[0]) < 1e-9 for v in lossless_at_equal)  # they accept every draft when p = q
+        if "gbv" in tree["verifiers"] and branching:  # GBV's chosen path is skewed away from q even when p = q
+            assert tree["verifiers"]["gbv"][0] < opt[0] - 0.05

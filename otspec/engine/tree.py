@@ -150,7 +150,7 @@ def _whole_tree_law(draft: Source, target: Source, verifier, tree: DraftTree) ->
                 for depth in range(len(path)):
                     continue_mass[depth] += mass * w
             return
-        tuples = [draft_tuple_law(trie.p[j], tree.branching[d], tree.replacement) for j in frontier]
+        tuples = [draft_tuple_law(trie.p[j], trie.mult[j] * tree.branching[d], tree.replacement) for j in frontier]
         for pick in itertools.product(*(range(len(probs)) for _, probs in tuples)):
             grown, below = trie.copy(), []
             for j, (cands, _), k in zip(frontier, tuples, pick, strict=True):

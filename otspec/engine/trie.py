@@ -19,10 +19,8 @@ RULES = ("match", "accepted")
 
 def check_tree_verifier(verifier, tree) -> None:
     """Refuse a verifier that would not keep the target's law on ``tree``'s draws (a clear ``ValueError``)."""
-    if verifier.layout == "tree":  # a whole-tree verifier: children drawn without replacement, in drawing order
-        if tree.deterministic or (tree.replacement and max(tree.branching) > 1):
-            raise ValueError(f"{type(verifier).__name__} verifies trees whose children are drawn without replacement "
-                             f"(or chains), got {tree}")
+    if verifier.layout == "tree":  # a whole-tree verifier says which drafted trees it keeps exact
+        verifier.check_tree(tree)
         return
     if verifier.layout != "candidates":
         raise ValueError(f"{type(verifier).__name__} verifies {verifier.layout}; a tree needs a multi-draft verifier")

@@ -26,8 +26,8 @@ VERIFIERS = {**MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY}
 
 #: (label, k-config, replacement, verifiers walked with SpecTr's "match" rule)
 TREES = (
-    ("chain 1x1x1", (1, 1, 1), True, ("multiround", "traversal")),
-    ("2x1 i.i.d.", (2, 1), True, ("kseq", "multiround", "naive", "otm")),
+    ("chain 1x1x1", (1, 1, 1), True, ("multiround", "traversal", "gbv")),
+    ("2x1 i.i.d.", (2, 1), True, ("kseq", "multiround", "naive", "otm", "gbv")),
     ("2x2 i.i.d.", (2, 2), True, ("kseq", "multiround", "naive")),
     ("2x1 w/o repl.", (2, 1), False, ("multiround_without_replacement", "traversal", "naive")),
 )

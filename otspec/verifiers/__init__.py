@@ -4,7 +4,7 @@ Chain layout (one draft of L tokens): :class:`TokenVerify`, :class:`BlockVerify`
 :class:`BackwardBlockVerify`, and the biased :class:`DecodingOPT` / :class:`DecodingUNO`.
 Candidates layout (k drafts at one position): :class:`KSeq`, :class:`MultiRound`,
 :class:`MultiRoundWithoutReplacement`, :class:`NaiveMultiCandidate`, :class:`OTMVerify`,
-:class:`BatchVerify`. Whole-tree layout (a drafted tree verified at once): :class:`TraversalVerify`.
+:class:`BatchVerify`. Whole-tree layout (a drafted tree verified at once): :class:`TraversalVerify`, :class:`GreedyBlockVerify`.
 """
 
 from .base import CANDIDATES, CHAIN, Outcome, Verifier, VerifierLaw, check_single_draft
@@ -13,6 +13,7 @@ from .biased import DecodingOPT, DecodingUNO, OverAcceptance
 from .block import BackwardBlockVerify, BlockVerify
 from .candidates import MultiDraftVerifier, SequentialMultiDraftVerifier
 from .carry import ResidualWindows
+from .gbv import GreedyBlockVerify
 from .kseq import KSeq
 from .multiround import MultiRound, MultiRoundWithoutReplacement
 from .naive import NaiveMultiCandidate
@@ -27,7 +28,7 @@ MULTI_DRAFT_REGISTRY = {
     cls.name: cls for cls in (KSeq, MultiRound, MultiRoundWithoutReplacement, NaiveMultiCandidate, OTMVerify)
 }
 #: Whole-tree verifiers by short name (the tree loop hands them every drafted node's rows at once).
-WHOLE_TREE_REGISTRY = {cls.name: cls for cls in (TraversalVerify,)}
+WHOLE_TREE_REGISTRY = {cls.name: cls for cls in (TraversalVerify, GreedyBlockVerify)}
 #: Every verifier class by short name.
 VERIFIERS = {**REGISTRY, **MULTI_DRAFT_REGISTRY,
              **{cls.name: cls for cls in (DecodingOPT, DecodingUNO, BatchVerify)}}
@@ -37,7 +38,7 @@ MultiDraftLaw = VerifierLaw.from_masses
 MultiDraftOutcome = Outcome.from_candidates
 
 __all__ = ["CANDIDATES", "CHAIN", "MULTI_DRAFT_REGISTRY", "REGISTRY", "VERIFIERS", "BackwardBlockVerify",
-           "BatchVerify", "BlockVerify", "DecodingOPT", "DecodingUNO", "KSeq", "MultiDraftLaw",
+           "BatchVerify", "BlockVerify", "DecodingOPT", "DecodingUNO", "GreedyBlockVerify", "KSeq", "MultiDraftLaw",
            "MultiDraftOutcome", "MultiDraftVerifier", "MultiRound", "MultiRoundWithoutReplacement",
            "NaiveMultiCandidate", "OTMVerify", "Outcome", "OverAcceptance", "ResidualWindows",
            "SequentialMultiDraftVerifier", "TokenVerify", "TraversalVerify", "Verifier", "VerifierLaw",

@@ -143,6 +143,12 @@ class TraversalVerify:
     any_candidates = False
     lossless = True
 
+    def check_tree(self, tree) -> None:
+        """Refuse a tree whose children are not drawn without replacement (chains are drawn either way)."""
+        if tree.deterministic or (tree.replacement and max(tree.branching) > 1):
+            raise ValueError(f"{type(self).__name__} verifies trees whose children are drawn without replacement "
+                             f"(or chains), got {tree}")
+
     def tree_law(self, tree) -> list:
         return traversal_law(tree)
 
