@@ -136,7 +136,7 @@ def tree_batches(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: st
     if pair.drafter.deterministic:
         raise ValueError(f"the {pair.drafter.name} drafter proposes one token per position; a draft tree needs a "
                          "model draft (distilled, int8, layers:K or a model)")
-    tree = parse_tree(tree, bool(verifier.replacement))
+    tree = parse_tree(tree, verifier.replacement)
     L, N = tree.depth, int(max_new_tokens)
     rng, timer = np.random.default_rng(seed), CallTimer(pair.target.device)
     ledger = Ledger(len(prompts), N, L)

@@ -199,6 +199,11 @@ def _otm_compute(args) -> dict:
     _value(out, "multiround", theory.multiround_acceptance, p, q, k)
     _value(out, "multiround_without_replacement", theory.multiround_acceptance, p, q, k, False)
     out["naive"] = theory.naive_acceptance(p, q, k)
+    out["greedy_drafts"] = solvers.structured_value(p, q, k, "greedy")  # Hu et al.: optimum = the greedy verifier
+    if k <= 2:
+        out["spechub"] = solvers.structured_value(p, q, k, "hub")
+    else:
+        out["spechub"], out["spechub_status"] = None, f"not applicable: SpecHub's hub draw has k <= 2 drafts (k = {k})"
     return out
 
 

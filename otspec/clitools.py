@@ -113,14 +113,22 @@ def add_tree_arguments(parser: argparse.ArgumentParser, required: bool) -> None:
                              + ("" if required else "; the verifier is then a multi-draft or whole-tree one"))
     parser.add_argument("--without-replacement", action="store_true",
                         help="siblings of a k-config tree are drawn without replacement (Traversal Verification "
-                             "needs it; chains are the same either way)")
+                             "needs it; chains are the same either way); the same as --draw without")
+    parser.add_argument("--draw", choices=("iid", "without", "greedy", "hub"), default=None,
+                        help="how siblings are drawn: iid (default), without replacement, Hu et al.'s greedy drafts "
+                             "(the top k-1 tokens, then one from the rest), SpecHub's hub pair (k <= 2)")
 
 
 def tree_from_args(args):
     """The :class:`~otspec.drafts.DraftTree` (or EAGLE-2 tree) of ``--tree``; a bad spec is a CLIError."""
     from .drafts import parse_tree
 
+    draw = getattr(args, "draw", None)
+    if draw is not None and args.without_replacement and draw != "without":
+        raise CLIError(f"--without-replacement and --draw {draw}: give one of them")
+    replacement = {"iid": True, "without": False, "greedy": "greedy", "hub": "hub"}[
+        draw or ("without" if args.without_replacement else "iid")]
     try:
-        return parse_tree(args.tree, replacement=not args.without_replacement)
+        return parse_tree(args.tree, replacement=replacement)
     except ValueError as exc:
         raise CLIError(f"--tree {args.tree!r}: {exc}") from None

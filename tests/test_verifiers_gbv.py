@@ -131,7 +131,7 @@ def test_in_the_decode_loop_and_monte_carlo():
 
 def test_more_paths_can_lower_gbv_at_one_position():
     """A finding: at L = 1 the chosen token's law p^Γ sharpens toward the highest q/p as K grows, and GBV's
-    acceptance can fall (here 0.944 at K = 2, 0.822 at K = 3), whereas the OTM-k optimum only rises."""
+    acceptance can fall (0.944 at K = 2, 0.822 at K = 3 on this pair), whereas the OTM-k optimum only rises."""
     from otspec.solvers.otm_dual import otm_value
 
     d, t = random_iid(4, 5.0, seed=2, sparsity=0.0)

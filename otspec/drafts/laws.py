@@ -11,8 +11,15 @@ from ..checks import capped_perm, capped_power, check_size, format_count
 from ..distributions import namespace, one_row, sample_categorical, uniform, validate_probs
 from ..errors import SizeLimitError
 
-__all__ = ["MAX_DRAFT_TUPLES", "MAX_RACE_CELLS", "RACE_STEP", "draft_inclusion_probs", "draft_tuple_law",
-           "inclusion_iid", "prob_drafts_within", "sample_candidates", "tuple_membership"]
+__all__ = ["DRAWS", "MAX_DRAFT_TUPLES", "MAX_RACE_CELLS", "RACE_STEP", "draft_inclusion_probs", "draft_tuple_law",
+           "draw_name", "hub_token", "inclusion_iid", "prob_drafts_within", "sample_candidates", "top_tokens_of",
+           "tuple_membership"]
+
+#: How k candidates are drawn from one draft row, by the value of a ``replacement`` argument: i.i.d. (True),
+#: sequentially without replacement (False), Hu et al.'s greedy drafts ("greedy": the top k − 1 tokens of p,
+#: then one token from p restricted to the rest) and SpecHub's hub drafts ("hub", k <= 2: X_1 ~ p, then the
+#: hub a = argmax p if X_1 != a, else a token from p restricted to the rest).
+DRAWS = {True: "iid", False: "without", "greedy": "greedy", "hub": "hub"}
 
 #: Most tuples :func:`draft_tuple_law` enumerates by default (with replacement s^k, without
 #: s!/(s−k)!, s = number of tokens with p > 0): 2^20 tuples of k int64 entries.
@@ -32,9 +39,55 @@ def check_k(k) -> int:
     return check_size(k, "k", what="an integer number of drafts")
 
 
-def tuple_count(s: int, k: int, replacement: bool) -> int:
+def draw_name(replacement) -> str:
+    """The draw mode of a ``replacement`` argument (a key of :data:`DRAWS`), or a ValueError."""
+    for key, name in DRAWS.items():
+        if replacement is key or (isinstance(replacement, str) and replacement == key) or (
+                isinstance(replacement, bool | np.bool_) and bool(replacement) is key):
+            return name
+    raise ValueError(f"replacement: expected True (i.i.d.), False (without replacement), 'greedy' or 'hub', "
+                     f"got {replacement!r}")
+
+
+def tuple_count(s: int, k: int, replacement) -> int:
     """Tuples of positive probability (capped at :data:`COUNT_CAP`)."""
-    return capped_power(s, k) if replacement else capped_perm(s, k)
+    draw = draw_name(replacement)
+    if draw in ("greedy", "hub"):
+        return max(1, 2 * s)
+    return capped_power(s, k) if draw == "iid" else capped_perm(s, k)
+
+
+def top_tokens_of(p: np.ndarray, n: int) -> np.ndarray:
+    """The n most probable tokens of positive mass of a row, by decreasing p, ties to the lower id."""
+    order = np.lexsort((np.arange(p.size), -p))
+    return order[:n][p[order[:n]] > 0]
+
+
+def hub_token(p: np.ndarray) -> int:
+    """SpecHub's hub: argmax p, ties to the lower id."""
+    return int(np.argmax(p))
+
+
+def _structured_law(p: np.ndarray, k: int, draw: str) -> tuple[np.ndarray, np.ndarray]:
+    """Every tuple of the greedy or hub draw with its probability (module :data:`DRAWS`)."""
+    if draw == "hub" and k > 2:
+        raise ValueError(f"SpecHub's hub draw is defined for k <= 2 drafts, got k = {k}")
+    if draw == "hub" and k == 2:
+        a = hub_token(p)
+        rest = np.flatnonzero((p > 0) & (np.arange(p.size) != a))
+        if rest.size == 0:
+            return np.array([[a, -1]], dtype=np.int64), np.ones(1)
+        tuples = np.concatenate([np.stack([rest, np.full(rest.size, a)], 1), np.stack([np.full(rest.size, a), rest], 1)])
+        return tuples.astype(np.int64), np.concatenate([p[rest], p[a] * p[rest] / p[rest].sum()])
+    top = top_tokens_of(p, k - 1)
+    rest = np.flatnonzero(p > 0)
+    rest = rest[~np.isin(rest, top)]
+    head = np.full(k - 1, -1, dtype=np.int64)
+    head[:top.size] = top
+    if rest.size == 0:
+        return np.concatenate([head, [-1]])[None].astype(np.int64), np.ones(1)
+    tuples = np.concatenate([np.broadcast_to(head, (rest.size, k - 1)), rest[:, None]], axis=1)
+    return tuples.astype(np.int64), p[rest] / p[rest].sum()
 
 
 def draft_tuple_law(draft, k: int, replacement: bool = True, *,
@@ -56,8 +109,9 @@ def draft_tuple_law(draft, k: int, replacement: bool = True, *,
         p, a probability row.
     k : int
         Number of candidates, >= 1.
-    replacement : bool
-        i.i.d. candidates (True) or sequential sampling without replacement.
+    replacement : bool or str
+        i.i.d. candidates (True), sequential sampling without replacement (False), or a structured draw
+        ("greedy", "hub"; :data:`DRAWS`).
     max_tuples : int
         Refuse (:class:`~otspec.errors.SizeLimitError`) more tuples than this.
 
@@ -72,7 +126,10 @@ def draft_tuple_law(draft, k: int, replacement: bool = True, *,
     >>> tuples.tolist(), probs.tolist()
     ([[0, 1], [1, 0]], [0.5, 0.5])
     """
-    p, k, replacement = one_row(draft, "draft"), check_k(k), bool(replacement)
+    p, k, draw = one_row(draft, "draft"), check_k(k), draw_name(replacement)
+    if draw in ("greedy", "hub"):
+        return _structured_law(p, k, draw)
+    replacement = draw == "iid"
     supp = np.flatnonzero(p > 0)
     s = supp.size
     n = tuple_count(s, k, replacement)
@@ -131,11 +188,13 @@ def sample_candidates(draft_probs, k: int, rng, replacement: bool = True):
     ``replacement=True``: i.i.d. from p. ``replacement=False``: sequentially without
     replacement (candidate i from p restricted to the tokens not drawn yet, renormalised;
     MCSD eq. (1)); once the draft support is exhausted the remaining slots are -1.
+    ``"greedy"`` and ``"hub"``: the structured draws of :data:`DRAWS` (numpy rows).
     ``rng`` is a numpy ``Generator`` or a ``torch.Generator``.
     """
     k = int(k)
     if k < 0:
         raise ValueError(f"k: expected a non-negative number of candidates, got {k}")
+    draw = draw_name(replacement)
     p = validate_probs(draft_probs, "draft_probs", min_ndim=2)
     if p.ndim != 2:
         raise ValueError(f"draft_probs: expected shape (batch, V), got {tuple(p.shape)}")
@@ -143,7 +202,9 @@ def sample_candidates(draft_probs, k: int, rng, replacement: bool = True):
     B, V = p.shape
     if k == 0:
         return xp.zeros((B, 0), dtype=xp.int64, device=array_api_compat.device(p))
-    if replacement:
+    if draw in ("greedy", "hub"):
+        return _sample_structured(np.asarray(p), k, rng, draw)
+    if draw == "iid":
         u = uniform(rng, (B, k), p)
         return xp.astype(sample_categorical(xp.broadcast_to(p[:, None, :], (B, k, V)), rng, u), xp.int64)
     drafted = xp.zeros_like(p)
@@ -156,6 +217,35 @@ def sample_candidates(draft_probs, k: int, rng, replacement: bool = True):
         drafted = drafted + one_hot(x, V, p)
         out.append(x)
     return xp.stack(out, axis=1)
+
+
+def _draw_rest(p: np.ndarray, excluded: np.ndarray, rng) -> np.ndarray:
+    """One token per row from p without the ``excluded`` tokens (B, V) bool, renormalised; -1 where no mass is left."""
+    w = np.where(excluded, 0.0, p)
+    left = w.sum(axis=1) > 0
+    out = np.full(p.shape[0], -1, dtype=np.int64)
+    if left.any():
+        out[left] = np.asarray(sample_categorical(w[left] / w[left].sum(axis=1, keepdims=True), rng), dtype=np.int64)
+    return out
+
+
+def _sample_structured(p: np.ndarray, k: int, rng, draw: str) -> np.ndarray:
+    """Greedy or hub candidates for each row of p (B, V): see :data:`DRAWS`."""
+    B, V = p.shape
+    if draw == "hub":
+        if k > 2:
+            raise ValueError(f"SpecHub's hub draw is defined for k <= 2 drafts, got k = {k}")
+        first = np.asarray(sample_categorical(p, rng), dtype=np.int64)
+        if k == 1:
+            return first[:, None]
+        hub = np.argmax(p, axis=1)
+        second = np.where(first != hub, hub, _draw_rest(p, np.arange(V) == hub[:, None], rng))
+        return np.stack([first, second], axis=1)
+    order = np.lexsort((np.broadcast_to(np.arange(V), (B, V)), -p), axis=-1)[:, :k - 1]
+    head = np.where(np.take_along_axis(p, order, axis=1) > 0, order, -1)
+    excluded = np.zeros((B, V), dtype=bool)
+    np.put_along_axis(excluded, order, True, axis=1)
+    return np.concatenate([head, _draw_rest(p, excluded, rng)[:, None]], axis=1).astype(np.int64)
 
 
 # ================================================================= P_D(S ⊆ A): the race

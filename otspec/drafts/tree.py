@@ -8,6 +8,7 @@ import numbers
 from dataclasses import dataclass
 
 from ..checks import check_size
+from .laws import draw_name
 
 __all__ = ["ConfidenceTree", "DraftTree", "parse_tree"]
 
@@ -20,8 +21,10 @@ class DraftTree:
     ----------
     branching : tuple of int
         (k_1, ..., k_L), each >= 1.
-    replacement : bool
-        Children of one node are i.i.d. (True) or drawn without replacement (False).
+    replacement : bool or str
+        Children of one node are i.i.d. (True), drawn without replacement (False), or by a structured draw:
+        Hu et al.'s greedy drafts ("greedy") or SpecHub's hub pair ("hub", k <= 2); see
+        :data:`otspec.drafts.laws.DRAWS`.
     """
 
     branching: tuple[int, ...]
@@ -34,6 +37,10 @@ class DraftTree:
             raise ValueError(f"a draft tree needs depth >= 1 and every k_i >= 1 (an integer), got {self.branching}")
         branching = tuple(int(k) for k in branching)
         object.__setattr__(self, "branching", branching)
+        draw = draw_name(self.replacement)  # True / False stay booleans, "greedy" / "hub" strings
+        object.__setattr__(self, "replacement", {"iid": True, "without": False}.get(draw, draw))
+        if draw == "hub" and max(branching) > 2:
+            raise ValueError(f"SpecHub's hub draw is defined for k <= 2 children, got {self.branching}")
 
     @classmethod
     def parse(cls, text: str, replacement: bool = True) -> DraftTree:
@@ -73,7 +80,13 @@ class DraftTree:
         return total
 
     def __str__(self) -> str:
-        return "x".join(map(str, self.branching)) + ("" if self.replacement else " (without replacement)")
+        suffix = {"iid": "", "without": " (without replacement)", "greedy": " (greedy drafts)", "hub": " (hub drafts)"}
+        return "x".join(map(str, self.branching)) + suffix[self.draw]
+
+    @property
+    def draw(self) -> str:
+        """How children are drawn: "iid", "without", "greedy" or "hub"."""
+        return draw_name(self.replacement)
 
 
 @dataclass(frozen=True)

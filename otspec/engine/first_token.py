@@ -102,6 +102,6 @@ def root_token_law(draft: Source, target: Source, verifier, k: int, *, max_paths
     """
     check_pair(draft, target)
     p, q = _rows(draft, [()])[0], _rows(target, [()])[0]
-    tuples, probs = draft_tuple_law(p, int(k), bool(verifier.replacement), max_tuples=max_paths)
+    tuples, probs = draft_tuple_law(p, int(k), verifier.replacement, max_tuples=max_paths)
     law = verifier.law(tuples, np.broadcast_to(p, (len(tuples), p.size)), np.broadcast_to(q, (len(tuples), q.size)))
     return FirstTokenLaw(probs @ (np.asarray(law.accepted) + np.asarray(law.rejected)), q, len(tuples))

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..drafts.laws import draw_name
+
 __all__ = ["RULES", "Trie", "check_tree_verifier"]
 
 #: Continuation rules: SpecTr ("match") and MCSD ("accepted").
@@ -30,11 +32,11 @@ def check_tree_verifier(verifier, tree) -> None:
                              "chooses them (top-k), which only a verifier lossless for any candidates keeps exact "
                              "(naive)")
         return
-    if not verifier.any_draw_mode and verifier.replacement != tree.replacement:
-        mode = "with" if tree.replacement else "without"
+    if not verifier.any_draw_mode and draw_name(verifier.replacement) != tree.draw:
+        words = {"iid": "with replacement", "without": "without replacement", "greedy": "as greedy drafts",
+                 "hub": "as SpecHub's hub pair"}
         raise ValueError(f"{type(verifier).__name__} is lossless for candidates drawn "
-                         f"{'with' if verifier.replacement else 'without'} replacement, but the tree draws "
-                         f"children {mode} replacement")
+                         f"{words[draw_name(verifier.replacement)]}, but the tree draws children {words[tree.draw]}")
 
 
 class Trie:

@@ -45,7 +45,7 @@ from .otm import (
     otm_maxflow,
     plan_acceptance,
 )
-from .otm_dual import otm_min_cut, otm_value, otm_value_bruteforce
+from .otm_dual import otm_min_cut, otm_value, otm_value_bruteforce, structured_value
 from .pareto import (
     ParetoResult,
     ParetoSolveError,
@@ -100,6 +100,6 @@ __all__ = [
     "OTMResult", "OTMSolveError", "OTM_RESIDUAL_TOL", "ParetoResult", "ParetoSolveError",
     "SequenceParetoResult", "SizeLimitError", "SolveError", "block_laws", "block_ot_value",
     "common_prefix_length", "min_bias", "min_rejection_lp", "otm_lp", "otm_maxflow", "otm_min_cut",
-    "otm_value", "otm_value_bruteforce", "plan_acceptance", "plan_expected_length", "sequence_min_bias",
+    "otm_value", "otm_value_bruteforce", "structured_value", "plan_acceptance", "plan_expected_length", "sequence_min_bias",
     "sequence_pareto", "solve_block_lp", "solve_block_lp_laws", "solve_block_tree", "solve_block_tree_laws",
 ]

@@ -110,12 +110,12 @@ def _plan_inputs(draft, target, k, replacement, limit: int, limit_name: str, wha
     p, q = row_pair(draft, target)
     k = check_k(k)
     V, s = p.size, int(np.count_nonzero(p))
-    n_tuples = tuple_count(s, k, bool(replacement))
+    n_tuples = tuple_count(s, k, replacement)
     if n_tuples * V > limit:
         raise SizeLimitError(f"the OTM {what} for V={V}, k={k} has {n_tuples:,} tuples x {V} tokens = "
                              f"{n_tuples * V:,} {unit}, above {limit_name} = {limit:,}; "
                              "use otm_value (exact, no plan) instead", size=n_tuples * V, limit=limit)
-    tuples, probs = draft_tuple_law(p, k, bool(replacement))
+    tuples, probs = draft_tuple_law(p, k, replacement)
     return p, q, k, tuples, probs, tuple_membership(tuples, V)
 
 

@@ -14,11 +14,19 @@ from __future__ import annotations
 import numpy as np
 
 from ..distributions import row_pair
-from ..drafts.laws import check_k, inclusion_iid, race_add_token, race_nodes, race_weights
+from ..drafts.laws import (
+    check_k,
+    draw_name,
+    inclusion_iid,
+    race_add_token,
+    race_nodes,
+    race_weights,
+    top_tokens_of,
+)
 from ..errors import SizeLimitError
 from ..theory.multidraft import MAX_BRUTEFORCE_VOCAB, subset_masses
 
-__all__ = ["otm_min_cut", "otm_value", "otm_value_bruteforce"]
+__all__ = ["otm_min_cut", "otm_value", "otm_value_bruteforce", "structured_value"]
 
 
 def _sorted_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -184,7 +192,36 @@ def otm_value(draft, target, k: int, replacement: bool = True) -> float:
     float
         α_k in [0, 1].
     """
+    draw = draw_name(replacement)
+    if draw in ("greedy", "hub"):
+        return structured_value(draft, target, k, draw)
     return otm_min_cut(draft, target, k, replacement)[0]
+
+
+def structured_value(draft, target, k: int, draw: str = "greedy") -> float:
+    r"""α_k for Hu et al.'s greedy drafts or SpecHub's hub pair (:data:`otspec.drafts.laws.DRAWS`), in closed form.
+
+    Both drafts always hold a fixed set T (the top k − 1 tokens of p; the hub a = argmax p for k = 2, which is the
+    greedy draw's T) and one token J from p' = p restricted to the rest, renormalised. A token of T can be emitted
+    whenever the target draws it, a token x ∉ T only when J = x, so (4) has the optimum
+
+    .. math::
+        \alpha_k = q(T) + \sum_{x \notin T} \min\{q(x), p'(x)\},
+
+    reached by token verification of J against p' (:class:`otspec.verifiers.GreedyDraftVerify`); equal to the
+    OTM-k LP over the draw's exact tuple law in the tests. O(V log V).
+    """
+    p, q = row_pair(draft, target)
+    k, draw = check_k(k), draw_name(draw)
+    if draw not in ("greedy", "hub") or (draw == "hub" and k > 2):
+        raise ValueError(f"structured_value: the greedy draw (any k) or the hub draw (k <= 2), got {draw!r}, k = {k}")
+    top = top_tokens_of(p, k - 1)
+    rest = np.ones(p.size, dtype=bool)
+    rest[top] = False
+    mass = float(p[rest].sum())
+    if mass <= 0:  # T holds the whole draft support: no J, Y ~ q is accepted on T
+        return float(min(1.0, q[top].sum()))
+    return float(min(1.0, q[top].sum() + np.minimum(q[rest], p[rest] / mass).sum()))
 
 
 # ------------------------------------------------------------- brute force

@@ -270,7 +270,7 @@ def _source_runs(cell: dict, sources, verifier, seeds, row: dict) -> dict:
 
     def optimum():
         if multi:
-            return {"optimum_acceptance": otm_value(p, q, k)}
+            return {"optimum_acceptance": otm_value(p, q, k, verifier.replacement)}  # for the verifier's draw
         e, lo, hi = single("optimum")
         return {"optimum_accepted": e, "optimum_low": lo, "optimum_high": hi, "optimum_speedup": theory.predicted_speedup(e, c, L)}
 

@@ -216,7 +216,7 @@ def _trees(data: dict) -> list[str]:
 
 def tree_of(cell: dict, verifier):
     """The draft tree of a tree cell, its siblings drawn as ``verifier`` is lossless for."""
-    return parse_tree(cell["tree"], replacement=getattr(verifier, "replacement", True) is not False)
+    return parse_tree(cell["tree"], replacement=getattr(verifier, "replacement", True))
 
 
 def _numbers(data: dict, key: str, default, check) -> list:

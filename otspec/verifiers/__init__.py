@@ -4,6 +4,7 @@ Chain layout (one draft of L tokens): :class:`TokenVerify`, :class:`BlockVerify`
 :class:`BackwardBlockVerify`, and the biased :class:`DecodingOPT` / :class:`DecodingUNO`.
 Candidates layout (k drafts at one position): :class:`KSeq`, :class:`MultiRound`,
 :class:`MultiRoundWithoutReplacement`, :class:`NaiveMultiCandidate`, :class:`OTMVerify`,
+:class:`GreedyDraftVerify` (Hu et al.'s greedy drafts), :class:`SpecHubVerify` (SpecHub's hub pair),
 :class:`BatchVerify`. Whole-tree layout (a drafted tree verified at once): :class:`TraversalVerify`, :class:`GreedyBlockVerify`.
 """
 
@@ -18,6 +19,7 @@ from .kseq import KSeq
 from .multiround import MultiRound, MultiRoundWithoutReplacement
 from .naive import NaiveMultiCandidate
 from .otm import OTMVerify
+from .structured import GreedyDraftVerify, SpecHubVerify
 from .token import TokenVerify
 from .traversal import TraversalVerify
 
@@ -25,7 +27,8 @@ from .traversal import TraversalVerify
 REGISTRY = {cls.name: cls for cls in (TokenVerify, BlockVerify, BackwardBlockVerify)}
 #: Multi-draft verifiers by short name.
 MULTI_DRAFT_REGISTRY = {
-    cls.name: cls for cls in (KSeq, MultiRound, MultiRoundWithoutReplacement, NaiveMultiCandidate, OTMVerify)
+    cls.name: cls for cls in (KSeq, MultiRound, MultiRoundWithoutReplacement, NaiveMultiCandidate, OTMVerify,
+                              GreedyDraftVerify, SpecHubVerify)
 }
 #: Whole-tree verifiers by short name (the tree loop hands them every drafted node's rows at once).
 WHOLE_TREE_REGISTRY = {cls.name: cls for cls in (TraversalVerify, GreedyBlockVerify)}
@@ -38,8 +41,8 @@ MultiDraftLaw = VerifierLaw.from_masses
 MultiDraftOutcome = Outcome.from_candidates
 
 __all__ = ["CANDIDATES", "CHAIN", "MULTI_DRAFT_REGISTRY", "REGISTRY", "VERIFIERS", "BackwardBlockVerify",
-           "BatchVerify", "BlockVerify", "DecodingOPT", "DecodingUNO", "GreedyBlockVerify", "KSeq", "MultiDraftLaw",
+           "BatchVerify", "BlockVerify", "DecodingOPT", "DecodingUNO", "GreedyBlockVerify", "GreedyDraftVerify", "KSeq", "MultiDraftLaw",
            "MultiDraftOutcome", "MultiDraftVerifier", "MultiRound", "MultiRoundWithoutReplacement",
            "NaiveMultiCandidate", "OTMVerify", "Outcome", "OverAcceptance", "ResidualWindows",
-           "SequentialMultiDraftVerifier", "TokenVerify", "TraversalVerify", "Verifier", "VerifierLaw",
+           "SequentialMultiDraftVerifier", "SpecHubVerify", "TokenVerify", "TraversalVerify", "Verifier", "VerifierLaw",
            "WHOLE_TREE_REGISTRY", "check_single_draft"]

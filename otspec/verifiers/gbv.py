@@ -111,7 +111,7 @@ class GreedyBlockVerify:
         """Refuse a tree that is not K i.i.d. paths (the law p^Γ is that of the best of K i.i.d. paths)."""
         branching = getattr(tree, "branching", None)
         if tree.deterministic or branching is None or any(k != 1 for k in branching[1:]) or (
-                branching[0] > 1 and not tree.replacement):
+                branching[0] > 1 and tree.draw != "iid"):
             raise ValueError(f"GreedyBlockVerify verifies K i.i.d. draft paths (iid:K:L, Kx1x...x1 with "
                              f"replacement), got {tree}")
 

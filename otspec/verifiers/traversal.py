@@ -145,7 +145,7 @@ class TraversalVerify:
 
     def check_tree(self, tree) -> None:
         """Refuse a tree whose children are not drawn without replacement (chains are drawn either way)."""
-        if tree.deterministic or (tree.replacement and max(tree.branching) > 1):
+        if tree.deterministic or (tree.draw != "without" and max(tree.branching) > 1):
             raise ValueError(f"{type(self).__name__} verifies trees whose children are drawn without replacement "
                              f"(or chains), got {tree}")
 
