@@ -81,7 +81,7 @@ def two_sample_test(pair, prompt, verifier, draft_length, *, n: int = 400, token
     the default avoids compiling a graph for a batch of ``n``). Returns {"p_value", "per_position"}.
     """
     prompts = [list(prompt)] * n
-    if verifier.layout == "candidates":
+    if verifier.layout in ("candidates", "tree"):
         from .trees import tree_generate
 
         spec = tree_generate(pair, prompts, verifier, draft_length, tokens, rule=rule, sampling=sampling, seed=seed,

@@ -125,9 +125,10 @@ def tree_batches(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: st
     ``defer_closed_forms`` keeps the nodes whose closed-form acceptance and OTM-k optimum the result reports and
     leaves computing them to :meth:`TreeResult.closed_forms` (at V = 49,152 the optimum without replacement takes
     seconds a node: a timed record computes them after its timing window)."""
-    if verifier.layout != "candidates":
-        raise ValueError(f"{type(verifier).__name__} verifies {verifier.layout}; a tree needs a "
-                         "multi-draft verifier (kseq, multiround, multiround_without_replacement, naive, otm)")
+    if verifier.layout not in ("candidates", "tree"):
+        raise ValueError(f"{type(verifier).__name__} verifies {verifier.layout}; a tree needs a multi-draft verifier "
+                         "(kseq, multiround, multiround_without_replacement, naive, otm, greedy, spechub) or a "
+                         "whole-tree one (traversal, gbv)")
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     if pair.drafter.reads_target_features and getattr(pair.drafter, "kind", None) != "eagle":
@@ -192,12 +193,33 @@ class _TreeRecords(Observer):
         kids = [t.children[node][x] for x in np.unique(c[c >= 0]).tolist()]
         return kids, np.array([mass[t.token[j]] for j in kids]), c
 
+    def _whole_tree(self, t: Trie, depth: int, walked: list) -> None:
+        """A whole-tree verifier (traversal, gbv): E[τ | trie] and P(τ > d | τ >= d, trie) from its exact law on the
+        trie; TV along the walked path. It has no per-node closed form, so none is kept."""
+        if self.with_law and depth > 0 and t.cands:
+            law = self.verifier.tree_law(t)
+            self.expected.append(float(sum(w * len(path) for path, w, _ in law)))
+            beyond = [float(sum(w for path, w, _ in law if len(path) > d)) for d in range(depth)]
+            for d in range(depth):  # P(going on past depth d | reaching it)
+                reach = 1.0 if d == 0 else beyond[d - 1]
+                if reach > 0:
+                    self.go_on[d].append(beyond[d] / reach)
+        elif self.with_law:
+            self.expected.append(0.0)
+        for node in [0, *walked]:
+            if t.depth[node] < depth and node in t.p:
+                self.tv[t.depth[node]].append(float(total_variation(t.p[node], t.q[node])))
+                self.n_cands[t.depth[node]].append(int((t.cands[node] >= 0).sum()))
+
     def on_tree(self, step) -> None:
         self.nodes += (np.asarray(step.nodes) + 1).tolist()  # the last committed token and the trie nodes
         for b, depth in zip(step.rows.tolist(), step.depth.tolist(), strict=True):
             t, found = step.tries[b], {}
             if self.keep:
                 self.kept.append((self.offset + b, step.history(b), t))
+            if self.verifier.layout == "tree":
+                self._whole_tree(t, depth, step.paths[b])
+                continue
             verified = [j for j in [0, *step.paths[b]] if t.depth[j] < depth and j in t.cands]  # a chosen tree's
             internal = [j for j in range(len(t.token)) if t.depth[j] < depth and j in t.cands] if self.with_law \
                 else verified  # leaves may sit above the deepest level

@@ -48,7 +48,7 @@ import numpy as np
 from otspec.checks import MAX_DRAFT_LENGTH, check_size
 from otspec.engine.predict import predict_from_log, predict_from_pairs
 from otspec.engine.record import PairRecord
-from otspec.verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, DecodingOPT
+from otspec.verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, WHOLE_TREE_REGISTRY, DecodingOPT
 
 from .cache import CACHE_KINDS, make_cache
 from .drafters import Pair, load_pair, make_drafter
@@ -78,7 +78,11 @@ from .runs import (
 from .sampling import Sampling
 from .trees import parse_tree, tree_batches, tree_generate
 
-__all__ = ["ENGINE_KEYS", "MAX_BASELINE_DRIFT", "export_synthetic_rates", "main", "timing_check", "validate"]
+__all__ = ["ENGINE_KEYS", "MAX_BASELINE_DRIFT", "TREE_VERIFIERS", "export_synthetic_rates", "main", "timing_check",
+           "validate"]
+
+#: Every verifier of a draft tree: multi-draft (level by level) and whole-tree.
+TREE_VERIFIERS = {**MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY}
 
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
 #: The plain run after the measured runs (the timing check, and the log the predictions read) uses seed + this.
@@ -139,13 +143,15 @@ def _lossless(pair, prompt, verifiers, sampling: Sampling, samples: int, seed: i
         out["verifiers"][name] = {"lossless": verifier.lossless, "first_token_max_deviation": law.max_deviation,
                                   "draft_paths": law.paths, "two_sample": test}
     for i, name in enumerate(multi):  # the root's law with k = 2 candidates, and a 2x1 tree against plain sampling
-        verifier = MULTI_DRAFT_REGISTRY[name]()
-        law = root_token_law(pair, prompt, verifier, 2, sampling=sampling)
+        verifier = TREE_VERIFIERS[name]()
+        whole = verifier.layout == "tree"  # its exact law enumerates whole drafted trees: checked on toy sources
+        law = None if whole else root_token_law(pair, prompt, verifier, 2, sampling=sampling)
         test = None if samples == 0 else two_sample_test(pair, prompt, verifier, "2x1", n=samples, tokens=2,
                                                          sampling=sampling, seed=seed + 1000 + 10 * i)
-        out["verifiers"][f"{name} (tree 2x1)"] = {"lossless": verifier.lossless,
-                                                  "first_token_max_deviation": law.max_deviation,
-                                                  "draft_paths": law.paths, "two_sample": test}
+        out["verifiers"][f"{name} (tree 2x1)"] = {
+            "lossless": verifier.lossless, "first_token_max_deviation": None if whole else law.max_deviation,
+            "draft_paths": None if whole else law.paths, "two_sample": test,
+            **({"exact_law": "whole-tree verifier: exact output law tested on toy sources (tests)"} if whole else {})}
     return out
 
 
@@ -183,11 +189,11 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
         raise ValueError(f"lossless_samples: expected >= 0 (0 skips the two-sample test), got {lossless_samples}")
     trees = [parse_tree(t) for t in trees]
     multi_verifiers = list(multi_verifiers) if trees else []
-    unknown = [v for v in multi_verifiers if v not in MULTI_DRAFT_REGISTRY]
+    unknown = [v for v in multi_verifiers if v not in TREE_VERIFIERS]
     if unknown:
-        raise ValueError(f"multi-draft verifiers {unknown}: expected names among {sorted(MULTI_DRAFT_REGISTRY)}")
+        raise ValueError(f"multi-draft verifiers {unknown}: expected names among {sorted(TREE_VERIFIERS)}")
     chosen = [str(t) for t in trees if t.deterministic]
-    wrong = [v for v in multi_verifiers if not MULTI_DRAFT_REGISTRY[v].any_candidates]
+    wrong = [v for v in multi_verifiers if not TREE_VERIFIERS[v].any_candidates]
     if chosen and wrong:
         raise ValueError(f"--trees {','.join(chosen)}: EAGLE-2 trees choose their candidates (top-k); verifiers "
                          f"{wrong} assume drawn ones. Use --multi-verifiers naive")
@@ -236,7 +242,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     # whose second is also the independent plain-decoding log the predictions read
     runs = [lambda name=name, L=L, **kw: speculative_batches(pair, ids, REGISTRY[name](), L, max_new_tokens, **kw)
             for name, L in configs]
-    runs += [lambda name=name, tree=tree, **kw: tree_batches(pair, ids, MULTI_DRAFT_REGISTRY[name](), tree,
+    runs += [lambda name=name, tree=tree, **kw: tree_batches(pair, ids, TREE_VERIFIERS[name](), tree,
                                                              max_new_tokens, rule=rule, defer_closed_forms=True, **kw)
              for name, tree in tree_configs]
     timed = timed_runs(pair.target, ids, runs, max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size,
@@ -274,7 +280,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     phase("profile and prediction rows done")
     runs = [run_record(result, name, L, baseline, prof, rng, predict(REGISTRY[name](), L), batch_size=batch_size)
             for name, L, result in chain_results]
-    tree_runs = [tree_record(result, name, baseline, predict(MULTI_DRAFT_REGISTRY[name](), result.tree),
+    tree_runs = [tree_record(result, name, baseline, predict(TREE_VERIFIERS[name](), result.tree),
                              batch_size=batch_size)
                  for name, _, result in tree_results]  # the tree as the run drew it (with or without replacement)
     logged = None
@@ -337,7 +343,7 @@ def _warm_up(pair, ids, lengths, trees, multi_verifiers, rule, sampling, cache) 
                              record_law=False, cache=cache)
     for name in multi_verifiers[:1]:
         for tree in trees:
-            tree_generate(pair, ids, MULTI_DRAFT_REGISTRY[name](), tree, 3 * (tree.depth + 1), rule=rule,
+            tree_generate(pair, ids, TREE_VERIFIERS[name](), tree, 3 * (tree.depth + 1), rule=rule,
                           sampling=sampling, progress=False, record_law=False, cache=cache)
 
 
@@ -357,7 +363,7 @@ def main(argv=None) -> int:
                     "(4x2x2x1), iid:K:L (K i.i.d. drafts of L tokens) or eagle2:D:K:M (EAGLE-2's confidence-ordered "
                     "tree: depth D, top-K expansion, M nodes; with --multi-verifiers naive); none by default")
     ap.add_argument("--multi-verifiers", default="kseq,multiround",
-                    help=f"multi-draft verifiers for --trees, among {','.join(MULTI_DRAFT_REGISTRY)}")
+                    help=f"tree verifiers for --trees, among {','.join(TREE_VERIFIERS)}")
     ap.add_argument("--rule", default="match", choices=("match", "accepted"),
                     help="tree walk: SpecTr's match (go on when a candidate equals Y) or MCSD's accepted")
     ap.add_argument("--prompts", type=int, default=32, help="validation prompts (the interval's independent units; "

@@ -435,3 +435,32 @@ def test_a_feature_head_validates_end_to_end(folders, tmp_path, capsys):
     assert record["lossless"]["verifiers"]["naive (tree 2x1)"]["first_token_max_deviation"] < 1e-6
     assert plot_main(["record", str(out / "llm_tree_head.json")]) == 0
     assert "eagle2:2:2:3" in (out / "llm_tree_head.md").read_text()
+
+
+def test_cli_tree_runs_with_whole_tree_and_structured_verifiers(folders, tmp_path):
+    """validate --trees with Traversal Verification, GBV, Hu et al.'s greedy drafts and SpecHub: each tree drawn as
+    its verifier needs, E[τ | trie] from the whole-tree law, the two-sample test at the root (whole-tree verifiers'
+    exact law is the toy sources' test), and the summary names each draw."""
+    out = tmp_path / "figs"
+    code = validate_mod.main(["--target", str(folders / "target"), "--draft", str(folders / "draft"),
+                              "--verifiers", "token", "--L", "2", "--trees", "iid:2:2",
+                              "--multi-verifiers", "traversal,gbv,greedy,spechub",
+                              "--prompts", "2", "--batch-size", "1", "--max-new-tokens", "8", "--device", "cpu",
+                              "--lossless-samples", "40", "--no-hf", "--name", "whole", "--out-dir", str(out)])
+    assert code == 0
+    record = json.loads((out / "llm_whole.json").read_text())
+    runs = {r["verifier"]: r for r in record["tree_runs"]}
+    assert [runs[v]["replacement"] for v in ("traversal", "gbv", "greedy", "spechub")] == [False, True, "greedy", "hub"]
+    for r in runs.values():
+        assert TREE_KEYS <= set(r) and 1 <= r["block_efficiency"]["mean"] <= 3
+        assert 1 <= r["expected_block_efficiency_given_tree"] <= 3 and all(0 <= g <= 1 for g in r["go_on"])
+    assert runs["traversal"]["acceptance"] == [] and runs["traversal"]["per_depth_product_block_efficiency"] is None
+    laws = record["lossless"]["verifiers"]
+    assert laws["traversal (tree 2x1)"]["first_token_max_deviation"] is None
+    assert laws["traversal (tree 2x1)"]["two_sample"]["p_value"] > 1e-4
+    assert laws["greedy (tree 2x1)"]["first_token_max_deviation"] < 1e-6
+    assert laws["spechub (tree 2x1)"]["first_token_max_deviation"] < 1e-6
+    assert plot_main(["record", str(out / "llm_whole.json")]) == 0
+    summary = (out / "llm_whole.md").read_text()
+    assert "| gbv | 2x1 |" in summary and "(greedy drafts)" in summary and "(hub pair)" in summary
+    assert "toy sources (whole tree)" in summary

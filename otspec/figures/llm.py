@@ -86,11 +86,17 @@ def record_markdown(record: dict, title: str | None = None) -> str:
                   f"{loss['samples']} draws per side):", "",
                   "| verifier | max abs(first-token law − target row) | draft paths | G-test p-value |", "|---|---|---|---|"]
         for name, v in loss["verifiers"].items():
-            lines.append(f"| {name} | {v['first_token_max_deviation']:.2e} | {v['draft_paths']} | "
+            dev = v["first_token_max_deviation"]
+            lines.append(f"| {name} | {'toy sources (whole tree)' if dev is None else format(dev, '.2e')} | "
+                         f"{v['draft_paths'] if v['draft_paths'] is not None else '—'} | "
                          f"{'not run' if v.get('two_sample') is None else format(v['two_sample']['p_value'], '.3g')} |")
     elif loss:
         lines += ["", f"Losslessness: {loss.get('status')}"]
     return "\n".join(lines) + "\n"
+
+
+#: How a tree run's draw shows beside its k-config (i.i.d. drafts show nothing).
+_DRAW_SUFFIX = {False: " (w/o repl.)", "greedy": " (greedy drafts)", "hub": " (hub pair)"}
 
 
 def _tree_markdown(runs: list) -> list:
@@ -103,7 +109,7 @@ def _tree_markdown(runs: list) -> list:
     for r in runs:
         be, si = r["block_efficiency"], r["speedup_interval"]
         go = ", ".join(fmt(x, 2) for x in r["go_on"])
-        lines.append(f"| {r['verifier']} | {r['tree']}{'' if r['replacement'] or r['tree'].startswith('eagle2') else ' (w/o repl.)'} | {r['rule']} | "
+        lines.append(f"| {r['verifier']} | {r['tree']}{'' if r['tree'].startswith('eagle2') else _DRAW_SUFFIX.get(r['replacement'], '')} | {r['rule']} | "
                      f"{fmt(be['mean'])} [{fmt(be['low'])}, {fmt(be['high'])}] | "
                      f"{fmt(r['expected_block_efficiency_given_tree'])} | {fmt(r['predicted_block_efficiency'])} | "
                      f"{fmt(r['otm_bound_block_efficiency'])} | {go} | {fmt(r['target_nodes_per_call'], 1)} | "
@@ -154,13 +160,14 @@ def _render_trees(fig, runs: list) -> None:
                    fmt="o", color="C0", capsize=3, label="measured")
     ax_be.plot(x, [r["expected_block_efficiency_given_tree"] for r in runs], "x", color="C3", label="E[τ+1 | trie]")
     ax_be.plot(x, _nan(r["predicted_block_efficiency"] for r in runs), "_", ms=14, mew=2, color="C1", label="predicted")
-    ax_be.plot(x, [r["otm_bound_block_efficiency"] for r in runs], "v", color="C2", label="OTM-k bound")
+    ax_be.plot(x, _nan(r["otm_bound_block_efficiency"] for r in runs), "v", color="C2", label="OTM-k bound")
     ax_be.set_xticks(list(x), labels, fontsize=7, rotation=20)
     ax_be.set_title("multi-draft: tokens per target call")
     for c, r in enumerate(runs[:6]):
         d = range(1, len(r["go_on"]) + 1)
         ax_depth.plot(d, r["go_on"], "o-", color=f"C{c}", label=f"{r['verifier']} {r['tree']}: go on")
-        ax_depth.plot(d, r["optimum"], "v:", color=f"C{c}")
+        if r["optimum"]:  # a whole-tree verifier has no per-node OTM-k value
+            ax_depth.plot(range(1, len(r["optimum"]) + 1), _nan(r["optimum"]), "v:", color=f"C{c}")
     ax_depth.set_title("per depth: go-on (solid), OTM-k optimum (dotted)")
     ax_depth.set_xlabel("tree depth")
     for ax in (ax_be, ax_depth):
