@@ -22,7 +22,7 @@ def test_report_small_scale(tmp_path):
         assert f"({stem}.png)" in text
     header = text.split("\n## ")[0]  # says which sections this run computed and which read committed records
     computed, recorded = header.split("Computed by this run")[1].split("Read from committed records")
-    assert {f.stem for f in FIGURES.values() if f.reads_records} == {"real_models", "logged_rows"}
+    assert {f.stem for f in FIGURES.values() if f.reads_records} == {"real_models", "logged_rows", "trees_logged"}
     for figure in FIGURES.values():
         assert f"`{figure.stem}`" in (recorded if figure.reads_records else computed)
     token = json.loads((tmp_path / "token_verification.json").read_text())

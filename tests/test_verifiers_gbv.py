@@ -138,3 +138,18 @@ def test_more_paths_can_lower_gbv_at_one_position():
     two, three = (tree_law(d, t, GreedyBlockVerify(), DraftTree.spectr_iid(K, 1)).expected_accepted for K in (2, 3))
     assert three < two - 0.1
     assert otm_value(d.probs, t.probs, 3) >= otm_value(d.probs, t.probs, 2) > two
+
+
+def test_one_position_closed_form_and_traversal_at_one_level():
+    """GBV's one-step closed form Σ min{q, p^Γ} equals its exact law on the trees iid:k:1; Traversal Verification on
+    one level of k children drawn without replacement is multi-round rejection sampling without replacement."""
+    from otspec.verifiers import MultiRoundWithoutReplacement, TraversalVerify
+
+    d, t = random_markov(4, 0.5, seed=11, sparsity=0.2)
+    p, q = d.next_probs([[]])[0], t.next_probs([[]])[0]
+    for k in (1, 2, 3):
+        exact = tree_law(d, t, GreedyBlockVerify(), DraftTree.spectr_iid(k, 1)).expected_accepted
+        assert abs(GreedyBlockVerify().expected_acceptance(p, q, k) - exact) < 1e-12
+        level = DraftTree((k,), False)
+        assert abs(tree_law(d, t, TraversalVerify(), level).expected_accepted
+                   - MultiRoundWithoutReplacement().expected_acceptance(p, q, k)) < 1e-12

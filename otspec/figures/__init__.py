@@ -56,6 +56,6 @@ def register(name: str, stem: str, *, render: Callable, section: Callable, pair:
     return wrap
 
 
-_MODULES = ("single", "multidraft", "trees_optimum", "rejections", "pareto", "adaptive", "llm", "logged")
+_MODULES = ("single", "multidraft", "trees_optimum", "trees_logged", "rejections", "pareto", "adaptive", "llm", "logged")
 for _module in _MODULES:
     importlib.import_module(f"{__name__}.{_module}")

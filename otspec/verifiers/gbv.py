@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..checks import check_size
+from ..distributions import row_pair
 from .block import BlockVerify
 
 __all__ = ["GreedyBlockVerify", "gbv_law", "gbv_sample", "greedy_path", "ratio_ranks", "skewed_row"]
@@ -114,6 +116,13 @@ class GreedyBlockVerify:
                 branching[0] > 1 and tree.draw != "iid"):
             raise ValueError(f"GreedyBlockVerify verifies K i.i.d. draft paths (iid:K:L, Kx1x...x1 with "
                              f"replacement), got {tree}")
+
+    def expected_acceptance(self, draft, target, k: int) -> float:
+        """One position, k i.i.d. candidates (the tree iid:k:1): the chosen token has law p^Γ = F^k − (F^-)^k and
+        is token-verified against it, so P(accept) = Σ_x min{q(x), p^Γ(x)}."""
+        p, q = row_pair(draft, target)
+        row, _, _ = skewed_row(p, ratio_ranks(p, q), 0.0, check_size(k, "k"))
+        return float(np.minimum(q, row).sum())
 
     def tree_law(self, tree) -> list:
         return gbv_law(tree)
