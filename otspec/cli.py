@@ -75,8 +75,10 @@ def _tree_run(args):
                        f"{sorted({**MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY})}")
     if args.L is not None:
         raise CLIError("--L and --tree: the tree sets the draft length (its depth); give one of them")
-    tree = tree_from_args(args)
     verifier = {**MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY}[args.verifier]()
+    if args.draw is None and not args.without_replacement:  # children drawn as the verifier needs
+        args.draw = {True: "iid", False: "without"}.get(verifier.replacement, verifier.replacement)
+    tree = tree_from_args(args)
     try:
         check_tree_verifier(verifier, tree)
     except ValueError as exc:

@@ -115,8 +115,9 @@ def add_tree_arguments(parser: argparse.ArgumentParser, required: bool) -> None:
                         help="siblings of a k-config tree are drawn without replacement (Traversal Verification "
                              "needs it; chains are the same either way); the same as --draw without")
     parser.add_argument("--draw", choices=("iid", "without", "greedy", "hub"), default=None,
-                        help="how siblings are drawn: iid (default), without replacement, Hu et al.'s greedy drafts "
-                             "(the top k-1 tokens, then one from the rest), SpecHub's hub pair (k <= 2)")
+                        help="how siblings are drawn: iid, without replacement, Hu et al.'s greedy drafts (the top "
+                             "k-1 tokens, then one from the rest), SpecHub's hub pair (k <= 2); default: iid for calc "
+                             "tree, the verifier's own draw for simulate/decode")
 
 
 def tree_from_args(args):

@@ -273,8 +273,10 @@ def test_simulate_and_decode_take_a_tree(capsys):
     assert main(["decode", "--verifier", "kseq", "--tree", "2x2", "--tokens", "40", "--sequences", "2", *row]) == 0
     dec = json.loads(capsys.readouterr().out)
     assert dec["tree"] == "2x2" and dec["generated"] == 80
+    assert main(["simulate", "--verifier", "spechub", "--tree", "2x2", "--blocks", "2000", *row]) == 0  # its own draw
+    assert json.loads(capsys.readouterr().out)["tree"] == "2x2 (hub drafts)"
     for args, match in ((["--verifier", "token", "--tree", "2x1"], "one chain"), (["--verifier", "kseq"], "--tree"),
-                        (["--verifier", "traversal", "--tree", "2x1"], "without replacement"),
+                        (["--verifier", "traversal", "--tree", "2x1", "--draw", "iid"], "without replacement"),
                         (["--verifier", "kseq", "--tree", "2x1", "--L", "2"], "--L"), ([], "--L")):
         assert main(["simulate", *args, "--blocks", "10", *row]) == 2
         assert match in capsys.readouterr().err
