@@ -29,7 +29,7 @@ from .clitools import (
 from .distributions import total_variation
 from .errors import SizeLimitError
 from .sources import IIDSource, Source
-from .verifiers import BackwardBlockVerify, BlockVerify, TokenVerify
+from .verifiers import BackwardBlockVerify, BlockVerify, GumbelCouplingVerify, TokenVerify
 
 __all__ = ["CALCULATORS", "Calculator"]
 
@@ -118,6 +118,7 @@ def _block_one(args, L) -> dict:
     values: dict = {}
     for key, verifier in BLOCK_KEYS.items():  # each verifier's own closed form
         _value(values, key, verifier().expected_accepted, draft, target, L)
+    _value(values, "gumbel", GumbelCouplingVerify().expected_accepted, draft, target, L)  # drafter-invariant
     _iid_bounds(values, draft, target, L)
     out = {
         "quantity": "expected accepted draft tokens per iteration, E[tau] (add 1 for tokens per iteration)",

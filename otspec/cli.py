@@ -42,7 +42,7 @@ from .engine import generate, generate_tree, simulate, simulate_logged, simulate
 from .engine.trie import check_tree_verifier
 from .errors import SolveError
 from .sources import TAIL_MODES, load_logged_rows, log_rows, random_markov, save_source
-from .verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, WHOLE_TREE_REGISTRY
+from .verifiers import CHAIN_VERIFIERS, MULTI_DRAFT_REGISTRY, WHOLE_TREE_REGISTRY
 
 __all__ = ["CALCULATORS", "CLIError", "Calculator", "build_parser", "main", "parse_probs"]
 
@@ -52,10 +52,11 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
 
 
 def _verifier_argument(parser, trees: bool = False):
-    names = sorted(REGISTRY) + (sorted({**MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY}) if trees else [])
+    names = sorted(CHAIN_VERIFIERS) + (sorted({**MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY}) if trees else [])
     parser.add_argument("--verifier", choices=names, default="token",
                         help="verification scheme: token (speculative sampling), block (published block "
-                             "verification), block_v1 (v1 backward block verification)"
+                             "verification), block_v1 (v1 backward block verification), gumbel (drafter-invariant "
+                             "Gumbel coupling)"
                              + ("; with --tree a multi-draft or whole-tree verifier (kseq, multiround, "
                                 "multiround_without_replacement, naive, otm, traversal)" if trees else ""))
     if trees:
@@ -65,12 +66,12 @@ def _verifier_argument(parser, trees: bool = False):
 def _tree_run(args):
     """(verifier, tree) of ``--tree``, or None without it; a verifier that does not verify trees is refused."""
     if args.tree is None:
-        if args.verifier not in REGISTRY:
+        if args.verifier not in CHAIN_VERIFIERS:
             raise CLIError(f"--verifier {args.verifier}: a tree verifier; give the tree with --tree")
         if args.L is None:
             raise CLIError("--L: required (draft lengths), or --tree for a draft tree")
         return None
-    if args.verifier in REGISTRY:
+    if args.verifier in CHAIN_VERIFIERS:
         raise CLIError(f"--tree: --verifier {args.verifier} verifies one chain; choose among "
                        f"{sorted({**MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY})}")
     if args.L is not None:
@@ -113,10 +114,10 @@ def _simulate(args):
 
     def row(args, L):
         if args.logged is not None:
-            res = simulate_logged(log, REGISTRY[args.verifier](), L, args.blocks, tail=args.tail, seed=args.seed,
+            res = simulate_logged(log, CHAIN_VERIFIERS[args.verifier](), L, args.blocks, tail=args.tail, seed=args.seed,
                                   progress=not args.json, device=args.device)
         else:
-            res = simulate(draft, target, REGISTRY[args.verifier](), L, args.blocks, seed=args.seed,
+            res = simulate(draft, target, CHAIN_VERIFIERS[args.verifier](), L, args.blocks, seed=args.seed,
                            progress=not args.json, device=args.device)
         return {"verifier": args.verifier, "draft_length": L, "blocks": args.blocks, "seed": args.seed,
                 "accepted": res.accepted.as_dict(), "tokens_per_iteration": res.tokens_per_iteration.as_dict(),
@@ -139,7 +140,7 @@ def _decode(args):
             row = {"verifier": args.verifier, "tree": str(tree_run[1]), "draft_length": L, "seed": args.seed,
                    **res.summary()}
         else:
-            res = generate(draft, target, REGISTRY[args.verifier](), L, args.tokens, n_sequences=args.sequences,
+            res = generate(draft, target, CHAIN_VERIFIERS[args.verifier](), L, args.tokens, n_sequences=args.sequences,
                            seed=args.seed, progress=not args.json)
             row = {"verifier": args.verifier, "draft_length": L, "seed": args.seed, **res.summary()}
         if args.t_draft is not None:

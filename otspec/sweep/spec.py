@@ -37,7 +37,7 @@ Schema (every key but ``pairs`` and ``verifiers`` optional; a list expands into 
     span = 9                          # optional: blocks start where 9 steps are left (the same starts for L <= 8)
 
     [[verifiers]]
-    name = "token"                    # a name of REGISTRY, MULTI_DRAFT_REGISTRY or WHOLE_TREE_REGISTRY
+    name = "token"                    # a name of CHAIN_VERIFIERS, MULTI_DRAFT_REGISTRY or WHOLE_TREE_REGISTRY
     [[verifiers]]
     name = "kseq"
     rho = [1.5, 2.0]                  # constructor parameters, lists expand
@@ -69,7 +69,7 @@ from ..checks import MAX_DRAFT_LENGTH, check_real, check_size
 from ..distributions import resolve_device
 from ..drafts import parse_tree
 from ..sources import MAX_RANDOM_ENTRIES, TAIL_MODES
-from ..verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, WHOLE_TREE_REGISTRY
+from ..verifiers import CHAIN_VERIFIERS, MULTI_DRAFT_REGISTRY, WHOLE_TREE_REGISTRY
 
 __all__ = ["PAIR_KINDS", "QUANTITIES", "SWEEP_VERIFIERS", "SweepSpec", "cell_id", "cell_seed", "load_spec", "tree_of"]
 
@@ -84,7 +84,7 @@ _TOP_KEYS = {"name", "seed", "quantities", "L", "k", "trees", "temperature", "co
              "confidence", "device", "pairs", "verifiers"}
 MAX_CELLS = 1_000_000
 #: Every verifier a sweep can name.
-SWEEP_VERIFIERS = {**REGISTRY, **MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY}
+SWEEP_VERIFIERS = {**CHAIN_VERIFIERS, **MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY}
 #: The files a pair kind names (key, what it is), refused at load time when missing.
 _FILES = {"json": (("draft", "draft source"), ("target", "target source")), "logged": (("file", "logged-rows"),)}
 

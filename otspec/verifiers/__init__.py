@@ -1,7 +1,7 @@
 """Verifiers: one protocol (exact ``law`` + batched ``sample``, carried-state hooks) for every scheme.
 
 Chain layout (one draft of L tokens): :class:`TokenVerify`, :class:`BlockVerify`,
-:class:`BackwardBlockVerify`, and the biased :class:`DecodingOPT` / :class:`DecodingUNO`.
+:class:`BackwardBlockVerify`, :class:`GumbelCouplingVerify` (drafter-invariant), and the biased :class:`DecodingOPT` / :class:`DecodingUNO`.
 Candidates layout (k drafts at one position): :class:`KSeq`, :class:`MultiRound`,
 :class:`MultiRoundWithoutReplacement`, :class:`NaiveMultiCandidate`, :class:`OTMVerify`,
 :class:`GreedyDraftVerify` (Hu et al.'s greedy drafts), :class:`SpecHubVerify` (SpecHub's hub pair),
@@ -15,6 +15,7 @@ from .block import BackwardBlockVerify, BlockVerify
 from .candidates import MultiDraftVerifier, SequentialMultiDraftVerifier
 from .carry import ResidualWindows
 from .gbv import GreedyBlockVerify
+from .gumbel import GumbelCouplingVerify
 from .kseq import KSeq
 from .multiround import MultiRound, MultiRoundWithoutReplacement
 from .naive import NaiveMultiCandidate
@@ -25,6 +26,9 @@ from .traversal import TraversalVerify
 
 #: Lossless single-draft verifiers by short name (the CLI's ``--verifier`` choices).
 REGISTRY = {cls.name: cls for cls in (TokenVerify, BlockVerify, BackwardBlockVerify)}
+#: Every lossless chain verifier by short name: REGISTRY (the ones with a closed form the real-pair records
+#: predict) and the drafter-invariant Gumbel coupling (exact law at small V; sampler and IID value at any V).
+CHAIN_VERIFIERS = {**REGISTRY, GumbelCouplingVerify.name: GumbelCouplingVerify}
 #: Multi-draft verifiers by short name.
 MULTI_DRAFT_REGISTRY = {
     cls.name: cls for cls in (KSeq, MultiRound, MultiRoundWithoutReplacement, NaiveMultiCandidate, OTMVerify,
@@ -33,14 +37,14 @@ MULTI_DRAFT_REGISTRY = {
 #: Whole-tree verifiers by short name (the tree loop hands them every drafted node's rows at once).
 WHOLE_TREE_REGISTRY = {cls.name: cls for cls in (TraversalVerify, GreedyBlockVerify)}
 #: Every verifier class by short name.
-VERIFIERS = {**REGISTRY, **MULTI_DRAFT_REGISTRY,
+VERIFIERS = {**CHAIN_VERIFIERS, **MULTI_DRAFT_REGISTRY,
              **{cls.name: cls for cls in (DecodingOPT, DecodingUNO, BatchVerify)}}
 
 #: Aliases of the unified law and outcome types under their multi-draft names (constructors).
 MultiDraftLaw = VerifierLaw.from_masses
 MultiDraftOutcome = Outcome.from_candidates
 
-__all__ = ["CANDIDATES", "CHAIN", "MULTI_DRAFT_REGISTRY", "REGISTRY", "VERIFIERS", "BackwardBlockVerify",
+__all__ = ["CANDIDATES", "CHAIN", "CHAIN_VERIFIERS", "GumbelCouplingVerify", "MULTI_DRAFT_REGISTRY", "REGISTRY", "VERIFIERS", "BackwardBlockVerify",
            "BatchVerify", "BlockVerify", "DecodingOPT", "DecodingUNO", "GreedyBlockVerify", "GreedyDraftVerify", "KSeq", "MultiDraftLaw",
            "MultiDraftOutcome", "MultiDraftVerifier", "MultiRound", "MultiRoundWithoutReplacement",
            "NaiveMultiCandidate", "OTMVerify", "Outcome", "OverAcceptance", "ResidualWindows",

@@ -1,0 +1,148 @@
+r"""Drafter-invariant speculative decoding by the Gumbel / exponential-race coupling (Daliri, Musco & Suresh,
+"Coupling without Communication and Drafter-Invariant Speculative Decoding", arXiv 2408.07978).
+
+At every position the draft and the target share one vector of exponential clocks E_z ~ Exp(1): the draft token
+is X = argmin_z E_z / p(z) and the target's Y = argmin_z E_z / q(z) (the Gumbel-max trick in exponential form),
+so Y ~ q whatever the draft, and the emitted tokens are a function of the shared randomness and the target
+alone — the same whichever drafter proposed (drafter invariance). Verification keeps X while X = Y and emits Y
+at the first disagreement (or a bonus token from q after L agreements); fresh clocks at every position make
+it lossless. Per position
+
+.. math::
+    P(X = Y = x) = \Big(\sum_z \max\{p(z)/p(x),\, q(z)/q(x)\}\Big)^{-1}, \qquad
+    P(X = x, Y = y) = \int_{p(y)/p(x)}^{q(y)/q(x)} \frac{dr}{c(r)^2} \quad (x \ne y),
+
+c(r) = 1 + r + Σ_{z∉{x,y}} max{p(z)/p(x), r q(z)/q(y)}: with a = E_x, b = E_y = r a, the other clocks must exceed
+max{a p(z)/p(x), b q(z)/q(y)}, and ∫ a e^{−a c(r)} da = c(r)^{−2}. c is piecewise linear in r, so the integral is
+exact (:func:`gumbel_joint`). P(X ≠ Y) ≤ 2 TV/(1 + TV) (the paper's bound): the coupling gives up some
+acceptance against the maximal coupling's 1 − TV in exchange for invariance.
+
+The drafts of the engines are drawn before verification, so :meth:`GumbelCouplingVerify.sample` draws the
+clocks given X = x (the winner's time T ~ Exp(1), E_x = p(x) T, E_z = p(z) T + Exp(1) for the others, by the
+race's memorylessness): the joint law of (X, Y) is the coupling's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..distributions import namespace, sample_categorical
+from ..errors import SizeLimitError
+from ..sources import IIDSource
+from .base import Outcome, Verifier, VerifierLaw
+
+__all__ = ["MAX_GUMBEL_LAW_VOCAB", "GumbelCouplingVerify", "gumbel_acceptance", "gumbel_joint"]
+
+#: Largest vocabulary whose per-position joint law (V² pair integrals of O(V log V) each) :meth:`law` computes.
+MAX_GUMBEL_LAW_VOCAB = 256
+
+
+def gumbel_acceptance(p, q) -> float:
+    """P(X = Y) = Σ_x 1/Σ_z max{p(z)/p(x), q(z)/q(x)} in O(V log V): with ρ = p(x)/q(x), p(x)·Σ_z max{…} =
+    Σ_{p(z)/q(z) >= ρ} p(z) + ρ Σ_{p(z)/q(z) < ρ} q(z), read off prefix sums over the tokens sorted by p/q."""
+    p, q = np.asarray(p, dtype=float), np.asarray(q, dtype=float)
+    both = (p > 0) & (q > 0)
+    ratio = np.divide(p, q, out=np.full(p.shape, np.inf), where=q > 0)  # q = 0: the ratio is +inf
+    order = np.argsort(ratio, kind="stable")
+    r_sorted, p_cum, q_cum = ratio[order], np.cumsum(p[order]), np.cumsum(q[order])
+    rho = ratio[both]
+    below = np.searchsorted(r_sorted, rho, side="left")  # tokens with p/q < ρ
+    q_below = np.where(below > 0, q_cum[np.maximum(below - 1, 0)], 0.0)
+    p_below = np.where(below > 0, p_cum[np.maximum(below - 1, 0)], 0.0)
+    total = (p_cum[-1] - p_below) + rho * q_below
+    return float(np.sum(p[both] / total))
+
+
+def _pair(p, q, x: int, y: int) -> float:
+    """P(X = x, Y = y) for x ≠ y: ∫ dr / c(r)² over (p(y)/p(x), q(y)/q(x)), c piecewise linear (module docstring)."""
+    lo = p[y] / p[x]
+    hi = np.inf if q[x] == 0 else q[y] / q[x]
+    if q[y] == 0 or lo >= hi:
+        return 0.0
+    rest = np.ones(p.size, dtype=bool)
+    rest[[x, y]] = False
+    pz, qz = p[rest] / p[x], q[rest] / q[y]  # max{pz, r qz}: constant pz below r = pz/qz, linear above
+    brk = np.divide(pz, qz, out=np.full(pz.shape, np.inf), where=qz > 0)
+    order = np.argsort(brk)
+    brk, pz, qz = brk[order], pz[order], qz[order]
+    alpha = 1.0 + pz.sum() - np.concatenate([[0.0], np.cumsum(pz)])  # α, β on the segments between breakpoints
+    beta = 1.0 + np.concatenate([[0.0], np.cumsum(qz)])
+    edges = np.concatenate([[0.0], brk, [np.inf]])
+    a, b = np.maximum(edges[:-1], lo), np.minimum(edges[1:], hi)
+    live = b > a
+    a, b, alpha, beta = a[live], b[live], alpha[live], beta[live]
+    upper = np.where(np.isinf(b), 0.0, 1.0 / (alpha + beta * np.where(np.isinf(b), 0.0, b)))
+    return float(np.sum((1.0 / (alpha + beta * a) - upper) / beta))
+
+
+def gumbel_joint(p, q) -> np.ndarray:
+    """The coupling's joint law P(X = x, Y = y), shape (V, V) (V <= :data:`MAX_GUMBEL_LAW_VOCAB`)."""
+    p, q = np.asarray(p, dtype=float), np.asarray(q, dtype=float)
+    V = p.size
+    if V > MAX_GUMBEL_LAW_VOCAB:
+        raise SizeLimitError(f"the Gumbel coupling's exact law over V = {V:,} tokens takes V² pair integrals "
+                             f"(limit MAX_GUMBEL_LAW_VOCAB = {MAX_GUMBEL_LAW_VOCAB}); its sampler and "
+                             "gumbel_acceptance run at any V", size=V, limit=MAX_GUMBEL_LAW_VOCAB)
+    out = np.zeros((V, V))
+    for x in np.flatnonzero(p > 0):
+        if q[x] > 0:
+            ratio = np.maximum(p / p[x], q / q[x])
+            out[x, x] = 1.0 / ratio.sum()
+        for y in np.flatnonzero(q > 0):
+            if y != x:
+                out[x, y] = _pair(p, q, x, y)
+    return out
+
+
+class GumbelCouplingVerify(Verifier):
+    """Drafter-invariant verification by the exponential-race coupling (module docstring); lossless."""
+
+    name = "gumbel"
+    label = "Gumbel coupling (drafter-invariant)"
+    style = {"marker": "x", "color": "C4"}
+
+    def expected_accepted(self, draft, target, length):
+        """IID pairs: Σ_{l<=L} α^l with α = :func:`gumbel_acceptance`; other sources by exact enumeration."""
+        if isinstance(draft, IIDSource) and isinstance(target, IIDSource):
+            a = gumbel_acceptance(draft.probs, target.probs)
+            return float(sum(a**ell for ell in range(1, int(length) + 1)))
+        from ..engine.exact import evaluate
+
+        return evaluate(draft, target, self, int(length)).expected_accepted
+
+    def law(self, draft_tokens, draft_probs, target_probs, *, validate=True):
+        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate)
+        x = np.asarray(d.tokens, dtype=np.int64)
+        P, Q = np.asarray(d.draft_probs, dtype=float), np.asarray(d.target_probs, dtype=float)
+        B, L = x.shape
+        keep = np.zeros((B, L))
+        rows = np.zeros((B, L + 1, P.shape[-1]))
+        for b in range(B):
+            for i in range(L):
+                joint = gumbel_joint(P[b, i], Q[b, i])[x[b, i]] / P[b, i, x[b, i]]  # law of Y given X = x
+                keep[b, i] = joint[x[b, i]]
+                miss = joint.copy()
+                miss[x[b, i]] = 0.0
+                rows[b, i] = miss / miss.sum() if miss.sum() > 0 else Q[b, i]
+        rows[:, L] = Q[:, L]
+        reach = np.concatenate([np.ones((B, 1)), np.cumprod(keep, axis=1)], axis=1)  # P(τ >= i)
+        accept = reach * np.concatenate([1.0 - keep, np.ones((B, 1))], axis=1)  # P(τ = i)
+        return VerifierLaw(accept, rows)
+
+    def sample(self, draft_tokens, draft_probs, target_probs, rng, *, validate=True):
+        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate)
+        x = np.asarray(d.tokens, dtype=np.int64)
+        P, Q = np.asarray(d.draft_probs, dtype=float), np.asarray(d.target_probs, dtype=float)
+        B, L, V = P.shape
+        T = rng.exponential(size=(B, L, 1))
+        clocks = P * T + rng.exponential(size=(B, L, V))  # the losers' clocks given the draft's winner X = x
+        np.put_along_axis(clocks, x[..., None], np.take_along_axis(P, x[..., None], axis=-1) * T, axis=-1)
+        with np.errstate(divide="ignore"):
+            y = np.argmin(np.where(Q[:, :L] > 0, clocks / np.where(Q[:, :L] > 0, Q[:, :L], 1.0), np.inf), axis=-1)
+        miss = y != x
+        tau = np.where(miss.any(axis=1), np.argmax(miss, axis=1), L)
+        bonus = np.asarray(sample_categorical(Q[:, L], rng), dtype=np.int64)
+        token = bonus if L == 0 else np.where(
+            tau < L, np.take_along_axis(y, np.minimum(tau, L - 1)[:, None], axis=1)[:, 0], bonus)
+        xp = namespace(d.draft_probs)
+        return Outcome(xp.asarray(tau), xp.asarray(token))
