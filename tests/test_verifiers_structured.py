@@ -100,7 +100,8 @@ def _greedy_against_p(candidates, p, q):
 
 def test_the_samplers_follow_their_laws_and_the_test_sees_the_wrong_draft_row():
     """sample() on every tuple of the draw against law() (G-test on (tuple, Y), 40,000 draws); the same test
-    rejects verifying the greedy draft against p instead of p' (biased output, shown exactly too)."""
+    rejects verifying the greedy draft against p instead of p', and SpecHub's pair in the wrong order (both biased
+    outputs, shown exactly too)."""
     p, q = np.array([0.45, 0.25, 0.2, 0.1]), np.array([0.1, 0.3, 0.2, 0.4])
     rng, n = np.random.default_rng(1), 40_000
     for verifier, k in ((GreedyDraftVerify(), 3), (SpecHubVerify(), 2)):
@@ -115,6 +116,14 @@ def test_the_samplers_follow_their_laws_and_the_test_sees_the_wrong_draft_row():
         live = cell_probs > 0
         assert counts[~live].sum() == 0
         assert stats.power_divergence(counts[live], n * cell_probs[live], lambda_="log-likelihood").pvalue > 1e-4
+        if verifier.name == "spechub":  # the port pitfall: a pair verified in the other order (children reordered)
+            swapped = verifier.law(tuples[:, ::-1], P[:len(tuples)], Q[:len(tuples)])
+            bad = probs @ (np.asarray(swapped.accept_probs)[:, :, None] * np.asarray(swapped.correction_probs)).sum(1)
+            assert np.abs(bad - q).max() > 0.02  # exactly biased
+            y = np.asarray(verifier.sample(tuples[pick][:, ::-1], P, Q, rng).token)
+            counts = np.bincount(pick * 4 + y, minlength=cell_probs.size)
+            assert counts[~live].sum() > 0 or stats.power_divergence(
+                counts[live], n * cell_probs[live], lambda_="log-likelihood").pvalue < 1e-6
         if verifier.name == "greedy":
             bad = _greedy_against_p(tuples, np.broadcast_to(p, (len(tuples), 4)), np.broadcast_to(q, (len(tuples), 4)))
             assert np.abs(probs @ bad - q).max() > 0.02  # exactly biased
