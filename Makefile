@@ -9,7 +9,7 @@ BASE_STAMP := $(VENV)/.base
 DEMO_STAMP := $(VENV)/.demo
 TEST_STAMP := $(VENV)/.test
 
-.PHONY: demo demo-validate-notebooks demo-report test bench gpu heads records lint venv clean
+.PHONY: demo demo-validate-notebooks demo-report test test-long bench gpu heads records lint venv clean
 
 venv: $(BASE_STAMP)
 
@@ -52,6 +52,9 @@ demo-report: $(DEMO_STAMP)
 
 test: $(TEST_STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m pytest
+
+test-long: $(TEST_STAMP)
+	MPLBACKEND=Agg $(BIN)/python -m pytest -m audit_long tests/test_audit.py
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check otspec llm_bridge tests benchmarks simulations notebooks/execute.py

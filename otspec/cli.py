@@ -8,6 +8,7 @@ Subcommands
 ``source random``  write a random draft/target pair of JSON sources
 ``source logged``  log top-p truncated draft/target rows along paths of a pair (a logged-rows file)
 ``sweep SPEC``     a grid of pairs × verifiers × L × k from a TOML/YAML spec, one table row per cell
+``audit SAMPLER``  test whether anyone's speculative sampler (module:function) keeps the target's law
 
 Calculators live in :data:`otspec.calculators.CALCULATORS`. Model pairs are given inline
 (``--draft 0.3,0.7 --target 0.75,0.25``; one number x means Bernoulli(x)) or as JSON source
@@ -24,6 +25,7 @@ import os
 import sys
 from pathlib import Path
 
+from .audit.command import add_audit_parser
 from .calculators import CALCULATORS, Calculator
 from .checks import check_real
 from .clitools import (
@@ -279,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="start a Dask LocalCluster of N single-threaded workers")
     _json_flag(swp)
     swp.set_defaults(run=_sweep)
+    add_audit_parser(sub, _Formatter, _json_flag)
     return parser
 
 
@@ -323,6 +326,7 @@ def main(argv=None) -> int:
     except (CLIError, ValueError, SolveError, OSError) as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
+    status = result.pop("_exit_status", 0) if isinstance(result, dict) else 0  # the audit's verdict
     try:
         if args.json:
             print(json.dumps(strict_json(result), indent=2, allow_nan=False))
@@ -331,4 +335,4 @@ def main(argv=None) -> int:
         sys.stdout.flush()
     except BrokenPipeError:  # e.g. `... --json | head`: the reader left; exit quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 0
+    return status

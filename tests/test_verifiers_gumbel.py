@@ -117,3 +117,19 @@ def test_on_two_tokens_the_race_is_the_maximal_coupling(capsys):
     assert GumbelCouplingVerify().expected_accepted(*three, 2) < TokenVerify().expected_accepted(*three, 2) - 0.05
     assert main(["calc", "block", "--draft", "0.5,0.3,0.2", "--target", "0.2,0.3,0.5", "--L", "2", "--json"]) == 0
     assert abs(json.loads(capsys.readouterr().out)["gumbel"] - GumbelCouplingVerify().expected_accepted(*three, 2)) < 1e-12
+
+
+def test_keep_probabilities_match_the_law():
+    """keep_probs (O(V) per position, any V) is the law's P(Y = x | X = x), position by position."""
+    d, t = random_markov(4, 0.5, seed=2, sparsity=0.2)
+    rng = np.random.default_rng(0)
+    P = np.stack([d.next_probs([[]])[0], d.next_probs([[1]])[0]])[None]
+    Q = np.stack([t.next_probs([[]])[0], t.next_probs([[1]])[0], t.next_probs([[1, 2]])[0]])[None]
+    for _ in range(5):
+        x = np.array([[rng.choice(4, p=P[0, 0]), rng.choice(4, p=P[0, 1])]])
+        law = GumbelCouplingVerify().law(x, P, Q)
+        keep = GumbelCouplingVerify().keep_probs(x, P, Q)
+        acc = np.asarray(law.accept_probs)[0]
+        assert abs((1 - acc[0]) - keep[0, 0]) < 1e-12
+        assert abs(GumbelCouplingVerify().expected_given_drafts(x, P, Q)[0]
+                   - np.asarray(law.expected_accepted)[0]) < 1e-12

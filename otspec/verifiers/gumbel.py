@@ -110,6 +110,20 @@ class GumbelCouplingVerify(Verifier):
 
         return evaluate(draft, target, self, int(length)).expected_accepted
 
+    @staticmethod
+    def keep_probs(draft_tokens, draft_probs, target_probs) -> np.ndarray:
+        """P(Y_i = x_i | X_i = x_i) = 1 / (p(x_i) Σ_z max{p(z)/p(x_i), q(z)/q(x_i)}) per position, (B, L), at any V."""
+        x = np.asarray(draft_tokens, dtype=np.int64)[..., None]
+        P, Q = np.asarray(draft_probs, dtype=float), np.asarray(target_probs, dtype=float)[:, :x.shape[1]]
+        px, qx = np.take_along_axis(P, x, axis=-1), np.take_along_axis(Q, x, axis=-1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            total = np.maximum(P, Q * px / np.where(qx > 0, qx, 1.0)).sum(axis=-1)
+        return np.where(qx[..., 0] > 0, 1.0 / total, 0.0)
+
+    def expected_given_drafts(self, draft_tokens, draft_probs, target_probs) -> np.ndarray:
+        """E[τ | drafts] (B,), from :meth:`keep_probs` (no pair integrals)."""
+        return np.cumprod(self.keep_probs(draft_tokens, draft_probs, target_probs), axis=1).sum(axis=1)
+
     def law(self, draft_tokens, draft_probs, target_probs, *, validate=True):
         d = self.check(draft_tokens, draft_probs, target_probs, validate=validate)
         x = np.asarray(d.tokens, dtype=np.int64)

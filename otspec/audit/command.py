@@ -1,0 +1,72 @@
+"""``python -m otspec audit SAMPLER``: the audit from the command line (exit 0: no bias detected at this power,
+1: biased, 2: bad input — a sampler that cannot be loaded, raises, breaks the protocol or hangs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["add_audit_parser"]
+
+
+def _run(args) -> dict:
+    from .adapters import hf_version
+    from .card import write_card
+    from .core import audit
+    from .exact import exact_audit
+
+    if args.exact:
+        report = exact_audit(args.sampler, vocab=args.vocab or 3, draft_length=args.draft_length, seed=args.seed,
+                             verifier=args.verifier, timeout=args.timeout, draws=args.samples)
+        return {**report, "_exit_status": 1 if report["verdict"] == "biased" else 0}
+    report = audit(args.sampler, samples=args.samples, rows=args.rows, vocab=args.vocab or 64,
+                   draft_length=args.draft_length, seed=args.seed, alpha=args.alpha, verifier=args.verifier,
+                   timeout=args.timeout, progress=not args.json)
+    out = report.as_dict()
+    out.pop("bins")
+    if args.out is not None:
+        out["card"] = write_card(report, args.out)
+    if "hf_speculative_sampling" in str(args.sampler):
+        out["transformers"] = hf_version()
+    status = 1 if report.biased else 0
+    if args.json:
+        return {**out, "_exit_status": status}
+    need = dict(zip(out["power"]["deltas"], out["power"]["samples_for_power_0.99"], strict=True))
+    first = out["bias"]["first_token"]
+    return {"sampler": out["sampler"], "verdict": out["verdict"], "p_value": out["p_value"], "samples": out["samples"],
+            "rows": out["rows"], "bias_first_token": f"{first['binned_tv']:.4f} [{first['low']:.4f}, {first['high']:.4f}] "
+            f"(unbiased samplers stay below {first['null_level']:.4f})",
+            "samples_to_detect_tv_0.02": round(need[0.02]), "mean_accepted": out["acceptance"]["mean_accepted"],
+            **({"transformers": out["transformers"]} if "transformers" in out else {}),
+            **({"card": out["card"]} if "card" in out else {}), "_exit_status": status}
+
+
+def add_audit_parser(sub, formatter, json_flag) -> None:
+    from ..clitools import positive_int, seed
+    from .core import DEFAULT_SAMPLES
+    from .protocol import DEFAULT_TIMEOUT_S
+
+    p = sub.add_parser("audit", help="test whether a speculative sampler (module:function) keeps the target's law",
+                       formatter_class=formatter, description=(
+                           "Drive SAMPLER(draft_tokens, draft_probs, target_probs, rng) -> (accepted, next_token) over "
+                           "many draft/target row pairs and test what it emits against the target rows. Exit status 0: "
+                           "no bias detected at this power; 1: biased; 2: bad input. Adapters: "
+                           "otspec.audit.adapters:token|block|gumbel|block_v1|hf_speculative_sampling; known failures: "
+                           "otspec.audit.catalogue:<name>."))
+    p.add_argument("sampler", metavar="SAMPLER", help="module:function of the sampler to audit")
+    p.add_argument("--rows", metavar="FILE", default=None,
+                   help="a logged-rows .npz (python -m llm_bridge.validate --log-rows) instead of synthetic rows")
+    p.add_argument("--samples", type=positive_int, default=DEFAULT_SAMPLES,
+                   help="sampler outputs to test (with --exact: uniform draws per drafted block)")
+    p.add_argument("--draft-length", type=positive_int, default=2, help="drafts L per call")
+    p.add_argument("--vocab", type=positive_int, default=None,
+                   help="vocabulary of the synthetic rows (default 64; with --exact 3, at most 8)")
+    p.add_argument("--verifier", default=None, help="the chain verifier the sampler claims to be (token, block, gumbel): "
+                   "also test its accepted length against that verifier's exact value")
+    p.add_argument("--alpha", type=float, default=1e-3, help="test level (after Bonferroni over the tests)")
+    p.add_argument("--seed", type=seed, default=0, help="random seed (an integer >= 0)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds one sampler call may take")
+    p.add_argument("--exact", action="store_true", help="exact audit on a small vocabulary: every drafted block "
+                   "enumerated, the output law compared with the target law")
+    p.add_argument("--out", type=Path, default=None, help="write the report card (audit.md, audit.json, audit.png) here")
+    json_flag(p)
+    p.set_defaults(run=_run)

@@ -1,0 +1,145 @@
+r"""The audit's statistics: a pooled randomised probability-integral transform, binned G and KS tests, the bias it
+estimates and the samples needed to detect a given bias.
+
+Each emitted token z comes with the target row q it should follow (a different row pair for nearly every sample).
+Order the row's tokens by q(x)/p(x) ascending (ties by id), so that a sampler leaning toward its draft moves mass
+toward the low end; then
+
+.. math::
+    U = F_q(z^-) + V\,q(z), \qquad V \sim \mathrm{Uniform}(0, 1),
+
+is uniform on (0, 1) when z ~ q, whatever the row, and independent across samples. The audit pools U over every
+sample and tests uniformity twice: a G-test on K equal bins and a Kolmogorov–Smirnov test (shifts). The bias
+estimate is the total variation between the binned U and uniform, with a bootstrap interval; the power curve
+gives, for a sampler that mixes a fraction ε of draft-row mass into the emitted token (TV δ = ε·E[TV(p, q)]), the
+binned test's power at n samples from the noncentral χ² (noncentrality n Σ_k (f_k − 1/K)² K).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+__all__ = ["BINS", "MIN_EXPECTED", "bias_interval", "per_pair_test", "binned_test", "mixture_bin_law", "pit_tables", "pit_values", "power_curve",
+           "samples_needed"]
+
+#: Equal bins of the binned G-test on U.
+BINS = 20
+
+
+def pit_tables(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rank (…, V): each token's position in the q/p order, before (…, V): q mass of the tokens ranked below)."""
+    ratio = np.divide(q, p, out=np.full(q.shape, np.inf), where=p > 0)
+    order = np.lexsort((np.broadcast_to(np.arange(q.shape[-1]), q.shape), ratio), axis=-1)
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.broadcast_to(np.arange(q.shape[-1]), q.shape), axis=-1)
+    q_sorted = np.take_along_axis(q, order, axis=-1)
+    cum_before = np.cumsum(q_sorted, axis=-1) - q_sorted
+    return rank, np.take_along_axis(cum_before, rank, axis=-1)
+
+
+def pit_values(tokens: np.ndarray, q: np.ndarray, before: np.ndarray, rng) -> np.ndarray:
+    """Randomised PIT of ``tokens`` (n,) against rows ``q`` (n, V) with their ``before`` table (n, V)."""
+    rows = np.arange(tokens.size)
+    return before[rows, tokens] + rng.random(tokens.size) * q[rows, tokens]
+
+
+def binned_test(u: np.ndarray, bins: int = BINS) -> dict:
+    """G-test of ``u`` against uniform on ``bins`` equal bins, and the KS test: counts, p-values."""
+    counts = np.bincount(np.minimum((u * bins).astype(np.int64), bins - 1), minlength=bins)
+    expected = np.full(bins, u.size / bins)
+    g = stats.power_divergence(counts, expected, lambda_="log-likelihood")
+    ks = stats.kstest(u, "uniform")
+    return {"counts": counts.tolist(), "g_statistic": float(g.statistic), "g_p_value": float(g.pvalue),
+            "ks_statistic": float(ks.statistic), "ks_p_value": float(ks.pvalue)}
+
+
+#: Cells of the per-pair test with fewer expected counts are merged into one.
+MIN_EXPECTED = 5.0
+
+
+def per_pair_test(counts: np.ndarray, q: np.ndarray) -> dict:
+    """Every row pair's first-token counts (P, V) against its target row (P, V), pooled over the pairs: Pearson's X²
+    per pair on the tokens expected at least :data:`MIN_EXPECTED` times (the rest merged into one cell), summed. A
+    pair's X² has mean k − 1 and variance 2(k − 1) + (Σ_i 1/π_i − k² − 2k + 2)/n exactly (k cells of masses π_i,
+    n draws), so the sum is referred to the normal law with the summed mean and variance — calibrated however few
+    draws each pair has, where summed G-statistics drift upward. It sees biases whose direction changes from row to
+    row, which the pooled PIT averages out. A token the target never emits fails it outright."""
+    counts = np.asarray(counts, dtype=float)
+    n = counts.sum(axis=1)
+    live = n > 0
+    counts, q, n = counts[live], q[live], n[live]
+    big = n[:, None] * q >= MIN_EXPECTED
+    rest_mass = (q * ~big).sum(axis=1)
+    cells_obs = np.concatenate([np.where(big, counts, 0.0), (counts * ~big).sum(axis=1, keepdims=True)], axis=1)
+    cells_p = np.concatenate([np.where(big, q, 0.0), rest_mass[:, None]], axis=1)
+    used = np.concatenate([big, (rest_mass > 0)[:, None]], axis=1)
+    k = used.sum(axis=1)
+    ok = k >= 2
+    exp = n[:, None] * cells_p
+    x2 = np.where(used, (cells_obs - exp) ** 2 / np.where(used, exp, 1.0), 0.0).sum(axis=1)
+    inv = np.where(used, 1.0 / np.where(used, cells_p, 1.0), 0.0).sum(axis=1)
+    mean = np.where(ok, k - 1.0, 0.0)
+    var = np.where(ok, 2 * (k - 1.0) + (inv - k**2 - 2 * k + 2) / n, 0.0)
+    stat, mu, sd = float(x2[ok].sum()), float(mean.sum()), float(np.sqrt(max(var.sum(), 1e-300)))
+    impossible = int((counts * (q <= 0)).sum())
+    z = (stat - mu) / sd if mu > 0 else 0.0
+    p = 0.0 if impossible > 0 else float(stats.norm.sf(z))
+    return {"statistic": stat, "mean": mu, "sd": sd, "z": float(z), "p_value": p, "pairs": int(live.sum()),
+            "tokens_the_target_never_emits": impossible}
+
+
+def bias_interval(counts, draws: int = 2000, confidence: float = 0.95, seed: int = 0) -> dict:
+    """TV between the binned U and uniform, a bootstrap interval, and its level under no bias at this n."""
+    counts = np.asarray(counts, dtype=float)
+    n, K = counts.sum(), counts.size
+    tv = 0.5 * np.abs(counts / n - 1 / K).sum()
+    rng = np.random.default_rng(seed)
+    boot = 0.5 * np.abs(rng.multinomial(int(n), counts / n, size=draws) / n - 1 / K).sum(axis=1)
+    null = 0.5 * np.abs(rng.multinomial(int(n), np.full(K, 1 / K), size=draws) / n - 1 / K).sum(axis=1)
+    q_lo, q_hi = np.quantile(boot, [(1 - confidence) / 2, (1 + confidence) / 2])
+    lo, hi = max(0.0, 2 * tv - q_hi), max(0.0, 2 * tv - q_lo)  # basic bootstrap: the statistic is biased upward
+    return {"binned_tv": float(tv), "low": float(lo), "high": float(hi), "null_level": float(np.quantile(null, 0.99)),
+            "confidence": confidence, "interval": "basic bootstrap (multinomial resampling of the bins)"}
+
+
+def mixture_bin_law(p: np.ndarray, q: np.ndarray, rank: np.ndarray, before: np.ndarray, bins: int = BINS) -> np.ndarray:
+    """Bin law of U when the emitted token is drawn from the draft row p instead of q (rows (n, V)), averaged over
+    the rows: each token's p mass spread uniformly over its PIT interval [before, before + q)."""
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    width = np.where(q > 0, q, 1.0)
+    # G(u) = Σ_z p(z) clip((u − before(z)) / q(z), 0, 1), the CDF of U under p-draws; tokens with q = 0 sit at before
+    cdf = np.stack([np.sum(p * np.where(q > 0, np.clip((u - before) / width, 0.0, 1.0), (before <= u).astype(float)),
+                           axis=-1) for u in edges], axis=-1)
+    return np.diff(cdf, axis=-1).mean(axis=0)
+
+
+def _power(n, w2: float, bins: int, alpha: float) -> np.ndarray:
+    crit = stats.chi2.ppf(1 - alpha, bins - 1)
+    return stats.ncx2.sf(crit, bins - 1, np.asarray(n, dtype=float) * w2)
+
+
+def samples_needed(w2: float, bins: int = BINS, alpha: float = 1e-3, power: float = 0.99) -> float:
+    """Samples at which the binned test reaches ``power`` for an effect of size w² = Σ (f_k − 1/K)² K."""
+    if w2 <= 0:
+        return float("inf")
+    lo, hi = 1.0, 1.0
+    while _power(hi, w2, bins, alpha) < power:
+        hi *= 2
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if _power(mid, w2, bins, alpha) < power else (lo, mid)
+    return float(hi)
+
+
+def power_curve(g: np.ndarray, mean_tv: float, n: int, deltas=None, bins: int = BINS, alpha: float = 1e-3) -> dict:
+    """For TV biases δ (emitted law (1 − ε) q + ε p with ε = δ / E[TV(p, q)]): the binned test's power at ``n``
+    samples and the samples it needs for power 0.99; ``g`` is :func:`mixture_bin_law`."""
+    deltas = np.array([0.005, 0.01, 0.02, 0.03, 0.05, 0.1] if deltas is None else deltas, dtype=float)
+    dev = (np.asarray(g) - 1.0 / bins) * bins  # f_k − 1/K = ε (g_k − 1/K)
+    w2_unit = float(np.sum(dev**2) / bins)  # w² at ε = 1
+    eps = np.minimum(deltas / max(mean_tv, 1e-12), 1.0)
+    w2 = eps**2 * w2_unit
+    return {"deltas": deltas.tolist(), "epsilon": eps.tolist(), "power_at_n": _power(n, w2, bins, alpha).tolist(),
+            "samples_for_power_0.99": [samples_needed(w, bins, alpha) for w in w2], "alpha": alpha, "n": int(n),
+            "bias_model": "emitted token from (1 − ε) q + ε p, TV δ = ε · mean TV(p, q) over the rows"}
