@@ -65,3 +65,11 @@ def test_loop_overhead_benchmark_runs():
     out = json.loads(proc.stdout)
     assert {r["verifier"] for r in out["results"]} == {"token", "block"}
     assert all(r["fraction_of_target_call"] > 0 for r in out["results"])
+
+
+def test_audit_benchmark_runs():
+    proc = subprocess.run([sys.executable, str(BENCH / "bench_audit.py"), "--samples", "500", "--samplers",
+                           "token,gumbel", "--json"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert [r["sampler"] for r in out["results"]] == ["token", "gumbel"] and out["goal_s"] == 120.0
