@@ -79,11 +79,16 @@ def hf_speculative_sampling(draft_tokens, draft_probs, target_probs, rng):
     accepted, token = np.zeros(B, dtype=np.int64), np.zeros(B, dtype=np.int64)
     with np.errstate(divide="ignore"):
         draft_logits, target_logits = np.log(draft_probs), np.log(target_probs)
-    for b in range(B):
-        selected, n_matches = _speculative_sampling(
-            torch.as_tensor(draft_tokens[b][None]), torch.as_tensor(draft_logits[b][None]), L,
-            torch.as_tensor(target_logits[b][None]))
-        accepted[b], token[b] = int(n_matches), int(selected[0, -1])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one tiny row at a time: extra threads only spin (100x slower in a notebook kernel)
+    try:
+        for b in range(B):
+            selected, n_matches = _speculative_sampling(
+                torch.as_tensor(draft_tokens[b][None]), torch.as_tensor(draft_logits[b][None]), L,
+                torch.as_tensor(target_logits[b][None]))
+            accepted[b], token[b] = int(n_matches), int(selected[0, -1])
+    finally:
+        torch.set_num_threads(threads)
     return accepted, token
 
 

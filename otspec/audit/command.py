@@ -34,7 +34,7 @@ def _run(args) -> dict:
     first = out["bias"]["first_token"]
     return {"sampler": out["sampler"], "verdict": out["verdict"], "p_value": out["p_value"], "samples": out["samples"],
             "rows": out["rows"], "bias_first_token": f"{first['binned_tv']:.4f} [{first['low']:.4f}, {first['high']:.4f}] "
-            f"(unbiased samplers stay below {first['null_level']:.4f})",
+            f"(raw {first['binned_tv_raw']:.4f}; unbiased samplers stay below {first['null_level']:.4f})",
             "samples_to_detect_tv_0.02": round(need[0.02]), "mean_accepted": out["acceptance"]["mean_accepted"],
             **({"transformers": out["transformers"]} if "transformers" in out else {}),
             **({"card": out["card"]} if "card" in out else {}), "_exit_status": status}

@@ -33,12 +33,14 @@ from .pit import (
 from .protocol import DEFAULT_TIMEOUT_S, call_sampler, load_sampler
 from .rows import RowPool, logged_pool, synthetic_pool
 
-__all__ = ["AuditReport", "DEFAULT_SAMPLES", "MAX_AUDIT_ENTRIES", "audit"]
+__all__ = ["AuditReport", "CALL_BATCH", "DEFAULT_SAMPLES", "MAX_AUDIT_ENTRIES", "audit"]
 
 #: Samples of an audit with no options: the default synthetic pool detects a TV bias of 0.02 with power > 0.99.
 DEFAULT_SAMPLES = 200_000
 #: Most row entries (chunk × (2L + 1) × V) handed to the sampler in one call.
 MAX_AUDIT_ENTRIES = 2**23
+#: Most samples per sampler call (the timeout is per call: a slow sampler gets small calls).
+CALL_BATCH = 5_000
 
 
 @dataclass
@@ -104,7 +106,7 @@ def audit(sampler, *, samples: int = DEFAULT_SAMPLES, rows=None, vocab: int = 64
     pool = _pool(rows, check_size(vocab, "vocab", minimum=2, limit=1_000_000, limit_name="1,000,000"),
                  check_size(draft_length, "draft_length", limit=64, limit_name="64"), seed)
     L, V = pool.draft_length, pool.vocab
-    step = chunk or max(1, min(50_000, MAX_AUDIT_ENTRIES // ((2 * L + 1) * V)))
+    step = chunk or max(1, min(CALL_BATCH, MAX_AUDIT_ENTRIES // ((2 * L + 1) * V)))
     rng = np.random.default_rng(seed)
     sampler_rng = np.random.default_rng([seed, 1])
     ranks = [pit_tables(pool.draft[:, i] if i < L else pool.target[:, i], pool.target[:, i]) for i in range(L + 1)]

@@ -15,6 +15,7 @@ timeout is reported with a clear :class:`SamplerError`, never a traceback from d
 from __future__ import annotations
 
 import importlib
+import signal
 import threading
 from collections.abc import Callable
 
@@ -52,15 +53,34 @@ def load_sampler(spec: str) -> Callable:
     return obj
 
 
+def _timeout_message(timeout: float) -> str:
+    return (f"the sampler did not return within {timeout:g} s (a hang, or a batch too large for it: lower --samples or "
+            "raise --timeout)")
+
+
 def _run_with_timeout(fn: Callable, args: tuple, timeout: float | None):
-    """``fn(*args)`` in a daemon thread; SamplerTimeout when it does not return within ``timeout`` seconds."""
+    """``fn(*args)``, a SamplerTimeout when it does not return within ``timeout`` seconds, a SamplerError when it
+    raises. On the main thread of a POSIX process a timer signal interrupts it (the sampler runs where it would in
+    the user's program: torch and friends can stall when called from a helper thread inside a notebook kernel);
+    elsewhere it runs in a daemon thread that is abandoned on timeout."""
     if timeout is None:
-        return fn(*args)
+        return _call(fn, args)
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+        def expire(signum, frame):
+            raise SamplerTimeout(_timeout_message(timeout))
+
+        previous = signal.signal(signal.SIGALRM, expire)
+        signal.setitimer(signal.ITIMER_REAL, float(timeout))
+        try:
+            return _call(fn, args)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0.0)
+            signal.signal(signal.SIGALRM, previous)
     box: dict = {}
 
     def target():
         try:
-            box["value"] = fn(*args)
+            box["value"] = _call(fn, args)
         except BaseException as exc:  # reported to the caller below
             box["error"] = exc
 
@@ -68,12 +88,19 @@ def _run_with_timeout(fn: Callable, args: tuple, timeout: float | None):
     worker.start()
     worker.join(timeout)
     if worker.is_alive():
-        raise SamplerTimeout(f"the sampler did not return within {timeout:g} s (a hang, or a batch too large for "
-                             "it: lower --samples or raise --timeout)")
+        raise SamplerTimeout(_timeout_message(timeout))
     if "error" in box:
-        exc = box["error"]
-        raise SamplerError(f"the sampler raised {type(exc).__name__}: {exc}") from exc
+        raise box["error"]
     return box["value"]
+
+
+def _call(fn: Callable, args: tuple):
+    try:
+        return fn(*args)
+    except SamplerTimeout:
+        raise
+    except Exception as exc:
+        raise SamplerError(f"the sampler raised {type(exc).__name__}: {exc}") from exc
 
 
 def _as_int_vector(value, name: str, B: int, low: int, high: int) -> np.ndarray:
