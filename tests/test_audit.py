@@ -203,3 +203,18 @@ def test_long_bf16_failure_flagged_at_its_documented_size():
 def test_long_empirical_power_against_a_002_bias():
     flagged = sum(audit(mixture_toward_draft, seed=seed, progress=False).biased for seed in range(100))
     assert flagged >= 99
+
+
+def test_the_joint_law_of_accepted_length_and_token_against_a_known_verifier():
+    """With verifier="token", every call's (τ, Y) is tested against token verification's exact conditional law: a
+    sampler that keeps the right first-token law but draws τ and Y jointly wrong is flagged by that test alone."""
+    def scrambled(draft_tokens, draft_probs, target_probs, rng):  # lossless Y (plain target draw), τ always 0
+        q = target_probs[:, 0]
+        return np.zeros(q.shape[0], dtype=np.int64), np.minimum(
+            (np.cumsum(q, axis=1) <= rng.random(q.shape[0])[:, None]).sum(axis=1), q.shape[1] - 1)
+
+    plain = audit(scrambled, samples=20_000, progress=False)
+    assert plain.verdict == "no bias detected"  # its emitted tokens do follow the target
+    known = audit(scrambled, samples=20_000, verifier="token", progress=False)
+    assert known.biased and known.tests["joint_with_verifier"]["g_p_value"] < 1e-6
+    assert audit(token, samples=20_000, verifier="token", progress=False).tests["joint_with_verifier"]["g_p_value"] > 1e-4

@@ -33,6 +33,10 @@ def markdown(report) -> str:
              f"{_fmt_p(t['per_row_pair']['p_value'])} |"]
     if "p_value" in acc:
         lines.append(f"| mean accepted vs {acc['verifier']}'s exact value (z) | {acc['z']:.2f} | {_fmt_p(acc['p_value'])} |")
+    if "joint_with_verifier" in t:
+        j = t["joint_with_verifier"]
+        lines.append(f"| (accepted, token) vs {acc['verifier']}'s exact law, PIT (G / KS) | {j['g_statistic']:.1f} / "
+                     f"{j['ks_statistic']:.4f} | {_fmt_p(j['g_p_value'])} / {_fmt_p(j['ks_p_value'])} |")
     fb = b["first_token"]
     lines += ["", f"Estimated bias of the first emitted token (total variation over the PIT bins): {fb['binned_tv']:.4f} "
               f"[{fb['low']:.4f}, {fb['high']:.4f}] ({fb['confidence']:.0%}, simultaneous over the bins; bias-corrected point; raw "

@@ -6,7 +6,9 @@ rows itself, calls the sampler (:func:`otspec.audit.protocol.call_sampler`), and
 so a lossless sampler's L + 1 tokens are independent, the i-th from the target's i-th row. Tested (randomised PIT,
 :mod:`otspec.audit.pit`): the first emitted token, and every position pooled; four tests (G and KS each), one
 verdict at level ``alpha`` after Bonferroni. Where the verifier is known (``verifier="token"`` …), the mean
-accepted length is compared with its exact value on the same drafts (a z-test), as a fifth test.
+accepted length is compared with its exact value on the same drafts (a z-test) and, for verifiers with an exact law
+at this vocabulary (token, block), the joint (accepted length, token) of every call is tested against that law
+(a randomised PIT over the (L + 1) V outcomes).
 """
 
 from __future__ import annotations
@@ -114,6 +116,7 @@ def audit(sampler, *, samples: int = DEFAULT_SAMPLES, rows=None, vocab: int = 64
     pair_counts = np.zeros((pool.size, V), dtype=np.int64)
     expected_sum = expected_sq = 0.0
     law = CHAIN_VERIFIERS[verifier]() if verifier else None
+    joint_u = []
     t0 = time.perf_counter()
     with tqdm(total=n, unit="sample", unit_scale=True, desc=f"audit {label}", leave=False,
               disable=None if progress is None else not progress) as bar:
@@ -137,10 +140,17 @@ def audit(sampler, *, samples: int = DEFAULT_SAMPLES, rows=None, vocab: int = 64
                     first_u.append(u)
             accepted_sum += float(tau.sum())
             accepted_hist += np.bincount(tau, minlength=L + 1)
-            if law is not None:
-                e = (law.expected_given_drafts(drafts, P, Q) if hasattr(law, "expected_given_drafts")
-                     else np.asarray(law.law(drafts, P, Q, validate=False).expected_accepted, dtype=float))
+            if law is not None and hasattr(law, "expected_given_drafts"):  # no pair integrals at this V
+                e = law.expected_given_drafts(drafts, P, Q)
                 expected_sum, expected_sq = expected_sum + float(e.sum()), expected_sq + float((e**2).sum())
+            elif law is not None:  # the verifier's exact law of (τ, Y) given the drafts: a PIT of the outcome too
+                exact = law.law(drafts, P, Q, validate=False)
+                e = np.asarray(exact.expected_accepted, dtype=float)
+                expected_sum, expected_sq = expected_sum + float(e.sum()), expected_sq + float((e**2).sum())
+                joint = (np.asarray(exact.accept_probs)[:, :, None] * np.asarray(exact.correction_probs)).reshape(b, -1)
+                cell = tau * V + token
+                rows = np.arange(b)
+                joint_u.append(np.cumsum(joint, axis=1)[rows, cell] - joint[rows, cell] * rng.random(b))
             done += b
             bar.update(b)
     seconds = time.perf_counter() - t0
@@ -160,6 +170,9 @@ def audit(sampler, *, samples: int = DEFAULT_SAMPLES, rows=None, vocab: int = 64
         p_acc = float(2 * stats.norm.sf(abs(z)))
         acceptance.update(verifier=verifier, expected_accepted=mean_e, z=float(z), p_value=p_acc)
         p_values.append(p_acc)
+    if joint_u:  # (accepted length, token) against the verifier's exact conditional law
+        tests["joint_with_verifier"] = binned_test(np.clip(np.concatenate(joint_u), 0.0, 1.0 - 1e-15))
+        p_values += [tests["joint_with_verifier"]["g_p_value"], tests["joint_with_verifier"]["ks_p_value"]]
     p_value = float(min(1.0, len(p_values) * min(p_values)))
     g = mixture_bin_law(pool.draft[:, 0], pool.target[:, 0], *ranks[0])
     mean_tv = float(np.mean(total_variation(pool.draft[:, 0], pool.target[:, 0])))
