@@ -218,3 +218,27 @@ def test_the_joint_law_of_accepted_length_and_token_against_a_known_verifier():
     known = audit(scrambled, samples=20_000, verifier="token", progress=False)
     assert known.biased and known.tests["joint_with_verifier"]["g_p_value"] < 1e-6
     assert audit(token, samples=20_000, verifier="token", progress=False).tests["joint_with_verifier"]["g_p_value"] > 1e-4
+
+
+def test_a_torch_sampler_through_the_adapter_and_a_biased_otspec_verifier():
+    """torch_sampler wraps a sampler written for tensors (token verification in torch here: it passes); otspec's
+    Decoding-OPT with an unlimited bias budget is flagged."""
+    torch = pytest.importorskip("torch")
+    from otspec.audit.adapters import decoding_opt, torch_sampler
+
+    def torch_token(draft_tokens, draft_probs, target_probs, generator):
+        B, L = draft_tokens.shape
+        x = draft_tokens[..., None]
+        ratio = torch.gather(target_probs[:, :L], 2, x)[..., 0] / torch.gather(draft_probs, 2, x)[..., 0]
+        miss = torch.rand(B, L, generator=generator, dtype=ratio.dtype) >= ratio.clamp(max=1.0)
+        tau = torch.where(miss.any(1), miss.int().argmax(1), torch.full((B,), L))
+        at = tau.clamp(max=L - 1)
+        residual = (target_probs[torch.arange(B), at] - draft_probs[torch.arange(B), at]).clamp(min=0.0)
+        residual = torch.where(residual.sum(1, keepdim=True) > 0, residual, target_probs[torch.arange(B), at])
+        corr = torch.multinomial(residual, 1, generator=generator)[:, 0]
+        bonus = torch.multinomial(target_probs[:, L], 1, generator=generator)[:, 0]
+        return tau, torch.where(tau < L, corr, bonus)
+
+    assert audit(torch_sampler(torch_token), samples=20_000, verifier="token", progress=False).verdict == \
+        "no bias detected"
+    assert audit(decoding_opt, samples=5_000, progress=False).biased

@@ -3,7 +3,8 @@ chain protocol of :mod:`otspec.audit.protocol` (``module:function`` names for ``
 
 * ``otspec.audit.adapters:token``, ``:block``, ``:gumbel`` — lossless otspec chain verifiers;
   ``:block_v1`` — the v1 backward block verifier, exact only when its carried residual target replaces the target
-  in the next iteration: the chain protocol continues with the plain target, so the audit rightly flags it.
+  in the next iteration: the chain protocol continues with the plain target, so the audit rightly flags it;
+  ``:decoding_opt`` — Decoding-OPT with an unlimited bias budget, biased by design.
 * ``otspec.audit.adapters:hf_speculative_sampling`` — ``transformers.generation.utils._speculative_sampling`` of
   the installed transformers (Leviathan et al.'s Algorithm 1, one sequence per call; it draws from torch's global
   generator, seeded here from ``rng``). Its variable names swap ours: its q is the draft, its p the target.
@@ -16,9 +17,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..verifiers import BackwardBlockVerify, BlockVerify, GumbelCouplingVerify, TokenVerify
+from ..verifiers import BackwardBlockVerify, BlockVerify, DecodingOPT, GumbelCouplingVerify, TokenVerify
 
-__all__ = ["ADAPTERS", "block", "block_v1", "gumbel", "hf_speculative_sampling", "hf_version", "token",
+__all__ = ["ADAPTERS", "block", "block_v1", "decoding_opt", "gumbel", "hf_speculative_sampling", "hf_version", "token",
            "torch_sampler", "verifier_sampler"]
 
 
@@ -38,6 +39,8 @@ token = verifier_sampler(TokenVerify())
 block = verifier_sampler(BlockVerify())
 block_v1 = verifier_sampler(BackwardBlockVerify())
 gumbel = verifier_sampler(GumbelCouplingVerify())
+#: Decoding-OPT with an unlimited bias budget: biased by design (the negative control of the real-pair records).
+decoding_opt = verifier_sampler(DecodingOPT(float("inf")))
 
 
 def torch_sampler(fn: Callable, device: str = "cpu", dtype: str = "float64") -> Callable:
@@ -93,5 +96,5 @@ def hf_speculative_sampling(draft_tokens, draft_probs, target_probs, rng):
 
 
 #: The adapters by name (``python -m otspec audit`` lists them).
-ADAPTERS = {"token": token, "block": block, "block_v1": block_v1, "gumbel": gumbel,
+ADAPTERS = {"token": token, "block": block, "block_v1": block_v1, "gumbel": gumbel, "decoding_opt": decoding_opt,
             "hf_speculative_sampling": hf_speculative_sampling}
