@@ -17,7 +17,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..verifiers import BackwardBlockVerify, BlockVerify, DecodingOPT, GumbelCouplingVerify, TokenVerify
+from ..verifiers import (
+    BackwardBlockVerify,
+    BlockVerify,
+    DecodingOPT,
+    GumbelCouplingVerify,
+    TokenVerify,
+)
 
 __all__ = ["ADAPTERS", "block", "block_v1", "decoding_opt", "gumbel", "hf_speculative_sampling", "hf_version", "token",
            "torch_sampler", "verifier_sampler"]
