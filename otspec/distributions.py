@@ -170,6 +170,8 @@ def validate_probs(probs, name: str = "probs", *, tol: float | None = None, min_
         raise ValueError(f"{name}: negative probability {float(probs[idx])!r} at index {idx}; expected entries >= 0")
     if tol is None:
         tol = normalisation_tolerance(checked_dtype, None, xp)
+    elif not (isinstance(tol, int | float) and not isinstance(tol, bool) and math.isfinite(tol) and tol >= 0):
+        raise ValueError(f"tol: expected a finite tolerance >= 0, got {tol!r} (NaN would switch the check off)")
     sums = xp.sum(xp.astype(probs, xp.float64), axis=-1)
     off = xp.abs(sums - 1.0) > tol
     if bool(xp.any(off)):
@@ -344,6 +346,8 @@ def sample_categorical(probs, rng, u=None, *, check: bool = True):
     if isinstance(probs, np.ndarray) and probs.shape[-1] >= _BLOCKED_FROM and not check:
         return _blocked_draw(probs, u)
     cdf = xp.cumulative_sum(probs, axis=-1)
+    if check and probs.shape[-1] and (bool(xp.any(probs < 0)) or not bool(xp.all(xp.isfinite(cdf[..., -1])))):
+        raise ValueError("probs: rows to sample from need finite entries >= 0 (got a negative, NaN or infinite entry)")
     if check and (probs.shape[-1] == 0 or not bool(xp.all(cdf[..., -1] > 0))):
         raise ValueError("probs: every row to sample from needs positive total mass (got an empty or all-zero row)")
     # u is scaled by the row total, so rows need not be normalised and rounding in the

@@ -191,9 +191,7 @@ def sample_candidates(draft_probs, k: int, rng, replacement: bool = True):
     ``"greedy"`` and ``"hub"``: the structured draws of :data:`DRAWS` (numpy rows).
     ``rng`` is a numpy ``Generator`` or a ``torch.Generator``.
     """
-    k = int(k)
-    if k < 0:
-        raise ValueError(f"k: expected a non-negative number of candidates, got {k}")
+    k = check_size(k, "k", minimum=0, what="a non-negative number of candidates (an integer)")
     draw = draw_name(replacement)
     p = validate_probs(draft_probs, "draft_probs", min_ndim=2)
     if p.ndim != 2:

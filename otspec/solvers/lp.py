@@ -8,6 +8,10 @@ reported, and every caller re-checks the constraints of what it gets back.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+
 import numpy as np
 from scipy.optimize import linprog
 
@@ -68,10 +72,29 @@ def solve_lp(c, *, A_ub=None, b_ub=None, A_eq=None, b_eq=None, bounds=(0, None),
         cons.append(A_ub @ x <= b_ub)
     problem = cp.Problem(cp.Minimize(c @ x), cons)
     try:
-        problem.solve(solver=solver, **{**settings, **(options or {})})
+        with _stdout_to_stderr():  # a solver's banner must not land in a JSON stream on stdout
+            problem.solve(solver=solver, **{"verbose": False, **settings, **(options or {})})
     except cp.error.SolverError as exc:
         raise error(f"cvxpy solver {solver} failed on the {what}: {exc}") from exc
     label = f"cvxpy:{problem.solver_stats.solver_name}"
     if problem.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) or x.value is None:
         raise error(f"{label} did not solve the {what}: status {problem.status!r}")
     return np.asarray(x.value), str(problem.status), f"cvxpy status {problem.status}", label
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """Send file descriptor 1 (where compiled solvers print their banners) to stderr while the block runs."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError, AttributeError):  # no real stdout (a notebook kernel's is a pipe object)
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)

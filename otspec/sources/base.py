@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import capped_power, format_count
+from ..checks import capped_power, check_size, format_count
 from ..distributions import sample_categorical
 from ..errors import SizeLimitError
 
@@ -182,9 +182,7 @@ class Source(ABC):
         ValueError
             If ``V**length`` exceeds :data:`MAX_ENUMERATION` or the horizon.
         """
-        length = int(length)
-        if length < 0:
-            raise ValueError(f"length must be >= 0, got {length}")
+        length = check_size(length, "length", minimum=0)
         check_enumeration(self.vocab_size, length)
         self.check_length(length)
         V = self.vocab_size

@@ -10,6 +10,9 @@ from ..checks import check_size
 from ..distributions import validate_probs
 from .base import Source, as_tokens
 
+#: An IID source range-checks every token id of prefixes up to this many ids (beyond: each row's last one).
+_CHECK_ALL_TOKENS = 65_536
+
 __all__ = ["DepthPositionalSource", "GreedySource", "IIDSource", "MarkovSource", "PositionalSource", "TableSource", "bernoulli",
            "uniform_source"]
 
@@ -30,6 +33,11 @@ class IIDSource(Source):
         return f"IIDSource(probs={self.probs.tolist()})"
 
     def _rows(self, tokens, lengths):
+        if tokens.size <= _CHECK_ALL_TOKENS:  # the rows read no token; the prefixes' ids are still range-checked
+            self._check_tokens(tokens[np.arange(tokens.shape[1]) < lengths[:, None]])  # (a long decode buffer:
+        elif lengths.size:  # each row's last token, the one just committed)
+            last = tokens[np.arange(tokens.shape[0]), np.maximum(lengths - 1, 0)]
+            self._check_tokens(last[lengths > 0])
         return np.broadcast_to(self.probs, (tokens.shape[0], self.vocab_size))
 
     def path_probs(self, tokens, include_next=True):

@@ -1,0 +1,49 @@
+"""Issue 25's Python API leftovers: each silent truncation or disabled check is now a clear error."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from otspec.distributions import sample_categorical, validate_probs
+from otspec.drafts import sample_candidates
+from otspec.engine import generate
+from otspec.sources import IIDSource
+from otspec.verifiers import TokenVerify
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: validate_probs([0.3, 0.3], tol=float("nan")), "tol"),
+    (lambda: validate_probs([0.5, 0.5], tol=-1.0), "tol"),
+    (lambda: sample_categorical(np.array([[0.5, -0.1, 0.6]]), np.random.default_rng(0)), "entries >= 0"),
+    (lambda: sample_categorical(np.array([[0.5, np.nan, 0.5]]), np.random.default_rng(0)), "NaN"),
+    (lambda: IIDSource([0.5, 0.5]).next_probs([[0, 5]]), r"\[0, 2\)"),
+    (lambda: IIDSource([0.5, 0.5]).next_probs([[-1]]), r"\[0, 2\)"),
+    (lambda: IIDSource([0.5, 0.5]).enumerate(2.5), "length"),
+    (lambda: sample_candidates(np.array([[0.5, 0.5]]), 2.5, np.random.default_rng(0)), "k"),
+])
+def test_api_leftovers_refuse_instead_of_truncating(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_an_iid_source_reads_no_token_but_still_decodes_long_buffers():
+    """The id check covers the prefixes' tokens only (padding past a row's length is not read), and a decode whose
+    buffer is larger than the check's budget checks each row's last token: decoding still works."""
+    src = IIDSource([0.5, 0.3, 0.2])
+    assert src.next_probs(np.array([[1, -7]]), lengths=np.array([1])).shape == (1, 3)
+    run = generate(src, src, TokenVerify(), 2, 3000, n_sequences=32, seed=0, progress=False)
+    assert run.generated == 3000 * 32
+
+
+def test_cvxpy_banners_stay_out_of_the_json_stream():
+    pytest.importorskip("cvxpy")
+    proc = subprocess.run([sys.executable, "-m", "otspec", "calc", "pareto", "--draft", "0.5,0.3,0.2", "--target",
+                           "0.2,0.3,0.5", "--rejection", "0.1", "--method", "cvxpy", "--json"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["rejection"] == 0.1
