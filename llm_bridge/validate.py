@@ -63,7 +63,7 @@ from .logrows import (
 from .loop import plain_generate, speculative_batches, speculative_generate
 from .lossless import first_token_law, root_token_law, two_sample_test
 from .measure import CallTimer
-from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
+from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch, resolve_device, resolve_dtype
 from .peer import hf_assisted, hf_decode_step
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 from .runs import (
@@ -177,6 +177,14 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
 
     prompts, max_new_tokens = check_size(prompts, "prompts"), check_size(max_new_tokens, "max_new_tokens")
     lengths = [check_size(L, "L", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH") for L in lengths]
+    batch_size = check_size(batch_size, "batch_size")
+    if pair is None:  # checked before any model is loaded
+        resolve_device(device)
+        resolve_dtype(dtype)
+    if not lengths and not trees:
+        raise ValueError("L: no draft length and no --trees: nothing to run (give --L 2,4 or --trees 2x1)")
+    if lengths and not verifiers:
+        raise ValueError("verifiers: none given for the draft lengths (give --verifiers token,block)")
     unknown = [v for v in verifiers if v not in REGISTRY]
     if unknown:
         raise ValueError(f"verifiers {unknown}: expected names among {sorted(REGISTRY)}")
@@ -353,11 +361,13 @@ def output_name(draft: str) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llm_bridge.validate", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m llm_bridge.validate", description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--target", default=DEFAULT_TARGET, help="'smollm2', a folder, a .gguf file or a hub id")
     ap.add_argument("--draft", default="distilled",
                     help="distilled, eagle, medusa, head:FOLDER, ngram[:N], int8, layers:K, or a model")
-    ap.add_argument("--verifiers", default="token,block,block_v1")
+    ap.add_argument("--verifiers", default="token,block,block_v1",
+                    help=f"chain verifiers for the draft lengths, comma-separated, among {','.join(REGISTRY)}")
     ap.add_argument("--L", default="2,4,8", help="draft lengths, comma-separated")
     ap.add_argument("--trees", default="", help="draft trees for multi-draft runs, comma-separated k-configs "
                     "(4x2x2x1), iid:K:L (K i.i.d. drafts of L tokens) or eagle2:D:K:M (EAGLE-2's confidence-ordered "
@@ -368,15 +378,15 @@ def main(argv=None) -> int:
                     help="tree walk: SpecTr's match (go on when a candidate equals Y) or MCSD's accepted")
     ap.add_argument("--prompts", type=int, default=32, help="validation prompts (the interval's independent units; "
                     "committed records use at least 32)")
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--device", default="auto")
+    ap.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per prompt")
+    ap.add_argument("--device", default="auto", help="auto (CUDA when visible), cpu, cuda, cuda:1, ...")
     ap.add_argument("--cache", default="auto", choices=CACHE_KINDS,
                     help="KV caches: compiled static (the CUDA default), static eager, dynamic eager (the CPU default)")
-    ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--top-k", type=int, default=0)
-    ap.add_argument("--top-p", type=float, default=1.0)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dtype", default="float32", help="model weights: float32, bfloat16, float16 or float64")
+    ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of both models (0: greedy)")
+    ap.add_argument("--top-k", type=int, default=0, help="keep the k most probable tokens of every row (0: all)")
+    ap.add_argument("--top-p", type=float, default=1.0, help="keep the smallest set of mass >= top-p of every row")
+    ap.add_argument("--seed", type=int, default=0, help="random seed")
     ap.add_argument("--batch-size", type=int, default=8, help="prompts decoded together")
     ap.add_argument("--lossless-samples", type=int, default=200,
                     help="draws per side of the two-sample test (0: the exact first-token laws only)")
@@ -387,7 +397,7 @@ def main(argv=None) -> int:
     ap.add_argument("--hf-prompts", type=int, default=8,
                     help="prompts Hugging Face assisted generation (the peer, batch 1) runs on: the first of --prompts")
     ap.add_argument("--name", help="output name: figures/llm_<name>.* (default: from the draft)")
-    ap.add_argument("--out-dir", type=Path, default=FIGURES)
+    ap.add_argument("--out-dir", type=Path, default=FIGURES, help="where the record (llm_<name>.json, .md, .png) goes")
     ap.add_argument("--json", action="store_true", help="also print the JSON record")
     ap.add_argument("--log-rows", type=Path, default=None, metavar="FILE",
                     help="also write the rows the predictions read: both models' rows along the second plain run "

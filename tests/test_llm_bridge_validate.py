@@ -147,6 +147,14 @@ def test_cli_bad_input_exits_2_with_a_message(folders, capsys):
     with pytest.raises(SystemExit):  # checked before anything runs
         validate_mod.main([*common, "--export-synthetic-rates", "/nonexistent/folder/rates.json"])
     assert "its folder does not exist" in capsys.readouterr().err
+    # issue 25: refused before any model is loaded (a missing target shows the models were never touched)
+    early = ["--target", "/nonexistent/model", "--no-hf"]
+    for args, match in ((["--L", ""], "nothing to run"), (["--batch-size", "0"], "batch_size"),
+                        (["--device", "warp-drive"], "device"), (["--dtype", "float8"], "dtype"),
+                        (["--verifiers", "", "--L", "2"], "verifiers")):
+        assert validate_mod.main([*early, *args]) == 2
+        err = capsys.readouterr().err
+        assert match in err and "/nonexistent/model" not in err, (args, err)
 
 
 TREE_KEYS = {"verifier", "tree", "rule", "block_efficiency", "expected_block_efficiency_given_tree",

@@ -186,6 +186,11 @@ def test_plot_sweep_draws_lines_and_heat_maps_and_names_what_varies(tmp_path, ca
     assert plot.main(["sweep", results, "--x", "L", "--y", "nope"]) == 2
     assert plot.main(["sweep", results, "--x", "L", "--y", "exact_accepted", "--where", "vocab=999"]) == 2
     assert plot.main(["sweep", str(tmp_path / "missing.parquet"), "--x", "L", "--y", "exact_accepted"]) == 2
+    capsys.readouterr()
+    assert plot.main(["sweep", results, "--x", "k", "--y", "decode_block_efficiency", "--where",  # issue 25
+                      "verifier=multiround", "--where", "pair=bernoulli", "--where", "cost_ratio=0"]) == 2
+    err = capsys.readouterr().err
+    assert "empty in every row" in err and "single-draft" in err
 
 
 LOGGED_SPEC = """

@@ -68,10 +68,15 @@ def plot_sweep(frame, x: str, y: str, *, hue: str | None = None, heatmap: bool =
     missing = [c for c in (x, y, hue, z) if c is not None and c not in frame.columns]
     if missing:
         raise ValueError(f"columns {missing} are not in the table; it has {sorted(frame.columns)}")
+    if heatmap and z is None:
+        raise ValueError("--heatmap needs --z, the value to colour")
+    value = z if heatmap else y
+    if frame[value].isna().all():  # an empty figure reported as a success is worse than a refusal
+        notes = [c for c in frame.columns if c.endswith("_note") and frame[c].notna().any()]
+        why = "; ".join(f"{c}: {frame[c].dropna().iloc[0]}" for c in notes[:2])
+        raise ValueError(f"column {value!r} is empty in every row: nothing to draw" + (f" ({why})" if why else ""))
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     if heatmap:
-        if z is None:
-            raise ValueError("--heatmap needs --z, the value to colour")
         frame = frame.dropna(subset=[z])
         _one_row_each(frame, [x, y], [z])
         grid = frame.pivot(index=y, columns=x, values=z).sort_index().sort_index(axis=1)
