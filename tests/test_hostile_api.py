@@ -47,3 +47,22 @@ def test_cvxpy_banners_stay_out_of_the_json_stream():
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["rejection"] == 0.1
+
+
+def test_logged_rows_files_refuse_fractional_ids_and_vocabulary(tmp_path):
+    """A float vocabulary size or float token ids were truncated silently (issue 25); now the field is named."""
+    from otspec.sources import load_logged_rows, log_rows, random_markov
+
+    draft, target = random_markov(5, 1.0, seed=1)
+    log_rows(draft, target, 2, 6, seed=0).save(tmp_path / "rows.npz")
+    with np.load(tmp_path / "rows.npz") as data:
+        arrays = {k: data[k] for k in data.files}
+    for field, value, match in (("vocab_size", np.array(5.7), "vocab_size must be one integer"),
+                                ("tokens", arrays["tokens"] + 0.5, "tokens holds ids"),
+                                ("row_tokens", arrays["row_tokens"].astype(str), "row_tokens must be an array of numbers")):
+        bad = dict(arrays, **{field: value})
+        np.savez(tmp_path / "bad.npz", **bad)
+        with pytest.raises(ValueError, match=match):
+            load_logged_rows(tmp_path / "bad.npz")
+    np.savez(tmp_path / "whole.npz", **dict(arrays, tokens=arrays["tokens"].astype(float)))  # whole floats: fine
+    assert load_logged_rows(tmp_path / "whole.npz").n_steps == 12

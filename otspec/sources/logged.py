@@ -134,10 +134,15 @@ class LoggedRows:
         V = check_size(self.vocab_size, "vocab_size")
         for name in _ARRAYS:
             kind = np.int64 if name in ("path_offsets", "tokens", "row_offsets", "row_tokens") else np.float64
-            try:
-                value = np.asarray(getattr(self, name), dtype=kind)
-            except (TypeError, ValueError):
-                raise ValueError(f"logged rows: {name} must be an array of numbers") from None
+            raw = np.asarray(getattr(self, name))
+            if raw.dtype.kind not in "biuf":
+                raise ValueError(f"logged rows: {name} must be an array of numbers, got dtype {raw.dtype}")
+            if kind is np.int64 and raw.dtype.kind == "f" and raw.size and not np.all(
+                    np.isfinite(raw) & (raw == np.round(raw))):
+                bad = np.flatnonzero(~(np.isfinite(raw) & (raw == np.round(raw))))[0]
+                raise ValueError(f"logged rows: {name} holds ids and offsets, so whole numbers; entry {bad} is "
+                                 f"{raw[bad]!r} (dtype {raw.dtype})")
+            value = raw.astype(kind)
             if value.ndim != 1:
                 raise ValueError(f"logged rows: {name} must be one-dimensional, got shape {value.shape}")
             if kind is np.float64 and not np.all(np.isfinite(value)):
@@ -321,7 +326,10 @@ def load_logged_rows(path: str | os.PathLike) -> LoggedRows:
         meta = json.loads(str(arrays["meta"]))
     except json.JSONDecodeError as err:
         raise ValueError(f"logged rows: {path}: meta is not JSON ({err})") from None
-    return LoggedRows(vocab_size=int(arrays["vocab_size"]), meta=meta, **{k: arrays[k] for k in _ARRAYS})
+    vocab = arrays["vocab_size"]
+    if vocab.shape != () or vocab.dtype.kind not in "iu":
+        raise ValueError(f"logged rows: {path}: vocab_size must be one integer, got {vocab!r} (dtype {vocab.dtype})")
+    return LoggedRows(vocab_size=int(vocab), meta=meta, **{k: arrays[k] for k in _ARRAYS})
 
 
 def log_rows(draft: Source, target: Source, paths: int, length: int, *, top_p: float = 0.95,
