@@ -287,3 +287,25 @@ def test_tree_cells_agree_with_the_exact_tree_law_and_the_optimum(tmp_path):
         load_spec(_spec(tmp_path, text.replace('trees = ["2x1", "1x1", "eagle2:2:2:3"]\n', ""), "none.toml"))
     with pytest.raises(ValueError, match=r"trees\[0\]"):
         load_spec(_spec(tmp_path, text.replace('"2x1", "1x1"', '"2xx1", "1x1"'), "bad.toml"))
+
+
+def test_hostile_specs_are_refused_before_expanding(tmp_path):
+    """Issue 25: a short spec of list-valued parameters whose grid reaches 10^8 cells, a 1 kB YAML of nested aliases
+    and an unbounded k are refused within seconds, naming the limit, before anything is expanded."""
+    import time
+
+    big = ('k = [2]\nL = [2]\n[[pairs]]\nkind = "random_iid"\nvocab = [2, 3, 4, 5, 6, 7, 8, 9, 10, 11]\n'
+           f'concentration = {list(range(1000))}\nsparsity = {[i / 1000 for i in range(100)]}\n'
+           '[[verifiers]]\nname = "kseq"\n' + f'rho = {[1.0 + i / 100 for i in range(100)]}\n')
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match="MAX_CELLS"):
+        load_spec(_spec(tmp_path, big, "big.toml"))
+    laughs = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+        f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+        for i in range(8)) + "pairs: [{kind: iid, draft: [0.5, 0.5], target: [0.5, 0.5]}]\nverifiers: [{name: token}]\n"
+    with pytest.raises(ValueError, match="MAX_YAML_NODES"):
+        load_spec(_spec(tmp_path, laughs, "laughs.yaml"))
+    with pytest.raises(ValueError, match="MAX_CANDIDATES"):
+        load_spec(_spec(tmp_path, SPEC.replace("k = [2]", "k = [10000000]"), "k.toml"))
+    assert time.perf_counter() - t0 < 10

@@ -65,7 +65,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..checks import MAX_DRAFT_LENGTH, check_real, check_size
+from ..checks import MAX_CANDIDATES, MAX_DRAFT_LENGTH, check_real, check_size
 from ..distributions import resolve_device
 from ..drafts import parse_tree
 from ..sources import MAX_RANDOM_ENTRIES, TAIL_MODES
@@ -82,7 +82,9 @@ _PAIR_KEYS = {"random_iid": {"vocab", "concentration", "sparsity", "pair_seed"},
               "logged": {"file", "tail", "span", "label"}}
 _TOP_KEYS = {"name", "seed", "quantities", "L", "k", "trees", "temperature", "cost_ratio", "blocks", "tokens", "sequences",
              "confidence", "device", "pairs", "verifiers"}
-MAX_CELLS = 1_000_000
+MAX_CELLS = 100_000
+#: Most YAML nodes a spec may hold once its aliases are expanded (counted on the composed graph, never expanded).
+MAX_YAML_NODES = 200_000
 #: Every verifier a sweep can name.
 SWEEP_VERIFIERS = {**CHAIN_VERIFIERS, **MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY}
 #: The files a pair kind names (key, what it is), refused at load time when missing.
@@ -124,6 +126,7 @@ def _read(path: Path) -> dict:
         if path.suffix.lower() in (".yaml", ".yml"):
             import yaml
 
+            _check_yaml_size(yaml, text, path)
             data = yaml.safe_load(text)
         else:
             data = tomllib.loads(text)
@@ -132,6 +135,59 @@ def _read(path: Path) -> dict:
     if not isinstance(data, dict):
         raise ValueError(f"sweep spec {path}: expected a table of keys at the top level")
     return data
+
+
+def _check_yaml_size(yaml, text: str, path: Path) -> None:
+    """Refuse a YAML spec whose aliases expand beyond :data:`MAX_YAML_NODES` nodes (a "billion laughs" file of a
+    kilobyte): the expanded size is counted on the composed node graph, each shared node once per reference."""
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    sizes: dict = {}
+
+    def size(node) -> int:
+        key = id(node)
+        if key not in sizes:
+            sizes[key] = 0  # a cycle (a self-referencing alias) counts as big
+            if isinstance(node, yaml.SequenceNode):
+                total = 1 + sum(size(child) for child in node.value)
+            elif isinstance(node, yaml.MappingNode):
+                total = 1 + sum(size(k) + size(v) for k, v in node.value)
+            else:
+                total = 1
+            sizes[key] = total if total <= MAX_YAML_NODES else MAX_YAML_NODES + 1
+        elif sizes[key] == 0:
+            return MAX_YAML_NODES + 1
+        return sizes[key]
+
+    n = 0 if root is None else size(root)
+    if n > MAX_YAML_NODES:
+        raise ValueError(f"sweep spec {path}: its aliases expand to more than MAX_YAML_NODES = {MAX_YAML_NODES:,} nodes")
+
+
+def _count(entry: dict) -> int:
+    """How many combinations :func:`_grid` would make of ``entry``, without making them."""
+    n = 1
+    for value in entry.values():
+        n *= max(len(value), 1) if isinstance(value, list | tuple) else 1
+    return n
+
+
+def _check_grid_size(data: dict) -> None:
+    """Refuse a grid over :data:`MAX_CELLS` from the list lengths alone, before any entry is expanded."""
+    def length(key, default=1):
+        value = data.get(key)
+        return default if value is None else (len(value) if isinstance(value, list | tuple) else 1)
+
+    pairs = data.get("pairs") if isinstance(data.get("pairs"), list) else []
+    verifiers = data.get("verifiers") if isinstance(data.get("verifiers"), list) else []
+    n_pairs = sum(_count({k: v for k, v in p.items() if k not in ("draft", "target")}) for p in pairs
+                  if isinstance(p, dict))
+    per_verifier = max(length("L"), length("k") + length("trees", 0), length("trees", 0), 1)
+    n_verifiers = sum(_count({k: v for k, v in e.items() if k != "name"}) for e in verifiers if isinstance(e, dict))
+    n = n_pairs * n_verifiers * per_verifier * length("temperature") * length("cost_ratio")
+    if n > MAX_CELLS:
+        raise _error("grid", f"up to {n:,} cells (pairs {n_pairs:,} x verifier entries {n_verifiers:,} x {per_verifier} "
+                             f"lengths/trees x temperatures x cost ratios) exceed MAX_CELLS = {MAX_CELLS:,}; refused "
+                             "before expanding it")
 
 
 def _pairs(raw, seed: int) -> list[dict]:
@@ -250,12 +306,13 @@ def load_spec(path) -> SweepSpec:
     if unknown:
         raise _error("keys", f"unknown {sorted(unknown)}; expected among {sorted(_TOP_KEYS)}")
     seed = check_size(data.get("seed", 0), "seed", minimum=0)
+    _check_grid_size(data)
     quantities = tuple(_as_list(data.get("quantities", ["exact", "optimum"])))
     bad = [q for q in quantities if q not in QUANTITIES]
     if bad or not quantities:
         raise _error("quantities", f"{bad or 'none'}: expected names among {QUANTITIES}")
     Ls = _numbers(data, "L", [4], lambda v, k: check_size(v, k, limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH"))
-    ks = _numbers(data, "k", [2], lambda v, k: check_size(v, k))
+    ks = _numbers(data, "k", [2], lambda v, k: check_size(v, k, limit=MAX_CANDIDATES, limit_name="MAX_CANDIDATES"))
     temps = _numbers(data, "temperature", [1.0], lambda v, k: check_real(v, k, low=0.0, low_open=True))
     costs = _numbers(data, "cost_ratio", [0.0], lambda v, k: check_real(v, k, low=0.0))
     settings = {"blocks": check_size(data.get("blocks", 100_000), "blocks"),
