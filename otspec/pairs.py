@@ -57,6 +57,8 @@ def check_pair(draft: Source, target: Source, length: int | None = None) -> int:
 def _chain(source: Source, T: int):
     V = source.vocab_size
     if isinstance(source, MarkovSource):
+        if source.stationary:  # one matrix for every step: a broadcast, not T copies (T = 10^6 at V = 50 is 20 GB)
+            return source.initial, np.broadcast_to(source.matrix(1), (max(T - 1, 0), V, V))
         mats = np.stack([source.matrix(k) for k in range(1, T)]) if T > 1 else np.zeros((0, V, V))
         return source.initial, mats
     if isinstance(source, IIDSource):

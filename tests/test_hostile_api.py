@@ -66,3 +66,22 @@ def test_logged_rows_files_refuse_fractional_ids_and_vocabulary(tmp_path):
             load_logged_rows(tmp_path / "bad.npz")
     np.savez(tmp_path / "whole.npz", **dict(arrays, tokens=arrays["tokens"].astype(float)))  # whole floats: fine
     assert load_logged_rows(tmp_path / "whole.npz").n_steps == 12
+
+
+def test_stationary_chains_are_not_copied_per_step():
+    """Issue 25: calc rejections on a stationary chain built T copies of its matrices (T = 10^6 at V = 50: 20 GB).
+    One matrix broadcast over the steps gives the same values, read-only."""
+    from otspec.pairs import markov_chains
+    from otspec.sources import random_markov
+    from otspec.theory import rejections
+
+    d, t = random_markov(6, 1.0, seed=2)
+    (_, P), (_, Q) = markov_chains(d, t, 50_000)
+    assert P.strides[0] == 0 and Q.strides[0] == 0 and not P.flags.writeable
+    long = rejections.rejections_per_position(d, t, 50_000)
+    m, out = t.initial.copy(), [float(0.5 * np.abs(d.initial - t.initial).sum())]
+    tv = 0.5 * np.abs(d.transition - t.transition).sum(axis=1)
+    for _ in range(4):
+        out.append(float(m @ tv))
+        m = m @ t.transition
+    assert np.allclose(long[:5], out, atol=1e-12)

@@ -72,8 +72,10 @@ def rejections_per_position(draft: Source, target: Source, horizon: int) -> np.n
         (p1, P), (q1, Q) = chains
         out[0] = total_variation(p1, q1)
         m = q1.copy()
+        fixed = T > 1 and P.strides[0] == 0 and Q.strides[0] == 0  # stationary or IID: the same rows every step
+        tv = total_variation(P[0], Q[0]) if fixed else None
         for k in range(T - 1):  # position k+2 from token k+1
-            out[k + 1] = m @ total_variation(P[k], Q[k])
+            out[k + 1] = m @ (tv if fixed else total_variation(P[k], Q[k]))
             m = m @ Q[k]
         return out
 
