@@ -181,10 +181,9 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     if pair is None:  # checked before any model is loaded
         resolve_device(device)
         resolve_dtype(dtype)
-    if not lengths and not trees:
-        raise ValueError("L: no draft length and no --trees: nothing to run (give --L 2,4 or --trees 2x1)")
-    if lengths and not verifiers:
-        raise ValueError("verifiers: none given for the draft lengths (give --verifiers token,block)")
+    if not (lengths and verifiers) and not trees:
+        raise ValueError("L, verifiers: no draft length with a verifier and no --trees: nothing to run (give --L 2,4 "
+                         "--verifiers token,block, or --trees 2x1)")
     unknown = [v for v in verifiers if v not in REGISTRY]
     if unknown:
         raise ValueError(f"verifiers {unknown}: expected names among {sorted(REGISTRY)}")
