@@ -43,7 +43,8 @@ import numpy as np
 from ..distributions import namespace, to_host
 from ..drafts import CANDIDATES, CHAIN, Draft, check_draft, gather_tokens
 
-__all__ = ["CANDIDATES", "CHAIN", "Outcome", "Verifier", "VerifierLaw", "check_single_draft", "gather_tokens"]
+__all__ = ["CANDIDATES", "CHAIN", "Outcome", "Verifier", "VerifierLaw", "WholeTreeVerifier", "check_single_draft",
+           "gather_tokens"]
 
 
 @dataclass
@@ -286,3 +287,27 @@ def check_single_draft(draft_tokens, draft_probs, target_probs, *, validate: boo
     d = check_draft(draft_tokens, draft_probs, target_probs, CHAIN, validate=validate)
     return d.tokens, d.draft_probs, d.target_probs
 
+
+class WholeTreeVerifier:
+    """A verifier of a whole drafted tree (``layout == "tree"``): the tree loop hands it every drafted node's rows
+    at once. Subclasses give ``check_tree`` (refuse trees whose draw they do not keep exact), ``tree_law`` (every
+    outcome: accepted path, its probability, the row of the next token) and ``sample_tree`` (accepted nodes, next
+    token); ``replacement`` is the draw of the children they are lossless for."""
+
+    layout = "tree"
+    replacement = True
+    any_draw_mode = False
+    any_candidates = False
+    lossless = True
+
+    def check_tree(self, tree) -> None:
+        raise NotImplementedError
+
+    def tree_law(self, tree) -> list:
+        raise NotImplementedError
+
+    def sample_tree(self, tree, rng) -> tuple[list, int]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"

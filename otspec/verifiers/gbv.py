@@ -30,6 +30,7 @@ import numpy as np
 
 from ..checks import check_size
 from ..distributions import row_pair
+from .base import WholeTreeVerifier
 from .block import BlockVerify
 
 __all__ = ["GreedyBlockVerify", "gbv_law", "gbv_sample", "greedy_path", "ratio_ranks", "skewed_row"]
@@ -96,18 +97,14 @@ def gbv_sample(tree, rng) -> tuple[list, int]:
     return nodes[:tau], int(np.asarray(out.token)[0])
 
 
-class GreedyBlockVerify:
+class GreedyBlockVerify(WholeTreeVerifier):
     """GBV as a whole-tree verifier of the tree loop (``layout == "tree"``) on K i.i.d. draft paths: the trees
     ``iid:K:L`` (``K x 1 x ... x 1`` with replacement)."""
 
     name = "gbv"
     label = "greedy multi-path block (Thomas & Pal)"
     style = {"color": "C6"}
-    layout = "tree"
     replacement = True
-    any_draw_mode = False
-    any_candidates = False
-    lossless = True
 
     def check_tree(self, tree) -> None:
         """Refuse a tree that is not K i.i.d. paths (the law p^Γ is that of the best of K i.i.d. paths)."""
@@ -129,6 +126,3 @@ class GreedyBlockVerify:
 
     def sample_tree(self, tree, rng) -> tuple[list, int]:
         return gbv_sample(tree, rng)
-
-    def __repr__(self) -> str:
-        return "GreedyBlockVerify()"

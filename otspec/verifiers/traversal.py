@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .base import WholeTreeVerifier
+
 __all__ = ["OrderedTree", "TraversalVerify", "traversal_law", "traversal_sample"]
 
 
@@ -129,7 +131,7 @@ def traversal_sample(tree, rng) -> tuple[list, int]:
     return out[0]
 
 
-class TraversalVerify:
+class TraversalVerify(WholeTreeVerifier):
     """Traversal Verification as a whole-tree verifier of the tree loop (``layout == "tree"``): it reads every
     drafted node's rows at once and returns the accepted path and the bonus token. Children must be drawn without
     replacement (chains included), in drawing order."""
@@ -137,11 +139,7 @@ class TraversalVerify:
     name = "traversal"
     label = "traversal (Weng et al.)"
     style = {"color": "C5"}
-    layout = "tree"
     replacement = False
-    any_draw_mode = False
-    any_candidates = False
-    lossless = True
 
     def check_tree(self, tree) -> None:
         """Refuse a tree whose children are not drawn without replacement (chains are drawn either way)."""
@@ -154,6 +152,3 @@ class TraversalVerify:
 
     def sample_tree(self, tree, rng) -> tuple[list, int]:
         return traversal_sample(tree, rng)
-
-    def __repr__(self) -> str:
-        return "TraversalVerify()"
