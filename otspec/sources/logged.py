@@ -44,13 +44,15 @@ import os
 from dataclasses import dataclass, field
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ..checks import check_real, check_size
 from ..distributions import NORMALISATION_TOL, top_p_mask
+from ..errors import SizeLimitError
 from .base import Source
 from .models import PositionalSource
 
-__all__ = ["FORMAT", "TAIL_MODES", "LoggedRows", "load_logged_rows", "log_rows", "truncate_chunks", "truncate_rows"]
+__all__ = ["FORMAT", "MAX_LOG_ENTRIES", "TAIL_MODES", "LoggedRows", "load_logged_rows", "log_rows", "truncate_chunks", "truncate_rows"]
 
 FORMAT = "otspec-logged-rows/1"
 TAIL_MODES = ("overlap", "renormalise")
@@ -58,6 +60,9 @@ _ARRAYS = ("path_offsets", "tokens", "row_offsets", "row_tokens", "draft", "targ
            "tail_overlap")
 #: Rows handled per chunk by :func:`truncate_rows` (bounds its (rows, V) temporaries).
 _CHUNK_ENTRIES = 1 << 24
+#: Most row entries (paths × length × V per model) :func:`log_rows` scores and truncates; they are scored a few
+#: paths at a time, so memory stays bounded, but truncation sorts every row (1.6·10^7 entries took 6.5 s).
+MAX_LOG_ENTRIES = 1 << 27
 
 
 def truncate_rows(draft_rows, target_rows, top_p: float = 0.95, max_kept: int | None = None) -> dict:
@@ -333,16 +338,38 @@ def load_logged_rows(path: str | os.PathLike) -> LoggedRows:
 
 
 def log_rows(draft: Source, target: Source, paths: int, length: int, *, top_p: float = 0.95,
-             max_kept: int | None = None, seed=0) -> LoggedRows:
+             max_kept: int | None = None, seed=0, progress: bool | None = None) -> LoggedRows:
     """A log from any pair of sources: ``paths`` sequences of ``length`` tokens sampled from the target
-    (what lossless decoding emits), both rows recorded at every prefix and truncated (:func:`truncate_rows`)."""
+    (what lossless decoding emits), both rows recorded at every prefix and truncated (:func:`truncate_rows`).
+
+    Rows are scored a few paths at a time (memory stays bounded); ``paths × length × V`` above
+    :data:`MAX_LOG_ENTRIES` is refused before anything is sampled. ``progress``: a bar over paths
+    (``None``: on a terminal).
+    """
     paths, length = check_size(paths, "paths"), check_size(length, "length")
-    if draft.vocab_size != target.vocab_size:
-        raise ValueError(f"draft has {draft.vocab_size} tokens, target {target.vocab_size}")
+    V = draft.vocab_size
+    if V != target.vocab_size:
+        raise ValueError(f"draft has {V} tokens, target {target.vocab_size}")
+    if paths * length * V > MAX_LOG_ENTRIES:
+        raise SizeLimitError(f"logging {paths:,} paths x {length:,} steps x V = {V:,} is {paths * length * V:,} row "
+                             f"entries per model, above MAX_LOG_ENTRIES = {MAX_LOG_ENTRIES:,}; log fewer paths or "
+                             "steps", size=paths * length * V, limit=MAX_LOG_ENTRIES)
     rng = np.random.default_rng(seed)
     tokens = target.sample(paths, length, rng)
-    rows = [s.path_probs(tokens, include_next=False).reshape(paths * length, -1) for s in (draft, target)]
-    return LoggedRows.from_rows(*rows, tokens.reshape(-1), np.arange(paths + 1) * length, top_p=top_p,
-                                max_kept=max_kept, meta={"written_by": "otspec.sources.logged.log_rows",
-                                                         "draft": repr(draft), "target": repr(target),
-                                                         "seed": seed if isinstance(seed, int) else None})
+    per = max(1, _CHUNK_ENTRIES // (length * V))
+    bar = tqdm(total=paths, unit="path", desc="logging rows", leave=False,
+               disable=None if progress is None else not progress)
+
+    def chunks():
+        for a in range(0, paths, per):
+            block = tokens[a:a + per]
+            yield tuple(s.path_probs(block, include_next=False).reshape(block.shape[0] * length, V)
+                        for s in (draft, target))
+            bar.update(block.shape[0])
+
+    arrays = truncate_chunks(chunks(), top_p, max_kept)
+    bar.close()
+    meta = {"top_p": top_p, "max_kept": max_kept, "written_by": "otspec.sources.logged.log_rows",
+            "draft": repr(draft), "target": repr(target), "seed": seed if isinstance(seed, int) else None}
+    return LoggedRows(vocab_size=V, path_offsets=np.arange(paths + 1) * length, tokens=tokens.reshape(-1), meta=meta,
+                      **arrays)

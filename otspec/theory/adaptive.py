@@ -37,12 +37,15 @@ from ..distributions import row_pair
 from ..errors import SizeLimitError
 from .iid import count_states, ratio_classes, successors
 
-__all__ = ["MAX_ADAPTIVE_STATES", "AdaptiveOptimum", "fixed_length_latency", "optimal_stopping", "step_threshold",
+__all__ = ["MAX_ADAPTIVE_ENTRIES", "MAX_ADAPTIVE_STATES", "AdaptiveOptimum", "fixed_length_latency", "optimal_stopping", "step_threshold",
            "threshold_policy_latency"]
 
 #: Most (step, class-count) states of the exact backward induction: C(m + K, K) for m classes of equal
 #: q/p and at most K drafts (2^21 states take about a second per Dinkelbach step on 2 cores).
 MAX_ADAPTIVE_STATES = 2**21
+#: Most states × classes (the entries of the count and successor tables, each built with several temporaries of
+#: that size): 1.8·10^7 entries took 1 GB and 2.5 s (V = 200, L = 3), 2.1·10^8 took 11.7 GB (V = 1500, L = 2).
+MAX_ADAPTIVE_ENTRIES = 2**23
 
 
 def step_threshold(step: int, continuing, stopping) -> dict:
@@ -147,6 +150,11 @@ def _iid_states(p, q, K):
         raise SizeLimitError(f"the exact adaptive policy for {m} classes of equal q/p and max_length={K} has "
                              f"{count:,} states, above MAX_ADAPTIVE_STATES = {MAX_ADAPTIVE_STATES:,}",
                              size=count, limit=MAX_ADAPTIVE_STATES)
+    if count * m > MAX_ADAPTIVE_ENTRIES:  # refused before any table is built
+        raise SizeLimitError(f"the exact adaptive policy for {m} classes of equal q/p and max_length={K} needs "
+                             f"{count:,} states x {m} classes = {count * m:,} table entries, above "
+                             f"MAX_ADAPTIVE_ENTRIES = {MAX_ADAPTIVE_ENTRIES:,}", size=count * m,
+                             limit=MAX_ADAPTIVE_ENTRIES)
     if m == 0:
         return None
     lex = count_states(m, K)

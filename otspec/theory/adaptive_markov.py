@@ -33,11 +33,14 @@ from ..errors import SizeLimitError
 from ..sources import IIDSource, MarkovSource
 from .adaptive import step_threshold, stopping_costs
 
-__all__ = ["MAX_MARKOV_PATHS", "MarkovAdaptiveOptimum", "markov_optimal_stopping", "markov_policy_latency",
+__all__ = ["MAX_MARKOV_ENTRIES", "MAX_MARKOV_PATHS", "MarkovAdaptiveOptimum", "markov_optimal_stopping", "markov_policy_latency",
            "markov_rule_latency"]
 
 #: Most drafted paths (start token × drafted tokens) of the exact computation: V·Σ_{j<=K} V^j.
 MAX_MARKOV_PATHS = 2**18
+#: Most drafted paths × V (each path keeps a row of the next start token's law): V = 500, max_length = 1
+#: (1.25·10^8 entries) took 3 GB and 15 s; V = 60, max_length = 2 (1.3·10^7) 0.4 GB and 1.9 s.
+MAX_MARKOV_ENTRIES = 2**24
 
 
 def _matrices(draft, target) -> tuple[np.ndarray, np.ndarray]:
@@ -66,6 +69,10 @@ class _Paths:
             raise SizeLimitError(f"the exact Markov adaptive policy for V={V}, max_length={K} walks {count:,} "
                                  f"drafted paths, above MAX_MARKOV_PATHS = {MAX_MARKOV_PATHS:,}",
                                  size=count, limit=MAX_MARKOV_PATHS)
+        if count * V > MAX_MARKOV_ENTRIES:
+            raise SizeLimitError(f"the exact Markov adaptive policy for V={V}, max_length={K} keeps {count:,} paths x "
+                                 f"{V} tokens = {count * V:,} entries, above MAX_MARKOV_ENTRIES = "
+                                 f"{MAX_MARKOV_ENTRIES:,}", size=count * V, limit=MAX_MARKOV_ENTRIES)
         res = residual(Q, P)  # row a: the correction law after a rejection in context a
         self.K = K
         self.start = [np.arange(V)]          # start token of each path
