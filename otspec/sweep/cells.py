@@ -1,7 +1,8 @@
 """One sweep cell: build its pair, run its quantities, return one flat row.
 
 Quantities (columns; a quantity that does not apply or is too large leaves its columns empty and
-says why in ``<quantity>_note``):
+says why in ``<quantity>_note``; Monte Carlo and decode work is estimated before they run,
+:mod:`otspec.sweep.work`):
 
 * ``exact`` — E[τ] of the verifier (single draft: eqs. (4), (17), (8); IID pairs through
   :func:`~otspec.theory.iid.iid_block_values` at any V, with certified ``exact_low``/``exact_high``;
@@ -59,6 +60,7 @@ from ..sources import (
 from ..theory.iid import iid_block_values
 from ..verifiers import MULTI_DRAFT_REGISTRY, REGISTRY
 from .spec import SWEEP_VERIFIERS, cell_id, cell_seed, describe_pair, tree_of
+from .work import over_limit
 
 __all__ = ["build_pair", "run_cell", "temper"]
 
@@ -226,16 +228,21 @@ def run_cell(cell: dict, sweep_seed: int, quantities, base: Path = Path(".")) ->
            **{f"param_{key}": value for key, value in sorted(params.items())}}
     seeds = cell_seed(sweep_seed, cell).spawn(2)
     verifier = SWEEP_VERIFIERS[name](**params)
+    sources = None if pair["kind"] == "logged" else build_pair(pair, base, cell["temperature"])
     if cell.get("tree") is not None:
         row["tree"] = cell["tree"]
-        runs = (_unavailable_on_logs("tree cells") if pair["kind"] == "logged" else
-                _tree_runs(cell, build_pair(pair, base, cell["temperature"]), verifier, seeds, row))
-    elif pair["kind"] == "logged":
+        runs = _unavailable_on_logs("tree cells") if sources is None else _tree_runs(cell, sources, verifier, seeds, row)
+    elif sources is None:
         runs = _logged_runs(cell, _logged(str((base / pair["file"]).resolve())), verifier, seeds, row)
     else:
-        runs = _source_runs(cell, build_pair(pair, base, cell["temperature"]), verifier, seeds, row)
+        runs = _source_runs(cell, sources, verifier, seeds, row)
+    iid = sources is not None and all(isinstance(s, IIDSource) for s in sources)
     for qname in quantities:
-        _quantity(row, qname, runs[qname])
+        note = over_limit(cell, qname, row.get("vocab"), iid)  # estimated from the sizes, before running
+        if note is None:
+            _quantity(row, qname, runs[qname])
+        else:
+            row[f"{qname}_note"], row[f"{qname}_seconds"] = note, 0.0
     return row
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -24,6 +25,7 @@ from tqdm.auto import tqdm
 
 from .cells import run_cell
 from .spec import SweepSpec, cell_id, load_spec
+from .work import MAX_CELL_WORK, spec_work
 
 __all__ = ["CRASH_ONCE_ENV", "gather", "run_sweep", "write_tables"]
 
@@ -86,6 +88,9 @@ def run_sweep(spec: SweepSpec | str | os.PathLike, out, *, workers: int | None =
     todo = [c for c in spec.cells if not _cell_path(out, c).exists()]
     extra = {"sweep": spec.name, "sweep_seed": spec.seed}
     args = (spec.seed, list(spec.quantities), str(spec.base), str(out), extra)
+    estimate = spec_work(todo, spec.quantities)
+    if progress is not False and (estimate["estimated_entries"] or estimate["over_limit"]):
+        print(_estimate_line(spec.name, len(todo), estimate), file=sys.stderr)
     bar = tqdm(total=len(spec.cells), initial=len(spec.cells) - len(todo), unit="cell", desc=f"sweep {spec.name}",
                disable=None if progress is None else not progress)
     try:
@@ -103,7 +108,21 @@ def run_sweep(spec: SweepSpec | str | os.PathLike, out, *, workers: int | None =
     finally:
         bar.close()
     table = write_tables(gather(spec, out), out)
-    return {"cells": len(spec.cells), "ran": len(todo), "skipped": len(spec.cells) - len(todo), "table": table}
+    return {"cells": len(spec.cells), "ran": len(todo), "skipped": len(spec.cells) - len(todo), "table": table,
+            "estimate": estimate}
+
+
+def _estimate_line(name: str, n: int, estimate: dict) -> str:
+    """What the sweep is about to do, from :func:`~otspec.sweep.work.spec_work`."""
+    line = (f"sweep {name}: {n} cells to run; Monte Carlo and decoding touch about "
+            f"{estimate['estimated_entries']:.2g} row entries (~{estimate['estimated_entries'] * 40e-9:.0f} s of one "
+            f"core at 40 ns each)")
+    if estimate["heaviest"]:
+        line += f"; heaviest: {estimate['heaviest']}"
+    if estimate["over_limit"]:
+        line += (f"; {estimate['over_limit']} cell quantities exceed MAX_CELL_WORK = {MAX_CELL_WORK:,} entries and "
+                 f"are left empty with a note (first: {estimate['over_limit_first'][0]})")
+    return line
 
 
 def _run_dask(todo, args, scheduler, cluster, bar) -> None:
