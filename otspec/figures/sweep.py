@@ -52,6 +52,22 @@ def _where(frame, conditions):
     return frame
 
 
+def _typed(frame, name: str, numeric: bool):
+    """``frame`` with column ``name`` as numbers (required for a value, ``numeric``) or, for an axis, numbers or text
+    but not a mix of the two (matplotlib cannot order them): a clear error instead of a drawing library's."""
+    import pandas as pd
+
+    column = frame[name]
+    as_numbers = pd.to_numeric(column, errors="coerce")
+    bad = column[as_numbers.isna() & column.notna()]
+    if bad.empty:
+        return frame.assign(**{name: as_numbers})
+    if numeric or len(bad) < column.notna().sum():
+        raise ValueError(f"column {name!r} must hold {'numbers' if numeric else 'numbers or text, not both'}; "
+                         f"it has {bad.iloc[0]!r}")
+    return frame.assign(**{name: [("(missing)" if pd.isna(v) else str(v)) for v in column]})  # plain str: no NaN
+
+
 def _one_row_each(frame, keys, value_cols):
     counts = frame.groupby(keys, dropna=False).size()
     if (counts > 1).any():
@@ -71,6 +87,9 @@ def plot_sweep(frame, x: str, y: str, *, hue: str | None = None, heatmap: bool =
     if heatmap and z is None:
         raise ValueError("--heatmap needs --z, the value to colour")
     value = z if heatmap else y
+    for name in (x, y, hue, z):
+        if name is not None:
+            frame = _typed(frame, name, numeric=name == value)
     if frame[value].isna().all():  # an empty figure reported as a success is worse than a refusal
         notes = [c for c in frame.columns if c.endswith("_note") and frame[c].notna().any()]
         why = "; ".join(f"{c}: {frame[c].dropna().iloc[0]}" for c in notes[:2])

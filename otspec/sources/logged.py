@@ -140,7 +140,7 @@ class LoggedRows:
         for name in _ARRAYS:
             kind = np.int64 if name in ("path_offsets", "tokens", "row_offsets", "row_tokens") else np.float64
             raw = np.asarray(getattr(self, name))
-            if raw.dtype.kind not in "biuf":
+            if raw.dtype.kind not in "iuf":  # not bool: True is no token id or probability
                 raise ValueError(f"logged rows: {name} must be an array of numbers, got dtype {raw.dtype}")
             if kind is np.int64 and raw.dtype.kind == "f" and raw.size and not np.all(
                     np.isfinite(raw) & (raw == np.round(raw))):
@@ -180,7 +180,7 @@ class LoggedRows:
             total = np.add.reduceat(kept, offs[:-1]) + tail
             bad = np.flatnonzero(np.abs(total - 1.0) > tol)
             if bad.size:
-                raise ValueError(f"logged rows: {name} row of step {bad[0]} sums to {total[bad[0]]!r} with its tail; "
+                raise ValueError(f"logged rows: {name} row of step {bad[0]} sums to {float(total[bad[0]])!r} with its tail; "
                                  f"expected 1 within {tol:g}")
         o = self.tail_overlap
         if (o < -tol).any() or (o > np.minimum(self.draft_tail, self.target_tail) + tol).any():
@@ -316,11 +316,14 @@ def load_logged_rows(path: str | os.PathLike) -> LoggedRows:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"logged rows: no file {path}")
-    try:
-        with np.load(path, allow_pickle=False) as data:
+    try:  # whatever is wrong with an untrusted file (not a zip, a damaged member, one .npy array) is the same error
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise ValueError(f"it holds one {type(data).__name__}, not named arrays")
+        with data:
             arrays = {k: data[k] for k in data.files}
-    except (OSError, ValueError) as err:
-        raise ValueError(f"logged rows: {path} is not a numpy .npz archive ({err})") from None
+    except Exception as err:
+        raise ValueError(f"logged rows: {path} is not a numpy .npz archive ({type(err).__name__}: {err})") from None
     if "format" not in arrays or str(arrays["format"]) != FORMAT:
         raise ValueError(f"logged rows: {path} is not an otspec logged-rows file (expected format {FORMAT!r}, got "
                          f"{str(arrays['format']) if 'format' in arrays else 'none'!r})")

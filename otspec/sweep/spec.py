@@ -107,8 +107,11 @@ def _as_list(value) -> list:
     return list(value) if isinstance(value, list | tuple) else [value]
 
 
-def _grid(entry: dict) -> list[dict]:
-    """Every combination of the list-valued keys of ``entry``."""
+def _grid(entry: dict, where: str = "spec") -> list[dict]:
+    """Every combination of the list-valued keys of ``entry`` (an empty list would silently remove the entry)."""
+    empty = sorted(key for key, value in entry.items() if isinstance(value, list | tuple) and not value)
+    if empty:
+        raise _error(where, f"{empty[0]}: an empty list expands to no cells; give at least one value")
     keys = sorted(entry)
     values = [_as_list(entry[key]) for key in keys]
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
@@ -212,7 +215,7 @@ def _pairs(raw, seed: int) -> list[dict]:
                     raise _error(where, f"tail: expected one of {TAIL_MODES}, got {tail!r}")
             for span in _as_list(rest.get("span", [])):
                 check_size(span, f"{where}.span")
-            out.extend({"kind": kind, **combo} for combo in _grid(rest))
+            out.extend({"kind": kind, **combo} for combo in _grid(rest, where))
             continue
         if kind in ("iid", "json"):
             if "draft" not in rest or "target" not in rest:
@@ -224,7 +227,8 @@ def _pairs(raw, seed: int) -> list[dict]:
         rest.setdefault("concentration", 1.0)
         rest.setdefault("sparsity", 0.0)
         rest.setdefault("pair_seed", seed)
-        for combo in _grid(rest):
+        for combo in _grid(rest, where):
+            check_size(combo["pair_seed"], f"{where}.pair_seed", minimum=0)
             V = check_size(combo["vocab"], f"{where}.vocab", limit=MAX_RANDOM_ENTRIES, limit_name="MAX_RANDOM_ENTRIES")
             matrices = max(check_size(combo.get("horizon") or 2, f"{where}.horizon") - 1, 1)
             if kind == "random_markov" and matrices * V * V > MAX_RANDOM_ENTRIES:  # refused here, not in a worker
@@ -242,10 +246,10 @@ def _verifiers(raw) -> list[dict]:
     out = []
     for i, entry in enumerate(raw):
         name = entry.get("name") if isinstance(entry, dict) else None
-        if name not in SWEEP_VERIFIERS:
+        if not isinstance(name, str) or name not in SWEEP_VERIFIERS:
             raise _error(f"verifiers[{i}]", f"name: expected one of {sorted(SWEEP_VERIFIERS)}, got {name!r}")
         params = {k: v for k, v in entry.items() if k != "name"}
-        for combo in _grid(params):
+        for combo in _grid(params, f"verifiers[{i}]"):
             try:
                 SWEEP_VERIFIERS[name](**combo)  # the constructor checks its parameters now, not in a worker later
             except TypeError as err:
