@@ -88,7 +88,12 @@ def _iid_bounds(values: dict, draft: Source, target: Source, L: int) -> None:
     missing = [key for key in ("block_onpath", "block_optimal") if values[key] is None]
     if not missing or not (isinstance(draft, IIDSource) and isinstance(target, IIDSource)):
         return
-    res = theory.iid_block_values(draft.probs, target.probs, L)
+    try:
+        res = theory.iid_block_values(draft.probs, target.probs, L)
+    except SizeLimitError as exc:  # the bounds too have a limit: the closed forms' statuses say both
+        for key in missing:
+            values[f"{key}_status"] += f"; certified bounds not computed either: {exc}"
+        return
     for key, field in (("block_onpath", "verification"), ("block_optimal", "optimum")):
         if key in missing:
             bound = getattr(res, field)

@@ -4,6 +4,7 @@ adaptive policy at V = 1500, 3 GB for the Markov one at V = 500) or run (94 s fo
 
 from __future__ import annotations
 
+import json
 import time
 import tracemalloc
 
@@ -70,3 +71,18 @@ def test_log_rows_refuses_before_sampling_and_streams_in_chunks(monkeypatch):
     for name in ("path_offsets", "tokens", "row_offsets", "row_tokens", "draft", "target", "draft_tail",
                  "target_tail", "tail_overlap"):
         assert np.array_equal(getattr(whole, name), getattr(chunked, name)), name
+
+
+def test_calc_block_beyond_the_lattice_limit_keeps_the_token_value_and_says_why(tmp_path, capsys):
+    from otspec.cli import main
+    from otspec.sources import save_source
+
+    d, t = random_iid(2000, 1.0, seed=0)
+    save_source(d, tmp_path / "d.json")
+    save_source(t, tmp_path / "t.json")
+    assert main(["calc", "block", "--draft-source", str(tmp_path / "d.json"), "--target-source",
+                 str(tmp_path / "t.json"), "--L", "700", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    m1 = float(np.minimum(d.probs, t.probs).sum())
+    assert out["token"] == pytest.approx(sum(m1**j for j in range(1, 701)), rel=1e-12)  # eq. (4), by hand
+    assert out["block_onpath"] is None and "MAX_LATTICE_WORK" in out["block_onpath_status"]
