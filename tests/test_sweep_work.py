@@ -89,3 +89,22 @@ def test_the_sweep_reports_its_estimate_before_running(tmp_path):
     assert summary["over_limit"] == 1
     assert spec_work([], ["monte_carlo"])["heaviest"] is None
     assert len((tmp_path / "again" / "results.csv").read_text().strip().splitlines()) == 1 + 4  # header + 4 cells
+
+
+def test_cells_that_differ_only_in_their_cost_ratio_are_computed_once_and_equal_separate_runs():
+    from otspec.sweep import run_cells
+
+    quantities = ["exact", "optimum", "monte_carlo", "decode", "adaptive"]
+    for shape in ({"verifier": "token", "L": 3}, {"verifier": "kseq", "k": 2}, {"verifier": "otm", "tree": "2x1"}):
+        group = [_cell(IID, shape["verifier"], L=shape.get("L"), k=shape.get("k"), tree=shape.get("tree"),
+                       cost_ratio=c, blocks=300, tokens=20, sequences=2) for c in (0.0, 0.05, 0.3)]
+        together = run_cells(group, 5, quantities)
+        alone = [run_cell(cell, 5, quantities) for cell in group]
+        for a, b in zip(together, alone, strict=True):
+            a, b = ({k: v for k, v in r.items() if not k.endswith(("_seconds", "_per_s"))} for r in (a, b))  # timings
+            assert a.keys() == b.keys()
+            for key in a:  # the draws are shared (the seed ignores the ratio); the speedups are recomputed
+                assert a[key] == b[key] or (a[key] != a[key] and b[key] != b[key]), (shape, key, a[key], b[key])
+        if shape["verifier"] != "otm":  # the tree's exact law is refused at V = 500 (a note): no speedup column
+            assert together[0]["exact_speedup"] > together[2]["exact_speedup"]  # drafting for free (c = 0) is fastest
+        assert together[0]["cell"] != together[1]["cell"]

@@ -62,7 +62,7 @@ from ..verifiers import MULTI_DRAFT_REGISTRY, REGISTRY
 from .spec import SWEEP_VERIFIERS, cell_id, cell_seed, describe_pair, tree_of
 from .work import over_limit
 
-__all__ = ["build_pair", "run_cell", "temper"]
+__all__ = ["build_pair", "run_cell", "run_cells", "temper"]
 
 def temper(source, T: float):
     """``source`` with every row raised to 1/T and renormalised (T = 1: the source itself)."""
@@ -244,6 +244,36 @@ def run_cell(cell: dict, sweep_seed: int, quantities, base: Path = Path(".")) ->
         else:
             row[f"{qname}_note"], row[f"{qname}_seconds"] = note, 0.0
     return row
+
+
+#: Speedup columns and the value each rescales (the first present); every other column but ``adaptive``'s is free
+#: of the cost ratio.
+_SPEEDUPS = {"exact_speedup": ("exact_accepted", "exact_acceptance"), "optimum_speedup": ("optimum_accepted",)}
+
+
+def run_cells(cells: list, sweep_seed: int, quantities, base: Path = Path(".")) -> list[dict]:
+    """The rows of cells that differ only in their cost ratio (one :func:`~otspec.sweep.spec.shared_key`).
+
+    Every quantity runs once, for the first cell; the others get its columns with the speedups
+    recomputed at their own ratio (the draws are the same: the seed ignores the ratio), and
+    ``adaptive``, whose policy depends on the ratio, runs for each. Equal to running each cell alone.
+    """
+    first, *rest = cells
+    row = run_cell(first, sweep_seed, quantities, base)
+    rows = [row]
+    for cell in rest:
+        out = {**row, "cell": cell_id(cell), "cost_ratio": cell["cost_ratio"]}
+        drafts = 1 if row.get("L") is None else row["L"]  # a multi-draft step drafts once; a tree, once per level
+        for column, values in _SPEEDUPS.items():
+            if column in row:
+                value = next(row[v] for v in values if v in row)
+                out[column] = theory.predicted_speedup(value, cell["cost_ratio"], drafts)
+        if "adaptive" in quantities:
+            out = {k: v for k, v in out.items() if not k.startswith("adaptive_")}
+            own = run_cell(cell, sweep_seed, ["adaptive"], base)
+            out.update({k: v for k, v in own.items() if k.startswith("adaptive_")})
+        rows.append(out)
+    return rows
 
 
 def _source_runs(cell: dict, sources, verifier, seeds, row: dict) -> dict:

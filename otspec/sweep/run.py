@@ -9,7 +9,9 @@ rows, in the spec's cell order, once every cell is done.
 Executors: ``serial`` (this process), a local process pool (the default: embedded, nothing to start),
 or Dask distributed (``scheduler="tcp://HOST:PORT"`` for a running cluster, ``cluster="local:N"`` to
 start a LocalCluster of N single-threaded workers). Each cell's seed comes from the sweep seed and
-its own parameters, so rows do not depend on the executor, the worker count or the order.
+its own parameters, so rows do not depend on the executor, the worker count or the order. Cells that
+differ only in their cost ratio are one task (:func:`~otspec.sweep.cells.run_cells`): the ratio only
+rescales the speedup columns (and the adaptive policy, run per ratio), so everything else is computed once.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .cells import run_cell
-from .spec import SweepSpec, cell_id, load_spec
+from .cells import run_cells
+from .spec import SweepSpec, cell_id, load_spec, shared_key
 from .work import MAX_CELL_WORK, spec_work
 
 __all__ = ["CRASH_ONCE_ENV", "gather", "run_sweep", "write_tables"]
@@ -49,8 +51,9 @@ def _write_atomic(path: Path, row: dict) -> None:
 CRASH_ONCE_ENV = "OTSPEC_SWEEP_CRASH_ONCE"
 
 
-def _run_and_store(cell: dict, seed: int, quantities, base: str, out: str, extra: dict) -> str:
-    """Run one cell and write its row (this runs in the worker: a finished row survives the worker)."""
+def _run_and_store(cells: list, seed: int, quantities, base: str, out: str, extra: dict) -> int:
+    """Run cells that differ only in their cost ratio and write their rows (this runs in the worker: finished rows
+    survive the worker); returns how many."""
     marker = os.environ.get(CRASH_ONCE_ENV)
     if marker:
         try:
@@ -60,10 +63,9 @@ def _run_and_store(cell: dict, seed: int, quantities, base: str, out: str, extra
         else:
             os.close(fd)
             os._exit(17)
-    row = {**extra, **run_cell(cell, seed, quantities, Path(base))}
-    path = _cell_path(Path(out), cell)
-    _write_atomic(path, row)
-    return str(path)
+    for cell, row in zip(cells, run_cells(cells, seed, quantities, Path(base)), strict=True):
+        _write_atomic(_cell_path(Path(out), cell), {**extra, **row})
+    return len(cells)
 
 
 def _parse_cluster(cluster: str) -> int:
@@ -88,23 +90,25 @@ def run_sweep(spec: SweepSpec | str | os.PathLike, out, *, workers: int | None =
     todo = [c for c in spec.cells if not _cell_path(out, c).exists()]
     extra = {"sweep": spec.name, "sweep_seed": spec.seed}
     args = (spec.seed, list(spec.quantities), str(spec.base), str(out), extra)
-    estimate = spec_work(todo, spec.quantities)
+    groups: dict = {}  # cells that differ only in their cost ratio run together: one computation, one row each
+    for cell in todo:
+        groups.setdefault(shared_key(cell), []).append(cell)
+    tasks = list(groups.values())
+    estimate = spec_work([group[0] for group in tasks], spec.quantities)
     if progress is not False and (estimate["estimated_entries"] or estimate["over_limit"]):
         print(_estimate_line(spec.name, len(todo), estimate), file=sys.stderr)
     bar = tqdm(total=len(spec.cells), initial=len(spec.cells) - len(todo), unit="cell", desc=f"sweep {spec.name}",
                disable=None if progress is None else not progress)
     try:
         if scheduler or cluster:
-            _run_dask(todo, args, scheduler, cluster, bar)
-        elif (workers or os.cpu_count() or 1) == 1 or len(todo) <= 1:
-            for cell in todo:
-                _run_and_store(cell, *args)
-                bar.update(1)
+            _run_dask(tasks, args, scheduler, cluster, bar)
+        elif (workers or os.cpu_count() or 1) == 1 or len(tasks) <= 1:
+            for group in tasks:
+                bar.update(_run_and_store(group, *args))
         else:
             with ProcessPoolExecutor(max_workers=workers or os.cpu_count()) as pool:
-                for fut in as_completed([pool.submit(_run_and_store, cell, *args) for cell in todo]):
-                    fut.result()
-                    bar.update(1)
+                for fut in as_completed([pool.submit(_run_and_store, group, *args) for group in tasks]):
+                    bar.update(fut.result())
     finally:
         bar.close()
     table = write_tables(gather(spec, out), out)
@@ -125,7 +129,7 @@ def _estimate_line(name: str, n: int, estimate: dict) -> str:
     return line
 
 
-def _run_dask(todo, args, scheduler, cluster, bar) -> None:
+def _run_dask(tasks, args, scheduler, cluster, bar) -> None:
     try:
         from distributed import Client, LocalCluster
         from distributed import as_completed as dask_completed
@@ -135,11 +139,10 @@ def _run_dask(todo, args, scheduler, cluster, bar) -> None:
                          dashboard_address=None) if cluster else None
     try:
         with Client(local if local is not None else scheduler) as client:
-            # retries: a cell whose worker died is run again elsewhere; finished cells are already on disk
-            futures = [client.submit(_run_and_store, cell, *args, pure=False, retries=3) for cell in todo]
+            # retries: a task whose worker died is run again elsewhere; finished cells are already on disk
+            futures = [client.submit(_run_and_store, group, *args, pure=False, retries=3) for group in tasks]
             for fut in dask_completed(futures):
-                fut.result()
-                bar.update(1)
+                bar.update(fut.result())
     finally:
         if local is not None:
             local.close()

@@ -71,7 +71,8 @@ from ..drafts import parse_tree
 from ..sources import MAX_RANDOM_ENTRIES, TAIL_MODES
 from ..verifiers import CHAIN_VERIFIERS, MULTI_DRAFT_REGISTRY, WHOLE_TREE_REGISTRY
 
-__all__ = ["PAIR_KINDS", "QUANTITIES", "SWEEP_VERIFIERS", "SweepSpec", "cell_id", "cell_seed", "load_spec", "tree_of"]
+__all__ = ["PAIR_KINDS", "QUANTITIES", "SWEEP_VERIFIERS", "SweepSpec", "cell_id", "cell_seed", "load_spec", "shared_key",
+           "tree_of"]
 
 PAIR_KINDS = ("random_iid", "random_markov", "iid", "json", "logged")
 #: What a cell can compute; see :mod:`otspec.sweep.cells`.
@@ -296,9 +297,15 @@ def cell_id(params: dict) -> str:
     return hashlib.sha256(canonical(params).encode()).hexdigest()[:16]
 
 
+def shared_key(params: dict) -> str:
+    """What cells that differ only in their cost ratio share: the canonical parameters without ``cost_ratio``."""
+    return canonical({k: v for k, v in params.items() if k != "cost_ratio"})
+
+
 def cell_seed(sweep_seed: int, params: dict) -> np.random.SeedSequence:
-    """The cell's seed sequence: the sweep seed and the cell's own parameters, nothing about workers or order."""
-    digest = hashlib.sha256(canonical(params).encode()).digest()
+    """The cell's seed sequence: the sweep seed and the cell's own parameters but the cost ratio (which only rescales
+    the speedup columns, so cells that differ in it share their draws), nothing about workers or order."""
+    digest = hashlib.sha256(shared_key(params).encode()).digest()
     return np.random.SeedSequence([int(sweep_seed), *np.frombuffer(digest[:16], dtype=np.uint32).tolist()])
 
 
