@@ -31,7 +31,9 @@ LOG = {"kind": "logged", "file": "rows.npz", "tail": "overlap"}
     (_cell(IID, "block", L=4), "monte_carlo", 500, True, 1000 * 5),
     (_cell(IID, "block_v1", L=4), "monte_carlo", 500, True, 1000 * 5 * 500),  # no row-free sampler
     (_cell(MARKOV, "block", L=4), "monte_carlo", 500, False, 1000 * 5 * 500),
-    (_cell(IID, "kseq", k=3), "monte_carlo", 500, True, 1000 * 3 * 500),
+    (_cell(IID, "kseq", k=3), "monte_carlo", 500, True, 1000 * 3),  # row-free candidates
+    (_cell(MARKOV, "kseq", k=3), "monte_carlo", 500, False, 1000 * 3 * 500),
+    (_cell(IID, "greedy", k=3), "monte_carlo", 500, True, 1000 * 3 * 500),  # structured draws: rows
     (_cell(IID, "otm", tree="2x2"), "monte_carlo", 500, True, 1000 * 6 * 500),  # 2 + 4 draft tokens
     (_cell(IID, "token", L=4), "decode", 500, True, 4 * 50 * 5 * 500),
     (_cell(IID, "traversal", tree="3x1"), "decode", 500, True, 4 * 50 * 6 * 500),
@@ -54,13 +56,13 @@ def test_cell_work_leaves_solver_bounded_and_unknown_sizes_to_the_run(cell, quan
 
 def test_an_oversized_cell_quantity_becomes_a_note_in_milliseconds_and_the_rest_runs():
     big = {**IID, "vocab": 32000}
-    heavy = _cell(big, "kseq", k=2, blocks=100_000)  # 6.4e9 entries: about 7 minutes of k-Seq candidates
+    heavy = _cell(big, "greedy", k=2, blocks=100_000)  # 6.4e9 entries: minutes of rowed candidates
     assert cell_work(heavy, "monte_carlo", 32000, True)[0] > MAX_CELL_WORK
     t0 = time.perf_counter()
     row = run_cell(heavy, 0, ["exact", "monte_carlo"])
     assert time.perf_counter() - t0 < 10
     assert "MAX_CELL_WORK" in row["monte_carlo_note"] and "blocks 100,000 x k = 2 x V = 32,000" in row["monte_carlo_note"]
-    assert "mc_accepted" not in row and 0 < row["exact_acceptance"] < 1  # the cheap quantity still ran
+    assert "mc_accepted" not in row and 0 < row["exact_acceptance"] <= 1  # the cheap quantity still ran
     light = run_cell(_cell(IID, "kseq", k=2), 0, ["monte_carlo"])
     assert "monte_carlo_note" not in light and 0 < light["mc_accepted"] < 1
 
@@ -78,13 +80,13 @@ def test_the_sweep_reports_its_estimate_before_running(tmp_path):
     spec = tmp_path / "g.toml"
     spec.write_text('name = "g"\nquantities = ["monte_carlo"]\nk = [2]\nL = [2]\nblocks = 100000\n'
                     '[[pairs]]\nkind = "random_iid"\nvocab = [50, 32000]\n'
-                    '[[verifiers]]\nname = "token"\n[[verifiers]]\nname = "kseq"\n')
+                    '[[verifiers]]\nname = "token"\n[[verifiers]]\nname = "greedy"\n')
     proc = subprocess.run([sys.executable, "-m", "otspec", "sweep", str(spec), "--workers", "1"], capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert "1 cell quantities exceed MAX_CELL_WORK" in proc.stderr and "kseq k=2 monte_carlo" in proc.stderr
+    assert "1 cell quantities exceed MAX_CELL_WORK" in proc.stderr and "greedy k=2 monte_carlo" in proc.stderr
     summary = run_sweep(spec, tmp_path / "again", workers=1, progress=False)["estimate"]
-    # token cells run row-free (2 x 100,000 x 3) and k-Seq at V = 50 draws 100,000 x 2 x 50 rows
+    # token cells run row-free (2 x 100,000 x 3) and the greedy drafts at V = 50 draw 100,000 x 2 x 50 rows
     assert summary["estimated_entries"] == 2 * 100_000 * 3 + 100_000 * 2 * 50
     assert summary["over_limit"] == 1
     assert spec_work([], ["monte_carlo"])["heaviest"] is None

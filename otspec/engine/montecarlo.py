@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..checks import MAX_DRAFT_LENGTH, MAX_SIMULATION_BLOCKS, check_size
+from ..checks import MAX_CANDIDATES, MAX_DRAFT_LENGTH, MAX_SIMULATION_BLOCKS, check_size
 from ..distributions import resolve_device, row_pair, to_host
 from ..drafts import sample_candidates
 from ..pairs import check_pair
@@ -22,6 +22,7 @@ from ..verifiers.base import Verifier
 from ..verifiers.candidates import MultiDraftVerifier
 from .chunking import chunk_size
 from .rowfree import RowProfile, RowTables, row_free_sampler
+from .rowfree_multi import candidate_sampler
 from .stats import Estimate, check_confidence, mean_estimate, proportion_intervals
 
 __all__ = ["MONTE_CARLO_METHODS", "MonteCarloResult", "default_batch_size", "simulate", "simulate_candidates",
@@ -184,18 +185,32 @@ def simulate(draft: Source, target: Source, verifier: Verifier, draft_length: in
 
 def simulate_candidates(draft_row, target_row, verifier, k: int, n_steps: int, *, seed=0,
                         batch_size: int | None = None, progress: bool | None = None,
-                        confidence: float = 0.95) -> MonteCarloResult:
+                        confidence: float = 0.95, method: str = "auto") -> MonteCarloResult:
     """Monte Carlo of one multi-draft step: k candidates drawn from the draft row as ``verifier`` requires
     (i.i.d., or without replacement), verified against the target row. ``accepted`` estimates
     P(a candidate is accepted) (τ ∈ {0, 1}); ``first_token_counts`` counts the emitted token Y, which a
-    lossless verifier draws from the target row."""
+    lossless verifier draws from the target row.
+
+    ``method``: ``rows`` hands the verifier (B, V) rows; ``row_free`` (naive, k-Seq, multi-round with and
+    without replacement) samples the same law from tables built once (:mod:`otspec.engine.rowfree_multi`),
+    at a cost per step that does not grow with V; ``auto`` picks ``row_free`` where it applies."""
     if not isinstance(verifier, MultiDraftVerifier):
         raise ValueError(f"simulate_candidates: expected a multi-draft verifier, got {verifier.name!r}")
-    k = check_size(k, "k")
+    k = check_size(k, "k", limit=MAX_CANDIDATES, limit_name="MAX_CANDIDATES")
     n_steps = check_size(n_steps, "n_steps", limit=MAX_SIMULATION_BLOCKS, limit_name="MAX_SIMULATION_BLOCKS")
     confidence = check_confidence(confidence)
+    if method not in MONTE_CARLO_METHODS:
+        raise ValueError(f"method: expected one of {MONTE_CARLO_METHODS}, got {method!r}")
     p, q = row_pair(draft_row, target_row)
     rng, V = np.random.default_rng(seed), p.size
+    fast = None if method == "rows" else candidate_sampler(verifier, p, q, k)
+    if method == "row_free" and fast is None:
+        raise ValueError(f"method='row_free': no row-free sampler for {verifier.name!r} (naive, kseq, multiround, "
+                         "multiround_without_replacement have one)")
+    desc = f"monte carlo ({verifier.name}, k={k})"
+    if fast is not None:
+        return run_chunks(lambda b: fast(b, rng), 1, V, n_steps, chunk_size(8 * k, batch_size), confidence, progress,
+                          desc)
     replacement = verifier.replacement
 
     def draw(b):
@@ -203,8 +218,7 @@ def simulate_candidates(draft_row, target_row, verifier, k: int, n_steps: int, *
         out = verifier.sample(sample_candidates(P, k, rng, replacement=replacement), P, Q, rng, validate=False)
         return np.asarray(out.accepted_len), np.asarray(out.token)
 
-    return run_chunks(draw, 1, V, n_steps, chunk_size((k + 2) * V, batch_size), confidence, progress,
-                f"monte carlo ({verifier.name}, k={k})")
+    return run_chunks(draw, 1, V, n_steps, chunk_size((k + 2) * V, batch_size), confidence, progress, desc)
 
 
 def simulate_logged(log: LoggedRows, verifier: Verifier, draft_length: int, n_blocks: int, *, tail: str = "overlap",

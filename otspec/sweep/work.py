@@ -9,8 +9,8 @@ reports the estimate of the whole grid before it starts.
 
 Entries (V the vocabulary, B the Monte Carlo blocks, S × N the decoded sequences × tokens):
 
-* Monte Carlo, row-free (token and published block verification of IID pairs and of logged rows):
-  B·(L+1), whatever V;
+* Monte Carlo, row-free (token and published block verification of IID pairs and of logged rows; one
+  step of naive, k-Seq or multi-round candidates on an IID pair): B·(L+1) or B·k, whatever V;
 * Monte Carlo with rows: B·(L+1)·V (single draft), B·k·V (one step of k candidates), B·n·V on a
   tree of n draft tokens;
 * decode: S·N·(L+1)·V (S·N·n·V on a tree).
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from ..drafts import parse_tree
 from ..engine.rowfree import row_free_sampler
+from ..engine.rowfree_multi import ROW_FREE_CANDIDATES
 from .spec import SWEEP_VERIFIERS, describe_pair
 
 __all__ = ["MAX_CELL_WORK", "cell_work", "over_limit", "pair_vocab", "spec_work"]
@@ -54,6 +55,8 @@ def cell_work(cell: dict, quantity: str, vocab: int | None, iid: bool) -> tuple[
             n = parse_tree(tree).num_tokens
             return blocks * n * vocab, f"blocks {blocks:,} x {n} tree tokens x V = {vocab:,}"
         if k is not None:
+            if iid and type(SWEEP_VERIFIERS[name](**cell["params"])) in ROW_FREE_CANDIDATES:
+                return blocks * k, f"blocks {blocks:,} x k = {k} (row-free)"
             return blocks * k * vocab, f"blocks {blocks:,} x k = {k} x V = {vocab:,}"
         return blocks * (L + 1) * vocab, f"blocks {blocks:,} x (L + 1) = {L + 1} x V = {vocab:,}"
     if quantity == "decode" and vocab is not None and not logged and (tree is not None or k is None):
