@@ -73,3 +73,32 @@ def test_audit_benchmark_runs():
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert [r["sampler"] for r in out["results"]] == ["token", "gumbel"] and out["goal_s"] == 120.0
+
+
+def test_vocabulary_goals_benchmark_runs_and_writes_the_readme_table(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("before\n<!-- bench:vocab-goals -->\nold\n<!-- /bench:vocab-goals -->\nafter\n")
+    proc = subprocess.run([sys.executable, str(BENCH / "bench_vocab_goals.py"), "--scale", "0.001", "--repeat", "1",
+                           "--json", "--write", str(tmp_path / "goals.json"), "--readme", str(readme)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert len(out["results"]) == 11 and all(r["ratio"] >= 0 for r in out["results"])
+    assert json.loads((tmp_path / "goals.json").read_text())["results"] == out["results"]
+    text = readme.read_text()
+    assert text.startswith("before\n") and text.endswith("after\n") and "old" not in text
+    assert text.count("| ") >= 11 and "OTM-8 optimum without replacement" in text
+
+
+def test_the_readme_goal_table_is_the_committed_measurement():
+    """The README's table is written by the benchmark from figures/bench_vocab_goals.json, never typed in."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        from bench_vocab_goals import MARK, table
+    finally:
+        sys.path.pop(0)
+    root = BENCH.parent
+    saved = json.loads((root / "figures" / "bench_vocab_goals.json").read_text())
+    text = (root / "README.md").read_text()
+    block = text[text.index(MARK[0]) + len(MARK[0]):text.index(MARK[1])].strip()
+    assert block == table(saved["results"], saved["machine"])

@@ -16,19 +16,21 @@ from tqdm.auto import tqdm
 from ..checks import MAX_CANDIDATES, MAX_DRAFT_LENGTH, MAX_SIMULATION_BLOCKS, check_size
 from ..distributions import resolve_device, row_pair, to_host
 from ..drafts import sample_candidates
+from ..jit import available as compiled_available
 from ..pairs import check_pair
 from ..sources import IIDSource, LoggedRows, Source
 from ..verifiers.base import Verifier
 from ..verifiers.candidates import MultiDraftVerifier
+from ..verifiers.token import TokenVerify
 from .chunking import chunk_size
-from .rowfree import RowProfile, RowTables, row_free_sampler
+from .rowfree import ROW_FREE, RowProfile, RowTables, row_free_sampler
 from .rowfree_multi import candidate_sampler
 from .stats import Estimate, check_confidence, mean_estimate, proportion_intervals
 
 __all__ = ["MONTE_CARLO_METHODS", "MonteCarloResult", "default_batch_size", "simulate", "simulate_candidates",
            "simulate_logged"]
 
-MONTE_CARLO_METHODS = ("auto", "rows", "row_free")
+MONTE_CARLO_METHODS = ("auto", "rows", "row_free", "compiled")
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,28 @@ def run_chunks(draw, L: int, V: int, n_blocks: int, batch: int, confidence: floa
             first += np.bincount(to_host(head), minlength=V)
             done += b
             bar.update(b)
-    elapsed = time.perf_counter() - start
+    return _result(counts, first, n_blocks, time.perf_counter() - start, confidence)
+
+
+def run_compiled(fill, L: int, V: int, n_blocks: int, batch: int, confidence: float, progress, desc: str,
+                 rng) -> MonteCarloResult:
+    """Call ``fill(b, seed, counts)`` (a compiled kernel adding b trials to a (L + 1, V) histogram of τ and the
+    first emitted token) on chunks, each seeded from ``rng``; tally as :func:`run_chunks`."""
+    hist = np.zeros((L + 1, V), dtype=np.int64)
+    start = time.perf_counter()
+    with tqdm(total=n_blocks, unit="block", unit_scale=True, disable=None if progress is None else not progress,
+              desc=desc, leave=False) as bar:
+        done = 0
+        while done < n_blocks:
+            b = min(batch, n_blocks - done)
+            fill(b, int(rng.integers(0, 2**32)), hist)
+            done += b
+            bar.update(b)
+    return _result(hist.sum(axis=1), hist.sum(axis=0), n_blocks, time.perf_counter() - start, confidence)
+
+
+def _result(counts, first, n_blocks: int, elapsed: float, confidence: float) -> MonteCarloResult:
+    L = counts.size - 1
     ells = np.arange(L + 1)
     acc = mean_estimate(float(counts @ ells), float(counts @ ells**2), n_blocks, confidence)
     tpi = Estimate(acc.value + 1, acc.stderr, acc.low + 1, acc.high + 1, confidence)
@@ -133,11 +156,13 @@ def simulate(draft: Source, target: Source, verifier: Verifier, draft_length: in
         Show a tqdm bar over chunks; ``None`` shows it only on a terminal.
     confidence : float
         Level of the reported intervals.
-    method : {"auto", "rows", "row_free"}
+    method : {"auto", "rows", "row_free", "compiled"}
         ``rows`` scores every block with both sources and runs ``verifier.sample`` on the rows;
         ``row_free`` (IID pairs with token or published block verification) samples the same law
         from precomputed tables without materialising rows (:mod:`otspec.engine.rowfree`), so its cost
-        does not grow with V; ``auto`` picks ``row_free`` where it applies.
+        does not grow with V; ``compiled`` runs the same algorithm one block at a time in a numba kernel
+        that leaves undrawn what the outcome does not read (:mod:`otspec.engine.compiled`); ``auto`` picks
+        ``compiled`` (numpy, numba installed), else ``row_free``, where they apply.
     device : None, "auto" or a torch device
         Row-free sampling only: None runs numpy; otherwise torch on that device ("auto": CUDA when
         available, else the CPU).
@@ -159,6 +184,17 @@ def simulate(draft: Source, target: Source, verifier: Verifier, draft_length: in
     if device is not None and fast is None:
         raise ValueError(f"device={device!s}: only row-free sampling runs on torch (IID pairs, token or block)")
     desc = f"monte carlo ({verifier.name}, L={L})"
+    if method == "compiled" and (fast is None or device is not None or not compiled_available()):
+        raise ValueError("method='compiled' needs numba, numpy (no device) and an IID pair with token or block "
+                         "verification")
+    if fast is not None and device is None and method in ("auto", "compiled") and compiled_available():
+        from . import compiled  # loads numba: only where a kernel runs
+
+        p, q = draft.probs, target.probs
+        fill = (compiled.token_counts(p, q, L) if fast is ROW_FREE[TokenVerify] else
+                compiled.block_counts(RowProfile(p, q), p, q, L))
+        return run_compiled(fill, L, V, n_blocks, batch_size or 1 << 20, confidence, progress, desc,
+                            np.random.default_rng(seed))
     if fast is not None:
         if device is None:
             tables, rng = RowProfile(draft.probs, target.probs), np.random.default_rng(seed)

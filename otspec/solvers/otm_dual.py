@@ -25,6 +25,7 @@ from ..drafts.laws import (
     top_tokens_of,
 )
 from ..errors import SizeLimitError
+from ..jit import available
 from ..theory.multidraft import MAX_BRUTEFORCE_VOCAB, subset_masses
 
 __all__ = ["PROGRESS_TOKENS", "otm_min_cut", "otm_value", "otm_value_bruteforce", "structured_value"]
@@ -80,6 +81,11 @@ def _prefix_cuts_wor(p: np.ndarray, q: np.ndarray, k: int, order: np.ndarray) ->
                 rows.clear()
                 idx.clear()
 
+        if available():  # the same recursion, compiled: one pass over tokens x nodes
+            from .race_kernel import race_prefix_within
+
+            race_prefix_within(np.ascontiguousarray(ps[:n_supp]), tail, kk, t, h, within)
+            return np.concatenate([[0.0], np.cumsum(qs)]) + (1.0 - within)
         bar = tqdm(total=n_supp - 1, unit="token", desc=f"OTM-{k} cuts without replacement", leave=False,
                    disable=None if n_supp > PROGRESS_TOKENS else True)
         for j in range(1, n_supp):  # prefix A_j = first j sorted tokens, all of positive mass
