@@ -42,7 +42,9 @@ def test_compiled_kernels_have_the_verifiers_law(pair, name, L):
     law = first_token_law(TokenVerify() if name == "token" else BlockVerify(), p, q, L)
     assert abs(law.sum() - 1) < 1e-12
     counts = np.zeros((L + 1, p.size), dtype=np.int64)
-    kernel(name, p, q, L)(300_000, 11, counts)
+    tau, first = np.zeros(L + 1, dtype=np.int64), np.zeros(p.size, dtype=np.int64)
+    kernel(name, p, q, L)(300_000, 11, tau, first, counts)
+    assert np.array_equal(counts.sum(axis=1), tau) and np.array_equal(counts.sum(axis=0), first)
     assert counts[law == 0].sum() == 0  # never an impossible outcome
     g, dof = g_test(counts.ravel(), law.ravel())
     assert stats.chi2.sf(g, dof) > 1e-4
@@ -54,7 +56,7 @@ def test_the_g_test_sees_a_correction_drawn_from_the_target(monkeypatch):
     law = first_token_law(TokenVerify(), p, q, 3)
     monkeypatch.setattr("otspec.engine.compiled._residual_table", lambda p, q: AliasTable(q))
     counts = np.zeros((4, p.size), dtype=np.int64)
-    token_counts(p, q, 3)(300_000, 11, counts)
+    token_counts(p, q, 3)(300_000, 11, np.zeros(4, dtype=np.int64), np.zeros(p.size, dtype=np.int64), counts)
     g, dof = g_test(counts.ravel(), law.ravel())  # an impossible outcome, or a rejected G-test, catches it
     assert counts[law == 0].sum() > 0 or stats.chi2.sf(g, dof) < 1e-6
 

@@ -99,19 +99,19 @@ def run_chunks(draw, L: int, V: int, n_blocks: int, batch: int, confidence: floa
 
 def run_compiled(fill, L: int, V: int, n_blocks: int, batch: int, confidence: float, progress, desc: str,
                  rng) -> MonteCarloResult:
-    """Call ``fill(b, seed, counts)`` (a compiled kernel adding b trials to a (L + 1, V) histogram of τ and the
-    first emitted token) on chunks, each seeded from ``rng``; tally as :func:`run_chunks`."""
-    hist = np.zeros((L + 1, V), dtype=np.int64)
+    """Call ``fill(b, seed, tau_counts, first_counts)`` (a compiled kernel adding b trials to the histograms of τ and
+    of the first emitted token) on chunks, each seeded from ``rng``; tally as :func:`run_chunks`."""
+    counts, first = np.zeros(L + 1, dtype=np.int64), np.zeros(V, dtype=np.int64)
     start = time.perf_counter()
     with tqdm(total=n_blocks, unit="block", unit_scale=True, disable=None if progress is None else not progress,
               desc=desc, leave=False) as bar:
         done = 0
         while done < n_blocks:
             b = min(batch, n_blocks - done)
-            fill(b, int(rng.integers(0, 2**32)), hist)
+            fill(b, int(rng.integers(0, 2**32)), counts, first)
             done += b
             bar.update(b)
-    return _result(hist.sum(axis=1), hist.sum(axis=0), n_blocks, time.perf_counter() - start, confidence)
+    return _result(counts, first, n_blocks, time.perf_counter() - start, confidence)
 
 
 def _result(counts, first, n_blocks: int, elapsed: float, confidence: float) -> MonteCarloResult:
