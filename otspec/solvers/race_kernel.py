@@ -49,7 +49,7 @@ def race_prefix_within(ps, tail, kk, t, h, within):
             acc = 0.0
             for n in range(T):
                 st = s * t[n]
-                if st >= 745.0:  # e^{-st} is 0 in double precision, and st rises with n
+                if st >= 50.0:  # st rises with n, and the rest of the sum is below 50 e^{-50} Σ e^{-(e^{mh}-1)50} < 1e-19
                     break
                 acc += h * st * (1.0 + _expm1_neg(st)) * (1.0 if n >= top_live else dp[n, kk])
             within[j] = min(1.0, acc)
