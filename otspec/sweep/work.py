@@ -26,7 +26,7 @@ from .spec import SWEEP_VERIFIERS, describe_pair
 __all__ = ["MAX_CELL_WORK", "cell_work", "over_limit", "pair_vocab", "spec_work"]
 
 #: Most probability-row entries one cell's Monte Carlo or decode quantity may touch. Measured on one core: 64 ns per
-#: entry for k-Seq candidates at V = 32,000, 52 ns on a 2x2 tree, 20 ns for Markov block rows, 8 ns when decoding,
+#: entry for k-Seq candidates on rows at V = 32,000, 52 ns on a 2x2 tree, 20 ns for Markov block rows, 8 ns when decoding,
 #: so the limit is 15 s to 2 minutes of one core.
 MAX_CELL_WORK = 2 * 10**9
 
