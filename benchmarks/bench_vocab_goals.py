@@ -7,7 +7,7 @@ Each row times one figure on an IID Dirichlet(1) pair (seed 0), best of ``--repe
 
 * Monte Carlo, compiled kernels (``simulate(method="compiled")``), L = 8: token >= 10^7 and block
   >= 3·10^6 verified blocks/s at V = 32,000 and at V = 2; the numpy row-free path beside it;
-* one multi-draft step, row-free (``simulate_candidates``): k-Seq (k = 2) and multi-round without
+* one multi-draft step, row-free (``simulate_candidates``; multi-round without replacement compiled): k-Seq (k = 2) and multi-round without
   replacement (k = 8) at V = 32,000, 10^6 steps within 5 s (a sweep cell of "a few seconds");
 * the OTM-k optimum without replacement at V = 32,000, k = 8 within 20 ms;
 * the exact SpecDec++ policy at V = 32,000, L = 8 within 1 s (refused by its size limit: ratio 0).

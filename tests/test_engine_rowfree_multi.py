@@ -43,10 +43,13 @@ def p_value(sample, p, q, joint, n=100_000, seed=0) -> float:
     return float(stats.chi2.sf(g, dof))
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name,engine", [(n, "default") for n in NAMES] + [("multiround_without_replacement", "numpy")])
 @pytest.mark.parametrize("k", [1, 2, 3, 5])
 @pytest.mark.parametrize("pair", range(len(PAIRS)))
-def test_row_free_candidates_follow_the_exact_joint_law(name, k, pair):
+def test_row_free_candidates_follow_the_exact_joint_law(name, engine, k, pair, monkeypatch):
+    """Every sampler (multi-round without replacement: the compiled kernel by default, and the numpy recursion)."""
+    if engine == "numpy":
+        monkeypatch.setattr("otspec.engine.rowfree_multi.available", lambda: False)
     p, q = PAIRS[pair]
     verifier = MULTI_DRAFT_REGISTRY[name]()
     joint = exact_joint(verifier, p, q, k)
@@ -76,6 +79,7 @@ def test_the_g_test_sees_a_round_that_forgets_the_drafted_mass(monkeypatch):
     p, q = PAIRS[0]
     verifier = MULTI_DRAFT_REGISTRY["multiround_without_replacement"]()
     joint = exact_joint(verifier, p, q, 3)
+    monkeypatch.setattr("otspec.engine.rowfree_multi.available", lambda: False)  # the numpy recursion
     monkeypatch.setattr("otspec.engine.rowfree_multi._acceptance_without",
                         lambda r, bb, Z, S: np.clip((r - bb) / np.where(S > 0, S, 1.0), 0.0, 1.0))
     assert p_value(candidate_sampler(verifier, p, q, 3), p, q, joint) < 1e-6

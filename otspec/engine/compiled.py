@@ -21,7 +21,7 @@ import numpy as np
 from ..jit import available
 from ..jit import njit as _njit
 
-__all__ = ["AliasTable", "available", "block_counts", "token_counts"]
+__all__ = ["AliasTable", "available", "block_counts", "next_uniform", "seed_state", "token_counts"]
 
 
 class AliasTable:
@@ -72,7 +72,7 @@ def _build_alias(p):
 
 
 @_njit
-def _seed_state(seed):
+def seed_state(seed):
     """xoshiro256+ state from one 64-bit seed by splitmix64 (Blackman & Vigna's recommended seeding)."""
     state = np.empty(4, dtype=np.uint64)
     z = np.uint64(seed)
@@ -86,7 +86,7 @@ def _seed_state(seed):
 
 
 @_njit
-def _uniform(state):
+def next_uniform(state):
     """A double in [0, 1) from the top 53 bits of xoshiro256+ (under a nanosecond; numba's MT19937: ~8 ns)."""
     result = state[0] + state[3]
     t = state[1] << np.uint64(17)
@@ -108,7 +108,7 @@ def _packed(table: AliasTable, value: np.ndarray) -> np.ndarray:
 def _draw_value(packed, state):
     """A token from a packed alias table and the value stored with it."""
     V = packed.shape[0]
-    u = _uniform(state) * V
+    u = next_uniform(state) * V
     i = min(int(u), V - 1)
     if u - i < packed[i, 0]:
         return i, packed[i, 2]
@@ -125,13 +125,13 @@ def _tally(tau, first, tau_counts, first_counts, joint, want_joint):
 
 @_njit
 def _token_kernel(n, L, seed, draft, residual, tau_counts, first_counts, joint, want_joint):
-    state = _seed_state(seed)
+    state = seed_state(seed)
     for _ in range(n):
         tau = 0
         first = -1
         while tau < L:
             x, accept = _draw_value(draft, state)  # the drafted token and min(1, q/p) there
-            if _uniform(state) < accept:
+            if next_uniform(state) < accept:
                 if tau == 0:
                     first = x
                 tau += 1
@@ -191,7 +191,7 @@ def _surplus(w, tv, width, first, rows):
 @_njit
 def _block_kernel(n, L, seed, draft, residual, tv, width, first_at, sorted_rows, tau_counts, first_counts, joint,
                   want_joint):
-    state = _seed_state(seed)
+    state = seed_state(seed)
     w = np.empty(L + 1)  # w_i = min(1, w_{i-1} r(X_i)), eq. (13)
     for _ in range(n):
         w[0] = 1.0
@@ -209,7 +209,7 @@ def _block_kernel(n, L, seed, draft, residual, tv, width, first_at, sorted_rows,
                 m = _surplus(w[i], tv, width, first_at, sorted_rows)
                 den = m + 1.0 - w[i]
                 h = m / den if den > 0 else 0.0
-            if _uniform(state) < h:
+            if next_uniform(state) < h:
                 tau = i
                 break
         first = x1 if tau >= 1 else _draw_value(residual, state)[0]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats.sampling import DiscreteGuideTable
 
+from ..jit import available
 from ..theory.multidraft import kseq_parameters
 from ..verifiers.kseq import KSeq
 from ..verifiers.multiround import MultiRound, MultiRoundWithoutReplacement
@@ -248,12 +249,22 @@ def _draw_residual(srt, rng, bb, drafted, frozen, p, q):
     return out
 
 
+def _without_replacement(prof, p, q, k):
+    """Multi-round without replacement: the compiled kernel (:mod:`otspec.engine.compiled_multi`) where numba is
+    installed, else the numpy recursion above (the same law; the tests check both)."""
+    if not available():
+        return _multiround_without(prof, p, q, k)
+    from .compiled_multi import multiround_without_sampler  # loads numba: only where it runs
+
+    return multiround_without_sampler(prof, p, q, k)
+
+
 #: The verifiers with a row-free sampler, and how each is built from (profile, p, q, k, verifier).
 ROW_FREE_CANDIDATES = {
     NaiveMultiCandidate: lambda prof, p, q, k, v: _naive(prof, p, q, k, v.replacement),
     KSeq: lambda prof, p, q, k, v: _kseq(prof, p, q, k, v.rho),
     MultiRound: lambda prof, p, q, k, v: _multiround(prof, p, q, k),
-    MultiRoundWithoutReplacement: lambda prof, p, q, k, v: _multiround_without(prof, p, q, k),
+    MultiRoundWithoutReplacement: lambda prof, p, q, k, v: _without_replacement(prof, p, q, k),
 }
 
 
