@@ -193,14 +193,20 @@ def _block_kernel(n, L, seed, draft, residual, tv, width, first_at, sorted_rows,
                   want_joint):
     state = seed_state(seed)
     w = np.empty(L + 1)  # w_i = min(1, w_{i-1} r(X_i)), eq. (13)
+    column = np.empty(L, dtype=np.int64)
+    coin = np.empty(L)
+    V = draft.shape[0]
     for _ in range(n):
+        for i in range(L):  # the L alias draws' columns and coins first, so their table reads can overlap
+            u = next_uniform(state) * V
+            column[i] = min(int(u), V - 1)
+            coin[i] = u - column[i]
         w[0] = 1.0
-        x1 = -1
-        for i in range(1, L + 1):
-            x, ratio = _draw_value(draft, state)
-            if i == 1:
-                x1 = x
-            w[i] = min(1.0, w[i - 1] * ratio)
+        x1 = column[0] if coin[0] < draft[column[0], 0] else int(draft[column[0], 1])
+        for i in range(L):
+            row = column[i]
+            ratio = draft[row, 2] if coin[i] < draft[row, 0] else draft[row, 3]
+            w[i + 1] = min(1.0, w[i] * ratio)
         tau = 0
         for i in range(L, 0, -1):  # τ = max{i : u_i < h_i}: the first pass from the top
             if i == L:
