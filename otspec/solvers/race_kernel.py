@@ -15,9 +15,12 @@ __all__ = ["race_prefix_within"]
 
 @njit
 def _expm1_neg(x):
-    """expm1(−x) for x >= 0; below 10^-3 its Taylor series to x^5 (relative error < 2·10^-21, no libm call)."""
+    """expm1(−x) for x >= 0: below 10^-3 its Taylor series to x^5 (relative error < 2·10^-21, no libm call), above 0.5
+    e^{-x} − 1 (no cancellation there), between them libm's expm1."""
     if x < 1e-3:
         return -x * (1.0 - x * 0.5 * (1.0 - x / 3.0 * (1.0 - x * 0.25 * (1.0 - x * 0.2))))
+    if x > 0.5:  # e^{-x} < 0.61: 1 − e^{-x} loses no digits, and exp is cheaper than expm1
+        return np.exp(-x) - 1.0
     return np.expm1(-x)
 
 
