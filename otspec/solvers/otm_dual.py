@@ -84,7 +84,10 @@ def _prefix_cuts_wor(p: np.ndarray, q: np.ndarray, k: int, order: np.ndarray) ->
         if available():  # the same recursion, compiled: one pass over tokens x nodes
             from .race_kernel import race_prefix_within
 
-            race_prefix_within(np.ascontiguousarray(ps[:n_supp]), tail, kk, t, h, within)
+            head_q = np.concatenate([[0.0], np.cumsum(qs)])
+            bound = head_q + 1.0 - np.concatenate([[0.0], np.cumsum(ps)]) ** kk  # a cut is never below its bound
+            race_prefix_within(np.ascontiguousarray(ps[:n_supp]), tail, kk, t, h, within, bound,
+                               min(1.0, float(head_q[n_supp])))
             return np.concatenate([[0.0], np.cumsum(qs)]) + (1.0 - within)
         bar = tqdm(total=n_supp - 1, unit="token", desc=f"OTM-{k} cuts without replacement", leave=False,
                    disable=None if n_supp > PROGRESS_TOKENS else True)

@@ -25,18 +25,22 @@ def _expm1_neg(x):
 
 
 @njit
-def race_prefix_within(ps, tail, kk, t, h, within):
+def race_prefix_within(ps, tail, kk, t, h, within, bound, best):
     """within[j] = min(1, Σ_n h s_j t_n e^{−s_j t_n} P(N_{A_j}(t_n) ≥ kk)) for kk <= j < len(ps), s_j = tail[j]:
     :func:`~otspec.drafts.laws.race_add_token` for one token after another, then
     :func:`~otspec.drafts.laws.race_weights` of the prefix, at every node. A node whose P(N ≥ kk) has reached 1
     in double precision stays there (the law only moves mass up), so it is no longer updated; nodes rise in t and
-    so in P(N ≥ kk): the saturated ones are a top range."""
+    so in P(N ≥ kk): the saturated ones are a top range. ``bound[j]`` = q(A_j) + 1 − p(A_j)^kk is below the cut of
+    A_j (without replacement P_D(S ⊆ A) <= p(A)^kk, each draw's chance of A only falls); where it is not below the
+    best cut found so far (``best`` starts at a known cut), the prefix is skipped and its ``within`` left 0."""
     T = t.size
     dp = np.zeros((T, kk + 1))
     dp[:, 0] = 1.0
     top_live = T  # nodes >= top_live have P(N >= kk) = 1
+    mass = 0.0  # p(A_j)
     for j in range(1, ps.size):
         rate = ps[j - 1]
+        mass += rate
         for n in range(top_live):
             em = _expm1_neg(rate * t[n])  # c = e^{-rate t} = 1 + em, b = 1 - c = -em (no cancellation)
             c, b = 1.0 + em, -em
@@ -47,7 +51,7 @@ def race_prefix_within(ps, tail, kk, t, h, within):
             dp[n, kk] = top
         while top_live > 0 and dp[top_live - 1, kk] >= 1.0:
             top_live -= 1
-        if j >= kk:
+        if j >= kk and bound[j] < best + 1e-12:  # else A_j cannot be the minimum: within[j] stays 0 (cut >= 1)
             s = tail[j]
             acc = 0.0
             for n in range(T):
@@ -56,3 +60,4 @@ def race_prefix_within(ps, tail, kk, t, h, within):
                     break
                 acc += h * st * (1.0 + _expm1_neg(st)) * (1.0 if n >= top_live else dp[n, kk])
             within[j] = min(1.0, acc)
+            best = min(best, bound[j] + mass ** kk - within[j])
