@@ -66,6 +66,7 @@ bench: $(TEST_STAMP)
 	$(BIN)/python benchmarks/bench_verifiers_torch.py
 	$(BIN)/python benchmarks/bench_loop_overhead.py
 	$(BIN)/python benchmarks/bench_llm_vocab_mc.py --device auto --log figures/llm_distilled_rows.npz
+	$(BIN)/python benchmarks/bench_vocab_goals.py
 	$(BIN)/python benchmarks/bench_sweep.py
 
 # every committed real-pair record on CPU (about three hours on 2 quiet cores): run it on a quiet machine, nothing else
