@@ -110,3 +110,10 @@ def test_cells_that_differ_only_in_their_cost_ratio_are_computed_once_and_equal_
         if shape["verifier"] != "otm":  # the tree's exact law is refused at V = 500 (a note): no speedup column
             assert together[0]["exact_speedup"] > together[2]["exact_speedup"]  # drafting for free (c = 0) is fastest
         assert together[0]["cell"] != together[1]["cell"]
+
+
+def test_an_adaptive_cell_past_the_exact_policy_keeps_the_fixed_lengths():
+    big = {**IID, "vocab": 2000}
+    row = run_cell(_cell(big, "token", L=3, cost_ratio=0.1), 0, ["adaptive"])
+    assert "MAX_ADAPTIVE" in row["adaptive_note"] and "adaptive_latency" not in row
+    assert 0 < row["adaptive_best_fixed_latency"] <= row["adaptive_fixed_latency"] <= 1.3  # at most (3c + 1) / 1
