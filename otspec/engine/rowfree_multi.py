@@ -115,18 +115,21 @@ def _draft_iid(prof, p, k, b, rng):
 
 def _draft_without(prof, p, k, b, rng):
     """k sequential draws from p without replacement (-1 once the support is exhausted), by exact inversion."""
-    support = int(np.count_nonzero(p))
     cum = np.cumsum(p)
     cand = np.full((b, k), -1, dtype=np.int64)
     taken = np.zeros(b)
-    for i in range(min(k, support)):
-        goal = rng.random(b) * np.clip(1.0 - taken, 0.0, None)
-        weights = np.where(cand[:, :i] >= 0, p[np.clip(cand[:, :i], 0, None)], 0.0)
-        x = _skip_search(lambda j, rows: cum[j], weights, goal, cand[:, :i], np.full(b, p.size), p.size)
-        x = np.where(p[x] > 0, x, _last_live(p, cand[:, :i], x))
-        cand[:, i] = x
-        taken = taken + p[x]
+    for i in range(min(k, int(np.count_nonzero(p)))):
+        cand[:, i] = _draw_skipping(p, cum, cand[:, :i], np.clip(1.0 - taken, 0.0, None), rng)
+        taken = taken + p[cand[:, i]]
     return cand
+
+
+def _draw_skipping(p, cum, drafted, mass, rng):
+    """One draw per row from p on the tokens not in ``drafted`` (-1 = none) of mass ``mass``, by exact inversion."""
+    n = drafted.shape[0]
+    weights = np.where(drafted >= 0, p[np.clip(drafted, 0, None)], 0.0)
+    x = _skip_search(lambda j, rows: cum[j], weights, rng.random(n) * mass, drafted, np.full(n, p.size), p.size)
+    return np.where(p[x] > 0, x, _last_live(p, drafted, x))
 
 
 def _last_live(p, drafted, x):
@@ -138,18 +141,24 @@ def _last_live(p, drafted, x):
     return out
 
 
-def _kseq(prof, p, q, k, rho):
-    par = kseq_parameters(p[None, :], q[None, :], np.array([float(k)]), rho)
-    accept = np.minimum(1.0, prof.ratio / float(par.rho[0]))
-    guide_res = _guide(np.asarray(par.residual)[0])
+def _sequential(prof, k, accept_of, residual):
+    """Schemes that test k i.i.d. candidates in order and return the first accepted one (else Y from ``residual``):
+    ``accept_of(cand)`` gives each candidate's acceptance probability, (b, k)."""
+    guide_res = _guide(residual)
 
     def sample(b, rng):
         cand = prof.draw_draft(rng.random((b, k)))
-        first = _first_hit(rng.random((b, k)) < accept[cand])
+        first = _first_hit(rng.random((b, k)) < accept_of(cand))
         y_res = guide_res.ppf(rng.random(b)).astype(np.int64)
         hit = first < k
         return hit.astype(np.int64), np.where(hit, cand[np.arange(b), np.minimum(first, k - 1)], y_res)
     return sample
+
+
+def _kseq(prof, p, q, k, rho):
+    par = kseq_parameters(p[None, :], q[None, :], np.array([float(k)]), rho)
+    accept = np.minimum(1.0, prof.ratio / float(par.rho[0]))
+    return _sequential(prof, k, lambda cand: accept[cand], np.asarray(par.residual)[0])
 
 
 def _multiround(prof, p, q, k):
@@ -161,24 +170,16 @@ def _multiround(prof, p, q, k):
         b_seq.append(b_seq[-1] + c)
     bs, cs = np.array(b_seq[:k]), np.array(c_seq)
     final = np.clip(q - b_seq[k] * p, 0.0, None)
-    guide_res = _guide(final) if final.sum() > 0 else _guide(q)
 
-    def sample(b, rng):
-        cand = prof.draw_draft(rng.random((b, k)))
-        r = prof.ratio[cand]
-        a = np.where(cs > 0, np.clip((r - bs) / np.where(cs > 0, cs, 1.0), 0.0, 1.0), 1.0)
-        first = _first_hit(rng.random((b, k)) < a)
-        y_res = guide_res.ppf(rng.random(b)).astype(np.int64)
-        hit = first < k
-        return hit.astype(np.int64), np.where(hit, cand[np.arange(b), np.minimum(first, k - 1)], y_res)
-    return sample
+    def accept_of(cand):
+        return np.where(cs > 0, np.clip((prof.ratio[cand] - bs) / np.where(cs > 0, cs, 1.0), 0.0, 1.0), 1.0)
+    return _sequential(prof, k, accept_of, final if final.sum() > 0 else q)
 
 
 def _multiround_without(prof, p, q, k):
     srt = _Sorted(prof)
     support = int(np.count_nonzero(p))
     cum = np.cumsum(p)
-    V = p.size
 
     def sample(n, rng):
         bb, S, Z = np.zeros(n), np.ones(n), np.ones(n)
@@ -187,10 +188,7 @@ def _multiround_without(prof, p, q, k):
         done = np.zeros(n, dtype=bool)
         y = np.full(n, -1, dtype=np.int64)
         for i in range(min(k, support)):
-            goal = rng.random(n) * np.clip(Z, 0.0, None)
-            weights = np.where(drafted[:, :i] >= 0, p[np.clip(drafted[:, :i], 0, None)], 0.0)
-            x = _skip_search(lambda j, rows: cum[j], weights, goal, drafted[:, :i], np.full(n, V), V)
-            x = np.where(p[x] > 0, x, _last_live(p, drafted[:, :i], x))
+            x = _draw_skipping(p, cum, drafted[:, :i], np.clip(Z, 0.0, None), rng)
             a = _acceptance_without(prof.ratio[x], bb, Z, S)
             hit = ~done & (rng.random(n) < a)
             y = np.where(hit, x, y)
