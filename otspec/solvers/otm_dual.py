@@ -63,45 +63,50 @@ def _prefix_cuts_wor(p: np.ndarray, q: np.ndarray, k: int, order: np.ndarray) ->
     V = p.size
     n_supp = int(np.count_nonzero(ps))  # zero-mass tokens come last in `order`
     tail = np.concatenate([np.cumsum(ps[::-1])[::-1], [0.0]])
+    head_q = np.concatenate([[0.0], np.cumsum(qs)])  # q(A_j)
     within = np.zeros(V + 1)
     within[n_supp:] = 1.0  # the support is inside A_j: every draft is
     kk = min(k, n_supp)  # draws stop when the support is exhausted
     if kk < n_supp:  # otherwise only A ⊇ supp has P_D(S ⊆ A) > 0
-        s_min = float(tail[n_supp - 1])
-        t, h = race_nodes(kk, s_min)
-        dp = np.zeros((kk + 1, t.size))
-        dp[0] = 1.0
-        chunk = max(1, min(512, (1 << 22) // t.size))
-        rows, idx = [], []
-
-        def flush():
-            if rows:
-                j = np.asarray(idx)
-                within[j] = np.minimum(1.0, np.einsum("jn,jn->j", race_weights(tail[j], t, h), np.asarray(rows)))
-                rows.clear()
-                idx.clear()
-
+        t, h = race_nodes(kk, float(tail[n_supp - 1]))
         if available():  # the same recursion, compiled: one pass over tokens x nodes
             from .race_kernel import race_prefix_within
 
-            head_q = np.concatenate([[0.0], np.cumsum(qs)])
             bound = head_q + 1.0 - np.concatenate([[0.0], np.cumsum(ps)]) ** kk  # a cut is never below its bound
             race_prefix_within(np.ascontiguousarray(ps[:n_supp]), tail, kk, t, h, within, bound,
                                min(1.0, float(head_q[n_supp])))
-            return np.concatenate([[0.0], np.cumsum(qs)]) + (1.0 - within)
-        bar = tqdm(total=n_supp - 1, unit="token", desc=f"OTM-{k} cuts without replacement", leave=False,
-                   disable=None if n_supp > PROGRESS_TOKENS else True)
-        for j in range(1, n_supp):  # prefix A_j = first j sorted tokens, all of positive mass
-            race_add_token(dp, float(ps[j - 1]), t)
-            if j >= kk:
-                rows.append(dp[kk].copy())
-                idx.append(j)
-                if len(rows) >= chunk:
-                    flush()
-                    bar.update(j - bar.n)
-        flush()
-        bar.close()
-    return np.concatenate([[0.0], np.cumsum(qs)]) + (1.0 - within)
+        else:
+            _race_prefixes(ps, tail, n_supp, kk, k, t, h, within)
+    return head_q + (1.0 - within)
+
+
+def _race_prefixes(ps, tail, n_supp: int, kk: int, k: int, t, h, within) -> None:
+    """within[j] for kk <= j < n_supp by the race DP in numpy, one token at a time (a bar on a terminal above
+    :data:`PROGRESS_TOKENS`)."""
+    dp = np.zeros((kk + 1, t.size))
+    dp[0] = 1.0
+    chunk = max(1, min(512, (1 << 22) // t.size))
+    rows, idx = [], []
+
+    def flush():
+        if rows:
+            j = np.asarray(idx)
+            within[j] = np.minimum(1.0, np.einsum("jn,jn->j", race_weights(tail[j], t, h), np.asarray(rows)))
+            rows.clear()
+            idx.clear()
+
+    bar = tqdm(total=n_supp - 1, unit="token", desc=f"OTM-{k} cuts without replacement", leave=False,
+               disable=None if n_supp > PROGRESS_TOKENS else True)
+    for j in range(1, n_supp):  # prefix A_j = first j sorted tokens, all of positive mass
+        race_add_token(dp, float(ps[j - 1]), t)
+        if j >= kk:
+            rows.append(dp[kk].copy())
+            idx.append(j)
+            if len(rows) >= chunk:
+                flush()
+                bar.update(j - bar.n)
+    flush()
+    bar.close()
 
 
 def otm_min_cut(draft, target, k: int, replacement: bool = True) -> tuple[float, np.ndarray]:
