@@ -80,6 +80,25 @@ def _torch_generator(seed, device):
 
 def run_chunks(draw, L: int, V: int, n_blocks: int, batch: int, confidence: float, progress, desc: str) -> MonteCarloResult:
     """Call ``draw(b) -> (τ, first emitted token)`` on chunks of at most ``batch`` trials; tally the result."""
+    def step(b, counts, first):
+        tau, head = draw(b)
+        counts += np.bincount(to_host(tau), minlength=L + 1)
+        first += np.bincount(to_host(head), minlength=V)
+
+    return _tally_chunks(step, L, V, n_blocks, batch, confidence, progress, desc)
+
+
+def run_compiled(fill, L: int, V: int, n_blocks: int, batch: int, confidence: float, progress, desc: str,
+                 rng) -> MonteCarloResult:
+    """Call ``fill(b, seed, tau_counts, first_counts)`` (a compiled kernel adding b trials to the histograms of τ and
+    of the first emitted token) on chunks, each seeded from ``rng``; tally as :func:`run_chunks`."""
+    return _tally_chunks(lambda b, counts, first: fill(b, int(rng.integers(0, 2**32)), counts, first), L, V, n_blocks,
+                         batch, confidence, progress, desc)
+
+
+def _tally_chunks(step, L: int, V: int, n_blocks: int, batch: int, confidence: float, progress,
+                  desc: str) -> MonteCarloResult:
+    """``step(b, tau_counts, first_counts)`` adds b trials to the histograms, on chunks of at most ``batch``."""
     counts = np.zeros(L + 1, dtype=np.int64)
     first = np.zeros(V, dtype=np.int64)
     start = time.perf_counter()
@@ -89,26 +108,7 @@ def run_chunks(draw, L: int, V: int, n_blocks: int, batch: int, confidence: floa
         done = 0
         while done < n_blocks:
             b = min(batch, n_blocks - done)
-            tau, head = draw(b)
-            counts += np.bincount(to_host(tau), minlength=L + 1)
-            first += np.bincount(to_host(head), minlength=V)
-            done += b
-            bar.update(b)
-    return _result(counts, first, n_blocks, time.perf_counter() - start, confidence)
-
-
-def run_compiled(fill, L: int, V: int, n_blocks: int, batch: int, confidence: float, progress, desc: str,
-                 rng) -> MonteCarloResult:
-    """Call ``fill(b, seed, tau_counts, first_counts)`` (a compiled kernel adding b trials to the histograms of τ and
-    of the first emitted token) on chunks, each seeded from ``rng``; tally as :func:`run_chunks`."""
-    counts, first = np.zeros(L + 1, dtype=np.int64), np.zeros(V, dtype=np.int64)
-    start = time.perf_counter()
-    with tqdm(total=n_blocks, unit="block", unit_scale=True, disable=None if progress is None else not progress,
-              desc=desc, leave=False) as bar:
-        done = 0
-        while done < n_blocks:
-            b = min(batch, n_blocks - done)
-            fill(b, int(rng.integers(0, 2**32)), counts, first)
+            step(b, counts, first)
             done += b
             bar.update(b)
     return _result(counts, first, n_blocks, time.perf_counter() - start, confidence)
