@@ -47,7 +47,8 @@ def cell_work(cell: dict, quantity: str, vocab: int | None, iid: bool) -> tuple[
     logged = cell["pair"]["kind"] == "logged"
     blocks, draws = cell["blocks"], cell["sequences"] * cell["tokens"]
     if quantity == "monte_carlo":
-        if tree is None and k is None and (logged or iid) and row_free_sampler(SWEEP_VERIFIERS[name](**cell["params"])):
+        verifier = SWEEP_VERIFIERS[name](**cell["params"])
+        if tree is None and k is None and (logged or iid) and row_free_sampler(verifier):
             return blocks * (L + 1), f"blocks {blocks:,} x (L + 1) = {L + 1} (row-free)"
         if vocab is None or logged:
             return None
@@ -55,7 +56,7 @@ def cell_work(cell: dict, quantity: str, vocab: int | None, iid: bool) -> tuple[
             n = parse_tree(tree).num_tokens
             return blocks * n * vocab, f"blocks {blocks:,} x {n} tree tokens x V = {vocab:,}"
         if k is not None:
-            if iid and type(SWEEP_VERIFIERS[name](**cell["params"])) in ROW_FREE_CANDIDATES:
+            if iid and type(verifier) in ROW_FREE_CANDIDATES:
                 return blocks * k, f"blocks {blocks:,} x k = {k} (row-free)"
             return blocks * k * vocab, f"blocks {blocks:,} x k = {k} x V = {vocab:,}"
         return blocks * (L + 1) * vocab, f"blocks {blocks:,} x (L + 1) = {L + 1} x V = {vocab:,}"
