@@ -335,6 +335,9 @@ def _adaptive_compute(args) -> dict:
         return {**out, "optimal": None, "optimal_status": reason, "optimal_thresholds": None,
                 "optimal_thresholds_status": reason}
     return {**out, "optimal": opt.latency, "optimal_expected_drafted": opt.expected_drafted,
+            "optimal_method": opt.method, "optimal_latency_bounds": list(opt.latency_bounds),
+            "optimal_expected_drafted_bounds": list(opt.expected_drafted_bounds),
+            "optimal_expected_tokens": opt.expected_tokens,
             "optimal_is_threshold_policy": opt.is_threshold_policy,
             "optimal_thresholds": [t["continue_below"] for t in opt.thresholds],
             "optimal_thresholds_note": ("after drafted token j the optimal policy drafts another iff P(some drafted "

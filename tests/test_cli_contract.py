@@ -191,3 +191,19 @@ def test_calc_adaptive_contract(capsys, tmp_path):
     rc, _, err = run("calc", "adaptive", "--draft-source", str(tmp_path / "tv.json"), "--target", "0.5,0.5",
                      "--t-draft", "0.1", "--max-length", "3")
     assert rc == 2 and "stationary" in err
+
+
+def test_calc_adaptive_at_llm_vocabulary_reports_its_bracket(capsys, tmp_path):
+    from otspec.sources import random_iid, save_source
+
+    d, t = random_iid(32000, 1.0, seed=4)
+    save_source(d, tmp_path / "d.json")
+    save_source(t, tmp_path / "t.json")
+    assert main(["calc", "adaptive", "--draft-source", str(tmp_path / "d.json"), "--target-source",
+                 str(tmp_path / "t.json"), "--t-draft", "0.05", "--max-length", "8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    low, high = out["optimal_latency_bounds"]
+    assert out["optimal_method"] == "bracket" and low <= out["optimal"] <= high <= low + 1e-9
+    assert high <= out["best_fixed"] and len(set(out["optimal_thresholds"])) == 1
+    drafted = out["optimal_expected_drafted_bounds"]
+    assert 1 < drafted[0] <= out["optimal_expected_drafted"] <= drafted[1] < 8

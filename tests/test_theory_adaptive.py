@@ -82,7 +82,7 @@ def test_errors():
     rng = np.random.default_rng(0)
     p, q = rng.dirichlet(np.ones(40)), rng.dirichlet(np.ones(40))
     with pytest.raises(SizeLimitError, match="MAX_ADAPTIVE_STATES"):
-        optimal_stopping(p, q, 16, 0.1)
+        optimal_stopping(p, q, 16, 0.1, method="induction")
     assert MAX_ADAPTIVE_STATES == 2**21
 
 

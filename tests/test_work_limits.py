@@ -36,15 +36,18 @@ def _refused_quickly(call, match: str, budget_mb: float = 200.0):
 
 def test_the_adaptive_optimum_refuses_states_times_classes_before_building_tables():
     d, t = random_iid(1500, 1.0, seed=0)  # C(m + 2, 2) states are under MAX_ADAPTIVE_STATES, x m classes is not
-    _refused_quickly(lambda: optimal_stopping(d.probs, t.probs, 2, 0.1), "MAX_ADAPTIVE_ENTRIES")
+    _refused_quickly(lambda: optimal_stopping(d.probs, t.probs, 2, 0.1, method="induction"), "MAX_ADAPTIVE_ENTRIES")
     _refused_quickly(lambda: threshold_policy_latency(d.probs, t.probs, 2, 0.1), "MAX_ADAPTIVE_ENTRIES")
     assert MAX_ADAPTIVE_ENTRIES == 2**23
 
 
 def test_the_adaptive_optimum_still_runs_just_under_its_entry_limit():
     d, t = random_iid(100, 1.0, seed=0)  # 49 classes of q/p < 1 plus one: C(53, 3) x 50 entries ~ 1.2e6
-    opt = optimal_stopping(d.probs, t.probs, 3, 0.1)
+    opt = optimal_stopping(d.probs, t.probs, 3, 0.1, method="induction")
     assert 0 < opt.latency < 1.1
+    bracket = optimal_stopping(d.probs, t.probs, 3, 0.1, method="bracket")  # where both run they agree
+    assert bracket.latency_bounds[0] <= opt.latency <= bracket.latency_bounds[1]
+    assert abs(bracket.latency - opt.latency) <= 1e-9
 
 
 def test_the_markov_adaptive_optimum_refuses_paths_times_tokens():

@@ -27,7 +27,6 @@ propagated by FFT with an explicit rounding allowance inside a window of half-wi
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -36,6 +35,7 @@ import numpy as np
 from ..checks import MAX_DRAFT_LENGTH, check_real, check_size
 from ..distributions import one_row
 from ..errors import SizeLimitError
+from .lattice import lattice_walk
 
 __all__ = [
     "LATTICE_POINTS", "MAX_CLASS_WORK", "MAX_DRAFT_LENGTH", "MAX_LATTICE_POINTS", "MAX_LATTICE_WORK", "WINDOW",
@@ -199,41 +199,6 @@ def _exact_terms(P, Q, L: int):
     return t_opt, t_bv
 
 
-@functools.lru_cache(maxsize=64)
-def _fast_len(n: int) -> int:
-    """Smallest 2^a 3^b 5^c >= n: f 2^a >= n first holds at a = bit_length((n - 1) // f)."""
-    return min(f << ((n - 1) // f).bit_length() for f in (3**i * 5**j for i in range(16) for j in range(11)))
-
-
-def _walk(kernel, k0: int, L: int, lo: int, hi: int, below: str, above: str):
-    """Laws of the lattice walk X_l = fold(X_{l-1} + step), X_0 = 0, on the window [lo, hi].
-
-    ``kernel[i]`` is the (sub-)probability of the step k0 + i. Mass leaving the window below /
-    above is "drop"ped, "clamp"ed onto the edge or "absorb"ed (counted in ``absorbed``). Yields
-    (law, offset, absorbed, err) for l = 1..L, ``err`` bounding the l1 rounding error of the FFTs
-    so far: 10 eps log2(n) sqrt(n) ||law||_2 ||kernel||_1 per step (the 2-norm error bound of an
-    FFT convolution, Higham §24.1, with a generous constant; folding never increases l1 errors).
-    """
-    law, off, absorbed, err, cache, kmass = np.ones(1), 0, 0.0, 0.0, {}, float(kernel.sum())
-    for _ in range(L):
-        m = law.size + kernel.size - 1
-        n = _fast_len(m)  # linear convolution by FFT
-        if n not in cache:
-            cache[n] = np.fft.rfft(kernel, n)
-        full = np.fft.irfft(np.fft.rfft(law, n) * cache[n], n)[:m]
-        err += 10.0 * _EPS * math.log2(max(n, 2)) * math.sqrt(n * float(np.sum(law * law))) * kmass
-        start = off + k0
-        i0, i1 = min(max(lo - start, 0), m), max(min(hi - start + 1, m), 0)
-        under, over = float(full[:i0].sum()), float(full[i1:].sum())
-        law, off = (full[i0:i1].copy(), start + i0) if i0 < i1 else (np.zeros(1), hi if start > hi else lo)
-        for mass, how, edge in ((under, below, 0), (over, above, -1)):
-            if how == "clamp":
-                law[edge] += mass
-            elif how == "absorb":
-                absorbed += mass
-        yield law, off, absorbed, err
-
-
 def _lattice_terms(p, q, L: int, step, kind: str):
     """Certified per-length bounds (lo, hi) and step h of (8) ("optimum") or (17) ("verification")."""
     live = (p > 0) & (q > 0)
@@ -280,18 +245,18 @@ def _lattice_terms(p, q, L: int, step, kind: str):
 
     if kind == "optimum":
         lo = [float(np.sum(w * np.exp(np.minimum(grid(w, o), 0.0)))) - e - slack
-              for w, o, _, e in _walk(spread, kmin, L, -M, M, "drop", "drop")]
+              for w, o, _, e in lattice_walk(spread, kmin, L, -M, M, "drop", "drop")]
         hp = [float(w[max(0, -o):].sum()) + ab + e + slack
-              for w, o, ab, e in _walk(sel_p, smin, L, -M, M, "clamp", "absorb")]
+              for w, o, ab, e in lattice_walk(sel_p, smin, L, -M, M, "clamp", "absorb")]
         hq = [float(w[:max(0, min(-o, w.size))].sum()) + ab + e + slack
-              for w, o, ab, e in _walk(sel_q, smin, L, -M, M, "absorb", "clamp")]
+              for w, o, ab, e in lattice_walk(sel_q, smin, L, -M, M, "absorb", "clamp")]
         return np.array(lo), np.array(hp) + np.array(hq), h
     lo = [float(np.sum(w * np.exp(grid(w, o)))) - e - slack
-          for w, o, _, e in _walk(spread, kmin, L, -M, 0, "drop", "clamp")]
+          for w, o, _, e in lattice_walk(spread, kmin, L, -M, 0, "drop", "clamp")]
     a = np.array([1.0] + [float(w.sum()) + ab + e + slack
-                          for w, _, ab, e in _walk(sel_p, smin, L, 0, M, "drop", "absorb")])
+                          for w, _, ab, e in lattice_walk(sel_p, smin, L, 0, M, "drop", "absorb")])
     b = np.array([1.0] + [float(w.sum()) + ab + e + slack
-                          for w, _, ab, e in _walk(sel_q, smin, L, -M, -1, "absorb", "drop")])
+                          for w, _, ab, e in lattice_walk(sel_q, smin, L, -M, -1, "absorb", "drop")])
     hi = np.array([np.sum(a[: i + 1] * b[i::-1]) for i in range(1, L + 1)]) * (1 + 4 * _EPS * L)
     return np.array(lo), hi, h
 
