@@ -436,3 +436,43 @@ def test_multiround_without_replacement_last_round_matches_the_recursion():
         for k in (2, 3, 4):
             assert abs(multiround_acceptance(p, q, k, replacement=False)
                        - multiround_wor_by_recursion(p, q, k)) <= 1e-12
+
+
+@pytest.mark.parametrize("V, k, alpha", [(300, 4, 1.0), (300, 12, 1.0), (200, 3, 0.2)])
+def test_pruned_cuts_without_replacement_equal_every_prefix_cut(V, k, alpha):
+    """The min over all V + 1 sorted prefixes, each cut by its own race integral, against otm_min_cut, which
+    skips prefixes whose lower bound is above a certified upper bound and stops after the last candidate."""
+    rng = np.random.default_rng(V + k)
+    p, q = rng.dirichlet(np.full(V, alpha)), rng.dirichlet(np.full(V, alpha))
+    order = np.argsort(q / p)
+    cuts = [q[order[:j]].sum() + 1.0 - prob_drafts_within(p, order[:j], k, replacement=False) for j in range(V + 1)]
+    value, A = otm_min_cut(p, q, k, replacement=False)
+    assert abs(value - min(cuts)) <= 1e-13
+    assert abs(q[A].sum() + 1.0 - prob_drafts_within(p, A, k, replacement=False) - value) <= 1e-13  # its argmin
+
+
+@pytest.mark.parametrize("k", [32, 128])
+def test_the_race_step_shrinks_with_k(k):
+    """P(N_A(t) >= k) turns from 0 to 1 over a v-width ~ 1/sqrt(k): a fixed step of 0.1 erred by 5e-8 at k = 256."""
+    from otspec.drafts.laws import race_step
+
+    rng = np.random.default_rng(k)
+    p = rng.dirichlet(np.ones(600))
+    A = np.arange(450)
+    value = prob_drafts_within(p, A, k, replacement=False)
+    s = p[450:].sum()
+
+    def integrand(v):  # (7) in v = log t, by adaptive quadrature
+        t = math.exp(v)
+        probs = -np.expm1(-p[A] * t)
+        dist = np.zeros(k + 1)
+        dist[0] = 1.0
+        for b in probs:
+            dist[k] += dist[k - 1] * b
+            dist[1:k] = dist[1:k] * (1 - b) + dist[:k - 1] * b
+            dist[0] *= 1 - b
+        return s * t * math.exp(-s * t) * dist[k]
+
+    ref = quad(integrand, -10, math.log(60 / s), epsabs=1e-15, epsrel=1e-13, limit=400)[0]
+    assert abs(value - ref) <= 1e-12
+    assert race_step(k) < race_step(8) <= 0.2
