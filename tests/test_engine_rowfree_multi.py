@@ -119,9 +119,10 @@ def test_rows_and_row_free_estimate_the_same_acceptance():
 
 def test_verifiers_without_a_row_free_sampler_are_refused_by_name():
     p, q = PAIRS[0]
-    assert {cls.name for cls in ROW_FREE_CANDIDATES} == set(NAMES)
-    assert candidate_sampler(MULTI_DRAFT_REGISTRY["otm"](), p, q, 2) is None
+    assert {cls.name for cls in ROW_FREE_CANDIDATES} == {*NAMES, "otm"}  # OTM: tests/test_engine_rowfree_otm.py
+    otm_without = MULTI_DRAFT_REGISTRY["otm"](replacement=False)
+    assert candidate_sampler(otm_without, p, q, 2) is None
     with pytest.raises(ValueError, match="row_free.*'otm'"):
-        simulate_candidates(p, q, MULTI_DRAFT_REGISTRY["otm"](), 2, 10, method="row_free")
+        simulate_candidates(p, q, otm_without, 2, 10, method="row_free")
     with pytest.raises(ValueError, match="method"):
         simulate_candidates(p, q, MULTI_DRAFT_REGISTRY["kseq"](), 2, 10, method="fast")

@@ -35,6 +35,8 @@ LOG = {"kind": "logged", "file": "rows.npz", "tail": "overlap"}
     (_cell(MARKOV, "kseq", k=3), "monte_carlo", 500, False, 1000 * 3 * 500),
     (_cell(IID, "greedy", k=3), "monte_carlo", 500, True, 1000 * 3 * 500),  # structured draws: rows
     (_cell(IID, "otm", tree="2x2"), "monte_carlo", 500, True, 1000 * 6 * 500),  # 2 + 4 draft tokens
+    (_cell(IID, "otm", k=3), "monte_carlo", 500, True, 1000 * 3),  # i.i.d. drafts: the score sampler
+    (_cell(IID, "otm", k=3, params={"replacement": False}), "monte_carlo", 500, True, 1000 * 3 * 500),  # the plan
     (_cell(IID, "token", L=4), "decode", 500, True, 4 * 50 * 5 * 500),
     (_cell(IID, "traversal", tree="3x1"), "decode", 500, True, 4 * 50 * 6 * 500),
     (_cell(LOG, "block", L=2), "monte_carlo", None, False, 1000 * 3),  # logged rows: row-free
@@ -110,6 +112,14 @@ def test_cells_that_differ_only_in_their_cost_ratio_are_computed_once_and_equal_
         if shape["verifier"] != "otm":  # the tree's exact law is refused at V = 500 (a note): no speedup column
             assert together[0]["exact_speedup"] > together[2]["exact_speedup"]  # drafting for free (c = 0) is fastest
         assert together[0]["cell"] != together[1]["cell"]
+
+
+def test_an_otm_cell_at_llm_vocabulary_runs_row_free_within_seconds():
+    big = {**IID, "vocab": 32000}
+    t0 = time.perf_counter()
+    row = run_cell(_cell(big, "otm", k=4, blocks=1_000_000), 0, ["monte_carlo", "exact"])
+    assert time.perf_counter() - t0 < 30.0 and "monte_carlo_note" not in row
+    assert abs(row["mc_accepted"] - row["exact_acceptance"]) < 4 * row["mc_stderr"]  # α_4, the min cut
 
 
 def test_an_adaptive_cell_at_llm_vocabulary_gives_the_bracketed_optimum():

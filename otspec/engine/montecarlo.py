@@ -228,8 +228,9 @@ def simulate_candidates(draft_row, target_row, verifier, k: int, n_steps: int, *
     lossless verifier draws from the target row.
 
     ``method``: ``rows`` hands the verifier (B, V) rows; ``row_free`` (naive, k-Seq, multi-round with and
-    without replacement) samples the same law from tables built once (:mod:`otspec.engine.rowfree_multi`),
-    at a cost per step that does not grow with V; ``auto`` picks ``row_free`` where it applies."""
+    without replacement, OTM with i.i.d. drafts) samples the same law from tables built once
+    (:mod:`otspec.engine.rowfree_multi`; OTM: an optimal coupling, the same acceptance and Y ~ q), at a cost
+    per step that does not grow with V; ``auto`` picks ``row_free`` where it applies."""
     if not isinstance(verifier, MultiDraftVerifier):
         raise ValueError(f"simulate_candidates: expected a multi-draft verifier, got {verifier.name!r}")
     k = check_size(k, "k", limit=MAX_CANDIDATES, limit_name="MAX_CANDIDATES")
@@ -242,7 +243,7 @@ def simulate_candidates(draft_row, target_row, verifier, k: int, n_steps: int, *
     fast = None if method == "rows" else candidate_sampler(verifier, p, q, k)
     if method == "row_free" and fast is None:
         raise ValueError(f"method='row_free': no row-free sampler for {verifier.name!r} (naive, kseq, multiround, "
-                         "multiround_without_replacement have one)")
+                         "multiround_without_replacement and otm with i.i.d. drafts have one)")
     desc = f"monte carlo ({verifier.name}, k={k})"
     if fast is not None:
         return run_chunks(lambda b: fast(b, rng), 1, V, n_steps, chunk_size(8 * k, batch_size), confidence, progress,

@@ -18,9 +18,14 @@ each scheme reads from them is a few numbers per candidate, tabulated once (O(V 
   most k drafted tokens. Round i accepts with min{1, (r(x) − b_{i−1})_+ Z_i / S_{i−1}}; Y after k
   rejections is drawn from the numerators, skipping drafted tokens by an exact search.
 
+* **OTM-k with i.i.d. drafts**: the optimum α_k by selecting one candidate with a score rule whose law is
+  tabulated, then single-draft speculative sampling of it (:mod:`otspec.engine.rowfree_otm`). It is an
+  optimal coupling, not necessarily the plan :class:`~otspec.verifiers.OTMVerify` solves (optimal plans are
+  not unique): the same acceptance and Y ~ q, the joint law of (accepted, Y) may differ. Without replacement
+  OTM keeps its plan over the V^k candidate tuples.
+
 Draws without replacement invert the CDF of p restricted to the tokens not drafted yet (no
-rejection loop, so no hang when the drafted tokens hold almost all the mass). The OTM verifier has
-no row-free sampler: its plan is a transport over the V^k candidate tuples.
+rejection loop, so no hang when the drafted tokens hold almost all the mass).
 """
 
 from __future__ import annotations
@@ -33,9 +38,10 @@ from ..theory.multidraft import kseq_parameters
 from ..verifiers.kseq import KSeq
 from ..verifiers.multiround import MultiRound, MultiRoundWithoutReplacement
 from ..verifiers.naive import NaiveMultiCandidate
+from ..verifiers.otm import OTMVerify
 from .rowfree import RowProfile
 
-__all__ = ["ROW_FREE_CANDIDATES", "candidate_sampler"]
+__all__ = ["ROW_FREE_CANDIDATES", "candidate_sampler", "has_row_free_candidates"]
 
 
 def _guide(row: np.ndarray) -> DiscreteGuideTable:
@@ -257,17 +263,31 @@ def _without_replacement(prof, p, q, k):
     return multiround_without_sampler(prof, p, q, k)
 
 
-#: The verifiers with a row-free sampler, and how each is built from (profile, p, q, k, verifier).
+def _otm(prof, p, q, k):
+    from .rowfree_otm import otm_step_sampler  # loads numba: only where it runs
+
+    return otm_step_sampler(prof, p, q, k)
+
+
+#: The verifiers with a row-free sampler, and how each is built from (profile, p, q, k, verifier); OTM only with
+#: i.i.d. drafts (:func:`has_row_free_candidates`).
 ROW_FREE_CANDIDATES = {
     NaiveMultiCandidate: lambda prof, p, q, k, v: _naive(prof, p, q, k, v.replacement),
     KSeq: lambda prof, p, q, k, v: _kseq(prof, p, q, k, v.rho),
     MultiRound: lambda prof, p, q, k, v: _multiround(prof, p, q, k),
     MultiRoundWithoutReplacement: lambda prof, p, q, k, v: _without_replacement(prof, p, q, k),
+    OTMVerify: lambda prof, p, q, k, v: _otm(prof, p, q, k),
 }
+
+
+def has_row_free_candidates(verifier) -> bool:
+    """Whether :func:`candidate_sampler` has a row-free sampler for ``verifier``."""
+    return type(verifier) in ROW_FREE_CANDIDATES and (not isinstance(verifier, OTMVerify) or verifier.replacement)
 
 
 def candidate_sampler(verifier, p: np.ndarray, q: np.ndarray, k: int):
     """``sample(b, rng) -> (accepted (b,), Y (b,))`` drawing b steps of ``verifier`` with k candidates from the
     validated rows p, q (drawn as the verifier requires), or None where no row-free sampler exists."""
-    build = ROW_FREE_CANDIDATES.get(type(verifier))
-    return None if build is None else build(RowProfile(p, q), p, q, k, verifier)
+    if not has_row_free_candidates(verifier):
+        return None
+    return ROW_FREE_CANDIDATES[type(verifier)](RowProfile(p, q), p, q, k, verifier)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ..drafts import parse_tree
 from ..engine.rowfree import row_free_sampler
-from ..engine.rowfree_multi import ROW_FREE_CANDIDATES
+from ..engine.rowfree_multi import has_row_free_candidates
 from .spec import SWEEP_VERIFIERS, describe_pair
 
 __all__ = ["MAX_CELL_WORK", "cell_work", "over_limit", "pair_vocab", "spec_work"]
@@ -56,7 +56,7 @@ def cell_work(cell: dict, quantity: str, vocab: int | None, iid: bool) -> tuple[
             n = parse_tree(tree).num_tokens
             return blocks * n * vocab, f"blocks {blocks:,} x {n} tree tokens x V = {vocab:,}"
         if k is not None:
-            if iid and type(verifier) in ROW_FREE_CANDIDATES:
+            if iid and has_row_free_candidates(verifier):
                 return blocks * k, f"blocks {blocks:,} x k = {k} (row-free)"
             return blocks * k * vocab, f"blocks {blocks:,} x k = {k} x V = {vocab:,}"
         return blocks * (L + 1) * vocab, f"blocks {blocks:,} x (L + 1) = {L + 1} x V = {vocab:,}"
