@@ -69,9 +69,9 @@ def _stretch_mass(starts, ends, cl, cg, m, s, k):
 
 
 @njit
-def _curtain(p, t, lo, hi, k, piece_start, piece_len, first, npieces):
+def _curtain(p, t, lo, hi, k, piece_start, piece_len, piece_mass, first, npieces):
     """Tokens in the given order (increasing t/p) take their stretches of [lo, hi]; pieces of token i are
-    piece_start/piece_len[first[i]:first[i+1]]. Returns the number of pieces written."""
+    piece_start/piece_len/piece_mass (G of the piece)[first[i]:first[i+1]]. Returns the number of pieces written."""
     n = p.size
     starts = np.empty(n + 2)
     ends = np.empty(n + 2)
@@ -111,6 +111,7 @@ def _curtain(p, t, lo, hi, k, piece_start, piece_len, first, npieces):
             if y > x:
                 piece_start[w] = x
                 piece_len[w] = y - x
+                piece_mass[w] = _mass(x, y, k)
                 w += 1
         # the remaining region loses the stretch: keep [starts[j0], v0] and [v1, ends[j1]]
         keep_s = np.empty(m + 1)
@@ -154,32 +155,23 @@ class OTMScores:
         target = np.zeros(V)
         target[inside] = _capped(q[inside], p[inside], a ** k, "max")
         target[out] = _capped(q[out], p[out], 1.0 - a ** k, "min")
-        start = np.zeros(2 * V + 4)
-        length = np.zeros(2 * V + 4)
-        first = np.zeros(V + 1, dtype=np.int64)
-        w = 0
-        token_first = np.zeros(V, dtype=np.int64)
-        token_last = np.zeros(V, dtype=np.int64)
+        start, length, mass = (np.zeros(2 * V + 4) for _ in range(3))
+        owner, w = [], 0
         for tier, lo, hi in ((inside, 0.0, a), (out, a, 1.0)):
             idx = np.flatnonzero(tier)
             if idx.size == 0:
                 continue
             order = idx[np.argsort(target[idx] / p[idx], kind="stable")]
             f = np.zeros(order.size + 1, dtype=np.int64)
-            w = _curtain(p[order], target[order], lo, hi, float(k), start, length, f, w)
-            token_first[order], token_last[order] = f[:-1], f[1:]
+            w = _curtain(p[order], target[order], lo, hi, float(k), start, length, mass, f, w)
+            owner.append(np.repeat(order, np.diff(f)))
         # pieces regrouped in token order (CSR), and r from the pieces themselves
-        counts = token_last - token_first
-        first[1:] = np.cumsum(counts)
-        gather = np.concatenate([np.arange(token_first[z], token_last[z]) for z in range(V)]) if w else \
-            np.zeros(0, dtype=np.int64)
+        owner = np.concatenate([np.zeros(0, dtype=np.int64), *owner])
+        gather = np.argsort(owner, kind="stable")
         self.start, self.length = start[gather], length[gather]
-        self.first = first
+        self.first = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=V))])
         self.cum = np.concatenate([[0.0], np.cumsum(self.length)])
-        ends = self.start + self.length
-        piece_mass = np.where(self.start > 0, self.start ** k * np.expm1(k * np.log1p(
-            self.length / np.where(self.start > 0, self.start, 1.0))), ends ** k)
-        self.r = np.bincount(np.repeat(np.arange(V), counts), piece_mass, V)
+        self.r = np.bincount(owner, mass[:w], V)
         self.alpha, self.inside, self.k = float(alpha), inside, k
 
 
@@ -190,21 +182,22 @@ def _capped(q, p, total, kind):
     ratio = q / p
     order = np.argsort(ratio, kind="stable")
     rs, qs, ps = ratio[order], q[order], p[order]
-    if kind == "min":  # Σ_{r < θ} q + θ Σ_{r >= θ} p: on [rs[j-1], rs[j]] the tokens j.. are capped
-        below, capped_p = np.concatenate([[0.0], np.cumsum(qs)]), np.concatenate([np.cumsum(ps[::-1])[::-1], [0.0]])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            theta = (total - below) / capped_p
-        lo, hi = np.concatenate([[0.0], rs]), np.concatenate([rs, [np.inf]])
-        ok = np.flatnonzero((theta >= lo) & (theta <= hi) & (capped_p > 0))
-        th = theta[ok[0]] if ok.size else np.inf
-        return np.minimum(q, th * p)
-    raised_p, above = np.concatenate([[0.0], np.cumsum(ps)]), np.concatenate([np.cumsum(qs[::-1])[::-1], [0.0]])
+
+    def below(x):  # Σ over the j tokens of lowest q/p, j = 0..n
+        return np.concatenate([[0.0], np.cumsum(x)])
+
+    def above(x):  # Σ over the others
+        return np.concatenate([np.cumsum(x[::-1])[::-1], [0.0]])
+
+    # on [rs[j-1], rs[j]] the sum is fixed + θ slope: "min" caps the tokens above at θp, "max" raises those below
+    fixed, slope = (below(qs), above(ps)) if kind == "min" else (above(qs), below(ps))
     with np.errstate(divide="ignore", invalid="ignore"):
-        theta = (total - above) / raised_p
+        theta = (total - fixed) / slope
     lo, hi = np.concatenate([[0.0], rs]), np.concatenate([rs, [np.inf]])
-    ok = np.flatnonzero((theta >= lo) & (theta <= hi) & (raised_p > 0))
-    th = theta[ok[0]] if ok.size else 0.0
-    return np.maximum(q, th * p)
+    ok = np.flatnonzero((theta >= lo) & (theta <= hi) & (slope > 0))
+    if kind == "min":
+        return np.minimum(q, (theta[ok[0]] if ok.size else np.inf) * p)
+    return np.maximum(q, (theta[ok[0]] if ok.size else 0.0) * p)
 
 
 def otm_scores(p: np.ndarray, q: np.ndarray, k: int) -> OTMScores:

@@ -14,11 +14,17 @@ __all__ = ["SATURATED", "race_prefix_within"]
 
 
 @njit
+def _expm1_taylor(x):
+    """expm1(−x) for 0 <= x < 10^-3: its Taylor series to x^5 (relative error < 2·10^-21, no libm call)."""
+    return -x * (1.0 - x * 0.5 * (1.0 - x / 3.0 * (1.0 - x * 0.25 * (1.0 - x * 0.2))))
+
+
+@njit
 def _expm1_neg(x):
-    """expm1(−x) for x >= 0: below 10^-3 its Taylor series to x^5 (relative error < 2·10^-21, no libm call), above 0.5
-    e^{-x} − 1 (no cancellation there), between them libm's expm1."""
+    """expm1(−x) for x >= 0: below 10^-3 :func:`_expm1_taylor`, above 0.5 e^{-x} − 1 (no cancellation there), between
+    them libm's expm1."""
     if x < 1e-3:
-        return -x * (1.0 - x * 0.5 * (1.0 - x / 3.0 * (1.0 - x * 0.25 * (1.0 - x * 0.2))))
+        return _expm1_taylor(x)
     if x > 0.5:  # e^{-x} < 0.61: 1 − e^{-x} loses no digits, and exp is cheaper than expm1
         return np.exp(-x) - 1.0
     return np.expm1(-x)
@@ -70,7 +76,7 @@ def race_prefix_within(ps, tail, kk, t, h, within, bound, best):
             n1 += 1
         for n in range(n1):
             x = rate * t[n]
-            em = -x * (1.0 - x * 0.5 * (1.0 - x / 3.0 * (1.0 - x * 0.25 * (1.0 - x * 0.2))))
+            em = _expm1_taylor(x)
             c[n] = 1.0 + em
             b[n] = -em
         for n in range(n1, top_live):

@@ -171,12 +171,12 @@ def bracket_latency(p, a, K: int, t_draft: float, t_target: float, tol: float = 
     p, a = np.asarray(p, dtype=np.float64), np.asarray(a, dtype=np.float64)
     beta = float(np.dot(p, a))
     lam1 = (t_draft + t_target) / (1.0 + beta)
-    live = float(p[a > 0].sum())
     if beta <= 0.0 or K == 1:  # no draft is ever accepted, or one is all there is: draft one token
         most = float(K) if t_draft == 0.0 and beta <= 0.0 else 1.0
         return _exact(lam1, (math.inf, math.inf), (1.0, most), (1.0 + beta, 1.0 + beta))
     if t_draft == 0.0:  # drafting is free: draft all K unless every draft is already lost (Π = 0)
         tokens = 1.0 + sum(beta**ell for ell in range(1, K + 1))
+        live = float(p[a > 0].sum())
         return _exact(t_target / tokens, (0.0, 0.0), (1.0 + sum(live**j for j in range(1, K)), float(K)),
                       (tokens, tokens))
     c_min = t_draft / (lam1 * beta)
