@@ -22,11 +22,13 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from otspec.engine.metrics import SYNTHETIC_FORMAT, engine_metrics, synthetic_rates
-from otspec.engine.predict import paired_ratio_interval
+from otspec.engine.predict import paired_ratio_interval, predict_wall_clock
 from otspec.verifiers import REGISTRY
 
+from .calibrate import config_key
 from .loop import interleave, plain_batches, plain_generate
-from .measure import predicted_block_efficiency, predicted_speedup
+from .measure import predicted_block_efficiency
+from .peer import round_bootstrap_ci
 
 __all__ = ["ENGINE_KEYS", "INTERLEAVED_METHOD", "MAX_BASELINE_DRIFT", "MIN_OTHER_LOAD", "TWO_POINT_METHOD",
            "STRAGGLING_METHOD", "LoadMeter", "export_synthetic_rates", "interleaved_interval", "load_average", "TimedRuns", "round_entries", "round_speedups", "run_record", "timed_runs", "timing_check",
@@ -230,7 +232,8 @@ def load_average():
 
 
 def _call_costs(result) -> tuple[int, float, float]:
-    """(target calls (≥ 1), mean ms per draft call (0 if none), loop overhead in ms per target call).
+    """(target calls (≥ 1), mean ms per draft call (0 if none), the loop's own ms per target call): measurements of
+    the run, reported beside it (the prediction never reads them).
 
     The overhead is the loop's wall-clock minus the time inside the models, spread over the iterations."""
     timer = result.timer
@@ -238,6 +241,56 @@ def _call_costs(result) -> tuple[int, float, float]:
     model_ms = 1e3 * (timer.total("draft") + timer.total("target"))
     return (calls, timer.mean_ms("draft") if timer.count("draft") else 0.0,
             max(1e3 * result.seconds - model_ms, 0.0) / calls)
+
+
+#: Draws of the speedup's prediction interval (prompts and the profile resampled together).
+WALL_CLOCK_DRAWS = 2000
+
+
+def wall_clock_prediction(profile, key: str, prediction, *, batch_size: int, units: int, n_tokens: int,
+                          seed: int = 0) -> dict:
+    """The ``speedup_prediction`` of a run: :func:`otspec.engine.predict.predict_wall_clock` on the prediction's
+    replays with the iteration costs of the profile's dry run ``key`` (:class:`~llm_bridge.calibrate.CostProfile`),
+    or ``{"source": None, "note": why}`` where there is nothing to predict from."""
+    if profile is None:
+        return {"source": None, "note": "no cost profile: the record was made without a calibration"}
+    if prediction is None or getattr(prediction, "traces", None) is None:
+        return {"source": None, "note": "no replay of the run's draws (no plain-decoding log for this drafter)"}
+    if key not in profile.dry:
+        return {"source": None, "note": f"the cost profile has no dry run of {key}"}
+    plain_f, cost_f = profile.factors(key, WALL_CLOCK_DRAWS, seed)
+    out = predict_wall_clock(prediction.traces, batch=batch_size, units=units, n_tokens=n_tokens,
+                             plain_step=profile.plain_step_ms(), iteration_cost=profile.iteration_cost(key),
+                             plain_factors=plain_f, cost_factors=cost_f, draws=WALL_CLOCK_DRAWS, seed=seed)
+    return {"source": "cost_profile", "profile_config": key, "costs_ms": profile.config(key), **out}
+
+
+def speedup_fields(result, baseline: dict, be: dict) -> dict:
+    """The measured speedup and its spread: ``speedup``; ``speedup_ci``, a paired bootstrap over the interleaved
+    timing rounds (:func:`llm_bridge.peer.round_bootstrap_ci`); ``speedup_range`` (and, under its old name,
+    ``speedup_interval``), the smallest and largest round with their median. Without rounds that pair up (a
+    baseline not decoded in turn with the run) the block efficiency's interval, scaled, stands in for the range and
+    there is no ``speedup_ci``."""
+    speedup, spread = _speedup(result, baseline, be)
+    ci = None
+    plain = baseline.get("rounds") or []
+    if plain and len(plain) == len(result.rounds):
+        ci = round_bootstrap_ci(result.rounds, plain)
+        ci = {k: ci[k] for k in ("low", "high", "median", "rounds", "method")}
+    return {"speedup": speedup, "speedup_ci": ci, "speedup_range": spread, "speedup_interval": spread}
+
+
+def time_decomposition(decode, t_draft: float, t_target: float, batch_size: int) -> dict:
+    """SpecDec++'s time decomposition (Lemma 3.1) of a run, in milliseconds. It counts one sequence's calls, so it
+    is the run's at batch 1; at a larger batch a call serves several sequences and only the measured call times are
+    given (the per-sequence counts would add up to several times the run's wall clock)."""
+    if batch_size == 1:
+        parts = decode.cost(t_draft, t_target).as_dict()
+        parts.pop("speedup", None)  # t_target / latency ignores the widths of the calls and the loop: not a speedup
+        return parts
+    return {"t_draft": t_draft, "t_target": t_target, "total_time": None,
+            "status": f"not given at batch {batch_size}: SpecDec++'s decomposition counts one sequence's draft and "
+                      "target calls, and here each call serves the whole batch"}
 
 
 def _prompt_interval(decode, seed: int) -> dict:
@@ -249,9 +302,10 @@ def _prompt_interval(decode, seed: int) -> dict:
 
 
 #: How ``speedup_interval`` is made when plain sampling and the run went batch by batch in turn.
-INTERLEAVED_METHOD = ("interleaved rounds: plain sampling and every run decode the same batch of prompts in turn, "
-                      "batch after batch (ABAB...); per round, the run's tokens/s over plain sampling's; low/high: the "
-                      "smallest and largest round, median: their median")
+INTERLEAVED_METHOD = ("range over interleaved rounds (not a confidence interval; see speedup_ci): plain sampling and "
+                      "every run decode the same batch of prompts in turn, batch after batch (ABAB...); per round, the "
+                      "run's tokens/s over plain sampling's; low/high: the smallest and largest round, median: their "
+                      "median")
 
 
 def round_entries(rounds) -> list:
@@ -297,26 +351,46 @@ STRAGGLING_METHOD = ("a batch decodes until its slowest sequence has its tokens,
                      "their iterations in target calls (plain sampling: exactly N for each); factor = calls per batch "
                      "/ mean iterations per sequence. measured: target calls / (iterations / prompts x rounds); "
                      "predicted: the prediction's replays, batches of distinct prompts drawn with one replay each "
-                     "(otspec.engine.predict.batch_straggling); predicted_speedup divides tokens per iteration by it")
+                     "(otspec.engine.predict.batch_straggling); predicted_speedup charges every batch iteration (its "
+                     "wall-clock prediction draws whole batches)")
 
 
-def _straggling(result, prediction, batch_size: int, prompts: int) -> dict:
-    """Measured and predicted calls per batch over iterations per sequence (:data:`STRAGGLING_METHOD`)."""
+def _straggling(result, prediction, batch_size: int, prompts: int, wall: dict | None = None) -> dict:
+    """Measured and predicted calls per batch over iterations per sequence (:data:`STRAGGLING_METHOD`); with the
+    wall-clock prediction ``wall``, also its batch and sequence iterations (``predicted_wall_clock``)."""
     d, rounds = result.decode, max(len(result.rounds), 1)
     per_sequence = d.iterations / max(prompts, 1)
     measured = result.timer.count("target") / rounds / per_sequence if per_sequence > 0 else None
     predicted = None
     if prediction is not None and getattr(prediction, "replay_iterations", None) is not None:
         predicted = prediction.batch_calls(batch_size)
-    return {"measured": measured, "predicted": None if predicted is None else predicted["factor"],
-            "predicted_batch": predicted, "batch_size": int(batch_size), "method": STRAGGLING_METHOD}
+    out = {"measured": measured, "predicted": None if predicted is None else predicted["factor"],
+           "predicted_batch": predicted, "batch_size": int(batch_size), "method": STRAGGLING_METHOD}
+    if wall and wall.get("source"):
+        out["predicted_wall_clock"] = {"batch_iterations": wall["batch_iterations"],
+                                       "mean_iterations": wall["mean_iterations"],
+                                       "factor": wall["batch_iterations"] / wall["mean_iterations"]}
+    return out
 
 
-def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, rng, prediction=None,
-               batch_size: int = 1) -> dict:
+def predicted_speedup_fields(wall: dict) -> dict:
+    """A run's ``predicted_speedup`` (``None`` without a profile-based prediction), its
+    ``predicted_speedup_interval``, ``predicted_speedup_ignoring_straggling`` and the whole ``speedup_prediction``
+    (``source`` = ``"cost_profile"`` when it was predicted from a cost profile measured apart from the run)."""
+    if not wall.get("source"):
+        return {"predicted_speedup": None, "predicted_speedup_interval": None,
+                "predicted_speedup_ignoring_straggling": None, "speedup_prediction": wall}
+    return {"predicted_speedup": wall["speedup"], "predicted_speedup_interval": {"low": wall["low"], "high": wall["high"]},
+            "predicted_speedup_ignoring_straggling": wall["ignoring_straggling"], "speedup_prediction": wall}
+
+
+def run_record(result, verifier_name: str, L: int, baseline: dict, profile, rng, prediction=None,
+               batch_size: int = 1, n_tokens: int | None = None) -> dict:
     """One entry of ``runs``: measured quantities, then the theory's predictions: ``prediction`` (a
-    :class:`~otspec.engine.predict.LogPrediction` from an independent plain-decoding log) and the two-point bound.
-    ``batch_size``: the prompts decoded together (the predicted speedup allows for the batch's slowest sequence)."""
+    :class:`~otspec.engine.predict.LogPrediction` from an independent plain-decoding log) and the two-point bound,
+    and the speedup from ``profile`` (a :class:`~llm_bridge.calibrate.CostProfile` measured apart from the run, or
+    ``None``) and the prediction's replays (:func:`wall_clock_prediction`). ``batch_size``: the prompts decoded
+    together; ``n_tokens``: tokens per prompt (default: the run's)."""
     d, timer = result.decode, result.timer
     pa = [float(v.mean()) for v in result.p_a]
     qa = [float(v.mean()) for v in result.q_a]
@@ -325,12 +399,8 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, r
     formulas = _mixed_prediction(pa, qa, weights)
     key = REGISTRY[verifier_name].closed_form  # the verifier names the closed form it attains
     boot = _bootstrap_prediction(result, weights, key, rng)
-    calls, t_draft, overhead_ms = _call_costs(result)
-    draft_calls = timer.count("draft") / calls
+    _, t_draft, overhead_ms = _call_costs(result)
     measured = {k: v["mean"] for k, v in timer.by_n_ms("target").items()}
-    # the run's own target calls (its batch), the batch-1 profile only for a width the run never called
-    t_target_pred = sum(w * measured.get(str(g + 1), prof["t_target_ms"].get(str(g + 1), timer.mean_ms("target")))
-                        for g, w in enumerate(weights) if w > 0)
     bound_low, bound_high = (float(x) for x in np.quantile(boot, [0.025, 0.975]))
     if prediction is None:  # no plain-decoding log: the two-point bound stands in
         value, low, high, method, predicted = formulas[key], bound_low, bound_high, TWO_POINT_METHOD, None
@@ -339,14 +409,12 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, r
         predicted = prediction.as_dict()
     be = d.block_efficiency
     by_prompt = _prompt_interval(d, int(rng.integers(2**31)))
-    straggling = _straggling(result, prediction, batch_size, by_prompt["prompts"])
-    factor = straggling["predicted"] or 1.0
-    # plain sampling's time per decode step (one target call for the whole batch) against the run's batched calls,
-    # of which a batch makes as many as its slowest sequence needs iterations
-    predict = [predicted_speedup(x / factor, baseline["ms_per_step"], draft_calls, t_draft, t_target_pred,
-                                 overhead_ms) for x in (value, low, high)]
-    speedup, speedup_interval = _speedup(result, baseline, by_prompt)
-    cost = d.cost(t_draft, timer.mean_ms("target"))
+    units = by_prompt["prompts"]
+    n_tokens = int(d.generated // max(units, 1)) if n_tokens is None else int(n_tokens)
+    wall = wall_clock_prediction(profile, config_key(verifier_name, L), prediction, batch_size=batch_size,
+                                 units=units, n_tokens=n_tokens, seed=int(rng.integers(2**31)))
+    straggling = _straggling(result, prediction, batch_size, units, wall)
+    measured_speedup = speedup_fields(result, baseline, by_prompt)
     engine = engine_fields(d.accept_hist)
     return {
         "verifier": verifier_name, "L": L,
@@ -376,13 +444,10 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, prof: dict, r
         "t_verify_ms": timer.mean_ms("verify"), "overhead_ms_per_iteration": overhead_ms,
         "verify_fraction_of_target_call": timer.total("verify") / max(timer.total("target"), 1e-12),
         "draft_seconds": timer.total("draft"), "target_seconds": timer.total("target"), "seconds": result.seconds,
-        "time_decomposition_ms": cost.as_dict(),
+        "time_decomposition_ms": time_decomposition(d, t_draft, timer.mean_ms("target"), batch_size),
         "tokens_per_s": result.tokens_per_s, "baseline_tokens_per_s": baseline["tokens_per_s"],
-        "speedup": speedup,
-        "speedup_interval": speedup_interval, "timing_rounds": round_entries(result.rounds),
-        "predicted_speedup": predict[0],
-        "predicted_speedup_interval": {"low": predict[1], "high": predict[2]},
-        "predicted_speedup_ignoring_straggling": predict[0] * factor if factor != 1.0 else predict[0],
+        **measured_speedup, "timing_rounds": round_entries(result.rounds),
+        **predicted_speedup_fields(wall),
         "batch_straggling": straggling,
     }
 
@@ -395,9 +460,11 @@ def _chain_of_means(means, weights) -> float:
     return out
 
 
-def tree_record(result, verifier_name: str, baseline: dict, prediction=None, batch_size: int = 1) -> dict:
+def tree_record(result, verifier_name: str, baseline: dict, prediction=None, batch_size: int = 1, profile=None,
+                n_tokens: int | None = None, tree_key: str | None = None) -> dict:
     """One entry of ``tree_runs``: measured, E[τ+1 | trie], the prediction from an independent log (``prediction``)
-    and the per-depth product values from this run's own rows; ``batch_size`` as in :func:`run_record`."""
+    and the per-depth product values from this run's own rows; ``batch_size``, ``profile`` and ``n_tokens`` as in
+    :func:`run_record`; ``tree_key``: the tree as the profile's dry run names it (default: the run's)."""
     d, timer = result.closed_forms().decode, result.timer  # a run decoded with defer_closed_forms: computed here
     depths = d.accept_hist.sum(axis=1)
     weights = depths / depths.sum()
@@ -407,11 +474,10 @@ def tree_record(result, verifier_name: str, baseline: dict, prediction=None, bat
                  for key, v in per_depth.items() if key != "tv"}  # a whole-tree verifier has no per-node closed form
     predicted = {k: (v if np.isfinite(v) else None) for k, v in predicted.items()}  # no closed form: None
     per_depth = {k: [x if np.isfinite(x) else None for x in v] for k, v in per_depth.items()}
-    calls, t_draft, overhead_ms = _call_costs(result)
-    t_target_pred = timer.mean_ms("target") if timer.count("target") else 0.0  # the run's own (batched) calls
+    _, t_draft, overhead_ms = _call_costs(result)
     be = d.block_efficiency
     by_prompt = _prompt_interval(d, 0)
-    speedup, speedup_interval = _speedup(result, baseline, by_prompt)
+    measured_speedup = speedup_fields(result, baseline, by_prompt)
     out = {
         "verifier": verifier_name, "tree": str(result.tree) if result.tree.deterministic
         else "x".join(map(str, result.tree.branching)), "rule": result.rule,
@@ -441,14 +507,15 @@ def tree_record(result, verifier_name: str, baseline: dict, prediction=None, bat
         "overhead_ms_per_iteration": overhead_ms,
         "verify_fraction_of_target_call": timer.total("verify") / max(timer.total("target"), 1e-12),
         "seconds": result.seconds, "tokens_per_s": result.tokens_per_s,
-        "baseline_tokens_per_s": baseline["tokens_per_s"], "speedup": speedup,
-        "speedup_interval": speedup_interval, "timing_rounds": round_entries(result.rounds),
+        "baseline_tokens_per_s": baseline["tokens_per_s"], **measured_speedup,
+        "timing_rounds": round_entries(result.rounds),
     }
-    value = out["predicted_block_efficiency"]
-    out["batch_straggling"] = _straggling(result, prediction, batch_size, by_prompt["prompts"])
-    factor = out["batch_straggling"]["predicted"] or 1.0
-    out["predicted_speedup"] = None if value is None else predicted_speedup(
-        value / factor, baseline["ms_per_step"], timer.count("draft") / calls, t_draft, t_target_pred, overhead_ms)
+    units = by_prompt["prompts"]
+    n_tokens = int(d.generated // max(units, 1)) if n_tokens is None else int(n_tokens)
+    wall = wall_clock_prediction(profile, config_key(verifier_name, tree_key or out["tree"]), prediction,
+                                 batch_size=batch_size, units=units, n_tokens=n_tokens)
+    out["batch_straggling"] = _straggling(result, prediction, batch_size, units, wall)
+    out.update(predicted_speedup_fields(wall))
     return out
 
 

@@ -50,7 +50,8 @@ from otspec.engine.predict import predict_from_log, predict_from_pairs
 from otspec.engine.record import PairRecord
 from otspec.verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, WHOLE_TREE_REGISTRY, DecodingOPT
 
-from .cache import CACHE_KINDS, make_cache
+from .cache import CACHE_KINDS
+from .calibrate import calibrate
 from .drafters import Pair, load_pair, make_drafter
 from .logrows import (
     DEFAULT_LOG_MAX_KEPT,
@@ -62,7 +63,6 @@ from .logrows import (
 )
 from .loop import plain_generate, speculative_batches, speculative_generate
 from .lossless import first_token_law, root_token_law, two_sample_test
-from .measure import CallTimer
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch, resolve_device, resolve_dtype
 from .peer import hf_assisted, hf_decode_step
 from .prompts import DATA_DIR, encode_prompts, read_prompts
@@ -85,47 +85,11 @@ __all__ = ["ENGINE_KEYS", "MAX_BASELINE_DRIFT", "TREE_VERIFIERS", "export_synthe
 TREE_VERIFIERS = {**MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY}
 
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
-#: The plain run after the measured runs (the timing check, and the log the predictions read) uses seed + this.
+#: The plain run after the measured runs (the timing check) and the calibration's plain decoding of the prediction
+#: prompts (the log the predictions read) use seed + this.
 PREDICTION_SEED_OFFSET = 1
 #: Hugging Face assisted generation's draft when the drafter is a feature head (which it cannot take).
 PEER_DRAFT = "distilled"
-
-
-def profile(pair, prompt, continuation, ns, *, reps: int = 5, cache: str = "auto") -> dict:
-    """Median milliseconds of a target call scoring n tokens (each n in ``ns``) and of a one-token draft call,
-    at the context prompt + ``continuation`` (after one untimed warm-up call; rolled back after each call)."""
-    timer = CallTimer(pair.target.device)
-    context = np.asarray(list(prompt) + list(continuation), dtype=np.int64)[None]
-    extra = np.resize(np.asarray(continuation, dtype=np.int64), max(ns))[None]
-    target = make_cache(pair.target.model, 1, kind=cache, max_length=context.shape[1] + extra.shape[1] + 2)
-    target.feed(context, [context.shape[1]])
-    target.feed(extra[:, :1], [1])  # warm-up, not timed
-    target.rollback(target.length - 1)
-    for n in ns:
-        for _ in range(reps):
-            timer.call("target", n, target.feed, extra[:, :n], [n])
-            target.rollback(target.length - n)
-    out = {"context_tokens": int(context.shape[1]),
-           "t_target_ms": {k: v["median"] for k, v in timer.by_n_ms("target").items()}}
-    if not pair.drafter.deterministic:
-        draft = pair.drafter.session(1, Sampling(), cache=cache, max_length=context.shape[1] + 3)
-        none = np.zeros((1, 0), dtype=np.int64)
-        extra_args = {}
-        if draft.reads_target_features:  # a feature head: the target's features of the context (values do not matter)
-            width = pair.target.model.config.hidden_size
-            draft.start([context[0]], features=[np.zeros((context.shape[1] - 1, width))])
-            extra_args = {"features": np.zeros((1, 0, width))}
-        else:
-            draft.start([context[0]])
-        draft.feed(none, [0])  # feeds the context's last token
-        draft.commit(none, [0], **extra_args)
-        for _ in range(reps + 1):
-            timer.call("draft", 1, draft.feed, extra[:, :1], [1])
-            draft.commit(none, [0], **extra_args)  # drops the speculative token again
-        out["t_draft_ms"] = float(np.median(timer.records["draft"][1][1:]) * 1e3)
-    else:
-        out["t_draft_ms"] = 0.0
-    return out
 
 
 def _lossless(pair, prompt, verifiers, sampling: Sampling, samples: int, seed: int, multi=()) -> dict:
@@ -162,16 +126,19 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
              pair=None, trees=(), multi_verifiers=("kseq", "multiround"), rule: str = "match",
              cache: str = "auto", log_rows=None, log_top_p: float = DEFAULT_LOG_TOP_P,
              log_max_kept: int | None = DEFAULT_LOG_MAX_KEPT, prediction_sequences: int = 32,
-             lossless_verifiers=None, hf_prompts: int = 8, timing_attempts: int = 1) -> dict:
+             lossless_verifiers=None, hf_prompts: int = 8, timing_attempts: int = 1,
+             prediction_prompts: int | None = None) -> dict:
     """Everything of the module docstring; returns the JSON record. ``pair`` (a loaded
     :class:`~llm_bridge.drafters.Pair`) replaces ``target``, ``draft``, ``device`` and ``dtype``;
     ``trees`` (k-configs) adds a run per multi-draft verifier × tree; ``cache`` is a kind of
     :func:`~llm_bridge.cache.make_cache` (``auto``: compiled static caches on CUDA, dynamic eager on CPU;
     a compiled run first warms every call shape up, untimed); ``log_rows`` (a path) also writes there the
-    logged rows the predictions use: both models' rows along a second plain run (seed + 1, after the measured
-    runs), replayed ``prediction_sequences`` times per prompt by :func:`otspec.engine.predict.predict_from_log`;
+    logged rows the predictions use: both models' rows along plain decoding of the prediction prompts (seed + 1,
+    after the measured runs), replayed ``prediction_sequences`` times per prompt by :func:`otspec.engine.predict.predict_from_log`;
     ``timing_attempts``: how many times the timed runs may be measured while the timing check fails
-    (:func:`~llm_bridge.runs.timed_runs`)."""
+    (:func:`~llm_bridge.runs.timed_runs`); ``prediction_prompts`` (default: as many as ``prompts``): the prompts after
+    the measured ones in the prompt file, on which everything the predictions read is measured (the plain-decoding
+    log and the cost profile, :func:`llm_bridge.calibrate.calibrate`), never on the measured prompts."""
     import torch
     import transformers
 
@@ -191,6 +158,11 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     if unknown:
         raise ValueError(f"lossless verifiers {unknown}: expected names among {sorted(REGISTRY)}")
     prediction_sequences = check_size(prediction_sequences, "prediction_sequences")
+    prediction_prompts = prompts if prediction_prompts is None else check_size(prediction_prompts, "prediction_prompts")
+    pool = len(read_prompts(DATA_DIR / PROMPT_FILE))
+    if prompts + prediction_prompts > pool:
+        raise ValueError(f"--prompts {prompts} and --prediction-prompts {prediction_prompts}: the prompt file holds "
+                         f"{pool}, and the prediction prompts must differ from the measured ones")
     hf_prompts = check_size(hf_prompts, "hf_prompts")
     if lossless_samples < 0:
         raise ValueError(f"lossless_samples: expected >= 0 (0 skips the two-sample test), got {lossless_samples}")
@@ -227,9 +199,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     if cache == "auto":
         cache = "compiled" if pair.target.device.startswith("cuda") else "dynamic"
     sampling = Sampling(temperature, top_k, top_p)
-    ids = encode_prompts(pair.tokenizer, read_prompts(DATA_DIR / "validate_prompts.txt", prompts))
-    if len(ids) < prompts:
-        raise ValueError(f"--prompts {prompts}: the prompt file holds only {len(ids)}")
+    ids, pred_ids, prompt_ids, prediction_ids = split_prompts(pair.tokenizer, prompts, prediction_prompts)
     rng = np.random.default_rng(seed)
     configs = [(name, L) for name in verifiers for L in lengths]
     tree_configs = [(name, tree) for name in multi_verifiers for tree in trees]
@@ -255,10 +225,17 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     timed = timed_runs(pair.target, ids, runs, max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size,
                        cache=cache, warm_up=warm_up, check_seed=seed + PREDICTION_SEED_OFFSET, progress=progress,
                        attempts=timing_attempts)
-    plain, baseline, results, after, timing = timed.plain, timed.baseline, timed.results, timed.after, timed.timing
+    baseline, results, timing = timed.baseline, timed.results, timed.timing
     phase("timed runs done")
-    ns = {1, *(L + 1 for L in lengths), *(t.num_tokens + 1 for t in trees)}
-    prof = profile(pair, ids[0], plain.tokens[0][:max_new_tokens // 2], sorted(ns), cache=cache)
+    # everything the predictions read, measured on the prediction prompts: plain decoding (the log's paths), the
+    # target's call times per width, and a dry run of every configuration
+    prof, pred_tokens = calibrate(
+        pair, pred_ids, max_new_tokens, chains=[(name, REGISTRY[name](), L) for name, L in configs],
+        trees=[(name, v, parse_tree(tree, v.replacement)) for name, tree in tree_configs
+               for v in [TREE_VERIFIERS[name]()]],
+        sampling=sampling, batch_size=batch_size, cache=cache, seed=seed + PREDICTION_SEED_OFFSET,
+        prompt_ids=prediction_ids, rule=rule)
+    phase("cost profile measured")
     chain_results = [(name, L, result) for (name, L), result in zip(configs, results[:len(configs)], strict=True)]
     tree_results = [(name, tree, result) for (name, tree), result in zip(tree_configs, results[len(configs):],
                                                                           strict=True)]
@@ -266,16 +243,17 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     method = NGRAM_METHOD
     from .head_replays import HEAD_METHOD, head_replays  # torch at import: only where a run is made
     if pair.drafter.deterministic:  # prompt lookup: its proposals and the target's rows along the same run
-        replays = ngram_pairs(pair, ids, after.tokens, sampling=sampling)
+        replays = ngram_pairs(pair, pred_ids, pred_tokens, sampling=sampling)
     elif head:  # a feature head: its rows at every draft depth along the same run (v1 reads one past L)
-        replays = head_replays(pair, ids, after.tokens, max(lengths, default=1) + 1, sampling=sampling,
+        replays = head_replays(pair, pred_ids, pred_tokens, max(lengths, default=1) + 1, sampling=sampling,
                                top_p=log_top_p, max_kept=log_max_kept)
         method = HEAD_METHOD
     else:
-        log = record_rows(pair, ids, after.tokens, sampling=sampling, top_p=log_top_p, max_kept=log_max_kept,
+        log = record_rows(pair, pred_ids, pred_tokens, sampling=sampling, top_p=log_top_p, max_kept=log_max_kept,
                           batch_size=batch_size,
-                          meta={"prompts": prompts, "max_new_tokens": max_new_tokens,
-                                "seed": seed + PREDICTION_SEED_OFFSET, "use": "predictions (independent of the runs)"})
+                          meta={"prompts": prediction_prompts, "prompt_ids": prediction_ids,
+                                "max_new_tokens": max_new_tokens, "seed": seed + PREDICTION_SEED_OFFSET,
+                                "use": "predictions (other prompts than the measured runs')"})
 
     def predict(verifier, draft):
         if replays is not None:
@@ -285,27 +263,31 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
                                 units=len(ids))
 
     phase("profile and prediction rows done")
-    runs = [run_record(result, name, L, baseline, prof, rng, predict(REGISTRY[name](), L), batch_size=batch_size)
+    runs = [run_record(result, name, L, baseline, prof, rng, predict(REGISTRY[name](), L), batch_size=batch_size,
+                       n_tokens=max_new_tokens)
             for name, L, result in chain_results]
     tree_runs = [tree_record(result, name, baseline, predict(TREE_VERIFIERS[name](), result.tree),
-                             batch_size=batch_size)
-                 for name, _, result in tree_results]  # the tree as the run drew it (with or without replacement)
+                             batch_size=batch_size, profile=prof, n_tokens=max_new_tokens,
+                             tree_key=str(parse_tree(tree, result.tree.replacement)))
+                 for name, tree, result in tree_results]  # the tree as the run drew it (with or without replacement)
     logged = None
     if log_rows is not None:
         log.save(log_rows)
         logged = {"file": str(log_rows), **{k: v for k, v in log.summary().items() if k != "meta"}}
     record = {
         "model_pair": pair.describe(),
-        "settings": {"prompts": prompts, "max_new_tokens": max_new_tokens, "lengths": list(lengths),
+        "settings": {"prompts": prompts, "prompt_file": PROMPT_FILE, "prompt_ids": prompt_ids,
+                     "prediction_prompts": prediction_prompts, "prediction_prompt_ids": prediction_ids,
+                     "max_new_tokens": max_new_tokens, "lengths": list(lengths),
                      "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed,
                      "batch_size": batch_size, "hf_prompts": min(hf_prompts, prompts), "cache": cache, "torch": torch.__version__, "transformers": transformers.__version__,
                      "threads": torch.get_num_threads(), "machine": platform.machine(),
                      "python": platform.python_version()},
-        "baseline": baseline, "profile": prof, "timing": timing,
+        "baseline": baseline, "profile": prof.to_json(), "timing": timing,
         **({"unreliable_timing": timing["unreliable_timing"]} if timing["unreliable_timing"] else {}),
         "drafter": {"name": pair.drafter.name, "acceptance": float(np.mean([1 - r["tv_per_position"][0]
                                                                             for r in runs])) if runs else None,
-                    "cost_ratio": prof["t_draft_ms"] / prof["t_target_ms"][str(1)]},
+                    "cost_ratio": prof.to_json()["t_draft_ms"] / float(prof.t_target_ms(1))},
         "runs": runs,
     }
     if logged is not None:
@@ -340,6 +322,24 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
                                    multi_verifiers if lossless_verifiers is None else [])
     phase("losslessness checks done")
     return PairRecord.from_json(record)
+
+
+#: The prompt file of the measured and the prediction prompts.
+PROMPT_FILE = "validate_prompts.txt"
+
+
+def split_prompts(tokenizer, prompts: int, prediction_prompts: int | None = None) -> tuple[list, list, list, list]:
+    """(measured prompts' ids, prediction prompts' ids, their line indices): the first ``prompts`` prompts of
+    :data:`PROMPT_FILE` are measured and the next ``prediction_prompts`` (default: as many) are where the
+    predictions are made, so no prediction reads the prompts it predicts."""
+    texts = read_prompts(DATA_DIR / PROMPT_FILE)
+    prediction_prompts = prompts if prediction_prompts is None else prediction_prompts
+    if prompts + prediction_prompts > len(texts):
+        raise ValueError(f"--prompts {prompts} and --prediction-prompts {prediction_prompts}: the prompt file holds "
+                         f"{len(texts)}, and the prediction prompts must differ from the measured ones")
+    measured, predicted = list(range(prompts)), list(range(prompts, prompts + prediction_prompts))
+    return (encode_prompts(tokenizer, [texts[i] for i in measured]),
+            encode_prompts(tokenizer, [texts[i] for i in predicted]), measured, predicted)
 
 
 def _warm_up(pair, ids, lengths, trees, multi_verifiers, rule, sampling, cache) -> None:
@@ -405,6 +405,9 @@ def main(argv=None) -> int:
     ap.add_argument("--export-synthetic-rates", type=Path, default=None, metavar="FILE",
                     help="also write each run's per-position unconditional acceptance rates and mean acceptance "
                          "length (measured, and predicted where present) for a serving engine's synthetic mode")
+    ap.add_argument("--prediction-prompts", type=int, default=None,
+                    help="prompts after the measured ones on which the predictions' log and cost profile are measured "
+                         "(default: as many as --prompts)")
     ap.add_argument("--prediction-sequences", type=int, default=32,
                     help="replays of each logged prompt by the prediction's decode engine")
     ap.add_argument("--log-top-p", type=float, default=DEFAULT_LOG_TOP_P, help="with --log-rows: mass kept per row")
@@ -432,6 +435,7 @@ def main(argv=None) -> int:
                           rule=args.rule, cache=args.cache, log_rows=args.log_rows, log_top_p=args.log_top_p,
                           log_max_kept=args.log_max_kept, prediction_sequences=args.prediction_sequences,
                           hf_prompts=args.hf_prompts, timing_attempts=args.timing_attempts, progress=args.progress,
+                          prediction_prompts=args.prediction_prompts,
                           lossless_verifiers=None if args.lossless_verifiers is None else
                           [v.strip() for v in args.lossless_verifiers.split(",") if v.strip()])
     except (ModelNotFound, FileNotFoundError, VocabularyMismatch, ImportError, ValueError) as err:

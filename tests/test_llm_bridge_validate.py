@@ -72,8 +72,28 @@ def test_cli_writes_the_json_contract(folders, tmp_path, capsys):
         st = r["batch_straggling"]
         assert st["batch_size"] == 8 and st["predicted_batch"]["batch"] == 2 and st["predicted"] >= 1.0
         assert st["measured"] == pytest.approx(r["target_calls"] / (r["iterations"] / 2))  # one round of 2 prompts
-        assert r["predicted_speedup_ignoring_straggling"] == pytest.approx(r["predicted_speedup"] * st["predicted"],
-                                                                          rel=1e-9)
+        # the speedup predicted from the cost profile (measured on the prediction prompts) and the replays alone
+        sp = r["speedup_prediction"]
+        assert sp["source"] == "cost_profile" and sp["profile_config"] == f"{r['verifier']}:L={r['L']}"
+        assert r["predicted_speedup"] == sp["speedup"] > 0
+        psi = r["predicted_speedup_interval"]
+        assert psi["low"] <= r["predicted_speedup"] <= psi["high"]
+        assert r["predicted_speedup_ignoring_straggling"] >= r["predicted_speedup"] * (1 - 1e-12)
+        assert st["predicted_wall_clock"]["batch_iterations"] >= st["predicted_wall_clock"]["mean_iterations"]
+        # the measured speedup: a paired bootstrap over the timing rounds beside their range
+        assert r["speedup_range"] == r["speedup_interval"] and "range" in r["speedup_range"]["method"]
+        ci = r["speedup_ci"]
+        assert ci["rounds"] == 1 and "paired bootstrap" in ci["method"]
+        assert "speedup" not in r["time_decomposition_ms"] and r["time_decomposition_ms"]["total_time"] is None
+    settings = record["settings"]  # the predictions read other prompts than the measured ones
+    assert settings["prompt_ids"] == [0, 1] and settings["prediction_prompt_ids"] == [2, 3]
+    profile = record["profile"]
+    assert profile["kind"] == "cost_profile" and profile["prompt_ids"] == [2, 3] and profile["batch_size"] == 8
+    assert set(profile["t_target_ms"]) == {"1", "3", "4"} and set(profile["configs"]) == {
+        f"{v}:L={L}" for v in ("token", "block", "block_v1") for L in (2, 3)}
+    assert all(lo["low"] <= profile["t_target_ms"][n] <= lo["high"] for n, lo in profile["t_target_ms_interval"].items())
+    assert profile["configs"]["block_v1:L=2"]["extra_calls"] == pytest.approx(1.0)  # it asks for the next row
+    assert profile["configs"]["token:L=2"]["extra_calls"] == pytest.approx(0.0)
     timing = record["timing"]  # the baseline measured again after the runs
     assert timing["baseline_before_ms_per_token"] > 0 and "one seed before and after" in timing["method"]
     assert timing["baseline_after_ms_per_token"] > 0 and len(timing["load_average"]) == 2

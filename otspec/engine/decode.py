@@ -47,7 +47,7 @@ def check_buffer(n_tokens: int, n_sequences: int) -> None:
 
 def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_tokens: int, *,
              n_sequences: int = 1, seed=0, progress: bool | None = None,
-             confidence: float = 0.95) -> DecodeResult:
+             confidence: float = 0.95, observers=()) -> DecodeResult:
     """Generate ``n_sequences`` sequences of ``n_tokens`` tokens by speculative decoding.
 
     Parameters
@@ -65,6 +65,8 @@ def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_
     seed : int or numpy Generator
     progress : bool, optional
         tqdm bar over generated tokens; ``None`` shows it only on a terminal.
+    observers : sequence of :class:`~otspec.engine.observers.Observer`
+        See every iteration too (after the ledger).
     """
     ctrl = as_controller(draft_length)
     L, N, B = ctrl.max_length, check_size(n_tokens, "n_tokens"), check_size(n_sequences, "n_sequences")
@@ -78,5 +80,5 @@ def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_
     with tqdm(total=B * N, unit="tok", unit_scale=True, disable=None if progress is None else not progress,
               leave=False, desc=f"decode ({verifier.name}, L={L})") as bar:
         run = chain_loop(*sessions, verifier, ctrl, N, np.random.default_rng(seed), batch=B,
-                         observers=[LedgerObserver(ledger)], bar=bar)
+                         observers=[LedgerObserver(ledger), *observers], bar=bar)
     return ledger.result(run.tokens, confidence)

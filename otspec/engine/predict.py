@@ -28,6 +28,13 @@ A batch of B prompts decoded together needs as many target calls as its *slowest
 iterations (plain sampling takes exactly N steps for each): :meth:`LogPrediction.batch_calls` predicts that
 straggling from the replays, E[max of B prompts' iterations] / E[their mean], which a speedup predicted from
 tokens per iteration must divide by (``llm_bridge`` does).
+
+The replays also keep every iteration's shape (:attr:`LogPrediction.traces`: per prompt, replay and
+iteration, the tokens drafted — a tree's nodes — and the draft calls), so that a wall clock can be
+predicted from call costs measured elsewhere: :func:`predict_wall_clock` draws batches of prompts as a
+run decodes them, charges each batch iteration at its widest draft (the target call scores the batch's
+longest draft or largest trie) and for as long as its slowest sequence needs, and divides plain
+decoding's time for the same tokens by it.
 """
 
 from __future__ import annotations
@@ -41,11 +48,12 @@ from ..drafts import ConfidenceTree, DraftTree
 from ..sources import LoggedRows
 from .decode import generate
 from .metrics import engine_metrics
+from .observers import Observer
 from .stats import check_confidence
 from .tree import generate_tree
 
 __all__ = ["LogPrediction", "batch_straggling", "paired_ratio_interval", "predict_from_log", "predict_from_pairs",
-           "predictive_ratio_interval"]
+           "predict_wall_clock", "predictive_ratio_interval"]
 
 #: How the prediction was made, as records state it.
 METHOD = ("decode engine on the logged rows of an independent plain-decoding run (positional pair per prompt, rows "
@@ -69,6 +77,9 @@ class LogPrediction:
     units: int = 0  # prompts of the run the prediction interval is for
     method: str = METHOD
     replay_iterations: np.ndarray | None = None  # (paths, sequences): each replay's iterations
+    #: {"width", "calls"}: int arrays (paths, sequences, iterations), -1 once a replay is done: tokens drafted (a
+    #: tree's nodes) and draft calls of every iteration of every replay (:func:`predict_wall_clock` reads them)
+    traces: dict | None = None
 
     def batch_calls(self, batch: int, *, draws: int = 4000, seed: int = 0) -> dict:
         """Iterations a batch of ``batch`` prompts decoded together takes (its slowest sequence's) against the mean
@@ -184,8 +195,8 @@ def predict_from_pairs(pairs, verifier, draft, *, sequences: int = 32, seed: int
     ``method`` is the description the prediction carries."""
     sequences = check_size(sequences, "sequences")
     tree = draft if isinstance(draft, (DraftTree, ConfidenceTree)) else None
-    L = tree.depth if tree is not None else check_size(draft, "L", minimum=0)
-    tokens, iterations, hist = [], [], np.zeros((L + 1, L + 1), dtype=np.int64)
+    L = tree.depth if tree is not None else _max_length(draft)
+    tokens, iterations, hist, traces = [], [], np.zeros((L + 1, L + 1), dtype=np.int64), []
     for i, (d, t) in enumerate(pairs):
         horizons = [x for x in (d.horizon, t.horizon) if x is not None]
         if not horizons:
@@ -193,11 +204,14 @@ def predict_from_pairs(pairs, verifier, draft, *, sequences: int = 32, seed: int
         steps = min(horizons)
         if steps < 2:  # a one-step path has nothing to draft
             continue
+        trace = IterationTrace(sequences)
         if tree is None:
-            res = generate(d, t, verifier, L, steps, n_sequences=sequences, seed=seed + i, progress=False)
+            res = generate(d, t, verifier, draft, steps, n_sequences=sequences, seed=seed + i, progress=False,
+                           observers=[trace])
         else:
             res = generate_tree(d, t, verifier, tree, steps, rule=rule, n_sequences=sequences, seed=seed + i,
-                                progress=False)
+                                progress=False, observers=[trace])
+        traces.append(trace.arrays())
         per_tokens, per_iterations = res.per_sequence
         tokens.append(per_tokens)
         iterations.append(per_iterations)
@@ -209,5 +223,145 @@ def predict_from_pairs(pairs, verifier, draft, *, sequences: int = 32, seed: int
                                                        confidence=confidence, draws=draws, seed=seed)
     units = tokens.shape[0] if units is None else check_size(units, "units")
     low, high = predictive_ratio_interval(tokens, iterations, units, confidence=confidence, draws=draws, seed=seed + 1)
+    J = max(w.shape[1] for w, _ in traces)
+    stacked = {key: np.stack([np.pad(x[k], ((0, 0), (0, J - x[k].shape[1])), constant_values=-1) for x in traces])
+               for k, key in enumerate(("width", "calls"))}
     return LogPrediction(value, low, high, tokens.sum(axis=1), iterations.sum(axis=1), hist, sequences,
-                         mean_low, mean_high, units, method, iterations)
+                         mean_low, mean_high, units, method, iterations, stacked)
+
+
+def _max_length(draft) -> int:
+    """L of a draft length or of a controller (its ``max_length``)."""
+    if isinstance(draft, (int, np.integer)):
+        return check_size(draft, "L", minimum=0)
+    L = getattr(draft, "max_length", None)
+    if L is None:
+        raise ValueError(f"draft: expected a draft length, a controller or a draft tree, got {type(draft).__name__}")
+    return int(L)
+
+
+class IterationTrace(Observer):
+    """Every iteration's shape per sequence (an observer of either loop): tokens drafted (chains; a tree's trie
+    nodes) and draft calls, -1 for a sequence that is already done."""
+
+    def __init__(self, batch: int):
+        self.batch, self.width, self.calls = int(batch), [], []
+
+    def _add(self, rows, width, calls) -> None:
+        w, c = np.full(self.batch, -1, dtype=np.int64), np.full(self.batch, -1, dtype=np.int64)
+        w[rows], c[rows] = width, calls
+        self.width.append(w)
+        self.calls.append(c)
+
+    def on_chain(self, step) -> None:  # a chain's draft calls: one per drafted token (the loop's first feeds the rest)
+        self._add(np.asarray(step.rows), np.asarray(step.drafted), np.asarray(step.drafted))
+
+    def on_tree(self, step) -> None:
+        self._add(np.asarray(step.rows), np.asarray(step.nodes), np.asarray(step.draft_calls))
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(width, calls), each (batch, iterations)."""
+        if not self.width:
+            empty = np.zeros((self.batch, 0), dtype=np.int64)
+            return empty, empty.copy()
+        return np.stack(self.width, axis=1), np.stack(self.calls, axis=1)
+
+
+#: How :func:`predict_wall_clock` predicts, as records state it.
+WALL_CLOCK_METHOD = ("cost profile measured apart from the run (plain decoding and zero-acceptance dry runs on "
+                     "other prompts, target calls timed per width) applied to the prediction's replays: batches of "
+                     "prompts drawn as the run decodes them, each batch iteration charged at its widest draft and for "
+                     "as long as its slowest sequence needs; speedup = plain decoding's predicted time for the same "
+                     "tokens over it; interval: percentile over draws that resample the log's prompts (two levels, "
+                     "as the block efficiency's) and the profile's timed calls together")
+
+
+def predict_wall_clock(traces: dict, *, batch: int, units: int, n_tokens: int, plain_step: float, iteration_cost,
+                       plain_factors=None, cost_factors=None, draws: int = 2000, confidence: float = 0.95,
+                       seed=0) -> dict:
+    """Predicted speedup of a run from replay traces and call costs (module docstring).
+
+    Parameters
+    ----------
+    traces : dict
+        ``{"width", "calls"}`` (:attr:`LogPrediction.traces`): int arrays (P, S, J), -1 once a replay is done.
+    batch : int
+        Prompts decoded together; ``units`` prompts in all, in batches of ``batch`` (the last may be short).
+    n_tokens : int
+        Tokens per prompt (plain decoding takes that many steps per batch).
+    plain_step : float
+        Plain decoding's time per step of a batch.
+    iteration_cost : callable
+        ``iteration_cost(calls, width)``: time of a batch iteration whose widest draft has ``width`` tokens (a
+        tree: nodes) and which makes ``calls`` draft calls (int arrays, any shape).
+    plain_factors, cost_factors : arrays (D,), optional
+        Relative resamples of the profile (plain step and speculative iteration times; each near 1): draw d of the
+        interval scales the times by them. Default: no profile uncertainty.
+
+    Returns
+    -------
+    dict
+        ``speedup`` (expected plain time over expected speculative time), ``low`` / ``high`` (the prediction
+        interval for one run over ``units`` prompts), ``ignoring_straggling`` (each sequence charged its own
+        iterations at its own width), ``batch_iterations`` (iterations per batch: its slowest sequence's) and
+        ``mean_iterations`` (per sequence), ``ms_per_batch`` and ``plain_ms_per_batch`` (predicted times of one
+        batch), ``plain_ms_per_step``, ``batches``, ``units``, ``batch`` and ``method``.
+    """
+    width, calls = np.asarray(traces["width"], dtype=np.int64), np.asarray(traces["calls"], dtype=np.int64)
+    if width.ndim != 3 or width.shape != calls.shape or width.size == 0:
+        raise ValueError(f"traces: expected two (prompts, replays, iterations) arrays of one shape, got "
+                         f"{width.shape} and {calls.shape}")
+    batch, units, n_tokens = check_size(batch, "batch"), check_size(units, "units"), check_size(n_tokens, "n_tokens")
+    draws = check_size(draws, "draws")
+    confidence = check_confidence(confidence)
+    if not (np.isfinite(plain_step) and plain_step > 0):
+        raise ValueError(f"plain_step: expected a positive time, got {plain_step}")
+    factors = [np.ones(draws) if f is None else np.asarray(f, dtype=np.float64) for f in (plain_factors, cost_factors)]
+    for name, f in zip(("plain_factors", "cost_factors"), factors, strict=True):
+        if f.shape != (draws,) or not np.all(np.isfinite(f)) or (f <= 0).any():
+            raise ValueError(f"{name}: expected {draws} positive finite factors, got shape {f.shape}")
+    rng = np.random.default_rng(seed)
+    P, S, _ = width.shape
+    nb = -(-units // batch)
+    plain = nb * n_tokens * float(plain_step)
+
+    def times(paths, replays):  # (D, units) picks -> per draw: batch-iteration time and per-sequence time
+        w, c = width[paths, replays], calls[paths, replays]  # (D, units, J)
+        pad = nb * batch - units
+        if pad:
+            w = np.concatenate([w, np.full((w.shape[0], pad, w.shape[2]), -1)], axis=1)
+            c = np.concatenate([c, np.full((c.shape[0], pad, c.shape[2]), -1)], axis=1)
+        w, c = w.reshape(w.shape[0], nb, batch, -1), c.reshape(c.shape[0], nb, batch, -1)
+        wmax, cmax = w.max(axis=2), c.max(axis=2)
+        live = wmax >= 0
+        spec = np.where(live, iteration_cost(np.maximum(cmax, 0), np.maximum(wmax, 0)), 0.0).sum(axis=(1, 2))
+        real = np.maximum((w[..., :1] >= 0).sum(axis=2), 1)  # sequences per batch (the last may be short)
+        own = np.where(w >= 0, iteration_cost(np.maximum(c, 0), np.maximum(w, 0)), 0.0).sum(axis=(2, 3)) / real[..., 0]
+        return spec, own.sum(axis=1), live.sum(axis=(1, 2)), (w >= 0).sum(axis=(1, 2, 3))
+
+    chunk = max(1, 2_000_000 // max(units * width.shape[2], 1))
+    point = [times(rng.integers(0, P, size=(m, units)), rng.integers(0, S, size=(m, units)))
+             for m in _chunks(max(draws, 2000), chunk)]
+    spec, own, batch_its, seq_its = (np.concatenate([p[k] for p in point]) for k in range(4))
+    out = {"speedup": plain / float(spec.mean()), "ignoring_straggling": plain / float(own.mean()),
+           "batch_iterations": float(batch_its.mean()) / nb, "mean_iterations": float(seq_its.mean()) / units,
+           "plain_ms_per_step": float(plain_step), "ms_per_batch": float(spec.mean()) / nb,
+           "plain_ms_per_batch": plain / nb, "batches": nb, "units": units, "batch": batch}
+    ratios, done = [], 0
+    for m in _chunks(draws, chunk):
+        outer = rng.integers(0, P, size=(m, P))
+        paths = np.take_along_axis(outer, rng.integers(0, P, size=(m, units)), axis=1)
+        spec_d = times(paths, rng.integers(0, S, size=(m, units)))[0]
+        ratios.append(plain * factors[0][done:done + m] / (spec_d * factors[1][done:done + m]))
+        done += m
+    alpha = 0.5 * (1.0 - confidence)
+    out["low"], out["high"] = (float(x) for x in np.quantile(np.concatenate(ratios), [alpha, 1.0 - alpha]))
+    out["method"] = WALL_CLOCK_METHOD
+    return out
+
+
+def _chunks(total: int, size: int):
+    """Sizes of consecutive chunks of at most ``size`` that add up to ``total``."""
+    while total > 0:
+        yield min(size, total)
+        total -= size

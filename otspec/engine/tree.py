@@ -197,7 +197,7 @@ def _fill(target: Source, emitted: dict, length: int) -> np.ndarray:
 
 def generate_tree(draft: Source, target: Source, verifier, tree: DraftTree, n_tokens: int, *,
                   rule: str = "match", n_sequences: int = 1, seed=0, progress: bool | None = None,
-                  confidence: float = 0.95) -> DecodeResult:
+                  confidence: float = 0.95, observers=()) -> DecodeResult:
     """End-to-end multi-draft decoding on ``tree``; counts as in :func:`otspec.engine.decode.generate`.
 
     Runs the tree loop of :mod:`otspec.engine.loop` over two
@@ -205,7 +205,7 @@ def generate_tree(draft: Source, target: Source, verifier, tree: DraftTree, n_to
     passes (one per tree depth drafted, batched over the depth's nodes); ``discarded`` counts
     drafted tree tokens that were not accepted. A sequence never drafts past its last token (the
     tree is cut at depth N − pos − 1). ``accept_hist[g, t]``: iterations with tree depth g that
-    accepted t.
+    accepted t. ``observers`` see every iteration too (after the ledger).
     """
     _check(draft, target, verifier, tree, rule)
     L, N, B = tree.depth, check_size(n_tokens, "n_tokens"), check_size(n_sequences, "n_sequences")
@@ -216,7 +216,7 @@ def generate_tree(draft: Source, target: Source, verifier, tree: DraftTree, n_to
     with tqdm(total=B * N, unit="tok", unit_scale=True, disable=None if progress is None else not progress,
               leave=False, desc=f"tree decode ({verifier.name}, {tree})") as bar:
         run = tree_loop(*sessions, verifier, tree, N, np.random.default_rng(seed), rule=rule, batch=B,
-                        observers=[LedgerObserver(ledger)], bar=bar)
+                        observers=[LedgerObserver(ledger), *observers], bar=bar)
     return ledger.result(run.tokens, confidence)
 
 

@@ -1,0 +1,406 @@
+"""The cost profile of a real pair, measured apart from the runs whose wall clock it predicts.
+
+A record's measured speedup is plain decoding's time over speculative decoding's for the same tokens. Its
+prediction must not see that wall clock, so every cost it uses is measured here, on *other prompts*
+(the prediction prompts, disjoint from the measured ones) and in runs that are not the measured runs:
+
+* **plain decoding** of the calibration prompts at the run's batch size and token count (:func:`calibrate`
+  decodes them fully: the same tokens are the plain-decoding log the block-efficiency prediction replays):
+  time per batch step, with every target call timed;
+* **t_target(n)**: a target call scoring n tokens per sequence, for every width the runs use (1 … L_max + 1
+  and each tree's node count), at the run's batch size and halfway through the run's context (the calibration
+  prompts plus half of their plain continuation), ``reps`` timed calls per width after one untimed call; the
+  median, with a bootstrap interval;
+* a **zero-acceptance dry run** of every chain configuration: the real loop, drafter, target and verifier at the
+  run's batch, from a quarter of the continuation on, for half the run's tokens, where a wrapper
+  (:class:`ZeroAcceptance`) calls the verifier and then keeps none of the drafts (the first drafted token is
+  emitted as the correction), so every iteration drafts its full length and the context grows one token per
+  iteration. Each iteration's wall clock and its draft, target and verifier time are kept. Tree
+  configurations run the tree loop with their own verifier the same way (its acceptance is not used: only what
+  each iteration costs).
+
+From a dry run, :meth:`CostProfile.iteration_cost` builds the cost of an iteration that makes k draft calls and
+scores a widest draft of w tokens (a tree: w nodes):
+
+    (k + extra) · t_draft + scale · t_target(w + 1) + t_verify + overhead,
+
+with t_draft the mean draft call, ``extra`` the draft calls beyond one per drafted token (v1 block verification
+asks for the row after the draft), ``scale`` the dry run's target calls over the same widths' calls in
+isolation (a target call after draft calls costs more than one after another: caches), t_verify the mean
+verifier call and ``overhead`` the rest of the iteration's wall clock (the loop's own work). It reproduces the dry
+run's mean iteration by construction; other widths (a draft cut short at the end of a sequence, a prompt-lookup
+draft of any length, a trie of any size) move along the measured t_target(n).
+:func:`otspec.engine.predict.predict_wall_clock` then charges these costs to the prediction's replays.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from otspec.engine.controllers import FixedDraftLength
+from otspec.engine.loop import chain_loop, tree_loop
+from otspec.engine.observers import Observer
+from otspec.verifiers.base import Outcome, Verifier
+
+from .loop import cache_room, chunks
+from .measure import CallTimer
+from .sessions import ModelSession
+
+__all__ = ["CostProfile", "ZeroAcceptance", "calibrate", "median_interval"]
+
+#: Timed target calls per width (after one untimed call).
+PROFILE_REPS = 7
+#: A target call at width n + 1 counts as cheaper than at n (non-monotone) only when its median is below n's
+#: interval by more than this share of n's median (timing noise of a quiet machine).
+MONOTONE_TOLERANCE = 0.03
+
+
+def median_interval(samples, *, confidence: float = 0.95, draws: int = 2000, seed: int = 0) -> dict:
+    """``{"median", "low", "high", "n"}``: the median of ``samples`` and its percentile bootstrap interval."""
+    x = np.asarray(samples, dtype=np.float64)
+    if x.ndim != 1 or x.size == 0 or not np.all(np.isfinite(x)):
+        raise ValueError(f"samples: expected a non-empty 1-D array of finite times, got shape {x.shape}")
+    rng = np.random.default_rng(seed)
+    meds = np.median(x[rng.integers(0, x.size, size=(draws, x.size))], axis=1)
+    alpha = 0.5 * (1.0 - confidence)
+    low, high = np.quantile(meds, [alpha, 1.0 - alpha])
+    return {"median": float(np.median(x)), "low": float(low), "high": float(high), "n": int(x.size)}
+
+
+class ZeroAcceptance(Verifier):
+    """A chain verifier that does the wrapped verifier's work and keeps none of the drafts: τ = 0, and the first
+    drafted token is emitted as Y (a token like any other: the dry run's text does not matter, its cost does).
+    Carried state goes through the wrapped verifier's hooks, so v1 block verification does its residual work."""
+
+    def __init__(self, inner: Verifier):
+        if inner.layout != "chain":
+            raise ValueError(f"ZeroAcceptance wraps chain verifiers; {type(inner).__name__} verifies {inner.layout}")
+        self.inner = inner
+        self.name, self.carries_residual = f"dry:{inner.name}", inner.carries_residual
+
+    def law(self, tokens, draft_probs, target_probs, *, validate: bool = True):
+        raise NotImplementedError("a dry run has no law: it only costs what the wrapped verifier costs")
+
+    def sample(self, tokens, draft_probs, target_probs, rng, *, validate: bool = True):
+        return self._reject(self.inner.sample(tokens, draft_probs, target_probs, rng, validate=validate), tokens)
+
+    def sample_ragged(self, tokens, draft_probs, target_probs, lengths, rng, *, validate: bool = True):
+        out = self.inner.sample_ragged(tokens, draft_probs, target_probs, lengths, rng, validate=validate)
+        return self._reject(out, tokens)
+
+    @staticmethod
+    def _reject(out: Outcome, tokens) -> Outcome:
+        return Outcome(out.accepted_len * 0, tokens[:, 0] * 1, out.carry)
+
+    def start_state(self, batch, max_length):
+        return self.inner.start_state(batch, max_length)
+
+    def current_targets(self, *args):
+        return self.inner.current_targets(*args)
+
+    def advance_state(self, *args):
+        return self.inner.advance_state(*args)
+
+
+class _Clock(Observer):
+    """Per iteration: wall clock since the previous one, and the draft / target / verifier time and draft calls the
+    timer saw in it; ``width``: the widest draft (a tree: the most nodes) the target scored."""
+
+    KINDS = ("draft", "target", "verify")
+
+    def __init__(self, timer: CallTimer):
+        self.timer, self.rows = timer, []
+        self._last = None
+
+    def _snapshot(self):
+        return (time.perf_counter(), *(self.timer.total(k) for k in self.KINDS), self.timer.count("draft"))
+
+    def start(self) -> None:
+        self._last = None  # the first iteration of a loop also holds its prefill: not kept
+
+    def _add(self, width: int) -> None:
+        now = self._snapshot()
+        if self._last is not None:
+            d = [b - a for a, b in zip(self._last, now, strict=True)]
+            self.rows.append({"wall_ms": 1e3 * d[0], "draft_ms": 1e3 * d[1], "target_ms": 1e3 * d[2],
+                              "verify_ms": 1e3 * d[3], "calls": int(d[4]), "width": int(width)})
+        self._last = now
+
+    def on_chain(self, step) -> None:
+        self._add(int(np.max(step.drafted, initial=0)))
+
+    def on_tree(self, step) -> None:
+        self._add(int(np.max(step.nodes, initial=0)))
+
+    def columns(self) -> dict:
+        return {k: [r[k] for r in self.rows] for k in ("wall_ms", "draft_ms", "target_ms", "verify_ms", "calls",
+                                                       "width")}
+
+
+@dataclass
+class CostProfile:
+    """Call costs of a pair at one batch size, measured apart from the runs (module docstring).
+
+    Attributes
+    ----------
+    batch_size, max_new_tokens : int
+        The runs' batch and tokens per prompt.
+    prompt_ids : list of int
+        The calibration prompts (lines of the prompt file, 0-based, comments skipped).
+    context_tokens : float
+        Mean context length per sequence at the timed t_target calls.
+    t_target : dict
+        {n: [ms, ...]}: timed target calls scoring n tokens per sequence.
+    plain : dict
+        Plain decoding of the calibration prompts: ``step_ms`` (each step's wall clock, first steps of a batch
+        excluded), ``target_ms`` (its target calls), ``steps``, ``seconds``.
+    dry : dict
+        {configuration key: per-iteration columns ``wall_ms``, ``draft_ms``, ``target_ms``, ``verify_ms``,
+        ``calls``, ``width`` and ``kind`` (chain or tree)}.
+    device, cache : str
+    threads : int
+    seconds : float
+        Wall clock of the whole calibration.
+    """
+
+    batch_size: int
+    max_new_tokens: int
+    prompt_ids: list
+    context_tokens: float
+    t_target: dict
+    plain: dict
+    dry: dict = field(default_factory=dict)
+    device: str = "cpu"
+    cache: str = "dynamic"
+    threads: int = 1
+    seconds: float = 0.0
+
+    # --------------------------------------------------------------------------------------- derived quantities
+    def widths(self) -> np.ndarray:
+        return np.array(sorted(int(n) for n in self.t_target), dtype=np.int64)
+
+    def target_curve(self) -> dict:
+        """{n: median_interval of t_target(n)}."""
+        return {int(n): median_interval(v, seed=int(n)) for n, v in sorted(self.t_target.items(), key=lambda x: int(x[0]))}
+
+    def t_target_ms(self, n):
+        """Median t_target(n) at any width (arrays too): linear between measured widths, linear beyond the last two."""
+        ns = self.widths()
+        meds = np.array([np.median(self.t_target[k] if k in self.t_target else self.t_target[str(k)])
+                         for k in ns.tolist()])
+        n = np.asarray(n, dtype=np.float64)
+        out = np.interp(n, ns, meds)
+        if ns.size >= 2:
+            slope = (meds[-1] - meds[-2]) / (ns[-1] - ns[-2])
+            out = np.where(n > ns[-1], meds[-1] + slope * (n - ns[-1]), out)
+        return out
+
+    def plain_step_ms(self) -> float:
+        """Plain decoding's mean wall clock per batch step."""
+        return float(np.mean(self.plain["step_ms"]))
+
+    def config(self, key: str) -> dict:
+        """The iteration cost parameters of a dry-run configuration: ``t_draft``, ``extra_calls``, ``scale``,
+        ``t_verify``, ``overhead`` (ms) and ``iteration_ms`` (the dry run's mean iteration)."""
+        if key not in self.dry:
+            raise KeyError(f"no dry run for {key!r} in this profile (it has {sorted(self.dry)})")
+        d = {k: np.asarray(v, dtype=np.float64) for k, v in self.dry[key].items() if k != "kind"}
+        width, calls = d["width"], d["calls"]
+        drafted = width if self.dry[key].get("kind", "chain") == "chain" else np.asarray(self.dry[key].get(
+            "trace_calls", calls), dtype=np.float64)
+        t_draft = float(d["draft_ms"].sum() / calls.sum()) if calls.sum() > 0 else 0.0
+        isolated = self.t_target_ms(width + 1)
+        verified = width > 0
+        return {"t_draft": t_draft, "extra_calls": float(np.mean(calls[verified] - drafted[verified]))
+                if verified.any() else 0.0,
+                "scale": float(d["target_ms"].sum() / isolated.sum()),
+                "t_verify": float(d["verify_ms"][verified].mean()) if verified.any() else 0.0,
+                "overhead": float(np.mean(d["wall_ms"] - d["draft_ms"] - d["target_ms"] - d["verify_ms"])),
+                "iteration_ms": float(d["wall_ms"].mean()), "iterations": int(width.size)}
+
+    def iteration_cost(self, key: str):
+        """``cost(calls, width)`` in ms for :func:`otspec.engine.predict.predict_wall_clock` (module docstring)."""
+        c = self.config(key)
+
+        def cost(calls, width):
+            calls, width = np.asarray(calls, dtype=np.float64), np.asarray(width, dtype=np.float64)
+            drafted = width > 0
+            return ((calls + c["extra_calls"] * drafted) * c["t_draft"] + c["scale"] * self.t_target_ms(width + 1)
+                    + c["t_verify"] * drafted + c["overhead"])
+
+        return cost
+
+    def factors(self, key: str, draws: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Relative bootstrap resamples (plain step, dry-run iteration) of the profile's means, ``draws`` each."""
+        rng = np.random.default_rng(seed)
+        out = []
+        for x in (np.asarray(self.plain["step_ms"], dtype=np.float64),
+                  np.asarray(self.dry[key]["wall_ms"], dtype=np.float64)):
+            out.append(x[rng.integers(0, x.size, size=(draws, x.size))].mean(axis=1) / x.mean())
+        return out[0], out[1]
+
+    def monotone(self) -> dict:
+        """Whether t_target(n) grows with n up to noise: ``{"monotone", "exceptions"}`` (pairs n, n + 1 whose
+        medians fall by more than the noise: :data:`MONOTONE_TOLERANCE` below n's interval)."""
+        curve = self.target_curve()
+        ns = sorted(curve)
+        bad = [[a, b] for a, b in zip(ns, ns[1:], strict=False)
+               if curve[b]["median"] < curve[a]["low"] - MONOTONE_TOLERANCE * curve[a]["median"]]
+        return {"monotone": not bad, "exceptions": bad, "tolerance": MONOTONE_TOLERANCE}
+
+    # --------------------------------------------------------------------------------------------- JSON
+    def to_json(self) -> dict:
+        """The record's ``profile``: the raw samples (``samples``) and their summaries — ``t_target_ms`` {n: median},
+        ``t_target_ms_interval`` {n: {low, high}}, ``t_draft_ms`` (per configuration and the chain runs' mean),
+        ``plain_ms_per_step``, ``configs`` (:meth:`config` per dry run) and ``monotone``."""
+        curve = self.target_curve()
+        configs = {k: self.config(k) for k in self.dry}
+        chain_drafts = [c["t_draft"] for k, c in configs.items() if self.dry[k].get("kind") == "chain" and c["t_draft"]]
+        return {"kind": "cost_profile", "batch_size": self.batch_size, "max_new_tokens": self.max_new_tokens,
+                "prompt_ids": list(self.prompt_ids), "context_tokens": self.context_tokens,
+                "device": self.device, "cache": self.cache, "threads": self.threads, "seconds": self.seconds,
+                "t_target_ms": {str(n): c["median"] for n, c in curve.items()},
+                "t_target_ms_interval": {str(n): {"low": c["low"], "high": c["high"], "reps": c["n"]}
+                                         for n, c in curve.items()},
+                "t_draft_ms": float(np.mean(chain_drafts)) if chain_drafts else 0.0,
+                "plain_ms_per_step": self.plain_step_ms(), "configs": configs, "monotone": self.monotone(),
+                "samples": {"t_target": {str(n): list(map(float, v)) for n, v in self.t_target.items()},
+                            "plain": self.plain, "dry": self.dry}}
+
+    @classmethod
+    def from_json(cls, data: dict) -> CostProfile:
+        if not isinstance(data, dict) or data.get("kind") != "cost_profile":
+            raise ValueError("profile: expected a cost profile's JSON (kind = cost_profile), e.g. a record's 'profile'")
+        s = data["samples"]
+        return cls(int(data["batch_size"]), int(data["max_new_tokens"]), list(data["prompt_ids"]),
+                   float(data["context_tokens"]), {int(n): list(v) for n, v in s["t_target"].items()}, dict(s["plain"]),
+                   dict(s["dry"]), data.get("device", "cpu"), data.get("cache", "dynamic"), int(data.get("threads", 1)),
+                   float(data.get("seconds", 0.0)))
+
+
+# ------------------------------------------------------------------------------------------------ measuring
+
+
+def _host_rows(pair) -> bool:
+    return str(pair.target.device) == "cpu" or pair.drafter.deterministic
+
+
+def _rng(seed, pair):
+    from .loop import _generator
+
+    return _generator(seed, None if _host_rows(pair) else pair.target.device)
+
+
+def _plain(pair, prompts, n_tokens, *, sampling, batch_size, cache, seed):
+    """Plain decoding of ``prompts`` in batches: (tokens per prompt, per-step wall clocks, target call times)."""
+    timer, clock, tokens = CallTimer(pair.target.device), None, []
+    clock = _Clock(timer)
+    rng = np.random.default_rng(seed)
+    for _, chunk in chunks(prompts, batch_size):
+        session = ModelSession(pair.target.model, len(chunk), sampling, cache=cache, timer=timer, name="target",
+                               max_length=cache_room(chunk, n_tokens, 1))
+        clock.start()
+        run = chain_loop(None, session, None, None, n_tokens, rng, prompts=chunk, timer=timer, observers=[clock])
+        tokens += [np.asarray(t) for t in run.tokens]
+        del session
+    target = [1e3 * x for x in timer.records["target"][1]]
+    return tokens, {"step_ms": clock.columns()["wall_ms"], "target_ms": target, "steps": len(target),
+                    "seconds": float(sum(clock.columns()["wall_ms"]) / 1e3)}
+
+
+def _curve(pair, contexts, feed_tokens, widths, *, sampling, cache, reps):
+    """{n: [ms]}: ``reps`` timed target calls scoring n tokens per sequence from ``contexts`` (each after one untimed
+    call; every call commits one token, as a zero-acceptance iteration does)."""
+    timer, B = CallTimer(pair.target.device), len(contexts)
+    room = cache_room(contexts, reps + 2, max(widths) + 2)
+    out = {}
+    for n in widths:
+        session = ModelSession(pair.target.model, B, sampling, cache=cache, max_length=room, timer=None,
+                               name="target", hidden=pair.drafter.reads_target_features, host_rows=_host_rows(pair))
+        session.start(contexts)
+        counts, ones = np.full(B, n - 1, dtype=np.int64), np.ones(B, dtype=np.int64)
+        for rep in range(reps + 1):
+            toks = feed_tokens[:, (np.arange(max(n - 1, 1)) + rep) % feed_tokens.shape[1]]
+            if rep == 0:
+                session.feed(toks[:, :n - 1], counts)
+            else:
+                timer.call("target", n, session.feed, toks[:, :n - 1], counts)
+            session.commit(toks[:, :1], ones)
+        out[int(n)] = [1e3 * x for x in timer.records["target"][int(n)]]
+        del session
+    return out
+
+
+def _dry(pair, verifier, draft, contexts, n_tokens, *, sampling, cache, seed, rule="match") -> dict:
+    """One zero-acceptance dry run (chains) or tree run of ``verifier`` on ``draft`` (L or a tree): per-iteration
+    columns of :class:`_Clock` (the first iteration, which holds the prefill, left out)."""
+    timer, B = CallTimer(pair.target.device), len(contexts)
+    tree = not isinstance(draft, (int, np.integer))
+    width = (draft.num_tokens if tree else int(draft)) + 2
+    room = cache_room(contexts, n_tokens, width)
+    host = True if tree else _host_rows(pair)
+    target = ModelSession(pair.target.model, B, sampling, cache=cache, max_length=room, timer=timer, name="target",
+                          hidden=pair.drafter.reads_target_features, host_rows=host)
+    session = pair.drafter.session(B, sampling, cache=cache, max_length=room, timer=timer,
+                                   **({} if tree else {"host_rows": host}))
+    clock = _Clock(timer)
+    trace = _TreeCalls() if tree else None
+    if tree:
+        tree_loop(session, target, verifier, draft, n_tokens, np.random.default_rng(seed), rule=rule,
+                  prompts=contexts, timer=timer, observers=[clock, trace])
+    else:
+        chain_loop(session, target, ZeroAcceptance(verifier), FixedDraftLength(int(draft)), n_tokens, _rng(seed, pair),
+                   prompts=contexts, timer=timer, observers=[clock])
+    out = {"kind": "tree" if tree else "chain", **clock.columns()}
+    if tree:
+        out["trace_calls"] = trace.calls[1:]
+    return out
+
+
+class _TreeCalls(Observer):
+    """The most draft calls a sequence's trie took, per tree iteration (what the prediction's traces count)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def on_tree(self, step) -> None:
+        self.calls.append(int(np.max(step.draft_calls, initial=0)))
+
+
+def config_key(verifier_name: str, draft) -> str:
+    """A dry run's key: ``token:L=4`` for a chain, ``kseq:2x2x1`` for a tree."""
+    return f"{verifier_name}:L={int(draft)}" if isinstance(draft, (int, np.integer)) else f"{verifier_name}:{draft}"
+
+
+def calibrate(pair, prompts, max_new_tokens: int, *, chains=(), trees=(), sampling, batch_size: int, cache: str,
+              seed: int = 0, prompt_ids=(), reps: int = PROFILE_REPS, rule: str = "match",
+              progress=None) -> tuple[CostProfile, list]:
+    """Measure the cost profile on ``prompts`` (the calibration prompts; never the measured ones).
+
+    ``chains``: (verifier name, verifier, L) for every chain configuration; ``trees``: (verifier name, verifier,
+    tree). Returns the profile and the plain continuations of ``prompts`` (the plain-decoding log's paths)."""
+    import torch
+
+    t0 = time.perf_counter()
+    N = int(max_new_tokens)
+    tokens, plain = _plain(pair, prompts, N, sampling=sampling, batch_size=batch_size, cache=cache, seed=seed)
+    B = min(int(batch_size), len(prompts))
+    half = [np.concatenate([np.asarray(p, dtype=np.int64), t[:N // 2]]) for p, t in zip(prompts[:B], tokens[:B],
+                                                                                           strict=True)]
+    feed = np.stack([t[N // 2:] if N >= 4 else t for t in tokens[:B]])
+    widths = sorted({1, *(int(L) + 1 for _, _, L in chains), *(t.num_tokens + 1 for _, _, t in trees)})
+    curve = _curve(pair, half, feed, widths, sampling=sampling, cache=cache, reps=reps)
+    quarter = [np.concatenate([np.asarray(p, dtype=np.int64), t[:N // 4]]) for p, t in zip(prompts[:B], tokens[:B],
+                                                                                              strict=True)]
+    dry_tokens = max(N // 2, 4)
+    dry = {}
+    for name, verifier, draft in [*chains, *trees]:
+        dry[config_key(name, draft)] = _dry(pair, verifier, draft, quarter, dry_tokens, sampling=sampling,
+                                            cache=cache, seed=seed, rule=rule)
+    profile = CostProfile(int(batch_size), N, [int(i) for i in prompt_ids],
+                          float(np.mean([c.size for c in half])), curve, plain, dry, str(pair.target.device), cache,
+                          int(torch.get_num_threads()), time.perf_counter() - t0)
+    return profile, tokens
