@@ -40,7 +40,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from otspec.engine.controllers import FixedDraftLength
+from otspec.drafts import ConfidenceTree, DraftTree
+from otspec.engine.controllers import as_controller
 from otspec.engine.loop import chain_loop, tree_loop
 from otspec.engine.observers import Observer
 from otspec.verifiers.base import Outcome, Verifier
@@ -335,25 +336,26 @@ def _curve(pair, contexts, feed_tokens, widths, *, sampling, cache, reps):
 
 
 def _dry(pair, verifier, draft, contexts, n_tokens, *, sampling, cache, seed, rule="match") -> dict:
-    """One zero-acceptance dry run (chains) or tree run of ``verifier`` on ``draft`` (L or a tree): per-iteration
-    columns of :class:`_Clock` (the first iteration, which holds the prefill, left out)."""
+    """One zero-acceptance dry run (chains) or tree run of ``verifier`` on ``draft`` (L, a draft-length controller or
+    a tree): per-iteration columns of :class:`_Clock` (the first iteration, which holds the prefill, left out)."""
     timer, B = CallTimer(pair.target.device), len(contexts)
-    tree = not isinstance(draft, (int, np.integer))
-    width = (draft.num_tokens if tree else int(draft)) + 2
+    tree = isinstance(draft, (DraftTree, ConfidenceTree))
+    ctrl = None if tree else as_controller(draft)
+    width = (draft.num_tokens if tree else ctrl.max_length) + 2
     room = cache_room(contexts, n_tokens, width)
     host = True if tree else _host_rows(pair)
     target = ModelSession(pair.target.model, B, sampling, cache=cache, max_length=room, timer=timer, name="target",
                           hidden=pair.drafter.reads_target_features, host_rows=host)
     session = pair.drafter.session(B, sampling, cache=cache, max_length=room, timer=timer,
-                                   **({} if tree else {"host_rows": host}))
+                                   **({} if tree else {"host_rows": host, "hidden": ctrl.needs_context}))
     clock = _Clock(timer)
     trace = _TreeCalls() if tree else None
     if tree:
         tree_loop(session, target, verifier, draft, n_tokens, np.random.default_rng(seed), rule=rule,
                   prompts=contexts, timer=timer, observers=[clock, trace])
     else:
-        chain_loop(session, target, ZeroAcceptance(verifier), FixedDraftLength(int(draft)), n_tokens, _rng(seed, pair),
-                   prompts=contexts, timer=timer, observers=[clock])
+        chain_loop(session, target, ZeroAcceptance(verifier), ctrl, n_tokens, _rng(seed, pair), prompts=contexts,
+                   timer=timer, observers=[clock])
     out = {"kind": "tree" if tree else "chain", **clock.columns()}
     if tree:
         out["trace_calls"] = trace.calls[1:]
@@ -371,7 +373,8 @@ class _TreeCalls(Observer):
 
 
 def config_key(verifier_name: str, draft) -> str:
-    """A dry run's key: ``token:L=4`` for a chain, ``kseq:2x2x1`` for a tree."""
+    """A dry run's key: ``token:L=4`` for a chain, ``kseq:2x2x1`` for a tree, ``token:<label>`` for a controller
+    given by its label (a string)."""
     return f"{verifier_name}:L={int(draft)}" if isinstance(draft, (int, np.integer)) else f"{verifier_name}:{draft}"
 
 
@@ -380,8 +383,9 @@ def calibrate(pair, prompts, max_new_tokens: int, *, chains=(), trees=(), sampli
               progress=None) -> tuple[CostProfile, list]:
     """Measure the cost profile on ``prompts`` (the calibration prompts; never the measured ones).
 
-    ``chains``: (verifier name, verifier, L) for every chain configuration; ``trees``: (verifier name, verifier,
-    tree). Returns the profile and the plain continuations of ``prompts`` (the plain-decoding log's paths)."""
+    ``chains``: (key, verifier, L or a draft-length controller) for every chain configuration; ``trees``: (key,
+    verifier, tree); keys name the dry runs (:func:`config_key`). Returns the profile and the plain continuations of
+    ``prompts`` (the plain-decoding log's paths)."""
     import torch
 
     t0 = time.perf_counter()
@@ -391,14 +395,15 @@ def calibrate(pair, prompts, max_new_tokens: int, *, chains=(), trees=(), sampli
     half = [np.concatenate([np.asarray(p, dtype=np.int64), t[:N // 2]]) for p, t in zip(prompts[:B], tokens[:B],
                                                                                            strict=True)]
     feed = np.stack([t[N // 2:] if N >= 4 else t for t in tokens[:B]])
-    widths = sorted({1, *(int(L) + 1 for _, _, L in chains), *(t.num_tokens + 1 for _, _, t in trees)})
+    widths = sorted({1, *range(2, 1 + max((as_controller(d).max_length + 1 for _, _, d in chains), default=1)),
+                     *(t.num_tokens + 1 for _, _, t in trees)})
     curve = _curve(pair, half, feed, widths, sampling=sampling, cache=cache, reps=reps)
     quarter = [np.concatenate([np.asarray(p, dtype=np.int64), t[:N // 4]]) for p, t in zip(prompts[:B], tokens[:B],
                                                                                               strict=True)]
     dry_tokens = max(N // 2, 4)
     dry = {}
-    for name, verifier, draft in [*chains, *trees]:
-        dry[config_key(name, draft)] = _dry(pair, verifier, draft, quarter, dry_tokens, sampling=sampling,
+    for key, verifier, draft in [*chains, *trees]:
+        dry[key] = _dry(pair, verifier, draft, quarter, dry_tokens, sampling=sampling,
                                             cache=cache, seed=seed, rule=rule)
     profile = CostProfile(int(batch_size), N, [int(i) for i in prompt_ids],
                           float(np.mean([c.size for c in half])), curve, plain, dry, str(pair.target.device), cache,

@@ -51,7 +51,7 @@ from otspec.engine.record import PairRecord
 from otspec.verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, WHOLE_TREE_REGISTRY, DecodingOPT
 
 from .cache import CACHE_KINDS
-from .calibrate import calibrate
+from .calibrate import calibrate, config_key
 from .drafters import Pair, load_pair, make_drafter
 from .logrows import (
     DEFAULT_LOG_MAX_KEPT,
@@ -230,9 +230,9 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     # everything the predictions read, measured on the prediction prompts: plain decoding (the log's paths), the
     # target's call times per width, and a dry run of every configuration
     prof, pred_tokens = calibrate(
-        pair, pred_ids, max_new_tokens, chains=[(name, REGISTRY[name](), L) for name, L in configs],
-        trees=[(name, v, parse_tree(tree, v.replacement)) for name, tree in tree_configs
-               for v in [TREE_VERIFIERS[name]()]],
+        pair, pred_ids, max_new_tokens, chains=[(config_key(name, L), REGISTRY[name](), L) for name, L in configs],
+        trees=[(config_key(name, str(t)), v, t) for name, tree in tree_configs
+               for v in [TREE_VERIFIERS[name]()] for t in [parse_tree(tree, v.replacement)]],
         sampling=sampling, batch_size=batch_size, cache=cache, seed=seed + PREDICTION_SEED_OFFSET,
         prompt_ids=prediction_ids, rule=rule)
     phase("cost profile measured")

@@ -159,7 +159,9 @@ def test_cli_bad_input_exits_2_with_a_message(folders, capsys):
     assert validate_mod.main([*common, "--prompts", "0"]) == 2
     assert "prompts" in capsys.readouterr().err
     assert validate_mod.main([*common, "--prompts", "99"]) == 2
-    assert "holds only 48" in capsys.readouterr().err
+    assert "the prompt file holds 96" in capsys.readouterr().err
+    assert validate_mod.main([*common, "--prompts", "40", "--prediction-prompts", "57"]) == 2  # 97 > 96
+    assert "must differ from the measured ones" in capsys.readouterr().err
     assert validate_mod.main([*common, "--L", "0"]) == 2
     assert "L" in capsys.readouterr().err
     assert validate_mod.main([*common, "--prediction-sequences", "0"]) == 2  # refused before any decoding
@@ -247,7 +249,10 @@ def test_log_rows_writes_the_real_pairs_rows_along_the_plain_continuations(folde
     from llm_bridge.prompts import DATA_DIR, encode_prompts, read_prompts
 
     target, draft = load_model(str(folders / "target"), device="cpu"), load_model(str(folders / "draft"), device="cpu")
-    prompt = encode_prompts(target.tokenizer, read_prompts(DATA_DIR / "validate_prompts.txt", 2))[1]
+    # the log is made on the prediction prompts, the two after the measured ones
+    assert record["settings"]["prediction_prompt_ids"] == [2, 3] and log.meta["prompt_ids"] == [2, 3]
+    texts = read_prompts(DATA_DIR / "validate_prompts.txt")
+    prompt = encode_prompts(target.tokenizer, texts[2:4])[1]
     steps = range(log.path_offsets[1], log.path_offsets[2])
     ids = torch.as_tensor([list(prompt) + log.tokens[steps.start:steps.stop].tolist()])
     sampling = Sampling(1.5)
@@ -255,7 +260,7 @@ def test_log_rows_writes_the_real_pairs_rows_along_the_plain_continuations(folde
     from llm_bridge.drafters import ModelDrafter
     from llm_bridge.logrows import draft_rows_incremental
 
-    prompts = encode_prompts(target.tokenizer, read_prompts(DATA_DIR / "validate_prompts.txt", 2))
+    prompts = encode_prompts(target.tokenizer, texts[2:4])
     conts = [log.tokens[log.path_offsets[i]:log.path_offsets[i + 1]] for i in range(2)]
     incremental = list(draft_rows_incremental(ModelDrafter(draft), prompts, conts, sampling, batch_size=8))[1]
     for model, kept, tail in ((draft, log.draft, log.draft_tail), (target, log.target, log.target_tail)):

@@ -55,29 +55,28 @@ def record_markdown(record: dict, title: str | None = None) -> str:
                      f"{fmt(step['ms_per_token'], 2)} ms for Hugging Face's plain `generate` with the same cache kind "
                      f"({step['cache']}; prefill excluded from both): ratio **{fmt(step['otspec_step_ratio'], 2)}**.")
     lines += ["", "| verifier | L | block efficiency [95% CI] | predicted [95%] | two-point bound | E[τ+1 given drafts] "
-              "| mean acceptance length | acceptance rate | tokens/s | speedup [rounds] | predicted speedup [range] "
-              "| verifier / target call |",
+              "| mean acceptance length | acceptance rate | tokens/s | speedup [95% CI or round range] "
+              "| predicted speedup [interval] | verifier / target call |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in record["runs"]:
-        be, pi, si, psi = (r["block_efficiency"], r["predicted_block_efficiency_interval"], r["speedup_interval"],
-                           r["predicted_speedup_interval"])
+        be, pi = r["block_efficiency"], r["predicted_block_efficiency_interval"]
+        si, psi = r.get("speedup_ci") or r["speedup_interval"], r.get("predicted_speedup_interval") or {}
         lines.append(f"| {r['verifier']} | {r['L']} | {fmt(be['mean'])} [{fmt(be['low'])}, {fmt(be['high'])}] | "
                      f"{fmt(r['predicted_block_efficiency'])} [{fmt(pi['low'])}, {fmt(pi['high'])}] | "
                      f"{fmt(r.get('two_point_upper_bound'))} | "
                      f"{fmt(r['expected_block_efficiency_given_drafts'])} | {fmt(r.get('mean_acceptance_length'))} | "
                      f"{fmt(r['acceptance_rate'])} | "
                      f"{fmt(r['tokens_per_s'], 1)} | {fmt(r['speedup'], 2)} [{fmt(si['low'], 2)}, {fmt(si['high'], 2)}] | "
-                     f"{fmt(r['predicted_speedup'], 2)} [{fmt(psi['low'], 2)}, {fmt(psi['high'], 2)}] | "
+                     f"{fmt(r['predicted_speedup'], 2)} [{fmt(psi.get('low'), 2)}, {fmt(psi.get('high'), 2)}] | "
                      f"{100 * r['verify_fraction_of_target_call']:.1f} % |")
     methods = sorted({r.get("prediction_method") or "" for r in record["runs"]} - {""})
     lines += ["", "Predicted: " + ("; ".join(methods) if methods else "the two-point formulas (older record)") + ". "
               "*Two-point bound*: the verifier's formula (token eq. (4), block eq. (17), block-OT eq. (8)) on the "
               "per-position two-point reduction A = {q ≥ p} of this run's own rows, an upper bound for the block "
               "verifiers. *E[τ+1 given drafts]* averages the verifier's exact conditional law on the real rows. *Mean "
-              "acceptance length*: 1 + accepted / drafts, as serving engines report it. Predicted speedup: the cost "
-              "model with the measured t_draft, t_target(L+1) and loop overhead" + _straggling_text(record["runs"]) +
-              ". *Speedup [rounds]*: the run's tokens/s over plain "
-              "sampling's, and the smallest and largest ratio over " + _rounds_text(record["runs"]) + "."]
+              "acceptance length*: 1 + accepted / drafts, as serving engines report it. " +
+              _speedup_prediction_text(record["runs"]) + _straggling_text(record["runs"]) +
+              ". *Speedup*: the run's tokens/s over plain sampling's, with " + _rounds_text(record["runs"]) + "."]
     lines += _tree_markdown(record.get("tree_runs") or [])
     loss = record.get("lossless", {})
     if "verifiers" in loss:
@@ -120,7 +119,7 @@ def _tree_markdown(runs: list) -> list:
              "| go-on per depth | nodes per target call | tokens/s | speedup [rounds] | predicted speedup "
              "| verifier / target call |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
-        be, si = r["block_efficiency"], r["speedup_interval"]
+        be, si = r["block_efficiency"], r.get("speedup_ci") or r["speedup_interval"]
         go = ", ".join(fmt(x, 2) for x in r["go_on"])
         lines.append(f"| {r['verifier']} | {r['tree']}{'' if r['tree'].startswith('eagle2') else _DRAW_SUFFIX.get(r['replacement'], '')} | {r['rule']} | "
                      f"{fmt(be['mean'])} [{fmt(be['low'])}, {fmt(be['high'])}] | "
@@ -150,12 +149,25 @@ def _straggling_text(runs: list) -> str:
 
 
 def _rounds_text(runs: list) -> str:
-    """How the speedup's spread was measured, from the runs' ``speedup_interval``."""
+    """How the speedup's spread was measured, from the runs' ``speedup_ci`` or ``speedup_interval``."""
     counts = {len(r["speedup_interval"].get("rounds") or []) for r in runs}
     if counts and 0 not in counts:
-        return (f"{max(counts)} timing rounds (each batch of prompts decoded by plain sampling and every run in turn, "
-                "in the same window)")
+        what = ("its 95 % confidence interval (a paired bootstrap over" if all(r.get("speedup_ci") for r in runs)
+                else "the smallest and largest ratio over")
+        return (f"{what} {max(counts)} timing rounds (each batch of prompts decoded by plain sampling and every run in "
+                "turn, in the same window)" + (")" if what.startswith("its") else ""))
     return "the block efficiency's interval, scaled (an older record without interleaved timing rounds)"
+
+
+def _speedup_prediction_text(runs: list) -> str:
+    """How the predicted speedups were made: from a cost profile measured apart, or (older records) from the run's
+    own call times."""
+    sources = {(r.get("speedup_prediction") or {}).get("source") for r in runs}
+    if sources == {"cost_profile"}:
+        return ("Predicted speedup: the cost profile (plain decoding, t_target(n) and a zero-acceptance dry run of each "
+                "configuration, all on the prediction prompts) charged to the prediction's replays, batch by batch")
+    return ("Predicted speedup (older record, circular): the cost model with this run's own t_draft, t_target(L+1) "
+            "and loop overhead")
 
 
 def _nan(values) -> list:
@@ -206,7 +218,7 @@ def render_record(record: dict):
                        fmt="o", color=f"C{c}", capsize=3, label=f"{name} measured")
         ax_be.plot(Ls, [r["predicted_block_efficiency"] for r in runs], "--", color=f"C{c}", label=f"{name} predicted")
         ax_sp.plot(Ls, [r["speedup"] for r in runs], "o", color=f"C{c}", label=f"{name} measured")
-        ax_sp.plot(Ls, [r["predicted_speedup"] for r in runs], "--", color=f"C{c}", label=f"{name} predicted")
+        ax_sp.plot(Ls, _nan(r["predicted_speedup"] for r in runs), "--", color=f"C{c}", label=f"{name} predicted")
         last = runs[-1]
         pos = last["acceptance_per_position"]
         ax_pos.plot(range(1, len(pos) + 1), pos, "o-", color=f"C{c}", label=f"{name}, L={last['L']}: accepted")
@@ -246,7 +258,7 @@ def render_llm(data: dict):
                              [r["block_efficiency"]["high"] - r["block_efficiency"]["mean"] for r in runs]],
                        fmt=markers[i % len(markers)], color=f"C{i}", ms=4, capsize=2, label=label)
         unreliable = bool(rec.get("unreliable_timing"))  # drawn hollow and named: not a measurement to trust
-        ax_sp.plot([r["predicted_speedup"] for r in runs], [r["speedup"] for r in runs], markers[i % len(markers)],
+        ax_sp.plot(_nan(r["predicted_speedup"] for r in runs), [r["speedup"] for r in runs], markers[i % len(markers)],
                    color=f"C{i}", ms=4, mfc="none" if unreliable else None,
                    label=label + (" [unreliable timing]" if unreliable else ""))
         trees = rec.get("tree_runs") or []
