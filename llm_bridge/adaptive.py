@@ -42,21 +42,28 @@ from pathlib import Path
 import numpy as np
 
 from otspec.distributions import sample_categorical, to_host
-from otspec.engine.controllers import ConfidenceController, DraftLengthController
+from otspec.engine.controllers import ConfidenceController, DraftLengthController, as_controller
 from otspec.engine.heads import AcceptanceHead, LearnedHeadController, binary_kl
 from otspec.engine.observers import Observer
 from otspec.engine.predict import paired_ratio_interval, predict_from_log, predict_from_pairs
 from otspec.engine.record import AdaptiveRecord
 from otspec.verifiers import TokenVerify
 
+from .calibrate import calibrate
 from .drafters import load_pair
 from .logrows import record_rows
 from .loop import chunks, plain_generate, speculative_batches, speculative_generate
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
 from .prompts import DATA_DIR, encode_prompts, read_prompts
-from .runs import engine_fields, interleaved_interval, round_speedups, timed_runs
+from .runs import (
+    engine_fields,
+    predicted_speedup_fields,
+    speedup_fields,
+    timed_runs,
+    wall_clock_prediction,
+)
 from .sampling import DEFAULT_SAMPLING, Sampling
-from .validate import output_name
+from .validate import PREDICTION_SEED_OFFSET, PROMPT_FILE, output_name, split_prompts
 
 __all__ = ["HeadData", "frontier", "head_training_data", "head_training_data_on_policy", "load_head", "main",
            "save_head", "train_head"]
@@ -249,7 +256,10 @@ def load_head(path) -> tuple[AcceptanceHead, dict]:
     return head, meta
 
 
-def _row(result, policy: str, value, baseline: dict) -> dict:
+def _row(result, policy: str, value, baseline: dict, batch_size: int = 1) -> dict:
+    """One frontier row: what the run measured (the predictions are added by :func:`frontier`). The cost model's
+    latency (eq. (4)) counts one sequence's calls: it is the run's at batch 1 only (``latency_ms`` is ``None``
+    above, where a call serves the whole batch)."""
     d, timer = result.decode, result.timer
     t_draft, t_target = timer.mean_ms("draft"), timer.mean_ms("target")
     cost = d.cost(t_draft, t_target)
@@ -257,17 +267,15 @@ def _row(result, policy: str, value, baseline: dict) -> dict:
     drafted = d.accept_hist.sum(axis=1)
     tokens, iterations = d.per_sequence
     mean, low, high = paired_ratio_interval(tokens, iterations, seed=0)
-    ratios = round_speedups(result, baseline)
     return {"policy": policy, "value": value,
             "block_efficiency": {"mean": mean, "low": low, "high": high, "unit": "prompt", "prompts": int(tokens.size)},
             "block_efficiency_batch_means": {"mean": be.value, "low": be.low, "high": be.high},
             "mean_draft_length": float(drafted @ np.arange(drafted.size) / max(drafted.sum(), 1)),
             "draft_calls_per_iteration": timer.count("draft") / max(d.iterations, 1),
             "discard_rate": cost.discard_rate, "verification_rate": cost.verification_rate,
-            "latency_ms": cost.latency, "t_draft_ms": t_draft, "t_target_ms": t_target,
-            "tokens_per_s": result.tokens_per_s, "speedup": result.tokens_per_s / baseline["tokens_per_s"],
-            "speedup_interval": None if ratios is None else interleaved_interval(ratios),
-            "model_speedup": baseline["ms_per_token"] / cost.latency,
+            "latency_ms": cost.latency if batch_size == 1 else None, "t_draft_ms": t_draft, "t_target_ms": t_target,
+            "tokens_per_s": result.tokens_per_s, **speedup_fields(result, baseline, {"mean": mean, "low": low,
+                                                                                     "high": high}),
             **engine_fields(d.accept_hist)}
 
 
@@ -289,12 +297,14 @@ CONFIDENCE_RULE = ("confidence: draft on while the product of the draft rows' la
 def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6, 8), max_length: int = 12,
              max_new_tokens: int = 48, sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int = 8,
              progress: bool | None = None, unlagged: bool = True, timing_attempts: int = 1,
-             rule: str = "specdecpp") -> dict:
+             rule: str = "specdecpp", prediction_prompts=None) -> dict:
     """Fixed K and the threshold rule on the learned head (lagged, and with ``unlagged`` the rule without the lag),
     on the same prompts with plain sampling beside them: every run and plain sampling decode each batch of prompts
     in turn (interleaved timing rounds), and plain sampling runs again at the end (the record's timing check).
     ``rule="confidence"``: the threshold rows use :class:`~otspec.engine.controllers.ConfidenceController` (no head;
-    ``head`` and ``unlagged`` are ignored)."""
+    ``head`` and ``unlagged`` are ignored). ``prediction_prompts`` (token ids; other prompts than ``prompts``): where
+    the predictions are made — the plain-decoding log and the cost profile (:func:`llm_bridge.calibrate.calibrate`,
+    with a zero-acceptance dry run of every policy); without them no row is predicted."""
     if rule not in RULE_KINDS:
         raise ValueError(f"rule: expected one of {RULE_KINDS}, got {rule!r}")
     unlagged = unlagged and rule == "specdecpp"
@@ -323,38 +333,83 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
                        max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size, warm_up=warm_up,
                        progress=progress, desc="frontier runs", attempts=timing_attempts)
     baseline, results, timing = timed.baseline, timed.results, timed.timing
-    # fixed K is predicted as validate predicts a chain run: the decode engine on both models' rows logged along
-    # the plain run after the frontier (seed + 1, independent of the runs), for a feature head its rows replayed by
-    # draft depth; the threshold rules have no prediction (the learned head reads the draft's hidden states, which
-    # a log of rows does not hold)
-    log = replays = None
-    if fixed and pair.drafter.reads_target_features:  # a feature head: its rows by draft depth along the run
-        from .head_replays import HEAD_METHOD, head_replays
-
-        replays = head_replays(pair, prompts, timed.after.tokens, int(max(fixed)), sampling=sampling)
-    elif fixed and not pair.drafter.deterministic:
-        log = record_rows(pair, prompts, timed.after.tokens, sampling=sampling, batch_size=batch_size,
-                          meta={"seed": seed + 1, "use": "predictions of fixed K (independent of the runs)"})
+    # predictions, made on the prediction prompts: fixed K and the confidence rule by the decode engine on both models'
+    # rows logged along plain decoding there (a feature head: its rows replayed by draft depth); the learned head's
+    # threshold rules have no block-efficiency prediction (the head reads the draft's hidden states, which a log of
+    # rows does not hold), so no speedup prediction either; every policy's iteration costs from its dry run
     rules = RULES if rule == "specdecpp" else {"threshold": CONFIDENCE_RULE}
     out = {"baseline": baseline, "timing": timing, "fixed": [], "threshold": [], "rules": rules}
     if unlagged:
         out["threshold_unlagged"] = []
     if timing["unreliable_timing"]:
         out["unreliable_timing"] = timing["unreliable_timing"]
+    predict, profile = _predictor(pair, prediction_prompts, plan, controller, max_new_tokens, sampling=sampling,
+                                  seed=seed, batch_size=batch_size, rule=rule)
+    if profile is not None:
+        out["profile"] = profile.to_json()
     for (policy, value), result in zip(plan, results, strict=True):
-        row = _row(result, policy, value, baseline)
-        pred = None
-        if policy == "fixed" and log is not None:
-            pred = predict_from_log(log, TokenVerify(), int(value), seed=seed, units=len(prompts))
-        elif policy == "fixed" and replays is not None:
-            pred = predict_from_pairs(replays, TokenVerify(), int(value), seed=seed, units=len(prompts),
-                                      method=HEAD_METHOD)
+        row = _row(result, policy, value, baseline, batch_size)
+        pred = predict(policy, value)
         if pred is not None:
             row.update(predicted_block_efficiency=pred.block_efficiency,
                        predicted_block_efficiency_interval={"low": pred.low, "high": pred.high},
                        prediction_method=pred.method, prediction=pred.as_dict())
+        wall = wall_clock_prediction(profile, _policy_key(policy, value), pred, batch_size=batch_size,
+                                     units=len(prompts), n_tokens=max_new_tokens)
+        if pred is None and profile is not None:
+            wall = {"source": None, "note": "no block-efficiency prediction for this rule (the learned head reads the "
+                                            "draft's hidden states, which a log of rows does not hold)"}
+        row.update(predicted_speedup_fields(wall))
         out[policy].append(row)
     return out
+
+
+def _policy_key(policy: str, value) -> str:
+    """The cost profile's dry-run key of a frontier row."""
+    return f"token:L={int(value)}" if policy == "fixed" else f"token:{policy}={value:g}"
+
+
+def _predictor(pair, prediction_prompts, plan, controller, max_new_tokens, *, sampling, seed, batch_size, rule):
+    """(predict(policy, value) -> LogPrediction or None, the cost profile or None), both made on
+    ``prediction_prompts``."""
+    if not prediction_prompts:
+        return (lambda *_: None), None
+    profile, tokens = calibrate(pair, prediction_prompts, max_new_tokens,
+                                chains=[(_policy_key(p, v), TokenVerify(), controller(p, v)) for p, v in plan],
+                                sampling=sampling, batch_size=batch_size, cache="auto", seed=seed + PREDICTION_SEED_OFFSET)
+    units = len(prediction_prompts)
+    longest = max([int(v) for p, v in plan if p == "fixed"] + [1])
+    if pair.drafter.reads_target_features:  # a feature head: its rows by draft depth along the run
+        from .head_replays import HEAD_METHOD, head_replays
+
+        replays = head_replays(pair, prediction_prompts, tokens, max(longest, _max_length(plan, controller)),
+                               sampling=sampling)
+
+        def run(draft):
+            return predict_from_pairs(replays, TokenVerify(), draft, seed=seed, units=units, method=HEAD_METHOD)
+    elif not pair.drafter.deterministic:
+        log = record_rows(pair, prediction_prompts, tokens, sampling=sampling, batch_size=batch_size,
+                          meta={"seed": seed + PREDICTION_SEED_OFFSET, "use": "predictions of the frontier (other "
+                                "prompts than the measured runs')"})
+
+        def run(draft):
+            return predict_from_log(log, TokenVerify(), draft, seed=seed, units=units)
+    else:
+        return (lambda *_: None), profile
+
+    def predict(policy, value):
+        if policy == "fixed":
+            return run(int(value))
+        if rule == "confidence":  # it reads the draft's own rows: the replay runs it as the loop does
+            return run(controller(policy, value))
+        return None
+
+    return predict, profile
+
+
+def _max_length(plan, controller) -> int:
+    """The longest draft any policy of ``plan`` makes."""
+    return max(as_controller(controller(p, v)).max_length for p, v in plan)
 
 
 def main(argv=None) -> int:
@@ -380,6 +435,9 @@ def main(argv=None) -> int:
     ap.add_argument("--fixed", default="1,2,3,4,6,8", help="fixed draft lengths K for comparison")
     ap.add_argument("--max-length", type=int, default=12, help="K_max of the threshold rule")
     ap.add_argument("--prompts", type=int, default=32, help="validation prompts of the loop (the intervals' units)")
+    ap.add_argument("--prediction-prompts", type=int, default=None,
+                    help="prompts after the measured ones on which the predictions' log and cost profile are measured "
+                         "(default: as many as --prompts)")
     ap.add_argument("--batch-size", type=int, default=8, help="prompts decoded together (one timing round each)")
     ap.add_argument("--no-unlagged", action="store_true", help="run only the lagged rule of Algorithm 1")
     ap.add_argument("--max-new-tokens", type=int, default=48)
@@ -415,9 +473,10 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
         if not 0.0 <= h <= 1.0:
             raise ValueError(f"--thresholds: {h} is not in [0, 1]")
     if (any(k < 1 for k in fixed) or args.max_length < 1 or args.prompts < 1 or args.max_new_tokens < 1
-            or args.batch_size < 1 or args.train_draft_length < 1):
-        raise ValueError("--fixed, --max-length, --prompts, --max-new-tokens, --batch-size and --train-draft-length "
-                         "must be >= 1")
+            or args.batch_size < 1 or args.train_draft_length < 1
+            or (args.prediction_prompts is not None and args.prediction_prompts < 1)):
+        raise ValueError("--fixed, --max-length, --prompts, --prediction-prompts, --max-new-tokens, --batch-size and "
+                         "--train-draft-length must be >= 1")
     pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
     rule = args.rule if args.rule != "auto" else ("confidence" if pair.drafter.reads_target_features else "specdecpp")
     train_data = {}  # how a trained head's rows were made
@@ -440,13 +499,13 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
         report["features"] = int(data.features.shape[1])
         if args.save_head:
             save_head(head, args.save_head, {**report, "draft": pair.drafter.name, "target": pair.target.name})
-    ids = encode_prompts(pair.tokenizer, read_prompts(DATA_DIR / "validate_prompts.txt", args.prompts))
-    if len(ids) < args.prompts:
-        raise ValueError(f"--prompts {args.prompts}: the prompt file holds only {len(ids)}")
+    ids, pred_ids, prompt_ids, prediction_ids = split_prompts(pair.tokenizer, args.prompts, args.prediction_prompts)
     record = {"model_pair": pair.describe(),
               "settings": {"train_prompts": args.train_prompts, "train_tokens": args.train_tokens, "mix": args.mix,
                            **train_data,
-                           "prompts": args.prompts, "batch_size": args.batch_size,
+                           "prompts": args.prompts, "prompt_file": PROMPT_FILE, "prompt_ids": prompt_ids,
+                           "prediction_prompts": len(prediction_ids), "prediction_prompt_ids": prediction_ids,
+                           "batch_size": args.batch_size,
                            "max_new_tokens": args.max_new_tokens,
                            "max_length": args.max_length, "temperature": args.temperature, "seed": args.seed,
                            "torch": torch.__version__, "threads": torch.get_num_threads()},
@@ -454,7 +513,7 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
     record.update(frontier(pair, ids, head, thresholds=thresholds, fixed=fixed, max_length=args.max_length,
                            max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed,
                            batch_size=args.batch_size, unlagged=not args.no_unlagged,
-                           timing_attempts=args.timing_attempts, rule=rule))
+                           timing_attempts=args.timing_attempts, rule=rule, prediction_prompts=pred_ids))
     return AdaptiveRecord.from_json(record)
 
 

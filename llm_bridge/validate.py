@@ -41,6 +41,7 @@ import platform
 import re
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +53,7 @@ from otspec.verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, WHOLE_TREE_REGISTRY
 
 from .cache import CACHE_KINDS
 from .calibrate import calibrate, config_key
-from .drafters import Pair, load_pair, make_drafter
+from .drafters import load_pair
 from .logrows import (
     DEFAULT_LOG_MAX_KEPT,
     DEFAULT_LOG_TOP_P,
@@ -64,7 +65,7 @@ from .logrows import (
 from .loop import plain_generate, speculative_batches, speculative_generate
 from .lossless import first_token_law, root_token_law, two_sample_test
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch, resolve_device, resolve_dtype
-from .peer import hf_assisted, hf_decode_step
+from .peer import choose_peer, hf_batches, hf_decode_step, peer_record
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 from .runs import (
     ENGINE_KEYS,
@@ -88,8 +89,6 @@ FIGURES = Path(__file__).resolve().parent.parent / "figures"
 #: The plain run after the measured runs (the timing check) and the calibration's plain decoding of the prediction
 #: prompts (the log the predictions read) use seed + this.
 PREDICTION_SEED_OFFSET = 1
-#: Hugging Face assisted generation's draft when the drafter is a feature head (which it cannot take).
-PEER_DRAFT = "distilled"
 
 
 def _lossless(pair, prompt, verifiers, sampling: Sampling, samples: int, seed: int, multi=()) -> dict:
@@ -126,7 +125,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
              pair=None, trees=(), multi_verifiers=("kseq", "multiround"), rule: str = "match",
              cache: str = "auto", log_rows=None, log_top_p: float = DEFAULT_LOG_TOP_P,
              log_max_kept: int | None = DEFAULT_LOG_MAX_KEPT, prediction_sequences: int = 32,
-             lossless_verifiers=None, hf_prompts: int = 8, timing_attempts: int = 1,
+             lossless_verifiers=None, hf_prompts: int = 4, timing_attempts: int = 1,
              prediction_prompts: int | None = None) -> dict:
     """Everything of the module docstring; returns the JSON record. ``pair`` (a loaded
     :class:`~llm_bridge.drafters.Pair`) replaces ``target``, ``draft``, ``device`` and ``dtype``;
@@ -215,17 +214,27 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
             speculative_generate(pair, ids[:batch_size], REGISTRY["token"](), max(lengths), max_new_tokens,
                                  sampling=sampling, progress=False, record_law=False, cache=cache)
 
+    # the peer: Hugging Face assisted generation with the fastest draft it takes for this target, chosen on some of
+    # the prediction prompts, then timed on the measured prompts with the runs (and Hugging Face's plain generate)
+    peer, peer_choice = None, None
+    if hf:
+        peer, peer_choice = choose_peer(pair.target, pred_ids[:hf_prompts], max_new_tokens, sampling=sampling,
+                                        seed=seed)
+        phase(f"peer chosen: {peer_choice['chosen']}")
     # plain sampling and every run, batch by batch in turn (ABAB…), between two identical plain runs (seed + 1)
-    # whose second is also the independent plain-decoding log the predictions read
     runs = [lambda name=name, L=L, **kw: speculative_batches(pair, ids, REGISTRY[name](), L, max_new_tokens, **kw)
             for name, L in configs]
     runs += [lambda name=name, tree=tree, **kw: tree_batches(pair, ids, TREE_VERIFIERS[name](), tree,
                                                              max_new_tokens, rule=rule, defer_closed_forms=True, **kw)
              for name, tree in tree_configs]
+    if peer is not None:
+        runs += [partial(hf_batches, peer, ids, max_new_tokens, assisted=True),
+                 partial(hf_batches, peer, ids, max_new_tokens, assisted=False)]
     timed = timed_runs(pair.target, ids, runs, max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size,
                        cache=cache, warm_up=warm_up, check_seed=seed + PREDICTION_SEED_OFFSET, progress=progress,
                        attempts=timing_attempts)
     baseline, results, timing = timed.baseline, timed.results, timed.timing
+    peer_results, results = (results[-2:], results[:-2]) if peer is not None else (None, results)
     phase("timed runs done")
     # everything the predictions read, measured on the prediction prompts: plain decoding (the log's paths), the
     # target's call times per width, and a dry run of every configuration
@@ -280,7 +289,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
                      "prediction_prompts": prediction_prompts, "prediction_prompt_ids": prediction_ids,
                      "max_new_tokens": max_new_tokens, "lengths": list(lengths),
                      "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed,
-                     "batch_size": batch_size, "hf_prompts": min(hf_prompts, prompts), "cache": cache, "torch": torch.__version__, "transformers": transformers.__version__,
+                     "batch_size": batch_size, "hf_prompts": min(hf_prompts, len(pred_ids)), "cache": cache, "torch": torch.__version__, "transformers": transformers.__version__,
                      "threads": torch.get_num_threads(), "machine": platform.machine(),
                      "python": platform.python_version()},
         "baseline": baseline, "profile": prof.to_json(), "timing": timing,
@@ -296,20 +305,12 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
         record["tree_runs"] = tree_runs
         record["settings"].update(trees=[str(t) for t in trees], rule=rule)
     phase("predictions done")
-    hf_ids = ids[:hf_prompts]  # the peer is a reference, at batch 1: a share of the prompts keeps it short
-    peer = pair
-    if hf and head:  # assisted generation takes a draft model, not a head on the target's features
-        try:
-            peer = Pair(pair.target, make_drafter(PEER_DRAFT, pair.target))
-        except (FileNotFoundError, ValueError) as err:
-            record["hf_assisted_skipped"] = f"no draft model for Hugging Face assisted generation: {err}"
-            hf = False
-    record["hf_assisted"] = hf_assisted(peer, hf_ids, max_new_tokens, sampling=sampling, seed=seed) if hf else None
-    if hf and head:
-        record["hf_assisted"]["draft"] = PEER_DRAFT
-    if hf:  # against the otspec baseline too (Hugging Face's own ratio is "speedup")
-        record["hf_assisted"]["prompts"] = len(hf_ids)
-        record["hf_assisted"]["speedup_vs_baseline"] = record["hf_assisted"]["tokens_per_s"] / baseline["tokens_per_s"]
+    record["hf_assisted"] = None
+    if hf and peer is None:
+        record["hf_assisted_skipped"] = ("no draft Hugging Face assisted generation takes for this target: "
+                                         + "; ".join(f"{k}: {v['skipped']}" for k, v in peer_choice["candidates"].items()))
+    elif hf:  # its speedup over its own plain generate, and over otspec's plain sampling, interleaved with the runs
+        record["hf_assisted"] = {**peer_record(*peer_results, baseline["rounds"]), "choice": peer_choice}
     if hf and max_new_tokens >= 2:  # the otspec decode step against Hugging Face's, same cache kind
         step = hf_decode_step(pair, ids[:min(2, len(ids))], max_new_tokens, sampling=sampling, seed=seed, cache=cache)
         step["otspec_step_ratio"] = (None if step["ms_per_token"] is None
@@ -393,8 +394,10 @@ def main(argv=None) -> int:
                     help="chain verifiers whose losslessness is checked (default: every verifier run, and the "
                          "multi-draft ones with --trees); the biased control is always checked")
     ap.add_argument("--no-hf", action="store_true", help="skip Hugging Face assisted generation")
-    ap.add_argument("--hf-prompts", type=int, default=8,
-                    help="prompts Hugging Face assisted generation (the peer, batch 1) runs on: the first of --prompts")
+    ap.add_argument("--hf-prompts", type=int, default=4,
+                    help="prediction prompts on which the peer's draft is chosen (Hugging Face assisted generation "
+                         "with prompt lookup, int8 or distilled: the fastest); the chosen peer then runs on every "
+                         "measured prompt, interleaved with the runs")
     ap.add_argument("--name", help="output name: figures/llm_<name>.* (default: from the draft)")
     ap.add_argument("--out-dir", type=Path, default=FIGURES, help="where the record (llm_<name>.json, .md, .png) goes")
     ap.add_argument("--json", action="store_true", help="also print the JSON record")

@@ -144,11 +144,23 @@ def test_cli_writes_the_frontier(tmp_path):
             r["mean_acceptance_length"]
         assert 0 < r["verification_rate"] <= 1 and r["discard_rate"] >= 0
     assert record["fixed"][0]["discard_rate"] <= record["fixed"][1]["discard_rate"] + 0.5
-    for r in record["fixed"]:  # fixed K predicted from the rows logged along the plain run after the frontier
+    settings = record["settings"]  # predictions on other prompts than the measured ones
+    assert settings["prompt_ids"] == [0, 1] and settings["prediction_prompt_ids"] == [2, 3]
+    assert record["profile"]["kind"] == "cost_profile" and set(record["profile"]["configs"]) == {
+        "token:L=1", "token:L=3", "token:threshold=0.3", "token:threshold=0.7", "token:threshold_unlagged=0.3",
+        "token:threshold_unlagged=0.7"}
+    for r in record["fixed"]:  # fixed K predicted from the rows logged along plain decoding of the prediction prompts
         pi = r["predicted_block_efficiency_interval"]
         assert pi["low"] <= r["predicted_block_efficiency"] <= pi["high"] <= r["value"] + 1
         assert "decode engine" in r["prediction_method"] and r["prediction"]["paths"] == 2
-    assert all("predicted_block_efficiency" not in r for r in record["threshold"])
+        sp = r["speedup_prediction"]
+        assert sp["source"] == "cost_profile" and sp["profile_config"] == f"token:L={r['value']}"
+        assert r["predicted_speedup_interval"]["low"] <= r["predicted_speedup"] <= r["predicted_speedup_interval"]["high"]
+        assert r["latency_ms"] is None and "model_speedup" not in r  # batch 8: no per-sequence cost model
+        assert r["speedup_ci"]["rounds"] == 1
+    for r in record["threshold"]:  # the learned head reads hidden states: no prediction, and it says why
+        assert r["predicted_block_efficiency"] is None if "predicted_block_efficiency" in r else True
+        assert r["predicted_speedup"] is None and "hidden states" in r["speedup_prediction"]["note"]
     assert plot_main(["record", str(out / "llm_adaptive_tiny.json")]) == 0
     summary = (out / "llm_adaptive_tiny.md").read_text()
     assert "threshold h = 0.3 (lagged)" in summary and "threshold h = 0.3 (unlagged)" in summary

@@ -89,7 +89,7 @@ def test_cli_writes_the_json_contract(folders, tmp_path, capsys):
     assert settings["prompt_ids"] == [0, 1] and settings["prediction_prompt_ids"] == [2, 3]
     profile = record["profile"]
     assert profile["kind"] == "cost_profile" and profile["prompt_ids"] == [2, 3] and profile["batch_size"] == 8
-    assert set(profile["t_target_ms"]) == {"1", "3", "4"} and set(profile["configs"]) == {
+    assert set(profile["t_target_ms"]) == {"1", "2", "3", "4"} and set(profile["configs"]) == {
         f"{v}:L={L}" for v in ("token", "block", "block_v1") for L in (2, 3)}
     assert all(lo["low"] <= profile["t_target_ms"][n] <= lo["high"] for n, lo in profile["t_target_ms_interval"].items())
     assert profile["configs"]["block_v1:L=2"]["extra_calls"] == pytest.approx(1.0)  # it asks for the next row
@@ -446,7 +446,11 @@ def test_a_feature_head_validates_end_to_end(folders, tmp_path, capsys):
     for r in record["runs"]:
         assert "draft depth" in r["prediction_method"] and r["prediction"]["paths"] == 2
         assert 1 <= r["predicted_block_efficiency"] <= 3
-    assert record.get("hf_assisted") is None and "distilled" in record["hf_assisted_skipped"]
+    # Hugging Face takes no head: the peer is its fastest draft for the target (the tiny target has no distilled one)
+    peer = record["hf_assisted"]
+    assert peer["choice"]["chosen"] in ("ngram", "int8") and peer["choice"]["candidates"]["distilled"]["skipped"]
+    assert peer["prompts"] == 2 and len(peer["rounds"]) == len(record["baseline"]["rounds"])
+    assert peer["speedup_ci"]["low"] <= peer["speedup_ci"]["high"] and "speedup_vs_baseline" in peer
     laws = record["lossless"]["verifiers"]
     assert all(v["first_token_max_deviation"] < 1e-6 for v in laws.values() if v["lossless"])
     assert laws["decoding_opt_eps_inf (biased control)"]["first_token_max_deviation"] > 1e-3

@@ -108,22 +108,25 @@ def adaptive_markdown(record: dict, title: str | None = None) -> str:
                 "on a machine that was not quiet.", ""] if record.get("unreliable_timing") else []),
              *timing_text(record),
              "| policy | block efficiency [95% CI] | predicted [95%] | mean draft length | discard rate "
-             "| verification rate | latency (cost model, ms/token) | tokens/s | speedup |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| verification rate | latency (cost model, ms/token) | tokens/s | speedup | predicted speedup |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     names = {"fixed": "fixed K = {:d}", "threshold": ("confidence h = {:g}" if confidence else "threshold h = {:g}")
              + (" (lagged)" if un else ""),
              "threshold_unlagged": "threshold h = {:g} (unlagged)"}
     for r in record["fixed"] + record["threshold"] + un:
         be = r["block_efficiency"]
         name = names.get(r["policy"], r["policy"] + " {}").format(r["value"])
-        si = r.get("speedup_interval")
+        si = r.get("speedup_ci") or r.get("speedup_interval")
         spread = "" if not si else f" [{si['low']:.2f}, {si['high']:.2f}]"
         pi = r.get("predicted_block_efficiency_interval")
         pred = "–" if not pi else f"{r['predicted_block_efficiency']:.3f} [{pi['low']:.3f}, {pi['high']:.3f}]"
+        psi = r.get("predicted_speedup_interval")
+        pred_sp = "–" if not psi else f"{r['predicted_speedup']:.3f} [{psi['low']:.2f}, {psi['high']:.2f}]"
+        latency = "–" if r.get("latency_ms") is None else f"{r['latency_ms']:.2f}"
         lines.append(f"| {name} | {be['mean']:.3f} [{be['low']:.3f}, {be['high']:.3f}] | {pred} | "
                      f"{r['mean_draft_length']:.2f} "
-                     f"| {r['discard_rate']:.3f} | {r['verification_rate']:.3f} | {r['latency_ms']:.2f} | "
-                     f"{r['tokens_per_s']:.1f} | {r['speedup']:.3f}{spread} |")
+                     f"| {r['discard_rate']:.3f} | {r['verification_rate']:.3f} | {latency} | "
+                     f"{r['tokens_per_s']:.1f} | {r['speedup']:.3f}{spread} | {pred_sp} |")
     best_f = max(record["fixed"], key=lambda r: r["tokens_per_s"])
     lines.append("")
     for rows, kind in ((record["threshold"], "lagged threshold" if un else "confidence" if confidence else "threshold"),
@@ -139,9 +142,16 @@ def adaptive_markdown(record: dict, title: str | None = None) -> str:
         lines.append("The lagged rule never stops after one token, so only the unlagged rule is like for like with "
                      "fixed K = 1.")
     methods = sorted({r.get("prediction_method") or "" for r in record["fixed"]} - {""})
+    predicted_rule = any(r.get("predicted_block_efficiency") is not None for r in record["threshold"])
     if methods:
-        lines.append("*Predicted* (fixed K): " + "; ".join(methods) + (
-            ". The confidence rule has no prediction here." if confidence else
-            ". The threshold rules read the draft's hidden states, which a log of rows does not hold: they have no "
-            "prediction."))
+        lines.append("*Predicted* (fixed K" + (" and the confidence rule" if predicted_rule else "") + "): "
+                     + "; ".join(methods) + (
+                         "." if predicted_rule else ". The confidence rule has no prediction here." if confidence else
+                         ". The threshold rules read the draft's hidden states, which a log of rows does not hold: "
+                         "they have no prediction."))
+    if any(r.get("predicted_speedup") is not None for r in record["fixed"]):
+        lines.append("*Predicted speedup*: the cost profile (plain decoding, t_target(n) and a zero-acceptance dry run "
+                     "of each policy, on the prediction prompts) charged to the prediction's replays, batch by batch; "
+                     "*speedup*: measured, with its 95 % confidence interval (paired bootstrap over the timing rounds). "
+                     "The cost model's latency counts one sequence's calls, so it is given at batch 1 only.")
     return "\n".join(lines) + "\n"

@@ -1,0 +1,156 @@
+"""The wall-clock prediction: replay traces charged with call costs (otspec.engine.predict.predict_wall_clock).
+
+The ground truth is the loop itself: the chain and tree loops run batches of sequences with a timer that charges a
+known cost for every call the loop makes, and the prediction, which sees only replays of single sequences and the
+cost per call, must land on the mean of those charges."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from otspec.drafts import DraftTree
+from otspec.engine.controllers import FixedDraftLength
+from otspec.engine.loop import chain_loop, tree_loop
+from otspec.engine.observers import Observer
+from otspec.engine.predict import IterationTrace, predict_from_pairs, predict_wall_clock
+from otspec.engine.session import SourceSession
+from otspec.sources import PositionalSource
+from otspec.verifiers import BlockVerify, KSeq, TokenVerify
+
+T_DRAFT, T_FIXED, T_PER_TOKEN, T_VERIFY, OVERHEAD = 0.7, 10.0, 1.5, 0.4, 0.9
+
+
+class ChargingTimer:
+    """Charges every call the loop makes: draft calls T_DRAFT, a target call scoring n tokens T_FIXED + n
+    T_PER_TOKEN, the verifier T_VERIFY per iteration (a tree walk calls it once per level walked: a profile's dry
+    run times the iteration's verifier calls together)."""
+
+    def __init__(self):
+        self.total, self.verified = 0.0, False
+
+    def call(self, kind, n, fn, *args):
+        self.total += T_DRAFT if kind == "draft" else 0.0
+        if kind == "verify" and not self.verified:
+            self.total, self.verified = self.total + T_VERIFY, True
+        if kind == "target":
+            self.total += T_FIXED + n * T_PER_TOKEN
+        return fn(*args)
+
+
+class Iterations(Observer):
+    def __init__(self, timer):
+        self.n, self.timer = 0, timer
+
+    def on_chain(self, step):
+        self.n += 1
+        self.timer.verified = False
+
+    def on_tree(self, step):
+        self.on_chain(step)
+
+
+def cost(calls, width):
+    """The same charges per batch iteration, as the prediction takes them (width: the widest draft or trie)."""
+    calls, width = np.asarray(calls, dtype=float), np.asarray(width, dtype=float)
+    return calls * T_DRAFT + T_FIXED + (width + 1) * T_PER_TOKEN + T_VERIFY * (width > 0) + OVERHEAD
+
+
+def pair(seed: int, V: int = 3, T: int = 24):
+    rng = np.random.default_rng(seed)
+    draft = PositionalSource(rng.dirichlet(np.full(V, 0.6), size=T))
+    target = PositionalSource(rng.dirichlet(np.full(V, 0.6), size=T))
+    return draft, target
+
+
+def charged_batches(draft, target, verifier, shape, batch, n_tokens, runs, *, tree=False):
+    """Mean charged time of a batch of ``batch`` sequences decoded together by the loop (``runs`` seeds)."""
+    totals = []
+    for seed in range(runs):
+        timer = ChargingTimer()
+        its = Iterations(timer)
+        sessions = (SourceSession(draft, batch, n_tokens + 1, max_prefix=n_tokens - 2),
+                    SourceSession(target, batch, n_tokens + 1, max_prefix=n_tokens - 1))
+        rng = np.random.default_rng(10_000 + seed)
+        if tree:
+            tree_loop(*sessions, verifier, shape, n_tokens, rng, batch=batch, timer=timer, observers=[its])
+        else:
+            chain_loop(*sessions, verifier, FixedDraftLength(shape), n_tokens, rng, batch=batch, timer=timer,
+                       observers=[its])
+        totals.append(timer.total + OVERHEAD * its.n)
+    return float(np.mean(totals))
+
+
+@pytest.mark.parametrize("verifier, L", [(TokenVerify(), 3), (BlockVerify(), 4)])
+def test_the_prediction_matches_what_the_loop_charges_a_batch(verifier, L):
+    draft, target = pair(0)
+    N, B, plain_step = 24, 4, T_FIXED + T_PER_TOKEN + OVERHEAD
+    truth = charged_batches(draft, target, verifier, L, B, N, runs=500)
+    pred = predict_from_pairs([(draft, target)], verifier, L, sequences=1024, seed=1, units=B)
+    out = predict_wall_clock(pred.traces, batch=B, units=B, n_tokens=N, plain_step=plain_step, iteration_cost=cost,
+                             draws=2000, seed=2)
+    assert out["speedup"] == pytest.approx(N * plain_step / truth, rel=0.025)
+    assert out["ms_per_batch"] == pytest.approx(truth, rel=0.025)
+    # a batch waits for its slowest sequence: more iterations than the mean sequence, and slower than charging each
+    # sequence its own iterations at its own width
+    assert out["batch_iterations"] > out["mean_iterations"] * 1.02
+    assert out["ignoring_straggling"] > out["speedup"]
+    assert out["low"] <= out["speedup"] <= out["high"]
+
+
+def test_the_prediction_matches_what_the_tree_loop_charges():
+    draft, target = pair(3)
+    tree, N, B = DraftTree.parse("2x1"), 24, 3  # N: the replayed paths' length
+    verifier = KSeq()
+    truth = charged_batches(draft, target, verifier, tree, B, N, runs=200, tree=True)
+    pred = predict_from_pairs([(draft, target)], verifier, tree, sequences=200, seed=1, units=B)
+    out = predict_wall_clock(pred.traces, batch=B, units=B, n_tokens=N, plain_step=1.0, iteration_cost=cost,
+                             draws=500, seed=2)
+    assert out["ms_per_batch"] == pytest.approx(truth, rel=0.025)
+
+
+def test_at_batch_one_straggling_changes_nothing_and_the_interval_narrows_with_more_prompts():
+    pairs = [pair(s) for s in range(6)]
+    pred = predict_from_pairs(pairs, TokenVerify(), 3, sequences=32, seed=0, units=4)
+    one = predict_wall_clock(pred.traces, batch=1, units=4, n_tokens=24, plain_step=12.0, iteration_cost=cost,
+                             draws=1000, seed=0)
+    assert one["speedup"] == pytest.approx(one["ignoring_straggling"], rel=1e-12)
+    assert one["batch_iterations"] == pytest.approx(one["mean_iterations"], rel=1e-12)
+    many = predict_wall_clock(pred.traces, batch=1, units=64, n_tokens=24, plain_step=12.0, iteration_cost=cost,
+                              draws=1000, seed=0)
+    assert many["high"] - many["low"] < one["high"] - one["low"]
+    # the profile's uncertainty widens it: factors spread by 5 % on the speculative side
+    spread = np.random.default_rng(0).normal(1.0, 0.05, size=1000)
+    wider = predict_wall_clock(pred.traces, batch=1, units=64, n_tokens=24, plain_step=12.0, iteration_cost=cost,
+                               cost_factors=np.abs(spread), draws=1000, seed=0)
+    assert wider["high"] - wider["low"] > 1.5 * (many["high"] - many["low"])
+    assert wider["speedup"] == many["speedup"]  # the point uses the profile's means
+
+
+def test_traces_record_drafted_tokens_and_calls():
+    draft, target = pair(1)
+    pred = predict_from_pairs([(draft, target)], TokenVerify(), 2, sequences=5, seed=0)
+    width, calls = pred.traces["width"], pred.traces["calls"]
+    assert width.shape[:2] == (1, 5) and width.shape == calls.shape
+    its = (width >= 0).sum(axis=2)
+    np.testing.assert_array_equal(its[0], pred.replay_iterations[0])
+    live = width[width >= 0]
+    assert live.max() == 2 and live.min() >= 0 and (calls[width >= 0] == live).all()
+    trace = IterationTrace(2)
+    assert [a.shape for a in trace.arrays()] == [(2, 0), (2, 0)]
+
+
+def test_bad_input_is_refused():
+    draft, target = pair(2)
+    traces = predict_from_pairs([(draft, target)], TokenVerify(), 2, sequences=4, seed=0).traces
+    good = {"batch": 2, "units": 4, "n_tokens": 24, "plain_step": 10.0, "iteration_cost": cost, "draws": 50}
+    with pytest.raises(ValueError, match="traces"):
+        predict_wall_clock({"width": traces["width"], "calls": traces["calls"][:, :1]}, **good)
+    with pytest.raises(ValueError, match="plain_step"):
+        predict_wall_clock(traces, **{**good, "plain_step": 0.0})
+    with pytest.raises(ValueError, match="cost_factors"):
+        predict_wall_clock(traces, **good, cost_factors=np.ones(3))
+    with pytest.raises(ValueError, match="plain_factors"):
+        predict_wall_clock(traces, **good, plain_factors=-np.ones(50))
+    with pytest.raises(ValueError, match="units"):
+        predict_wall_clock(traces, **{**good, "units": 0})

@@ -1,0 +1,122 @@
+"""The cost profile (llm_bridge.calibrate): measured apart from the runs, and what the prediction reads of it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from llm_bridge.calibrate import CostProfile, ZeroAcceptance, calibrate, config_key, median_interval
+from llm_bridge.sampling import Sampling
+from otspec.engine.controllers import ConfidenceController, FixedDraftLength
+from otspec.engine.loop import chain_loop
+from otspec.engine.observers import Observer
+from otspec.engine.session import SourceSession
+from otspec.sources import PositionalSource
+from otspec.verifiers import REGISTRY, BackwardBlockVerify, KSeq, TokenVerify
+from tests.llm_tiny import random_prompts, tiny_pair
+
+
+def synthetic_profile() -> CostProfile:
+    rng = np.random.default_rng(0)
+    width = np.array([3, 3, 3, 2, 1, 0])
+    calls = width + (width > 0)  # one extra draft call per drafted iteration (v1 block verification's next row)
+    dry = {"kind": "chain", "width": width.tolist(), "calls": calls.tolist(),
+           "draft_ms": (2.0 * calls + rng.uniform(0, 0.2, 6)).tolist(),
+           "target_ms": (10.0 + 1.1 * (width + 1) + rng.uniform(0, 0.3, 6)).tolist(),
+           "verify_ms": (0.5 * (width > 0)).tolist(), "wall_ms": []}
+    dry["wall_ms"] = (np.array(dry["draft_ms"]) + dry["target_ms"] + np.array(dry["verify_ms"]) + 0.8
+                      + rng.uniform(0, 0.1, 6)).tolist()
+    curve = {n: list(9.0 + n + rng.uniform(0, 0.5, 7)) for n in (1, 2, 4)}
+    plain = {"step_ms": list(11.0 + rng.uniform(0, 0.4, 20)), "target_ms": list(10.0 + rng.uniform(0, 0.4, 20)),
+             "steps": 20, "seconds": 0.23}
+    return CostProfile(2, 16, [4, 5], 30.0, curve, plain, {"block_v1:L=3": dry})
+
+
+def test_the_iteration_cost_reproduces_the_dry_run_and_moves_along_the_target_curve():
+    prof = synthetic_profile()
+    c = prof.config("block_v1:L=3")
+    assert c["extra_calls"] == pytest.approx(1.0)
+    dry = prof.dry["block_v1:L=3"]
+    cost = prof.iteration_cost("block_v1:L=3")
+    width = np.array(dry["width"])
+    # charged at its own widths, the dry run costs exactly what its iterations took
+    assert cost(width, width).sum() == pytest.approx(sum(dry["wall_ms"]), rel=1e-12)
+    # t_target(n) between and beyond the measured widths: linear, and the curve's medians at them
+    med = {n: float(np.median(v)) for n, v in prof.t_target.items()}
+    assert prof.t_target_ms(3) == pytest.approx((med[2] + med[4]) / 2)
+    assert prof.t_target_ms(6) == pytest.approx(med[4] + 2 * (med[4] - med[2]) / 2)
+    assert cost(np.array([3]), np.array([5]))[0] - cost(np.array([3]), np.array([3]))[0] == pytest.approx(
+        c["scale"] * (prof.t_target_ms(6) - prof.t_target_ms(4)))
+    assert prof.plain_step_ms() == pytest.approx(np.mean(prof.plain["step_ms"]))
+    plain_f, cost_f = prof.factors("block_v1:L=3", 500, seed=1)
+    assert plain_f.shape == cost_f.shape == (500,) and abs(plain_f.mean() - 1) < 0.01 and cost_f.std() > 0
+
+
+def test_the_profile_round_trips_through_json_and_reports_monotonicity():
+    prof = synthetic_profile()
+    data = json.loads(json.dumps(prof.to_json()))
+    assert CostProfile.from_json(data).to_json() == data
+    assert data["t_target_ms"] == {str(n): pytest.approx(float(np.median(v))) for n, v in prof.t_target.items()}
+    assert all(v["low"] <= data["t_target_ms"][n] <= v["high"] for n, v in data["t_target_ms_interval"].items())
+    assert data["monotone"]["monotone"]
+    prof.t_target[4] = [5.0] * 7  # far below t_target(2): not noise
+    assert prof.monotone()["exceptions"] == [[2, 4]]
+    with pytest.raises(ValueError, match="cost profile"):
+        CostProfile.from_json({"t_target_ms": {"1": 3.0}})  # an older record's profile
+    with pytest.raises(KeyError, match="no dry run"):
+        prof.config("token:L=9")
+    with pytest.raises(ValueError, match="samples"):
+        median_interval([])
+
+
+def test_zero_acceptance_runs_the_verifier_and_keeps_nothing():
+    rng = np.random.default_rng(0)
+    draft, target = (PositionalSource(rng.dirichlet(np.ones(4), size=12)) for _ in range(2))
+    calls = []
+
+    class Spy(TokenVerify):
+        def sample_ragged(self, *args, **kwargs):
+            calls.append(1)
+            return super().sample_ragged(*args, **kwargs)
+
+    class Accepted(Observer):
+        def __init__(self):
+            self.accepted = []
+
+        def on_chain(self, step):
+            self.accepted += list(step.accepted)
+
+    seen = Accepted()
+    sessions = SourceSession(draft, 3, 13, max_prefix=10), SourceSession(target, 3, 13, max_prefix=11)
+    run = chain_loop(*sessions, ZeroAcceptance(Spy()), FixedDraftLength(3), 12, np.random.default_rng(1), batch=3,
+                     observers=[seen])
+    assert run.tokens.shape == (3, 12) and set(seen.accepted) == {0}
+    assert len(calls) == 11  # one iteration per token; the last drafts nothing and is not verified
+    assert ZeroAcceptance(BackwardBlockVerify()).carries_residual
+    with pytest.raises(ValueError, match="chain verifiers"):
+        ZeroAcceptance(KSeq())
+
+
+def test_calibrate_on_a_tiny_pair():
+    pair = tiny_pair()
+    prompts = random_prompts(4, np.random.default_rng(0))
+    chains = [(config_key(n, 2), REGISTRY[n](), 2) for n in ("token", "block_v1")]
+    chains.append(("token:confidence=0.3", TokenVerify(), ConfidenceController(0.3, 3)))
+    from otspec.drafts import parse_tree
+
+    trees = [(config_key("kseq", "2x1"), KSeq(), parse_tree("2x1"))]
+    prof, tokens = calibrate(pair, prompts, 12, chains=chains, trees=trees, sampling=Sampling(), batch_size=2,
+                             cache="dynamic", prompt_ids=[7, 8, 9, 10], reps=3)
+    assert len(tokens) == 4 and all(t.size == 12 for t in tokens)
+    assert sorted(prof.t_target) == [1, 2, 3, 4, 5]  # 1 … L_max + 1, and the tree's nodes + 1
+    assert all(len(v) == 3 for v in prof.t_target.values())
+    assert prof.plain["steps"] == 4 // 2 * 12 and len(prof.plain["step_ms"]) == 2 * 11
+    assert set(prof.dry) == {"token:L=2", "block_v1:L=2", "token:confidence=0.3", "kseq:2x1"}
+    token = prof.dry["token:L=2"]
+    assert token["kind"] == "chain" and len(token["wall_ms"]) == 5  # 6 dry tokens, the first iteration left out
+    assert max(token["width"]) == 2 and prof.config("token:L=2")["extra_calls"] == 0
+    assert prof.config("block_v1:L=2")["extra_calls"] == pytest.approx(1.0)
+    assert prof.dry["kseq:2x1"]["kind"] == "tree" and prof.prompt_ids == [7, 8, 9, 10]
+    assert CostProfile.from_json(json.loads(json.dumps(prof.to_json()))).config("kseq:2x1") == prof.config("kseq:2x1")
