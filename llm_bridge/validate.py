@@ -1,22 +1,28 @@
 """``python -m llm_bridge.validate``: otspec's verifiers on a real pair, measured next to the theory.
 
-For every verifier × draft length it runs the speculative loop on the same prompts, and in the same
-process plain target sampling (the speedup's denominator), Hugging Face assisted generation (the
-peer), a t_target(n) / t_draft profile, and the losslessness checks. It writes the record
+For every verifier × draft length it runs the speculative loop on the measured prompts, and in the same
+process, interleaved with it, plain target sampling (the speedup's denominator) and Hugging Face assisted
+generation with its fastest draft (the peer); then, on the prediction prompts (the ones after the measured
+ones), the cost profile and the plain-decoding log the predictions read (:func:`prepare_predictions`), and
+the losslessness checks. It writes the record
 ``figures/llm_<name>.json`` (an :class:`otspec.engine.record.PairRecord`, the contract below);
 ``python -m otspec.plot record`` (and the report) draw its ``.md`` summary and ``.png`` plot.
 
 JSON: ``model_pair`` {target, draft, device, dtype}; ``runs``: per run ``verifier``, ``L``,
 ``block_efficiency`` {mean, low, high}, ``predicted_block_efficiency`` (with ``predicted_block_efficiency_interval``,
-``prediction_method`` and ``prediction``: otspec's decode engine replaying a log of both models' rows along an
-independent plain run, seed + 1, :mod:`otspec.engine.predict`; the verifier's closed form on the two-point
-reduction of the run's own rows stays as ``two_point_upper_bound``), ``acceptance_rate``,
+``prediction_method`` and ``prediction``: otspec's decode engine replaying a log of both models' rows along plain
+decoding of the prediction prompts, seed + 1, :mod:`otspec.engine.predict`; the verifier's closed form on the
+two-point reduction of the run's own rows stays as ``two_point_upper_bound``), ``acceptance_rate``,
 ``tv_per_position``, ``t_draft_ms``, ``t_target_ms`` (object keyed by n), ``tokens_per_s``,
-``baseline_tokens_per_s``, ``speedup``, ``predicted_speedup`` (and more: intervals, histograms,
-acceptance per position, the SpecDec++ time decomposition); ``hf_assisted`` {tokens_per_s,
-acceptance_rate}; ``hf_decode_step`` {ms_per_token, tokens_per_s, cache, otspec_step_ratio}: Hugging
+``baseline_tokens_per_s``, ``speedup`` with ``speedup_ci`` (paired bootstrap over the timing rounds) and
+``speedup_range``, ``predicted_speedup`` with ``predicted_speedup_interval`` and ``speedup_prediction`` (the cost
+profile charged to the replays: :func:`llm_bridge.runs.wall_clock_prediction`), and more: histograms, acceptance per
+position, the SpecDec++ time decomposition at batch 1; ``settings`` with ``prompt_ids`` and
+``prediction_prompt_ids``; ``hf_assisted`` {tokens_per_s, acceptance_rate, speedup, speedup_ci, speedup_vs_baseline,
+choice}; ``hf_decode_step`` {ms_per_token, tokens_per_s, cache, otspec_step_ratio}: Hugging
 Face's plain decode step with the same cache kind and otspec's step over it (the CUDA goal is at
-most 1.5); plus ``baseline``, ``profile``, ``drafter`` and ``lossless``; ``timing`` {baseline_before_ms_per_token,
+most 1.5); plus ``baseline``, ``profile`` (the :class:`~llm_bridge.calibrate.CostProfile`), ``drafter`` and
+``lossless``; ``timing`` {baseline_before_ms_per_token,
 baseline_after_ms_per_token, baseline_drift, load, load_average, cpus, threads, unreliable_timing}: plain sampling with
 one seed runs before and after the measured runs, and a drift above 10 % or other work above the cores this run leaves free (the
 load average less this process's own CPU use) sets the top-level
@@ -236,41 +242,13 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     baseline, results, timing = timed.baseline, timed.results, timed.timing
     peer_results, results = (results[-2:], results[:-2]) if peer is not None else (None, results)
     phase("timed runs done")
-    # everything the predictions read, measured on the prediction prompts: plain decoding (the log's paths), the
-    # target's call times per width, and a dry run of every configuration
-    prof, pred_tokens = calibrate(
-        pair, pred_ids, max_new_tokens, chains=[(config_key(name, L), REGISTRY[name](), L) for name, L in configs],
-        trees=[(config_key(name, str(t)), v, t) for name, tree in tree_configs
-               for v in [TREE_VERIFIERS[name]()] for t in [parse_tree(tree, v.replacement)]],
-        sampling=sampling, batch_size=batch_size, cache=cache, seed=seed + PREDICTION_SEED_OFFSET,
-        prompt_ids=prediction_ids, rule=rule)
-    phase("cost profile measured")
+    prof, predict, log = prepare_predictions(
+        pair, pred_ids, max_new_tokens, chains=configs, trees=tree_configs, sampling=sampling, batch_size=batch_size,
+        cache=cache, seed=seed, prompt_ids=prediction_ids, rule=rule, units=len(ids),
+        sequences=prediction_sequences, log_top_p=log_top_p, log_max_kept=log_max_kept)
     chain_results = [(name, L, result) for (name, L), result in zip(configs, results[:len(configs)], strict=True)]
     tree_results = [(name, tree, result) for (name, tree), result in zip(tree_configs, results[len(configs):],
                                                                           strict=True)]
-    log = replays = None
-    method = NGRAM_METHOD
-    from .head_replays import HEAD_METHOD, head_replays  # torch at import: only where a run is made
-    if pair.drafter.deterministic:  # prompt lookup: its proposals and the target's rows along the same run
-        replays = ngram_pairs(pair, pred_ids, pred_tokens, sampling=sampling)
-    elif head:  # a feature head: its rows at every draft depth along the same run (v1 reads one past L)
-        replays = head_replays(pair, pred_ids, pred_tokens, max(lengths, default=1) + 1, sampling=sampling,
-                               top_p=log_top_p, max_kept=log_max_kept)
-        method = HEAD_METHOD
-    else:
-        log = record_rows(pair, pred_ids, pred_tokens, sampling=sampling, top_p=log_top_p, max_kept=log_max_kept,
-                          batch_size=batch_size,
-                          meta={"prompts": prediction_prompts, "prompt_ids": prediction_ids,
-                                "max_new_tokens": max_new_tokens, "seed": seed + PREDICTION_SEED_OFFSET,
-                                "use": "predictions (other prompts than the measured runs')"})
-
-    def predict(verifier, draft):
-        if replays is not None:
-            return predict_from_pairs(replays, verifier, draft, sequences=prediction_sequences, seed=seed,
-                                      units=len(ids), method=method)
-        return predict_from_log(log, verifier, draft, sequences=prediction_sequences, seed=seed, rule=rule,
-                                units=len(ids))
-
     phase("profile and prediction rows done")
     runs = [run_record(result, name, L, baseline, prof, rng, predict(REGISTRY[name](), L), batch_size=batch_size,
                        n_tokens=max_new_tokens)
@@ -323,6 +301,48 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
                                    multi_verifiers if lossless_verifiers is None else [])
     phase("losslessness checks done")
     return PairRecord.from_json(record)
+
+
+def prepare_predictions(pair, prompts, max_new_tokens: int, *, chains, trees, sampling, batch_size: int, cache: str,
+                        seed: int, prompt_ids, rule: str = "match", units: int, sequences: int = 32,
+                        log_top_p: float = DEFAULT_LOG_TOP_P, log_max_kept: int | None = DEFAULT_LOG_MAX_KEPT):
+    """Everything the predictions read, measured on ``prompts`` (the prediction prompts, never the measured ones):
+    the cost profile (:func:`~llm_bridge.calibrate.calibrate`: plain decoding, t_target(n) per width, a dry run of
+    every chain (verifier name, L) and tree (verifier name, tree spec) configuration) and, along the plain decoding,
+    the rows the replays read (both models' logged rows; a feature head's rows by draft depth; prompt lookup's
+    proposals). Returns ``(profile, predict, log)``: ``predict(verifier, draft)`` is the
+    :class:`~otspec.engine.predict.LogPrediction` of a run over ``units`` prompts, ``log`` the logged rows (``None``
+    for a head or prompt lookup)."""
+    from .head_replays import HEAD_METHOD, head_replays  # torch at import: only where a run is made
+
+    prof, tokens = calibrate(
+        pair, prompts, max_new_tokens, chains=[(config_key(name, L), REGISTRY[name](), L) for name, L in chains],
+        trees=[(config_key(name, str(t)), v, t) for name, tree in trees
+               for v in [TREE_VERIFIERS[name]()] for t in [parse_tree(tree, v.replacement)]],
+        sampling=sampling, batch_size=batch_size, cache=cache, seed=seed + PREDICTION_SEED_OFFSET,
+        prompt_ids=prompt_ids, rule=rule)
+    log = replays = None
+    method = NGRAM_METHOD
+    if pair.drafter.deterministic:  # prompt lookup: its proposals and the target's rows along the same run
+        replays = ngram_pairs(pair, prompts, tokens, sampling=sampling)
+    elif pair.drafter.reads_target_features:  # a feature head: its rows at every draft depth (v1 reads one past L)
+        replays = head_replays(pair, prompts, tokens, max([L for _, L in chains], default=1) + 1, sampling=sampling,
+                               top_p=log_top_p, max_kept=log_max_kept)
+        method = HEAD_METHOD
+    else:
+        log = record_rows(pair, prompts, tokens, sampling=sampling, top_p=log_top_p, max_kept=log_max_kept,
+                          batch_size=batch_size,
+                          meta={"prompts": len(prompts), "prompt_ids": list(prompt_ids),
+                                "max_new_tokens": max_new_tokens, "seed": seed + PREDICTION_SEED_OFFSET,
+                                "use": "predictions (other prompts than the measured runs')"})
+
+    def predict(verifier, draft):
+        if replays is not None:
+            return predict_from_pairs(replays, verifier, draft, sequences=sequences, seed=seed, units=units,
+                                      method=method)
+        return predict_from_log(log, verifier, draft, sequences=sequences, seed=seed, rule=rule, units=units)
+
+    return prof, predict, log
 
 
 #: The prompt file of the measured and the prediction prompts.

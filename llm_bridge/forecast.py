@@ -1,0 +1,187 @@
+"""``python -m llm_bridge.forecast``: predict a configuration's block efficiency and speedup before it is measured.
+
+A held-out test of the wall-clock model. The forecast measures only what a record's predictions read — the cost
+profile (:mod:`llm_bridge.calibrate`) and the plain-decoding log, both on the prediction prompts (the prompts after
+the ``--prompts`` a record will measure) — and writes, for each configuration, the predicted block efficiency and
+speedup with their prediction intervals to ``figures/llm_forecast_<name>.json``. Commit it, *then* measure the
+configuration with ``python -m llm_bridge.validate`` (same pair, prompts, batch and tokens; ``--name`` as given
+here): :func:`check_forecast` (and the report) put each forecast beside the measurement. Nothing of the measured
+run, its prompts or its wall clock enters the forecast.
+
+JSON: ``kind`` = ``"forecast"``, ``pair`` {target, draft, device, dtype}, ``settings`` (the record's settings that
+the forecast is for, with ``prompt_ids`` and ``prediction_prompt_ids``), ``record`` (the file name of the record
+that will measure it), ``made_at`` (UTC), ``profile`` (the cost profile) and ``forecasts``: per configuration
+``verifier``, ``L`` or ``tree``, ``predicted_block_efficiency`` with ``predicted_block_efficiency_interval``,
+``predicted_speedup`` with ``predicted_speedup_interval`` and ``speedup_prediction``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from otspec.checks import MAX_DRAFT_LENGTH, check_size
+from otspec.verifiers import REGISTRY
+
+from .drafters import load_pair
+from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
+from .runs import wall_clock_prediction
+from .sampling import Sampling
+from .trees import parse_tree
+from .validate import FIGURES, TREE_VERIFIERS, output_name, prepare_predictions, split_prompts
+
+__all__ = ["FORECAST_TOLERANCE", "check_forecast", "forecast", "main"]
+
+#: A forecast holds when the measurement is within this share of it and inside its prediction interval.
+FORECAST_TOLERANCE = 0.10
+
+
+def forecast(pair, *, verifiers=("token",), lengths=(1,), trees=(), multi_verifiers=("kseq",), rule: str = "match",
+             prompts: int = 32, prediction_prompts: int | None = None, max_new_tokens: int = 64,
+             batch_size: int = 8, sampling: Sampling | None = None, seed: int = 0, cache: str = "auto",
+             sequences: int = 32, name: str = "pair") -> dict:
+    """The forecast of every configuration (module docstring) for a run of ``prompts`` prompts."""
+    lengths = [check_size(L, "L", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH") for L in lengths]
+    sampling = Sampling() if sampling is None else sampling
+    unknown = [v for v in verifiers if v not in REGISTRY] + [v for v in multi_verifiers if v not in TREE_VERIFIERS]
+    if unknown:
+        raise ValueError(f"verifiers {unknown}: expected chain verifiers among {sorted(REGISTRY)} and tree verifiers "
+                         f"among {sorted(TREE_VERIFIERS)}")
+    if cache == "auto":
+        cache = "compiled" if str(pair.target.device).startswith("cuda") else "dynamic"
+    ids, pred_ids, prompt_ids, prediction_ids = split_prompts(pair.tokenizer, check_size(prompts, "prompts"),
+                                                              prediction_prompts)
+    chains = [(v, L) for v in verifiers for L in lengths]
+    tree_configs = [(v, t) for v in (multi_verifiers if trees else ()) for t in trees]
+    profile, predict, _ = prepare_predictions(pair, pred_ids, max_new_tokens, chains=chains, trees=tree_configs,
+                                              sampling=sampling, batch_size=batch_size, cache=cache, seed=seed,
+                                              prompt_ids=prediction_ids, rule=rule, units=len(ids), sequences=sequences)
+    rows = []
+    for v, draft in chains + tree_configs:
+        tree = isinstance(draft, str)
+        verifier = (TREE_VERIFIERS if tree else REGISTRY)[v]()
+        shape = parse_tree(draft, verifier.replacement) if tree else draft
+        pred = predict(verifier, shape)
+        wall = wall_clock_prediction(profile, f"{v}:{shape}" if tree else f"{v}:L={draft}", pred,
+                                     batch_size=batch_size, units=len(ids), n_tokens=max_new_tokens)
+        rows.append({"verifier": v, **({"tree": str(shape)} if tree else {"L": draft}),
+                     "predicted_block_efficiency": pred.block_efficiency,
+                     "predicted_block_efficiency_interval": {"low": pred.low, "high": pred.high},
+                     "prediction_method": pred.method, "predicted_speedup": wall.get("speedup"),
+                     "predicted_speedup_interval": {"low": wall["low"], "high": wall["high"]} if wall.get("source")
+                     else None, "speedup_prediction": wall})
+    return {"kind": "forecast", "pair": pair.describe(),
+            "settings": {"prompts": prompts, "prompt_ids": prompt_ids, "prediction_prompt_ids": prediction_ids,
+                         "max_new_tokens": max_new_tokens, "batch_size": batch_size,
+                         "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
+                         "seed": seed, "cache": cache, "lengths": list(lengths), "verifiers": list(verifiers),
+                         **({"trees": list(trees), "rule": rule} if trees else {})},
+            "record": f"llm_{name}.json", "made_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "profile": profile.to_json(), "forecasts": rows}
+
+
+def _config(run: dict) -> tuple:
+    return run["verifier"], run.get("L"), run.get("tree")
+
+
+def check_forecast(forecast_json: dict, record_json: dict) -> list[dict]:
+    """Each forecast beside the record's measurement of the same configuration: ``measured`` and ``predicted`` block
+    efficiency and speedup, relative errors, whether each is within :data:`FORECAST_TOLERANCE` and inside its
+    prediction interval (``holds``). The record must measure what was forecast: the same pair, prompts, batch, tokens
+    and sampling (a ``ValueError`` names the first setting that differs)."""
+    settings, measured = forecast_json["settings"], record_json["settings"]
+    for key in ("prompt_ids", "max_new_tokens", "batch_size", "temperature", "top_k", "top_p", "seed"):
+        if settings.get(key) != measured.get(key):
+            raise ValueError(f"the record measured {key} = {measured.get(key)!r}, the forecast is for "
+                             f"{settings.get(key)!r}")
+    for key in ("target", "draft"):
+        if forecast_json["pair"][key] != record_json["model_pair"][key]:
+            raise ValueError(f"the record's {key} is {record_json['model_pair'][key]!r}, the forecast's "
+                             f"{forecast_json['pair'][key]!r}")
+    runs = {_config(r): r for r in list(record_json.get("runs") or []) + list(record_json.get("tree_runs") or [])}
+    out = []
+    for f in forecast_json["forecasts"]:
+        r = runs.get(_config(f))
+        if r is None:
+            continue
+        row = {"verifier": f["verifier"], "L": f.get("L"), "tree": f.get("tree")}
+        for what, got, pred, interval in (
+                ("block_efficiency", r["block_efficiency"]["mean"], f["predicted_block_efficiency"],
+                 f["predicted_block_efficiency_interval"]),
+                ("speedup", r["speedup"], f["predicted_speedup"], f["predicted_speedup_interval"])):
+            if pred is None:
+                row[what] = None
+                continue
+            error = got / pred - 1.0
+            inside = None if not interval else bool(interval["low"] <= got <= interval["high"])
+            row[what] = {"measured": got, "predicted": pred, "interval": interval, "relative_error": error,
+                         "within_tolerance": abs(error) <= FORECAST_TOLERANCE, "inside_interval": inside,
+                         "holds": abs(error) <= FORECAST_TOLERANCE and inside is not False}
+        out.append(row)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m llm_bridge.forecast", description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--target", default=DEFAULT_TARGET)
+    ap.add_argument("--draft", default="distilled")
+    ap.add_argument("--verifiers", default="token", help="chain verifiers, comma-separated")
+    ap.add_argument("--L", default="1", help="draft lengths, comma-separated")
+    ap.add_argument("--trees", default="", help="draft trees, comma-separated (as validate --trees)")
+    ap.add_argument("--multi-verifiers", default="kseq", help="tree verifiers for --trees")
+    ap.add_argument("--rule", default="match", choices=("match", "accepted"))
+    ap.add_argument("--prompts", type=int, default=32, help="prompts the record will measure (its first ones)")
+    ap.add_argument("--prediction-prompts", type=int, default=None,
+                    help="prompts after those on which the forecast is made (default: as many as --prompts)")
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--top-k", type=int, default=0)
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--cache", default="auto")
+    ap.add_argument("--prediction-sequences", type=int, default=32, help="replays of each logged prompt")
+    ap.add_argument("--name", help="the record's name, llm_<name>.json (default: from the draft); the forecast goes "
+                                   "to llm_forecast_<name>.json")
+    ap.add_argument("--out-dir", type=Path, default=FIGURES)
+    ap.add_argument("--check", type=Path, default=None, metavar="RECORD",
+                    help="instead of forecasting: compare the forecast llm_forecast_<name>.json with RECORD")
+    args = ap.parse_args(argv)
+    name = args.name or output_name(args.draft)
+    path = args.out_dir / f"llm_forecast_{name}.json"
+    try:
+        if args.check is not None:
+            for row in check_forecast(json.loads(path.read_text()), json.loads(args.check.read_text())):
+                print(json.dumps(row))
+            return 0
+        lengths = [int(x) for x in args.L.split(",") if x.strip()]
+        pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
+        out = forecast(pair, verifiers=[v.strip() for v in args.verifiers.split(",") if v.strip()], lengths=lengths,
+                       trees=[t.strip() for t in args.trees.split(",") if t.strip()],
+                       multi_verifiers=[v.strip() for v in args.multi_verifiers.split(",") if v.strip()],
+                       rule=args.rule, prompts=args.prompts, prediction_prompts=args.prediction_prompts,
+                       max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+                       sampling=Sampling(args.temperature, args.top_k, args.top_p), seed=args.seed, cache=args.cache,
+                       sequences=args.prediction_sequences, name=name)
+    except (ModelNotFound, FileNotFoundError, VocabularyMismatch, ImportError, ValueError) as err:
+        print(f"python -m llm_bridge.forecast: {err}", file=sys.stderr)
+        return 2
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    for row in out["forecasts"]:
+        interval = row["predicted_speedup_interval"] or {}
+        print(f"{row['verifier']} {row.get('L', row.get('tree'))}: block efficiency "
+              f"{row['predicted_block_efficiency']:.3f}, speedup {row['predicted_speedup']} "
+              f"[{interval.get('low')}, {interval.get('high')}]")
+    print(f"wrote {path}; measure it with python -m llm_bridge.validate (same settings, --name {name}), then "
+          f"python -m llm_bridge.forecast --name {name} --check {args.out_dir / f'llm_{name}.json'}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
