@@ -42,16 +42,15 @@ from pathlib import Path
 import numpy as np
 
 from otspec.distributions import sample_categorical, to_host
-from otspec.engine.controllers import ConfidenceController, DraftLengthController, as_controller
+from otspec.engine.controllers import ConfidenceController, DraftLengthController
 from otspec.engine.heads import AcceptanceHead, LearnedHeadController, binary_kl
 from otspec.engine.observers import Observer
-from otspec.engine.predict import paired_ratio_interval, predict_from_log, predict_from_pairs
+from otspec.engine.predict import paired_ratio_interval
 from otspec.engine.record import AdaptiveRecord
 from otspec.verifiers import TokenVerify
 
-from .calibrate import calibrate
+from .adaptive_predict import frontier_predictor, policy_key
 from .drafters import load_pair
-from .logrows import record_rows
 from .loop import chunks, plain_generate, speculative_batches, speculative_generate
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
 from .prompts import DATA_DIR, encode_prompts, read_prompts
@@ -63,7 +62,7 @@ from .runs import (
     wall_clock_prediction,
 )
 from .sampling import DEFAULT_SAMPLING, Sampling
-from .validate import PREDICTION_SEED_OFFSET, PROMPT_FILE, output_name, split_prompts
+from .validate import PROMPT_FILE, output_name, split_prompts
 
 __all__ = ["HeadData", "frontier", "head_training_data", "head_training_data_on_policy", "load_head", "main",
            "save_head", "train_head"]
@@ -343,8 +342,8 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
         out["threshold_unlagged"] = []
     if timing["unreliable_timing"]:
         out["unreliable_timing"] = timing["unreliable_timing"]
-    predict, profile = _predictor(pair, prediction_prompts, plan, controller, max_new_tokens, sampling=sampling,
-                                  seed=seed, batch_size=batch_size, rule=rule)
+    predict, profile = frontier_predictor(pair, prediction_prompts, plan, controller, max_new_tokens, sampling=sampling,
+                                          seed=seed, batch_size=batch_size, rule=rule, units=len(prompts))
     if profile is not None:
         out["profile"] = profile.to_json()
     for (policy, value), result in zip(plan, results, strict=True):
@@ -354,7 +353,7 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
             row.update(predicted_block_efficiency=pred.block_efficiency,
                        predicted_block_efficiency_interval={"low": pred.low, "high": pred.high},
                        prediction_method=pred.method, prediction=pred.as_dict())
-        wall = wall_clock_prediction(profile, _policy_key(policy, value), pred, batch_size=batch_size,
+        wall = wall_clock_prediction(profile, policy_key(policy, value), pred, batch_size=batch_size,
                                      units=len(prompts), n_tokens=max_new_tokens)
         if pred is None and profile is not None:
             wall = {"source": None, "note": "no block-efficiency prediction for this rule (the learned head reads the "
@@ -362,54 +361,6 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
         row.update(predicted_speedup_fields(wall))
         out[policy].append(row)
     return out
-
-
-def _policy_key(policy: str, value) -> str:
-    """The cost profile's dry-run key of a frontier row."""
-    return f"token:L={int(value)}" if policy == "fixed" else f"token:{policy}={value:g}"
-
-
-def _predictor(pair, prediction_prompts, plan, controller, max_new_tokens, *, sampling, seed, batch_size, rule):
-    """(predict(policy, value) -> LogPrediction or None, the cost profile or None), both made on
-    ``prediction_prompts``."""
-    if not prediction_prompts:
-        return (lambda *_: None), None
-    profile, tokens = calibrate(pair, prediction_prompts, max_new_tokens,
-                                chains=[(_policy_key(p, v), TokenVerify(), controller(p, v)) for p, v in plan],
-                                sampling=sampling, batch_size=batch_size, cache="auto", seed=seed + PREDICTION_SEED_OFFSET)
-    units = len(prediction_prompts)
-    longest = max([int(v) for p, v in plan if p == "fixed"] + [1])
-    if pair.drafter.reads_target_features:  # a feature head: its rows by draft depth along the run
-        from .head_replays import HEAD_METHOD, head_replays
-
-        replays = head_replays(pair, prediction_prompts, tokens, max(longest, _max_length(plan, controller)),
-                               sampling=sampling)
-
-        def run(draft):
-            return predict_from_pairs(replays, TokenVerify(), draft, seed=seed, units=units, method=HEAD_METHOD)
-    elif not pair.drafter.deterministic:
-        log = record_rows(pair, prediction_prompts, tokens, sampling=sampling, batch_size=batch_size,
-                          meta={"seed": seed + PREDICTION_SEED_OFFSET, "use": "predictions of the frontier (other "
-                                "prompts than the measured runs')"})
-
-        def run(draft):
-            return predict_from_log(log, TokenVerify(), draft, seed=seed, units=units)
-    else:
-        return (lambda *_: None), profile
-
-    def predict(policy, value):
-        if policy == "fixed":
-            return run(int(value))
-        if rule == "confidence":  # it reads the draft's own rows: the replay runs it as the loop does
-            return run(controller(policy, value))
-        return None
-
-    return predict, profile
-
-
-def _max_length(plan, controller) -> int:
-    """The longest draft any policy of ``plan`` makes."""
-    return max(as_controller(controller(p, v)).max_length for p, v in plan)
 
 
 def main(argv=None) -> int:

@@ -5,7 +5,7 @@ profile (:mod:`llm_bridge.calibrate`) and the plain-decoding log, both on the pr
 the ``--prompts`` a record will measure) — and writes, for each configuration, the predicted block efficiency and
 speedup with their prediction intervals to ``figures/llm_forecast_<name>.json``. Commit it, *then* measure the
 configuration with ``python -m llm_bridge.validate`` (same pair, prompts, batch and tokens; ``--name`` as given
-here): :func:`check_forecast` (and the report) put each forecast beside the measurement. Nothing of the measured
+here): :func:`check_forecast` (and the report's held-out section) put each forecast beside the measurement. Nothing of the measured
 run, its prompts or its wall clock enters the forecast.
 
 JSON: ``kind`` = ``"forecast"``, ``pair`` {target, draft, device, dtype}, ``settings`` (the record's settings that
@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from otspec.checks import MAX_DRAFT_LENGTH, check_size
+from otspec.engine.forecast import FORECAST_TOLERANCE, forecast_check
 from otspec.verifiers import REGISTRY
 
 from .drafters import load_pair
@@ -33,11 +34,10 @@ from .sampling import Sampling
 from .trees import parse_tree
 from .validate import FIGURES, TREE_VERIFIERS, output_name, prepare_predictions, split_prompts
 
-__all__ = ["FORECAST_TOLERANCE", "check_forecast", "forecast", "main"]
+__all__ = ["FORECAST_TOLERANCE", "check_forecast", "forecast", "forecast_check", "main"]
 
-#: A forecast holds when the measurement is within this share of it and inside its prediction interval.
-FORECAST_TOLERANCE = 0.10
-
+#: The comparison of a forecast with the record that measured it (:func:`otspec.engine.forecast.forecast_check`).
+check_forecast = forecast_check
 
 def forecast(pair, *, verifiers=("token",), lengths=(1,), trees=(), multi_verifiers=("kseq",), rule: str = "match",
              prompts: int = 32, prediction_prompts: int | None = None, max_new_tokens: int = 64,
@@ -81,47 +81,6 @@ def forecast(pair, *, verifiers=("token",), lengths=(1,), trees=(), multi_verifi
                          **({"trees": list(trees), "rule": rule} if trees else {})},
             "record": f"llm_{name}.json", "made_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "profile": profile.to_json(), "forecasts": rows}
-
-
-def _config(run: dict) -> tuple:
-    return run["verifier"], run.get("L"), run.get("tree")
-
-
-def check_forecast(forecast_json: dict, record_json: dict) -> list[dict]:
-    """Each forecast beside the record's measurement of the same configuration: ``measured`` and ``predicted`` block
-    efficiency and speedup, relative errors, whether each is within :data:`FORECAST_TOLERANCE` and inside its
-    prediction interval (``holds``). The record must measure what was forecast: the same pair, prompts, batch, tokens
-    and sampling (a ``ValueError`` names the first setting that differs)."""
-    settings, measured = forecast_json["settings"], record_json["settings"]
-    for key in ("prompt_ids", "max_new_tokens", "batch_size", "temperature", "top_k", "top_p", "seed"):
-        if settings.get(key) != measured.get(key):
-            raise ValueError(f"the record measured {key} = {measured.get(key)!r}, the forecast is for "
-                             f"{settings.get(key)!r}")
-    for key in ("target", "draft"):
-        if forecast_json["pair"][key] != record_json["model_pair"][key]:
-            raise ValueError(f"the record's {key} is {record_json['model_pair'][key]!r}, the forecast's "
-                             f"{forecast_json['pair'][key]!r}")
-    runs = {_config(r): r for r in list(record_json.get("runs") or []) + list(record_json.get("tree_runs") or [])}
-    out = []
-    for f in forecast_json["forecasts"]:
-        r = runs.get(_config(f))
-        if r is None:
-            continue
-        row = {"verifier": f["verifier"], "L": f.get("L"), "tree": f.get("tree")}
-        for what, got, pred, interval in (
-                ("block_efficiency", r["block_efficiency"]["mean"], f["predicted_block_efficiency"],
-                 f["predicted_block_efficiency_interval"]),
-                ("speedup", r["speedup"], f["predicted_speedup"], f["predicted_speedup_interval"])):
-            if pred is None:
-                row[what] = None
-                continue
-            error = got / pred - 1.0
-            inside = None if not interval else bool(interval["low"] <= got <= interval["high"])
-            row[what] = {"measured": got, "predicted": pred, "interval": interval, "relative_error": error,
-                         "within_tolerance": abs(error) <= FORECAST_TOLERANCE, "inside_interval": inside,
-                         "holds": abs(error) <= FORECAST_TOLERANCE and inside is not False}
-        out.append(row)
-    return out
 
 
 def main(argv=None) -> int:

@@ -1,38 +1,45 @@
 """One record entry per run of ``python -m llm_bridge.validate``: what was measured, what was predicted.
 
 * :func:`run_record` (chain runs) and :func:`tree_record` (multi-draft runs): block efficiency over prompts
-  (paired bootstrap), the serving engines' metrics, the prediction from an independent plain-decoding log
-  (:mod:`otspec.engine.predict`) and the two-point upper bound, call times and the cost model's speedup;
-* :func:`timed_runs`: the timing protocol every record follows (an untimed warm-up, plain sampling before, plain
-  sampling and every run batch by batch in turn, plain sampling after, the check);
-* :func:`timing_check` and :class:`LoadMeter`: the record's load protection (plain sampling before and after, the
-  load other work puts on the machine);
+  (paired bootstrap), the serving engines' metrics, the prediction from a plain-decoding log of other prompts
+  (:mod:`otspec.engine.predict`) and the two-point upper bound, call times, the measured speedup with its
+  confidence interval (:func:`speedup_fields`) and the speedup predicted from a cost profile measured apart
+  (:func:`wall_clock_prediction`);
+* the timing protocol (:func:`timed_runs`, :func:`timing_check`, :class:`LoadMeter`) lives in
+  :mod:`llm_bridge.timing` and is re-exported here;
 * :func:`export_synthetic_rates`: per-position rates for a serving engine's synthetic-acceptance mode.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from otspec.engine.metrics import SYNTHETIC_FORMAT, engine_metrics, synthetic_rates
 from otspec.engine.predict import paired_ratio_interval, predict_wall_clock
 from otspec.verifiers import REGISTRY
 
 from .calibrate import config_key
-from .loop import interleave, plain_batches, plain_generate
 from .measure import predicted_block_efficiency
 from .peer import round_bootstrap_ci
+from .timing import (
+    MAX_BASELINE_DRIFT,
+    MIN_OTHER_LOAD,
+    LoadMeter,
+    TimedRuns,
+    load_average,
+    round_entries,
+    timed_runs,
+    timing_check,
+)
 
-__all__ = ["ENGINE_KEYS", "INTERLEAVED_METHOD", "MAX_BASELINE_DRIFT", "MIN_OTHER_LOAD", "TWO_POINT_METHOD",
-           "STRAGGLING_METHOD", "LoadMeter", "export_synthetic_rates", "interleaved_interval", "load_average", "TimedRuns", "round_entries", "round_speedups", "run_record", "timed_runs", "timing_check",
-           "tree_record"]
+__all__ = ["ENGINE_KEYS", "INTERLEAVED_METHOD", "MAX_BASELINE_DRIFT", "MIN_OTHER_LOAD", "STRAGGLING_METHOD",
+           "TWO_POINT_METHOD", "LoadMeter", "TimedRuns", "export_synthetic_rates", "interleaved_interval",
+           "load_average", "predicted_speedup_fields", "round_entries", "round_speedups", "run_record",
+           "speedup_fields", "time_decomposition", "timed_runs", "timing_check", "tree_record",
+           "wall_clock_prediction"]
 
 #: The serving-engine metrics every run carries at its top level (all of them under ``engine_metrics``).
 ENGINE_KEYS = ("mean_acceptance_length", "acceptance_per_position_unconditional", "draft_acceptance_rate")
@@ -63,172 +70,6 @@ def _bootstrap_prediction(result, weights, key: str, rng, n_boot: int = 200) -> 
         qa = [v[i].mean() for v, i in zip(result.q_a, picks, strict=True)]
         draws.append(_mixed_prediction(pa, qa, weights)[key])
     return np.array(draws)
-
-
-#: A record's timing is unreliable when plain sampling's time per token drifts by more than this between the start
-#: and the end of its runs, or when other work takes more of the machine than this process leaves free.
-MAX_BASELINE_DRIFT = 0.10
-#: The least load average of other work counted as contention (one core): the load average less this process's own
-#: CPU use is an estimate, off by a few tenths on a quiet machine.
-MIN_OTHER_LOAD = 1.0
-
-#: How the drift is measured, as records state it.
-TIMING_METHOD = ("plain sampling with one seed before and after the measured runs (the same tokens, so the same work), "
-                 "ms per token compared")
-
-_START = (time.monotonic(), time.process_time())  # this process, when llm_bridge was imported
-
-
-class LoadMeter:
-    """The load other work puts on the machine: the 1-minute load average less this process's own CPU use (CPU
-    seconds per second) over about the last minute. ``sample()`` notes the process's CPU time (call it now and then,
-    e.g. once per timing round); ``read()`` returns ``{"load_average", "own_cpu", "other_load"}``."""
-
-    WINDOW = 60.0
-
-    def __init__(self):
-        self.samples = [_START]
-
-    def sample(self) -> None:
-        self.samples.append((time.monotonic(), time.process_time()))
-
-    def read(self) -> dict:
-        load, now = load_average(), (time.monotonic(), time.process_time())
-        older = [x for x in self.samples if now[0] - x[0] >= self.WINDOW]
-        ref = older[-1] if older else self.samples[0]
-        own = (now[1] - ref[1]) / max(now[0] - ref[0], 1e-9)
-        self.samples.append(now)
-        return {"load_average": load, "own_cpu": own, "other_load": None if load is None else max(load - own, 0.0)}
-
-
-def timing_check(before_ms: float, after_ms: float, readings, cpus: int, threads: int = 1, rounds=()) -> dict:
-    """The ``timing`` object of a record: plain sampling's ms per token before and after the measured runs, their
-    drift, the load readings (:meth:`LoadMeter.read`, at the start and the end; ``rounds``: after every timing
-    round, as ``load_rounds``) and ``unreliable_timing`` (``None``, or the reason: a drift above
-    :data:`MAX_BASELINE_DRIFT`, or other work above the cores this process's ``threads`` leave free, and at least
-    :data:`MIN_OTHER_LOAD`, in any reading)."""
-    drift = abs(after_ms / before_ms - 1.0) if before_ms > 0 else float("inf")
-    reasons = []
-    if drift > MAX_BASELINE_DRIFT:
-        reasons.append(f"plain sampling drifted {100 * drift:.1f} % between the start and the end of the runs "
-                       f"({before_ms:.2f} -> {after_ms:.2f} ms per token; limit {100 * MAX_BASELINE_DRIFT:.0f} %)")
-    free = max(cpus - threads, MIN_OTHER_LOAD)
-    rounds = list(rounds)
-    others = [r["other_load"] for r in list(readings) + rounds if r is not None and r.get("other_load") is not None]
-    if others and max(others) > free:
-        reasons.append(f"other work kept the machine busy: load average {max(others):.2f} beyond this process's own, "
-                       f"on {cpus} cores of which this run's {threads} threads leave {free:g} free")
-    return {"method": TIMING_METHOD, "baseline_before_ms_per_token": before_ms, "baseline_after_ms_per_token": after_ms,
-            "baseline_drift": drift, "load": list(readings),
-            "load_average": [None if r is None else r.get("load_average") for r in readings], "load_rounds": rounds,
-            "cpus": cpus,
-            "threads": threads, "unreliable_timing": "; ".join(reasons) or None}
-
-
-@dataclass
-class TimedRuns:
-    """What :func:`timed_runs` measured: plain sampling interleaved with the runs (``plain``, its ``baseline``
-    entry), every run's result in order, the plain run after them (same seed as the one before: an independent
-    plain-decoding log for the predictions) and the record's ``timing`` object."""
-
-    plain: object
-    baseline: dict
-    results: list
-    after: object
-    timing: dict
-
-
-#: Warm-up passes (one batch of plain sampling each) run until two in a row agree within this (ms per token)...
-SETTLE_TOLERANCE = 0.05
-#: ...or at most this many, after the caller's own warm-up.
-MAX_SETTLE_PASSES = 8
-
-
-def settle(target, prompts, max_new_tokens: int, *, sampling, cache: str, tolerance: float = SETTLE_TOLERANCE,
-           max_passes: int = MAX_SETTLE_PASSES) -> dict:
-    """Untimed warm-up that ends when the machine has settled: plain sampling of ``prompts`` (one batch) again and
-    again until two passes in a row agree within ``tolerance`` in ms per token (at least two passes, at most
-    ``max_passes``). Returns ``{"ms_per_token": [...], "settled": bool}`` for the record."""
-    times = []
-    for _ in range(max_passes):
-        r = plain_generate(target, prompts, max_new_tokens, sampling=sampling, seed=0, progress=False, cache=cache)
-        times.append(1e3 * r.seconds / r.generated)
-        if len(times) >= 2 and abs(times[-1] / times[-2] - 1.0) <= tolerance:
-            return {"ms_per_token": times, "settled": True, "tolerance": tolerance}
-    return {"ms_per_token": times, "settled": False, "tolerance": tolerance}
-
-
-def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: int, batch_size: int,
-               cache: str = "auto", warm_up=None, check_seed: int | None = None, progress: bool | None = None,
-               desc: str = "interleaved runs", attempts: int = 1) -> TimedRuns:
-    """The timing protocol of every record (``validate``, ``adaptive``).
-
-    1. ``warm_up()`` (untimed; default: one batch of plain sampling): a fresh process's first decoding is slow,
-       17.3 against 10.5 ms per token for the same plain run later in one record; then :func:`settle`, plain
-       passes over the first batch until two in a row agree within 5 % (the record's ``timing["settling"]``);
-    2. plain sampling with ``check_seed`` (default ``seed + 1``), the timing check's first half;
-    3. plain sampling (``seed``) and every run, batch of prompts by batch, in turn (ABAB…; :func:`interleave`):
-       each batch is a timing round measured for all in one window; ``runs`` are callables that take the common
-       keyword arguments and return a ``*_batches`` generator;
-    4. plain sampling with ``check_seed`` again: the same tokens, so the same work; only the machine can make its
-       time differ from step 2's (:func:`timing_check`, with the load other work put on the machine).
-
-    With ``attempts`` > 1, steps 2-4 are measured again, whole, while the check finds the timing unreliable: the
-    record keeps the first attempt that passes (or the last), and ``timing["attempts"]`` lists every attempt's
-    baselines, drift and verdict, the discarded ones included. The rule is not loosened: the kept timing passed it
-    by itself, in one window."""
-    if attempts < 1:
-        raise ValueError(f"attempts must be at least 1, got {attempts}")
-    meter = LoadMeter()
-    load_start = meter.read()
-    check_seed = seed + 1 if check_seed is None else check_seed
-    if warm_up is None:
-        plain_generate(target, prompts[:batch_size], max_new_tokens, sampling=sampling, progress=False, cache=cache)
-    else:
-        warm_up()
-    settling = settle(target, prompts[:batch_size], max_new_tokens, sampling=sampling, cache=cache)
-    plain_kwargs = {"sampling": sampling, "batch_size": batch_size, "cache": cache}
-    common = {**plain_kwargs, "seed": seed, "progress": False}
-    rounds, history = -(-len(prompts) // batch_size), []
-    for attempt in range(attempts):
-        before = plain_generate(target, prompts, max_new_tokens, seed=check_seed, progress=progress, **plain_kwargs)
-        batches = [plain_batches(target, prompts, max_new_tokens, **common)] + [run(**common) for run in runs]
-        label = desc if attempts == 1 else f"{desc} (attempt {attempt + 1} of {attempts})"
-        with tqdm(total=rounds * len(batches), desc=label, unit="batch", leave=False,
-                  disable=None if progress is None else not progress) as bar:
-            readings = []  # the load after every run's batch: other work that comes and goes mid-record is caught
-            plain, *results = interleave(batches, on_round=lambda _, bar=bar, readings=readings: (
-                bar.update(), readings.append(meter.read())))
-        after = plain_generate(target, prompts, max_new_tokens, seed=check_seed, progress=progress, **plain_kwargs)
-        timing = timing_check(1e3 * before.seconds / before.generated, 1e3 * after.seconds / after.generated,
-                              [load_start, meter.read()], os.cpu_count() or 1, torch_threads(), readings)
-        history.append({k: timing[k] for k in ("baseline_before_ms_per_token", "baseline_after_ms_per_token",
-                                               "baseline_drift", "unreliable_timing")})
-        if not timing["unreliable_timing"]:
-            break
-        load_start = meter.read()
-    timing["settling"] = settling
-    timing["attempts"] = history
-    baseline = {"tokens_per_s": plain.tokens_per_s, "ms_per_token": 1e3 * plain.seconds / plain.generated,
-                "ms_per_step": 1e3 * plain.seconds / max(plain.timer.count("target"), 1),
-                "t_target_ms": plain.timer.mean_ms("target"), "generated": plain.generated,
-                "rounds": round_entries(plain.rounds)}
-    return TimedRuns(plain, baseline, results, after, timing)
-
-
-def torch_threads() -> int:
-    """The threads torch computes with in this process."""
-    import torch
-
-    return int(torch.get_num_threads())
-
-
-def load_average():
-    """The 1-minute load average (``None`` where the platform has none)."""
-    try:
-        return float(os.getloadavg()[0])
-    except (AttributeError, OSError):
-        return None
 
 
 def _call_costs(result) -> tuple[int, float, float]:
@@ -306,11 +147,6 @@ INTERLEAVED_METHOD = ("range over interleaved rounds (not a confidence interval;
                       "every run decode the same batch of prompts in turn, batch after batch (ABAB...); per round, the "
                       "run's tokens/s over plain sampling's; low/high: the smallest and largest round, median: their "
                       "median")
-
-
-def round_entries(rounds) -> list:
-    """Timing rounds (one (generated, seconds) per batch of prompts) as record entries."""
-    return [{"generated": g, "seconds": t} for g, t in rounds]
 
 
 def interleaved_interval(ratios) -> dict:

@@ -228,3 +228,32 @@ def test_record_markdown_prints_the_target_call_interval_and_batch_size_where_th
     new = record_markdown(rec)
     assert ("t_target(n) in ms (median [low, high]) at a 70-token context, batch 8: n=1: 10.0 [9.5, 10.8], "
             "n=3: 12.5 [12.0, 13.0])." in new)
+
+
+def test_a_forecast_is_checked_against_the_record_made_after_it():
+    from otspec.engine.forecast import forecast_check
+    from otspec.figures.llm_predictions import forecast_markdown
+
+    made = {"kind": "forecast", "record": "llm_later.json", "pair": {"target": "big", "draft": "small"},
+            "settings": settings(prompt_ids=list(range(32))),
+            "forecasts": [{"verifier": "token", "L": 4, "predicted_block_efficiency": 1.5,
+                           "predicted_block_efficiency_interval": {"low": 1.4, "high": 1.6}, "predicted_speedup": 1.1,
+                           "predicted_speedup_interval": {"low": 1.0, "high": 1.2}}]}
+    later = record("llm_later.json", [run("token", 4, mean=1.45, speedup=0.95), run("token", 2, speedup=1.0)],
+                   settings={"prompt_ids": list(range(32))})
+    (row,) = forecast_check(made, later)
+    assert row["block_efficiency"]["holds"] and row["block_efficiency"]["relative_error"] == 1.45 / 1.5 - 1
+    # 0.95 is within 14 % of 1.1 and below its interval: it does not hold
+    assert not row["speedup"]["within_tolerance"] and row["speedup"]["inside_interval"] is False
+    assert not row["speedup"]["holds"]
+    lines = forecast_markdown([("llm_forecast_later.json", made, later), ("llm_forecast_next.json", made, None)])
+    assert any("| token L = 4 |" in ln and "yes" in ln and "**no**" in ln for ln in lines)
+    assert any("not measured yet" in ln for ln in lines)
+    other = copy.deepcopy(later)
+    other["settings"]["batch_size"] = 8
+    try:
+        forecast_check(made, other)
+    except ValueError as err:
+        assert "batch_size" in str(err)
+    else:
+        raise AssertionError("a record of other settings was compared with the forecast")

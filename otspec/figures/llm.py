@@ -12,6 +12,7 @@ argument: the report reads the folder it writes into.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -19,6 +20,14 @@ from ..engine.record import AdaptiveRecord, RecordError, read_record
 from . import register
 from .common import axes, new_figure
 from .llm_adaptive import adaptive_markdown, render_adaptive_record
+from .llm_predictions import (
+    PREDICTION_MIN_PROMPTS,
+    PREDICTION_TOLERANCE,
+    forecast_markdown,
+    prediction_check,
+    prediction_check_markdown,
+    prediction_check_summary,
+)
 from .llm_text import fmt, timing_text
 
 __all__ = ["PREDICTION_MIN_PROMPTS", "PREDICTION_TOLERANCE", "adaptive_markdown", "llm_data", "prediction_check",
@@ -46,9 +55,15 @@ def record_markdown(record: dict, title: str | None = None) -> str:
               f"Plain target sampling: **{fmt(base['tokens_per_s'], 1)} tokens/s** in the same run."]
     hf = record.get("hf_assisted")
     if hf:
-        lines.append(f"Hugging Face assisted generation ({hf['mode']}): **{fmt(hf['tokens_per_s'], 1)} tokens/s** "
-                     f"against {fmt(hf.get('plain_tokens_per_s'), 1)} for its plain `generate` (speedup "
-                     f"{fmt(hf['speedup'], 2)}; both include the prefill), acceptance rate {fmt(hf['acceptance_rate'])}.")
+        lines.append(f"Hugging Face assisted generation ({hf['mode']}" + (f", draft {hf['draft']}" if hf.get("draft") else "")
+                     + f"): **{fmt(hf['tokens_per_s'], 1)} tokens/s** against {fmt(hf.get('plain_tokens_per_s'), 1)} "
+                     f"for its plain `generate` (speedup {fmt(hf['speedup'], 2)}{_ci_text(hf.get('speedup_ci'))}; "
+                     f"both include the prefill), acceptance rate {fmt(hf['acceptance_rate'])}"
+                     + (f"; {fmt(hf['speedup_vs_baseline'], 2)}{_ci_text(hf.get('speedup_vs_baseline_ci'))} of "
+                        "otspec's plain sampling" if hf.get("speedup_vs_baseline") is not None else "")
+                     + (f". The fastest of {', '.join(sorted(hf['choice']['candidates']))} on "
+                        f"{hf['choice']['prompts']} prediction prompts; timed on every measured prompt with the runs"
+                        if hf.get("choice") else "") + ".")
     step = record.get("hf_decode_step")
     if step:
         lines.append(f"Decode step: otspec's plain loop {fmt(base['ms_per_token'], 2)} ms per token against "
@@ -170,6 +185,11 @@ def _speedup_prediction_text(runs: list) -> str:
             "and loop overhead")
 
 
+def _ci_text(ci) -> str:
+    """`` [low, high]`` of a confidence interval, or nothing."""
+    return "" if not ci else f" [{fmt(ci.get('low'), 2)}, {fmt(ci.get('high'), 2)}]"
+
+
 def _nan(values) -> list:
     return [float("nan") if v is None else v for v in values]
 
@@ -282,248 +302,6 @@ def render_llm(data: dict):
     return fig
 
 
-#: A prediction holds when the measurement is within this share of it and inside its interval.
-PREDICTION_TOLERANCE = 0.10
-
-#: A record over fewer prompts than this is listed in the check but left out of its counts.
-PREDICTION_MIN_PROMPTS = 32
-
-
-def _hashable(x):
-    return tuple(_hashable(v) for v in x) if isinstance(x, (list, tuple)) else x
-
-
-def _run_config(rec: dict, r: dict):
-    """What makes two runs the same decode: the pair, the sampling settings, the prompts and the verifier with its
-    L or tree; ``None`` where the record does not say (no ``model_pair`` or ``settings``: never merged)."""
-    pair, s = rec.get("model_pair"), rec.get("settings")
-    if not pair or not s:
-        return None
-    top_p = s.get("top_p")
-    common = (pair.get("target"), pair.get("draft"), pair.get("device"), pair.get("dtype"), s.get("temperature"),
-              s.get("top_k") or None,  # top-k 0 and none both sample the whole vocabulary
-              None if top_p in (None, 1, 1.0) else top_p, s.get("batch_size"), s.get("max_new_tokens"),
-              s.get("prompts"), s.get("seed"), _hashable(s.get("prompt_ids")))
-    if "tree" in r:
-        return (*common, r["verifier"], "tree", r["tree"], r.get("replacement"), r.get("rule") or s.get("rule"))
-    return (*common, r["verifier"], "chain", r["L"])
-
-
-def _left_out(rec: dict) -> str | None:
-    """Why a whole record stays out of the counts (unreliable timing, too few prompts), or ``None``."""
-    reasons = []
-    if rec.get("unreliable_timing"):
-        reasons.append("unreliable timing")
-    prompts = (rec.get("settings") or {}).get("prompts")
-    if prompts is not None and prompts < PREDICTION_MIN_PROMPTS:
-        reasons.append(f"{prompts} prompts (< {PREDICTION_MIN_PROMPTS})")
-    return "; ".join(reasons) or None
-
-
-def _disjoint_prediction_prompts(settings: dict) -> bool:
-    """Whether the prediction's log decoded prompts none of which the measured runs decoded."""
-    pred, measured = settings.get("prediction_prompt_ids"), settings.get("prompt_ids")
-    if not pred or not measured:
-        return False
-    return not {_hashable(x) for x in pred} & {_hashable(x) for x in measured}
-
-
-def _compare(measured: float, predicted: float, interval: dict | None) -> tuple:
-    """Relative error, within the tolerance, inside the interval (``None`` without one), holds."""
-    error = measured / predicted - 1.0
-    within = bool(abs(error) <= PREDICTION_TOLERANCE)
-    inside = None if not interval or "low" not in interval else bool(interval["low"] <= measured <= interval["high"])
-    return error, within, inside, within and inside is not False
-
-
-def prediction_check(records: list) -> list[dict]:
-    """Every chain and tree run of ``records`` (their JSON objects, with ``file``) with a prediction: measured block
-    efficiency and speedup against their predictions, each within :data:`PREDICTION_TOLERANCE` and inside its
-    interval, and whether the run counts.
-
-    One row per run that predicts its block efficiency or its speedup (an adaptive record's ``fixed`` rows are
-    token-verification chains with ``value`` as L). Block-efficiency keys: ``measured`` (``{"mean", "low",
-    "high"}``), ``predicted``, ``interval``, ``relative_error``, ``within_tolerance``, ``inside_interval``,
-    ``holds`` (``None`` where the run predicts no block efficiency), ``method``, ``prediction_prompts``
-    (``"disjoint"``: the prediction's log decoded other prompts; ``"same"``: the measured ones, or the record does
-    not say), ``be_circular`` (same prompts at temperature 0: the prediction is the measurement) and
-    ``be_counted``. Speedup keys: ``speedup``, ``speedup_ci``, ``predicted_speedup``,
-    ``predicted_speedup_interval``, ``speedup_relative_error``, ``speedup_within_tolerance``,
-    ``speedup_inside_interval``, ``speedup_holds``, ``speedup_source`` (``speedup_prediction["source"]``),
-    ``speedup_circular`` (predicted from the measured run's own call times: not from a cost profile) and
-    ``speedup_counted``. Counting keys: ``config`` (the decode's configuration, ``None`` when the record does not
-    say), ``duplicate_of`` (the record whose run of the same configuration counts instead: the first by file name
-    among the records not left out), ``left_out`` (why the record stays out of both counts: unreliable timing,
-    fewer than :data:`PREDICTION_MIN_PROMPTS` prompts), ``unreliable_timing`` (the record's reason) and ``note``."""
-    rows = []
-    for rec in records:
-        settings = rec.get("settings") or {}
-        disjoint = _disjoint_prediction_prompts(settings)
-        left_out = _left_out(rec)
-        fixed = [{**r, "verifier": "token", "L": r["value"]} for r in rec.get("fixed") or []]
-        for r in list(rec.get("runs") or []) + list(rec.get("tree_runs") or []) + fixed:
-            pred, pred_sp = r.get("predicted_block_efficiency"), r.get("predicted_speedup")
-            if pred is None and pred_sp is None:
-                continue
-            be = r["block_efficiency"]
-            row = {"record": rec.get("file", ""), "verifier": r["verifier"],
-                   "draft": f"L = {r['L']}" if "L" in r else r["tree"], "measured": be, "predicted": pred,
-                   "interval": None, "relative_error": None, "within_tolerance": None, "inside_interval": None,
-                   "holds": None, "method": r.get("prediction_method") or "",
-                   "prediction_prompts": "disjoint" if disjoint else "same",
-                   "be_circular": pred is not None and not disjoint and settings.get("temperature") == 0,
-                   "speedup": r.get("speedup"), "speedup_ci": r.get("speedup_ci") or None,
-                   "predicted_speedup": pred_sp, "predicted_speedup_interval": None,
-                   "speedup_relative_error": None, "speedup_within_tolerance": None,
-                   "speedup_inside_interval": None, "speedup_holds": None, "speedup_source": None,
-                   "speedup_circular": None, "config": _run_config(rec, r), "duplicate_of": None,
-                   "left_out": left_out, "unreliable_timing": rec.get("unreliable_timing") or None}
-            if pred is not None:
-                row["interval"] = r.get("predicted_block_efficiency_interval") or None
-                (row["relative_error"], row["within_tolerance"], row["inside_interval"],
-                 row["holds"]) = _compare(be["mean"], pred, row["interval"])
-            if pred_sp is not None:
-                source = r.get("speedup_prediction")
-                row["speedup_source"] = source.get("source") if isinstance(source, dict) else None
-                row["speedup_circular"] = row["speedup_source"] != "cost_profile"
-                row["predicted_speedup_interval"] = r.get("predicted_speedup_interval") or None
-                if row["speedup"] is not None:
-                    (row["speedup_relative_error"], row["speedup_within_tolerance"], row["speedup_inside_interval"],
-                     row["speedup_holds"]) = _compare(row["speedup"], pred_sp, row["predicted_speedup_interval"])
-            rows.append(row)
-    kept = {}  # the same decode in two records counts once: the first by file name among those not left out
-    for i in sorted(range(len(rows)), key=lambda i: (rows[i]["left_out"] is not None, rows[i]["record"], i)):
-        row = rows[i]
-        if row["config"] is None:
-            continue
-        first = kept.setdefault(row["config"], row)
-        if first["record"] != row["record"]:
-            row["duplicate_of"] = first["record"]
-    for row in rows:
-        counts = row["duplicate_of"] is None and row["left_out"] is None
-        row["be_counted"] = counts and row["predicted"] is not None and not row["be_circular"]
-        row["speedup_counted"] = (counts and row["speedup_holds"] is not None and not row["speedup_circular"])
-        row["note"] = _row_note(row)
-    return rows
-
-
-def _row_note(row: dict) -> str:
-    """Why a row does not count (a re-decode, a record left out), or what its counted predictions rest on."""
-    if row["duplicate_of"]:
-        return f"re-decode of {row['duplicate_of']}: counted there"
-    if row["left_out"]:
-        return f"left out: {row['left_out']}"
-    notes = []
-    if row["predicted"] is not None:
-        if row["be_circular"]:
-            notes.append("block efficiency circular (same prompts, temperature 0)")
-        elif row["prediction_prompts"] == "same":
-            notes.append("same prompts (lenient)")
-    if row["speedup_circular"]:
-        notes.append("speedup circular (own call times)")
-    return "; ".join(notes)
-
-
-def _holds_cell(holds, counted: bool) -> str:
-    if holds is None:
-        return "—"
-    if not counted:  # shown for the record, not counted
-        return "(yes)" if holds else "(no)"
-    return "yes" if holds else "**no**"
-
-
-def _interval_text(iv: dict | None, digits: int) -> str:
-    return f" [{fmt(iv.get('low'), digits)}, {fmt(iv.get('high'), digits)}]" if iv else ""
-
-
-def _error_text(error) -> str:
-    return "–" if error is None else f"{100 * error:+.1f} %"
-
-
-def prediction_check_summary(rows: list) -> dict:
-    """The counts of :func:`prediction_check`'s rows: held / counted for block efficiency and speedup, the circular
-    predictions of distinct runs not left out, the re-decodes merged and the records left out."""
-    distinct = [r for r in rows if r["duplicate_of"] is None and r["left_out"] is None]
-    be = [r for r in rows if r["be_counted"]]
-    sp = [r for r in rows if r["speedup_counted"]]
-    left_out = {}
-    for r in rows:
-        if r["left_out"]:
-            why = r["left_out"].replace("unreliable timing", f"unreliable timing ({r['unreliable_timing']})")
-            left_out.setdefault(r["record"], [why, 0])[1] += 1
-    merged = {}
-    for r in rows:
-        if r["duplicate_of"]:
-            merged[(r["record"], r["duplicate_of"])] = merged.get((r["record"], r["duplicate_of"]), 0) + 1
-    return {"be_held": sum(bool(r["holds"]) for r in be),
-            "be_counted": len(be),
-            "be_circular": sum(r["be_circular"] for r in distinct),
-            "be_same_prompts": sum(r["prediction_prompts"] == "same" for r in be),
-            "speedup_held": sum(bool(r["speedup_holds"]) for r in sp), "speedup_counted": len(sp),
-            "speedup_circular": sum(bool(r["speedup_circular"]) for r in distinct),
-            "duplicates": sum(merged.values()), "merged": merged, "left_out": left_out}
-
-
-def prediction_check_markdown(rows: list) -> list:
-    """Markdown lines of :func:`prediction_check`'s rows: how many distinct runs hold (block efficiency, speedup),
-    what was merged or left out and why, then one table row per run (those not counted marked)."""
-    if not rows:
-        return []
-    c = prediction_check_summary(rows)
-    tol = f"{100 * PREDICTION_TOLERANCE:.0f} %"
-    lines = [f"### Predictions against measurements, distinct runs — block efficiency: {c['be_held']} of "
-             f"{c['be_counted']} runs hold ({c['be_circular']} circular left out); speedup: {c['speedup_held']} of "
-             f"{c['speedup_counted']} hold ({c['speedup_circular']} circular left out)", "",
-             f"A prediction holds when the measurement is within {tol} of it and inside its interval (for a "
-             "prediction from a plain-decoding log: where one run over the measured number of prompts should "
-             "fall). Each run counts once: the same decode (pair, sampling settings, prompts, seed, verifier and L "
-             "or tree) in two records is one run, counted in the first record by file name."]
-    if c["merged"]:
-        lines[-1] += (f" {c['duplicates']} re-decode{'s' if c['duplicates'] != 1 else ''} merged: "
-                      + "; ".join(f"{n} run{'s' if n != 1 else ''} of {dup} (as in {first})"
-                                  for (dup, first), n in c["merged"].items()) + ".")
-    if c["left_out"]:
-        lines[-1] += (" Left out of both counts (listed below, marked): "
-                      + "; ".join(f"{name} ({n} run{'s' if n != 1 else ''}: {why})"
-                                  for name, (why, n) in c["left_out"].items())
-                      + f" — a record whose timing check failed measured its speedups on a machine that was not "
-                      f"quiet, and one over fewer than {PREDICTION_MIN_PROMPTS} prompts is too small a sample to "
-                      "test a prediction with.")
-    lines += ["", "*Circular predictions are not counted.* A block-efficiency prediction is independent when its "
-              "plain-decoding log decoded prompts disjoint from the measured runs' (`settings.prediction_prompt_ids`"
-              " against `settings.prompt_ids`); older records do not say, and their log decoded the measured prompts "
-              "themselves: at temperature 0 the prediction then equals the measurement by construction "
-              f"({c['be_circular']} run{'s' if c['be_circular'] != 1 else ''} left out), and at a higher temperature "
-              f"it shares the measurement's prompts, so its interval, sized for an independent run, is lenient "
-              f"({c['be_same_prompts']} of the {c['be_counted']} counted runs: *same prompts*). A speedup prediction "
-              "is independent when it comes from a cost profile measured apart from the runs "
-              "(`speedup_prediction.source` = `cost_profile`); older records predicted the speedup from the "
-              f"measured run's own call times ({c['speedup_circular']} run"
-              f"{'s' if c['speedup_circular'] != 1 else ''}, left out of the speedup count). In parentheses: the "
-              "result of a prediction that is not counted.", "",
-              "| record | verifier | draft | block efficiency [95% CI] | predicted [interval] | error | holds "
-              "| speedup [CI] | predicted [interval] | error | holds | note |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        be = r["measured"]
-        if r["predicted"] is None:
-            be_cells = "– | – | —"
-        else:
-            be_cells = (f"{fmt(r['predicted'])}{_interval_text(r['interval'], 3)} | "
-                        f"{_error_text(r['relative_error'])} | {_holds_cell(r['holds'], r['be_counted'])}")
-        speedup = f"{fmt(r['speedup'], 2)}{_interval_text(r['speedup_ci'], 2)}"
-        if r["predicted_speedup"] is None:
-            sp_cells = f"{speedup} | – | – | —"
-        else:
-            sp_cells = (f"{speedup} | {fmt(r['predicted_speedup'], 2)}"
-                        f"{_interval_text(r['predicted_speedup_interval'], 2)} | "
-                        f"{_error_text(r['speedup_relative_error'])} | "
-                        f"{_holds_cell(r['speedup_holds'], r['speedup_counted'])}")
-        lines.append(f"| {r['record']} | {r['verifier']} | {r['draft']} | {fmt(be['mean'])} [{fmt(be['low'])}, "
-                     f"{fmt(be['high'])}] | {be_cells} | {sp_cells} | {r['note']} |")
-    return lines + [""]
-
-
 def _llm_section(data: dict, png: Path) -> str:
     if not data["records"]:
         return (f"## Real model pairs\n\n![measured against predicted]({png.name})\n\nNo `llm_*.json` record in "
@@ -533,7 +311,8 @@ def _llm_section(data: dict, png: Path) -> str:
              "beside this report as `llm_<name>.*`); the figure above puts every run's measurement next to the "
              "theory's prediction (block efficiency from a plain-decoding log of the pair, speedup from it and call "
              "times; the check below says which predictions are independent of the measurement).", "",
-             *prediction_check_markdown(prediction_check(data["records"] + data.get("adaptive", [])))]
+             *prediction_check_markdown(prediction_check(data["records"] + data.get("adaptive", []))),
+             *forecast_markdown(data.get("forecasts", []))]
     for rec in data["records"]:
         body = record_markdown(rec, f"{rec['file']}: {rec['model_pair']['target']} / {rec['model_pair']['draft']} "
                                     f"on {rec['model_pair']['device']}").replace("\n## ", "\n### ")
@@ -570,16 +349,23 @@ def _records_files(data: dict, out_dir: Path) -> list[Path]:
 @register("real_models", "real_models", render=render_llm, section=_llm_section, files=_records_files,
           reads_records=True)
 def llm_data(scale: float = 1.0, records_dir: str | Path = "figures") -> dict:
-    """Every record ``llm_*.json`` in ``records_dir`` (``scale`` is unused: nothing is rerun); other ``llm_*``
-    data files there (a benchmark's output, the GPU suite's summary) hold no ``model_pair`` and are skipped."""
-    records, adaptive = [], []
+    """Every record ``llm_*.json`` in ``records_dir`` (``scale`` is unused: nothing is rerun), and every forecast
+    ``llm_forecast_*.json`` with the record it names (``None`` until it is measured); other ``llm_*`` data files
+    there (a benchmark's output, the GPU suite's summary) hold no ``model_pair`` and are skipped."""
+    records, adaptive, forecasts = [], [], []
     for path in sorted(Path(records_dir).glob("llm_*.json")):
-        if '"model_pair"' not in path.read_text():
+        text = path.read_text()
+        if path.name.startswith("llm_forecast_") and '"kind": "forecast"' in text:
+            made = json.loads(text)
+            measured = Path(records_dir) / made["record"]
+            forecasts.append((path.name, made, json.loads(measured.read_text()) if measured.is_file() else None))
+            continue
+        if '"model_pair"' not in text:
             continue
         record = read_record(path)
         entry = {"file": path.name, "path": str(path), **record.to_json()}
         (adaptive if isinstance(record, AdaptiveRecord) else records).append(entry)
-    return {"records": records, "adaptive": adaptive}
+    return {"records": records, "adaptive": adaptive, "forecasts": forecasts}
 
 
 def record_main(argv=None) -> int:

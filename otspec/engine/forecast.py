@@ -1,0 +1,55 @@
+"""A forecast beside the record that measured it: the held-out test of a real pair's predictions.
+
+``python -m llm_bridge.forecast`` writes a forecast (predicted block efficiency and speedup of configurations, made
+from a cost profile and a plain-decoding log on the prediction prompts) before any record measures them;
+:func:`forecast_check` compares it with the record made afterwards. Plain JSON in, plain rows out: the report and
+the model side both read it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["FORECAST_TOLERANCE", "forecast_check"]
+
+#: A forecast holds when the measurement is within this share of it and inside its prediction interval.
+FORECAST_TOLERANCE = 0.10
+
+
+def _config(run: dict) -> tuple:
+    return run["verifier"], run.get("L"), run.get("tree")
+
+
+def forecast_check(forecast_json: dict, record_json: dict) -> list[dict]:
+    """Each forecast beside the record's measurement of the same configuration: ``measured`` and ``predicted`` block
+    efficiency and speedup, relative errors, whether each is within :data:`FORECAST_TOLERANCE` and inside its
+    prediction interval (``holds``). The record must measure what was forecast: the same pair, prompts, batch, tokens
+    and sampling (a ``ValueError`` names the first setting that differs)."""
+    settings, measured = forecast_json["settings"], record_json["settings"]
+    for key in ("prompt_ids", "max_new_tokens", "batch_size", "temperature", "top_k", "top_p", "seed"):
+        if settings.get(key) != measured.get(key):
+            raise ValueError(f"the record measured {key} = {measured.get(key)!r}, the forecast is for "
+                             f"{settings.get(key)!r}")
+    for key in ("target", "draft"):
+        if forecast_json["pair"][key] != record_json["model_pair"][key]:
+            raise ValueError(f"the record's {key} is {record_json['model_pair'][key]!r}, the forecast's "
+                             f"{forecast_json['pair'][key]!r}")
+    runs = {_config(r): r for r in list(record_json.get("runs") or []) + list(record_json.get("tree_runs") or [])}
+    out = []
+    for f in forecast_json["forecasts"]:
+        r = runs.get(_config(f))
+        if r is None:
+            continue
+        row = {"verifier": f["verifier"], "L": f.get("L"), "tree": f.get("tree")}
+        for what, got, pred, interval in (
+                ("block_efficiency", r["block_efficiency"]["mean"], f["predicted_block_efficiency"],
+                 f["predicted_block_efficiency_interval"]),
+                ("speedup", r["speedup"], f["predicted_speedup"], f["predicted_speedup_interval"])):
+            if pred is None:
+                row[what] = None
+                continue
+            error = got / pred - 1.0
+            inside = None if not interval else bool(interval["low"] <= got <= interval["high"])
+            row[what] = {"measured": got, "predicted": pred, "interval": interval, "relative_error": error,
+                         "within_tolerance": abs(error) <= FORECAST_TOLERANCE, "inside_interval": inside,
+                         "holds": abs(error) <= FORECAST_TOLERANCE and inside is not False}
+        out.append(row)
+    return out
