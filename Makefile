@@ -74,7 +74,7 @@ bench: $(TEST_STAMP)
 # two-sample losslessness tests of token / block / block_v1 run once (llm_distilled); the exact laws run everywhere
 RECORD := MPLBACKEND=Agg $(BIN)/python -m llm_bridge.validate --prompts 32 --batch-size 8 --max-new-tokens 64 --timing-attempts 2
 records: $(DEMO_STAMP)
-	$(RECORD) --draft distilled --L 2,4,8
+	$(RECORD) --draft distilled --L 2,4,8 --log-rows figures/llm_distilled_rows.npz
 	$(RECORD) --draft distilled --L 2,4 --name default --log-rows figures/llm_default_rows.npz --lossless-samples 0
 	$(RECORD) --draft int8 --L 2,4 --lossless-samples 0
 	$(RECORD) --draft distilled --verifiers token --L 2 --top-k 8 --trees 2x1,iid:3:2 \
@@ -94,7 +94,11 @@ records: $(DEMO_STAMP)
 	$(RECORD) --draft medusa --verifiers token,block --L 1,2,3 --batch-size 1
 	# EAGLE-2's confidence-ordered trees drafted by the EAGLE head, beside its chain at L = 1
 	$(RECORD) --draft eagle --verifiers token --L 1 --trees eagle2:2:2:3,eagle2:3:3:6 --multi-verifiers naive \
-	    --batch-size 1 --lossless-samples 100 --no-hf --name eagle2_trees
+	    --batch-size 1 --lossless-samples 100 --name eagle2_trees
+	# the held-out test: a configuration no other record measures, forecast from the cost profile alone, written
+	# down, then measured (the report puts the forecast beside the measurement)
+	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.forecast --draft eagle --verifiers token --L 4 --batch-size 1 --name eagle_heldout
+	$(RECORD) --draft eagle --verifiers token --L 4 --batch-size 1 --name eagle_heldout --no-hf --lossless-samples 0
 	MPLBACKEND=Agg $(BIN)/python -m otspec.report
 
 # the shipped feature-level draft heads (llm_bridge/weights/eagle, medusa), remade from the target's own samples
