@@ -383,9 +383,16 @@ def _generate_one(model, prompt, seed: int, pad, kwargs) -> tuple[np.ndarray, fl
     cuda = model.device.type == "cuda"
     if cuda:
         torch.cuda.synchronize()
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its per-call notes on min_new_tokens would fill a record's log
     t0 = time.perf_counter()
-    with torch.no_grad():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), pad_token_id=pad, **kwargs)
+    try:
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), pad_token_id=pad, **kwargs)
+    finally:
+        hf_logging.set_verbosity(level)
     if cuda:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - t0

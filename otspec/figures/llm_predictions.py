@@ -41,6 +41,8 @@ def _run_config(rec: dict, r: dict):
               s.get("prompts"), s.get("seed"), _hashable(s.get("prompt_ids")))
     if "tree" in r:
         return (*common, r["verifier"], "tree", r["tree"], r.get("replacement"), r.get("rule") or s.get("rule"))
+    if "L" not in r:  # an adaptive record's dynamic rule
+        return (*common, r["verifier"], "policy", r.get("policy_label"), (rec.get("head") or {}).get("rule"))
     return (*common, r["verifier"], "chain", r["L"])
 
 
@@ -96,13 +98,16 @@ def prediction_check(records: list) -> list[dict]:
         disjoint = _disjoint_prediction_prompts(settings)
         left_out = _left_out(rec)
         fixed = [{**r, "verifier": "token", "L": r["value"]} for r in rec.get("fixed") or []]
-        for r in list(rec.get("runs") or []) + list(rec.get("tree_runs") or []) + fixed:
+        dynamic = [{**r, "verifier": "token", "policy_label": f"{key} h = {r['value']:g}"}
+                   for key in ("threshold", "threshold_unlagged") for r in rec.get(key) or []]
+        for r in list(rec.get("runs") or []) + list(rec.get("tree_runs") or []) + fixed + dynamic:
             pred, pred_sp = r.get("predicted_block_efficiency"), r.get("predicted_speedup")
             if pred is None and pred_sp is None:
                 continue
             be = r["block_efficiency"]
             row = {"record": rec.get("file", ""), "verifier": r["verifier"],
-                   "draft": f"L = {r['L']}" if "L" in r else r["tree"], "measured": be, "predicted": pred,
+                   "draft": f"L = {r['L']}" if "L" in r else r.get("policy_label") or r["tree"], "measured": be,
+                   "predicted": pred,
                    "interval": None, "relative_error": None, "within_tolerance": None, "inside_interval": None,
                    "holds": None, "method": r.get("prediction_method") or "",
                    "prediction_prompts": "disjoint" if disjoint else "same",
