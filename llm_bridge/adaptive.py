@@ -60,6 +60,7 @@ from .runs import (
     speedup_fields,
     timed_runs,
     wall_clock_prediction,
+    with_prediction_check,
 )
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .validate import PROMPT_FILE, output_name, split_prompts
@@ -359,7 +360,7 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
             wall = {"source": None, "note": "no block-efficiency prediction for this rule (the learned head reads the "
                                             "draft's hidden states, which a log of rows does not hold)"}
         row.update(predicted_speedup_fields(wall))
-        out[policy].append(row)
+        out[policy].append(with_prediction_check(row))
     return out
 
 

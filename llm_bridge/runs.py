@@ -39,7 +39,7 @@ __all__ = ["ENGINE_KEYS", "INTERLEAVED_METHOD", "MAX_BASELINE_DRIFT", "MIN_OTHER
            "TWO_POINT_METHOD", "LoadMeter", "TimedRuns", "export_synthetic_rates", "interleaved_interval",
            "load_average", "predicted_speedup_fields", "round_entries", "round_speedups", "run_record",
            "speedup_fields", "time_decomposition", "timed_runs", "timing_check", "tree_record",
-           "wall_clock_prediction"]
+           "wall_clock_prediction", "with_prediction_check"]
 
 #: The serving-engine metrics every run carries at its top level (all of them under ``engine_metrics``).
 ENGINE_KEYS = ("mean_acceptance_length", "acceptance_per_position_unconditional", "draft_acceptance_rate")
@@ -209,6 +209,29 @@ def _straggling(result, prediction, batch_size: int, prompts: int, wall: dict | 
     return out
 
 
+#: A prediction holds when the measurement is within this share of it and inside its prediction interval.
+PREDICTION_TOLERANCE = 0.10
+
+
+def with_prediction_check(row: dict) -> dict:
+    """``row`` with ``prediction_check``: for block efficiency and speedup, the measurement over the prediction less
+    one (``relative_error``), whether it is within :data:`PREDICTION_TOLERANCE` and inside the prediction interval,
+    and ``holds`` (both); ``None`` where nothing was predicted. A record says where its model misses."""
+    check = {}
+    for what, measured, predicted, interval in (
+            ("block_efficiency", row["block_efficiency"]["mean"], row.get("predicted_block_efficiency"),
+             row.get("predicted_block_efficiency_interval")),
+            ("speedup", row.get("speedup"), row.get("predicted_speedup"), row.get("predicted_speedup_interval"))):
+        if predicted is None or measured is None:
+            check[what] = None
+            continue
+        error = measured / predicted - 1.0
+        inside = None if not interval else bool(interval["low"] <= measured <= interval["high"])
+        check[what] = {"relative_error": error, "within_tolerance": abs(error) <= PREDICTION_TOLERANCE,
+                       "inside_interval": inside, "holds": abs(error) <= PREDICTION_TOLERANCE and inside is not False}
+    return {**row, "prediction_check": check}
+
+
 def predicted_speedup_fields(wall: dict) -> dict:
     """A run's ``predicted_speedup`` (``None`` without a profile-based prediction), its
     ``predicted_speedup_interval``, ``predicted_speedup_ignoring_straggling`` and the whole ``speedup_prediction``
@@ -252,7 +275,7 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, profile, rng,
     straggling = _straggling(result, prediction, batch_size, units, wall)
     measured_speedup = speedup_fields(result, baseline, by_prompt)
     engine = engine_fields(d.accept_hist)
-    return {
+    return with_prediction_check({
         "verifier": verifier_name, "L": L,
         "block_efficiency": by_prompt,
         "block_efficiency_batch_means": {"mean": be.value, "low": be.low, "high": be.high},
@@ -285,7 +308,7 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, profile, rng,
         **measured_speedup, "timing_rounds": round_entries(result.rounds),
         **predicted_speedup_fields(wall),
         "batch_straggling": straggling,
-    }
+    })
 
 
 def _chain_of_means(means, weights) -> float:
@@ -352,7 +375,7 @@ def tree_record(result, verifier_name: str, baseline: dict, prediction=None, bat
                                  batch_size=batch_size, units=units, n_tokens=n_tokens)
     out["batch_straggling"] = _straggling(result, prediction, batch_size, units, wall)
     out.update(predicted_speedup_fields(wall))
-    return out
+    return with_prediction_check(out)
 
 
 def export_synthetic_rates(record: dict, path) -> Path:

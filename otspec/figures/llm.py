@@ -82,8 +82,8 @@ def record_markdown(record: dict, title: str | None = None) -> str:
                      f"{fmt(r['expected_block_efficiency_given_drafts'])} | {fmt(r.get('mean_acceptance_length'))} | "
                      f"{fmt(r['acceptance_rate'])} | "
                      f"{fmt(r['tokens_per_s'], 1)} | {fmt(r['speedup'], 2)} [{fmt(si['low'], 2)}, {fmt(si['high'], 2)}] | "
-                     f"{fmt(r['predicted_speedup'], 2)} [{fmt(psi.get('low'), 2)}, {fmt(psi.get('high'), 2)}] | "
-                     f"{100 * r['verify_fraction_of_target_call']:.1f} % |")
+                     f"{fmt(r['predicted_speedup'], 2)} [{fmt(psi.get('low'), 2)}, {fmt(psi.get('high'), 2)}]"
+                     f"{_miss(r)} | {100 * r['verify_fraction_of_target_call']:.1f} % |")
     methods = sorted({r.get("prediction_method") or "" for r in record["runs"]} - {""})
     lines += ["", "Predicted: " + ("; ".join(methods) if methods else "the two-point formulas (older record)") + ". "
               "*Two-point bound*: the verifier's formula (token eq. (4), block eq. (17), block-OT eq. (8)) on the "
@@ -141,7 +141,7 @@ def _tree_markdown(runs: list) -> list:
                      f"{fmt(r['expected_block_efficiency_given_tree'])} | {fmt(r['predicted_block_efficiency'])} | "
                      f"{fmt(r['otm_bound_block_efficiency'])} | {go} | {fmt(r['target_nodes_per_call'], 1)} | "
                      f"{fmt(r['tokens_per_s'], 1)} | {fmt(r['speedup'], 2)} [{fmt(si['low'], 2)}, {fmt(si['high'], 2)}] | "
-                     f"{fmt(r['predicted_speedup'], 2)} | {100 * r['verify_fraction_of_target_call']:.1f} % |")
+                     f"{fmt(r['predicted_speedup'], 2)}{_miss(r)} | {100 * r['verify_fraction_of_target_call']:.1f} % |")
     methods = sorted({r.get("prediction_method") or "" for r in runs} - {""})
     lines += ["", "*Predicted*: " + ("; ".join(methods) if methods else "per-depth product (older record)") + ". "
               "*OTM-k bound*: 1 + Σ_d Π_{i≤d} α_d with α_d the optimal multi-draft acceptance on the measured rows "
@@ -183,6 +183,12 @@ def _speedup_prediction_text(runs: list) -> str:
                 "configuration, all on the prediction prompts) charged to the prediction's replays, batch by batch")
     return ("Predicted speedup (older record, circular): the cost model with this run's own t_draft, t_target(L+1) "
             "and loop overhead")
+
+
+def _miss(r: dict) -> str:
+    """`` (miss: ±x %)`` after a predicted speedup that its measurement does not meet (``prediction_check``)."""
+    c = (r.get("prediction_check") or {}).get("speedup")
+    return "" if not c or c["holds"] else f" (**miss**: {100 * c['relative_error']:+.1f} %)"
 
 
 def _ci_text(ci) -> str:
