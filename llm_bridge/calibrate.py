@@ -2,22 +2,26 @@
 
 A record's measured speedup is plain decoding's time over speculative decoding's for the same tokens. Its
 prediction must not see that wall clock, so every cost it uses is measured here, on *other prompts*
-(the prediction prompts, disjoint from the measured ones) and in runs that are not the measured runs:
+(the prediction prompts, disjoint from the measured ones) and in runs that are not the measured runs. After an
+untimed warm-up (a fresh process decodes slowly at first), :func:`calibrate` goes through the calibration prompts
+a batch at a time, and in each *round* measures, in one window:
 
-* **plain decoding** of the calibration prompts at the run's batch size and token count (:func:`calibrate`
-  decodes them fully: the same tokens are the plain-decoding log the block-efficiency prediction replays):
-  time per batch step, with every target call timed;
-* **t_target(n)**: a target call scoring n tokens per sequence, for every width the runs use (1 … L_max + 1
-  and each tree's node count), at the run's batch size and halfway through the run's context (the calibration
-  prompts plus half of their plain continuation), ``reps`` timed calls per width after one untimed call; the
-  median, with a bootstrap interval;
+* **plain decoding** of the batch at the run's batch size and token count: time per batch step, with every target
+  call timed (these continuations are also the plain-decoding log the block-efficiency prediction replays);
 * a **zero-acceptance dry run** of every chain configuration: the real loop, drafter, target and verifier at the
-  run's batch, from a quarter of the continuation on, for half the run's tokens, where a wrapper
+  run's batch, from a quarter of the continuation on (:func:`dry_tokens` tokens), where a wrapper
   (:class:`ZeroAcceptance`) calls the verifier and then keeps none of the drafts (the first drafted token is
   emitted as the correction), so every iteration drafts its full length and the context grows one token per
   iteration. Each iteration's wall clock and its draft, target and verifier time are kept. Tree
   configurations run the tree loop with their own verifier the same way (its acceptance is not used: only what
   each iteration costs).
+
+This machine's speed drifts by several per cent over minutes; plain decoding and the dry runs measured round by
+round drift together, so their ratio, which the speedup is, holds (the measured runs are interleaved the same way,
+:mod:`llm_bridge.timing`). Then **t_target(n)**: a target call scoring n tokens per sequence, for every width the
+runs use (1 … L_max + 1 and each tree's node count), at the run's batch size and halfway through the run's context
+(the first batch's prompts plus half of their plain continuation), ``reps`` timed calls per width after one untimed
+call; the median, with a bootstrap interval. It gives the shape of the cost in n; the dry runs give its level.
 
 From a dry run, :meth:`CostProfile.iteration_cost` builds the cost of an iteration that makes k draft calls and
 scores a widest draft of w tokens (a tree: w nodes):
@@ -39,6 +43,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from otspec.drafts import ConfidenceTree, DraftTree
 from otspec.engine.controllers import as_controller
@@ -208,7 +213,7 @@ class CostProfile:
         ``t_verify``, ``overhead`` (ms) and ``iteration_ms`` (the dry run's mean iteration)."""
         if key not in self.dry:
             raise KeyError(f"no dry run for {key!r} in this profile (it has {sorted(self.dry)})")
-        d = {k: np.asarray(v, dtype=np.float64) for k, v in self.dry[key].items() if k != "kind"}
+        d = {k: np.asarray(v, dtype=np.float64) for k, v in self.dry[key].items() if k not in ("kind", "round")}
         width, calls = d["width"], d["calls"]
         drafted = width if self.dry[key].get("kind", "chain") == "chain" else np.asarray(self.dry[key].get(
             "trace_calls", calls), dtype=np.float64)
@@ -235,12 +240,23 @@ class CostProfile:
         return cost
 
     def factors(self, key: str, draws: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-        """Relative bootstrap resamples (plain step, dry-run iteration) of the profile's means, ``draws`` each."""
+        """Relative bootstrap resamples (plain step, dry-run iteration) of the profile's means, ``draws`` each. The
+        calibration's rounds (plain decoding and every dry run of one batch, in one window) are resampled together,
+        so a stretch where the machine ran slower moves both; without rounds, the timed steps and iterations are
+        resampled on their own."""
         rng = np.random.default_rng(seed)
+        plain = np.asarray(self.plain["step_ms"], dtype=np.float64)
+        wall = np.asarray(self.dry[key]["wall_ms"], dtype=np.float64)
+        if "round" not in self.plain or "round" not in self.dry[key]:
+            return tuple(x[rng.integers(0, x.size, size=(draws, x.size))].mean(axis=1) / x.mean() for x in (plain, wall))
+        ids = np.union1d(self.plain["round"], self.dry[key]["round"]).astype(np.int64)
+        pick = ids[rng.integers(0, ids.size, size=(draws, ids.size))]
         out = []
-        for x in (np.asarray(self.plain["step_ms"], dtype=np.float64),
-                  np.asarray(self.dry[key]["wall_ms"], dtype=np.float64)):
-            out.append(x[rng.integers(0, x.size, size=(draws, x.size))].mean(axis=1) / x.mean())
+        for x, rounds in ((plain, self.plain["round"]), (wall, self.dry[key]["round"])):
+            rounds = np.asarray(rounds, dtype=np.int64)
+            total = np.bincount(rounds, weights=x, minlength=ids.max() + 1)[pick].sum(axis=1)
+            count = np.bincount(rounds, minlength=ids.max() + 1)[pick].sum(axis=1)
+            out.append(np.where(count > 0, total / np.maximum(count, 1), x.mean()) / x.mean())
         return out[0], out[1]
 
     def monotone(self) -> dict:
@@ -290,26 +306,21 @@ def _host_rows(pair) -> bool:
 
 
 def _rng(seed, pair):
-    from .loop import _generator
+    """The loop's generator, as the measured runs make it: numpy for host rows, else a seeded ``torch.Generator``."""
+    if _host_rows(pair):
+        return np.random.default_rng(seed)
+    import torch
 
-    return _generator(seed, None if _host_rows(pair) else pair.target.device)
+    return torch.Generator(device=pair.target.device).manual_seed(int(seed))
 
 
-def _plain(pair, prompts, n_tokens, *, sampling, batch_size, cache, seed):
-    """Plain decoding of ``prompts`` in batches: (tokens per prompt, per-step wall clocks, target call times)."""
-    timer, clock, tokens = CallTimer(pair.target.device), None, []
-    clock = _Clock(timer)
-    rng = np.random.default_rng(seed)
-    for _, chunk in chunks(prompts, batch_size):
-        session = ModelSession(pair.target.model, len(chunk), sampling, cache=cache, timer=timer, name="target",
-                               max_length=cache_room(chunk, n_tokens, 1))
-        clock.start()
-        run = chain_loop(None, session, None, None, n_tokens, rng, prompts=chunk, timer=timer, observers=[clock])
-        tokens += [np.asarray(t) for t in run.tokens]
-        del session
-    target = [1e3 * x for x in timer.records["target"][1]]
-    return tokens, {"step_ms": clock.columns()["wall_ms"], "target_ms": target, "steps": len(target),
-                    "seconds": float(sum(clock.columns()["wall_ms"]) / 1e3)}
+def _plain_chunk(pair, chunk, n_tokens, *, sampling, cache, rng, timer, clock) -> list:
+    """Plain decoding of one batch of prompts (timed by ``timer``, its steps by ``clock``): the continuations."""
+    session = ModelSession(pair.target.model, len(chunk), sampling, cache=cache, timer=timer, name="target",
+                           max_length=cache_room(chunk, n_tokens, 1))
+    clock.start()
+    run = chain_loop(None, session, None, None, n_tokens, rng, prompts=chunk, timer=timer, observers=[clock])
+    return [np.asarray(t) for t in run.tokens]
 
 
 def _curve(pair, contexts, feed_tokens, widths, *, sampling, cache, reps):
@@ -372,6 +383,12 @@ class _TreeCalls(Observer):
         self.calls.append(int(np.max(step.draft_calls, initial=0)))
 
 
+def dry_tokens(n_tokens: int, draft) -> int:
+    """Tokens a dry run decodes per round: an eighth of the run's, and enough for its longest drafts to recur."""
+    depth = draft.depth if isinstance(draft, (DraftTree, ConfidenceTree)) else as_controller(draft).max_length
+    return max(n_tokens // 8, 2 * depth + 4)
+
+
 def config_key(verifier_name: str, draft) -> str:
     """A dry run's key: ``token:L=4`` for a chain, ``kseq:2x2x1`` for a tree, ``token:<label>`` for a controller
     given by its label (a string)."""
@@ -388,9 +405,39 @@ def calibrate(pair, prompts, max_new_tokens: int, *, chains=(), trees=(), sampli
     ``prompts`` (the plain-decoding log's paths)."""
     import torch
 
+    from .timing import settle
+
     t0 = time.perf_counter()
-    N = int(max_new_tokens)
-    tokens, plain = _plain(pair, prompts, N, sampling=sampling, batch_size=batch_size, cache=cache, seed=seed)
+    N, configs = int(max_new_tokens), [*chains, *trees]
+    settle(pair.target, prompts[:batch_size], N, sampling=sampling, cache=cache)  # untimed: a fresh process is slow
+    timer, rng, tokens = CallTimer(pair.target.device), np.random.default_rng(seed), []
+    clock = _Clock(timer)
+    dry = {key: {} for key, _, _ in configs}
+    rounds = []  # the round of every plain step
+    batches = chunks(prompts, batch_size)
+    bar = tqdm(total=len(batches) * (1 + len(configs)), desc="cost profile", unit="run", leave=False,
+               disable=None if progress is None else not progress)
+    with bar:
+        for k, (_, chunk) in enumerate(batches):  # each round: plain decoding, then every dry run, in one window
+            done = len(clock.rows)
+            tokens += _plain_chunk(pair, chunk, N, sampling=sampling, cache=cache, rng=rng, timer=timer, clock=clock)
+            rounds += [k] * (len(clock.rows) - done)
+            bar.update()
+            quarter = [np.concatenate([np.asarray(p, dtype=np.int64), t[:N // 4]])
+                       for p, t in zip(chunk, tokens[-len(chunk):], strict=True)]
+            for key, verifier, draft in configs:
+                cols = _dry(pair, verifier, draft, quarter, dry_tokens(N, draft), sampling=sampling, cache=cache,
+                            seed=seed + k, rule=rule)
+                for name, values in cols.items():
+                    if name == "kind":
+                        dry[key]["kind"] = values
+                    else:
+                        dry[key].setdefault(name, []).extend(values)
+                dry[key].setdefault("round", []).extend([k] * len(cols["wall_ms"]))
+                bar.update()
+    steps = clock.columns()
+    plain = {"step_ms": steps["wall_ms"], "target_ms": steps["target_ms"], "round": rounds, "steps": len(rounds),
+             "seconds": float(sum(steps["wall_ms"]) / 1e3)}
     B = min(int(batch_size), len(prompts))
     half = [np.concatenate([np.asarray(p, dtype=np.int64), t[:N // 2]]) for p, t in zip(prompts[:B], tokens[:B],
                                                                                            strict=True)]
@@ -398,13 +445,6 @@ def calibrate(pair, prompts, max_new_tokens: int, *, chains=(), trees=(), sampli
     widths = sorted({1, *range(2, 1 + max((as_controller(d).max_length + 1 for _, _, d in chains), default=1)),
                      *(t.num_tokens + 1 for _, _, t in trees)})
     curve = _curve(pair, half, feed, widths, sampling=sampling, cache=cache, reps=reps)
-    quarter = [np.concatenate([np.asarray(p, dtype=np.int64), t[:N // 4]]) for p, t in zip(prompts[:B], tokens[:B],
-                                                                                              strict=True)]
-    dry_tokens = max(N // 2, 4)
-    dry = {}
-    for key, verifier, draft in [*chains, *trees]:
-        dry[key] = _dry(pair, verifier, draft, quarter, dry_tokens, sampling=sampling,
-                                            cache=cache, seed=seed, rule=rule)
     profile = CostProfile(int(batch_size), N, [int(i) for i in prompt_ids],
                           float(np.mean([c.size for c in half])), curve, plain, dry, str(pair.target.device), cache,
                           int(torch.get_num_threads()), time.perf_counter() - t0)

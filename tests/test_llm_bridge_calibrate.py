@@ -52,6 +52,14 @@ def test_the_iteration_cost_reproduces_the_dry_run_and_moves_along_the_target_cu
     assert prof.plain_step_ms() == pytest.approx(np.mean(prof.plain["step_ms"]))
     plain_f, cost_f = prof.factors("block_v1:L=3", 500, seed=1)
     assert plain_f.shape == cost_f.shape == (500,) and abs(plain_f.mean() - 1) < 0.01 and cost_f.std() > 0
+    # with rounds, a slow round moves both sides of a draw together
+    prof.plain["round"] = [i % 2 for i in range(20)]
+    prof.plain["step_ms"] = [20.0 if i % 2 else 10.0 for i in range(20)]
+    prof.dry["block_v1:L=3"]["round"] = [0, 0, 0, 1, 1, 1]
+    prof.dry["block_v1:L=3"]["wall_ms"] = [10.0, 10.0, 10.0, 20.0, 20.0, 20.0]
+    plain_f, cost_f = prof.factors("block_v1:L=3", 500, seed=1)
+    np.testing.assert_allclose(plain_f, cost_f, rtol=1e-12)
+    assert plain_f.std() > 0.1
 
 
 def test_the_profile_round_trips_through_json_and_reports_monotonicity():
@@ -112,10 +120,11 @@ def test_calibrate_on_a_tiny_pair():
     assert len(tokens) == 4 and all(t.size == 12 for t in tokens)
     assert sorted(prof.t_target) == [1, 2, 3, 4, 5]  # 1 … L_max + 1, and the tree's nodes + 1
     assert all(len(v) == 3 for v in prof.t_target.values())
-    assert prof.plain["steps"] == 4 // 2 * 12 and len(prof.plain["step_ms"]) == 2 * 11
+    # two rounds (batches of 2): plain decoding's steps, the first of each batch (it holds the prefill) left out
+    assert prof.plain["steps"] == len(prof.plain["step_ms"]) == 2 * 11 and prof.plain["round"] == [0] * 11 + [1] * 11
     assert set(prof.dry) == {"token:L=2", "block_v1:L=2", "token:confidence=0.3", "kseq:2x1"}
-    token = prof.dry["token:L=2"]
-    assert token["kind"] == "chain" and len(token["wall_ms"]) == 5  # 6 dry tokens, the first iteration left out
+    token = prof.dry["token:L=2"]  # 8 dry tokens per round (dry_tokens), the first iteration left out
+    assert token["kind"] == "chain" and token["round"] == [0] * 7 + [1] * 7 and len(token["wall_ms"]) == 14
     assert max(token["width"]) == 2 and prof.config("token:L=2")["extra_calls"] == 0
     assert prof.config("block_v1:L=2")["extra_calls"] == pytest.approx(1.0)
     assert prof.dry["kseq:2x1"]["kind"] == "tree" and prof.prompt_ids == [7, 8, 9, 10]
