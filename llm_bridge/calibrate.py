@@ -324,26 +324,27 @@ def _plain_chunk(pair, chunk, n_tokens, *, sampling, cache, rng, timer, clock) -
 
 
 def _curve(pair, contexts, feed_tokens, widths, *, sampling, cache, reps):
-    """{n: [ms]}: ``reps`` timed target calls scoring n tokens per sequence from ``contexts`` (each after one untimed
-    call; every call commits one token, as a zero-acceptance iteration does)."""
+    """{n: [ms]}: ``reps`` timed target calls scoring n tokens per sequence from ``contexts``, one session per width,
+    the widths taken in turn (rep by rep, so the machine's drift moves every width alike), each after one untimed
+    call; every call commits one token, as a zero-acceptance iteration does."""
     timer, B = CallTimer(pair.target.device), len(contexts)
     room = cache_room(contexts, reps + 2, max(widths) + 2)
-    out = {}
+    sessions = {}
     for n in widths:
-        session = ModelSession(pair.target.model, B, sampling, cache=cache, max_length=room, timer=None,
-                               name="target", hidden=pair.drafter.reads_target_features, host_rows=_host_rows(pair))
-        session.start(contexts)
-        counts, ones = np.full(B, n - 1, dtype=np.int64), np.ones(B, dtype=np.int64)
-        for rep in range(reps + 1):
+        sessions[n] = ModelSession(pair.target.model, B, sampling, cache=cache, max_length=room, timer=None,
+                                   name="target", hidden=pair.drafter.reads_target_features, host_rows=_host_rows(pair))
+        sessions[n].start(contexts)
+    ones = np.ones(B, dtype=np.int64)
+    for rep in range(reps + 1):
+        for n, session in sessions.items():
             toks = feed_tokens[:, (np.arange(max(n - 1, 1)) + rep) % feed_tokens.shape[1]]
+            counts = np.full(B, n - 1, dtype=np.int64)
             if rep == 0:
                 session.feed(toks[:, :n - 1], counts)
             else:
                 timer.call("target", n, session.feed, toks[:, :n - 1], counts)
             session.commit(toks[:, :1], ones)
-        out[int(n)] = [1e3 * x for x in timer.records["target"][int(n)]]
-        del session
-    return out
+    return {int(n): [1e3 * x for x in timer.records["target"][int(n)]] for n in widths}
 
 
 def _dry(pair, verifier, draft, contexts, n_tokens, *, sampling, cache, seed, rule="match") -> dict:
