@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from otspec.engine.forecast import compare_prediction
 from otspec.engine.metrics import SYNTHETIC_FORMAT, engine_metrics, synthetic_rates
 from otspec.engine.predict import paired_ratio_interval, predict_wall_clock
 from otspec.verifiers import REGISTRY
@@ -222,13 +223,8 @@ def with_prediction_check(row: dict) -> dict:
             ("block_efficiency", row["block_efficiency"]["mean"], row.get("predicted_block_efficiency"),
              row.get("predicted_block_efficiency_interval")),
             ("speedup", row.get("speedup"), row.get("predicted_speedup"), row.get("predicted_speedup_interval"))):
-        if predicted is None or measured is None:
-            check[what] = None
-            continue
-        error = measured / predicted - 1.0
-        inside = None if not interval else bool(interval["low"] <= measured <= interval["high"])
-        check[what] = {"relative_error": error, "within_tolerance": abs(error) <= PREDICTION_TOLERANCE,
-                       "inside_interval": inside, "holds": abs(error) <= PREDICTION_TOLERANCE and inside is not False}
+        check[what] = (None if predicted is None or measured is None
+                       else compare_prediction(measured, predicted, interval, PREDICTION_TOLERANCE))
     return {**row, "prediction_check": check}
 
 

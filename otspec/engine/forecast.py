@@ -8,10 +8,22 @@ the model side both read it.
 
 from __future__ import annotations
 
-__all__ = ["FORECAST_TOLERANCE", "forecast_check"]
+__all__ = ["FORECAST_TOLERANCE", "compare_prediction", "forecast_check"]
 
 #: A forecast holds when the measurement is within this share of it and inside its prediction interval.
 FORECAST_TOLERANCE = 0.10
+
+
+def compare_prediction(measured: float, predicted: float, interval: dict | None,
+                       tolerance: float = FORECAST_TOLERANCE) -> dict:
+    """A measurement beside its prediction: ``relative_error`` (measured / predicted − 1), ``within_tolerance``,
+    ``inside_interval`` (``None`` without an interval) and ``holds`` (within the tolerance and not outside the
+    interval). The one rule of every check: run rows, the report's count and forecasts."""
+    error = measured / predicted - 1.0
+    inside = None if not interval or "low" not in interval else bool(interval["low"] <= measured <= interval["high"])
+    within = bool(abs(error) <= tolerance)
+    return {"relative_error": error, "within_tolerance": within, "inside_interval": inside,
+            "holds": within and inside is not False}
 
 
 def _config(run: dict) -> tuple:
@@ -46,10 +58,7 @@ def forecast_check(forecast_json: dict, record_json: dict) -> list[dict]:
             if pred is None:
                 row[what] = None
                 continue
-            error = got / pred - 1.0
-            inside = None if not interval else bool(interval["low"] <= got <= interval["high"])
-            row[what] = {"measured": got, "predicted": pred, "interval": interval, "relative_error": error,
-                         "within_tolerance": abs(error) <= FORECAST_TOLERANCE, "inside_interval": inside,
-                         "holds": abs(error) <= FORECAST_TOLERANCE and inside is not False}
+            row[what] = {"measured": got, "predicted": pred, "interval": interval,
+                         **compare_prediction(got, pred, interval)}
         out.append(row)
     return out

@@ -10,7 +10,7 @@ that measured it: the held-out test of the wall-clock model.
 
 from __future__ import annotations
 
-from ..engine.forecast import FORECAST_TOLERANCE, forecast_check
+from ..engine.forecast import FORECAST_TOLERANCE, compare_prediction, forecast_check
 from .llm_text import fmt
 
 __all__ = ["FORECAST_TOLERANCE", "PREDICTION_MIN_PROMPTS", "PREDICTION_TOLERANCE", "forecast_check",
@@ -67,10 +67,8 @@ def _disjoint_prediction_prompts(settings: dict) -> bool:
 
 def _compare(measured: float, predicted: float, interval: dict | None) -> tuple:
     """Relative error, within the tolerance, inside the interval (``None`` without one), holds."""
-    error = measured / predicted - 1.0
-    within = bool(abs(error) <= PREDICTION_TOLERANCE)
-    inside = None if not interval or "low" not in interval else bool(interval["low"] <= measured <= interval["high"])
-    return error, within, inside, within and inside is not False
+    c = compare_prediction(measured, predicted, interval, PREDICTION_TOLERANCE)
+    return c["relative_error"], c["within_tolerance"], c["inside_interval"], c["holds"]
 
 
 def prediction_check(records: list) -> list[dict]:
