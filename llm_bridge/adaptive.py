@@ -49,7 +49,7 @@ from otspec.engine.predict import paired_ratio_interval
 from otspec.engine.record import AdaptiveRecord
 from otspec.verifiers import TokenVerify
 
-from .adaptive_predict import frontier_predictor, policy_key
+from .adaptive_predict import NO_HEAD_RULE, frontier_predictor, policy_key
 from .drafters import load_pair
 from .loop import chunks, plain_generate, speculative_batches, speculative_generate
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
@@ -333,10 +333,10 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
                        max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size, warm_up=warm_up,
                        progress=progress, desc="frontier runs", attempts=timing_attempts)
     baseline, results, timing = timed.baseline, timed.results, timed.timing
-    # predictions, made on the prediction prompts: fixed K and the confidence rule by the decode engine on both models'
-    # rows logged along plain decoding there (a feature head: its rows replayed by draft depth); the learned head's
-    # threshold rules have no block-efficiency prediction (the head reads the draft's hidden states, which a log of
-    # rows does not hold), so no speedup prediction either; every policy's iteration costs from its dry run
+    # predictions, made on the prediction prompts: fixed K, the confidence rule and (on a draft model) the learned
+    # head's threshold rules by the decode engine on both models' rows logged along plain decoding there (a feature
+    # head: its rows replayed by draft depth, and no prediction of the learned rule); every policy's iteration costs
+    # from its dry run
     rules = RULES if rule == "specdecpp" else {"threshold": CONFIDENCE_RULE}
     out = {"baseline": baseline, "timing": timing, "fixed": [], "threshold": [], "rules": rules}
     if unlagged:
@@ -357,8 +357,7 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
         wall = wall_clock_prediction(profile, policy_key(policy, value), pred, batch_size=batch_size,
                                      units=len(prompts), n_tokens=max_new_tokens)
         if pred is None and profile is not None:
-            wall = {"source": None, "note": "no block-efficiency prediction for this rule (the learned head reads the "
-                                            "draft's hidden states, which a log of rows does not hold)"}
+            wall = {"source": None, "note": NO_HEAD_RULE}
         row.update(predicted_speedup_fields(wall))
         out[policy].append(with_prediction_check(row))
     return out

@@ -71,25 +71,30 @@ HEAD_METHOD = ("decode engine on the head's rows at every draft depth and the ta
                "(two-level paired bootstrap over prompts and their replays, percentile)")
 
 
-def depth_rows(head, target_model, prompt, continuation, depth: int, sampling):
-    """(draft rows (depth, T, V) by draft depth, target rows (T, V)) predicting each continuation token."""
+def depth_rows(head, target_model, prompt, continuation, depth: int, sampling, *, states: bool = False):
+    """(draft rows (depth, T, V) by draft depth, target rows (T, V)) predicting each continuation token; with
+    ``states`` also the head's state (depth, T, H) that each EAGLE draft row is made from (a learned draft-length
+    head reads it)."""
     n, T = len(prompt), len(continuation)
     x = torch.as_tensor([list(prompt) + list(continuation)], device=head.vocab.device)
     with torch.no_grad():
         F = target_model.base_model(input_ids=x).last_hidden_state  # F[0, j]: the state after token j
         q = sampling.rows(target_model.get_output_embeddings()(F[0, n - 1:n - 1 + T]))
-        rows = np.empty((depth, T, q.shape[-1]))
+        rows, kept = np.empty((depth, T, q.shape[-1])), []
         if head.kind == "eagle":  # pair i = (F[i], x[i + 1]); the row for token n + t is step d + 1 at pair n + t - 2
             outs = eagle_unrolled(head, x, F, torch.ones_like(x, dtype=torch.bool), depth)
             for d in range(depth):
                 h = torch.stack([outs[min(d, k)][0, n + k - 2] for k in range(T)])  # depth d needs d drafted tokens
                 rows[d] = sampling.rows(head.full_logits(head.reduced_logits(h)))
+                kept.append(h.double().cpu().numpy())
+        elif states:
+            raise ValueError("depth_rows: the Medusa heads have no state of their own for a learned draft-length head")
         else:  # block d on the feature that gave the last committed token x[n + t - d - 1]: F[n + t - d - 2]
             for d in range(depth):
                 at = [n + k - min(d, k) - 2 for k in range(T)]
                 logits = head.block_logits(F[0, at], min(d, head.k - 1))
                 rows[d] = sampling.rows(head.full_logits(logits))
-    return rows, q
+    return (rows, q, np.stack(kept)) if states else (rows, q)
 
 
 def compact_rows(rows_p, q, top_p: float, max_kept: int | None):
@@ -126,7 +131,7 @@ def compact_rows(rows_p, q, top_p: float, max_kept: int | None):
 
 
 def head_replays(pair, prompts, continuations, depth: int, *, sampling=DEFAULT_SAMPLING, top_p: float = 0.95,
-                 max_kept: int | None = 256) -> list:
+                 max_kept: int | None = 256, states: list | None = None) -> list:
     """(draft, target) sources per prompt along ``continuations`` (an independent plain run) for otspec's predictions.
 
     The draft is a :class:`~otspec.sources.DepthPositionalSource`: its row at step t and draft depth d is the
@@ -134,7 +139,8 @@ def head_replays(pair, prompts, continuations, depth: int, *, sampling=DEFAULT_S
     ones), so the replay drafts as the head does; the target is a :class:`~otspec.sources.PositionalSource`.
     Each position keeps the union of the rows' top-p sets (at most ``max_kept`` tokens each), relabelled per
     position (a positional pair's laws do not depend on the labels), plus three tail symbols that keep every
-    depth's TV to the target exact.
+    depth's TV to the target exact. ``states``: a list that gets each prompt's EAGLE head states by depth (D, T, H)
+    (:func:`depth_rows`), for a learned draft-length rule's replay.
     """
     from otspec.sources import DepthPositionalSource, PositionalSource
 
@@ -143,7 +149,10 @@ def head_replays(pair, prompts, continuations, depth: int, *, sampling=DEFAULT_S
         cont = list(np.asarray(cont, dtype=np.int64))
         if len(prompt) < 2 or not cont:
             raise ValueError("head_replays: every prompt needs >= 2 tokens and every continuation >= 1")
-        p, q = depth_rows(pair.drafter.head, pair.target.model, list(prompt), cont, depth, sampling)
+        p, q, *kept = depth_rows(pair.drafter.head, pair.target.model, list(prompt), cont, depth, sampling,
+                                 states=states is not None)
+        if kept:
+            states.append(kept[0])
         p, q = compact_rows(p, q, top_p, max_kept)
         out.append((DepthPositionalSource(p), PositionalSource(q)))
     return out

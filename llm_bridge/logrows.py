@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from otspec.sources import PositionalSource
+from otspec.distributions import to_host
 from otspec.sources.logged import LoggedRows, truncate_chunks
 
 from .sampling import DEFAULT_SAMPLING, Sampling
 
-__all__ = ["DEFAULT_LOG_MAX_KEPT", "DEFAULT_LOG_TOP_P", "NGRAM_METHOD", "check_loggable", "draft_rows_incremental",
-           "ngram_pairs", "record_rows"]
+__all__ = ["DEFAULT_LOG_MAX_KEPT", "DEFAULT_LOG_TOP_P", "check_loggable", "draft_rows_incremental",
+           "draft_states_incremental", "record_rows"]
 
 DEFAULT_LOG_TOP_P = 0.95
 #: At most this many tokens per row and model: a flat row at V = 49,152 would otherwise keep thousands
@@ -52,25 +52,44 @@ def draft_rows_incremental(drafter, prompts, continuations, sampling: Sampling =
     :meth:`~llm_bridge.drafters.ModelDrafter.session` each, prefilled together and then fed one token of every
     continuation per call (a finished continuation is fed nothing). Yields one (T_i, V) float64 array per prompt,
     in order: row t is p(· | prompt + continuation[:t])."""
+    for rows, _ in _incremental(drafter, prompts, continuations, sampling, batch_size, hidden=False):
+        yield rows
+
+
+def draft_states_incremental(drafter, prompts, continuations, sampling: Sampling = DEFAULT_SAMPLING,
+                           batch_size: int | None = None):
+    """The drafter's last hidden states along each continuation, fed as :func:`draft_rows_incremental` feeds it:
+    one (T_i, H) float64 array per prompt, row t the state that row t of the draft is made from (at the token
+    before ``continuation[t]``: the prompt's last at t = 0), which a learned draft-length head reads."""
+    for _, states in _incremental(drafter, prompts, continuations, sampling, batch_size, hidden=True):
+        yield states
+
+
+def _incremental(drafter, prompts, continuations, sampling, batch_size, *, hidden: bool):
+    """(rows (T_i, V), states (T_i, H) or None) per prompt: row t after ``continuation[:t]`` and the state at the
+    token before it."""
     from .loop import cache_room, chunks
 
     for _, batch in chunks(list(zip(prompts, continuations, strict=True)), batch_size):
         heads = [np.asarray(p, dtype=np.int64) for p, _ in batch]
         tails = [np.asarray(c, dtype=np.int64) for _, c in batch]
         T, B = max(c.size for c in tails), len(batch)
-        session = drafter.session(B, sampling, max_length=cache_room(heads, T, 2))
+        session = drafter.session(B, sampling, max_length=cache_room(heads, T, 2), hidden=hidden)
         session.start(heads)
-        rows = [[] for _ in range(B)]
+        rows, states = [[] for _ in range(B)], [[] for _ in range(B)]
         none = np.zeros((B, 0), dtype=np.int64)
         for t in range(T):
             live = np.array([t < c.size for c in tails])
-            scores = session.feed(none, np.zeros(B, dtype=np.int64)).rows  # the row after each pending token
+            scores = session.feed(none, np.zeros(B, dtype=np.int64))  # the row after each pending token
             for b in np.flatnonzero(live):
-                rows[b].append(np.asarray(scores[b, 0], dtype=np.float64))
+                rows[b].append(np.asarray(scores.rows[b, 0], dtype=np.float64))
+                if hidden:
+                    states[b].append(np.asarray(to_host(scores.features[b, 0]), dtype=np.float64))
             step = np.array([[c[t] if t < c.size else 0] for c in tails], dtype=np.int64)
             session.commit(step, live.astype(np.int64))
         del session
-        yield from (np.stack(r) for r in rows)  # record_rows passes non-empty continuations only
+        for b in range(B):  # record_rows passes non-empty continuations only
+            yield np.stack(rows[b]), (np.stack(states[b]) if hidden else None)
 
 
 def check_loggable(pair) -> None:
@@ -104,39 +123,3 @@ def record_rows(pair, prompts, continuations, *, sampling: Sampling = DEFAULT_SA
             **(meta or {})}
     return LoggedRows(vocab_size=pair.target.vocab_size, path_offsets=np.concatenate([[0], np.cumsum(lengths)]),
                       tokens=np.concatenate([c for _, c in kept]), meta=info, **arrays)
-
-
-#: How a prompt-lookup drafter's prediction is made, as records state it.
-NGRAM_METHOD = ("decode engine on an independent plain-decoding run: per prompt, the n-gram drafter's proposal at each "
-                "logged context (one-hot; no draft where it proposes nothing) and the target's probability of it "
-                "there (rows lumped to {the proposal, the rest}), a positional pair (rows independent of the drafted "
-                "tokens); interval: prediction interval for a run over the measured number of prompts (two-level "
-                "paired bootstrap over prompts and their replays, percentile)")
-
-
-def ngram_pairs(pair, prompts, continuations, *, sampling: Sampling = DEFAULT_SAMPLING) -> list:
-    """Replays of a prompt-lookup drafter (``pair.drafter.propose``) along plain continuations, one per prompt.
-
-    At step t of a continuation the drafter proposes x_t = propose(prompt + continuation[:t]) or nothing. Its row
-    is one-hot, so every verifier's law depends on the target's row there only through q_t(x_t): the pair is lumped
-    to two symbols, the proposal (0) and the rest (1): draft rows (1, 0), target rows (q_t(x_t), 1 - q_t(x_t)), and
-    the draft source marks the steps without a proposal (:class:`~otspec.sources.PositionalSource` ``proposes``),
-    where the decode loop stops drafting as the real one does. Returns [(draft, target)] for
-    :func:`otspec.engine.predict.predict_from_pairs`; continuations of fewer than two tokens are left out."""
-    if not pair.drafter.deterministic:
-        raise ValueError(f"ngram_pairs: {pair.drafter.name!r} is not a prompt-lookup drafter (log its rows instead)")
-    out = []
-    for prompt, cont in zip(prompts, continuations, strict=True):
-        prompt, cont = list(prompt), np.asarray(cont, dtype=np.int64)
-        if cont.size < 2:
-            continue
-        history = np.asarray(prompt + cont.tolist(), dtype=np.int64)
-        proposals = np.array([pair.drafter.propose(history[:len(prompt) + t]) for t in range(cont.size)])
-        rows = _continuation_rows(pair.target.model, prompt, cont, sampling)
-        q = np.clip(rows[np.arange(cont.size), np.maximum(proposals, 0)], 0.0, 1.0)
-        q = np.where(proposals >= 0, q, 0.0)
-        draft = PositionalSource(np.tile([1.0, 0.0], (cont.size, 1)), proposes=proposals >= 0)
-        out.append((draft, PositionalSource(np.stack([q, 1.0 - q], axis=1))))
-    if not out:
-        raise ValueError("ngram_pairs: no continuation has the two tokens a replay needs")
-    return out

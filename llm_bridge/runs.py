@@ -73,16 +73,15 @@ def _bootstrap_prediction(result, weights, key: str, rng, n_boot: int = 200) -> 
     return np.array(draws)
 
 
-def _call_costs(result) -> tuple[int, float, float]:
-    """(target calls (≥ 1), mean ms per draft call (0 if none), the loop's own ms per target call): measurements of
-    the run, reported beside it (the prediction never reads them).
+def _call_costs(result) -> tuple[float, float]:
+    """(mean ms per draft call (0 if none), the loop's own ms per target call): measurements of the run, reported
+    beside it (the prediction never reads them).
 
     The overhead is the loop's wall-clock minus the time inside the models, spread over the iterations."""
     timer = result.timer
     calls = max(timer.count("target"), 1)
     model_ms = 1e3 * (timer.total("draft") + timer.total("target"))
-    return (calls, timer.mean_ms("draft") if timer.count("draft") else 0.0,
-            max(1e3 * result.seconds - model_ms, 0.0) / calls)
+    return timer.mean_ms("draft") if timer.count("draft") else 0.0, max(1e3 * result.seconds - model_ms, 0.0) / calls
 
 
 #: Draws of the speedup's prediction interval (prompts and the profile resampled together).
@@ -254,7 +253,7 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, profile, rng,
     formulas = _mixed_prediction(pa, qa, weights)
     key = REGISTRY[verifier_name].closed_form  # the verifier names the closed form it attains
     boot = _bootstrap_prediction(result, weights, key, rng)
-    _, t_draft, overhead_ms = _call_costs(result)
+    t_draft, overhead_ms = _call_costs(result)
     measured = {k: v["mean"] for k, v in timer.by_n_ms("target").items()}
     bound_low, bound_high = (float(x) for x in np.quantile(boot, [0.025, 0.975]))
     if prediction is None:  # no plain-decoding log: the two-point bound stands in
@@ -329,7 +328,7 @@ def tree_record(result, verifier_name: str, baseline: dict, prediction=None, bat
                  for key, v in per_depth.items() if key != "tv"}  # a whole-tree verifier has no per-node closed form
     predicted = {k: (v if np.isfinite(v) else None) for k, v in predicted.items()}  # no closed form: None
     per_depth = {k: [x if np.isfinite(x) else None for x in v] for k, v in per_depth.items()}
-    _, t_draft, overhead_ms = _call_costs(result)
+    t_draft, overhead_ms = _call_costs(result)
     be = d.block_efficiency
     by_prompt = _prompt_interval(d, 0)
     measured_speedup = speedup_fields(result, baseline, by_prompt)

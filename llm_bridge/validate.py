@@ -63,14 +63,13 @@ from .drafters import load_pair
 from .logrows import (
     DEFAULT_LOG_MAX_KEPT,
     DEFAULT_LOG_TOP_P,
-    NGRAM_METHOD,
     check_loggable,
-    ngram_pairs,
     record_rows,
 )
 from .loop import plain_generate, speculative_batches, speculative_generate
 from .lossless import first_token_law, root_token_law, two_sample_test
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch, resolve_device, resolve_dtype
+from .ngram_replays import NGRAM_METHOD, ngram_pairs
 from .peer import choose_peer, hf_batches, hf_decode_step, peer_record
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 from .runs import (
@@ -164,10 +163,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
         raise ValueError(f"lossless verifiers {unknown}: expected names among {sorted(REGISTRY)}")
     prediction_sequences = check_size(prediction_sequences, "prediction_sequences")
     prediction_prompts = prompts if prediction_prompts is None else check_size(prediction_prompts, "prediction_prompts")
-    pool = len(read_prompts(DATA_DIR / PROMPT_FILE))
-    if prompts + prediction_prompts > pool:
-        raise ValueError(f"--prompts {prompts} and --prediction-prompts {prediction_prompts}: the prompt file holds "
-                         f"{pool}, and the prediction prompts must differ from the measured ones")
+    prompt_lines(prompts, prediction_prompts)  # refused before any model loads
     hf_prompts = check_size(hf_prompts, "hf_prompts")
     if lossless_samples < 0:
         raise ValueError(f"lossless_samples: expected >= 0 (0 skips the two-sample test), got {lossless_samples}")
@@ -324,7 +320,7 @@ def prepare_predictions(pair, prompts, max_new_tokens: int, *, chains, trees, sa
     log = replays = None
     method = NGRAM_METHOD
     if pair.drafter.deterministic:  # prompt lookup: its proposals and the target's rows along the same run
-        replays = ngram_pairs(pair, prompts, tokens, sampling=sampling)
+        replays = ngram_pairs(pair, prompts, tokens, depth=max([L for _, L in chains], default=1), sampling=sampling)
     elif pair.drafter.reads_target_features:  # a feature head: its rows at every draft depth (v1 reads one past L)
         replays = head_replays(pair, prompts, tokens, max([L for _, L in chains], default=1) + 1, sampling=sampling,
                                top_p=log_top_p, max_kept=log_max_kept)
@@ -354,13 +350,20 @@ def split_prompts(tokenizer, prompts: int, prediction_prompts: int | None = None
     :data:`PROMPT_FILE` are measured and the next ``prediction_prompts`` (default: as many) are where the
     predictions are made, so no prediction reads the prompts it predicts."""
     texts = read_prompts(DATA_DIR / PROMPT_FILE)
-    prediction_prompts = prompts if prediction_prompts is None else prediction_prompts
-    if prompts + prediction_prompts > len(texts):
-        raise ValueError(f"--prompts {prompts} and --prediction-prompts {prediction_prompts}: the prompt file holds "
-                         f"{len(texts)}, and the prediction prompts must differ from the measured ones")
-    measured, predicted = list(range(prompts)), list(range(prompts, prompts + prediction_prompts))
+    measured, predicted = prompt_lines(prompts, prediction_prompts, len(texts))
     return (encode_prompts(tokenizer, [texts[i] for i in measured]),
             encode_prompts(tokenizer, [texts[i] for i in predicted]), measured, predicted)
+
+
+def prompt_lines(prompts: int, prediction_prompts: int | None = None, pool: int | None = None) -> tuple[list, list]:
+    """(measured, prediction) line indices of :data:`PROMPT_FILE` (of ``pool`` lines; default: read it), disjoint;
+    ``ValueError`` where the file holds too few."""
+    prediction_prompts = prompts if prediction_prompts is None else prediction_prompts
+    pool = len(read_prompts(DATA_DIR / PROMPT_FILE)) if pool is None else pool
+    if prompts + prediction_prompts > pool:
+        raise ValueError(f"--prompts {prompts} and --prediction-prompts {prediction_prompts}: the prompt file holds "
+                         f"{pool}, and the prediction prompts must differ from the measured ones")
+    return list(range(prompts)), list(range(prompts, prompts + prediction_prompts))
 
 
 def _warm_up(pair, ids, lengths, trees, multi_verifiers, rule, sampling, cache) -> None:

@@ -158,14 +158,16 @@ def test_cli_writes_the_frontier(tmp_path):
         assert r["predicted_speedup_interval"]["low"] <= r["predicted_speedup"] <= r["predicted_speedup_interval"]["high"]
         assert r["latency_ms"] is None and "model_speedup" not in r  # batch 8: no per-sequence cost model
         assert r["speedup_ci"]["rounds"] == 1
-    for r in record["threshold"]:  # the learned head reads hidden states: no prediction, and it says why
-        assert r["predicted_block_efficiency"] is None if "predicted_block_efficiency" in r else True
-        assert r["predicted_speedup"] is None and "hidden states" in r["speedup_prediction"]["note"]
+    for r in record["threshold"] + record["threshold_unlagged"]:  # the learned rule replayed on the draft's states
+        pi = r["predicted_block_efficiency_interval"]
+        assert pi["low"] <= r["predicted_block_efficiency"] <= pi["high"] <= 13
+        assert "learned head's rule replayed" in r["prediction_method"] and r["prediction"]["paths"] == 2
+        assert r["speedup_prediction"]["source"] == "cost_profile" and r["predicted_speedup"] > 0
     assert plot_main(["record", str(out / "llm_adaptive_tiny.json")]) == 0
     summary = (out / "llm_adaptive_tiny.md").read_text()
     assert "threshold h = 0.3 (lagged)" in summary and "threshold h = 0.3 (unlagged)" in summary
     assert "Best unlagged threshold" in summary and "like for like with fixed K = 1" in summary
-    assert "*Predicted* (fixed K): decode engine" in summary
+    assert "*Predicted* (fixed K and the threshold rules): decode engine" in summary
     assert (out / "llm_adaptive_tiny.png").stat().st_size > 10_000
     # a saved head is reused without training
     assert adaptive.main(args[:6] + ["--head", str(tmp_path / "h.json")] + args[16:-2]) == 0

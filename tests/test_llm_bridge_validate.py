@@ -286,33 +286,13 @@ def test_log_rows_writes_the_real_pairs_rows_along_the_plain_continuations(folde
     assert "folder does not exist" in capsys.readouterr().err
 
 
-def test_ngram_runs_are_predicted_from_their_proposals_along_a_plain_run(folders, tmp_path):
-    from llm_bridge.drafters import NGramDrafter, Pair
-    from llm_bridge.logrows import ngram_pairs
-    from llm_bridge.sampling import Sampling
-    from tests.llm_tiny import VOCAB, tiny_pair
-
-    tiny = tiny_pair()
-    pair = Pair(tiny.target, NGramDrafter(VOCAB, 2))
-    prompts, conts = [[1, 5, 6, 7, 5, 6], [2, 3]], [[7, 5, 6, 9, 9], [4]]
-    (draft, target), = ngram_pairs(pair, prompts, conts, sampling=Sampling())  # the 1-token continuation is left out
-    history = prompts[0] + conts[0]
-    proposals = [pair.drafter.propose(np.asarray(history[:6 + t])) for t in range(5)]
-    assert draft.proposes(np.arange(5)).tolist() == [x >= 0 for x in proposals]
-    with torch.no_grad():
-        rows = Sampling().rows(tiny.target.model(input_ids=torch.as_tensor([history])).logits[0, 5:-1])
-    for t, x in enumerate(proposals):
-        if x >= 0:
-            assert target.rows[t, 0] == pytest.approx(rows[t, x], abs=1e-12)
-            assert target.rows[t].sum() == pytest.approx(1.0)
-    with pytest.raises(ValueError, match="not a prompt-lookup drafter"):
-        ngram_pairs(tiny, prompts, conts)
+def test_ngram_runs_are_predicted_from_their_chains_along_a_plain_run(folders, tmp_path):
     out = tmp_path / "figs"
     assert validate_mod.main(["--target", str(folders / "target"), "--draft", "ngram", "--prompts", "2", "--no-hf",
                               "--L", "2", "--max-new-tokens", "12", "--device", "cpu", "--out-dir", str(out),
                               "--name", "ng"]) == 0
     run, = json.loads((out / "llm_ng.json").read_text())["runs"][:1]
-    assert "n-gram drafter's proposal" in run["prediction_method"] and run["prediction"]["paths"] == 2
+    assert "n-gram drafter's own chain" in run["prediction_method"] and run["prediction"]["paths"] == 2
     assert run["predicted_block_efficiency_interval"]["low"] <= run["predicted_block_efficiency"]
 
 

@@ -199,7 +199,8 @@ class SourceSession(Session):
         lengths = self.end[:, None] + _positions(counts, tokens.shape[1])
         rows = self._rows_at(lengths)
         self.end = self.end + counts
-        return Scores(rows, None, self.source.proposes(np.minimum(lengths, self.max_prefix)))
+        depths = lengths - self.committed[:, None]
+        return Scores(rows, None, self.source.proposes(np.minimum(lengths, self.max_prefix), depths))
 
     def lookahead(self, tokens, counts) -> Scores:
         saved = self.buf.copy()

@@ -143,12 +143,15 @@ def adaptive_markdown(record: dict, title: str | None = None) -> str:
                      "fixed K = 1.")
     methods = sorted({r.get("prediction_method") or "" for r in record["fixed"]} - {""})
     predicted_rule = any(r.get("predicted_block_efficiency") is not None for r in record["threshold"])
+    rule_methods = sorted({r.get("prediction_method") or "" for r in record["threshold"]} - {""} - set(methods))
     if methods:
-        lines.append("*Predicted* (fixed K" + (" and the confidence rule" if predicted_rule else "") + "): "
-                     + "; ".join(methods) + (
+        rule_name = " and the confidence rule" if confidence else " and the threshold rules"
+        lines.append("*Predicted* (fixed K" + (rule_name if predicted_rule else "") + "): "
+                     + "; ".join(methods + rule_methods) + (
                          "." if predicted_rule else ". The confidence rule has no prediction here." if confidence else
-                         ". The threshold rules read the draft's hidden states, which a log of rows does not hold: "
-                         "they have no prediction."))
+                         ". The threshold rules: " + next((r["speedup_prediction"]["note"] for r in record["threshold"]
+                                                           if (r.get("speedup_prediction") or {}).get("note")),
+                                                          "no prediction") + "."))
     if any(r.get("predicted_speedup") is not None for r in record["fixed"]):
         lines.append("*Predicted speedup*: the cost profile (plain decoding, t_target(n) and a zero-acceptance dry run "
                      "of each policy, on the prediction prompts) charged to the prediction's replays, batch by batch; "

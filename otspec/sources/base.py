@@ -117,10 +117,11 @@ class Source(ABC):
         """The next-token law after one token path (a tuple or sequence of ids), shape (V,)."""
         return self.next_probs(np.array(path, dtype=np.int64).reshape(1, len(path)))[0]
 
-    def proposes(self, lengths) -> np.ndarray | None:
+    def proposes(self, lengths, depths=None) -> np.ndarray | None:
         """Whether a draft on this source proposes a token after prefixes of these ``lengths`` (int array), as a
         bool array of their shape; ``None`` (the default): everywhere. A drafter that sometimes has nothing to
-        propose (prompt lookup) is replayed by a source that says where; the decode loops stop drafting there."""
+        propose (prompt lookup) is replayed by a source that says where; the decode loops stop drafting there.
+        ``depths`` (optional, same shape): tokens drafted since the last commit, for a source that depends on it."""
         return None
 
     def check_length(self, length: int) -> None:

@@ -62,8 +62,12 @@ def _from_json(obj, kind) -> Source:
         return MarkovSource(obj["initial"], obj["transition"], horizon=_integer_field(obj, "horizon", kind))
     if kind in ("positional", "depth_positional"):
         proposes = obj.get("proposes")
-        if proposes is not None and not (isinstance(proposes, list) and all(isinstance(x, bool) for x in proposes)):
-            raise ValueError(f"{kind} source: 'proposes' must be a list of true/false, one per row")
+        flat = proposes if kind == "positional" or not (isinstance(proposes, list) and proposes
+                                                         and all(isinstance(x, list) for x in proposes)) \
+            else [x for row in proposes for x in row]
+        if proposes is not None and not (isinstance(proposes, list) and all(isinstance(x, bool) for x in flat)):
+            raise ValueError(f"{kind} source: 'proposes' must be a list of true/false, one per row"
+                             + (" (or one such list per depth)" if kind == "depth_positional" else ""))
         cls = PositionalSource if kind == "positional" else DepthPositionalSource
         return cls(obj["rows"], None if proposes is None else np.asarray(proposes, dtype=bool))
     if kind == "table":

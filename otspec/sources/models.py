@@ -182,7 +182,7 @@ class PositionalSource(Source):
     def __repr__(self):
         return f"PositionalSource(T={self.horizon}, V={self.vocab_size})"
 
-    def proposes(self, lengths) -> np.ndarray | None:
+    def proposes(self, lengths, depths=None) -> np.ndarray | None:
         if self._proposes is None:
             return None
         return self._proposes[np.clip(np.asarray(lengths, dtype=np.int64), 0, self.horizon - 1)]
@@ -221,14 +221,33 @@ class DepthPositionalSource(PositionalSource):
     block (depth d; depths past D − 1 use the last). As a plain source (``next_probs``) it is depth 0, the
     row after a committed prefix. The decode loops' :class:`~otspec.engine.session.SourceSession` asks
     :meth:`depth_rows` with each row's depth, so the decode engine replays a logged head exactly as it drafts.
+    The same holds for a *target* whose row depends on the drafted tokens before it (a prompt-lookup chain
+    copies tokens that the target then scores: its row at depth d is the one after the block's d drafted tokens).
+
+    ``proposes`` is bool (T,) (by position) or (D, T) (by depth and position: a prompt-lookup chain that
+    started at position t − d has a (d + 1)-th token or not).
     """
 
     def __init__(self, rows, proposes=None):
         rows = np.asarray(validate_probs(rows, "rows", min_ndim=3), dtype=np.float64)
         if rows.ndim != 3 or rows.shape[0] < 1:
             raise ValueError(f"rows: expected shape (D, T, V) with D >= 1, got {rows.shape}")
+        by_depth = None
+        if proposes is not None and np.ndim(proposes) == 2:
+            by_depth = np.asarray(proposes)
+            if by_depth.dtype != bool or by_depth.shape != rows.shape[:2]:
+                raise ValueError(f"proposes: expected a bool array of shape {rows.shape[:2]} (depth, position) or "
+                                 f"({rows.shape[1]},), got {by_depth.dtype} {by_depth.shape}")
+            proposes = by_depth[0]
         super().__init__(rows[0], proposes)
-        self.by_depth = rows
+        self.by_depth, self._proposes_by_depth = rows, None if by_depth is None else by_depth.copy()
+
+    def proposes(self, lengths, depths=None) -> np.ndarray | None:
+        if self._proposes_by_depth is None or depths is None:
+            return super().proposes(lengths)
+        lengths = np.clip(np.asarray(lengths, dtype=np.int64), 0, self.horizon - 1)
+        depths = np.clip(np.asarray(depths, dtype=np.int64), 0, self.by_depth.shape[0] - 1)
+        return self._proposes_by_depth[depths, lengths]
 
     def __repr__(self):
         return f"DepthPositionalSource(D={self.by_depth.shape[0]}, T={self.horizon}, V={self.vocab_size})"
@@ -244,7 +263,7 @@ class DepthPositionalSource(PositionalSource):
     def to_json(self):
         out = {"type": "depth_positional", "rows": self.by_depth.tolist()}
         if self._proposes is not None:
-            out["proposes"] = self._proposes.tolist()
+            out["proposes"] = (self._proposes if self._proposes_by_depth is None else self._proposes_by_depth).tolist()
         return out
 
 
