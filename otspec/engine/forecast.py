@@ -8,7 +8,7 @@ the model side both read it.
 
 from __future__ import annotations
 
-__all__ = ["FORECAST_TOLERANCE", "compare_prediction", "forecast_check"]
+__all__ = ["FORECAST_TOLERANCE", "compare_prediction", "forecast_check", "miss_decomposition"]
 
 #: A forecast holds when the measurement is within this share of it and inside its prediction interval.
 FORECAST_TOLERANCE = 0.10
@@ -62,3 +62,34 @@ def forecast_check(forecast_json: dict, record_json: dict) -> list[dict]:
                          **compare_prediction(got, pred, interval)}
         out.append(row)
     return out
+
+
+def miss_decomposition(run: dict) -> dict | None:
+    """Where a run's measured speedup parts from its cost-profile prediction, after the fact (a diagnosis: no
+    prediction reads it). ``None`` where the run lacks what it needs (an older record, a prediction of another source).
+
+    Per batch, speedup = plain decoding's time for the tokens / (batch iterations × time per iteration), so the ratio
+    measured / predicted is ``plain_step`` / (``iterations`` × ``iteration_time``), each a measured / predicted
+    factor; ``components`` splits the iteration's time difference (ms, measured − profile) into the loop's overhead,
+    the draft calls (unit cost difference × the run's calls per iteration), the verifier call and the target calls
+    (the rest), largest first."""
+    sp = run.get("speedup_prediction") or {}
+    c = sp.get("costs_ms")
+    need = ("seconds", "target_calls", "draft_calls", "draft_seconds", "target_seconds", "baseline_tokens_per_s",
+            "t_draft_ms", "t_verify_ms", "overhead_ms_per_iteration")
+    if sp.get("source") != "cost_profile" or not c or any(run.get(k) is None for k in need) or not run["target_calls"]:
+        return None
+    calls, batches = run["target_calls"], sp["batches"]
+    iter_ms_p = sp["ms_per_batch"] / sp["batch_iterations"]
+    iter_ms_m = 1e3 * run["seconds"] / calls
+    per_call = run["draft_calls"] / calls
+    draft = (run["t_draft_ms"] - c["t_draft"]) * per_call
+    verify = run["t_verify_ms"] - c["t_verify"]
+    overhead = run["overhead_ms_per_iteration"] - c["overhead"]
+    target_p = iter_ms_p - c["t_draft"] * per_call - c["t_verify"] - c["overhead"]
+    target = 1e3 * run["target_seconds"] / calls - target_p
+    parts = {"overhead": overhead, "draft": draft, "verify": verify, "target": target}
+    return {"plain_step": 1e3 * sp["batch"] / run["baseline_tokens_per_s"] / sp["plain_ms_per_step"],
+            "iterations": calls / batches / sp["batch_iterations"],
+            "iteration_time": iter_ms_m / iter_ms_p, "iteration_ms": {"measured": iter_ms_m, "predicted": iter_ms_p},
+            "components": dict(sorted(parts.items(), key=lambda kv: -abs(kv[1])))}

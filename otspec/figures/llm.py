@@ -93,6 +93,7 @@ def record_markdown(record: dict, title: str | None = None) -> str:
               _speedup_prediction_text(record["runs"]) + _straggling_text(record["runs"]) +
               ". *Speedup*: the run's tokens/s over plain sampling's, with " + _rounds_text(record["runs"]) + "."]
     lines += _tree_markdown(record.get("tree_runs") or [])
+    lines += misses_markdown(list(record["runs"]) + list(record.get("tree_runs") or []))
     loss = record.get("lossless", {})
     if "verifiers" in loss:
         lines += ["", f"Losslessness (top-k {loss['sampling']['top_k']}, L = {loss['draft_length']}, "
@@ -189,6 +190,33 @@ def _miss(r: dict) -> str:
     """`` (miss: ±x %)`` after a predicted speedup that its measurement does not meet (``prediction_check``)."""
     c = (r.get("prediction_check") or {}).get("speedup")
     return "" if not c or c["holds"] else f" (**miss**: {100 * c['relative_error']:+.1f} %)"
+
+
+#: How each part of an iteration is named in a miss's decomposition.
+_PARTS = {"overhead": "loop overhead", "draft": "draft calls", "verify": "verifier call", "target": "target calls"}
+
+
+def misses_markdown(runs: list) -> list:
+    """Each speedup the cost profile misses, decomposed after the fact (:func:`otspec.engine.forecast.miss_decomposition`):
+    measured over predicted plain step, batch iterations and time per iteration, and the iteration's time difference by
+    part (ms per iteration, measured − profile)."""
+    from otspec.engine.forecast import miss_decomposition
+
+    out = []
+    for r in runs:
+        d = miss_decomposition(r) if _miss(r) else None
+        if d is None:
+            continue
+        parts = ", ".join(f"{_PARTS[k]} {v:+.1f}" for k, v in d["components"].items())
+        name = f"{r['verifier']} {'L = ' + str(r['L']) if r.get('L') is not None else r.get('tree', '')}"
+        out.append(f"- {name}: {_miss(r).strip()[1:-1]}; plain step ×{d['plain_step']:.3f}, batch iterations "
+                   f"×{d['iterations']:.3f}, time per iteration ×{d['iteration_time']:.3f} "
+                   f"({d['iteration_ms']['measured']:.1f} against {d['iteration_ms']['predicted']:.1f} ms: {parts} ms)")
+    if out:
+        out = ["", "Where the predicted speedup misses (measured over predicted; the speedup's ratio is plain step / "
+               "(iterations × time per iteration); the parts are measured − profile, ms per iteration, a diagnosis "
+               "after the fact that no prediction reads):", "", *out]
+    return out
 
 
 def _ci_text(ci) -> str:
