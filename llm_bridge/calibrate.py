@@ -26,12 +26,15 @@ call; the median, with a bootstrap interval. It gives the shape of the cost in n
 From a dry run, :meth:`CostProfile.iteration_cost` builds the cost of an iteration that makes k draft calls and
 scores a widest draft of w tokens (a tree: w nodes):
 
-    (k + extra) · t_draft + scale · t_target(w + 1) + t_verify + overhead,
+    (k + extra) · t_draft + scale · t_target(w + 1) + t_verify + overhead_base + overhead_per_token · w,
 
 with t_draft the mean draft call, ``extra`` the draft calls beyond one per drafted token (v1 block verification
 asks for the row after the draft), ``scale`` the dry run's target calls over the same widths' calls in
 isolation (a target call after draft calls costs more than one after another: caches), t_verify the mean
-verifier call and ``overhead`` the rest of the iteration's wall clock (the loop's own work). It reproduces the dry
+verifier call and the overhead the rest of the iteration's wall clock (the loop's own work): plain decoding's own work
+per step where nothing is drafted, growing linearly with the drafted tokens to the dry run's mean (v1 block
+verification's residual rows are most of it, and they scale with the draft: a prompt-lookup run, which mostly drafts
+nothing, spent a third of its dry run's overhead per iteration at L = 8, charged a constant). It reproduces the dry
 run's mean iteration by construction; other widths (a draft cut short at the end of a sequence, a prompt-lookup
 draft of any length, a trie of any size) move along the measured t_target(n).
 :func:`otspec.engine.predict.predict_wall_clock` then charges these costs to the prediction's replays.
@@ -220,12 +223,22 @@ class CostProfile:
         t_draft = float(d["draft_ms"].sum() / calls.sum()) if calls.sum() > 0 else 0.0
         isolated = self.t_target_ms(width + 1)
         verified = width > 0
+        overhead = float(np.mean(d["wall_ms"] - d["draft_ms"] - d["target_ms"] - d["verify_ms"]))
+        base = min(self.plain_overhead_ms(), overhead)
         return {"t_draft": t_draft, "extra_calls": float(np.mean(calls[verified] - drafted[verified]))
                 if verified.any() else 0.0,
                 "scale": float(d["target_ms"].sum() / isolated.sum()),
                 "t_verify": float(d["verify_ms"][verified].mean()) if verified.any() else 0.0,
-                "overhead": float(np.mean(d["wall_ms"] - d["draft_ms"] - d["target_ms"] - d["verify_ms"])),
+                "overhead": overhead, "overhead_base": base,
+                "overhead_per_token": (overhead - base) / float(width.mean()) if width.mean() > 0 else 0.0,
                 "iteration_ms": float(d["wall_ms"].mean()), "iterations": int(width.size)}
+
+    def plain_overhead_ms(self) -> float:
+        """Plain decoding's own work per step (its wall clock outside the target call), 0 where not recorded."""
+        if "target_ms" not in self.plain:
+            return 0.0
+        gap = np.asarray(self.plain["step_ms"], dtype=np.float64) - np.asarray(self.plain["target_ms"], dtype=np.float64)
+        return max(float(gap.mean()), 0.0)
 
     def iteration_cost(self, key: str):
         """``cost(calls, width)`` in ms for :func:`otspec.engine.predict.predict_wall_clock` (module docstring)."""
@@ -235,7 +248,7 @@ class CostProfile:
             calls, width = np.asarray(calls, dtype=np.float64), np.asarray(width, dtype=np.float64)
             drafted = width > 0
             return ((calls + c["extra_calls"] * drafted) * c["t_draft"] + c["scale"] * self.t_target_ms(width + 1)
-                    + c["t_verify"] * drafted + c["overhead"])
+                    + c["t_verify"] * drafted + c["overhead_base"] + c["overhead_per_token"] * width)
 
         return cost
 

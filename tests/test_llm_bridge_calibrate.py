@@ -29,7 +29,7 @@ def synthetic_profile() -> CostProfile:
     dry["wall_ms"] = (np.array(dry["draft_ms"]) + dry["target_ms"] + np.array(dry["verify_ms"]) + 0.8
                       + rng.uniform(0, 0.1, 6)).tolist()
     curve = {n: list(9.0 + n + rng.uniform(0, 0.5, 7)) for n in (1, 2, 4)}
-    plain = {"step_ms": list(11.0 + rng.uniform(0, 0.4, 20)), "target_ms": list(10.0 + rng.uniform(0, 0.4, 20)),
+    plain = {"step_ms": list(11.0 + rng.uniform(0, 0.4, 20)), "target_ms": list(10.7 + rng.uniform(0, 0.4, 20)),
              "steps": 20, "seconds": 0.23}
     return CostProfile(2, 16, [4, 5], 30.0, curve, plain, {"block_v1:L=3": dry})
 
@@ -48,7 +48,12 @@ def test_the_iteration_cost_reproduces_the_dry_run_and_moves_along_the_target_cu
     assert prof.t_target_ms(3) == pytest.approx((med[2] + med[4]) / 2)
     assert prof.t_target_ms(6) == pytest.approx(med[4] + 2 * (med[4] - med[2]) / 2)
     assert cost(np.array([3]), np.array([5]))[0] - cost(np.array([3]), np.array([3]))[0] == pytest.approx(
-        c["scale"] * (prof.t_target_ms(6) - prof.t_target_ms(4)))
+        c["scale"] * (prof.t_target_ms(6) - prof.t_target_ms(4)) + 2 * c["overhead_per_token"])
+    # the loop's own work: plain decoding's where nothing is drafted, growing with the draft to the dry run's mean
+    plain_gap = np.mean(np.subtract(prof.plain["step_ms"], prof.plain["target_ms"]))
+    assert c["overhead_base"] == pytest.approx(plain_gap) and 0 < plain_gap < c["overhead"]
+    assert c["overhead_base"] + c["overhead_per_token"] * width.mean() == pytest.approx(c["overhead"])
+    assert cost(np.array([0]), np.array([0]))[0] == pytest.approx(c["scale"] * prof.t_target_ms(1) + c["overhead_base"])
     assert prof.plain_step_ms() == pytest.approx(np.mean(prof.plain["step_ms"]))
     plain_f, cost_f = prof.factors("block_v1:L=3", 500, seed=1)
     assert plain_f.shape == cost_f.shape == (500,) and abs(plain_f.mean() - 1) < 0.01 and cost_f.std() > 0
