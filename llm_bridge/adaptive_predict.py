@@ -3,10 +3,10 @@
 :func:`frontier_predictor` measures the cost profile with a zero-acceptance dry run of every policy (fixed K, the
 threshold or confidence rules) and logs plain decoding there; it returns ``predict(policy, value)``: the decode
 engine's replay of fixed K and of the confidence rule (which reads the draft's own rows) over that log, and of the
-learned head's threshold rules on a draft model (:func:`head_rule_pairs`): the head is read on the draft's hidden
+learned head's threshold rules (:func:`rule_pairs`): the head is read on the draft's hidden
 state at each logged token (:func:`~llm_bridge.logrows.draft_states_incremental`) and its rule decides, block start
-by block start, how deep the replay drafts. On a feature-level draft head (EAGLE) the learned rule reads the head's
-own state by draft depth, which is not replayed: those rows get no prediction and say so.
+by block start, how deep the replay drafts; on an EAGLE head it is read on the head's own state at each draft depth.
+A drafter whose state the replay does not hold (Medusa's heads) gets no prediction of the rule, and says so.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from otspec.engine.controllers import as_controller
-from otspec.engine.heads import LearnedHeadController
-from otspec.engine.predict import METHOD, predict_from_log, predict_from_pairs
+from otspec.engine.predict import METHOD, predict_from_pairs
 from otspec.sources import DepthPositionalSource
 from otspec.verifiers import TokenVerify
 
@@ -23,7 +22,7 @@ from .calibrate import calibrate
 from .logrows import draft_states_incremental, record_rows
 from .validate import PREDICTION_SEED_OFFSET
 
-__all__ = ["HEAD_RULE_METHOD", "NO_HEAD_RULE", "frontier_predictor", "head_rule_pairs", "learned_rule_pairs", "longest_draft", "policy_key",
+__all__ = ["HEAD_RULE_METHOD", "NO_HEAD_RULE", "frontier_predictor", "longest_draft", "policy_key", "rule_pairs",
            "rule_proposals"]
 
 #: How a learned head's threshold row is predicted, as records state it.
@@ -56,47 +55,38 @@ def frontier_predictor(pair, prediction_prompts, plan, controller, max_new_token
     profile, tokens = calibrate(pair, prediction_prompts, max_new_tokens,
                                 chains=[(policy_key(p, v), TokenVerify(), controller(p, v)) for p, v in plan],
                                 sampling=sampling, batch_size=batch_size, cache="auto", seed=seed + PREDICTION_SEED_OFFSET)
-    log = states = None
+    learned = rule == "specdecpp" and any(p != "fixed" for p, _ in plan)  # threshold rows on the learned head
     if pair.drafter.reads_target_features:  # a feature head: its rows by draft depth along the run
         from .head_replays import HEAD_METHOD, head_replays
 
-        states = [] if rule == "specdecpp" and pair.drafter.kind == "eagle" else None
+        states = [] if learned and pair.drafter.kind == "eagle" else None  # the head's own states by draft depth
         replays = head_replays(pair, prediction_prompts, tokens, longest_draft(plan, controller), sampling=sampling,
                                states=states)
-
-        def run(draft):
-            if isinstance(draft, LearnedHeadController):  # the rule on the head's own state at every draft depth
-                stops = [draft.head.predict(S.reshape(-1, S.shape[-1])).reshape(S.shape[:2]) for S in states]
-                return predict_from_pairs(learned_rule_pairs(replays, stops, draft), TokenVerify(), draft.max_length,
-                                          seed=seed, units=units,
-                                          method=HEAD_METHOD.replace("; interval:", HEAD_RULE_NOTE + "; interval:", 1))
-            return predict_from_pairs(replays, TokenVerify(), draft, seed=seed, units=units, method=HEAD_METHOD)
+        pairs, method = (lambda: replays), HEAD_METHOD
+        rule_method = HEAD_METHOD.replace("; interval:", HEAD_RULE_NOTE + "; interval:", 1)
     elif not pair.drafter.deterministic:
         log = record_rows(pair, prediction_prompts, tokens, sampling=sampling, batch_size=batch_size,
                           meta={"seed": seed + PREDICTION_SEED_OFFSET, "use": "predictions of the frontier (other "
                                 "prompts than the measured runs')"})
-
-        def run(draft):
-            return predict_from_log(log, TokenVerify(), draft, seed=seed, units=units)
+        kept = [(p, t) for p, t in zip(prediction_prompts, tokens, strict=True) if len(t)]  # the log's paths
+        states = list(draft_states_incremental(pair.drafter, [p for p, _ in kept], [t for _, t in kept], sampling,
+                                               batch_size)) if learned else None
+        pairs, method, rule_method = (lambda: (log.path_pair(i, "overlap", compact=True) for i in range(log.n_paths))), \
+            METHOD, HEAD_RULE_METHOD
     else:
         return (lambda *_: None), profile
-
-    stops = []
+    stops = []  # P-hat along every path, once: the head is the same for every threshold row
 
     def predict(policy, value):
-        if policy == "fixed":
-            return run(int(value))
-        if rule == "confidence":  # it reads the draft's own rows: the replay runs it as the loop does
-            return run(controller(policy, value))
-        ctrl = controller(policy, value)
-        if log is None:
-            return run(ctrl) if states else None
-        if not stops:  # P-hat at every logged token, once: the head is the same for every threshold row
-            kept = [(p, t) for p, t in zip(prediction_prompts, tokens, strict=True) if len(t)]
-            stops.extend(ctrl.head.predict(x) for x in draft_states_incremental(
-                pair.drafter, [p for p, _ in kept], [t for _, t in kept], sampling, batch_size))
-        return predict_from_pairs(head_rule_pairs(log, stops, ctrl), TokenVerify(), ctrl.max_length, seed=seed,
-                                  units=units, method=HEAD_RULE_METHOD)
+        draft = int(value) if policy == "fixed" else controller(policy, value)
+        if policy == "fixed" or rule == "confidence":  # the confidence rule reads the draft's own rows: replayed as is
+            return predict_from_pairs(pairs(), TokenVerify(), draft, seed=seed, units=units, method=method)
+        if states is None:
+            return None
+        if not stops:
+            stops.extend(draft.head.predict(S.reshape(-1, S.shape[-1])).reshape(S.shape[:-1]) for S in states)
+        return predict_from_pairs(rule_pairs(pairs(), stops, draft), TokenVerify(), draft.max_length, seed=seed,
+                                  units=units, method=rule_method)
 
     return predict, profile
 
@@ -127,23 +117,16 @@ def rule_proposals(stop_probs, threshold: float, max_length: int, *, lagged: boo
     return out
 
 
-def learned_rule_pairs(replays, stop_probs, ctrl):
-    """Depth replays (draft, target) of a feature head (:func:`~llm_bridge.head_replays.head_replays`) with the
-    draft stopping where ``ctrl`` would, given P-hat ``stop_probs[i]`` (D, T) by depth along path i."""
-    for (draft, target), P in zip(replays, stop_probs, strict=True):
-        rows = draft.by_depth[np.minimum(np.arange(ctrl.max_length), draft.by_depth.shape[0] - 1)]
+def rule_pairs(pairs, stop_probs, ctrl):
+    """Replays (draft, target) with the draft stopping where ``ctrl`` (a
+    :class:`~otspec.engine.heads.LearnedHeadController`) would, given P-hat ``stop_probs[i]`` along path i: (T,) on a
+    draft model's states, (D, T) on a feature head's by draft depth (:func:`rule_proposals`). A positional draft
+    (a logged path) drafts from the same row at every depth; a depth-positional one (a head's replay) keeps its own."""
+    for (draft, target), P in zip(pairs, stop_probs, strict=True):
+        rows = draft.by_depth if isinstance(draft, DepthPositionalSource) else draft.rows[None]
+        rows = rows[np.minimum(np.arange(ctrl.max_length), rows.shape[0] - 1)]
         yield DepthPositionalSource(rows, rule_proposals(P, ctrl.threshold, ctrl.max_length, lagged=ctrl.lagged)), \
             target
-
-
-def head_rule_pairs(log, stop_probs, ctrl):
-    """The log's (draft, target) pairs with the draft stopping where ``ctrl`` (a
-    :class:`~otspec.engine.heads.LearnedHeadController`) would, given P-hat ``stop_probs[i]`` (T,) along path i
-    (:func:`rule_proposals`)."""
-    for i in range(log.n_paths):
-        draft, target = log.path_pair(i, "overlap", compact=True)
-        proposes = rule_proposals(stop_probs[i], ctrl.threshold, ctrl.max_length, lagged=ctrl.lagged)
-        yield DepthPositionalSource(np.broadcast_to(draft.rows, (ctrl.max_length, *draft.rows.shape)), proposes), target
 
 
 def longest_draft(plan, controller) -> int:

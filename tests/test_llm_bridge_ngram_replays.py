@@ -68,6 +68,9 @@ def test_depth_proposals_survive_json_and_are_checked():
     assert again.proposes(np.array([0, 1, 2])).tolist() == [True, False, True]  # no depths: depth 0
     with pytest.raises(ValueError, match="depth, position"):
         DepthPositionalSource(np.full((2, 3, 2), 0.5), proposes[:, :2])
+    for bad in ([[True, False, True], [False, True]], [[True, 1, True], [False, True, False]], [True, [False]]):
+        with pytest.raises(ValueError, match="one such list per depth, all as long"):
+            source_from_json({**draft.to_json(), "proposes": bad})
 
 
 def greedy_run(L, T):

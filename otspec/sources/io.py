@@ -62,12 +62,13 @@ def _from_json(obj, kind) -> Source:
         return MarkovSource(obj["initial"], obj["transition"], horizon=_integer_field(obj, "horizon", kind))
     if kind in ("positional", "depth_positional"):
         proposes = obj.get("proposes")
-        flat = proposes if kind == "positional" or not (isinstance(proposes, list) and proposes
-                                                         and all(isinstance(x, list) for x in proposes)) \
-            else [x for row in proposes for x in row]
-        if proposes is not None and not (isinstance(proposes, list) and all(isinstance(x, bool) for x in flat)):
+        flags = isinstance(proposes, list) and all(isinstance(x, bool) for x in proposes)
+        if kind == "depth_positional" and isinstance(proposes, list) and not flags:  # or one list per depth
+            flags = all(isinstance(row, list) and all(isinstance(x, bool) for x in row) for row in proposes) \
+                and len({len(row) for row in proposes}) == 1
+        if proposes is not None and not flags:
             raise ValueError(f"{kind} source: 'proposes' must be a list of true/false, one per row"
-                             + (" (or one such list per depth)" if kind == "depth_positional" else ""))
+                             + (" (or one such list per depth, all as long)" if kind == "depth_positional" else ""))
         cls = PositionalSource if kind == "positional" else DepthPositionalSource
         return cls(obj["rows"], None if proposes is None else np.asarray(proposes, dtype=bool))
     if kind == "table":
