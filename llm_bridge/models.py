@@ -34,7 +34,7 @@ from otspec.distributions import resolve_device as _resolve_device
 
 from .kernels import few_row_linears
 
-__all__ = ["DEFAULT_TARGET", "LoadedModel", "ModelNotFound", "VocabularyMismatch", "cache_dir",
+__all__ = ["DEFAULT_TARGET", "LoadedModel", "ModelNotFound", "VocabularyMismatch", "accelerator_name", "cache_dir",
            "check_vocabularies", "default_target", "load_model", "output_size", "resolve_device",
            "resolve_dtype"]
 
@@ -66,6 +66,14 @@ def cache_dir() -> Path:
 def resolve_device(device: str = "auto") -> str:
     """The device name of :func:`otspec.distributions.resolve_device` (``"auto"``: ``"cuda"`` when visible, else ``"cpu"``)."""
     return str(_resolve_device(device))
+
+
+def accelerator_name(device) -> str | None:
+    """The accelerator a record was measured on (``"NVIDIA H200"``), or ``None`` on the CPU."""
+    import torch
+
+    device = torch.device(device)
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else None
 
 
 def resolve_dtype(dtype: Any = "float32"):

@@ -68,7 +68,14 @@ from .logrows import (
 )
 from .loop import plain_generate, speculative_batches, speculative_generate
 from .lossless import first_token_law, root_token_law, two_sample_test
-from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch, resolve_device, resolve_dtype
+from .models import (
+    DEFAULT_TARGET,
+    ModelNotFound,
+    VocabularyMismatch,
+    accelerator_name,
+    resolve_device,
+    resolve_dtype,
+)
 from .ngram_replays import NGRAM_METHOD, ngram_pairs
 from .peer import choose_peer, hf_batches, hf_decode_step, peer_record
 from .prompts import DATA_DIR, encode_prompts, read_prompts
@@ -265,6 +272,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
                      "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed,
                      "batch_size": batch_size, "hf_prompts": min(hf_prompts, len(pred_ids)), "cache": cache, "torch": torch.__version__, "transformers": transformers.__version__,
                      "threads": torch.get_num_threads(), "machine": platform.machine(),
+                     "accelerator": accelerator_name(pair.target.device),
                      "python": platform.python_version()},
         "baseline": baseline, "profile": prof.to_json(), "timing": timing,
         **({"unreliable_timing": timing["unreliable_timing"]} if timing["unreliable_timing"] else {}),

@@ -87,6 +87,7 @@ def test_cache_dir_and_device(monkeypatch, tmp_path):
             models.resolve_device("cuda")
     with pytest.raises(ValueError, match="dtype"):
         models.resolve_dtype("float8")
+    assert models.accelerator_name("cpu") is None  # a CPU record names no card
 
 
 def test_drafters_made_from_the_target():

@@ -228,6 +228,9 @@ def test_record_markdown_prints_the_target_call_interval_and_batch_size_where_th
     new = record_markdown(rec)
     assert ("t_target(n) in ms (median [low, high]) at a 70-token context, batch 8: n=1: 10.0 [9.5, 10.8], "
             "n=3: 12.5 [12.0, 13.0])." in new)
+    assert " on cpu (float32, 4 threads" in new  # a CPU record names no card
+    rec["settings"]["accelerator"] = "NVIDIA H200"  # a GPU record names its card
+    assert " on cpu (NVIDIA H200) (float32, 4 threads" in record_markdown(rec)
 
 
 def test_a_forecast_is_checked_against_the_record_made_after_it():

@@ -39,7 +39,8 @@ def record_markdown(record: dict, title: str | None = None) -> str:
     """A Markdown summary: setup, drafter, baseline and peer, one row per run, losslessness."""
     pair, s, base = record["model_pair"], record["settings"], record["baseline"]
     lines = [f"## {title or 'Real model pair: ' + pair['target'] + ' / ' + pair['draft']}", "",
-             f"Target `{pair['target']}`, draft `{pair['draft']}` on {pair['device']} ({pair['dtype']}, "
+             f"Target `{pair['target']}`, draft `{pair['draft']}` on {pair['device']}"
+             f"{' (' + s['accelerator'] + ')' if s.get('accelerator') else ''} ({pair['dtype']}, "
              f"{s['threads']} threads, torch {s['torch']}, transformers {s['transformers']}); {s['prompts']} prompts "
              f"× {s['max_new_tokens']} new tokens, temperature {s['temperature']}, top-k {s['top_k']}, "
              f"top-p {s['top_p']}, batch {s['batch_size']}, seed {s['seed']}.", ""]
