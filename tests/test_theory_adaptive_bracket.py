@@ -195,3 +195,14 @@ def test_every_prefix_enumeration_matches_a_direct_sum():
                     reward += pr * pi * beta
         best = min(best, (0.1 * drafted + 1.0) / reward)
     assert enumerated_optimum(p, q, 3, 0.1, 1.0)[0] == pytest.approx(best, rel=1e-12)
+
+
+def test_a_threshold_at_one_up_to_rounding_is_a_tie_not_a_lattice():
+    """t_draft = λ_1 β in exact arithmetic, c_min = 1 - 1 ulp in floating point (found by hypothesis): the bracket
+    takes the tie branch instead of a lattice of width 1e-16, and agrees with the induction."""
+    p, q = np.array([0.5, 0.5]), np.array([0.0, 1.0])
+    exact = optimal_stopping(p, q, 2, 0.1, 0.2, method="induction")
+    bracket = optimal_stopping(p, q, 2, 0.1, 0.2, method="bracket")
+    low, high = bracket.latency_bounds
+    assert low - 1e-13 <= exact.latency <= high + 1e-13 and abs(bracket.latency - exact.latency) <= 1e-12
+    assert bracket.expected_drafted_bounds[0] <= exact.expected_drafted <= bracket.expected_drafted_bounds[1] + 1e-12

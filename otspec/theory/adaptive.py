@@ -32,7 +32,7 @@ spec for an IID pair).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -239,16 +239,9 @@ def optimal_stopping(draft, target, max_length: int, t_draft: float, t_target: f
 
 def _bracketed(p, q, K, t_draft, t_target, tol) -> AdaptiveOptimum:
     live = p > 0
-    a = np.ones_like(p[live])
-    np.divide(q[live], p[live], out=a, where=q[live] < p[live])  # q >= p: accepted surely (no overflow where p is tiny)
-    if np.all((a == 0.0) | (a == 1.0)):
-        # every draft is surely accepted or surely rejected: the lattice of log-products has one point and no
-        # bracket to build, while the induction has at most two ratio classes, so it is exact and small
-        opt = _induction(p, q, K, t_draft, t_target)
-        return replace(opt, method="bracket", latency_bounds=(opt.latency, opt.latency),
-                       expected_drafted_bounds=(opt.expected_drafted, opt.expected_drafted),
-                       expected_tokens_bounds=(opt.expected_tokens, opt.expected_tokens))
     p, q = p[live], q[live]
+    a = np.ones_like(p)
+    np.divide(q, p, out=a, where=q < p)  # q >= p: accepted surely (and no overflow where p is tiny)
     b = bracket_latency(p, a, K, t_draft, t_target, tol)
     c_low, c_high = b.threshold
     if not math.isfinite(c_high) or b.drafted[1] <= 1.0:  # no optimal rule drafts a second token

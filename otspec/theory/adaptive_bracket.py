@@ -180,9 +180,10 @@ def bracket_latency(p, a, K: int, t_draft: float, t_target: float, tol: float = 
         return _exact(t_target / tokens, (0.0, 0.0), (1.0 + sum(live**j for j in range(1, K)), float(K)),
                       (tokens, tokens))
     c_min = t_draft / (lam1 * beta)
-    if c_min >= 1.0:  # the threshold is above every Π_j < 1: drafting one token is optimal
+    tie = abs(c_min - 1.0) <= 8 * _EPS  # at 1 up to rounding (t_draft = λ_1 β rounded): no lattice fits below it
+    if c_min >= 1.0 or tie:  # the threshold is above every Π_j < 1: drafting one token is optimal
         sure = float(p[a >= 1.0].sum())
-        most = 1.0 + sum(sure**j for j in range(1, K)) if c_min == 1.0 else 1.0
+        most = 1.0 + sum(sure**j for j in range(1, K)) if tie else 1.0
         return _exact(lam1, (c_min, c_min), (1.0, most), (1.0 + beta, 1.0 + beta + beta * (most - 1.0)))
     log_floor = math.log(c_min)
     cap = max(START_POINTS, min(MAX_BRACKET_POINTS, MAX_BRACKET_WORK // (K - 1)))
