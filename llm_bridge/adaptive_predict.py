@@ -71,8 +71,7 @@ def frontier_predictor(pair, prediction_prompts, plan, controller, max_new_token
         kept = [(p, t) for p, t in zip(prediction_prompts, tokens, strict=True) if len(t)]  # the log's paths
         states = list(draft_states_incremental(pair.drafter, [p for p, _ in kept], [t for _, t in kept], sampling,
                                                batch_size)) if learned else None
-        pairs, method, rule_method = (lambda: (log.path_pair(i, "overlap", compact=True) for i in range(log.n_paths))), \
-            METHOD, HEAD_RULE_METHOD
+        pairs, method, rule_method = log.path_pairs, METHOD, HEAD_RULE_METHOD
     else:
         return (lambda *_: None), profile
     stops = []  # P-hat along every path, once: the head is the same for every threshold row

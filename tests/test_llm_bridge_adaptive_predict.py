@@ -64,11 +64,6 @@ def test_a_lagged_rule_drafts_at_least_two_tokens():
     assert not rule_proposals(np.full(10, 0.01), 0.1, 4, lagged=False)[1].any()
 
 
-def log_pairs(log):
-    """The log's paths as the replays read them (what predict_from_log replays)."""
-    return (log.path_pair(i, "overlap", compact=True) for i in range(log.n_paths))
-
-
 @pytest.fixture(scope="module")
 def logged():
     pair, sampling = tiny_pair(sharpness=2.0), Sampling()
@@ -95,12 +90,13 @@ def test_the_rules_limits_are_fixed_lengths_exactly(logged):
     stops = [np.random.default_rng(i).uniform(0.3, 0.9, size=n) for i, n in enumerate(np.diff(log.path_offsets))]
     for threshold, lagged, K in ((1.0, False, 4), (1.0, True, 4), (1e-9, False, 1), (1e-9, True, 2)):
         ctrl = LearnedHeadController(logit_head(), None, threshold, 4, lagged=lagged)
-        rule = predict_from_pairs(rule_pairs(log_pairs(log), stops, ctrl), TokenVerify(), 4, sequences=8, seed=3)
+        rule = predict_from_pairs(rule_pairs(log.path_pairs(), stops, ctrl), TokenVerify(), 4, sequences=8, seed=3)
         fixed = predict_from_log(log, TokenVerify(), K, sequences=8, seed=3)
         assert rule.block_efficiency == pytest.approx(fixed.block_efficiency, abs=1e-12), (threshold, lagged)
         np.testing.assert_array_equal(rule.accept_hist[:K + 1, :K + 1], fixed.accept_hist)
     ctrl = LearnedHeadController(logit_head(), None, 0.5, 4, lagged=False)
-    middle = predict_from_pairs(rule_pairs(log_pairs(log), stops, ctrl), TokenVerify(), 4, sequences=8, seed=3).block_efficiency
+    middle = predict_from_pairs(rule_pairs(log.path_pairs(), stops, ctrl), TokenVerify(), 4, sequences=8,
+                                seed=3).block_efficiency
     assert predict_from_log(log, TokenVerify(), 1, sequences=8, seed=3).block_efficiency < middle
 
 

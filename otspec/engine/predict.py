@@ -181,7 +181,7 @@ def predict_from_log(log: LoggedRows, verifier, draft, *, sequences: int = 32, s
     """
     if not isinstance(log, LoggedRows):
         raise ValueError(f"log: expected LoggedRows (otspec.sources.load_logged_rows), got {type(log).__name__}")
-    pairs = (log.path_pair(i, tail, compact=True) for i in range(log.n_paths))
+    pairs = log.path_pairs(tail)
     return predict_from_pairs(pairs, verifier, draft, sequences=sequences, seed=seed, rule=rule,
                               confidence=confidence, draws=draws, units=units)
 

@@ -296,6 +296,11 @@ class LoggedRows:
             rows[0, t - a, at], rows[1, t - a, at] = p[e0:e1], q[e0:e1]
         return PositionalSource(rows[0]), PositionalSource(rows[1])
 
+    def path_pairs(self, tail: str = "overlap", *, compact: bool = True):
+        """Every path's :meth:`path_pair`, in order (a generator: one path's rows at a time); relabelled by default,
+        as the decode engine replays them."""
+        return (self.path_pair(i, tail, compact=compact) for i in range(self.n_paths))
+
     def summary(self, tail: str = "overlap") -> dict:
         """Counts and means a user checks first: paths, steps, kept tokens, tail masses, acceptance 1 − TV."""
         kept = np.diff(self.row_offsets)
