@@ -24,7 +24,9 @@
    verification rate N_target / N for both threshold rules over h and for fixed K, with measured
    tokens/s and speedup over plain sampling (every run and plain sampling decode each batch of
    prompts in turn: interleaved timing rounds, with plain sampling again at the end as the timing
-   check), and the cost model's latency (eq. (4)) from the measured t_draft and t_target.
+   check), and the cost model's latency (eq. (4)) from the measured t_draft and t_target. The peer,
+   Hugging Face assisted generation with its fastest draft for the target, decodes the same batches in turn
+   (``hf_assisted``; ``--no-hf`` leaves it out).
 
 Writes the record ``figures/llm_adaptive_<name>.json`` (an :class:`otspec.engine.record.AdaptiveRecord`;
 ``python -m otspec.plot record`` and the report draw its ``.md`` and ``.png``); the head is saved as JSON
@@ -37,6 +39,7 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +56,7 @@ from .adaptive_predict import NO_HEAD_RULE, frontier_predictor, policy_key
 from .drafters import load_pair
 from .loop import chunks, plain_generate, speculative_batches, speculative_generate
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
+from .peer import choose_peer, hf_batches, peer_record
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 from .runs import (
     engine_fields,
@@ -297,14 +301,17 @@ CONFIDENCE_RULE = ("confidence: draft on while the product of the draft rows' la
 def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6, 8), max_length: int = 12,
              max_new_tokens: int = 48, sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int = 8,
              progress: bool | None = None, unlagged: bool = True, timing_attempts: int = 1,
-             rule: str = "specdecpp", prediction_prompts=None) -> dict:
+             rule: str = "specdecpp", prediction_prompts=None, hf: bool = False, hf_prompts: int = 4) -> dict:
     """Fixed K and the threshold rule on the learned head (lagged, and with ``unlagged`` the rule without the lag),
     on the same prompts with plain sampling beside them: every run and plain sampling decode each batch of prompts
     in turn (interleaved timing rounds), and plain sampling runs again at the end (the record's timing check).
     ``rule="confidence"``: the threshold rows use :class:`~otspec.engine.controllers.ConfidenceController` (no head;
     ``head`` and ``unlagged`` are ignored). ``prediction_prompts`` (token ids; other prompts than ``prompts``): where
     the predictions are made — the plain-decoding log and the cost profile (:func:`llm_bridge.calibrate.calibrate`,
-    with a zero-acceptance dry run of every policy); without them no row is predicted."""
+    with a zero-acceptance dry run of every policy); without them no row is predicted. ``hf``: the peer, Hugging Face
+    assisted generation with the fastest draft it takes for the target (chosen on ``hf_prompts`` of the prediction
+    prompts, :func:`llm_bridge.peer.choose_peer`), decoded in turn with the runs, with its plain ``generate`` beside
+    it (``hf_assisted``, as :mod:`llm_bridge.validate` records it)."""
     if rule not in RULE_KINDS:
         raise ValueError(f"rule: expected one of {RULE_KINDS}, got {rule!r}")
     unlagged = unlagged and rule == "specdecpp"
@@ -329,10 +336,19 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
             speculative_generate(pair, prompts[:batch_size], TokenVerify(), int(max(fixed)), max_new_tokens,
                                  sampling=sampling, progress=False, record_law=False)
 
-    timed = timed_runs(pair.target, prompts, [lambda p=p, v=v, **kw: run(p, v, **kw) for p, v in plan],
-                       max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size, warm_up=warm_up,
-                       progress=progress, desc="frontier runs", attempts=timing_attempts)
+    runs = [lambda p=p, v=v, **kw: run(p, v, **kw) for p, v in plan]
+    peer, peer_choice = None, None
+    if hf and prediction_prompts:
+        peer, peer_choice = choose_peer(pair.target, prediction_prompts[:hf_prompts], max_new_tokens,
+                                        sampling=sampling, seed=seed)
+    if peer is not None:
+        runs += [partial(hf_batches, peer, prompts, max_new_tokens, assisted=True),
+                 partial(hf_batches, peer, prompts, max_new_tokens, assisted=False)]
+    timed = timed_runs(pair.target, prompts, runs, max_new_tokens, sampling=sampling, seed=seed,
+                       batch_size=batch_size, warm_up=warm_up, progress=progress, desc="frontier runs",
+                       attempts=timing_attempts)
     baseline, results, timing = timed.baseline, timed.results, timed.timing
+    peer_results, results = (results[-2:], results[:-2]) if peer is not None else (None, results)
     # predictions, made on the prediction prompts: fixed K, the confidence rule and (on a draft model) the learned
     # head's threshold rules by the decode engine on both models' rows logged along plain decoding there (a feature
     # head: its rows replayed by draft depth, and no prediction of the learned rule); every policy's iteration costs
@@ -343,6 +359,12 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
         out["threshold_unlagged"] = []
     if timing["unreliable_timing"]:
         out["unreliable_timing"] = timing["unreliable_timing"]
+    if peer is not None:  # its speedup over its own plain generate, and over otspec's plain sampling
+        out["hf_assisted"] = {**peer_record(*peer_results, baseline["rounds"]), "choice": peer_choice}
+    elif peer_choice is not None:
+        out["hf_assisted"] = None
+        out["hf_assisted_skipped"] = ("no draft Hugging Face assisted generation takes for this target: " + "; ".join(
+            f"{k}: {v['skipped']}" for k, v in peer_choice["candidates"].items()))
     predict, profile = frontier_predictor(pair, prediction_prompts, plan, controller, max_new_tokens, sampling=sampling,
                                           seed=seed, batch_size=batch_size, rule=rule, units=len(prompts))
     if profile is not None:
@@ -396,6 +418,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--name", help="output name: figures/llm_adaptive_<name>.* (default: the draft)")
     ap.add_argument("--out-dir", type=Path, default=FIGURES)
+    ap.add_argument("--no-hf", action="store_true", help="skip the peer (Hugging Face assisted generation)")
+    ap.add_argument("--hf-prompts", type=int, default=4,
+                    help="prediction prompts on which the peer's draft (prompt lookup, int8, distilled) is chosen")
     ap.add_argument("--timing-attempts", type=int, default=1, metavar="N",
                     help="measure the timed runs again, whole, up to N times in all while the timing check finds them "
                          "unreliable (baseline drift or load); every attempt is listed in the record's timing")
@@ -424,10 +449,10 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
         if not 0.0 <= h <= 1.0:
             raise ValueError(f"--thresholds: {h} is not in [0, 1]")
     if (any(k < 1 for k in fixed) or args.max_length < 1 or args.prompts < 1 or args.max_new_tokens < 1
-            or args.batch_size < 1 or args.train_draft_length < 1
+            or args.batch_size < 1 or args.train_draft_length < 1 or args.hf_prompts < 1
             or (args.prediction_prompts is not None and args.prediction_prompts < 1)):
-        raise ValueError("--fixed, --max-length, --prompts, --prediction-prompts, --max-new-tokens, --batch-size and "
-                         "--train-draft-length must be >= 1")
+        raise ValueError("--fixed, --max-length, --prompts, --prediction-prompts, --max-new-tokens, --batch-size, "
+                         "--train-draft-length and --hf-prompts must be >= 1")
     pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
     rule = args.rule if args.rule != "auto" else ("confidence" if pair.drafter.reads_target_features else "specdecpp")
     train_data = {}  # how a trained head's rows were made
@@ -459,12 +484,14 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
                            "batch_size": args.batch_size,
                            "max_new_tokens": args.max_new_tokens,
                            "max_length": args.max_length, "temperature": args.temperature, "seed": args.seed,
+                           "hf_prompts": None if args.no_hf else min(args.hf_prompts, len(prediction_ids)),
                            "torch": torch.__version__, "threads": torch.get_num_threads()},
               "head": report}
     record.update(frontier(pair, ids, head, thresholds=thresholds, fixed=fixed, max_length=args.max_length,
                            max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed,
                            batch_size=args.batch_size, unlagged=not args.no_unlagged,
-                           timing_attempts=args.timing_attempts, rule=rule, prediction_prompts=pred_ids))
+                           timing_attempts=args.timing_attempts, rule=rule, prediction_prompts=pred_ids,
+                           hf=not args.no_hf, hf_prompts=args.hf_prompts))
     return AdaptiveRecord.from_json(record)
 
 

@@ -10,18 +10,20 @@ a batch at a time, and in each *round* measures, in one window:
   call timed (these continuations are also the plain-decoding log the block-efficiency prediction replays);
 * a **zero-acceptance dry run** of every chain configuration: the real loop, drafter, target and verifier at the
   run's batch, from a quarter of the continuation on (:func:`dry_tokens`: half the run's tokens), where a wrapper
-  (:class:`ZeroAcceptance`) calls the verifier and then keeps none of the drafts (the first drafted token is
-  emitted as the correction), so every iteration drafts its full length and the context grows one token per
-  iteration. Each iteration's wall clock and its draft, target and verifier time are kept. Tree
-  configurations run the tree loop with their own verifier the same way (its acceptance is not used: only what
-  each iteration costs).
+  (:class:`ZeroAcceptance`) calls the verifier and then keeps none of the drafts (the target's own draw is
+  emitted as the correction, so the text is like plain decoding's), so every iteration drafts its full length (a
+  prompt-lookup drafter: what it finds) and the context grows one token per iteration. Each iteration's wall clock and its draft, target and verifier time are kept. Tree
+  configurations run the tree loop with their own verifier, whole, from the prompt (its acceptance is not used:
+  only what each iteration costs).
 
 This machine's speed drifts by several per cent over minutes; plain decoding and the dry runs measured round by
 round drift together, so their ratio, which the speedup is, holds (the measured runs are interleaved the same way,
-:mod:`llm_bridge.timing`). Then **t_target(n)**: a target call scoring n tokens per sequence, for every width the
-runs use (1 … L_max + 1 and each tree's node count), at the run's batch size and halfway through the run's context
-(the first batch's prompts plus half of their plain continuation), ``reps`` timed calls per width after one untimed
-call; the median, with a bootstrap interval. It gives the shape of the cost in n; the dry runs give its level.
+:mod:`llm_bridge.timing`); a round whose plain decoding ran far slower than the others (more than
+:data:`ROUND_TOLERANCE`) is set aside with its dry runs (:meth:`CostProfile.disturbed_rounds`). Then
+**t_target(n)**: a target call scoring n tokens per sequence, for every width the runs use (1 … L_max + 1 and each
+tree's node count), at the run's batch size and halfway through the run's context (the first batch's prompts plus
+half of their plain continuation), ``reps`` timed calls per width after one untimed call; the median, with a
+bootstrap interval. It gives the shape of the cost in n; the dry runs give its level.
 
 From a dry run, :meth:`CostProfile.iteration_cost` builds the cost of an iteration that makes k draft calls and
 scores a widest draft of w tokens (a tree: w nodes):
@@ -50,18 +52,27 @@ from tqdm.auto import tqdm
 
 from otspec.drafts import ConfidenceTree, DraftTree
 from otspec.engine.controllers import as_controller
-from otspec.engine.loop import chain_loop, tree_loop
-from otspec.engine.observers import Observer
-from otspec.verifiers.base import Outcome, Verifier
+from otspec.engine.loop import chain_loop
 
+from .dry_runs import (
+    IterationClock,
+    ZeroAcceptance,
+    config_key,
+    dry_run,
+    dry_tokens,
+    uses_host_rows,
+)
 from .loop import cache_room, chunks
 from .measure import CallTimer
 from .sessions import ModelSession
 
-__all__ = ["CostProfile", "ZeroAcceptance", "calibrate", "median_interval"]
+__all__ = ["CostProfile", "ZeroAcceptance", "calibrate", "config_key", "dry_run", "dry_tokens", "median_interval"]
 
 #: Timed target calls per width (after one untimed call).
 PROFILE_REPS = 7
+#: A calibration round whose plain decoding ran more than this share slower per step than the median round (of at
+#: least three) is set aside, its plain steps and its dry runs alike (:meth:`CostProfile.disturbed_rounds`).
+ROUND_TOLERANCE = 0.25
 #: A target call at width n + 1 counts as cheaper than at n (non-monotone) only when its median is below n's
 #: interval by more than this share of n's median (timing noise of a quiet machine).
 MONOTONE_TOLERANCE = 0.03
@@ -77,76 +88,6 @@ def median_interval(samples, *, confidence: float = 0.95, draws: int = 2000, see
     alpha = 0.5 * (1.0 - confidence)
     low, high = np.quantile(meds, [alpha, 1.0 - alpha])
     return {"median": float(np.median(x)), "low": float(low), "high": float(high), "n": int(x.size)}
-
-
-class ZeroAcceptance(Verifier):
-    """A chain verifier that does the wrapped verifier's work and keeps none of the drafts: τ = 0, and the first
-    drafted token is emitted as Y (a token like any other: the dry run's text does not matter, its cost does).
-    Carried state goes through the wrapped verifier's hooks, so v1 block verification does its residual work."""
-
-    def __init__(self, inner: Verifier):
-        if inner.layout != "chain":
-            raise ValueError(f"ZeroAcceptance wraps chain verifiers; {type(inner).__name__} verifies {inner.layout}")
-        self.inner = inner
-        self.name, self.carries_residual = f"dry:{inner.name}", inner.carries_residual
-
-    def law(self, tokens, draft_probs, target_probs, *, validate: bool = True):
-        raise NotImplementedError("a dry run has no law: it only costs what the wrapped verifier costs")
-
-    def sample(self, tokens, draft_probs, target_probs, rng, *, validate: bool = True):
-        return self._reject(self.inner.sample(tokens, draft_probs, target_probs, rng, validate=validate), tokens)
-
-    def sample_ragged(self, tokens, draft_probs, target_probs, lengths, rng, *, validate: bool = True):
-        out = self.inner.sample_ragged(tokens, draft_probs, target_probs, lengths, rng, validate=validate)
-        return self._reject(out, tokens)
-
-    @staticmethod
-    def _reject(out: Outcome, tokens) -> Outcome:
-        return Outcome(out.accepted_len * 0, tokens[:, 0] * 1, out.carry)
-
-    def start_state(self, batch, max_length):
-        return self.inner.start_state(batch, max_length)
-
-    def current_targets(self, *args):
-        return self.inner.current_targets(*args)
-
-    def advance_state(self, *args):
-        return self.inner.advance_state(*args)
-
-
-class _Clock(Observer):
-    """Per iteration: wall clock since the previous one, and the draft / target / verifier time and draft calls the
-    timer saw in it; ``width``: the widest draft (a tree: the most nodes) the target scored."""
-
-    KINDS = ("draft", "target", "verify")
-
-    def __init__(self, timer: CallTimer):
-        self.timer, self.rows = timer, []
-        self._last = None
-
-    def _snapshot(self):
-        return (time.perf_counter(), *(self.timer.total(k) for k in self.KINDS), self.timer.count("draft"))
-
-    def start(self) -> None:
-        self._last = None  # the first iteration of a loop also holds its prefill: not kept
-
-    def _add(self, width: int) -> None:
-        now = self._snapshot()
-        if self._last is not None:
-            d = [b - a for a, b in zip(self._last, now, strict=True)]
-            self.rows.append({"wall_ms": 1e3 * d[0], "draft_ms": 1e3 * d[1], "target_ms": 1e3 * d[2],
-                              "verify_ms": 1e3 * d[3], "calls": int(d[4]), "width": int(width)})
-        self._last = now
-
-    def on_chain(self, step) -> None:
-        self._add(int(np.max(step.drafted, initial=0)))
-
-    def on_tree(self, step) -> None:
-        self._add(int(np.max(step.nodes, initial=0)))
-
-    def columns(self) -> dict:
-        return {k: [r[k] for r in self.rows] for k in ("wall_ms", "draft_ms", "target_ms", "verify_ms", "calls",
-                                                       "width")}
 
 
 @dataclass
@@ -207,19 +148,46 @@ class CostProfile:
             out = np.where(n > ns[-1], meds[-1] + slope * (n - ns[-1]), out)
         return out
 
+    def disturbed_rounds(self) -> list[int]:
+        """The calibration rounds set aside: those whose plain decoding ran more than :data:`ROUND_TOLERANCE` slower
+        per step than the median round (with at least three rounds). The rounds decode different prompts, so their
+        steps differ by several per cent; a round far beyond that met a disturbance that the dry runs beside it need
+        not share. In the llm_ngram record of 2026-11-27 one round's plain steps took 98 ms against 67-70 ms in the
+        other three, while its dry runs did not slow down, and the mean plain step moved every prediction of the
+        record up by 8 %. Nothing of the measured runs enters this choice."""
+        if "round" not in self.plain:
+            return []
+        step, rounds = np.asarray(self.plain["step_ms"], dtype=np.float64), np.asarray(self.plain["round"])
+        ids = np.unique(rounds)
+        if ids.size < 3:
+            return []
+        means = np.array([step[rounds == k].mean() for k in ids])
+        return [int(k) for k, m in zip(ids, means, strict=True) if m > (1.0 + ROUND_TOLERANCE) * np.median(means)]
+
+    def _kept(self, columns: dict) -> np.ndarray:
+        """Which rows of ``columns`` (plain decoding's or a dry run's) belong to rounds that are not set aside."""
+        n = len(columns["step_ms"] if "step_ms" in columns else columns["wall_ms"])
+        bad = self.disturbed_rounds()
+        if not bad or "round" not in columns:
+            return np.ones(n, dtype=bool)
+        return ~np.isin(np.asarray(columns["round"]), bad)
+
     def plain_step_ms(self) -> float:
-        """Plain decoding's mean wall clock per batch step."""
-        return float(np.mean(self.plain["step_ms"]))
+        """Plain decoding's mean wall clock per batch step (rounds set aside excluded)."""
+        return float(np.mean(np.asarray(self.plain["step_ms"], dtype=np.float64)[self._kept(self.plain)]))
 
     def config(self, key: str) -> dict:
         """The iteration cost parameters of a dry-run configuration: ``t_draft``, ``extra_calls``, ``scale``,
         ``t_verify``, ``overhead`` (ms) and ``iteration_ms`` (the dry run's mean iteration)."""
         if key not in self.dry:
             raise KeyError(f"no dry run for {key!r} in this profile (it has {sorted(self.dry)})")
-        d = {k: np.asarray(v, dtype=np.float64) for k, v in self.dry[key].items() if k not in ("kind", "round")}
+        keep = self._kept(self.dry[key])
+        d = {k: np.asarray(v, dtype=np.float64)[keep] for k, v in self.dry[key].items()
+             if k not in ("kind", "round", "trace_calls")}
         width, calls = d["width"], d["calls"]
-        drafted = width if self.dry[key].get("kind", "chain") == "chain" else np.asarray(self.dry[key].get(
-            "trace_calls", calls), dtype=np.float64)
+        drafted = width if self.dry[key].get("kind", "chain") == "chain" else (
+            np.asarray(self.dry[key]["trace_calls"], dtype=np.float64)[keep] if "trace_calls" in self.dry[key]
+            else calls)
         t_draft = float(d["draft_ms"].sum() / calls.sum()) if calls.sum() > 0 else 0.0
         isolated = self.t_target_ms(width + 1)
         verified = width > 0
@@ -238,7 +206,7 @@ class CostProfile:
         if "target_ms" not in self.plain:
             return 0.0
         gap = np.asarray(self.plain["step_ms"], dtype=np.float64) - np.asarray(self.plain["target_ms"], dtype=np.float64)
-        return max(float(gap.mean()), 0.0)
+        return max(float(gap[self._kept(self.plain)].mean()), 0.0)
 
     def iteration_cost(self, key: str):
         """``cost(calls, width)`` in ms for :func:`otspec.engine.predict.predict_wall_clock` (module docstring)."""
@@ -262,14 +230,16 @@ class CostProfile:
         wall = np.asarray(self.dry[key]["wall_ms"], dtype=np.float64)
         if "round" not in self.plain or "round" not in self.dry[key]:
             return tuple(x[rng.integers(0, x.size, size=(draws, x.size))].mean(axis=1) / x.mean() for x in (plain, wall))
-        ids = np.union1d(self.plain["round"], self.dry[key]["round"]).astype(np.int64)
+        ids = np.setdiff1d(np.union1d(self.plain["round"], self.dry[key]["round"]), self.disturbed_rounds()).astype(
+            np.int64)
         pick = ids[rng.integers(0, ids.size, size=(draws, ids.size))]
         out = []
         for x, rounds in ((plain, self.plain["round"]), (wall, self.dry[key]["round"])):
             rounds = np.asarray(rounds, dtype=np.int64)
+            ref = x[np.isin(rounds, ids)].mean()  # the mean the profile uses: rounds set aside excluded
             total = np.bincount(rounds, weights=x, minlength=ids.max() + 1)[pick].sum(axis=1)
             count = np.bincount(rounds, minlength=ids.max() + 1)[pick].sum(axis=1)
-            out.append(np.where(count > 0, total / np.maximum(count, 1), x.mean()) / x.mean())
+            out.append(np.where(count > 0, total / np.maximum(count, 1), ref) / ref)
         return out[0], out[1]
 
     def monotone(self) -> dict:
@@ -297,6 +267,7 @@ class CostProfile:
                                          for n, c in curve.items()},
                 "t_draft_ms": float(np.mean(chain_drafts)) if chain_drafts else 0.0,
                 "plain_ms_per_step": self.plain_step_ms(), "configs": configs, "monotone": self.monotone(),
+                "disturbed_rounds": self.disturbed_rounds(), "round_tolerance": ROUND_TOLERANCE,
                 "samples": {"t_target": {str(n): list(map(float, v)) for n, v in self.t_target.items()},
                             "plain": self.plain, "dry": self.dry}}
 
@@ -312,19 +283,6 @@ class CostProfile:
 
 
 # ------------------------------------------------------------------------------------------------ measuring
-
-
-def _host_rows(pair) -> bool:
-    return str(pair.target.device) == "cpu" or pair.drafter.deterministic
-
-
-def _rng(seed, pair):
-    """The loop's generator, as the measured runs make it: numpy for host rows, else a seeded ``torch.Generator``."""
-    if _host_rows(pair):
-        return np.random.default_rng(seed)
-    import torch
-
-    return torch.Generator(device=pair.target.device).manual_seed(int(seed))
 
 
 def _plain_chunk(pair, chunk, n_tokens, *, sampling, cache, rng, timer, clock) -> list:
@@ -345,7 +303,7 @@ def _curve(pair, contexts, feed_tokens, widths, *, sampling, cache, reps):
     sessions = {}
     for n in widths:
         sessions[n] = ModelSession(pair.target.model, B, sampling, cache=cache, max_length=room, timer=None,
-                                   name="target", hidden=pair.drafter.reads_target_features, host_rows=_host_rows(pair))
+                                   name="target", hidden=pair.drafter.reads_target_features, host_rows=uses_host_rows(pair))
         sessions[n].start(contexts)
     ones = np.ones(B, dtype=np.int64)
     for rep in range(reps + 1):
@@ -358,62 +316,6 @@ def _curve(pair, contexts, feed_tokens, widths, *, sampling, cache, reps):
                 timer.call("target", n, session.feed, toks[:, :n - 1], counts)
             session.commit(toks[:, :1], ones)
     return {int(n): [1e3 * x for x in timer.records["target"][int(n)]] for n in widths}
-
-
-def _dry(pair, verifier, draft, contexts, n_tokens, *, sampling, cache, seed, rule="match") -> dict:
-    """One zero-acceptance dry run (chains) or tree run of ``verifier`` on ``draft`` (L, a draft-length controller or
-    a tree): per-iteration columns of :class:`_Clock` (the first iteration, which holds the prefill, left out)."""
-    timer, B = CallTimer(pair.target.device), len(contexts)
-    tree = isinstance(draft, (DraftTree, ConfidenceTree))
-    ctrl = None if tree else as_controller(draft)
-    width = (draft.num_tokens if tree else ctrl.max_length) + 2
-    room = cache_room(contexts, n_tokens, width)
-    host = True if tree else _host_rows(pair)
-    target = ModelSession(pair.target.model, B, sampling, cache=cache, max_length=room, timer=timer, name="target",
-                          hidden=pair.drafter.reads_target_features, host_rows=host)
-    session = pair.drafter.session(B, sampling, cache=cache, max_length=room, timer=timer,
-                                   **({} if tree else {"host_rows": host, "hidden": ctrl.needs_context}))
-    clock = _Clock(timer)
-    trace = _TreeCalls() if tree else None
-    if tree:
-        tree_loop(session, target, verifier, draft, n_tokens, np.random.default_rng(seed), rule=rule,
-                  prompts=contexts, timer=timer, observers=[clock, trace])
-    else:
-        chain_loop(session, target, ZeroAcceptance(verifier), ctrl, n_tokens, _rng(seed, pair), prompts=contexts,
-                   timer=timer, observers=[clock])
-    out = {"kind": "tree" if tree else "chain", **clock.columns()}
-    if tree:
-        out["trace_calls"] = trace.calls[1:]
-    return out
-
-
-class _TreeCalls(Observer):
-    """The most draft calls a sequence's trie took, per tree iteration (what the prediction's traces count)."""
-
-    def __init__(self):
-        self.calls = []
-
-    def on_tree(self, step) -> None:
-        self.calls.append(int(np.max(step.draft_calls, initial=0)))
-
-
-def dry_tokens(n_tokens: int, draft) -> int:
-    """Tokens a dry run decodes per round: half the run's (from a quarter of its continuation on, so the dry run's
-    context spans the run's middle half), and enough for its longest drafts to recur.
-
-    Half and not less: the KV cache carries the slots that verification rolled back until enough pile up to
-    compact them, so a target call late in a run scores against more slots than its context. On llm_distilled
-    (batch 8, L = 2), a dry run of an eighth of the run's tokens found target calls 10 % cheaper than one of half,
-    whose calls cost what the run's own did (116-120 ms against 120-123 ms for 3 tokens), and every speedup came
-    out over-predicted."""
-    depth = draft.depth if isinstance(draft, (DraftTree, ConfidenceTree)) else as_controller(draft).max_length
-    return max(n_tokens // 2, 2 * depth + 4)
-
-
-def config_key(verifier_name: str, draft) -> str:
-    """A dry run's key: ``token:L=4`` for a chain, ``kseq:2x2x1`` for a tree, ``token:<label>`` for a controller
-    given by its label (a string)."""
-    return f"{verifier_name}:L={int(draft)}" if isinstance(draft, (int, np.integer)) else f"{verifier_name}:{draft}"
 
 
 def calibrate(pair, prompts, max_new_tokens: int, *, chains=(), trees=(), sampling, batch_size: int, cache: str,
@@ -432,7 +334,7 @@ def calibrate(pair, prompts, max_new_tokens: int, *, chains=(), trees=(), sampli
     N, configs = int(max_new_tokens), [*chains, *trees]
     settle(pair.target, prompts[:batch_size], N, sampling=sampling, cache=cache)  # untimed: a fresh process is slow
     timer, rng, tokens = CallTimer(pair.target.device), np.random.default_rng(seed), []
-    clock = _Clock(timer)
+    clock = IterationClock(timer)
     dry = {key: {} for key, _, _ in configs}
     rounds = []  # the round of every plain step
     batches = chunks(prompts, batch_size)
@@ -446,9 +348,11 @@ def calibrate(pair, prompts, max_new_tokens: int, *, chains=(), trees=(), sampli
             bar.update()
             quarter = [np.concatenate([np.asarray(p, dtype=np.int64), t[:N // 4]])
                        for p, t in zip(chunk, tokens[-len(chunk):], strict=True)]
+            whole = [np.asarray(p, dtype=np.int64) for p in chunk]
             for key, verifier, draft in configs:
-                cols = _dry(pair, verifier, draft, quarter, dry_tokens(N, draft), sampling=sampling, cache=cache,
-                            seed=seed + k, rule=rule)
+                tree = isinstance(draft, (DraftTree, ConfidenceTree))  # a tree's dry run is a whole run (dry_tokens)
+                cols = dry_run(pair, verifier, draft, whole if tree else quarter, dry_tokens(N, draft),
+                               sampling=sampling, cache=cache, seed=seed + k, rule=rule)
                 for name, values in cols.items():
                     if name == "kind":
                         dry[key]["kind"] = values

@@ -169,8 +169,14 @@ def test_cli_writes_the_frontier(tmp_path):
     assert "Best unlagged threshold" in summary and "like for like with fixed K = 1" in summary
     assert "*Predicted* (fixed K and the threshold rules): decode engine" in summary
     assert (out / "llm_adaptive_tiny.png").stat().st_size > 10_000
-    # a saved head is reused without training
-    assert adaptive.main(args[:6] + ["--head", str(tmp_path / "h.json")] + args[16:-2]) == 0
+    hf = record["hf_assisted"]  # the peer: chosen on the prediction prompts, then decoding the measured ones in turn
+    assert settings["hf_prompts"] == 2 and hf["choice"]["prompts"] == 2 and hf["prompts"] == 2
+    assert hf["choice"]["chosen"] in hf["choice"]["candidates"] and len(hf["rounds"]) == 1
+    assert hf["speedup_vs_baseline"] > 0 and "Hugging Face assisted generation (" in summary
+    # a saved head is reused without training; --no-hf leaves the peer out
+    assert adaptive.main(args[:6] + ["--head", str(tmp_path / "h.json"), "--no-hf"] + args[16:-2]) == 0
+    again = json.loads((out / "llm_adaptive_tiny.json").read_text())
+    assert "hf_assisted" not in again and again["settings"]["hf_prompts"] is None
     assert adaptive.main(args[:6] + ["--thresholds", "1.5"]) == 2
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from llm_bridge.calibrate import CostProfile, ZeroAcceptance, calibrate, config_key, median_interval
+from llm_bridge.measure import CallTimer
 from llm_bridge.sampling import Sampling
 from otspec.engine.controllers import ConfidenceController, FixedDraftLength
 from otspec.engine.loop import chain_loop
@@ -67,6 +68,31 @@ def test_the_iteration_cost_reproduces_the_dry_run_and_moves_along_the_target_cu
     assert plain_f.std() > 0.1
 
 
+def test_a_round_whose_plain_decoding_ran_far_slower_is_set_aside_with_its_dry_runs():
+    prof, key = synthetic_profile(), "block_v1:L=3"
+    # four rounds of 5 plain steps: rounds 0-2 differ by a few per cent (their prompts), round 3 ran 45 % slower
+    prof.plain["round"] = [i // 5 for i in range(20)]
+    prof.plain["step_ms"] = [10.0] * 5 + [10.5] * 5 + [9.8] * 5 + [14.5] * 5
+    prof.plain["target_ms"] = [x - 0.5 for x in prof.plain["step_ms"]]
+    dry = prof.dry[key]
+    dry["round"] = [0, 1, 2, 3, 3, 2]
+    assert prof.disturbed_rounds() == [3]
+    assert prof.plain_step_ms() == pytest.approx(np.mean([10.0] * 5 + [10.5] * 5 + [9.8] * 5))
+    assert prof.plain_overhead_ms() == pytest.approx(0.5)
+    c, kept = prof.config(key), [0, 1, 2, 5]  # the dry run's iterations of rounds 0-2 only
+    assert c["iterations"] == 4 and c["iteration_ms"] == pytest.approx(np.mean(np.asarray(dry["wall_ms"])[kept]))
+    assert c["t_draft"] == pytest.approx(np.sum(np.asarray(dry["draft_ms"])[kept]) / np.sum(np.asarray(dry["calls"])[kept]))
+    plain_f, cost_f = prof.factors(key, 400, seed=2)
+    assert abs(plain_f.mean() - 1) < 0.02 and abs(cost_f.mean() - 1) < 0.1
+    assert plain_f.max() <= 10.5 / 10.1 + 1e-12  # no draw holds the slow round
+    assert prof.to_json()["disturbed_rounds"] == [3]
+    # within the tolerance (or with fewer than three rounds) nothing is set aside
+    prof.plain["step_ms"] = [10.0] * 5 + [10.5] * 5 + [9.8] * 5 + [12.0] * 5
+    assert prof.disturbed_rounds() == [] and prof.plain_step_ms() == pytest.approx(np.mean(prof.plain["step_ms"]))
+    prof.plain["round"] = [i // 10 for i in range(20)]
+    assert prof.disturbed_rounds() == []
+
+
 def test_the_profile_round_trips_through_json_and_reports_monotonicity():
     prof = synthetic_profile()
     data = json.loads(json.dumps(prof.to_json()))
@@ -110,6 +136,17 @@ def test_zero_acceptance_runs_the_verifier_and_keeps_nothing():
     assert ZeroAcceptance(BackwardBlockVerify()).carries_residual
     with pytest.raises(ValueError, match="chain verifiers"):
         ZeroAcceptance(KSeq())
+
+
+def test_a_dry_run_emits_the_targets_own_draw_and_sets_its_time_aside():
+    # one-hot rows: the target says position i is token i mod 4, the draft proposes the next token (always rejected)
+    draft, target = (PositionalSource(np.eye(4)[(np.arange(12) + shift) % 4]) for shift in (1, 0))
+    timer = CallTimer()
+    sessions = SourceSession(draft, 2, 13, max_prefix=10), SourceSession(target, 2, 13, max_prefix=11)
+    run = chain_loop(*sessions, ZeroAcceptance(TokenVerify(), timer), FixedDraftLength(3), 12,
+                     np.random.default_rng(1), batch=2, timer=timer)
+    np.testing.assert_array_equal(run.tokens, np.tile(np.arange(12) % 4, (2, 1)))  # plain decoding's text
+    assert timer.count("aside") == timer.count("verify") == 11  # a draw per verified iteration, outside the verifier
 
 
 def test_calibrate_on_a_tiny_pair():

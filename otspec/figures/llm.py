@@ -28,7 +28,7 @@ from .llm_predictions import (
     prediction_check_markdown,
     prediction_check_summary,
 )
-from .llm_text import fmt, timing_text
+from .llm_text import fmt, peer_text, timing_text
 
 __all__ = ["PREDICTION_MIN_PROMPTS", "PREDICTION_TOLERANCE", "adaptive_markdown", "llm_data", "prediction_check",
            "prediction_check_markdown", "prediction_check_summary", "record_main", "record_markdown",
@@ -54,17 +54,7 @@ def record_markdown(record: dict, title: str | None = None) -> str:
               f"t_draft / t_target(1) = {fmt(drafter['cost_ratio'])} (t_draft = {fmt(prof['t_draft_ms'], 1)} ms; "
               f"{_t_target_text(prof)}).", "",
               f"Plain target sampling: **{fmt(base['tokens_per_s'], 1)} tokens/s** in the same run."]
-    hf = record.get("hf_assisted")
-    if hf:
-        lines.append(f"Hugging Face assisted generation ({hf['mode']}" + (f", draft {hf['draft']}" if hf.get("draft") else "")
-                     + f"): **{fmt(hf['tokens_per_s'], 1)} tokens/s** against {fmt(hf.get('plain_tokens_per_s'), 1)} "
-                     f"for its plain `generate` (speedup {fmt(hf['speedup'], 2)}{_ci_text(hf.get('speedup_ci'))}; "
-                     f"both include the prefill), acceptance rate {fmt(hf['acceptance_rate'])}"
-                     + (f"; {fmt(hf['speedup_vs_baseline'], 2)}{_ci_text(hf.get('speedup_vs_baseline_ci'))} of "
-                        "otspec's plain sampling" if hf.get("speedup_vs_baseline") is not None else "")
-                     + (f". The fastest of {', '.join(sorted(hf['choice']['candidates']))} on "
-                        f"{hf['choice']['prompts']} prediction prompts; timed on every measured prompt with the runs"
-                        if hf.get("choice") else "") + ".")
+    lines += peer_text(record)
     step = record.get("hf_decode_step")
     if step:
         lines.append(f"Decode step: otspec's plain loop {fmt(base['ms_per_token'], 2)} ms per token against "
@@ -121,7 +111,11 @@ def _t_target_text(prof: dict) -> str:
     where = f"at a {prof['context_tokens']}-token context"
     if prof.get("batch_size") is not None:
         where += f", batch {prof['batch_size']}"
-    return f"t_target(n) in ms{' (median [low, high])' if spread else ''} {where}: {', '.join(cells)}"
+    text = f"t_target(n) in ms{' (median [low, high])' if spread else ''} {where}: {', '.join(cells)}"
+    if prof.get("disturbed_rounds"):
+        text += (f"; calibration rounds {', '.join(map(str, prof['disturbed_rounds']))} set aside (plain decoding more "
+                 f"than {100 * prof.get('round_tolerance', 0.25):.0f} % slower per step than the median round)")
+    return text
 
 
 #: How a tree run's draw shows beside its k-config (i.i.d. drafts show nothing).
@@ -218,11 +212,6 @@ def misses_markdown(runs: list) -> list:
                "(iterations × time per iteration); the parts are measured − profile, ms per iteration, a diagnosis "
                "after the fact that no prediction reads):", "", *out]
     return out
-
-
-def _ci_text(ci) -> str:
-    """`` [low, high]`` of a confidence interval, or nothing."""
-    return "" if not ci else f" [{fmt(ci.get('low'), 2)}, {fmt(ci.get('high'), 2)}]"
 
 
 def _nan(values) -> list:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["fmt", "timing_text"]
+__all__ = ["fmt", "peer_text", "timing_text"]
 
 
 def fmt(x, digits: int = 3) -> str:
@@ -29,3 +29,25 @@ def timing_text(record: dict) -> list[str]:
                  + ", ".join(f"{x:.1f}" for x in settling["ms_per_token"]) + " ms per token"
                  + ("." if settling["settled"] else " (never settled)."))
     return [text, ""]
+
+
+def _ci_text(ci) -> str:
+    """`` [low, high]`` of a confidence interval, or nothing."""
+    return "" if not ci else f" [{fmt(ci.get('low'), 2)}, {fmt(ci.get('high'), 2)}]"
+
+
+def peer_text(record: dict) -> list[str]:
+    """The record's Hugging Face peer in a sentence (``hf_assisted``), or why it has none; ``[]`` without either."""
+    hf = record.get("hf_assisted")
+    if not hf:
+        skipped = record.get("hf_assisted_skipped")
+        return [f"Hugging Face assisted generation: none ({skipped})."] if skipped else []
+    return [f"Hugging Face assisted generation ({hf['mode']}" + (f", draft {hf['draft']}" if hf.get("draft") else "")
+            + f"): **{fmt(hf['tokens_per_s'], 1)} tokens/s** against {fmt(hf.get('plain_tokens_per_s'), 1)} "
+            f"for its plain `generate` (speedup {fmt(hf['speedup'], 2)}{_ci_text(hf.get('speedup_ci'))}; "
+            f"both include the prefill), acceptance rate {fmt(hf['acceptance_rate'])}"
+            + (f"; {fmt(hf['speedup_vs_baseline'], 2)}{_ci_text(hf.get('speedup_vs_baseline_ci'))} of "
+               "otspec's plain sampling" if hf.get("speedup_vs_baseline") is not None else "")
+            + (f". The fastest of {', '.join(sorted(hf['choice']['candidates']))} on "
+               f"{hf['choice']['prompts']} prediction prompts; timed on every measured prompt with the runs"
+               if hf.get("choice") else "") + "."]
