@@ -7,8 +7,8 @@ A record predicts a run's wall clock from a cost profile (``llm_bridge.calibrate
 from a *dry run* of the configuration: for a chain every draft rejected, for a tree the real loop. Where a
 prediction misses, the record's miss decomposition says which part of the iteration (loop overhead, draft, target,
 verifier) the run paid more for; this benchmark says why. Round by round it runs the dry run (``dry_run`` over
-``dry_tokens``: a chain's half the tokens, a tree's all of them; here from the prompts themselves) and the run (``speculative_generate`` or ``tree_batches``), both at
-the same batch, and prints per batch iteration: wall clock, draft / target / verifier calls and the rest, and
+``dry_tokens``: a chain's half the tokens, a tree's all of them; here from the prompts themselves) and the run
+(``speculative_generate`` or ``tree_batches``), both at the same batch, and prints per batch iteration: wall clock, draft / target / verifier calls and the rest, and
 counters patched into the loop for the duration —
 
 * chains with a verifier that carries residual targets (v1 block verification): the time in ``current_targets``,
@@ -104,9 +104,9 @@ class Counters:
 
 def _phase(name: str, iterations: int, wall, draft, target, verify, c: dict, by_width: dict) -> dict:
     n = max(iterations, 1)
-    widest = max(by_width, key=lambda w: len(by_width[w]), default=0)  # the most frequent scored width
+    common = max(by_width, key=lambda w: len(by_width[w]), default=0)  # the most frequent scored width
     row = {"phase": name, "iterations": iterations, "wall_ms": wall / n, "draft_ms": draft / n,
-           "common_width": int(widest), "target_call_at_common_width_ms": float(np.mean(by_width[widest]))
+           "common_width": int(common), "target_call_at_common_width_ms": float(np.mean(by_width[common]))
            if by_width else 0.0, "target_call_ms_by_width": {int(w): float(np.mean(v)) for w, v in by_width.items()},
            "target_ms": target / n, "verify_ms": verify / n, "rest_ms": (wall - draft - target - verify) / n,
            "current_targets_ms": 1e3 * c["current_targets_s"] / n, "passes": c["passes"] / n,
@@ -114,7 +114,8 @@ def _phase(name: str, iterations: int, wall, draft, target, verify, c: dict, by_
            "groups": c["groups"] / max(c["carried_calls"], 1), "grow_outside_ms": 1e3 * c["grow_outside_s"] / n,
            "slots": float(np.mean(c["slots"])) if c["slots"] else 0.0}
     print(f"{name:4s} {iterations:4d} it | ms/it wall {row['wall_ms']:7.1f} draft {row['draft_ms']:6.1f} target "
-          f"{row['target_ms']:6.1f} (a call at {widest}: {row['target_call_at_common_width_ms']:6.1f}) verify {row['verify_ms']:5.1f} rest {row['rest_ms']:6.1f} | current_targets "
+          f"{row['target_ms']:6.1f} (a call at {common}: {row['target_call_at_common_width_ms']:6.1f}) verify "
+          f"{row['verify_ms']:5.1f} rest {row['rest_ms']:6.1f} | current_targets "
           f"{row['current_targets_ms']:6.1f} passes {row['passes']:4.1f} windows/pass {row['active_windows']:4.2f} "
           f"groups {row['groups']:4.2f} | grow outside calls {row['grow_outside_ms']:6.1f} KV slots "
           f"{row['slots']:6.1f}", flush=True)
@@ -205,7 +206,7 @@ def main(argv=None) -> int:
     common = next(r["common_width"] for r in rows if r["phase"] == "run")  # the run's most frequent width
     at = {ph: [r["target_call_ms_by_width"][common] for r in rows if r["phase"] == ph
                and common in r["target_call_ms_by_width"]] for ph in ("dry", "run")}
-    if common is not None and at["dry"] and at["run"]:
+    if at["dry"] and at["run"]:
         print(f"a target call scoring {common} tokens per sequence: run {np.mean(at['run']):.1f} ms, dry run "
               f"{np.mean(at['dry']):.1f} ms (x {np.mean(at['run']) / np.mean(at['dry']):.3f})")
     if args.json:

@@ -39,7 +39,6 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -56,7 +55,7 @@ from .adaptive_predict import NO_HEAD_RULE, frontier_predictor, policy_key
 from .drafters import load_pair
 from .loop import chunks, plain_generate, speculative_batches, speculative_generate
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
-from .peer import choose_peer, hf_batches, peer_record
+from .peer import choose_peer, peer_entries, peer_runs
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 from .runs import (
     engine_fields,
@@ -341,9 +340,7 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
     if hf and prediction_prompts:
         peer, peer_choice = choose_peer(pair.target, prediction_prompts[:hf_prompts], max_new_tokens,
                                         sampling=sampling, seed=seed)
-    if peer is not None:
-        runs += [partial(hf_batches, peer, prompts, max_new_tokens, assisted=True),
-                 partial(hf_batches, peer, prompts, max_new_tokens, assisted=False)]
+    runs += peer_runs(peer, prompts, max_new_tokens)
     timed = timed_runs(pair.target, prompts, runs, max_new_tokens, sampling=sampling, seed=seed,
                        batch_size=batch_size, warm_up=warm_up, progress=progress, desc="frontier runs",
                        attempts=timing_attempts)
@@ -359,12 +356,7 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
         out["threshold_unlagged"] = []
     if timing["unreliable_timing"]:
         out["unreliable_timing"] = timing["unreliable_timing"]
-    if peer is not None:  # its speedup over its own plain generate, and over otspec's plain sampling
-        out["hf_assisted"] = {**peer_record(*peer_results, baseline["rounds"]), "choice": peer_choice}
-    elif peer_choice is not None:
-        out["hf_assisted"] = None
-        out["hf_assisted_skipped"] = ("no draft Hugging Face assisted generation takes for this target: " + "; ".join(
-            f"{k}: {v['skipped']}" for k, v in peer_choice["candidates"].items()))
+    out.update(peer_entries(peer_choice, peer_results, baseline["rounds"]))  # over its plain generate and ours
     predict, profile = frontier_predictor(pair, prediction_prompts, plan, controller, max_new_tokens, sampling=sampling,
                                           seed=seed, batch_size=batch_size, rule=rule, units=len(prompts))
     if profile is not None:

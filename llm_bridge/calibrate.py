@@ -12,9 +12,10 @@ a batch at a time, and in each *round* measures, in one window:
   run's batch, from a quarter of the continuation on (:func:`dry_tokens`: half the run's tokens), where a wrapper
   (:class:`ZeroAcceptance`) calls the verifier and then keeps none of the drafts (the target's own draw is
   emitted as the correction, so the text is like plain decoding's), so every iteration drafts its full length (a
-  prompt-lookup drafter: what it finds) and the context grows one token per iteration. Each iteration's wall clock and its draft, target and verifier time are kept. Tree
-  configurations run the tree loop with their own verifier, whole, from the prompt (its acceptance is not used:
-  only what each iteration costs).
+  prompt-lookup drafter: what it finds) and the context grows one token per iteration. Each iteration's wall
+  clock and its draft, target and verifier time are kept. Tree configurations run the tree loop with their own
+  verifier, whole, from the prompt (its acceptance is not used: only what each iteration costs;
+  :func:`dry_contexts`).
 
 This machine's speed drifts by several per cent over minutes; plain decoding and the dry runs measured round by
 round drift together, so their ratio, which the speedup is, holds (the measured runs are interleaved the same way,
@@ -50,7 +51,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from otspec.drafts import ConfidenceTree, DraftTree
 from otspec.engine.controllers import as_controller
 from otspec.engine.loop import chain_loop
 
@@ -58,6 +58,7 @@ from .dry_runs import (
     IterationClock,
     ZeroAcceptance,
     config_key,
+    dry_contexts,
     dry_run,
     dry_tokens,
     uses_host_rows,
@@ -346,13 +347,10 @@ def calibrate(pair, prompts, max_new_tokens: int, *, chains=(), trees=(), sampli
             tokens += _plain_chunk(pair, chunk, N, sampling=sampling, cache=cache, rng=rng, timer=timer, clock=clock)
             rounds += [k] * (len(clock.rows) - done)
             bar.update()
-            quarter = [np.concatenate([np.asarray(p, dtype=np.int64), t[:N // 4]])
-                       for p, t in zip(chunk, tokens[-len(chunk):], strict=True)]
-            whole = [np.asarray(p, dtype=np.int64) for p in chunk]
             for key, verifier, draft in configs:
-                tree = isinstance(draft, (DraftTree, ConfidenceTree))  # a tree's dry run is a whole run (dry_tokens)
-                cols = dry_run(pair, verifier, draft, whole if tree else quarter, dry_tokens(N, draft),
-                               sampling=sampling, cache=cache, seed=seed + k, rule=rule)
+                contexts, n_dry = dry_contexts(draft, chunk, tokens[-len(chunk):], N)
+                cols = dry_run(pair, verifier, draft, contexts, n_dry, sampling=sampling, cache=cache, seed=seed + k,
+                               rule=rule)
                 for name, values in cols.items():
                     if name == "kind":
                         dry[key]["kind"] = values

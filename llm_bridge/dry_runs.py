@@ -23,7 +23,8 @@ from .loop import cache_room
 from .measure import CallTimer
 from .sessions import ModelSession
 
-__all__ = ["IterationClock", "ZeroAcceptance", "config_key", "dry_run", "dry_tokens", "uses_host_rows"]
+__all__ = ["IterationClock", "ZeroAcceptance", "config_key", "dry_contexts", "dry_run", "dry_tokens",
+           "uses_host_rows"]
 
 
 class ZeroAcceptance(Verifier):
@@ -123,7 +124,8 @@ def _rng(seed, pair):
 
 def dry_run(pair, verifier, draft, contexts, n_tokens, *, sampling, cache, seed, rule="match") -> dict:
     """One zero-acceptance dry run (chains) or tree run of ``verifier`` on ``draft`` (L, a draft-length controller or
-    a tree): per-iteration columns of :class:`IterationClock` (the first iteration, which holds the prefill, left out)."""
+    a tree): per-iteration columns of :class:`IterationClock` (the first iteration, which holds the prefill, left
+    out)."""
     timer, B = CallTimer(pair.target.device), len(contexts)
     tree = isinstance(draft, (DraftTree, ConfidenceTree))
     ctrl = None if tree else as_controller(draft)
@@ -140,8 +142,8 @@ def dry_run(pair, verifier, draft, contexts, n_tokens, *, sampling, cache, seed,
         tree_loop(session, target, verifier, draft, n_tokens, np.random.default_rng(seed), rule=rule,
                   prompts=contexts, timer=timer, observers=[clock, trace])
     else:
-        chain_loop(session, target, ZeroAcceptance(verifier, timer), ctrl, n_tokens, _rng(seed, pair), prompts=contexts,
-                   timer=timer, observers=[clock])
+        chain_loop(session, target, ZeroAcceptance(verifier, timer), ctrl, n_tokens, _rng(seed, pair),
+                   prompts=contexts, timer=timer, observers=[clock])
     out = {"kind": "tree" if tree else "chain", **clock.columns()}
     if tree:
         out["trace_calls"] = trace.calls[1:]
@@ -161,7 +163,7 @@ class _TreeCalls(Observer):
 def dry_tokens(n_tokens: int, draft) -> int:
     """Tokens a dry run decodes per round. A chain's: half the run's (from a quarter of its continuation on, so the
     dry run's context spans the run's middle half), and enough for its longest drafts to recur. A tree's: the whole
-    run's, from the prompt (:func:`calibrate`).
+    run's, from the prompt (:func:`dry_contexts`).
 
     Half and not less: the KV cache carries the slots that verification rolled back until enough pile up to
     compact them, so a target call late in a run scores against more slots than its context. On llm_distilled
@@ -178,6 +180,15 @@ def dry_tokens(n_tokens: int, draft) -> int:
     if isinstance(draft, (DraftTree, ConfidenceTree)):
         return int(n_tokens)
     return max(n_tokens // 2, as_controller(draft).max_length * 2 + 4)
+
+
+def dry_contexts(draft, prompts, continuations, n_tokens: int) -> tuple[list, int]:
+    """Where a calibration round's dry run of ``draft`` starts, and the tokens it decodes (:func:`dry_tokens`): a
+    chain's from a quarter of each prompt's plain ``continuations`` on, a tree's from the prompts themselves."""
+    if isinstance(draft, (DraftTree, ConfidenceTree)):
+        return [np.asarray(p, dtype=np.int64) for p in prompts], dry_tokens(n_tokens, draft)
+    return ([np.concatenate([np.asarray(p, dtype=np.int64), t[:n_tokens // 4]])
+             for p, t in zip(prompts, continuations, strict=True)], dry_tokens(n_tokens, draft))
 
 
 def config_key(verifier_name: str, draft) -> str:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -39,8 +40,8 @@ from .drafters import NGramDrafter, Pair, make_drafter
 from .loop import chunks, finish, interleave
 from .sampling import DEFAULT_SAMPLING, Sampling
 
-__all__ = ["PEER_DRAFTS", "HFResult", "choose_peer", "hf_assisted", "hf_batches", "hf_decode_step", "peer_record",
-           "round_bootstrap_ci"]
+__all__ = ["PEER_DRAFTS", "HFResult", "choose_peer", "hf_assisted", "hf_batches", "hf_decode_step", "peer_entries",
+           "peer_record", "peer_runs", "round_bootstrap_ci"]
 
 #: The candidate drafts of Hugging Face assisted generation for a target, as :func:`make_drafter` names them:
 #: prompt lookup (``prompt_lookup_num_tokens``), then draft models (``assistant_model``).
@@ -260,6 +261,27 @@ def peer_record(assisted_result, plain_result, baseline_rounds=None) -> dict:
             out["speedup_vs_baseline"] = float(a.tokens_per_s / (base[:, 0].sum() / base[:, 1].sum()))
             out["speedup_vs_baseline_ci"] = {k: ci[k] for k in ("low", "high", "median", "method")}
     return out
+
+
+def peer_runs(peer, prompts, max_new_tokens: int) -> list:
+    """The peer's two runs for :func:`llm_bridge.runs.timed_runs`, to decode each batch in turn with the others:
+    assisted generation with ``peer``'s draft, then the target's plain ``generate`` (``[]`` without a peer)."""
+    if peer is None:
+        return []
+    return [partial(hf_batches, peer, prompts, max_new_tokens, assisted=True),
+            partial(hf_batches, peer, prompts, max_new_tokens, assisted=False)]
+
+
+def peer_entries(choice, results, baseline_rounds) -> dict:
+    """A record's peer keys from :func:`choose_peer`'s ``choice`` and the results of :func:`peer_runs`:
+    ``hf_assisted`` (:func:`peer_record` with the choice), or ``hf_assisted`` ``None`` and ``hf_assisted_skipped``
+    (why) when no draft could be used; ``{}`` when no peer was sought (``choice`` is ``None``)."""
+    if choice is None:
+        return {}
+    if results is None:
+        return {"hf_assisted": None, "hf_assisted_skipped": "no draft Hugging Face assisted generation takes for this "
+                "target: " + "; ".join(f"{k}: {v['skipped']}" for k, v in choice["candidates"].items())}
+    return {"hf_assisted": {**peer_record(*results, baseline_rounds), "choice": choice}}
 
 
 def round_bootstrap_ci(num_rounds, den_rounds, *, confidence: float = 0.95, draws: int = 4000, seed: int = 0) -> dict:

@@ -47,7 +47,6 @@ import platform
 import re
 import sys
 import time
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -77,7 +76,7 @@ from .models import (
     resolve_dtype,
 )
 from .ngram_replays import NGRAM_METHOD, ngram_pairs
-from .peer import choose_peer, hf_batches, hf_decode_step, peer_record
+from .peer import choose_peer, hf_decode_step, peer_entries, peer_runs
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 from .runs import (
     ENGINE_KEYS,
@@ -236,9 +235,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     runs += [lambda name=name, tree=tree, **kw: tree_batches(pair, ids, TREE_VERIFIERS[name](), tree,
                                                              max_new_tokens, rule=rule, defer_closed_forms=True, **kw)
              for name, tree in tree_configs]
-    if peer is not None:
-        runs += [partial(hf_batches, peer, ids, max_new_tokens, assisted=True),
-                 partial(hf_batches, peer, ids, max_new_tokens, assisted=False)]
+    runs += peer_runs(peer, ids, max_new_tokens)
     timed = timed_runs(pair.target, ids, runs, max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size,
                        cache=cache, warm_up=warm_up, check_seed=seed + PREDICTION_SEED_OFFSET, progress=progress,
                        attempts=timing_attempts)
@@ -287,12 +284,8 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
         record["tree_runs"] = tree_runs
         record["settings"].update(trees=[str(t) for t in trees], rule=rule)
     phase("predictions done")
-    record["hf_assisted"] = None
-    if hf and peer is None:
-        record["hf_assisted_skipped"] = ("no draft Hugging Face assisted generation takes for this target: "
-                                         + "; ".join(f"{k}: {v['skipped']}" for k, v in peer_choice["candidates"].items()))
-    elif hf:  # its speedup over its own plain generate, and over otspec's plain sampling, interleaved with the runs
-        record["hf_assisted"] = {**peer_record(*peer_results, baseline["rounds"]), "choice": peer_choice}
+    # its speedup over its own plain generate, and over otspec's plain sampling, interleaved with the runs
+    record.update({"hf_assisted": None, **peer_entries(peer_choice, peer_results, baseline["rounds"])})
     if hf and max_new_tokens >= 2:  # the otspec decode step against Hugging Face's, same cache kind
         step = hf_decode_step(pair, ids[:min(2, len(ids))], max_new_tokens, sampling=sampling, seed=seed, cache=cache)
         step["otspec_step_ratio"] = (None if step["ms_per_token"] is None
