@@ -221,19 +221,29 @@ class CostProfile:
 
         return cost
 
-    def factors(self, key: str, draws: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    def factors(self, key: str, draws: int, seed: int = 0, rounds: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Relative bootstrap resamples (plain step, dry-run iteration) of the profile's means, ``draws`` each. The
         calibration's rounds (plain decoding and every dry run of one batch, in one window) are resampled together,
         so a stretch where the machine ran slower moves both; without rounds, the timed steps and iterations are
-        resampled on their own."""
+        resampled on their own.
+
+        ``rounds``: how many rounds each draw takes (default: as many as the profile kept, the uncertainty of its
+        means). With the number of timing rounds of a run still to be measured, the draws are the spread of that
+        run's own means: its timing noise, as the calibration saw the machine's round-to-round noise. A profile
+        without rounds has no such spread to give, so its factors are then all 1."""
         rng = np.random.default_rng(seed)
         plain = np.asarray(self.plain["step_ms"], dtype=np.float64)
         wall = np.asarray(self.dry[key]["wall_ms"], dtype=np.float64)
         if "round" not in self.plain or "round" not in self.dry[key]:
+            if rounds is not None:
+                return np.ones(draws), np.ones(draws)
             return tuple(x[rng.integers(0, x.size, size=(draws, x.size))].mean(axis=1) / x.mean() for x in (plain, wall))
         ids = np.setdiff1d(np.union1d(self.plain["round"], self.dry[key]["round"]), self.disturbed_rounds()).astype(
             np.int64)
-        pick = ids[rng.integers(0, ids.size, size=(draws, ids.size))]
+        size = ids.size if rounds is None else int(rounds)
+        if size < 1:
+            raise ValueError(f"rounds: expected a positive number of rounds, got {rounds}")
+        pick = ids[rng.integers(0, ids.size, size=(draws, size))]
         out = []
         for x, rounds in ((plain, self.plain["round"]), (wall, self.dry[key]["round"])):
             rounds = np.asarray(rounds, dtype=np.int64)

@@ -87,6 +87,11 @@ def _call_costs(result) -> tuple[float, float]:
 #: Draws of the speedup's prediction interval (prompts and the profile resampled together).
 WALL_CLOCK_DRAWS = 2000
 
+#: What the interval adds to :data:`otspec.engine.predict.WALL_CLOCK_METHOD`: the measured run's own timing noise.
+RUN_NOISE_METHOD = ("; with the measured run's own timing noise: each draw also takes {rounds} of the calibration's "
+                    "rounds (plain decoding and the dry run of one round together), as many as the run will time, and "
+                    "scales both sides by their means")
+
 
 def wall_clock_prediction(profile, key: str, prediction, *, batch_size: int, units: int, n_tokens: int,
                           seed: int = 0) -> dict:
@@ -100,10 +105,15 @@ def wall_clock_prediction(profile, key: str, prediction, *, batch_size: int, uni
     if key not in profile.dry:
         return {"source": None, "note": f"the cost profile has no dry run of {key}"}
     plain_f, cost_f = profile.factors(key, WALL_CLOCK_DRAWS, seed)
+    rounds = -(-int(units) // int(batch_size))  # the measured run's timing rounds: one per batch of prompts
+    run_plain, run_cost = profile.factors(key, WALL_CLOCK_DRAWS, seed + 1, rounds=rounds)
     out = predict_wall_clock(prediction.traces, batch=batch_size, units=units, n_tokens=n_tokens,
                              plain_step=profile.plain_step_ms(), iteration_cost=profile.iteration_cost(key),
-                             plain_factors=plain_f, cost_factors=cost_f, draws=WALL_CLOCK_DRAWS, seed=seed)
-    return {"source": "cost_profile", "profile_config": key, "costs_ms": profile.config(key), **out}
+                             plain_factors=plain_f * run_plain, cost_factors=cost_f * run_cost,
+                             draws=WALL_CLOCK_DRAWS, seed=seed)
+    out["method"] += RUN_NOISE_METHOD.format(rounds=rounds)
+    return {"source": "cost_profile", "profile_config": key, "costs_ms": profile.config(key), "run_rounds": rounds,
+            **out}
 
 
 def speedup_fields(result, baseline: dict, be: dict) -> dict:

@@ -171,3 +171,47 @@ def test_calibrate_on_a_tiny_pair():
     assert prof.config("block_v1:L=2")["extra_calls"] == pytest.approx(1.0)
     assert prof.dry["kseq:2x1"]["kind"] == "tree" and prof.prompt_ids == [7, 8, 9, 10]
     assert CostProfile.from_json(json.loads(json.dumps(prof.to_json()))).config("kseq:2x1") == prof.config("kseq:2x1")
+
+
+def test_the_measured_runs_own_timing_noise_is_drawn_from_the_calibrations_rounds():
+    prof, key = synthetic_profile(), "block_v1:L=3"
+    # six rounds whose plain steps and dry iterations differ together by up to 10 %, the dry runs by 4 % more
+    prof.plain["round"] = [i % 6 for i in range(20)]
+    level = {k: 1.0 + 0.1 * np.sin(k) for k in range(6)}
+    prof.plain["step_ms"] = [10.0 * level[i % 6] for i in range(20)]
+    dry = prof.dry[key]
+    dry["round"] = [0, 1, 2, 3, 4, 5]
+    dry["wall_ms"] = [20.0 * level[k] * (1.04 if k % 2 else 0.96) for k in dry["round"]]
+    whole = prof.factors(key, 3000, seed=3)
+    np.testing.assert_array_equal(whole[0], prof.factors(key, 3000, seed=3, rounds=6)[0])  # the default: all 6
+    one, two = prof.factors(key, 3000, seed=3, rounds=1), prof.factors(key, 3000, seed=3, rounds=32)
+    spread = [np.std(np.log(f[0] / f[1])) for f in (one, whole, two)]
+    assert spread[0] > 2 * spread[1] > 2 * spread[2] > 0  # a run of fewer rounds is noisier: about 1 / sqrt(rounds)
+    assert spread[0] / spread[1] == pytest.approx(np.sqrt(6), rel=0.15)
+    with pytest.raises(ValueError, match="rounds"):
+        prof.factors(key, 10, rounds=0)
+    # without rounds the profile gives no run noise: ones, while its own resampling stays
+    for col in (prof.plain, dry):
+        col.pop("round")
+    assert np.all(prof.factors(key, 50, rounds=4)[0] == 1) and prof.factors(key, 50)[1].std() > 0
+
+
+def test_the_predicted_speedups_interval_carries_the_measured_runs_timing_noise():
+    from types import SimpleNamespace
+
+    from llm_bridge.runs import wall_clock_prediction
+    prof, key = synthetic_profile(), "block_v1:L=3"
+    prof.plain["round"] = [i % 4 for i in range(20)]
+    prof.plain["step_ms"] = [10.0 * (1.0 + 0.05 * (i % 4)) for i in range(20)]
+    prof.dry[key]["round"] = [0, 1, 2, 3, 0, 1]
+    width = np.full((6, 3, 5), 3)
+    width[..., -1] = -1
+    pred = SimpleNamespace(traces={"width": width, "calls": np.where(width >= 0, 3, -1)})
+    wide = wall_clock_prediction(prof, key, pred, batch_size=1, units=2, n_tokens=8)
+    narrow = wall_clock_prediction(prof, key, pred, batch_size=1, units=64, n_tokens=8)
+    assert wide["run_rounds"] == 2 and narrow["run_rounds"] == 64
+    assert "own timing noise" in wide["method"] and "2 of the calibration's rounds" in wide["method"]
+    # the point prediction is the same; two timed rounds leave a wider interval than 64
+    assert wide["speedup"] == pytest.approx(narrow["speedup"], rel=1e-12)
+    assert wide["high"] - wide["low"] > narrow["high"] - narrow["low"] > 0
+    assert wall_clock_prediction(prof, key, pred, batch_size=8, units=64, n_tokens=8)["run_rounds"] == 8
