@@ -229,6 +229,13 @@ def test_record_markdown_prints_the_target_call_interval_and_batch_size_where_th
     assert ("t_target(n) in ms (median [low, high]) at a 70-token context, batch 8: n=1: 10.0 [9.5, 10.8], "
             "n=3: 12.5 [12.0, 13.0])." in new)
     assert " on cpu (float32, 4 threads" in new  # a CPU record names no card
+    assert "not monotone" not in new
+    # a curve that falls beyond noise says where, and that each width is charged its own time
+    rec["profile"].update(t_target_ms={"1": 10.0, "3": 12.5, "4": 11.0},
+                          monotone={"monotone": False, "exceptions": [[3, 4]], "tolerance": 0.03})
+    flat = record_markdown(rec).split("Drafter:")[1].split("\n")[0]
+    assert "n=4: 11.0; not monotone beyond noise at n = 3 → 4 (the wider call's median more than 3 % below" in flat
+    assert "charges each width its own measured time" in flat
     rec["settings"]["accelerator"] = "NVIDIA H200"  # a GPU record names its card
     assert " on cpu (NVIDIA H200) (float32, 4 threads" in record_markdown(rec)
 

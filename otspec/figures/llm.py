@@ -112,6 +112,13 @@ def _t_target_text(prof: dict) -> str:
     if prof.get("batch_size") is not None:
         where += f", batch {prof['batch_size']}"
     text = f"t_target(n) in ms{' (median [low, high])' if spread else ''} {where}: {', '.join(cells)}"
+    mono = prof.get("monotone") or {}
+    if mono.get("monotone") is False and mono.get("exceptions"):
+        pairs = ", ".join(f"n = {a} → {b}" for a, b in mono["exceptions"])
+        text += (f"; not monotone beyond noise at {pairs} (the wider call's median more than "
+                 f"{100 * mono.get('tolerance', 0.03):.0f} % below the narrower one's interval); the medians are not "
+                 "smoothed: the prediction charges each width its own measured time, so an iteration scoring the "
+                 "narrower width is charged more)")
     if prof.get("disturbed_rounds"):
         text += (f"; calibration rounds {', '.join(map(str, prof['disturbed_rounds']))} set aside (plain decoding more "
                  f"than {100 * prof.get('round_tolerance', 0.25):.0f} % slower per step than the median round)")

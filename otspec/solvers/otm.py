@@ -225,23 +225,28 @@ def otm_maxflow(draft, target, k: int, replacement: bool = True) -> OTMResult:
         raise SizeLimitError(f"the OTM flow network for V={V}, k={k} has {n_edges:,} set -> token edges, above "
                              f"MAX_FLOW_EDGES = {MAX_FLOW_EDGES:,}; use otm_value (exact, no plan) instead",
                              size=n_edges, limit=MAX_FLOW_EDGES)
+    # Integer node labels: preflow-push keeps its active nodes in Python sets, whose order for labels holding a
+    # string changes with each process's hash seed; with ints it is fixed, so the same rows give the same plan in
+    # every run (the optimum is often not unique, and which optimal plan a tree verifier follows moves its deeper
+    # acceptance). Nodes: source 0, sink 1, token y at 2 + y, draft set i at 2 + V + i.
+    source, sink = 0, 1
     G = nx.DiGraph()
-    G.add_node("source")
-    G.add_node("sink")
+    G.add_node(source)
+    G.add_node(sink)
     for y in np.flatnonzero(q > 0):
-        G.add_edge(("y", int(y)), "sink", capacity=round(float(q[y]) * _FLOW_SCALE))
+        G.add_edge(2 + int(y), sink, capacity=round(float(q[y]) * _FLOW_SCALE))
     for i in range(sets.shape[0]):
         ys = np.flatnonzero(useful[i])
         if ys.size == 0:
             continue
-        G.add_edge("source", ("S", i), capacity=round(float(set_mass[i]) * _FLOW_SCALE))
+        G.add_edge(source, 2 + V + i, capacity=round(float(set_mass[i]) * _FLOW_SCALE))
         for y in ys:
-            G.add_edge(("S", i), ("y", int(y)))  # no capacity attribute: infinite
-    flow_value, flow = nx.maximum_flow(G, "source", "sink", flow_func=preflow_push)
+            G.add_edge(2 + V + i, 2 + int(y))  # no capacity attribute: infinite
+    flow_value, flow = nx.maximum_flow(G, source, sink, flow_func=preflow_push)
     set_flow = np.zeros(sets.shape, dtype=np.float64)
     for i in range(sets.shape[0]):
-        for node, f in flow.get(("S", i), {}).items():
-            set_flow[i, node[1]] = f / _FLOW_SCALE
+        for node, f in flow.get(2 + V + i, {}).items():
+            set_flow[i, node - 2] = f / _FLOW_SCALE
     share = probs / set_mass[inverse]
     plan = set_flow[inverse] * share[:, None]
     r = np.maximum(probs - plan.sum(axis=1), 0.0)
