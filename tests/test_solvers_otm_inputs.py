@@ -157,3 +157,29 @@ def test_rho_star_from_sorted_ratios_equals_a_root_finder_on_the_direct_sum():
     torch = pytest.importorskip("torch")
     on_torch = kseq_rho_star(torch.from_numpy(P), torch.from_numpy(Q), torch.tensor(ks, dtype=torch.float64))
     assert np.abs(on_torch.numpy() - one_by_one).max() <= 1e-12
+
+
+_PLAN_DIGEST = """
+import hashlib, numpy as np
+from otspec.solvers import otm_maxflow
+rng = np.random.default_rng(7)
+digest = hashlib.sha256()
+for p, q in [(np.full(4, 0.25), np.full(4, 0.25)), (rng.dirichlet(np.ones(5)), rng.dirichlet(np.ones(5)))]:
+    for k, replacement in [(2, True), (3, True), (2, False)]:
+        digest.update(otm_maxflow(p, q, k, replacement).plan[1].tobytes())
+print(digest.hexdigest())
+"""
+
+
+def test_the_max_flow_plan_is_the_same_in_every_process():
+    # the optimal plan is not unique (uniform rows: many couplings attain it); which one the solver returns must
+    # not depend on the process's string hash seed, or figures built on the plan differ from run to run
+    import os
+    import subprocess
+    import sys
+    digests = set()
+    for seed in ("1", "2", "3", "4"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run([sys.executable, "-c", _PLAN_DIGEST], env=env, capture_output=True, text=True, check=True)
+        digests.add(out.stdout.strip())
+    assert len(digests) == 1
