@@ -245,11 +245,11 @@ class CostProfile:
             raise ValueError(f"rounds: expected a positive number of rounds, got {rounds}")
         pick = ids[rng.integers(0, ids.size, size=(draws, size))]
         out = []
-        for x, rounds in ((plain, self.plain["round"]), (wall, self.dry[key]["round"])):
-            rounds = np.asarray(rounds, dtype=np.int64)
-            ref = x[np.isin(rounds, ids)].mean()  # the mean the profile uses: rounds set aside excluded
-            total = np.bincount(rounds, weights=x, minlength=ids.max() + 1)[pick].sum(axis=1)
-            count = np.bincount(rounds, minlength=ids.max() + 1)[pick].sum(axis=1)
+        for x, of in ((plain, self.plain["round"]), (wall, self.dry[key]["round"])):
+            of = np.asarray(of, dtype=np.int64)  # the round of each step / iteration
+            ref = x[np.isin(of, ids)].mean()  # the mean the profile uses: rounds set aside excluded
+            total = np.bincount(of, weights=x, minlength=ids.max() + 1)[pick].sum(axis=1)
+            count = np.bincount(of, minlength=ids.max() + 1)[pick].sum(axis=1)
             out.append(np.where(count > 0, total / np.maximum(count, 1), ref) / ref)
         return out[0], out[1]
 

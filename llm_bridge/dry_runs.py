@@ -19,7 +19,7 @@ from otspec.engine.loop import chain_loop, tree_loop
 from otspec.engine.observers import Observer
 from otspec.verifiers.base import Outcome, Verifier
 
-from .loop import cache_room
+from .loop import cache_room, loop_generator, uses_host_rows
 from .measure import CallTimer
 from .sessions import ModelSession
 
@@ -109,19 +109,6 @@ class IterationClock(Observer):
                                                        "width")}
 
 
-def uses_host_rows(pair) -> bool:
-    return str(pair.target.device) == "cpu" or pair.drafter.deterministic
-
-
-def _rng(seed, pair):
-    """The loop's generator, as the measured runs make it: numpy for host rows, else a seeded ``torch.Generator``."""
-    if uses_host_rows(pair):
-        return np.random.default_rng(seed)
-    import torch
-
-    return torch.Generator(device=pair.target.device).manual_seed(int(seed))
-
-
 def dry_run(pair, verifier, draft, contexts, n_tokens, *, sampling, cache, seed, rule="match") -> dict:
     """One zero-acceptance dry run (chains) or tree run of ``verifier`` on ``draft`` (L, a draft-length controller or
     a tree): per-iteration columns of :class:`IterationClock` (the first iteration, which holds the prefill, left
@@ -142,7 +129,8 @@ def dry_run(pair, verifier, draft, contexts, n_tokens, *, sampling, cache, seed,
         tree_loop(session, target, verifier, draft, n_tokens, np.random.default_rng(seed), rule=rule,
                   prompts=contexts, timer=timer, observers=[clock, trace])
     else:
-        chain_loop(session, target, ZeroAcceptance(verifier, timer), ctrl, n_tokens, _rng(seed, pair),
+        chain_loop(session, target, ZeroAcceptance(verifier, timer), ctrl, n_tokens,
+                   loop_generator(seed, None if host else pair.target.device),
                    prompts=contexts, timer=timer, observers=[clock])
     out = {"kind": "tree" if tree else "chain", **clock.columns()}
     if tree:

@@ -39,8 +39,8 @@ from .measure import CallTimer, two_point
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .sessions import ModelSession
 
-__all__ = ["BridgeResult", "finish", "interleave", "plain_batches", "plain_generate", "speculative_batches",
-           "speculative_generate"]
+__all__ = ["BridgeResult", "finish", "interleave", "loop_generator", "plain_batches", "plain_generate",
+           "speculative_batches", "speculative_generate", "uses_host_rows"]
 
 
 @dataclass
@@ -97,8 +97,15 @@ def chunks(prompts, batch_size):
     return [(i, prompts[i:i + size]) for i in range(0, len(prompts), size)]
 
 
-def _generator(seed, device):
-    """The loop's random generator: numpy for host rows, a seeded ``torch.Generator`` on ``device`` otherwise."""
+def uses_host_rows(pair) -> bool:
+    """Whether a chain run of ``pair`` keeps its rows on the host by default: on a CPU, or with a deterministic
+    drafter (prompt lookup drafts on the host)."""
+    return str(pair.target.device) == "cpu" or pair.drafter.deterministic
+
+
+def loop_generator(seed, device):
+    """The loop's random generator: numpy for host rows (``device`` None), a seeded ``torch.Generator`` on
+    ``device`` otherwise."""
     if device is None:
         return np.random.default_rng(seed)
     import torch
@@ -241,8 +248,8 @@ def speculative_batches(pair, prompts, verifier: Verifier, draft_length, max_new
                          "unlagged head has already fed; use a lagged head (lagged=True) or another verifier")
     L, N = ctrl.max_length, int(max_new_tokens)
     if host_rows is None:
-        host_rows = str(pair.target.device) == "cpu" or pair.drafter.deterministic
-    rng, timer = _generator(seed, None if host_rows else pair.target.device), CallTimer(pair.target.device)
+        host_rows = uses_host_rows(pair)
+    rng, timer = loop_generator(seed, None if host_rows else pair.target.device), CallTimer(pair.target.device)
     ledger, records, out, seconds = Ledger(len(prompts), N, L), _Records(L, verifier, record_law), [], 0.0
     rounds = []
     with _bar(len(prompts) * N, f"{verifier.name} L={L}", progress) as bar:
