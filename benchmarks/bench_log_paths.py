@@ -40,10 +40,10 @@ def _pairs(pair, prompts, paths, depth, sampling, batch):
 
 def _overlap(pairs) -> np.ndarray:
     """(prompts, T): the first draft's overlap with the target, sum min(p, q), at every position of each path."""
-    out = []
-    for draft, target in pairs:
-        p = draft.by_depth[0] if hasattr(draft, "by_depth") else draft.rows
-        out.append(np.minimum(p, target.rows).sum(axis=-1))
+    from otspec.distributions import overlap
+
+    out = [overlap(draft.by_depth[0] if hasattr(draft, "by_depth") else draft.rows, target.rows)
+           for draft, target in pairs]
     T = min(len(x) for x in out)
     return np.stack([x[:T] for x in out])
 
