@@ -27,17 +27,6 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
-def _pairs(pair, prompts, paths, depth, sampling, batch):
-    """(draft, target) replay sources per prompt along ``paths``, as the records' predictions make them."""
-    if pair.drafter.reads_target_features:
-        from llm_bridge.head_replays import head_replays
-
-        return head_replays(pair, prompts, paths, depth, sampling=sampling)
-    from llm_bridge.logrows import record_rows
-
-    return list(record_rows(pair, prompts, paths, sampling=sampling, batch_size=batch).path_pairs())
-
-
 def _overlap(pairs) -> np.ndarray:
     """(prompts, T): the first draft's overlap with the target, sum min(p, q), at every position of each path."""
     from otspec.distributions import overlap
@@ -64,6 +53,7 @@ def main(argv=None) -> int:
         parser.error("--tokens >= 2, --L >= 1, at least one seed and --prompts >= 2")
 
     from llm_bridge.loop import plain_generate
+    from llm_bridge.replays import replay_sources
     from llm_bridge.sampling import DEFAULT_SAMPLING
     from otspec.engine.predict import predict_from_pairs
     from otspec.verifiers import TokenVerify
@@ -96,7 +86,8 @@ def main(argv=None) -> int:
         for k, (name, prompts) in enumerate(sets.items()):
             paths = drawn[k * args.prompts:(k + 1) * args.prompts]
             for N in sorted(horizons, reverse=True):
-                pairs = _pairs(pair, prompts, [t[:N] for t in paths], depth, DEFAULT_SAMPLING, args.batch)
+                pairs = replay_sources(pair, prompts, [t[:N] for t in paths], depth, sampling=DEFAULT_SAMPLING,
+                                       batch_size=args.batch).path_pairs()  # as the records' predictions make them
                 if N == N_max:
                     overlap[name].append(_overlap(pairs))
                 for L in lengths:

@@ -19,7 +19,8 @@ from otspec.sources import DepthPositionalSource
 from otspec.verifiers import TokenVerify
 
 from .calibrate import calibrate
-from .logrows import draft_states_incremental, record_rows
+from .logrows import draft_states_incremental
+from .replays import replay_sources
 from .validate import PREDICTION_SEED_OFFSET
 
 __all__ = ["HEAD_RULE_METHOD", "NO_HEAD_RULE", "frontier_predictor", "longest_draft", "policy_key", "rule_pairs",
@@ -56,24 +57,22 @@ def frontier_predictor(pair, prediction_prompts, plan, controller, max_new_token
                                 chains=[(policy_key(p, v), TokenVerify(), controller(p, v)) for p, v in plan],
                                 sampling=sampling, batch_size=batch_size, cache="auto", seed=seed + PREDICTION_SEED_OFFSET)
     learned = rule == "specdecpp" and any(p != "fixed" for p, _ in plan)  # threshold rows on the learned head
-    if pair.drafter.reads_target_features:  # a feature head: its rows by draft depth along the run
-        from .head_replays import HEAD_METHOD, head_replays
-
-        states = [] if learned and pair.drafter.kind == "eagle" else None  # the head's own states by draft depth
-        replays = head_replays(pair, prediction_prompts, tokens, longest_draft(plan, controller), sampling=sampling,
-                               states=states)
-        pairs, method = (lambda: replays), HEAD_METHOD
-        rule_method = HEAD_METHOD.replace("; interval:", HEAD_RULE_NOTE + "; interval:", 1)
-    elif not pair.drafter.deterministic:
-        log = record_rows(pair, prediction_prompts, tokens, sampling=sampling, batch_size=batch_size,
-                          meta={"seed": seed + PREDICTION_SEED_OFFSET, "use": "predictions of the frontier (other "
-                                "prompts than the measured runs')"})
+    if pair.drafter.deterministic:  # prompt lookup has no frontier of its own
+        return (lambda *_: None), profile
+    head = pair.drafter.reads_target_features
+    states = [] if learned and head and pair.drafter.kind == "eagle" else None  # an EAGLE head's states by depth
+    replays = replay_sources(pair, prediction_prompts, tokens, longest_draft(plan, controller), sampling=sampling,
+                             batch_size=batch_size, states=states,
+                             meta={"seed": seed + PREDICTION_SEED_OFFSET, "use": "predictions of the frontier "
+                                   "(other prompts than the measured runs')"})
+    pairs, method = replays.path_pairs, replays.method
+    if head:
+        rule_method = method.replace("; interval:", HEAD_RULE_NOTE + "; interval:", 1)
+    else:  # a draft model: the learned head reads its hidden state at each logged token
         kept = [(p, t) for p, t in zip(prediction_prompts, tokens, strict=True) if len(t)]  # the log's paths
         states = list(draft_states_incremental(pair.drafter, [p for p, _ in kept], [t for _, t in kept], sampling,
                                                batch_size)) if learned else None
-        pairs, method, rule_method = log.path_pairs, METHOD, HEAD_RULE_METHOD
-    else:
-        return (lambda *_: None), profile
+        rule_method = HEAD_RULE_METHOD
     stops = []  # P-hat along every path, once: the head is the same for every threshold row
 
     def predict(policy, value):

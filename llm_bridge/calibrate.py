@@ -24,12 +24,16 @@ round drift together, so their ratio, which the speedup is, holds (the measured 
 **t_target(n)**: a target call scoring n tokens per sequence, for every width the runs use (1 … L_max + 1 and each
 tree's node count), at the run's batch size and halfway through the run's context (the first batch's prompts plus
 half of their plain continuation), ``reps`` timed calls per width after one untimed call; the median, with a
-bootstrap interval. It gives the shape of the cost in n; the dry runs give its level.
+bootstrap interval. It gives the shape of the cost in n; the dry runs give its level. For a draft model,
+**t_draft(n)** at n = 1, 2 the same way: a draft session that did not feed its last drafted token (every chain but
+v1 block verification's, which asks for the row after it) feeds it with the emitted token in its next first call
+once a sequence kept its whole draft, and a zero-acceptance dry run never does (:meth:`CostProfile.whole_draft_ms`).
 
 From a dry run, :meth:`CostProfile.iteration_cost` builds the cost of an iteration that makes k draft calls and
 scores a widest draft of w tokens (a tree: w nodes):
 
-    (k + extra) · t_draft + scale · t_target(w + 1) + t_verify + overhead_base + overhead_per_token · w,
+    (k + extra) · t_draft + scale · t_target(w + 1) + t_verify + overhead_base + overhead_per_token · w
+    [+ t_draft(2) - t_draft(1) after an iteration in which some sequence of the batch kept its whole draft],
 
 with t_draft the mean draft call, ``extra`` the draft calls beyond one per drafted token (v1 block verification
 asks for the row after the draft), ``scale`` the dry run's target calls over the same widths' calls in
@@ -54,6 +58,7 @@ from tqdm.auto import tqdm
 from otspec.engine.controllers import as_controller
 from otspec.engine.loop import chain_loop
 
+from .drafters import ModelDrafter
 from .dry_runs import (
     IterationClock,
     ZeroAcceptance,
@@ -105,6 +110,9 @@ class CostProfile:
         Mean context length per sequence at the timed t_target calls.
     t_target : dict
         {n: [ms, ...]}: timed target calls scoring n tokens per sequence.
+    t_draft : dict
+        {n: [ms, ...]}: timed draft-model calls feeding n tokens per sequence (n = 1, 2; empty for a head or
+        prompt lookup).
     plain : dict
         Plain decoding of the calibration prompts: ``step_ms`` (each step's wall clock, first steps of a batch
         excluded), ``target_ms`` (its target calls), ``steps``, ``seconds``.
@@ -128,6 +136,7 @@ class CostProfile:
     cache: str = "dynamic"
     threads: int = 1
     seconds: float = 0.0
+    t_draft: dict = field(default_factory=dict)
 
     # --------------------------------------------------------------------------------------- derived quantities
     def widths(self) -> np.ndarray:
@@ -177,9 +186,20 @@ class CostProfile:
         """Plain decoding's mean wall clock per batch step (rounds set aside excluded)."""
         return float(np.mean(np.asarray(self.plain["step_ms"], dtype=np.float64)[self._kept(self.plain)]))
 
+    def whole_draft_ms(self, extra_calls: float, kind: str = "chain") -> float:
+        """What a batch iteration costs more after one in which a sequence kept its whole draft: t_draft(2) -
+        t_draft(1) (medians, at least 0) for a chain whose draft session leaves its last drafted token unfed (no
+        extra draft call per iteration), else 0 (a tree's dry run is the tree loop itself; a head or prompt lookup
+        has no curve)."""
+        if kind != "chain" or extra_calls >= 0.5 or not {1, 2} <= {int(n) for n in self.t_draft}:
+            return 0.0
+        med = {int(n): float(np.median(v)) for n, v in self.t_draft.items()}
+        return max(med[2] - med[1], 0.0)
+
     def config(self, key: str) -> dict:
         """The iteration cost parameters of a dry-run configuration: ``t_draft``, ``extra_calls``, ``scale``,
-        ``t_verify``, ``overhead`` (ms) and ``iteration_ms`` (the dry run's mean iteration)."""
+        ``t_verify``, ``overhead`` (ms), ``after_whole`` (:meth:`whole_draft_ms`) and ``iteration_ms`` (the dry
+        run's mean iteration)."""
         if key not in self.dry:
             raise KeyError(f"no dry run for {key!r} in this profile (it has {sorted(self.dry)})")
         keep = self._kept(self.dry[key])
@@ -194,8 +214,9 @@ class CostProfile:
         verified = width > 0
         overhead = float(np.mean(d["wall_ms"] - d["draft_ms"] - d["target_ms"] - d["verify_ms"]))
         base = min(self.plain_overhead_ms(), overhead)
-        return {"t_draft": t_draft, "extra_calls": float(np.mean(calls[verified] - drafted[verified]))
-                if verified.any() else 0.0,
+        extra = float(np.mean(calls[verified] - drafted[verified])) if verified.any() else 0.0
+        return {"t_draft": t_draft, "extra_calls": extra,
+                "after_whole": self.whole_draft_ms(extra, self.dry[key].get("kind", "chain")),
                 "scale": float(d["target_ms"].sum() / isolated.sum()),
                 "t_verify": float(d["verify_ms"][verified].mean()) if verified.any() else 0.0,
                 "overhead": overhead, "overhead_base": base,
@@ -277,9 +298,11 @@ class CostProfile:
                 "t_target_ms_interval": {str(n): {"low": c["low"], "high": c["high"], "reps": c["n"]}
                                          for n, c in curve.items()},
                 "t_draft_ms": float(np.mean(chain_drafts)) if chain_drafts else 0.0,
+                "t_draft_width_ms": {str(n): float(np.median(v)) for n, v in sorted(self.t_draft.items())},
                 "plain_ms_per_step": self.plain_step_ms(), "configs": configs, "monotone": self.monotone(),
                 "disturbed_rounds": self.disturbed_rounds(), "round_tolerance": ROUND_TOLERANCE,
                 "samples": {"t_target": {str(n): list(map(float, v)) for n, v in self.t_target.items()},
+                            "t_draft": {str(n): list(map(float, v)) for n, v in self.t_draft.items()},
                             "plain": self.plain, "dry": self.dry}}
 
     @classmethod
@@ -290,7 +313,7 @@ class CostProfile:
         return cls(int(data["batch_size"]), int(data["max_new_tokens"]), list(data["prompt_ids"]),
                    float(data["context_tokens"]), {int(n): list(v) for n, v in s["t_target"].items()}, dict(s["plain"]),
                    dict(s["dry"]), data.get("device", "cpu"), data.get("cache", "dynamic"), int(data.get("threads", 1)),
-                   float(data.get("seconds", 0.0)))
+                   float(data.get("seconds", 0.0)), {int(n): list(v) for n, v in s.get("t_draft", {}).items()})
 
 
 # ------------------------------------------------------------------------------------------------ measuring
@@ -305,16 +328,19 @@ def _plain_chunk(pair, chunk, n_tokens, *, sampling, cache, rng, timer, clock) -
     return [np.asarray(t) for t in run.tokens]
 
 
-def _curve(pair, contexts, feed_tokens, widths, *, sampling, cache, reps):
-    """{n: [ms]}: ``reps`` timed target calls scoring n tokens per sequence from ``contexts``, one session per width,
-    the widths taken in turn (rep by rep, so the machine's drift moves every width alike), each after one untimed
-    call; every call commits one token, as a zero-acceptance iteration does."""
+def _curve(pair, contexts, feed_tokens, widths, *, sampling, cache, reps, model=None):
+    """{n: [ms]}: ``reps`` timed target calls (``model``: calls of this draft model) scoring n tokens per sequence
+    from ``contexts``, one session per width, the widths taken in turn (rep by rep, so the machine's drift moves
+    every width alike), each after one untimed call; every call commits one token, as a zero-acceptance iteration
+    does."""
     timer, B = CallTimer(pair.target.device), len(contexts)
     room = cache_room(contexts, reps + 2, max(widths) + 2)
     sessions = {}
     for n in widths:
-        sessions[n] = ModelSession(pair.target.model, B, sampling, cache=cache, max_length=room, timer=None,
-                                   name="target", hidden=pair.drafter.reads_target_features, host_rows=uses_host_rows(pair))
+        sessions[n] = (ModelSession(pair.target.model, B, sampling, cache=cache, max_length=room, timer=None,
+                                    name="target", hidden=pair.drafter.reads_target_features,
+                                    host_rows=uses_host_rows(pair)) if model is None else
+                       ModelSession(model, B, sampling, cache=cache, max_length=room, timer=None, name="draft"))
         sessions[n].start(contexts)
     ones = np.ones(B, dtype=np.int64)
     for rep in range(reps + 1):
@@ -378,7 +404,9 @@ def calibrate(pair, prompts, max_new_tokens: int, *, chains=(), trees=(), sampli
     widths = sorted({1, *range(2, 1 + max((as_controller(d).max_length + 1 for _, _, d in chains), default=1)),
                      *(t.num_tokens + 1 for _, _, t in trees)})
     curve = _curve(pair, half, feed, widths, sampling=sampling, cache=cache, reps=reps)
+    drafts = {} if not chains or not isinstance(pair.drafter, ModelDrafter) else _curve(  # its first call's width
+        pair, half, feed, [1, 2], sampling=sampling, cache=cache, reps=reps, model=pair.drafter.model)
     profile = CostProfile(int(batch_size), N, [int(i) for i in prompt_ids],
                           float(np.mean([c.size for c in half])), curve, plain, dry, str(pair.target.device), cache,
-                          int(torch.get_num_threads()), time.perf_counter() - t0)
+                          int(torch.get_num_threads()), time.perf_counter() - t0, drafts)
     return profile, tokens

@@ -110,7 +110,7 @@ def wall_clock_prediction(profile, key: str, prediction, *, batch_size: int, uni
     out = predict_wall_clock(prediction.traces, batch=batch_size, units=units, n_tokens=n_tokens,
                              plain_step=profile.plain_step_ms(), iteration_cost=profile.iteration_cost(key),
                              plain_factors=plain_f * run_plain, cost_factors=cost_f * run_cost,
-                             draws=WALL_CLOCK_DRAWS, seed=seed)
+                             draws=WALL_CLOCK_DRAWS, seed=seed, after_whole=profile.config(key)["after_whole"])
     out["method"] += RUN_NOISE_METHOD.format(rounds=rounds)
     return {"source": "cost_profile", "profile_config": key, "costs_ms": profile.config(key), "run_rounds": rounds,
             **out}

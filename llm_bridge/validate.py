@@ -59,12 +59,7 @@ from otspec.verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, WHOLE_TREE_REGISTRY
 from .cache import CACHE_KINDS
 from .calibrate import calibrate, config_key
 from .drafters import load_pair
-from .logrows import (
-    DEFAULT_LOG_MAX_KEPT,
-    DEFAULT_LOG_TOP_P,
-    check_loggable,
-    record_rows,
-)
+from .logrows import DEFAULT_LOG_MAX_KEPT, DEFAULT_LOG_TOP_P, check_loggable
 from .loop import plain_generate, speculative_batches, speculative_generate
 from .lossless import first_token_law, root_token_law, two_sample_test
 from .models import (
@@ -75,9 +70,9 @@ from .models import (
     resolve_device,
     resolve_dtype,
 )
-from .ngram_replays import NGRAM_METHOD, ngram_pairs
 from .peer import choose_peer, hf_decode_step, peer_entries, peer_runs
 from .prompts import DATA_DIR, encode_prompts, read_prompts
+from .replays import replay_sources
 from .runs import (
     ENGINE_KEYS,
     MAX_BASELINE_DRIFT,
@@ -310,33 +305,23 @@ def prepare_predictions(pair, prompts, max_new_tokens: int, *, chains, trees, sa
     proposals). Returns ``(profile, predict, log)``: ``predict(verifier, draft)`` is the
     :class:`~otspec.engine.predict.LogPrediction` of a run over ``units`` prompts, ``log`` the logged rows (``None``
     for a head or prompt lookup)."""
-    from .head_replays import HEAD_METHOD, head_replays  # torch at import: only where a run is made
-
     prof, tokens = calibrate(
         pair, prompts, max_new_tokens, chains=[(config_key(name, L), REGISTRY[name](), L) for name, L in chains],
         trees=[(config_key(name, str(t)), v, t) for name, tree in trees
                for v in [TREE_VERIFIERS[name]()] for t in [parse_tree(tree, v.replacement)]],
         sampling=sampling, batch_size=batch_size, cache=cache, seed=seed + PREDICTION_SEED_OFFSET,
         prompt_ids=prompt_ids, rule=rule)
-    log = replays = None
-    method = NGRAM_METHOD
-    if pair.drafter.deterministic:  # prompt lookup: its proposals and the target's rows along the same run
-        replays = ngram_pairs(pair, prompts, tokens, depth=max([L for _, L in chains], default=1), sampling=sampling)
-    elif pair.drafter.reads_target_features:  # a feature head: its rows at every draft depth (v1 reads one past L)
-        replays = head_replays(pair, prompts, tokens, max([L for _, L in chains], default=1) + 1, sampling=sampling,
-                               top_p=log_top_p, max_kept=log_max_kept)
-        method = HEAD_METHOD
-    else:
-        log = record_rows(pair, prompts, tokens, sampling=sampling, top_p=log_top_p, max_kept=log_max_kept,
-                          batch_size=batch_size,
-                          meta={"prompts": len(prompts), "prompt_ids": list(prompt_ids),
-                                "max_new_tokens": max_new_tokens, "seed": seed + PREDICTION_SEED_OFFSET,
-                                "use": "predictions (other prompts than the measured runs')"})
+    replays = replay_sources(pair, prompts, tokens, max([L for _, L in chains], default=1), sampling=sampling,
+                             batch_size=batch_size, top_p=log_top_p, max_kept=log_max_kept,
+                             meta={"prompts": len(prompts), "prompt_ids": list(prompt_ids),
+                                   "max_new_tokens": max_new_tokens, "seed": seed + PREDICTION_SEED_OFFSET,
+                                   "use": "predictions (other prompts than the measured runs')"})
+    log = replays.log
 
     def predict(verifier, draft):
-        if replays is not None:
-            return predict_from_pairs(replays, verifier, draft, sequences=sequences, seed=seed, units=units,
-                                      method=method)
+        if log is None:
+            return predict_from_pairs(replays.pairs, verifier, draft, sequences=sequences, seed=seed, units=units,
+                                      method=replays.method)
         return predict_from_log(log, verifier, draft, sequences=sequences, seed=seed, rule=rule, units=units)
 
     return prof, predict, log

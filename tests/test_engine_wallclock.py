@@ -19,6 +19,7 @@ from otspec.sources import PositionalSource
 from otspec.verifiers import BlockVerify, KSeq, TokenVerify
 
 T_DRAFT, T_FIXED, T_PER_TOKEN, T_VERIFY, OVERHEAD = 0.7, 10.0, 1.5, 0.4, 0.9
+AFTER_WHOLE = 2.5  # a first draft call two tokens wide: after some sequence of the batch kept its whole draft
 
 
 class ChargingTimer:
@@ -26,11 +27,13 @@ class ChargingTimer:
     T_PER_TOKEN, the verifier T_VERIFY per iteration (a tree walk calls it once per level walked: a profile's dry
     run times the iteration's verifier calls together)."""
 
-    def __init__(self):
-        self.total, self.verified = 0.0, False
+    def __init__(self, after_whole: float = 0.0):
+        self.total, self.verified, self.after_whole, self.wide = 0.0, False, after_whole, False
 
     def call(self, kind, n, fn, *args):
         self.total += T_DRAFT if kind == "draft" else 0.0
+        if kind == "draft" and n == 0 and self.wide:  # the iteration's first draft call (the loop passes n = 0)
+            self.total += self.after_whole
         if kind == "verify" and not self.verified:
             self.total, self.verified = self.total + T_VERIFY, True
         if kind == "target":
@@ -45,9 +48,12 @@ class Iterations(Observer):
     def on_chain(self, step):
         self.n += 1
         self.timer.verified = False
+        drafted = np.asarray(step.drafted)
+        self.timer.wide = bool(((drafted > 0) & (np.asarray(step.accepted) == drafted)).any())
 
     def on_tree(self, step):
-        self.on_chain(step)
+        self.n += 1
+        self.timer.verified = False
 
 
 def cost(calls, width):
@@ -63,11 +69,11 @@ def pair(seed: int, V: int = 3, T: int = 24):
     return draft, target
 
 
-def charged_batches(draft, target, verifier, shape, batch, n_tokens, runs, *, tree=False):
+def charged_batches(draft, target, verifier, shape, batch, n_tokens, runs, *, tree=False, after_whole=0.0):
     """Mean charged time of a batch of ``batch`` sequences decoded together by the loop (``runs`` seeds)."""
     totals = []
     for seed in range(runs):
-        timer = ChargingTimer()
+        timer = ChargingTimer(after_whole)
         its = Iterations(timer)
         sessions = (SourceSession(draft, batch, n_tokens + 1, max_prefix=n_tokens - 2),
                     SourceSession(target, batch, n_tokens + 1, max_prefix=n_tokens - 1))
@@ -96,6 +102,27 @@ def test_the_prediction_matches_what_the_loop_charges_a_batch(verifier, L):
     assert out["batch_iterations"] > out["mean_iterations"] * 1.02
     assert out["ignoring_straggling"] > out["speedup"]
     assert out["low"] <= out["speedup"] <= out["high"]
+
+
+def test_an_iteration_after_a_whole_draft_kept_is_charged_its_wider_first_draft_call():
+    """A draft close to the target keeps whole drafts often; the loop charges AFTER_WHOLE to the next iteration's
+    first draft call when any sequence of the batch kept its whole draft, and the prediction, from the replays'
+    ``whole`` traces, must land on it; without the term it misses by the share those iterations make."""
+    draft, target = pair(4)
+    draft = PositionalSource(0.9 * target.rows + 0.1 * draft.rows)
+    N, B, L = 24, 3, 2
+    truth = charged_batches(draft, target, TokenVerify(), L, B, N, runs=400, after_whole=AFTER_WHOLE)
+    pred = predict_from_pairs([(draft, target)], TokenVerify(), L, sequences=1024, seed=1, units=B)
+    assert 0.3 < pred.traces["whole"][pred.traces["width"] > 0].mean() < 0.95
+    common = {"batch": B, "units": B, "n_tokens": N, "plain_step": 12.0, "iteration_cost": cost, "draws": 500,
+              "seed": 2}
+    out = predict_wall_clock(pred.traces, **common, after_whole=AFTER_WHOLE)
+    assert out["ms_per_batch"] == pytest.approx(truth, rel=0.02)
+    without = predict_wall_clock(pred.traces, **common)
+    assert without["ms_per_batch"] < truth * 0.95
+    assert out["ignoring_straggling"] < without["ignoring_straggling"]
+    with pytest.raises(ValueError, match="after_whole"):
+        predict_wall_clock(pred.traces, **common, after_whole=-1.0)
 
 
 def test_the_prediction_matches_what_the_tree_loop_charges():
@@ -137,7 +164,16 @@ def test_traces_record_drafted_tokens_and_calls():
     live = width[width >= 0]
     assert live.max() == 2 and live.min() >= 0 and (calls[width >= 0] == live).all()
     trace = IterationTrace(2)
-    assert [a.shape for a in trace.arrays()] == [(2, 0), (2, 0)]
+    assert [a.shape for a in trace.arrays()] == [(2, 0), (2, 0), (2, 0)]
+    # a whole draft kept: always where the draft is the target, never where it puts its mass elsewhere
+    rows = np.full((24, 3), 1 / 3)
+    kept = predict_from_pairs([(PositionalSource(rows), PositionalSource(rows))], TokenVerify(), 2, sequences=3).traces
+    assert (kept["whole"][kept["width"] > 0] == 1).all() and (kept["whole"][kept["width"] < 0] == -1).all()
+    other = np.tile([0.0, 0.0, 1.0], (24, 1))
+    elsewhere = np.tile([0.5, 0.5, 0.0], (24, 1))
+    lost = predict_from_pairs([(PositionalSource(other), PositionalSource(elsewhere))], TokenVerify(), 2,
+                              sequences=3).traces
+    assert (lost["whole"][lost["width"] >= 0] == 0).all()
 
 
 def test_bad_input_is_refused():

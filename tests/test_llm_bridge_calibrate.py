@@ -171,6 +171,49 @@ def test_calibrate_on_a_tiny_pair():
     assert prof.config("block_v1:L=2")["extra_calls"] == pytest.approx(1.0)
     assert prof.dry["kseq:2x1"]["kind"] == "tree" and prof.prompt_ids == [7, 8, 9, 10]
     assert CostProfile.from_json(json.loads(json.dumps(prof.to_json()))).config("kseq:2x1") == prof.config("kseq:2x1")
+    # the draft model's calls at widths 1 and 2: charged after a whole draft kept, but not where v1 fed its last token
+    assert sorted(prof.t_draft) == [1, 2] and all(len(v) == 3 for v in prof.t_draft.values())
+    gap = max(float(np.median(prof.t_draft[2]) - np.median(prof.t_draft[1])), 0.0)
+    assert prof.config("token:L=2")["after_whole"] == pytest.approx(gap)
+    assert prof.config("block_v1:L=2")["after_whole"] == prof.config("kseq:2x1")["after_whole"] == 0.0
+    again = CostProfile.from_json(json.loads(json.dumps(prof.to_json())))
+    assert again.t_draft == prof.t_draft and again.config("token:L=2") == prof.config("token:L=2")
+
+
+def test_whole_draft_extra_is_the_draft_curves_step_only_where_the_last_token_waits():
+    prof = synthetic_profile()
+    assert prof.whole_draft_ms(0.0) == 0.0  # no draft curve (a head, prompt lookup, an older record)
+    prof.t_draft = {1: [4.0, 4.2, 4.1], 2: [6.0, 6.5, 6.1]}
+    assert prof.whole_draft_ms(0.0) == pytest.approx(6.1 - 4.1)
+    assert prof.whole_draft_ms(1.0) == 0.0 and prof.whole_draft_ms(0.0, "tree") == 0.0
+    prof.t_draft = {1: [4.0], 2: [3.0]}  # noise below the one-token call: nothing charged, never a negative cost
+    assert prof.whole_draft_ms(0.0) == 0.0
+
+
+def test_a_draft_model_feeds_two_tokens_first_after_its_whole_draft_was_kept(monkeypatch):
+    """The premise of ``after_whole``: with the draft equal to the target every draft is kept, and the next
+    iteration's first draft call feeds the unfed last drafted token with the emitted one; v1 block verification,
+    which fed it to ask for the row after it, feeds one."""
+    from llm_bridge.drafters import ModelDrafter, Pair
+    from llm_bridge.loop import speculative_generate
+    from llm_bridge.sessions import ModelSession
+
+    tiny = tiny_pair()
+    same = Pair(tiny.target, ModelDrafter(tiny.target))
+    widths, feed = [], ModelSession.feed
+
+    def counting(self, tokens, counts):
+        if self.name == "draft":
+            widths.append(max(len(p) for p in self.pending) + int(np.max(counts, initial=0)))
+        return feed(self, tokens, counts)
+
+    monkeypatch.setattr(ModelSession, "feed", counting)
+    prompts = random_prompts(2, np.random.default_rng(3))
+    for name, want in (("token", 2), ("block_v1", 1)):
+        widths.clear()
+        run = speculative_generate(same, prompts, REGISTRY[name](), 3, 12, sampling=Sampling(), progress=False)
+        assert run.decode.block_efficiency.value == pytest.approx(4.0, rel=0.2)  # whole drafts kept
+        assert max(widths) == want, name
 
 
 def test_the_measured_runs_own_timing_noise_is_drawn_from_the_calibrations_rounds():

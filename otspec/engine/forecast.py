@@ -71,8 +71,9 @@ def miss_decomposition(run: dict) -> dict | None:
     Per batch, speedup = plain decoding's time for the tokens / (batch iterations × time per iteration), so the ratio
     measured / predicted is ``plain_step`` / (``iterations`` × ``iteration_time``), each a measured / predicted
     factor; ``components`` splits the iteration's time difference (ms, measured − profile) into the loop's overhead,
-    the draft calls (unit cost difference × the run's calls per iteration), the verifier call and the target calls
-    (the rest), largest first."""
+    the draft calls (the run's per iteration against the profile's unit cost × the run's calls per iteration, plus
+    the charges for wider first calls after a whole draft kept), the verifier call and the target calls (the rest),
+    largest first."""
     sp = run.get("speedup_prediction") or {}
     c = sp.get("costs_ms")
     need = ("seconds", "target_calls", "draft_calls", "draft_seconds", "target_seconds", "baseline_tokens_per_s",
@@ -83,10 +84,11 @@ def miss_decomposition(run: dict) -> dict | None:
     iter_ms_p = sp["ms_per_batch"] / sp["batch_iterations"]
     iter_ms_m = 1e3 * run["seconds"] / calls
     per_call = run["draft_calls"] / calls
-    draft = (run["t_draft_ms"] - c["t_draft"]) * per_call
+    draft_p = c["t_draft"] * per_call + sp.get("after_whole_ms_per_iteration", 0.0)  # wider first calls included
+    draft = run["t_draft_ms"] * per_call - draft_p
     verify = run["t_verify_ms"] - c["t_verify"]
     overhead = run["overhead_ms_per_iteration"] - c["overhead"]
-    target_p = iter_ms_p - c["t_draft"] * per_call - c["t_verify"] - c["overhead"]
+    target_p = iter_ms_p - draft_p - c["t_verify"] - c["overhead"]
     target = 1e3 * run["target_seconds"] / calls - target_p
     parts = {"overhead": overhead, "draft": draft, "verify": verify, "target": target}
     return {"plain_step": 1e3 * sp["batch"] / run["baseline_tokens_per_s"] / sp["plain_ms_per_step"],

@@ -30,11 +30,13 @@ straggling from the replays, E[max of B prompts' iterations] / E[their mean], wh
 tokens per iteration must divide by (``llm_bridge`` does).
 
 The replays also keep every iteration's shape (:attr:`LogPrediction.traces`: per prompt, replay and
-iteration, the tokens drafted — a tree's nodes — and the draft calls), so that a wall clock can be
-predicted from call costs measured elsewhere: :func:`predict_wall_clock` draws batches of prompts as a
-run decodes them, charges each batch iteration at its widest draft (the target call scores the batch's
-longest draft or largest trie) and for as long as its slowest sequence needs, and divides plain
-decoding's time for the same tokens by it.
+iteration, the tokens drafted — a tree's nodes —, the draft calls, and whether a chain's whole draft was
+accepted), so that a wall clock can be predicted from call costs measured elsewhere: :func:`predict_wall_clock`
+draws batches of prompts as a run decodes them, charges each batch iteration at its widest draft (the target call
+scores the batch's longest draft or largest trie) and for as long as its slowest sequence needs, and divides plain
+decoding's time for the same tokens by it. An iteration after one in which some sequence of the batch kept its
+whole draft can cost more (``after_whole``): a draft session that never fed its last drafted token feeds it with
+the emitted one in its next first call, which is then two tokens wide for the whole batch.
 """
 
 from __future__ import annotations
@@ -77,8 +79,9 @@ class LogPrediction:
     units: int = 0  # prompts of the run the prediction interval is for
     method: str = METHOD
     replay_iterations: np.ndarray | None = None  # (paths, sequences): each replay's iterations
-    #: {"width", "calls"}: int arrays (paths, sequences, iterations), -1 once a replay is done: tokens drafted (a
-    #: tree's nodes) and draft calls of every iteration of every replay (:func:`predict_wall_clock` reads them)
+    #: {"width", "calls", "whole"}: int arrays (paths, sequences, iterations), -1 once a replay is done: tokens
+    #: drafted (a tree's nodes), draft calls and whether a chain's whole draft (>= 1 token) was accepted (1) or not
+    #: (0; a tree: always 0) in every iteration of every replay (:func:`predict_wall_clock` reads them)
     traces: dict | None = None
 
     def batch_calls(self, batch: int, *, draws: int = 4000, seed: int = 0) -> dict:
@@ -223,9 +226,9 @@ def predict_from_pairs(pairs, verifier, draft, *, sequences: int = 32, seed: int
                                                        confidence=confidence, draws=draws, seed=seed)
     units = tokens.shape[0] if units is None else check_size(units, "units")
     low, high = predictive_ratio_interval(tokens, iterations, units, confidence=confidence, draws=draws, seed=seed + 1)
-    J = max(w.shape[1] for w, _ in traces)
+    J = max(x[0].shape[1] for x in traces)
     stacked = {key: np.stack([np.pad(x[k], ((0, 0), (0, J - x[k].shape[1])), constant_values=-1) for x in traces])
-               for k, key in enumerate(("width", "calls"))}
+               for k, key in enumerate(("width", "calls", "whole"))}
     return LogPrediction(value, low, high, tokens.sum(axis=1), iterations.sum(axis=1), hist, sequences,
                          mean_low, mean_high, units, method, iterations, stacked)
 
@@ -242,29 +245,31 @@ def _max_length(draft) -> int:
 
 class IterationTrace(Observer):
     """Every iteration's shape per sequence (an observer of either loop): tokens drafted (chains; a tree's trie
-    nodes) and draft calls, -1 for a sequence that is already done."""
+    nodes), draft calls and whether a chain's whole draft of at least one token was accepted; -1 for a sequence
+    that is already done."""
 
     def __init__(self, batch: int):
-        self.batch, self.width, self.calls = int(batch), [], []
+        self.batch, self.width, self.calls, self.whole = int(batch), [], [], []
 
-    def _add(self, rows, width, calls) -> None:
-        w, c = np.full(self.batch, -1, dtype=np.int64), np.full(self.batch, -1, dtype=np.int64)
-        w[rows], c[rows] = width, calls
-        self.width.append(w)
-        self.calls.append(c)
+    def _add(self, rows, width, calls, whole) -> None:
+        columns = [np.full(self.batch, -1, dtype=np.int64) for _ in range(3)]
+        for column, values, kept in zip(columns, (width, calls, whole), (self.width, self.calls, self.whole),
+                                        strict=True):
+            column[rows] = values
+            kept.append(column)
 
     def on_chain(self, step) -> None:  # a chain's draft calls: one per drafted token (the loop's first feeds the rest)
-        self._add(np.asarray(step.rows), np.asarray(step.drafted), np.asarray(step.drafted))
+        drafted = np.asarray(step.drafted)
+        self._add(np.asarray(step.rows), drafted, drafted, (drafted > 0) & (np.asarray(step.accepted) == drafted))
 
     def on_tree(self, step) -> None:
-        self._add(np.asarray(step.rows), np.asarray(step.nodes), np.asarray(step.draft_calls))
+        self._add(np.asarray(step.rows), np.asarray(step.nodes), np.asarray(step.draft_calls), 0)
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """(width, calls), each (batch, iterations)."""
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(width, calls, whole), each (batch, iterations)."""
         if not self.width:
-            empty = np.zeros((self.batch, 0), dtype=np.int64)
-            return empty, empty.copy()
-        return np.stack(self.width, axis=1), np.stack(self.calls, axis=1)
+            return tuple(np.zeros((self.batch, 0), dtype=np.int64) for _ in range(3))
+        return tuple(np.stack(x, axis=1) for x in (self.width, self.calls, self.whole))
 
 
 #: How :func:`predict_wall_clock` predicts, as records state it.
@@ -278,13 +283,14 @@ WALL_CLOCK_METHOD = ("cost profile measured apart from the run (plain decoding a
 
 def predict_wall_clock(traces: dict, *, batch: int, units: int, n_tokens: int, plain_step: float, iteration_cost,
                        plain_factors=None, cost_factors=None, draws: int = 2000, confidence: float = 0.95,
-                       seed=0) -> dict:
+                       seed=0, after_whole: float = 0.0) -> dict:
     """Predicted speedup of a run from replay traces and call costs (module docstring).
 
     Parameters
     ----------
     traces : dict
-        ``{"width", "calls"}`` (:attr:`LogPrediction.traces`): int arrays (P, S, J), -1 once a replay is done.
+        ``{"width", "calls"}`` and optionally ``"whole"`` (:attr:`LogPrediction.traces`): int arrays (P, S, J), -1
+        once a replay is done.
     batch : int
         Prompts decoded together; ``units`` prompts in all, in batches of ``batch`` (the last may be short).
     n_tokens : int
@@ -297,6 +303,9 @@ def predict_wall_clock(traces: dict, *, batch: int, units: int, n_tokens: int, p
     plain_factors, cost_factors : arrays (D,), optional
         Relative resamples of the profile (plain step and speculative iteration times; each near 1): draw d of the
         interval scales the times by them. Default: no profile uncertainty.
+    after_whole : float
+        Extra time of a batch iteration that follows one in which any of the batch's sequences accepted its whole
+        draft (traces' ``"whole"``; a sequence's own in ``ignoring_straggling``). Default 0.
 
     Returns
     -------
@@ -305,12 +314,16 @@ def predict_wall_clock(traces: dict, *, batch: int, units: int, n_tokens: int, p
         interval for one run over ``units`` prompts), ``ignoring_straggling`` (each sequence charged its own
         iterations at its own width), ``batch_iterations`` (iterations per batch: its slowest sequence's) and
         ``mean_iterations`` (per sequence), ``ms_per_batch`` and ``plain_ms_per_batch`` (predicted times of one
-        batch), ``plain_ms_per_step``, ``batches``, ``units``, ``batch`` and ``method``.
+        batch), ``after_whole_ms_per_iteration`` (the ``after_whole`` charges per batch iteration),
+        ``plain_ms_per_step``, ``batches``, ``units``, ``batch`` and ``method``.
     """
     width, calls = np.asarray(traces["width"], dtype=np.int64), np.asarray(traces["calls"], dtype=np.int64)
-    if width.ndim != 3 or width.shape != calls.shape or width.size == 0:
-        raise ValueError(f"traces: expected two (prompts, replays, iterations) arrays of one shape, got "
-                         f"{width.shape} and {calls.shape}")
+    whole = np.asarray(traces.get("whole", np.zeros_like(width)), dtype=np.int64)
+    if width.ndim != 3 or width.shape != calls.shape or width.shape != whole.shape or width.size == 0:
+        raise ValueError(f"traces: expected (prompts, replays, iterations) arrays of one shape, got "
+                         f"{width.shape}, {calls.shape} and {whole.shape}")
+    if not (np.isfinite(after_whole) and after_whole >= 0):
+        raise ValueError(f"after_whole: expected a time >= 0, got {after_whole}")
     batch, units, n_tokens = check_size(batch, "batch"), check_size(units, "units"), check_size(n_tokens, "n_tokens")
     draws = check_size(draws, "draws")
     confidence = check_confidence(confidence)
@@ -325,28 +338,34 @@ def predict_wall_clock(traces: dict, *, batch: int, units: int, n_tokens: int, p
     nb = -(-units // batch)
     plain = nb * n_tokens * float(plain_step)
 
+    def after(kept, axis):  # whether the iteration before kept a whole draft (any sequence along ``axis``)
+        prior = (kept > 0).any(axis=axis) if axis is not None else kept > 0
+        return np.concatenate([np.zeros_like(prior[..., :1]), prior[..., :-1]], axis=-1) * float(after_whole)
+
     def times(paths, replays):  # (D, units) picks -> per draw: batch-iteration time and per-sequence time
-        w, c = width[paths, replays], calls[paths, replays]  # (D, units, J)
+        w, c, k = width[paths, replays], calls[paths, replays], whole[paths, replays]  # (D, units, J)
         pad = nb * batch - units
         if pad:
-            w = np.concatenate([w, np.full((w.shape[0], pad, w.shape[2]), -1)], axis=1)
-            c = np.concatenate([c, np.full((c.shape[0], pad, c.shape[2]), -1)], axis=1)
-        w, c = w.reshape(w.shape[0], nb, batch, -1), c.reshape(c.shape[0], nb, batch, -1)
+            w, c, k = (np.concatenate([x, np.full((x.shape[0], pad, x.shape[2]), -1)], axis=1) for x in (w, c, k))
+        w, c, k = (x.reshape(x.shape[0], nb, batch, -1) for x in (w, c, k))
         wmax, cmax = w.max(axis=2), c.max(axis=2)
         live = wmax >= 0
-        spec = np.where(live, iteration_cost(np.maximum(cmax, 0), np.maximum(wmax, 0)), 0.0).sum(axis=(1, 2))
+        extra = np.where(live, after(k, 2), 0.0).sum(axis=(1, 2))
+        spec = np.where(live, iteration_cost(np.maximum(cmax, 0), np.maximum(wmax, 0)), 0.0).sum(axis=(1, 2)) + extra
         real = np.maximum((w[..., :1] >= 0).sum(axis=2), 1)  # sequences per batch (the last may be short)
-        own = np.where(w >= 0, iteration_cost(np.maximum(c, 0), np.maximum(w, 0)), 0.0).sum(axis=(2, 3)) / real[..., 0]
-        return spec, own.sum(axis=1), live.sum(axis=(1, 2)), (w >= 0).sum(axis=(1, 2, 3))
+        own = np.where(w >= 0, iteration_cost(np.maximum(c, 0), np.maximum(w, 0)) + after(k, None), 0.0).sum(
+            axis=(2, 3)) / real[..., 0]
+        return spec, own.sum(axis=1), live.sum(axis=(1, 2)), (w >= 0).sum(axis=(1, 2, 3)), extra
 
     chunk = max(1, 2_000_000 // max(units * width.shape[2], 1))
     point = [times(rng.integers(0, P, size=(m, units)), rng.integers(0, S, size=(m, units)))
              for m in _chunks(max(draws, 2000), chunk)]
-    spec, own, batch_its, seq_its = (np.concatenate([p[k] for p in point]) for k in range(4))
+    spec, own, batch_its, seq_its, extra = (np.concatenate([p[k] for p in point]) for k in range(5))
     out = {"speedup": plain / float(spec.mean()), "ignoring_straggling": plain / float(own.mean()),
            "batch_iterations": float(batch_its.mean()) / nb, "mean_iterations": float(seq_its.mean()) / units,
            "plain_ms_per_step": float(plain_step), "ms_per_batch": float(spec.mean()) / nb,
-           "plain_ms_per_batch": plain / nb, "batches": nb, "units": units, "batch": batch}
+           "plain_ms_per_batch": plain / nb, "batches": nb, "units": units, "batch": batch,
+           "after_whole_ms_per_iteration": float(extra.mean()) / max(float(batch_its.mean()), 1e-300)}
     ratios, done = [], 0
     for m in _chunks(draws, chunk):
         outer = rng.integers(0, P, size=(m, P))
