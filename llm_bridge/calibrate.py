@@ -328,19 +328,20 @@ def _plain_chunk(pair, chunk, n_tokens, *, sampling, cache, rng, timer, clock) -
     return [np.asarray(t) for t in run.tokens]
 
 
-def _curve(pair, contexts, feed_tokens, widths, *, sampling, cache, reps, model=None):
-    """{n: [ms]}: ``reps`` timed target calls (``model``: calls of this draft model) scoring n tokens per sequence
-    from ``contexts``, one session per width, the widths taken in turn (rep by rep, so the machine's drift moves
+def _curve(pair, contexts, feed_tokens, widths, *, sampling, cache, reps, draft: bool = False):
+    """{n: [ms]}: ``reps`` timed target calls (``draft``: calls of the drafter's own session, as the loop makes it)
+    scoring n tokens per sequence from ``contexts``, one session per width, the widths taken in turn (rep by rep, so the machine's drift moves
     every width alike), each after one untimed call; every call commits one token, as a zero-acceptance iteration
     does."""
     timer, B = CallTimer(pair.target.device), len(contexts)
     room = cache_room(contexts, reps + 2, max(widths) + 2)
     sessions = {}
     for n in widths:
-        sessions[n] = (ModelSession(pair.target.model, B, sampling, cache=cache, max_length=room, timer=None,
+        sessions[n] = (pair.drafter.session(B, sampling, cache=cache, max_length=room, host_rows=uses_host_rows(pair))
+                       if draft else
+                       ModelSession(pair.target.model, B, sampling, cache=cache, max_length=room, timer=None,
                                     name="target", hidden=pair.drafter.reads_target_features,
-                                    host_rows=uses_host_rows(pair)) if model is None else
-                       ModelSession(model, B, sampling, cache=cache, max_length=room, timer=None, name="draft"))
+                                    host_rows=uses_host_rows(pair)))
         sessions[n].start(contexts)
     ones = np.ones(B, dtype=np.int64)
     for rep in range(reps + 1):
@@ -405,7 +406,7 @@ def calibrate(pair, prompts, max_new_tokens: int, *, chains=(), trees=(), sampli
                      *(t.num_tokens + 1 for _, _, t in trees)})
     curve = _curve(pair, half, feed, widths, sampling=sampling, cache=cache, reps=reps)
     drafts = {} if not chains or not isinstance(pair.drafter, ModelDrafter) else _curve(  # its first call's width
-        pair, half, feed, [1, 2], sampling=sampling, cache=cache, reps=reps, model=pair.drafter.model)
+        pair, half, feed, [1, 2], sampling=sampling, cache=cache, reps=reps, draft=True)
     profile = CostProfile(int(batch_size), N, [int(i) for i in prompt_ids],
                           float(np.mean([c.size for c in half])), curve, plain, dry, str(pair.target.device), cache,
                           int(torch.get_num_threads()), time.perf_counter() - t0, drafts)
