@@ -16,7 +16,9 @@ counters patched into the loop for the duration —
   windows active in a pass (over the batch: a window costs a full-vocabulary residual for every row when any row
   has it), and the groups of equal draft lengths per iteration;
 * trees: the time growing the tries outside the draft calls, and the KV slots (tokens plus holes) a session holds
-  when it commits the accepted path.
+  when it commits the accepted path;
+* chains on dynamic caches: the KV slots each target and draft call attends over (tokens plus the holes that
+  rolled-back drafts leave until the cache compacts them) and the longest row's tokens beside them.
 
 Then the ratios run / dry. Nothing is asserted. ``--target tiny`` uses two tiny random models (no download).
 """
@@ -34,13 +36,15 @@ import numpy as np
 class Counters:
     """Loop counters for one phase, patched in on ``__enter__`` and restored on ``__exit__``."""
 
-    def __init__(self):
+    def __init__(self, target_model=None):
+        self.target_model = target_model
         self.reset()
         self._undo = []
 
     def reset(self) -> None:
         self.v = {"current_targets_s": 0.0, "passes": 0, "active_windows": 0, "groups": 0, "carried_calls": 0,
-                  "grow_outside_s": 0.0, "slots": []}
+                  "grow_outside_s": 0.0, "slots": [], "target_slots": [], "target_tokens": [], "draft_slots": [],
+                  "draft_tokens": [], "target_calls": [], "draft_calls": []}
 
     def _patch(self, owner, name, make) -> None:
         orig = getattr(owner, name)
@@ -90,7 +94,20 @@ class Counters:
                 return orig(session, paths)
             return wrapped
 
+        def feed(orig):  # a chain call of a dynamic cache: the slots it attends over (tokens and holes)
+            def wrapped(lm, tokens, counts, **inputs):
+                who = "target" if lm.model is self.target_model else "draft"
+                self.v[f"{who}_slots"].append(int(lm.valid.shape[1]))
+                self.v[f"{who}_tokens"].append(float(np.max(lm.length, initial=0)))
+                before, t = int(lm.valid.shape[1]), time.perf_counter()
+                out = orig(lm, tokens, counts, **inputs)
+                m = int(np.shape(tokens)[1])  # (width, slots attended: the cache's and the call's own, ms) per call
+                self.v[f"{who}_calls"].append((m, before + m, 1e3 * (time.perf_counter() - t)))
+                return out
+            return wrapped
+
         self._patch(carry.ResidualWindows, "cascade", cascade)
+        self._patch(cache.CachedLM, "feed", feed)
         self._patch(type(REGISTRY["block_v1"]()), "current_targets", current_targets)
         self._patch(loop, "_grow", grow)
         self._patch(cache._Pending, "keep_path", keep_path)
@@ -112,13 +129,17 @@ def _phase(name: str, iterations: int, wall, draft, target, verify, c: dict, by_
            "current_targets_ms": 1e3 * c["current_targets_s"] / n, "passes": c["passes"] / n,
            "active_windows": c["active_windows"] / max(c["passes"], 1),
            "groups": c["groups"] / max(c["carried_calls"], 1), "grow_outside_ms": 1e3 * c["grow_outside_s"] / n,
-           "slots": float(np.mean(c["slots"])) if c["slots"] else 0.0}
+           "slots": float(np.mean(c["slots"])) if c["slots"] else 0.0,
+           **{k: float(np.mean(c[k])) if c[k] else 0.0 for k in ("target_slots", "target_tokens", "draft_slots",
+                                                                  "draft_tokens")},
+           "target_calls": list(c["target_calls"]), "draft_calls": list(c["draft_calls"])}
     print(f"{name:4s} {iterations:4d} it | ms/it wall {row['wall_ms']:7.1f} draft {row['draft_ms']:6.1f} target "
           f"{row['target_ms']:6.1f} (a call at {common}: {row['target_call_at_common_width_ms']:6.1f}) verify "
           f"{row['verify_ms']:5.1f} rest {row['rest_ms']:6.1f} | current_targets "
           f"{row['current_targets_ms']:6.1f} passes {row['passes']:4.1f} windows/pass {row['active_windows']:4.2f} "
           f"groups {row['groups']:4.2f} | grow outside calls {row['grow_outside_ms']:6.1f} KV slots "
-          f"{row['slots']:6.1f}", flush=True)
+          f"{row['slots']:6.1f} | a call's KV slots (longest row): target {row['target_slots']:6.1f} "
+          f"({row['target_tokens']:6.1f}) draft {row['draft_slots']:6.1f} ({row['draft_tokens']:6.1f})", flush=True)
     return row
 
 
@@ -135,6 +156,9 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", default=None, help="write the rows here")
+    parser.add_argument("--dry-from", choices=("prompt", "calibration"), default="prompt",
+                        help="where a chain's dry run starts: the prompts, or a quarter into each prompt's plain "
+                             "continuation as the cost profile's dry runs do (decoded once, untimed)")
     args = parser.parse_args(argv)
 
     import torch
@@ -179,14 +203,22 @@ def main(argv=None) -> int:
         return speculative_generate(pair, ids, make(), args.L, N, **kw)
 
     run_once(0)  # warm-up (untimed)
+    if tree_spec or args.dry_from == "prompt":
+        dry_from, n_dry = [list(i) for i in ids], dry_tokens(N, draft)
+    else:  # as calibrate does: one batch at a time, from a quarter of each plain continuation on
+        from llm_bridge.dry_runs import dry_contexts
+        from llm_bridge.loop import plain_generate
+
+        plain = plain_generate(pair.target, ids, N, sampling=sampling, seed=99, batch_size=args.batch, cache="dynamic")
+        dry_from, n_dry = dry_contexts(draft, ids, [np.asarray(t) for t in plain.tokens], N)
     rows = []
-    with Counters() as counters:
+    with Counters(pair.target.model) as counters:
         for r in range(args.rounds):
             for phase in ("dry", "run"):
                 counters.reset()
                 if phase == "dry":
-                    cols = dry_run(pair, make(), draft, [list(i) for i in ids], dry_tokens(N, draft),
-                                   sampling=sampling, cache="dynamic", seed=r + 1)
+                    cols = dry_run(pair, make(), draft, dry_from, n_dry, sampling=sampling, cache="dynamic",
+                                   seed=r + 1)
                     widths: dict = {}
                     for w, ms in zip(cols["width"], cols["target_ms"], strict=True):
                         widths.setdefault(int(w) + 1, []).append(ms)
@@ -199,7 +231,8 @@ def main(argv=None) -> int:
                                        *(1e3 * tm.total(k) for k in ("draft", "target", "verify")), counters.v,
                                        {n: [1e3 * x for x in v] for n, v in tm.records["target"].items()}))
     keys = ("wall_ms", "draft_ms", "target_ms", "verify_ms", "rest_ms", "current_targets_ms", "passes",
-            "active_windows", "groups", "grow_outside_ms", "slots")
+            "active_windows", "groups", "grow_outside_ms", "slots", "target_slots", "target_tokens", "draft_slots",
+            "draft_tokens")
     mean = {ph: {k: float(np.mean([r[k] for r in rows if r["phase"] == ph])) for k in keys} for ph in ("dry", "run")}
     print("run / dry: " + ", ".join(f"{k} {mean['run'][k] / mean['dry'][k]:.3f}" for k in keys
                                     if mean["dry"][k] > 0))
@@ -209,6 +242,23 @@ def main(argv=None) -> int:
     if at["dry"] and at["run"]:
         print(f"a target call scoring {common} tokens per sequence: run {np.mean(at['run']):.1f} ms, dry run "
               f"{np.mean(at['dry']):.1f} ms (x {np.mean(at['run']) / np.mean(at['dry']):.3f})")
+    calls = {ph: np.array([x for r in rows if r["phase"] == ph for x in r["target_calls"]], dtype=np.float64).reshape(
+        -1, 3) for ph in ("dry", "run")}
+    drafts = {ph: np.array([x for r in rows if r["phase"] == ph for x in r["draft_calls"]], dtype=np.float64).reshape(
+        -1, 3) for ph in ("dry", "run")}
+    for m in sorted(set(drafts["run"][:, 0].astype(int)) | set(drafts["dry"][:, 0].astype(int))):
+        at = {ph: d[d[:, 0] == m] for ph, d in drafts.items()}
+        print(f"draft calls of width {m}: " + ", ".join(
+            f"{ph} {len(a)} calls, {a[:, 2].mean():.1f} ms at {a[:, 1].mean():.1f} slots" if len(a) else f"{ph} none"
+            for ph, a in at.items()))
+    dry_at, run_at = (c[c[:, 0] == common] for c in (calls["dry"], calls["run"]))
+    if len(dry_at) >= 3 and len(run_at):  # the dry run's own cost per attended slot, at the run's common width
+        slope = np.polyfit(dry_at[:, 1], dry_at[:, 2], 1)[0]
+        gap = run_at[:, 1].mean() - dry_at[:, 1].mean()
+        print(f"target calls of width {common}: slots attended run {run_at[:, 1].mean():.1f}, dry "
+              f"{dry_at[:, 1].mean():.1f}; the dry run's cost per slot {slope:.3f} ms (fit over its "
+              f"{len(dry_at)} calls, slots {dry_at[:, 1].min():.0f}-{dry_at[:, 1].max():.0f}) -> expected run - dry "
+              f"{slope * gap:+.1f} ms, measured {run_at[:, 2].mean() - dry_at[:, 2].mean():+.1f} ms")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"configuration": label, "rows": rows, "mean": mean}, f, indent=1)
