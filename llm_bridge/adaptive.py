@@ -51,7 +51,7 @@ from otspec.engine.predict import paired_ratio_interval
 from otspec.engine.record import AdaptiveRecord
 from otspec.verifiers import TokenVerify
 
-from .adaptive_predict import NO_HEAD_RULE, frontier_predictor, policy_key
+from .adaptive_predict import NO_HEAD_RULE, frontier_calibration, frontier_predictor, policy_key
 from .drafters import load_pair
 from .loop import chunks, plain_generate, speculative_batches, speculative_generate
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
@@ -306,8 +306,10 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
     in turn (interleaved timing rounds), and plain sampling runs again at the end (the record's timing check).
     ``rule="confidence"``: the threshold rows use :class:`~otspec.engine.controllers.ConfidenceController` (no head;
     ``head`` and ``unlagged`` are ignored). ``prediction_prompts`` (token ids; other prompts than ``prompts``): where
-    the predictions are made — the plain-decoding log and the cost profile (:func:`llm_bridge.calibrate.calibrate`,
-    with a zero-acceptance dry run of every policy); without them no row is predicted. ``hf``: the peer, Hugging Face
+    the predictions are made — the plain-decoding log and the cost profile
+    (:func:`llm_bridge.calibrate.calibration_batches`, with a zero-acceptance dry run of every policy, its rounds taken
+    in turn with the runs' batches so that it sees the machine in the same windows); without them no row is
+    predicted. ``hf``: the peer, Hugging Face
     assisted generation with the fastest draft it takes for the target (chosen on ``hf_prompts`` of the prediction
     prompts, :func:`llm_bridge.peer.choose_peer`), decoded in turn with the runs, with its plain ``generate`` beside
     it (``hf_assisted``, as :mod:`llm_bridge.validate` records it)."""
@@ -341,9 +343,11 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
         peer, peer_choice = choose_peer(pair.target, prediction_prompts[:hf_prompts], max_new_tokens,
                                         sampling=sampling, seed=seed)
     runs += peer_runs(peer, prompts, max_new_tokens)
+    beside = None if not prediction_prompts else (lambda: frontier_calibration(  # the profile, in the same windows
+        pair, prediction_prompts, plan, controller, max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size))
     timed = timed_runs(pair.target, prompts, runs, max_new_tokens, sampling=sampling, seed=seed,
                        batch_size=batch_size, warm_up=warm_up, progress=progress, desc="frontier runs",
-                       attempts=timing_attempts)
+                       attempts=timing_attempts, beside=beside)
     baseline, results, timing = timed.baseline, timed.results, timed.timing
     peer_results, results = (results[-2:], results[:-2]) if peer is not None else (None, results)
     # predictions, made on the prediction prompts: fixed K, the confidence rule and (on a draft model) the learned
@@ -358,7 +362,8 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
         out["unreliable_timing"] = timing["unreliable_timing"]
     out.update(peer_entries(peer_choice, peer_results, baseline["rounds"]))  # over its plain generate and ours
     predict, profile = frontier_predictor(pair, prediction_prompts, plan, controller, max_new_tokens, sampling=sampling,
-                                          seed=seed, batch_size=batch_size, rule=rule, units=len(prompts))
+                                          seed=seed, batch_size=batch_size, rule=rule, units=len(prompts),
+                                          rounds=timed.beside)
     if profile is not None:
         out["profile"] = profile.to_json()
     for (policy, value), result in zip(plan, results, strict=True):

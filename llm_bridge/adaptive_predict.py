@@ -18,7 +18,7 @@ from otspec.engine.predict import METHOD, predict_from_pairs
 from otspec.sources import DepthPositionalSource
 from otspec.verifiers import TokenVerify
 
-from .calibrate import calibrate
+from .calibrate import calibrate, calibration_batches, profile_from_rounds
 from .logrows import draft_states_incremental
 from .replays import replay_sources
 from .validate import PREDICTION_SEED_OFFSET
@@ -45,17 +45,36 @@ def policy_key(policy: str, value) -> str:
     return f"token:L={int(value)}" if policy == "fixed" else f"token:{policy}={value:g}"
 
 
+def frontier_chains(plan, controller) -> list:
+    """The cost profile's chain configurations of a frontier: (dry-run key, token verification, draft) per row."""
+    return [(policy_key(p, v), TokenVerify(), controller(p, v)) for p, v in plan]
+
+
+def frontier_calibration(pair, prediction_prompts, plan, controller, max_new_tokens, *, sampling, seed, batch_size):
+    """The frontier's calibration rounds as a generator for ``llm_bridge.timing.timed_runs(beside=...)``, so the
+    profile is measured in the same windows as the frontier's runs (:func:`frontier_predictor` takes its result)."""
+    return calibration_batches(pair, prediction_prompts, max_new_tokens, chains=frontier_chains(plan, controller),
+                               sampling=sampling, batch_size=batch_size, cache="auto",
+                               seed=seed + PREDICTION_SEED_OFFSET, progress=False)
+
+
 def frontier_predictor(pair, prediction_prompts, plan, controller, max_new_tokens, *, sampling, seed, batch_size, rule,
-                       units: int):
+                       units: int, rounds=None):
     """(predict(policy, value) -> LogPrediction or None, the cost profile or None), both made on
     ``prediction_prompts``; ``plan`` lists the frontier's (policy, value), ``controller(policy, value)`` makes each
     policy's draft length or controller, and ``units`` is the number of measured prompts (the prediction interval is
-    for a run over that many)."""
+    for a run over that many). ``rounds``: :func:`frontier_calibration`'s result, measured in turn with the runs;
+    without it the profile is measured now, by itself."""
     if not prediction_prompts:
         return (lambda *_: None), None
-    profile, tokens = calibrate(pair, prediction_prompts, max_new_tokens,
-                                chains=[(policy_key(p, v), TokenVerify(), controller(p, v)) for p, v in plan],
-                                sampling=sampling, batch_size=batch_size, cache="auto", seed=seed + PREDICTION_SEED_OFFSET)
+    chains = frontier_chains(plan, controller)
+    if rounds is None:
+        profile, tokens = calibrate(pair, prediction_prompts, max_new_tokens, chains=chains, sampling=sampling,
+                                    batch_size=batch_size, cache="auto", seed=seed + PREDICTION_SEED_OFFSET)
+    else:
+        profile = profile_from_rounds(pair, prediction_prompts, max_new_tokens, rounds, chains=chains,
+                                      sampling=sampling, batch_size=batch_size, cache="auto", interleaved=True)
+        tokens = rounds.tokens
     learned = rule == "specdecpp" and any(p != "fixed" for p, _ in plan)  # threshold rows on the learned head
     if pair.drafter.deterministic:  # prompt lookup has no frontier of its own
         return (lambda *_: None), profile

@@ -19,7 +19,12 @@ a batch at a time, and in each *round* measures, in one window:
 
 This machine's speed drifts by several per cent over minutes; plain decoding and the dry runs measured round by
 round drift together, so their ratio, which the speedup is, holds (the measured runs are interleaved the same way,
-:mod:`llm_bridge.timing`); a round whose plain decoding ran far slower than the others (more than
+:mod:`llm_bridge.timing`). A record goes further: it takes the calibration's rounds (:func:`calibration_batches`) in
+turn with its measured runs' batches, so the profile sees the same windows as the runs it predicts (the drift is not
+the same for every kind of work: in llm_int8 as first committed, calibrated after its runs, plain decoding ran 4 %
+slower per step in the runs' window while the speculative iterations did not, and its v1 speedups came out 12-13 %
+above their predictions), still on other prompts and never from the runs' wall clock; :func:`calibrate` measures the
+same rounds by themselves (a forecast, which comes before any run); a round whose plain decoding ran far slower than the others (more than
 :data:`ROUND_TOLERANCE`) is set aside with its dry runs (:meth:`CostProfile.disturbed_rounds`). Then
 **t_target(n)**: a target call scoring n tokens per sequence, for every width the runs use (1 … L_max + 1 and each
 tree's node count), at the run's batch size and halfway through the run's context (the first batch's prompts plus
@@ -68,11 +73,12 @@ from .dry_runs import (
     dry_tokens,
     uses_host_rows,
 )
-from .loop import cache_room, chunks
+from .loop import cache_room, chunks, finish
 from .measure import CallTimer
 from .sessions import ModelSession
 
-__all__ = ["CostProfile", "ZeroAcceptance", "calibrate", "config_key", "dry_run", "dry_tokens", "median_interval"]
+__all__ = ["CostProfile", "Rounds", "ZeroAcceptance", "calibrate", "calibration_batches", "config_key", "dry_run",
+           "dry_tokens", "median_interval", "profile_from_rounds"]
 
 #: Timed target calls per width (after one untimed call).
 PROFILE_REPS = 7
@@ -123,6 +129,9 @@ class CostProfile:
     threads : int
     seconds : float
         Wall clock of the whole calibration.
+    interleaved : bool
+        Whether the calibration rounds went in turn with the measured runs' batches (``interleaved_with_runs``),
+        so that the profile saw the machine in the same windows as the runs it predicts.
     """
 
     batch_size: int
@@ -137,6 +146,7 @@ class CostProfile:
     threads: int = 1
     seconds: float = 0.0
     t_draft: dict = field(default_factory=dict)
+    interleaved: bool = False
 
     # --------------------------------------------------------------------------------------- derived quantities
     def widths(self) -> np.ndarray:
@@ -301,6 +311,7 @@ class CostProfile:
                 "t_draft_width_ms": {str(n): float(np.median(v)) for n, v in sorted(self.t_draft.items())},
                 "plain_ms_per_step": self.plain_step_ms(), "configs": configs, "monotone": self.monotone(),
                 "disturbed_rounds": self.disturbed_rounds(), "round_tolerance": ROUND_TOLERANCE,
+                "interleaved_with_runs": self.interleaved,
                 "samples": {"t_target": {str(n): list(map(float, v)) for n, v in self.t_target.items()},
                             "t_draft": {str(n): list(map(float, v)) for n, v in self.t_draft.items()},
                             "plain": self.plain, "dry": self.dry}}
@@ -313,7 +324,8 @@ class CostProfile:
         return cls(int(data["batch_size"]), int(data["max_new_tokens"]), list(data["prompt_ids"]),
                    float(data["context_tokens"]), {int(n): list(v) for n, v in s["t_target"].items()}, dict(s["plain"]),
                    dict(s["dry"]), data.get("device", "cpu"), data.get("cache", "dynamic"), int(data.get("threads", 1)),
-                   float(data.get("seconds", 0.0)), {int(n): list(v) for n, v in s.get("t_draft", {}).items()})
+                   float(data.get("seconds", 0.0)), {int(n): list(v) for n, v in s.get("t_draft", {}).items()},
+                   bool(data.get("interleaved_with_runs", False)))
 
 
 # ------------------------------------------------------------------------------------------------ measuring
@@ -356,21 +368,25 @@ def _curve(pair, contexts, feed_tokens, widths, *, sampling, cache, reps, draft:
     return {int(n): [1e3 * x for x in timer.records["target"][int(n)]] for n in widths}
 
 
-def calibrate(pair, prompts, max_new_tokens: int, *, chains=(), trees=(), sampling, batch_size: int, cache: str,
-              seed: int = 0, prompt_ids=(), reps: int = PROFILE_REPS, rule: str = "match",
-              progress=None) -> tuple[CostProfile, list]:
-    """Measure the cost profile on ``prompts`` (the calibration prompts; never the measured ones).
+@dataclass
+class Rounds:
+    """What :func:`calibration_batches` measured: plain decoding's columns (``plain``), every dry run's (``dry``, by
+    configuration key), the plain continuations of the calibration prompts (``tokens``) and its wall clock."""
 
-    ``chains``: (key, verifier, L or a draft-length controller) for every chain configuration; ``trees``: (key,
-    verifier, tree); keys name the dry runs (:func:`config_key`). Returns the profile and the plain continuations of
-    ``prompts`` (the plain-decoding log's paths)."""
-    import torch
+    plain: dict
+    dry: dict
+    tokens: list
+    seconds: float
 
-    from .timing import settle
 
-    t0 = time.perf_counter()
-    N, configs = int(max_new_tokens), [*chains, *trees]
-    settle(pair.target, prompts[:batch_size], N, sampling=sampling, cache=cache)  # untimed: a fresh process is slow
+def calibration_batches(pair, prompts, max_new_tokens: int, *, chains=(), trees=(), sampling, batch_size: int,
+                        cache: str, seed: int = 0, rule: str = "match", progress=None):
+    """The calibration's rounds as a ``*_batches`` generator: per batch of ``prompts`` (the calibration prompts), plain
+    decoding and then every dry run, in one window, yielding after each round, so that
+    :func:`llm_bridge.loop.interleave` can take the rounds in turn with the measured runs' batches (the profile is then
+    measured in the same windows as the runs it predicts, never from them). Returns a :class:`Rounds` for
+    :func:`profile_from_rounds`. ``chains`` / ``trees``: as :func:`calibrate` takes them."""
+    t0, N, configs = time.perf_counter(), int(max_new_tokens), [*chains, *trees]
     timer, rng, tokens = CallTimer(pair.target.device), np.random.default_rng(seed), []
     clock = IterationClock(timer)
     dry = {key: {} for key, _, _ in configs}
@@ -395,9 +411,24 @@ def calibrate(pair, prompts, max_new_tokens: int, *, chains=(), trees=(), sampli
                         dry[key].setdefault(name, []).extend(values)
                 dry[key].setdefault("round", []).extend([k] * len(cols["wall_ms"]))
                 bar.update()
+            yield k
     steps = clock.columns()
     plain = {"step_ms": steps["wall_ms"], "target_ms": steps["target_ms"], "round": rounds, "steps": len(rounds),
              "seconds": float(sum(steps["wall_ms"]) / 1e3)}
+    return Rounds(plain, dry, tokens, time.perf_counter() - t0)
+
+
+def profile_from_rounds(pair, prompts, max_new_tokens: int, rounds: Rounds, *, chains=(), trees=(), sampling,
+                        batch_size: int, cache: str, prompt_ids=(), reps: int = PROFILE_REPS,
+                        interleaved: bool = False) -> CostProfile:
+    """The cost profile from calibration ``rounds`` (:func:`calibration_batches` on the same ``prompts``, ``chains``
+    and ``trees``): t_target(n) per width and, for a draft model, t_draft at widths 1 and 2 are timed now
+    (:func:`_curve`; their shape is what the profile reads from them, the rounds give the level). ``interleaved``:
+    whether the rounds went in turn with the measured runs (stated in the profile)."""
+    import torch
+
+    t0, N = time.perf_counter(), int(max_new_tokens)
+    tokens = rounds.tokens
     B = min(int(batch_size), len(prompts))
     half = [np.concatenate([np.asarray(p, dtype=np.int64), t[:N // 2]]) for p, t in zip(prompts[:B], tokens[:B],
                                                                                            strict=True)]
@@ -407,7 +438,27 @@ def calibrate(pair, prompts, max_new_tokens: int, *, chains=(), trees=(), sampli
     curve = _curve(pair, half, feed, widths, sampling=sampling, cache=cache, reps=reps)
     drafts = {} if not chains or not isinstance(pair.drafter, ModelDrafter) else _curve(  # its first call's width
         pair, half, feed, [1, 2], sampling=sampling, cache=cache, reps=reps, draft=True)
-    profile = CostProfile(int(batch_size), N, [int(i) for i in prompt_ids],
-                          float(np.mean([c.size for c in half])), curve, plain, dry, str(pair.target.device), cache,
-                          int(torch.get_num_threads()), time.perf_counter() - t0, drafts)
-    return profile, tokens
+    return CostProfile(int(batch_size), N, [int(i) for i in prompt_ids], float(np.mean([c.size for c in half])),
+                       curve, rounds.plain, rounds.dry, str(pair.target.device), cache, int(torch.get_num_threads()),
+                       rounds.seconds + time.perf_counter() - t0, drafts, bool(interleaved))
+
+
+def calibrate(pair, prompts, max_new_tokens: int, *, chains=(), trees=(), sampling, batch_size: int, cache: str,
+              seed: int = 0, prompt_ids=(), reps: int = PROFILE_REPS, rule: str = "match",
+              progress=None) -> tuple[CostProfile, list]:
+    """Measure the cost profile on ``prompts`` (the calibration prompts; never the measured ones) by itself, after an
+    untimed warm-up: :func:`calibration_batches` round after round, then :func:`profile_from_rounds`. A record
+    instead takes the rounds in turn with its measured runs (``llm_bridge.timing.timed_runs(beside=...)``).
+
+    ``chains``: (key, verifier, L or a draft-length controller) for every chain configuration; ``trees``: (key,
+    verifier, tree); keys name the dry runs (:func:`config_key`). Returns the profile and the plain continuations of
+    ``prompts`` (the plain-decoding log's paths)."""
+    from .timing import settle
+
+    settle(pair.target, prompts[:batch_size], max_new_tokens, sampling=sampling, cache=cache)  # untimed: a fresh
+    rounds = finish(calibration_batches(pair, prompts, max_new_tokens, chains=chains, trees=trees,  # process is slow
+                                        sampling=sampling, batch_size=batch_size, cache=cache, seed=seed, rule=rule,
+                                        progress=progress))
+    profile = profile_from_rounds(pair, prompts, max_new_tokens, rounds, chains=chains, trees=trees, sampling=sampling,
+                                  batch_size=batch_size, cache=cache, prompt_ids=prompt_ids, reps=reps)
+    return profile, rounds.tokens

@@ -83,13 +83,15 @@ def timing_check(before_ms: float, after_ms: float, readings, cpus: int, threads
 class TimedRuns:
     """What :func:`timed_runs` measured: plain sampling interleaved with the runs (``plain``, its ``baseline``
     entry), every run's result in order, the plain run after them (same seed as the one before: an independent
-    plain-decoding log for the predictions) and the record's ``timing`` object."""
+    plain-decoding log for the predictions), the record's ``timing`` object and what the ``beside`` generator
+    returned (``None`` without one)."""
 
     plain: object
     baseline: dict
     results: list
     after: object
     timing: dict
+    beside: object = None
 
 
 #: Warm-up passes (one batch of plain sampling each) run until two in a row agree within this (ms per token)...
@@ -114,7 +116,7 @@ def settle(target, prompts, max_new_tokens: int, *, sampling, cache: str, tolera
 
 def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: int, batch_size: int,
                cache: str = "auto", warm_up=None, check_seed: int | None = None, progress: bool | None = None,
-               desc: str = "interleaved runs", attempts: int = 1) -> TimedRuns:
+               desc: str = "interleaved runs", attempts: int = 1, beside=None) -> TimedRuns:
     """The timing protocol of every record (``validate``, ``adaptive``).
 
     1. ``warm_up()`` (untimed; default: one batch of plain sampling): a fresh process's first decoding is slow,
@@ -126,6 +128,11 @@ def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: in
        keyword arguments and return a ``*_batches`` generator;
     4. plain sampling with ``check_seed`` again: the same tokens, so the same work; only the machine can make its
        time differ from step 2's (:func:`timing_check`, with the load other work put on the machine).
+
+    ``beside``: a callable that returns one more ``*_batches`` generator (no arguments) taken in turn with the runs in
+    step 3 but not timed as one, e.g. the cost profile's calibration rounds
+    (:func:`llm_bridge.calibrate.calibration_batches`), so that what predicts the runs is measured in the same windows
+    as they are; its result is :attr:`TimedRuns.beside` (the kept attempt's).
 
     With ``attempts`` > 1, steps 2-4 are measured again, whole, while the check finds the timing unreliable: the
     record keeps the first attempt that passes (or the last), and ``timing["attempts"]`` lists every attempt's
@@ -147,12 +154,15 @@ def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: in
     for attempt in range(attempts):
         before = plain_generate(target, prompts, max_new_tokens, seed=check_seed, progress=progress, **plain_kwargs)
         batches = [plain_batches(target, prompts, max_new_tokens, **common)] + [run(**common) for run in runs]
+        if beside is not None:
+            batches.append(beside())
         label = desc if attempts == 1 else f"{desc} (attempt {attempt + 1} of {attempts})"
         with tqdm(total=rounds * len(batches), desc=label, unit="batch", leave=False,
                   disable=None if progress is None else not progress) as bar:
             readings = []  # the load after every run's batch: other work that comes and goes mid-record is caught
             plain, *results = interleave(batches, on_round=lambda _, bar=bar, readings=readings: (
                 bar.update(), readings.append(meter.read())))
+        aside = results.pop() if beside is not None else None
         after = plain_generate(target, prompts, max_new_tokens, seed=check_seed, progress=progress, **plain_kwargs)
         timing = timing_check(1e3 * before.seconds / before.generated, 1e3 * after.seconds / after.generated,
                               [load_start, meter.read()], os.cpu_count() or 1, torch_threads(), readings)
@@ -167,7 +177,7 @@ def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: in
                 "ms_per_step": 1e3 * plain.seconds / max(plain.timer.count("target"), 1),
                 "t_target_ms": plain.timer.mean_ms("target"), "generated": plain.generated,
                 "rounds": round_entries(plain.rounds)}
-    return TimedRuns(plain, baseline, results, after, timing)
+    return TimedRuns(plain, baseline, results, after, timing, aside)
 
 
 def torch_threads() -> int:

@@ -1,10 +1,11 @@
 """``python -m llm_bridge.validate``: otspec's verifiers on a real pair, measured next to the theory.
 
 For every verifier × draft length it runs the speculative loop on the measured prompts, and in the same
-process, interleaved with it, plain target sampling (the speedup's denominator) and Hugging Face assisted
-generation with its fastest draft (the peer); then, on the prediction prompts (the ones after the measured
-ones), the cost profile and the plain-decoding log the predictions read (:func:`prepare_predictions`), and
-the losslessness checks. It writes the record
+process, interleaved with it, plain target sampling (the speedup's denominator), Hugging Face assisted
+generation with its fastest draft (the peer) and the cost profile's calibration rounds on the prediction prompts
+(the ones after the measured ones: plain decoding, which is also the plain-decoding log the predictions read, and
+every configuration's dry run; so the profile sees the machine in the same windows as the runs it predicts, and
+never their wall clock); then the predictions (:func:`prepare_predictions`) and the losslessness checks. It writes the record
 ``figures/llm_<name>.json`` (an :class:`otspec.engine.record.PairRecord`, the contract below);
 ``python -m otspec.plot record`` (and the report) draw its ``.md`` summary and ``.png`` plot.
 
@@ -57,7 +58,7 @@ from otspec.engine.record import PairRecord
 from otspec.verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, WHOLE_TREE_REGISTRY, DecodingOPT
 
 from .cache import CACHE_KINDS
-from .calibrate import calibrate, config_key
+from .calibrate import calibrate, calibration_batches, config_key, profile_from_rounds
 from .drafters import load_pair
 from .logrows import DEFAULT_LOG_MAX_KEPT, DEFAULT_LOG_TOP_P, check_loggable
 from .loop import plain_generate, speculative_batches, speculative_generate
@@ -231,16 +232,19 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
                                                              max_new_tokens, rule=rule, defer_closed_forms=True, **kw)
              for name, tree in tree_configs]
     runs += peer_runs(peer, ids, max_new_tokens)
+    # the cost profile's calibration rounds (on the prediction prompts) go in turn with them: the same windows
     timed = timed_runs(pair.target, ids, runs, max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size,
                        cache=cache, warm_up=warm_up, check_seed=seed + PREDICTION_SEED_OFFSET, progress=progress,
-                       attempts=timing_attempts)
+                       attempts=timing_attempts, beside=lambda: calibration_round_batches(
+                           pair, pred_ids, max_new_tokens, chains=configs, trees=tree_configs, sampling=sampling,
+                           batch_size=batch_size, cache=cache, seed=seed, rule=rule))
     baseline, results, timing = timed.baseline, timed.results, timed.timing
     peer_results, results = (results[-2:], results[:-2]) if peer is not None else (None, results)
     phase("timed runs done")
     prof, predict, log = prepare_predictions(
         pair, pred_ids, max_new_tokens, chains=configs, trees=tree_configs, sampling=sampling, batch_size=batch_size,
         cache=cache, seed=seed, prompt_ids=prediction_ids, rule=rule, units=len(ids),
-        sequences=prediction_sequences, log_top_p=log_top_p, log_max_kept=log_max_kept)
+        sequences=prediction_sequences, log_top_p=log_top_p, log_max_kept=log_max_kept, rounds=timed.beside)
     chain_results = [(name, L, result) for (name, L), result in zip(configs, results[:len(configs)], strict=True)]
     tree_results = [(name, tree, result) for (name, tree), result in zip(tree_configs, results[len(configs):],
                                                                           strict=True)]
@@ -297,20 +301,26 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
 
 def prepare_predictions(pair, prompts, max_new_tokens: int, *, chains, trees, sampling, batch_size: int, cache: str,
                         seed: int, prompt_ids, rule: str = "match", units: int, sequences: int = 32,
-                        log_top_p: float = DEFAULT_LOG_TOP_P, log_max_kept: int | None = DEFAULT_LOG_MAX_KEPT):
+                        log_top_p: float = DEFAULT_LOG_TOP_P, log_max_kept: int | None = DEFAULT_LOG_MAX_KEPT,
+                        rounds=None):
     """Everything the predictions read, measured on ``prompts`` (the prediction prompts, never the measured ones):
     the cost profile (:func:`~llm_bridge.calibrate.calibrate`: plain decoding, t_target(n) per width, a dry run of
     every chain (verifier name, L) and tree (verifier name, tree spec) configuration) and, along the plain decoding,
     the rows the replays read (both models' logged rows; a feature head's rows by draft depth; prompt lookup's
     proposals). Returns ``(profile, predict, log)``: ``predict(verifier, draft)`` is the
     :class:`~otspec.engine.predict.LogPrediction` of a run over ``units`` prompts, ``log`` the logged rows (``None``
-    for a head or prompt lookup)."""
-    prof, tokens = calibrate(
-        pair, prompts, max_new_tokens, chains=[(config_key(name, L), REGISTRY[name](), L) for name, L in chains],
-        trees=[(config_key(name, str(t)), v, t) for name, tree in trees
-               for v in [TREE_VERIFIERS[name]()] for t in [parse_tree(tree, v.replacement)]],
-        sampling=sampling, batch_size=batch_size, cache=cache, seed=seed + PREDICTION_SEED_OFFSET,
-        prompt_ids=prompt_ids, rule=rule)
+    for a head or prompt lookup). ``rounds``: the calibration rounds already measured in turn with the runs
+    (:func:`calibration_round_batches`'s result, via ``timed_runs(beside=...)``); without them the profile is measured
+    now, by itself (:func:`~llm_bridge.calibrate.calibrate`)."""
+
+    specs = profile_specs(chains, trees)
+    if rounds is None:
+        prof, tokens = calibrate(pair, prompts, max_new_tokens, **specs, sampling=sampling, batch_size=batch_size,
+                                 cache=cache, seed=seed + PREDICTION_SEED_OFFSET, prompt_ids=prompt_ids, rule=rule)
+    else:
+        prof = profile_from_rounds(pair, prompts, max_new_tokens, rounds, **specs, sampling=sampling,
+                                   batch_size=batch_size, cache=cache, prompt_ids=prompt_ids, interleaved=True)
+        tokens = rounds.tokens
     replays = replay_sources(pair, prompts, tokens, max([L for _, L in chains], default=1), sampling=sampling,
                              batch_size=batch_size, top_p=log_top_p, max_kept=log_max_kept,
                              meta={"prompts": len(prompts), "prompt_ids": list(prompt_ids),
@@ -325,6 +335,24 @@ def prepare_predictions(pair, prompts, max_new_tokens: int, *, chains, trees, sa
         return predict_from_log(log, verifier, draft, sequences=sequences, seed=seed, rule=rule, units=units)
 
     return prof, predict, log
+
+
+def profile_specs(chains, trees) -> dict:
+    """The cost profile's ``chains`` and ``trees`` arguments for chain (verifier name, L) and tree (verifier name, tree
+    spec) configurations: each with its dry-run key (:func:`~llm_bridge.calibrate.config_key`) and verifier."""
+    return {"chains": [(config_key(name, L), REGISTRY[name](), L) for name, L in chains],
+            "trees": [(config_key(name, str(t)), v, t) for name, tree in trees
+                      for v in [TREE_VERIFIERS[name]()] for t in [parse_tree(tree, v.replacement)]]}
+
+
+def calibration_round_batches(pair, prompts, max_new_tokens: int, *, chains, trees, sampling, batch_size: int,
+                              cache: str, seed: int, rule: str = "match"):
+    """The calibration rounds of :func:`prepare_predictions`'s profile as a generator for ``timed_runs(beside=...)``:
+    :func:`~llm_bridge.calibrate.calibration_batches` on the prediction ``prompts`` with the same configurations and
+    seed that :func:`prepare_predictions` would calibrate with."""
+    return calibration_batches(pair, prompts, max_new_tokens, **profile_specs(chains, trees), sampling=sampling,
+                               batch_size=batch_size, cache=cache, seed=seed + PREDICTION_SEED_OFFSET, rule=rule,
+                               progress=False)
 
 
 #: The prompt file of the measured and the prediction prompts.

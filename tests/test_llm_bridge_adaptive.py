@@ -146,6 +146,7 @@ def test_cli_writes_the_frontier(tmp_path):
     assert record["fixed"][0]["discard_rate"] <= record["fixed"][1]["discard_rate"] + 0.5
     settings = record["settings"]  # predictions on other prompts than the measured ones
     assert settings["prompt_ids"] == [0, 1] and settings["prediction_prompt_ids"] == [2, 3]
+    assert record["profile"]["interleaved_with_runs"] is True  # measured in turn with the frontier's runs
     assert record["profile"]["kind"] == "cost_profile" and set(record["profile"]["configs"]) == {
         "token:L=1", "token:L=3", "token:threshold=0.3", "token:threshold=0.7", "token:threshold_unlagged=0.3",
         "token:threshold_unlagged=0.7"}

@@ -258,3 +258,46 @@ def test_the_predicted_speedups_interval_carries_the_measured_runs_timing_noise(
     assert wide["speedup"] == pytest.approx(narrow["speedup"], rel=1e-12)
     assert wide["high"] - wide["low"] > narrow["high"] - narrow["low"] > 0
     assert wall_clock_prediction(prof, key, pred, batch_size=8, units=64, n_tokens=8)["run_rounds"] == 8
+
+
+def test_a_records_calibration_rounds_go_in_turn_with_its_runs_and_measure_what_calibrate_measures():
+    from llm_bridge.calibrate import calibration_batches, profile_from_rounds
+    from llm_bridge.loop import speculative_batches
+    from llm_bridge.timing import timed_runs
+
+    pair = tiny_pair()
+    rng = np.random.default_rng(1)
+    measured, calibration = random_prompts(4, rng), random_prompts(4, rng)
+    chains = [(config_key("token", 2), TokenVerify(), 2)]
+    order = []
+
+    def logged(name, batches):  # a *_batches generator that notes each batch it finishes
+        while True:
+            try:
+                next(batches)
+            except StopIteration as stop:
+                return stop.value
+            order.append(name)
+            yield
+
+    def run(**kw):
+        return logged("run", speculative_batches(pair, measured, TokenVerify(), 2, 10, record_law=False, **kw))
+
+    def beside():
+        return logged("calibration", calibration_batches(pair, calibration, 10, chains=chains, sampling=Sampling(),
+                                                         batch_size=2, cache="dynamic", seed=5))
+
+    timed = timed_runs(pair.target, measured, [run], 10, sampling=Sampling(), seed=0, batch_size=2, cache="dynamic",
+                       beside=beside)
+    assert order == ["run", "calibration"] * 2 and len(timed.results) == 1  # round by round, the runs' windows
+    prof = profile_from_rounds(pair, calibration, 10, timed.beside, chains=chains, sampling=Sampling(), batch_size=2,
+                               cache="dynamic", prompt_ids=[4, 5, 6, 7], reps=2, interleaved=True)
+    alone, tokens = calibrate(pair, calibration, 10, chains=chains, sampling=Sampling(), batch_size=2,
+                              cache="dynamic", seed=5, reps=2)
+    # the same plain continuations (the log the predictions replay) and the same dry runs' shapes either way
+    assert all(np.array_equal(a, b) for a, b in zip(timed.beside.tokens, tokens, strict=True))
+    assert prof.dry["token:L=2"]["round"] == alone.dry["token:L=2"]["round"] == [0] * 7 + [1] * 7
+    assert prof.plain["round"] == alone.plain["round"] and sorted(prof.t_target) == [1, 2, 3]
+    data = json.loads(json.dumps(prof.to_json()))
+    assert data["interleaved_with_runs"] is True and alone.to_json()["interleaved_with_runs"] is False
+    assert CostProfile.from_json(data).interleaved

@@ -89,6 +89,7 @@ def test_cli_writes_the_json_contract(folders, tmp_path, capsys):
     assert settings["prompt_ids"] == [0, 1] and settings["prediction_prompt_ids"] == [2, 3]
     profile = record["profile"]
     assert profile["kind"] == "cost_profile" and profile["prompt_ids"] == [2, 3] and profile["batch_size"] == 8
+    assert profile["interleaved_with_runs"] is True  # its rounds went in turn with the measured runs
     assert set(profile["t_target_ms"]) == {"1", "2", "3", "4"} and set(profile["configs"]) == {
         f"{v}:L={L}" for v in ("token", "block", "block_v1") for L in (2, 3)}
     assert all(lo["low"] <= profile["t_target_ms"][n] <= lo["high"] for n, lo in profile["t_target_ms_interval"].items())
