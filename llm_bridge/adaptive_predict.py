@@ -18,7 +18,7 @@ from otspec.engine.predict import METHOD, predict_from_pairs
 from otspec.sources import DepthPositionalSource
 from otspec.verifiers import TokenVerify
 
-from .calibrate import calibrate, calibration_batches, profile_from_rounds
+from .calibrate import calibrate, calibration_batches
 from .logrows import draft_states_incremental
 from .replays import replay_sources
 from .validate import PREDICTION_SEED_OFFSET
@@ -67,14 +67,9 @@ def frontier_predictor(pair, prediction_prompts, plan, controller, max_new_token
     without it the profile is measured now, by itself."""
     if not prediction_prompts:
         return (lambda *_: None), None
-    chains = frontier_chains(plan, controller)
-    if rounds is None:
-        profile, tokens = calibrate(pair, prediction_prompts, max_new_tokens, chains=chains, sampling=sampling,
-                                    batch_size=batch_size, cache="auto", seed=seed + PREDICTION_SEED_OFFSET)
-    else:
-        profile = profile_from_rounds(pair, prediction_prompts, max_new_tokens, rounds, chains=chains,
-                                      sampling=sampling, batch_size=batch_size, cache="auto", interleaved=True)
-        tokens = rounds.tokens
+    profile, tokens = calibrate(pair, prediction_prompts, max_new_tokens, chains=frontier_chains(plan, controller),
+                                sampling=sampling, batch_size=batch_size, cache="auto",
+                                seed=seed + PREDICTION_SEED_OFFSET, rounds=rounds)
     learned = rule == "specdecpp" and any(p != "fixed" for p, _ in plan)  # threshold rows on the learned head
     if pair.drafter.deterministic:  # prompt lookup has no frontier of its own
         return (lambda *_: None), profile

@@ -24,12 +24,13 @@ turn with its measured runs' batches, so the profile sees the same windows as th
 the same for every kind of work: in llm_int8 as first committed, calibrated after its runs, plain decoding ran 4 %
 slower per step in the runs' window while the speculative iterations did not, and its v1 speedups came out 12-13 %
 above their predictions), still on other prompts and never from the runs' wall clock; :func:`calibrate` measures the
-same rounds by themselves (a forecast, which comes before any run); a round whose plain decoding ran far slower than the others (more than
-:data:`ROUND_TOLERANCE`) is set aside with its dry runs (:meth:`CostProfile.disturbed_rounds`). Then
-**t_target(n)**: a target call scoring n tokens per sequence, for every width the runs use (1 … L_max + 1 and each
-tree's node count), at the run's batch size and halfway through the run's context (the first batch's prompts plus
-half of their plain continuation), ``reps`` timed calls per width after one untimed call; the median, with a
-bootstrap interval. It gives the shape of the cost in n; the dry runs give its level. For a draft model,
+same rounds by themselves where there are no runs (a forecast, which comes before any). A round whose plain decoding
+ran far slower than the others (more than :data:`ROUND_TOLERANCE`) is set aside with its dry runs
+(:meth:`CostProfile.disturbed_rounds`). Then **t_target(n)**: a target call scoring n tokens per sequence, for every
+width the runs use (1 … L_max + 1 and each tree's node count), at the run's batch size and halfway through the run's
+context (the first batch's prompts plus half of their plain continuation), ``reps`` timed calls per width after one
+untimed call; the median, with a bootstrap interval. It gives the shape of the cost in n; the dry runs give its
+level. For a draft model,
 **t_draft(n)** at n = 1, 2 the same way: a draft session that did not feed its last drafted token (every chain but
 v1 block verification's, which asks for the row after it) feeds it with the emitted token in its next first call
 once a sequence kept its whole draft, and a zero-acceptance dry run never does (:meth:`CostProfile.whole_draft_ms`).
@@ -342,9 +343,9 @@ def _plain_chunk(pair, chunk, n_tokens, *, sampling, cache, rng, timer, clock) -
 
 def _curve(pair, contexts, feed_tokens, widths, *, sampling, cache, reps, draft: bool = False):
     """{n: [ms]}: ``reps`` timed target calls (``draft``: calls of the drafter's own session, as the loop makes it)
-    scoring n tokens per sequence from ``contexts``, one session per width, the widths taken in turn (rep by rep, so the machine's drift moves
-    every width alike), each after one untimed call; every call commits one token, as a zero-acceptance iteration
-    does."""
+    scoring n tokens per sequence from ``contexts``, one session per width, the widths taken in turn (rep by rep, so
+    the machine's drift moves every width alike), each after one untimed call; every call commits one token, as a
+    zero-acceptance iteration does."""
     timer, B = CallTimer(pair.target.device), len(contexts)
     room = cache_room(contexts, reps + 2, max(widths) + 2)
     sessions = {}
@@ -444,21 +445,26 @@ def profile_from_rounds(pair, prompts, max_new_tokens: int, rounds: Rounds, *, c
 
 
 def calibrate(pair, prompts, max_new_tokens: int, *, chains=(), trees=(), sampling, batch_size: int, cache: str,
-              seed: int = 0, prompt_ids=(), reps: int = PROFILE_REPS, rule: str = "match",
-              progress=None) -> tuple[CostProfile, list]:
-    """Measure the cost profile on ``prompts`` (the calibration prompts; never the measured ones) by itself, after an
-    untimed warm-up: :func:`calibration_batches` round after round, then :func:`profile_from_rounds`. A record
-    instead takes the rounds in turn with its measured runs (``llm_bridge.timing.timed_runs(beside=...)``).
+              seed: int = 0, prompt_ids=(), reps: int = PROFILE_REPS, rule: str = "match", progress=None,
+              rounds: Rounds | None = None) -> tuple[CostProfile, list]:
+    """The cost profile on ``prompts`` (the calibration prompts; never the measured ones): :func:`calibration_batches`
+    round after round, after an untimed warm-up, then :func:`profile_from_rounds`. ``rounds``: the rounds already
+    measured in turn with a record's runs (``llm_bridge.timing.timed_runs(beside=calibration_batches(...))``, with the
+    same prompts, configurations and seed); then only the curves are timed now, and the profile says
+    ``interleaved_with_runs``.
 
     ``chains``: (key, verifier, L or a draft-length controller) for every chain configuration; ``trees``: (key,
     verifier, tree); keys name the dry runs (:func:`config_key`). Returns the profile and the plain continuations of
     ``prompts`` (the plain-decoding log's paths)."""
     from .timing import settle
 
-    settle(pair.target, prompts[:batch_size], max_new_tokens, sampling=sampling, cache=cache)  # untimed: a fresh
-    rounds = finish(calibration_batches(pair, prompts, max_new_tokens, chains=chains, trees=trees,  # process is slow
-                                        sampling=sampling, batch_size=batch_size, cache=cache, seed=seed, rule=rule,
-                                        progress=progress))
+    interleaved = rounds is not None
+    if not interleaved:  # after an untimed warm-up: a fresh process decodes slowly at first
+        settle(pair.target, prompts[:batch_size], max_new_tokens, sampling=sampling, cache=cache)
+        rounds = finish(calibration_batches(pair, prompts, max_new_tokens, chains=chains, trees=trees,
+                                            sampling=sampling, batch_size=batch_size, cache=cache, seed=seed,
+                                            rule=rule, progress=progress))
     profile = profile_from_rounds(pair, prompts, max_new_tokens, rounds, chains=chains, trees=trees, sampling=sampling,
-                                  batch_size=batch_size, cache=cache, prompt_ids=prompt_ids, reps=reps)
+                                  batch_size=batch_size, cache=cache, prompt_ids=prompt_ids, reps=reps,
+                                  interleaved=interleaved)
     return profile, rounds.tokens

@@ -5,8 +5,8 @@ process, interleaved with it, plain target sampling (the speedup's denominator),
 generation with its fastest draft (the peer) and the cost profile's calibration rounds on the prediction prompts
 (the ones after the measured ones: plain decoding, which is also the plain-decoding log the predictions read, and
 every configuration's dry run; so the profile sees the machine in the same windows as the runs it predicts, and
-never their wall clock); then the predictions (:func:`prepare_predictions`) and the losslessness checks. It writes the record
-``figures/llm_<name>.json`` (an :class:`otspec.engine.record.PairRecord`, the contract below);
+never their wall clock); then the predictions (:func:`prepare_predictions`) and the losslessness checks. It writes
+the record ``figures/llm_<name>.json`` (an :class:`otspec.engine.record.PairRecord`, the contract below);
 ``python -m otspec.plot record`` (and the report) draw its ``.md`` summary and ``.png`` plot.
 
 JSON: ``model_pair`` {target, draft, device, dtype}; ``runs``: per run ``verifier``, ``L``,
@@ -58,7 +58,7 @@ from otspec.engine.record import PairRecord
 from otspec.verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, WHOLE_TREE_REGISTRY, DecodingOPT
 
 from .cache import CACHE_KINDS
-from .calibrate import calibrate, calibration_batches, config_key, profile_from_rounds
+from .calibrate import calibrate, calibration_batches, config_key
 from .drafters import load_pair
 from .logrows import DEFAULT_LOG_MAX_KEPT, DEFAULT_LOG_TOP_P, check_loggable
 from .loop import plain_generate, speculative_batches, speculative_generate
@@ -312,15 +312,9 @@ def prepare_predictions(pair, prompts, max_new_tokens: int, *, chains, trees, sa
     for a head or prompt lookup). ``rounds``: the calibration rounds already measured in turn with the runs
     (:func:`calibration_round_batches`'s result, via ``timed_runs(beside=...)``); without them the profile is measured
     now, by itself (:func:`~llm_bridge.calibrate.calibrate`)."""
-
-    specs = profile_specs(chains, trees)
-    if rounds is None:
-        prof, tokens = calibrate(pair, prompts, max_new_tokens, **specs, sampling=sampling, batch_size=batch_size,
-                                 cache=cache, seed=seed + PREDICTION_SEED_OFFSET, prompt_ids=prompt_ids, rule=rule)
-    else:
-        prof = profile_from_rounds(pair, prompts, max_new_tokens, rounds, **specs, sampling=sampling,
-                                   batch_size=batch_size, cache=cache, prompt_ids=prompt_ids, interleaved=True)
-        tokens = rounds.tokens
+    prof, tokens = calibrate(pair, prompts, max_new_tokens, **profile_specs(chains, trees), sampling=sampling,
+                             batch_size=batch_size, cache=cache, seed=seed + PREDICTION_SEED_OFFSET,
+                             prompt_ids=prompt_ids, rule=rule, rounds=rounds)
     replays = replay_sources(pair, prompts, tokens, max([L for _, L in chains], default=1), sampling=sampling,
                              batch_size=batch_size, top_p=log_top_p, max_kept=log_max_kept,
                              meta={"prompts": len(prompts), "prompt_ids": list(prompt_ids),

@@ -261,7 +261,7 @@ def test_the_predicted_speedups_interval_carries_the_measured_runs_timing_noise(
 
 
 def test_a_records_calibration_rounds_go_in_turn_with_its_runs_and_measure_what_calibrate_measures():
-    from llm_bridge.calibrate import calibration_batches, profile_from_rounds
+    from llm_bridge.calibrate import calibration_batches
     from llm_bridge.loop import speculative_batches
     from llm_bridge.timing import timed_runs
 
@@ -290,8 +290,8 @@ def test_a_records_calibration_rounds_go_in_turn_with_its_runs_and_measure_what_
     timed = timed_runs(pair.target, measured, [run], 10, sampling=Sampling(), seed=0, batch_size=2, cache="dynamic",
                        beside=beside)
     assert order == ["run", "calibration"] * 2 and len(timed.results) == 1  # round by round, the runs' windows
-    prof = profile_from_rounds(pair, calibration, 10, timed.beside, chains=chains, sampling=Sampling(), batch_size=2,
-                               cache="dynamic", prompt_ids=[4, 5, 6, 7], reps=2, interleaved=True)
+    prof, _ = calibrate(pair, calibration, 10, chains=chains, sampling=Sampling(), batch_size=2, cache="dynamic",
+                        prompt_ids=[4, 5, 6, 7], reps=2, rounds=timed.beside)  # only the curves are timed now
     alone, tokens = calibrate(pair, calibration, 10, chains=chains, sampling=Sampling(), batch_size=2,
                               cache="dynamic", seed=5, reps=2)
     # the same plain continuations (the log the predictions replay) and the same dry runs' shapes either way
