@@ -300,7 +300,8 @@ CONFIDENCE_RULE = ("confidence: draft on while the product of the draft rows' la
 def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6, 8), max_length: int = 12,
              max_new_tokens: int = 48, sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int = 8,
              progress: bool | None = None, unlagged: bool = True, timing_attempts: int = 1,
-             rule: str = "specdecpp", prediction_prompts=None, hf: bool = False, hf_prompts: int = 4) -> dict:
+             rule: str = "specdecpp", prediction_prompts=None, hf: bool = False, hf_prompts: int = 4,
+             prediction_paths: int = 1) -> dict:
     """Fixed K and the threshold rule on the learned head (lagged, and with ``unlagged`` the rule without the lag),
     on the same prompts with plain sampling beside them: every run and plain sampling decode each batch of prompts
     in turn (interleaved timing rounds), and plain sampling runs again at the end (the record's timing check).
@@ -308,8 +309,8 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
     ``head`` and ``unlagged`` are ignored). ``prediction_prompts`` (token ids; other prompts than ``prompts``): where
     the predictions are made — the plain-decoding log and the cost profile
     (:func:`llm_bridge.calibrate.calibration_batches`, with a zero-acceptance dry run of every policy, its rounds taken
-    in turn with the runs' batches so that it sees the machine in the same windows); without them no row is
-    predicted. ``hf``: the peer, Hugging Face
+    in turn with the runs' batches so that it sees the machine in the same windows; ``prediction_paths`` plain paths
+    of each, pooled per prompt); without them no row is predicted. ``hf``: the peer, Hugging Face
     assisted generation with the fastest draft it takes for the target (chosen on ``hf_prompts`` of the prediction
     prompts, :func:`llm_bridge.peer.choose_peer`), decoded in turn with the runs, with its plain ``generate`` beside
     it (``hf_assisted``, as :mod:`llm_bridge.validate` records it)."""
@@ -363,7 +364,7 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
     out.update(peer_entries(peer_choice, peer_results, baseline["rounds"]))  # over its plain generate and ours
     predict, profile = frontier_predictor(pair, prediction_prompts, plan, controller, max_new_tokens, sampling=sampling,
                                           seed=seed, batch_size=batch_size, rule=rule, units=len(prompts),
-                                          rounds=timed.beside)
+                                          rounds=timed.beside, paths=prediction_paths)
     if profile is not None:
         out["profile"] = profile.to_json()
     for (policy, value), result in zip(plan, results, strict=True):
@@ -408,6 +409,8 @@ def main(argv=None) -> int:
     ap.add_argument("--prediction-prompts", type=int, default=None,
                     help="prompts after the measured ones on which the predictions' log and cost profile are measured "
                          "(default: as many as --prompts)")
+    ap.add_argument("--prediction-paths", type=int, default=1,
+                    help="plain paths of each prediction prompt the replays read, pooled per prompt")
     ap.add_argument("--batch-size", type=int, default=8, help="prompts decoded together (one timing round each)")
     ap.add_argument("--no-unlagged", action="store_true", help="run only the lagged rule of Algorithm 1")
     ap.add_argument("--max-new-tokens", type=int, default=48)
@@ -446,10 +449,10 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
         if not 0.0 <= h <= 1.0:
             raise ValueError(f"--thresholds: {h} is not in [0, 1]")
     if (any(k < 1 for k in fixed) or args.max_length < 1 or args.prompts < 1 or args.max_new_tokens < 1
-            or args.batch_size < 1 or args.train_draft_length < 1 or args.hf_prompts < 1
+            or args.batch_size < 1 or args.train_draft_length < 1 or args.hf_prompts < 1 or args.prediction_paths < 1
             or (args.prediction_prompts is not None and args.prediction_prompts < 1)):
-        raise ValueError("--fixed, --max-length, --prompts, --prediction-prompts, --max-new-tokens, --batch-size, "
-                         "--train-draft-length and --hf-prompts must be >= 1")
+        raise ValueError("--fixed, --max-length, --prompts, --prediction-prompts, --prediction-paths, "
+                         "--max-new-tokens, --batch-size, --train-draft-length and --hf-prompts must be >= 1")
     pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
     rule = args.rule if args.rule != "auto" else ("confidence" if pair.drafter.reads_target_features else "specdecpp")
     train_data = {}  # how a trained head's rows were made
@@ -478,8 +481,8 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
                            **train_data,
                            "prompts": args.prompts, "prompt_file": PROMPT_FILE, "prompt_ids": prompt_ids,
                            "prediction_prompts": len(prediction_ids), "prediction_prompt_ids": prediction_ids,
-                           "batch_size": args.batch_size,
-                           "max_new_tokens": args.max_new_tokens,
+                           "batch_size": args.batch_size, "max_new_tokens": args.max_new_tokens,
+                           "prediction_paths": args.prediction_paths,
                            "max_length": args.max_length, "temperature": args.temperature, "seed": args.seed,
                            "hf_prompts": None if args.no_hf else min(args.hf_prompts, len(prediction_ids)),
                            "torch": torch.__version__, "threads": torch.get_num_threads()},
@@ -488,7 +491,7 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
                            max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed,
                            batch_size=args.batch_size, unlagged=not args.no_unlagged,
                            timing_attempts=args.timing_attempts, rule=rule, prediction_prompts=pred_ids,
-                           hf=not args.no_hf, hf_prompts=args.hf_prompts))
+                           hf=not args.no_hf, hf_prompts=args.hf_prompts, prediction_paths=args.prediction_paths))
     return AdaptiveRecord.from_json(record)
 
 

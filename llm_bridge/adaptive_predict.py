@@ -20,7 +20,7 @@ from otspec.verifiers import TokenVerify
 
 from .calibrate import calibrate, calibration_batches
 from .logrows import draft_states_incremental
-from .replays import replay_sources
+from .replays import more_paths, replay_sources
 from .validate import PREDICTION_SEED_OFFSET
 
 __all__ = ["HEAD_RULE_METHOD", "NO_HEAD_RULE", "frontier_predictor", "longest_draft", "policy_key", "rule_pairs",
@@ -59,12 +59,13 @@ def frontier_calibration(pair, prediction_prompts, plan, controller, max_new_tok
 
 
 def frontier_predictor(pair, prediction_prompts, plan, controller, max_new_tokens, *, sampling, seed, batch_size, rule,
-                       units: int, rounds=None):
+                       units: int, rounds=None, paths: int = 1):
     """(predict(policy, value) -> LogPrediction or None, the cost profile or None), both made on
     ``prediction_prompts``; ``plan`` lists the frontier's (policy, value), ``controller(policy, value)`` makes each
     policy's draft length or controller, and ``units`` is the number of measured prompts (the prediction interval is
     for a run over that many). ``rounds``: :func:`frontier_calibration`'s result, measured in turn with the runs;
-    without it the profile is measured now, by itself."""
+    without it the profile is measured now, by itself. ``paths``: plain paths of each prediction prompt the replays
+    read, pooled per prompt (:func:`~llm_bridge.replays.more_paths`)."""
     if not prediction_prompts:
         return (lambda *_: None), None
     profile, tokens = calibrate(pair, prediction_prompts, max_new_tokens, chains=frontier_chains(plan, controller),
@@ -75,7 +76,9 @@ def frontier_predictor(pair, prediction_prompts, plan, controller, max_new_token
         return (lambda *_: None), profile
     head = pair.drafter.reads_target_features
     states = [] if learned and head and pair.drafter.kind == "eagle" else None  # an EAGLE head's states by depth
-    replays = replay_sources(pair, prediction_prompts, tokens, longest_draft(plan, controller), sampling=sampling,
+    prompts, tokens = more_paths(pair, prediction_prompts, tokens, max_new_tokens, paths, sampling=sampling,
+                                 batch_size=batch_size, seed=seed + PREDICTION_SEED_OFFSET)
+    replays = replay_sources(pair, prompts, tokens, longest_draft(plan, controller), sampling=sampling,
                              batch_size=batch_size, states=states,
                              meta={"seed": seed + PREDICTION_SEED_OFFSET, "use": "predictions of the frontier "
                                    "(other prompts than the measured runs')"})
@@ -83,7 +86,7 @@ def frontier_predictor(pair, prediction_prompts, plan, controller, max_new_token
     if head:
         rule_method = method.replace("; interval:", HEAD_RULE_NOTE + "; interval:", 1)
     else:  # a draft model: the learned head reads its hidden state at each logged token
-        kept = [(p, t) for p, t in zip(prediction_prompts, tokens, strict=True) if len(t)]  # the log's paths
+        kept = [(p, t) for p, t in zip(prompts, tokens, strict=True) if len(t)]  # the log's paths
         states = list(draft_states_incremental(pair.drafter, [p for p, _ in kept], [t for _, t in kept], sampling,
                                                batch_size)) if learned else None
         rule_method = HEAD_RULE_METHOD
@@ -92,13 +95,14 @@ def frontier_predictor(pair, prediction_prompts, plan, controller, max_new_token
     def predict(policy, value):
         draft = int(value) if policy == "fixed" else controller(policy, value)
         if policy == "fixed" or rule == "confidence":  # the confidence rule reads the draft's own rows: replayed as is
-            return predict_from_pairs(pairs(), TokenVerify(), draft, seed=seed, units=units, method=method)
+            return predict_from_pairs(pairs(), TokenVerify(), draft, seed=seed, units=units, method=method,
+                                      paths_per_prompt=paths)
         if states is None:
             return None
         if not stops:
             stops.extend(draft.head.predict(S.reshape(-1, S.shape[-1])).reshape(S.shape[:-1]) for S in states)
         return predict_from_pairs(rule_pairs(pairs(), stops, draft), TokenVerify(), draft.max_length, seed=seed,
-                                  units=units, method=rule_method)
+                                  units=units, method=rule_method, paths_per_prompt=paths)
 
     return predict, profile
 

@@ -42,9 +42,11 @@ check_forecast = forecast_check
 def forecast(pair, *, verifiers=("token",), lengths=(1,), trees=(), multi_verifiers=("kseq",), rule: str = "match",
              prompts: int = 32, prediction_prompts: int | None = None, max_new_tokens: int = 64,
              batch_size: int = 8, sampling: Sampling | None = None, seed: int = 0, cache: str = "auto",
-             sequences: int = 32, name: str = "pair") -> dict:
-    """The forecast of every configuration (module docstring) for a run of ``prompts`` prompts."""
+             sequences: int = 32, name: str = "pair", paths: int = 1) -> dict:
+    """The forecast of every configuration (module docstring) for a run of ``prompts`` prompts; ``paths`` plain paths
+    of each prediction prompt, pooled per prompt (as ``validate --prediction-paths``)."""
     lengths = [check_size(L, "L", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH") for L in lengths]
+    paths = check_size(paths, "paths")
     sampling = Sampling() if sampling is None else sampling
     unknown = [v for v in verifiers if v not in REGISTRY] + [v for v in multi_verifiers if v not in TREE_VERIFIERS]
     if unknown:
@@ -58,7 +60,8 @@ def forecast(pair, *, verifiers=("token",), lengths=(1,), trees=(), multi_verifi
     tree_configs = [(v, t) for v in (multi_verifiers if trees else ()) for t in trees]
     profile, predict, _ = prepare_predictions(pair, pred_ids, max_new_tokens, chains=chains, trees=tree_configs,
                                               sampling=sampling, batch_size=batch_size, cache=cache, seed=seed,
-                                              prompt_ids=prediction_ids, rule=rule, units=len(ids), sequences=sequences)
+                                              prompt_ids=prediction_ids, rule=rule, units=len(ids), sequences=sequences,
+                                              paths=paths)
     rows = []
     for v, draft in chains + tree_configs:
         tree = isinstance(draft, str)
@@ -78,6 +81,7 @@ def forecast(pair, *, verifiers=("token",), lengths=(1,), trees=(), multi_verifi
                          "max_new_tokens": max_new_tokens, "batch_size": batch_size,
                          "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
                          "seed": seed, "cache": cache, "lengths": list(lengths), "verifiers": list(verifiers),
+                         "prediction_paths": paths,
                          **({"trees": list(trees), "rule": rule} if trees else {})},
             "record": f"llm_{name}.json", "made_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "profile": profile.to_json(), "forecasts": rows}
@@ -105,7 +109,9 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--cache", default="auto")
-    ap.add_argument("--prediction-sequences", type=int, default=32, help="replays of each logged prompt")
+    ap.add_argument("--prediction-sequences", type=int, default=32, help="replays of each logged path")
+    ap.add_argument("--prediction-paths", type=int, default=1,
+                    help="plain paths of each prediction prompt, pooled per prompt (as validate --prediction-paths)")
     ap.add_argument("--name", help="the record's name, llm_<name>.json (default: from the draft); the forecast goes "
                                    "to llm_forecast_<name>.json")
     ap.add_argument("--out-dir", type=Path, default=FIGURES)
@@ -127,7 +133,7 @@ def main(argv=None) -> int:
                        rule=args.rule, prompts=args.prompts, prediction_prompts=args.prediction_prompts,
                        max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
                        sampling=Sampling(args.temperature, args.top_k, args.top_p), seed=args.seed, cache=args.cache,
-                       sequences=args.prediction_sequences, name=name)
+                       sequences=args.prediction_sequences, name=name, paths=args.prediction_paths)
     except (ModelNotFound, FileNotFoundError, VocabularyMismatch, ImportError, ValueError) as err:
         print(f"python -m llm_bridge.forecast: {err}", file=sys.stderr)
         return 2

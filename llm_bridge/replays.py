@@ -11,7 +11,9 @@ replay depends on the drafter alone:
 * a draft model: both models' rows, logged once (:func:`~llm_bridge.logrows.record_rows`), which a record can also
   write out for offline sweeps.
 
-:func:`replay_sources` makes the one that fits and says which it made (:class:`Replays`).
+:func:`replay_sources` makes the one that fits and says which it made (:class:`Replays`). One plain path per
+prompt is itself a draw (an easy continuation predicts high); :func:`more_paths` decodes more of them, and
+:func:`otspec.engine.predict.predict_from_pairs` (``paths_per_prompt``) pools a prompt's paths.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from .logrows import DEFAULT_LOG_MAX_KEPT, DEFAULT_LOG_TOP_P, record_rows
 from .ngram_replays import NGRAM_METHOD, ngram_pairs
 from .sampling import DEFAULT_SAMPLING, Sampling
 
-__all__ = ["Replays", "replay_sources"]
+__all__ = ["Replays", "more_paths", "replay_sources"]
 
 
 @dataclass(frozen=True)
@@ -68,3 +70,19 @@ def replay_sources(pair, prompts, continuations, longest: int, *, sampling: Samp
                                                                states=states))
     return Replays("log", METHOD, log=record_rows(pair, prompts, continuations, sampling=sampling, top_p=top_p,
                                                    max_kept=max_kept, meta=meta, batch_size=batch_size))
+
+
+def more_paths(pair, prompts, continuations, max_new_tokens: int, paths: int, *, sampling: Sampling = DEFAULT_SAMPLING,
+               batch_size: int | None = None, cache: str = "auto", seed: int = 0) -> tuple[list, list]:
+    """(prompts, continuations) with ``paths`` plain paths of each prompt, one prompt's after another (the order
+    ``predict_from_pairs(paths_per_prompt=paths)`` reads): the given continuation first, then ``paths - 1`` more
+    plain decodings of every prompt by the target (seeds ``seed + 1``, ``seed + 2``, ...; untimed)."""
+    from .loop import plain_generate
+
+    paths = check_size(paths, "paths")
+    if len(continuations) != len(prompts):
+        raise ValueError(f"continuations: expected one per prompt ({len(prompts)}), got {len(continuations)}")
+    extra = [plain_generate(pair.target, prompts, max_new_tokens, sampling=sampling, seed=seed + g,
+                            batch_size=batch_size, progress=False, cache=cache).tokens for g in range(1, paths)]
+    return ([prompt for prompt in prompts for _ in range(paths)],
+            [path for k, first in enumerate(continuations) for path in [first, *(e[k] for e in extra)]])

@@ -73,7 +73,7 @@ from .models import (
 )
 from .peer import choose_peer, hf_decode_step, peer_entries, peer_runs
 from .prompts import DATA_DIR, encode_prompts, read_prompts
-from .replays import replay_sources
+from .replays import more_paths, replay_sources
 from .runs import (
     ENGINE_KEYS,
     MAX_BASELINE_DRIFT,
@@ -133,7 +133,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
              cache: str = "auto", log_rows=None, log_top_p: float = DEFAULT_LOG_TOP_P,
              log_max_kept: int | None = DEFAULT_LOG_MAX_KEPT, prediction_sequences: int = 32,
              lossless_verifiers=None, hf_prompts: int = 4, timing_attempts: int = 1,
-             prediction_prompts: int | None = None) -> dict:
+             prediction_prompts: int | None = None, prediction_paths: int = 1) -> dict:
     """Everything of the module docstring; returns the JSON record. ``pair`` (a loaded
     :class:`~llm_bridge.drafters.Pair`) replaces ``target``, ``draft``, ``device`` and ``dtype``;
     ``trees`` (k-configs) adds a run per multi-draft verifier × tree; ``cache`` is a kind of
@@ -144,7 +144,9 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     ``timing_attempts``: how many times the timed runs may be measured while the timing check fails
     (:func:`~llm_bridge.runs.timed_runs`); ``prediction_prompts`` (default: as many as ``prompts``): the prompts after
     the measured ones in the prompt file, on which everything the predictions read is measured (the plain-decoding
-    log and the cost profile, :func:`llm_bridge.calibrate.calibrate`), never on the measured prompts."""
+    log and the cost profile, :func:`llm_bridge.calibrate.calibrate`), never on the measured prompts;
+    ``prediction_paths``: plain paths of each prediction prompt the replays read (the calibration's and more,
+    :func:`~llm_bridge.replays.more_paths`), pooled per prompt."""
     import torch
     import transformers
 
@@ -164,6 +166,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     if unknown:
         raise ValueError(f"lossless verifiers {unknown}: expected names among {sorted(REGISTRY)}")
     prediction_sequences = check_size(prediction_sequences, "prediction_sequences")
+    prediction_paths = check_size(prediction_paths, "prediction_paths")
     prediction_prompts = prompts if prediction_prompts is None else check_size(prediction_prompts, "prediction_prompts")
     prompt_lines(prompts, prediction_prompts)  # refused before any model loads
     hf_prompts = check_size(hf_prompts, "hf_prompts")
@@ -244,7 +247,8 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     prof, predict, log = prepare_predictions(
         pair, pred_ids, max_new_tokens, chains=configs, trees=tree_configs, sampling=sampling, batch_size=batch_size,
         cache=cache, seed=seed, prompt_ids=prediction_ids, rule=rule, units=len(ids),
-        sequences=prediction_sequences, log_top_p=log_top_p, log_max_kept=log_max_kept, rounds=timed.beside)
+        sequences=prediction_sequences, log_top_p=log_top_p, log_max_kept=log_max_kept, rounds=timed.beside,
+        paths=prediction_paths)
     chain_results = [(name, L, result) for (name, L), result in zip(configs, results[:len(configs)], strict=True)]
     tree_results = [(name, tree, result) for (name, tree), result in zip(tree_configs, results[len(configs):],
                                                                           strict=True)]
@@ -264,7 +268,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
         "model_pair": pair.describe(),
         "settings": {"prompts": prompts, "prompt_file": PROMPT_FILE, "prompt_ids": prompt_ids,
                      "prediction_prompts": prediction_prompts, "prediction_prompt_ids": prediction_ids,
-                     "max_new_tokens": max_new_tokens, "lengths": list(lengths),
+                     "prediction_paths": prediction_paths, "max_new_tokens": max_new_tokens, "lengths": list(lengths),
                      "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed,
                      "batch_size": batch_size, "hf_prompts": min(hf_prompts, len(pred_ids)), "cache": cache, "torch": torch.__version__, "transformers": transformers.__version__,
                      "threads": torch.get_num_threads(), "machine": platform.machine(),
@@ -302,7 +306,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
 def prepare_predictions(pair, prompts, max_new_tokens: int, *, chains, trees, sampling, batch_size: int, cache: str,
                         seed: int, prompt_ids, rule: str = "match", units: int, sequences: int = 32,
                         log_top_p: float = DEFAULT_LOG_TOP_P, log_max_kept: int | None = DEFAULT_LOG_MAX_KEPT,
-                        rounds=None):
+                        rounds=None, paths: int = 1):
     """Everything the predictions read, measured on ``prompts`` (the prediction prompts, never the measured ones):
     the cost profile (:func:`~llm_bridge.calibrate.calibrate`: plain decoding, t_target(n) per width, a dry run of
     every chain (verifier name, L) and tree (verifier name, tree spec) configuration) and, along the plain decoding,
@@ -311,13 +315,16 @@ def prepare_predictions(pair, prompts, max_new_tokens: int, *, chains, trees, sa
     :class:`~otspec.engine.predict.LogPrediction` of a run over ``units`` prompts, ``log`` the logged rows (``None``
     for a head or prompt lookup). ``rounds``: the calibration rounds already measured in turn with the runs
     (:func:`calibration_round_batches`'s result, via ``timed_runs(beside=...)``); without them the profile is measured
-    now, by itself (:func:`~llm_bridge.calibrate.calibrate`)."""
+    now, by itself (:func:`~llm_bridge.calibrate.calibrate`). ``paths``: plain paths per prompt the replays read (the
+    calibration's first, the rest decoded untimed by :func:`~llm_bridge.replays.more_paths`)."""
     prof, tokens = calibrate(pair, prompts, max_new_tokens, **profile_specs(chains, trees), sampling=sampling,
                              batch_size=batch_size, cache=cache, seed=seed + PREDICTION_SEED_OFFSET,
                              prompt_ids=prompt_ids, rule=rule, rounds=rounds)
-    replays = replay_sources(pair, prompts, tokens, max([L for _, L in chains], default=1), sampling=sampling,
+    paths_of, tokens = more_paths(pair, prompts, tokens, max_new_tokens, paths, sampling=sampling,
+                                  batch_size=batch_size, cache=cache, seed=seed + PREDICTION_SEED_OFFSET)
+    replays = replay_sources(pair, paths_of, tokens, max([L for _, L in chains], default=1), sampling=sampling,
                              batch_size=batch_size, top_p=log_top_p, max_kept=log_max_kept,
-                             meta={"prompts": len(prompts), "prompt_ids": list(prompt_ids),
+                             meta={"prompts": len(prompts), "paths_per_prompt": paths, "prompt_ids": list(prompt_ids),
                                    "max_new_tokens": max_new_tokens, "seed": seed + PREDICTION_SEED_OFFSET,
                                    "use": "predictions (other prompts than the measured runs')"})
     log = replays.log
@@ -325,8 +332,9 @@ def prepare_predictions(pair, prompts, max_new_tokens: int, *, chains, trees, sa
     def predict(verifier, draft):
         if log is None:
             return predict_from_pairs(replays.pairs, verifier, draft, sequences=sequences, seed=seed, units=units,
-                                      method=replays.method)
-        return predict_from_log(log, verifier, draft, sequences=sequences, seed=seed, rule=rule, units=units)
+                                      method=replays.method, paths_per_prompt=paths)
+        return predict_from_log(log, verifier, draft, sequences=sequences, seed=seed, rule=rule, units=units,
+                                paths_per_prompt=paths)
 
     return prof, predict, log
 
@@ -443,7 +451,10 @@ def main(argv=None) -> int:
                     help="prompts after the measured ones on which the predictions' log and cost profile are measured "
                          "(default: as many as --prompts)")
     ap.add_argument("--prediction-sequences", type=int, default=32,
-                    help="replays of each logged prompt by the prediction's decode engine")
+                    help="replays of each logged path by the prediction's decode engine")
+    ap.add_argument("--prediction-paths", type=int, default=1,
+                    help="plain paths of each prediction prompt the replays read, pooled per prompt (more take the "
+                         "draw of one continuation out of the prediction; temperature 0 has one)")
     ap.add_argument("--log-top-p", type=float, default=DEFAULT_LOG_TOP_P, help="with --log-rows: mass kept per row")
     ap.add_argument("--log-max-kept", type=int, default=DEFAULT_LOG_MAX_KEPT,
                     help="with --log-rows: at most this many tokens per row and model")
@@ -469,7 +480,7 @@ def main(argv=None) -> int:
                           rule=args.rule, cache=args.cache, log_rows=args.log_rows, log_top_p=args.log_top_p,
                           log_max_kept=args.log_max_kept, prediction_sequences=args.prediction_sequences,
                           hf_prompts=args.hf_prompts, timing_attempts=args.timing_attempts, progress=args.progress,
-                          prediction_prompts=args.prediction_prompts,
+                          prediction_prompts=args.prediction_prompts, prediction_paths=args.prediction_paths,
                           lossless_verifiers=None if args.lossless_verifiers is None else
                           [v.strip() for v in args.lossless_verifiers.split(",") if v.strip()])
     except (ModelNotFound, FileNotFoundError, VocabularyMismatch, ImportError, ValueError) as err:

@@ -60,6 +60,48 @@ def test_trees_and_carried_state_run_on_a_log():
         assert pred.accept_hist.shape == (depth + 1, depth + 1)
 
 
+def _positional_pair(agree: float, T: int = 12):
+    """A positional (draft, target) pair whose draft puts ``agree`` of its mass on the target's row: overlap ``agree``
+    + (1 - agree) / 3 at every position."""
+    q = np.full((T, 3), 1 / 3)
+    p = agree * q + (1 - agree) * np.eye(3)[0]
+    return PositionalSource(p), PositionalSource(q)
+
+
+def test_paths_of_one_prompt_are_pooled():
+    """Several plain paths per prompt: the same replays as one path per pair (pair i keeps seed + i), pooled per
+    prompt, so the prompt stays the bootstrap's unit."""
+    draft, target = random_markov(5, 1.0, seed=8)
+    log = log_rows(draft, target, 6, 12, top_p=1.0, seed=3)
+    flat = predict_from_log(log, TokenVerify(), 2, sequences=8, seed=5)
+    pooled = predict_from_log(log, TokenVerify(), 2, sequences=8, seed=5, paths_per_prompt=2)
+    assert pooled.block_efficiency == flat.block_efficiency and pooled.units == 3 and flat.units == 6
+    np.testing.assert_array_equal(pooled.tokens, flat.tokens.reshape(3, 2).sum(axis=1))
+    np.testing.assert_array_equal(pooled.replay_iterations, flat.replay_iterations.reshape(3, 16))
+    np.testing.assert_array_equal(pooled.accept_hist, flat.accept_hist)
+    J = flat.traces["width"].shape[2]
+    np.testing.assert_array_equal(pooled.traces["width"], flat.traces["width"].reshape(3, 16, J))
+    out = pooled.as_dict()
+    assert (out["paths"], out["prompts"], out["paths_per_prompt"], out["sequences_per_path"]) == (6, 3, 2, 8)
+    # copies of one path per prompt are not new prompts: pooled, the prediction's own interval stays as wide as the
+    # prompts' spread says; counted as prompts, it narrows by about the square root of the copies
+    pairs = [_positional_pair(a) for a in (0.05, 0.3, 0.6, 0.95) for _ in range(4)]
+    wide = predict_from_pairs(pairs, TokenVerify(), 3, sequences=16, seed=1, paths_per_prompt=4)
+    narrow = predict_from_pairs(pairs, TokenVerify(), 3, sequences=16, seed=1)
+    assert wide.mean_high - wide.mean_low > 1.5 * (narrow.mean_high - narrow.mean_low)
+    assert wide.high - wide.low > 1.5 * (narrow.high - narrow.low)
+    # a prompt one of whose paths is too short to draft is left out whole
+    short = [_positional_pair(0.5), _positional_pair(0.5, T=1), _positional_pair(0.9), _positional_pair(0.9)]
+    kept = predict_from_pairs(short, TokenVerify(), 2, sequences=4, paths_per_prompt=2)
+    alone = predict_from_pairs(short[2:], TokenVerify(), 2, sequences=4, seed=2)
+    assert kept.tokens.shape == (1,) and kept.replay_iterations.shape == (1, 8)
+    np.testing.assert_array_equal(kept.replay_iterations[0], alone.replay_iterations.ravel())
+    with pytest.raises(ValueError, match="do not split into prompts of paths_per_prompt = 4"):
+        predict_from_pairs(pairs[:6], TokenVerify(), 2, paths_per_prompt=4)
+    with pytest.raises(ValueError, match="paths_per_prompt"):
+        predict_from_pairs(pairs, TokenVerify(), 2, paths_per_prompt=0)
+
+
 def test_paired_ratio_interval():
     # every unit has ratio 2: the bootstrap cannot move it
     assert paired_ratio_interval([2, 4, 6], [1, 2, 3]) == pytest.approx((2.0, 2.0, 2.0))

@@ -223,7 +223,7 @@ def test_a_feature_head_runs_the_confidence_rule(tmp_path):
     out = tmp_path / "figs"
     args = ["--target", str(root), "--draft", f"head:{tmp_path / 'eagle'}", "--device", "cpu", "--thresholds",
             "0.0,0.5,1.0", "--fixed", "1,3", "--max-length", "3", "--prompts", "2", "--max-new-tokens", "8",
-            "--name", "tinyhead", "--out-dir", str(out), "--batch-size", "1"]
+            "--name", "tinyhead", "--out-dir", str(out), "--batch-size", "1", "--prediction-paths", "2"]
     assert adaptive.main(args) == 0
     record = json.loads((out / "llm_adaptive_tinyhead.json").read_text())
     assert record["head"]["rule"] == "confidence" and set(record["rules"]) == {"threshold"}
@@ -233,8 +233,10 @@ def test_a_feature_head_runs_the_confidence_rule(tmp_path):
         for key in ("mean_draft_length", "block_efficiency", "discard_rate"):
             assert by_h[h][key] == by_k[K][key], (h, key)
     assert by_k[1]["mean_draft_length"] <= by_h[0.5]["mean_draft_length"] <= by_k[3]["mean_draft_length"]
-    for r in record["fixed"]:
-        assert "draft depth" in r["prediction_method"] and r["prediction"]["paths"] == 2
+    assert record["settings"]["prediction_paths"] == 2
+    for r in record["fixed"] + record["threshold"]:  # two plain paths of each of the two prediction prompts
+        assert "draft depth" in r["prediction_method"] and r["prediction"]["paths"] == 4
+        assert r["prediction"]["prompts"] == 2
     assert plot_main(["record", str(out / "llm_adaptive_tinyhead.json")]) == 0
     summary = (out / "llm_adaptive_tinyhead.md").read_text()
     assert "confidence h = 0.5" in summary and "Rule: confidence" in summary and "lagged" not in summary

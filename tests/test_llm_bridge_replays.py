@@ -11,7 +11,7 @@ from llm_bridge.head_replays import HEAD_METHOD, head_replays
 from llm_bridge.logrows import record_rows
 from llm_bridge.loop import plain_generate
 from llm_bridge.ngram_replays import NGRAM_METHOD, ngram_pairs
-from llm_bridge.replays import replay_sources
+from llm_bridge.replays import more_paths, replay_sources
 from llm_bridge.sampling import Sampling
 from otspec.engine.predict import METHOD, predict_from_log, predict_from_pairs
 from otspec.verifiers import REGISTRY
@@ -84,3 +84,29 @@ def test_a_longest_draft_below_one_is_refused_before_any_replay():
     for bad in (0, -1, 1.5):
         with pytest.raises(ValueError, match="longest draft"):
             replay_sources(pair, [[1, 2]], [[3, 4]], bad)
+
+
+def test_more_paths_decodes_other_plain_paths_of_every_prompt():
+    """The given continuation first, then independent plain decodings of the same prompt (seed + 1, ...), one
+    prompt's paths after another: the order ``predict_from_pairs(paths_per_prompt=...)`` pools."""
+    pair = tiny_pair(sharpness=2.0)
+    prompts = random_prompts(3, np.random.default_rng(4))
+    first = plain(pair, prompts)
+    got_prompts, got = more_paths(pair, prompts, first, 6, 3, sampling=Sampling(), seed=3)
+    assert got_prompts == [p for p in prompts for _ in range(3)] and len(got) == 9
+    again = [plain_generate(pair.target, prompts, 6, sampling=Sampling(), seed=s, progress=False).tokens
+             for s in (4, 5)]
+    for k in range(3):
+        np.testing.assert_array_equal(got[3 * k], first[k])
+        for g in (1, 2):
+            np.testing.assert_array_equal(got[3 * k + g], again[g - 1][k])
+    assert any(not np.array_equal(got[3 * k], got[3 * k + 1]) for k in range(3))  # other draws, not copies
+    same_prompts, same = more_paths(pair, prompts, first, 6, 1)
+    assert same_prompts == list(prompts) and all(a is b for a, b in zip(same, first, strict=True))
+    pooled = predict_from_pairs(replay_sources(pair, got_prompts, got, L).path_pairs(), REGISTRY["token"](), L,
+                                sequences=4, paths_per_prompt=3)
+    assert pooled.as_dict()["prompts"] == 3 and pooled.replay_iterations.shape == (3, 12)
+    with pytest.raises(ValueError, match="one per prompt"):
+        more_paths(pair, prompts, first[:2], 6, 2)
+    with pytest.raises(ValueError, match="paths"):
+        more_paths(pair, prompts, first, 6, 0)

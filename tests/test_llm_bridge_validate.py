@@ -420,9 +420,11 @@ def test_a_feature_head_validates_end_to_end(folders, tmp_path, capsys):
     save_head(head, tmp_path / "eagle", {"target": "tiny"})
     record = validate_mod.validate(target=str(folders / "target"), draft=f"head:{tmp_path / 'eagle'}",
                                    verifiers=("token", "block_v1"), lengths=(2,), prompts=2, max_new_tokens=8,
-                                   device="cpu", lossless_samples=0).to_json()
-    for r in record["runs"]:
-        assert "draft depth" in r["prediction_method"] and r["prediction"]["paths"] == 2
+                                   device="cpu", lossless_samples=0, prediction_paths=2).to_json()
+    assert record["settings"]["prediction_paths"] == 2
+    for r in record["runs"]:  # two plain paths of each prediction prompt, pooled per prompt
+        assert "draft depth" in r["prediction_method"] and r["prediction"]["paths"] == 4
+        assert r["prediction"]["prompts"] == 2 and r["prediction"]["paths_per_prompt"] == 2
         assert 1 <= r["predicted_block_efficiency"] <= 3
     # Hugging Face takes no head: the peer is its fastest draft for the target (the tiny target has no distilled one)
     peer = record["hf_assisted"]
@@ -435,6 +437,8 @@ def test_a_feature_head_validates_end_to_end(folders, tmp_path, capsys):
     code = validate_mod.main(["--target", str(folders / "target"), "--draft", f"head:{tmp_path / 'missing'}",
                               "--device", "cpu", "--prompts", "1"])
     assert code == 2 and "train_head" in capsys.readouterr().err  # a missing head: a clear message, no traceback
+    with pytest.raises(ValueError, match="prediction_paths"):  # refused before any model loads
+        validate_mod.validate(target=str(folders / "missing"), prediction_paths=0, device="cpu")
     with pytest.raises(ValueError, match="choose their candidates"):
         validate_mod.validate(target=str(folders / "target"), draft=f"head:{tmp_path / 'eagle'}", verifiers=(),
                               trees=("eagle2:2:2:3",), multi_verifiers=("kseq",), prompts=1, device="cpu")

@@ -24,6 +24,10 @@ its tokens and iterations together (paired), reported as percentile intervals:
   its replays, chosen at random): prompt-to-prompt spread and decoding randomness, as a run has them.
   This is the interval a measured value is checked against.
 
+One plain path per prompt is itself a draw: a prompt whose logged continuation happens to be easy for the draft
+predicts high. With several paths per prompt (``paths_per_prompt``) the prompt stays the unit of both bootstraps and
+its paths' replays are pooled, so the prediction averages over continuations too.
+
 A batch of B prompts decoded together needs as many target calls as its *slowest* sequence needs
 iterations (plain sampling takes exactly N steps for each): :meth:`LogPrediction.batch_calls` predicts that
 straggling from the replays, E[max of B prompts' iterations] / E[their mean], which a speedup predicted from
@@ -70,19 +74,21 @@ class LogPrediction:
     block_efficiency: float
     low: float  # prediction interval for a run over ``units`` prompts
     high: float
-    tokens: np.ndarray  # per path: tokens generated over its replays
-    iterations: np.ndarray  # per path: verification iterations
+    tokens: np.ndarray  # per prompt: tokens generated over its replays (of all its paths)
+    iterations: np.ndarray  # per prompt: verification iterations
     accept_hist: np.ndarray  # pooled [drafted g, accepted τ]
     sequences: int
     mean_low: float = float("nan")  # the prediction's own (confidence) interval
     mean_high: float = float("nan")
     units: int = 0  # prompts of the run the prediction interval is for
     method: str = METHOD
-    replay_iterations: np.ndarray | None = None  # (paths, sequences): each replay's iterations
+    replay_iterations: np.ndarray | None = None  # (prompts, paths per prompt x sequences): each replay's iterations
     #: {"width", "calls", "whole"}: int arrays (paths, sequences, iterations), -1 once a replay is done: tokens
     #: drafted (a tree's nodes), draft calls and whether a chain's whole draft (>= 1 token) was accepted (1) or not
     #: (0; a tree: always 0) in every iteration of every replay (:func:`predict_wall_clock` reads them)
     traces: dict | None = None
+    #: plain paths logged per prompt: ``tokens`` and ``iterations`` are per prompt, its paths' replays pooled
+    paths_per_prompt: int = 1
 
     def batch_calls(self, batch: int, *, draws: int = 4000, seed: int = 0) -> dict:
         """Iterations a batch of ``batch`` prompts decoded together takes (its slowest sequence's) against the mean
@@ -96,7 +102,8 @@ class LogPrediction:
         return {"block_efficiency": self.block_efficiency, "low": self.low, "high": self.high,
                 "interval": f"prediction interval for one run over {self.units} prompts",
                 "mean_low": self.mean_low, "mean_high": self.mean_high,
-                "paths": int(self.tokens.size), "sequences_per_path": self.sequences, "units": self.units,
+                "paths": int(self.tokens.size) * self.paths_per_prompt, "prompts": int(self.tokens.size),
+                "paths_per_prompt": self.paths_per_prompt, "sequences_per_path": self.sequences, "units": self.units,
                 "mean_acceptance_length": m.mean_acceptance_length,
                 "acceptance_per_position_unconditional": m.acceptance_per_position_unconditional,
                 "method": self.method}
@@ -175,37 +182,50 @@ def predictive_ratio_interval(tokens, iterations, units: int, *, confidence: flo
 
 def predict_from_log(log: LoggedRows, verifier, draft, *, sequences: int = 32, seed: int = 0, rule: str = "match",
                      tail: str = "overlap", confidence: float = 0.95, draws: int = 2000,
-                     units: int | None = None) -> LogPrediction:
+                     units: int | None = None, paths_per_prompt: int = 1) -> LogPrediction:
     """The block efficiency the decode engine gives ``verifier`` on every path of ``log`` (module docstring).
 
     ``draft`` is a draft length L (a chain verifier) or a :class:`~otspec.drafts.DraftTree` (a multi-draft
     verifier, walked with ``rule``); each path is replayed ``sequences`` times (path i with seed ``seed + i``).
-    ``units`` is the number of prompts of the run the prediction interval is for (default: the log's paths).
+    ``units`` is the number of prompts of the run the prediction interval is for (default: the log's prompts).
+    ``paths_per_prompt``: the log holds that many plain paths of each prompt, one prompt's after another
+    (:func:`predict_from_pairs`).
     """
     if not isinstance(log, LoggedRows):
         raise ValueError(f"log: expected LoggedRows (otspec.sources.load_logged_rows), got {type(log).__name__}")
     pairs = log.path_pairs(tail)
     return predict_from_pairs(pairs, verifier, draft, sequences=sequences, seed=seed, rule=rule,
-                              confidence=confidence, draws=draws, units=units)
+                              confidence=confidence, draws=draws, units=units, paths_per_prompt=paths_per_prompt)
 
 
 def predict_from_pairs(pairs, verifier, draft, *, sequences: int = 32, seed: int = 0, rule: str = "match",
                        confidence: float = 0.95, draws: int = 2000, units: int | None = None,
-                       method: str = METHOD) -> LogPrediction:
-    """:func:`predict_from_log` on replays given as (draft, target) sources, one pair per prompt, each with a
-    finite horizon (the prompt's logged steps): e.g. :class:`~otspec.sources.PositionalSource` pairs whose draft
+                       method: str = METHOD, paths_per_prompt: int = 1) -> LogPrediction:
+    """:func:`predict_from_log` on replays given as (draft, target) sources, one pair per plain path, each with a
+    finite horizon (the path's logged steps): e.g. :class:`~otspec.sources.PositionalSource` pairs whose draft
     marks where it proposes nothing (a prompt-lookup drafter). Pair i is replayed with seed ``seed + i``;
-    ``method`` is the description the prediction carries."""
+    ``method`` is the description the prediction carries.
+
+    ``paths_per_prompt`` (G): the pairs are G independent plain paths of each prompt, one prompt's G after another.
+    The prompt stays the bootstrap's unit: its paths' replays are pooled (``tokens`` and ``iterations`` per prompt,
+    G x ``sequences`` replays each), so more paths take the log's draw of one continuation per prompt out of the
+    prediction without narrowing its interval as if they were new prompts. A prompt one of whose paths has fewer than
+    two steps is left out whole."""
     sequences = check_size(sequences, "sequences")
+    G = check_size(paths_per_prompt, "paths_per_prompt")
+    pairs = list(pairs)
+    if len(pairs) % G:
+        raise ValueError(f"pairs: {len(pairs)} paths do not split into prompts of paths_per_prompt = {G} paths each")
     tree = draft if isinstance(draft, (DraftTree, ConfidenceTree)) else None
     L = tree.depth if tree is not None else _max_length(draft)
-    tokens, iterations, hist, traces = [], [], np.zeros((L + 1, L + 1), dtype=np.int64), []
+    per_path = []  # (tokens (S,), iterations (S,), accept_hist, trace arrays) per pair; None: too short to draft
     for i, (d, t) in enumerate(pairs):
         horizons = [x for x in (d.horizon, t.horizon) if x is not None]
         if not horizons:
             raise ValueError(f"pair {i}: a replay needs a source with a finite horizon (the prompt's steps)")
         steps = min(horizons)
         if steps < 2:  # a one-step path has nothing to draft
+            per_path.append(None)
             continue
         trace = IterationTrace(sequences)
         if tree is None:
@@ -214,23 +234,25 @@ def predict_from_pairs(pairs, verifier, draft, *, sequences: int = 32, seed: int
         else:
             res = generate_tree(d, t, verifier, tree, steps, rule=rule, n_sequences=sequences, seed=seed + i,
                                 progress=False, observers=[trace])
-        traces.append(trace.arrays())
         per_tokens, per_iterations = res.per_sequence
-        tokens.append(per_tokens)
-        iterations.append(per_iterations)
-        hist += np.asarray(res.accept_hist, dtype=np.int64)
-    if not tokens:
+        per_path.append((per_tokens, per_iterations, np.asarray(res.accept_hist, dtype=np.int64), trace.arrays()))
+    prompts = [per_path[k:k + G] for k in range(0, len(per_path), G)]
+    prompts = [group for group in prompts if all(x is not None for x in group)]
+    if not prompts:
         raise ValueError("log: no path has the two steps a prediction needs")
-    tokens, iterations = np.stack(tokens), np.stack(iterations)  # (paths, replays)
+    tokens = np.stack([np.concatenate([x[0] for x in group]) for group in prompts])  # (prompts, G x replays)
+    iterations = np.stack([np.concatenate([x[1] for x in group]) for group in prompts])
+    hist = sum((x[2] for group in prompts for x in group), np.zeros((L + 1, L + 1), dtype=np.int64))
     value, mean_low, mean_high = paired_ratio_interval(tokens.sum(axis=1), iterations.sum(axis=1),
                                                        confidence=confidence, draws=draws, seed=seed)
     units = tokens.shape[0] if units is None else check_size(units, "units")
     low, high = predictive_ratio_interval(tokens, iterations, units, confidence=confidence, draws=draws, seed=seed + 1)
-    J = max(x[0].shape[1] for x in traces)
-    stacked = {key: np.stack([np.pad(x[k], ((0, 0), (0, J - x[k].shape[1])), constant_values=-1) for x in traces])
+    J = max(x[3][0].shape[1] for group in prompts for x in group)
+    stacked = {key: np.stack([np.concatenate([np.pad(x[3][k], ((0, 0), (0, J - x[3][k].shape[1])), constant_values=-1)
+                                              for x in group]) for group in prompts])
                for k, key in enumerate(("width", "calls", "whole"))}
     return LogPrediction(value, low, high, tokens.sum(axis=1), iterations.sum(axis=1), hist, sequences,
-                         mean_low, mean_high, units, method, iterations, stacked)
+                         mean_low, mean_high, units, method, iterations, stacked, G)
 
 
 def _max_length(draft) -> int:
