@@ -84,21 +84,23 @@ records: $(DEMO_STAMP)
 	$(RECORD) --draft ngram --L 2,4,8 --name ngram
 	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.adaptive --draft distilled --head llm_bridge/weights/distilled/head.json --timing-attempts 2 \
 	    --thresholds 0.2,0.4,0.6,0.8 --fixed 1,2,3,4,6
-	# the feature-level heads at batch 1 (the latency setting), temperature 1 and 0, and the confidence rule
-	$(RECORD) --draft eagle --L 1,2,3 --batch-size 1
+	# the feature-level heads at batch 1 (the latency setting), temperature 1 and 0, and the confidence rule; at
+	# temperature 1 their predictions read 3 plain paths of each prediction prompt (one path is a lucky or unlucky draw)
+	$(RECORD) --draft eagle --L 1,2,3 --batch-size 1 --prediction-paths 3
 	$(RECORD) --draft eagle --verifiers token --L 1,2,3 --temperature 0 --batch-size 1 --name eagle_greedy
 	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.adaptive --draft eagle --fixed 1,2,3,4 --thresholds 0.05,0.1,0.2,0.3,0.5 \
-	    --max-length 6 --batch-size 1 --timing-attempts 2
+	    --max-length 6 --batch-size 1 --timing-attempts 2 --prediction-paths 3
 	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.adaptive --draft eagle --rule specdecpp --fixed 1,2,3 \
-	    --thresholds 0.3,0.5,0.7,0.9 --batch-size 1 --name eagle_specdecpp --timing-attempts 2
+	    --thresholds 0.3,0.5,0.7,0.9 --batch-size 1 --name eagle_specdecpp --timing-attempts 2 --prediction-paths 3
 	$(RECORD) --draft medusa --verifiers token,block --L 1,2,3 --batch-size 1
 	# EAGLE-2's confidence-ordered trees drafted by the EAGLE head, beside its chain at L = 1
 	$(RECORD) --draft eagle --verifiers token --L 1 --trees eagle2:2:2:3,eagle2:3:3:6 --multi-verifiers naive \
-	    --batch-size 1 --lossless-samples 100 --name eagle2_trees
+	    --batch-size 1 --lossless-samples 100 --name eagle2_trees --prediction-paths 3
 	# the held-out test: a configuration no other record measures, forecast from the cost profile alone, written
 	# down, then measured (the report puts the forecast beside the measurement)
-	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.forecast --draft eagle --verifiers token --L 4 --batch-size 1 --name eagle_heldout
-	$(RECORD) --draft eagle --verifiers token --L 4 --batch-size 1 --name eagle_heldout --no-hf --lossless-samples 0
+	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.forecast --draft eagle --verifiers token --L 4 --batch-size 1 --name eagle_heldout \
+	    --prediction-paths 3
+	$(RECORD) --draft eagle --verifiers token --L 4 --batch-size 1 --name eagle_heldout --lossless-samples 0 --prediction-paths 3
 	MPLBACKEND=Agg $(BIN)/python -m otspec.report
 
 # the shipped feature-level draft heads (llm_bridge/weights/eagle, medusa), remade from the target's own samples
