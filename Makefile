@@ -69,39 +69,61 @@ bench: $(TEST_STAMP)
 	$(BIN)/python benchmarks/bench_vocab_goals.py
 	$(BIN)/python benchmarks/bench_sweep.py
 
-# every committed real-pair record on CPU (about three hours on 2 quiet cores): run it on a quiet machine, nothing else
-# running, then commit figures/llm_*; records measured on a busy machine mark themselves unreliable_timing. The
-# two-sample losslessness tests of token / block / block_v1 run once (llm_distilled); the exact laws run everywhere
+# every committed real-pair record on CPU (about six hours on 2 quiet cores): run it on a quiet machine, nothing else
+# running, then commit figures/llm_*; records measured on a busy machine mark themselves unreliable_timing. Each record
+# is its own target (`make record-eagle` remakes figures/llm_eagle.json alone); `make records` runs them one after
+# another (never in parallel: a record times its runs) and then the report. The two-sample losslessness tests of
+# token / block / block_v1 run once (llm_distilled); the exact laws run everywhere
 RECORD := MPLBACKEND=Agg $(BIN)/python -m llm_bridge.validate --prompts 32 --batch-size 8 --max-new-tokens 64 --timing-attempts 2
+ADAPTIVE := MPLBACKEND=Agg $(BIN)/python -m llm_bridge.adaptive --timing-attempts 2
+RECORDS := distilled default int8 otm trees ngram adaptive_distilled eagle eagle_greedy adaptive_eagle \
+           eagle_specdecpp medusa eagle2_trees eagle_heldout
+.PHONY: $(addprefix record-,$(RECORDS))
 records: $(DEMO_STAMP)
+	for r in $(RECORDS); do $(MAKE) --no-print-directory record-$$r || exit 1; done
+	MPLBACKEND=Agg $(BIN)/python -m otspec.report
+
+record-distilled: $(DEMO_STAMP)
 	$(RECORD) --draft distilled --L 2,4,8 --log-rows figures/llm_distilled_rows.npz
+record-default: $(DEMO_STAMP)
 	$(RECORD) --draft distilled --L 2,4 --name default --log-rows figures/llm_default_rows.npz --lossless-samples 0
+record-int8: $(DEMO_STAMP)
 	$(RECORD) --draft int8 --L 2,4 --lossless-samples 0
+record-otm: $(DEMO_STAMP)
 	$(RECORD) --draft distilled --verifiers token --L 2 --top-k 8 --trees 2x1,iid:3:2 \
 	    --multi-verifiers otm,kseq,multiround --name otm
+record-trees: $(DEMO_STAMP)
 	$(RECORD) --draft distilled --verifiers token --L 2,4 --trees iid:2:3,2x2x1,4x2x2x1 \
 	    --multi-verifiers kseq,multiround,multiround_without_replacement --name trees
+record-ngram: $(DEMO_STAMP)
 	$(RECORD) --draft ngram --L 2,4,8 --name ngram
-	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.adaptive --draft distilled --head llm_bridge/weights/distilled/head.json --timing-attempts 2 \
-	    --thresholds 0.2,0.4,0.6,0.8 --fixed 1,2,3,4,6
-	# the feature-level heads at batch 1 (the latency setting), temperature 1 and 0, and the confidence rule; at
-	# temperature 1 their predictions read 3 plain paths of each prediction prompt (one path is a lucky or unlucky draw)
+record-adaptive_distilled: $(DEMO_STAMP)
+	$(ADAPTIVE) --draft distilled --head llm_bridge/weights/distilled/head.json --thresholds 0.2,0.4,0.6,0.8 --fixed 1,2,3,4,6
+# the feature-level heads at batch 1 (the latency setting), temperature 1 and 0, and the confidence rule; at
+# temperature 1 their predictions read 3 plain paths of each prediction prompt (one path is a lucky or unlucky draw)
+record-eagle: $(DEMO_STAMP)
 	$(RECORD) --draft eagle --L 1,2,3 --batch-size 1 --prediction-paths 3
+record-eagle_greedy: $(DEMO_STAMP)
 	$(RECORD) --draft eagle --verifiers token --L 1,2,3 --temperature 0 --batch-size 1 --name eagle_greedy
-	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.adaptive --draft eagle --fixed 1,2,3,4 --thresholds 0.05,0.1,0.2,0.3,0.5 \
-	    --max-length 6 --batch-size 1 --timing-attempts 2 --prediction-paths 3
-	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.adaptive --draft eagle --rule specdecpp --fixed 1,2,3 \
-	    --thresholds 0.3,0.5,0.7,0.9 --batch-size 1 --name eagle_specdecpp --timing-attempts 2 --prediction-paths 3
+record-adaptive_eagle: $(DEMO_STAMP)
+	$(ADAPTIVE) --draft eagle --fixed 1,2,3,4 --thresholds 0.05,0.1,0.2,0.3,0.5 --max-length 6 --batch-size 1 \
+	    --prediction-paths 3
+record-eagle_specdecpp: $(DEMO_STAMP)
+	$(ADAPTIVE) --draft eagle --rule specdecpp --fixed 1,2,3 --thresholds 0.3,0.5,0.7,0.9 --batch-size 1 \
+	    --name eagle_specdecpp --prediction-paths 3
+record-medusa: $(DEMO_STAMP)
 	$(RECORD) --draft medusa --verifiers token,block --L 1,2,3 --batch-size 1
-	# EAGLE-2's confidence-ordered trees drafted by the EAGLE head, beside its chain at L = 1
+# EAGLE-2's confidence-ordered trees drafted by the EAGLE head, beside its chain at L = 1
+record-eagle2_trees: $(DEMO_STAMP)
 	$(RECORD) --draft eagle --verifiers token --L 1 --trees eagle2:2:2:3,eagle2:3:3:6 --multi-verifiers naive \
 	    --batch-size 1 --lossless-samples 100 --name eagle2_trees --prediction-paths 3
-	# the held-out test: a configuration no other record measures, forecast from the cost profile alone, written
-	# down, then measured (the report puts the forecast beside the measurement)
-	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.forecast --draft eagle --verifiers token --L 4 --batch-size 1 --name eagle_heldout \
+# the held-out test: a configuration no other record measures, forecast from the cost profile alone, written
+# down, then measured (the report puts the forecast beside the measurement)
+record-eagle_heldout: $(DEMO_STAMP)
+	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.forecast --draft eagle --verifiers token --L 4 --batch-size 1 \
+	    --name eagle_heldout --prediction-paths 3
+	$(RECORD) --draft eagle --verifiers token --L 4 --batch-size 1 --name eagle_heldout --lossless-samples 0 \
 	    --prediction-paths 3
-	$(RECORD) --draft eagle --verifiers token --L 4 --batch-size 1 --name eagle_heldout --lossless-samples 0 --prediction-paths 3
-	MPLBACKEND=Agg $(BIN)/python -m otspec.report
 
 # the shipped feature-level draft heads (llm_bridge/weights/eagle, medusa), remade from the target's own samples
 heads: $(DEMO_STAMP)

@@ -36,3 +36,19 @@ def test_test_path_keeps_the_cpu_torch_build():
     recipe = _recipe("test")
     assert "TORCH_SPEC" in recipe and '".[dev,llm]"' in recipe
     assert re.search(r"^TORCH_SPEC \?= torch==2\.13\.0$", (ROOT / "Makefile").read_text(), flags=re.M)
+
+
+def test_every_committed_cpu_record_has_its_own_make_target():
+    text = (ROOT / "Makefile").read_text()
+    names = re.search(r"^RECORDS := (.*?)(?<!\\)\n", text, flags=re.M | re.S).group(1).replace("\\", " ").split()
+    assert len(names) == len(set(names))
+    for name in names:
+        assert re.search(rf"^record-{re.escape(name)}:", text, flags=re.M), name
+    # llm_<name>.json for every CPU record in figures/ (the forecast belongs to its record; GPU records to make gpu)
+    committed = {p.stem.removeprefix("llm_") for p in (ROOT / "figures").glob("llm_*.json")}
+    cpu = {n.removeprefix("adaptive_") if n.startswith("adaptive_eagle_") else n for n in committed
+           if not n.startswith(("gpu_", "forecast_"))}
+    assert cpu == set(names)
+    # the records run one after another, then the report
+    recipe = _recipe("records")
+    assert "for r in $(RECORDS)" in recipe and "-j" not in recipe and "otspec.report" in recipe
