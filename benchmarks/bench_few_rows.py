@@ -19,6 +19,7 @@ import time
 import numpy as np
 import torch
 
+from llm_bridge.cache import cache_kwargs
 from llm_bridge.kernels import few_row_product, plain_linears
 
 LAYERS = 30
@@ -67,11 +68,11 @@ def forward_times(rows: list[int], repeat: int) -> list[dict]:
             row = {"rows": n}
             for label, m in (("few_rows", model), ("linear", plain)):
                 cache = DynamicCache()
-                m(prompt, past_key_values=cache, use_cache=True)
+                m(prompt, **cache_kwargs(m, cache), use_cache=True)
                 new = torch.arange(100, 100 + n).reshape(1, -1)
 
                 def step(m=m, cache=cache, new=new):
-                    m(new, past_key_values=cache, use_cache=True)
+                    m(new, **cache_kwargs(m, cache), use_cache=True)
                     cache.crop(-new.shape[1])
 
                 row[f"t_target_{label}_ms"] = median_ms(step, repeat)

@@ -24,12 +24,14 @@ position length + depth, so its row equals sequential scoring of its path — an
 
 from __future__ import annotations
 
+import functools
+import inspect
 import weakref
 
 import numpy as np
 
-__all__ = ["CACHE_KINDS", "STATIC_BUCKET", "CachedLM", "StaticCachedLM", "compiled_forward", "logits_and_features",
-           "make_cache", "pooled_cache"]
+__all__ = ["CACHE_KINDS", "STATIC_BUCKET", "CachedLM", "StaticCachedLM", "cache_kwargs", "compiled_forward",
+           "logits_and_features", "make_cache", "pooled_cache"]
 
 #: ``dynamic``: :class:`CachedLM` (eager; the CPU default); ``static``: :class:`StaticCachedLM` eager;
 #: ``compiled``: :class:`StaticCachedLM` with a ``torch.compile``-d forward (the CUDA default); ``auto``.
@@ -41,6 +43,21 @@ STATIC_BUCKET = 256
 #: Per model, the static caches made so far, by (batch, slots, dtype): a new session of the same size
 #: reuses the tensors of one whose session has ended (their addresses are what a compiled graph holds).
 _POOL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_keyword(kind: type) -> str:
+    params = inspect.signature(kind.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def cache_kwargs(module, cache, inputs: dict | None = None) -> dict:
+    """``inputs`` (default none) with ``cache`` under the keyword ``module``'s forward takes it by: ``cache`` where
+    transformers has renamed ``past_key_values`` (deprecated from 5.24 on, to be removed), else ``past_key_values``
+    (older releases, and modules of this package such as the EAGLE head)."""
+    out = {k: v for k, v in (inputs or {}).items() if k not in ("cache", "past_key_values")}
+    out[_cache_keyword(type(module))] = cache
+    return out
 
 
 def compiled_forward(model):
@@ -73,12 +90,12 @@ def logits_and_features(model):
     if callable(getattr(model, "get_decoder", None)) and getattr(model.config, "final_logit_softcapping", None) is None:
         decoder, head = model.get_decoder(), model.get_output_embeddings()
 
-        def step(**inputs):
-            h = decoder(**inputs).last_hidden_state
+        def step(cache=None, **inputs):
+            h = decoder(**cache_kwargs(decoder, cache, inputs)).last_hidden_state
             return head(h), h
     else:
-        def step(**inputs):
-            out = model(**inputs, output_hidden_states=True)
+        def step(cache=None, **inputs):
+            out = model(**cache_kwargs(model, cache, inputs), output_hidden_states=True)
             return out.logits, out.hidden_states[-1]
     return step
 
@@ -274,7 +291,7 @@ class CachedLM(_Pending):
         with torch.no_grad():
             out = self.model(input_ids=torch.as_tensor(tokens, device=self.device),
                              attention_mask=torch.as_tensor(mask, device=self.device).long(),
-                             position_ids=positions, past_key_values=self.cache, use_cache=True,
+                             position_ids=positions, **cache_kwargs(self.model, self.cache), use_cache=True,
                              output_hidden_states=self.hidden, **inputs)
         self.calls += 1
         self.valid, self.length = mask, self.length + counts
@@ -303,7 +320,7 @@ class CachedLM(_Pending):
         positions = torch.as_tensor(self.length[:, None] + depths, device=self.device)
         with torch.no_grad():
             out = self.model(input_ids=torch.as_tensor(tokens, device=self.device), attention_mask=mask,
-                             position_ids=positions, past_key_values=self.cache, use_cache=True,
+                             position_ids=positions, **cache_kwargs(self.model, self.cache), use_cache=True,
                              output_hidden_states=self.hidden, **inputs)
         self.calls += 1
         self.valid = np.concatenate([self.valid, np.zeros((B, m), dtype=bool)], axis=1)
@@ -402,10 +419,11 @@ class StaticCachedLM(_Pending):
                 **{name: put(x) for name, x in inputs.items()}}
         with torch.no_grad():
             if compiled:  # a graph's outputs are overwritten by its next replay: copy them out
-                logits, hidden = self.forward(past_key_values=self.cache, use_cache=True, **args)
+                logits, hidden = self.forward(cache=self.cache, use_cache=True, **args)
                 logits, hidden = logits.clone(), (hidden.clone() if self.hidden else None)
             else:
-                out = self.model(past_key_values=self.cache, use_cache=True, output_hidden_states=self.hidden, **args)
+                out = self.model(**cache_kwargs(self.model, self.cache), use_cache=True,
+                                 output_hidden_states=self.hidden, **args)
                 logits, hidden = out.logits, (out.hidden_states[-1] if self.hidden else None)
         self.calls += 1
         return logits, hidden

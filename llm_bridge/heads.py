@@ -37,7 +37,7 @@ import torch
 from otspec.engine.observers import to_host
 from otspec.engine.session import Drafter, Scores, Session, as_prompts
 
-from .cache import make_cache
+from .cache import cache_kwargs, make_cache
 from .kernels import few_row_linears, few_row_product
 from .models import output_size
 from .sampling import DEFAULT_SAMPLING
@@ -138,7 +138,7 @@ class EagleHead(torch.nn.Module, _ReducedOutput):
         # a ModelOutput, which torch.compile traces into the graph (a SimpleNamespace broke it)
 
         h = self.features(input_ids, features, attention_mask=attention_mask, position_ids=position_ids,
-                          past_key_values=past_key_values, use_cache=use_cache)
+                          **cache_kwargs(self.body, past_key_values), use_cache=use_cache)
         return CausalLMOutputWithPast(logits=self.full_logits(self.reduced_logits(h)), hidden_states=(h,))
 
 
@@ -205,8 +205,8 @@ def eagle_unrolled(head, x, F, real, unroll: int) -> list:
             sees[:, i, (s - 1) * n + i] = True  # every query sees itself (no empty softmax row)
             mask = sees[:, None]
         xin = head.fc(torch.cat([feats, emb], dim=-1))
-        prev = head.body(inputs_embeds=xin, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                         use_cache=True).last_hidden_state
+        prev = head.body(inputs_embeds=xin, attention_mask=mask, position_ids=positions,
+                         **cache_kwargs(head.body, cache), use_cache=True).last_hidden_state
         out.append(prev)
     return out
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from llm_bridge import models
+from llm_bridge.cache import cache_kwargs
 from llm_bridge.drafters import Pair, dequantize_rows, load_pair, make_drafter, quantize_rows
 from llm_bridge.loop import speculative_generate
 from llm_bridge.lossless import first_token_law
@@ -165,7 +166,7 @@ def test_int8_rows_depend_on_the_context_alone():
         torch.testing.assert_close(paired, alone, atol=1e-5, rtol=0)
         past, steps = None, []
         for t in range(a.shape[1]):  # token by token with a KV cache, as a draft session feeds it
-            out = int8(a[:, t:t + 1], past_key_values=past, use_cache=True)
+            out = int8(a[:, t:t + 1], **cache_kwargs(int8, past), use_cache=True)
             past = out.past_key_values
             steps.append(out.logits[0, 0])
         torch.testing.assert_close(torch.stack(steps), alone, atol=1e-5, rtol=0)

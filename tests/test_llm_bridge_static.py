@@ -156,3 +156,27 @@ def test_logits_and_features_equal_the_models_own_outputs():
         assert step.__code__ is not logits_and_features(tiny_llama(4)).__code__  # the model's own forward
         logits, h = step(input_ids=x)
         assert _gap(logits, out.logits) < 1e-12 and _gap(h, out.hidden_states[-1]) < 1e-12
+
+
+def test_cache_kwargs_names_the_cache_as_each_forward_takes_it():
+    """transformers renamed ``past_key_values`` to ``cache`` (the old name warns and goes away): each module gets
+    its cache under the keyword its own forward declares, whichever the other inputs used."""
+    from llm_bridge.cache import cache_kwargs
+
+    class Old(torch.nn.Module):
+        def forward(self, input_ids, past_key_values=None, use_cache=False):
+            return past_key_values
+
+    class New(torch.nn.Module):
+        def forward(self, input_ids, cache=None, use_cache=False):
+            return cache
+
+    marker = object()
+    assert cache_kwargs(Old(), marker) == {"past_key_values": marker}
+    assert cache_kwargs(New(), marker, {"input_ids": 1, "past_key_values": 2}) == {"input_ids": 1, "cache": marker}
+    for module in (Old(), New()):
+        assert module(0, **cache_kwargs(module, marker)) is marker
+    model = tiny_llama(4)  # the installed transformers' own model takes whichever its forward names
+    import inspect
+    key, = cache_kwargs(model, None)
+    assert key in inspect.signature(type(model).forward).parameters
