@@ -45,7 +45,7 @@ STATIC_BUCKET = 256
 _POOL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cache_keyword(kind: type) -> str:
     params = inspect.signature(kind.forward).parameters
     return "cache" if "cache" in params else "past_key_values"

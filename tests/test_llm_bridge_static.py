@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 
@@ -177,6 +179,5 @@ def test_cache_kwargs_names_the_cache_as_each_forward_takes_it():
     for module in (Old(), New()):
         assert module(0, **cache_kwargs(module, marker)) is marker
     model = tiny_llama(4)  # the installed transformers' own model takes whichever its forward names
-    import inspect
     key, = cache_kwargs(model, None)
     assert key in inspect.signature(type(model).forward).parameters
