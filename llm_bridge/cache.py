@@ -89,13 +89,16 @@ def logits_and_features(model):
     """
     if callable(getattr(model, "get_decoder", None)) and getattr(model.config, "final_logit_softcapping", None) is None:
         decoder, head = model.get_decoder(), model.get_output_embeddings()
+        key = _cache_keyword(type(decoder))  # resolved here, not in the traced step
 
         def step(cache=None, **inputs):
-            h = decoder(**cache_kwargs(decoder, cache, inputs)).last_hidden_state
+            h = decoder(**{**inputs, key: cache}).last_hidden_state
             return head(h), h
     else:
+        key = _cache_keyword(type(model))
+
         def step(cache=None, **inputs):
-            out = model(**cache_kwargs(model, cache, inputs), output_hidden_states=True)
+            out = model(**{**inputs, key: cache}, output_hidden_states=True)
             return out.logits, out.hidden_states[-1]
     return step
 
