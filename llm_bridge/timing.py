@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass
 
@@ -114,6 +115,18 @@ def settle(target, prompts, max_new_tokens: int, *, sampling, cache: str, tolera
     return {"ms_per_token": times, "settled": False, "tolerance": tolerance}
 
 
+def phase_log(label: str, progress: bool | None = None):
+    """A callable ``phase(what)`` that writes ``"<label>: <what> at <t> s"`` (seconds since this call) to stderr: one
+    line per phase of a long record, so that its log says how far it has got even where no progress bar is drawn (a
+    log file). ``progress=False`` silences it."""
+    start = time.perf_counter()
+
+    def phase(what: str) -> None:
+        if progress is not False:
+            print(f"{label}: {what} at {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    return phase
+
+
 def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: int, batch_size: int,
                cache: str = "auto", warm_up=None, check_seed: int | None = None, progress: bool | None = None,
                desc: str = "interleaved runs", attempts: int = 1, beside=None) -> TimedRuns:
@@ -140,7 +153,7 @@ def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: in
     by itself, in one window."""
     if attempts < 1:
         raise ValueError(f"attempts must be at least 1, got {attempts}")
-    meter = LoadMeter()
+    meter, phase = LoadMeter(), phase_log(desc, progress)
     load_start = meter.read()
     check_seed = seed + 1 if check_seed is None else check_seed
     if warm_up is None:
@@ -148,6 +161,7 @@ def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: in
     else:
         warm_up()
     settling = settle(target, prompts[:batch_size], max_new_tokens, sampling=sampling, cache=cache)
+    phase(f"warmed up, settled after {len(settling['ms_per_token'])} plain passes")
     plain_kwargs = {"sampling": sampling, "batch_size": batch_size, "cache": cache}
     common = {**plain_kwargs, "seed": seed, "progress": False}
     rounds, history = -(-len(prompts) // batch_size), []
@@ -159,13 +173,21 @@ def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: in
         label = desc if attempts == 1 else f"{desc} (attempt {attempt + 1} of {attempts})"
         with tqdm(total=rounds * len(batches), desc=label, unit="batch", leave=False,
                   disable=None if progress is None else not progress) as bar:
-            readings = []  # the load after every run's batch: other work that comes and goes mid-record is caught
-            plain, *results = interleave(batches, on_round=lambda _, bar=bar, readings=readings: (
-                bar.update(), readings.append(meter.read())))
+            # the load after every run's batch: other work that comes and goes mid-record is caught
+            readings, width = [], len(batches)
+
+            def on_round(_, bar=bar, readings=readings, attempt=attempt, width=width):
+                bar.update()
+                readings.append(meter.read())
+                if bar.disable and len(readings) % width == 0:  # no bar drawn (a log file): a line per round
+                    phase(f"attempt {attempt + 1} of {attempts}, round {len(readings) // width} of {rounds} done")
+            plain, *results = interleave(batches, on_round=on_round)
         aside = results.pop() if beside is not None else None
         after = plain_generate(target, prompts, max_new_tokens, seed=check_seed, progress=progress, **plain_kwargs)
         timing = timing_check(1e3 * before.seconds / before.generated, 1e3 * after.seconds / after.generated,
                               [load_start, meter.read()], os.cpu_count() or 1, torch_threads(), readings)
+        phase(f"timing attempt {attempt + 1} of {attempts}: plain sampling drifted {100 * timing['baseline_drift']:.1f} %,"
+              f" {timing['unreliable_timing'] or 'reliable'}")
         history.append({k: timing[k] for k in ("baseline_before_ms_per_token", "baseline_after_ms_per_token",
                                                "baseline_drift", "unreliable_timing")})
         if not timing["unreliable_timing"]:

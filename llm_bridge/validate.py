@@ -47,7 +47,6 @@ import json
 import platform
 import re
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -84,6 +83,7 @@ from .runs import (
     tree_record,
 )
 from .sampling import Sampling
+from .timing import phase_log
 from .trees import parse_tree, tree_batches, tree_generate
 
 __all__ = ["ENGINE_KEYS", "MAX_BASELINE_DRIFT", "TREE_VERIFIERS", "export_synthetic_rates", "main", "timing_check",
@@ -186,12 +186,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
         raise ValueError(f"cache: expected one of {CACHE_KINDS}, got {cache!r}")
     if log_rows is not None and not Path(log_rows).resolve().parent.is_dir():
         raise ValueError(f"--log-rows {log_rows}: its folder does not exist")
-    t_start, show = time.perf_counter(), sys.stderr.isatty() if progress is None else bool(progress)
-
-    def phase(name: str) -> None:  # what a long run (a compiling GPU run) has done so far
-        if show:
-            print(f"validate: {name} at {time.perf_counter() - t_start:.1f} s", file=sys.stderr, flush=True)
-
+    phase = phase_log("validate", progress)  # a line per phase: how far a long record (or a compiling run) has got
     pair = pair or load_pair(target, draft, device=device, dtype=dtype)
     phase("models loaded")
     if log_rows is not None:  # before any decoding
@@ -459,7 +454,8 @@ def main(argv=None) -> int:
     ap.add_argument("--log-max-kept", type=int, default=DEFAULT_LOG_MAX_KEPT,
                     help="with --log-rows: at most this many tokens per row and model")
     ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                    help="progress bars and each phase's elapsed time on stderr (default: when stderr is a terminal)")
+                    help="progress bars on stderr (default: when stderr is a terminal); each phase's elapsed time (and, "
+                         "without bars, each timing round's) is a line on stderr unless --no-progress")
     ap.add_argument("--timing-attempts", type=int, default=1, metavar="N",
                     help="measure the timed runs again, whole, up to N times in all while the timing check finds them "
                          "unreliable (baseline drift or load); every attempt is listed in the record's timing")

@@ -260,7 +260,7 @@ def test_the_predicted_speedups_interval_carries_the_measured_runs_timing_noise(
     assert wall_clock_prediction(prof, key, pred, batch_size=8, units=64, n_tokens=8)["run_rounds"] == 8
 
 
-def test_a_records_calibration_rounds_go_in_turn_with_its_runs_and_measure_what_calibrate_measures():
+def test_a_records_calibration_rounds_go_in_turn_with_its_runs_and_measure_what_calibrate_measures(capsys):
     from llm_bridge.calibrate import calibration_batches
     from llm_bridge.loop import speculative_batches
     from llm_bridge.timing import timed_runs
@@ -290,6 +290,13 @@ def test_a_records_calibration_rounds_go_in_turn_with_its_runs_and_measure_what_
     timed = timed_runs(pair.target, measured, [run], 10, sampling=Sampling(), seed=0, batch_size=2, cache="dynamic",
                        beside=beside)
     assert order == ["run", "calibration"] * 2 and len(timed.results) == 1  # round by round, the runs' windows
+    # no progress bar in a log (stderr is not a terminal here): a line per phase and per timing round instead
+    lines = [line.split(" at ")[0] for line in capsys.readouterr().err.splitlines()]
+    assert lines[0].startswith("interleaved runs: warmed up, settled after ")
+    assert lines[1:3] == [f"interleaved runs: attempt 1 of 1, round {r} of 2 done" for r in (1, 2)]
+    assert lines[3].startswith("interleaved runs: timing attempt 1 of 1: plain sampling drifted ") and len(lines) == 4
+    timed_runs(pair.target, measured[:2], [], 4, sampling=Sampling(), seed=0, batch_size=2, progress=False)
+    assert capsys.readouterr().err == ""  # progress=False: silent
     prof, _ = calibrate(pair, calibration, 10, chains=chains, sampling=Sampling(), batch_size=2, cache="dynamic",
                         prompt_ids=[4, 5, 6, 7], reps=2, rounds=timed.beside)  # only the curves are timed now
     alone, tokens = calibrate(pair, calibration, 10, chains=chains, sampling=Sampling(), batch_size=2,
