@@ -75,8 +75,8 @@ from .sampling import DEFAULT_SAMPLING, Sampling
 from .timing import phase_log
 from .validate import PROMPT_FILE, output_name, split_prompts
 
-__all__ = ["L2_GRID", "HeadData", "choose_l2", "frontier", "head_training_data", "head_training_data_on_policy", "load_head", "main",
-           "save_head", "train_head"]
+__all__ = ["L2_GRID", "HeadData", "choose_l2", "frontier", "head_training_data", "head_training_data_on_policy",
+           "load_head", "main", "save_head", "train_head"]
 
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
 RULE_KINDS = ("specdecpp", "confidence")

@@ -54,7 +54,7 @@ def _forward(model, ids, hidden: bool = False):
 def head_training_data(pair, prompts, max_new_tokens: int, *, mix: float = 0.15,
                        sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int = 16,
                        progress: bool | None = None) -> HeadData:
-    """The paper's training data (module docstring, step 1) for ``prompts`` (token id lists)."""
+    """The paper's training data (:mod:`llm_bridge.adaptive`'s docstring, step 1) for ``prompts`` (token id lists)."""
     from tqdm.auto import tqdm
 
     if not 0.0 <= mix <= 1.0:

@@ -186,8 +186,8 @@ def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: in
         after = plain_generate(target, prompts, max_new_tokens, seed=check_seed, progress=progress, **plain_kwargs)
         timing = timing_check(1e3 * before.seconds / before.generated, 1e3 * after.seconds / after.generated,
                               [load_start, meter.read()], os.cpu_count() or 1, torch_threads(), readings)
-        phase(f"timing attempt {attempt + 1} of {attempts}: plain sampling drifted {100 * timing['baseline_drift']:.1f} %,"
-              f" {timing['unreliable_timing'] or 'reliable'}")
+        phase(f"timing attempt {attempt + 1} of {attempts}: plain sampling drifted "
+              f"{100 * timing['baseline_drift']:.1f} %, {timing['unreliable_timing'] or 'reliable'}")
         history.append({k: timing[k] for k in ("baseline_before_ms_per_token", "baseline_after_ms_per_token",
                                                "baseline_drift", "unreliable_timing")})
         if not timing["unreliable_timing"]:
