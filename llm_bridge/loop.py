@@ -159,19 +159,25 @@ def finish(batches):
 def interleave(runs, on_round=None) -> list:
     """Drive several ``*_batches`` generators batch by batch, in turn (batch 1 of every run, then batch 2, …):
     plain and speculative decoding timed in the same windows (ABAB…), whatever the machine does meanwhile.
-    ``on_round(i)`` is called after each run's batch. Returns their results, in order."""
-    runs, results = list(runs), {}
+
+    The order rotates by one run per round (round r starts with run r mod n, then wraps: a cyclic Latin square), so
+    that whatever favours a place in the round (the run right after another, the first after a pause) falls on every
+    run in turn instead of on the same one each time; each generator keeps its own random state, so the order changes
+    no token. ``on_round(i)`` is called after each run's batch. Returns their results, in order."""
+    runs, results, turn = list(runs), {}, 0
     while len(results) < len(runs):
-        for i, run in enumerate(runs):
+        first = turn % len(runs)
+        for i in [*range(first, len(runs)), *range(first)]:
             if i in results:
                 continue
             try:
-                next(run)
+                next(runs[i])
             except StopIteration as stop:
                 results[i] = stop.value
                 continue
             if on_round is not None:
                 on_round(i)
+        turn += 1
     return [results[i] for i in range(len(runs))]
 
 

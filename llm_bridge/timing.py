@@ -127,6 +127,11 @@ def phase_log(label: str, progress: bool | None = None):
     return phase
 
 
+#: How :func:`interleave` orders each timing round (records before this entry ran every round in one fixed order:
+#: plain sampling, the runs as listed, then the calibration rounds).
+ROUND_ORDER = "rotating: round r starts with run r mod n (plain sampling is run 0), then wraps"
+
+
 def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: int, batch_size: int,
                cache: str = "auto", warm_up=None, check_seed: int | None = None, progress: bool | None = None,
                desc: str = "interleaved runs", attempts: int = 1, beside=None) -> TimedRuns:
@@ -137,8 +142,9 @@ def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: in
        passes over the first batch until two in a row agree within 5 % (the record's ``timing["settling"]``);
     2. plain sampling with ``check_seed`` (default ``seed + 1``), the timing check's first half;
     3. plain sampling (``seed``) and every run, batch of prompts by batch, in turn (ABAB…; :func:`interleave`):
-       each batch is a timing round measured for all in one window; ``runs`` are callables that take the common
-       keyword arguments and return a ``*_batches`` generator;
+       each batch is a timing round measured for all in one window, the order rotating by one run per round
+       (``timing["round_order"]``); ``runs`` are callables that take the common keyword arguments and return a
+       ``*_batches`` generator;
     4. plain sampling with ``check_seed`` again: the same tokens, so the same work; only the machine can make its
        time differ from step 2's (:func:`timing_check`, with the load other work put on the machine).
 
@@ -195,6 +201,7 @@ def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: in
         load_start = meter.read()
     timing["settling"] = settling
     timing["attempts"] = history
+    timing["round_order"] = ROUND_ORDER
     baseline = {"tokens_per_s": plain.tokens_per_s, "ms_per_token": 1e3 * plain.seconds / plain.generated,
                 "ms_per_step": 1e3 * plain.seconds / max(plain.timer.count("target"), 1),
                 "t_target_ms": plain.timer.mean_ms("target"), "generated": plain.generated,

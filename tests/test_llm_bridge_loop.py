@@ -191,7 +191,7 @@ def test_interleaved_runs_take_turns_batch_by_batch_and_equal_the_sequential_run
     together = interleave([plain_batches(pair.target, prompts, 9, seed=3, batch_size=2, progress=False),
                            speculative_batches(pair, prompts, BlockVerify(), 3, 9, seed=3, batch_size=2,
                                                progress=False)], on_round=order.append)
-    assert order == [0, 1] * 3  # ABABAB: batch b of every run before batch b + 1 of any
+    assert order == [0, 1, 1, 0, 0, 1]  # batch b of every run before batch b + 1 of any, the order rotating
     for a, b in zip(alone, together, strict=True):
         assert all(np.array_equal(x, y) for x, y in zip(a.tokens, b.tokens, strict=True))
         assert [g for g, _ in b.rounds] == [18, 18, 9] and sum(t for _, t in b.rounds) == pytest.approx(b.seconds)

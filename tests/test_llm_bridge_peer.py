@@ -103,7 +103,7 @@ def test_hf_batches_interleaves_with_plain_batches(pair, prompts):
          hf_batches(pair, prompts, N, sampling=SAMPLING, batch_size=2, progress=False, cache="auto"),
          hf_batches(pair, prompts, N, sampling=SAMPLING, batch_size=2, assisted=False)],
         on_round=order.append)
-    assert order == [0, 1, 2] * 3  # ABC, ABC, ABC: one batch of each in turn
+    assert order == [0, 1, 2, 1, 2, 0, 2, 0, 1]  # ABC, BCA, CAB: one batch of each in turn, the order rotating
     assert len(plain.rounds) == len(hf.rounds) == len(hf_plain.rounds) == 3
     # otspec's loop between HF's batches is not counted as HF's target calls
     assert hf_plain.target_calls == len(prompts) * N
