@@ -267,3 +267,26 @@ def test_a_forecast_is_checked_against_the_record_made_after_it():
         assert "batch_size" in str(err)
     else:
         raise AssertionError("a record of other settings was compared with the forecast")
+
+
+def test_a_miss_whose_own_confidence_interval_reaches_a_holding_value_is_told_apart_but_still_counted():
+    # +12 % but its rounds' CI [1.05, 1.19] reaches 1.05, within 10 % of 1.00 and inside [0.90, 1.08]: noise
+    noisy = run("token", 1, speedup=1.12, pred_sp=1.00, sp_interval={"low": 0.90, "high": 1.08},
+                source="cost_profile", speedup_ci={"low": 1.05, "high": 1.19})
+    # +12 % with a tight CI [1.11, 1.13]: every value in it misses
+    firm = run("token", 2, speedup=1.12, pred_sp=1.00, sp_interval={"low": 0.90, "high": 1.08},
+               source="cost_profile", speedup_ci={"low": 1.11, "high": 1.13})
+    # inside the tolerance band but outside the interval, its CI [1.06, 1.09] clear of the interval's 1.05
+    outside = run("token", 3, speedup=1.07, pred_sp=1.00, sp_interval={"low": 0.95, "high": 1.05},
+                  source="cost_profile", speedup_ci={"low": 1.06, "high": 1.09})
+    held = run("token", 4, speedup=1.02, pred_sp=1.00, source="cost_profile", speedup_ci={"low": 0.9, "high": 1.2})
+    no_ci = run("token", 5, speedup=1.30, pred_sp=1.00, source="cost_profile")
+    rows = prediction_check([record("llm_a.json", [noisy, firm, outside, held, no_ci])])
+    assert [r["speedup_miss_within_noise"] for r in rows] == [True, False, False, None, None]
+    assert counts(rows) == (5, 5, 0, 1, 5, 0)  # the verdicts are unchanged
+    assert prediction_check_summary(rows)["speedup_misses_within_noise"] == 1
+    lines = prediction_check_markdown(rows)
+    assert any(line.startswith("*Misses and timing noise.* Of the 4 counted speedup misses, 1 is within")
+               for line in lines)
+    table = [line for line in lines if line.startswith("| llm_")]
+    assert ["within its timing noise" in line for line in table] == [True, False, False, False, False]

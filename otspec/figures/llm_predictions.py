@@ -85,8 +85,8 @@ def prediction_check(records: list) -> list[dict]:
     ``be_counted``. Speedup keys: ``speedup``, ``speedup_ci``, ``predicted_speedup``,
     ``predicted_speedup_interval``, ``speedup_relative_error``, ``speedup_within_tolerance``,
     ``speedup_inside_interval``, ``speedup_holds``, ``speedup_source`` (``speedup_prediction["source"]``),
-    ``speedup_circular`` (predicted from the measured run's own call times: not from a cost profile) and
-    ``speedup_counted``. Counting keys: ``config`` (the decode's configuration, ``None`` when the record does not
+    ``speedup_circular`` (predicted from the measured run's own call times: not from a cost profile),
+    ``speedup_miss_within_noise`` (:func:`_miss_within_noise`) and ``speedup_counted``. Counting keys: ``config`` (the decode's configuration, ``None`` when the record does not
     say), ``duplicate_of`` (the record whose run of the same configuration counts instead: the first by file name
     among the records not left out), ``left_out`` (why the record stays out of both counts: unreliable timing,
     fewer than :data:`PREDICTION_MIN_PROMPTS` prompts), ``unreliable_timing`` (the record's reason) and ``note``."""
@@ -128,6 +128,7 @@ def prediction_check(records: list) -> list[dict]:
                 if row["speedup"] is not None:
                     (row["speedup_relative_error"], row["speedup_within_tolerance"], row["speedup_inside_interval"],
                      row["speedup_holds"]) = _compare(row["speedup"], pred_sp, row["predicted_speedup_interval"])
+            row["speedup_miss_within_noise"] = _miss_within_noise(row)
             rows.append(row)
     kept = {}  # the same decode in two records counts once: the first by file name among those not left out
     for i in sorted(range(len(rows)), key=lambda i: (rows[i]["left_out"] is not None, rows[i]["record"], i)):
@@ -145,6 +146,19 @@ def prediction_check(records: list) -> list[dict]:
     return rows
 
 
+def _miss_within_noise(row: dict):
+    """For a speedup that misses its prediction: whether the measurement's own confidence interval (``speedup_ci``,
+    the paired bootstrap over its timing rounds) reaches a value that would hold, within the tolerance of the
+    prediction and inside its interval. ``True``: the timing rounds cannot tell this miss from noise (a noisy machine,
+    few rounds); ``False``: the whole interval misses, the model does. ``None`` for a run that holds or has no CI."""
+    if row["speedup_holds"] is not False or not row["speedup_ci"] or "low" not in row["speedup_ci"]:
+        return None
+    pred, iv = row["predicted_speedup"], row["predicted_speedup_interval"] or {}
+    low = max(row["speedup_ci"]["low"], pred * (1.0 - PREDICTION_TOLERANCE), iv.get("low", -float("inf")))
+    high = min(row["speedup_ci"]["high"], pred * (1.0 + PREDICTION_TOLERANCE), iv.get("high", float("inf")))
+    return bool(low <= high)
+
+
 def _row_note(row: dict) -> str:
     """Why a row does not count (a re-decode, a record left out), or what its counted predictions rest on."""
     if row["duplicate_of"]:
@@ -159,6 +173,8 @@ def _row_note(row: dict) -> str:
             notes.append("same prompts (lenient)")
     if row["speedup_circular"]:
         notes.append("speedup circular (own call times)")
+    if row["speedup_miss_within_noise"] and row["speedup_counted"]:
+        notes.append("speedup miss within its timing noise (its CI reaches a value that holds)")
     return "; ".join(notes)
 
 
@@ -199,6 +215,7 @@ def prediction_check_summary(rows: list) -> dict:
             "be_same_prompts": sum(r["prediction_prompts"] == "same" for r in be),
             "speedup_held": sum(bool(r["speedup_holds"]) for r in sp), "speedup_counted": len(sp),
             "speedup_circular": sum(bool(r["speedup_circular"]) for r in distinct),
+            "speedup_misses_within_noise": sum(bool(r["speedup_miss_within_noise"]) for r in sp),
             "duplicates": sum(merged.values()), "merged": merged, "left_out": left_out}
 
 
@@ -239,6 +256,12 @@ def prediction_check_markdown(rows: list) -> list:
               f"measured run's own call times ({c['speedup_circular']} run"
               f"{'s' if c['speedup_circular'] != 1 else ''}, left out of the speedup count). In parentheses: the "
               "result of a prediction that is not counted.", "",
+              f"*Misses and timing noise.* Of the {c['speedup_counted'] - c['speedup_held']} counted speedup misses, "
+              f"{c['speedup_misses_within_noise']} {'is' if c['speedup_misses_within_noise'] == 1 else 'are'} "
+              "within their measurement's own noise: the measured speedup's "
+              "95 % confidence interval (paired bootstrap over the run's timing rounds, in brackets) reaches a value "
+              f"within {tol} of the prediction and inside its interval, so the rounds cannot tell the miss from the "
+              "machine's noise; the others miss with their whole interval. Both still count as misses.", "",
               "| record | verifier | draft | block efficiency [95% CI] | predicted [interval] | error | holds "
               "| speedup [CI] | predicted [interval] | error | holds | note |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
