@@ -82,14 +82,14 @@ def prediction_check(records: list) -> list[dict]:
     ``holds`` (``None`` where the run predicts no block efficiency), ``method``, ``prediction_prompts``
     (``"disjoint"``: the prediction's log decoded other prompts; ``"same"``: the measured ones, or the record does
     not say), ``be_circular`` (same prompts at temperature 0: the prediction is the measurement) and
-    ``be_counted``. Speedup keys: ``speedup``, ``speedup_ci``, ``predicted_speedup``,
-    ``predicted_speedup_interval``, ``speedup_relative_error``, ``speedup_within_tolerance``,
-    ``speedup_inside_interval``, ``speedup_holds``, ``speedup_source`` (``speedup_prediction["source"]``),
-    ``speedup_circular`` (predicted from the measured run's own call times: not from a cost profile),
-    ``speedup_miss_within_noise`` (:func:`_miss_within_noise`) and ``speedup_counted``. Counting keys: ``config`` (the decode's configuration, ``None`` when the record does not
-    say), ``duplicate_of`` (the record whose run of the same configuration counts instead: the first by file name
-    among the records not left out), ``left_out`` (why the record stays out of both counts: unreliable timing,
-    fewer than :data:`PREDICTION_MIN_PROMPTS` prompts), ``unreliable_timing`` (the record's reason) and ``note``."""
+    ``be_counted``. Speedup keys: ``speedup``, ``speedup_ci``, ``predicted_speedup``, ``predicted_speedup_interval``,
+    ``speedup_relative_error``, ``speedup_within_tolerance``, ``speedup_inside_interval``, ``speedup_holds``,
+    ``speedup_source`` (``speedup_prediction["source"]``), ``speedup_circular`` (predicted from the measured run's own
+    call times: not from a cost profile), ``speedup_miss_within_noise`` (:func:`_miss_within_noise`) and
+    ``speedup_counted``. Counting keys: ``config`` (the decode's configuration, ``None`` when the record does not say),
+    ``duplicate_of`` (the record whose run of the same configuration counts instead: the first by file name among the
+    records not left out), ``left_out`` (why the record stays out of both counts: unreliable timing, fewer than
+    :data:`PREDICTION_MIN_PROMPTS` prompts), ``unreliable_timing`` (the record's reason) and ``note``."""
     rows = []
     for rec in records:
         settings = rec.get("settings") or {}
