@@ -59,7 +59,7 @@ from .head_training import (
     save_head,
     train_head,
 )
-from .loop import plain_generate, speculative_batches, speculative_generate
+from .loop import PAIRINGS, plain_generate, speculative_batches, speculative_generate
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
 from .peer import choose_peer, peer_entries, peer_runs
 from .prompts import DATA_DIR, encode_prompts, read_prompts
@@ -125,10 +125,11 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
              max_new_tokens: int = 48, sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int = 8,
              progress: bool | None = None, unlagged: bool = True, timing_attempts: int = 1,
              rule: str = "specdecpp", prediction_prompts=None, hf: bool = False, hf_prompts: int = 4,
-             prediction_paths: int = 1) -> dict:
+             prediction_paths: int = 1, pairing: str | None = None) -> dict:
     """Fixed K and the threshold rule on the learned head (lagged, and with ``unlagged`` the rule without the lag),
     on the same prompts with plain sampling beside them: every run and plain sampling decode each batch of prompts
-    in turn (interleaved timing rounds), and plain sampling runs again at the end (the record's timing check).
+    in turn (interleaved timing rounds; ``pairing`` as :func:`llm_bridge.timing.timed_runs` takes it), and plain
+    sampling runs again at the end (the record's timing check).
     ``rule="confidence"``: the threshold rows use :class:`~otspec.engine.controllers.ConfidenceController` (no head;
     ``head`` and ``unlagged`` are ignored). ``prediction_prompts`` (token ids; other prompts than ``prompts``): where
     the predictions are made — the plain-decoding log and the cost profile
@@ -173,7 +174,7 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
         pair, prediction_prompts, plan, controller, max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size))
     timed = timed_runs(pair.target, prompts, runs, max_new_tokens, sampling=sampling, seed=seed,
                        batch_size=batch_size, warm_up=warm_up, progress=progress, desc="frontier runs",
-                       attempts=timing_attempts, beside=beside)
+                       attempts=timing_attempts, pairing=pairing, beside=beside)
     baseline, results, timing = timed.baseline, timed.results, timed.timing
     peer_results, results = (results[-2:], results[:-2]) if peer is not None else (None, results)
     phase("timed runs done")
@@ -251,6 +252,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timing-attempts", type=int, default=1, metavar="N",
                     help="measure the timed runs again, whole, up to N times in all while the timing check finds them "
                          "unreliable (baseline drift or load); every attempt is listed in the record's timing")
+    ap.add_argument("--pairing", choices=PAIRINGS, default=None, help="how the timed runs take turns: steps "
+                    "(iteration by iteration; the default on the CPU) or batches (a batch of prompts each; on CUDA)")
     args = ap.parse_args(argv)
     try:
         thresholds = [float(x) for x in args.thresholds.split(",") if x.strip()]
@@ -317,7 +320,8 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
     record.update(frontier(pair, ids, head, thresholds=thresholds, fixed=fixed, max_length=args.max_length,
                            max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed,
                            batch_size=args.batch_size, unlagged=not args.no_unlagged,
-                           timing_attempts=args.timing_attempts, rule=rule, prediction_prompts=pred_ids,
+                           timing_attempts=args.timing_attempts, pairing=args.pairing, rule=rule,
+                           prediction_prompts=pred_ids,
                            hf=not args.no_hf, hf_prompts=args.hf_prompts, prediction_paths=args.prediction_paths))
     return AdaptiveRecord.from_json(record)
 

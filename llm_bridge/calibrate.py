@@ -62,7 +62,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from otspec.engine.controllers import as_controller
-from otspec.engine.loop import chain_loop
+from otspec.engine.loop import chain_steps
 
 from .drafters import ModelDrafter
 from .dry_runs import (
@@ -71,10 +71,11 @@ from .dry_runs import (
     config_key,
     dry_contexts,
     dry_run,
+    dry_run_steps,
     dry_tokens,
     uses_host_rows,
 )
-from .loop import cache_room, chunks, finish
+from .loop import Tick, cache_room, chunks, finish, relay
 from .measure import CallTimer
 from .sessions import ModelSession
 
@@ -332,12 +333,14 @@ class CostProfile:
 # ------------------------------------------------------------------------------------------------ measuring
 
 
-def _plain_chunk(pair, chunk, n_tokens, *, sampling, cache, rng, timer, clock) -> list:
-    """Plain decoding of one batch of prompts (timed by ``timer``, its steps by ``clock``): the continuations."""
+def _plain_chunk(pair, chunk, n_tokens, *, sampling, cache, rng, timer, clock):
+    """Plain decoding of one batch of prompts (timed by ``timer``, its steps by ``clock``), a generator: it yields after
+    every step the share of the batch's tokens generated and returns the continuations."""
     session = ModelSession(pair.target.model, len(chunk), sampling, cache=cache, timer=timer, name="target",
                            max_length=cache_room(chunk, n_tokens, 1))
     clock.start()
-    run = chain_loop(None, session, None, None, n_tokens, rng, prompts=chunk, timer=timer, observers=[clock])
+    run = yield from relay(chain_steps(None, session, None, None, n_tokens, rng, prompts=chunk, timer=timer,
+                                       observers=[clock]), lambda emitted: emitted / max(len(chunk) * n_tokens, 1))
     return [np.asarray(t) for t in run.tokens]
 
 
@@ -383,9 +386,11 @@ class Rounds:
 def calibration_batches(pair, prompts, max_new_tokens: int, *, chains=(), trees=(), sampling, batch_size: int,
                         cache: str, seed: int = 0, rule: str = "match", progress=None):
     """The calibration's rounds as a ``*_batches`` generator: per batch of ``prompts`` (the calibration prompts), plain
-    decoding and then every dry run, in one window, yielding after each round, so that
-    :func:`llm_bridge.loop.interleave` can take the rounds in turn with the measured runs' batches (the profile is then
-    measured in the same windows as the runs it predicts, never from them). Returns a :class:`Rounds` for
+    decoding and then every dry run, in one window, yielding a :class:`~llm_bridge.loop.Tick` after every iteration
+    (a round's plain decoding and dry runs count as equal shares of it) and at the end of each round, so that
+    :func:`llm_bridge.loop.interleave` can take the rounds in turn with the measured runs (the profile is then
+    measured in the same windows as the runs it predicts, never from them; a loop's time while suspended is left out
+    of its columns). Returns a :class:`Rounds` for
     :func:`profile_from_rounds`. ``chains`` / ``trees``: as :func:`calibrate` takes them."""
     t0, N, configs = time.perf_counter(), int(max_new_tokens), [*chains, *trees]
     timer, rng, tokens = CallTimer(pair.target.device), np.random.default_rng(seed), []
@@ -395,16 +400,23 @@ def calibration_batches(pair, prompts, max_new_tokens: int, *, chains=(), trees=
     batches = chunks(prompts, batch_size)
     bar = tqdm(total=len(batches) * (1 + len(configs)), desc="cost profile", unit="run", leave=False,
                disable=None if progress is None else not progress)
+    units = 1 + len(configs)  # per round: plain decoding, then every dry run
+
+    def share(k, unit, inner) -> Tick:  # the share of the calibration done, as a Tick (a round's units count alike)
+        return Tick((k + (unit + inner) / units) / len(batches))
+
     with bar:
         for k, (_, chunk) in enumerate(batches):  # each round: plain decoding, then every dry run, in one window
             done = len(clock.rows)
-            tokens += _plain_chunk(pair, chunk, N, sampling=sampling, cache=cache, rng=rng, timer=timer, clock=clock)
+            tokens += yield from relay(_plain_chunk(pair, chunk, N, sampling=sampling, cache=cache, rng=rng,
+                                                    timer=timer, clock=clock), lambda x, k=k: share(k, 0, x))
             rounds += [k] * (len(clock.rows) - done)
             bar.update()
-            for key, verifier, draft in configs:
+            for unit, (key, verifier, draft) in enumerate(configs, 1):
                 contexts, n_dry = dry_contexts(draft, chunk, tokens[-len(chunk):], N)
-                cols = dry_run(pair, verifier, draft, contexts, n_dry, sampling=sampling, cache=cache, seed=seed + k,
-                               rule=rule)
+                cols = yield from relay(dry_run_steps(pair, verifier, draft, contexts, n_dry, sampling=sampling,
+                                                      cache=cache, seed=seed + k, rule=rule),
+                                        lambda x, k=k, unit=unit: share(k, unit, x))
                 for name, values in cols.items():
                     if name == "kind":
                         dry[key]["kind"] = values
@@ -412,7 +424,7 @@ def calibration_batches(pair, prompts, max_new_tokens: int, *, chains=(), trees=
                         dry[key].setdefault(name, []).extend(values)
                 dry[key].setdefault("round", []).extend([k] * len(cols["wall_ms"]))
                 bar.update()
-            yield k
+            yield Tick((k + 1) / len(batches), round_end=True)
     steps = clock.columns()
     plain = {"step_ms": steps["wall_ms"], "target_ms": steps["target_ms"], "round": rounds, "steps": len(rounds),
              "seconds": float(sum(steps["wall_ms"]) / 1e3)}

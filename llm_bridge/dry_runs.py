@@ -15,7 +15,7 @@ import numpy as np
 from otspec.distributions import sample_categorical
 from otspec.drafts import ConfidenceTree, DraftTree
 from otspec.engine.controllers import as_controller
-from otspec.engine.loop import chain_loop, tree_loop
+from otspec.engine.loop import chain_steps, finish, tree_steps
 from otspec.engine.observers import Observer
 from otspec.verifiers.base import Outcome, Verifier
 
@@ -23,7 +23,7 @@ from .loop import cache_room, loop_generator, uses_host_rows
 from .measure import CallTimer
 from .sessions import ModelSession
 
-__all__ = ["IterationClock", "ZeroAcceptance", "config_key", "dry_contexts", "dry_run", "dry_tokens",
+__all__ = ["IterationClock", "ZeroAcceptance", "config_key", "dry_contexts", "dry_run", "dry_run_steps", "dry_tokens",
            "uses_host_rows"]
 
 
@@ -73,19 +73,23 @@ class ZeroAcceptance(Verifier):
 
 
 class IterationClock(Observer):
-    """Per iteration: wall clock since the previous one (less the dry run's own ``"aside"`` draws), and the draft /
-    target / verifier time and draft calls the timer saw in it; ``width``: the widest draft (a tree: the most nodes)
-    the target scored."""
+    """Per iteration: wall clock since the previous one (less the dry run's own ``"aside"`` draws and the time the loop
+    was suspended), and the draft / target / verifier time and draft calls the timer saw in it; ``width``: the widest
+    draft (a tree: the most nodes) the target scored."""
 
     KINDS = ("draft", "target", "verify")
 
     def __init__(self, timer: CallTimer):
         self.timer, self.rows = timer, []
         self._last = None
+        self._away = 0.0  # time the loop spent suspended (its driver ran other runs' iterations)
 
     def _snapshot(self):
         return (time.perf_counter(), *(self.timer.total(k) for k in self.KINDS), self.timer.count("draft"),
-                self.timer.total("aside"))
+                self.timer.total("aside"), self._away)
+
+    def on_pause(self, seconds: float) -> None:
+        self._away += seconds
 
     def start(self) -> None:
         self._last = None  # the first iteration of a loop also holds its prefill: not kept
@@ -94,7 +98,7 @@ class IterationClock(Observer):
         now = self._snapshot()
         if self._last is not None:
             d = [b - a for a, b in zip(self._last, now, strict=True)]
-            self.rows.append({"wall_ms": 1e3 * (d[0] - d[5]), "draft_ms": 1e3 * d[1], "target_ms": 1e3 * d[2],
+            self.rows.append({"wall_ms": 1e3 * (d[0] - d[5] - d[6]), "draft_ms": 1e3 * d[1], "target_ms": 1e3 * d[2],
                               "verify_ms": 1e3 * d[3], "calls": int(d[4]), "width": int(width)})
         self._last = now
 
@@ -112,7 +116,14 @@ class IterationClock(Observer):
 def dry_run(pair, verifier, draft, contexts, n_tokens, *, sampling, cache, seed, rule="match") -> dict:
     """One zero-acceptance dry run (chains) or tree run of ``verifier`` on ``draft`` (L, a draft-length controller or
     a tree): per-iteration columns of :class:`IterationClock` (the first iteration, which holds the prefill, left
-    out)."""
+    out). :func:`dry_run_steps` run to its end."""
+    return finish(dry_run_steps(pair, verifier, draft, contexts, n_tokens, sampling=sampling, cache=cache, seed=seed,
+                                rule=rule))
+
+
+def dry_run_steps(pair, verifier, draft, contexts, n_tokens, *, sampling, cache, seed, rule="match"):
+    """:func:`dry_run` as a generator: it yields after every iteration the share of the dry run's tokens generated
+    (the time it spends suspended is left out of its columns) and returns the columns."""
     timer, B = CallTimer(pair.target.device), len(contexts)
     tree = isinstance(draft, (DraftTree, ConfidenceTree))
     ctrl = None if tree else as_controller(draft)
@@ -126,12 +137,14 @@ def dry_run(pair, verifier, draft, contexts, n_tokens, *, sampling, cache, seed,
     clock = IterationClock(timer)
     trace = _TreeCalls() if tree else None
     if tree:
-        tree_loop(session, target, verifier, draft, n_tokens, np.random.default_rng(seed), rule=rule,
-                  prompts=contexts, timer=timer, observers=[clock, trace])
+        steps = tree_steps(session, target, verifier, draft, n_tokens, np.random.default_rng(seed), rule=rule,
+                           prompts=contexts, timer=timer, observers=[clock, trace])
     else:
-        chain_loop(session, target, ZeroAcceptance(verifier, timer), ctrl, n_tokens,
-                   loop_generator(seed, None if host else pair.target.device),
-                   prompts=contexts, timer=timer, observers=[clock])
+        steps = chain_steps(session, target, ZeroAcceptance(verifier, timer), ctrl, n_tokens,
+                            loop_generator(seed, None if host else pair.target.device),
+                            prompts=contexts, timer=timer, observers=[clock])
+    for emitted in steps:
+        yield emitted / max(B * n_tokens, 1)
     out = {"kind": "tree" if tree else "chain", **clock.columns()}
     if tree:
         out["trace_calls"] = trace.calls[1:]

@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 from otspec.distributions import total_variation
 from otspec.engine.controllers import as_controller
 from otspec.engine.ledger import DecodeResult, Ledger
-from otspec.engine.loop import chain_loop
+from otspec.engine.loop import chain_steps, finish
 from otspec.engine.observers import LedgerObserver, Observer, to_host
 from otspec.verifiers.base import Verifier
 
@@ -39,8 +39,8 @@ from .measure import CallTimer, two_point
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .sessions import ModelSession
 
-__all__ = ["BridgeResult", "finish", "interleave", "loop_generator", "plain_batches", "plain_generate",
-           "speculative_batches", "speculative_generate", "uses_host_rows"]
+__all__ = ["PAIRINGS", "BridgeResult", "Tick", "finish", "interleave", "loop_generator", "plain_batches",
+           "plain_generate", "relay", "speculative_batches", "speculative_generate", "ticks", "uses_host_rows"]
 
 
 @dataclass
@@ -130,53 +130,100 @@ def plain_generate(target, prompts, max_new_tokens: int, *, sampling: Sampling =
 
 def plain_batches(target, prompts, max_new_tokens: int, *, sampling: Sampling = DEFAULT_SAMPLING, seed=0,
                   batch_size: int | None = None, progress: bool | None = None, cache: str = "auto"):
-    """:func:`plain_generate` one batch at a time: a generator that yields after each batch and returns the
-    :class:`BridgeResult` (drive it with :func:`finish` or :func:`interleave`)."""
+    """:func:`plain_generate` as a generator: it yields a :class:`Tick` after every iteration and at the end of every
+    batch, and returns the :class:`BridgeResult` (drive it with :func:`finish` or :func:`interleave`)."""
     rng, timer, out, seconds, rounds = np.random.default_rng(seed), CallTimer(target.device), [], 0.0, []
-    with _bar(len(prompts) * max_new_tokens, "plain sampling", progress) as bar:
-        for _, chunk in chunks(prompts, batch_size):
+    total = len(prompts) * max_new_tokens
+    with _bar(total, "plain sampling", progress) as bar:
+        for offset, chunk in chunks(prompts, batch_size):
             session = ModelSession(target.model, len(chunk), sampling, cache=cache, timer=timer, name="target",
                                    max_length=cache_room(chunk, max_new_tokens, 1))
-            run = chain_loop(None, session, None, None, max_new_tokens, rng, prompts=chunk, bar=bar,
-                             timer=timer)
-            del session  # free the batch's cache before another run's batch goes
+            run = yield from ticks(chain_steps(None, session, None, None, max_new_tokens, rng, prompts=chunk, bar=bar,
+                                               timer=timer), offset * max_new_tokens, total)
+            del session  # free the batch's cache
             out += list(run.tokens)
             seconds += run.seconds
             rounds.append((int(sum(len(t) for t in run.tokens)), run.seconds))
-            yield
+            yield Tick((offset + len(chunk)) / len(prompts), round_end=True)
     return BridgeResult(out, None, timer, seconds, rounds=rounds)
 
 
-def finish(batches):
-    """Run a ``*_batches`` generator to its end; its result."""
+@dataclass(frozen=True)
+class Tick:
+    """What a ``*_batches`` generator yields: ``done``, the share of its run's work done so far (0 to 1), and
+    ``round_end``, whether a batch of prompts (a timing round) has just ended."""
+
+    done: float
+    round_end: bool = False
+
+
+def relay(steps, at):
+    """Drive generator ``steps`` inside another generator (``yield from relay(...)``), yielding ``at(x)`` for every
+    ``x`` it yields; returns what ``steps`` returns."""
     while True:
         try:
-            next(batches)
+            x = next(steps)
         except StopIteration as stop:
             return stop.value
+        yield at(x)
 
 
-def interleave(runs, on_round=None) -> list:
-    """Drive several ``*_batches`` generators batch by batch, in turn (batch 1 of every run, then batch 2, …):
-    plain and speculative decoding timed in the same windows (ABAB…), whatever the machine does meanwhile.
+def ticks(steps, before: int, total: int):
+    """Drive a loop's step generator (:func:`otspec.engine.loop.chain_steps` or ``tree_steps``) inside a ``*_batches``
+    generator: a :class:`Tick` after every iteration, at (``before`` + the tokens it has generated) / ``total``.
+    Returns the loop's :class:`~otspec.engine.loop.LoopRun`."""
+    return relay(steps, lambda emitted: Tick((before + emitted) / total))
 
-    The order rotates by one run per round (round r starts with run r mod n, then wraps: a cyclic Latin square), so
-    that whatever favours a place in the round (the run right after another, the first after a pause) falls on every
-    run in turn instead of on the same one each time; each generator keeps its own random state, so the order changes
-    no token. ``on_round(i)`` is called after each run's batch. Returns their results, in order."""
-    runs, results, turn = list(runs), {}, 0
+
+#: How :func:`interleave` pairs the runs: ``steps``, iteration by iteration, each run kept at the same share of its
+#: work; ``batches``, a whole batch of prompts of each run in turn.
+PAIRINGS = ("steps", "batches")
+
+
+def interleave(runs, on_round=None, pairing: str = "steps") -> list:
+    """Drive several ``*_batches`` generators in turn, so that plain and speculative decoding are timed in the same
+    windows (ABAB…), whatever the machine does meanwhile; returns their results, in order. Each generator keeps its
+    own random state, so the order changes no token. ``on_round(i)`` is called whenever run i ends a batch of prompts
+    (a timing round).
+
+    ``pairing="steps"``: one iteration at a time, always of the run that has done the smallest share of its work (of
+    those at the same share, one still inside its batch first): the runs advance together, and every run's batch spans
+    the same window, down to a few iterations, instead of one window per run (runs whose batches are the same shares
+    of their work, as runs over the same prompts are, end a batch each before any starts its next). A loop's time
+    while suspended is not counted (:func:`otspec.engine.loop.chain_steps`).
+
+    ``pairing="batches"``: a whole batch of each run in turn (batch 1 of every run, then batch 2, …), the order rotating
+    by one run per round (round r starts with run r mod n, then wraps: a cyclic Latin square), so that whatever favours
+    a place in the round falls on every run in turn. On a device that queues its work (CUDA), a suspended loop's work
+    may still be running when another starts, so only whole batches are paired there."""
+    if pairing not in PAIRINGS:
+        raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+    runs, results = list(runs), {}
+    done, at_end = [0.0] * len(runs), [False] * len(runs)
+
+    def advance(i) -> None:
+        try:
+            tick = next(runs[i])
+        except StopIteration as stop:
+            results[i] = stop.value
+            return
+        if not isinstance(tick, Tick):
+            raise TypeError(f"interleave: run {i} yielded {tick!r}; a *_batches generator yields Tick objects")
+        done[i], at_end[i] = tick.done, tick.round_end
+        if tick.round_end and on_round is not None:
+            on_round(i)
+
+    if pairing == "steps":
+        while len(results) < len(runs):
+            advance(min((i for i in range(len(runs)) if i not in results), key=lambda i: (done[i], at_end[i], i)))
+        return [results[i] for i in range(len(runs))]
+    turn = 0
     while len(results) < len(runs):
         first = turn % len(runs)
         for i in [*range(first, len(runs)), *range(first)]:
-            if i in results:
-                continue
-            try:
-                next(runs[i])
-            except StopIteration as stop:
-                results[i] = stop.value
-                continue
-            if on_round is not None:
-                on_round(i)
+            at_end[i] = False
+            while i not in results and not at_end[i]:
+                advance(i)
         turn += 1
     return [results[i] for i in range(len(runs))]
 
@@ -240,9 +287,9 @@ def speculative_batches(pair, prompts, verifier: Verifier, draft_length, max_new
                         sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int | None = None,
                         progress: bool | None = None, confidence: float = 0.95,
                         record_law: bool = True, cache: str = "auto", host_rows: bool | None = None, observers=()):
-    """:func:`speculative_generate` one batch at a time: a generator that yields after each batch and returns the
-    :class:`BridgeResult` (drive it with :func:`finish` or :func:`interleave`). The checks run before the first
-    batch, when the generator is first advanced."""
+    """:func:`speculative_generate` as a generator: it yields a :class:`Tick` after every iteration and at the end of
+    every batch, and returns the :class:`BridgeResult` (drive it with :func:`finish` or :func:`interleave`). The checks
+    run before the first batch, when the generator is first advanced."""
     ctrl = as_controller(draft_length)
     if ctrl.oracle:
         raise ValueError(f"{ctrl!r} is an oracle (it reads the target's rows while drafting); the real loop can run "
@@ -266,12 +313,13 @@ def speculative_batches(pair, prompts, verifier: Verifier, draft_length, max_new
                                   hidden=pair.drafter.reads_target_features)
             draft = pair.drafter.session(len(chunk), sampling, hidden=ctrl.needs_context, cache=cache,
                                          max_length=room, timer=timer, host_rows=host_rows)
-            run = chain_loop(draft, target, verifier, ctrl, N, rng, prompts=chunk, bar=bar, timer=timer,
-                             observers=[LedgerObserver(ledger, offset), records, *observers])
-            del target, draft  # free the batch's caches before another run's batch goes
+            run = yield from ticks(chain_steps(draft, target, verifier, ctrl, N, rng, prompts=chunk, bar=bar,
+                                               timer=timer, observers=[LedgerObserver(ledger, offset), records,
+                                                                       *observers]), offset * N, len(prompts) * N)
+            del target, draft  # free the batch's caches
             out += list(run.tokens)
             seconds += run.seconds
             rounds.append((int(sum(len(t) for t in run.tokens)), run.seconds))
-            yield
+            yield Tick((offset + len(chunk)) / len(prompts), round_end=True)
     buf = np.stack(out)
     return BridgeResult(list(buf), ledger.result(buf, confidence), timer, seconds, *records.columns(), rounds=rounds)

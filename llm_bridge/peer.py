@@ -37,7 +37,7 @@ from functools import partial
 import numpy as np
 
 from .drafters import NGramDrafter, Pair, make_drafter
-from .loop import chunks, finish, interleave
+from .loop import Tick, chunks, finish, interleave
 from .sampling import DEFAULT_SAMPLING, Sampling
 
 __all__ = ["PEER_DRAFTS", "HFResult", "choose_peer", "hf_assisted", "hf_batches", "hf_decode_step", "peer_entries",
@@ -149,8 +149,9 @@ def hf_decode_step(pair, prompts, max_new_tokens: int, *, sampling: Sampling = D
 
 def hf_batches(pair, prompts, max_new_tokens: int, *, sampling: Sampling, seed: int = 0,
                batch_size: int | None = None, assisted: bool = True, **ignored):
-    """Hugging Face ``generate`` one batch of prompts at a time: a generator that yields after each batch and returns
-    an :class:`HFResult` (drive it with :func:`llm_bridge.loop.finish` or :func:`~llm_bridge.loop.interleave`).
+    """Hugging Face ``generate`` as a ``*_batches`` generator: it yields a :class:`~llm_bridge.loop.Tick` after every
+    prompt (a ``generate`` call cannot be suspended midway) and at the end of every batch, and returns an
+    :class:`HFResult` (drive it with :func:`llm_bridge.loop.finish` or :func:`~llm_bridge.loop.interleave`).
 
     Within a batch (:func:`llm_bridge.loop.chunks` of ``batch_size`` prompts, default all) the prompts go one at a
     time: assisted generation with ``pair``'s drafter, or the target's plain ``generate`` when ``assisted`` is false.
@@ -160,12 +161,17 @@ def hf_batches(pair, prompts, max_new_tokens: int, *, sampling: Sampling, seed: 
     del ignored
     result = HFResult(mode=_mode(pair, assisted), draft=pair.drafter.name if assisted else None)
     for offset, chunk in chunks(prompts, batch_size):
-        part = _run(pair, chunk, max_new_tokens, sampling, seed + offset, assisted)
-        result.tokens += part["tokens"]
-        result.rounds.append((int(sum(len(t) for t in part["tokens"])), part["seconds"]))
-        result.target_calls += part["target"]
-        result.draft_calls += part["draft"]
-        yield
+        generated, seconds = 0, 0.0
+        for j, prompt in enumerate(chunk):  # a prompt at a time, so that interleave can pair them with other runs
+            part = _run(pair, [prompt], max_new_tokens, sampling, seed + offset + j, assisted)
+            result.tokens += part["tokens"]
+            generated += int(sum(len(t) for t in part["tokens"]))
+            seconds += part["seconds"]
+            result.target_calls += part["target"]
+            result.draft_calls += part["draft"]
+            yield Tick((offset + j + 1) / len(prompts))
+        result.rounds.append((generated, seconds))
+        yield Tick((offset + len(chunk)) / len(prompts), round_end=True)
     return result
 
 

@@ -17,8 +17,8 @@ from tqdm.auto import tqdm
 
 from .loop import interleave, plain_batches, plain_generate
 
-__all__ = ["MAX_BASELINE_DRIFT", "MIN_OTHER_LOAD", "LoadMeter", "TimedRuns", "load_average", "settle", "timed_runs",
-           "timing_check", "torch_threads"]
+__all__ = ["MAX_BASELINE_DRIFT", "MIN_OTHER_LOAD", "PAIRING_METHODS", "ROUND_ORDER", "LoadMeter", "TimedRuns",
+           "default_pairing", "load_average", "settle", "timed_runs", "timing_check", "torch_threads"]
 
 #: A record's timing is unreliable when plain sampling's time per token drifts by more than this between the start
 #: and the end of its runs, or when other work takes more of the machine than this process leaves free.
@@ -127,24 +127,41 @@ def phase_log(label: str, progress: bool | None = None):
     return phase
 
 
-#: How :func:`interleave` orders each timing round (records before this entry ran every round in one fixed order:
-#: plain sampling, the runs as listed, then the calibration rounds).
+#: How :func:`interleave` orders each timing round with ``pairing="batches"`` (records before this entry ran every
+#: round in one fixed order: plain sampling, the runs as listed, then the calibration rounds).
 ROUND_ORDER = "rotating: round r starts with run r mod n (plain sampling is run 0), then wraps"
+
+#: How :func:`interleave` paired the runs, as a record states it (``timing["pairing"]``; records before this entry
+#: paired whole batches).
+PAIRING_METHODS = {
+    "steps": "iteration by iteration: the run with the smallest share of its work done goes next, so that every run's "
+             "batch of prompts (a timing round) spans the same window, down to a few iterations; a loop's time while "
+             "suspended is not counted",
+    "batches": "batch by batch: a whole batch of prompts of each run in turn, the order rotating (round_order)",
+}
+
+
+def default_pairing(target) -> str:
+    """``steps`` on the CPU; ``batches`` on a device that queues its work (CUDA), where a suspended loop's work may
+    still be running when another run starts."""
+    return "batches" if str(getattr(target, "device", "cpu")).startswith("cuda") else "steps"
 
 
 def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: int, batch_size: int,
                cache: str = "auto", warm_up=None, check_seed: int | None = None, progress: bool | None = None,
-               desc: str = "interleaved runs", attempts: int = 1, beside=None) -> TimedRuns:
+               desc: str = "interleaved runs", attempts: int = 1, beside=None, pairing: str | None = None) -> TimedRuns:
     """The timing protocol of every record (``validate``, ``adaptive``).
 
     1. ``warm_up()`` (untimed; default: one batch of plain sampling): a fresh process's first decoding is slow,
        17.3 against 10.5 ms per token for the same plain run later in one record; then :func:`settle`, plain
        passes over the first batch until two in a row agree within 5 % (the record's ``timing["settling"]``);
     2. plain sampling with ``check_seed`` (default ``seed + 1``), the timing check's first half;
-    3. plain sampling (``seed``) and every run, batch of prompts by batch, in turn (ABAB…; :func:`interleave`):
-       each batch is a timing round measured for all in one window, the order rotating by one run per round
-       (``timing["round_order"]``); ``runs`` are callables that take the common keyword arguments and return a
-       ``*_batches`` generator;
+    3. plain sampling (``seed``) and every run in turn (ABAB…; :func:`interleave`): each batch of prompts is a timing
+       round measured for all in one window; with ``pairing`` ``"steps"`` (the default on the CPU,
+       :func:`default_pairing`) the runs take turns iteration by iteration, each kept at the same share of its work,
+       and with ``"batches"`` a whole batch at a time, the order rotating by one run per round
+       (``timing["pairing"]``, ``timing["round_order"]``); ``runs`` are callables that take the common keyword
+       arguments and return a ``*_batches`` generator;
     4. plain sampling with ``check_seed`` again: the same tokens, so the same work; only the machine can make its
        time differ from step 2's (:func:`timing_check`, with the load other work put on the machine).
 
@@ -159,6 +176,9 @@ def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: in
     by itself, in one window."""
     if attempts < 1:
         raise ValueError(f"attempts must be at least 1, got {attempts}")
+    pairing = default_pairing(target) if pairing is None else pairing
+    if pairing not in PAIRING_METHODS:
+        raise ValueError(f"pairing must be one of {tuple(PAIRING_METHODS)}, got {pairing!r}")
     meter, phase = LoadMeter(), phase_log(desc, progress)
     load_start = meter.read()
     check_seed = seed + 1 if check_seed is None else check_seed
@@ -187,7 +207,7 @@ def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: in
                 readings.append(meter.read())
                 if bar.disable and len(readings) % width == 0:  # no bar drawn (a log file): a line per round
                     phase(f"attempt {attempt + 1} of {attempts}, round {len(readings) // width} of {rounds} done")
-            plain, *results = interleave(batches, on_round=on_round)
+            plain, *results = interleave(batches, on_round=on_round, pairing=pairing)
         aside = results.pop() if beside is not None else None
         after = plain_generate(target, prompts, max_new_tokens, seed=check_seed, progress=progress, **plain_kwargs)
         timing = timing_check(1e3 * before.seconds / before.generated, 1e3 * after.seconds / after.generated,
@@ -201,7 +221,10 @@ def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: in
         load_start = meter.read()
     timing["settling"] = settling
     timing["attempts"] = history
-    timing["round_order"] = ROUND_ORDER
+    timing["pairing"] = pairing
+    timing["pairing_method"] = PAIRING_METHODS[pairing]
+    if pairing == "batches":
+        timing["round_order"] = ROUND_ORDER
     baseline = {"tokens_per_s": plain.tokens_per_s, "ms_per_token": 1e3 * plain.seconds / plain.generated,
                 "ms_per_step": 1e3 * plain.seconds / max(plain.timer.count("target"), 1),
                 "t_target_ms": plain.timer.mean_ms("target"), "generated": plain.generated,

@@ -40,13 +40,13 @@ from otspec.distributions import total_variation
 from otspec.drafts import DraftTree
 from otspec.drafts import parse_tree as parse_drafts_tree
 from otspec.engine.ledger import Ledger
-from otspec.engine.loop import tree_loop
+from otspec.engine.loop import tree_steps
 from otspec.engine.observers import LedgerObserver, Observer
 from otspec.engine.trie import RULES, Trie
 from otspec.errors import SizeLimitError
 from otspec.solvers import otm_value
 
-from .loop import BridgeResult, cache_room, chunks, finish
+from .loop import BridgeResult, Tick, cache_room, chunks, finish, ticks
 from .measure import CallTimer
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .sessions import ModelSession
@@ -120,8 +120,9 @@ def tree_batches(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: st
                  sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int | None = None,
                  progress: bool | None = None, confidence: float = 0.95, record_law: bool = True,
                  keep_tries: bool = False, cache: str = "auto", defer_closed_forms: bool = False):
-    """:func:`tree_generate` one batch at a time: a generator that yields after each batch and returns the
-    :class:`TreeResult` (drive it with :func:`~llm_bridge.loop.finish` or :func:`~llm_bridge.loop.interleave`).
+    """:func:`tree_generate` as a generator: it yields a :class:`~llm_bridge.loop.Tick` after every iteration and at the
+    end of every batch, and returns the :class:`TreeResult` (drive it with :func:`~llm_bridge.loop.finish` or
+    :func:`~llm_bridge.loop.interleave`).
     ``defer_closed_forms`` keeps the nodes whose closed-form acceptance and OTM-k optimum the result reports and
     leaves computing them to :meth:`TreeResult.closed_forms` (at V = 49,152 the optimum without replacement takes
     seconds a node: a timed record computes them after its timing window)."""
@@ -152,13 +153,14 @@ def tree_batches(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: st
                                   name="target")
             draft = pair.drafter.session(len(chunk), sampling, cache=cache, max_length=room, timer=timer)
             rec.offset = offset
-            run = tree_loop(draft, target, verifier, tree, N, rng, rule=rule, prompts=chunk, bar=bar, timer=timer,
-                            observers=[LedgerObserver(ledger, offset), rec])
-            del target, draft  # free the batch's caches before another run's batch goes
+            run = yield from ticks(tree_steps(draft, target, verifier, tree, N, rng, rule=rule, prompts=chunk, bar=bar,
+                                              timer=timer, observers=[LedgerObserver(ledger, offset), rec]),
+                                   offset * N, len(prompts) * N)
+            del target, draft  # free the batch's caches
             out += list(run.tokens)
             seconds += run.seconds
             rounds.append((int(sum(len(t) for t in run.tokens)), run.seconds))
-            yield
+            yield Tick((offset + len(chunk)) / len(prompts), round_end=True)
     buf = np.stack(out)
     tv, go_on, n_cands = rec.columns()
     result = TreeResult(list(buf), ledger.result(buf, confidence), timer, seconds, tv, [], [],

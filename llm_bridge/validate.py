@@ -60,7 +60,7 @@ from .cache import CACHE_KINDS
 from .calibrate import calibrate, calibration_batches, config_key
 from .drafters import load_pair
 from .logrows import DEFAULT_LOG_MAX_KEPT, DEFAULT_LOG_TOP_P, check_loggable
-from .loop import plain_generate, speculative_batches, speculative_generate
+from .loop import PAIRINGS, plain_generate, speculative_batches, speculative_generate
 from .lossless import first_token_law, root_token_law, two_sample_test
 from .models import (
     DEFAULT_TARGET,
@@ -133,7 +133,8 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
              cache: str = "auto", log_rows=None, log_top_p: float = DEFAULT_LOG_TOP_P,
              log_max_kept: int | None = DEFAULT_LOG_MAX_KEPT, prediction_sequences: int = 32,
              lossless_verifiers=None, hf_prompts: int = 4, timing_attempts: int = 1,
-             prediction_prompts: int | None = None, prediction_paths: int = 1) -> dict:
+             prediction_prompts: int | None = None, prediction_paths: int = 1,
+             pairing: str | None = None) -> dict:
     """Everything of the module docstring; returns the JSON record. ``pair`` (a loaded
     :class:`~llm_bridge.drafters.Pair`) replaces ``target``, ``draft``, ``device`` and ``dtype``;
     ``trees`` (k-configs) adds a run per multi-draft verifier × tree; ``cache`` is a kind of
@@ -142,8 +143,9 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     logged rows the predictions use: both models' rows along plain decoding of the prediction prompts (seed + 1,
     after the measured runs), replayed ``prediction_sequences`` times per prompt by :func:`otspec.engine.predict.predict_from_log`;
     ``timing_attempts``: how many times the timed runs may be measured while the timing check fails
-    (:func:`~llm_bridge.runs.timed_runs`); ``prediction_prompts`` (default: as many as ``prompts``): the prompts after
-    the measured ones in the prompt file, on which everything the predictions read is measured (the plain-decoding
+    (:func:`~llm_bridge.runs.timed_runs`); ``pairing``: how they take turns (``steps`` or ``batches``; default
+    :func:`llm_bridge.timing.default_pairing`); ``prediction_prompts`` (default: as many as ``prompts``): the prompts
+    after the measured ones in the prompt file, on which everything the predictions read is measured (the plain-decoding
     log and the cost profile, :func:`llm_bridge.calibrate.calibrate`), never on the measured prompts;
     ``prediction_paths``: plain paths of each prediction prompt the replays read (the calibration's and more,
     :func:`~llm_bridge.replays.more_paths`), pooled per prompt."""
@@ -233,7 +235,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     # the cost profile's calibration rounds (on the prediction prompts) go in turn with them: the same windows
     timed = timed_runs(pair.target, ids, runs, max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size,
                        cache=cache, warm_up=warm_up, check_seed=seed + PREDICTION_SEED_OFFSET, progress=progress,
-                       attempts=timing_attempts, beside=lambda: calibration_round_batches(
+                       attempts=timing_attempts, pairing=pairing, beside=lambda: calibration_round_batches(
                            pair, pred_ids, max_new_tokens, chains=configs, trees=tree_configs, sampling=sampling,
                            batch_size=batch_size, cache=cache, seed=seed, rule=rule))
     baseline, results, timing = timed.baseline, timed.results, timed.timing
@@ -459,6 +461,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timing-attempts", type=int, default=1, metavar="N",
                     help="measure the timed runs again, whole, up to N times in all while the timing check finds them "
                          "unreliable (baseline drift or load); every attempt is listed in the record's timing")
+    ap.add_argument("--pairing", choices=PAIRINGS, default=None, help="how the timed runs take turns: steps "
+                    "(iteration by iteration; the default on the CPU) or batches (a batch of prompts each; on CUDA)")
     args = ap.parse_args(argv)
     try:
         lengths = [int(x) for x in args.L.split(",") if x.strip()]
@@ -475,8 +479,9 @@ def main(argv=None) -> int:
                           multi_verifiers=[v.strip() for v in args.multi_verifiers.split(",") if v.strip()],
                           rule=args.rule, cache=args.cache, log_rows=args.log_rows, log_top_p=args.log_top_p,
                           log_max_kept=args.log_max_kept, prediction_sequences=args.prediction_sequences,
-                          hf_prompts=args.hf_prompts, timing_attempts=args.timing_attempts, progress=args.progress,
-                          prediction_prompts=args.prediction_prompts, prediction_paths=args.prediction_paths,
+                          hf_prompts=args.hf_prompts, timing_attempts=args.timing_attempts, pairing=args.pairing,
+                          progress=args.progress, prediction_prompts=args.prediction_prompts,
+                          prediction_paths=args.prediction_paths,
                           lossless_verifiers=None if args.lossless_verifiers is None else
                           [v.strip() for v in args.lossless_verifiers.split(",") if v.strip()])
     except (ModelNotFound, FileNotFoundError, VocabularyMismatch, ImportError, ValueError) as err:

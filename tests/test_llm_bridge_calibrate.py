@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -274,11 +275,12 @@ def test_a_records_calibration_rounds_go_in_turn_with_its_runs_and_measure_what_
     def logged(name, batches):  # a *_batches generator that notes each batch it finishes
         while True:
             try:
-                next(batches)
+                tick = next(batches)
             except StopIteration as stop:
                 return stop.value
-            order.append(name)
-            yield
+            if tick.round_end:
+                order.append(name)
+            yield tick
 
     def run(**kw):
         return logged("run", speculative_batches(pair, measured, TokenVerify(), 2, 10, record_law=False, **kw))
@@ -308,3 +310,23 @@ def test_a_records_calibration_rounds_go_in_turn_with_its_runs_and_measure_what_
     data = json.loads(json.dumps(prof.to_json()))
     assert data["interleaved_with_runs"] is True and alone.to_json()["interleaved_with_runs"] is False
     assert CostProfile.from_json(data).interleaved
+
+
+def test_a_dry_run_suspended_between_iterations_leaves_the_time_away_out_of_its_columns():
+    from llm_bridge.dry_runs import dry_run_steps
+
+    pair = tiny_pair()
+    contexts = random_prompts(2, np.random.default_rng(3))
+    pause = 0.2  # seconds the driver spends elsewhere at every yield: far above a tiny model's iteration
+    steps, shares = dry_run_steps(pair, TokenVerify(), 2, contexts, 8, sampling=Sampling(), cache="dynamic", seed=0), []
+    while True:
+        try:
+            shares.append(next(steps))
+        except StopIteration as stop:
+            cols = stop.value
+            break
+        time.sleep(pause)
+    assert shares == sorted(shares) and shares[-1] == 1.0 and len(cols["wall_ms"]) == len(shares) - 1 >= 2
+    # every iteration's wall clock is its own: no row holds a pause (each would be at least 200 ms)
+    assert max(cols["wall_ms"]) < 1e3 * pause
+    assert all(w >= t for w, t in zip(cols["wall_ms"], cols["target_ms"], strict=True))

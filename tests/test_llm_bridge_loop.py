@@ -8,6 +8,8 @@ import pytest
 from llm_bridge.cache import CachedLM
 from llm_bridge.drafters import NGramDrafter, Pair
 from llm_bridge.loop import (
+    PAIRINGS,
+    Tick,
     interleave,
     plain_batches,
     plain_generate,
@@ -182,7 +184,8 @@ def test_batches_of_prompts_give_every_sequence_its_length():
     assert [len(t) for t in plain.tokens] == [9] * 5 and plain.timer.count("target") == 2 * 9
 
 
-def test_interleaved_runs_take_turns_batch_by_batch_and_equal_the_sequential_runs():
+@pytest.mark.parametrize("pairing", PAIRINGS)
+def test_interleaved_runs_take_turns_and_equal_the_sequential_runs(pairing):
     pair = tiny_pair()
     prompts = random_prompts(5, np.random.default_rng(7))
     alone = [plain_generate(pair.target, prompts, 9, seed=3, batch_size=2, progress=False),
@@ -190,14 +193,47 @@ def test_interleaved_runs_take_turns_batch_by_batch_and_equal_the_sequential_run
     order = []
     together = interleave([plain_batches(pair.target, prompts, 9, seed=3, batch_size=2, progress=False),
                            speculative_batches(pair, prompts, BlockVerify(), 3, 9, seed=3, batch_size=2,
-                                               progress=False)], on_round=order.append)
-    assert order == [0, 1, 1, 0, 0, 1]  # batch b of every run before batch b + 1 of any, the order rotating
+                                               progress=False)], on_round=order.append, pairing=pairing)
+    if pairing == "batches":
+        assert order == [0, 1, 1, 0, 0, 1]  # batch b of every run before batch b + 1 of any, the order rotating
+    else:  # in steps too: a batch of every run ends before any run starts its next
+        assert [sorted(order[i:i + 2]) for i in (0, 2, 4)] == [[0, 1]] * 3
     for a, b in zip(alone, together, strict=True):
         assert all(np.array_equal(x, y) for x, y in zip(a.tokens, b.tokens, strict=True))
         assert [g for g, _ in b.rounds] == [18, 18, 9] and sum(t for _, t in b.rounds) == pytest.approx(b.seconds)
     assert together[1].decode.iterations == alone[1].decode.iterations
     with pytest.raises(ValueError, match="verifies candidates"):  # checks run when the generator is first advanced
-        interleave([speculative_batches(pair, prompts, KSeq(), 3, 9, progress=False)])
+        interleave([speculative_batches(pair, prompts, KSeq(), 3, 9, progress=False)], pairing=pairing)
+
+
+def _ticking(name, shares, log):
+    """A *_batches stand-in: a Tick at each share (a round ends at each whole half), noting each step in ``log``."""
+    for x in shares:
+        log.append(name)
+        yield Tick(x, round_end=x in (0.5, 1.0))
+    return name
+
+
+def test_steps_pairing_keeps_every_run_at_the_same_share_of_its_work():
+    log, rounds = [], []
+    out = interleave([_ticking("a", [0.25, 0.5, 0.75, 1.0], log), _ticking("b", [0.5, 1.0], log),
+                      _ticking("c", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0], log)],
+                     on_round=rounds.append)
+    assert out == ["a", "b", "c"]
+    # always the run that has done least (of those at the same share: one still inside its round, then the first
+    # listed); worked out by hand
+    assert "".join(log) == "abcccaccabcccacc"
+    assert rounds == [1, 0, 2, 1, 0, 2]  # every run's first round ends before any run's second begins
+
+
+def test_interleave_refuses_a_generator_that_yields_no_tick_and_an_unknown_pairing():
+    def bare():
+        yield
+
+    with pytest.raises(TypeError, match="yields Tick"):
+        interleave([bare()])
+    with pytest.raises(ValueError, match="pairing must be one of"):
+        interleave([bare()], pairing="prompts")
 
 
 def test_greedy_speculative_equals_greedy_plain():

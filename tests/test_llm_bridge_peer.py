@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from llm_bridge.drafters import ModelDrafter, NGramDrafter, Pair
-from llm_bridge.loop import finish, interleave, plain_batches
+from llm_bridge.loop import PAIRINGS, finish, interleave, plain_batches
 from llm_bridge.models import LoadedModel
 from llm_bridge.peer import (
     PEER_DRAFTS,
@@ -40,25 +40,26 @@ def prompts():
     return random_prompts(5, np.random.default_rng(7))
 
 
-def _drive(batches) -> tuple[int, object]:
-    """(yields, result) of a *_batches generator."""
-    yields = 0
+def _drive(batches) -> tuple[list, object]:
+    """(ticks, result) of a *_batches generator."""
+    ticks = []
     while True:
         try:
-            next(batches)
+            ticks.append(next(batches))
         except StopIteration as stop:
-            return yields, stop.value
-        yields += 1
+            return ticks, stop.value
 
 
 def test_the_candidate_drafts():
     assert PEER_DRAFTS == ("ngram", "int8", "distilled")
 
 
-def test_hf_batches_yields_once_per_chunk_and_its_rounds_sum_to_its_totals(pair, prompts):
-    yields, r = _drive(hf_batches(pair, prompts, N, sampling=SAMPLING, seed=3, batch_size=2, cache="auto",
-                                  progress=False, anything="else"))  # timed_runs' extra keywords are ignored
-    assert yields == 3 and len(r.rounds) == 3  # 2 + 2 + 1 prompts
+def test_hf_batches_ticks_after_every_prompt_and_chunk_and_its_rounds_sum_to_its_totals(pair, prompts):
+    ticks, r = _drive(hf_batches(pair, prompts, N, sampling=SAMPLING, seed=3, batch_size=2, cache="auto",
+                                 progress=False, anything="else"))  # timed_runs' extra keywords are ignored
+    assert [(t.done, t.round_end) for t in ticks] == [(0.2, False), (0.4, False), (0.4, True), (0.6, False),
+                                                      (0.8, False), (0.8, True), (1.0, False), (1.0, True)]
+    assert len(r.rounds) == 3  # 2 + 2 + 1 prompts
     assert [g for g, _ in r.rounds] == [2 * N, 2 * N, N]
     assert sum(g for g, _ in r.rounds) == r.generated == len(prompts) * N
     assert sum(s for _, s in r.rounds) == pytest.approx(r.seconds) and r.seconds > 0
@@ -96,14 +97,18 @@ def test_hf_assisted_keeps_its_keys(pair, prompts):
     assert out["speedup"] == pytest.approx(out["tokens_per_s"] / out["plain_tokens_per_s"])
 
 
-def test_hf_batches_interleaves_with_plain_batches(pair, prompts):
+@pytest.mark.parametrize("pairing", PAIRINGS)
+def test_hf_batches_interleaves_with_plain_batches(pair, prompts, pairing):
     order = []
     plain, hf, hf_plain = interleave(
         [plain_batches(pair.target, prompts, N, sampling=SAMPLING, batch_size=2, progress=False),
          hf_batches(pair, prompts, N, sampling=SAMPLING, batch_size=2, progress=False, cache="auto"),
          hf_batches(pair, prompts, N, sampling=SAMPLING, batch_size=2, assisted=False)],
-        on_round=order.append)
-    assert order == [0, 1, 2, 1, 2, 0, 2, 0, 1]  # ABC, BCA, CAB: one batch of each in turn, the order rotating
+        on_round=order.append, pairing=pairing)
+    if pairing == "batches":
+        assert order == [0, 1, 2, 1, 2, 0, 2, 0, 1]  # ABC, BCA, CAB: one batch of each in turn, the order rotating
+    else:  # a batch of every run ends before any run starts its next
+        assert [sorted(order[i:i + 3]) for i in (0, 3, 6)] == [[0, 1, 2]] * 3
     assert len(plain.rounds) == len(hf.rounds) == len(hf_plain.rounds) == 3
     # otspec's loop between HF's batches is not counted as HF's target calls
     assert hf_plain.target_calls == len(prompts) * N

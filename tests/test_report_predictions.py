@@ -290,3 +290,9 @@ def test_a_miss_whose_own_confidence_interval_reaches_a_holding_value_is_told_ap
                for line in lines)
     table = [line for line in lines if line.startswith("| llm_")]
     assert ["within its timing noise" in line for line in table] == [True, False, False, False, False]
+    # no miss, or one: the paragraph says so in words
+    for subset, start in [([held], "*Misses and timing noise.* No counted speedup misses."),
+                          ([noisy, held], "*Misses and timing noise.* The one counted speedup miss is within its"),
+                          ([firm], "*Misses and timing noise.* The one counted speedup miss is not within its")]:
+        assert any(line.startswith(start) for line in prediction_check_markdown(prediction_check(
+            [record("llm_a.json", subset)])))

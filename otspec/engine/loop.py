@@ -20,12 +20,15 @@ order: the draft tokens, then the verifier.
 Measurement is done by *observers* (:mod:`otspec.engine.observers`): after every iteration each
 gets a ``ChainStep`` or ``TreeStep`` with the drafts, both models' rows and the outcome. The time
 they take is left out of :attr:`LoopRun.seconds`, the wall-clock of decoding.
+
+:func:`chain_steps` and :func:`tree_steps` are the same loops as generators that hand control back
+after every iteration, so that a caller can take several runs' iterations in turn (real models timed
+in the same windows of seconds); the time a loop spends suspended is left out of its clock too, and
+observers hear of it (``Observer.on_pause``). :func:`chain_loop` and :func:`tree_loop` run them to
+the end.
 """
 
 from __future__ import annotations
-
-import time
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -35,121 +38,12 @@ from ..verifiers.base import Outcome
 from .confidence import grow_confidence
 from .controllers import DraftLengthController
 from .observers import ChainStep, TreeStep
+from .runstate import LoopRun, RunState
 from .session import Session, as_prompts
 from .trie import Trie, check_tree_verifier
 from .wholetree import walk_whole_trees
 
-__all__ = ["LoopRun", "chain_loop", "tree_loop"]
-
-
-@dataclass
-class LoopRun:
-    """What a loop produced: each sequence's new tokens (B, N) and the seconds spent decoding (observers excluded)."""
-
-    tokens: np.ndarray
-    seconds: float
-
-
-class _Timing:
-    """A timer with ``call(kind, n, fn, *args)`` (e.g. ``llm_bridge``'s CallTimer), or none."""
-
-    def __init__(self, timer):
-        self.timer = timer
-
-    def __call__(self, kind: str, n: int, fn, *args):
-        return fn(*args) if self.timer is None else self.timer.call(kind, n, fn, *args)
-
-
-class _Run:
-    """State shared by both loops: the committed tokens, progress, observers and the clock.
-
-    Tokens live where the target's rows live (``Session.rows_device``): numpy on the host, or a
-    torch tensor on the device, so committing them reads nothing back from the device.
-    """
-
-    def __init__(self, sessions, prompts, n_tokens: int, observers, bar, timer, device=None):
-        self.prompts, self.device = prompts, device
-        self.B, self.N = len(prompts), int(n_tokens)
-        self.plen = np.array([p.size for p in prompts], dtype=np.int64)
-        seq = np.zeros((self.B, int(self.plen.max(initial=0)) + self.N), dtype=np.int64)
-        for b, p in enumerate(prompts):
-            seq[b, :p.size] = p
-        self.seq = self.like(seq)
-        self.done = np.zeros(self.B, dtype=np.int64)  # tokens generated per sequence
-        self.observers, self.bar, self.call = list(observers), bar, _Timing(timer)
-        _start(sessions, prompts)
-        self.watching = 0.0
-        self._draft_rows = None  # the draft rows' buffer, reused across iterations
-        self.t0 = time.perf_counter()
-
-    def like(self, values):
-        """Host values (token ids, an index) where the run keeps its tokens."""
-        if self.device is None or not isinstance(values, np.ndarray):
-            return values
-        import torch
-
-        return torch.as_tensor(values, device=self.device)
-
-    def tokens(self, shape):
-        """Zero token ids of ``shape`` where the run keeps its tokens."""
-        return self.like(np.zeros(shape, dtype=np.int64))
-
-    def draft_buffer(self, rows, L: int):
-        """A (B, L, V) buffer for the draft rows like ``rows`` (B, V), allocated once per run: rows past a
-        sequence's drafted length hold whatever an earlier iteration left there (ragged padding)."""
-        buf = self._draft_rows
-        if buf is None or buf.shape != (self.B, L, rows.shape[-1]) or buf.dtype != rows.dtype \
-                or getattr(buf, "device", None) != getattr(rows, "device", None):
-            buf = self._draft_rows = zeros_of(rows, (self.B, L, rows.shape[-1]))
-        return buf
-
-    def notify(self, method: str, step) -> None:
-        t = time.perf_counter()
-        for observer in self.observers:
-            getattr(observer, method)(step)
-        self.watching += time.perf_counter() - t
-
-    def emit(self, rows, tokens, counts, sessions, features=None) -> None:
-        """Append ``tokens[i, :counts[i]]`` to sequences ``rows`` and commit them to every session; a session that
-        reads the target's features gets ``features`` (B, m, H), aligned with the committed tokens of every sequence."""
-        tokens = self.like(tokens)
-        at = self.plen[rows] + self.done[rows]
-        r, c = np.nonzero(np.arange(tokens.shape[1])[None, :] < counts[:, None])
-        self.seq[self.like(rows[r]), self.like(at[r] + c)] = tokens[self.like(r), self.like(c)]
-        self.done[rows] += counts
-        full_tokens = self.tokens((self.B, tokens.shape[1]))
-        full_counts = np.zeros(self.B, dtype=np.int64)
-        full_tokens[self.like(rows)], full_counts[rows] = tokens, counts
-        for session in sessions:
-            if session is not None and session.reads_target_features:
-                session.commit(full_tokens, full_counts, features=features)
-            elif session is not None:
-                session.commit(full_tokens, full_counts)
-        if self.bar is not None:
-            self.bar.update(int(counts.sum()))
-
-    def result(self) -> LoopRun:
-        seconds = time.perf_counter() - self.t0 - self.watching
-        seq = to_host(self.seq)
-        return LoopRun(np.stack([seq[b, self.plen[b]:self.plen[b] + self.N] for b in range(self.B)])
-                       if self.B else np.zeros((0, self.N), dtype=np.int64), seconds)
-
-
-def _start(sessions, prompts) -> None:
-    """Start the target (the last session) first: a drafter that reads its features gets the prompt's."""
-    *drafts, target = sessions
-    target.start(prompts)
-    for session in drafts:
-        if session is None:
-            continue
-        if session.reads_target_features:
-            features = getattr(target, "prompt_features", None)
-            if features is None:
-                raise ValueError(f"{type(session).__name__} reads the target's features, and the target session "
-                                 f"{type(target).__name__} gives none (a model session built with hidden=True does)")
-            session.start(prompts, features=features)
-        else:
-            session.start(prompts)
+__all__ = ["LoopRun", "chain_loop", "chain_steps", "finish", "tree_loop", "tree_steps"]
 
 
 def _index(rows, idx):
@@ -189,7 +83,7 @@ def _controller_inputs(ctrl: DraftLengthController, draft, target, run, tokens, 
     return out
 
 
-def _draft_chain(draft: Session, target: Session, ctrl: DraftLengthController, run: _Run, limit, rng):
+def _draft_chain(draft: Session, target: Session, ctrl: DraftLengthController, run: RunState, limit, rng):
     """Draft up to ``limit`` (B,) tokens per sequence; returns (drafted (B,), tokens (B, L), draft rows (B, L, V)).
 
     Every step draws a token for every sequence (one uniform each, no host index), and keeps those
@@ -277,9 +171,27 @@ def _sample_candidates(verifier, candidates, draft_rows, target_rows, rng):
     return verifier.sample(candidates, draft_rows, target_rows, rng, validate=False)
 
 
+def finish(steps):
+    """Run a generator (:func:`chain_steps`, :func:`tree_steps`, or one built on them) to its end; what it returns."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
+
+
 def chain_loop(draft: Session | None, target: Session, verifier, controller: DraftLengthController, n_tokens: int,
                rng, *, prompts=None, batch: int | None = None, observers=(), bar=None, timer=None) -> LoopRun:
-    """Generate ``n_tokens`` tokens per sequence by speculative decoding of chains (module docstring).
+    """Generate ``n_tokens`` tokens per sequence by speculative decoding of chains (module docstring):
+    :func:`chain_steps` run to its end; the arguments are its."""
+    return finish(chain_steps(draft, target, verifier, controller, n_tokens, rng, prompts=prompts, batch=batch,
+                              observers=observers, bar=bar, timer=timer))
+
+
+def chain_steps(draft: Session | None, target: Session, verifier, controller: DraftLengthController, n_tokens: int,
+                rng, *, prompts=None, batch: int | None = None, observers=(), bar=None, timer=None):
+    """The chain loop as a generator: it yields after every iteration (the tokens generated so far over all sequences)
+    and returns the :class:`LoopRun`; the time it spends suspended is not decoding time (module docstring).
 
     Parameters
     ----------
@@ -302,7 +214,7 @@ def chain_loop(draft: Session | None, target: Session, verifier, controller: Dra
     prompts = as_prompts(prompts, batch)
     if (draft is None) != (controller is None):
         raise ValueError("chain_loop: give both a drafter and a controller, or neither (plain sampling)")
-    run = _Run((draft, target), prompts, n_tokens, observers, bar, timer, target.rows_device)
+    run = RunState((draft, target), prompts, n_tokens, observers, bar, timer, target.rows_device)
     L = 0 if controller is None else controller.max_length
     state = None if verifier is None else verifier.start_state(run.B, L)
     while (run.done < run.N).any():
@@ -329,13 +241,14 @@ def chain_loop(draft: Session | None, target: Session, verifier, controller: Dra
             run.notify("on_chain", ChainStep(idx, start, drafted[idx], _index(tokens, idx),
                                              None if draft_rows is None else _index(draft_rows, idx),
                                              _index(target_rows, idx), accepted, correction, verified))
+        yield from run.pause()
     return run.result()
 
 
 # ---------------------------------------------------------------------------------------------- trees
 
 
-def _grow(draft: Session, tree: DraftTree, run: _Run, depth, rng):
+def _grow(draft: Session, tree: DraftTree, run: RunState, depth, rng):
     """Draft every sequence's trie to its depth; returns (tries, draft calls per sequence)."""
     B = run.B
     tries = [Trie() for _ in range(B)]
@@ -382,7 +295,7 @@ def _grow(draft: Session, tree: DraftTree, run: _Run, depth, rng):
     return tries, calls
 
 
-def _grow_by_confidence(draft: Session, tree, run: _Run, depth):
+def _grow_by_confidence(draft: Session, tree, run: RunState, depth):
     """Draft every sequence's confidence-ordered tree (:func:`~otspec.engine.confidence.grow_confidence`)."""
     B = run.B
     if not (depth > 0).any():
@@ -401,7 +314,7 @@ def _grow_by_confidence(draft: Session, tree, run: _Run, depth):
     return tries, calls + (depth > 0)
 
 
-def _score_tries(target: Session, tries, run: _Run, active):
+def _score_tries(target: Session, tries, run: RunState, active):
     """One target call over every trie (node j's parent j' < j); fills each trie's rows ``q`` (root first).
     Returns (nodes scored per sequence, the target's features at the root and every node, or None)."""
     n = np.array([len(t) - 1 if active[b] else 0 for b, t in enumerate(tries)], dtype=np.int64)
@@ -418,7 +331,7 @@ def _score_tries(target: Session, tries, run: _Run, active):
     return n, scored.features
 
 
-def _walk(verifier, tree: DraftTree, rule: str, tries, depth, active, rng, run: _Run):
+def _walk(verifier, tree: DraftTree, rule: str, tries, depth, active, rng, run: RunState):
     """Verify down each trie; returns (emitted tokens (B, L + 1), counts (B,), walked nodes)."""
     B = run.B
     cur = np.zeros(B, dtype=np.int64)
@@ -461,7 +374,16 @@ def _walk(verifier, tree: DraftTree, rule: str, tries, depth, active, rng, run: 
 def tree_loop(draft: Session, target: Session, verifier, tree: DraftTree, n_tokens: int, rng, *,
               rule: str = "match", prompts=None, batch: int | None = None, observers=(), bar=None,
               timer=None) -> LoopRun:
-    """Generate ``n_tokens`` tokens per sequence by multi-draft speculative decoding on ``tree``.
+    """Generate ``n_tokens`` tokens per sequence by multi-draft speculative decoding on ``tree``: :func:`tree_steps` run
+    to its end; the arguments are its."""
+    return finish(tree_steps(draft, target, verifier, tree, n_tokens, rng, rule=rule, prompts=prompts, batch=batch,
+                             observers=observers, bar=bar, timer=timer))
+
+
+def tree_steps(draft: Session, target: Session, verifier, tree: DraftTree, n_tokens: int, rng, *,
+               rule: str = "match", prompts=None, batch: int | None = None, observers=(), bar=None, timer=None):
+    """The tree loop as a generator (yields after every iteration, as :func:`chain_steps` does; returns the
+    :class:`LoopRun`): generate ``n_tokens`` tokens per sequence by multi-draft speculative decoding on ``tree``.
 
     ``verifier`` is a multi-draft verifier (``layout == "candidates"``) lossless for the tree's
     draw (with or without replacement); ``tree`` a :class:`~otspec.drafts.DraftTree` or an EAGLE-2
@@ -471,7 +393,7 @@ def tree_loop(draft: Session, target: Session, verifier, tree: DraftTree, n_toke
     """
     prompts = as_prompts(prompts, batch)
     check_tree_verifier(verifier, tree)
-    run = _Run((draft, target), prompts, n_tokens, observers, bar, timer)  # trees walk on the host
+    run = RunState((draft, target), prompts, n_tokens, observers, bar, timer)  # trees walk on the host
     while (run.done < run.N).any():
         active = run.done < run.N
         depth = np.where(active, np.minimum(tree.depth, run.N - run.done - 1), 0)
@@ -496,4 +418,5 @@ def tree_loop(draft: Session, target: Session, verifier, tree: DraftTree, n_toke
         if run.observers:
             run.notify("on_tree", TreeStep(idx, start, depth[idx], emitted[idx], tries, paths, nodes[idx], calls[idx],
                                            lambda b, before=before: run.seq[b, :before[b]].copy()))
+        yield from run.pause()
     return run.result()

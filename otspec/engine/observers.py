@@ -95,13 +95,17 @@ class TreeStep:
 
 
 class Observer:
-    """Measurement hooks of the loops; both do nothing by default."""
+    """Measurement hooks of the loops; they do nothing by default."""
 
     def on_chain(self, step: ChainStep) -> None:
         """After every chain iteration."""
 
     def on_tree(self, step: TreeStep) -> None:
         """After every tree iteration."""
+
+    def on_pause(self, seconds: float) -> None:
+        """After the loop was suspended for ``seconds`` between two iterations (a caller driving
+        :func:`~otspec.engine.loop.chain_steps` or :func:`~otspec.engine.loop.tree_steps` ran other work)."""
 
 
 class LedgerObserver(Observer):

@@ -186,6 +186,22 @@ def _holds_cell(holds, counted: bool) -> str:
     return "yes" if holds else "**no**"
 
 
+def _noise_paragraph(misses: int, within: int, tol: str) -> str:
+    """The prediction table's paragraph on speedup misses within their timing noise (none, one or several)."""
+    head = "*Misses and timing noise.* "
+    ci = "the measured speedup's 95 % confidence interval (paired bootstrap over the run's timing rounds, in brackets)"
+    noise = (f"{ci} reaches a value within {tol} of the prediction and inside its interval, so the rounds cannot tell "
+             "the miss from the machine's noise")
+    if misses == 0:
+        return head + "No counted speedup misses."
+    if misses == 1:
+        return head + ("The one counted speedup miss is within its measurement's own noise: " + noise if within else
+                       f"The one counted speedup miss is not within its measurement's own noise: {ci} misses whole"
+                       ) + ". It still counts as a miss."
+    return (head + f"Of the {misses} counted speedup misses, {within} {'is' if within == 1 else 'are'} within their "
+            f"measurement's own noise: {noise}; the others miss with their whole interval. Both still count as misses.")
+
+
 def _interval_text(iv: dict | None, digits: int) -> str:
     return f" [{fmt(iv.get('low'), digits)}, {fmt(iv.get('high'), digits)}]" if iv else ""
 
@@ -256,12 +272,7 @@ def prediction_check_markdown(rows: list) -> list:
               f"measured run's own call times ({c['speedup_circular']} run"
               f"{'s' if c['speedup_circular'] != 1 else ''}, left out of the speedup count). In parentheses: the "
               "result of a prediction that is not counted.", "",
-              f"*Misses and timing noise.* Of the {c['speedup_counted'] - c['speedup_held']} counted speedup misses, "
-              f"{c['speedup_misses_within_noise']} {'is' if c['speedup_misses_within_noise'] == 1 else 'are'} "
-              "within their measurement's own noise: the measured speedup's "
-              "95 % confidence interval (paired bootstrap over the run's timing rounds, in brackets) reaches a value "
-              f"within {tol} of the prediction and inside its interval, so the rounds cannot tell the miss from the "
-              "machine's noise; the others miss with their whole interval. Both still count as misses.", "",
+              _noise_paragraph(c['speedup_counted'] - c['speedup_held'], c['speedup_misses_within_noise'], tol), "",
               "| record | verifier | draft | block efficiency [95% CI] | predicted [interval] | error | holds "
               "| speedup [CI] | predicted [interval] | error | holds | note |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
