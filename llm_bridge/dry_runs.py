@@ -19,7 +19,7 @@ from otspec.engine.loop import chain_steps, finish, tree_steps
 from otspec.engine.observers import Observer
 from otspec.verifiers.base import Outcome, Verifier
 
-from .loop import cache_room, loop_generator, uses_host_rows
+from .loop import cache_room, loop_generator, relay, uses_host_rows
 from .measure import CallTimer
 from .sessions import ModelSession
 
@@ -143,8 +143,7 @@ def dry_run_steps(pair, verifier, draft, contexts, n_tokens, *, sampling, cache,
         steps = chain_steps(session, target, ZeroAcceptance(verifier, timer), ctrl, n_tokens,
                             loop_generator(seed, None if host else pair.target.device),
                             prompts=contexts, timer=timer, observers=[clock])
-    for emitted in steps:
-        yield emitted / max(B * n_tokens, 1)
+    yield from relay(steps, lambda emitted: emitted / max(B * n_tokens, 1))
     out = {"kind": "tree" if tree else "chain", **clock.columns()}
     if tree:
         out["trace_calls"] = trace.calls[1:]

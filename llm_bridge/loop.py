@@ -39,7 +39,7 @@ from .measure import CallTimer, two_point
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .sessions import ModelSession
 
-__all__ = ["PAIRINGS", "BridgeResult", "Tick", "finish", "interleave", "loop_generator", "plain_batches",
+__all__ = ["PAIRINGS", "BridgeResult", "Tick", "check_pairing", "finish", "interleave", "loop_generator", "plain_batches",
            "plain_generate", "relay", "speculative_batches", "speculative_generate", "ticks", "uses_host_rows"]
 
 
@@ -180,6 +180,13 @@ def ticks(steps, before: int, total: int):
 PAIRINGS = ("steps", "batches")
 
 
+def check_pairing(pairing: str) -> str:
+    """``pairing`` if it is one of :data:`PAIRINGS`; ``ValueError`` otherwise."""
+    if pairing not in PAIRINGS:
+        raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+    return pairing
+
+
 def interleave(runs, on_round=None, pairing: str = "steps") -> list:
     """Drive several ``*_batches`` generators in turn, so that plain and speculative decoding are timed in the same
     windows (ABAB…), whatever the machine does meanwhile; returns their results, in order. Each generator keeps its
@@ -196,8 +203,7 @@ def interleave(runs, on_round=None, pairing: str = "steps") -> list:
     by one run per round (round r starts with run r mod n, then wraps: a cyclic Latin square), so that whatever favours
     a place in the round falls on every run in turn. On a device that queues its work (CUDA), a suspended loop's work
     may still be running when another starts, so only whole batches are paired there."""
-    if pairing not in PAIRINGS:
-        raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+    check_pairing(pairing)
     runs, results = list(runs), {}
     done, at_end = [0.0] * len(runs), [False] * len(runs)
 

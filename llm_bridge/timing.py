@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
-from .loop import interleave, plain_batches, plain_generate
+from .loop import check_pairing, interleave, plain_batches, plain_generate
 
 __all__ = ["MAX_BASELINE_DRIFT", "MIN_OTHER_LOAD", "PAIRING_METHODS", "ROUND_ORDER", "LoadMeter", "TimedRuns",
            "default_pairing", "load_average", "settle", "timed_runs", "timing_check", "torch_threads"]
@@ -176,9 +176,7 @@ def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: in
     by itself, in one window."""
     if attempts < 1:
         raise ValueError(f"attempts must be at least 1, got {attempts}")
-    pairing = default_pairing(target) if pairing is None else pairing
-    if pairing not in PAIRING_METHODS:
-        raise ValueError(f"pairing must be one of {tuple(PAIRING_METHODS)}, got {pairing!r}")
+    pairing = check_pairing(default_pairing(target) if pairing is None else pairing)  # before any decoding
     meter, phase = LoadMeter(), phase_log(desc, progress)
     load_start = meter.read()
     check_seed = seed + 1 if check_seed is None else check_seed

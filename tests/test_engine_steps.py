@@ -15,6 +15,7 @@ from otspec.engine.observers import Observer
 from otspec.engine.session import SourceSession
 from otspec.sources import PositionalSource
 from otspec.verifiers import KSeq, TokenVerify
+from tests.driving import drive_pausing
 
 V, N, B = 4, 12, 3
 PAUSE = 0.02  # seconds the driver sleeps at every yield
@@ -42,10 +43,13 @@ def _sources():
             PositionalSource(rng.dirichlet(np.full(V, 0.7), size=N + 2)))
 
 
-def _steps(tree: bool, observers, seed=0):
+def _sessions():
     draft, target = _sources()
-    sessions = (SourceSession(draft, B, N + 1, max_prefix=N - 2), SourceSession(target, B, N + 1, max_prefix=N - 1))
-    rng = np.random.default_rng(seed)
+    return SourceSession(draft, B, N + 1, max_prefix=N - 2), SourceSession(target, B, N + 1, max_prefix=N - 1)
+
+
+def _steps(tree: bool, observers, seed=0):
+    sessions, rng = _sessions(), np.random.default_rng(seed)
     if tree:
         return tree_steps(*sessions, KSeq(), DraftTree.parse("2x1"), N, rng, batch=B, observers=observers)
     return chain_steps(*sessions, TokenVerify(), FixedDraftLength(3), N, rng, batch=B, observers=observers)
@@ -53,22 +57,13 @@ def _steps(tree: bool, observers, seed=0):
 
 @pytest.mark.parametrize("tree", [False, True], ids=["chain", "tree"])
 def test_a_suspended_loop_makes_the_same_tokens_and_leaves_its_time_away_out(tree):
-    draft, target = _sources()
-    sessions = (SourceSession(draft, B, N + 1, max_prefix=N - 2), SourceSession(target, B, N + 1, max_prefix=N - 1))
+    sessions = _sessions()
     whole = (tree_loop(*sessions, KSeq(), DraftTree.parse("2x1"), N, np.random.default_rng(0), batch=B) if tree else
              chain_loop(*sessions, TokenVerify(), FixedDraftLength(3), N, np.random.default_rng(0), batch=B))
     seen = Pauses()
-    steps, yields, emitted = _steps(tree, [seen]), 0, []
     t0 = time.perf_counter()
-    while True:
-        try:
-            emitted.append(next(steps))
-        except StopIteration as stop:
-            run = stop.value
-            break
-        yields += 1
-        time.sleep(PAUSE)  # the driver runs other work
-    wall = time.perf_counter() - t0
+    emitted, run = drive_pausing(_steps(tree, [seen]), PAUSE)  # the driver runs other work at every yield
+    wall, yields = time.perf_counter() - t0, len(emitted)
     np.testing.assert_array_equal(run.tokens, whole.tokens)
     assert yields == seen.iterations == len(seen.pauses) >= N // 4  # a yield after every iteration
     # the tokens generated so far, over all sequences, ending at all of them

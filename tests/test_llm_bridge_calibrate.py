@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import pytest
@@ -17,6 +16,7 @@ from otspec.engine.observers import Observer
 from otspec.engine.session import SourceSession
 from otspec.sources import PositionalSource
 from otspec.verifiers import REGISTRY, BackwardBlockVerify, KSeq, TokenVerify
+from tests.driving import drive_pausing
 from tests.llm_tiny import random_prompts, tiny_pair
 
 
@@ -318,14 +318,8 @@ def test_a_dry_run_suspended_between_iterations_leaves_the_time_away_out_of_its_
     pair = tiny_pair()
     contexts = random_prompts(2, np.random.default_rng(3))
     pause = 0.2  # seconds the driver spends elsewhere at every yield: far above a tiny model's iteration
-    steps, shares = dry_run_steps(pair, TokenVerify(), 2, contexts, 8, sampling=Sampling(), cache="dynamic", seed=0), []
-    while True:
-        try:
-            shares.append(next(steps))
-        except StopIteration as stop:
-            cols = stop.value
-            break
-        time.sleep(pause)
+    shares, cols = drive_pausing(dry_run_steps(pair, TokenVerify(), 2, contexts, 8, sampling=Sampling(),
+                                               cache="dynamic", seed=0), pause)
     assert shares == sorted(shares) and shares[-1] == 1.0 and len(cols["wall_ms"]) == len(shares) - 1 >= 2
     # every iteration's wall clock is its own: no row holds a pause (each would be at least 200 ms)
     assert max(cols["wall_ms"]) < 1e3 * pause
