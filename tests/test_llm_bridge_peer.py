@@ -24,6 +24,7 @@ from llm_bridge.peer import (
 )
 from llm_bridge.runs import round_entries, round_speedups, timed_runs
 from llm_bridge.sampling import Sampling
+from tests.driving import drive_pausing
 from tests.llm_tiny import VOCAB, random_prompts, tiny_llama, tiny_pair
 
 SAMPLING = Sampling(1.0, 0, 1.0)
@@ -40,23 +41,13 @@ def prompts():
     return random_prompts(5, np.random.default_rng(7))
 
 
-def _drive(batches) -> tuple[list, object]:
-    """(ticks, result) of a *_batches generator."""
-    ticks = []
-    while True:
-        try:
-            ticks.append(next(batches))
-        except StopIteration as stop:
-            return ticks, stop.value
-
-
 def test_the_candidate_drafts():
     assert PEER_DRAFTS == ("ngram", "int8", "distilled")
 
 
 def test_hf_batches_ticks_after_every_prompt_and_chunk_and_its_rounds_sum_to_its_totals(pair, prompts):
-    ticks, r = _drive(hf_batches(pair, prompts, N, sampling=SAMPLING, seed=3, batch_size=2, cache="auto",
-                                 progress=False, anything="else"))  # timed_runs' extra keywords are ignored
+    ticks, r = drive_pausing(hf_batches(pair, prompts, N, sampling=SAMPLING, seed=3, batch_size=2, cache="auto",
+                                        progress=False, anything="else"), 0.0)  # timed_runs' extra keywords ignored
     assert [(t.done, t.round_end) for t in ticks] == [(0.2, False), (0.4, False), (0.4, True), (0.6, False),
                                                       (0.8, False), (0.8, True), (1.0, False), (1.0, True)]
     assert len(r.rounds) == 3  # 2 + 2 + 1 prompts
