@@ -152,11 +152,11 @@ def _prompt_interval(decode, seed: int) -> dict:
     return {"mean": mean, "low": low, "high": high, "unit": "prompt", "prompts": int(tokens.size)}
 
 
-#: How ``speedup_interval`` is made when plain sampling and the run went batch by batch in turn.
+#: How ``speedup_interval`` is made when plain sampling and the run decoded each batch in the same window.
 INTERLEAVED_METHOD = ("range over interleaved rounds (not a confidence interval; see speedup_ci): plain sampling and "
-                      "every run decode the same batch of prompts in turn, batch after batch (ABAB...); per round, the "
-                      "run's tokens/s over plain sampling's; low/high: the smallest and largest round, median: their "
-                      "median")
+                      "every run decode the same batch of prompts in the same window, taking turns (iteration by "
+                      "iteration or batch by batch: timing.pairing); per round, the run's tokens/s over plain "
+                      "sampling's; low/high: the smallest and largest round, median: their median")
 
 
 def interleaved_interval(ratios) -> dict:

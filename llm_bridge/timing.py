@@ -1,7 +1,8 @@
 """The timing protocol every real-pair record follows, and its load protection.
 
-* :func:`timed_runs`: an untimed warm-up, plain sampling before, plain sampling and every run batch by batch in turn
-  (ABAB…: each batch a timing round measured in one window), plain sampling after, the check;
+* :func:`timed_runs`: an untimed warm-up, plain sampling before, plain sampling and every run taking turns
+  (iteration by iteration or batch by batch: each batch a timing round measured in one window), plain sampling
+  after, the check;
 * :func:`timing_check` and :class:`LoadMeter`: plain sampling before and after must agree, and other work must leave
   this process its cores.
 """

@@ -225,7 +225,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
         peer, peer_choice = choose_peer(pair.target, pred_ids[:hf_prompts], max_new_tokens, sampling=sampling,
                                         seed=seed)
         phase(f"peer chosen: {peer_choice['chosen']}")
-    # plain sampling and every run, batch by batch in turn (ABAB…), between two identical plain runs (seed + 1)
+    # plain sampling and every run taking turns (llm_bridge.timing.timed_runs), between two identical plain runs
     runs = [lambda name=name, L=L, **kw: speculative_batches(pair, ids, REGISTRY[name](), L, max_new_tokens, **kw)
             for name, L in configs]
     runs += [lambda name=name, tree=tree, **kw: tree_batches(pair, ids, TREE_VERIFIERS[name](), tree,
