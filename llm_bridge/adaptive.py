@@ -59,7 +59,7 @@ from .head_training import (
     save_head,
     train_head,
 )
-from .loop import PAIRINGS, plain_generate, speculative_batches, speculative_generate
+from .loop import plain_generate, speculative_batches, speculative_generate
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
 from .peer import choose_peer, peer_entries, peer_runs
 from .prompts import DATA_DIR, encode_prompts, read_prompts
@@ -72,7 +72,7 @@ from .runs import (
     with_prediction_check,
 )
 from .sampling import DEFAULT_SAMPLING, Sampling
-from .timing import phase_log
+from .timing import add_timing_arguments, phase_log
 from .validate import PROMPT_FILE, output_name, split_prompts
 
 __all__ = ["L2_GRID", "HeadData", "choose_l2", "frontier", "head_training_data", "head_training_data_on_policy",
@@ -249,11 +249,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-hf", action="store_true", help="skip the peer (Hugging Face assisted generation)")
     ap.add_argument("--hf-prompts", type=int, default=4,
                     help="prediction prompts on which the peer's draft (prompt lookup, int8, distilled) is chosen")
-    ap.add_argument("--timing-attempts", type=int, default=1, metavar="N",
-                    help="measure the timed runs again, whole, up to N times in all while the timing check finds them "
-                         "unreliable (baseline drift or load); every attempt is listed in the record's timing")
-    ap.add_argument("--pairing", choices=PAIRINGS, default=None, help="how the timed runs take turns: steps "
-                    "(iteration by iteration; the default on the CPU) or batches (a batch of prompts each; on CUDA)")
+    add_timing_arguments(ap)
     args = ap.parse_args(argv)
     try:
         thresholds = [float(x) for x in args.thresholds.split(",") if x.strip()]

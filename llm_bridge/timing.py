@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
-from .loop import check_pairing, interleave, plain_batches, plain_generate
+from .loop import PAIRINGS, check_pairing, interleave, plain_batches, plain_generate
 
 __all__ = ["MAX_BASELINE_DRIFT", "MIN_OTHER_LOAD", "PAIRING_METHODS", "ROUND_ORDER", "LoadMeter", "TimedRuns",
-           "default_pairing", "load_average", "settle", "timed_runs", "timing_check", "torch_threads"]
+           "add_timing_arguments", "default_pairing", "load_average", "settle", "timed_runs", "timing_check", "torch_threads"]
 
 #: A record's timing is unreliable when plain sampling's time per token drifts by more than this between the start
 #: and the end of its runs, or when other work takes more of the machine than this process leaves free.
@@ -146,6 +146,16 @@ def default_pairing(target) -> str:
     """``steps`` on the CPU; ``batches`` on a device that queues its work (CUDA), where a suspended loop's work may
     still be running when another run starts."""
     return "batches" if str(getattr(target, "device", "cpu")).startswith("cuda") else "steps"
+
+
+def add_timing_arguments(ap) -> None:
+    """The timing protocol's options of every record's command line (``validate``, ``adaptive``): ``--timing-attempts``
+    and ``--pairing``, as :func:`timed_runs` takes them."""
+    ap.add_argument("--timing-attempts", type=int, default=1, metavar="N",
+                    help="measure the timed runs again, whole, up to N times in all while the timing check finds them "
+                         "unreliable (baseline drift or load); every attempt is listed in the record's timing")
+    ap.add_argument("--pairing", choices=PAIRINGS, default=None, help="how the timed runs take turns: steps "
+                    "(iteration by iteration; the default on the CPU) or batches (a batch of prompts each; on CUDA)")
 
 
 def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: int, batch_size: int,

@@ -60,7 +60,7 @@ from .cache import CACHE_KINDS
 from .calibrate import calibrate, calibration_batches, config_key
 from .drafters import load_pair
 from .logrows import DEFAULT_LOG_MAX_KEPT, DEFAULT_LOG_TOP_P, check_loggable
-from .loop import PAIRINGS, plain_generate, speculative_batches, speculative_generate
+from .loop import plain_generate, speculative_batches, speculative_generate
 from .lossless import first_token_law, root_token_law, two_sample_test
 from .models import (
     DEFAULT_TARGET,
@@ -83,7 +83,7 @@ from .runs import (
     tree_record,
 )
 from .sampling import Sampling
-from .timing import phase_log
+from .timing import add_timing_arguments, phase_log
 from .trees import parse_tree, tree_batches, tree_generate
 
 __all__ = ["ENGINE_KEYS", "MAX_BASELINE_DRIFT", "TREE_VERIFIERS", "export_synthetic_rates", "main", "timing_check",
@@ -458,11 +458,7 @@ def main(argv=None) -> int:
     ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                     help="progress bars on stderr (default: when stderr is a terminal); each phase's elapsed time (and, "
                          "without bars, each timing round's) is a line on stderr unless --no-progress")
-    ap.add_argument("--timing-attempts", type=int, default=1, metavar="N",
-                    help="measure the timed runs again, whole, up to N times in all while the timing check finds them "
-                         "unreliable (baseline drift or load); every attempt is listed in the record's timing")
-    ap.add_argument("--pairing", choices=PAIRINGS, default=None, help="how the timed runs take turns: steps "
-                    "(iteration by iteration; the default on the CPU) or batches (a batch of prompts each; on CUDA)")
+    add_timing_arguments(ap)
     args = ap.parse_args(argv)
     try:
         lengths = [int(x) for x in args.L.split(",") if x.strip()]
