@@ -39,8 +39,9 @@ from .measure import CallTimer, two_point
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .sessions import ModelSession
 
-__all__ = ["PAIRINGS", "BridgeResult", "Tick", "check_pairing", "finish", "interleave", "loop_generator", "plain_batches",
-           "plain_generate", "relay", "speculative_batches", "speculative_generate", "ticks", "uses_host_rows"]
+__all__ = ["PAIRINGS", "BridgeResult", "Gathered", "Tick", "check_pairing", "finish", "interleave", "loop_generator",
+           "plain_batches", "plain_generate", "relay", "speculative_batches", "speculative_generate", "ticks",
+           "uses_host_rows"]
 
 
 @dataclass
@@ -132,7 +133,7 @@ def plain_batches(target, prompts, max_new_tokens: int, *, sampling: Sampling = 
                   batch_size: int | None = None, progress: bool | None = None, cache: str = "auto"):
     """:func:`plain_generate` as a generator: it yields a :class:`Tick` after every iteration and at the end of every
     batch, and returns the :class:`BridgeResult` (drive it with :func:`finish` or :func:`interleave`)."""
-    rng, timer, out, seconds, rounds = np.random.default_rng(seed), CallTimer(target.device), [], 0.0, []
+    rng, timer, got = np.random.default_rng(seed), CallTimer(target.device), Gathered(len(prompts))
     total = len(prompts) * max_new_tokens
     with _bar(total, "plain sampling", progress) as bar:
         for offset, chunk in chunks(prompts, batch_size):
@@ -141,11 +142,8 @@ def plain_batches(target, prompts, max_new_tokens: int, *, sampling: Sampling = 
             run = yield from ticks(chain_steps(None, session, None, None, max_new_tokens, rng, prompts=chunk, bar=bar,
                                                timer=timer), offset * max_new_tokens, total)
             del session  # free the batch's cache
-            out += list(run.tokens)
-            seconds += run.seconds
-            rounds.append((int(sum(len(t) for t in run.tokens)), run.seconds))
-            yield Tick((offset + len(chunk)) / len(prompts), round_end=True)
-    return BridgeResult(out, None, timer, seconds, rounds=rounds)
+            yield got.end_batch(run, offset, len(chunk))
+    return BridgeResult(got.tokens, None, timer, got.seconds, rounds=got.rounds)
 
 
 @dataclass(frozen=True)
@@ -155,6 +153,25 @@ class Tick:
 
     done: float
     round_end: bool = False
+
+
+@dataclass
+class Gathered:
+    """What a ``*_batches`` generator gathers over its batches of ``prompts`` prompts (:func:`chunks`): every sequence's
+    tokens, the decoding seconds, and one timing round (generated tokens, seconds) per batch."""
+
+    prompts: int
+    tokens: list = field(default_factory=list)
+    seconds: float = 0.0
+    rounds: list = field(default_factory=list)
+
+    def end_batch(self, run, offset: int, size: int) -> Tick:
+        """Add the :class:`~otspec.engine.loop.LoopRun` of the ``size`` prompts from ``offset``; returns the round-end
+        :class:`Tick` for the generator to yield."""
+        self.tokens += list(run.tokens)
+        self.seconds += run.seconds
+        self.rounds.append((int(sum(len(t) for t in run.tokens)), run.seconds))
+        return Tick((offset + size) / self.prompts, round_end=True)
 
 
 def relay(steps, at):
@@ -309,8 +326,7 @@ def speculative_batches(pair, prompts, verifier: Verifier, draft_length, max_new
     if host_rows is None:
         host_rows = uses_host_rows(pair)
     rng, timer = loop_generator(seed, None if host_rows else pair.target.device), CallTimer(pair.target.device)
-    ledger, records, out, seconds = Ledger(len(prompts), N, L), _Records(L, verifier, record_law), [], 0.0
-    rounds = []
+    ledger, records, got = Ledger(len(prompts), N, L), _Records(L, verifier, record_law), Gathered(len(prompts))
     with _bar(len(prompts) * N, f"{verifier.name} L={L}", progress) as bar:
         for offset, chunk in chunks(prompts, batch_size):
             room = cache_room(chunk, N, L + 2)
@@ -323,9 +339,7 @@ def speculative_batches(pair, prompts, verifier: Verifier, draft_length, max_new
                                                timer=timer, observers=[LedgerObserver(ledger, offset), records,
                                                                        *observers]), offset * N, len(prompts) * N)
             del target, draft  # free the batch's caches
-            out += list(run.tokens)
-            seconds += run.seconds
-            rounds.append((int(sum(len(t) for t in run.tokens)), run.seconds))
-            yield Tick((offset + len(chunk)) / len(prompts), round_end=True)
-    buf = np.stack(out)
-    return BridgeResult(list(buf), ledger.result(buf, confidence), timer, seconds, *records.columns(), rounds=rounds)
+            yield got.end_batch(run, offset, len(chunk))
+    buf = np.stack(got.tokens)
+    return BridgeResult(list(buf), ledger.result(buf, confidence), timer, got.seconds, *records.columns(),
+                        rounds=got.rounds)

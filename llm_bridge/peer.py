@@ -150,8 +150,8 @@ def hf_decode_step(pair, prompts, max_new_tokens: int, *, sampling: Sampling = D
 def hf_batches(pair, prompts, max_new_tokens: int, *, sampling: Sampling, seed: int = 0,
                batch_size: int | None = None, assisted: bool = True, **ignored):
     """Hugging Face ``generate`` as a ``*_batches`` generator: it yields a :class:`~llm_bridge.loop.Tick` after every
-    prompt (a ``generate`` call cannot be suspended midway) and at the end of every batch, and returns an
-    :class:`HFResult` (drive it with :func:`llm_bridge.loop.finish` or :func:`~llm_bridge.loop.interleave`).
+    prompt (a ``generate`` call cannot be suspended midway; a batch's last prompt ends with the round-end tick), and
+    returns an :class:`HFResult` (drive it with :func:`llm_bridge.loop.finish` or :func:`~llm_bridge.loop.interleave`).
 
     Within a batch (:func:`llm_bridge.loop.chunks` of ``batch_size`` prompts, default all) the prompts go one at a
     time: assisted generation with ``pair``'s drafter, or the target's plain ``generate`` when ``assisted`` is false.
@@ -169,7 +169,8 @@ def hf_batches(pair, prompts, max_new_tokens: int, *, sampling: Sampling, seed: 
             seconds += part["seconds"]
             result.target_calls += part["target"]
             result.draft_calls += part["draft"]
-            yield Tick((offset + j + 1) / len(prompts))
+            if j + 1 < len(chunk):  # the batch's last prompt ends at the round-end tick below
+                yield Tick((offset + j + 1) / len(prompts))
         result.rounds.append((generated, seconds))
         yield Tick((offset + len(chunk)) / len(prompts), round_end=True)
     return result

@@ -225,8 +225,9 @@ def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: in
               f"{100 * timing['baseline_drift']:.1f} %, {timing['unreliable_timing'] or 'reliable'}")
         history.append({k: timing[k] for k in ("baseline_before_ms_per_token", "baseline_after_ms_per_token",
                                                "baseline_drift", "unreliable_timing")})
-        if not timing["unreliable_timing"]:
+        if not timing["unreliable_timing"] or attempt + 1 == attempts:
             break
+        plain = results = aside = before = after = None  # a discarded attempt's results are not held through the next
         load_start = meter.read()
     timing["settling"] = settling
     timing["attempts"] = history

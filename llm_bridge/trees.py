@@ -46,7 +46,7 @@ from otspec.engine.trie import RULES, Trie
 from otspec.errors import SizeLimitError
 from otspec.solvers import otm_value
 
-from .loop import BridgeResult, Tick, cache_room, chunks, finish, ticks
+from .loop import BridgeResult, Gathered, cache_room, chunks, finish, ticks
 from .measure import CallTimer
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .sessions import ModelSession
@@ -143,7 +143,7 @@ def tree_batches(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: st
     rng, timer = np.random.default_rng(seed), CallTimer(pair.target.device)
     ledger = Ledger(len(prompts), N, L)
     rec = _TreeRecords(L, verifier, tree, rule, record_law, keep_tries)
-    out, seconds, rounds = [], 0.0, []
+    got = Gathered(len(prompts))
     with tqdm(total=len(prompts) * N, desc=f"{verifier.name} {tree} ({rule})", unit="tok", leave=False,
               disable=None if progress is None else not progress) as bar:
         for offset, chunk in chunks(prompts, batch_size):
@@ -157,14 +157,11 @@ def tree_batches(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: st
                                               timer=timer, observers=[LedgerObserver(ledger, offset), rec]),
                                    offset * N, len(prompts) * N)
             del target, draft  # free the batch's caches
-            out += list(run.tokens)
-            seconds += run.seconds
-            rounds.append((int(sum(len(t) for t in run.tokens)), run.seconds))
-            yield Tick((offset + len(chunk)) / len(prompts), round_end=True)
-    buf = np.stack(out)
+            yield got.end_batch(run, offset, len(chunk))
+    buf = np.stack(got.tokens)
     tv, go_on, n_cands = rec.columns()
-    result = TreeResult(list(buf), ledger.result(buf, confidence), timer, seconds, tv, [], [],
-                        np.asarray(rec.expected, dtype=float), rounds, tree, rule, go_on, [], [], n_cands,
+    result = TreeResult(list(buf), ledger.result(buf, confidence), timer, got.seconds, tv, [], [],
+                        np.asarray(rec.expected, dtype=float), got.rounds, tree, rule, go_on, [], [], n_cands,
                         np.asarray(rec.nodes, dtype=np.int64), rec.kept, rec)
     return result if defer_closed_forms else result.closed_forms()
 
@@ -239,8 +236,8 @@ class _TreeRecords(Observer):
                 self.go_on[d].append(float(probs.sum()))
                 self.tv[d].append(float(total_variation(p, q)))
                 self.n_cands[d].append(k)
-                if len(self.closed[d]) < MAX_CLOSED_FORM_NODES:
-                    self.closed[d].append((p, q, k))
+                if len(self.closed[d]) < MAX_CLOSED_FORM_NODES:  # copies: a node's rows are views of its call's
+                    self.closed[d].append((p.copy(), q.copy(), k))  # whole (batch, width, V) rows, 141 MB at 4x2x2x1
 
     def _closed_form(self, p, q, k) -> float:
         """The verifier's closed-form acceptance, or nan where it has none, it is too large to evaluate, or the candidates

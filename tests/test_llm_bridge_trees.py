@@ -215,6 +215,8 @@ def test_deferred_closed_forms_equal_the_ones_computed_while_decoding():
     later = finish(trees.tree_batches(pair, prompts, MultiRoundWithoutReplacement(), "2x2x1", 12, sampling=TOP4,
                                       progress=False, defer_closed_forms=True))
     assert later.acceptance == [] and later.optimum == [] and later.pending is not None
+    kept = [row for nodes in later.pending.closed for p, q, _ in nodes for row in (p, q)]
+    assert kept and all(row.base is None for row in kept)  # own copies, not views that hold each call's whole rows
     later.closed_forms()
     assert later.pending is None and len(later.acceptance) == len(now.acceptance) > 0
     for a, b, x, y in zip(now.acceptance, later.acceptance, now.optimum, later.optimum, strict=True):
