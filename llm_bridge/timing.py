@@ -19,7 +19,8 @@ from tqdm.auto import tqdm
 from .loop import PAIRINGS, check_pairing, interleave, plain_batches, plain_generate
 
 __all__ = ["MAX_BASELINE_DRIFT", "MIN_OTHER_LOAD", "PAIRING_METHODS", "ROUND_ORDER", "LoadMeter", "TimedRuns",
-           "add_timing_arguments", "default_pairing", "load_average", "settle", "timed_runs", "timing_check", "torch_threads"]
+           "add_timing_arguments", "default_pairing", "load_average", "settle", "timed_runs", "timing_check",
+           "torch_threads"]
 
 #: A record's timing is unreliable when plain sampling's time per token drifts by more than this between the start
 #: and the end of its runs, or when other work takes more of the machine than this process leaves free.

@@ -236,8 +236,8 @@ class _TreeRecords(Observer):
                 self.go_on[d].append(float(probs.sum()))
                 self.tv[d].append(float(total_variation(p, q)))
                 self.n_cands[d].append(k)
-                if len(self.closed[d]) < MAX_CLOSED_FORM_NODES:  # copies: a node's rows are views of its call's
-                    self.closed[d].append((p.copy(), q.copy(), k))  # whole (batch, width, V) rows, 141 MB at 4x2x2x1
+                if len(self.closed[d]) < MAX_CLOSED_FORM_NODES:  # copies: a node's rows are views of its
+                    self.closed[d].append((p.copy(), q.copy(), k))  # call's (batch, width, V) rows, 141 MB at 4x2x2x1
 
     def _closed_form(self, p, q, k) -> float:
         """The verifier's closed-form acceptance, or nan where it has none, it is too large to evaluate, or the candidates
