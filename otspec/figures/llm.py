@@ -267,9 +267,15 @@ def render_record(record: dict):
         ax_be.errorbar(Ls, [b["mean"] for b in be], yerr=[[b["mean"] - b["low"] for b in be],
                                                           [b["high"] - b["mean"] for b in be]],
                        fmt="o", color=f"C{c}", capsize=3, label=f"{name} measured")
-        ax_be.plot(Ls, [r["predicted_block_efficiency"] for r in runs], "--", color=f"C{c}", label=f"{name} predicted")
-        ax_sp.plot(Ls, [r["speedup"] for r in runs], "o", color=f"C{c}", label=f"{name} measured")
-        ax_sp.plot(Ls, _nan(r["predicted_speedup"] for r in runs), "--", color=f"C{c}", label=f"{name} predicted")
+        # a dash marks each prediction, so that a record with one L still shows it
+        ax_be.plot(Ls, [r["predicted_block_efficiency"] for r in runs], "_--", ms=14, mew=2, color=f"C{c}",
+                   label=f"{name} predicted")
+        sp, ci = [r["speedup"] for r in runs], [r.get("speedup_ci") or {} for r in runs]
+        ax_sp.errorbar(Ls, sp, yerr=[[s - iv.get("low", s) for s, iv in zip(sp, ci, strict=True)],
+                                     [iv.get("high", s) - s for s, iv in zip(sp, ci, strict=True)]],
+                       fmt="o", color=f"C{c}", capsize=3, label=f"{name} measured [95 % CI]")
+        ax_sp.plot(Ls, _nan(r["predicted_speedup"] for r in runs), "_--", ms=14, mew=2, color=f"C{c}",
+                   label=f"{name} predicted")
         last = runs[-1]
         pos = last["acceptance_per_position"]
         ax_pos.plot(range(1, len(pos) + 1), pos, "o-", color=f"C{c}", label=f"{name}, L={last['L']}: accepted")
