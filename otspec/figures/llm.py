@@ -225,14 +225,21 @@ def _nan(values) -> list:
     return [float("nan") if v is None else v for v in values]
 
 
+def _yerr(values, intervals) -> list:
+    """``yerr`` for ``errorbar``: each value's distance down to its interval's ``low`` and up to its ``high`` (no bar
+    where the interval is ``None``, e.g. a speedup without paired rounds)."""
+    bounds = [(v, v) if iv is None else (iv["low"], iv["high"]) for v, iv in zip(values, intervals, strict=True)]
+    return [[v - lo for v, (lo, _) in zip(values, bounds, strict=True)],
+            [hi - v for v, (_, hi) in zip(values, bounds, strict=True)]]
+
+
 def _render_trees(fig, runs: list) -> None:
     """Two panels: measured vs predicted tokens per target call per tree run; go-on / acceptance / optimum per depth."""
     ax_be, ax_depth = fig.subplots(1, 2)
     labels = [f"{r['verifier']}\n{r['tree']}" for r in runs]
     x = range(len(runs))
     be = [r["block_efficiency"] for r in runs]
-    ax_be.errorbar(x, [b["mean"] for b in be], yerr=[[b["mean"] - b["low"] for b in be],
-                                                     [b["high"] - b["mean"] for b in be]],
+    ax_be.errorbar(x, [b["mean"] for b in be], yerr=_yerr([b["mean"] for b in be], be),
                    fmt="o", color="C0", capsize=3, label="measured")
     ax_be.plot(x, [r["expected_block_efficiency_given_tree"] for r in runs], "x", color="C3", label="E[τ+1 | trie]")
     ax_be.plot(x, _nan(r["predicted_block_efficiency"] for r in runs), "_", ms=14, mew=2, color="C1", label="predicted")
@@ -264,16 +271,14 @@ def render_record(record: dict):
         runs = [r for r in record["runs"] if r["verifier"] == name]
         Ls = [r["L"] for r in runs]
         be = [r["block_efficiency"] for r in runs]
-        ax_be.errorbar(Ls, [b["mean"] for b in be], yerr=[[b["mean"] - b["low"] for b in be],
-                                                          [b["high"] - b["mean"] for b in be]],
+        ax_be.errorbar(Ls, [b["mean"] for b in be], yerr=_yerr([b["mean"] for b in be], be),
                        fmt="o", color=f"C{c}", capsize=3, label=f"{name} measured")
         # a dash marks each prediction, so that a record with one L still shows it
         ax_be.plot(Ls, [r["predicted_block_efficiency"] for r in runs], "_--", ms=14, mew=2, color=f"C{c}",
                    label=f"{name} predicted")
-        sp, ci = [r["speedup"] for r in runs], [r.get("speedup_ci") or {} for r in runs]
-        ax_sp.errorbar(Ls, sp, yerr=[[s - iv.get("low", s) for s, iv in zip(sp, ci, strict=True)],
-                                     [iv.get("high", s) - s for s, iv in zip(sp, ci, strict=True)]],
-                       fmt="o", color=f"C{c}", capsize=3, label=f"{name} measured [95 % CI]")
+        sp = [r["speedup"] for r in runs]
+        ax_sp.errorbar(Ls, sp, yerr=_yerr(sp, [r.get("speedup_ci") for r in runs]), fmt="o", color=f"C{c}",
+                       capsize=3, label=f"{name} measured [95 % CI]")
         ax_sp.plot(Ls, _nan(r["predicted_speedup"] for r in runs), "_--", ms=14, mew=2, color=f"C{c}",
                    label=f"{name} predicted")
         last = runs[-1]
@@ -310,9 +315,9 @@ def render_llm(data: dict):
     for i, rec in enumerate(data["records"]):
         label = f"{rec['file'].removesuffix('.json')}: {rec['model_pair']['draft']} ({rec['model_pair']['device']})"
         runs = rec["runs"]
-        ax_be.errorbar([r["predicted_block_efficiency"] for r in runs], [r["block_efficiency"]["mean"] for r in runs],
-                       yerr=[[r["block_efficiency"]["mean"] - r["block_efficiency"]["low"] for r in runs],
-                             [r["block_efficiency"]["high"] - r["block_efficiency"]["mean"] for r in runs]],
+        be = [r["block_efficiency"] for r in runs]
+        ax_be.errorbar([r["predicted_block_efficiency"] for r in runs], [b["mean"] for b in be],
+                       yerr=_yerr([b["mean"] for b in be], be),
                        fmt=markers[i % len(markers)], color=f"C{i}", ms=4, capsize=2, label=label)
         unreliable = bool(rec.get("unreliable_timing"))  # drawn hollow and named: not a measurement to trust
         ax_sp.plot(_nan(r["predicted_speedup"] for r in runs), [r["speedup"] for r in runs], markers[i % len(markers)],
