@@ -57,7 +57,7 @@ class Counters:
         import otspec.verifiers.carry as carry
         from otspec.verifiers import REGISTRY
 
-        def cascade(orig):
+        def cascade_levels(orig):
             def wrapped(windows, target_row, draft_row, position):
                 act = windows.active(position)
                 self.v["passes"] += 1
@@ -106,7 +106,7 @@ class Counters:
                 return out
             return wrapped
 
-        self._patch(carry.ResidualWindows, "cascade", cascade)
+        self._patch(carry.ResidualWindows, "cascade_levels", cascade_levels)
         self._patch(cache.CachedLM, "feed", feed)
         self._patch(type(REGISTRY["block_v1"]()), "current_targets", current_targets)
         self._patch(loop, "_grow", grow)

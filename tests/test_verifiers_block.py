@@ -23,6 +23,7 @@ from otspec.engine import evaluate, generate, simulate
 from otspec.sources import IIDSource, bernoulli, random_markov
 from otspec.verifiers import BackwardBlockVerify, BlockVerify, TokenVerify
 from otspec.verifiers.block import block_weights
+from otspec.verifiers.carry import ResidualWindows, carry_forward, score_carried
 
 BINARY = (IIDSource([2 / 3, 1 / 3]), IIDSource([1 / 3, 2 / 3]))
 
@@ -273,3 +274,42 @@ def test_decode_output_follows_target_law(verifier):
     counts = np.bincount(idx, minlength=32)
     assert counts[law == 0].sum() == 0
     assert stats.chisquare(counts[law > 0], counts.sum() * law[law > 0]).pvalue > 1e-4
+
+
+def test_carried_levels_are_shared_not_stacked():
+    """The real-model loop scores v1's carried targets from unstacked cascade levels (a level no window changes is the
+    array below it); the windows it carries forward equal those advanced from the stacked (B, D+1, V) cascade at each
+    row's own accepted position."""
+    rng = np.random.default_rng(0)
+    n, D, V, g = 6, 4, 9, 3
+    windows = ResidualWindows(rng.integers(3, 9, (n, D)), rng.normal(size=(n, D)), rng.random((n, D)) < 0.7)
+    windows.valid[:, 2] = False  # window 2 covers nothing: its level is the one below, not a copy
+    q, p = rng.dirichlet(np.ones(V), (n, g + 1)), rng.dirichlet(np.ones(V), (n, g + 1))
+    toks, p0 = rng.integers(0, V, (n, g)), rng.integers(0, 3, n)
+    states, levels = score_carried(windows, q, p, toks, p0)
+    assert levels[0][3] is levels[0][2] and levels[0][2] is not levels[0][1]
+    tau, y = rng.integers(0, g + 1, n), rng.integers(0, V, n)
+    carry = rng.normal(size=n)
+    got = carry_forward(states, levels, p, p0, g, tau, y, carry)
+    for i in range(n):  # one row at a time, through the stacked cascade
+        s = states[tau[i]].take([i])
+        stacked = s.cascade(q[i:i + 1, tau[i]], p[i:i + 1, tau[i]], p0[i:i + 1] + tau[i])
+        assert np.array_equal(stacked[0], np.stack(levels[tau[i]], axis=1)[i])
+        want = s.advance(stacked, p[i:i + 1, tau[i]], p0[i:i + 1] + tau[i], y[i:i + 1])
+        want = want.push(np.array([tau[i] <= g - 2]), p0[i:i + 1] + g, carry[i:i + 1], p0[i:i + 1] + tau[i] + 1)
+        for f in ("end", "log_ratio", "valid"):
+            assert np.array_equal(getattr(got, f)[i], getattr(want, f)[0])
+
+
+def test_window_level_is_the_residual_where_active():
+    """A carried window's level: residual(A·below, B·p) on its active rows (the normalised target where that mass is
+    0), the row below elsewhere, to the last bit."""
+    from otspec.verifiers.carry import _window_level
+
+    rng = np.random.default_rng(1)
+    below, p = rng.dirichlet(np.full(50, 0.3), 7), rng.dirichlet(np.full(50, 0.3), 7)
+    a, b, active = rng.random(7), rng.random(7), rng.random(7) < 0.6
+    a[0], b[0], active[0] = 0.0, 1.0, True  # A = 0: no residual mass, residual's fallback row
+    below[1], a[1], b[1], active[1] = p[1], 1.0, 1.0, True  # below = p: no mass either
+    want = np.where(active[:, None], residual(a[:, None] * below, b[:, None] * p), below)
+    assert np.array_equal(_window_level(below, p, a, b, active), want)

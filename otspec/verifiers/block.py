@@ -228,7 +228,8 @@ class BackwardBlockVerify(Verifier):
             p_rows = np.concatenate([draft_host[sel, :g], after[sel, None]], axis=1)
             states, levels = score_carried(state.take(rows[sel]), target_host[sel, :g + 1], p_rows,
                                            tokens[sel, :g], start[sel])
-            out[sel, :g + 1] = levels[:, :, -1]
+            for j, lv in enumerate(levels):
+                out[sel, j] = lv[-1]
             scratch.append((g, sel, states, levels, p_rows))
         return host_to_like(out, target_probs), scratch
 

@@ -81,8 +81,15 @@ class ResidualWindows:
 
         ``levels[:, 0]`` is the plain target row, ``levels[:, k+1]`` the row after
         applying window k (unchanged where it is inactive); ``levels[:, -1]`` is
-        the current target.
+        the current target. :meth:`cascade_levels` gives the same rows unstacked.
         """
+        return np.stack(self.cascade_levels(target_row, draft_row, position), axis=1)
+
+    def cascade_levels(self, target_row, draft_row, position) -> list:
+        """:meth:`cascade` as a list of D+1 arrays (B, V), without stacking them: a level that no window
+        changes is the level below it (the same array), so a position costs a full-vocabulary row only for
+        the windows active at it, and nothing is copied. At a real vocabulary the stacked (B, D+1, V) rows
+        of every drafted position are tens to hundreds of MB per iteration, allocated fresh each time."""
         levels = [np.asarray(target_row, dtype=np.float64)]
         act = self.active(position)
         for k in range(self.depth):
@@ -91,19 +98,26 @@ class ResidualWindows:
                 levels.append(below)
                 continue
             a, b = ratio_scales(self.log_ratio[:, k])
-            res = residual(a[:, None] * below, b[:, None] * draft_row)
-            levels.append(np.where(act[:, k, None], res, below))
-        return np.stack(levels, axis=1)
+            levels.append(_window_level(below, draft_row, a, b, act[:, k]))
+        return levels
 
     def advance(self, levels, draft_row, position, token) -> ResidualWindows:
         """Windows after appending ``token`` (B,) at ``position`` (B,).
 
-        ``levels`` are this position's :meth:`cascade` rows; each active window's
-        ratio gains log base(token) − log p(token).
+        ``levels`` are this position's :meth:`cascade` rows (stacked, or the list of
+        :meth:`cascade_levels`); each active window's ratio gains log base(token) − log p(token).
         """
         rows = np.arange(len(token))
-        base = levels[rows, :-1, token]  # (B, D): the row below window k at the token
-        p_tok = np.broadcast_to(draft_row[rows, token][:, None], base.shape)
+        if isinstance(levels, list):
+            base = np.stack([lv[rows, token] for lv in levels[:-1]], axis=1)
+        else:
+            base = levels[rows, :-1, token]  # (B, D): the row below window k at the token
+        return self.advance_at(base, draft_row[rows, token], position)
+
+    def advance_at(self, base, p_tok, position) -> ResidualWindows:
+        """:meth:`advance` from the appended token's probabilities alone: ``base`` (B, D), under the row below
+        each window, and ``p_tok`` (B,), under the draft."""
+        p_tok = np.broadcast_to(np.asarray(p_tok)[:, None], base.shape)
         act = self.active(position)
         # T = 0 is absorbing (-inf); otherwise P = 0 makes the ratio +inf (residual = base row);
         # only finite steps are added, so no inf - inf ever arises
@@ -139,32 +153,55 @@ class ResidualWindows:
         return ResidualWindows(end, ratio, valid)
 
 
+def _window_level(below, draft_row, a, b, active) -> np.ndarray:
+    """``residual(a·below, b·draft_row)`` on the ``active`` rows and ``below`` on the others, in two (B, V)
+    temporaries instead of the eight that the general residual and a select take (the same operations in the same
+    order, so the same numbers): at a real vocabulary each is MBs, allocated per window and drafted position."""
+    out = np.multiply(below, a[:, None])
+    sub = np.multiply(draft_row, b[:, None])
+    out -= sub
+    np.maximum(out, 0.0, out=out)
+    mass = out.sum(axis=-1, keepdims=True)
+    good = mass[:, 0] > 0
+    np.divide(out, np.where(good[:, None], mass, 1.0), out=out)
+    bad = np.flatnonzero(~good & active)
+    if bad.size:  # zero residual mass (reached with probability 0): residual's fallback, a·below normalised
+        out[bad] = residual(a[bad, None] * below[bad], b[bad, None] * draft_row[bad])
+    idle = ~np.asarray(active, bool)
+    out[idle] = below[idle]
+    return out
+
+
 def score_carried(windows: ResidualWindows, q_rows, p_rows, toks, p0):
     """Carried-target rows along each drafted path.
 
     ``q_rows`` (n, g+1, V) and ``p_rows`` (n, g+1, V) are the plain models' rows along the
     drafted tokens ``toks`` (n, g) starting at positions ``p0`` (n,). Returns (the windows
-    after 0..g draft tokens, as a list; cascade levels (n, g+1, D+1, V)): the residual at a
-    drafted position depends on the ratio accumulated over the draft tokens before it, so the
-    windows advance along the path while scoring.
+    after 0..g draft tokens, as a list; per position 0..g, its :meth:`ResidualWindows.cascade_levels`
+    list, whose last entry is the current target row (n, V)): the residual at a drafted position
+    depends on the ratio accumulated over the draft tokens before it, so the windows advance along
+    the path while scoring.
     """
     g = toks.shape[1]
     states, levels = [windows], []
     for j in range(g + 1):
-        lv = states[-1].cascade(q_rows[:, j], p_rows[:, j], p0 + j)
+        lv = states[-1].cascade_levels(q_rows[:, j], p_rows[:, j], p0 + j)
         levels.append(lv)
         if j < g:
             states.append(states[-1].advance(lv, p_rows[:, j], p0 + j, toks[:, j]))
-    return states, np.stack(levels, axis=1)
+    return states, levels
 
 
 def carry_forward(states, levels, p_rows, p0, g, tau, y, carry) -> ResidualWindows:
     """Windows after an iteration: the state after τ accepted tokens, advanced by Y, plus the
-    verifier's new window (when τ ≤ g − 2) covering the rest of the block."""
+    verifier's new window (when τ ≤ g − 2) covering the rest of the block. ``states`` and
+    ``levels``: as :func:`score_carried` returns them."""
     rows = np.arange(len(tau))
     after = ResidualWindows(*(np.stack([getattr(s, f) for s in states], axis=1)[rows, tau]
                               for f in ("end", "log_ratio", "valid")))
-    after = after.advance(levels[rows, tau], p_rows[rows, tau], p0 + tau, y)
+    # Y under each level below a window, at each row's own position τ: (n, D)
+    base = np.stack([np.stack([lv[rows, y] for lv in levels[j][:-1]], axis=1) for j in range(g + 1)])[tau, rows]
+    after = after.advance_at(base, p_rows[rows, tau, y], p0 + tau)
     if carry is None:
         return after.push(np.zeros(len(tau), bool), 0, 0.0, p0 + tau + 1)
     return after.push(tau <= g - 2, p0 + g, carry, p0 + tau + 1)
