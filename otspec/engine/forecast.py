@@ -70,8 +70,8 @@ def miss_decomposition(run: dict) -> dict | None:
 
     Per batch, speedup = plain decoding's time for the tokens / (batch iterations × time per iteration), so the ratio
     measured / predicted is ``plain_step`` / (``iterations`` × ``iteration_time``), each a measured / predicted
-    factor; ``components`` splits the iteration's time difference (ms, measured − profile) into the loop's overhead,
-    the draft calls (the run's per iteration against the profile's unit cost × the run's calls per iteration, plus
+    factor; ``components`` splits the iteration's time difference (ms, measured − profile) into the loop's overhead
+    (outside the model and verifier calls, as the profile's), the draft calls (the run's per iteration against the profile's unit cost × the run's calls per iteration, plus
     the charges for wider first calls after a whole draft kept), the verifier call and the target calls (the rest),
     largest first."""
     sp = run.get("speedup_prediction") or {}
@@ -86,8 +86,12 @@ def miss_decomposition(run: dict) -> dict | None:
     per_call = run["draft_calls"] / calls
     draft_p = c["t_draft"] * per_call + sp.get("after_whole_ms_per_iteration", 0.0)  # wider first calls included
     draft = run["t_draft_ms"] * per_call - draft_p
-    verify = run["t_verify_ms"] - c["t_verify"]
-    overhead = run["overhead_ms_per_iteration"] - c["overhead"]
+    # the run's overhead_ms_per_iteration is its wall clock outside the model calls, the verifier's included; the
+    # profile's overhead leaves the verifier out (its own t_verify), so the run's verifier time comes off first
+    share = run.get("verify_fraction_of_target_call")
+    verify_m = run["t_verify_ms"] if share is None else share * 1e3 * run["target_seconds"] / calls
+    verify = verify_m - c["t_verify"]
+    overhead = run["overhead_ms_per_iteration"] - verify_m - c["overhead"]
     target_p = iter_ms_p - draft_p - c["t_verify"] - c["overhead"]
     target = 1e3 * run["target_seconds"] / calls - target_p
     parts = {"overhead": overhead, "draft": draft, "verify": verify, "target": target}
