@@ -304,12 +304,15 @@ def test_carried_levels_are_shared_not_stacked():
 def test_window_level_is_the_residual_where_active():
     """A carried window's level: residual(A·below, B·p) on its active rows (the normalised target where that mass is
     0), the row below elsewhere, to the last bit."""
-    from otspec.verifiers.carry import _window_level
+    from otspec.verifiers.kernels import ratio_scales
 
     rng = np.random.default_rng(1)
-    below, p = rng.dirichlet(np.full(50, 0.3), 7), rng.dirichlet(np.full(50, 0.3), 7)
-    a, b, active = rng.random(7), rng.random(7), rng.random(7) < 0.6
-    a[0], b[0], active[0] = 0.0, 1.0, True  # A = 0: no residual mass, residual's fallback row
-    below[1], a[1], b[1], active[1] = p[1], 1.0, 1.0, True  # below = p: no mass either
-    want = np.where(active[:, None], residual(a[:, None] * below, b[:, None] * p), below)
-    assert np.array_equal(_window_level(below, p, a, b, active), want)
+    q, p = rng.dirichlet(np.full(50, 0.3), 7), rng.dirichlet(np.full(50, 0.3), 7)
+    log_ratio = rng.normal(size=7)
+    log_ratio[0] = -np.inf  # A = 0: no residual mass, residual's fallback row
+    q[1], log_ratio[1] = p[1], 0.0  # q = p, A = B = 1: no mass either
+    windows = ResidualWindows(np.full((7, 1), 10), log_ratio[:, None], (rng.random(7) < 0.6)[:, None])
+    windows.valid[:2] = True
+    a, b = ratio_scales(log_ratio)
+    want = np.where(windows.valid, residual(a[:, None] * q, b[:, None] * p), q)
+    assert np.array_equal(windows.cascade_levels(q, p, np.zeros(7, np.int64))[1], want)
