@@ -71,9 +71,9 @@ def miss_decomposition(run: dict) -> dict | None:
     Per batch, speedup = plain decoding's time for the tokens / (batch iterations × time per iteration), so the ratio
     measured / predicted is ``plain_step`` / (``iterations`` × ``iteration_time``), each a measured / predicted
     factor; ``components`` splits the iteration's time difference (ms, measured − profile) into the loop's overhead
-    (outside the model and verifier calls, as the profile's), the draft calls (the run's per iteration against the profile's unit cost × the run's calls per iteration, plus
-    the charges for wider first calls after a whole draft kept), the verifier call and the target calls (the rest),
-    largest first."""
+    (outside the model and verifier calls, as the profile's), the draft calls (the run's per iteration against the
+    profile's unit cost × the run's calls per iteration, plus the charges for wider first calls after a whole draft
+    kept), the verifier call and the target calls (the rest), largest first."""
     sp = run.get("speedup_prediction") or {}
     c = sp.get("costs_ms")
     need = ("seconds", "target_calls", "draft_calls", "draft_seconds", "target_seconds", "baseline_tokens_per_s",

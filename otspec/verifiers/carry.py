@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..distributions import residual
+from ..distributions import positive_part, residual
 from .kernels import ratio_scales
 
 __all__ = ["ResidualWindows", "carry_forward", "score_carried"]
@@ -104,14 +104,11 @@ class ResidualWindows:
     def advance(self, levels, draft_row, position, token) -> ResidualWindows:
         """Windows after appending ``token`` (B,) at ``position`` (B,).
 
-        ``levels`` are this position's :meth:`cascade` rows (stacked, or the list of
-        :meth:`cascade_levels`); each active window's ratio gains log base(token) − log p(token).
+        ``levels`` are this position's :meth:`cascade` rows; each active window's
+        ratio gains log base(token) − log p(token).
         """
         rows = np.arange(len(token))
-        if isinstance(levels, list):
-            base = np.stack([lv[rows, token] for lv in levels[:-1]], axis=1)
-        else:
-            base = levels[rows, :-1, token]  # (B, D): the row below window k at the token
+        base = levels[rows, :-1, token]  # (B, D): the row below window k at the token
         return self.advance_at(base, draft_row[rows, token], position)
 
     def advance_at(self, base, p_tok, position) -> ResidualWindows:
@@ -157,10 +154,7 @@ def _window_level(below, draft_row, a, b, active) -> np.ndarray:
     """``residual(a·below, b·draft_row)`` on the ``active`` rows and ``below`` on the others, in two (B, V)
     temporaries instead of the eight that the general residual and a select take (the same operations in the same
     order, so the same numbers): at a real vocabulary each is MBs, allocated per window and drafted position."""
-    out = np.multiply(below, a[:, None])
-    sub = np.multiply(draft_row, b[:, None])
-    out -= sub
-    np.maximum(out, 0.0, out=out)
+    out = positive_part(below, b[:, None] * draft_row, scale=a[:, None])
     mass = out.sum(axis=-1, keepdims=True)
     good = mass[:, 0] > 0
     np.divide(out, np.where(good[:, None], mass, 1.0), out=out)
@@ -188,8 +182,15 @@ def score_carried(windows: ResidualWindows, q_rows, p_rows, toks, p0):
         lv = states[-1].cascade_levels(q_rows[:, j], p_rows[:, j], p0 + j)
         levels.append(lv)
         if j < g:
-            states.append(states[-1].advance(lv, p_rows[:, j], p0 + j, toks[:, j]))
+            rows = np.arange(len(p0))
+            states.append(states[-1].advance_at(_below_at(lv, rows, toks[:, j]), p_rows[rows, j, toks[:, j]], p0 + j))
     return states, levels
+
+
+def _below_at(levels, rows, token) -> np.ndarray:
+    """(n, D): ``token``'s probability under the level below each window, from a :meth:`ResidualWindows.cascade_levels`
+    list (what :meth:`ResidualWindows.advance` reads from the stacked cascade)."""
+    return np.stack([lv[rows, token] for lv in levels[:-1]], axis=1)
 
 
 def carry_forward(states, levels, p_rows, p0, g, tau, y, carry) -> ResidualWindows:
@@ -200,7 +201,7 @@ def carry_forward(states, levels, p_rows, p0, g, tau, y, carry) -> ResidualWindo
     after = ResidualWindows(*(np.stack([getattr(s, f) for s in states], axis=1)[rows, tau]
                               for f in ("end", "log_ratio", "valid")))
     # Y under each level below a window, at each row's own position τ: (n, D)
-    base = np.stack([np.stack([lv[rows, y] for lv in levels[j][:-1]], axis=1) for j in range(g + 1)])[tau, rows]
+    base = np.stack([_below_at(levels[j], rows, y) for j in range(g + 1)])[tau, rows]
     after = after.advance_at(base, p_rows[rows, tau, y], p0 + tau)
     if carry is None:
         return after.push(np.zeros(len(tau), bool), 0, 0.0, p0 + tau + 1)
