@@ -41,15 +41,20 @@ scores a widest draft of w tokens (a tree: w nodes):
     (k + extra) · t_draft + scale · t_target(w + 1) + t_verify + overhead_base + overhead_per_token · w
     [+ t_draft(2) - t_draft(1) after an iteration in which some sequence of the batch kept its whole draft],
 
-with t_draft the mean draft call, ``extra`` the draft calls beyond one per drafted token (v1 block verification
-asks for the row after the draft), ``scale`` the dry run's target calls over the same widths' calls in
-isolation (a target call after draft calls costs more than one after another: caches), t_verify the mean
-verifier call and the overhead the rest of the iteration's wall clock (the loop's own work): plain decoding's own work
-per step where nothing is drafted, growing linearly with the drafted tokens to the dry run's mean (v1 block
-verification's residual rows are most of it, and they scale with the draft: a prompt-lookup run, which mostly drafts
-nothing, spent a third of its dry run's overhead per iteration at L = 8, charged a constant). It reproduces the dry
-run's mean iteration by construction; other widths (a draft cut short at the end of a sequence, a prompt-lookup
-draft of any length, a trie of any size) move along the measured t_target(n).
+with t_draft the mean draft call, ``extra`` the draft calls beyond one per drafted token (v1 block verification asks for
+the row after the draft), ``scale`` the dry run's target calls over the same widths' calls in isolation (a target call
+after draft calls costs more than one after another: caches) — these two over every dry run that drafts the same way
+(:meth:`CostProfile.same_draft`: token, block and v1 block verification at one L make the same model calls), so that one
+configuration's timing noise does not move its prediction alone — t_verify the mean verifier call and the overhead the
+rest of the iteration's wall clock (the loop's own work): plain decoding's own work per step where nothing is drafted,
+growing linearly with the drafted tokens to the dry run's mean (v1 block verification's residual rows are most of it,
+and they scale with the draft: a prompt-lookup run, which mostly drafts nothing, spent a third of its dry run's overhead
+per iteration at L = 8, charged a constant). With its own draft and target calls it would reproduce the dry run's mean
+iteration by construction. Pooled, it moves by that run's model-call noise: in the five batch-8 records of 2026-11-28/29
+the same model calls cost up to 6 % more or less per iteration from one verifier's dry run to another's in the same
+rounds (llm_int8 token L=4 against block L=4: 365 against 345 ms predicted per iteration for the same calls), and the
+predictions made from each run's own costs missed by up to 11-12 %. Other widths (a draft cut short at the end of a
+sequence, a prompt-lookup draft of any length, a trie of any size) move along the measured t_target(n).
 :func:`otspec.engine.predict.predict_wall_clock` then charges these costs to the prediction's replays.
 """
 
@@ -76,7 +81,7 @@ from .dry_runs import (
     uses_host_rows,
 )
 from .loop import Tick, cache_room, chunks, finish, relay
-from .measure import CallTimer
+from .measure import CallTimer, median_interval
 from .sessions import ModelSession
 
 __all__ = ["CostProfile", "Rounds", "ZeroAcceptance", "calibrate", "calibration_batches", "config_key", "dry_run",
@@ -90,18 +95,6 @@ ROUND_TOLERANCE = 0.25
 #: A target call at width n + 1 counts as cheaper than at n (non-monotone) only when its median is below n's
 #: interval by more than this share of n's median (timing noise of a quiet machine).
 MONOTONE_TOLERANCE = 0.03
-
-
-def median_interval(samples, *, confidence: float = 0.95, draws: int = 2000, seed: int = 0) -> dict:
-    """``{"median", "low", "high", "n"}``: the median of ``samples`` and its percentile bootstrap interval."""
-    x = np.asarray(samples, dtype=np.float64)
-    if x.ndim != 1 or x.size == 0 or not np.all(np.isfinite(x)):
-        raise ValueError(f"samples: expected a non-empty 1-D array of finite times, got shape {x.shape}")
-    rng = np.random.default_rng(seed)
-    meds = np.median(x[rng.integers(0, x.size, size=(draws, x.size))], axis=1)
-    alpha = 0.5 * (1.0 - confidence)
-    low, high = np.quantile(meds, [alpha, 1.0 - alpha])
-    return {"median": float(np.median(x)), "low": float(low), "high": float(high), "n": int(x.size)}
 
 
 @dataclass
@@ -214,26 +207,49 @@ class CostProfile:
         run's mean iteration)."""
         if key not in self.dry:
             raise KeyError(f"no dry run for {key!r} in this profile (it has {sorted(self.dry)})")
-        keep = self._kept(self.dry[key])
-        d = {k: np.asarray(v, dtype=np.float64)[keep] for k, v in self.dry[key].items()
-             if k not in ("kind", "round", "trace_calls")}
+        d = self._dry_columns(key)
         width, calls = d["width"], d["calls"]
         drafted = width if self.dry[key].get("kind", "chain") == "chain" else (
-            np.asarray(self.dry[key]["trace_calls"], dtype=np.float64)[keep] if "trace_calls" in self.dry[key]
-            else calls)
-        t_draft = float(d["draft_ms"].sum() / calls.sum()) if calls.sum() > 0 else 0.0
-        isolated = self.t_target_ms(width + 1)
+            np.asarray(self.dry[key]["trace_calls"], dtype=np.float64)[self._kept(self.dry[key])]
+            if "trace_calls" in self.dry[key] else calls)
         verified = width > 0
         overhead = float(np.mean(d["wall_ms"] - d["draft_ms"] - d["target_ms"] - d["verify_ms"]))
         base = min(self.plain_overhead_ms(), overhead)
         extra = float(np.mean(calls[verified] - drafted[verified])) if verified.any() else 0.0
-        return {"t_draft": t_draft, "extra_calls": extra,
+        own, pool = self._model_costs([key]), self.same_draft(key)
+        shared = self._model_costs(pool)
+        return {"t_draft": shared["t_draft"], "extra_calls": extra,
                 "after_whole": self.whole_draft_ms(extra, self.dry[key].get("kind", "chain")),
-                "scale": float(d["target_ms"].sum() / isolated.sum()),
+                "scale": shared["scale"], "pooled_over": pool, "own_t_draft": own["t_draft"],
+                "own_scale": own["scale"],
                 "t_verify": float(d["verify_ms"][verified].mean()) if verified.any() else 0.0,
                 "overhead": overhead, "overhead_base": base,
                 "overhead_per_token": (overhead - base) / float(width.mean()) if width.mean() > 0 else 0.0,
                 "iteration_ms": float(d["wall_ms"].mean()), "iterations": int(width.size)}
+
+    def same_draft(self, key: str) -> list[str]:
+        """The dry runs that draft as ``key`` does: the same kind (chain or tree) and the same draft (the key after
+        its verifier: ``L=4``, ``2x2x1``, a controller's label), ``key`` among them. They make the same draft and
+        target calls and differ only in the verifier (and v1 block verification's extra draft call per iteration),
+        so :meth:`config` takes the draft call's cost and the target calls' scale from all of them together."""
+        kind, draft = self.dry[key].get("kind", "chain"), key.split(":", 1)[-1]
+        return sorted(k for k, v in self.dry.items() if v.get("kind", "chain") == kind and k.split(":", 1)[-1] == draft)
+
+    def _dry_columns(self, key: str) -> dict:
+        """A dry run's numeric columns, rounds set aside excluded."""
+        keep = self._kept(self.dry[key])
+        return {k: np.asarray(v, dtype=np.float64)[keep] for k, v in self.dry[key].items()
+                if k not in ("kind", "round", "trace_calls")}
+
+    def _model_costs(self, keys) -> dict:
+        """``t_draft`` (draft time per draft call) and ``scale`` (target time over the same widths' calls timed in
+        isolation) over the iterations of the dry runs ``keys`` together."""
+        cols = [self._dry_columns(k) for k in keys]
+        calls = sum(float(c["calls"].sum()) for c in cols)
+        draft = sum(float(c["draft_ms"].sum()) for c in cols)
+        target = sum(float(c["target_ms"].sum()) for c in cols)
+        isolated = sum(float(self.t_target_ms(c["width"] + 1).sum()) for c in cols)
+        return {"t_draft": draft / calls if calls > 0 else 0.0, "scale": target / isolated}
 
     def plain_overhead_ms(self) -> float:
         """Plain decoding's own work per step (its wall clock outside the target call), 0 where not recorded."""

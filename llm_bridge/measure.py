@@ -10,6 +10,7 @@
   pair built from the averaged reductions (exact on it: eqs. (17) and (8) by the prefix-tree walk).
 * :func:`predicted_speedup` — the cost model: tokens per iteration × (plain time per token) /
   (draft calls × t_draft + t_target(drafted + 1) + verifier overhead).
+* :func:`median_interval` — the median of repeated timed calls with its bootstrap interval.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 
 from otspec.theory.cost import CallCosts
 
-__all__ = ["CallTimer", "predicted_block_efficiency", "predicted_speedup", "two_point"]
+__all__ = ["CallTimer", "median_interval", "predicted_block_efficiency", "predicted_speedup", "two_point"]
 
 
 class CallTimer:
@@ -112,3 +113,15 @@ def predicted_speedup(tokens_per_iteration: float, plain_ms_per_token: float, dr
     :class:`otspec.theory.CallCosts` with the measured call times."""
     costs = CallCosts(t_draft_ms, t_target_ms, overhead_ms)
     return costs.speedup(tokens_per_iteration, draft_calls, plain_per_token=plain_ms_per_token)
+
+
+def median_interval(samples, *, confidence: float = 0.95, draws: int = 2000, seed: int = 0) -> dict:
+    """``{"median", "low", "high", "n"}``: the median of ``samples`` and its percentile bootstrap interval."""
+    x = np.asarray(samples, dtype=np.float64)
+    if x.ndim != 1 or x.size == 0 or not np.all(np.isfinite(x)):
+        raise ValueError(f"samples: expected a non-empty 1-D array of finite times, got shape {x.shape}")
+    rng = np.random.default_rng(seed)
+    meds = np.median(x[rng.integers(0, x.size, size=(draws, x.size))], axis=1)
+    alpha = 0.5 * (1.0 - confidence)
+    low, high = np.quantile(meds, [alpha, 1.0 - alpha])
+    return {"median": float(np.median(x)), "low": float(low), "high": float(high), "n": int(x.size)}

@@ -70,6 +70,40 @@ def test_the_iteration_cost_reproduces_the_dry_run_and_moves_along_the_target_cu
     assert plain_f.std() > 0.1
 
 
+def test_dry_runs_that_draft_alike_share_their_draft_and_target_call_costs():
+    prof = synthetic_profile()
+    v1 = prof.dry["block_v1:L=3"]
+    width = np.array(v1["width"])
+    # token verification at the same L: the same widths, no extra draft call, its model calls timed a little dearer
+    token = {"kind": "chain", "width": width.tolist(), "calls": width.tolist(),
+             "draft_ms": (2.3 * width).tolist(), "target_ms": (12.0 + 1.1 * (width + 1)).tolist(),
+             "verify_ms": (0.2 * (width > 0)).tolist()}
+    token["wall_ms"] = (np.add(token["draft_ms"], token["target_ms"]) + 1.0).tolist()
+    other = {**token, "width": [1, 1, 0], "calls": [1, 1, 0], "draft_ms": [9.0, 9.0, 0.0], "target_ms": [50.0] * 3,
+             "verify_ms": [0.1, 0.1, 0.0], "wall_ms": [61.0, 61.0, 51.0]}
+    prof.dry.update({"token:L=3": token, "token:L=1": other})
+    assert prof.same_draft("block_v1:L=3") == prof.same_draft("token:L=3") == ["block_v1:L=3", "token:L=3"]
+    assert prof.same_draft("token:L=1") == ["token:L=1"]
+    pool = [prof.dry[k] for k in ("block_v1:L=3", "token:L=3")]
+    calls = sum(np.sum(d["calls"]) for d in pool)
+    draft = sum(np.sum(d["draft_ms"]) for d in pool)
+    c_v1, c_tok = prof.config("block_v1:L=3"), prof.config("token:L=3")
+    assert c_v1["t_draft"] == c_tok["t_draft"] == pytest.approx(draft / calls)
+    assert c_v1["scale"] == c_tok["scale"]
+    assert c_v1["own_t_draft"] == pytest.approx(np.sum(v1["draft_ms"]) / np.sum(v1["calls"]))
+    assert c_tok["own_t_draft"] == pytest.approx(2.3) and c_tok["t_draft"] < 2.3 and c_v1["pooled_over"] == ["block_v1:L=3", "token:L=3"]
+    # together the pool's dry runs are charged exactly their draft and target time; one run alone is not
+    charged_target = sum(c_v1["scale"] * prof.t_target_ms(np.array(d["width"]) + 1).sum() for d in pool)
+    assert charged_target == pytest.approx(sum(np.sum(d["target_ms"]) for d in pool), rel=1e-12)
+    assert c_tok["scale"] * prof.t_target_ms(width + 1).sum() < np.sum(token["target_ms"])
+    # the verifier, the loop's own work and the extra calls stay each run's own
+    assert c_tok["t_verify"] == pytest.approx(0.2) and c_tok["extra_calls"] == 0 and c_v1["extra_calls"] == 1
+    assert c_tok["overhead"] == pytest.approx(1.0 - 0.2 * np.mean(width > 0))
+    # a draft of another length keeps its own costs
+    c_one = prof.config("token:L=1")
+    assert c_one["t_draft"] == c_one["own_t_draft"] == pytest.approx(9.0) and c_one["pooled_over"] == ["token:L=1"]
+
+
 def test_a_round_whose_plain_decoding_ran_far_slower_is_set_aside_with_its_dry_runs():
     prof, key = synthetic_profile(), "block_v1:L=3"
     # four rounds of 5 plain steps: rounds 0-2 differ by a few per cent (their prompts), round 3 ran 45 % slower
