@@ -88,15 +88,15 @@ def _call_costs(result) -> tuple[float, float]:
 WALL_CLOCK_DRAWS = 2000
 
 #: What the interval adds to :data:`otspec.engine.predict.WALL_CLOCK_METHOD`: the measured run's own timing noise.
-RUN_NOISE_METHOD = ("; with the measured run's own timing noise: each draw also takes {rounds} of the calibration's "
-                    "rounds (plain decoding and the dry run of one round together), as many as the run will time, and "
-                    "scales both sides by their means")
+RUN_NOISE_METHOD = ("; with the measured run's own timing noise: each draw also averages {rounds} round-by-round "
+                    "ratios of a dry run's iteration to plain decoding's step (as many rounds as the run will time), "
+                    "drawn from all the profile's dry runs together (CostProfile.round_ratios)")
 
 
 def wall_clock_prediction(profile, key: str, prediction, *, batch_size: int, units: int, n_tokens: int,
                           seed: int = 0) -> dict:
     """The ``speedup_prediction`` of a run: :func:`otspec.engine.predict.predict_wall_clock` on the prediction's
-    replays with the iteration costs of the profile's dry run ``key`` (:class:`~llm_bridge.calibrate.CostProfile`),
+    replays with the iteration costs of the profile's dry run ``key`` (:class:`~llm_bridge.profile.CostProfile`),
     or ``{"source": None, "note": why}`` where there is nothing to predict from."""
     if profile is None:
         return {"source": None, "note": "no cost profile: the record was made without a calibration"}
@@ -252,7 +252,7 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, profile, rng,
                batch_size: int = 1, n_tokens: int | None = None) -> dict:
     """One entry of ``runs``: measured quantities, then the theory's predictions: ``prediction`` (a
     :class:`~otspec.engine.predict.LogPrediction` from an independent plain-decoding log) and the two-point bound,
-    and the speedup from ``profile`` (a :class:`~llm_bridge.calibrate.CostProfile` measured apart from the run, or
+    and the speedup from ``profile`` (a :class:`~llm_bridge.profile.CostProfile` measured apart from the run, or
     ``None``) and the prediction's replays (:func:`wall_clock_prediction`). ``batch_size``: the prompts decoded
     together; ``n_tokens``: tokens per prompt (default: the run's)."""
     d, timer = result.decode, result.timer

@@ -22,7 +22,7 @@ position, the SpecDec++ time decomposition at batch 1; ``settings`` with ``promp
 ``prediction_prompt_ids``; ``hf_assisted`` {tokens_per_s, acceptance_rate, speedup, speedup_ci, speedup_vs_baseline,
 choice}; ``hf_decode_step`` {ms_per_token, tokens_per_s, cache, otspec_step_ratio}: Hugging
 Face's plain decode step with the same cache kind and otspec's step over it (the CUDA goal is at
-most 1.5); plus ``baseline``, ``profile`` (the :class:`~llm_bridge.calibrate.CostProfile`), ``drafter`` and
+most 1.5); plus ``baseline``, ``profile`` (the :class:`~llm_bridge.profile.CostProfile`), ``drafter`` and
 ``lossless``; ``timing`` {baseline_before_ms_per_token,
 baseline_after_ms_per_token, baseline_drift, load, load_average, cpus, threads, unreliable_timing}: plain sampling with
 one seed runs before and after the measured runs, and a drift above 10 % or other work above the cores this run leaves free (the

@@ -60,14 +60,16 @@ def test_the_iteration_cost_reproduces_the_dry_run_and_moves_along_the_target_cu
     assert prof.plain_step_ms() == pytest.approx(np.mean(prof.plain["step_ms"]))
     plain_f, cost_f = prof.factors("block_v1:L=3", 500, seed=1)
     assert plain_f.shape == cost_f.shape == (500,) and abs(plain_f.mean() - 1) < 0.01 and cost_f.std() > 0
-    # with rounds, a slow round moves both sides of a draw together
+    # with rounds, a slow round moves both sides of a draw together: their ratio, which the speedup reads, stays
     prof.plain["round"] = [i % 2 for i in range(20)]
     prof.plain["step_ms"] = [20.0 if i % 2 else 10.0 for i in range(20)]
     prof.dry["block_v1:L=3"]["round"] = [0, 0, 0, 1, 1, 1]
     prof.dry["block_v1:L=3"]["wall_ms"] = [10.0, 10.0, 10.0, 20.0, 20.0, 20.0]
     plain_f, cost_f = prof.factors("block_v1:L=3", 500, seed=1)
-    np.testing.assert_allclose(plain_f, cost_f, rtol=1e-12)
-    assert plain_f.std() > 0.1
+    np.testing.assert_allclose(plain_f / cost_f, 1.0, rtol=1e-12)
+    prof.dry["block_v1:L=3"]["wall_ms"] = [10.0, 10.0, 10.0, 24.0, 24.0, 24.0]  # round 1: the dry run 20 % dearer
+    plain_f, cost_f = prof.factors("block_v1:L=3", 4000, seed=1)
+    assert np.all(plain_f == 1) and abs(cost_f.mean() - 1) < 0.01 and cost_f.std() > 0.05
 
 
 def test_dry_runs_that_draft_alike_share_their_draft_and_target_call_costs():
@@ -119,8 +121,13 @@ def test_a_round_whose_plain_decoding_ran_far_slower_is_set_aside_with_its_dry_r
     assert c["iterations"] == 4 and c["iteration_ms"] == pytest.approx(np.mean(np.asarray(dry["wall_ms"])[kept]))
     assert c["t_draft"] == pytest.approx(np.sum(np.asarray(dry["draft_ms"])[kept]) / np.sum(np.asarray(dry["calls"])[kept]))
     plain_f, cost_f = prof.factors(key, 400, seed=2)
-    assert abs(plain_f.mean() - 1) < 0.02 and abs(cost_f.mean() - 1) < 0.1
-    assert plain_f.max() <= 10.5 / 10.1 + 1e-12  # no draw holds the slow round
+    assert np.all(plain_f == 1) and abs(cost_f.mean() - 1) < 0.1
+    # no draw holds the slow round: the ratios are those of rounds 0-2 (round 2 has two iterations), widened
+    wall = np.asarray(dry["wall_ms"])
+    y = np.array([wall[0], wall[1], wall[[2, 5]].mean()]) / np.array([10.0, 10.5, 9.8])
+    kept = 1 + (y / y.mean() - 1) * np.sqrt(3 / 2)
+    np.testing.assert_allclose(np.sort(prof.round_ratios()), np.sort(kept), rtol=1e-12)
+    assert kept.min() - 1e-12 <= cost_f.min() and cost_f.max() <= kept.max() + 1e-12
     assert prof.to_json()["disturbed_rounds"] == [3]
     # within the tolerance (or with fewer than three rounds) nothing is set aside
     prof.plain["step_ms"] = [10.0] * 5 + [10.5] * 5 + [9.8] * 5 + [12.0] * 5
@@ -262,7 +269,7 @@ def test_the_measured_runs_own_timing_noise_is_drawn_from_the_calibrations_round
     dry["round"] = [0, 1, 2, 3, 4, 5]
     dry["wall_ms"] = [20.0 * level[k] * (1.04 if k % 2 else 0.96) for k in dry["round"]]
     whole = prof.factors(key, 3000, seed=3)
-    np.testing.assert_array_equal(whole[0], prof.factors(key, 3000, seed=3, rounds=6)[0])  # the default: all 6
+    np.testing.assert_array_equal(whole[1], prof.factors(key, 3000, seed=3, rounds=6)[1])  # the default: all 6
     one, two = prof.factors(key, 3000, seed=3, rounds=1), prof.factors(key, 3000, seed=3, rounds=32)
     spread = [np.std(np.log(f[0] / f[1])) for f in (one, whole, two)]
     assert spread[0] > 2 * spread[1] > 2 * spread[2] > 0  # a run of fewer rounds is noisier: about 1 / sqrt(rounds)
@@ -273,6 +280,23 @@ def test_the_measured_runs_own_timing_noise_is_drawn_from_the_calibrations_round
     for col in (prof.plain, dry):
         col.pop("round")
     assert np.all(prof.factors(key, 50, rounds=4)[0] == 1) and prof.factors(key, 50)[1].std() > 0
+
+
+def test_the_round_to_round_noise_is_pooled_over_the_dry_runs():
+    prof, key = synthetic_profile(), "block_v1:L=3"
+    prof.plain["round"] = [i % 4 for i in range(20)]
+    prof.plain["step_ms"] = [10.0] * 20
+    prof.dry[key].update(round=[0, 1, 2, 3, 0, 1], wall_ms=[20.0] * 6)  # this dry run: the same in every round
+    noisy = {**prof.dry[key], "wall_ms": [18.0, 22.0, 18.0, 22.0, 18.0, 22.0]}  # another: +-10 % by round
+    prof.dry["token:L=3"] = noisy
+    ratios = prof.round_ratios()
+    assert ratios.size == 8 and np.sum(ratios == 1.0) == 4  # four rounds of each
+    quiet_f, noisy_f = prof.factors(key, 4000, seed=5, rounds=1)[1], prof.factors("token:L=3", 4000, seed=5, rounds=1)[1]
+    np.testing.assert_array_equal(quiet_f, noisy_f)  # one spread for both: the pool's
+    widened = 0.1 * np.sqrt(4 / 3)
+    assert np.std(quiet_f) == pytest.approx(np.sqrt(0.5) * widened, rel=0.05)
+    with pytest.raises(ValueError, match="rounds"):
+        prof.factors(key, 10, rounds=0)
 
 
 def test_the_predicted_speedups_interval_carries_the_measured_runs_timing_noise():
@@ -289,7 +313,7 @@ def test_the_predicted_speedups_interval_carries_the_measured_runs_timing_noise(
     wide = wall_clock_prediction(prof, key, pred, batch_size=1, units=2, n_tokens=8)
     narrow = wall_clock_prediction(prof, key, pred, batch_size=1, units=64, n_tokens=8)
     assert wide["run_rounds"] == 2 and narrow["run_rounds"] == 64
-    assert "own timing noise" in wide["method"] and "2 of the calibration's rounds" in wide["method"]
+    assert "own timing noise" in wide["method"] and "averages 2 round-by-round ratios" in wide["method"]
     # the point prediction is the same; two timed rounds leave a wider interval than 64
     assert wide["speedup"] == pytest.approx(narrow["speedup"], rel=1e-12)
     assert wide["high"] - wide["low"] > narrow["high"] - narrow["low"] > 0
