@@ -152,9 +152,7 @@ class CostProfile:
             raise KeyError(f"no dry run for {key!r} in this profile (it has {sorted(self.dry)})")
         d = self._dry_columns(key)
         width, calls = d["width"], d["calls"]
-        drafted = width if self.dry[key].get("kind", "chain") == "chain" else (
-            np.asarray(self.dry[key]["trace_calls"], dtype=np.float64)[self._kept(self.dry[key])]
-            if "trace_calls" in self.dry[key] else calls)
+        drafted = width if self.dry[key].get("kind", "chain") == "chain" else d.get("trace_calls", calls)
         verified = width > 0
         overhead = float(np.mean(d["wall_ms"] - d["draft_ms"] - d["target_ms"] - d["verify_ms"]))
         base = min(self.plain_overhead_ms(), overhead)
@@ -179,10 +177,9 @@ class CostProfile:
         return sorted(k for k, v in self.dry.items() if v.get("kind", "chain") == kind and k.split(":", 1)[-1] == draft)
 
     def _dry_columns(self, key: str) -> dict:
-        """A dry run's numeric columns, rounds set aside excluded."""
+        """A dry run's per-iteration columns as numbers, rounds set aside excluded."""
         keep = self._kept(self.dry[key])
-        return {k: np.asarray(v, dtype=np.float64)[keep] for k, v in self.dry[key].items()
-                if k not in ("kind", "round", "trace_calls")}
+        return {k: np.asarray(v, dtype=np.float64)[keep] for k, v in self.dry[key].items() if k not in ("kind", "round")}
 
     def _model_costs(self, keys) -> dict:
         """``t_draft`` (draft time per draft call) and ``scale`` (target time over the same widths' calls timed in
