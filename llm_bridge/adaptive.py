@@ -44,7 +44,7 @@ import numpy as np
 from otspec.engine.controllers import ConfidenceController
 from otspec.engine.heads import LearnedHeadController
 from otspec.engine.predict import paired_ratio_interval
-from otspec.engine.record import AdaptiveRecord
+from otspec.engine.record import AdaptiveRecord, code_version
 from otspec.verifiers import TokenVerify
 
 from .adaptive_predict import NO_HEAD_RULE, frontier_calibration, frontier_predictor, policy_key
@@ -306,6 +306,7 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
               "settings": {"train_prompts": args.train_prompts, "train_tokens": args.train_tokens, "mix": args.mix,
                            **train_data,
                            "prompts": args.prompts, "prompt_file": PROMPT_FILE, "prompt_ids": prompt_ids,
+                           "code": code_version(),
                            "prediction_prompts": len(prediction_ids), "prediction_prompt_ids": prediction_ids,
                            "batch_size": args.batch_size, "max_new_tokens": args.max_new_tokens,
                            "prediction_paths": args.prediction_paths,

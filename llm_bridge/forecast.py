@@ -25,6 +25,7 @@ from pathlib import Path
 
 from otspec.checks import MAX_DRAFT_LENGTH, check_size
 from otspec.engine.forecast import FORECAST_TOLERANCE, forecast_check
+from otspec.engine.record import code_version
 from otspec.verifiers import REGISTRY
 
 from .drafters import load_pair
@@ -78,6 +79,7 @@ def forecast(pair, *, verifiers=("token",), lengths=(1,), trees=(), multi_verifi
                      else None, "speedup_prediction": wall})
     return {"kind": "forecast", "pair": pair.describe(),
             "settings": {"prompts": prompts, "prompt_ids": prompt_ids, "prediction_prompt_ids": prediction_ids,
+                         "code": code_version(),
                          "max_new_tokens": max_new_tokens, "batch_size": batch_size,
                          "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
                          "seed": seed, "cache": cache, "lengths": list(lengths), "verifiers": list(verifiers),

@@ -198,9 +198,10 @@ class CostProfile:
         gap = np.asarray(self.plain["step_ms"], dtype=np.float64) - np.asarray(self.plain["target_ms"], dtype=np.float64)
         return max(float(gap[self._kept(self.plain)].mean()), 0.0)
 
-    def iteration_cost(self, key: str):
-        """``cost(calls, width)`` in ms for :func:`otspec.engine.predict.predict_wall_clock` (module docstring)."""
-        c = self.config(key)
+    def iteration_cost(self, key: str, config: dict | None = None):
+        """``cost(calls, width)`` in ms for :func:`otspec.engine.predict.predict_wall_clock` (module docstring);
+        ``config``: :meth:`config` of ``key`` where the caller has it already."""
+        c = self.config(key) if config is None else config
 
         def cost(calls, width):
             calls, width = np.asarray(calls, dtype=np.float64), np.asarray(width, dtype=np.float64)
@@ -230,7 +231,7 @@ class CostProfile:
         pool = self.round_ratios()
         if pool.size == 0:
             return np.ones(draws), np.ones(draws)
-        own = np.setdiff1d(self.dry[key]["round"], self.disturbed_rounds()).size
+        own = np.setdiff1d(np.intersect1d(self.dry[key]["round"], self.plain["round"]), self.disturbed_rounds()).size
         size = own if rounds is None else int(rounds)
         return np.ones(draws), pool[rng.integers(0, pool.size, size=(draws, max(size, 1)))].mean(axis=1)
 

@@ -104,15 +104,16 @@ def wall_clock_prediction(profile, key: str, prediction, *, batch_size: int, uni
         return {"source": None, "note": "no replay of the run's draws (no plain-decoding log for this drafter)"}
     if key not in profile.dry:
         return {"source": None, "note": f"the cost profile has no dry run of {key}"}
+    costs = profile.config(key)
     plain_f, cost_f = profile.factors(key, WALL_CLOCK_DRAWS, seed)
     rounds = -(-int(units) // int(batch_size))  # the measured run's timing rounds: one per batch of prompts
     run_plain, run_cost = profile.factors(key, WALL_CLOCK_DRAWS, seed + 1, rounds=rounds)
     out = predict_wall_clock(prediction.traces, batch=batch_size, units=units, n_tokens=n_tokens,
-                             plain_step=profile.plain_step_ms(), iteration_cost=profile.iteration_cost(key),
+                             plain_step=profile.plain_step_ms(), iteration_cost=profile.iteration_cost(key, costs),
                              plain_factors=plain_f * run_plain, cost_factors=cost_f * run_cost,
-                             draws=WALL_CLOCK_DRAWS, seed=seed, after_whole=profile.config(key)["after_whole"])
+                             draws=WALL_CLOCK_DRAWS, seed=seed, after_whole=costs["after_whole"])
     out["method"] += RUN_NOISE_METHOD.format(rounds=rounds)
-    return {"source": "cost_profile", "profile_config": key, "costs_ms": profile.config(key), "run_rounds": rounds,
+    return {"source": "cost_profile", "profile_config": key, "costs_ms": costs, "run_rounds": rounds,
             **out}
 
 

@@ -53,7 +53,7 @@ import numpy as np
 
 from otspec.checks import MAX_DRAFT_LENGTH, check_size
 from otspec.engine.predict import predict_from_log, predict_from_pairs
-from otspec.engine.record import PairRecord
+from otspec.engine.record import PairRecord, code_version
 from otspec.verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, WHOLE_TREE_REGISTRY, DecodingOPT
 
 from .cache import CACHE_KINDS
@@ -263,7 +263,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
         logged = {"file": str(log_rows), **{k: v for k, v in log.summary().items() if k != "meta"}}
     record = {
         "model_pair": pair.describe(),
-        "settings": {"prompts": prompts, "prompt_file": PROMPT_FILE, "prompt_ids": prompt_ids,
+        "settings": {"prompts": prompts, "prompt_file": PROMPT_FILE, "prompt_ids": prompt_ids, "code": code_version(),
                      "prediction_prompts": prediction_prompts, "prediction_prompt_ids": prediction_ids,
                      "prediction_paths": prediction_paths, "max_new_tokens": max_new_tokens, "lengths": list(lengths),
                      "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed,

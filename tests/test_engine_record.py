@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from otspec.engine.record import AdaptiveRecord, PairRecord, RecordError, read_record
+from otspec.engine.record import AdaptiveRecord, PairRecord, RecordError, code_version, read_record
 from otspec.figures.llm import llm_data
+from otspec.figures.llm_text import code_text
 from otspec.plot import main as plot_main
 
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
@@ -70,3 +72,31 @@ def test_the_registry_draws_records_from_the_folder_it_is_given(tmp_path, capsys
     (tmp_path / "llm_broken.json").write_text(json.dumps({"runs": []}))
     assert plot_main(["record", str(tmp_path / "llm_broken.json")]) == 2
     assert "missing field 'model_pair'" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_code_version_names_the_commit_and_uncommitted_code(tmp_path):
+    assert code_version(tmp_path) is None  # not a checkout
+    run = lambda *args: subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True,  # noqa: E731
+                                       text=True).stdout.strip()
+    run("init", "-q")
+    (tmp_path / "otspec").mkdir()
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "otspec" / "a.py").write_text("x = 1\n")
+    (tmp_path / "figures" / "r.json").write_text("{}\n")
+    run("add", ".")
+    run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    head = run("rev-parse", "HEAD")
+    assert code_version(tmp_path) == {"commit": head, "modified": False}
+    assert code_version(tmp_path / "otspec") is None  # a folder inside a checkout (an installed copy) names nothing
+    (tmp_path / "figures" / "r.json").write_text("{\"new\": 1}\n")  # data, not code
+    assert code_version(tmp_path) == {"commit": head, "modified": False}
+    (tmp_path / "otspec" / "b.py").write_text("y = 2\n")  # a new module: not the commit's code
+    assert code_version(tmp_path) == {"commit": head, "modified": True}
+    (tmp_path / "otspec" / "b.py").unlink()
+    (tmp_path / "otspec" / "a.py").write_text("x = 2\n")
+    assert code_version(tmp_path) == {"commit": head, "modified": True}
+    assert code_text({"code": {"commit": head, "modified": True}}) == (
+        f" Made from commit {head[:7]} with uncommitted changes.")
+    assert code_text({"code": {"commit": head, "modified": False}}) == f" Made from commit {head[:7]}."
+    assert code_text({}) == ""

@@ -11,15 +11,41 @@ older and newer files round-trip unchanged.
 from __future__ import annotations
 
 import json
+import subprocess
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-__all__ = ["AdaptiveRecord", "PairRecord", "RecordError", "read_record"]
+__all__ = ["AdaptiveRecord", "PairRecord", "RecordError", "code_version", "read_record"]
 
 
 class RecordError(ValueError):
     """A record file or object is not what its kind promises; the message names the field."""
+
+
+#: The folders whose uncommitted changes make a record's code differ from its commit.
+CODE_FOLDERS = ("otspec", "llm_bridge")
+
+
+def code_version(root=None) -> dict | None:
+    """The code a record is made from: ``{"commit", "modified"}``, the git commit checked out at ``root`` (default:
+    the checkout this package runs from) and whether :data:`CODE_FOLDERS` hold uncommitted changes or new files git
+    does not ignore; ``None`` outside a git checkout, where git is missing, or (by default) where this package runs
+    from an installed copy rather than a checkout, so a record names what made it whenever it can."""
+    root = Path(__file__).resolve().parents[2] if root is None else Path(root).resolve()
+
+    def git(*args) -> str:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30,
+                              check=True).stdout.strip()
+
+    try:
+        if Path(git("rev-parse", "--show-toplevel")).resolve() != root:  # an installed copy inside some checkout
+            return None
+        commit = git("rev-parse", "HEAD")
+        changed = git("status", "--porcelain", "--", *CODE_FOLDERS)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit, "modified": bool(changed)}
 
 
 def _check(obj: dict, key: str, kind, where: str, *, optional: bool = False):

@@ -28,7 +28,7 @@ from .llm_predictions import (
     prediction_check_markdown,
     prediction_check_summary,
 )
-from .llm_text import fmt, peer_text, timing_text
+from .llm_text import code_text, fmt, peer_text, timing_text
 
 __all__ = ["PREDICTION_MIN_PROMPTS", "PREDICTION_TOLERANCE", "adaptive_markdown", "llm_data", "prediction_check",
            "prediction_check_markdown", "prediction_check_summary", "record_main", "record_markdown",
@@ -43,7 +43,7 @@ def record_markdown(record: dict, title: str | None = None) -> str:
              f"{' (' + s['accelerator'] + ')' if s.get('accelerator') else ''} ({pair['dtype']}, "
              f"{s['threads']} threads, torch {s['torch']}, transformers {s['transformers']}); {s['prompts']} prompts "
              f"× {s['max_new_tokens']} new tokens, temperature {s['temperature']}, top-k {s['top_k']}, "
-             f"top-p {s['top_p']}, batch {s['batch_size']}, seed {s['seed']}.", ""]
+             f"top-p {s['top_p']}, batch {s['batch_size']}, seed {s['seed']}.{code_text(s)}", ""]
     if record.get("unreliable_timing"):
         lines += [f"**Unreliable timing: {record['unreliable_timing']}.** The tokens/s and speedups below were "
                   "measured on a machine that was not quiet; block efficiencies and predictions do not depend on it.",

@@ -7,7 +7,7 @@ head, the draft's own confidence (``head["rule"] == "confidence"``); fixed K sit
 from __future__ import annotations
 
 from .common import axes
-from .llm_text import fmt, peer_text, timing_text
+from .llm_text import code_text, fmt, peer_text, timing_text
 
 __all__ = ["adaptive_markdown", "render_adaptive_record"]
 
@@ -103,7 +103,7 @@ def adaptive_markdown(record: dict, title: str | None = None) -> str:
              f"Loop: {s['prompts']} prompts × {s['max_new_tokens']} tokens, token verification, K_max = "
              f"{s['max_length']}; plain sampling {record['baseline']['tokens_per_s']:.1f} tokens/s in the same run"
              + (" (each batch of prompts decoded by plain sampling and every policy in turn: speedup [smallest, "
-                "largest] over those timing rounds)." if record["baseline"].get("rounds") else "."),
+                "largest] over those timing rounds)." if record["baseline"].get("rounds") else ".") + code_text(s),
              *peer_text(record), "",
              *([f"**Unreliable timing: {record['unreliable_timing']}.** Tokens/s and speedups below were measured "
                 "on a machine that was not quiet.", ""] if record.get("unreliable_timing") else []),

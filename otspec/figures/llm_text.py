@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["fmt", "peer_text", "timing_text"]
+__all__ = ["code_text", "fmt", "peer_text", "timing_text"]
 
 
 def fmt(x, digits: int = 3) -> str:
@@ -51,3 +51,12 @@ def peer_text(record: dict) -> list[str]:
             + (f". The fastest of {', '.join(sorted(hf['choice']['candidates']))} on "
                f"{hf['choice']['prompts']} prediction prompts; timed on every measured prompt with the runs"
                if hf.get("choice") else "") + "."]
+
+
+def code_text(settings: dict) -> str:
+    """`` Made from commit abc1234.`` (with its uncommitted changes, where it had any) where the record names the
+    code that made it (``settings.code``), else nothing."""
+    code = settings.get("code")
+    if not code:
+        return ""
+    return f" Made from commit {code['commit'][:7]}{' with uncommitted changes' if code.get('modified') else ''}."
