@@ -179,7 +179,8 @@ class CostProfile:
     def _dry_columns(self, key: str) -> dict:
         """A dry run's per-iteration columns as numbers, rounds set aside excluded."""
         keep = self._kept(self.dry[key])
-        return {k: np.asarray(v, dtype=np.float64)[keep] for k, v in self.dry[key].items() if k not in ("kind", "round")}
+        return {k: np.asarray(v, dtype=np.float64)[keep] for k, v in self.dry[key].items()
+                if k not in ("kind", "round")}
 
     def _model_costs(self, keys) -> dict:
         """``t_draft`` (draft time per draft call) and ``scale`` (target time over the same widths' calls timed in

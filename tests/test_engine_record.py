@@ -77,8 +77,11 @@ def test_the_registry_draws_records_from_the_folder_it_is_given(tmp_path, capsys
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_code_version_names_the_commit_and_uncommitted_code(tmp_path):
     assert code_version(tmp_path) is None  # not a checkout
-    run = lambda *args: subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True,  # noqa: E731
-                                       text=True).stdout.strip()
+
+    def run(*args) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True,
+                              text=True).stdout.strip()
+
     run("init", "-q")
     (tmp_path / "otspec").mkdir()
     (tmp_path / "figures").mkdir()
