@@ -24,7 +24,7 @@ from .measure import CallTimer
 from .sessions import ModelSession
 
 __all__ = ["IterationClock", "ZeroAcceptance", "config_key", "dry_contexts", "dry_run", "dry_run_steps", "dry_tokens",
-           "uses_host_rows"]
+           "follows_plain", "uses_host_rows"]
 
 
 class ZeroAcceptance(Verifier):
@@ -182,10 +182,17 @@ def dry_tokens(n_tokens: int, draft) -> int:
     return max(n_tokens // 2, as_controller(draft).max_length * 2 + 4)
 
 
+def follows_plain(draft) -> bool:
+    """Whether a calibration round's dry run of ``draft`` starts from plain decoding's continuation (a chain's) rather
+    than from the prompts (a tree's): :func:`dry_contexts`."""
+    return not isinstance(draft, (DraftTree, ConfidenceTree))
+
+
 def dry_contexts(draft, prompts, continuations, n_tokens: int) -> tuple[list, int]:
     """Where a calibration round's dry run of ``draft`` starts, and the tokens it decodes (:func:`dry_tokens`): a
-    chain's from a quarter of each prompt's plain ``continuations`` on, a tree's from the prompts themselves."""
-    if isinstance(draft, (DraftTree, ConfidenceTree)):
+    chain's from a quarter of each prompt's plain ``continuations`` on, a tree's from the prompts themselves
+    (``continuations`` may then be ``None``: :func:`follows_plain`)."""
+    if not follows_plain(draft):
         return [np.asarray(p, dtype=np.int64) for p in prompts], dry_tokens(n_tokens, draft)
     return ([np.concatenate([np.asarray(p, dtype=np.int64), t[:n_tokens // 4]])
              for p, t in zip(prompts, continuations, strict=True)], dry_tokens(n_tokens, draft))

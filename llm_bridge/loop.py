@@ -39,9 +39,9 @@ from .measure import CallTimer, two_point
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .sessions import ModelSession
 
-__all__ = ["PAIRINGS", "BridgeResult", "Gathered", "Tick", "check_pairing", "finish", "interleave", "loop_generator",
-           "plain_batches", "plain_generate", "relay", "speculative_batches", "speculative_generate", "ticks",
-           "uses_host_rows"]
+__all__ = ["PAIRINGS", "BridgeResult", "Gathered", "Tick", "check_pairing", "default_pairing", "finish", "interleave",
+           "loop_generator", "one_by_one", "plain_batches", "plain_generate", "relay", "speculative_batches",
+           "speculative_generate", "ticks", "turns", "uses_host_rows"]
 
 
 @dataclass
@@ -204,6 +204,53 @@ def check_pairing(pairing: str) -> str:
     return pairing
 
 
+def default_pairing(target) -> str:
+    """``steps`` on the CPU; ``batches`` on a device that queues its work (CUDA), where a suspended loop's work may
+    still be running when another run starts."""
+    return "batches" if str(getattr(target, "device", "cpu")).startswith("cuda") else "steps"
+
+
+def _checked(i: int, tick):
+    if not isinstance(tick, Tick):
+        raise TypeError(f"interleave: run {i} yielded {tick!r}; a *_batches generator yields Tick objects")
+    return tick
+
+
+def turns(runs):
+    """Drive ``runs`` (``*_batches`` generators) one iteration at a time, always of the run that has done the smallest
+    share of its work (of those at the same share, one still inside its batch first, then the first listed), yielding
+    ``(i, tick)`` after every iteration of run i; returns the runs' results in order. :func:`interleave`'s ``"steps"``
+    pairing, and what a generator that holds several loops (the calibration's rounds) drives them with, so that each
+    of its loops keeps the company the measured loops keep."""
+    runs, results = list(runs), {}
+    done, at_end = [0.0] * len(runs), [False] * len(runs)
+    while len(results) < len(runs):
+        i = min((j for j in range(len(runs)) if j not in results), key=lambda j: (done[j], at_end[j], j))
+        try:
+            tick = _checked(i, next(runs[i]))
+        except StopIteration as stop:
+            results[i] = stop.value
+            continue
+        done[i], at_end[i] = tick.done, tick.round_end
+        yield i, tick
+    return [results[i] for i in range(len(runs))]
+
+
+def one_by_one(runs):
+    """:func:`turns`' interface, each run whole in turn (where loops may not be suspended mid-batch: a device that
+    queues its work, :func:`default_pairing`)."""
+    results = []
+    for i, run in enumerate(runs):
+        while True:
+            try:
+                tick = _checked(i, next(run))
+            except StopIteration as stop:
+                results.append(stop.value)
+                break
+            yield i, tick
+    return results
+
+
 def interleave(runs, on_round=None, pairing: str = "steps") -> list:
     """Drive several ``*_batches`` generators in turn, so that plain and speculative decoding are timed in the same
     windows (ABAB…), whatever the machine does meanwhile; returns their results, in order. Each generator keeps its
@@ -221,8 +268,17 @@ def interleave(runs, on_round=None, pairing: str = "steps") -> list:
     a place in the round falls on every run in turn. On a device that queues its work (CUDA), a suspended loop's work
     may still be running when another starts, so only whole batches are paired there."""
     check_pairing(pairing)
+    if pairing == "steps":
+        steps = turns(runs)
+        while True:
+            try:
+                i, tick = next(steps)
+            except StopIteration as stop:
+                return stop.value
+            if tick.round_end and on_round is not None:
+                on_round(i)
     runs, results = list(runs), {}
-    done, at_end = [0.0] * len(runs), [False] * len(runs)
+    at_end = [False] * len(runs)
 
     def advance(i) -> None:
         try:
@@ -230,16 +286,10 @@ def interleave(runs, on_round=None, pairing: str = "steps") -> list:
         except StopIteration as stop:
             results[i] = stop.value
             return
-        if not isinstance(tick, Tick):
-            raise TypeError(f"interleave: run {i} yielded {tick!r}; a *_batches generator yields Tick objects")
-        done[i], at_end[i] = tick.done, tick.round_end
+        at_end[i] = _checked(i, tick).round_end
         if tick.round_end and on_round is not None:
             on_round(i)
 
-    if pairing == "steps":
-        while len(results) < len(runs):
-            advance(min((i for i in range(len(runs)) if i not in results), key=lambda i: (done[i], at_end[i], i)))
-        return [results[i] for i in range(len(runs))]
     turn = 0
     while len(results) < len(runs):
         first = turn % len(runs)

@@ -16,7 +16,14 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
-from .loop import PAIRINGS, check_pairing, interleave, plain_batches, plain_generate
+from .loop import (
+    PAIRINGS,
+    check_pairing,
+    default_pairing,
+    interleave,
+    plain_batches,
+    plain_generate,
+)
 
 __all__ = ["MAX_BASELINE_DRIFT", "MIN_OTHER_LOAD", "PAIRING_METHODS", "ROUND_ORDER", "LoadMeter", "TimedRuns",
            "add_timing_arguments", "default_pairing", "load_average", "settle", "timed_runs", "timing_check",
@@ -141,12 +148,6 @@ PAIRING_METHODS = {
              "suspended is not counted",
     "batches": "batch by batch: a whole batch of prompts of each run in turn, the order rotating (round_order)",
 }
-
-
-def default_pairing(target) -> str:
-    """``steps`` on the CPU; ``batches`` on a device that queues its work (CUDA), where a suspended loop's work may
-    still be running when another run starts."""
-    return "batches" if str(getattr(target, "device", "cpu")).startswith("cuda") else "steps"
 
 
 def add_timing_arguments(ap) -> None:

@@ -387,3 +387,53 @@ def test_a_dry_run_suspended_between_iterations_leaves_the_time_away_out_of_its_
     # every iteration's wall clock is its own: no row holds a pause (each would be at least 200 ms)
     assert max(cols["wall_ms"]) < 1e3 * pause
     assert all(w >= t for w, t in zip(cols["wall_ms"], cols["target_ms"], strict=True))
+
+
+def test_a_calibration_rounds_loops_take_turns_in_the_measured_runs_order(monkeypatch):
+    import itertools
+
+    import llm_bridge.calibrate as calibration
+    from otspec.drafts import parse_tree
+    from otspec.engine.loop import finish
+    from otspec.verifiers import MultiRound
+
+    log = []
+
+    def logged(name, make):  # the real loop, noting each iteration it makes
+        def wrapped(*args, **kw):
+            steps = make(*args, **kw)
+            while True:
+                try:
+                    x = next(steps)
+                except StopIteration as stop:
+                    return stop.value
+                log.append(name(args))
+                yield x
+        return wrapped
+
+    monkeypatch.setattr(calibration, "_plain_chunk", logged(lambda a: "plain", calibration._plain_chunk))
+    monkeypatch.setattr(calibration, "dry_run_steps",
+                        logged(lambda a: f"{type(a[1]).__name__}:{a[2]}", calibration.dry_run_steps))
+    pair = tiny_pair()
+    prompts = random_prompts(4, np.random.default_rng(0))
+    chains = [(config_key(n, 2), REGISTRY[n](), 2) for n in ("token", "block_v1")]
+    trees = [(config_key(n, "2x1"), v, parse_tree("2x1"))
+             for n, v in (("kseq", KSeq()), ("multiround", MultiRound()))]
+    rounds = finish(calibration.calibration_batches(pair, prompts, 12, chains=chains, trees=trees,
+                                                    sampling=Sampling(), batch_size=2, cache="dynamic"))
+    first_keys = ["plain", "KSeq:2x1", "MultiRound:2x1"]
+    phases = [list(g) for _, g in itertools.groupby(log, key=lambda e: e in first_keys)]
+    assert [p[0] in first_keys for p in phases] == [True, False] * 2  # two rounds of two phases each
+    for first, chained in zip(phases[::2], phases[1::2], strict=True):
+        # plain decoding and the tree dry runs (which start from the prompts) take turns iteration by iteration, in
+        # the order listed, as the measured runs do (not plain decoding whole first: a tree iteration before its last)
+        assert first[:3] == first_keys and first.count("plain") == 12
+        last_plain = len(first) - 1 - first[::-1].index("plain")
+        assert first.index("KSeq:2x1") < last_plain and first.index("MultiRound:2x1") < last_plain
+        # then the chain dry runs (which start from plain decoding's continuation), each iteration the other's turn
+        # (zero acceptance: both make the same number of iterations)
+        assert chained == ["TokenVerify:2", "BackwardBlockVerify:2"] * (len(chained) // 2) and len(chained) >= 16
+    # the columns land under their own configuration, whatever the order they were measured in
+    assert [rounds.dry[k]["kind"] for k in ("token:L=2", "block_v1:L=2", "kseq:2x1", "multiround:2x1")] == \
+        ["chain", "chain", "tree", "tree"]
+    assert rounds.dry["token:L=2"]["round"] == [0] * 7 + [1] * 7 and rounds.plain["round"] == [0] * 11 + [1] * 11

@@ -226,6 +226,21 @@ def test_steps_pairing_keeps_every_run_at_the_same_share_of_its_work():
     assert rounds == [1, 0, 2, 1, 0, 2]  # every run's first round ends before any run's second begins
 
 
+def test_turns_and_one_by_one_drive_loops_inside_a_generator():
+    from llm_bridge.loop import finish, one_by_one, relay, turns
+
+    def holder(drive, log):  # a generator holding three loops, as a calibration round does
+        out = yield from relay(drive([_ticking(n, s, log) for n, s in (("a", [0.5, 1.0]), ("b", [1.0]),
+                                                                       ("c", [0.25, 0.5, 0.75, 1.0]))]),
+                               lambda step: Tick(step[1].done / 3))
+        return out
+
+    log = []
+    assert finish(holder(turns, log)) == ["a", "b", "c"] and "".join(log) == "abccacc"  # worked out by hand
+    log = []
+    assert finish(holder(one_by_one, log)) == ["a", "b", "c"] and "".join(log) == "aabcccc"  # each whole in turn
+
+
 def test_interleave_refuses_a_generator_that_yields_no_tick_and_an_unknown_pairing():
     def bare():
         yield
