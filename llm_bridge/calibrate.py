@@ -17,6 +17,11 @@ a batch at a time, and in each *round* measures, in one window:
   verifier, whole, from the prompt (its acceptance is not used: only what each iteration costs;
   :func:`dry_contexts`).
 
+The loops of a round take turns iteration by iteration, as a record's measured runs do (plain decoding with the tree
+dry runs, then the chain dry runs, which start from its continuation, with each other): an iteration costs what the
+loop before it left behind, and a dry run that follows its own iterations is cheaper than its run
+(:func:`calibration_batches`).
+
 This machine's speed drifts by several per cent over minutes; plain decoding and the dry runs measured round by round
 drift together, so their ratio, which the speedup is, holds (the measured runs are interleaved the same way,
 :mod:`llm_bridge.timing`). A record goes further: it takes the calibration's rounds (:func:`calibration_batches`) in
