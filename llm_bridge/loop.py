@@ -241,13 +241,7 @@ def one_by_one(runs):
     queues its work, :func:`default_pairing`)."""
     results = []
     for i, run in enumerate(runs):
-        while True:
-            try:
-                tick = _checked(i, next(run))
-            except StopIteration as stop:
-                results.append(stop.value)
-                break
-            yield i, tick
+        results.append((yield from relay(run, lambda tick, i=i: (i, _checked(i, tick)))))
     return results
 
 
@@ -269,14 +263,10 @@ def interleave(runs, on_round=None, pairing: str = "steps") -> list:
     may still be running when another starts, so only whole batches are paired there."""
     check_pairing(pairing)
     if pairing == "steps":
-        steps = turns(runs)
-        while True:
-            try:
-                i, tick = next(steps)
-            except StopIteration as stop:
-                return stop.value
-            if tick.round_end and on_round is not None:
-                on_round(i)
+        def noted(step) -> None:
+            if step[1].round_end and on_round is not None:
+                on_round(step[0])
+        return finish(relay(turns(runs), noted))
     runs, results = list(runs), {}
     at_end = [False] * len(runs)
 

@@ -393,6 +393,7 @@ def test_a_calibration_rounds_loops_take_turns_in_the_measured_runs_order(monkey
     import itertools
 
     import llm_bridge.calibrate as calibration
+    from llm_bridge.loop import relay
     from otspec.drafts import parse_tree
     from otspec.engine.loop import finish
     from otspec.verifiers import MultiRound
@@ -400,16 +401,7 @@ def test_a_calibration_rounds_loops_take_turns_in_the_measured_runs_order(monkey
     log = []
 
     def logged(name, make):  # the real loop, noting each iteration it makes
-        def wrapped(*args, **kw):
-            steps = make(*args, **kw)
-            while True:
-                try:
-                    x = next(steps)
-                except StopIteration as stop:
-                    return stop.value
-                log.append(name(args))
-                yield x
-        return wrapped
+        return lambda *args, **kw: relay(make(*args, **kw), lambda x: log.append(name(args)) or x)
 
     monkeypatch.setattr(calibration, "_plain_chunk", logged(lambda a: "plain", calibration._plain_chunk))
     monkeypatch.setattr(calibration, "dry_run_steps",
