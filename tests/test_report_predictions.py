@@ -296,3 +296,28 @@ def test_a_miss_whose_own_confidence_interval_reaches_a_holding_value_is_told_ap
                           ([firm], "*Misses and timing noise.* The one counted speedup miss is not within its")]:
         assert any(line.startswith(start) for line in prediction_check_markdown(prediction_check(
             [record("llm_a.json", subset)])))
+
+
+def test_the_interval_coverage_paragraph_counts_measurements_outside_against_a_calibrated_intervals_share():
+    # the five speedups of the noise test: +12 % (outside [0.90, 1.08]), +12 % (outside), +7 % (outside [0.95, 1.05]
+    # but within 10 %), +2 % (inside [0.90, 1.10]), +30 % (outside); every block efficiency +1.4 %, inside
+    runs = [run("token", 1, speedup=1.12, pred_sp=1.00, sp_interval={"low": 0.90, "high": 1.08}, source="cost_profile"),
+            run("token", 2, speedup=1.12, pred_sp=1.00, sp_interval={"low": 0.90, "high": 1.08}, source="cost_profile"),
+            run("token", 3, speedup=1.07, pred_sp=1.00, sp_interval={"low": 0.95, "high": 1.05}, source="cost_profile"),
+            run("token", 4, speedup=1.02, pred_sp=1.00, source="cost_profile"),
+            run("token", 5, speedup=1.30, pred_sp=1.00, source="cost_profile")]
+    rows = prediction_check([record("llm_a.json", runs)])
+    summary = prediction_check_summary(rows)
+    assert (summary["be_outside"], summary["be_beyond_tolerance"]) == (0, 0)
+    assert (summary["speedup_outside"], summary["speedup_beyond_tolerance"]) == (4, 3)
+    # 5 runs at 5 %: expected 0.25; P(X = 0) = 0.95^5 = 0.774 > 0.025 and P(X <= 1) = 0.774 + 5 (0.05) 0.95^4 = 0.977
+    # >= 0.975, so the central 95 % range is 0-1
+    line = next(x for x in prediction_check_markdown(rows) if x.startswith("*Interval coverage.*"))
+    assert "95 % prediction interval" in line
+    assert "block efficiency, 0 of 5 outside their intervals where 0.25 are expected (0–1), 0 beyond 10 %" in line
+    assert "speedup, 4 of 5 outside their intervals where 0.25 are expected (0–1), 3 beyond 10 %" in line
+    # 40 runs: expected 2; P(X <= 4) = 0.952 < 0.975 <= P(X <= 5) = 0.986, so 0-5
+    many = [run("token", L, speedup=1.0, pred_sp=1.0, source="cost_profile") for L in range(1, 41)]
+    line = next(x for x in prediction_check_markdown(prediction_check([record("llm_a.json", many)]))
+                if x.startswith("*Interval coverage.*"))
+    assert "speedup, 0 of 40 outside their intervals where 2.00 are expected (0–5), 0 beyond 10 %" in line

@@ -13,8 +13,9 @@ from __future__ import annotations
 from ..engine.forecast import FORECAST_TOLERANCE, compare_prediction, forecast_check
 from .llm_text import fmt
 
-__all__ = ["FORECAST_TOLERANCE", "PREDICTION_MIN_PROMPTS", "PREDICTION_TOLERANCE", "forecast_check",
-           "forecast_markdown", "prediction_check", "prediction_check_markdown", "prediction_check_summary"]
+__all__ = ["FORECAST_TOLERANCE", "INTERVAL_CONFIDENCE", "PREDICTION_MIN_PROMPTS", "PREDICTION_TOLERANCE",
+           "coverage_paragraph", "forecast_check", "forecast_markdown", "prediction_check", "prediction_check_markdown",
+           "prediction_check_summary"]
 
 
 #: A prediction holds when the measurement is within this share of it and inside its interval.
@@ -22,6 +23,9 @@ PREDICTION_TOLERANCE = 0.10
 
 #: A record over fewer prompts than this is listed in the check but left out of its counts.
 PREDICTION_MIN_PROMPTS = 32
+
+#: The level of the records' prediction intervals (``otspec.engine.predict``'s default, which llm_bridge keeps).
+INTERVAL_CONFIDENCE = 0.95
 
 
 def _hashable(x):
@@ -202,6 +206,32 @@ def _noise_paragraph(misses: int, within: int, tol: str) -> str:
             f"measurement's own noise: {noise}; the others miss with their whole interval. Both still count as misses.")
 
 
+def coverage_paragraph(c: dict, confidence: float = INTERVAL_CONFIDENCE) -> str:
+    """The prediction table's paragraph on interval coverage, from :func:`prediction_check_summary`'s counts ``c``:
+    how many counted measurements fell outside their prediction intervals beside how many a calibrated interval of
+    level ``confidence`` lets fall outside (the expected count and a central binomial 95 % range, runs taken as
+    independent), and how many missed the tolerance."""
+    from scipy.stats import binom
+
+    miss = 1.0 - confidence
+    parts = []
+    for what, n, out, beyond in (("block efficiency", c["be_counted"], c["be_outside"], c["be_beyond_tolerance"]),
+                                 ("speedup", c["speedup_counted"], c["speedup_outside"],
+                                  c["speedup_beyond_tolerance"])):
+        if not n:
+            continue
+        low, high = (int(x) for x in binom.interval(0.95, n, miss))
+        parts.append(f"{what}, {out} of {n} outside their intervals where {miss * n:.2f} are expected "
+                     f"({low}–{high}), {beyond} beyond {100 * PREDICTION_TOLERANCE:.0f} %")
+    if not parts:
+        return ""
+    return (f"*Interval coverage.* Every interval is a {100 * confidence:.0f} % prediction interval, so a calibrated "
+            f"one lets about {100 * miss:.0f} % of measurements fall outside: " + "; ".join(parts) + ". The ranges "
+            "in parentheses are the central 95 % of a binomial count over independent runs; the runs of one record "
+            "share its prompts and its machine's window, so the real spread is wider. A count far above its range "
+            "would say the intervals are too narrow; one far below, too wide.")
+
+
 def _interval_text(iv: dict | None, digits: int) -> str:
     return f" [{fmt(iv.get('low'), digits)}, {fmt(iv.get('high'), digits)}]" if iv else ""
 
@@ -232,6 +262,10 @@ def prediction_check_summary(rows: list) -> dict:
             "speedup_held": sum(bool(r["speedup_holds"]) for r in sp), "speedup_counted": len(sp),
             "speedup_circular": sum(bool(r["speedup_circular"]) for r in distinct),
             "speedup_misses_within_noise": sum(bool(r["speedup_miss_within_noise"]) for r in sp),
+            "be_outside": sum(r["inside_interval"] is False for r in be),
+            "be_beyond_tolerance": sum(r["within_tolerance"] is False for r in be),
+            "speedup_outside": sum(r["speedup_inside_interval"] is False for r in sp),
+            "speedup_beyond_tolerance": sum(r["speedup_within_tolerance"] is False for r in sp),
             "duplicates": sum(merged.values()), "merged": merged, "left_out": left_out}
 
 
@@ -241,7 +275,7 @@ def prediction_check_markdown(rows: list) -> list:
     if not rows:
         return []
     c = prediction_check_summary(rows)
-    tol = f"{100 * PREDICTION_TOLERANCE:.0f} %"
+    tol, coverage = f"{100 * PREDICTION_TOLERANCE:.0f} %", coverage_paragraph(c)
     lines = [f"### Predictions against measurements, distinct runs — block efficiency: {c['be_held']} of "
              f"{c['be_counted']} runs hold ({c['be_circular']} circular left out); speedup: {c['speedup_held']} of "
              f"{c['speedup_counted']} hold ({c['speedup_circular']} circular left out)", "",
@@ -273,6 +307,7 @@ def prediction_check_markdown(rows: list) -> list:
               f"{'s' if c['speedup_circular'] != 1 else ''}, left out of the speedup count). In parentheses: the "
               "result of a prediction that is not counted.", "",
               _noise_paragraph(c['speedup_counted'] - c['speedup_held'], c['speedup_misses_within_noise'], tol), "",
+              *([coverage, ""] if coverage else []),
               "| record | verifier | draft | block efficiency [95% CI] | predicted [interval] | error | holds "
               "| speedup [CI] | predicted [interval] | error | holds | note |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
