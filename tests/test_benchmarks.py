@@ -103,3 +103,20 @@ def test_the_readme_goal_table_is_the_committed_measurement():
     text = (root / "README.md").read_text()
     block = text[text.index(MARK[0]) + len(MARK[0]):text.index(MARK[1])].strip()
     assert block == table(saved["results"], saved["machine"])
+
+
+def test_host_sync_benchmark_runs_and_counts_the_timers_synchronisations():
+    pytest.importorskip("torch")
+    out_file = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_host_syncs_{os.getpid()}.json"
+    proc = subprocess.run([sys.executable, str(BENCH / "bench_host_syncs.py"), "--tokens", "12", "--L", "2",
+                           "--tree", "2x1", "--iid-tree", "iid:2:2", "--json", str(out_file)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(out_file.read_text())
+    out_file.unlink()
+    assert {"chain token L = 2", "chain block L = 2", "tree kseq 2x1"} <= set(out)
+    assert any(label.startswith("tree gbv ") for label in out)  # on 2x1 (two i.i.d. paths) or the i.i.d. tree
+    token = out["chain token L = 2"]
+    # every iteration times at least a draft call and a target call, two synchronisations each on CUDA
+    assert token["iterations"] >= 2 and token["max"] >= 4
+    assert any(site.startswith("synchronize at llm_bridge/measure.py") for site, _ in token["sites"])

@@ -1,0 +1,200 @@
+"""Host synchronisations per speculative iteration, for every chain verifier and every tree verifier, timer on.
+
+Usage: python benchmarks/bench_host_syncs.py [--batch 3] [--tokens 48] [--L 4] [--tree 2x2x1] [--iid-tree iid:2:3]
+       [--json FILE]
+
+On a GPU every read of a device tensor on the host (``.item``, ``.tolist``, ``.cpu``, ``.numpy``, ``bool(t)``,
+``int(t)``, ``np.asarray(t)``), every tensor built from host data (``torch.as_tensor`` / ``torch.tensor`` of a list or
+an array), every boolean-mask index (its size depends on the data) and every ``torch.cuda.synchronize`` waits for the
+device. This benchmark runs the loops on two tiny random models on the CPU (the same code a GPU runs), with a
+:class:`~llm_bridge.measure.CallTimer` as a record's runs have, and counts each of these made from otspec's or
+llm_bridge's own code (not from inside the model), per iteration; the timer's synchronisations are counted where it
+would make them on CUDA (twice per timed call). It prints, per configuration, the mean and largest count per
+iteration and the five commonest call sites, or why it did not run (a verifier without a torch path, a size it
+refuses). Chains run with rows on the device (``host_rows=False``); trees as the tree loop runs them today (rows on
+the host). Nothing is asserted: it measures where the loop stands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+OURS = (str(ROOT / "otspec"), str(ROOT / "llm_bridge"))
+READS = ("cpu", "numpy", "item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__array__")
+
+
+class SyncCounter:
+    """Patches the host reads, host-built tensors, boolean indexing and the timer's synchronisation; ``seen`` grows by
+    one call site per event made from otspec / llm_bridge code."""
+
+    def __init__(self):
+        self.seen, self._undo = [], []
+
+    def _ours(self, depth: int = 2) -> str | None:
+        frame = sys._getframe(depth)
+        name = frame.f_code.co_filename
+        return f"{Path(name).parent.name}/{Path(name).name}:{frame.f_lineno}" if name.startswith(OURS) else None
+
+    def _patch(self, owner, name, make):
+        original = getattr(owner, name)
+        setattr(owner, name, make(original))
+        self._undo.append((owner, name, original))
+
+    def __enter__(self):
+        import torch
+
+        from llm_bridge.measure import CallTimer
+
+        def read(kind):
+            def make(original):
+                def wrapped(t, *a, **k):
+                    where = self._ours()
+                    if where:
+                        self.seen.append(f"{kind} at {where}")
+                    return original(t, *a, **k)
+                return wrapped
+            return make
+
+        for name in READS:
+            self._patch(torch.Tensor, name, read(name.strip("_")))
+
+        def built(kind):
+            def make(original):
+                def wrapped(data, *a, **k):
+                    where = self._ours()
+                    if where and not isinstance(data, torch.Tensor):
+                        self.seen.append(f"{kind} from host at {where}")
+                    return original(data, *a, **k)
+                return wrapped
+            return make
+
+        for name in ("as_tensor", "tensor"):
+            self._patch(torch, name, built(name))
+
+        def index(original):
+            def wrapped(t, key):
+                keys = key if isinstance(key, tuple) else (key,)
+                if any(isinstance(x, torch.Tensor) and x.dtype == torch.bool for x in keys):
+                    where = self._ours()
+                    if where:
+                        self.seen.append(f"boolean index at {where}")
+                return original(t, key)
+            return wrapped
+
+        self._patch(torch.Tensor, "__getitem__", index)
+
+        def sync(original):
+            def wrapped(timer):
+                where = self._ours()
+                self.seen.append(f"synchronize at {where or 'timer'}")
+                return original(timer)
+            return wrapped
+
+        self._patch(CallTimer, "_sync", sync)
+        return self
+
+    def __exit__(self, *exc):
+        for owner, name, original in reversed(self._undo):
+            setattr(owner, name, original)
+
+
+def _marks(counter):
+    from otspec.engine.observers import Observer
+
+    class Marks(Observer):
+        def __init__(self):
+            self.marks = []
+
+        def on_chain(self, step):
+            self.marks.append(len(counter.seen))
+
+        def on_tree(self, step):
+            self.marks.append(len(counter.seen))
+
+    return Marks()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, default=3)
+    parser.add_argument("--tokens", type=int, default=48)
+    parser.add_argument("--L", type=int, default=4)
+    parser.add_argument("--tree", default="2x2x1")
+    parser.add_argument("--iid-tree", default="iid:2:3", help="for a verifier of i.i.d. paths only (GBV)")
+    parser.add_argument("--json", default=None, help="write the counts here")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from llm_bridge.measure import CallTimer
+    from llm_bridge.sampling import Sampling
+    from llm_bridge.sessions import ModelSession
+    from llm_bridge.trees import parse_tree
+    from llm_bridge.validate import TREE_VERIFIERS
+    from otspec.engine.controllers import FixedDraftLength
+    from otspec.engine.loop import chain_loop, tree_loop
+    from otspec.verifiers import CHAIN_VERIFIERS
+    from tests.llm_tiny import random_prompts, tiny_pair
+
+    pair, sampling, B = tiny_pair(sharpness=3.0), Sampling(), args.batch
+    prompts = random_prompts(B, np.random.default_rng(0))
+    results = {}
+
+    def run(label, make_loop):
+        timer = CallTimer("cuda")  # counts the synchronisations it would make; _sync is patched and never syncs
+        with SyncCounter() as counter:
+            marks = _marks(counter)
+            try:
+                make_loop(timer, marks)
+            except Exception as err:  # a verifier without a torch path, a size it refuses: say so and go on
+                results[label] = {"error": f"{type(err).__name__}: {err}"}
+                print(f"{label:44s} did not run: {type(err).__name__}: {err}")
+                return
+        per = np.diff([0, *marks.marks])[1:]  # the first iteration holds the prefill
+        sites = Counter(counter.seen[marks.marks[0]:]).most_common(5)
+        results[label] = {"iterations": int(per.size), "mean": float(per.mean()), "max": int(per.max()),
+                          "sites": [[s, n] for s, n in sites]}
+        print(f"{label:44s} {per.size:3d} it | per iteration mean {per.mean():6.1f} max {per.max():4d} | "
+              + "; ".join(f"{n}x {s}" for s, n in sites[:3]))
+
+    original_sync = CallTimer._sync
+    CallTimer._sync = lambda self: None  # the counter wraps this no-op: nothing here has a device to wait for
+    try:
+        for name, cls in CHAIN_VERIFIERS.items():
+            def chain(timer, marks, cls=cls):
+                target = ModelSession(pair.target.model, B, sampling, host_rows=False, name="target", timer=timer)
+                draft = pair.drafter.session(B, sampling, host_rows=False, timer=timer)
+                chain_loop(draft, target, cls(), FixedDraftLength(args.L), args.tokens,
+                           torch.Generator().manual_seed(0), prompts=prompts, observers=[marks], timer=timer)
+            run(f"chain {name} L = {args.L}", chain)
+        for name, cls in TREE_VERIFIERS.items():
+            verifier = cls()
+            spec, tree = args.tree, parse_tree(args.tree, verifier.replacement)
+            try:
+                getattr(verifier, "check_tree", lambda t: None)(tree)
+            except ValueError:  # a verifier of i.i.d. paths only (GBV)
+                spec, tree = args.iid_tree, parse_tree(args.iid_tree, verifier.replacement)
+
+            def grow(timer, marks, verifier=verifier, tree=tree):
+                target = ModelSession(pair.target.model, B, sampling, host_rows=True, name="target", timer=timer)
+                draft = pair.drafter.session(B, sampling, timer=timer)
+                tree_loop(draft, target, verifier, tree, args.tokens, np.random.default_rng(0), prompts=prompts,
+                          observers=[marks], timer=timer)
+            run(f"tree {name} {spec}", grow)
+    finally:
+        CallTimer._sync = original_sync
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
