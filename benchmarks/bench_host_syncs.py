@@ -8,11 +8,12 @@ On a GPU every read of a device tensor on the host (``.item``, ``.tolist``, ``.c
 an array), every boolean-mask index (its size depends on the data) and every ``torch.cuda.synchronize`` waits for the
 device. This benchmark runs the loops on two tiny random models on the CPU (the same code a GPU runs), with a
 :class:`~llm_bridge.measure.CallTimer` as a record's runs have, and counts each of these made from otspec's or
-llm_bridge's own code (not from inside the model), per iteration; the timer's synchronisations are counted where it
-would make them on CUDA (twice per timed call). It prints, per configuration, the mean and largest count per
-iteration and the five commonest call sites, or why it did not run (a verifier without a torch path, a size it
-refuses). Chains run with rows on the device (``host_rows=False``); trees as the tree loop runs them today (rows on
-the host). Nothing is asserted: it measures where the loop stands.
+llm_bridge's own code (not from inside the model), per iteration (``tests.host_syncs.SyncCounter``, the device tests'
+counter too); the timer's synchronisations are counted where it would make them on CUDA (twice per timed call). It
+prints, per configuration, the mean and largest count per iteration and the five commonest call sites, or why it did
+not run (a verifier without a torch path, a size it refuses). Chains run with rows on the device
+(``host_rows=False``); trees as the tree loop runs them today (rows on the host). Nothing is asserted: it measures
+where the loop stands.
 """
 
 from __future__ import annotations
@@ -27,99 +28,6 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-OURS = (str(ROOT / "otspec"), str(ROOT / "llm_bridge"))
-READS = ("cpu", "numpy", "item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__array__")
-
-
-class SyncCounter:
-    """Patches the host reads, host-built tensors, boolean indexing and the timer's synchronisation; ``seen`` grows by
-    one call site per event made from otspec / llm_bridge code."""
-
-    def __init__(self):
-        self.seen, self._undo = [], []
-
-    def _ours(self, depth: int = 2) -> str | None:
-        frame = sys._getframe(depth)
-        name = frame.f_code.co_filename
-        return f"{Path(name).parent.name}/{Path(name).name}:{frame.f_lineno}" if name.startswith(OURS) else None
-
-    def _patch(self, owner, name, make):
-        original = getattr(owner, name)
-        setattr(owner, name, make(original))
-        self._undo.append((owner, name, original))
-
-    def __enter__(self):
-        import torch
-
-        from llm_bridge.measure import CallTimer
-
-        def read(kind):
-            def make(original):
-                def wrapped(t, *a, **k):
-                    where = self._ours()
-                    if where:
-                        self.seen.append(f"{kind} at {where}")
-                    return original(t, *a, **k)
-                return wrapped
-            return make
-
-        for name in READS:
-            self._patch(torch.Tensor, name, read(name.strip("_")))
-
-        def built(kind):
-            def make(original):
-                def wrapped(data, *a, **k):
-                    where = self._ours()
-                    if where and not isinstance(data, torch.Tensor):
-                        self.seen.append(f"{kind} from host at {where}")
-                    return original(data, *a, **k)
-                return wrapped
-            return make
-
-        for name in ("as_tensor", "tensor"):
-            self._patch(torch, name, built(name))
-
-        def index(original):
-            def wrapped(t, key):
-                keys = key if isinstance(key, tuple) else (key,)
-                if any(isinstance(x, torch.Tensor) and x.dtype == torch.bool for x in keys):
-                    where = self._ours()
-                    if where:
-                        self.seen.append(f"boolean index at {where}")
-                return original(t, key)
-            return wrapped
-
-        self._patch(torch.Tensor, "__getitem__", index)
-
-        def sync(original):
-            def wrapped(timer):
-                where = self._ours()
-                self.seen.append(f"synchronize at {where or 'timer'}")
-                return original(timer)
-            return wrapped
-
-        self._patch(CallTimer, "_sync", sync)
-        return self
-
-    def __exit__(self, *exc):
-        for owner, name, original in reversed(self._undo):
-            setattr(owner, name, original)
-
-
-def _marks(counter):
-    from otspec.engine.observers import Observer
-
-    class Marks(Observer):
-        def __init__(self):
-            self.marks = []
-
-        def on_chain(self, step):
-            self.marks.append(len(counter.seen))
-
-        def on_tree(self, step):
-            self.marks.append(len(counter.seen))
-
-    return Marks()
 
 
 def main(argv=None) -> int:
@@ -142,6 +50,7 @@ def main(argv=None) -> int:
     from otspec.engine.controllers import FixedDraftLength
     from otspec.engine.loop import chain_loop, tree_loop
     from otspec.verifiers import CHAIN_VERIFIERS
+    from tests.host_syncs import IterationMarks, SyncCounter
     from tests.llm_tiny import random_prompts, tiny_pair
 
     pair, sampling, B = tiny_pair(sharpness=3.0), Sampling(), args.batch
@@ -151,7 +60,7 @@ def main(argv=None) -> int:
     def run(label, make_loop):
         timer = CallTimer("cuda")  # counts the synchronisations it would make; _sync is patched and never syncs
         with SyncCounter() as counter:
-            marks = _marks(counter)
+            marks = IterationMarks(counter)
             try:
                 make_loop(timer, marks)
             except Exception as err:  # a verifier without a torch path, a size it refuses: say so and go on

@@ -7,9 +7,6 @@ inside the model) are counted between iterations.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -17,40 +14,16 @@ from llm_bridge.sampling import Sampling
 from llm_bridge.sessions import ModelSession
 from otspec.engine.controllers import FixedDraftLength
 from otspec.engine.loop import chain_loop
-from otspec.engine.observers import Observer
 from otspec.verifiers import BlockVerify, TokenVerify
+from tests.host_syncs import IterationMarks, SyncCounter
 from tests.llm_tiny import random_prompts, tiny_pair, torch
-
-ROOT = Path(__file__).resolve().parent.parent
-OURS = (str(ROOT / "otspec"), str(ROOT / "llm_bridge"))
-READS = ("cpu", "numpy", "item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__array__")
 
 
 @pytest.fixture
-def host_reads(monkeypatch):
-    """A list that grows by one name for every host read made from otspec / llm_bridge code."""
-    seen = []
-    for name in READS:
-        original = getattr(torch.Tensor, name)
-
-        def wrapped(self, *args, _original=original, _name=name, **kwargs):
-            frame = sys._getframe(1)
-            if frame.f_code.co_filename.startswith(OURS):
-                seen.append(f"{_name} at {Path(frame.f_code.co_filename).name}:{frame.f_lineno}")
-            return _original(self, *args, **kwargs)
-
-        monkeypatch.setattr(torch.Tensor, name, wrapped)
-    return seen
-
-
-class Marks(Observer):
-    """How many host reads had happened when each iteration ended."""
-
-    def __init__(self, seen):
-        self.seen, self.marks = seen, []
-
-    def on_chain(self, step):
-        self.marks.append(len(self.seen))
+def host_reads():
+    """A counter whose ``seen`` grows by one call site for every host read made from otspec / llm_bridge code."""
+    with SyncCounter(kinds=("reads",)) as counter:
+        yield counter
 
 
 @pytest.mark.parametrize("verifier", [TokenVerify(), BlockVerify()], ids=["token", "block"])
@@ -61,12 +34,12 @@ def test_one_host_read_per_iteration_on_the_torch_path(verifier, sampling, host_
     prompts = random_prompts(3, np.random.default_rng(0))
     target = ModelSession(pair.target.model, 3, sampling, host_rows=False, name="target")
     draft = pair.drafter.session(3, sampling, host_rows=False)
-    marks = Marks(host_reads)
+    marks = IterationMarks(host_reads)
     run = chain_loop(draft, target, verifier, FixedDraftLength(4), 24, torch.Generator().manual_seed(0),
                      prompts=prompts, observers=[marks])
     per_iteration = np.diff([0, *marks.marks])
     assert len(marks.marks) >= 6 and run.tokens.shape == (3, 24)
-    assert per_iteration.max() <= 1, (per_iteration.tolist(), host_reads[:12])
+    assert per_iteration.max() <= 1, (per_iteration.tolist(), host_reads.seen[:12])
     assert (per_iteration == 1).sum() >= per_iteration.size - 1  # the accepted lengths (none when nothing was drafted)
 
 
@@ -77,7 +50,7 @@ def test_the_counter_sees_a_host_read(host_reads):
     draft = pair.drafter.session(2, Sampling(), host_rows=True)
     chain_loop(draft, target, TokenVerify(), FixedDraftLength(3), 8, np.random.default_rng(0),
                prompts=random_prompts(2, np.random.default_rng(1)))
-    assert len(host_reads) > 8
+    assert len(host_reads.seen) > 8
 
 
 def test_device_rows_give_the_target_law():
