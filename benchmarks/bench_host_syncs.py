@@ -12,8 +12,9 @@ llm_bridge's own code (not from inside the model), per iteration (``tests.host_s
 counter too); the timer's synchronisations are counted where it would make them on CUDA (twice per timed call). It
 prints, per configuration, the mean and largest count per iteration and the five commonest call sites, or why it did
 not run (a verifier without a torch path, a size it refuses). Chains run with rows on the device
-(``host_rows=False``); trees as the tree loop runs them today (rows on the host). Nothing is asserted: it measures
-where the loop stands.
+(``host_rows=False``), and trees too: k-configs with a verifier of candidates take the device walk
+(:mod:`otspec.engine.devicetree`), the others the host walk over device rows. Nothing is asserted: it measures
+where the loops stand (``tests/test_host_syncs.py`` asserts the bound).
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ def main(argv=None) -> int:
 
     import torch
 
-    from llm_bridge.measure import CallTimer
     from llm_bridge.sampling import Sampling
     from llm_bridge.sessions import ModelSession
     from llm_bridge.trees import parse_tree
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     from otspec.engine.controllers import FixedDraftLength
     from otspec.engine.loop import chain_loop, tree_loop
     from otspec.verifiers import CHAIN_VERIFIERS
-    from tests.host_syncs import IterationMarks, SyncCounter
+    from tests.host_syncs import IterationMarks, SyncCounter, cuda_like_timer
     from tests.llm_tiny import random_prompts, tiny_pair
 
     pair, sampling, B = tiny_pair(sharpness=3.0), Sampling(), args.batch
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     results = {}
 
     def run(label, make_loop):
-        timer = CallTimer("cuda")  # counts the synchronisations it would make; _sync is patched and never syncs
+        timer = cuda_like_timer()  # the CUDA timer's path, its events on the host clock; its synchronisations counted
         with SyncCounter() as counter:
             marks = IterationMarks(counter)
             try:
@@ -74,32 +74,27 @@ def main(argv=None) -> int:
         print(f"{label:44s} {per.size:3d} it | per iteration mean {per.mean():6.1f} max {per.max():4d} | "
               + "; ".join(f"{n}x {s}" for s, n in sites[:3]))
 
-    original_sync = CallTimer._sync
-    CallTimer._sync = lambda self: None  # the counter wraps this no-op: nothing here has a device to wait for
-    try:
-        for name, cls in CHAIN_VERIFIERS.items():
-            def chain(timer, marks, cls=cls):
-                target = ModelSession(pair.target.model, B, sampling, host_rows=False, name="target", timer=timer)
-                draft = pair.drafter.session(B, sampling, host_rows=False, timer=timer)
-                chain_loop(draft, target, cls(), FixedDraftLength(args.L), args.tokens,
-                           torch.Generator().manual_seed(0), prompts=prompts, observers=[marks], timer=timer)
-            run(f"chain {name} L = {args.L}", chain)
-        for name, cls in TREE_VERIFIERS.items():
-            verifier = cls()
-            spec, tree = args.tree, parse_tree(args.tree, verifier.replacement)
-            try:
-                getattr(verifier, "check_tree", lambda t: None)(tree)
-            except ValueError:  # a verifier of i.i.d. paths only (GBV)
-                spec, tree = args.iid_tree, parse_tree(args.iid_tree, verifier.replacement)
+    for name, cls in CHAIN_VERIFIERS.items():
+        def chain(timer, marks, cls=cls):
+            target = ModelSession(pair.target.model, B, sampling, host_rows=False, name="target", timer=timer)
+            draft = pair.drafter.session(B, sampling, host_rows=False, timer=timer)
+            chain_loop(draft, target, cls(), FixedDraftLength(args.L), args.tokens,
+                       torch.Generator().manual_seed(0), prompts=prompts, observers=[marks], timer=timer)
+        run(f"chain {name} L = {args.L}", chain)
+    for name, cls in TREE_VERIFIERS.items():
+        verifier = cls()
+        spec, tree = args.tree, parse_tree(args.tree, verifier.replacement)
+        try:
+            getattr(verifier, "check_tree", lambda t: None)(tree)
+        except ValueError:  # a verifier of i.i.d. paths only (GBV)
+            spec, tree = args.iid_tree, parse_tree(args.iid_tree, verifier.replacement)
 
-            def grow(timer, marks, verifier=verifier, tree=tree):
-                target = ModelSession(pair.target.model, B, sampling, host_rows=True, name="target", timer=timer)
-                draft = pair.drafter.session(B, sampling, timer=timer)
-                tree_loop(draft, target, verifier, tree, args.tokens, np.random.default_rng(0), prompts=prompts,
-                          observers=[marks], timer=timer)
-            run(f"tree {name} {spec}", grow)
-    finally:
-        CallTimer._sync = original_sync
+        def grow(timer, marks, verifier=verifier, tree=tree):
+            target = ModelSession(pair.target.model, B, sampling, host_rows=False, name="target", timer=timer)
+            draft = pair.drafter.session(B, sampling, host_rows=False, timer=timer)
+            tree_loop(draft, target, verifier, tree, args.tokens, torch.Generator().manual_seed(0), prompts=prompts,
+                      observers=[marks], timer=timer)
+        run(f"tree {name} {spec}", grow)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

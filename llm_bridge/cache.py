@@ -30,6 +30,8 @@ import weakref
 
 import numpy as np
 
+from otspec.distributions import to_device
+
 __all__ = ["CACHE_KINDS", "STATIC_BUCKET", "CachedLM", "StaticCachedLM", "cache_kwargs", "compiled_forward",
            "logits_and_features", "make_cache", "pooled_cache"]
 
@@ -143,6 +145,14 @@ def _ids(tokens):
     import torch
 
     return tokens if torch.is_tensor(tokens) else np.asarray(tokens, dtype=np.int64)
+
+
+def _on(x, device):
+    """``x`` on ``device``: a tensor moved (a no-op where it is), host values copied without waiting for the device
+    (:func:`otspec.distributions.to_device`)."""
+    import torch
+
+    return x.to(device) if torch.is_tensor(x) else to_device(x, device)
 
 
 def _grow_tree(below, depth, real, parents, counts):
@@ -290,10 +300,9 @@ class CachedLM(_Pending):
         m = tokens.shape[1]
         new = np.arange(m)[None, :] < counts[:, None]
         mask = np.concatenate([self.valid, new], axis=1)
-        positions = torch.as_tensor(self.length[:, None] + np.arange(m)[None, :], device=self.device)
+        positions = _on(self.length[:, None] + np.arange(m)[None, :], self.device)
         with torch.no_grad():
-            out = self.model(input_ids=torch.as_tensor(tokens, device=self.device),
-                             attention_mask=torch.as_tensor(mask, device=self.device).long(),
+            out = self.model(input_ids=_on(tokens, self.device), attention_mask=_on(mask, self.device).long(),
                              position_ids=positions, **cache_kwargs(self.model, self.cache), use_cache=True,
                              output_hidden_states=self.hidden, **inputs)
         self.calls += 1
@@ -318,11 +327,11 @@ class CachedLM(_Pending):
         counts = np.asarray(counts, dtype=np.int64)
         B, m = tokens.shape
         start, sees, depths = self._add_nodes(parents, counts, self.valid.shape[1])
-        mask = torch.as_tensor(np.concatenate([np.broadcast_to(self.valid[:, None, :start], (B, m, start)), sees],
-                                              axis=2)[:, None], device=self.device)
-        positions = torch.as_tensor(self.length[:, None] + depths, device=self.device)
+        mask = _on(np.concatenate([np.broadcast_to(self.valid[:, None, :start], (B, m, start)), sees], axis=2)[:, None],
+                   self.device)
+        positions = _on(self.length[:, None] + depths, self.device)
         with torch.no_grad():
-            out = self.model(input_ids=torch.as_tensor(tokens, device=self.device), attention_mask=mask,
+            out = self.model(input_ids=_on(tokens, self.device), attention_mask=mask,
                              position_ids=positions, **cache_kwargs(self.model, self.cache), use_cache=True,
                              output_hidden_states=self.hidden, **inputs)
         self.calls += 1
@@ -349,7 +358,7 @@ class CachedLM(_Pending):
             return
         # holes first, then each row's tokens in their order; the last `slots` columns are the new layout
         order = np.argsort(as_int, axis=1, kind="stable")[:, as_int.shape[1] - slots:]
-        index_dev = torch.as_tensor(order, device=self.device)
+        index_dev = _on(order, self.device)
         for layer in self.cache.layers:
             for name in ("keys", "values"):
                 kv = getattr(layer, name)
@@ -410,7 +419,7 @@ class StaticCachedLM(_Pending):
         width = tokens.shape[1]
 
         def put(x, axis=1):  # graphs are specialised on strides too: a compiled call gets fresh row-major tensors
-            x = torch.as_tensor(x, device=self.device)
+            x = _on(x, self.device)
             if not compiled:
                 return x
             x = x.clone(memory_format=torch.contiguous_format)
@@ -479,7 +488,7 @@ class StaticCachedLM(_Pending):
         import torch
 
         order = np.argsort((~self.valid).astype(np.int8), axis=1, kind="stable")  # real slots first
-        index = torch.as_tensor(order, device=self.device)
+        index = _on(order, self.device)
         for layer in self.cache.layers:
             if getattr(layer, "is_initialized", False):
                 for kv in (layer.keys, layer.values):

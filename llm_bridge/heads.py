@@ -34,14 +34,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from otspec.engine.observers import to_host
+from otspec.distributions import to_device
 from otspec.engine.session import Drafter, Scores, Session, as_prompts
 
 from .cache import cache_kwargs, make_cache
 from .kernels import few_row_linears, few_row_product
 from .models import output_size
 from .sampling import DEFAULT_SAMPLING
-from .sessions import padded
+from .sessions import concat_tokens, padded, row_tokens
 
 __all__ = ["HEAD_DIRS", "HEAD_KINDS", "EagleHead", "EagleSession", "HeadDrafter", "MedusaHeads", "MedusaSession",
            "build_head", "eagle_unrolled", "load_head", "save_head"]
@@ -290,8 +290,9 @@ class HeadDrafter(Drafter):
         return MedusaSession(self.head, batch, sampling, host_rows=host_rows)
 
 
-def _tokens_of(tokens, counts, b: int) -> np.ndarray:
-    return np.asarray(to_host(tokens[b, :int(counts[b])]), dtype=np.int64)
+def _tokens_of(tokens, counts, b: int):
+    """Row b's committed tokens: a view of a device tensor (nothing read back), or int64 numpy."""
+    return row_tokens(tokens, counts, b)
 
 
 class _FeatureSession(Session):
@@ -356,14 +357,14 @@ class EagleSession(_FeatureSession):
         """One head call on pairs (feats, tokens) of ``counts[b]`` per row; the last real output becomes each row's state."""
         logits, h = self.cache.feed(tokens, counts, features=feats)
         rows = np.flatnonzero(counts > 0)
-        at = torch.as_tensor(counts[rows] - 1, device=self.device)
-        sel = torch.as_tensor(rows, device=self.device)
+        at = to_device(counts[rows] - 1, self.device)
+        sel = to_device(rows, self.device)
         self.last_logits[sel] = logits[sel, at]
         self.last_h[sel] = h[sel, at]
         self.has_last[rows] = True
 
     def _feed_pending(self) -> None:
-        u = np.array([t.size for t, _ in self.pending], dtype=np.int64)
+        u = np.array([len(t) for t, _ in self.pending], dtype=np.int64)
         if u.max(initial=0) == 0:
             return
         tokens, _ = padded([t for t, _ in self.pending])
@@ -376,7 +377,7 @@ class EagleSession(_FeatureSession):
 
     def feed(self, tokens, counts) -> Scores:
         counts = np.asarray(counts, dtype=np.int64)
-        tokens = np.asarray(to_host(tokens), dtype=np.int64)
+        tokens = tokens if torch.is_tensor(tokens) else np.asarray(tokens, dtype=np.int64)  # a tensor stays put
         self._feed_pending()
         logits, feats = [self.last_logits.clone()], [self.last_h.clone()]
         for j in range(tokens.shape[1]):  # each drafted token's pair reads the feature the head predicted before it
@@ -394,7 +395,7 @@ class EagleSession(_FeatureSession):
         the committed tokens) in one head call: each node's pair reads the feature the head predicted at its parent
         (the last committed token's for -1), so a node's row equals drafting its path as a chain."""
         counts, parents = np.asarray(counts, dtype=np.int64), np.asarray(parents, dtype=np.int64)
-        tokens = np.asarray(to_host(tokens), dtype=np.int64)
+        tokens = tokens if torch.is_tensor(tokens) else np.asarray(tokens, dtype=np.int64)  # a tensor stays put
         B, m = tokens.shape
         if self._nodes is None:
             self._feed_pending()
@@ -402,7 +403,6 @@ class EagleSession(_FeatureSession):
         slots, node_h = self._nodes
         first = node_h.shape[1]  # the cache numbers pending nodes by column, padding included
         par = np.full((B, m), -1, dtype=np.int64)
-        feats = self.last_h[:, None].repeat(1, m, 1)
         for b in np.flatnonzero(counts):
             for j in range(int(counts[b])):
                 parent = int(parents[b, j])
@@ -410,14 +410,19 @@ class EagleSession(_FeatureSession):
                     raise ValueError(f"feed_tree: parent {parent} of row {b} is not a node fed before it")
                 if parent >= 0:
                     par[b, j] = slots[b][parent]
-                    feats[b, j] = node_h[b, par[b, j]]
             slots[b].extend(first + j for j in range(int(counts[b])))
+        # each node's pair reads the feature predicted at its parent (the last committed token's for -1): one gather
+        at = to_device(np.maximum(par, 0), self.device)
+        from_nodes = node_h[torch.arange(B, device=self.device)[:, None], at] if first else self.last_h[:, None]
+        feats = torch.where(to_device(par >= 0, self.device)[..., None], from_nodes, self.last_h[:, None])
         logits, h = self.cache.feed_tree(tokens, par, counts, features=feats)
         self._nodes = (slots, torch.cat([node_h, h], dim=1))
         rows = self.sampling.probs(torch.cat([self.last_logits[:, None], logits], dim=1))
         return self._out(rows, None, np.repeat(self.has_last[:, None], m + 1, axis=1))
 
-    def commit(self, tokens, counts, features=None) -> None:
+    def commit(self, tokens, counts, features=None, *, nodes=None) -> None:
+        """Commit the tokens (their target features re-read by the head); ``nodes`` (a tree's walked nodes) changes
+        nothing here: a drafted tree's nodes ran on predicted features, so none is kept."""
         self._need(features, "commit")
         counts = np.asarray(counts, dtype=np.int64)
         if self._nodes is not None:  # a drafted tree: none of its nodes stays (the target's features replace them)
@@ -427,8 +432,7 @@ class EagleSession(_FeatureSession):
         for b in np.flatnonzero(counts):
             toks, feats = self.pending[b]
             new = _tokens_of(tokens, counts, b)
-            self.pending[b] = (np.concatenate([toks, new]),
-                               torch.cat([feats, self._features(features, b, int(counts[b]))]))
+            self.pending[b] = (concat_tokens(toks, new), torch.cat([feats, self._features(features, b, int(counts[b]))]))
 
 
 class MedusaSession(_FeatureSession):
@@ -464,7 +468,7 @@ class MedusaSession(_FeatureSession):
                 self._rows = self.sampling.probs(self.head.full_logits(self.head(self.last)))  # (B, k, V)
         at = self.drafted[:, None] + np.minimum(np.arange(tokens.shape[1] + 1)[None, :], counts[:, None])
         usable = self.has[:, None] & (at < self.head.k)
-        index = torch.as_tensor(np.minimum(at, self.head.k - 1), device=self.device)
+        index = to_device(np.minimum(at, self.head.k - 1), self.device)
         rows = torch.gather(self._rows, 1, index[..., None].expand(-1, -1, self._rows.shape[-1]))
         self.drafted += counts
         return self._out(rows, None, usable)

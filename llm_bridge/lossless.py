@@ -71,24 +71,25 @@ def _g_test(a: np.ndarray, b: np.ndarray) -> tuple[float, float, int, int]:
 
 def two_sample_test(pair, prompt, verifier, draft_length, *, n: int = 400, tokens: int = 2,
                     sampling: Sampling = DEFAULT_SAMPLING, seed: int = 0, rule: str = "match",
-                    cache: str = "dynamic") -> dict:
+                    cache: str = "dynamic", host_rows: bool = True) -> dict:
     """Do speculative decoding and plain sampling emit the same first ``tokens`` tokens? ``n`` draws each.
 
     ``draft_length`` is L for a chain verifier, a draft tree (``"2x2"``, a DraftTree) for a multi-draft
     one (run by :func:`llm_bridge.trees.tree_generate` with ``rule``). One G-test per position (the
     law of the t-th token), combined by Bonferroni: ``p_value`` = min(1, tokens × the smallest
     per-position p-value). ``cache``: the KV caches of both runs (the law does not depend on them;
-    the default avoids compiling a graph for a batch of ``n``). Returns {"p_value", "per_position"}.
+    the default avoids compiling a graph for a batch of ``n``); ``host_rows=False`` runs the speculative loop with
+    its rows on the model's device (the device tree walk for trees). Returns {"p_value", "per_position"}.
     """
     prompts = [list(prompt)] * n
     if verifier.layout in ("candidates", "tree"):
         from .trees import tree_generate
 
         spec = tree_generate(pair, prompts, verifier, draft_length, tokens, rule=rule, sampling=sampling, seed=seed,
-                             progress=False, record_law=False, cache=cache)
+                             progress=False, record_law=False, cache=cache, host_rows=host_rows)
     else:
         spec = speculative_generate(pair, prompts, verifier, draft_length, tokens, sampling=sampling, seed=seed,
-                                    progress=False, record_law=False, cache=cache)
+                                    progress=False, record_law=False, cache=cache, host_rows=host_rows)
     plain = plain_generate(pair.target, prompts, tokens, sampling=sampling, seed=seed + 1, progress=False, cache=cache)
     a, b = np.stack(spec.tokens), np.stack(plain.tokens)
     per = [dict(zip(("p_value", "statistic", "dof", "categories"), _g_test(a[:, t], b[:, t]), strict=True))

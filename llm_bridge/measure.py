@@ -1,7 +1,7 @@
 """Timings of model calls and the theory's predictions next to what a run measured.
 
 * :class:`CallTimer` — wall-clock of every draft, target and verifier call, keyed by the number of
-  tokens a target call scores (t_target(n)); CUDA work is synchronised before reading the clock.
+  tokens a target call scores (t_target(n)); on CUDA by events, read once per batch of calls.
 * :func:`predicted_block_efficiency` — the block efficiency the token and block formulas predict
   from per-position draft/target rows, through each position's *two-point reduction*: with
   A_i = {x : q_i(x) ≥ p_i(x)} the pair (p_i(A_i), q_i(A_i)) is a Bernoulli pair with the same TV,
@@ -26,34 +26,116 @@ __all__ = ["CallTimer", "median_interval", "predicted_block_efficiency", "predic
 
 
 class CallTimer:
-    """Collects (kind, n, seconds) for every timed call; ``n`` is the number of tokens fed per sequence."""
+    """Collects (kind, n, seconds) for every timed call; ``n`` is the number of tokens fed per sequence.
 
-    def __init__(self, device: str = "cpu"):
+    On the CPU a call is timed by the host clock. On CUDA it is timed by a pair of CUDA events recorded
+    on the stream around it, and nothing waits for the device while the loop runs: once ``resolve_every``
+    calls are waiting, those the device has passed are read without waiting (a decode loop reads its
+    accepted lengths back every iteration, so it has passed them all), and only a backlog of twice that
+    many, or reading the records (:attr:`records`, :meth:`resolve`), waits for it
+    (``torch.cuda.synchronize``). A call's time is then the device's time between its two
+    events: its kernels' time when the GPU is the bottleneck, the host's time to launch them when the
+    host is. ``resolutions`` counts the synchronisations made so far.
+    """
+
+    def __init__(self, device: str = "cpu", *, resolve_every: int = 256):
+        if int(resolve_every) < 1:
+            raise ValueError(f"resolve_every must be >= 1, got {resolve_every}")
         self.cuda = str(device).startswith("cuda")
-        self.records: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-        self._inner = [0.0]  # time spent in timed calls nested inside the running one
+        self.resolve_every = int(resolve_every)
+        self.resolutions = 0
+        self._records: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+        self._inner = [0.0]  # host clock: time spent in timed calls nested inside the running one
+        self._open: list[list] = []  # events: the calls running now, outermost first
+        self._waiting: list[list] = []  # events: finished outermost calls not read yet
+
+    @property
+    def records(self) -> dict[str, dict[int, list[float]]]:
+        """{kind: {n: [seconds, ...]}}, every call so far (reading it resolves the waiting events)."""
+        self.resolve()
+        return self._records
 
     def _sync(self):
         if self.cuda:
-            import torch
+            self._synchronize()
 
-            torch.cuda.synchronize()
+    def _synchronize(self):
+        import torch
+
+        torch.cuda.synchronize()
+
+    def _event(self):
+        """A CUDA event with timing, recorded on the current stream now."""
+        import torch
+
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
 
     def call(self, kind: str, n: int, fn, *args):
-        """Run ``fn(*args)`` and record its wall-clock under ``kind`` and ``n``, less any timed call nested in it
+        """Run ``fn(*args)`` and record its time under ``kind`` and ``n``, less any timed call nested in it
         (a draft call a verifier asks for is a draft call, not verifier time)."""
-        self._sync()
+        if self.cuda:
+            return self._call_events(kind, n, fn, *args)
         self._inner.append(0.0)
         t0 = time.perf_counter()
         try:
             out = fn(*args)
-            self._sync()
         finally:
             elapsed = time.perf_counter() - t0
             inner = self._inner.pop()
             self._inner[-1] += elapsed
-        self.records[kind][int(n)].append(elapsed - inner)
+        self._records[kind][int(n)].append(elapsed - inner)
         return out
+
+    def _call_events(self, kind, n, fn, *args):
+        entry = [kind, int(n), self._event(), None, []]  # kind, n, start, end, nested calls
+        (self._open[-1][4] if self._open else self._waiting).append(entry)
+        self._open.append(entry)
+        try:
+            return fn(*args)
+        finally:
+            entry[3] = self._event()
+            self._open.pop()
+            if not self._open and len(self._waiting) >= self.resolve_every:
+                self._collect()
+
+    def _collect(self) -> None:
+        """Read the finished calls the device has already passed (``Event.query``: no wait); a loop that reads
+        something back every iteration has passed them all. Only when twice ``resolve_every`` calls are still
+        waiting does it wait for the device (:meth:`resolve`)."""
+        ready = 0
+        for entry in self._waiting:  # one stream: events complete in the order they were recorded
+            if entry[3] is None or not entry[3].query():
+                break
+            ready += 1
+        self._read(self._waiting[:ready])
+        self._waiting = self._waiting[ready:]
+        if len(self._waiting) >= 2 * self.resolve_every:
+            self.resolve()
+
+    def resolve(self) -> None:
+        """Read every finished call's events into the records (one synchronisation; nothing to do on the CPU or when
+        no call is waiting). Calls still running stay waiting."""
+        done = [e for e in self._waiting if e[3] is not None]  # an outermost call still running has no end yet
+        if not done:
+            return
+        self._sync()
+        self.resolutions += 1
+        self._read(done)
+        self._waiting = [e for e in self._waiting if e[3] is None]
+
+    def _read(self, entries) -> None:
+        def seconds(entry) -> float:
+            total = entry[2].elapsed_time(entry[3]) / 1e3
+            nested = 0.0
+            for child in entry[4]:
+                nested += seconds(child)
+            self._records[entry[0]][entry[1]].append(total - nested)
+            return total
+
+        for entry in entries:
+            seconds(entry)
 
     def count(self, kind: str) -> int:
         return sum(len(v) for v in self.records[kind].values())

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from otspec.distributions import to_device
 from otspec.engine.observers import to_host
 from otspec.engine.session import Scores, Session, as_prompts
 
 from .cache import make_cache
 from .models import output_size
 
-__all__ = ["ModelSession", "NGramSession", "padded"]
+__all__ = ["ModelSession", "NGramSession", "concat_tokens", "padded", "row_tokens"]
 
 
 def _is_tensor(x) -> bool:
@@ -40,7 +41,7 @@ def padded(rows: list, device=None):
         out = torch.zeros((len(rows), width), dtype=torch.int64, device=device)
         for b, r in enumerate(rows):
             if len(r):
-                out[b, :len(r)] = torch.as_tensor(r, device=device)
+                out[b, :len(r)] = _on(r, device)
         return out, counts
     out = np.zeros((len(rows), width), dtype=np.int64)
     for b, r in enumerate(rows):
@@ -48,7 +49,12 @@ def padded(rows: list, device=None):
     return out, counts
 
 
-def _real(tokens, counts, b: int):
+def _on(x, device):
+    """``x`` on ``device``: a tensor moved (a no-op where it is), host values copied without waiting for the device."""
+    return x.to(device) if _is_tensor(x) else to_device(np.asarray(x, dtype=np.int64), device)
+
+
+def row_tokens(tokens, counts, b: int):
     """Row b's real tokens (a view: numpy, or a tensor left on its device)."""
     row = tokens[b, :int(counts[b])]
     return row if _is_tensor(row) else np.asarray(row, dtype=np.int64)
@@ -59,14 +65,13 @@ def _ids(tokens):
     return tokens if _is_tensor(tokens) else np.asarray(tokens, dtype=np.int64)
 
 
-def _cat(a, b):
+def concat_tokens(a, b):
     """Two 1-D token arrays end to end (a tensor when either is one)."""
     if _is_tensor(a) or _is_tensor(b):
         import torch
 
         device = a.device if _is_tensor(a) else b.device
-        return torch.cat([torch.as_tensor(a, device=device, dtype=torch.int64),
-                          torch.as_tensor(b, device=device, dtype=torch.int64)])
+        return torch.cat([_on(a, device).long(), _on(b, device).long()])
     return np.concatenate([a, b])
 
 
@@ -140,13 +145,13 @@ class ModelSession(Session):
         tokens, counts = _ids(tokens), np.asarray(counts, dtype=np.int64)
         m = tokens.shape[1]
         u = np.array([len(p) for p in self.pending], dtype=np.int64)
-        inputs, n = padded([_cat(self.pending[b], _real(tokens, counts, b)) for b in range(self.batch)], self.device)
+        inputs, n = padded([concat_tokens(self.pending[b], row_tokens(tokens, counts, b)) for b in range(self.batch)], self.device)
         if n.max() == 0:
             logits = hidden = None
         else:
             logits, hidden = self.cache.feed(inputs, n)
         for b in range(self.batch):
-            self.spec[b] = _cat(self.spec[b], _real(tokens, counts, b))
+            self.spec[b] = concat_tokens(self.spec[b], row_tokens(tokens, counts, b))
             self.pending[b] = self.pending[b][:0]
         self.fed = self.fed + counts
         self.base = self.base + u
@@ -157,7 +162,7 @@ class ModelSession(Session):
     def feed_tree(self, tokens, parents, counts) -> Scores:
         if any(len(s) for s in self.spec):
             raise RuntimeError("feed_tree: a speculative chain is pending; commit first")
-        tokens, parents = np.asarray(tokens, dtype=np.int64), np.asarray(parents, dtype=np.int64)
+        tokens, parents = _ids(tokens), np.asarray(parents, dtype=np.int64)
         counts = np.asarray(counts, dtype=np.int64)
         B, m = tokens.shape
         if self._tree is None:
@@ -167,21 +172,22 @@ class ModelSession(Session):
         rows, cache_parents = [], []
         for b in range(B):
             prefix, node_tokens, node_parents, slots = self._tree[b]
-            chain = to_host(self.pending[b])  # trees are walked on the host
-            par = [first + i - 1 if i else (prefix[-1] if prefix else -1) for i in range(chain.size)]
-            prefix.extend(first + i for i in range(chain.size))
+            chain = self.pending[b]  # the committed tokens not fed yet (left where they are: nothing read back)
+            par = [first + i - 1 if i else (prefix[-1] if prefix else -1) for i in range(u[b])]
+            prefix.extend(first + i for i in range(u[b]))
             for j in range(int(counts[b])):
                 parent = int(parents[b, j])
-                if not -1 <= parent < len(node_tokens):
+                if not -1 <= parent < len(node_parents):
                     raise ValueError(f"feed_tree: parent {parent} of row {b} is not a node fed before it")
                 par.append(slots[parent] if parent >= 0 else (prefix[-1] if prefix else -1))
-                node_tokens.append(int(tokens[b, j]))
                 node_parents.append(parent)
-                slots.append(first + chain.size + j)
-            rows.append(np.concatenate([chain, tokens[b, :int(counts[b])]]))
+                slots.append(first + int(u[b]) + j)
+            new = row_tokens(tokens, counts, b)
+            node_tokens.append(new)  # this call's node tokens (read only to match a commit given no nodes)
+            rows.append(concat_tokens(chain, new))
             cache_parents.append(par)
             self.pending[b] = chain[:0]
-        inputs, n = padded(rows)
+        inputs, n = padded(rows, self.device)
         par = np.full(inputs.shape, -1, dtype=np.int64)
         for b, p in enumerate(cache_parents):
             par[b, :len(p)] = p
@@ -189,21 +195,28 @@ class ModelSession(Session):
         at = np.minimum(u[:, None] - 1 + np.arange(m + 1)[None, :], np.maximum(n - 1, 0)[:, None])
         return self._scores(logits, hidden, at, n)
 
-    def commit(self, tokens, counts) -> None:
+    def commit(self, tokens, counts, *, nodes=None) -> None:
+        """``nodes`` (after tree calls): per sequence, the fed tree nodes that spell its committed tokens from the
+        root (indices in the order they were fed); without it they are found by comparing tokens (a read-back when
+        the tokens are on a device)."""
         tokens, counts = _ids(tokens), np.asarray(counts, dtype=np.int64)
         paths = []
         for b in range(self.batch):
-            new = _real(tokens, counts, b)
+            new = row_tokens(tokens, counts, b)
             if self._tree is not None:
                 prefix, node_tokens, node_parents, slots = self._tree[b]
-                kept = self._match_tree(node_tokens, node_parents, to_host(new[:-1]))
+                if nodes is None:
+                    fed = np.concatenate([to_host(t) for t in node_tokens]) if node_tokens else np.zeros(0, np.int64)
+                    kept = self._match_tree(fed.tolist(), node_parents, to_host(new[:-1]))
+                else:
+                    kept = [int(j) for j in nodes[b]]
                 paths.append(prefix + [slots[j] for j in kept])
                 self.base[b] += len(prefix) + len(kept)
                 kept = len(kept)
             else:
                 kept = min(self._agree(self.spec[b], new), max(len(new) - 1, 0))  # the last one stays unseen
                 self.base[b] += kept
-            self.pending[b] = _cat(self.pending[b], new[kept:])
+            self.pending[b] = concat_tokens(self.pending[b], new[kept:])
             self.spec[b] = self.spec[b][:0]
         self.fed[:] = 0
         if self._tree is not None:
@@ -255,21 +268,21 @@ class ModelSession(Session):
             picked = self._last[0][:, None].expand(-1, at.shape[1], -1)
             feats = None if self._last[1] is None else self._last[1][:, None].expand(-1, at.shape[1], -1)
         else:
-            index = torch.as_tensor(np.maximum(at, 0), device=self.device)
+            index = to_device(np.maximum(at, 0), self.device)
             picked = torch.gather(logits, 1, index[..., None].expand(-1, -1, logits.shape[-1]))
             feats = None if hidden is None else torch.gather(hidden, 1, index[..., None].expand(-1, -1, hidden.shape[-1]))
             stale_b, stale_j = np.nonzero((at < 0) | (n[:, None] == 0))
             if self._last is not None and stale_b.size:  # rows at or before the end of a sequence fed nothing new:
-                sb = torch.as_tensor(stale_b, device=self.device)  # the last call's (host indices: no read-back)
-                sj = torch.as_tensor(stale_j, device=self.device)
+                sb = to_device(stale_b, self.device)  # the last call's (host indices: no read-back)
+                sj = to_device(stale_j, self.device)
                 picked[sb, sj] = self._last[0][sb]  # picked and feats are this call's own gathers
                 if feats is not None and self._last[1] is not None:
                     feats[sb, sj] = self._last[1][sb]
-            end = torch.as_tensor(np.maximum(n - 1, 0), device=self.device)
+            end = to_device(np.maximum(n - 1, 0), self.device)
             last = logits[torch.arange(B, device=self.device), end]
             last_h = None if hidden is None else hidden[torch.arange(B, device=self.device), end]
             if self._last is not None and not (n > 0).all():
-                fresh = torch.as_tensor(n > 0, device=self.device)
+                fresh = to_device(n > 0, self.device)
                 last = torch.where(fresh[:, None], last, self._last[0])
                 if last_h is not None and self._last[1] is not None:
                     last_h = torch.where(fresh[:, None], last_h, self._last[1])
@@ -302,7 +315,7 @@ class NGramSession(Session):
         usable = np.zeros((self.batch, m + 1), dtype=bool)
         for b in range(self.batch):
             end = self.history[b].size
-            self.history[b] = np.concatenate([self.history[b], _real(tokens, counts, b)])
+            self.history[b] = np.concatenate([self.history[b], row_tokens(tokens, counts, b)])
             for j in range(m + 1):
                 token = self.drafter.propose(self.history[b][:end + min(j, int(counts[b]))])
                 usable[b, j] = token >= 0
@@ -314,6 +327,6 @@ class NGramSession(Session):
 
     def commit(self, tokens, counts) -> None:
         counts = np.asarray(counts, dtype=np.int64)
-        self.history = [np.concatenate([h[:c], _real(tokens, counts, b)])
+        self.history = [np.concatenate([h[:c], row_tokens(tokens, counts, b)])
                         for b, (h, c) in enumerate(zip(self.history, self.committed, strict=True))]
         self.committed = self.committed + counts

@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 from otspec.distributions import total_variation
 from otspec.drafts import DraftTree
 from otspec.drafts import parse_tree as parse_drafts_tree
+from otspec.engine.devicetree import walks_on_device
 from otspec.engine.ledger import Ledger
 from otspec.engine.loop import tree_steps
 from otspec.engine.observers import LedgerObserver, Observer
@@ -46,7 +47,7 @@ from otspec.engine.trie import RULES, Trie
 from otspec.errors import SizeLimitError
 from otspec.solvers import otm_value
 
-from .loop import BridgeResult, Gathered, cache_room, chunks, finish, ticks
+from .loop import BridgeResult, Gathered, cache_room, chunks, finish, loop_generator, ticks
 from .measure import CallTimer
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .sessions import ModelSession
@@ -99,7 +100,7 @@ class TreeResult(BridgeResult):
 def tree_generate(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: str = "match",
                   sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int | None = None,
                   progress: bool | None = None, confidence: float = 0.95, record_law: bool = True,
-                  keep_tries: bool = False, cache: str = "auto") -> TreeResult:
+                  keep_tries: bool = False, cache: str = "auto", host_rows: bool = True) -> TreeResult:
     """Generate ``max_new_tokens`` tokens per prompt by multi-draft speculative decoding on ``tree``.
 
     The tree loop of :mod:`otspec.engine.loop` over the target's and the drafter's sessions.
@@ -109,17 +110,21 @@ def tree_generate(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: s
     candidates are drawn with or without replacement as the verifier requires. ``record_law``
     also computes E[τ | drafted trie] (a law call per internal trie node; measurement, untimed);
     ``keep_tries`` keeps every drafted trie with its rows (for tests); ``cache`` is a kind of
-    :func:`~llm_bridge.cache.make_cache`. :func:`tree_batches` is the same, one batch at a time.
+    :func:`~llm_bridge.cache.make_cache`. ``host_rows=False`` keeps the rows on the model's device, where a k-config
+    tree is grown, scored and walked with one read back per iteration (:mod:`otspec.engine.devicetree`); the trees
+    the device walk does not serve (``walks_on_device``) are walked on the host as with ``host_rows=True``.
+    :func:`tree_batches` is the same, one batch at a time.
     """
     return finish(tree_batches(pair, prompts, verifier, tree, max_new_tokens, rule=rule, sampling=sampling, seed=seed,
                                batch_size=batch_size, progress=progress, confidence=confidence,
-                               record_law=record_law, keep_tries=keep_tries, cache=cache))
+                               record_law=record_law, keep_tries=keep_tries, cache=cache, host_rows=host_rows))
 
 
 def tree_batches(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: str = "match",
                  sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int | None = None,
                  progress: bool | None = None, confidence: float = 0.95, record_law: bool = True,
-                 keep_tries: bool = False, cache: str = "auto", defer_closed_forms: bool = False):
+                 keep_tries: bool = False, cache: str = "auto", defer_closed_forms: bool = False,
+                 host_rows: bool = True):
     """:func:`tree_generate` as a generator: it yields a :class:`~llm_bridge.loop.Tick` after every iteration and at the
     end of every batch, and returns the :class:`TreeResult` (drive it with :func:`~llm_bridge.loop.finish` or
     :func:`~llm_bridge.loop.interleave`).
@@ -140,7 +145,9 @@ def tree_batches(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: st
                          "model draft (distilled, int8, layers:K or a model)")
     tree = parse_tree(tree, verifier.replacement)
     L, N = tree.depth, int(max_new_tokens)
-    rng, timer = np.random.default_rng(seed), CallTimer(pair.target.device)
+    host_rows = host_rows or not walks_on_device(verifier, tree)  # whole-tree verifiers and EAGLE-2 trees: the host
+    rng = loop_generator(seed, None if host_rows else pair.target.device)
+    timer = CallTimer(pair.target.device)
     ledger = Ledger(len(prompts), N, L)
     rec = _TreeRecords(L, verifier, tree, rule, record_law, keep_tries)
     got = Gathered(len(prompts))
@@ -149,9 +156,9 @@ def tree_batches(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: st
         for offset, chunk in chunks(prompts, batch_size):
             room = cache_room(chunk, N, tree.num_tokens + 2)
             target = ModelSession(pair.target.model, len(chunk), sampling, cache=cache, max_length=room, timer=timer,
-                                  hidden=pair.drafter.reads_target_features,
-                                  name="target")
-            draft = pair.drafter.session(len(chunk), sampling, cache=cache, max_length=room, timer=timer)
+                                  hidden=pair.drafter.reads_target_features, host_rows=host_rows, name="target")
+            draft = pair.drafter.session(len(chunk), sampling, cache=cache, max_length=room, timer=timer,
+                                         host_rows=host_rows)
             rec.offset = offset
             run = yield from ticks(tree_steps(draft, target, verifier, tree, N, rng, rule=rule, prompts=chunk, bar=bar,
                                               timer=timer, observers=[LedgerObserver(ledger, offset), rec]),

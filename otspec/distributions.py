@@ -62,6 +62,7 @@ __all__ = [
     "row_pair",
     "first_index",
     "host_to_like",
+    "to_device",
     "namespace",
     "likelihood_ratio",
     "overlap",
@@ -97,12 +98,37 @@ def to_host(x) -> np.ndarray:
 
 def host_to_like(values, like):
     """Host values (integers, an index) in the array kind and on the device of ``like`` (numpy or torch);
-    values that are already a tensor are returned as they are."""
+    values that are already a tensor are returned as they are. A copy to a GPU does not wait for it
+    (:func:`to_device`)."""
     if not _is_torch(like) or _is_torch(values):
         return values if array_api_compat.is_array_api_obj(values) else np.asarray(values)
+    return to_device(values, like.device)
+
+
+def to_device(values, device):
+    """Host values (a numpy array, a list, a scalar) as a torch tensor on ``device``, without waiting for the device.
+
+    On CUDA the values go through page-locked memory and a non-blocking copy, as vLLM's and SGLang's
+    input preparation does: a copy from ordinary memory (``torch.as_tensor(array, device="cuda")``)
+    first waits for every kernel queued before it, so a decode loop that copies its bookkeeping that
+    way synchronises with the GPU at every copy. The page-locked block is not reused before its copy
+    has run (torch's caching host allocator records the copy), so the host array may change at once.
+    On the CPU the tensor shares the array's memory, as ``torch.as_tensor`` does.
+    """
     import torch
 
-    return torch.as_tensor(np.asarray(values), device=like.device)
+    array = np.asarray(values)
+    if not (array.flags.c_contiguous and array.flags.writeable):  # from_numpy takes neither negative strides nor views
+        array = np.array(array, order="C")                          # that cannot be written (np.broadcast_to)
+    if array.dtype == object:
+        raise ValueError(f"to_device: expected numbers, got an array of objects {values!r}")
+    tensor = torch.from_numpy(array)
+    device = torch.device(device)
+    if device.type == "cpu":
+        return tensor
+    if device.type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
 
 
 def zeros_of(like, shape):

@@ -8,6 +8,7 @@ every ``torch.cuda.synchronize`` waits for the device; on the CPU the same code 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from otspec.engine.observers import Observer
@@ -115,3 +116,40 @@ class IterationMarks(Observer):
 
     def on_tree(self, step):
         self.marks.append(len(self.counter.seen))
+
+
+class HostEvent:
+    """A stand-in for ``torch.cuda.Event(enable_timing=True)`` on a machine without CUDA: ``record`` reads the host
+    clock, ``elapsed_time`` gives milliseconds as the CUDA event does; ``passed=False`` plays a device that is
+    behind (``query`` says the event is not reached yet)."""
+
+    def __init__(self, passed: bool = True):
+        self.t, self.passed = None, passed
+
+    def record(self, stream=None):
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, end: HostEvent) -> float:
+        return 1e3 * (end.t - self.t)
+
+    def query(self) -> bool:
+        """Whether the device has passed the event."""
+        return self.t is not None and self.passed
+
+
+def cuda_like_timer(passed: bool = True, **options):
+    """A :class:`~llm_bridge.measure.CallTimer` that runs the CUDA path (events, resolved in batches) on the CPU:
+    its events read the host clock (``passed``: whether the device is taken to have reached them when asked) and
+    its synchronisation does nothing (a :class:`SyncCounter` still counts it)."""
+    from llm_bridge.measure import CallTimer
+
+    class CudaLikeTimer(CallTimer):
+        def _event(self):
+            event = HostEvent(passed)
+            event.record()
+            return event
+
+        def _synchronize(self):
+            return None
+
+    return CudaLikeTimer("cuda", **options)

@@ -105,7 +105,7 @@ def test_the_readme_goal_table_is_the_committed_measurement():
     assert block == table(saved["results"], saved["machine"])
 
 
-def test_host_sync_benchmark_runs_and_counts_the_timers_synchronisations():
+def test_host_sync_benchmark_runs_and_counts_per_iteration():
     pytest.importorskip("torch")
     out_file = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_host_syncs_{os.getpid()}.json"
     proc = subprocess.run([sys.executable, str(BENCH / "bench_host_syncs.py"), "--tokens", "12", "--L", "2",
@@ -117,6 +117,6 @@ def test_host_sync_benchmark_runs_and_counts_the_timers_synchronisations():
     assert {"chain token L = 2", "chain block L = 2", "tree kseq 2x1"} <= set(out)
     assert any(label.startswith("tree gbv ") for label in out)  # on 2x1 (two i.i.d. paths) or the i.i.d. tree
     token = out["chain token L = 2"]
-    # every iteration times at least a draft call and a target call, two synchronisations each on CUDA
-    assert token["iterations"] >= 2 and token["max"] >= 4
-    assert any(site.startswith("synchronize at llm_bridge/measure.py") for site, _ in token["sites"])
+    # the accepted lengths, read once per iteration (the timer's events are read in batches of 256 calls)
+    assert token["iterations"] >= 2 and token["max"] == 1
+    assert all(site.startswith("numpy at otspec/distributions.py") for site, _ in token["sites"])  # to_host

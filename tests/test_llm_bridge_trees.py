@@ -35,7 +35,7 @@ def _full_row(model, seq, sampling):
 
 
 class FirstCandidate(MultiDraftVerifier):
-    """A biased control: always emits the first candidate (the draft's law, not the target's)."""
+    """A biased control: always emits the first candidate (the draft's law, not the target's); numpy or torch."""
 
     name = "first"
     lossless = False
@@ -45,8 +45,8 @@ class FirstCandidate(MultiDraftVerifier):
         return membership_law(np.asarray(candidates), kernel)
 
     def sample(self, candidates, draft_probs, target_probs, rng, *, validate=True):
-        candidates = np.asarray(candidates)
-        return membership_outcome(candidates, candidates[:, 0].astype(np.int64))
+        first = candidates[:, 0]
+        return membership_outcome(candidates, first * (first >= 0))
 
 
 def test_grown_tree_equals_sequential_scoring_float32():

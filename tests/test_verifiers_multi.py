@@ -112,7 +112,7 @@ class NaiveFirstAccepted(SequentialMultiDraftVerifier):
     name = "naive_first_accepted"
     lossless = False
 
-    def acceptance_plan(self, candidates, draft_probs, target_probs):
+    def acceptance_plan(self, candidates, draft_probs, target_probs, *, validate=True):
         p_x = np.take_along_axis(draft_probs, candidates, axis=-1)
         q_x = np.take_along_axis(target_probs, candidates, axis=-1)
         return np.minimum(1.0, q_x / p_x), residual(target_probs, draft_probs)
@@ -121,7 +121,7 @@ class NaiveFirstAccepted(SequentialMultiDraftVerifier):
 class KSeqSingleDraftResidual(KSeq):
     """Plausible k-Seq bug: after k rejections draw from (q − p)_+ instead of res_ρ (eq. (9))."""
 
-    def acceptance_plan(self, candidates, draft_probs, target_probs):
+    def acceptance_plan(self, candidates, draft_probs, target_probs, *, validate=True):
         a, _ = super().acceptance_plan(candidates, draft_probs, target_probs)
         return a, residual(target_probs, draft_probs)
 

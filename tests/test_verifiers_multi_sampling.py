@@ -165,10 +165,17 @@ def test_torch_sample_matches_law(verifier, replacement):
     assert stats.chi2.sf(g, df) > 1e-4
 
 
-def test_otm_is_numpy_only():
+def test_otm_on_torch_rows_is_the_plan_solved_on_the_host():
+    """Torch rows are read back, the plan solved on the host, and the law handed back as tensors: the numpy law."""
     torch = pytest.importorskip("torch")
-    with pytest.raises(TypeError, match="numpy-only"):
-        OTMVerify().law(torch.tensor([[0, 1]]), torch.tensor([[0.5, 0.5]]), torch.tensor([[0.3, 0.7]]))
+    c, p, q = np.array([[0, 1], [2, 2]]), np.array([[0.5, 0.3, 0.2]] * 2), np.array([[0.2, 0.2, 0.6]] * 2)
+    want = OTMVerify().law(c, p, q)
+    got = OTMVerify().law(torch.tensor(c), torch.tensor(p), torch.tensor(q))
+    assert isinstance(got.accept_probs, torch.Tensor)
+    np.testing.assert_allclose(got.accept_probs.numpy(), want.accept_probs, atol=1e-12)
+    np.testing.assert_allclose(got.correction_probs.numpy(), want.correction_probs, atol=1e-12)
+    out = OTMVerify().sample(torch.tensor(c), torch.tensor(p), torch.tensor(q), torch.Generator().manual_seed(0))
+    assert isinstance(out.token, torch.Tensor) and out.token.dtype == torch.int64
 
 
 # ------------------------------------------------------------------------- errors

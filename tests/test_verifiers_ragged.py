@@ -12,10 +12,16 @@ import pytest
 from scipy import stats
 from strategies import g_test
 
-from otspec.verifiers import BackwardBlockVerify, BlockVerify, DecodingOPT, TokenVerify
+from otspec.verifiers import (
+    BackwardBlockVerify,
+    BlockVerify,
+    DecodingOPT,
+    GumbelCouplingVerify,
+    TokenVerify,
+)
 from otspec.verifiers.base import Outcome
 
-CHAIN = [TokenVerify(), BlockVerify(), BackwardBlockVerify(), DecodingOPT(eps=0.2)]
+CHAIN = [TokenVerify(), BlockVerify(), BackwardBlockVerify(), GumbelCouplingVerify(), DecodingOPT(eps=0.2)]
 IDS = [v.name for v in CHAIN]
 
 
@@ -111,3 +117,57 @@ def test_lengths_are_checked():
         BlockVerify().law_ragged(tokens, p, q, lengths.astype(float))
     with pytest.raises(ValueError, match=r"lengths: every draft length must lie in \[0, L\]"):
         BackwardBlockVerify().sample_ragged(tokens, p, q, -lengths - 1, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("verifier", [v for v in CHAIN if v.ragged], ids=[v.name for v in CHAIN if v.ragged])
+def test_ragged_torch_sampler_follows_the_ragged_law(verifier):
+    """Every ragged chain verifier samples on torch in one call (the decode loop's device path) from the law the
+    numpy enumeration gives."""
+    torch = pytest.importorskip("torch")
+    tokens, p, q, lengths = ragged_batch(11)
+    B, L, V = p.shape
+    reps = 6000
+    tiled = [torch.as_tensor(np.tile(x, (reps,) + (1,) * (x.ndim - 1))) for x in (tokens, p, q, lengths)]
+    out = verifier.sample_ragged(*tiled[:3], tiled[3], torch.Generator().manual_seed(3), validate=False)
+    assert isinstance(out.accepted_len, torch.Tensor) and isinstance(out.correction, torch.Tensor)
+    out = Outcome(out.accepted_len.numpy(), out.correction.numpy())
+    assert np.all(out.accepted_len <= tiled[3].numpy())
+    law = verifier.law_ragged(tokens, p, q, lengths, validate=False)
+    assert _p_value(_joint_counts(out, B, L, V), law) > 1e-3
+
+
+def test_v1_carried_windows_on_torch_equal_the_numpy_groups():
+    """The v1 block verifier's carried residual targets, scored on torch in one ragged pass, equal the numpy path's
+    (one group per draft length) to 1e-12 over iterations that open, nest and close windows; so do the windows."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    B, L, V = 6, 4, 5
+    verifier = BackwardBlockVerify()
+    host, dev = verifier.start_state(B, L), verifier.start_state(B, L)
+    done, rows, opened = np.zeros(B, dtype=np.int64), np.arange(B), 0
+    for _ in range(10):
+        lengths = rng.integers(0, L + 1, size=B)
+        width = int(lengths.max())
+        p = rng.dirichlet(np.ones(V) * 0.5, size=(B, width))
+        q = rng.dirichlet(np.ones(V) * 0.5, size=(B, width + 1))
+        after = rng.dirichlet(np.ones(V) * 0.5, size=B)
+        tokens = np.array([[rng.choice(V, p=p[b, i]) for i in range(width)] for b in range(B)]).reshape(B, width)
+        t = [torch.as_tensor(x) for x in (tokens, p, q, after)]
+        want, scratch_h = verifier.current_targets(host, rows, tokens, p, q, done, lengths, lambda after=after: after)
+        got, scratch_d = verifier.current_targets(dev, rows, *t[:3], done, lengths, lambda t=t: t[3])
+        assert isinstance(got, torch.Tensor)
+        for b, g in enumerate(lengths.tolist()):
+            np.testing.assert_allclose(got[b, :g + 1].numpy(), want[b, :g + 1], atol=1e-12)
+        out = verifier.sample_ragged(tokens, p, want, lengths, np.random.default_rng(int(rng.integers(1 << 30))),
+                                     validate=False)
+        verifier.advance_state(host, rows, scratch_h, out, done, lengths)
+        verifier.advance_state(dev, rows, scratch_d, Outcome(*(torch.as_tensor(np.asarray(x)) for x in
+                                                               (out.accepted_len, out.correction, out.carry))),
+                               done, lengths)
+        valid = host.valid
+        np.testing.assert_array_equal(dev.valid.numpy(), valid)
+        np.testing.assert_array_equal(dev.end.numpy()[valid], host.end[valid])
+        np.testing.assert_allclose(dev.log_ratio.numpy()[valid], host.log_ratio[valid], atol=1e-12)
+        opened += int(valid.sum())
+        done += np.asarray(out.accepted_len) + 1
+    assert opened >= 5  # windows were carried (the comparison is not of empty stacks)

@@ -185,18 +185,20 @@ def one_hot(tokens, V, like):
     return xp.astype(tokens[:, None] == ids, like.dtype)
 
 
-def sample_candidates(draft_probs, k: int, rng, replacement: bool = True):
+def sample_candidates(draft_probs, k: int, rng, replacement: bool = True, *, validate: bool = True):
     """Draw k candidates per row of ``draft_probs`` (B, V) → int (B, k).
 
     ``replacement=True``: i.i.d. from p. ``replacement=False``: sequentially without
     replacement (candidate i from p restricted to the tokens not drawn yet, renormalised;
     MCSD eq. (1)); once the draft support is exhausted the remaining slots are -1.
-    ``"greedy"`` and ``"hub"``: the structured draws of :data:`DRAWS` (numpy rows).
-    ``rng`` is a numpy ``Generator`` or a ``torch.Generator``.
+    ``"greedy"`` and ``"hub"``: the structured draws of :data:`DRAWS`.
+    ``rng`` is a numpy ``Generator`` or a ``torch.Generator``. ``validate=False`` skips the checks of
+    the rows, which read values back from a device: a decode loop draws from rows it knows to be valid
+    without waiting for the GPU.
     """
     k = check_size(k, "k", minimum=0, what="a non-negative number of candidates (an integer)")
     draw = draw_name(replacement)
-    p = validate_probs(draft_probs, "draft_probs", min_ndim=2)
+    p = validate_probs(draft_probs, "draft_probs", min_ndim=2) if validate else draft_probs
     if p.ndim != 2:
         raise ValueError(f"draft_probs: expected shape (batch, V), got {tuple(p.shape)}")
     xp = namespace(p)
@@ -204,20 +206,50 @@ def sample_candidates(draft_probs, k: int, rng, replacement: bool = True):
     if k == 0:
         return xp.zeros((B, 0), dtype=xp.int64, device=array_api_compat.device(p))
     if draw in ("greedy", "hub"):
-        return _sample_structured(np.asarray(p), k, rng, draw)
+        if isinstance(p, np.ndarray):
+            return _sample_structured(p, k, rng, draw)
+        return _sample_structured_xp(p, k, rng, draw)
     if draw == "iid":
         u = uniform(rng, (B, k), p)
-        return xp.astype(sample_categorical(xp.broadcast_to(p[:, None, :], (B, k, V)), rng, u), xp.int64)
+        return xp.astype(sample_categorical(xp.broadcast_to(p[:, None, :], (B, k, V)), rng, u, check=validate),
+                         xp.int64)
     drafted = xp.zeros_like(p)
     out = []
     for _ in range(k):
         w = p * (1.0 - drafted)
         left = xp.sum(w, axis=-1) > 0  # rows whose support is not exhausted yet
-        x = xp.astype(sample_categorical(xp.where(left[:, None], w, p), rng), xp.int64)
+        x = xp.astype(sample_categorical(xp.where(left[:, None], w, p), rng, check=validate), xp.int64)
         x = xp.where(left, x, xp.full_like(x, -1))
         drafted = drafted + one_hot(x, V, p)
         out.append(x)
     return xp.stack(out, axis=1)
+
+
+def _sample_structured_xp(p, k: int, rng, draw: str):
+    """:func:`_sample_structured` on torch rows, on their device and without reading anything back (the same law;
+    the draws come from the torch generator)."""
+    xp = namespace(p)
+    V = p.shape[1]
+    ids = xp.arange(V, device=array_api_compat.device(p))
+
+    def rest(excluded):  # one token from p without the excluded ones; -1 where nothing is left
+        w = xp.where(excluded, xp.zeros_like(p), p)
+        left = xp.sum(w, axis=-1) > 0
+        x = xp.astype(sample_categorical(xp.where(left[:, None], w, p), rng, check=False), xp.int64)
+        return xp.where(left, x, xp.full_like(x, -1))
+
+    if draw == "hub":
+        if k > 2:
+            raise ValueError(f"SpecHub's hub draw is defined for k <= 2 drafts, got k = {k}")
+        first = xp.astype(sample_categorical(p, rng, check=False), xp.int64)
+        if k == 1:
+            return first[:, None]
+        hub = xp.astype(xp.argmax(p, axis=1), xp.int64)
+        return xp.stack([first, xp.where(first != hub, hub, rest(ids[None, :] == hub[:, None]))], axis=1)
+    order = xp.astype(xp.argsort(-p, axis=1, stable=True)[:, :k - 1], xp.int64)  # ties: the smaller id first
+    head = xp.where(xp.take_along_axis(p, order, axis=1) > 0, order, xp.full_like(order, -1))
+    excluded = xp.any(ids[None, None, :] == order[:, :, None], axis=1)
+    return xp.concat([head, rest(excluded)[:, None]], axis=1)
 
 
 def _draw_rest(p: np.ndarray, excluded: np.ndarray, rng) -> np.ndarray:

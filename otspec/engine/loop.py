@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..distributions import host_to_like, sample_categorical, to_host, zeros_of
+from ..distributions import host_to_like, sample_categorical, to_device, to_host, zeros_of
 from ..drafts import DraftTree, sample_candidates
 from ..verifiers.base import Outcome
 from .confidence import grow_confidence
 from .controllers import DraftLengthController
+from .devicetree import TreeLayout, device_iteration, walks_on_device
 from .observers import ChainStep, TreeStep
 from .runstate import LoopRun, RunState
 from .session import Session, as_prompts
@@ -52,9 +53,7 @@ def _index(rows, idx):
         return rows  # idx is sorted and distinct (flatnonzero), so this is 0..n-1: no copy
     if isinstance(rows, np.ndarray):
         return rows[idx]
-    import torch
-
-    return rows[torch.as_tensor(idx, device=rows.device)]
+    return rows[to_device(idx, rows.device)]
 
 
 def _controller_inputs(ctrl: DraftLengthController, draft, target, run, tokens, i, idx, x, features) -> dict:
@@ -146,11 +145,14 @@ def _verify_chain(verifier, state, draft, run, idx, drafted, tokens, draft_rows,
         q_used, scratch = verifier.current_targets(state, idx, toks, p_rows, q_rows, start, lengths, next_draft_row)
         verified = q_used if verifier.carries_residual else None
     if width == 0:  # nothing drafted (the last position, or no draft on offer): the target's own draw
-        out = Outcome(np.zeros(idx.size, dtype=np.int64), sample_categorical(q_used[:, 0], rng, check=False))
+        out = Outcome(host_to_like(np.zeros(idx.size, dtype=np.int64), q_used),
+                      sample_categorical(q_used[:, 0], rng, check=False))
     else:
         out = run.call("verify", width, _sample, verifier, toks, p_rows, q_used, host_to_like(lengths, q_used), rng)
     if verifier is not None:
         verifier.advance_state(state, idx, scratch, out, start, lengths)
+    if width == 0:
+        return np.zeros(idx.size, dtype=np.int64), out.correction, verified
     return to_host(out.accepted_len), out.correction, verified  # the iteration's one read-back: τ
 
 
@@ -160,7 +162,7 @@ def _where_rows(mask: np.ndarray, rows, other):
         return np.where(mask[:, None], rows, other)
     import torch
 
-    return torch.where(torch.as_tensor(mask, device=rows.device)[:, None], rows, other)
+    return torch.where(to_device(mask, rows.device)[:, None], rows, other)
 
 
 def _sample(verifier, tokens, draft_rows, target_rows, lengths, rng):
@@ -393,6 +395,9 @@ def tree_steps(draft: Session, target: Session, verifier, tree: DraftTree, n_tok
     """
     prompts = as_prompts(prompts, batch)
     check_tree_verifier(verifier, tree)
+    if _on_device(draft, target, verifier, tree):
+        return (yield from _device_tree_steps(draft, target, verifier, tree, n_tokens, rng, rule, prompts, observers,
+                                              bar, timer))
     run = RunState((draft, target), prompts, n_tokens, observers, bar, timer)  # trees walk on the host
     while (run.done < run.N).any():
         active = run.done < run.N
@@ -418,5 +423,44 @@ def tree_steps(draft: Session, target: Session, verifier, tree: DraftTree, n_tok
         if run.observers:
             run.notify("on_tree", TreeStep(idx, start, depth[idx], emitted[idx], tries, paths, nodes[idx], calls[idx],
                                            lambda b, before=before: run.seq[b, :before[b]].copy()))
+        yield from run.pause()
+    return run.result()
+
+
+def _on_device(draft, target, verifier, tree) -> bool:
+    """Whether the tree loop runs on the rows' device (:mod:`otspec.engine.devicetree`): both sessions keep their rows
+    there, the tree is a k-config (drawn children) and the verifier one of candidates that has a torch path."""
+    return target.rows_device is not None and draft.rows_device is not None and walks_on_device(verifier, tree)
+
+
+def _device_tree_steps(draft, target, verifier, tree, n_tokens, rng, rule, prompts, observers, bar, timer):
+    """:func:`tree_steps` on the device: one read back per iteration (the emitted counts and the walked nodes)."""
+    run = RunState((draft, target), prompts, n_tokens, observers, bar, timer, target.rows_device)
+    layout = TreeLayout(tree.branching)
+    while (run.done < run.N).any():
+        active = run.done < run.N
+        depth = np.where(active, np.minimum(tree.depth, run.N - run.done - 1), 0)
+        step = device_iteration(draft, target, verifier, tree, layout, rule, run, depth, active, rng)
+        idx = np.flatnonzero(active)
+        start = run.done[idx].copy()
+        before = run.plen + run.done
+        features = step.features
+        if draft.reads_target_features:  # the target's features before each emitted token: at the root, then the path
+            if features is None:
+                raise ValueError(f"{type(draft).__name__} reads the target's features; {type(target).__name__} "
+                                 "returned none")
+            at = np.zeros((run.B, step.out.shape[1]), dtype=np.int64)
+            for b in idx:
+                walked = step.walked(b)
+                at[b, 1:1 + len(walked)] = walked
+            features = features[host_to_like(np.arange(run.B)[:, None], features), host_to_like(at, features)]
+        nodes = ([step.session_nodes(b, int(depth[b]) - 1) for b in range(run.B)],  # the draft saw levels < depth
+                 [step.session_nodes(b, int(depth[b])) for b in range(run.B)])
+        run.emit(idx, step.out[run.like(idx)], step.emitted[idx], (draft, target), features, nodes=nodes)
+        if run.observers:
+            run.notify("on_tree", TreeStep(idx, start, depth[idx], step.emitted[idx], step.tries(), step.paths(),
+                                           step.nodes[idx], step.calls[idx],
+                                           lambda b, before=before: to_host(run.seq[b, :before[b]]).copy(),
+                                           drafted=step.drafted()[idx]))
         yield from run.pause()
     return run.result()

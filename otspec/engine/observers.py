@@ -81,6 +81,9 @@ class TreeStep:
         Draft calls made to grow each trie.
     history : callable
         ``history(b)``: the tokens of sequence b before the iteration (prompt included).
+    drafted : int array (n,) or None
+        Candidates drawn per sequence, when the loop knows them without the tries (the device walk, whose tries
+        are built on first use).
     """
 
     rows: np.ndarray
@@ -92,6 +95,7 @@ class TreeStep:
     nodes: np.ndarray
     draft_calls: np.ndarray
     history: Any
+    drafted: Any = None
 
 
 class Observer:
@@ -120,6 +124,7 @@ class LedgerObserver(Observer):
 
     def on_tree(self, step: TreeStep) -> None:
         idx = step.rows
+        drafted = (int(np.sum(step.drafted)) if step.drafted is not None
+                   else int(sum(step.tries[b].drafted() for b in idx)))
         self.ledger.record(self.offset + idx, step.start, step.depth, np.minimum(step.emitted - 1, step.depth),
-                           step.emitted, draft_calls=step.draft_calls,
-                           drafted=int(sum(step.tries[b].drafted() for b in idx)))
+                           step.emitted, draft_calls=step.draft_calls, drafted=drafted)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..distributions import to_host, zeros_of
+from ..distributions import to_device, to_host, zeros_of
 
 __all__ = ["CallTiming", "LoopRun", "RunState", "start_sessions"]
 
@@ -54,12 +54,11 @@ class RunState:
         self.t0 = time.perf_counter()
 
     def like(self, values):
-        """Host values (token ids, an index) where the run keeps its tokens."""
+        """Host values (token ids, an index) where the run keeps its tokens (a GPU copy that does not wait for the
+        device: :func:`~otspec.distributions.to_device`)."""
         if self.device is None or not isinstance(values, np.ndarray):
             return values
-        import torch
-
-        return torch.as_tensor(values, device=self.device)
+        return to_device(values, self.device)
 
     def tokens(self, shape):
         """Zero token ids of ``shape`` where the run keeps its tokens."""
@@ -91,9 +90,11 @@ class RunState:
             getattr(observer, method)(step)
         self.watching += time.perf_counter() - t
 
-    def emit(self, rows, tokens, counts, sessions, features=None) -> None:
+    def emit(self, rows, tokens, counts, sessions, features=None, nodes=None) -> None:
         """Append ``tokens[i, :counts[i]]`` to sequences ``rows`` and commit them to every session; a session that
-        reads the target's features gets ``features`` (B, m, H), aligned with the committed tokens of every sequence."""
+        reads the target's features gets ``features`` (B, m, H), aligned with the committed tokens of every sequence.
+        ``nodes`` (one entry per session, each a list over the batch): the fed tree nodes that spell the committed
+        tokens, handed to each session's commit (the device tree walk knows them; comparing tokens would read back)."""
         tokens = self.like(tokens)
         at = self.plen[rows] + self.done[rows]
         r, c = np.nonzero(np.arange(tokens.shape[1])[None, :] < counts[:, None])
@@ -102,11 +103,12 @@ class RunState:
         full_tokens = self.tokens((self.B, tokens.shape[1]))
         full_counts = np.zeros(self.B, dtype=np.int64)
         full_tokens[self.like(rows)], full_counts[rows] = tokens, counts
-        for session in sessions:
+        for i, session in enumerate(sessions):
+            extra = {} if nodes is None else {"nodes": nodes[i]}
             if session is not None and session.reads_target_features:
-                session.commit(full_tokens, full_counts, features=features)
+                session.commit(full_tokens, full_counts, features=features, **extra)
             elif session is not None:
-                session.commit(full_tokens, full_counts)
+                session.commit(full_tokens, full_counts, **extra)
         if self.bar is not None:
             self.bar.update(int(counts.sum()))
 

@@ -107,7 +107,11 @@ class Session(ABC):
 
     @abstractmethod
     def commit(self, tokens, counts) -> None:
-        """Make ``tokens[b, :counts[b]]`` part of sequence b; drop speculative tokens that do not spell them."""
+        """Make ``tokens[b, :counts[b]]`` part of sequence b; drop speculative tokens that do not spell them.
+
+        A session whose rows live on a device and that grows trees (``feed_tree``) also takes ``nodes=``: per
+        sequence, the fed tree nodes (in feed order) that spell its committed tokens from the root, so that it
+        need not compare tokens on the host (the device tree walk of :mod:`otspec.engine.devicetree` passes it)."""
 
     def lookahead(self, tokens, counts) -> Scores:
         """Rows after the committed prefix followed by ``tokens[b, :j]``, j = 0..m, without changing the session.

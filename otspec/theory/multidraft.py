@@ -166,7 +166,7 @@ def _batched(draft, target):
     return draft, target, False
 
 
-def kseq_rho_star(draft, target, k, *, tol: float = RHO_TOL):
+def kseq_rho_star(draft, target, k, *, tol: float = RHO_TOL, max_k: int | None = None):
     r"""ρ*: the root of eq. (10), f(ρ) = 1 − (1 − β(ρ))^k − ρ β(ρ), to ``tol``.
 
     ``draft`` and ``target`` are one row each (V,) — validated, a float is returned — or
@@ -186,6 +186,9 @@ def kseq_rho_star(draft, target, k, *, tol: float = RHO_TOL):
     non-negative (Theorem 1 needs ρ ≥ ρ*). Rows with f(1) ≤ 0 — k ≤ 1, TV(p, q) = 0 or
     disjoint supports (β ≡ 0) — get ρ = 1. A row stops refining once its own bracket is
     below ``tol``, so results depend on the batch only through rounding (summation order).
+    ``max_k`` (an upper bound on every row's k) fixes the number of rounds from the widest bracket
+    it allows, k − 1, instead of reading the widest one back from a device: rows that are done stop
+    refining either way, so the result is the same.
 
     With p = U(6) and q = U(2) (r = 3) and k = 3, ρ* = 57/27 (β(ρ*) = 1/3, spec §4):
 
@@ -202,7 +205,12 @@ def kseq_rho_star(draft, target, k, *, tol: float = RHO_TOL):
     ones = xp.ones_like(k)
     hi = xp.maximum(xp.minimum(k, xp.max(ratio, axis=-1)), ones)  # f(hi) <= 0 (Lemma 4, or hi = k)
     lo, hi, p_tail, q_head = _kseq_segment(p, q, k, ratio, hi)
-    width = float(xp.max(hi - lo)) if hi.shape[0] else 0.0
+    if not hi.shape[0]:
+        width = 0.0
+    elif max_k is not None and not isinstance(hi, np.ndarray):
+        width = max(float(max_k) - 1.0, 0.0)  # hi <= k <= max_k and lo >= 1: no read-back from the device
+    else:
+        width = float(xp.max(hi - lo))
     steps = xp.astype(xp.arange(1, _GRID, device=array_api_compat.device(p)), p.dtype) / _GRID
     for _ in range(math.ceil(math.log(width / tol) / math.log(_GRID)) if width > tol else 0):
         live = (hi - lo) > tol
@@ -247,7 +255,8 @@ def _kseq_segment(p, q, k, ratio, hi):
     return lower, upper, tail, head
 
 
-def kseq_parameters(draft_probs, target_probs, k, rho=None) -> KSeqParameters:
+def kseq_parameters(draft_probs, target_probs, k, rho=None, *, check: bool = True,
+                    max_k: int | None = None) -> KSeqParameters:
     """ρ, β(ρ), p_acc(ρ) = 1 − (1 − β)^k (eq. (8)) and the residual res_ρ (eq. (9)) for each row.
 
     .. math::
@@ -258,19 +267,21 @@ def kseq_parameters(draft_probs, target_probs, k, rho=None) -> KSeqParameters:
     q(x) − P(Y = x, a candidate accepted); entries below −:data:`KSEQ_RESIDUAL_TOL` raise
     ``ValueError`` (ρ < ρ*: k-Seq would not be a valid transport plan), smaller negative
     rounding is clipped to 0 and the row renormalised. Where every candidate is surely
-    accepted (p_acc = 1) or none ever is (β = 0) the residual is q.
+    accepted (p_acc = 1) or none ever is (β = 0) the residual is q. ``check=False`` skips the test for
+    negative entries (it reads back from a device; with ρ = ρ* they are rounding only), and ``max_k``
+    goes to :func:`kseq_rho_star`.
     """
     p, q = draft_probs, target_probs
     xp = namespace(p, q)
     k = _as_row_vector(k, p)
-    rho = kseq_rho_star(p, q, k) if rho is None else _as_row_vector(rho, p)
+    rho = kseq_rho_star(p, q, k, max_k=max_k) if rho is None else _as_row_vector(rho, p)
     m, beta, gap = _kseq_terms(p, q, rho)
     p_acc = 1.0 - gap**k
     scale = xp.where(beta > 0, p_acc / xp.where(beta > 0, beta, xp.ones_like(beta)), xp.zeros_like(beta))
     num = q - m * scale[:, None]
     tol = max(KSEQ_RESIDUAL_TOL, 64.0 * float(xp.finfo(p.dtype).eps))
     neg = num < -tol
-    if bool(xp.any(neg)):
+    if check and bool(xp.any(neg)):
         b, x = first_index(neg)
         star = kseq_rho_star(p[b:b + 1], q[b:b + 1], k[b:b + 1])
         raise ValueError(f"k-Seq residual is negative: rho={float(rho[b])!r} gives a negative residual mass "

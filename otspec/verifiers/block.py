@@ -107,15 +107,17 @@ def published_commit_probs(draft_probs, target_probs, w, lengths=None):
     return xp.where(ids < lengths[:, None], h, xp.where(ids == lengths[:, None], w, 0.0))
 
 
-def backward_commit_probs(draft_tokens, draft_probs, target_probs):
+def backward_commit_probs(draft_tokens, draft_probs, target_probs, lengths=None):
     """(h, A, B, s) of v1 Algorithm 3.
 
     ``s`` (B, L+1) is log ρ_j = log q(X^j)/p(X^j); ``A, B`` = min(ρ_j, 1),
     min(1/ρ_j, 1); ``h_j`` = min{1, p_remain/p_rej} at X^j for j < L (1 when
-    p_rej = 0, and exactly 1 at the root) and h_L = min{1, ρ_L}.
+    p_rej = 0, and exactly 1 at the root) and h_L = min{1, ρ_L}. In a ragged batch
+    row b's last position is ``lengths[b]``: h there is min{1, ρ}, and 0 past it
+    (``s`` is −inf past it).
     """
     xp = namespace(draft_probs, target_probs)
-    lr = log_ratios(draft_tokens, draft_probs, target_probs)
+    lr = log_ratios(draft_tokens, draft_probs, target_probs, lengths)
     s = xp.cumulative_sum(lr, axis=-1, include_initial=True)
     a, b = ratio_scales(s)
     L = draft_probs.shape[1]
@@ -125,6 +127,9 @@ def backward_commit_probs(draft_tokens, draft_probs, target_probs):
     h = xp.where(reject > 0, xp.minimum(remain / xp.where(reject > 0, reject, 1.0), 1.0), 1.0)
     # the root ratio is TV/TV = 1 exactly; rounding must not let tau = 0 fail
     h = xp.concat([_ones(xp, h, 1), h[:, 1:], a[:, max(L, 1):]], axis=1)  # h_L = min(1, ρ_L); just h_0 when L = 0
+    if lengths is not None:
+        ids = xp.arange(L + 1, device=array_api_compat.device(h))[None, :]
+        h = xp.where(ids < lengths[:, None], h, xp.where(ids == lengths[:, None], a, xp.zeros_like(a)))
     return h, a, b, s
 
 
@@ -183,31 +188,39 @@ class BackwardBlockVerify(Verifier):
         """The block-OT optimum eq. (8) (:func:`otspec.theory.expected_accepted_optimal`), which it attains."""
         return expected_accepted_optimal(draft, target, length)
 
-    def law(self, draft_tokens, draft_probs, target_probs, *, validate=True):
-        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate)
+    ragged = True
+
+    def law(self, draft_tokens, draft_probs, target_probs, *, validate=True, lengths=None):
+        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate, lengths=lengths)
         draft_tokens, draft_probs, target_probs = d.tokens, d.draft_probs, d.target_probs
         xp = namespace(draft_probs, target_probs)
-        h, a, b, s = backward_commit_probs(draft_tokens, draft_probs, target_probs)
+        h, a, b, s = backward_commit_probs(draft_tokens, draft_probs, target_probs, d.lengths)
         L = draft_probs.shape[1]
         carry = _carried_log_ratio(xp, s[:, :L, None], target_probs[:, :L, :], draft_probs)
+        if d.lengths is not None:  # carried only below a row's own length
+            ids = xp.arange(L, device=array_api_compat.device(carry))[None, :, None]
+            carry = xp.where(ids < d.lengths[:, None, None], carry, xp.zeros_like(carry))
         carry = xp.concat([carry, xp.zeros_like(target_probs[:, L:, :])], axis=1)
-        corrections = correction_law(draft_probs, target_probs, target_scale=a[:, :L], draft_scale=b[:, :L])
+        corrections = correction_law(draft_probs, target_probs, target_scale=a[:, :L], draft_scale=b[:, :L],
+                                     lengths=d.lengths)
         return VerifierLaw(last_pass_law(h), corrections, carry)
 
-    def sample(self, draft_tokens, draft_probs, target_probs, rng, *, validate=True):
-        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate)
+    def sample(self, draft_tokens, draft_probs, target_probs, rng, *, validate=True, lengths=None):
+        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate, lengths=lengths)
         draft_tokens, draft_probs, target_probs = d.tokens, d.draft_probs, d.target_probs
         xp = namespace(draft_probs, target_probs)
-        h, a, b, s = backward_commit_probs(draft_tokens, draft_probs, target_probs)
+        h, a, b, s = backward_commit_probs(draft_tokens, draft_probs, target_probs, d.lengths)
         L = draft_probs.shape[1]
         tau = last_pass_sample(h, rng)
-        y = draw_correction(tau, draft_probs, target_probs, rng, target_scale=a[:, :L], draft_scale=b[:, :L])
+        y = draw_correction(tau, draft_probs, target_probs, rng, target_scale=a[:, :L], draft_scale=b[:, :L],
+                            lengths=d.lengths)
         if L == 0:  # nothing drafted: Y is the target's draw and nothing is carried
             return Outcome(tau, y, xp.zeros(tau.shape, dtype=target_probs.dtype, device=array_api_compat.device(tau)))
         rows = xp.arange(tau.shape[0], device=array_api_compat.device(tau))
         at = xp.clip(tau, max=L - 1)
         carry = _carried_log_ratio(xp, s[rows, tau], target_probs[rows, tau, y], draft_probs[rows, at, y])
-        return Outcome(tau, y, xp.where(tau < L, carry, xp.zeros_like(carry)))
+        last = L if d.lengths is None else d.lengths
+        return Outcome(tau, y, xp.where(tau < last, carry, xp.zeros_like(carry)))
 
     # ---------------------------------------------------------- carried residual windows
     def start_state(self, batch, max_length):
@@ -216,8 +229,12 @@ class BackwardBlockVerify(Verifier):
     def current_targets(self, state, rows, tokens, draft_probs, target_probs, start, lengths, next_draft_row):
         """The carried residual cascade along each drafted path (see :mod:`otspec.verifiers.carry`).
 
-        The windows are numpy and handled one draft length at a time (``scratch`` keeps each group): rows on
-        a torch device are copied to the host and the targets handed back on that device."""
+        On numpy the windows are handled one draft length at a time (``scratch`` keeps each group). On torch the
+        ragged batch is scored in one pass on the rows' device, nothing read back: the draft row after each row's
+        last drafted token (``next_draft_row()``) goes in at that row's own length."""
+        if not isinstance(target_probs, np.ndarray):
+            return self._current_targets_on_device(state, rows, tokens, draft_probs, target_probs, start, lengths,
+                                                   next_draft_row)
         rows, lengths, start = to_host(rows), to_host(lengths), to_host(start)
         after, draft_host, target_host = to_host(next_draft_row()), to_host(draft_probs), to_host(target_probs)
         tokens = to_host(tokens)
@@ -231,9 +248,28 @@ class BackwardBlockVerify(Verifier):
             for j, lv in enumerate(levels):
                 out[sel, j] = lv[-1]
             scratch.append((g, sel, states, levels, p_rows))
-        return host_to_like(out, target_probs), scratch
+        return out, scratch
+
+    @staticmethod
+    def _current_targets_on_device(state, rows, tokens, draft_probs, target_probs, start, lengths, next_draft_row):
+        xp = namespace(target_probs)
+        state.to_like(target_probs)
+        width = tokens.shape[1]
+        g = host_to_like(lengths, target_probs)
+        after = next_draft_row()
+        ids = xp.arange(width + 1, device=array_api_compat.device(target_probs))[None, :, None]
+        p_rows = xp.concat([draft_probs[:, :width], xp.zeros_like(target_probs[:, :1])], axis=1)
+        p_rows = xp.where(ids == g[:, None, None], after[:, None, :], p_rows)
+        states, levels = score_carried(state.take(rows), target_probs[:, :width + 1], p_rows, tokens[:, :width], start)
+        out = xp.stack([lv[-1] for lv in levels], axis=1)
+        return out, [(g, None, states, levels, p_rows)]
 
     def advance_state(self, state, rows, scratch, outcome, start, lengths):
+        if scratch and scratch[0][1] is None:  # the device pass: one ragged group
+            g, _, states, levels, p_rows = scratch[0]
+            state.put(rows, carry_forward(states, levels, p_rows, start, g, outcome.accepted_len, outcome.correction,
+                                          outcome.carry))
+            return
         rows, start = to_host(rows), to_host(start)
         tau, y = to_host(outcome.accepted_len), to_host(outcome.correction)
         carry = None if outcome.carry is None else to_host(outcome.carry)

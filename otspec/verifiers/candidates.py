@@ -65,8 +65,9 @@ class SequentialMultiDraftVerifier(MultiDraftVerifier):
     """
 
     @abstractmethod
-    def acceptance_plan(self, candidates, draft_probs, target_probs):
-        """(a, residual): acceptance probabilities (B, k) and the residual rows (B, V)."""
+    def acceptance_plan(self, candidates, draft_probs, target_probs, *, validate: bool = True):
+        """(a, residual): acceptance probabilities (B, k) and the residual rows (B, V) (``validate=False``: no check
+        that reads back from a device)."""
 
     def law(self, candidates, draft_probs, target_probs, *, validate=True):
         d = self.check(candidates, draft_probs, target_probs, validate=validate)
@@ -85,9 +86,9 @@ class SequentialMultiDraftVerifier(MultiDraftVerifier):
         d = self.check(candidates, draft_probs, target_probs, validate=validate)
         candidates, p = d.tokens, d.draft_probs
         xp = namespace(p, d.target_probs)
-        a, res = self.acceptance_plan(candidates, p, d.target_probs)
+        a, res = self.acceptance_plan(candidates, p, d.target_probs, validate=validate)
         B, k = candidates.shape
-        y_res = xp.astype(sample_categorical(res, rng), xp.int64)
+        y_res = xp.astype(sample_categorical(res, rng, check=validate), xp.int64)
         if k == 0:
             return Outcome.from_candidates(y_res, xp.zeros((B,), dtype=xp.bool, device=_device(p)),
                                            xp.full_like(y_res, -1))

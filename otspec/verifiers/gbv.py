@@ -26,14 +26,16 @@ target's law; the tests show their G-test sees it. p^Γ is computed in float64 i
 
 from __future__ import annotations
 
+import array_api_compat
 import numpy as np
 
 from ..checks import check_size
-from ..distributions import row_pair
+from ..distributions import namespace, row_pair, sample_categorical
 from .base import WholeTreeVerifier
 from .block import BlockVerify
 
-__all__ = ["GreedyBlockVerify", "gbv_law", "gbv_sample", "greedy_path", "ratio_ranks", "skewed_row"]
+__all__ = ["GreedyBlockVerify", "gbv_law", "gbv_sample", "gbv_walk_on_device", "greedy_path", "ratio_ranks",
+           "ratio_ranks_xp", "skewed_row", "skewed_rows_xp"]
 
 
 def ratio_ranks(p_row: np.ndarray, q_row: np.ndarray) -> np.ndarray:
@@ -126,3 +128,91 @@ class GreedyBlockVerify(WholeTreeVerifier):
 
     def sample_tree(self, tree, rng) -> tuple[list, int]:
         return gbv_sample(tree, rng)
+
+    def walk_on_device(self, layout, tokens, draft_rows, target_rows, depth, rng):
+        """The tree loop's device walk (:func:`gbv_walk_on_device`)."""
+        return gbv_walk_on_device(layout, tokens, draft_rows, target_rows, depth, rng)
+
+
+def ratio_ranks_xp(p_rows, q_rows):
+    """:func:`ratio_ranks` of every row at once, in the rows' namespace (torch on its device too): (B, V) ranks by
+    (q(x)/p(x), x), ascending (a stable sort keeps equal ratios in id order)."""
+    xp = namespace(p_rows, q_rows)
+    positive = p_rows > 0
+    ratio = xp.where(positive, q_rows / xp.where(positive, p_rows, xp.ones_like(p_rows)), xp.full_like(p_rows, np.inf))
+    order = xp.argsort(ratio, axis=-1, stable=True)
+    ids = xp.broadcast_to(xp.arange(p_rows.shape[-1], device=array_api_compat.device(p_rows))[None, :], order.shape)
+    rank = xp.zeros_like(order)
+    if isinstance(rank, np.ndarray):
+        np.put_along_axis(rank, order, ids, axis=-1)
+        return rank
+    return rank.scatter(-1, order, ids)
+
+
+def skewed_rows_xp(p_rows, rank, t, k: int):
+    """:func:`skewed_row` of every row at once (numpy or torch): (p^Γ rows (B, V), u, v) for ``t`` (B,)."""
+    xp = namespace(p_rows)
+    order = xp.argsort(rank, axis=-1)
+    cum = xp.cumulative_sum(xp.take_along_axis(p_rows, order, axis=-1), axis=-1)
+    F = xp.zeros_like(p_rows)
+    if isinstance(F, np.ndarray):
+        np.put_along_axis(F, order, cum, axis=-1)
+    else:
+        F = F.scatter(-1, order, cum)
+    F = xp.clip(F, max=1.0)
+    t = t[:, None]
+    u, v = t + (1.0 - t) * F, t + (1.0 - t) * (F - p_rows)
+    s_uv = xp.zeros_like(p_rows)
+    norm = xp.zeros_like(t[:, 0])
+    for i in range(k):
+        s_uv = s_uv + u**i * v**(k - 1 - i)
+        norm = norm + t[:, 0]**(k - 1 - i)
+    row = p_rows * s_uv / norm[:, None]
+    return row / xp.sum(row, axis=-1, keepdims=True), u, v
+
+
+def gbv_walk_on_device(layout, tokens, draft_rows, target_rows, depth, rng):
+    """GBV on the device walk's layout of ``iid:K:L`` (:mod:`otspec.engine.devicetree`): K chains of nodes, path i
+    the nodes ``offsets[d] + i``. The greedy choice keeps the set of paths that spell the chosen prefix (the trie's
+    merged node) and picks, among their next tokens, the one of highest rank at the node; the chosen path is then
+    verified by block verification against p^Γ in one ragged call (``depth`` (B,) on the device: each row's length).
+    Returns (emitted tokens (B, D + 1), emitted counts (B,), the deepest walked node (B,)), on the device."""
+    xp = namespace(target_rows)
+    device = array_api_compat.device(target_rows)
+    B, top = target_rows.shape[0], len(tokens) - 1
+    k = layout.branching[0]
+    rows = xp.arange(B, device=device)
+    paths = xp.ones((B, k), dtype=xp.bool, device=device)
+    t = xp.zeros(B, dtype=target_rows.dtype, device=device)
+    first = xp.zeros(B, dtype=xp.int64, device=device)
+    chosen, skewed, verified = [], [], [target_rows[:, 0]]
+    for d in range(top):
+        p_row = draft_rows[d][rows, 0 if d == 0 else first]
+        q_row = target_rows[rows, layout.offsets[d] + first] if d else target_rows[:, 0]
+        rank = ratio_ranks_xp(p_row, q_row)
+        row, u, v = skewed_rows_xp(p_row, rank, t, k)
+        level = tokens[d + 1]
+        score = xp.where(paths & (level >= 0), xp.take_along_axis(rank, xp.clip(level, min=0), axis=-1),
+                         xp.full_like(level, -1))
+        pick = xp.argmax(score, axis=-1)
+        x = level[rows, pick]
+        paths = paths & (level == x[:, None])
+        first = xp.argmax(xp.astype(paths, xp.int8), axis=-1)
+        u_x = u[rows, x]
+        t = xp.where(u_x > 0, v[rows, x] / xp.where(u_x > 0, u_x, xp.ones_like(u_x)), xp.zeros_like(u_x))
+        chosen.append(x)
+        skewed.append(row)
+        verified.append(target_rows[rows, layout.offsets[d + 1] + first])
+    if top == 0:
+        y = sample_categorical(target_rows[:, 0], rng, check=False)
+        return y[:, None], xp.ones_like(y), xp.zeros_like(y)
+    out = BlockVerify().sample(xp.stack(chosen, axis=1), xp.stack(skewed, axis=1), xp.stack(verified, axis=1), rng,
+                               validate=False, lengths=depth)
+    tau, y = out.accepted_len, out.correction
+    drafted = xp.stack(chosen, axis=1)
+    ids = xp.arange(top + 1, device=device)[None, :]
+    emitted = xp.where(ids < tau[:, None], xp.concat([drafted, xp.zeros_like(drafted[:, :1])], axis=1),
+                       xp.where(ids == tau[:, None], y[:, None], xp.zeros_like(ids)))
+    offsets = xp.asarray(layout.offsets, device=device)
+    last = xp.where(tau > 0, offsets[xp.clip(tau, min=0)] + first, xp.zeros_like(tau))
+    return emitted, tau + 1, last

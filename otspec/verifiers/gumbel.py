@@ -24,9 +24,11 @@ race's memorylessness): the joint law of (X, Y) is the coupling's.
 
 from __future__ import annotations
 
+import array_api_compat
 import numpy as np
 
-from ..distributions import namespace, sample_categorical
+from ..distributions import namespace, sample_categorical, to_host, uniform
+from ..drafts import gather_tokens
 from ..errors import SizeLimitError
 from ..sources import IIDSource
 from .base import Outcome, Verifier, VerifierLaw
@@ -124,39 +126,66 @@ class GumbelCouplingVerify(Verifier):
         """E[τ | drafts] (B,), from :meth:`keep_probs` (no pair integrals)."""
         return np.cumprod(self.keep_probs(draft_tokens, draft_probs, target_probs), axis=1).sum(axis=1)
 
-    def law(self, draft_tokens, draft_probs, target_probs, *, validate=True):
-        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate)
-        x = np.asarray(d.tokens, dtype=np.int64)
-        P, Q = np.asarray(d.draft_probs, dtype=float), np.asarray(d.target_probs, dtype=float)
+    def law(self, draft_tokens, draft_probs, target_probs, *, validate=True, lengths=None):
+        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate, lengths=lengths)
+        x = np.asarray(to_host(d.tokens), dtype=np.int64)
+        P, Q = np.asarray(to_host(d.draft_probs), dtype=float), np.asarray(to_host(d.target_probs), dtype=float)
         B, L = x.shape
+        g = np.full(B, L, dtype=np.int64) if d.lengths is None else to_host(d.lengths).astype(np.int64)
         keep = np.zeros((B, L))
-        rows = np.zeros((B, L + 1, P.shape[-1]))
+        rows = np.array(Q, copy=True)  # past a row's length: valid rows of probability 0; at it: the bonus row
         for b in range(B):
-            for i in range(L):
+            for i in range(int(g[b])):
                 joint = gumbel_joint(P[b, i], Q[b, i])[x[b, i]] / P[b, i, x[b, i]]  # law of Y given X = x
                 keep[b, i] = joint[x[b, i]]
                 miss = joint.copy()
                 miss[x[b, i]] = 0.0
                 rows[b, i] = miss / miss.sum() if miss.sum() > 0 else Q[b, i]
-        rows[:, L] = Q[:, L]
         reach = np.concatenate([np.ones((B, 1)), np.cumprod(keep, axis=1)], axis=1)  # P(τ >= i)
-        accept = reach * np.concatenate([1.0 - keep, np.ones((B, 1))], axis=1)  # P(τ = i)
-        return VerifierLaw(accept, rows)
+        stop = np.concatenate([1.0 - keep, np.ones((B, 1))], axis=1)
+        stop[np.arange(B), g] = 1.0  # a row stops at its own length at the latest
+        accept = np.where(np.arange(L + 1)[None, :] <= g[:, None], reach * stop, 0.0)  # P(τ = i)
+        xp = namespace(d.target_probs)
+        if isinstance(d.target_probs, np.ndarray):
+            return VerifierLaw(accept, rows)
+        return VerifierLaw(*(xp.asarray(a, dtype=d.target_probs.dtype, device=array_api_compat.device(d.target_probs))
+                             for a in (accept, rows)))
 
-    def sample(self, draft_tokens, draft_probs, target_probs, rng, *, validate=True):
-        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate)
-        x = np.asarray(d.tokens, dtype=np.int64)
-        P, Q = np.asarray(d.draft_probs, dtype=float), np.asarray(d.target_probs, dtype=float)
+    ragged = True
+
+    def sample(self, draft_tokens, draft_probs, target_probs, rng, *, validate=True, lengths=None):
+        """One outcome per draft, on numpy (a numpy ``Generator``) or torch (a ``torch.Generator``, any device);
+        ``lengths`` (B,) makes the batch ragged (:meth:`Verifier.sample_ragged`): row b compares its first
+        ``lengths[b]`` positions and draws its bonus token from ``target_probs[b, lengths[b]]``."""
+        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate, lengths=lengths)
+        xp = namespace(d.draft_probs, d.target_probs)
+        x, P, Q = d.tokens, d.draft_probs, d.target_probs
+        if isinstance(P, np.ndarray):
+            x, P, Q = np.asarray(x, dtype=np.int64), np.asarray(P, dtype=float), np.asarray(Q, dtype=float)
         B, L, V = P.shape
-        T = rng.exponential(size=(B, L, 1))
-        clocks = P * T + rng.exponential(size=(B, L, V))  # the losers' clocks given the draft's winner X = x
-        np.put_along_axis(clocks, x[..., None], np.take_along_axis(P, x[..., None], axis=-1) * T, axis=-1)
-        with np.errstate(divide="ignore"):
-            y = np.argmin(np.where(Q[:, :L] > 0, clocks / np.where(Q[:, :L] > 0, Q[:, :L], 1.0), np.inf), axis=-1)
-        miss = y != x
-        tau = np.where(miss.any(axis=1), np.argmax(miss, axis=1), L)
-        bonus = np.asarray(sample_categorical(Q[:, L], rng), dtype=np.int64)
-        token = bonus if L == 0 else np.where(
-            tau < L, np.take_along_axis(y, np.minimum(tau, L - 1)[:, None], axis=1)[:, 0], bonus)
-        xp = namespace(d.draft_probs)
-        return Outcome(xp.asarray(tau), xp.asarray(token))
+        device = array_api_compat.device(P)
+        rows = xp.arange(B, device=device)
+        g = xp.full((B,), L, dtype=xp.int64, device=device) if d.lengths is None else xp.astype(d.lengths, xp.int64)
+        T = _exponential(rng, (B, L, 1), P)
+        losers = _exponential(rng, (B, L, V), P)  # the losers' clocks given the draft's winner X = x
+        px = gather_tokens(P, x)[..., None]
+        winner = xp.arange(V, device=device)[None, None, :] == x[..., None]
+        clocks = xp.where(winner, px * T, P * T + losers)
+        q = Q[:, :L]
+        y = xp.argmin(xp.where(q > 0, clocks / xp.where(q > 0, q, xp.ones_like(q)), xp.inf), axis=-1)
+        drafted = xp.arange(L, device=device)[None, :] < g[:, None]
+        miss = (y != x) & drafted
+        tau = xp.where(xp.any(miss, axis=1), xp.argmax(xp.astype(miss, xp.int8), axis=1), g)
+        bonus = xp.astype(sample_categorical(Q[rows, g], rng, check=validate), xp.int64)
+        if L == 0:
+            return Outcome(tau, bonus)
+        at = xp.clip(tau, max=L - 1)
+        return Outcome(tau, xp.where(tau < g, y[rows, at], bonus))
+
+
+def _exponential(rng, shape, like):
+    """Exp(1) draws of ``shape`` in the namespace of ``like``: a numpy ``Generator``'s own, else −log(1 − U)."""
+    if isinstance(like, np.ndarray):
+        return rng.exponential(size=shape)
+    xp = namespace(like)
+    return -xp.log1p(-uniform(rng, shape, like))

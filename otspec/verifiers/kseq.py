@@ -35,15 +35,16 @@ class KSeq(SequentialMultiDraftVerifier):
             raise ValueError(f"rho: expected a finite division factor >= 1, got {rho!r}")
         self.rho = None if rho is None else float(rho)
 
-    def parameters(self, candidates, draft_probs, target_probs) -> KSeqParameters:
-        """:func:`~otspec.theory.multidraft.kseq_parameters` with k = each row's number of real candidates."""
+    def parameters(self, candidates, draft_probs, target_probs, *, validate: bool = True) -> KSeqParameters:
+        """:func:`~otspec.theory.multidraft.kseq_parameters` with k = each row's number of real candidates
+        (``validate=False``: nothing read back from a device)."""
         xp = namespace(draft_probs, target_probs)
         k = xp.sum(xp.astype(candidates >= 0, draft_probs.dtype), axis=-1)
-        return kseq_parameters(draft_probs, target_probs, k, self.rho)
+        return kseq_parameters(draft_probs, target_probs, k, self.rho, check=validate, max_k=candidates.shape[-1])
 
-    def acceptance_plan(self, candidates, draft_probs, target_probs):
+    def acceptance_plan(self, candidates, draft_probs, target_probs, *, validate: bool = True):
         xp = namespace(draft_probs, target_probs)
-        par = self.parameters(candidates, draft_probs, target_probs)
+        par = self.parameters(candidates, draft_probs, target_probs, validate=validate)
         p_x = gather_candidates(draft_probs, candidates)
         q_x = gather_candidates(target_probs, candidates)
         ok = (candidates >= 0) & (p_x > 0)

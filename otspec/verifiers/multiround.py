@@ -51,7 +51,7 @@ class MultiRound(SequentialMultiDraftVerifier):
     def expected_acceptance(self, draft, target, k: int) -> float:
         return multiround_acceptance(draft, target, k, self.replacement)
 
-    def acceptance_plan(self, candidates, draft_probs, target_probs):
+    def acceptance_plan(self, candidates, draft_probs, target_probs, *, validate: bool = True):
         return multiround_plan(candidates, draft_probs, target_probs)
 
 
@@ -71,5 +71,5 @@ class MultiRoundWithoutReplacement(SequentialMultiDraftVerifier):
         return multiround_acceptance(draft, target, k, self.replacement)
     distinct_candidates = True
 
-    def acceptance_plan(self, candidates, draft_probs, target_probs):
+    def acceptance_plan(self, candidates, draft_probs, target_probs, *, validate: bool = True):
         return multiround_plan(candidates, draft_probs, target_probs, without_replacement=True)

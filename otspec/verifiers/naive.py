@@ -37,4 +37,4 @@ class NaiveMultiCandidate(MultiDraftVerifier):
     def sample(self, candidates, draft_probs, target_probs, rng, *, validate=True):
         d = self.check(candidates, draft_probs, target_probs, validate=validate)
         xp = namespace(d.target_probs)
-        return membership_outcome(d.tokens, xp.astype(sample_categorical(d.target_probs, rng), xp.int64))
+        return membership_outcome(d.tokens, xp.astype(sample_categorical(d.target_probs, rng, check=validate), xp.int64))

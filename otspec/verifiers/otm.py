@@ -6,7 +6,7 @@ import array_api_compat
 import numpy as np
 
 from ..checks import capped_power, format_count
-from ..distributions import sample_categorical
+from ..distributions import host_to_like, sample_categorical, to_host
 from ..errors import SizeLimitError
 from ..solvers.otm import otm_maxflow
 from ..solvers.otm_dual import otm_value
@@ -47,6 +47,8 @@ class OTMVerify(MultiDraftVerifier):
     name = "otm"
     label = "OTM optimum (i.i.d. drafts)"
     style = {"linestyle": "-", "color": "C0"}
+    #: Torch rows are read back once per call: the plan is a max-flow per row pair, solved on the host.
+    reads_back = True
 
     def __init__(self, replacement: bool = True, max_tuples: int = OTM_MAX_TUPLES, cache_size: int = 1024):
         self.replacement = bool(replacement)
@@ -90,9 +92,15 @@ class OTMVerify(MultiDraftVerifier):
         return out
 
     def _kernel(self, candidates, draft_probs, target_probs, validate):
+        """(candidates, the law of Y for each row (B, V)) in the kind of the rows: torch rows are read back, the plans
+        solved on the host (a max-flow per distinct row pair) and the kernel handed back on their device."""
+        if any(array_api_compat.is_torch_array(a) for a in (candidates, draft_probs, target_probs)):
+            like = next(a for a in (target_probs, draft_probs, candidates) if array_api_compat.is_torch_array(a))
+            cands, kernel = self._kernel(*(to_host(a) for a in (candidates, draft_probs, target_probs)), validate)
+            return host_to_like(cands, like), host_to_like(kernel, like).to(like.dtype)
         for arr in (candidates, draft_probs, target_probs):
             if array_api_compat.is_array_api_obj(arr) and not array_api_compat.is_numpy_array(arr):
-                raise TypeError(f"OTMVerify is numpy-only (it solves a transport problem per row pair); got {type(arr)}")
+                raise TypeError(f"OTMVerify takes numpy or torch rows; got {type(arr)}")
         d = self.check(candidates, draft_probs, target_probs, validate=validate)
         candidates = np.asarray(d.tokens)
         p, q = np.asarray(d.draft_probs, dtype=np.float64), np.asarray(d.target_probs, dtype=np.float64)
@@ -132,4 +140,5 @@ class OTMVerify(MultiDraftVerifier):
 
     def sample(self, candidates, draft_probs, target_probs, rng, *, validate=True):
         candidates, kernel = self._kernel(candidates, draft_probs, target_probs, validate)
-        return membership_outcome(candidates, sample_categorical(kernel, rng).astype(np.int64))
+        y = sample_categorical(kernel, rng, check=validate)
+        return membership_outcome(candidates, y.astype(np.int64) if isinstance(y, np.ndarray) else y.long())

@@ -27,9 +27,10 @@ Its exact law is computed per pair; the tests check that it keeps the target's l
 
 from __future__ import annotations
 
+import array_api_compat
 import numpy as np
 
-from ..distributions import sample_categorical
+from ..distributions import namespace, sample_categorical
 from ..drafts.laws import one_hot
 from ..solvers.otm_dual import structured_value
 from .candidates import MultiDraftVerifier, membership, membership_law, membership_outcome
@@ -37,77 +38,98 @@ from .candidates import MultiDraftVerifier, membership, membership_law, membersh
 __all__ = ["GreedyDraftVerify", "SpecHubVerify", "greedy_kernel", "spechub_kernel"]
 
 
-def _normalise(rows: np.ndarray, fallback: np.ndarray) -> np.ndarray:
-    mass = rows.sum(axis=1, keepdims=True)
-    return np.where(mass > 0, rows / np.where(mass > 0, mass, 1.0), fallback)
+def _normalise(rows, fallback):
+    xp = namespace(rows)
+    mass = xp.sum(rows, axis=1, keepdims=True)
+    return xp.where(mass > 0, rows / xp.where(mass > 0, mass, xp.ones_like(mass)), fallback)
 
 
-def _take(rows: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-    return np.take_along_axis(rows, np.maximum(tokens, 0)[:, None], axis=1)[:, 0]
+def _take(rows, tokens):
+    xp = namespace(rows)
+    return xp.take_along_axis(rows, xp.clip(tokens, min=0)[:, None], axis=1)[:, 0]
 
 
-def greedy_kernel(candidates, p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Law of Y given greedy candidates (B, k) (T = the first k − 1, J the last), rows p, q (B, V)."""
-    candidates = np.asarray(candidates, dtype=np.int64)
+def _ids(candidates, like):
+    """Candidates as int64 of ``like``'s kind (numpy in, numpy out; a tensor stays on its device)."""
+    if isinstance(like, np.ndarray):
+        return np.asarray(candidates, dtype=np.int64)
+    return namespace(like).astype(candidates, namespace(like).int64)
+
+
+def greedy_kernel(candidates, p, q):
+    """Law of Y given greedy candidates (B, k) (T = the first k − 1, J the last), rows p, q (B, V) (numpy or torch)."""
+    xp = namespace(p, q)
+    candidates = _ids(candidates, p)
     top, last = candidates[:, :-1], candidates[:, -1]
     rest = p * (1.0 - membership(top, p))
-    p_rest = _normalise(rest, np.zeros_like(p))
+    p_rest = _normalise(rest, xp.zeros_like(p))
     pj = _take(p_rest, last)
-    accept = np.where((last >= 0) & (pj > 0), np.minimum(1.0, _take(q, last) / np.where(pj > 0, pj, 1.0)), 0.0)
-    residual = _normalise(np.maximum(q - p_rest, 0.0), q)
+    accept = xp.where((last >= 0) & (pj > 0), xp.minimum(_take(q, last) / xp.where(pj > 0, pj, xp.ones_like(pj)), 1.0),
+                      xp.zeros_like(pj))
+    residual = _normalise(xp.clip(q - p_rest, min=0.0), q)
     return accept[:, None] * one_hot(last, p.shape[1], p) + (1.0 - accept)[:, None] * residual
 
 
-def spechub_kernel(candidates, p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Law of Y given SpecHub pairs (B, 2) in drawing order, rows p, q (B, V) (the module docstring's stages)."""
-    candidates = np.asarray(candidates, dtype=np.int64)
+def spechub_kernel(candidates, p, q):
+    """Law of Y given SpecHub pairs (B, 2) in drawing order, rows p, q (B, V) (the module docstring's stages; numpy
+    or torch)."""
+    xp = namespace(p, q)
+    candidates = _ids(candidates, p)
     V = p.shape[1]
     if candidates.shape[1] == 1:  # one child: token verification
         return greedy_kernel(candidates, p, q)
     first, second = candidates[:, 0], candidates[:, 1]
-    hub = np.argmax(p, axis=1)
-    is_hub = np.arange(V) == hub[:, None]
+    hub = xp.astype(xp.argmax(p, axis=1), xp.int64)
+    is_hub = xp.arange(V, device=array_api_compat.device(p))[None, :] == hub[:, None]
     pa, qa = _take(p, hub), _take(q, hub)
     off = ~is_hub
-    q1 = np.where(off, np.maximum(q - p, 0.0), q)
-    pair = np.where(off & (pa < 1)[:, None], pa[:, None] * p / np.where(pa < 1, 1.0 - pa, 1.0)[:, None], 0.0)
-    R = np.where(off, np.maximum(p - q, 0.0), 0.0).sum(axis=1)
-    S = np.where(off, np.maximum(pair - q1, 0.0), 0.0).sum(axis=1)
-    qa_left = np.maximum(qa - S, 0.0)
-    residual = np.where(off, np.maximum(q1 - pair, 0.0), np.maximum(qa_left - R, 0.0)[:, None])
+    zero, one = xp.zeros_like(p), xp.ones_like(pa)
+    q1 = xp.where(off, xp.clip(q - p, min=0.0), q)
+    pair = xp.where(off & (pa < 1)[:, None], pa[:, None] * p / xp.where(pa < 1, 1.0 - pa, one)[:, None], zero)
+    R = xp.sum(xp.where(off, xp.clip(p - q, min=0.0), zero), axis=1)
+    S = xp.sum(xp.where(off, xp.clip(pair - q1, min=0.0), zero), axis=1)
+    qa_left = xp.clip(qa - S, min=0.0)
+    residual = xp.where(off, xp.clip(q1 - pair, min=0.0), xp.clip(qa_left - R, min=0.0)[:, None])
     residual = _normalise(residual, q)
 
     def ratio(num, den):
-        return np.where(den > 0, np.minimum(1.0, num / np.where(den > 0, den, 1.0)), 1.0)
+        return xp.where(den > 0, xp.minimum(num / xp.where(den > 0, den, xp.ones_like(den)), 1.0), xp.ones_like(den))
 
     hub_first = first == hub  # the pair (a, j); otherwise (j, a)
-    j = np.where(hub_first, second, first)
-    keep_j = np.where(hub_first, ratio(_take(q1, j), _take(pair, j)), ratio(_take(q, j), _take(p, j)))
-    keep_j = np.where(j >= 0, keep_j, 0.0)
-    keep_a = np.where(hub_first, ratio(qa, S), ratio(qa_left, R))
+    j = xp.where(hub_first, second, first)
+    keep_j = xp.where(hub_first, ratio(_take(q1, j), _take(pair, j)), ratio(_take(q, j), _take(p, j)))
+    keep_j = xp.where(j >= 0, keep_j, xp.zeros_like(keep_j))
+    keep_a = xp.where(hub_first, ratio(qa, S), ratio(qa_left, R))
     single = second < 0  # p(a) = 1: the pair is (a, -1), token verification of a
-    keep_a = np.where(single, np.minimum(1.0, qa / np.where(pa > 0, pa, 1.0)), keep_a)
-    residual = np.where(single[:, None], _normalise(np.maximum(q - p, 0.0), q), residual)
+    keep_a = xp.where(single, xp.minimum(qa / xp.where(pa > 0, pa, one), 1.0), keep_a)
+    residual = xp.where(single[:, None], _normalise(xp.clip(q - p, min=0.0), q), residual)
     rest = (1.0 - keep_j) * (1.0 - keep_a)
     return (keep_j[:, None] * one_hot(j, V, p) + ((1.0 - keep_j) * keep_a)[:, None] * one_hot(hub, V, p)
             + rest[:, None] * residual)
 
 
 class _KernelVerify(MultiDraftVerifier):
-    """Y from a per-draft kernel, accepted when it is a candidate (numpy rows)."""
+    """Y from a per-draft kernel, accepted when it is a candidate (numpy rows, or torch rows on their device)."""
 
     kernel = staticmethod(greedy_kernel)
 
+    @staticmethod
+    def _rows(d):
+        if isinstance(d.draft_probs, np.ndarray) or isinstance(d.target_probs, np.ndarray):
+            return np.asarray(d.draft_probs, dtype=float), np.asarray(d.target_probs, dtype=float)
+        return d.draft_probs, d.target_probs
+
     def law(self, candidates, draft_probs, target_probs, *, validate=True):
         d = self.check(candidates, draft_probs, target_probs, validate=validate)
-        p, q = np.asarray(d.draft_probs, dtype=float), np.asarray(d.target_probs, dtype=float)
-        return membership_law(np.asarray(d.tokens), self.kernel(d.tokens, p, q))
+        p, q = self._rows(d)
+        return membership_law(_ids(d.tokens, p), self.kernel(d.tokens, p, q))
 
     def sample(self, candidates, draft_probs, target_probs, rng, *, validate=True):
         d = self.check(candidates, draft_probs, target_probs, validate=validate)
-        p, q = np.asarray(d.draft_probs, dtype=float), np.asarray(d.target_probs, dtype=float)
-        y = np.asarray(sample_categorical(self.kernel(d.tokens, p, q), rng), dtype=np.int64)
-        return membership_outcome(np.asarray(d.tokens, dtype=np.int64), y)
+        p, q = self._rows(d)
+        xp = namespace(p)
+        y = xp.astype(sample_categorical(self.kernel(d.tokens, p, q), rng, check=validate), xp.int64)
+        return membership_outcome(_ids(d.tokens, p), y)
 
 
 class GreedyDraftVerify(_KernelVerify):
