@@ -22,6 +22,7 @@ from otspec.verifiers import (
     MultiRoundWithoutReplacement,
     NaiveMultiCandidate,
     SpecHubVerify,
+    TraversalVerify,
 )
 from tests.llm_tiny import random_prompts, tiny_pair
 from tests.test_llm_bridge_trees import FirstCandidate
@@ -30,7 +31,8 @@ TOP4 = Sampling(top_k=4)
 CASES = [(KSeq(), "2x2", "match"), (KSeq(), "3x2x1", "accepted"), (MultiRound(), "iid:3:2", "match"),
          (MultiRoundWithoutReplacement(), "2x2", "accepted"), (NaiveMultiCandidate(), "iid:2:2", "match"),
          (GreedyDraftVerify(), "3x1", "match"), (SpecHubVerify(), "2x2", "match"),
-         (GreedyBlockVerify(), "iid:3:2", "match")]
+         (GreedyBlockVerify(), "iid:3:2", "match"), (TraversalVerify(), "2x2", "match"),
+         (TraversalVerify(), "3x1x1", "match")]
 IDS = [f"{v.name}-{t}-{r}" for v, t, r in CASES]
 
 

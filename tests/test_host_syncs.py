@@ -80,14 +80,14 @@ def test_a_chain_iteration_synchronises_at_most_once(name, drafter):
 
 
 TREES = {"kseq": "2x2x1", "multiround": "iid:3:2", "multiround_without_replacement": "3x2", "naive": "2x2",
-         "greedy": "3x1x1", "spechub": "2x2", "gbv": "iid:3:2"}
+         "greedy": "3x1x1", "spechub": "2x2", "gbv": "iid:3:2", "traversal": "2x2x1"}
 
 
 @pytest.mark.parametrize("drafter", ["model", "eagle"])
 @pytest.mark.parametrize("name", sorted(TREES))
 def test_a_device_tree_iteration_synchronises_at_most_once(name, drafter):
-    """Every verifier of candidates with a torch path and GBV, on a k-config it is lossless for: growth, scoring and
-    the walk on the device, and one read back (the emitted counts with the walked nodes)."""
+    """Every verifier of candidates with a torch path, GBV and Traversal, on a k-config it is lossless for: growth,
+    scoring and the walk on the device, and one read back (the emitted counts with the walked nodes)."""
     pair = _drafter(drafter)
     verifier = {**MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY}[name]()
     tree = parse_tree(TREES[name], verifier.replacement)

@@ -32,8 +32,8 @@ __all__ = ["DeviceStep", "TreeLayout", "device_iteration", "device_walk", "grow_
 
 def walks_on_device(verifier, tree) -> bool:
     """Whether the device walk serves ``verifier`` on ``tree``: a k-config (drawn children) and a verifier of
-    candidates with a torch path, or a whole-tree verifier with a ``walk_on_device`` (GBV); the others walk on the
-    host (Traversal, EAGLE-2's chosen trees)."""
+    candidates with a torch path, or a whole-tree verifier with a ``walk_on_device`` (GBV, Traversal); EAGLE-2's
+    chosen trees walk on the host."""
     if tree.deterministic:
         return False
     if verifier.layout == "tree":

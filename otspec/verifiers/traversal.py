@@ -27,11 +27,13 @@ a fixed order, so the probability of each accepted path is a product of the reje
 
 from __future__ import annotations
 
+import array_api_compat
 import numpy as np
 
+from ..distributions import namespace, sample_categorical, uniform
 from .base import WholeTreeVerifier
 
-__all__ = ["OrderedTree", "TraversalVerify", "traversal_law", "traversal_sample"]
+__all__ = ["OrderedTree", "TraversalVerify", "traversal_law", "traversal_sample", "traversal_walk_on_device"]
 
 
 class OrderedTree:
@@ -152,3 +154,96 @@ class TraversalVerify(WholeTreeVerifier):
 
     def sample_tree(self, tree, rng) -> tuple[list, int]:
         return traversal_sample(tree, rng)
+
+    def walk_on_device(self, layout, tokens, draft_rows, target_rows, depth, rng):
+        """The tree loop's device walk (:func:`traversal_walk_on_device`)."""
+        return traversal_walk_on_device(layout, tokens, draft_rows, target_rows, depth, rng)
+
+
+def traversal_walk_on_device(layout, tokens, draft_rows, target_rows, depth, rng):
+    """Traversal Verification on the device walk's layout of a tree drawn without replacement
+    (:mod:`otspec.engine.devicetree`; children of one node are distinct, so the layout is the trie). Every sequence
+    runs the traversal of the module docstring at once: a step descends along first live children (weighing a node
+    on its first visit), accepts the leaf with probability a(leaf) or deletes it and updates its parent; a sequence
+    that has accepted keeps its outcome. A tree of n nodes needs at most n + 1 steps. ``depth`` (B,) on the device
+    cuts each sequence's tree. Returns (emitted tokens (B, D + 1), emitted counts (B,), the accepted leaf (B,))."""
+    xp = namespace(target_rows)
+    device = array_api_compat.device(target_rows)
+    B, top = target_rows.shape[0], len(tokens) - 1
+    rows = xp.arange(B, device=device)
+    if top == 0:
+        y = sample_categorical(target_rows[:, 0], rng, check=False)
+        return y[:, None], xp.ones_like(y), xp.zeros_like(y)
+    n = layout.nodes_to(top) + 1  # the root and every drafted node
+    inner = layout.nodes_to(top - 1) + 1  # nodes with children in the layout
+    level_of = xp.asarray(layout.level[:n], device=device)
+    token = xp.concat([xp.full((B, 1), -1, dtype=xp.int64, device=device), *tokens[1:]], axis=1)
+    alive = (token >= 0) & (level_of[None, :] <= depth[:, None])
+    alive[:, 0] = True
+    mb = xp.asarray(target_rows[:, :inner], copy=True)  # M_b at every inner node: the target rows at first
+    ms = xp.concat(draft_rows[:top], axis=1)[:, :inner]  # M_s: the draft rows the children were drawn from
+    ms = xp.asarray(ms, copy=True)
+    weight = xp.zeros((B, n), dtype=target_rows.dtype, device=device)
+    weight[:, 0] = 1.0
+    seen = xp.zeros((B, n), dtype=xp.bool, device=device)
+    seen[:, 0] = True
+    done = xp.zeros(B, dtype=xp.bool, device=device)
+    leaf_at = xp.zeros(B, dtype=xp.int64, device=device)
+    bonus = xp.zeros(B, dtype=xp.int64, device=device)
+    for _ in range(n):
+        cur = xp.zeros(B, dtype=xp.int64, device=device)
+        for d in range(top):  # descend along first live children
+            k = layout.branching[d]
+            local = xp.clip(cur - layout.offsets[d], min=0, max=layout.sizes[d] - 1)  # rows stopped higher: masked
+            slots = layout.offsets[d + 1] + local[:, None] * k + xp.arange(k, device=device)[None, :]
+            live = xp.take_along_axis(alive, slots, axis=1) & (level_of[cur] == d)[:, None]
+            has = xp.any(live, axis=1)
+            child = xp.take_along_axis(slots, xp.argmax(xp.astype(live, xp.int8), axis=1)[:, None], axis=1)[:, 0]
+            child = xp.where(has, child, cur)
+            x = xp.clip(token[rows, child], min=0)
+            inner_cur = xp.clip(cur, max=inner - 1)
+            m_b, m_s = mb[rows, inner_cur, x], ms[rows, inner_cur, x]
+            w = xp.where(m_s > 0, xp.minimum(weight[rows, cur] * m_b / xp.where(m_s > 0, m_s, xp.ones_like(m_s)), 1.0),
+                         xp.zeros_like(m_s))
+            first = has & ~seen[rows, child] & ~done
+            weight[rows, child] = xp.where(first, w, weight[rows, child])
+            seen[rows, child] = seen[rows, child] | first
+            cur = child
+        accept = weight[rows, cur]
+        take = ~done & ((uniform(rng, (B,), target_rows) < accept) | (cur == 0))
+        row = xp.where((cur < inner)[:, None], mb[rows, xp.clip(cur, max=inner - 1)], target_rows[rows, cur])
+        draw = xp.astype(sample_categorical(row, rng, check=False), xp.int64)
+        bonus = xp.where(take, draw, bonus)
+        leaf_at = xp.where(take, cur, leaf_at)
+        reject = ~done & ~take
+        done = done | take
+        # a rejected leaf: its parent's weight and rows move to the residual, the leaf's token leaves M_s
+        parent = xp.asarray(layout.parent[:n], device=device)[cur]
+        parent = xp.where(reject, parent, xp.zeros_like(parent))
+        a, b, s = weight[rows, parent], mb[rows, parent], ms[rows, parent]
+        r = xp.clip(a[:, None] * b - s, min=0.0)
+        m = xp.sum(r, axis=-1)
+        den = 1.0 - a + m
+        new_w = xp.where(den > 0, m / xp.where(den > 0, den, xp.ones_like(den)), xp.zeros_like(den))
+        new_b = xp.where((m > 0)[:, None], r / xp.where(m > 0, m, xp.ones_like(m))[:, None], b)
+        x = xp.clip(token[rows, cur], min=0)
+        s = xp.where(xp.arange(s.shape[-1], device=device)[None, :] == x[:, None], xp.zeros_like(s), s)
+        s_mass = xp.sum(s, axis=-1, keepdims=True)
+        new_s = xp.where(s_mass > 0, s / xp.where(s_mass > 0, s_mass, xp.ones_like(s_mass)), s)
+        weight[rows, parent] = xp.where(reject, new_w, a)
+        mb[rows, parent] = xp.where(reject[:, None], new_b, b)
+        ms[rows, parent] = xp.where(reject[:, None], new_s, ms[rows, parent])
+        alive[rows, cur] = alive[rows, cur] & ~reject
+    # the accepted path: the leaf's ancestors below the root, then the bonus token
+    path = xp.full((B, top), -1, dtype=xp.int64, device=device)
+    parent_of = xp.asarray(np.maximum(layout.parent[:n], 0), device=device)
+    ids = xp.arange(top, device=device)[None, :]
+    node = leaf_at
+    for _ in range(top):
+        at = level_of[node]
+        path = xp.where((ids == (at - 1)[:, None]) & (at > 0)[:, None], token[rows, node][:, None], path)
+        node = parent_of[node]
+    length = level_of[leaf_at]
+    out = xp.concat([xp.where(path >= 0, path, xp.zeros_like(path)), xp.zeros_like(path[:, :1])], axis=1)
+    out = xp.where(xp.arange(top + 1, device=device)[None, :] == length[:, None], bonus[:, None], out)
+    return out, length + 1, leaf_at
