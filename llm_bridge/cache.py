@@ -178,6 +178,30 @@ def _grow_tree(below, depth, real, parents, counts):
     return grown, depth, real
 
 
+def _grow_tree_on_device(below, depth, real, parents, counts):
+    """:func:`_grow_tree` with ``parents`` a tensor (chosen on the device, e.g. by confidence): the ancestor matrix and
+    depths are built there by gathers, nothing read back; ``real`` (which nodes are real: from the host ``counts``)
+    stays on the host. The order check of :func:`_grow_tree` is left out (it would read the parents back)."""
+    import torch
+
+    device = parents.device
+    B, M, m = below.shape[0], below.shape[1], parents.shape[1]
+    real = np.concatenate([real, np.arange(m)[None, :] < np.asarray(counts)[:, None]], axis=1)
+    grown = torch.zeros((B, M + m, M + m), dtype=torch.bool, device=device)
+    grown[:, :M, :M] = _on(below, device)
+    depth = torch.cat([_on(depth, device), torch.zeros((B, m), dtype=torch.int64, device=device)], dim=1)
+    rows = torch.arange(B, device=device)
+    real_dev = _on(real, device)
+    for j in range(M, M + m):
+        parent = parents[:, j - M].long()
+        has = real_dev[:, j] & (parent >= 0)
+        at = parent.clamp(min=0)
+        grown[:, j] = torch.where(has[:, None], grown[rows, at], grown[:, j])
+        grown[:, j, j] = True
+        depth[:, j] = torch.where(has, depth[rows, at] + 1, depth[:, j])
+    return grown, depth, real
+
+
 def _check_path(below, b: int, path) -> list:
     path = [int(j) for j in path]
     m = below.shape[1]
@@ -207,7 +231,12 @@ class _Pending:
             return
         start, below, _, _ = self._tree
         for b, path in enumerate(paths):
-            path = _check_path(below, b, path)
+            if isinstance(below, np.ndarray):
+                path = _check_path(below, b, path)
+            else:  # a tree grown on the device: its walk gives chains; checking one would read the tree back
+                path = [int(j) for j in path]
+                if any(not 0 <= j < below.shape[1] for j in path):
+                    raise ValueError(f"keep_path: node indices of row {b} must lie in [0, {below.shape[1]})")
             self.valid[b, [start + j for j in path]] = True  # host mask: no device round trip
             self.length[b] += len(path)
         self._tree = None
@@ -227,8 +256,18 @@ class _Pending:
         start, below, depth, real = self._tree or (first_slot, np.zeros((B, 0, 0), dtype=bool),
                                                     np.zeros((B, 0), dtype=np.int64), np.zeros((B, 0), dtype=bool))
         M = below.shape[1]
-        grown, depth, real = _grow_tree(below, depth, real, parents, counts)
-        sees = grown[:, M:] & real[:, None, :]
+        if isinstance(parents, np.ndarray) and isinstance(below, np.ndarray):
+            grown, depth, real = _grow_tree(below, depth, real, parents, counts)
+            sees = grown[:, M:] & real[:, None, :]
+        else:  # parents on the device (or an earlier call's were): the tree stays there
+            import torch
+
+            grown, depth, real = _grow_tree_on_device(below, depth, real, _on(parents, self.device), counts)
+            sees = grown[:, M:] & _on(real, self.device)[:, None, :]
+            ids = torch.arange(m, device=self.device)
+            sees[:, ids, M + ids] = True
+            self._tree = (start, grown, depth, real)
+            return start, sees, depth[:, M:]
         sees[:, np.arange(m), M + np.arange(m)] = True
         self._tree = (start, grown, depth, real)
         return start, sees, depth[:, M:]
@@ -323,13 +362,16 @@ class CachedLM(_Pending):
         """
         import torch
 
-        tokens, parents = _ids(tokens), np.asarray(parents, dtype=np.int64)
+        tokens, parents = _ids(tokens), _ids(parents)
         counts = np.asarray(counts, dtype=np.int64)
         B, m = tokens.shape
         start, sees, depths = self._add_nodes(parents, counts, self.valid.shape[1])
-        mask = _on(np.concatenate([np.broadcast_to(self.valid[:, None, :start], (B, m, start)), sees], axis=2)[:, None],
-                   self.device)
-        positions = _on(self.length[:, None] + depths, self.device)
+        prefix = np.broadcast_to(self.valid[:, None, :start], (B, m, start))
+        if isinstance(sees, np.ndarray):
+            mask = _on(np.concatenate([prefix, sees], axis=2)[:, None], self.device)
+        else:
+            mask = torch.cat([_on(np.ascontiguousarray(prefix), self.device), sees], dim=2)[:, None]
+        positions = _on(self.length[:, None], self.device) + _on(depths, self.device)
         with torch.no_grad():
             out = self.model(input_ids=_on(tokens, self.device), attention_mask=mask,
                              position_ids=positions, **cache_kwargs(self.model, self.cache), use_cache=True,
@@ -461,7 +503,7 @@ class StaticCachedLM(_Pending):
     def feed_tree(self, tokens, parents, counts, **inputs):
         """As :meth:`CachedLM.feed_tree` (pending nodes numbered across calls until :meth:`keep_path`)."""
 
-        tokens, parents = _ids(tokens), np.asarray(parents, dtype=np.int64)
+        tokens, parents = _ids(tokens), _ids(parents)
         counts = np.asarray(counts, dtype=np.int64)
         m = tokens.shape[1]
         if self._tree is None:
@@ -469,9 +511,16 @@ class StaticCachedLM(_Pending):
         elif self.ptr + m > self.max_length:
             raise ValueError(f"StaticCachedLM: the tree does not fit max_length={self.max_length}")
         start, tree, depths = self._add_nodes(parents, counts, self.ptr)
-        sees = np.repeat(self.valid[:, None, :], m, axis=1)
-        sees[:, :, start:start + tree.shape[2]] = tree
-        logits, hidden = self._call(tokens, sees, self.length[:, None] + depths, **inputs)
+        if isinstance(tree, np.ndarray):
+            sees = np.repeat(self.valid[:, None, :], m, axis=1)
+            sees[:, :, start:start + tree.shape[2]] = tree
+            positions = self.length[:, None] + depths
+        else:  # a tree grown on the device: the mask is assembled there
+
+            sees = _on(self.valid, self.device)[:, None, :].repeat(1, m, 1)
+            sees[:, :, start:start + tree.shape[2]] = tree
+            positions = _on(self.length[:, None], self.device) + depths
+        logits, hidden = self._call(tokens, sees, positions, **inputs)
         self.ptr += m
         return logits, hidden
 

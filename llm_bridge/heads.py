@@ -394,7 +394,9 @@ class EagleSession(_FeatureSession):
         """Tree nodes (the session protocol's numbering: per row, the nodes fed since the last commit, -1 for a child of
         the committed tokens) in one head call: each node's pair reads the feature the head predicted at its parent
         (the last committed token's for -1), so a node's row equals drafting its path as a chain."""
-        counts, parents = np.asarray(counts, dtype=np.int64), np.asarray(parents, dtype=np.int64)
+        counts = np.asarray(counts, dtype=np.int64)
+        on_device = torch.is_tensor(parents)  # a tree shaped on the device (by confidence): parents stay there
+        parents = parents if on_device else np.asarray(parents, dtype=np.int64)
         tokens = tokens if torch.is_tensor(tokens) else np.asarray(tokens, dtype=np.int64)  # a tensor stays put
         B, m = tokens.shape
         if self._nodes is None:
@@ -405,16 +407,25 @@ class EagleSession(_FeatureSession):
         par = np.full((B, m), -1, dtype=np.int64)
         for b in np.flatnonzero(counts):
             for j in range(int(counts[b])):
-                parent = int(parents[b, j])
+                parent = -1 if on_device else int(parents[b, j])
                 if not -1 <= parent < len(slots[b]):
                     raise ValueError(f"feed_tree: parent {parent} of row {b} is not a node fed before it")
                 if parent >= 0:
                     par[b, j] = slots[b][parent]
             slots[b].extend(first + j for j in range(int(counts[b])))
+        if on_device:  # each node's column from the slot table, looked up on the device
+            table = np.full((B, max(max(len(x) for x in slots), 1)), -1, dtype=np.int64)
+            for b, x in enumerate(slots):
+                table[b, :len(x)] = x
+            table, parents = to_device(table, self.device), parents.to(self.device).long()
+            real = to_device(np.arange(m)[None, :] < counts[:, None], self.device)  # padding nodes have no parent
+            par = torch.where((parents >= 0) & real, torch.gather(table, 1, parents.clamp(0, table.shape[1] - 1)),
+                              torch.full_like(parents, -1))
+        par_dev = par if on_device else to_device(par, self.device)
         # each node's pair reads the feature predicted at its parent (the last committed token's for -1): one gather
-        at = to_device(np.maximum(par, 0), self.device)
+        at = par_dev.clamp(min=0)
         from_nodes = node_h[torch.arange(B, device=self.device)[:, None], at] if first else self.last_h[:, None]
-        feats = torch.where(to_device(par >= 0, self.device)[..., None], from_nodes, self.last_h[:, None])
+        feats = torch.where((par_dev >= 0)[..., None], from_nodes, self.last_h[:, None])
         logits, h = self.cache.feed_tree(tokens, par, counts, features=feats)
         self._nodes = (slots, torch.cat([node_h, h], dim=1))
         rows = self.sampling.probs(torch.cat([self.last_logits[:, None], logits], dim=1))

@@ -160,27 +160,35 @@ class ModelSession(Session):
         return self._scores(logits, hidden, at, n)
 
     def feed_tree(self, tokens, parents, counts) -> Scores:
+        """Score tree nodes (the protocol's numbering). ``parents`` may be a tensor on the device (a tree whose shape
+        was chosen there, e.g. by confidence): the cache's parents and the tree mask are then built there, and the
+        commit needs ``nodes``."""
         if any(len(s) for s in self.spec):
             raise RuntimeError("feed_tree: a speculative chain is pending; commit first")
-        tokens, parents = _ids(tokens), np.asarray(parents, dtype=np.int64)
-        counts = np.asarray(counts, dtype=np.int64)
+        tokens, counts = _ids(tokens), np.asarray(counts, dtype=np.int64)
+        on_device = _is_tensor(parents)
+        parents = parents if on_device else np.asarray(parents, dtype=np.int64)
         B, m = tokens.shape
         if self._tree is None:
             self._tree = [([], [], [], []) for _ in range(B)]
         first = self.cache.pending  # cache slots are numbered across calls, padding included
         u = np.array([len(p) for p in self.pending], dtype=np.int64)
-        rows, cache_parents = [], []
+        rows, cache_parents, base = [], [], np.full(B, -1, dtype=np.int64)
         for b in range(B):
             prefix, node_tokens, node_parents, slots = self._tree[b]
             chain = self.pending[b]  # the committed tokens not fed yet (left where they are: nothing read back)
             par = [first + i - 1 if i else (prefix[-1] if prefix else -1) for i in range(u[b])]
             prefix.extend(first + i for i in range(u[b]))
+            base[b] = prefix[-1] if prefix else -1
             for j in range(int(counts[b])):
-                parent = int(parents[b, j])
-                if not -1 <= parent < len(node_parents):
-                    raise ValueError(f"feed_tree: parent {parent} of row {b} is not a node fed before it")
-                par.append(slots[parent] if parent >= 0 else (prefix[-1] if prefix else -1))
-                node_parents.append(parent)
+                if on_device:
+                    node_parents.append(None)  # known on the device only
+                else:
+                    parent = int(parents[b, j])
+                    if not -1 <= parent < len(node_parents):
+                        raise ValueError(f"feed_tree: parent {parent} of row {b} is not a node fed before it")
+                    par.append(slots[parent] if parent >= 0 else base[b])
+                    node_parents.append(parent)
                 slots.append(first + int(u[b]) + j)
             new = row_tokens(tokens, counts, b)
             node_tokens.append(new)  # this call's node tokens (read only to match a commit given no nodes)
@@ -191,9 +199,29 @@ class ModelSession(Session):
         par = np.full(inputs.shape, -1, dtype=np.int64)
         for b, p in enumerate(cache_parents):
             par[b, :len(p)] = p
+        if on_device:
+            par = self._device_parents(par, parents, u, counts, base)
         logits, hidden = self.cache.feed_tree(inputs, par, n) if n.max() > 0 else (None, None)
         at = np.minimum(u[:, None] - 1 + np.arange(m + 1)[None, :], np.maximum(n - 1, 0)[:, None])
         return self._scores(logits, hidden, at, n)
+
+    def _device_parents(self, host_part, parents, u, counts, base):
+        """The cache's parents (B, W) on the device: the pending chain's from the host, each node's the cache slot of
+        its parent node (looked up on the device from the host's slot table) or the sequence's last token."""
+        import torch
+
+        width = max((len(t[3]) for t in self._tree), default=0)
+        table = np.full((self.batch, max(width, 1)), -1, dtype=np.int64)
+        for b, (_, _, _, slots) in enumerate(self._tree):
+            table[b, :len(slots)] = slots
+        table, base_dev = to_device(table, self.device), to_device(base, self.device)
+        parents = parents.to(self.device).long()
+        node_par = torch.where(parents >= 0, torch.gather(table, 1, parents.clamp(0, table.shape[1] - 1)), base_dev[:, None])
+        col = np.arange(host_part.shape[1])[None, :] - u[:, None]  # the node index at each input column
+        is_node = (col >= 0) & (col < counts[:, None])
+        at = to_device(np.clip(col, 0, max(parents.shape[1] - 1, 0)), self.device)
+        picked = torch.gather(node_par, 1, at) if parents.shape[1] else torch.zeros_like(at)
+        return torch.where(to_device(is_node, self.device), picked, to_device(host_part, self.device))
 
     def commit(self, tokens, counts, *, nodes=None) -> None:
         """``nodes`` (after tree calls): per sequence, the fed tree nodes that spell its committed tokens from the
@@ -206,6 +234,9 @@ class ModelSession(Session):
             if self._tree is not None:
                 prefix, node_tokens, node_parents, slots = self._tree[b]
                 if nodes is None:
+                    if any(p is None for p in node_parents):
+                        raise ValueError("commit: this tree's parents were given on the device; pass nodes= (the fed "
+                                         "nodes that spell the committed tokens)")
                     fed = np.concatenate([to_host(t) for t in node_tokens]) if node_tokens else np.zeros(0, np.int64)
                     kept = self._match_tree(fed.tolist(), node_parents, to_host(new[:-1]))
                 else:

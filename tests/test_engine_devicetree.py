@@ -32,7 +32,8 @@ CASES = [(KSeq(), "2x2", "match"), (KSeq(), "3x2x1", "accepted"), (MultiRound(),
          (MultiRoundWithoutReplacement(), "2x2", "accepted"), (NaiveMultiCandidate(), "iid:2:2", "match"),
          (GreedyDraftVerify(), "3x1", "match"), (SpecHubVerify(), "2x2", "match"),
          (GreedyBlockVerify(), "iid:3:2", "match"), (TraversalVerify(), "2x2", "match"),
-         (TraversalVerify(), "3x1x1", "match")]
+         (TraversalVerify(), "3x1x1", "match"), (NaiveMultiCandidate(), "eagle2:3:2:4", "match"),
+         (NaiveMultiCandidate(), "eagle2:2:3:5", "match")]
 IDS = [f"{v.name}-{t}-{r}" for v, t, r in CASES]
 
 
@@ -90,3 +91,36 @@ def test_device_and_host_loops_agree_on_the_accepted_length():
         means.append(tau.mean())
         ses.append(tau.std() / np.sqrt(tau.size))
     assert abs(means[0] - means[1]) < 4 * np.hypot(*ses), (means, ses)
+
+
+@pytest.mark.parametrize("kind", ["model", "eagle"])
+def test_tree_parents_on_the_device_give_the_rows_of_host_parents(kind):
+    """A session fed a tree whose parents are a tensor (chosen on the device) scores every node as with the same
+    parents from the host, and commits the walked nodes given as ``nodes``."""
+    import torch
+
+    from llm_bridge.sessions import ModelSession
+    from tests.test_host_syncs import _drafter
+
+    pair = _drafter(kind)
+    prompts = random_prompts(2, np.random.default_rng(4))
+    tokens = [np.array([[3, 5], [7, 2]]), np.array([[4, 9, 1], [6, 6, 8]])]
+    parents = [np.array([[-1, -1], [-1, -1]]), np.array([[0, 1, 1], [1, 0, 0]])]
+    counts = [np.array([2, 2]), np.array([3, 2])]
+    rows = []
+    for on_device in (False, True):
+        target = ModelSession(pair.target.model, 2, Sampling(), host_rows=False, hidden=kind == "eagle", name="t")
+        session = target if kind == "model" else pair.drafter.session(2, Sampling(), host_rows=False)
+        target.start(prompts)
+        if session is not target:
+            session.start(prompts, features=target.prompt_features)
+        got = []
+        for t, p, c in zip(tokens, parents, counts, strict=True):
+            p = torch.as_tensor(p) if on_device else p
+            got.append(session.feed_tree(torch.as_tensor(t), p, c).rows)
+        rows.append(got)
+        done = torch.as_tensor([[3, 1, 0], [2, 6, 0]])
+        extra = {} if session is target else {"features": torch.zeros((2, 3, pair.target.model.config.hidden_size))}
+        session.commit(done, np.array([3, 2]), nodes=[[0, 2], [1]], **extra)
+    for host, device in zip(*rows, strict=True):
+        np.testing.assert_allclose(device.numpy(), host.numpy(), atol=1e-6)

@@ -79,18 +79,20 @@ def test_a_chain_iteration_synchronises_at_most_once(name, drafter):
     assert timer.count("target") >= per.size  # the timer was on and saw every target call
 
 
-TREES = {"kseq": "2x2x1", "multiround": "iid:3:2", "multiround_without_replacement": "3x2", "naive": "2x2",
-         "greedy": "3x1x1", "spechub": "2x2", "gbv": "iid:3:2", "traversal": "2x2x1"}
+TREES = [("kseq", "2x2x1"), ("multiround", "iid:3:2"), ("multiround_without_replacement", "3x2"), ("naive", "2x2"),
+         ("greedy", "3x1x1"), ("spechub", "2x2"), ("gbv", "iid:3:2"), ("traversal", "2x2x1"),
+         ("naive", "eagle2:3:2:4")]
 
 
 @pytest.mark.parametrize("drafter", ["model", "eagle"])
-@pytest.mark.parametrize("name", sorted(TREES))
-def test_a_device_tree_iteration_synchronises_at_most_once(name, drafter):
-    """Every verifier of candidates with a torch path, GBV and Traversal, on a k-config it is lossless for: growth,
-    scoring and the walk on the device, and one read back (the emitted counts with the walked nodes)."""
+@pytest.mark.parametrize("name,spec", TREES, ids=[f"{n}-{t}" for n, t in TREES])
+def test_a_device_tree_iteration_synchronises_at_most_once(name, spec, drafter):
+    """Every verifier of candidates with a torch path, GBV and Traversal, on a k-config it is lossless for, and naive
+    on EAGLE-2's confidence tree: growth, scoring and the walk on the device, and one read back (the emitted counts
+    with the walked nodes)."""
     pair = _drafter(drafter)
     verifier = {**MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY}[name]()
-    tree = parse_tree(TREES[name], verifier.replacement)
+    tree = parse_tree(spec, verifier.replacement)
     assert walks_on_device(verifier, tree)
     prompts = random_prompts(B, np.random.default_rng(0))
     timer = cuda_like_timer()

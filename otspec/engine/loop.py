@@ -37,7 +37,7 @@ from ..drafts import DraftTree, sample_candidates
 from ..verifiers.base import Outcome
 from .confidence import grow_confidence
 from .controllers import DraftLengthController
-from .devicetree import TreeLayout, device_iteration, walks_on_device
+from .devicetree import TreeLayout, confidence_iteration, device_iteration, walks_on_device
 from .observers import ChainStep, TreeStep
 from .runstate import LoopRun, RunState
 from .session import Session, as_prompts
@@ -436,11 +436,12 @@ def _on_device(draft, target, verifier, tree) -> bool:
 def _device_tree_steps(draft, target, verifier, tree, n_tokens, rng, rule, prompts, observers, bar, timer):
     """:func:`tree_steps` on the device: one read back per iteration (the emitted counts and the walked nodes)."""
     run = RunState((draft, target), prompts, n_tokens, observers, bar, timer, target.rows_device)
-    layout = TreeLayout(tree.branching)
+    layout = None if tree.deterministic else TreeLayout(tree.branching)
     while (run.done < run.N).any():
         active = run.done < run.N
         depth = np.where(active, np.minimum(tree.depth, run.N - run.done - 1), 0)
-        step = device_iteration(draft, target, verifier, tree, layout, rule, run, depth, active, rng)
+        step = (confidence_iteration(draft, target, verifier, tree, run, depth, active, rng) if layout is None else
+                device_iteration(draft, target, verifier, tree, layout, rule, run, depth, active, rng))
         idx = np.flatnonzero(active)
         start = run.done[idx].copy()
         before = run.plen + run.done
@@ -454,8 +455,8 @@ def _device_tree_steps(draft, target, verifier, tree, n_tokens, rng, rule, promp
                 walked = step.walked(b)
                 at[b, 1:1 + len(walked)] = walked
             features = features[host_to_like(np.arange(run.B)[:, None], features), host_to_like(at, features)]
-        nodes = ([step.session_nodes(b, int(depth[b]) - 1) for b in range(run.B)],  # the draft saw levels < depth
-                 [step.session_nodes(b, int(depth[b])) for b in range(run.B)])
+        nodes = ([step.draft_nodes(b, int(depth[b])) for b in range(run.B)],
+                 [step.target_nodes(b, int(depth[b])) for b in range(run.B)])
         run.emit(idx, step.out[run.like(idx)], step.emitted[idx], (draft, target), features, nodes=nodes)
         if run.observers:
             run.notify("on_tree", TreeStep(idx, start, depth[idx], step.emitted[idx], step.tries(), step.paths(),
