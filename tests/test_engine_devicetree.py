@@ -124,3 +124,13 @@ def test_tree_parents_on_the_device_give_the_rows_of_host_parents(kind):
         session.commit(done, np.array([3, 2]), nodes=[[0, 2], [1]], **extra)
     for host, device in zip(*rows, strict=True):
         np.testing.assert_allclose(device.numpy(), host.numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize("verifier,tree", [(KSeq(), "2x2"), (NaiveMultiCandidate(), "eagle2:3:2:4")],
+                         ids=["kseq-2x2", "naive-eagle2"])
+def test_device_trees_on_static_caches_keep_the_target_law(verifier, tree):
+    """The GPU's cache kind: a static cache whose tree mask is assembled on the device."""
+    pair = tiny_pair(sharpness=2.0)
+    test = two_sample_test(pair, [1, 5, 9, 3], verifier, tree, n=300, tokens=3, sampling=TOP4, seed=7,
+                           host_rows=False, cache="static")
+    assert test["p_value"] > 1e-3

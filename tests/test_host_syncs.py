@@ -154,3 +154,27 @@ def test_the_counter_sees_a_host_synchronisation():
 
     per, _ = _per_iteration(run_loop, None)
     assert per.min() > 1
+
+
+@pytest.mark.parametrize("spec,name", [("2x2", "kseq"), ("eagle2:3:2:4", "naive"), ("chain", "block_v1")])
+def test_static_caches_keep_one_read_per_iteration(spec, name):
+    """The GPU's cache kind (a static cache with a slot mask; compiled there, eager here) adds no synchronisation."""
+    pair = tiny_pair(sharpness=3.0)
+    prompts = random_prompts(B, np.random.default_rng(0))
+    timer = cuda_like_timer()
+
+    def run_loop(marks):
+        target = ModelSession(pair.target.model, B, Sampling(), host_rows=False, cache="static", max_length=64,
+                              name="target", timer=timer)
+        draft = pair.drafter.session(B, Sampling(), host_rows=False, cache="static", max_length=64, timer=timer)
+        rng = torch.Generator().manual_seed(0)
+        if spec == "chain":
+            chain_loop(draft, target, CHAIN_VERIFIERS[name](), FixedDraftLength(L), TOKENS, rng, prompts=prompts,
+                       observers=[marks], timer=timer)
+        else:
+            verifier = MULTI_DRAFT_REGISTRY[name]()
+            tree_loop(draft, target, verifier, parse_tree(spec, verifier.replacement), TOKENS, rng, prompts=prompts,
+                      observers=[marks], timer=timer)
+
+    per, seen = _per_iteration(run_loop, timer)
+    assert per.size >= 5 and per.max() <= 1, (per.tolist(), seen[:12])
