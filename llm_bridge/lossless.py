@@ -71,7 +71,7 @@ def _g_test(a: np.ndarray, b: np.ndarray) -> tuple[float, float, int, int]:
 
 def two_sample_test(pair, prompt, verifier, draft_length, *, n: int = 400, tokens: int = 2,
                     sampling: Sampling = DEFAULT_SAMPLING, seed: int = 0, rule: str = "match",
-                    cache: str = "dynamic", host_rows: bool = True) -> dict:
+                    cache: str = "dynamic", host_rows: bool | None = None) -> dict:
     """Do speculative decoding and plain sampling emit the same first ``tokens`` tokens? ``n`` draws each.
 
     ``draft_length`` is L for a chain verifier, a draft tree (``"2x2"``, a DraftTree) for a multi-draft

@@ -47,7 +47,16 @@ from otspec.engine.trie import RULES, Trie
 from otspec.errors import SizeLimitError
 from otspec.solvers import otm_value
 
-from .loop import BridgeResult, Gathered, cache_room, chunks, finish, loop_generator, ticks
+from .loop import (
+    BridgeResult,
+    Gathered,
+    cache_room,
+    chunks,
+    finish,
+    loop_generator,
+    ticks,
+    uses_host_rows,
+)
 from .measure import CallTimer
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .sessions import ModelSession
@@ -100,7 +109,7 @@ class TreeResult(BridgeResult):
 def tree_generate(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: str = "match",
                   sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int | None = None,
                   progress: bool | None = None, confidence: float = 0.95, record_law: bool = True,
-                  keep_tries: bool = False, cache: str = "auto", host_rows: bool = True) -> TreeResult:
+                  keep_tries: bool = False, cache: str = "auto", host_rows: bool | None = None) -> TreeResult:
     """Generate ``max_new_tokens`` tokens per prompt by multi-draft speculative decoding on ``tree``.
 
     The tree loop of :mod:`otspec.engine.loop` over the target's and the drafter's sessions.
@@ -110,9 +119,10 @@ def tree_generate(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: s
     candidates are drawn with or without replacement as the verifier requires. ``record_law``
     also computes E[τ | drafted trie] (a law call per internal trie node; measurement, untimed);
     ``keep_tries`` keeps every drafted trie with its rows (for tests); ``cache`` is a kind of
-    :func:`~llm_bridge.cache.make_cache`. ``host_rows=False`` keeps the rows on the model's device, where a k-config
-    tree is grown, scored and walked with one read back per iteration (:mod:`otspec.engine.devicetree`); the trees
-    the device walk does not serve (``walks_on_device``) are walked on the host as with ``host_rows=True``.
+    :func:`~llm_bridge.cache.make_cache`. ``host_rows=False`` (the default off the CPU, as for chains:
+    :func:`~llm_bridge.loop.uses_host_rows`) keeps the rows on the model's device, where the tree is grown, scored
+    and walked with one read back per iteration (:mod:`otspec.engine.devicetree`); a verifier the device walk does not
+    serve (``walks_on_device``: a biased or host-only one) walks on the host as with ``host_rows=True``.
     :func:`tree_batches` is the same, one batch at a time.
     """
     return finish(tree_batches(pair, prompts, verifier, tree, max_new_tokens, rule=rule, sampling=sampling, seed=seed,
@@ -124,7 +134,7 @@ def tree_batches(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: st
                  sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int | None = None,
                  progress: bool | None = None, confidence: float = 0.95, record_law: bool = True,
                  keep_tries: bool = False, cache: str = "auto", defer_closed_forms: bool = False,
-                 host_rows: bool = True):
+                 host_rows: bool | None = None):
     """:func:`tree_generate` as a generator: it yields a :class:`~llm_bridge.loop.Tick` after every iteration and at the
     end of every batch, and returns the :class:`TreeResult` (drive it with :func:`~llm_bridge.loop.finish` or
     :func:`~llm_bridge.loop.interleave`).
@@ -145,7 +155,9 @@ def tree_batches(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: st
                          "model draft (distilled, int8, layers:K or a model)")
     tree = parse_tree(tree, verifier.replacement)
     L, N = tree.depth, int(max_new_tokens)
-    host_rows = host_rows or not walks_on_device(verifier, tree)  # whole-tree verifiers and EAGLE-2 trees: the host
+    if host_rows is None:
+        host_rows = uses_host_rows(pair)
+    host_rows = host_rows or not walks_on_device(verifier, tree)
     rng = loop_generator(seed, None if host_rows else pair.target.device)
     timer = CallTimer(pair.target.device)
     ledger = Ledger(len(prompts), N, L)
