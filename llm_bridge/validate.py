@@ -54,6 +54,7 @@ import numpy as np
 from otspec.checks import MAX_DRAFT_LENGTH, check_size
 from otspec.engine.predict import predict_from_log, predict_from_pairs
 from otspec.engine.record import PairRecord, code_version
+from otspec.engine.trie import check_tree_verifier
 from otspec.verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, WHOLE_TREE_REGISTRY, DecodingOPT
 
 from .cache import CACHE_KINDS
@@ -134,10 +135,11 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
              log_max_kept: int | None = DEFAULT_LOG_MAX_KEPT, prediction_sequences: int = 32,
              lossless_verifiers=None, hf_prompts: int = 4, timing_attempts: int = 1,
              prediction_prompts: int | None = None, prediction_paths: int = 1,
-             pairing: str | None = None) -> dict:
+             pairing: str | None = None, tree_pairs=None) -> dict:
     """Everything of the module docstring; returns the JSON record. ``pair`` (a loaded
     :class:`~llm_bridge.drafters.Pair`) replaces ``target``, ``draft``, ``device`` and ``dtype``;
-    ``trees`` (k-configs) adds a run per multi-draft verifier × tree; ``cache`` is a kind of
+    ``trees`` (k-configs) adds a run per multi-draft verifier × tree, ``tree_pairs`` ((verifier, tree) pairs)
+    a run per pair instead of every combination; ``cache`` is a kind of
     :func:`~llm_bridge.cache.make_cache` (``auto``: compiled static caches on CUDA, dynamic eager on CPU;
     a compiled run first warms every call shape up, untimed); ``log_rows`` (a path) also writes there the
     logged rows the predictions use: both models' rows along plain decoding of the prediction prompts (seed + 1,
@@ -174,6 +176,10 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     hf_prompts = check_size(hf_prompts, "hf_prompts")
     if lossless_samples < 0:
         raise ValueError(f"lossless_samples: expected >= 0 (0 skips the two-sample test), got {lossless_samples}")
+    if tree_pairs is not None:  # each verifier on its own trees: every name and tree below is one of the pairs
+        tree_pairs = [(str(name), parse_tree(tree)) for name, tree in tree_pairs]
+        trees = list(dict.fromkeys(t for _, t in tree_pairs))
+        multi_verifiers = list(dict.fromkeys(name for name, _ in tree_pairs))
     trees = [parse_tree(t) for t in trees]
     multi_verifiers = list(multi_verifiers) if trees else []
     unknown = [v for v in multi_verifiers if v not in TREE_VERIFIERS]
@@ -181,7 +187,10 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
         raise ValueError(f"multi-draft verifiers {unknown}: expected names among {sorted(TREE_VERIFIERS)}")
     chosen = [str(t) for t in trees if t.deterministic]
     wrong = [v for v in multi_verifiers if not TREE_VERIFIERS[v].any_candidates]
-    if chosen and wrong:
+    if tree_pairs is not None:
+        for name, tree in tree_pairs:
+            check_tree_verifier(TREE_VERIFIERS[name](), parse_tree(tree, TREE_VERIFIERS[name]().replacement))
+    elif chosen and wrong:
         raise ValueError(f"--trees {','.join(chosen)}: EAGLE-2 trees choose their candidates (top-k); verifiers "
                          f"{wrong} assume drawn ones. Use --multi-verifiers naive")
     if cache not in CACHE_KINDS:
@@ -205,11 +214,12 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     ids, pred_ids, prompt_ids, prediction_ids = split_prompts(pair.tokenizer, prompts, prediction_prompts)
     rng = np.random.default_rng(seed)
     configs = [(name, L) for name in verifiers for L in lengths]
-    tree_configs = [(name, tree) for name in multi_verifiers for tree in trees]
+    tree_configs = (tree_pairs if tree_pairs is not None else
+                    [(name, tree) for name in multi_verifiers for tree in trees])
 
     def warm_up():
         if cache == "compiled":  # compile every call shape before anything is timed
-            _warm_up(pair, ids[:batch_size], lengths, trees, multi_verifiers, rule, sampling, cache)
+            _warm_up(pair, ids[:batch_size], lengths, tree_configs, rule, sampling, cache)
             phase("compiled graphs warmed up")
             return
         # a fresh process's first decoding is slow: one whole batch of each kind goes untimed first
@@ -379,16 +389,16 @@ def prompt_lines(prompts: int, prediction_prompts: int | None = None, pool: int 
     return list(range(prompts)), list(range(prompts, prompts + prediction_prompts))
 
 
-def _warm_up(pair, ids, lengths, trees, multi_verifiers, rule, sampling, cache) -> None:
-    """Run every configuration briefly (untimed) so that compiled graphs exist before the measured runs."""
+def _warm_up(pair, ids, lengths, tree_configs, rule, sampling, cache) -> None:
+    """Run every configuration briefly (untimed) so that compiled graphs exist before the measured runs: each chain
+    length, and each tree with the first verifier it is run with."""
     plain_generate(pair.target, ids, 4, sampling=sampling, progress=False, cache=cache)
     for L in lengths:
         speculative_generate(pair, ids, REGISTRY["token"](), L, 3 * (L + 1), sampling=sampling, progress=False,
                              record_law=False, cache=cache)
-    for name in multi_verifiers[:1]:
-        for tree in trees:
-            tree_generate(pair, ids, TREE_VERIFIERS[name](), tree, 3 * (tree.depth + 1), rule=rule,
-                          sampling=sampling, progress=False, record_law=False, cache=cache)
+    for tree, name in {str(tree): name for name, tree in reversed(tree_configs)}.items():
+        tree_generate(pair, ids, TREE_VERIFIERS[name](), tree, 3 * (parse_tree(tree).depth + 1), rule=rule,
+                      sampling=sampling, progress=False, record_law=False, cache=cache)
 
 
 def output_name(draft: str) -> str:

@@ -99,12 +99,19 @@ def test_gpu_suite_smoke_runs_every_step_on_cpu(tmp_path):
                            str(out)])
     assert code == 0
     summary = __import__("json").loads((out / "llm_gpu_suite.json").read_text())
-    assert [s["step"].split()[0] for s in summary["steps"]] == ["validate", "validate", "validate", "trees",
-                                                                "bench_verifiers_torch"]
-    for name in ("llm_gpu_draft.json", "llm_gpu_ngram_2.json", "llm_gpu_eagle.json", "llm_gpu_trees.json"):
+    assert [s["step"].split()[0] for s in summary["steps"]] == ["validate", "validate", "validate", "multi-draft",
+                                                                "trees", "bench_verifiers_torch"]
+    assert summary["within_budget"] in (True, False) and summary["budget_seconds"] == gpu_suite.BUDGET_SECONDS
+    for name in ("llm_gpu_draft.json", "llm_gpu_ngram_2.json", "llm_gpu_eagle.json", "llm_gpu_multidraft.json",
+                 "llm_gpu_trees.json"):
         record = read_record(out / name)
         assert record.runs and record.settings["cache"] == "static"
-    assert read_record(out / "llm_gpu_trees.json").tree_runs
+    assert [r["L"] for r in read_record(out / "llm_gpu_draft.json").runs if r["verifier"] == "token"] == [1, 2]
+    multi = read_record(out / "llm_gpu_multidraft.json")
+    assert {r["verifier"] for r in multi.tree_runs} == {"kseq", "otm"} and multi.settings["top_k"] == 8
+    trees = read_record(out / "llm_gpu_trees.json")
+    assert {(r["verifier"], r["tree"]) for r in trees.tree_runs} == {
+        ("kseq", "2x1"), ("traversal", "2x1"), ("naive", "eagle2:2:2:3")}
     assert "results" in __import__("json").loads((out / "llm_gpu_verifiers.json").read_text())
     assert gpu_suite.main(["--device", "cpu", "--out-dir", str(out)]) == 2  # no GPU: only a smoke run
 
