@@ -6,11 +6,14 @@ Usage: python benchmarks/bench_host_syncs.py [--batch 3] [--tokens 48] [--L 4] [
 On a GPU every read of a device tensor on the host (``.item``, ``.tolist``, ``.cpu``, ``.numpy``, ``bool(t)``,
 ``int(t)``, ``np.asarray(t)``), every tensor built from host data (``torch.as_tensor`` / ``torch.tensor`` of a list or
 an array), every boolean-mask index (its size depends on the data) and every ``torch.cuda.synchronize`` waits for the
-device. This benchmark runs the loops on two tiny random models on the CPU (the same code a GPU runs), with a
+device; and every torch operation outside a model's forward pass is a kernel launch there (about 5-10 µs of a host
+that a GPU waits for when the models are small). This benchmark runs the loops on two tiny random models on the CPU
+(the same code a GPU runs), with a
 :class:`~llm_bridge.measure.CallTimer` as a record's runs have, and counts each of these made from otspec's or
 llm_bridge's own code (not from inside the model), per iteration (``tests.host_syncs.SyncCounter``, the device tests'
 counter too); the timer's synchronisations are counted where it would make them on CUDA (twice per timed call). It
-prints, per configuration, the mean and largest count per iteration and the five commonest call sites, or why it did
+prints, per configuration, the mean and largest count per iteration, the torch operations per iteration outside the
+models (``tests.host_syncs.OpCounter``) and the commonest call sites, or why it did
 not run (a verifier without a torch path, a size it refuses). Chains run with rows on the device
 (``host_rows=False``), and trees too: k-configs with a verifier of candidates take the device walk
 (:mod:`otspec.engine.devicetree`), the others the host walk over device rows. Nothing is asserted: it measures
@@ -50,36 +53,38 @@ def main(argv=None) -> int:
     from otspec.engine.controllers import FixedDraftLength
     from otspec.engine.loop import chain_loop, tree_loop
     from otspec.verifiers import CHAIN_VERIFIERS
-    from tests.host_syncs import IterationMarks, SyncCounter, cuda_like_timer
+    from tests.host_syncs import IterationMarks, OpCounter, OpMarks, SyncCounter, cuda_like_timer
     from tests.llm_tiny import random_prompts, tiny_pair
 
     pair, sampling, B = tiny_pair(sharpness=3.0), Sampling(), args.batch
+    models = (pair.target.model, pair.drafter.model)
     prompts = random_prompts(B, np.random.default_rng(0))
     results = {}
 
     def run(label, make_loop):
         timer = cuda_like_timer()  # the CUDA timer's path, its events on the host clock; its synchronisations counted
-        with SyncCounter() as counter:
-            marks = IterationMarks(counter)
+        with SyncCounter() as counter, OpCounter(models) as ops:
+            marks, op_marks = IterationMarks(counter), OpMarks(ops)
             try:
-                make_loop(timer, marks)
+                make_loop(timer, [marks, op_marks])
             except Exception as err:  # a verifier without a torch path, a size it refuses: say so and go on
                 results[label] = {"error": f"{type(err).__name__}: {err}"}
                 print(f"{label:44s} did not run: {type(err).__name__}: {err}")
                 return
         per = np.diff([0, *marks.marks])[1:]  # the first iteration holds the prefill
+        launched = np.diff(op_marks.marks)
         sites = Counter(counter.seen[marks.marks[0]:]).most_common(5)
         results[label] = {"iterations": int(per.size), "mean": float(per.mean()), "max": int(per.max()),
-                          "sites": [[s, n] for s, n in sites]}
-        print(f"{label:44s} {per.size:3d} it | per iteration mean {per.mean():6.1f} max {per.max():4d} | "
-              + "; ".join(f"{n}x {s}" for s, n in sites[:3]))
+                          "sites": [[s, n] for s, n in sites], "ops_per_iteration": float(launched.mean())}
+        print(f"{label:44s} {per.size:3d} it | syncs per iteration mean {per.mean():4.1f} max {per.max():3d} | "
+              f"ops {launched.mean():6.0f} | " + "; ".join(f"{n}x {s}" for s, n in sites[:2]))
 
     for name, cls in CHAIN_VERIFIERS.items():
         def chain(timer, marks, cls=cls):
             target = ModelSession(pair.target.model, B, sampling, host_rows=False, name="target", timer=timer)
             draft = pair.drafter.session(B, sampling, host_rows=False, timer=timer)
             chain_loop(draft, target, cls(), FixedDraftLength(args.L), args.tokens,
-                       torch.Generator().manual_seed(0), prompts=prompts, observers=[marks], timer=timer)
+                       torch.Generator().manual_seed(0), prompts=prompts, observers=marks, timer=timer)
         run(f"chain {name} L = {args.L}", chain)
     for name, cls in TREE_VERIFIERS.items():
         verifier = cls()
@@ -93,7 +98,7 @@ def main(argv=None) -> int:
             target = ModelSession(pair.target.model, B, sampling, host_rows=False, name="target", timer=timer)
             draft = pair.drafter.session(B, sampling, host_rows=False, timer=timer)
             tree_loop(draft, target, verifier, tree, args.tokens, torch.Generator().manual_seed(0), prompts=prompts,
-                      observers=[marks], timer=timer)
+                      observers=marks, timer=timer)
         run(f"tree {name} {spec}", grow)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

@@ -24,7 +24,7 @@ from otspec.engine.session import Scores, Session, as_prompts
 from .cache import make_cache
 from .models import output_size
 
-__all__ = ["ModelSession", "NGramSession", "concat_tokens", "padded", "row_tokens"]
+__all__ = ["ModelSession", "NGramSession", "concat_tokens", "padded", "row_tokens", "splice"]
 
 
 def _is_tensor(x) -> bool:
@@ -52,6 +52,29 @@ def padded(rows: list, device=None):
 def _on(x, device):
     """``x`` on ``device``: a tensor moved (a no-op where it is), host values copied without waiting for the device."""
     return x.to(device) if _is_tensor(x) else to_device(np.asarray(x, dtype=np.int64), device)
+
+
+def splice(a, a_len, b, b_from, b_len):
+    """Per row r: ``a[r, :a_len[r]]`` then ``b[r, b_from[r]:b_from[r] + b_len[r]]``, right-padded with 0, in one
+    gather (a tensor on the device when either is one: no per-row operations). Returns ((B, W) tokens, lengths (B,)),
+    W at least 1."""
+    a_len, b_from, b_len = (np.asarray(x, dtype=np.int64) for x in (a_len, b_from, b_len))
+    n = a_len + b_len
+    width = max(int(n.max(initial=0)), 1)
+    A, M = a.shape[1], b.shape[1]
+    col = np.arange(width)[None, :]
+    idx = np.where(col < a_len[:, None], col,
+                   np.where(col < n[:, None], A + b_from[:, None] + col - a_len[:, None], A + M))
+    if _is_tensor(a) or _is_tensor(b):
+        import torch
+
+        device = a.device if _is_tensor(a) else b.device
+        both = torch.cat([_on(a, device).long(), _on(b, device).long(),
+                          torch.zeros((a.shape[0], 1), dtype=torch.int64, device=device)], dim=1)
+        return torch.gather(both, 1, to_device(idx, device)), n
+    both = np.concatenate([np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64),
+                           np.zeros((a.shape[0], 1), dtype=np.int64)], axis=1)
+    return np.take_along_axis(both, idx, axis=1), n
 
 
 def row_tokens(tokens, counts, b: int):
@@ -110,9 +133,10 @@ class ModelSession(Session):
     def _reset(self) -> None:
         B = self.batch
         self.base = np.zeros(B, dtype=np.int64)  # committed tokens the cache holds
-        self.pending = [np.zeros(0, dtype=np.int64) for _ in range(B)]  # committed tokens not fed yet
-        self.spec = [np.zeros(0, dtype=np.int64) for _ in range(B)]  # speculative chain fed since the last commit
-        self.fed = np.zeros(B, dtype=np.int64)  # its length
+        # committed tokens not fed yet and the speculative chain fed since the last commit: (B, width) arrays (on the
+        # device when the tokens are) with their lengths on the host
+        self.pending, self.pending_len = np.zeros((B, 0), dtype=np.int64), np.zeros(B, dtype=np.int64)
+        self.spec, self.fed = np.zeros((B, 0), dtype=np.int64), np.zeros(B, dtype=np.int64)
         self._tree = None  # per row: (prefix slots, node tokens, node parents, node slots)
         self._last = None  # (logits (B, V), hidden (B, H) or None) after each row's current end
         self.prompt_features = None  # with hidden=True, after start: per sequence (n_b - 1, H)
@@ -136,7 +160,8 @@ class ModelSession(Session):
                 hidden = torch.zeros((self.batch, 0, self.cache.model.config.hidden_size), device=self.device)
             self.prompt_features = [self._host(hidden[b, :c].double()) for b, c in enumerate(counts)]
         self.base = counts.copy()
-        self.pending = [p[-1:].copy() for p in prompts]
+        self.pending = np.array([p[-1:] for p in prompts], dtype=np.int64).reshape(self.batch, 1)
+        self.pending_len = np.ones(self.batch, dtype=np.int64)
         self.fed[:] = 0
 
     def feed(self, tokens, counts) -> Scores:
@@ -144,15 +169,15 @@ class ModelSession(Session):
             raise RuntimeError("feed: tree nodes are pending; commit first")
         tokens, counts = _ids(tokens), np.asarray(counts, dtype=np.int64)
         m = tokens.shape[1]
-        u = np.array([len(p) for p in self.pending], dtype=np.int64)
-        inputs, n = padded([concat_tokens(self.pending[b], row_tokens(tokens, counts, b)) for b in range(self.batch)], self.device)
+        u = self.pending_len.copy()
+        zero = np.zeros(self.batch, dtype=np.int64)
+        inputs, n = splice(self.pending, u, tokens, zero, counts)
         if n.max() == 0:
             logits = hidden = None
         else:
             logits, hidden = self.cache.feed(inputs, n)
-        for b in range(self.batch):
-            self.spec[b] = concat_tokens(self.spec[b], row_tokens(tokens, counts, b))
-            self.pending[b] = self.pending[b][:0]
+        self.spec, _ = splice(self.spec, self.fed, tokens, zero, counts)
+        self.pending_len = zero
         self.fed = self.fed + counts
         self.base = self.base + u
         # logits row u_b - 1 + j is the row after new token j (j = 0: after the last pending token)
@@ -163,7 +188,7 @@ class ModelSession(Session):
         """Score tree nodes (the protocol's numbering). ``parents`` may be a tensor on the device (a tree whose shape
         was chosen there, e.g. by confidence): the cache's parents and the tree mask are then built there, and the
         commit needs ``nodes``."""
-        if any(len(s) for s in self.spec):
+        if self.fed.any():
             raise RuntimeError("feed_tree: a speculative chain is pending; commit first")
         tokens, counts = _ids(tokens), np.asarray(counts, dtype=np.int64)
         on_device = _is_tensor(parents)
@@ -172,11 +197,10 @@ class ModelSession(Session):
         if self._tree is None:
             self._tree = [([], [], [], []) for _ in range(B)]
         first = self.cache.pending  # cache slots are numbered across calls, padding included
-        u = np.array([len(p) for p in self.pending], dtype=np.int64)
-        rows, cache_parents, base = [], [], np.full(B, -1, dtype=np.int64)
+        u = self.pending_len.copy()
+        cache_parents, base = [], np.full(B, -1, dtype=np.int64)
         for b in range(B):
             prefix, node_tokens, node_parents, slots = self._tree[b]
-            chain = self.pending[b]  # the committed tokens not fed yet (left where they are: nothing read back)
             par = [first + i - 1 if i else (prefix[-1] if prefix else -1) for i in range(u[b])]
             prefix.extend(first + i for i in range(u[b]))
             base[b] = prefix[-1] if prefix else -1
@@ -190,12 +214,11 @@ class ModelSession(Session):
                     par.append(slots[parent] if parent >= 0 else base[b])
                     node_parents.append(parent)
                 slots.append(first + int(u[b]) + j)
-            new = row_tokens(tokens, counts, b)
-            node_tokens.append(new)  # this call's node tokens (read only to match a commit given no nodes)
-            rows.append(concat_tokens(chain, new))
+            node_tokens.append(row_tokens(tokens, counts, b))  # read only to match a commit given no nodes
             cache_parents.append(par)
-            self.pending[b] = chain[:0]
-        inputs, n = padded(rows, self.device)
+        # the committed tokens not fed yet, then the nodes (left where they are: nothing read back)
+        inputs, n = splice(self.pending, u, tokens, np.zeros(B, dtype=np.int64), counts)
+        self.pending_len = np.zeros(B, dtype=np.int64)
         par = np.full(inputs.shape, -1, dtype=np.int64)
         for b, p in enumerate(cache_parents):
             par[b, :len(p)] = p
@@ -228,27 +251,24 @@ class ModelSession(Session):
         root (indices in the order they were fed); without it they are found by comparing tokens (a read-back when
         the tokens are on a device)."""
         tokens, counts = _ids(tokens), np.asarray(counts, dtype=np.int64)
-        paths = []
-        for b in range(self.batch):
-            new = row_tokens(tokens, counts, b)
-            if self._tree is not None:
-                prefix, node_tokens, node_parents, slots = self._tree[b]
-                if nodes is None:
-                    if any(p is None for p in node_parents):
-                        raise ValueError("commit: this tree's parents were given on the device; pass nodes= (the fed "
-                                         "nodes that spell the committed tokens)")
-                    fed = np.concatenate([to_host(t) for t in node_tokens]) if node_tokens else np.zeros(0, np.int64)
-                    kept = self._match_tree(fed.tolist(), node_parents, to_host(new[:-1]))
-                else:
-                    kept = [int(j) for j in nodes[b]]
-                paths.append(prefix + [slots[j] for j in kept])
-                self.base[b] += len(prefix) + len(kept)
-                kept = len(kept)
+        paths, kept = [], np.zeros(self.batch, dtype=np.int64)
+        if self._tree is None:  # a chain: the speculative tokens that spell the committed ones stay
+            kept = np.minimum(self._agree(tokens, counts), np.maximum(counts - 1, 0))  # the last one stays unseen
+            self.base += kept
+        for b in range(self.batch if self._tree is not None else 0):  # a tree: the nodes on the committed path stay
+            prefix, node_tokens, node_parents, slots = self._tree[b]
+            if nodes is None:
+                if any(p is None for p in node_parents):
+                    raise ValueError("commit: this tree's parents were given on the device; pass nodes= (the fed "
+                                     "nodes that spell the committed tokens)")
+                fed = np.concatenate([to_host(t) for t in node_tokens]) if node_tokens else np.zeros(0, np.int64)
+                kept_nodes = self._match_tree(fed.tolist(), node_parents, to_host(row_tokens(tokens, counts, b)[:-1]))
             else:
-                kept = min(self._agree(self.spec[b], new), max(len(new) - 1, 0))  # the last one stays unseen
-                self.base[b] += kept
-            self.pending[b] = concat_tokens(self.pending[b], new[kept:])
-            self.spec[b] = self.spec[b][:0]
+                kept_nodes = [int(j) for j in nodes[b]]
+            paths.append(prefix + [slots[j] for j in kept_nodes])
+            self.base[b] += len(prefix) + len(kept_nodes)
+            kept[b] = len(kept_nodes)
+        self.pending, self.pending_len = splice(self.pending, self.pending_len, tokens, kept, counts - kept)
         self.fed[:] = 0
         if self._tree is not None:
             self._tree = None
@@ -257,18 +277,20 @@ class ModelSession(Session):
             self.cache.rollback(self.base)
 
     # ------------------------------------------------------------------ helpers
-    @staticmethod
-    def _agree(fed, new) -> int:
-        """How many of the committed tokens ``new`` the speculative chain ``fed`` spells.
+    def _agree(self, tokens, counts) -> np.ndarray:
+        """Per sequence, how many of the committed tokens the speculative chain fed since the last commit spells.
 
-        On the host they are compared. Tokens on a device are taken to follow the chain for as far
-        as both go (the chain loop commits accepted drafts, a prefix of what it fed): comparing them
-        would read back from the device."""
-        if _is_tensor(fed) or _is_tensor(new):
-            return min(len(fed), len(new))
-        if not (len(fed) and len(new)):
-            return 0
-        return int(np.cumprod(fed[:len(new)] == new[:len(fed)]).sum())
+        On the host they are compared. Tokens on a device are taken to follow the chain for as far as both go (the
+        chain loop commits accepted drafts, a prefix of what it fed): comparing them would read back from the
+        device."""
+        both = np.minimum(self.fed, counts)
+        if _is_tensor(self.spec) or _is_tensor(tokens):
+            return both
+        k = min(self.spec.shape[1], tokens.shape[1])
+        if k == 0:
+            return np.zeros(self.batch, dtype=np.int64)
+        same = (self.spec[:, :k] == np.asarray(tokens)[:, :k]) & (np.arange(k)[None, :] < both[:, None])
+        return np.cumprod(same, axis=1).sum(axis=1).astype(np.int64)
 
     @staticmethod
     def _match_tree(node_tokens, node_parents, new) -> list:

@@ -153,3 +153,57 @@ def cuda_like_timer(passed: bool = True, **options):
             return None
 
     return CudaLikeTimer("cuda", **options)
+
+
+class OpCounter:
+    """Counts the torch operations (ATen calls: on a GPU, kernel launches) made outside the models' forward passes
+    while a ``with`` lasts: ``count`` grows by one per operation from otspec / llm_bridge code or anything it calls,
+    except inside ``models`` (patched for the duration)."""
+
+    def __init__(self, models=()):
+        self.models, self.count, self._inside, self._undo = list(models), 0, 0, []
+
+    def __enter__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counter = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if not counter._inside:
+                    counter.count += 1
+                return func(*args, **(kwargs or {}))
+
+        for model in self.models:
+            original = model.forward
+
+            def forward(*a, original=original, **k):
+                counter._inside += 1
+                try:
+                    return original(*a, **k)
+                finally:
+                    counter._inside -= 1
+
+            model.forward = forward
+            self._undo.append((model, original))
+        self._mode = Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._mode.__exit__(*exc)
+        for model, original in self._undo:
+            model.forward = original
+
+
+class OpMarks(Observer):
+    """An observer of the chain and tree loops: how many operations ``counter`` had counted when each iteration ended."""
+
+    def __init__(self, counter: OpCounter):
+        self.counter, self.marks = counter, []
+
+    def on_chain(self, step):
+        self.marks.append(self.counter.count)
+
+    def on_tree(self, step):
+        self.marks.append(self.counter.count)

@@ -247,7 +247,7 @@ def test_a_draft_model_feeds_two_tokens_first_after_its_whole_draft_was_kept(mon
 
     def counting(self, tokens, counts):
         if self.name == "draft":
-            widths.append(max(len(p) for p in self.pending) + int(np.max(counts, initial=0)))
+            widths.append(int(self.pending_len.max(initial=0)) + int(np.max(counts, initial=0)))
         return feed(self, tokens, counts)
 
     monkeypatch.setattr(ModelSession, "feed", counting)
