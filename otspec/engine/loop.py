@@ -15,7 +15,9 @@ and a verifier, and know nothing of what a session is made of. One iteration of
 :func:`tree_loop` drafts a :class:`~otspec.engine.trie.Trie` a level per draft call, scores
 every node with one target call, and walks down it with a multi-draft verifier (SpecTr's
 ``"match"`` rule or MCSD's ``"accepted"``). Randomness comes from one generator in a fixed
-order: the draft tokens, then the verifier.
+order: the draft tokens, then the verifier. With both sessions' rows on a device the same loop runs
+there (:mod:`otspec.engine.devicetree`: the tree as fixed-shape tensors, the walk over sets of equal
+candidates, one read back per iteration); with numpy rows it walks a trie on the host.
 
 Measurement is done by *observers* (:mod:`otspec.engine.observers`): after every iteration each
 gets a ``ChainStep`` or ``TreeStep`` with the drafts, both models' rows and the outcome. The time
@@ -398,7 +400,7 @@ def tree_steps(draft: Session, target: Session, verifier, tree: DraftTree, n_tok
     if _on_device(draft, target, verifier, tree):
         return (yield from _device_tree_steps(draft, target, verifier, tree, n_tokens, rng, rule, prompts, observers,
                                               bar, timer))
-    run = RunState((draft, target), prompts, n_tokens, observers, bar, timer)  # trees walk on the host
+    run = RunState((draft, target), prompts, n_tokens, observers, bar, timer)  # numpy rows: the trie on the host
     while (run.done < run.N).any():
         active = run.done < run.N
         depth = np.where(active, np.minimum(tree.depth, run.N - run.done - 1), 0)

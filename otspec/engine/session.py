@@ -25,7 +25,9 @@ models), optionally with features (a model's last hidden states) aligned with th
 Row 0 is the row after each sequence's current end (committed prefix and any speculative tokens
 fed before), row j the row after its j-th new token; rows past ``counts[b]`` are valid
 probability rows of no meaning. Token ids may be numpy arrays or, for a session whose rows live on
-a device (``rows_device``), tensors on that device; counts are always host integers. Tree nodes are numbered in the order they are fed across
+a device (``rows_device``), tensors on that device; counts are always host integers; a tree's
+parents are host integers, or a tensor on the device for a session that grows trees there (a tree
+shaped on the device: EAGLE-2's choice of nodes), whose commit then takes ``nodes``. Tree nodes are numbered in the order they are fed across
 :meth:`Session.feed_tree` calls since the last commit; a parent of -1 is the current end.
 
 *Target features.* A drafter that reads the target's hidden states (an EAGLE- or Medusa-style
