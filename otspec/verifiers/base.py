@@ -170,6 +170,9 @@ class Verifier(ABC):
     distinct_candidates: ClassVar[bool] = False
     #: Whether the outcome carries a residual target into the next iteration (v1 block verification).
     carries_residual: ClassVar[bool] = False
+    #: Whether ``sample`` takes torch rows on their device (every verifier here does); a numpy-only verifier sets
+    #: False and the tree loop then walks it on the host (:func:`otspec.engine.devicetree.walks_on_device`).
+    device: ClassVar[bool] = True
 
     def check(self, tokens, draft_probs, target_probs, *, validate: bool = True, lengths=None) -> Draft:
         """The one input check (:func:`otspec.drafts.check_draft`) for this verifier's layout."""
