@@ -30,7 +30,7 @@ import weakref
 
 import numpy as np
 
-from otspec.distributions import to_device
+from .treemask import check_path, grow_tree, grow_tree_on_device, on_device
 
 __all__ = ["CACHE_KINDS", "STATIC_BUCKET", "CachedLM", "StaticCachedLM", "cache_kwargs", "compiled_forward",
            "logits_and_features", "make_cache", "pooled_cache"]
@@ -147,71 +147,6 @@ def _ids(tokens):
     return tokens if torch.is_tensor(tokens) else np.asarray(tokens, dtype=np.int64)
 
 
-def _on(x, device):
-    """``x`` on ``device``: a tensor moved (a no-op where it is), host values copied without waiting for the device
-    (:func:`otspec.distributions.to_device`)."""
-    import torch
-
-    return x.to(device) if torch.is_tensor(x) else to_device(x, device)
-
-
-def _grow_tree(below, depth, real, parents, counts):
-    """Pending-tree bookkeeping: add m nodes (their ``parents`` index pending nodes, -1 = the sequence's last token).
-
-    Returns (ancestor matrix (B, M+m, M+m) — [b, j, i]: node i is node j or an ancestor —, depths, real).
-    """
-    B, M = below.shape[0], below.shape[1]
-    m = parents.shape[1]
-    real = np.concatenate([real, np.arange(m)[None, :] < np.asarray(counts)[:, None]], axis=1)
-    grown = np.zeros((B, M + m, M + m), dtype=bool)
-    grown[:, :M, :M] = below
-    depth = np.concatenate([depth, np.zeros((B, m), dtype=np.int64)], axis=1)
-    for j in range(M, M + m):
-        grown[:, j, j] = True
-        parent = parents[:, j - M]
-        has = real[:, j] & (parent >= 0)
-        if (has & (parent >= j)).any():
-            raise ValueError("feed_tree: list every node after its parent (parents[b, j] < the node's index)")
-        rows = np.flatnonzero(has)
-        grown[rows, j] |= grown[rows, parent[rows]]
-        depth[rows, j] = depth[rows, parent[rows]] + 1
-    return grown, depth, real
-
-
-def _grow_tree_on_device(below, depth, real, parents, counts):
-    """:func:`_grow_tree` with ``parents`` a tensor (chosen on the device, e.g. by confidence): the ancestor matrix and
-    depths are built there by gathers, nothing read back; ``real`` (which nodes are real: from the host ``counts``)
-    stays on the host. The order check of :func:`_grow_tree` is left out (it would read the parents back)."""
-    import torch
-
-    device = parents.device
-    B, M, m = below.shape[0], below.shape[1], parents.shape[1]
-    real = np.concatenate([real, np.arange(m)[None, :] < np.asarray(counts)[:, None]], axis=1)
-    grown = torch.zeros((B, M + m, M + m), dtype=torch.bool, device=device)
-    grown[:, :M, :M] = _on(below, device)
-    depth = torch.cat([_on(depth, device), torch.zeros((B, m), dtype=torch.int64, device=device)], dim=1)
-    rows = torch.arange(B, device=device)
-    real_dev = _on(real, device)
-    for j in range(M, M + m):
-        parent = parents[:, j - M].long()
-        has = real_dev[:, j] & (parent >= 0)
-        at = parent.clamp(min=0)
-        grown[:, j] = torch.where(has[:, None], grown[rows, at], grown[:, j])
-        grown[:, j, j] = True
-        depth[:, j] = torch.where(has, depth[rows, at] + 1, depth[:, j])
-    return grown, depth, real
-
-
-def _check_path(below, b: int, path) -> list:
-    path = [int(j) for j in path]
-    m = below.shape[1]
-    if any(not 0 <= j < m for j in path):
-        raise ValueError(f"keep_path: node indices of row {b} must lie in [0, {m})")
-    if path and set(np.flatnonzero(below[b, path[-1]]).tolist()) != set(path):
-        raise ValueError(f"keep_path: nodes {path} of row {b} are not a root-first chain of the tree")
-    return path
-
-
 class _Pending:
     """What both caches share: rollback over the slot mask, and pending tree nodes
     (``_tree`` = (first slot, ancestor matrix, depths, real)) until :meth:`keep_path`."""
@@ -232,7 +167,7 @@ class _Pending:
         start, below, _, _ = self._tree
         for b, path in enumerate(paths):
             if isinstance(below, np.ndarray):
-                path = _check_path(below, b, path)
+                path = check_path(below, b, path)
             else:  # a tree grown on the device: its walk gives chains; checking one would read the tree back
                 path = [int(j) for j in path]
                 if any(not 0 <= j < below.shape[1] for j in path):
@@ -257,13 +192,13 @@ class _Pending:
                                                     np.zeros((B, 0), dtype=np.int64), np.zeros((B, 0), dtype=bool))
         M = below.shape[1]
         if isinstance(parents, np.ndarray) and isinstance(below, np.ndarray):
-            grown, depth, real = _grow_tree(below, depth, real, parents, counts)
+            grown, depth, real = grow_tree(below, depth, real, parents, counts)
             sees = grown[:, M:] & real[:, None, :]
         else:  # parents on the device (or an earlier call's were): the tree stays there
             import torch
 
-            grown, depth, real = _grow_tree_on_device(below, depth, real, _on(parents, self.device), counts)
-            sees = grown[:, M:] & _on(real, self.device)[:, None, :]
+            grown, depth, real = grow_tree_on_device(below, depth, real, on_device(parents, self.device), counts)
+            sees = grown[:, M:] & on_device(real, self.device)[:, None, :]
             ids = torch.arange(m, device=self.device)
             sees[:, ids, M + ids] = True
             self._tree = (start, grown, depth, real)
@@ -339,9 +274,9 @@ class CachedLM(_Pending):
         m = tokens.shape[1]
         new = np.arange(m)[None, :] < counts[:, None]
         mask = np.concatenate([self.valid, new], axis=1)
-        positions = _on(self.length[:, None] + np.arange(m)[None, :], self.device)
+        positions = on_device(self.length[:, None] + np.arange(m)[None, :], self.device)
         with torch.no_grad():
-            out = self.model(input_ids=_on(tokens, self.device), attention_mask=_on(mask, self.device).long(),
+            out = self.model(input_ids=on_device(tokens, self.device), attention_mask=on_device(mask, self.device).long(),
                              position_ids=positions, **cache_kwargs(self.model, self.cache), use_cache=True,
                              output_hidden_states=self.hidden, **inputs)
         self.calls += 1
@@ -368,12 +303,12 @@ class CachedLM(_Pending):
         start, sees, depths = self._add_nodes(parents, counts, self.valid.shape[1])
         prefix = np.broadcast_to(self.valid[:, None, :start], (B, m, start))
         if isinstance(sees, np.ndarray):
-            mask = _on(np.concatenate([prefix, sees], axis=2)[:, None], self.device)
+            mask = on_device(np.concatenate([prefix, sees], axis=2)[:, None], self.device)
         else:
-            mask = torch.cat([_on(np.ascontiguousarray(prefix), self.device), sees], dim=2)[:, None]
-        positions = _on(self.length[:, None], self.device) + _on(depths, self.device)
+            mask = torch.cat([on_device(np.ascontiguousarray(prefix), self.device), sees], dim=2)[:, None]
+        positions = on_device(self.length[:, None], self.device) + on_device(depths, self.device)
         with torch.no_grad():
-            out = self.model(input_ids=_on(tokens, self.device), attention_mask=mask,
+            out = self.model(input_ids=on_device(tokens, self.device), attention_mask=mask,
                              position_ids=positions, **cache_kwargs(self.model, self.cache), use_cache=True,
                              output_hidden_states=self.hidden, **inputs)
         self.calls += 1
@@ -400,7 +335,7 @@ class CachedLM(_Pending):
             return
         # holes first, then each row's tokens in their order; the last `slots` columns are the new layout
         order = np.argsort(as_int, axis=1, kind="stable")[:, as_int.shape[1] - slots:]
-        index_dev = _on(order, self.device)
+        index_dev = on_device(order, self.device)
         for layer in self.cache.layers:
             for name in ("keys", "values"):
                 kv = getattr(layer, name)
@@ -461,7 +396,7 @@ class StaticCachedLM(_Pending):
         width = tokens.shape[1]
 
         def put(x, axis=1):  # graphs are specialised on strides too: a compiled call gets fresh row-major tensors
-            x = _on(x, self.device)
+            x = on_device(x, self.device)
             if not compiled:
                 return x
             x = x.clone(memory_format=torch.contiguous_format)
@@ -517,9 +452,9 @@ class StaticCachedLM(_Pending):
             positions = self.length[:, None] + depths
         else:  # a tree grown on the device: the mask is assembled there
 
-            sees = _on(self.valid, self.device)[:, None, :].repeat(1, m, 1)
+            sees = on_device(self.valid, self.device)[:, None, :].repeat(1, m, 1)
             sees[:, :, start:start + tree.shape[2]] = tree
-            positions = _on(self.length[:, None], self.device) + depths
+            positions = on_device(self.length[:, None], self.device) + depths
         logits, hidden = self._call(tokens, sees, positions, **inputs)
         self.ptr += m
         return logits, hidden
@@ -537,7 +472,7 @@ class StaticCachedLM(_Pending):
         import torch
 
         order = np.argsort((~self.valid).astype(np.int8), axis=1, kind="stable")  # real slots first
-        index = _on(order, self.device)
+        index = on_device(order, self.device)
         for layer in self.cache.layers:
             if getattr(layer, "is_initialized", False):
                 for kv in (layer.keys, layer.values):

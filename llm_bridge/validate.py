@@ -138,8 +138,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
              pairing: str | None = None, tree_pairs=None) -> dict:
     """Everything of the module docstring; returns the JSON record. ``pair`` (a loaded
     :class:`~llm_bridge.drafters.Pair`) replaces ``target``, ``draft``, ``device`` and ``dtype``;
-    ``trees`` (k-configs) adds a run per multi-draft verifier × tree, ``tree_pairs`` ((verifier, tree) pairs)
-    a run per pair instead of every combination; ``cache`` is a kind of
+    ``trees`` (k-configs) adds a run per multi-draft verifier × tree (``tree_pairs``: per (verifier, tree) pair); ``cache`` is a kind of
     :func:`~llm_bridge.cache.make_cache` (``auto``: compiled static caches on CUDA, dynamic eager on CPU;
     a compiled run first warms every call shape up, untimed); ``log_rows`` (a path) also writes there the
     logged rows the predictions use: both models' rows along plain decoding of the prediction prompts (seed + 1,
@@ -176,10 +175,8 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     hf_prompts = check_size(hf_prompts, "hf_prompts")
     if lossless_samples < 0:
         raise ValueError(f"lossless_samples: expected >= 0 (0 skips the two-sample test), got {lossless_samples}")
-    if tree_pairs is not None:  # each verifier on its own trees: every name and tree below is one of the pairs
-        tree_pairs = [(str(name), parse_tree(tree)) for name, tree in tree_pairs]
-        trees = list(dict.fromkeys(t for _, t in tree_pairs))
-        multi_verifiers = list(dict.fromkeys(name for name, _ in tree_pairs))
+    if tree_pairs:  # each verifier on its own trees
+        multi_verifiers, trees = (list(dict.fromkeys(map(str, col))) for col in zip(*tree_pairs, strict=True))
     trees = [parse_tree(t) for t in trees]
     multi_verifiers = list(multi_verifiers) if trees else []
     unknown = [v for v in multi_verifiers if v not in TREE_VERIFIERS]
@@ -187,10 +184,9 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
         raise ValueError(f"multi-draft verifiers {unknown}: expected names among {sorted(TREE_VERIFIERS)}")
     chosen = [str(t) for t in trees if t.deterministic]
     wrong = [v for v in multi_verifiers if not TREE_VERIFIERS[v].any_candidates]
-    if tree_pairs is not None:
-        for name, tree in tree_pairs:
-            check_tree_verifier(TREE_VERIFIERS[name](), parse_tree(tree, TREE_VERIFIERS[name]().replacement))
-    elif chosen and wrong:
+    for name, tree in tree_pairs or ():
+        check_tree_verifier(TREE_VERIFIERS[name](), parse_tree(tree, TREE_VERIFIERS[name]().replacement))
+    if chosen and wrong and not tree_pairs:
         raise ValueError(f"--trees {','.join(chosen)}: EAGLE-2 trees choose their candidates (top-k); verifiers "
                          f"{wrong} assume drawn ones. Use --multi-verifiers naive")
     if cache not in CACHE_KINDS:
@@ -214,8 +210,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     ids, pred_ids, prompt_ids, prediction_ids = split_prompts(pair.tokenizer, prompts, prediction_prompts)
     rng = np.random.default_rng(seed)
     configs = [(name, L) for name in verifiers for L in lengths]
-    tree_configs = (tree_pairs if tree_pairs is not None else
-                    [(name, tree) for name in multi_verifiers for tree in trees])
+    tree_configs = [(n, parse_tree(t)) for n, t in tree_pairs or [(n, t) for n in multi_verifiers for t in trees]]
 
     def warm_up():
         if cache == "compiled":  # compile every call shape before anything is timed
@@ -390,8 +385,7 @@ def prompt_lines(prompts: int, prediction_prompts: int | None = None, pool: int 
 
 
 def _warm_up(pair, ids, lengths, tree_configs, rule, sampling, cache) -> None:
-    """Run every configuration briefly (untimed) so that compiled graphs exist before the measured runs: each chain
-    length, and each tree with the first verifier it is run with."""
+    """Run each chain length, and each tree with its first verifier, briefly (untimed): compiled graphs exist."""
     plain_generate(pair.target, ids, 4, sampling=sampling, progress=False, cache=cache)
     for L in lengths:
         speculative_generate(pair, ids, REGISTRY["token"](), L, 3 * (L + 1), sampling=sampling, progress=False,

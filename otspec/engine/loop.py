@@ -39,7 +39,8 @@ from ..drafts import DraftTree, sample_candidates
 from ..verifiers.base import Outcome
 from .confidence import grow_confidence
 from .controllers import DraftLengthController
-from .devicetree import TreeLayout, confidence_iteration, device_iteration, walks_on_device
+from .deviceconfidence import confidence_iteration
+from .devicetree import TreeLayout, device_iteration, walks_on_device
 from .observers import ChainStep, TreeStep
 from .runstate import LoopRun, RunState
 from .session import Session, as_prompts
