@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import math
 
+import array_api_compat
+
 from ..distributions import namespace, sample_categorical
 from ..theory.pareto import over_acceptance_kernel
-from .base import Outcome, Verifier, VerifierLaw, gather_tokens
-from .kernels import first_rejection_law, first_rejection_sample
+from .base import Outcome, Verifier, VerifierLaw
+from .kernels import drafted_mask, drafted_probs, first_rejection_law, first_rejection_sample
 
 __all__ = ["DecodingOPT", "DecodingUNO", "OverAcceptance"]
 
@@ -35,28 +37,34 @@ class OverAcceptance(Verifier):
             raise ValueError(f"eps: expected an over-acceptance parameter >= 0 (inf allowed), got {eps!r}")
         self.eps = eps
 
+    ragged = True
+
     def _plan(self, d):
+        """(acceptance b_ε at each drafted position (B, L), 0 past a row's length; the row of Y for every τ (B, L+1, V):
+        the resampling law P below a row's length, the bonus row q(·|X^τ) at it)."""
         xp = namespace(d.draft_probs, d.target_probs)
-        p_x = gather_tokens(d.draft_probs, d.tokens)
-        q_x = gather_tokens(d.target_probs, d.tokens)
+        p_x, q_x = drafted_probs(d.tokens, d.draft_probs, d.target_probs, d.lengths)  # 1 and 0 past a length
         accept = xp.minimum((q_x + self.eps) / p_x, 1.0)  # drafted tokens have p > 0 (checked)
         resample = over_acceptance_kernel(d.draft_probs, d.target_probs[:, :-1, :], self.eps, self.mode)[2]
-        return accept, resample
-
-    def law(self, draft_tokens, draft_probs, target_probs, *, validate=True):
-        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate)
-        xp = namespace(d.draft_probs, d.target_probs)
-        accept, resample = self._plan(d)
-        return VerifierLaw(first_rejection_law(accept), xp.concat([resample, d.target_probs[:, -1:, :]], axis=1))
-
-    def sample(self, draft_tokens, draft_probs, target_probs, rng, *, validate=True):
-        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate)
-        xp = namespace(d.draft_probs, d.target_probs)
-        accept, resample = self._plan(d)
-        tau = first_rejection_sample(accept, rng)
         rows = xp.concat([resample, d.target_probs[:, -1:, :]], axis=1)
+        if d.lengths is None:
+            return accept, rows
+        accept = xp.where(drafted_mask(d.lengths, accept), accept, xp.zeros_like(accept))  # ε accepts no padding
+        at = xp.arange(rows.shape[1], device=array_api_compat.device(rows))[None, :, None] == d.lengths[:, None, None]
+        return accept, xp.where(at, d.target_probs, rows)
+
+    def law(self, draft_tokens, draft_probs, target_probs, *, validate=True, lengths=None):
+        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate, lengths=lengths)
+        accept, rows = self._plan(d)
+        return VerifierLaw(first_rejection_law(accept), rows)
+
+    def sample(self, draft_tokens, draft_probs, target_probs, rng, *, validate=True, lengths=None):
+        d = self.check(draft_tokens, draft_probs, target_probs, validate=validate, lengths=lengths)
+        xp = namespace(d.draft_probs, d.target_probs)
+        accept, rows = self._plan(d)
+        tau = first_rejection_sample(accept, rng)
         picked = xp.take_along_axis(rows, xp.astype(tau, xp.int64)[:, None, None], axis=1)[:, 0, :]
-        return Outcome(tau, sample_categorical(picked, rng))
+        return Outcome(tau, sample_categorical(picked, rng, check=validate))
 
     def __repr__(self):
         return f"{type(self).__name__}(eps={self.eps!r})"
