@@ -49,6 +49,8 @@ MAX_HORIZON = 1_000_000
 MAX_SIMULATION_BLOCKS = 10**9
 #: Most tokens (sequences × tokens per sequence) one decode call keeps in its buffer.
 MAX_DECODE_ENTRIES = 2**27
+#: Largest number of (draft, position, token) probability entries an exact enumeration builds at once.
+MAX_EXACT_ENTRIES = 2**26
 
 
 #: Counts above this are reported as this value (they exceed every limit; no giant integer is built).

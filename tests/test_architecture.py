@@ -103,6 +103,18 @@ def test_lower_layers_never_import_verifiers_or_engines(lower):
     assert bad == []
 
 
+@pytest.mark.parametrize("layer,above", [("otspec.verifiers", ("engine", "sweep", "audit", "calculators", "experiments",
+                                                                 "figures", "plot", "report", "cli")),
+                                          ("otspec.engine", ("sweep", "audit", "figures", "plot", "report", "cli"))])
+def test_verifiers_and_engines_never_import_upwards(layer, above):
+    """The verifiers sit below the engines (an engine drives a verifier, never the reverse) and the engines below
+    the sweeps, the auditor and presentation; a lazy import inside a function counts too."""
+    graph = import_graph()
+    bad = [(a, b) for a, b in graph.edges if _inside(a, layer) and b.split(".")[0] == "otspec"
+           and len(b.split(".")) > 1 and b.split(".")[1] in above]
+    assert bad == []
+
+
 def test_the_checker_sees_a_cycle():
     """Negative control: the walker finds an edge it must find and a planted cycle."""
     graph = import_graph()

@@ -15,15 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import MAX_DRAFT_LENGTH, capped_power, check_size, format_count
+from ..checks import MAX_DRAFT_LENGTH, MAX_EXACT_ENTRIES, capped_power, check_size, format_count
 from ..errors import SizeLimitError
 from ..pairs import check_pair
 from ..sources import EMPTY_PREFIX, MAX_ENUMERATION, Source, extend_prefixes
 from ..verifiers.base import Verifier
 from .branching import branch_law
-
-#: Largest number of (draft, position, token) probability entries built at once.
-MAX_EXACT_ENTRIES = 2**26
 
 __all__ = ["MAX_EXACT_ENTRIES", "ExactResult", "evaluate"]
 

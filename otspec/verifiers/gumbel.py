@@ -27,9 +27,11 @@ from __future__ import annotations
 import array_api_compat
 import numpy as np
 
+from ..checks import MAX_DRAFT_LENGTH, MAX_EXACT_ENTRIES, capped_power, check_size, format_count
 from ..distributions import namespace, sample_categorical, to_host, uniform
 from ..drafts import gather_tokens
 from ..errors import SizeLimitError
+from ..pairs import check_pair
 from ..sources import IIDSource
 from .base import Outcome, Verifier, VerifierLaw
 
@@ -104,13 +106,26 @@ class GumbelCouplingVerify(Verifier):
     style = {"marker": "x", "color": "C4"}
 
     def expected_accepted(self, draft, target, length):
-        """IID pairs: Σ_{l<=L} α^l with α = :func:`gumbel_acceptance`; other sources by exact enumeration."""
+        """IID pairs: Σ_{l<=L} α^l with α = :func:`gumbel_acceptance`. Other sources by enumerating the draft's
+        paths x^L: E[τ] = Σ P(x^L) Σ_{l<=L} ∏_{i<=l} k_i(x^i), k_i = :meth:`keep_probs` (fresh clocks at every
+        position, so given the path the keeps are independent); refused (``SizeLimitError``) where the exact
+        engine refuses."""
+        L = check_size(length, "length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
         if isinstance(draft, IIDSource) and isinstance(target, IIDSource):
             a = gumbel_acceptance(draft.probs, target.probs)
-            return float(sum(a**ell for ell in range(1, int(length) + 1)))
-        from ..engine.exact import evaluate
-
-        return evaluate(draft, target, self, int(length)).expected_accepted
+            return float(sum(a**ell for ell in range(1, L + 1)))
+        V = check_pair(draft, target)
+        entries = capped_power(V, L) * (L + 1) * V
+        if entries > MAX_EXACT_ENTRIES:
+            raise SizeLimitError(f"exact evaluation needs {V}^{L} drafts x {L + 1} positions x {V} tokens = "
+                                 f"{format_count(entries)} entries, above MAX_EXACT_ENTRIES = {MAX_EXACT_ENTRIES:,}; "
+                                 "use Monte Carlo", size=entries, limit=MAX_EXACT_ENTRIES)
+        target.check_length(L + 1)
+        enum = draft.enumerate(L)
+        live = enum.probs > 0
+        tokens, weights = enum.tokens[live], enum.probs[live]
+        keep = self.keep_probs(tokens, draft.path_probs(tokens)[:, :L, :], target.path_probs(tokens))
+        return float(np.sum(weights * np.cumprod(keep, axis=1).sum(axis=1)))
 
     @staticmethod
     def keep_probs(draft_tokens, draft_probs, target_probs) -> np.ndarray:
