@@ -30,7 +30,9 @@ import weakref
 
 import numpy as np
 
-from .treemask import check_path, grow_tree, grow_tree_on_device, on_device
+from otspec.distributions import on_device
+
+from .treemask import check_path, grow_tree, grow_tree_on_device
 
 __all__ = ["CACHE_KINDS", "STATIC_BUCKET", "CachedLM", "StaticCachedLM", "cache_kwargs", "compiled_forward",
            "logits_and_features", "make_cache", "pooled_cache"]
@@ -166,12 +168,7 @@ class _Pending:
             return
         start, below, _, _ = self._tree
         for b, path in enumerate(paths):
-            if isinstance(below, np.ndarray):
-                path = check_path(below, b, path)
-            else:  # a tree grown on the device: its walk gives chains; checking one would read the tree back
-                path = [int(j) for j in path]
-                if any(not 0 <= j < below.shape[1] for j in path):
-                    raise ValueError(f"keep_path: node indices of row {b} must lie in [0, {below.shape[1]})")
+            path = check_path(below, b, path)
             self.valid[b, [start + j for j in path]] = True  # host mask: no device round trip
             self.length[b] += len(path)
         self._tree = None
@@ -451,7 +448,6 @@ class StaticCachedLM(_Pending):
             sees[:, :, start:start + tree.shape[2]] = tree
             positions = self.length[:, None] + depths
         else:  # a tree grown on the device: the mask is assembled there
-
             sees = on_device(self.valid, self.device)[:, None, :].repeat(1, m, 1)
             sees[:, :, start:start + tree.shape[2]] = tree
             positions = on_device(self.length[:, None], self.device) + depths

@@ -42,6 +42,7 @@ from .kernels import few_row_linears, few_row_product
 from .models import output_size
 from .sampling import DEFAULT_SAMPLING
 from .sessions import concat_tokens, padded, row_tokens
+from .treemask import slot_lookup
 
 __all__ = ["HEAD_DIRS", "HEAD_KINDS", "EagleHead", "EagleSession", "HeadDrafter", "MedusaHeads", "MedusaSession",
            "build_head", "eagle_unrolled", "load_head", "save_head"]
@@ -406,21 +407,16 @@ class EagleSession(_FeatureSession):
         first = node_h.shape[1]  # the cache numbers pending nodes by column, padding included
         par = np.full((B, m), -1, dtype=np.int64)
         for b in np.flatnonzero(counts):
-            for j in range(int(counts[b])):
-                parent = -1 if on_device else int(parents[b, j])
+            for j in range(0 if on_device else int(counts[b])):
+                parent = int(parents[b, j])
                 if not -1 <= parent < len(slots[b]):
                     raise ValueError(f"feed_tree: parent {parent} of row {b} is not a node fed before it")
                 if parent >= 0:
                     par[b, j] = slots[b][parent]
             slots[b].extend(first + j for j in range(int(counts[b])))
-        if on_device:  # each node's column from the slot table, looked up on the device
-            table = np.full((B, max(max(len(x) for x in slots), 1)), -1, dtype=np.int64)
-            for b, x in enumerate(slots):
-                table[b, :len(x)] = x
-            table, parents = to_device(table, self.device), parents.to(self.device).long()
-            real = to_device(np.arange(m)[None, :] < counts[:, None], self.device)  # padding nodes have no parent
-            par = torch.where((parents >= 0) & real, torch.gather(table, 1, parents.clamp(0, table.shape[1] - 1)),
-                              torch.full_like(parents, -1))
+        if on_device:  # each node's column from the slot table, looked up on the device; padding has no parent
+            real = to_device(np.arange(m)[None, :] < counts[:, None], self.device)
+            par = torch.where(real, slot_lookup(slots, parents, -1, self.device), -1)
         par_dev = par if on_device else to_device(par, self.device)
         # each node's pair reads the feature predicted at its parent (the last committed token's for -1): one gather
         at = par_dev.clamp(min=0)

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from otspec.distributions import to_device
+from otspec.distributions import on_device, to_device
 from otspec.engine.observers import to_host
 from otspec.engine.session import Scores, Session, as_prompts
 
 from .cache import make_cache
 from .models import output_size
+from .treemask import slot_lookup
 
 __all__ = ["ModelSession", "NGramSession", "concat_tokens", "padded", "row_tokens", "splice"]
 
@@ -41,17 +42,12 @@ def padded(rows: list, device=None):
         out = torch.zeros((len(rows), width), dtype=torch.int64, device=device)
         for b, r in enumerate(rows):
             if len(r):
-                out[b, :len(r)] = _on(r, device)
+                out[b, :len(r)] = on_device(r, device)
         return out, counts
     out = np.zeros((len(rows), width), dtype=np.int64)
     for b, r in enumerate(rows):
         out[b, :len(r)] = r
     return out, counts
-
-
-def _on(x, device):
-    """``x`` on ``device``: a tensor moved (a no-op where it is), host values copied without waiting for the device."""
-    return x.to(device) if _is_tensor(x) else to_device(np.asarray(x, dtype=np.int64), device)
 
 
 def splice(a, a_len, b, b_from, b_len):
@@ -69,7 +65,7 @@ def splice(a, a_len, b, b_from, b_len):
         import torch
 
         device = a.device if _is_tensor(a) else b.device
-        both = torch.cat([_on(a, device).long(), _on(b, device).long(),
+        both = torch.cat([on_device(a, device).long(), on_device(b, device).long(),
                           torch.zeros((a.shape[0], 1), dtype=torch.int64, device=device)], dim=1)
         return torch.gather(both, 1, to_device(idx, device)), n
     both = np.concatenate([np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64),
@@ -94,7 +90,7 @@ def concat_tokens(a, b):
         import torch
 
         device = a.device if _is_tensor(a) else b.device
-        return torch.cat([_on(a, device).long(), _on(b, device).long()])
+        return torch.cat([on_device(a, device).long(), on_device(b, device).long()])
     return np.concatenate([a, b])
 
 
@@ -191,8 +187,8 @@ class ModelSession(Session):
         if self.fed.any():
             raise RuntimeError("feed_tree: a speculative chain is pending; commit first")
         tokens, counts = _ids(tokens), np.asarray(counts, dtype=np.int64)
-        on_device = _is_tensor(parents)
-        parents = parents if on_device else np.asarray(parents, dtype=np.int64)
+        shaped_on_device = _is_tensor(parents)
+        parents = parents if shaped_on_device else np.asarray(parents, dtype=np.int64)
         B, m = tokens.shape
         if self._tree is None:
             self._tree = [([], [], [], []) for _ in range(B)]
@@ -205,7 +201,7 @@ class ModelSession(Session):
             prefix.extend(first + i for i in range(u[b]))
             base[b] = prefix[-1] if prefix else -1
             for j in range(int(counts[b])):
-                if on_device:
+                if shaped_on_device:
                     node_parents.append(None)  # known on the device only
                 else:
                     parent = int(parents[b, j])
@@ -222,7 +218,7 @@ class ModelSession(Session):
         par = np.full(inputs.shape, -1, dtype=np.int64)
         for b, p in enumerate(cache_parents):
             par[b, :len(p)] = p
-        if on_device:
+        if shaped_on_device:
             par = self._device_parents(par, parents, u, counts, base)
         logits, hidden = self.cache.feed_tree(inputs, par, n) if n.max() > 0 else (None, None)
         at = np.minimum(u[:, None] - 1 + np.arange(m + 1)[None, :], np.maximum(n - 1, 0)[:, None])
@@ -233,13 +229,7 @@ class ModelSession(Session):
         its parent node (looked up on the device from the host's slot table) or the sequence's last token."""
         import torch
 
-        width = max((len(t[3]) for t in self._tree), default=0)
-        table = np.full((self.batch, max(width, 1)), -1, dtype=np.int64)
-        for b, (_, _, _, slots) in enumerate(self._tree):
-            table[b, :len(slots)] = slots
-        table, base_dev = to_device(table, self.device), to_device(base, self.device)
-        parents = parents.to(self.device).long()
-        node_par = torch.where(parents >= 0, torch.gather(table, 1, parents.clamp(0, table.shape[1] - 1)), base_dev[:, None])
+        node_par = slot_lookup([t[3] for t in self._tree], parents, base, self.device)
         col = np.arange(host_part.shape[1])[None, :] - u[:, None]  # the node index at each input column
         is_node = (col >= 0) & (col < counts[:, None])
         at = to_device(np.clip(col, 0, max(parents.shape[1] - 1, 0)), self.device)

@@ -6,16 +6,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from otspec.distributions import to_device
+from otspec.distributions import on_device, to_device
 
-__all__ = ["check_path", "grow_tree", "grow_tree_on_device", "on_device"]
+__all__ = ["check_path", "grow_tree", "grow_tree_on_device", "slot_lookup"]
 
 
-def on_device(x, device):
-    """``x`` on ``device`` (a tensor moved, host values copied without waiting for the device)."""
+def slot_lookup(slots, parents, base, device):
+    """(B, m) on ``device``: for each node, the slot of its parent node (``parents`` a tensor of indices into each
+    row's ``slots`` list, looked up on the device from a host table) or ``base[b]`` where the parent is -1."""
     import torch
 
-    return x.to(device) if torch.is_tensor(x) else to_device(x, device)
+    table = np.full((len(slots), max(max((len(x) for x in slots), default=0), 1)), -1, dtype=np.int64)
+    for b, x in enumerate(slots):
+        table[b, :len(x)] = x
+    table, parents = to_device(table, device), parents.to(device).long()
+    base = on_device(np.broadcast_to(np.asarray(base, dtype=np.int64), (len(slots),)), device)
+    return torch.where(parents >= 0, torch.gather(table, 1, parents.clamp(0, table.shape[1] - 1)), base[:, None])
 
 
 def grow_tree(below, depth, real, parents, counts):
@@ -66,10 +72,12 @@ def grow_tree_on_device(below, depth, real, parents, counts):
 
 
 def check_path(below, b: int, path) -> list:
+    """``path`` as ints, checked against the tree: its nodes exist and (a tree on the host) form a root-first chain.
+    A tree grown on the device comes from a walk that gives chains; checking one would read the tree back."""
     path = [int(j) for j in path]
     m = below.shape[1]
     if any(not 0 <= j < m for j in path):
         raise ValueError(f"keep_path: node indices of row {b} must lie in [0, {m})")
-    if path and set(np.flatnonzero(below[b, path[-1]]).tolist()) != set(path):
+    if path and isinstance(below, np.ndarray) and set(np.flatnonzero(below[b, path[-1]]).tolist()) != set(path):
         raise ValueError(f"keep_path: nodes {path} of row {b} are not a root-first chain of the tree")
     return path

@@ -63,6 +63,7 @@ __all__ = [
     "first_index",
     "host_to_like",
     "to_device",
+    "on_device",
     "namespace",
     "likelihood_ratio",
     "overlap",
@@ -129,6 +130,13 @@ def to_device(values, device):
     if device.type == "cuda":
         return tensor.pin_memory().to(device, non_blocking=True)
     return tensor.to(device)
+
+
+def on_device(x, device):
+    """``x`` on ``device``: a tensor moved (a no-op where it is already), host values copied by :func:`to_device`."""
+    if _is_torch(x):
+        return x.to(device)
+    return to_device(x, device)
 
 
 def zeros_of(like, shape):
