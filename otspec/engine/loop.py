@@ -414,20 +414,25 @@ def tree_steps(draft: Session, target: Session, verifier, tree: DraftTree, n_tok
         idx = np.flatnonzero(active)
         start = run.done[idx].copy()
         before = run.plen + run.done
-        if draft.reads_target_features:  # the target's features before each emitted token: at the root, then the path
-            if features is None:
-                raise ValueError(f"{type(draft).__name__} reads the target's features; {type(target).__name__} "
-                                 "returned none")
-            at = np.zeros((run.B, tree.depth + 1), dtype=np.int64)
-            for b in idx:
-                at[b, 1:1 + len(paths[b])] = paths[b]
-            features = features[host_to_like(np.arange(run.B)[:, None], features), host_to_like(at, features)]
+        if draft.reads_target_features:
+            features = _features_along(draft, target, features, idx, paths, tree.depth + 1)
         run.emit(idx, out_tokens[idx], emitted[idx], (draft, target), features)
         if run.observers:
             run.notify("on_tree", TreeStep(idx, start, depth[idx], emitted[idx], tries, paths, nodes[idx], calls[idx],
                                            lambda b, before=before: run.seq[b, :before[b]].copy()))
         yield from run.pause()
     return run.result()
+
+
+def _features_along(draft, target, features, idx, paths, width: int):
+    """The target's features before each emitted token of sequences ``idx``: at the root, then along ``paths[b]``
+    (columns of the target's rows), (B, width, H), for a drafter that reads them."""
+    if features is None:
+        raise ValueError(f"{type(draft).__name__} reads the target's features; {type(target).__name__} returned none")
+    at = np.zeros((features.shape[0], width), dtype=np.int64)
+    for b in idx:
+        at[b, 1:1 + len(paths[b])] = paths[b]
+    return features[host_to_like(np.arange(features.shape[0])[:, None], features), host_to_like(at, features)]
 
 
 def _on_device(draft, target, verifier, tree) -> bool:
@@ -449,15 +454,9 @@ def _device_tree_steps(draft, target, verifier, tree, n_tokens, rng, rule, promp
         start = run.done[idx].copy()
         before = run.plen + run.done
         features = step.features
-        if draft.reads_target_features:  # the target's features before each emitted token: at the root, then the path
-            if features is None:
-                raise ValueError(f"{type(draft).__name__} reads the target's features; {type(target).__name__} "
-                                 "returned none")
-            at = np.zeros((run.B, step.out.shape[1]), dtype=np.int64)
-            for b in idx:
-                walked = step.walked(b)
-                at[b, 1:1 + len(walked)] = walked
-            features = features[host_to_like(np.arange(run.B)[:, None], features), host_to_like(at, features)]
+        if draft.reads_target_features:
+            features = _features_along(draft, target, features, idx, {b: step.walked(b) for b in idx},
+                                       step.out.shape[1])
         nodes = ([step.draft_nodes(b, int(depth[b])) for b in range(run.B)],
                  [step.target_nodes(b, int(depth[b])) for b in range(run.B)])
         run.emit(idx, step.out[run.like(idx)], step.emitted[idx], (draft, target), features, nodes=nodes)
