@@ -1,10 +1,12 @@
 """Exact optimal-transport solvers — linear programmes, flows and duals only.
 
 * :mod:`~otspec.solvers.block_ot` — block-level couplings of the draft's and target's laws
-  (HiGHS LP, cvxpy LP, the exact prefix-tree route);
+  (HiGHS LP, cvxpy LP; re-exports :mod:`~otspec.solvers.block_prefix`, the block laws, β and the
+  value (8), and :mod:`~otspec.solvers.block_tree`, the exact prefix-tree route);
 * :mod:`~otspec.solvers.otm` — multi-draft OTM-k with its plan (LP, max-flow);
 * :mod:`~otspec.solvers.otm_dual` — α_k by the min-cut dual over sorted prefixes;
-* :mod:`~otspec.solvers.pareto` — the rejection–bias LPs (token and sequence level);
+* :mod:`~otspec.solvers.pareto` — the rejection–bias LPs (sequence level; the token level in
+  :mod:`~otspec.solvers.pareto_token`, re-exported);
 * :mod:`~otspec.solvers.rejections` — the Theorem-2 LP of least rejections;
 * :mod:`~otspec.solvers.lp` — the one LP helper (HiGHS / cvxpy).
 

@@ -126,7 +126,20 @@ def _race_prefixes(ps, tail, n_supp: int, kk: int, k: int, t, h, within) -> None
 
 
 def otm_min_cut(draft, target, k: int, replacement: bool = True) -> tuple[float, np.ndarray]:
-    """α_k and a minimising token set A of eq. (4), found among the sorted prefixes (6).
+    """α_k and a minimising token set A of the min-cut dual (4), found among the sorted prefixes (6).
+
+    α_k = min_{A ⊆ Ω} [q(A) + 1 − P_D(S(X) ⊆ A)] (max-flow/min-cut [3] on SpecTr's transport
+    problem [1], the dual studied by [2]); with replacement P_D(S(X) ⊆ A) = p(A)^k. The minimum
+    is attained at a prefix of the tokens sorted by q/p (see :func:`otm_value`).
+
+    Parameters
+    ----------
+    draft, target : array_like, shape (V,)
+        p and q, probability rows over the same vocabulary.
+    k : int
+        Number of drafts, >= 1.
+    replacement : bool, default True
+        i.i.d. drafts (True) or sampling without replacement.
 
     Returns
     -------
@@ -137,6 +150,29 @@ def otm_min_cut(draft, target, k: int, replacement: bool = True) -> tuple[float,
         A = ∅ (value 1) is optimal. The bound α ≤ q(A) + P_D(S ⊄ A) is tight here, so
         (complementary slackness) an optimal plan accepts every output Y ∈ A, and
         accepts every tuple with S(X) ⊄ A with an output outside A.
+
+    Raises
+    ------
+    ValueError
+        On invalid rows or k, or a vocabulary mismatch.
+
+    References
+    ----------
+    .. [1] Z. Sun, A. T. Suresh, J. H. Ro, A. Beirami, H. Jain, F. Yu, "SpecTr: Fast Speculative
+       Decoding via Optimal Transport", NeurIPS 2023, arXiv:2310.15141.
+    .. [2] Z. Hu et al., "Towards Optimal Multi-draft Speculative Decoding", ICLR 2025,
+       arXiv:2502.18779.
+    .. [3] L. R. Ford, D. R. Fulkerson, "Maximal flow through a network", Canadian Journal of
+       Mathematics 8:399–404, 1956.
+
+    Examples
+    --------
+    p = (0.75, 0.25), q = (0.25, 0.75), k = 2: the cuts of A = ∅, {0}, {0, 1} are 1,
+    0.25 + 1 − 0.75² = 0.6875 and 1, so A = {0} wins (SpecTr's eq. (14) gives the same α_2).
+
+    >>> value, subset = otm_min_cut([0.75, 0.25], [0.25, 0.75], 2)
+    >>> round(value, 12), subset.tolist()
+    (0.6875, [0])
     """
     p, q = row_pair(draft, target)
     k = check_k(k)
@@ -148,7 +184,11 @@ def otm_min_cut(draft, target, k: int, replacement: bool = True) -> tuple[float,
 
 
 def otm_value(draft, target, k: int, replacement: bool = True) -> float:
-    r"""Route (c): α_k from the min-cut dual, minimised over sorted prefixes (eqs. (4)–(6)).
+    r"""Route (c): the OTM-k optimum α_k [1] from the min-cut dual, minimised over sorted prefixes (eqs. (4)–(6)).
+
+    α_k = min_j [q(A_j) + 1 − P_D(S(X) ⊆ A_j)] over the prefixes A_j of the tokens sorted by
+    q/p; with replacement this is 1 − max_j [p(A_j)^k − q(A_j)]. The dual is that of [2], the
+    min-cut of max-flow/min-cut [3]; no plan is built, so any vocabulary size works.
 
     By max-flow/min-cut on the network of :func:`otm_maxflow` (any draft law P_D)
 
@@ -224,13 +264,38 @@ def otm_value(draft, target, k: int, replacement: bool = True) -> float:
         p and q, probability rows over the same vocabulary.
     k : int
         Number of drafts, >= 1.
-    replacement : bool
-        i.i.d. drafts (True) or sampling without replacement.
+    replacement : bool or {"greedy", "hub"}, default True
+        i.i.d. drafts (True), sampling without replacement (False), or one of the structured draws
+        of :func:`structured_value`.
 
     Returns
     -------
     float
         α_k in [0, 1].
+
+    Raises
+    ------
+    ValueError
+        On invalid rows, k or ``replacement``, or a vocabulary mismatch.
+
+    References
+    ----------
+    .. [1] Z. Sun, A. T. Suresh, J. H. Ro, A. Beirami, H. Jain, F. Yu, "SpecTr: Fast Speculative
+       Decoding via Optimal Transport", NeurIPS 2023, arXiv:2310.15141.
+    .. [2] Z. Hu et al., "Towards Optimal Multi-draft Speculative Decoding", ICLR 2025,
+       arXiv:2502.18779.
+    .. [3] L. R. Ford, D. R. Fulkerson, "Maximal flow through a network", Canadian Journal of
+       Mathematics 8:399–404, 1956.
+
+    Examples
+    --------
+    >>> round(otm_value([0.5, 0.5], [0.75, 0.25], 1), 12)  # one draft: 1 - TV(p, q) = 1 - 0.25
+    0.75
+    >>> p, q = [0.75, 0.25], [0.25, 0.75]
+    >>> round(otm_value(p, q, 2), 12)  # eq. (14): min(0.75, 1 - 0.75**2) + min(0.25, 1 - 0.25**2)
+    0.6875
+    >>> otm_value(p, q, 2, replacement=False)  # two draws without replacement hold both tokens
+    1.0
     """
     draw = draw_name(replacement)
     if draw in ("greedy", "hub"):
@@ -250,6 +315,40 @@ def structured_value(draft, target, k: int, draw: str = "greedy") -> float:
 
     reached by token verification of J against p' (:class:`otspec.verifiers.GreedyDraftVerify`); equal to the
     OTM-k LP over the draw's exact tuple law in the tests. O(V log V).
+
+    Parameters
+    ----------
+    draft, target : array_like, shape (V,)
+        p and q, probability rows over the same vocabulary.
+    k : int
+        Number of drafts, >= 1 (at most 2 for the hub draw).
+    draw : {"greedy", "hub"}, default "greedy"
+        Hu et al.'s greedy draw [1] or SpecHub's hub pair [2].
+
+    Returns
+    -------
+    float
+        α_k in [0, 1].
+
+    Raises
+    ------
+    ValueError
+        On invalid rows or k, a vocabulary mismatch, another draw, or the hub draw with k > 2.
+
+    References
+    ----------
+    .. [1] Z. Hu et al., "Towards Optimal Multi-draft Speculative Decoding", ICLR 2025,
+       arXiv:2502.18779.
+    .. [2] R. Sun et al., "SpecHub: Provable Acceleration to Multi-Draft Speculative Decoding",
+       EMNLP 2024, arXiv:2411.05289.
+
+    Examples
+    --------
+    p = (0.5, 0.25, 0.25), q = (0.125, 0.125, 0.75), k = 2: T = {0}, and J is token 1 or 2 with
+    p' = (0, 0.5, 0.5), so α_2 = 0.125 + min(0.125, 0.5) + min(0.75, 0.5).
+
+    >>> structured_value([0.5, 0.25, 0.25], [0.125, 0.125, 0.75], 2)
+    0.75
     """
     p, q = row_pair(draft, target)
     k, draw = check_k(k), draw_name(draw)
@@ -296,11 +395,45 @@ def _wor_within_all(p: np.ndarray, k: int) -> np.ndarray:
 
 
 def otm_value_bruteforce(draft, target, k: int, replacement: bool = True) -> float:
-    """α_k as the minimum of eq. (4) over all 2^V token sets A (for tests; V <= 16).
+    """α_k [1] as the minimum of the min-cut dual (4) over all 2^V token sets A (for tests; V <= 16).
 
-    With replacement P_D(S ⊆ A) = p(A)^k; without replacement it is computed
-    exactly for every A by a recursion over the set of drawn tokens (no
-    quadrature, no tuple enumeration).
+    α_k = min_{A ⊆ Ω} [q(A) + 1 − P_D(S(X) ⊆ A)] by max-flow/min-cut [2]. With replacement
+    P_D(S ⊆ A) = p(A)^k; without replacement it is computed exactly for every A by a recursion
+    over the set of drawn tokens (no quadrature, no tuple enumeration).
+
+    Parameters
+    ----------
+    draft, target : array_like, shape (V,)
+        p and q, probability rows over the same vocabulary.
+    k : int
+        Number of drafts, >= 1.
+    replacement : bool, default True
+        i.i.d. drafts (True) or sampling without replacement.
+
+    Returns
+    -------
+    float
+        α_k in [0, 1].
+
+    Raises
+    ------
+    ValueError
+        On invalid rows or k, a vocabulary mismatch, or (:class:`~otspec.errors.SizeLimitError`)
+        V above :data:`~otspec.theory.multidraft.MAX_BRUTEFORCE_VOCAB`.
+
+    References
+    ----------
+    .. [1] Z. Sun, A. T. Suresh, J. H. Ro, A. Beirami, H. Jain, F. Yu, "SpecTr: Fast Speculative
+       Decoding via Optimal Transport", NeurIPS 2023, arXiv:2310.15141.
+    .. [2] L. R. Ford, D. R. Fulkerson, "Maximal flow through a network", Canadian Journal of
+       Mathematics 8:399–404, 1956.
+
+    Examples
+    --------
+    The four sets of two tokens give the cuts 1, 1.25 − 0.75², 1.75 − 0.25², 1 (SpecTr's eq. (14)):
+
+    >>> round(otm_value_bruteforce([0.75, 0.25], [0.25, 0.75], 2), 12)
+    0.6875
     """
     p, q = row_pair(draft, target)
     k = check_k(k)

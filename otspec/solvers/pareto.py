@@ -7,7 +7,8 @@ rejection probability r = 1 − Σ a and resampled mass s = r P, its output law 
 its bias is TV(a + s, q) against the **target** q.
 
 * :func:`min_bias` — the token-level LP (HiGHS or cvxpy), whose value is Theorem 5's front
-  max{0, TV(p, q) − r} (:func:`otspec.theory.pareto.pareto_front`);
+  max{0, TV(p, q) − r} (:func:`otspec.theory.pareto.pareto_front`); it lives in
+  :mod:`otspec.solvers.pareto_token` with its result type and error, all re-exported here;
 * :func:`sequence_min_bias` — the exact LP over prefix-dependent rejection-based verifiers
   for a whole length-T response, in "flow" variables (not in the paper);
 * :func:`sequence_pareto` — its value function against the straight line from
@@ -34,18 +35,23 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..checks import COUNT_CAP, capped_power, format_count
-from ..distributions import row_pair, total_variation
-from ..errors import SizeLimitError, SolveError
+from ..errors import SizeLimitError
 from ..pairs import check_pair_horizon
 from ..sources import Source
 from ..theory.pareto import (
-    check_fraction,
     level_rows,
     per_step_curve,
     sequence_expected_rejections_sd,
     sequence_laws,
 )
 from .lp import check_method, solve_lp
+from .pareto_token import (
+    MAX_TOKEN_LP_VOCAB,
+    PARETO_RESIDUAL_TOL,
+    ParetoResult,
+    ParetoSolveError,
+    min_bias,
+)
 from .rejections import min_rejection_lp
 
 __all__ = [
@@ -66,52 +72,6 @@ __all__ = [
 MAX_SEQUENCE_LP_VARIABLES = 60_000
 #: The same limit for the cvxpy route.
 MAX_SEQUENCE_CVXPY_VARIABLES = 20_000
-#: Largest vocabulary of the token-level LP :func:`min_bias` (3V variables): V = 5,000 takes 0.3 s,
-#: V = 20,000 about 5 s on 2 cores; the front itself is the closed form max{0, TV − r}.
-MAX_TOKEN_LP_VOCAB = 10_000
-#: Largest constraint residual accepted from a solver's solution (HiGHS; cvxpy gets 1e3 times more).
-PARETO_RESIDUAL_TOL = 1e-8
-
-
-class ParetoSolveError(SolveError):
-    """A solver failed, or returned a point that violates the constraints."""
-
-
-@dataclass(frozen=True)
-class ParetoResult:
-    """Minimal bias at one rejection probability (token level, :func:`min_bias`).
-
-    Attributes
-    ----------
-    value : float
-        min TV(a + s, q), recomputed from the returned a and s.
-    rejection : float
-        r = Σ s = 1 − Σ a.
-    accepted : ndarray, shape (V,)
-        a(x) = p(x) b(x) ∈ [0, p(x)].
-    resampled : ndarray, shape (V,)
-        s(x) = r P(x) ≥ 0.
-    accept_probs : ndarray, shape (V,)
-        b = a / p where p > 0, and 0 where p = 0 (never drafted).
-    output_law : ndarray, shape (V,)
-        a + s.
-    status : str
-        ``"optimal"`` or cvxpy's ``"optimal_inaccurate"``.
-    message : str
-    method : str
-        ``"highs"`` or ``"cvxpy:<SOLVER>"``.
-    """
-
-    value: float
-    rejection: float
-    accepted: np.ndarray
-    resampled: np.ndarray
-    accept_probs: np.ndarray
-    output_law: np.ndarray
-    status: str
-    message: str
-    method: str
-
 
 
 @dataclass(frozen=True)
@@ -145,73 +105,6 @@ class SequenceParetoResult:
     message: str
     method: str
     n_variables: int
-
-
-def min_bias(draft, target, rejection: float, method: str = "highs", *, solver: str | None = None) -> ParetoResult:
-    r"""Least bias TV(P_A, q) over verifiers that reject with probability exactly r.
-
-    .. math::
-        \min_{a, s, t \in \mathbb R^V}\ \tfrac12 \sum_x t(x) \quad \text{s.t.} \quad
-        0 \le a \le p,\ \ s \ge 0,\ \ \sum_x a(x) = 1 - r,\ \ \sum_x s(x) = r,\ \
-        -t \le a + s - q \le t.
-
-    a = p b is the accepted mass, s = r P the resampled mass, a + s = P_A the output law.
-    Always feasible for r ∈ [0, 1] (Σ p = 1 ≥ 1 − r). The value equals
-    :func:`pareto_front` (Theorem 5): at most Σ min(p, q) = 1 − TV of the accepted mass
-    fits under q, so Σ (a + s − q)_+ ≥ Σ (a − q)_+ ≥ (1 − r) − (1 − TV).
-
-    Parameters
-    ----------
-    draft, target : array_like, shape (V,)
-        p and q (validated with :func:`~otspec.distributions.validate_probs`).
-    rejection : float in [0, 1]
-    method : {"highs", "cvxpy"}
-        ``"highs"``: ``scipy.optimize.linprog(method="highs-ds")`` with presolve off.
-        ``"cvxpy"``: the same LP through cvxpy (default solver HIGHS with presolve off, else CLARABEL).
-    solver : str, optional
-        cvxpy solver name.
-
-    Raises
-    ------
-    ValueError
-        Invalid rows, vocabulary mismatch, r outside [0, 1], unknown method.
-    ParetoSolveError
-        The solver fails, or its a, s violate the constraints by more than
-        :data:`PARETO_RESIDUAL_TOL` (×1e3 for cvxpy).
-    """
-    p, q = row_pair(draft, target)
-    r = check_fraction(rejection, "rejection")
-    check_method(method)
-    V = p.size
-    if V > MAX_TOKEN_LP_VOCAB:
-        raise SizeLimitError(f"the token-level Pareto LP for V = {V:,} tokens is above MAX_TOKEN_LP_VOCAB = "
-                             f"{MAX_TOKEN_LP_VOCAB:,}; the front max(0, TV - r) is pareto_front", size=V,
-                             limit=MAX_TOKEN_LP_VOCAB)
-    eye = sp.identity(V, format="csr")
-    zero_row = sp.csr_array((1, V))
-    ones = sp.csr_array(np.ones((1, V)))
-    c = np.concatenate([np.zeros(2 * V), 0.5 * np.ones(V)])
-    # a + s - t <= q and -a - s - t <= -q
-    A_ub = sp.vstack([sp.hstack([eye, eye, -eye]), sp.hstack([-eye, -eye, -eye])]).tocsr()
-    b_ub = np.concatenate([q, -q])
-    A_eq = sp.vstack([sp.hstack([ones, zero_row, zero_row]), sp.hstack([zero_row, ones, zero_row])]).tocsr()
-    b_eq = np.array([1.0 - r, r])
-    bounds = [(0.0, float(pi)) for pi in p] + [(0.0, None)] * (2 * V)
-    x, status, message, label = solve_lp(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=b_eq, bounds=bounds,
-                                         method=method, solver=solver, error=ParetoSolveError,
-                                         what=f"token-level Pareto LP (V={V}, r={r:g})")
-    a = np.clip(x[:V], 0.0, p)
-    s = np.maximum(x[V:2 * V], 0.0)
-    tol = PARETO_RESIDUAL_TOL * (1.0 if method == "highs" else 1e3)
-    resid = max(abs(a.sum() - (1.0 - r)), abs(s.sum() - r), float(np.abs(x[:V] - a).max()),
-                float(np.abs(x[V:2 * V] - s).max()))
-    if not np.isfinite(resid) or resid > tol:
-        raise ParetoSolveError(f"{label} reported success ({message}) but its solution misses the constraints by "
-                               f"{resid:.3g} > {tol:g}")
-    law = a + s
-    b = np.divide(a, p, out=np.zeros(V), where=p > 0)
-    return ParetoResult(float(total_variation(law, q)), float(s.sum()), a, s, np.minimum(b, 1.0), law,
-                        status, message, label)
 
 
 # ----------------------------------------------------------- sequence level
@@ -287,7 +180,7 @@ def _sequence_lp(prow, qT, V, T, budget):
 
 def sequence_min_bias(draft: Source, target: Source, horizon: int, rejections: float | None,
                       method: str = "highs", *, solver: str | None = None) -> SequenceParetoResult:
-    r"""Least sequence-level bias TV(P_A^{(T)}, q^{(T)}) with E[N_rej] ≤ R: an exact LP.
+    r"""Least sequence-level bias TV(P_A^{(T)}, q^{(T)}) with E[N_rej] ≤ R: an exact LP (extends Theorem 5 of [1]).
 
     Verifiers: the rejection-based template of §5 with prefix-dependent b_n(·|x_{1:n−1})
     and P_n(·|x_{1:n−1}) (any randomisation over them too). Their laws are linear in the
@@ -320,8 +213,43 @@ def sequence_min_bias(draft: Source, target: Source, horizon: int, rejections: f
         :data:`MAX_SEQUENCE_LP_VARIABLES`, or :data:`MAX_SEQUENCE_CVXPY_VARIABLES` for cvxpy).
     rejections : float >= 0 or None
         The budget R (``None`` or ``inf``: no budget).
-    method, solver
+    method : {"highs", "cvxpy"}, default "highs"
         As in :func:`min_bias`.
+    solver : str, optional
+        cvxpy solver name; default None.
+
+    Returns
+    -------
+    SequenceParetoResult
+        ``value`` (the least bias), ``rejections`` (E[N_rej] of the optimum), ``output_law`` of
+        shape (V**T,), and the flows ``accepted`` / ``rejected``: lists of T arrays, level n of
+        shape (V**n,).
+
+    Raises
+    ------
+    ValueError
+        On a vocabulary mismatch, a horizon beyond either source, a negative or NaN budget, an
+        unknown method; :class:`~otspec.errors.SizeLimitError` above the variable limit.
+    ParetoSolveError
+        If the solver fails or its flows miss the constraints by more than
+        :data:`PARETO_RESIDUAL_TOL` (×1e3 for cvxpy).
+
+    References
+    ----------
+    .. [1] M. Yin, M. Chen, K. Huang, M. Wang, "A Theoretical Perspective for Speculative Decoding
+       Algorithm", NeurIPS 2024, arXiv:2411.00841.
+
+    Examples
+    --------
+    One position (T = 1) is the token-level front max{0, TV(p, q) − R}; here
+    p = Ber(0.5), q = Ber(0.25), TV = 0.25, and R = 0 leaves the draft's law itself.
+
+    >>> from otspec.sources import bernoulli
+    >>> d, t = bernoulli(0.5), bernoulli(0.25)
+    >>> round(sequence_min_bias(d, t, 1, 0.125).value, 9)  # 0.25 - 0.125
+    0.125
+    >>> round(sequence_min_bias(d, t, 1, 0.0).value, 9)  # TV(p, q)
+    0.25
     """
     T = check_pair_horizon(draft, target, horizon)
     check_method(method)
@@ -390,6 +318,22 @@ def _max_gap_below_line(draft: Source, target: Source, T: int, tv_seq: float, e_
 def sequence_pareto(draft: Source, target: Source, horizon: int, rejections_grid, method: str = "highs") -> dict:
     """The sequence-level front: the LP value at each budget R against the natural straight lines.
 
+    lp_bias(R) = :func:`sequence_min_bias` at budget R, compared with the straight line
+    TV_seq (1 − R/E_SD)_+ from (0, TV(p^{(T)}, q^{(T)})) to (E_SD[N_rej], 0) (Theorem 5 of [1]
+    applied to whole sequences), with the lower bound max{0, TV_seq − R} and with the per-step
+    rules of :func:`~otspec.theory.pareto.per_step_curve` (upper bounds). E_SD[N_rej] is eq. (1).
+
+    Parameters
+    ----------
+    draft, target : Source
+        The draft model p and the target model q, over one vocabulary of V tokens.
+    horizon : int
+        T >= 1, within both horizons (the LP size limits of :func:`sequence_min_bias` apply).
+    rejections_grid : array_like of float, shape (G,)
+        Budgets R >= 0.
+    method : {"highs", "cvxpy"}, default "highs"
+        The LP route.
+
     Returns
     -------
     dict (JSON-ready)
@@ -405,7 +349,31 @@ def sequence_pareto(draft: Source, target: Source, horizon: int, rejections_grid
         ``max_deviation_from_line`` and ``max_deviation_at`` (the true maximum between grid
         points, by golden-section search on the concave line − LP),
         ``deviation_from_own_chord`` (the same against the chord through the LP's values at
-        R = 0 and R = E_SD), ``is_linear`` (both below 1e-7), ``vocab``, ``horizon``.
+        R = 0 and R = E_SD), ``is_linear`` (both below 1e-7), ``vocab``, ``horizon``. Grid-indexed
+        entries are lists of length G.
+
+    Raises
+    ------
+    ValueError
+        On an empty, negative or non-finite grid, or as :func:`sequence_min_bias`.
+    ParetoSolveError
+        If a solver fails.
+
+    References
+    ----------
+    .. [1] M. Yin, M. Chen, K. Huang, M. Wang, "A Theoretical Perspective for Speculative Decoding
+       Algorithm", NeurIPS 2024, arXiv:2411.00841.
+
+    Examples
+    --------
+    Identical models: SD never rejects (E_SD[N_rej] = 0) and every budget reaches bias 0, so the
+    front is the point (0, 0). (A pair with E_SD > 0 adds a golden-section search of ~45 LPs; at
+    T = 1 its front is the token-level line max{0, TV − R}.)
+
+    >>> from otspec.sources import bernoulli
+    >>> out = sequence_pareto(bernoulli(0.5), bernoulli(0.5), 2, [0.0, 0.5])
+    >>> [round(b, 9) for b in out["lp_bias"]], out["sd_rejections"], out["is_linear"]
+    ([0.0, 0.0], 0.0, True)
     """
     T = check_pair_horizon(draft, target, horizon)
     grid = np.atleast_1d(np.asarray(rejections_grid, dtype=np.float64))

@@ -21,7 +21,10 @@ MAX_LP_VARIABLES = 200_000
 
 
 def min_rejection_lp(draft: Source, target: Source, horizon: int, method: str = "highs") -> tuple[float, str]:
-    """Minimum E[N_rej] over *unbiased* members of the family F, as a linear programme (eq. (3)).
+    """Minimum E[N_rej] over *unbiased* members of the family F, as a linear programme (Theorem 2 of [1], eq. (3)).
+
+    Its value is Σ_{n=1..T} E_{x_{1:n−1} ~ q}[TV(p_n, q_n)(·|x_{1:n−1})] = E_SD[N_rej]: speculative
+    decoding rejects least among the unbiased rejection-based verifiers.
 
     Derivation. A member's output law is ∏_n K_n(x_n|x_{1:n−1}) with the step kernel
     K_n = p_n b_n + r_n P_n (see :func:`template_law`). Unbiasedness ∏_n K_n = q on V^T implies,
@@ -42,6 +45,15 @@ def min_rejection_lp(draft: Source, target: Source, horizon: int, method: str = 
     Solved by :func:`~otspec.solvers.lp.solve_lp` (``method`` "highs" or "cvxpy"). Prefixes of
     target probability 0 are included (their variables are forced to 0).
 
+    Parameters
+    ----------
+    draft, target : Source
+        The draft model p and the target model q, over one vocabulary of V tokens.
+    horizon : int
+        T >= 1, within both horizons; the LP has 2 V Σ_{n<T} V**n variables.
+    method : {"highs", "cvxpy"}, default "highs"
+        The LP route of :func:`~otspec.solvers.lp.solve_lp`.
+
     Returns
     -------
     (value, status) : (float, str)
@@ -54,6 +66,21 @@ def min_rejection_lp(draft: Source, target: Source, horizon: int, method: str = 
         :data:`MAX_LP_VARIABLES` variables.
     SolveError
         If the solver does not report an optimum.
+
+    References
+    ----------
+    .. [1] M. Yin, M. Chen, K. Huang, M. Wang, "A Theoretical Perspective for Speculative Decoding
+       Algorithm", NeurIPS 2024, arXiv:2411.00841.
+
+    Examples
+    --------
+    An IID pair, p = Ber(0.5) and q = Ber(0.25): every position has TV = 0.25, so two positions
+    need at least 2 × 0.25 rejections on average.
+
+    >>> from otspec.sources import bernoulli
+    >>> value, status = min_rejection_lp(bernoulli(0.5), bernoulli(0.25), 2)
+    >>> round(value, 9)
+    0.5
     """
     T = check_pair_horizon(draft, target, horizon)
     V = target.vocab_size

@@ -5,10 +5,13 @@
 * :mod:`~otspec.theory.iid` — the same three values for IID pairs at LLM vocabulary sizes,
   exactly over classes of equal q/p or with certified bounds;
 * :mod:`~otspec.theory.multidraft` — SpecTr eqs. (8)–(10), (12), (14)–(15), multi-round and
-  naive acceptance (``multi_draft_otm.md`` §4–8);
+  naive acceptance (``multi_draft_otm.md`` §4–8); it re-exports k-Seq from
+  :mod:`~otspec.theory.multidraft_kseq` and multi-round rejection from
+  :mod:`~otspec.theory.multidraft_multiround`;
 * :mod:`~otspec.theory.rejections` — Yin et al. Theorem 1, eq. (1), and the batch recursion
   (4)–(5) (``yin_theory.md``);
-* :mod:`~otspec.theory.pareto` — Yin et al. Theorems 4–5, eqs. (6)–(9);
+* :mod:`~otspec.theory.pareto` — Yin et al. Theorems 4–5, eqs. (6)–(9) (the over-acceptance
+  family (9) in :mod:`~otspec.theory.pareto_family`, re-exported);
 * :mod:`~otspec.theory.adaptive` — SpecDec++: fixed-length latency and the exact optimal
   draft-length policy of an IID pair (``specdecpp.md`` §2–4).
 

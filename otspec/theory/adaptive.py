@@ -75,10 +75,46 @@ def stopping_costs(t_draft, t_target) -> tuple[float, float]:
 
 
 def fixed_length_latency(draft, target, length: int, t_draft: float, t_target: float = 1.0) -> float:
-    """Latency per generated token of always drafting ``length`` tokens: (t_draft k + t_target) / (1 + Σ β^l).
+    """Latency per generated token of always drafting k tokens: (t_draft k + t_target) / (1 + Σ_{l=1}^{k} β^l).
 
-    >>> fixed_length_latency([0.5, 0.5], [0.5, 0.5], 3, 0.1)   # p = q: every draft accepted, 1.3 / 4
+    β = Σ_x min(p(x), q(x)) = 1 − TV(p, q) is the per-token acceptance of an IID pair, so an iteration
+    emits 1 + Σ_l β^l tokens on average (token verification [2]) for k draft calls and one target
+    call: the fixed-length baseline that SpecDec++ [1] improves on.
+
+    Parameters
+    ----------
+    draft, target : array_like, shape (V,)
+        p and q, probability rows over the same vocabulary.
+    length : int
+        k >= 1, at most :data:`~otspec.checks.MAX_DRAFT_LENGTH`.
+    t_draft : float
+        Time of one draft call, >= 0.
+    t_target : float, default 1.0
+        Time of one target call, > 0.
+
+    Returns
+    -------
+    float
+        The latency per generated token, in the unit of the times.
+
+    Raises
+    ------
+    ValueError
+        On invalid rows, a vocabulary mismatch, or an invalid length or time.
+
+    References
+    ----------
+    .. [1] K. Huang, X. Guo, M. Wang, "SpecDec++: Boosting Speculative Decoding via Adaptive
+       Candidate Lengths", COLM 2025, arXiv:2405.19715.
+    .. [2] Y. Leviathan, M. Kalman, Y. Matias, "Fast Inference from Transformers via Speculative
+       Decoding", ICML 2023, arXiv:2211.17192.
+
+    Examples
+    --------
+    >>> round(fixed_length_latency([0.5, 0.5], [0.5, 0.5], 3, 0.1), 12)  # p = q: (0.3 + 1) / 4
     0.325
+    >>> fixed_length_latency([0.5, 0.5], [0.75, 0.25], 1, 0.75)  # beta = 0.75: (0.75 + 1) / 1.75
+    1.0
     """
     p, q = row_pair(draft, target)
     k = check_size(length, "length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
@@ -212,16 +248,62 @@ def threshold_policy_latency(draft, target, max_length: int, t_draft: float, t_t
 
 def optimal_stopping(draft, target, max_length: int, t_draft: float, t_target: float = 1.0, *,
                      method: str = "auto", tol: float = DEFAULT_TOL) -> AdaptiveOptimum:
-    """The optimal draft-length policy of an IID pair under token verification (see the module docstring).
+    """The optimal draft-length policy of an IID pair under token verification (SpecDec++ [1]; see the module docstring).
 
-    ``method``: ``"induction"`` (exact; refuses, :class:`~otspec.errors.SizeLimitError`, pairs whose classes of
-    equal q/p and ``max_length`` give more than :data:`MAX_ADAPTIVE_STATES` states), ``"bracket"`` (bounds within
-    ``tol`` times the latency of drafting one token, at any vocabulary size) or ``"auto"`` (the induction up to
-    :data:`AUTO_INDUCTION_ENTRIES` states × classes, the bracket above).
+    It minimises the renewal ratio E[C] / E[R] over stopping rules that decide, after each drafted
+    token, whether to draft one more (at most K), where C = t_draft·K + t_target is the time of an
+    iteration and R = τ + 1 its tokens. ``"induction"`` solves the ratio by Dinkelbach's method [2]
+    with a backward induction over classes of equal q/p; ``"bracket"`` uses that the optimal rule is
+    one threshold on Π_j = Π_{i ≤ j} min{1, q(X_i)/p(X_i)} and brackets its latency. The optimal
+    policy drafts on while P(some drafted token rejected) = 1 − Π_j is below a threshold (the
+    structure of [1], Theorem 4.3).
 
+    Parameters
+    ----------
+    draft, target : array_like, shape (V,)
+        p and q, probability rows over the same vocabulary.
+    max_length : int
+        K >= 1, the most tokens drafted per iteration (at most :data:`~otspec.checks.MAX_DRAFT_LENGTH`).
+    t_draft : float
+        Time of one draft call, >= 0.
+    t_target : float, default 1.0
+        Time of one target call, > 0.
+    method : {"auto", "induction", "bracket"}, default "auto"
+        ``"induction"`` (exact; refuses, :class:`~otspec.errors.SizeLimitError`, pairs whose classes
+        of equal q/p and ``max_length`` give more than :data:`MAX_ADAPTIVE_STATES` states),
+        ``"bracket"`` (bounds within ``tol`` times the latency of drafting one token, at any vocabulary
+        size) or ``"auto"`` (the induction up to :data:`AUTO_INDUCTION_ENTRIES` states × classes, the
+        bracket above).
+    tol : float, default :data:`~otspec.theory.adaptive_bracket.DEFAULT_TOL`
+        Relative width of the bracket, > 0.
+
+    Returns
+    -------
+    AdaptiveOptimum
+        ``latency``, ``expected_drafted``, ``expected_tokens``, the per-step ``thresholds`` (K − 1
+        entries) and their bounds.
+
+    Raises
+    ------
+    ValueError
+        On invalid rows, sizes, times, method or tol; :class:`~otspec.errors.SizeLimitError` for the
+        induction above its state limits.
+
+    References
+    ----------
+    .. [1] K. Huang, X. Guo, M. Wang, "SpecDec++: Boosting Speculative Decoding via Adaptive
+       Candidate Lengths", COLM 2025, arXiv:2405.19715.
+    .. [2] W. Dinkelbach, "On nonlinear fractional programming", Management Science
+       13(7):492–498, 1967.
+
+    Examples
+    --------
     >>> opt = optimal_stopping([0.5, 0.5], [0.5, 0.5], 4, 0.1)   # p = q: always draft the maximum
-    >>> round(opt.latency, 12), opt.expected_drafted
+    >>> round(opt.latency, 12), opt.expected_drafted  # (0.1·4 + 1) / (1 + 4)
     (0.28, 4.0)
+    >>> opt = optimal_stopping([1.0, 0.0], [0.0, 1.0], 4, 0.1)  # disjoint: every draft is rejected
+    >>> round(opt.latency, 12), opt.expected_drafted  # one draft, then the target's token: 0.1 + 1
+    (1.1, 1.0)
     """
     p, q = row_pair(draft, target)
     K = check_size(max_length, "max_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")

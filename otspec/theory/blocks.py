@@ -39,26 +39,79 @@ FIGURE2_QUANTITY = (
 
 
 def tokens_per_iteration(expected_accepted):
-    """Expected tokens emitted per iteration: E[τ] + 1 (accepted + correction/bonus)."""
+    """Expected tokens emitted per iteration: E[τ] + 1 (the accepted drafts plus the correction or bonus token).
+
+    Every iteration of speculative decoding [1] emits its τ accepted draft tokens and one more token
+    from the target, so the block efficiency is E[τ] + 1; the v1 block-verification paper [2] plots
+    this quantity in its Figure 2 while calling it the accepted length (see :data:`FIGURE2_QUANTITY`).
+
+    Parameters
+    ----------
+    expected_accepted : float or ndarray
+        E[τ], any shape.
+
+    Returns
+    -------
+    float or ndarray
+        E[τ] + 1, the same shape.
+
+    References
+    ----------
+    .. [1] Y. Leviathan, M. Kalman, Y. Matias, "Fast Inference from Transformers via Speculative
+       Decoding", ICML 2023, arXiv:2211.17192.
+    .. [2] Z. Sun, J. H. Ro, A. Beirami, A. T. Suresh, "Optimal Block-Level Draft Verification for
+       Accelerating Speculative Decoding", arXiv:2403.10444v1, 2024.
+
+    Examples
+    --------
+    >>> tokens_per_iteration(0.75)  # 0.75 accepted drafts, then one target token
+    1.75
+    """
     return expected_accepted + 1.0
 
 
 def positional_window_values(overlaps) -> tuple[float, float]:
-    r"""Token verification exactly, and an upper bound on every lossless single-draft verifier, for rows that
-    depend on position only (logged rows), averaged over windows.
+    r"""E[τ] of token verification and an upper bound on every lossless single-draft verifier, for position-only rows.
 
-    ``overlaps`` is (W, L): :math:`\alpha_{w,i} = 1 - TV(p_i, q_i)` at position i of window w. With the
+    The rows depend on the position only (logged rows); both values are averaged over windows.
+    ``overlaps`` holds :math:`\alpha_{w,i} = 1 - TV(p_i, q_i)` at position i of window w. With the
     rows independent across positions, eq. (4) factorises: :math:`E[\tau_{tok}] = \sum_l \prod_{i \le l}
-    \alpha_i`. The block-OT optimum eq. (8) is :math:`\sum_l (1 - TV(\otimes_{i \le l} p_i, \otimes_{i \le l}
-    q_i))`, and the TV of a product is at least the TV of each factor, so
-    :math:`E[\tau_{opt}] \le \sum_l \min_{i \le l} \alpha_i`. Published block verification (17) lies between
-    the two: it is optimal among on-path verifiers, token verification is one, and every valid verifier
-    is bounded by (8).
+    \alpha_i` ([1], Theorem 2 of [2]). The block-OT optimum eq. (8) (Theorem 1 of [2]) is
+    :math:`\sum_l (1 - TV(\otimes_{i \le l} p_i, \otimes_{i \le l} q_i))`, and the TV of a product is at
+    least the TV of each factor, so :math:`E[\tau_{opt}] \le \sum_l \min_{i \le l} \alpha_i`. Published
+    block verification (17) [3] lies between the two: it is optimal among on-path verifiers, token
+    verification is one, and every valid verifier is bounded by (8).
 
-    Returns (token value, upper bound), each the mean over windows.
+    Parameters
+    ----------
+    overlaps : array_like, shape (W, L)
+        1 − TV(p_i, q_i) for W windows of L positions, each in [0, 1].
 
-    >>> positional_window_values([[0.5, 1.0]])  # 0.5 + 0.5 and 0.5 + 0.5
+    Returns
+    -------
+    (token, bound) : (float, float)
+        E[τ] of token verification and the upper bound, each the mean over windows.
+
+    Raises
+    ------
+    ValueError
+        If ``overlaps`` is not a non-empty 2-D array of values in [0, 1].
+
+    References
+    ----------
+    .. [1] Y. Leviathan, M. Kalman, Y. Matias, "Fast Inference from Transformers via Speculative
+       Decoding", ICML 2023, arXiv:2211.17192.
+    .. [2] Z. Sun, J. H. Ro, A. Beirami, A. T. Suresh, "Optimal Block-Level Draft Verification for
+       Accelerating Speculative Decoding", arXiv:2403.10444v1, 2024.
+    .. [3] Z. Sun, U. Mendlovic, Y. Leviathan, A. Aharoni, J. H. Ro, A. Beirami, A. T. Suresh,
+       "Block Verification Accelerates Speculative Decoding", ICLR 2025, arXiv:2403.10444.
+
+    Examples
+    --------
+    >>> positional_window_values([[0.5, 1.0]])  # 0.5 + 0.5·1 and 0.5 + min(0.5, 1)
     (1.0, 1.0)
+    >>> positional_window_values([[0.5, 0.5]])  # 0.5 + 0.25 and 0.5 + 0.5
+    (0.75, 1.0)
     """
     a = np.asarray(overlaps, dtype=np.float64)
     if a.ndim != 2 or a.shape[0] == 0 or not np.all((a >= 0) & (a <= 1 + 1e-12)):
@@ -68,13 +121,43 @@ def positional_window_values(overlaps) -> tuple[float, float]:
 
 
 def bernoulli_expected_accepted_token(draft_p: float, target_p: float, draft_length: int) -> float:
-    """E[τ] of TokenVerify for IID Ber(p₁) draft vs Ber(q₁) target — spec eq. (11a).
+    """E[τ] of token verification for an IID Ber(p₁) draft against an IID Ber(q₁) target — spec eq. (11a).
 
-    E[τ] = Σ_{i=1}^{L} (1 − |p₁ − q₁|)^i  (accepted draft tokens, not counting
-    the correction/bonus token).
+    E[τ] = Σ_{i=1}^{L} (1 − |p₁ − q₁|)^i (accepted draft tokens, not counting the correction/bonus
+    token): each position is accepted with probability 1 − TV = 1 − |p₁ − q₁| ([1]; eq. (9) of [2]).
 
-    >>> bernoulli_expected_accepted_token(0.25, 0.75, 2)
+    Parameters
+    ----------
+    draft_p : float
+        p₁ = P(draft token = 1), in [0, 1].
+    target_p : float
+        q₁ = P(target token = 1), in [0, 1].
+    draft_length : int
+        L >= 1, at most :data:`~otspec.checks.MAX_DRAFT_LENGTH`.
+
+    Returns
+    -------
+    float
+        E[τ] in [0, L].
+
+    Raises
+    ------
+    ValueError
+        For a probability outside [0, 1] or an invalid L.
+
+    References
+    ----------
+    .. [1] Y. Leviathan, M. Kalman, Y. Matias, "Fast Inference from Transformers via Speculative
+       Decoding", ICML 2023, arXiv:2211.17192.
+    .. [2] Z. Sun, J. H. Ro, A. Beirami, A. T. Suresh, "Optimal Block-Level Draft Verification for
+       Accelerating Speculative Decoding", arXiv:2403.10444v1, 2024.
+
+    Examples
+    --------
+    >>> bernoulli_expected_accepted_token(0.25, 0.75, 2)  # 0.5 + 0.5**2
     0.75
+    >>> bernoulli_expected_accepted_token(0.5, 0.5, 3)  # p = q: every draft accepted
+    3.0
     """
     p1, q1, L = _bernoulli_args(draft_p, target_p, draft_length)
     overlap = 1.0 - abs(p1 - q1)
@@ -93,18 +176,51 @@ def _check_length(draft: Source, target: Source, draft_length) -> int:
 
 
 def expected_accepted_token(draft: Source, target: Source, draft_length: int) -> float:
-    """E[τ] of TokenVerify from an empty context — spec eq. (4) (v1 Theorem 2).
+    r"""E[τ] of token verification from an empty context — spec eq. (4), Theorem 2 of [3].
 
     .. math::
-        E[τ] = \\sum_{l=1}^{L} \\sum_{x^l} \\prod_{i=1}^{l} \\min\\{p(x_i|x^{i-1}), q(x_i|x^{i-1})\\}
+        E[τ] = \sum_{l=1}^{L} \sum_{x^l} \prod_{i=1}^{l} \min\{p(x_i|x^{i-1}), q(x_i|x^{i-1})\}
 
-    IID pairs use Σ_l (1 − TV)^l; Markov pairs the forward recursion
-    m_1 = min(p_1, q_1), m_l(b) = Σ_a m_{l-1}(a) min(P_l[a, b], Q_l[a, b]), costing
-    O(L V²); other sources walk the prefix tree (:func:`~otspec.pairs.walk_prefix_tree`).
+    (the sum over prefixes of the product of conditional minima: each position of speculative
+    sampling [1], [2] keeps its draft with probability min{1, q/p}). IID pairs use Σ_l (1 − TV)^l;
+    Markov pairs the forward recursion m_1 = min(p_1, q_1), m_l(b) = Σ_a m_{l-1}(a) min(P_l[a, b],
+    Q_l[a, b]), costing O(L V²); other sources walk the prefix tree
+    (:func:`~otspec.pairs.walk_prefix_tree`).
 
+    Parameters
+    ----------
+    draft, target : Source
+        The draft model p and the target model q, over one vocabulary of V tokens.
+    draft_length : int
+        L >= 1, at most :data:`~otspec.checks.MAX_DRAFT_LENGTH` and within both horizons.
+
+    Returns
+    -------
+    float
+        E[τ] in [0, L] (accepted drafts, not counting the correction/bonus token).
+
+    Raises
+    ------
+    ValueError
+        On a vocabulary mismatch, an invalid L, or L beyond a horizon; a prefix-tree walk above
+        its size limit raises :class:`~otspec.errors.SizeLimitError`.
+
+    References
+    ----------
+    .. [1] Y. Leviathan, M. Kalman, Y. Matias, "Fast Inference from Transformers via Speculative
+       Decoding", ICML 2023, arXiv:2211.17192.
+    .. [2] C. Chen, S. Borgeaud, G. Irving, J.-B. Lespiau, L. Sifre, J. Jumper, "Accelerating Large
+       Language Model Decoding with Speculative Sampling", arXiv:2302.01318, 2023.
+    .. [3] Z. Sun, J. H. Ro, A. Beirami, A. T. Suresh, "Optimal Block-Level Draft Verification for
+       Accelerating Speculative Decoding", arXiv:2403.10444v1, 2024.
+
+    Examples
+    --------
     >>> from otspec.sources import bernoulli
-    >>> expected_accepted_token(bernoulli(0.25), bernoulli(0.75), 2)
+    >>> expected_accepted_token(bernoulli(0.25), bernoulli(0.75), 2)  # (1 - 0.5) + (1 - 0.5)**2
     0.75
+    >>> expected_accepted_token(bernoulli(0.5), bernoulli(0.5), 3)  # identical models: L
+    3.0
     """
     L = _check_length(draft, target, draft_length)
     if isinstance(draft, IIDSource) and isinstance(target, IIDSource):
@@ -128,12 +244,41 @@ def expected_accepted_token(draft: Source, target: Source, draft_length: int) ->
 
 
 def bernoulli_expected_accepted_optimal(draft_p: float, target_p: float, draft_length: int) -> float:
-    """Block-OT optimum for IID Ber(p₁) vs Ber(q₁) — spec eq. (11b).
+    """Block-OT optimum for IID Ber(p₁) against IID Ber(q₁) — spec eq. (11b), Theorem 1 of [1].
 
-    E[τ_opt] = Σ_{i=1}^{L} (1 − TV(Bin(i, p₁), Bin(i, q₁))): all sequences with the
-    same number of ones share one likelihood ratio (eq. (10)).
+    E[τ_opt] = Σ_{i=1}^{L} (1 − TV(Bin(i, p₁), Bin(i, q₁))): all sequences with the same number of
+    ones share one likelihood ratio, so Σ_{x^i} min(p(x^i), q(x^i)) is the overlap of the two
+    Binomial laws (eq. (10)).
 
-    >>> round(bernoulli_expected_accepted_optimal(0.25, 0.75, 2), 12)
+    Parameters
+    ----------
+    draft_p : float
+        p₁ = P(draft token = 1), in [0, 1].
+    target_p : float
+        q₁ = P(target token = 1), in [0, 1].
+    draft_length : int
+        L >= 1, at most :data:`~otspec.checks.MAX_DRAFT_LENGTH`.
+
+    Returns
+    -------
+    float
+        E[τ_opt] in [0, L].
+
+    Raises
+    ------
+    ValueError
+        For a probability outside [0, 1] or an invalid L.
+
+    References
+    ----------
+    .. [1] Z. Sun, J. H. Ro, A. Beirami, A. T. Suresh, "Optimal Block-Level Draft Verification for
+       Accelerating Speculative Decoding", arXiv:2403.10444v1, 2024.
+
+    Examples
+    --------
+    Bin(2, 0.25) = (9, 6, 1)/16 and Bin(2, 0.75) = (1, 6, 9)/16 overlap in 8/16:
+
+    >>> round(bernoulli_expected_accepted_optimal(0.25, 0.75, 2), 12)  # (1 - 0.5) + (1 - 0.5)
     1.0
     """
     draft_p, target_p, L = _bernoulli_args(draft_p, target_p, draft_length)
@@ -173,15 +318,47 @@ def _tree_sum(draft: Source, target: Source, draft_length: int, child) -> float:
 
 
 def expected_accepted_optimal(draft: Source, target: Source, draft_length: int) -> float:
-    """Block-OT optimum E[τ_opt] — spec eq. (8) (v1 Theorem 1).
+    r"""Block-OT optimum E[τ_opt] — spec eq. (8), Theorem 1 of [1].
 
     .. math::
-        \\max_\\pi E_\\pi[\\beta] = \\sum_{l=1}^{L} \\sum_{x^l} \\min\\{p(x^l), q(x^l)\\}
+        \max_\pi E_\pi[\beta] = \sum_{l=1}^{L} \sum_{x^l} \min\{p(x^l), q(x^l)\}
 
-    IID Bernoulli pairs use the Binomial form (11b), other IID pairs its generalisation over
-    classes of equal q/p when that is small enough (:mod:`otspec.theory.iid`); other sources
-    walk the prefix tree (nodes where either joint is 0 are pruned). For IID pairs beyond both,
+    (the sum over prefixes of the minimum of the joint laws; no valid verifier accepts more).
+    IID Bernoulli pairs use the Binomial form (11b), other IID pairs its generalisation over classes
+    of equal q/p when that is small enough (:mod:`otspec.theory.iid`); other sources walk the prefix
+    tree (nodes where either joint is 0 are pruned). For IID pairs beyond both,
     :func:`otspec.theory.iid.iid_block_optimum` gives certified bounds.
+
+    Parameters
+    ----------
+    draft, target : Source
+        The draft model p and the target model q, over one vocabulary of V tokens.
+    draft_length : int
+        L >= 1, at most :data:`~otspec.checks.MAX_DRAFT_LENGTH` and within both horizons.
+
+    Returns
+    -------
+    float
+        E[τ_opt] in [0, L].
+
+    Raises
+    ------
+    ValueError
+        On a vocabulary mismatch, an invalid L, or L beyond a horizon; a prefix-tree walk above
+        its size limit raises :class:`~otspec.errors.SizeLimitError`.
+
+    References
+    ----------
+    .. [1] Z. Sun, J. H. Ro, A. Beirami, A. T. Suresh, "Optimal Block-Level Draft Verification for
+       Accelerating Speculative Decoding", arXiv:2403.10444v1, 2024.
+
+    Examples
+    --------
+    >>> from otspec.sources import bernoulli
+    >>> round(expected_accepted_optimal(bernoulli(0.25), bernoulli(0.75), 1), 12)  # L = 1: 1 - TV
+    0.5
+    >>> round(expected_accepted_optimal(bernoulli(0.25), bernoulli(0.75), 2), 12)  # 0.5 + 0.5 by (11b)
+    1.0
     """
     if isinstance(draft, IIDSource) and isinstance(target, IIDSource) and draft.vocab_size == 2 == target.vocab_size:
         return bernoulli_expected_accepted_optimal(draft.probs[1], target.probs[1], draft_length)
@@ -197,12 +374,44 @@ def expected_accepted_optimal(draft: Source, target: Source, draft_length: int) 
 
 
 def expected_accepted_block(draft: Source, target: Source, draft_length: int) -> float:
-    """E[τ] of the published block verification — spec eq. (17).
+    """E[τ] of the published block verification [1] — spec eq. (17).
 
     W_0 = 1, W_l(x^l) = min{p(x^l), q(x_l|x^{l−1}) W_{l−1}(x^{l−1})},
     E[τ_BV] = Σ_{l=1}^{L} Σ_{x^l} W_l(x^l). Between eq. (4) and eq. (8) (eq. (18)). IID pairs
     with few classes of equal q/p are computed over those classes (:mod:`otspec.theory.iid`),
     other sources by walking the prefix tree.
+
+    Parameters
+    ----------
+    draft, target : Source
+        The draft model p and the target model q, over one vocabulary of V tokens.
+    draft_length : int
+        L >= 1, at most :data:`~otspec.checks.MAX_DRAFT_LENGTH` and within both horizons.
+
+    Returns
+    -------
+    float
+        E[τ_BV] in [0, L].
+
+    Raises
+    ------
+    ValueError
+        On a vocabulary mismatch, an invalid L, or L beyond a horizon; a prefix-tree walk above
+        its size limit raises :class:`~otspec.errors.SizeLimitError`.
+
+    References
+    ----------
+    .. [1] Z. Sun, U. Mendlovic, Y. Leviathan, A. Aharoni, J. H. Ro, A. Beirami, A. T. Suresh,
+       "Block Verification Accelerates Speculative Decoding", ICLR 2025, arXiv:2403.10444.
+
+    Examples
+    --------
+    p = Ber(0.25), q = Ber(0.75), L = 2: W_1 = (0.25, 0.25); W_2 over 00, 01, 10, 11 is
+    min(9/16, 1/16), min(3/16, 3/16), min(3/16, 1/16), min(1/16, 3/16), summing to 6/16.
+
+    >>> from otspec.sources import bernoulli
+    >>> round(expected_accepted_block(bernoulli(0.25), bernoulli(0.75), 2), 12)  # 0.5 + 0.375
+    0.875
     """
     exact = _iid_exact(draft, target, _check_length(draft, target, draft_length), "verification")
     if exact is not None:

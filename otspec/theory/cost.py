@@ -77,10 +77,37 @@ class CallCosts:
 
 
 def predicted_speedup(expected_accepted: float, cost_ratio: float, draft_length: int) -> float:
-    """Speedup over plain decoding, (E[τ] + 1) / (1 + c L): E[τ] + 1 tokens for one target call and L draft
-    calls of relative cost c = t_draft / t_target (:class:`CallCosts` with t_target = 1).
+    """Speedup over plain decoding, (E[τ] + 1) / (1 + c L), under the standard cost model of [1].
 
-    >>> predicted_speedup(1.0, 0.5, 2)
+    One iteration makes L draft calls of relative cost c = t_draft / t_target and one target call,
+    and emits E[τ] + 1 tokens, while plain decoding emits one token per target call
+    (:class:`CallCosts` with t_target = 1 and no overhead). With an IID acceptance rate α,
+    E[τ] + 1 = (1 − α^{L+1}) / (1 − α) and this is the expected walltime improvement factor of [1].
+
+    Parameters
+    ----------
+    expected_accepted : float
+        E[τ], the expected number of accepted drafts per iteration.
+    cost_ratio : float
+        c = t_draft / t_target.
+    draft_length : int
+        L, the draft calls per iteration.
+
+    Returns
+    -------
+    float
+        The predicted speedup.
+
+    References
+    ----------
+    .. [1] Y. Leviathan, M. Kalman, Y. Matias, "Fast Inference from Transformers via Speculative
+       Decoding", ICML 2023, arXiv:2211.17192.
+
+    Examples
+    --------
+    >>> predicted_speedup(1.0, 0.5, 2)  # (1 + 1) / (1 + 0.5·2)
     1.0
+    >>> predicted_speedup(3.0, 0.0, 3)  # free drafts, all 3 accepted: 4 tokens per target call
+    4.0
     """
     return CallCosts(cost_ratio).speedup(expected_accepted + 1.0, draft_length, draft_length + 1)

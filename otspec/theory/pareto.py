@@ -9,7 +9,8 @@ output law is a + s and its bias is TV(a + s, q) against the **target** q.
 * :func:`optimal_resampling` — Theorem 4, eqs. (6)–(7): the best P for a given b;
 * :func:`over_acceptance_kernel`, :func:`over_acceptance`, :func:`family_curve` — the family
   b_ε = min{1, (q + ε)/p} (eq. (9)) with Decoding-OPT (P = P*) or Decoding-UNO (P = q); the
-  verifiers are :class:`otspec.verifiers.biased.DecodingOPT` / ``DecodingUNO``;
+  verifiers are :class:`otspec.verifiers.biased.DecodingOPT` / ``DecodingUNO``; they live in
+  :mod:`otspec.theory.pareto_family` and are re-exported here;
 * :func:`per_step_curve` — per-step token-level verifiers applied along whole sequences,
   evaluated exactly (upper bounds on the sequence-level front, whose LP is
   :func:`otspec.solvers.pareto.sequence_min_bias`).
@@ -22,9 +23,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..distributions import namespace, residual, row_pair, total_variation
+from ..distributions import row_pair, total_variation
 from ..pairs import check_pair_horizon
 from ..sources import Source
+from .pareto_family import family_curve, over_acceptance, over_acceptance_kernel
 from .rejections import expected_rejections
 
 __all__ = [
@@ -69,9 +71,40 @@ def check_fraction(value, name: str) -> float:
 
 
 def pareto_front(draft, target, rejection) -> float | np.ndarray:
-    """Theorem 5, eq. (8): the least bias at rejection probability r, max{0, TV(p, q) − r}.
+    """Theorem 5 of [1], eq. (8): the least bias at rejection probability r, max{0, TV(p, q) − r}.
 
-    ``rejection`` may be a scalar or an array of values in [0, 1] (the result has its shape).
+    A verifier that rejects with probability r accepts mass 1 − r, of which at most
+    Σ min(p, q) = 1 − TV(p, q) fits under q; the excess is unavoidable bias. The front is the
+    straight line from (0, TV) to (TV, 0); speculative decoding sits at (TV, 0).
+
+    Parameters
+    ----------
+    draft, target : array_like, shape (V,)
+        p and q, probability rows over the same vocabulary.
+    rejection : float or array_like
+        r, values in [0, 1] (within :data:`FRACTION_ROUNDING`), any shape.
+
+    Returns
+    -------
+    float or ndarray
+        The least bias; an array of ``rejection``'s shape for array input.
+
+    Raises
+    ------
+    ValueError
+        On invalid rows, a vocabulary mismatch, or r outside [0, 1] or not finite.
+
+    References
+    ----------
+    .. [1] M. Yin, M. Chen, K. Huang, M. Wang, "A Theoretical Perspective for Speculative Decoding
+       Algorithm", NeurIPS 2024, arXiv:2411.00841.
+
+    Examples
+    --------
+    p = (0.5, 0.5), q = (0.75, 0.25), TV(p, q) = 0.25:
+
+    >>> pareto_front([0.5, 0.5], [0.75, 0.25], [0.0, 0.125, 0.25, 0.5]).tolist()  # 0.25 - r, then 0
+    [0.25, 0.125, 0.0, 0.0]
     """
     p, q = row_pair(draft, target)
     r = np.asarray(rejection, dtype=np.float64)
@@ -84,7 +117,7 @@ def pareto_front(draft, target, rejection) -> float | np.ndarray:
 
 # --------------------------------------------------------------- Theorem 4
 def optimal_resampling(draft, target, accept_probs) -> ResamplingResult:
-    r"""Theorem 4, eqs. (6)–(7): the best resampling law for given acceptance probabilities.
+    r"""Theorem 4 of [1], eqs. (6)–(7): the best resampling law for given acceptance probabilities.
 
     .. math::
         \min_{P \in \Delta_V} \mathrm{TV}(p b + r P, q) = \sum_x (p(x) b(x) - q(x))_+,
@@ -97,13 +130,33 @@ def optimal_resampling(draft, target, accept_probs) -> ResamplingResult:
     Parameters
     ----------
     draft, target : array_like, shape (V,)
+        p and q, probability rows over the same vocabulary.
     accept_probs : array_like, shape (V,)
         b ∈ [0, 1] (entries where p = 0 are irrelevant but must still lie in [0, 1]).
 
     Returns
     -------
     ResamplingResult
-        ``(resampling, bias)``.
+        ``(resampling, bias)``: P*, shape (V,), and the least bias Σ (p b − q)_+.
+
+    Raises
+    ------
+    ValueError
+        On invalid rows, a vocabulary mismatch, or b of another shape or outside [0, 1].
+
+    References
+    ----------
+    .. [1] M. Yin, M. Chen, K. Huang, M. Wang, "A Theoretical Perspective for Speculative Decoding
+       Algorithm", NeurIPS 2024, arXiv:2411.00841.
+
+    Examples
+    --------
+    p = (0.5, 0.5), q = (0.75, 0.25), b = (1, 0.75): p b = (0.5, 0.375) over-accepts token 1 by
+    0.125, and only token 0 has room left, so P* = (1, 0).
+
+    >>> res = optimal_resampling([0.5, 0.5], [0.75, 0.25], [1.0, 0.75])
+    >>> res.resampling.tolist(), res.bias
+    ([1.0, 0.0], 0.125)
     """
     p, q = row_pair(draft, target)
     b = np.asarray(accept_probs, dtype=np.float64)
@@ -118,79 +171,6 @@ def optimal_resampling(draft, target, accept_probs) -> ResamplingResult:
     return ResamplingResult(P, float(np.maximum(a - q, 0.0).sum()))
 
 
-# ---------------------------------------------------- over-acceptance family
-def _check_eps(eps) -> float:
-    try:
-        e = float(eps)
-    except (TypeError, ValueError):
-        raise ValueError(f"eps: expected a number >= 0, got {eps!r}") from None
-    if math.isnan(e) or e < 0:
-        raise ValueError(f"eps: expected an over-acceptance parameter >= 0 (inf allowed), got {eps!r}")
-    return e
-
-
-def _check_mode(mode: str) -> str:
-    if mode not in ("opt", "uno"):
-        raise ValueError(f"mode: expected 'opt' (Decoding-OPT, P = P*) or 'uno' (Decoding-UNO, P = q), got {mode!r}")
-    return mode
-
-
-def over_acceptance_kernel(draft_probs, target_probs, eps, mode: str = "opt"):
-    """The step kernel of b_ε (eq. (9)) for rows (..., V), numpy or torch: (a, r, P).
-
-    a = p b_ε = min(p, q + ε) is the accepted mass (..., V), r = (1 − Σ a)_+ the rejection
-    probability (...), P the resampling row (..., V): Theorem 4's P* = Norm[(q − a)_+] for
-    Decoding-OPT (equal to the SD residual Norm[(q − p)_+], and q where that is empty), q
-    itself for Decoding-UNO. The output law is a + r P. ``eps`` is a scalar or broadcasts.
-    """
-    xp = namespace(draft_probs, target_probs)
-    a = xp.minimum(draft_probs, target_probs + eps)
-    r = xp.clip(1.0 - xp.sum(a, axis=-1), min=0.0)
-    return a, r, (residual(target_probs, a) if mode == "opt" else target_probs)
-
-
-def _over_acceptance(p, q, e, mode) -> dict:
-    a, r, P = over_acceptance_kernel(p, q, e, mode)  # a = p b_eps; equal to p where p = 0
-    b = np.divide(a, p, out=np.ones_like(p), where=p > 0)
-    r = float(r)
-    law = a + r * P
-    return {"eps": e, "mode": mode, "rejection": r, "bias": float(total_variation(law, q)),
-            "front": max(0.0, float(total_variation(p, q)) - r), "accept_probs": b, "resampling": P,
-            "output_law": law}
-
-
-def over_acceptance(draft, target, eps: float, mode: str = "opt") -> dict:
-    r"""Exact rejection and bias of the over-acceptance verifier b_ε (eq. (9)).
-
-    .. math::
-        b_\varepsilon(x) = \min\{1, (q(x) + \varepsilon)/p(x)\},\quad
-        r = 1 - \sum_x \min(p, q + \varepsilon) = \mathrm{TV} - \sum_x \min\{(p - q)_+, \varepsilon\}.
-
-    ``mode="opt"`` (Decoding-OPT) resamples from Theorem 4's P* = Norm[(q − p b_ε)_+],
-    which for this family is the standard SD residual Norm[(q − p)_+]; its bias is
-    Σ min{(p − q)_+, ε} = TV − r, exactly on the front. ``mode="uno"`` (Decoding-UNO)
-    resamples from q: bias TV(min(p, q + ε) + r q, q), above the front (already at ε = 0).
-
-    Returns
-    -------
-    dict
-        ``eps``, ``mode``, ``rejection``, ``bias``, ``front`` (= max{0, TV − r}) as floats;
-        ``accept_probs`` (b_ε, 1 where p = 0), ``resampling`` (P) and ``output_law``
-        (p b_ε + r P) as arrays of shape (V,).
-    """
-    p, q = row_pair(draft, target)
-    return _over_acceptance(p, q, _check_eps(eps), _check_mode(mode))
-
-
-def family_curve(draft, target, eps_grid, mode: str = "opt") -> dict:
-    """:func:`over_acceptance` over a grid of ε: JSON-ready lists ``eps``, ``rejection``, ``bias``, ``front``."""
-    p, q = row_pair(draft, target)
-    mode = _check_mode(mode)
-    grid = [_check_eps(e) for e in np.atleast_1d(np.asarray(eps_grid, dtype=np.float64))]
-    rows = [_over_acceptance(p, q, e, mode) for e in grid]
-    return {"mode": mode, **{k: [row[k] for row in rows] for k in ("eps", "rejection", "bias", "front")}}
-
-
 # ----------------------------------------------------------- sequence level
 def level_rows(source: Source, T: int) -> list[np.ndarray]:
     """rows[n-1][k] = law of token n after the k-th prefix of length n − 1 (lexicographic), shape (V**(n-1), V)."""
@@ -202,13 +182,78 @@ def level_rows(source: Source, T: int) -> list[np.ndarray]:
 
 
 def sequence_laws(draft: Source, target: Source, horizon: int) -> tuple[np.ndarray, np.ndarray]:
-    """The draft's and the target's laws of x_{1:T}, shape (V**T,) each, lexicographic."""
+    """The draft's and the target's laws of x_{1:T}: p(x_{1:T}) = Π_n p_n(x_n | x_{1:n−1}), and the same for q.
+
+    These are the sequence laws whose distance TV(p^{(T)}, q^{(T)}) is the bias of never rejecting,
+    the top of the sequence-level front of [1].
+
+    Parameters
+    ----------
+    draft, target : Source
+        The draft model p and the target model q, over one vocabulary of V tokens.
+    horizon : int
+        T >= 1, within both horizons; V**T at most :data:`~otspec.sources.MAX_ENUMERATION`.
+
+    Returns
+    -------
+    p, q : ndarray, shape (V**T,) each
+        Lexicographic laws.
+
+    Raises
+    ------
+    ValueError
+        On a vocabulary mismatch, an invalid T, or V**T above the enumeration limit.
+
+    References
+    ----------
+    .. [1] M. Yin, M. Chen, K. Huang, M. Wang, "A Theoretical Perspective for Speculative Decoding
+       Algorithm", NeurIPS 2024, arXiv:2411.00841.
+
+    Examples
+    --------
+    >>> from otspec.sources import bernoulli
+    >>> p, q = sequence_laws(bernoulli(0.25), bernoulli(0.75), 2)
+    >>> p.tolist()  # 00, 01, 10, 11: products of (0.75, 0.25)
+    [0.5625, 0.1875, 0.1875, 0.0625]
+    """
     T = check_pair_horizon(draft, target, horizon)
     return draft.enumerate(T).probs, target.enumerate(T).probs
 
 
 def sequence_expected_rejections_sd(draft: Source, target: Source, horizon: int) -> float:
-    """E_SD[N_rej] of Theorem 1, eq. (1) (:func:`~otspec.theory.rejections.expected_rejections`)."""
+    """E_SD[N_rej] of Theorem 1 of [1], eq. (1) (:func:`~otspec.theory.rejections.expected_rejections`).
+
+    E_SD[N_rej] = Σ_{n=1}^{T} E_{x_{1:n−1} ~ q}[TV(p_n, q_n)(·|x_{1:n−1})]: the right end of the
+    sequence-level front, where the bias reaches 0.
+
+    Parameters
+    ----------
+    draft, target : Source
+        The draft model p and the target model q, over one vocabulary of V tokens.
+    horizon : int
+        T >= 1, within both horizons.
+
+    Returns
+    -------
+    float
+        E_SD[N_rej] in [0, T].
+
+    Raises
+    ------
+    ValueError
+        On a vocabulary mismatch or an invalid T.
+
+    References
+    ----------
+    .. [1] M. Yin, M. Chen, K. Huang, M. Wang, "A Theoretical Perspective for Speculative Decoding
+       Algorithm", NeurIPS 2024, arXiv:2411.00841.
+
+    Examples
+    --------
+    >>> from otspec.sources import bernoulli
+    >>> sequence_expected_rejections_sd(bernoulli(0.5), bernoulli(0.25), 3)  # 3 · TV = 3 · 0.25
+    0.75
+    """
     return expected_rejections(draft, target, check_pair_horizon(draft, target, horizon))
 
 
@@ -235,16 +280,47 @@ def _eps_rule(p, q, eps):
 def per_step_curve(draft: Source, target: Source, horizon: int, rejections_grid, rule: str = "mixture") -> dict:
     """Per-step token-level-optimal verifiers at the budgets in ``rejections_grid`` (feasible upper bounds).
 
-    ``rule="mixture"``: at every prefix reject with probability θ TV_n(prefix) on the token
-    front (a = min(p, q) + (1 − θ)(p − q)_+, s = θ (q − p)_+, output (1 − θ) p_n + θ q_n).
-    ``rule="eps"``: Decoding-OPT with one ε at every prefix. The parameter is found by
-    bisection so that the exact E[N_rej] (under the algorithm's own prefix law) equals R;
-    budgets ≥ E_SD[N_rej] give SD (bias 0).
+    Theorem 5 of [1] applied at every prefix. ``rule="mixture"``: at every prefix reject with
+    probability θ TV_n(prefix) on the token front (a = min(p, q) + (1 − θ)(p − q)_+,
+    s = θ (q − p)_+, output (1 − θ) p_n + θ q_n). ``rule="eps"``: Decoding-OPT with one ε at every
+    prefix. The parameter is found by bisection so that the exact E[N_rej] (under the algorithm's
+    own prefix law) equals R; budgets ≥ E_SD[N_rej] give SD (bias 0).
+
+    Parameters
+    ----------
+    draft, target : Source
+        The draft model p and the target model q, over one vocabulary of V tokens.
+    horizon : int
+        T >= 1, within both horizons (the laws of x_{1:T} are enumerated).
+    rejections_grid : array_like of float, shape (G,)
+        Budgets R >= 0 on E[N_rej].
+    rule : {"mixture", "eps"}, default "mixture"
+        The per-step verifier family.
 
     Returns
     -------
     dict
-        ``rejections``, ``bias``, ``parameter`` (θ or ε) lists.
+        ``rejections``, ``bias``, ``parameter`` (θ or ε): lists of length G.
+
+    Raises
+    ------
+    ValueError
+        On a vocabulary mismatch, an invalid T, an unknown rule, or a negative or non-finite budget.
+
+    References
+    ----------
+    .. [1] M. Yin, M. Chen, K. Huang, M. Wang, "A Theoretical Perspective for Speculative Decoding
+       Algorithm", NeurIPS 2024, arXiv:2411.00841.
+
+    Examples
+    --------
+    One position, p = Ber(0.5), q = Ber(0.25), TV = 0.25: the mixture rule rejects θ · 0.25 and
+    leaves bias (1 − θ) · 0.25, the token front.
+
+    >>> from otspec.sources import bernoulli
+    >>> curve = per_step_curve(bernoulli(0.5), bernoulli(0.25), 1, [0.0, 0.125, 0.25])
+    >>> curve["bias"], curve["parameter"]  # theta = R / TV
+    ([0.25, 0.125, 0.0], [0.0, 0.5, 1.0])
     """
     T = check_pair_horizon(draft, target, horizon)
     prow, qrow = level_rows(draft, T), level_rows(target, T)

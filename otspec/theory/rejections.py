@@ -27,7 +27,7 @@ from ..checks import MAX_CANDIDATES, check_size
 from ..distributions import total_variation
 from ..pairs import check_horizon, check_pair_horizon, markov_chains, walk_prefix_tree
 from ..sources import IIDSource, MarkovSource, Source
-from .multidraft import multiround_rejection
+from .multidraft_multiround import multiround_rejection
 
 __all__ = [
     "BATCH_MS",
@@ -56,12 +56,43 @@ def check_batch_size(M) -> int:
 
 
 def rejections_per_position(draft: Source, target: Source, horizon: int) -> np.ndarray:
-    """Per-position terms of Theorem 1, eq. (1): E_{x_{1:n−1} ~ q}[TV(p_n, q_n)(·|x_{1:n−1})], shape (T,).
+    """Per-position terms of Theorem 1 of [1], eq. (1): E_{x_{1:n−1} ~ q}[TV(p_n, q_n)(·|x_{1:n−1})], n = 1..T.
 
     The prefix is drawn from the **target** q: each position is verified exactly once and,
     by unbiasedness (2), the realised prefix is q-distributed. Entry n−1 is the rejection
-    probability at position n; the sum is E[N_rej]. Raises ``ValueError`` on a vocabulary
-    mismatch, T < 1 or T beyond either source's horizon.
+    probability at position n; the sum is E[N_rej].
+
+    Parameters
+    ----------
+    draft, target : Source
+        The draft model p and the target model q, over one vocabulary of V tokens.
+    horizon : int
+        T >= 1, within both sources' horizons.
+
+    Returns
+    -------
+    ndarray, shape (T,)
+        The rejection probability of each position.
+
+    Raises
+    ------
+    ValueError
+        On a vocabulary mismatch, T < 1 or T beyond either source's horizon.
+
+    References
+    ----------
+    .. [1] M. Yin, M. Chen, K. Huang, M. Wang, "A Theoretical Perspective for Speculative Decoding
+       Algorithm", NeurIPS 2024, arXiv:2411.00841.
+
+    Examples
+    --------
+    The crisp example of spec §4: TV(p_1, q_1) = 0.8; after x_1 = 0 (q-probability 0.1) the rows
+    are disjoint (TV 1), after x_1 = 1 they agree (TV 0).
+
+    >>> d = MarkovSource([0.9, 0.1], [[[1.0, 0.0], [0.5, 0.5]]])
+    >>> t = MarkovSource([0.1, 0.9], [[[0.0, 1.0], [0.5, 0.5]]])
+    >>> rejections_per_position(d, t, 2).round(12).tolist()  # 0.1·1 + 0.9·0 at position 2
+    [0.8, 0.1]
     """
     T = check_pair_horizon(draft, target, horizon)
     if _both_iid(draft, target):  # every position sees the same two rows: no V x V matrix is ever built
@@ -90,10 +121,36 @@ def rejections_per_position(draft: Source, target: Source, horizon: int) -> np.n
 
 
 def expected_rejections(draft: Source, target: Source, horizon: int) -> float:
-    """E[N_rej] of speculative decoding with full lookahead — Theorem 1, eq. (1).
+    """E[N_rej] of speculative decoding with full lookahead — Theorem 1 of [1], eq. (1).
 
     E[N_rej] = Σ_{n=1}^{T} E_{x_{1:n−1} ~ q}[TV(p_n, q_n)(·|x_{1:n−1})]; see
-    :func:`rejections_per_position`. The crisp example of spec §4 gives 0.8 + 0.1·1 = 0.9:
+    :func:`rejections_per_position`.
+
+    Parameters
+    ----------
+    draft, target : Source
+        The draft model p and the target model q, over one vocabulary of V tokens.
+    horizon : int
+        T >= 1, within both sources' horizons.
+
+    Returns
+    -------
+    float
+        E[N_rej] in [0, T].
+
+    Raises
+    ------
+    ValueError
+        As :func:`rejections_per_position`.
+
+    References
+    ----------
+    .. [1] M. Yin, M. Chen, K. Huang, M. Wang, "A Theoretical Perspective for Speculative Decoding
+       Algorithm", NeurIPS 2024, arXiv:2411.00841.
+
+    Examples
+    --------
+    The crisp example of spec §4 gives 0.8 + 0.1·1 = 0.9:
 
     >>> d = MarkovSource([0.9, 0.1], [[[1.0, 0.0], [0.5, 0.5]]])
     >>> t = MarkovSource([0.1, 0.9], [[[0.0, 1.0], [0.5, 0.5]]])
@@ -104,7 +161,41 @@ def expected_rejections(draft: Source, target: Source, horizon: int) -> float:
 
 
 def speedup(draft: Source, target: Source, horizon: int) -> float:
-    """Acceleration rate T / E[N_rej] of spec §2 (``inf`` when E[N_rej] = 0), with (1)."""
+    """Acceleration rate T / E[N_rej] of [1] (spec §2; ``inf`` when E[N_rej] = 0), with E[N_rej] from eq. (1).
+
+    With negligible draft cost and full lookahead every rejection ends a round, so the target is
+    called about E[N_rej] times for T tokens instead of T times.
+
+    Parameters
+    ----------
+    draft, target : Source
+        The draft model p and the target model q, over one vocabulary of V tokens.
+    horizon : int
+        T >= 1, within both sources' horizons.
+
+    Returns
+    -------
+    float
+        T / E[N_rej], or ``inf``.
+
+    Raises
+    ------
+    ValueError
+        As :func:`rejections_per_position`.
+
+    References
+    ----------
+    .. [1] M. Yin, M. Chen, K. Huang, M. Wang, "A Theoretical Perspective for Speculative Decoding
+       Algorithm", NeurIPS 2024, arXiv:2411.00841.
+
+    Examples
+    --------
+    >>> from otspec.sources import bernoulli
+    >>> speedup(bernoulli(0.5), bernoulli(0.25), 4)  # TV = 0.25 per position: 4 / (4 · 0.25)
+    4.0
+    >>> speedup(bernoulli(0.5), bernoulli(0.5), 4)  # identical models never reject
+    inf
+    """
     T = check_horizon(horizon)
     e = expected_rejections(draft, target, T)
     return math.inf if e == 0 else T / e
@@ -115,10 +206,40 @@ def markov_pair(vocab: int = 4, horizon: int = 50, seed: int = 5) -> tuple[Marko
 
     Spec §10 draws ``p = dirichlet(ones(V), size=(T+1, V))`` then ``q`` likewise from
     ``default_rng(seed)``, with ``p[n][prev] = p_n(·|x_{n−1} = prev)`` for n = 1..T and
-    prompt x_0 = 0. Mapping onto :class:`~otspec.sources.MarkovSource`: ``initial = p[1][0]``
-    (rows ``p[1][1:]`` and ``p[0]`` are drawn, to keep the generator's stream, but never used)
-    and ``transition = [p[2], ..., p[T]]``, so ``matrix(k)`` is ``p[k+1]``. With the
-    defaults eq. (1) gives E[N_rej] = 20.8204 (spec §9 item 2).
+    prompt x_0 = 0 — a non-stationary Markov pair like the simulations of [1]. Mapping onto
+    :class:`~otspec.sources.MarkovSource`: ``initial = p[1][0]`` (rows ``p[1][1:]`` and ``p[0]`` are
+    drawn, to keep the generator's stream, but never used) and ``transition = [p[2], ..., p[T]]``, so
+    ``matrix(k)`` is ``p[k+1]``. With the defaults eq. (1) gives E[N_rej] = 20.8204 (spec §9 item 2).
+
+    Parameters
+    ----------
+    vocab : int, default 4
+        V.
+    horizon : int, default 50
+        T >= 1.
+    seed : int, default 5
+        Seed of :func:`numpy.random.default_rng`.
+
+    Returns
+    -------
+    (draft, target) : (MarkovSource, MarkovSource)
+        Both with vocabulary V and horizon T.
+
+    Raises
+    ------
+    ValueError
+        For an invalid horizon.
+
+    References
+    ----------
+    .. [1] M. Yin, M. Chen, K. Huang, M. Wang, "A Theoretical Perspective for Speculative Decoding
+       Algorithm", NeurIPS 2024, arXiv:2411.00841.
+
+    Examples
+    --------
+    >>> d, t = markov_pair(vocab=3, horizon=5)
+    >>> d.vocab_size, d.horizon, t.horizon  # T - 1 = 4 transition matrices after the initial row
+    (3, 5, 5)
     """
     V, T = int(vocab), check_horizon(horizon)
     rng = np.random.default_rng(seed)
@@ -134,13 +255,50 @@ def _batch_step(f, qm, P, Q, M):
 
 
 def batch_rejections_per_position(draft: Source, target: Source, horizon: int, M: int) -> np.ndarray:
-    """Per-position terms Σ_{x_{1:n}} f(x_{1:n}) of recursion (4)–(5) for Algorithm 4 (batch SD).
+    """Per-position terms Σ_{x_{1:n}} f(x_{1:n}) of recursion (4)–(5) for batch speculative decoding (Algorithm 4 of [1]).
 
     f(x_{1:n}) = P(x_{1:n} generated and token n produced by a rejection), f(∅) = 1:
     f(x_{1:n}) = f(x_{1:n−1}) Π_m TVᵐ_n q^M_n(x_n) + [q(x_{1:n−1}) − f(x_{1:n−1})] (q_n − p_n)_+(x_n),
     where Π_m TVᵐ_n and q^M_n are the multi-round rejection probability and final residual
-    (:func:`~otspec.theory.multidraft.multiround_rejection`). For IID/Markov sources f is
-    indexed by the last token; other sources walk the prefix tree.
+    (:func:`~otspec.theory.multidraft.multiround_rejection`, SpecInfer's scheme [2]). For IID/Markov
+    sources f is indexed by the last token; other sources walk the prefix tree. The recursion is the
+    spec's reconstruction of the paper's Theorem 3.
+
+    Parameters
+    ----------
+    draft, target : Source
+        The draft model p and the target model q, over one vocabulary of V tokens.
+    horizon : int
+        T >= 1, within both sources' horizons.
+    M : int
+        The number of parallel draft responses, 1 <= M <= :data:`~otspec.checks.MAX_CANDIDATES`.
+
+    Returns
+    -------
+    ndarray, shape (T,)
+        The probability that position n is produced by a rejection, n = 1..T.
+
+    Raises
+    ------
+    ValueError
+        As :func:`rejections_per_position`, or for an invalid M.
+
+    References
+    ----------
+    .. [1] M. Yin, M. Chen, K. Huang, M. Wang, "A Theoretical Perspective for Speculative Decoding
+       Algorithm", NeurIPS 2024, arXiv:2411.00841.
+    .. [2] X. Miao et al., "SpecInfer: Accelerating Large Language Model Serving with Tree-based
+       Speculative Inference and Verification", ASPLOS 2024, arXiv:2305.09781.
+
+    Examples
+    --------
+    p = Ber(0.25), q = Ber(0.75), M = 2: a round starts with both responses rejected with probability
+    ½ · ¾ = 3/8 (:func:`~otspec.theory.multidraft.multiround_rejection`); inside a followed response
+    the rejection probability is TV = ½, so F_2 = (3/8)(3/8) + (5/8)(1/2).
+
+    >>> from otspec.sources import bernoulli
+    >>> batch_rejections_per_position(bernoulli(0.25), bernoulli(0.75), 2, 2).tolist()
+    [0.375, 0.453125]
     """
     T = check_pair_horizon(draft, target, horizon)
     M = check_batch_size(M)
@@ -174,18 +332,82 @@ def batch_rejections_per_position(draft: Source, target: Source, horizon: int, M
 
 
 def batch_expected_rejections(draft: Source, target: Source, horizon: int, M: int) -> float:
-    """E[N_rej^{(M)}] of batch SD (Algorithm 4), eq. (5) with recursion (4).
+    """E[N_rej^{(M)}] of batch speculative decoding (Algorithm 4 of [1]), eq. (5) with recursion (4).
 
-    M = 1 equals eq. (1); the value decreases in M. On :func:`markov_pair` (V=4, T=50):
-    20.820 (M=1), 18.968 (2), 17.567 (4), 16.554 (8), 14.492 (1000) — spec §6.
+    The sum over positions of :func:`batch_rejections_per_position`. M = 1 equals eq. (1); the value
+    decreases in M. On :func:`markov_pair` (V=4, T=50): 20.820 (M=1), 18.968 (2), 17.567 (4),
+    16.554 (8), 14.492 (1000) — spec §6.
+
+    Parameters
+    ----------
+    draft, target : Source
+        The draft model p and the target model q, over one vocabulary of V tokens.
+    horizon : int
+        T >= 1, within both sources' horizons.
+    M : int
+        The number of parallel draft responses, 1 <= M <= :data:`~otspec.checks.MAX_CANDIDATES`.
+
+    Returns
+    -------
+    float
+        E[N_rej^{(M)}] in [0, T].
+
+    Raises
+    ------
+    ValueError
+        As :func:`batch_rejections_per_position`.
+
+    References
+    ----------
+    .. [1] M. Yin, M. Chen, K. Huang, M. Wang, "A Theoretical Perspective for Speculative Decoding
+       Algorithm", NeurIPS 2024, arXiv:2411.00841.
+
+    Examples
+    --------
+    >>> from otspec.sources import bernoulli
+    >>> d, t = bernoulli(0.25), bernoulli(0.75)
+    >>> batch_expected_rejections(d, t, 2, 1)  # M = 1 is eq. (1): 2 · TV = 2 · 0.5
+    1.0
+    >>> batch_expected_rejections(d, t, 2, 2)  # 0.375 + 0.453125
+    0.828125
     """
     return float(batch_rejections_per_position(draft, target, horizon, M).sum())
 
 
 def batch_curve(draft: Source, target: Source, horizon: int, Ms: Sequence[int] = BATCH_MS) -> dict:
-    """E[N_rej] and T/E[N_rej] against the batch size M (eq. (5)), JSON-ready.
+    """E[N_rej] and T/E[N_rej] against the batch size M (eq. (5) of batch SD, Algorithm 4 of [1]), JSON-ready.
 
-    Returns ``{"M": [...], "expected_rejections": [...], "speedup": [...], "horizon": T}``.
+    Parameters
+    ----------
+    draft, target : Source
+        The draft model p and the target model q, over one vocabulary of V tokens.
+    horizon : int
+        T >= 1, within both sources' horizons.
+    Ms : sequence of int, default :data:`BATCH_MS`
+        Batch sizes, each in [1, :data:`~otspec.checks.MAX_CANDIDATES`].
+
+    Returns
+    -------
+    dict
+        ``{"M": [...], "expected_rejections": [...], "speedup": [...], "horizon": T}``, lists of
+        length len(Ms); the speedup is ``inf`` where E[N_rej] = 0.
+
+    Raises
+    ------
+    ValueError
+        As :func:`batch_rejections_per_position`.
+
+    References
+    ----------
+    .. [1] M. Yin, M. Chen, K. Huang, M. Wang, "A Theoretical Perspective for Speculative Decoding
+       Algorithm", NeurIPS 2024, arXiv:2411.00841.
+
+    Examples
+    --------
+    >>> from otspec.sources import bernoulli
+    >>> curve = batch_curve(bernoulli(0.25), bernoulli(0.75), 2, Ms=(1, 2))
+    >>> curve["expected_rejections"], curve["speedup"][0]  # see batch_expected_rejections; 2 / 1.0
+    ([1.0, 0.828125], 2.0)
     """
     T = check_pair_horizon(draft, target, horizon)
     Ms = [check_batch_size(m) for m in Ms]
