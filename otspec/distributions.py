@@ -371,14 +371,14 @@ def sample_categorical(probs, rng, u=None, *, check: bool = True):
     device: the decode loops sample rows they know to be valid without a host synchronisation
     (an all-zero row then gives index 0).
 
-    Returns integer indices of shape (...). ``u`` optionally supplies the
-    uniforms (shape (...)). Entries with probability 0 are never returned.
-    """
-    xp = namespace(probs)
+    Returns integer indices of shape (...). ``u`` optionally supplies the uniforms (shape (...)). Entries with
+    probability 0 are never returned."""
     if u is None:
         u = uniform(rng, probs.shape[:-1], probs)
-    if isinstance(probs, np.ndarray) and probs.shape[-1] >= _BLOCKED_FROM and not check:
-        return _blocked_draw(probs, u)
+    if isinstance(probs, np.ndarray) and not check:  # the decode loops' draw: numpy directly, no namespace
+        cdf = None if probs.shape[-1] >= _BLOCKED_FROM else np.cumsum(probs, axis=-1)
+        return _blocked_draw(probs, u) if cdf is None else np.argmax(cdf > (u * cdf[..., -1])[..., None], axis=-1)
+    xp = namespace(probs)
     cdf = xp.cumulative_sum(probs, axis=-1)
     if check and probs.shape[-1] and (bool(xp.any(probs < 0)) or not bool(xp.all(xp.isfinite(cdf[..., -1])))):
         raise ValueError("probs: rows to sample from need finite entries >= 0 (got a negative, NaN or infinite entry)")

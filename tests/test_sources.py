@@ -170,3 +170,42 @@ def test_random_pairs_distance_knob_and_sparsity():
     di, ti = random_iid(4, 2.0, seed=0)
     assert di.vocab_size == ti.vocab_size == 4
     assert random_markov(3, seed=4)[0].to_json() == random_markov(3, seed=4)[0].to_json()
+
+
+def _rows_at_sources():
+    from otspec.sources import DepthPositionalSource, GreedySource, PositionalSource
+
+    rng = np.random.default_rng(5)
+    V, T = 3, 6
+    markov = MarkovSource(rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V), size=V))
+    varying = MarkovSource(rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V), size=(T, V)))
+    table = TableSource(lambda prefix: np.roll([0.5, 0.3, 0.2], len(prefix) + sum(prefix)), V, T + 1)
+    return [IIDSource(rng.dirichlet(np.ones(V))), markov, varying, PositionalSource(rng.dirichlet(np.ones(V), size=T)),
+            DepthPositionalSource(rng.dirichlet(np.ones(V), size=(3, T))), table, GreedySource(varying)]
+
+
+@pytest.mark.parametrize("source", _rows_at_sources(), ids=lambda s: type(s).__name__)
+def test_rows_at_several_lengths_are_the_rows_one_length_at_a_time(source):
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, source.vocab_size, size=(4, 5))
+    lengths = rng.integers(0, 6, size=(4, 3))
+    expected = np.stack([source.next_probs(tokens, lengths[:, j]) for j in range(3)], axis=1)
+    np.testing.assert_array_equal(source.rows_at(tokens, lengths), expected)
+    np.testing.assert_array_equal(source.rows_at(tokens, lengths[:, :0]), expected[:, :0])
+    if hasattr(source, "depth_rows"):  # rows by draft depth: the depths asked for, each row its own
+        depths = rng.integers(0, 5, size=(4, 3))
+        at_depth = np.stack([source.depth_rows(lengths[:, j], depths[:, j]) for j in range(3)], axis=1)
+        np.testing.assert_array_equal(source.rows_at(tokens, lengths, depths), at_depth)
+
+
+def test_rows_at_refuses_what_next_probs_refuses():
+    source = random_markov(vocab=3, seed=0)[0]
+    tokens = np.zeros((2, 4), dtype=np.int64)
+    with pytest.raises(ValueError, match=r"lengths: expected shape \(2, J\)"):
+        source.rows_at(tokens, np.zeros(2, dtype=np.int64))
+    with pytest.raises(ValueError, match=r"lengths must lie in \[0, 4\]"):
+        source.rows_at(tokens, np.full((2, 1), 5))
+    with pytest.raises(ValueError, match=r"ids must lie in \[0, 3\)"):
+        source.rows_at(tokens + np.array([[0, 0, 0, 0], [0, 7, 0, 0]]), np.full((2, 1), 3))
+    with pytest.raises(ValueError, match="horizon"):
+        MarkovSource([0.5, 0.5], [[[0.5, 0.5], [0.5, 0.5]]]).rows_at(tokens, np.full((2, 1), 3))

@@ -50,6 +50,9 @@ class DraftLengthController(ABC):
     needs_target: bool = False
     needs_context: bool = False
     needs_lookahead: bool = False
+    #: It keeps drafting until ``max_length`` (or the sequence's last position) whatever it sees: a loop may then
+    #: draft a whole chain in one session call (:meth:`~otspec.engine.session.Session.draft_chain`).
+    fixed_length: bool = False
 
     def start(self, n: int) -> None:  # noqa: B027 - optional hook, nothing to do by default
         """A new iteration begins for ``n`` sequences."""
@@ -72,6 +75,8 @@ def as_controller(draft_length) -> DraftLengthController:
 
 class FixedDraftLength(DraftLengthController):
     """Draft-length controller that always drafts ``length`` tokens."""
+
+    fixed_length = True
 
     def __init__(self, length: int):
         self.max_length = check_size(length, "draft_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")

@@ -47,6 +47,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..distributions import sample_categorical
 from ..sources import Source
 
 __all__ = ["Drafter", "Scores", "Session", "SourceSession", "as_prompts"]
@@ -94,6 +95,8 @@ class Session(ABC):
     #: Where the rows live: ``None`` for numpy on the host, else the torch device of the rows (the
     #: loop then keeps its tokens there too and reads back only the accepted lengths).
     rows_device: Any = None
+    #: It drafts a whole chain of a fixed length in one call (:meth:`draft_chain`).
+    drafts_chains: bool = False
 
     @abstractmethod
     def start(self, prompts: list[np.ndarray]) -> None:
@@ -114,6 +117,14 @@ class Session(ABC):
         A session whose rows live on a device and that grows trees (``feed_tree``) also takes ``nodes=``: per
         sequence, the fed tree nodes (in feed order) that spell its committed tokens from the root, so that it
         need not compare tokens on the host (the device tree walk of :mod:`otspec.engine.devicetree` passes it)."""
+
+    def draft_chain(self, limit: np.ndarray, length: int, rng):
+        """Draft ``limit[b]`` tokens after each sequence's end by sampling its own rows, in one call: what the
+        chain loop does with a fixed draft length (one uniform per sequence and step, every sequence drawing
+        while any drafts; a sequence stops early where its rows propose nothing), for a session whose rows are a
+        lookup (``drafts_chains``). Returns (drafted (B,), tokens (B, length), rows (B, length, V) or ``None``
+        where nothing was drafted); the tokens are fed as the loop feeds them (all but each chain's last)."""
+        raise NotImplementedError(f"{type(self).__name__} drafts a token per call")
 
     def lookahead(self, tokens, counts) -> Scores:
         """Rows after the committed prefix followed by ``tokens[b, :j]``, j = 0..m, without changing the session.
@@ -175,53 +186,89 @@ class SourceSession(Session):
 
     def start(self, prompts) -> None:
         for b, p in enumerate(as_prompts(prompts)):
+            self._check_ids(p)
             self.buf[b, :p.size] = p
             self.committed[b] = self.end[b] = p.size
         self._nodes = [[] for _ in range(self.batch)]
 
-    def _probs(self, buf, lengths, depths) -> np.ndarray:
-        """Rows after ``buf[i, :lengths[i]]``; a source whose rows depend on the draft depth also gets ``depths``
-        (tokens since the last commit: :class:`~otspec.sources.DepthPositionalSource`)."""
-        if hasattr(self.source, "depth_rows"):
-            return self.source.depth_rows(lengths, depths)
-        return self.source.next_probs(buf, lengths)
-
-    def _rows_at(self, lengths: np.ndarray) -> np.ndarray:
-        """Rows after ``buf[b, :lengths[b, j]]``, shape (B, J, V)."""
-        depths = np.maximum(lengths - self.committed[:, None], 0)
+    def _rows_at(self, buf: np.ndarray, lengths: np.ndarray, depths: np.ndarray) -> np.ndarray:
+        """Rows (B, J, V) after ``buf[b, :lengths[b, j]]`` at draft depths ``depths`` (tokens since the last commit),
+        in one :meth:`~otspec.sources.Source.rows_at` call; rows of no meaning are taken at most ``max_prefix`` in."""
         lengths = np.minimum(lengths, self.max_prefix)
-        return np.stack([self._probs(self.buf, lengths[:, j], depths[:, j]) for j in range(lengths.shape[1])], axis=1)
+        if self.source.horizon is not None and lengths.size:
+            self.source.check_length(int(lengths.max()) + 1)
+        return self.source.rows_at(buf, lengths, depths, check=False)
 
     def _write(self, at: np.ndarray, tokens, counts) -> tuple[np.ndarray, np.ndarray]:
         tokens, counts = np.asarray(tokens, dtype=np.int64), np.asarray(counts, dtype=np.int64)
+        if tokens.shape[1] == 0:
+            return tokens, counts
         rows, cols = np.nonzero(np.arange(tokens.shape[1])[None, :] < counts[:, None])
-        self.buf[rows, at[rows] + cols] = tokens[rows, cols]
+        written = tokens[rows, cols]
+        self._check_ids(written)
+        self.buf[rows, at[rows] + cols] = written
         return tokens, counts
+
+    def _check_ids(self, tokens: np.ndarray) -> None:
+        # one reduction: a negative id read as unsigned is past any vocabulary
+        if tokens.size and tokens.astype(np.int64, copy=False).view(np.uint64).max() >= self.vocab_size:
+            raise ValueError(f"tokens: ids must lie in [0, {self.vocab_size}); got range [{tokens.min()}, "
+                             f"{tokens.max()}]")
 
     def feed(self, tokens, counts) -> Scores:
         if any(self._nodes):
             raise RuntimeError("feed: tree nodes are pending; commit first")
         tokens, counts = self._write(self.end, tokens, counts)
         lengths = self.end[:, None] + _positions(counts, tokens.shape[1])
-        rows = self._rows_at(lengths)
-        self.end = self.end + counts
         depths = lengths - self.committed[:, None]
+        rows = self._rows_at(self.buf, lengths, depths)
+        self.end = self.end + counts
         return Scores(rows, None, self.source.proposes(np.minimum(lengths, self.max_prefix), depths))
 
+    drafts_chains = True
+
+    def draft_chain(self, limit: np.ndarray, length: int, rng):
+        B, V = self.batch, self.vocab_size
+        drafted, tokens, rows = np.zeros(B, dtype=np.int64), np.zeros((B, length), dtype=np.int64), None
+        drafting = limit > 0
+        for i in range(length):
+            end = np.minimum(self.end, self.max_prefix)[:, None]
+            depths = (self.end - self.committed)[:, None]
+            usable = self.source.proposes(end, depths)
+            if usable is not None:
+                drafting &= usable[:, 0]
+            if not drafting.any():
+                break
+            row = self._rows_at(self.buf, self.end[:, None], depths)[:, 0]
+            if rows is None:
+                rows = np.zeros((B, length, V))
+            tokens[:, i] = sample_categorical(row, rng, check=False)
+            rows[:, i] = row
+            drafted += drafting
+            drafting &= drafted < limit
+            fed = np.flatnonzero(drafting)
+            self.buf[fed, self.end[fed]] = tokens[fed, i]
+            self.end[fed] += 1
+        return drafted, tokens, rows
+
     def lookahead(self, tokens, counts) -> Scores:
-        saved = self.buf.copy()
+        width = np.asarray(tokens).shape[1]
+        cols = np.minimum(self.committed[:, None] + np.arange(width)[None, :], self.buf.shape[1] - 1)
+        saved = np.take_along_axis(self.buf, cols, axis=1)  # only the slots the lookahead writes over
         tokens, counts = self._write(self.committed, tokens, counts)
         try:
-            return Scores(self._rows_at(self.committed[:, None] + _positions(counts, tokens.shape[1])))
+            lengths = self.committed[:, None] + _positions(counts, tokens.shape[1])
+            return Scores(self._rows_at(self.buf, lengths, lengths - self.committed[:, None]))
         finally:
-            self.buf = saved
+            np.put_along_axis(self.buf, cols, saved, axis=1)
 
     def feed_tree(self, tokens, parents, counts) -> Scores:
         tokens, parents = np.asarray(tokens, dtype=np.int64), np.asarray(parents, dtype=np.int64)
         counts = np.asarray(counts, dtype=np.int64)
         B, m = tokens.shape
+        self._check_ids(tokens[np.arange(m)[None, :] < counts[:, None]])
         rows = np.empty((B, m + 1, self.vocab_size))
-        rows[:, 0] = self._probs(self.buf, np.minimum(self.end, self.max_prefix), self.end - self.committed)
+        rows[:, 0] = self._rows_at(self.buf, self.end[:, None], (self.end - self.committed)[:, None])[:, 0]
         rows[:, 1:] = rows[:, :1]  # padding rows: the root's row
         paths, owner_b, owner_j = [], [], []
         for b in np.flatnonzero(counts).tolist():
@@ -255,7 +302,8 @@ class SourceSession(Session):
             buf[r, cols[keep]] = self.buf[owner_b[r], cols[keep]]
         r, k = np.nonzero(inside)
         buf[r, end[r] + k] = path_tokens[r, k]
-        rows[owner_b, owner_j + 1] = self._probs(buf, end + size, end - self.committed[owner_b] + size)
+        rows[owner_b, owner_j + 1] = self._rows_at(buf, (end + size)[:, None],
+                                                   (end - self.committed[owner_b] + size)[:, None])[:, 0]
         return Scores(rows)
 
     def commit(self, tokens, counts) -> None:

@@ -113,6 +113,46 @@ class Source(ABC):
         # subclasses range-check only the tokens they read, so a long decode buffer costs nothing
         return self._rows(tokens, lengths)
 
+    def rows_at(self, tokens, lengths, depths=None, *, check: bool = True) -> np.ndarray:
+        """Next-token laws at several prefix lengths of each sequence, in one call.
+
+        Parameters
+        ----------
+        tokens : int array, shape (B, T)
+        lengths : int array, shape (B, J)
+            ``out[b, j]`` conditions on ``tokens[b, :lengths[b, j]]``.
+        depths : int array, shape (B, J), optional
+            Tokens drafted since the last commit at each of those prefixes (0: none); only a source whose rows
+            depend on the draft depth reads them (:class:`~otspec.sources.DepthPositionalSource`).
+        check : bool
+            Range-check ``lengths``, the horizon and the token ids the rows read (default); ``False`` for a caller
+            that has (a decode session checks the token ids it writes and the lengths it asks for).
+
+        Returns
+        -------
+        ndarray, shape (B, J, V)
+            May be a read-only broadcast view; copy before writing to it.
+        """
+        tokens = as_tokens(tokens)
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if check:
+            if lengths.ndim != 2 or lengths.shape[0] != tokens.shape[0]:
+                raise ValueError(f"lengths: expected shape ({tokens.shape[0]}, J), got {lengths.shape}")
+            if lengths.size and (lengths.min() < 0 or lengths.max() > tokens.shape[1]):
+                raise ValueError(f"lengths must lie in [0, {tokens.shape[1]}]")
+            if lengths.size:
+                self.check_length(int(lengths.max()) + 1)
+                longest = lengths.max(axis=1)
+                self._check_tokens(tokens[:, :int(longest.max())][np.arange(int(longest.max())) < longest[:, None]])
+        return self._rows_at(tokens, lengths, depths)
+
+    def _rows_at(self, tokens: np.ndarray, lengths: np.ndarray, depths) -> np.ndarray:
+        """:meth:`rows_at` for checked inputs; by default one :meth:`_rows` call per column (sources whose rows
+        are a lookup override it with one gather)."""
+        if lengths.shape[1] == 0:
+            return np.zeros((tokens.shape[0], 0, self.vocab_size))
+        return np.stack([self._rows(tokens, lengths[:, j]) for j in range(lengths.shape[1])], axis=1)
+
     def row_after(self, path) -> np.ndarray:
         """The next-token law after one token path (a tuple or sequence of ids), shape (V,)."""
         return self.next_probs(np.array(path, dtype=np.int64).reshape(1, len(path)))[0]

@@ -40,6 +40,11 @@ class IIDSource(Source):
             self._check_tokens(last[lengths > 0])
         return np.broadcast_to(self.probs, (tokens.shape[0], self.vocab_size))
 
+    def _rows_at(self, tokens, lengths, depths):
+        if lengths.size * self.vocab_size <= _CHECK_ALL_TOKENS:  # a few rows: one gather beats a broadcast view
+            return self.probs[None, :][np.zeros(lengths.shape, dtype=np.intp)]
+        return np.broadcast_to(self.probs, (*lengths.shape, self.vocab_size))
+
     def path_probs(self, tokens, include_next=True):
         tokens = as_tokens(tokens)
         self._check_tokens(tokens)
@@ -133,6 +138,12 @@ class MarkovSource(Source):
         rows = self._stack[which, prev]
         return np.where((lengths == 0)[:, None], self.initial, rows)
 
+    def _rows_at(self, tokens, lengths, depths):
+        before = np.maximum(lengths - 1, 0)
+        prev = np.take_along_axis(tokens, before, axis=1) if tokens.shape[1] else np.zeros(lengths.shape, np.int64)
+        rows = self._stack[0 if self.stationary else before, prev]
+        return np.where((lengths == 0)[..., None], self.initial, rows)
+
     def path_probs(self, tokens, include_next=True):
         tokens = as_tokens(tokens)
         self._check_tokens(tokens)
@@ -188,6 +199,9 @@ class PositionalSource(Source):
         return self._proposes[np.clip(np.asarray(lengths, dtype=np.int64), 0, self.horizon - 1)]
 
     def _rows(self, tokens, lengths):
+        return self.rows[lengths]
+
+    def _rows_at(self, tokens, lengths, depths):
         return self.rows[lengths]
 
     def path_probs(self, tokens, include_next=True):
@@ -259,6 +273,11 @@ class DepthPositionalSource(PositionalSource):
             raise ValueError(f"depth_rows: positions must lie in [0, {self.horizon}), got {lengths.min()}..{lengths.max()}")
         depths = np.clip(np.asarray(depths, dtype=np.int64), 0, self.by_depth.shape[0] - 1)
         return self.by_depth[depths, lengths]
+
+    def _rows_at(self, tokens, lengths, depths):
+        if depths is None:
+            return self.rows[lengths]
+        return self.by_depth[np.clip(depths, 0, self.by_depth.shape[0] - 1), lengths]
 
     def to_json(self):
         out = {"type": "depth_positional", "rows": self.by_depth.tolist()}
@@ -346,9 +365,15 @@ class GreedySource(Source):
         return f"GreedySource({self.base!r})"
 
     def _rows(self, tokens, lengths):
-        rows = self.base._rows(tokens, lengths)
+        return self._one_hot(self.base._rows(tokens, lengths))
+
+    def _rows_at(self, tokens, lengths, depths):
+        return self._one_hot(self.base._rows_at(tokens, lengths, depths))
+
+    @staticmethod
+    def _one_hot(rows: np.ndarray) -> np.ndarray:
         out = np.zeros(rows.shape)
-        out[np.arange(rows.shape[0]), np.argmax(rows, axis=1)] = 1.0
+        np.put_along_axis(out, np.argmax(rows, axis=-1)[..., None], 1.0, axis=-1)
         return out
 
     def to_json(self):
