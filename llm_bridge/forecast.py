@@ -26,14 +26,14 @@ from pathlib import Path
 from otspec.checks import MAX_DRAFT_LENGTH, check_size
 from otspec.engine.forecast import FORECAST_TOLERANCE, forecast_check
 from otspec.engine.record import code_version
-from otspec.verifiers import REGISTRY
+from otspec.verifiers import REGISTRY, TREE_VERIFIERS
 
 from .drafters import load_pair
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
 from .runs import wall_clock_prediction
 from .sampling import Sampling
 from .trees import parse_tree
-from .validate import FIGURES, TREE_VERIFIERS, output_name, prepare_predictions, split_prompts
+from .validate import FIGURES, output_name, prepare_predictions, split_prompts
 
 __all__ = ["FORECAST_TOLERANCE", "check_forecast", "forecast", "forecast_check", "main"]
 

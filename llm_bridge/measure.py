@@ -183,10 +183,10 @@ def predicted_block_efficiency(p_a, q_a, length: int) -> dict:
 
     p_a, q_a = np.asarray(p_a, np.float64)[:length], np.asarray(q_a, np.float64)[:length]
     if length == 0:
-        return {cls.closed_form: 1.0 for cls in REGISTRY.values()}
+        return {cls.closed_form.value: 1.0 for cls in REGISTRY.values()}
     # one extra (unused) step so the sources cover the bonus position
     draft, target = _bernoulli_chain(np.append(p_a, p_a[-1])), _bernoulli_chain(np.append(q_a, q_a[-1]))
-    return {cls.closed_form: 1.0 + cls().expected_accepted(draft, target, length) for cls in REGISTRY.values()}
+    return {cls.closed_form.value: 1.0 + cls().expected_accepted(draft, target, length) for cls in REGISTRY.values()}
 
 
 def predicted_speedup(tokens_per_iteration: float, plain_ms_per_token: float, draft_calls: float,

@@ -55,7 +55,7 @@ def engine_fields(accept_hist) -> dict:
 
 def _mixed_prediction(pa, qa, weights) -> dict:
     """Tokens per iteration of each formula averaged over the drafted depths g (``weights[g]`` = share of iterations)."""
-    out = {"token": 0.0, "block": 0.0, "optimal": 0.0}
+    out = dict.fromkeys((cls.closed_form.value for cls in REGISTRY.values()), 0.0)
     for g in np.flatnonzero(weights):
         for key, value in predicted_block_efficiency(pa[:g], qa[:g], int(g)).items():
             out[key] += weights[g] * value

@@ -55,7 +55,7 @@ from otspec.checks import MAX_DRAFT_LENGTH, check_size
 from otspec.engine.predict import predict_from_log, predict_from_pairs
 from otspec.engine.record import PairRecord, code_version
 from otspec.engine.trie import check_tree_verifier
-from otspec.verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, WHOLE_TREE_REGISTRY, DecodingOPT
+from otspec.verifiers import REGISTRY, TREE_VERIFIERS, DecodingOPT
 
 from .cache import CACHE_KINDS
 from .calibrate import calibrate, calibration_batches, config_key
@@ -90,8 +90,6 @@ from .trees import parse_tree, tree_batches, tree_generate
 __all__ = ["ENGINE_KEYS", "MAX_BASELINE_DRIFT", "TREE_VERIFIERS", "export_synthetic_rates", "main", "timing_check",
            "validate"]
 
-#: Every verifier of a draft tree: multi-draft (level by level) and whole-tree.
-TREE_VERIFIERS = {**MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY}
 
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
 #: The plain run after the measured runs (the timing check) and the calibration's plain decoding of the prediction

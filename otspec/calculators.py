@@ -29,7 +29,7 @@ from .clitools import (
 from .distributions import total_variation
 from .errors import SizeLimitError
 from .sources import IIDSource, Source
-from .verifiers import BackwardBlockVerify, BlockVerify, GumbelCouplingVerify, TokenVerify
+from .verifiers import CHAIN_VERIFIERS, REGISTRY, TREE_VERIFIERS, ClosedForm
 
 __all__ = ["CALCULATORS", "Calculator"]
 
@@ -85,7 +85,9 @@ def _block_arguments(parser):
 
 def _iid_bounds(values: dict, draft: Source, target: Source, L: int) -> None:
     """IID pairs too large to enumerate: certified bounds from :mod:`otspec.theory.iid` (value = midpoint)."""
-    missing = [key for key in ("block_onpath", "block_optimal") if values[key] is None]
+    fields = {cls.closed_form.calc_key: cls.closed_form.iid_field for cls in REGISTRY.values()
+              if cls.closed_form is not ClosedForm.TOKEN}  # token verification's value is always computed
+    missing = [key for key in fields if values.get(key) is None]
     if not missing or not (isinstance(draft, IIDSource) and isinstance(target, IIDSource)):
         return
     try:
@@ -94,12 +96,11 @@ def _iid_bounds(values: dict, draft: Source, target: Source, L: int) -> None:
         for key in missing:
             values[f"{key}_status"] += f"; certified bounds not computed either: {exc}"
         return
-    for key, field in (("block_onpath", "verification"), ("block_optimal", "optimum")):
-        if key in missing:
-            bound = getattr(res, field)
-            values.pop(f"{key}_status", None)
-            values[key], values[f"{key}_bounds"], values[f"{key}_method"] = bound.value, [bound.low, bound.high], \
-                bound.method
+    for key in missing:
+        bound = getattr(res, fields[key])
+        values.pop(f"{key}_status", None)
+        values[key], values[f"{key}_bounds"], values[f"{key}_method"] = bound.value, [bound.low, bound.high], \
+            bound.method
 
 
 def _block_compute(args) -> dict | list:
@@ -109,8 +110,15 @@ def _block_compute(args) -> dict | list:
     return rows[0] if len(rows) == 1 else rows
 
 
-#: ``calc block``'s JSON keys and the verifier whose closed form each reports (eq. (4), (17), (8)).
-BLOCK_KEYS = {"token": TokenVerify, "block_onpath": BlockVerify, "block_optimal": BackwardBlockVerify}
+def block_keys() -> dict:
+    """``calc block``'s JSON key of every registered lossless chain verifier: its closed form's
+    (:attr:`~otspec.verifiers.ClosedForm.calc_key`: ``token``, ``block_onpath``, ``block_optimal``), or its name for a
+    verifier without one (``gumbel``: its exact value by enumeration)."""
+    return {cls.closed_form.calc_key if cls.closed_form else name: cls for name, cls in CHAIN_VERIFIERS.items()}
+
+
+def _closed_form_keys(values: dict) -> list[str]:
+    return [cls.closed_form.calc_key for cls in REGISTRY.values() if values.get(cls.closed_form.calc_key) is not None]
 
 
 def _block_one(args, L) -> dict:
@@ -121,9 +129,8 @@ def _block_one(args, L) -> dict:
     V = target.vocab_size
     first = total_variation(draft.next_probs([[]])[0], target.next_probs([[]])[0])
     values: dict = {}
-    for key, verifier in BLOCK_KEYS.items():  # each verifier's own closed form
+    for key, verifier in block_keys().items():  # each verifier's own value (its closed form where it has one)
         _value(values, key, verifier().expected_accepted, draft, target, L)
-    _value(values, "gumbel", GumbelCouplingVerify().expected_accepted, draft, target, L)  # drafter-invariant
     _iid_bounds(values, draft, target, L)
     out = {
         "quantity": "expected accepted draft tokens per iteration, E[tau] (add 1 for tokens per iteration)",
@@ -140,7 +147,7 @@ def _block_one(args, L) -> dict:
         out["lp"] = None
         out["lp_status"] = (f"not solved: the block LP has {V}^{2 * L} = {format_count(n_var)} variables, which exceed "
                             f"--lp-max-variables {args.lp_max_variables:,}")
-    names = [name for name in ("token", "block_onpath", "block_optimal") if values[name] is not None]
+    names = _closed_form_keys(values)
     for name in names:
         out[f"{name}_tokens_per_iteration"] = theory.tokens_per_iteration(values[name])
     out["acceptance_rate"] = {name: values[name] / L for name in names}
@@ -151,7 +158,7 @@ def _block_one(args, L) -> dict:
 
 
 def _cost_model(draft: Source, target: Source, L: int, c: float, max_length: int, values: dict) -> dict:
-    names = [name for name in ("token", "block_onpath", "block_optimal") if values[name] is not None]
+    names = _closed_form_keys(values)
     horizon = min(h for h in (draft.horizon, target.horizon, max_length) if h is not None)
     lengths = range(1, horizon + 1)
     token = [theory.expected_accepted_token(draft, target, ell) for ell in lengths]
@@ -221,7 +228,6 @@ def _tree_arguments(parser):
 
 def _tree_compute(args) -> dict:
     from .engine.tree import tree_bound, tree_law
-    from .verifiers import MULTI_DRAFT_REGISTRY, WHOLE_TREE_REGISTRY
 
     draft, target = pair_from_args(args)
     tree = tree_from_args(args)
@@ -232,7 +238,7 @@ def _tree_compute(args) -> dict:
                                                "per_depth": o.per_level.tolist(), "per_depth_sum": o.per_level_sum,
                                                "drafted_trees": o.trees})(
         tree_bound(draft, target, tree)))
-    for name, cls in {**MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY}.items():
+    for name, cls in TREE_VERIFIERS.items():
         try:
             out["verifiers"][name] = tree_law(draft, target, cls(), tree, "match").expected_accepted
         except SizeLimitError as exc:

@@ -44,7 +44,7 @@ from .engine import generate, generate_tree, simulate, simulate_logged, simulate
 from .engine.trie import check_tree_verifier
 from .errors import SolveError
 from .sources import TAIL_MODES, load_logged_rows, log_rows, random_markov, save_source
-from .verifiers import CHAIN_VERIFIERS, MULTI_DRAFT_REGISTRY, WHOLE_TREE_REGISTRY
+from .verifiers import CHAIN_VERIFIERS, TREE_VERIFIERS
 
 __all__ = ["CALCULATORS", "CLIError", "Calculator", "build_parser", "main", "parse_probs"]
 
@@ -54,13 +54,12 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
 
 
 def _verifier_argument(parser, trees: bool = False):
-    names = sorted(CHAIN_VERIFIERS) + (sorted({**MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY}) if trees else [])
+    names = sorted(CHAIN_VERIFIERS) + (sorted(TREE_VERIFIERS) if trees else [])
+    chains = ", ".join(f"{name} ({cls.label})" for name, cls in CHAIN_VERIFIERS.items())
     parser.add_argument("--verifier", choices=names, default="token",
-                        help="verification scheme: token (speculative sampling), block (published block "
-                             "verification), block_v1 (v1 backward block verification), gumbel (drafter-invariant "
-                             "Gumbel coupling)"
-                             + ("; with --tree a multi-draft or whole-tree verifier (kseq, multiround, "
-                                "multiround_without_replacement, naive, otm, traversal)" if trees else ""))
+                        help=f"verification scheme: {chains}"
+                             + (f"; with --tree a multi-draft or whole-tree verifier ({', '.join(TREE_VERIFIERS)})"
+                                if trees else ""))
     if trees:
         add_tree_arguments(parser, required=False)
 
@@ -75,10 +74,10 @@ def _tree_run(args):
         return None
     if args.verifier in CHAIN_VERIFIERS:
         raise CLIError(f"--tree: --verifier {args.verifier} verifies one chain; choose among "
-                       f"{sorted({**MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY})}")
+                       f"{sorted(TREE_VERIFIERS)}")
     if args.L is not None:
         raise CLIError("--L and --tree: the tree sets the draft length (its depth); give one of them")
-    verifier = {**MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY}[args.verifier]()
+    verifier = TREE_VERIFIERS[args.verifier]()
     if args.draw is None and not args.without_replacement:  # children drawn as the verifier needs
         args.draw = {True: "iid", False: "without"}.get(verifier.replacement, verifier.replacement)
     tree = tree_from_args(args)

@@ -13,20 +13,14 @@ chain protocol of :mod:`otspec.audit.protocol` (``module:function`` names for ``
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..verifiers import (
-    BackwardBlockVerify,
-    BlockVerify,
-    DecodingOPT,
-    GumbelCouplingVerify,
-    TokenVerify,
-)
+from ..verifiers import CHAIN_VERIFIERS, DecodingOPT
 
-__all__ = ["ADAPTERS", "block", "block_v1", "decoding_opt", "gumbel", "hf_speculative_sampling", "hf_version", "token",
-           "torch_sampler", "verifier_sampler"]
+__all__ = ["ADAPTERS", "chain_sampler", "decoding_opt", "hf_speculative_sampling", "hf_version", "torch_sampler",
+           "verifier_sampler"]
 
 
 def verifier_sampler(verifier) -> Callable:
@@ -41,10 +35,25 @@ def verifier_sampler(verifier) -> Callable:
     return sampler
 
 
-token = verifier_sampler(TokenVerify())
-block = verifier_sampler(BlockVerify())
-block_v1 = verifier_sampler(BackwardBlockVerify())
-gumbel = verifier_sampler(GumbelCouplingVerify())
+_SAMPLERS: dict[type, Callable] = {}
+
+
+def chain_sampler(name: str) -> Callable:
+    """The protocol sampler of the registered lossless chain verifier ``name`` (:data:`otspec.verifiers.CHAIN_VERIFIERS`),
+    one per verifier class: ``otspec.audit.adapters:<name>`` names it (``token``, ``block``, ``block_v1``,
+    ``gumbel``, and any verifier registered later)."""
+    cls = CHAIN_VERIFIERS[name]
+    if cls not in _SAMPLERS:
+        _SAMPLERS[cls] = verifier_sampler(cls())
+    return _SAMPLERS[cls]
+
+
+def __getattr__(name: str):
+    if name in CHAIN_VERIFIERS:
+        return chain_sampler(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 #: Decoding-OPT with an unlimited bias budget: biased by design (the negative control of the real-pair records).
 decoding_opt = verifier_sampler(DecodingOPT(float("inf")))
 
@@ -101,6 +110,24 @@ def hf_speculative_sampling(draft_tokens, draft_probs, target_probs, rng):
     return accepted, token
 
 
+class _Adapters(Mapping):
+    """The adapters by name, read when used: every registered lossless chain verifier, Decoding-OPT and Hugging
+    Face's sampler."""
+
+    def _names(self) -> list[str]:
+        return [*CHAIN_VERIFIERS, "decoding_opt", "hf_speculative_sampling"]
+
+    def __getitem__(self, name: str) -> Callable:
+        if name in CHAIN_VERIFIERS:
+            return chain_sampler(name)
+        return {"decoding_opt": decoding_opt, "hf_speculative_sampling": hf_speculative_sampling}[name]
+
+    def __iter__(self):
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+
 #: The adapters by name (``python -m otspec audit`` lists them).
-ADAPTERS = {"token": token, "block": block, "block_v1": block_v1, "gumbel": gumbel, "decoding_opt": decoding_opt,
-            "hf_speculative_sampling": hf_speculative_sampling}
+ADAPTERS = _Adapters()

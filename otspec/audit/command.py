@@ -40,6 +40,12 @@ def _run(args) -> dict:
             **({"card": out["card"]} if "card" in out else {}), "_exit_status": status}
 
 
+def _adapter_names() -> list[str]:
+    from .adapters import ADAPTERS
+
+    return list(ADAPTERS)
+
+
 def add_audit_parser(sub, formatter, json_flag) -> None:
     from ..clitools import positive_int, seed
     from .core import DEFAULT_SAMPLES
@@ -50,7 +56,7 @@ def add_audit_parser(sub, formatter, json_flag) -> None:
                            "Drive SAMPLER(draft_tokens, draft_probs, target_probs, rng) -> (accepted, next_token) over "
                            "many draft/target row pairs and test what it emits against the target rows. Exit status 0: "
                            "no bias detected at this power; 1: biased; 2: bad input. Adapters: "
-                           "otspec.audit.adapters:token|block|gumbel|block_v1|hf_speculative_sampling; known failures: "
+                           f"otspec.audit.adapters:{'|'.join(_adapter_names())}; known failures: "
                            "otspec.audit.catalogue:<name>."))
     p.add_argument("sampler", metavar="SAMPLER", help="module:function of the sampler to audit")
     p.add_argument("--rows", metavar="FILE", default=None,

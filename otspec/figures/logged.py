@@ -11,14 +11,19 @@ import numpy as np
 from ..engine import simulate_logged
 from ..sources import load_logged_rows
 from ..theory import positional_window_values
-from ..verifiers import BlockVerify, TokenVerify
+from ..verifiers import REGISTRY
 from . import register
 from .common import axes, table
 
 __all__ = ["logged_data", "render_logged"]
 
 LENGTHS = (1, 2, 3, 4, 6, 8)
-VERIFIERS = (TokenVerify(), BlockVerify())
+
+
+def _verifiers() -> list:
+    """The verifiers simulated on logged rows: every closed-form chain verifier whose correction stays in its
+    iteration (the row-free sampler of logged rows has no next iteration to carry a residual into)."""
+    return [cls() for cls in REGISTRY.values() if not cls.carries_residual]
 
 
 def _measured(folder: Path, stem: str) -> dict:
@@ -43,7 +48,7 @@ def _one_log(path: Path, blocks: int) -> dict:
             token, high = positional_window_values(alpha[W[:, None] + np.arange(L)])
             series["token"].append(token)
             series["high"].append(high)
-            for k, verifier in enumerate(VERIFIERS):
+            for k, verifier in enumerate(_verifiers()):
                 res = simulate_logged(log, verifier, L, blocks, tail=tail, span=span, seed=1000 * L + k,
                                       progress=False)
                 series.setdefault(f"mc_{verifier.name}", {"mean": [], "low": [], "high": []})
@@ -64,7 +69,7 @@ def render_logged(data: dict):
             ax.plot(x, s["token"], ls, color="C0", label=f"token, exact ({tail} tail)")
             ax.fill_between(x, s["token"], s["high"], color="C1", alpha=0.08 if tail == "overlap" else 0.0)
             ax.plot(x, s["high"], ls, color="C2", lw=0.8, label=f"upper bound on any verifier ({tail})")
-            for k, v in enumerate(VERIFIERS):
+            for k, v in enumerate(_verifiers()):
                 mc = s[f"mc_{v.name}"]
                 mean, lo, hi = map(np.asarray, (mc["mean"], mc["low"], mc["high"]))
                 ax.errorbar(x + 0.1 * (k - 0.5) + (0.05 if tail == "renormalise" else 0.0), mean,

@@ -13,7 +13,7 @@ import numpy as np
 from .. import theory
 from ..engine import evaluate, generate, simulate
 from ..sources import IIDSource, bernoulli, random_markov
-from ..verifiers import BackwardBlockVerify, BlockVerify, TokenVerify
+from ..verifiers import REGISTRY, TokenVerify
 from . import register
 from .common import as_sources, axes, coverage, describe, max_abs_difference, table
 
@@ -21,7 +21,8 @@ from .common import as_sources, axes, coverage, describe, max_abs_difference, ta
 BERNOULLI_TARGET = 0.75
 BERNOULLI_DRAFTS = (0.25, 0.5, 0.9)
 #: The single-draft verifiers compared (their labels and styles draw the curves).
-VERIFIERS = (TokenVerify, BlockVerify, BackwardBlockVerify)
+#: The verifiers drawn: every lossless chain verifier with a closed form (read from the registry when drawn).
+VERIFIERS = REGISTRY
 
 
 def _finish(fig, ax, xlabel, ylabel, title):
@@ -189,7 +190,7 @@ def render_block(data: dict):
         ax.plot(x, s["token"], "-", color="C0", label="token, eq. (11a)")
         ax.plot(x, s["block_onpath"], "-", color="C1", label="published block, eq. (17)")
         ax.plot(x, s["block_optimal"], "-", color="C2", label="block-OT optimum, eq. (11b)")
-        for k, cls in enumerate(VERIFIERS):
+        for k, cls in enumerate(VERIFIERS.values()):
             mc = s[f"mc_{cls.name}"]
             mean, low, high = map(np.asarray, (mc["mean"], mc["low"], mc["high"]))
             ax.errorbar(x + 0.12 * (k - 1), mean, yerr=[mean - low, high - mean], fmt=cls.style["marker"], ms=3.5,
@@ -258,7 +259,7 @@ def block_vs_token_data(target_p: float = BERNOULLI_TARGET, draft_ps=BERNOULLI_D
             "block_onpath": [theory.expected_accepted_block(draft, target, L) for L in lengths],
             "block_optimal": [theory.bernoulli_expected_accepted_optimal(dp, target_p, L) for L in lengths],
         }
-        for j, cls in enumerate(VERIFIERS):
+        for j, cls in enumerate(VERIFIERS.values()):
             runs = [simulate(draft, target, cls(), L, n, seed=seed + 10_000 * k + 100 * j + L, progress=False)
                     for L in lengths]
             entry[f"mc_{cls.name}"] = {"mean": [r.accepted.value for r in runs],
@@ -284,8 +285,8 @@ def render_block_e2e(data: dict):
     rows = data["rows"]
     fig, (ax, ax2) = axes((11, 4.4), ncols=2, gridspec_kw={"width_ratios": [3, 2]})
     width = 0.26
-    names = [cls.name for cls in VERIFIERS]
-    for k, cls in enumerate(VERIFIERS):
+    names = list(VERIFIERS)
+    for k, cls in enumerate(VERIFIERS.values()):
         vals = np.array([r[cls.name]["block_efficiency"] for r in rows])
         low = np.array([r[cls.name]["low"] for r in rows])
         high = np.array([r[cls.name]["high"] for r in rows])
@@ -299,7 +300,7 @@ def render_block_e2e(data: dict):
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=7)
     exact_rows = [r for r in rows if r["token"]["exact_accepted_iterations_1_2"] is not None]
-    for k, cls in enumerate(VERIFIERS):
+    for k, cls in enumerate(VERIFIERS.values()):
         color = cls.style["color"]
         for j, r in enumerate(exact_rows):
             first, second = r[cls.name]["exact_accepted_iterations_1_2"]
@@ -372,7 +373,7 @@ def block_end_to_end_data(draft=None, target=None, *, draft_length: int = 4, tok
         pairs = [("user pair", f"draft {describe(draft)} vs target {describe(target)}", draft, target)]
     for k, (short, label, draft, target) in enumerate(pairs):
         entry = {"pair": label, "label": short, "vocab_size": target.vocab_size}
-        for j, cls in enumerate(VERIFIERS):
+        for j, cls in enumerate(VERIFIERS.values()):
             run = generate(draft, target, cls(), L, n_tok, n_sequences=sequences, seed=seed + 100 * k + j,
                            progress=False)
             exact = evaluate(draft, target, cls(), L, iterations=2) if target.vocab_size <= 3 else None

@@ -21,22 +21,26 @@ from ..engine import simulate_candidates
 from ..errors import SizeLimitError
 from ..solvers.otm_dual import otm_value
 from ..sources import load_logged_rows
-from ..verifiers import MULTI_DRAFT_REGISTRY, GreedyBlockVerify
+from ..verifiers import MULTI_DRAFT_REGISTRY, WHOLE_TREE_REGISTRY
 from . import register
 from .common import axes, fmt, table
 
-__all__ = ["trees_logged_data"]
+__all__ = ["OPTIMUM_OF_DRAW", "step_verifiers", "trees_logged_data"]
 
 KS = (2, 3, 4)
-#: The verifiers of one step by name, and the draw whose optimum each is compared with.
-VERIFIERS = {**{name: cls for name, cls in MULTI_DRAFT_REGISTRY.items()}, "gbv": GreedyBlockVerify}
-DRAW_OF = {"kseq": "iid", "multiround": "iid", "naive": "iid", "otm": "iid", "gbv": "iid",
-           "multiround_without_replacement": "without", "greedy": "greedy", "spechub": "greedy"}
+#: The optimum each verifier is compared with, by the draw it is exact for (its ``replacement``).
+OPTIMUM_OF_DRAW = {True: "iid", False: "without", "greedy": "greedy", "hub": "greedy"}
 DRAWS = {"iid": True, "without": False, "greedy": "greedy"}
 DRAW_LABELS = {"iid": "optimum, i.i.d. drafts", "without": "optimum, without replacement",
                "greedy": "optimum, greedy drafts (Hu et al.)"}
 #: Trials per step when a closed form is refused (Monte Carlo, pooled over the steps).
 MC_PER_STEP = 400
+
+
+def step_verifiers() -> dict:
+    """The verifiers of one step by name (read from the registry): every multi-draft verifier, and greedy multi-path
+    block verification at one level."""
+    return {**MULTI_DRAFT_REGISTRY, "gbv": WHOLE_TREE_REGISTRY["gbv"]}
 
 
 def _one_log(path: Path, max_steps: int) -> dict:
@@ -47,7 +51,7 @@ def _one_log(path: Path, max_steps: int) -> dict:
            "kept_mean": float(np.mean([p.size for p, _ in rows])), "ks": list(KS), "optimum": {}, "verifiers": {}}
     for draw, replacement in DRAWS.items():
         out["optimum"][draw] = [float(np.mean([otm_value(p, q, k, replacement) for p, q in rows])) for k in KS]
-    for name, cls in VERIFIERS.items():
+    for name, cls in step_verifiers().items():
         values, methods = [], []
         for k in KS:
             if name == "spechub" and k > 2:
@@ -62,7 +66,7 @@ def _one_log(path: Path, max_steps: int) -> dict:
                         .accepted.value for i, (p, q) in enumerate(rows)]
                 values.append(float(np.mean(hits)))
                 methods.append(f"Monte Carlo ({MC_PER_STEP} per step)")
-        out["verifiers"][name] = {"values": values, "methods": methods, "draw": DRAW_OF[name]}
+        out["verifiers"][name] = {"values": values, "methods": methods, "draw": OPTIMUM_OF_DRAW[cls.replacement]}
     return out
 
 
@@ -76,7 +80,7 @@ def render_trees_logged(data: dict):
         for c, (name, v) in enumerate(log["verifiers"].items()):
             vals = np.array([np.nan if x is None else x for x in v["values"]])
             opt = np.asarray(log["optimum"][v["draw"]])
-            ax.plot(ks, vals, "o-", ms=3, color=f"C{c}", label=VERIFIERS[name].label)
+            ax.plot(ks, vals, "o-", ms=3, color=f"C{c}", label=step_verifiers()[name].label)
             gap_ax.plot(ks, vals - opt, "o-", ms=3, color=f"C{c}", label=name)
         ax.set_title(f"{log['file']}: {log['steps']} steps", fontsize=9)
         ax.set_xlabel("k candidates")

@@ -16,13 +16,14 @@ import numpy as np
 from ..distributions import total_variation
 from ..drafts import DraftTree
 from ..engine.tree import tree_law
+from ..solvers.otm import CANONICAL_PLAN
 from ..solvers.tree_ot import tree_optimum
 from ..sources import IIDSource
-from ..verifiers import MULTI_DRAFT_REGISTRY, WHOLE_TREE_REGISTRY
+from ..verifiers import TREE_VERIFIERS
 from . import register
 from .common import axes, fmt, table
 
-VERIFIERS = {**MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY}
+VERIFIERS = TREE_VERIFIERS
 
 #: (label, k-config, replacement, verifiers walked with SpecTr's "match" rule)
 TREES = (
@@ -84,6 +85,10 @@ couplings exceed the whole-tree coupling by at most {', '.join(fmt(g) for g in g
 chain, multi-round with one candidate is token verification, and Traversal Verification is published block
 verification, which is the optimum there: block verification is the best one-iteration verifier even among those
 reading off-path rows (Thomas & Pal, arXiv 2602.16961; reproduced exactly by the verifier LP).
+
+OTM-k's acceptance at one level is the same for every optimal plan, but below it the tree continues with the
+candidates equal to Y, so the curve depends on the plan: it follows the canonical one ({data.get('otm_plan', '')}),
+which on the 2x1 i.i.d. tree gives the most any optimal first-level plan gives.
 """
 
 
@@ -104,5 +109,5 @@ def trees_optimum_data(*, vocab: int = 4, seed: int = 4, points: int = 7, scale:
                       "verifiers": {name: [tree_law(d, target, VERIFIERS[name](), tree).expected_accepted
                                            for d in drafts] for name in names}})
     return {"figure": "trees_optimum", "title": f"Tree verifiers against the tree optimum (IID, V={vocab})",
-            "vocab": vocab, "q": q.tolist(), "r": r.tolist(), "lambdas": lambdas.tolist(),
+            "vocab": vocab, "q": q.tolist(), "r": r.tolist(), "lambdas": lambdas.tolist(), "otm_plan": CANONICAL_PLAN,
             "tv": [float(total_variation(d.probs, q)) for d in drafts], "trees": trees}

@@ -59,7 +59,7 @@ from ..sources import (
     random_markov,
 )
 from ..theory.iid import iid_block_values
-from ..verifiers import MULTI_DRAFT_REGISTRY, REGISTRY
+from ..verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, ClosedForm
 from .spec import SWEEP_VERIFIERS, cell_id, cell_seed, describe_pair, tree_of
 from .work import over_limit
 
@@ -142,7 +142,7 @@ def _logged_runs(cell: dict, log, verifier, seeds, row: dict) -> dict:
             raise NotImplementedError(f"{name} on logged rows: no exact value (its rows' closed forms are for "
                                       "sources)")
         token, high = single()
-        if name == "token":
+        if REGISTRY[name].closed_form is ClosedForm.TOKEN:
             return {"exact_accepted": token, "exact_low": token, "exact_high": token,
                     "exact_tokens_per_iteration": token + 1.0, "exact_speedup": theory.predicted_speedup(token, c, L)}
         return {"exact_low": token, "exact_high": high,
@@ -288,16 +288,16 @@ def _source_runs(cell: dict, sources, verifier, seeds, row: dict) -> dict:
     iid = isinstance(draft, IIDSource) and isinstance(target, IIDSource)
     iid_values = {}
 
-    def single(which: str):
-        """(value, low, high): IID pairs by iid_block_values (certified bounds at any V), others exactly."""
+    def single(form: ClosedForm, attains=None):
+        """(value, low, high) of a closed form: IID pairs by iid_block_values (certified bounds at any V), others
+        exactly, by the verifier class that ``attains`` it (its own closed form) or, for the optimum, the theory."""
         if iid:
             if not iid_values:
                 iid_values.update(vars(iid_block_values(draft.probs, target.probs, L)))
-            v = iid_values[{"token": "token", "block": "verification", "block_v1": "optimum",
-                            "optimum": "optimum"}[which]]
+            v = iid_values[form.iid_field]
             return v.value, v.low, v.high
-        e = (theory.expected_accepted_optimal(draft, target, L) if which == "optimum"
-             else REGISTRY[which]().expected_accepted(draft, target, L))  # the verifier's own closed form
+        e = (theory.expected_accepted_optimal(draft, target, L) if attains is None
+             else attains().expected_accepted(draft, target, L))
         return e, e, e
 
     def exact():
@@ -306,7 +306,7 @@ def _source_runs(cell: dict, sources, verifier, seeds, row: dict) -> dict:
             return {"exact_acceptance": a, "exact_tokens_per_step": 1.0 + a,
                     "exact_speedup": theory.predicted_speedup(a, c, 1)}
         if name in REGISTRY:
-            e, lo, hi = single(name)
+            e, lo, hi = single(REGISTRY[name].closed_form, REGISTRY[name])
         else:  # the Gumbel coupling: its own value (IID pairs in O(V log V), other sources by enumeration)
             e = lo = hi = verifier.expected_accepted(draft, target, L)
         return {"exact_accepted": e, "exact_low": lo, "exact_high": hi, "exact_tokens_per_iteration": e + 1.0,
@@ -315,7 +315,7 @@ def _source_runs(cell: dict, sources, verifier, seeds, row: dict) -> dict:
     def optimum():
         if multi:
             return {"optimum_acceptance": otm_value(p, q, k, verifier.replacement)}  # for the verifier's draw
-        e, lo, hi = single("optimum")
+        e, lo, hi = single(ClosedForm.OPTIMAL)
         return {"optimum_accepted": e, "optimum_low": lo, "optimum_high": hi, "optimum_speedup": theory.predicted_speedup(e, c, L)}
 
     def monte_carlo():

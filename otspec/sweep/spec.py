@@ -69,7 +69,7 @@ from ..checks import MAX_CANDIDATES, MAX_DRAFT_LENGTH, check_real, check_size
 from ..distributions import resolve_device
 from ..drafts import parse_tree
 from ..sources import MAX_RANDOM_ENTRIES, TAIL_MODES
-from ..verifiers import CHAIN_VERIFIERS, MULTI_DRAFT_REGISTRY, WHOLE_TREE_REGISTRY
+from ..verifiers import MULTI_DRAFT_REGISTRY, WHOLE_TREE_REGISTRY, VerifierView
 
 __all__ = ["PAIR_KINDS", "QUANTITIES", "SWEEP_VERIFIERS", "SweepSpec", "cell_id", "cell_seed", "load_spec", "shared_key",
            "tree_of"]
@@ -86,8 +86,8 @@ _TOP_KEYS = {"name", "seed", "quantities", "L", "k", "trees", "temperature", "co
 MAX_CELLS = 100_000
 #: Most YAML nodes a spec may hold once its aliases are expanded (counted on the composed graph, never expanded).
 MAX_YAML_NODES = 200_000
-#: Every verifier a sweep can name.
-SWEEP_VERIFIERS = {**CHAIN_VERIFIERS, **MULTI_DRAFT_REGISTRY, **WHOLE_TREE_REGISTRY}
+#: Every verifier a sweep can name: the lossless chain verifiers and every verifier of a tree (read when used).
+SWEEP_VERIFIERS = VerifierView("sweep verifiers", lossless=True, fixed_tree=False)
 #: The files a pair kind names (key, what it is), refused at load time when missing.
 _FILES = {"json": (("draft", "draft source"), ("target", "target source")), "logged": (("file", "logged-rows"),)}
 

@@ -8,43 +8,55 @@ Candidates layout (k drafts at one position): :class:`KSeq`, :class:`MultiRound`
 :class:`BatchVerify`. Whole-tree layout (a drafted tree verified at once): :class:`TraversalVerify`, :class:`GreedyBlockVerify`.
 """
 
+# The import order is the registration order, which lists and figures keep (``# isort: split`` holds it).
 from .base import CANDIDATES, CHAIN, Outcome, Verifier, VerifierLaw, check_single_draft
-from .batch import BatchVerify
-from .biased import DecodingOPT, DecodingUNO, OverAcceptance
+from .registry import TREE, ClosedForm, VerifierView, register, registered, unregister
+
+# isort: split
+from .token import TokenVerify
+
+# isort: split
 from .block import BackwardBlockVerify, BlockVerify
-from .candidates import MultiDraftVerifier, SequentialMultiDraftVerifier
-from .carry import ResidualWindows
-from .gbv import GreedyBlockVerify
 from .gumbel import GumbelCouplingVerify
 from .kseq import KSeq
 from .multiround import MultiRound, MultiRoundWithoutReplacement
 from .naive import NaiveMultiCandidate
 from .otm import OTMVerify
 from .structured import GreedyDraftVerify, SpecHubVerify
-from .token import TokenVerify
+
+# isort: split
+from .biased import DecodingOPT, DecodingUNO, OverAcceptance
+from .candidates import MultiDraftVerifier, SequentialMultiDraftVerifier
+from .carry import ResidualWindows
+
+# isort: split
+from .batch import BatchVerify
 from .traversal import TraversalVerify
 
-#: Lossless single-draft verifiers by short name (the CLI's ``--verifier`` choices).
-REGISTRY = {cls.name: cls for cls in (TokenVerify, BlockVerify, BackwardBlockVerify)}
-#: Every lossless chain verifier by short name: REGISTRY (the ones with a closed form the real-pair records
-#: predict) and the drafter-invariant Gumbel coupling (exact law at small V; sampler and IID value at any V).
-CHAIN_VERIFIERS = {**REGISTRY, GumbelCouplingVerify.name: GumbelCouplingVerify}
-#: Multi-draft verifiers by short name.
-MULTI_DRAFT_REGISTRY = {
-    cls.name: cls for cls in (KSeq, MultiRound, MultiRoundWithoutReplacement, NaiveMultiCandidate, OTMVerify,
-                              GreedyDraftVerify, SpecHubVerify)
-}
+# isort: split
+from .gbv import GreedyBlockVerify
+
+#: Lossless chain verifiers with a closed form (the real-pair records predict them; ``--verifiers`` of validate).
+REGISTRY = VerifierView("lossless chain verifiers with a closed form", layouts=(CHAIN,), lossless=True,
+                        closed_form=True)
+#: Every lossless chain verifier by short name (the CLI's ``--verifier`` choices): REGISTRY and the
+#: drafter-invariant Gumbel coupling (exact law at small V; sampler and IID value at any V).
+CHAIN_VERIFIERS = VerifierView("lossless chain verifiers", layouts=(CHAIN,), lossless=True)
+#: Multi-draft verifiers by short name (k candidates at a position, on a tree of the caller's choosing).
+MULTI_DRAFT_REGISTRY = VerifierView("multi-draft verifiers", layouts=(CANDIDATES,), lossless=True, fixed_tree=False)
 #: Whole-tree verifiers by short name (the tree loop hands them every drafted node's rows at once).
-WHOLE_TREE_REGISTRY = {cls.name: cls for cls in (TraversalVerify, GreedyBlockVerify)}
-#: Every verifier class by short name.
-VERIFIERS = {**CHAIN_VERIFIERS, **MULTI_DRAFT_REGISTRY,
-             **{cls.name: cls for cls in (DecodingOPT, DecodingUNO, BatchVerify)}}
+WHOLE_TREE_REGISTRY = VerifierView("whole-tree verifiers", layouts=(TREE,))
+#: Every verifier of a tree of the caller's choosing: multi-draft (level by level) and whole-tree.
+TREE_VERIFIERS = VerifierView("tree verifiers", layouts=(CANDIDATES, TREE), lossless=True, fixed_tree=False)
+#: Every registered verifier class by short name.
+VERIFIERS = VerifierView("every verifier")
 
 #: Aliases of the unified law and outcome types under their multi-draft names (constructors).
 MultiDraftLaw = VerifierLaw.from_masses
 MultiDraftOutcome = Outcome.from_candidates
 
-__all__ = ["CANDIDATES", "CHAIN", "CHAIN_VERIFIERS", "GumbelCouplingVerify", "MULTI_DRAFT_REGISTRY", "REGISTRY", "VERIFIERS", "BackwardBlockVerify",
+__all__ = ["CANDIDATES", "CHAIN", "CHAIN_VERIFIERS", "TREE", "TREE_VERIFIERS", "ClosedForm", "VerifierView", "register",
+           "registered", "unregister", "GumbelCouplingVerify", "MULTI_DRAFT_REGISTRY", "REGISTRY", "VERIFIERS", "BackwardBlockVerify",
            "BatchVerify", "BlockVerify", "DecodingOPT", "DecodingUNO", "GreedyBlockVerify", "GreedyDraftVerify", "KSeq", "MultiDraftLaw",
            "MultiDraftOutcome", "MultiDraftVerifier", "MultiRound", "MultiRoundWithoutReplacement",
            "NaiveMultiCandidate", "OTMVerify", "Outcome", "OverAcceptance", "ResidualWindows",

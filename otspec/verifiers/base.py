@@ -42,6 +42,7 @@ import numpy as np
 
 from ..distributions import namespace, to_host
 from ..drafts import CANDIDATES, CHAIN, Draft, check_draft, gather_tokens
+from .registry import ClosedForm
 
 __all__ = ["CANDIDATES", "CHAIN", "Outcome", "Verifier", "VerifierLaw", "WholeTreeVerifier", "check_single_draft",
            "gather_tokens"]
@@ -192,9 +193,12 @@ class Verifier(ABC):
     ragged: ClassVar[bool] = False
 
     # ----------------------------------------------------- closed forms
-    #: The name of the closed form this chain verifier attains, in the records' vocabulary ("token" eq. (4),
-    #: "block" eq. (17), "optimal" the block-OT optimum eq. (8)); ``None`` when it has none.
-    closed_form: ClassVar[str | None] = None
+    #: The closed form this chain verifier attains (:class:`~otspec.verifiers.registry.ClosedForm`: token eq. (4),
+    #: block eq. (17), optimal the block-OT optimum eq. (8)); ``None`` when it has none.
+    closed_form: ClassVar[ClosedForm | None] = None
+    #: It drafts its own tree (batch speculative decoding's M responses), so it is not one of the multi-draft
+    #: verifiers a tree of the caller's choosing runs.
+    fixed_tree: ClassVar[bool] = False
 
     def expected_accepted(self, draft, target, length: int) -> float:
         """E[τ] of one iteration with drafts of ``length`` for a pair of sources, in closed form.
@@ -302,6 +306,8 @@ class WholeTreeVerifier:
     any_draw_mode = False
     any_candidates = False
     lossless = True
+    closed_form = None
+    fixed_tree = False
 
     def check_tree(self, tree) -> None:
         raise NotImplementedError

@@ -20,10 +20,12 @@ from __future__ import annotations
 from ..drafts import DraftTree
 from ..theory.rejections import check_batch_size
 from .multiround import MultiRound
+from .registry import register
 
 __all__ = ["BatchVerify"]
 
 
+@register
 class BatchVerify(MultiRound):
     """Algorithm 4's verification: multi-round over ``M`` i.i.d. responses, then follow the accepted one."""
 
@@ -32,6 +34,7 @@ class BatchVerify(MultiRound):
     style = {"linestyle": "-.", "color": "C4"}
     #: The tree continuation rule of Algorithm 4: follow the accepted response only.
     rule = "accepted"
+    fixed_tree = True
 
     def __init__(self, M: int = 2):
         self.M = check_batch_size(M)

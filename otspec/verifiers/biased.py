@@ -20,6 +20,7 @@ from ..distributions import namespace, sample_categorical
 from ..theory.pareto import over_acceptance_kernel
 from .base import Outcome, Verifier, VerifierLaw
 from .kernels import drafted_mask, drafted_probs, first_rejection_law, first_rejection_sample
+from .registry import register
 
 __all__ = ["DecodingOPT", "DecodingUNO", "OverAcceptance"]
 
@@ -70,6 +71,7 @@ class OverAcceptance(Verifier):
         return f"{type(self).__name__}(eps={self.eps!r})"
 
 
+@register
 class DecodingOPT(OverAcceptance):
     """Over-acceptance with Theorem 4's optimal resampling P* (on the rejection–bias front)."""
 
@@ -79,6 +81,7 @@ class DecodingOPT(OverAcceptance):
     mode = "opt"
 
 
+@register
 class DecodingUNO(OverAcceptance):
     """Over-acceptance resampling from q (above the rejection–bias front)."""
 

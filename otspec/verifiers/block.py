@@ -42,6 +42,7 @@ from .kernels import (
     log_ratios,
     ratio_scales,
 )
+from .registry import ClosedForm, register
 
 __all__ = ["BlockVerify", "BackwardBlockVerify", "backward_commit_probs", "block_weights", "commit_probs",
            "published_commit_probs", "running_weights"]
@@ -133,6 +134,7 @@ def backward_commit_probs(draft_tokens, draft_probs, target_probs, lengths=None)
     return h, a, b, s
 
 
+@register
 class BlockVerify(Verifier):
     """Published block verification (ICLR 2025): optimal among on-path verifiers; lossless."""
 
@@ -141,7 +143,7 @@ class BlockVerify(Verifier):
     style = {"marker": "s", "color": "C1"}
 
     ragged = True
-    closed_form = "block"
+    closed_form = ClosedForm.BLOCK
 
     def expected_accepted(self, draft, target, length):
         """Eq. (17) (:func:`otspec.theory.expected_accepted_block`): optimal among on-path verifiers."""
@@ -166,6 +168,7 @@ class BlockVerify(Verifier):
                                             lengths=d.lengths))
 
 
+@register
 class BackwardBlockVerify(Verifier):
     """v1 Algorithm 3 (backward induction): attains the block-OT optimum eq. (8).
 
@@ -182,7 +185,7 @@ class BackwardBlockVerify(Verifier):
     label = "v1 block (backward, optimal)"
     style = {"marker": "^", "color": "C2"}
     carries_residual = True
-    closed_form = "optimal"
+    closed_form = ClosedForm.OPTIMAL
 
     def expected_accepted(self, draft, target, length):
         """The block-OT optimum eq. (8) (:func:`otspec.theory.expected_accepted_optimal`), which it attains."""

@@ -33,6 +33,7 @@ from ..checks import check_size
 from ..distributions import namespace, row_pair, sample_categorical
 from .base import WholeTreeVerifier
 from .block import BlockVerify
+from .registry import register
 
 __all__ = ["GreedyBlockVerify", "gbv_law", "gbv_sample", "gbv_walk_on_device", "greedy_path", "ratio_ranks",
            "ratio_ranks_xp", "skewed_row", "skewed_rows_xp"]
@@ -99,6 +100,7 @@ def gbv_sample(tree, rng) -> tuple[list, int]:
     return nodes[:tau], int(np.asarray(out.token)[0])
 
 
+@register
 class GreedyBlockVerify(WholeTreeVerifier):
     """GBV as a whole-tree verifier of the tree loop (``layout == "tree"``) on K i.i.d. draft paths: the trees
     ``iid:K:L`` (``K x 1 x ... x 1`` with replacement)."""

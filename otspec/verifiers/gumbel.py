@@ -34,6 +34,7 @@ from ..errors import SizeLimitError
 from ..pairs import check_pair
 from ..sources import IIDSource
 from .base import Outcome, Verifier, VerifierLaw
+from .registry import register
 
 __all__ = ["MAX_GUMBEL_LAW_VOCAB", "GumbelCouplingVerify", "gumbel_acceptance", "gumbel_joint"]
 
@@ -98,6 +99,7 @@ def gumbel_joint(p, q) -> np.ndarray:
     return out
 
 
+@register
 class GumbelCouplingVerify(Verifier):
     """Drafter-invariant verification by the exponential-race coupling (module docstring); lossless."""
 

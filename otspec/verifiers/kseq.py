@@ -7,10 +7,12 @@ import math
 from ..distributions import namespace
 from ..theory.multidraft import KSeqParameters, kseq_acceptance, kseq_parameters
 from .candidates import SequentialMultiDraftVerifier, gather_candidates
+from .registry import register
 
 __all__ = ["KSeq"]
 
 
+@register
 class KSeq(SequentialMultiDraftVerifier):
     """k-Seq: accept candidate X_i with probability min{1, q(X_i) / (ρ p(X_i))}, first accepted wins.
 

@@ -13,6 +13,7 @@ from ..distributions import namespace, residual
 from ..drafts.laws import one_hot
 from ..theory.multidraft import multiround_acceptance
 from .candidates import SequentialMultiDraftVerifier, gather_candidates, stack_columns
+from .registry import register
 
 __all__ = ["MultiRound", "MultiRoundWithoutReplacement", "multiround_plan"]
 
@@ -40,6 +41,7 @@ def multiround_plan(candidates, draft_probs, target_probs, *, without_replacemen
     return stack_columns(a, p), t
 
 
+@register
 class MultiRound(SequentialMultiDraftVerifier):
     """Multi-round rejection sampling with replacement (MCSD Algorithm 1); lossless for i.i.d. candidates."""
 
@@ -55,6 +57,7 @@ class MultiRound(SequentialMultiDraftVerifier):
         return multiround_plan(candidates, draft_probs, target_probs)
 
 
+@register
 class MultiRoundWithoutReplacement(SequentialMultiDraftVerifier):
     """Multi-round rejection sampling without replacement (MCSD Algorithm 2).
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 from ..distributions import namespace, sample_categorical
 from ..theory.multidraft import naive_acceptance
 from .candidates import MultiDraftVerifier, membership_law, membership_outcome
+from .registry import register
 
 __all__ = ["NaiveMultiCandidate"]
 
 
+@register
 class NaiveMultiCandidate(MultiDraftVerifier):
     """Y ~ q independently of the candidates; accepted iff Y ∈ S(candidates).
 

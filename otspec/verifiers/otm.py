@@ -11,6 +11,7 @@ from ..errors import SizeLimitError
 from ..solvers.otm import otm_maxflow
 from ..solvers.otm_dual import otm_value
 from .candidates import MultiDraftVerifier, membership_law, membership_outcome
+from .registry import register
 
 __all__ = ["OTM_MAX_TUPLES", "OTMVerify"]
 
@@ -24,13 +25,19 @@ def _encode(tuples, V):
     return (tuples.astype(np.int64) + 1) @ weights
 
 
+@register
 class OTMVerify(MultiDraftVerifier):
     """Y ~ π(x^k, ·)/P_D(x^k) for the optimal plan π between the candidate-tuple law P_D and q.
 
     For each distinct (p, q) row pair the plan is solved exactly by
     :func:`otspec.solvers.otm.otm_maxflow` (cached by the rows' bytes); Y is drawn from the
     plan's row of the given tuple and accepted iff Y ∈ S(x^k), so the expected acceptance is
-    the optimum α_k. Tokens outside both rows' supports take no part in the plan, so each pair is
+    the optimum α_k. Optimal plans are many, and in a draft tree the levels below depend on which one is
+    followed; this one is canonical (:data:`otspec.solvers.otm.CANONICAL_PLAN`), a function of the rows alone,
+    the same in every run: among the plans attaining α_k, the one of greatest E[number of drafts equal to Y]
+    (the nodes SpecTr's match rule continues with), then of lexicographically greatest accepted flows from the
+    draft multisets (in the order of their first tuple) to their tokens (ascending); a multiset's flow is split
+    over its tuples in proportion to their probability, so reorderings of a tuple share one conditional law. Tokens outside both rows' supports take no part in the plan, so each pair is
     solved on its joint support: numpy-only, for small supports (after top-k / top-p truncation a
     language model's rows qualify): support**k may not exceed ``max_tuples``.
 
@@ -67,10 +74,11 @@ class OTMVerify(MultiDraftVerifier):
         return f"OTMVerify(replacement={self.replacement})"
 
     def plan(self, draft_row, target_row, k: int):
-        """(tuples (M, k), plan (M, V)): the optimal plan for one (p, q) pair, rows = tuples.
+        """(tuples (M, k), plan (M, V)): the canonical optimal plan for one (p, q) pair, rows = tuples.
 
         ``tuples`` are those of positive probability (:func:`otspec.drafts.draft_tuple_law`);
-        the row sums of ``plan`` are their probabilities and its column sums are q.
+        the row sums of ``plan`` are their probabilities and its column sums are q. The plan is the one
+        :func:`otspec.solvers.otm.otm_maxflow` defines (:data:`otspec.solvers.otm.CANONICAL_PLAN`).
         """
         p = np.ascontiguousarray(draft_row, dtype=np.float64)
         q = np.ascontiguousarray(target_row, dtype=np.float64)

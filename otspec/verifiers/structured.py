@@ -34,6 +34,7 @@ from ..distributions import namespace, sample_categorical
 from ..drafts.laws import one_hot
 from ..solvers.otm_dual import structured_value
 from .candidates import MultiDraftVerifier, membership, membership_law, membership_outcome
+from .registry import register
 
 __all__ = ["GreedyDraftVerify", "SpecHubVerify", "greedy_kernel", "spechub_kernel"]
 
@@ -132,6 +133,7 @@ class _KernelVerify(MultiDraftVerifier):
         return membership_outcome(_ids(d.tokens, p), y)
 
 
+@register
 class GreedyDraftVerify(_KernelVerify):
     """Hu et al.'s greedy drafts (top k − 1 tokens of p, then one from the rest) verified at their optimum."""
 
@@ -147,6 +149,7 @@ class GreedyDraftVerify(_KernelVerify):
         return "GreedyDraftVerify()"
 
 
+@register
 class SpecHubVerify(_KernelVerify):
     """SpecHub's hub pair (k <= 2) with its staged verification rule."""
 

@@ -22,6 +22,7 @@ from .kernels import (
     first_rejection_law,
     first_rejection_sample,
 )
+from .registry import ClosedForm, register
 
 __all__ = ["TokenVerify", "acceptance_ratios"]
 
@@ -33,6 +34,7 @@ def acceptance_ratios(draft_tokens, draft_probs, target_probs, lengths=None):
     return xp.minimum(q_x / p_x, 1.0)
 
 
+@register
 class TokenVerify(Verifier):
     """Token-by-token speculative sampling; lossless, next iteration uses the plain target."""
 
@@ -40,7 +42,7 @@ class TokenVerify(Verifier):
     label = "token verification"
     style = {"marker": "o", "color": "C0"}
     ragged = True
-    closed_form = "token"
+    closed_form = ClosedForm.TOKEN
 
     def expected_accepted(self, draft, target, length):
         """Eq. (4) (:func:`otspec.theory.expected_accepted_token`)."""

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..distributions import namespace, sample_categorical, uniform
 from .base import WholeTreeVerifier
+from .registry import register
 
 __all__ = ["OrderedTree", "TraversalVerify", "traversal_law", "traversal_sample", "traversal_walk_on_device"]
 
@@ -133,6 +134,7 @@ def traversal_sample(tree, rng) -> tuple[list, int]:
     return out[0]
 
 
+@register
 class TraversalVerify(WholeTreeVerifier):
     """Traversal Verification as a whole-tree verifier of the tree loop (``layout == "tree"``): it reads every
     drafted node's rows at once and returns the accepted path and the bonus token. Children must be drawn without
