@@ -239,7 +239,9 @@ class CostProfile:
     def round_ratios(self) -> np.ndarray:
         """Each dry run's mean iteration over plain decoding's mean step per round (rounds set aside excluded) over
         its mean across rounds, pooled over the dry runs of two rounds or more; the deviations are widened by
-        sqrt(R / (R - 1)) for R rounds (deviations from a mean of R values are that much narrower)."""
+        sqrt(R / (R - 1)) for R rounds (deviations from a mean of R values are that much narrower), in log space where
+        the linear widening would make a ratio <= 0 (a round several times faster than the other on a disturbed
+        machine): every ratio stays positive."""
         plain_round = np.asarray(self.plain.get("round", []), dtype=np.int64)
         step = np.asarray(self.plain["step_ms"], dtype=np.float64)
         bad, out = self.disturbed_rounds(), []
@@ -250,7 +252,9 @@ class CostProfile:
             if len(ids) < 2:
                 continue
             y = np.array([wall[of == k].mean() / step[plain_round == k].mean() for k in ids])
-            out.append(1.0 + (y / y.mean() - 1.0) * np.sqrt(len(ids) / (len(ids) - 1)))
+            u, widen = y / y.mean(), np.sqrt(len(ids) / (len(ids) - 1))
+            linear = 1.0 + (u - 1.0) * widen
+            out.append(np.where(linear > 0, linear, u**widen))  # a ratio far below 1 is widened in log space
         return np.concatenate(out) if out else np.zeros(0)
 
     def monotone(self) -> dict:

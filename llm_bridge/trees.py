@@ -46,6 +46,7 @@ from otspec.engine.observers import LedgerObserver, Observer
 from otspec.engine.trie import RULES, Trie
 from otspec.errors import SizeLimitError
 from otspec.solvers import otm_value
+from otspec.verifiers import TREE_VERIFIERS
 
 from .loop import (
     BridgeResult,
@@ -142,9 +143,8 @@ def tree_batches(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: st
     leaves computing them to :meth:`TreeResult.closed_forms` (at V = 49,152 the optimum without replacement takes
     seconds a node: a timed record computes them after its timing window)."""
     if verifier.layout not in ("candidates", "tree"):
-        raise ValueError(f"{type(verifier).__name__} verifies {verifier.layout}; a tree needs a multi-draft verifier "
-                         "(kseq, multiround, multiround_without_replacement, naive, otm, greedy, spechub) or a "
-                         "whole-tree one (traversal, gbv)")
+        raise ValueError(f"{type(verifier).__name__} verifies {verifier.layout}; a tree needs a multi-draft or "
+                         f"whole-tree verifier ({', '.join(TREE_VERIFIERS)})")
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     if pair.drafter.reads_target_features and getattr(pair.drafter, "kind", None) != "eagle":

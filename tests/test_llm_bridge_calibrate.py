@@ -429,3 +429,16 @@ def test_a_calibration_rounds_loops_take_turns_in_the_measured_runs_order(monkey
     assert [rounds.dry[k]["kind"] for k in ("token:L=2", "block_v1:L=2", "kseq:2x1", "multiround:2x1")] == \
         ["chain", "chain", "tree", "tree"]
     assert rounds.dry["token:L=2"]["round"] == [0] * 7 + [1] * 7 and rounds.plain["round"] == [0] * 11 + [1] * 11
+
+
+def test_a_round_many_times_faster_than_the_other_still_gives_positive_factors():
+    """Two rounds, one 8x faster (a disturbed machine): widening its deviation by sqrt(2) would give a negative time
+    ratio; it is widened in log space instead, and every factor the wall-clock prediction reads stays positive."""
+    prof, key = synthetic_profile(), "block_v1:L=3"
+    prof.plain["round"] = [i % 2 for i in range(20)]
+    prof.plain["step_ms"] = [10.0] * 20
+    prof.dry[key].update(round=[0, 1, 0, 1, 0, 1], wall_ms=[2.5, 20.0, 2.5, 20.0, 2.5, 20.0])
+    u = np.array([2.5, 20.0]) / 11.25
+    ratios = prof.round_ratios()
+    np.testing.assert_allclose(np.sort(ratios[-2:]), [u[0] ** np.sqrt(2), 1 + (u[1] - 1) * np.sqrt(2)], rtol=1e-12)
+    assert (ratios > 0).all() and (prof.factors(key, 500, seed=1, rounds=1)[1] > 0).all()
