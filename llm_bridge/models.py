@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -133,7 +132,11 @@ def default_target(*, progress: bool = True) -> Path:
         out = tmp / "converted"
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)
-        shutil.move(str(out), folder)
+        try:
+            os.rename(out, folder)  # atomic: a concurrent first use (two test workers) finds one whole folder
+        except OSError:
+            if not (folder / "config.json").exists():
+                raise
     return folder
 
 

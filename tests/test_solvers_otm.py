@@ -89,7 +89,7 @@ def test_lp_maxflow_sorted_prefix_and_bruteforce_agree(case, replacement):
     lp = otm_lp(p, q, k, replacement)
     flow = otm_maxflow(p, q, k, replacement)
     assert lp.status == flow.status == "optimal"
-    assert lp.method == "highs" and flow.method == "maxflow:preflow_push"
+    assert lp.method == "highs" and flow.method == "maxflow:network_simplex"
     brute = otm_value_bruteforce(p, q, k, replacement)
     assert abs(brute - cut_minimum(p, q, k, replacement)) <= 1e-12
     for value in (lp.value, flow.value, otm_value(p, q, k, replacement)):

@@ -109,5 +109,6 @@ def trees_optimum_data(*, vocab: int = 4, seed: int = 4, points: int = 7, scale:
                       "verifiers": {name: [tree_law(d, target, VERIFIERS[name](), tree).expected_accepted
                                            for d in drafts] for name in names}})
     return {"figure": "trees_optimum", "title": f"Tree verifiers against the tree optimum (IID, V={vocab})",
-            "vocab": vocab, "q": q.tolist(), "r": r.tolist(), "lambdas": lambdas.tolist(), "otm_plan": CANONICAL_PLAN,
+            "vocab": vocab, "q": q.tolist(), "r": r.tolist(), "lambdas": lambdas.tolist(),
+            "otm_plan": CANONICAL_PLAN,
             "tv": [float(total_variation(d.probs, q)) for d in drafts], "trees": trees}

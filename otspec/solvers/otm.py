@@ -14,9 +14,11 @@ plan (:class:`OTMResult`):
 
 * :func:`otm_lp` — route (a): the LP (3) over π(x, y) for every tuple of positive probability,
   HiGHS dual simplex (:func:`otspec.solvers.lp.solve_lp`);
-* :func:`otm_maxflow` — route (b): the bipartite max-flow (source → tuple set → token → sink),
-  solved exactly in integers by networkx; its plan meets both marginals to rounding whatever
-  the solver's tolerance, so :class:`~otspec.verifiers.otm.OTMVerify` samples it.
+* :func:`otm_maxflow` — route (b): the bipartite max-flow (source → draft multiset → token → sink),
+  solved exactly in integers by networkx's network simplex; its plan meets both marginals to rounding
+  whatever the solver's tolerance, and it is canonical: the one optimal plan defined in its docstring
+  (:data:`CANONICAL_PLAN`), the same in every run, so :class:`~otspec.verifiers.otm.OTMVerify` samples it.
+  The LP's plan is whichever optimal vertex HiGHS returns.
 
 Route (c), the value alone at V = 32,000, is :func:`otspec.solvers.otm_dual.otm_value`.
 """
@@ -37,16 +39,19 @@ from .lp import solve_lp
 #: (``benchmarks/bench_otm.py``, Dirichlet(1) rows, HiGHS dual simplex, presolve off):
 #: 65,536 variables (V = 16, k = 3) ≈ 0.5–1.2 s, 160,000 (V = 20, k = 3) ≈ 2.6 s, while
 #: 248,832 (V = 12, k = 4) take ≈ 13 s, 262,144 (V = 8, k = 5) ≈ 30 s and 531,441
-#: (V = 9, k = 5) ≈ 60 s. :func:`otm_maxflow` solves all of these in < 1 s.
+#: (V = 9, k = 5) ≈ 60 s. :func:`otm_maxflow` solves all of these in about 1 s.
 MAX_OTM_LP_VARIABLES = 200_000
-#: Most edges (distinct draft sets × their tokens) :func:`otm_maxflow` accepts.
-MAX_FLOW_EDGES = 200_000
+#: Most edges (distinct draft multisets × their tokens) :func:`otm_maxflow` accepts. Its network simplex on
+#: exact integer costs of ~n bits grows about as n²: on a 2-core machine 4,200 edges (V = 20, k = 3) take
+#: ≈ 0.6–1.1 s, 7,200 (V = 24, k = 3) ≈ 3 s, 16,896 (V = 32, k = 3) ≈ 24 s and 32,800 (V = 40, k = 3) ≈ 100 s.
+MAX_FLOW_EDGES = 20_000
 #: Most entries (tuples × V) of a dense plan :func:`otm_maxflow` builds (8 bytes each).
 MAX_PLAN_ENTRIES = 2**24
 #: Largest marginal residual accepted from the HiGHS plan.
 OTM_RESIDUAL_TOL = 1e-9
 
 __all__ = [
+    "CANONICAL_PLAN",
     "MAX_FLOW_EDGES",
     "MAX_OTM_LP_VARIABLES",
     "MAX_PLAN_ENTRIES",
@@ -81,7 +86,7 @@ class OTMResult:
     message : str
         The solver's message.
     method : str
-        ``"highs"`` or ``"maxflow:preflow_push"``.
+        ``"highs"`` or ``"maxflow:network_simplex"``.
     n_variables : int
         LP: M·V coupling variables. Max-flow: edges between draft sets and tokens.
     """
@@ -235,30 +240,64 @@ def otm_lp(draft, target, k: int, replacement: bool = True, *, solver_options: d
 
 
 # ------------------------------------------------------------- max-flow route
-#: Capacities are scaled by 2^50 and rounded to integers, so networkx's max-flow runs in
-#: exact integer arithmetic; the rounding moves the value by at most (#edges)·2^-51.
+#: Capacities are scaled by 2^50 and rounded to integers, so the flow is solved in exact integer arithmetic; the
+#: rounding moves the value by at most (#edges)·2^-51.
 _FLOW_SCALE = 2**50
+#: The plan :func:`otm_maxflow` returns among the optimal plans (also recorded by figures that follow it).
+CANONICAL_PLAN = ("among the plans of optimal acceptance alpha_k: the greatest E[number of drafts equal to Y], "
+                  "then the accepted flows of the (draft multiset, token) pairs lexicographically greatest with "
+                  "multisets in the order of their first tuple (lexicographic tuple order) and tokens ascending; "
+                  "a multiset's flow split over its tuples in proportion to P_D, the unaccepted masses coupled "
+                  "independently")
+
+
+def _draft_classes(tuples, probs, V: int):
+    """The draft multisets: counts (C, V) (copies of each token), class of each tuple (M,), mass (C,).
+
+    Classes are listed in the order of their first tuple in ``tuples`` (the order of :func:`draft_tuple_law`)."""
+    M = probs.size
+    counts = np.zeros((M, V), dtype=np.int64)
+    for col in np.asarray(tuples, dtype=np.int64).T:
+        real = np.flatnonzero(col >= 0)
+        np.add.at(counts, (real, col[real]), 1)
+    classes, first, inverse = np.unique(counts, axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    inverse = rank[inverse.reshape(-1)]
+    return classes[order], inverse, np.bincount(inverse, weights=probs, minlength=order.size)
 
 
 def otm_maxflow(draft, target, k: int, replacement: bool = True) -> OTMResult:
-    r"""Route (b): OTM-k as a bipartite max-flow (spec §3), solved exactly by networkx's preflow-push [2].
+    r"""Route (b): OTM-k as a bipartite flow (spec §3) solved exactly by network simplex [2]; a canonical optimal plan.
 
-    Its value is the optimum α_k = max_π P_π(Y ∈ S(X)) of SpecTr's problem (3) [1].
+    Its value is the optimum α_k = max_π P_π(Y ∈ S(X)) of SpecTr's problem (3) [1]. Many plans attain it, and
+    which one a verifier follows moves what a draft tree accepts below the first level (SpecTr's rule continues
+    with every candidate equal to Y), so this route returns one plan defined by the rows alone
+    (:data:`CANONICAL_PLAN`):
 
-    Network: source → draft tuple x (capacity P_D(x)), x → y (infinite capacity iff
-    y ∈ S(x)), y → sink (capacity q(y)). A flow is exactly the accepted part of a
-    coupling, so the max flow is α_k. Tuples with the same set S(x) have the same
-    outgoing edges, so they are merged into one node per distinct set (capacity
-    P_D(S(X) = S)); the flow of a set is split over its tuples in proportion to
-    P_D. The unaccepted masses r(x) = P_D(x) − Σ_y flow(x, y) and
-    c(y) = q(y) − Σ_x flow(x, y) are coupled independently, π += r cᵀ / Σ c: at a
-    maximum flow no r(x) c(y) > 0 has y ∈ S(x) (that would be an augmenting path
-    source → x → y → sink), so the completion adds no acceptance.
+    1. its accepted part attains α_k;
+    2. among those, it maximises E[m(X, Y)], m(x, y) the number of drafts in x equal to y: the tree nodes the
+       match rule continues with (on a 2 × 1 tree of i.i.d. rows the second level then accepts α_m, and
+       α_2 ≥ α_1, so this plan gives the greatest tree value of all optimal first-level plans);
+    3. among those, its accepted flows f(c, y) from draft multisets c to tokens y ∈ c are lexicographically
+       greatest, the pairs (c, y) ordered by c's first tuple in the order of :func:`draft_tuple_law`
+       (lexicographic, for i.i.d. drafts and without replacement), then by y.
 
-    Capacities are multiplied by 2^50 and rounded to integers: the max flow
-    (``networkx.algorithms.flow.preflow_push``) is then exact, and the value is
-    off by at most (number of edges)·2^-51 from the float problem's (float
-    capacities make networkx's comparisons unreliable).
+    Network: source → multiset c (capacity P_D(multiset c)), c → y for y ∈ c (uncapacitated),
+    y → sink (capacity q(y)), and source → sink (a bypass carrying what is not accepted). The n pairs c → y in
+    the order of 3. (rank r = 0, …, n − 1) cost −(B + m(c, y)·2^n + 2^(n−1−r)), with B = (k·n + 2)·2^n,
+    and the bypass 0: as exact Python integers, the three terms rank the objectives 1. > 2. > 3. Every
+    cycle of the network has a non-zero cost (the ±2^(n−1−r) of its pairs cannot cancel), so the minimum-cost
+    flow is unique: any exact solver returns the same one, whatever the process, hash seed or networkx release.
+    A multiset's flow is split over its tuples in proportion to P_D (tuples that are reorderings of each other
+    get the same row up to scale), and the unaccepted masses r(x) = P_D(x) − Σ_y flow(x, y),
+    c(y) = q(y) − Σ_x flow(x, y) are coupled independently, π += r cᵀ / Σ c: at a maximum flow no r(x) c(y) > 0
+    has y ∈ S(x) (an augmenting path source → x → y → sink), so the completion adds no acceptance.
+
+    Capacities are multiplied by 2^50 and rounded to integers: the flow is then exact, the definition above
+    holds for the rounded capacities, and the value is off by at most (number of edges)·2^-51 from the float
+    problem's.
 
     Parameters
     ----------
@@ -272,21 +311,21 @@ def otm_maxflow(draft, target, k: int, replacement: bool = True) -> OTMResult:
     Returns
     -------
     OTMResult
-        ``value`` = max flow / 2^50; ``plan = (tuples, matrix)`` of shapes (M, k) and (M, V), as in
+        ``value`` = accepted flow / 2^50; ``plan = (tuples, matrix)`` of shapes (M, k) and (M, V), as in
         :func:`otm_lp`.
 
     Raises
     ------
     ValueError
         As :func:`otm_lp`; :class:`~otspec.errors.SizeLimitError` above :data:`MAX_FLOW_EDGES`
-        set → token edges or :data:`MAX_PLAN_ENTRIES` plan entries (tuples × V).
+        multiset → token edges or :data:`MAX_PLAN_ENTRIES` plan entries (tuples × V).
 
     References
     ----------
     .. [1] Z. Sun, A. T. Suresh, J. H. Ro, A. Beirami, H. Jain, F. Yu, "SpecTr: Fast Speculative
        Decoding via Optimal Transport", NeurIPS 2023, arXiv:2310.15141.
-    .. [2] A. V. Goldberg, R. E. Tarjan, "A new approach to the maximum-flow problem",
-       Journal of the ACM 35(4):921–940, 1988.
+    .. [2] R. K. Ahuja, T. L. Magnanti, J. B. Orlin, "Network Flows: Theory, Algorithms, and Applications",
+       Prentice Hall, 1993, ch. 11 (network simplex).
 
     Examples
     --------
@@ -297,51 +336,59 @@ def otm_maxflow(draft, target, k: int, replacement: bool = True) -> OTMResult:
     0.6875
     >>> round(otm_maxflow([0.75, 0.25], [0.25, 0.75], 1).value, 12)
     0.5
+
+    p = q uniform on three tokens, k = 2: every plan whose Y is always a draft is optimal (α_2 = 1). The
+    canonical one sends (a, a) to a (forced), then by 3. gives {0, 1} all it can of token 0 (the 2/9 that
+    (0, 0) leaves), so {0, 2} must give its 2/9 to token 2 and {1, 2} to token 1 — the output of each tuple:
+
+    >>> otm_maxflow(np.full(3, 1 / 3), np.full(3, 1 / 3), 2).plan[1].argmax(axis=1).tolist()
+    [0, 0, 2, 0, 1, 1, 2, 1, 2]
     """
     import networkx as nx
-    from networkx.algorithms.flow import preflow_push
 
-    p, q, k, tuples, probs, member = _plan_inputs(draft, target, k, replacement, MAX_PLAN_ENTRIES,
-                                                  "MAX_PLAN_ENTRIES", "plan", "entries")
+    p, q, k, tuples, probs, _ = _plan_inputs(draft, target, k, replacement, MAX_PLAN_ENTRIES,
+                                             "MAX_PLAN_ENTRIES", "plan", "entries")
     V = p.size
-    sets, inverse = np.unique(member, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    set_mass = np.bincount(inverse, weights=probs, minlength=sets.shape[0])
-    useful = sets & (q > 0)[None, :]
+    counts, inverse, class_mass = _draft_classes(tuples, probs, V)
+    useful = (counts > 0) & (q > 0)[None, :]
     n_edges = int(useful.sum())
     if n_edges > MAX_FLOW_EDGES:
-        raise SizeLimitError(f"the OTM flow network for V={V}, k={k} has {n_edges:,} set -> token edges, above "
+        raise SizeLimitError(f"the OTM flow network for V={V}, k={k} has {n_edges:,} multiset -> token edges, above "
                              f"MAX_FLOW_EDGES = {MAX_FLOW_EDGES:,}; use otm_value (exact, no plan) instead",
                              size=n_edges, limit=MAX_FLOW_EDGES)
-    # Integer node labels: preflow-push keeps its active nodes in Python sets, whose order for labels holding a
-    # string changes with each process's hash seed; with ints it is fixed, so the same rows give the same plan in
-    # every run (the optimum is often not unique, and which optimal plan a tree verifier follows moves its deeper
-    # acceptance). Nodes: source 0, sink 1, token y at 2 + y, draft set i at 2 + V + i.
+    # Integer node labels (source 0, sink 1, token y at 2 + y, multiset i at 2 + V + i) and integer costs: the
+    # optimum is unique (see the docstring), so neither insertion order nor hash seeds can change it.
     source, sink = 0, 1
+    total = round(float(probs.sum()) * _FLOW_SCALE)
     G = nx.DiGraph()
-    G.add_node(source)
-    G.add_node(sink)
+    G.add_node(source, demand=-total)
+    G.add_node(sink, demand=total)
+    G.add_edge(source, sink, capacity=total, weight=0)
     for y in np.flatnonzero(q > 0):
-        G.add_edge(2 + int(y), sink, capacity=round(float(q[y]) * _FLOW_SCALE))
-    for i in range(sets.shape[0]):
-        ys = np.flatnonzero(useful[i])
+        G.add_edge(2 + int(y), sink, capacity=round(float(q[y]) * _FLOW_SCALE), weight=0)
+    n, rank = n_edges, 0
+    base = (k * n + 2) << n
+    for i, ys in enumerate(useful):
+        ys = np.flatnonzero(ys)
         if ys.size == 0:
             continue
-        G.add_edge(source, 2 + V + i, capacity=round(float(set_mass[i]) * _FLOW_SCALE))
-        for y in ys:
-            G.add_edge(2 + V + i, 2 + int(y))  # no capacity attribute: infinite
-    flow_value, flow = nx.maximum_flow(G, source, sink, flow_func=preflow_push)
-    set_flow = np.zeros(sets.shape, dtype=np.float64)
-    for i in range(sets.shape[0]):
+        G.add_edge(source, 2 + V + i, capacity=round(float(class_mass[i]) * _FLOW_SCALE), weight=0)
+        for y in ys:  # no capacity attribute: infinite
+            G.add_edge(2 + V + i, 2 + int(y), weight=-(base + (int(counts[i, y]) << n) + (1 << (n - 1 - rank))))
+            rank += 1
+    _, flow = nx.network_simplex(G)
+    set_flow = np.zeros(counts.shape, dtype=np.float64)
+    for i in range(counts.shape[0]):
         for node, f in flow.get(2 + V + i, {}).items():
             set_flow[i, node - 2] = f / _FLOW_SCALE
-    share = probs / set_mass[inverse]
+    accepted = total - flow[source][sink]
+    share = probs / class_mass[inverse]
     plan = set_flow[inverse] * share[:, None]
     r = np.maximum(probs - plan.sum(axis=1), 0.0)
     c = np.maximum(q * (probs.sum() / q.sum()) - plan.sum(axis=0), 0.0)
     if c.sum() > 0:
         plan += np.outer(r, c / c.sum())
-    value = flow_value / _FLOW_SCALE
-    message = (f"max flow {flow_value} / 2^50 over {sets.shape[0]} distinct draft sets, "
-               f"{n_edges} set -> token edges")
-    return OTMResult(float(value), (tuples, plan), "optimal", message, "maxflow:preflow_push", n_edges)
+    value = accepted / _FLOW_SCALE
+    message = (f"canonical max flow {accepted} / 2^50 over {counts.shape[0]} draft multisets, "
+               f"{n_edges} multiset -> token edges")
+    return OTMResult(float(value), (tuples, plan), "optimal", message, "maxflow:network_simplex", n_edges)

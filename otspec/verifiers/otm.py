@@ -37,9 +37,11 @@ class OTMVerify(MultiDraftVerifier):
     the same in every run: among the plans attaining α_k, the one of greatest E[number of drafts equal to Y]
     (the nodes SpecTr's match rule continues with), then of lexicographically greatest accepted flows from the
     draft multisets (in the order of their first tuple) to their tokens (ascending); a multiset's flow is split
-    over its tuples in proportion to their probability, so reorderings of a tuple share one conditional law. Tokens outside both rows' supports take no part in the plan, so each pair is
-    solved on its joint support: numpy-only, for small supports (after top-k / top-p truncation a
-    language model's rows qualify): support**k may not exceed ``max_tuples``.
+    over its tuples in proportion to their probability, so reorderings of a tuple share one conditional law.
+
+    Tokens outside both rows' supports take no part in the plan, so each pair is solved on its joint support:
+    numpy-only, for small supports (after top-k / top-p truncation a language model's rows qualify):
+    support**k may not exceed ``max_tuples``.
 
     Parameters
     ----------
