@@ -50,8 +50,9 @@ demo-validate-notebooks: $(DEMO_STAMP)
 demo-report: $(DEMO_STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m otspec.report
 
+# one worker per core (pytest-xdist), each test file on one worker (its module fixtures built once)
 test: $(TEST_STAMP)
-	MPLBACKEND=Agg $(BIN)/python -m pytest
+	MPLBACKEND=Agg $(BIN)/python -m pytest -n auto --dist loadfile
 
 test-long: $(TEST_STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m pytest -m audit_long tests/test_audit.py
