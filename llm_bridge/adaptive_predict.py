@@ -74,8 +74,8 @@ def frontier_predictor(pair, prediction_prompts, plan, controller, max_new_token
     learned = rule == "specdecpp" and any(p != "fixed" for p, _ in plan)  # threshold rows on the learned head
     if pair.drafter.deterministic:  # prompt lookup has no frontier of its own
         return (lambda *_: None), profile
-    head = pair.drafter.reads_target_features
-    states = [] if learned and head and pair.drafter.kind == "eagle" else None  # an EAGLE head's states by depth
+    head = pair.drafter.reads_target_features  # a feature head with states of its own (EAGLE): its states by depth
+    states = [] if learned and head and pair.drafter.has_hidden_states else None
     prompts, tokens = more_paths(pair, prediction_prompts, tokens, max_new_tokens, paths, sampling=sampling,
                                  batch_size=batch_size, seed=seed + PREDICTION_SEED_OFFSET)
     replays = replay_sources(pair, prompts, tokens, longest_draft(plan, controller), sampling=sampling,

@@ -37,8 +37,8 @@ from .models import DEFAULT_TARGET, LoadedModel, check_vocabularies, load_model
 from .sampling import DEFAULT_SAMPLING
 from .sessions import ModelSession, NGramSession
 
-__all__ = ["DISTILLED_DIR", "ModelDrafter", "NGramDrafter", "Pair", "dequantize_rows", "load_pair", "make_drafter",
-           "quantize_rows", "truncated_target"]
+__all__ = ["DISTILLED_DIR", "DRAFTERS", "ModelDrafter", "NGramDrafter", "Pair", "dequantize_rows", "load_pair",
+           "drafter_names", "make_drafter", "quantize_rows", "register_drafter", "truncated_target", "unregister_drafter"]
 
 #: Where ``python -m llm_bridge.distill`` writes the shipped draft (config, weights, training log).
 DISTILLED_DIR = Path(__file__).parent / "weights" / "distilled"
@@ -64,35 +64,54 @@ class Pair:
 class ModelDrafter(Drafter):
     """A draft language model; its session is a :class:`~llm_bridge.sessions.ModelSession`."""
 
-    deterministic = False
-
     def __init__(self, loaded: LoadedModel, name: str | None = None):
         self.loaded, self.name = loaded, name or loaded.name
         self.model = loaded.model
 
-    def session(self, batch: int, sampling=DEFAULT_SAMPLING, *, hidden: bool = False, cache: str = "auto",
+    def session(self, batch: int, sampling=None, *, hidden: bool = False, cache: str = "auto",
                 max_length: int | None = None, timer=None, host_rows: bool = True) -> ModelSession:
         """A KV-cache session over ``batch`` sequences (``cache``: a kind of :func:`~llm_bridge.cache.make_cache`)."""
-        return ModelSession(self.model, batch, sampling, hidden=hidden, cache=cache, max_length=max_length,
-                            timer=timer, name="draft", host_rows=host_rows)
+        return ModelSession(self.model, batch, DEFAULT_SAMPLING if sampling is None else sampling, hidden=hidden,
+                            cache=cache, max_length=max_length, timer=timer, name="draft", host_rows=host_rows)
+
+    def replays(self, pair, prompts, continuations, longest: int, **options):
+        """Both models' rows logged along the plain paths (:func:`llm_bridge.replays.model_replays`)."""
+        from .replays import model_replays
+
+        return model_replays(pair, prompts, continuations, longest, **options)
+
+    def source(self, target_model, prompt, sampling=None):
+        """The draft model's rows after ``prompt``, from full passes without a cache."""
+        from .sources import ModelSource
+
+        return ModelSource(self.model, prompt, DEFAULT_SAMPLING if sampling is None else sampling)
 
 
 class NGramDrafter(Drafter):
     """Prompt lookup decoding: propose the continuation of the last ``n``-gram's latest earlier occurrence."""
 
     deterministic = True
+    drafts_trees = False
+    has_hidden_states = False
 
     def __init__(self, vocab_size: int, n: int = 3):
         if int(n) != n or n < 1:
             raise ValueError(f"ngram: expected n >= 1, got {n!r}")
         self.vocab_size, self.n, self.name = int(vocab_size), int(n), f"ngram:{n}"
 
-    def session(self, batch: int, sampling=None, *, hidden: bool = False, host_rows: bool = True, **_) -> NGramSession:
-        if hidden:
-            raise ValueError("the n-gram drafter has no hidden states for a learned head")
+    def session(self, batch: int, sampling=None, *, hidden: bool = False, cache: str = "auto",
+                max_length: int | None = None, timer=None, host_rows: bool = True) -> NGramSession:
+        """A lookup session over ``batch`` sequences (nothing to cache, sample or time: those arguments are moot)."""
+        self.check_plan(hidden=hidden)
         if not host_rows:
             raise ValueError("the n-gram drafter's rows live on the host (host_rows=True)")
         return NGramSession(self, batch)
+
+    def replays(self, pair, prompts, continuations, longest: int, **options):
+        """Its own chains at every block start (:func:`llm_bridge.replays.lookup_replays`)."""
+        from .replays import lookup_replays
+
+        return lookup_replays(pair, prompts, continuations, longest, **options)
 
     def propose(self, history: np.ndarray) -> int:
         """The proposed next token after ``history`` (1-D ids), or -1 when no suffix recurs."""
@@ -142,30 +161,107 @@ def _distilled(target: LoadedModel, folder: Path = DISTILLED_DIR):
     return draft.to(target.device).eval()
 
 
-def make_drafter(spec: str, target: LoadedModel):
-    """The drafter named ``spec`` for ``target`` (see the module docstring)."""
-    spec = str(spec)
-    if spec.startswith("ngram"):
-        n = int(spec.split(":", 1)[1]) if ":" in spec else 3
-        return NGramDrafter(target.vocab_size, n)
-    if spec.startswith("layers:"):
-        k = int(spec.split(":", 1)[1])
-        return ModelDrafter(LoadedModel(truncated_target(target, k), target.tokenizer, spec, target.device,
-                                        target.dtype), spec)
-    if spec == "distilled":
-        return ModelDrafter(LoadedModel(_distilled(target), target.tokenizer, spec, target.device, target.dtype),
-                            spec)
-    if spec in ("eagle", "medusa") or spec.startswith("head:"):
-        from .heads import HEAD_DIRS, HeadDrafter, load_head
+#: Drafter makers by name: ``name`` or ``name:ARGUMENT`` -> ``make(argument or None, target)`` (:func:`register_drafter`).
+DRAFTERS: dict = {}
 
-        folder = HEAD_DIRS[spec] if spec in HEAD_DIRS else Path(spec.split(":", 1)[1])
-        head, meta = load_head(folder, target.model)
-        return HeadDrafter(head, spec, meta)
-    if spec == "int8":
-        if target.device != "cpu":
-            raise ValueError("the int8 draft multiplies in int8 on the CPU (torch._int_mm): run on device='cpu'")
-        return ModelDrafter(LoadedModel(int8_model(target.model), target.tokenizer, spec, target.device,
-                                        target.dtype), spec)
+
+def register_drafter(name: str, *, argument: str | None = None, optional: bool = False, description: str = ""):
+    """File a drafter maker under ``name`` (a decorator of ``make(argument, target) -> Drafter``): ``make_drafter``
+    then understands ``name`` and, with ``argument`` (what it is, for messages), ``name:ARGUMENT`` (``optional``: the
+    argument may be left out, and ``make`` gets ``None``). A new drafter is its class and one decorated maker."""
+    if not name.isidentifier() or name in DRAFTERS:
+        raise ValueError(f"register_drafter: {name!r} is not an identifier or is taken")
+
+    def decorate(make):
+        DRAFTERS[name] = {"make": make, "argument": argument, "optional": optional, "description": description}
+        return make
+
+    return decorate
+
+
+def unregister_drafter(name: str) -> None:
+    """Remove a drafter maker (a plugin's or a test's)."""
+    if DRAFTERS.pop(name, None) is None:
+        raise ValueError(f"unregister_drafter: no drafter {name!r}; registered: {sorted(DRAFTERS)}")
+
+
+@register_drafter("ngram", argument="N, the longest n-gram looked up (default 3)", optional=True,
+                  description="prompt lookup")
+def _ngram(argument, target: LoadedModel):
+    return NGramDrafter(target.vocab_size, 3 if argument is None else int(argument))
+
+
+@register_drafter("layers", argument="K, the target's first K layers", description="self-speculation, untrained")
+def _layers(argument, target: LoadedModel):
+    spec = f"layers:{argument}"
+    return ModelDrafter(LoadedModel(truncated_target(target, int(argument)), target.tokenizer, spec, target.device,
+                                    target.dtype), spec)
+
+
+@register_drafter("distilled", description="the shipped distilled draft")
+def _distilled_drafter(argument, target: LoadedModel):
+    return ModelDrafter(LoadedModel(_distilled(target), target.tokenizer, "distilled", target.device, target.dtype),
+                        "distilled")
+
+
+def _head(spec: str, folder: Path, target: LoadedModel):
+    from .head_drafter import HeadDrafter
+    from .heads import load_head
+
+    head, meta = load_head(folder, target.model)
+    return HeadDrafter(head, spec, meta)
+
+
+@register_drafter("eagle", description="the shipped EAGLE-style head")
+def _eagle(argument, target: LoadedModel):
+    from .heads import HEAD_DIRS
+
+    return _head("eagle", HEAD_DIRS["eagle"], target)
+
+
+@register_drafter("medusa", description="the shipped Medusa heads")
+def _medusa(argument, target: LoadedModel):
+    from .heads import HEAD_DIRS
+
+    return _head("medusa", HEAD_DIRS["medusa"], target)
+
+
+@register_drafter("head", argument="FOLDER of a trained head", description="a head made by python -m llm_bridge.train_head")
+def _head_folder(argument, target: LoadedModel):
+    return _head(f"head:{argument}", Path(argument), target)
+
+
+@register_drafter("int8", description="the target in int8 (CPU)")
+def _int8(argument, target: LoadedModel):
+    if target.device != "cpu":
+        raise ValueError("the int8 draft multiplies in int8 on the CPU (torch._int_mm): run on device='cpu'")
+    return ModelDrafter(LoadedModel(int8_model(target.model), target.tokenizer, "int8", target.device, target.dtype),
+                        "int8")
+
+
+def drafter_names() -> str:
+    """The registered drafter names as a user writes them (``ngram[:N]``, ``layers:K``, ...), for help texts."""
+    def spelled(name, entry):
+        if entry["argument"] is None:
+            return name
+        word = entry["argument"].split(",")[0].split()[0]
+        return f"{name}[:{word}]" if entry["optional"] else f"{name}:{word}"
+
+    return ", ".join(spelled(name, entry) for name, entry in DRAFTERS.items())
+
+
+def make_drafter(spec: str, target: LoadedModel):
+    """The drafter named ``spec`` for ``target``: a registered name (:data:`DRAFTERS`, ``name`` or ``name:ARGUMENT``;
+    see the module docstring), else a model loaded by :func:`~llm_bridge.models.load_model`."""
+    spec = str(spec)
+    name, _, argument = spec.partition(":")
+    entry = DRAFTERS.get(name)
+    if entry is not None:
+        if argument and entry["argument"] is None:
+            raise ValueError(f"drafter {spec!r}: {name} takes no argument")
+        if not argument and entry["argument"] is not None and not entry["optional"]:
+            raise ValueError(f"drafter {spec!r}: give {name}:ARGUMENT ({entry['argument']})")
+        return entry["make"](argument or None, target)
     draft = load_model(spec, device=target.device, dtype=target.dtype)
     check_vocabularies(target.tokenizer, draft.tokenizer)
     if draft.vocab_size != target.vocab_size:

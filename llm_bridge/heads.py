@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from otspec.distributions import to_device
-from otspec.engine.session import Drafter, Scores, Session, as_prompts
+from otspec.engine.session import Scores, Session, as_prompts
 
 from .cache import cache_kwargs, make_cache
 from .kernels import few_row_linears, few_row_product
@@ -44,7 +44,7 @@ from .sampling import DEFAULT_SAMPLING
 from .sessions import concat_tokens, padded, row_tokens
 from .treemask import slot_lookup
 
-__all__ = ["HEAD_DIRS", "HEAD_KINDS", "EagleHead", "EagleSession", "HeadDrafter", "MedusaHeads", "MedusaSession",
+__all__ = ["HEAD_DIRS", "HEAD_KINDS", "EagleHead", "EagleSession", "MedusaHeads", "MedusaSession",
            "build_head", "eagle_unrolled", "load_head", "save_head"]
 
 HEAD_KINDS = ("eagle", "medusa")
@@ -269,26 +269,6 @@ def load_head(folder: Path, target_model):
         raise ValueError(f"{folder}: weights {sorted(set(weights) ^ set(own))[:3]} do not fit a {meta['kind']} head")
     head.load_state_dict({k: v.to(own[k].dtype) for k, v in weights.items()}, strict=False)
     return head.to(next(target_model.parameters()).device).eval(), meta
-
-
-class HeadDrafter(Drafter):
-    """A drafter made of a feature-level head (:class:`EagleHead` or :class:`MedusaHeads`) on the target."""
-
-    deterministic = False
-    reads_target_features = True
-
-    def __init__(self, head, name: str | None = None, meta: dict | None = None):
-        self.head, self.kind = head, head.kind
-        self.name, self.meta = name or head.kind, meta or {}
-
-    def session(self, batch: int, sampling=DEFAULT_SAMPLING, *, hidden: bool = False, cache: str = "auto",
-                max_length: int | None = None, timer=None, host_rows: bool = True) -> Session:
-        if self.kind == "eagle":
-            return EagleSession(self.head, batch, sampling, hidden=hidden, cache=cache, max_length=max_length,
-                                host_rows=host_rows)
-        if hidden:
-            raise ValueError("the Medusa heads have no state of their own for a learned draft-length head")
-        return MedusaSession(self.head, batch, sampling, host_rows=host_rows)
 
 
 def _tokens_of(tokens, counts, b: int):

@@ -359,7 +359,7 @@ def speculative_batches(pair, prompts, verifier: Verifier, draft_length, max_new
                          "FixedDraftLength or a LearnedHeadController on the draft's hidden states")
     if verifier.layout != "chain":
         raise ValueError(f"{type(verifier).__name__} verifies {verifier.layout}; this loop drafts chains")
-    if getattr(ctrl, "reads_drafted_state", False) and verifier.carries_residual:
+    if ctrl.reads_drafted_state and verifier.carries_residual:
         raise ValueError(f"{type(verifier).__name__} asks for the draft's row after the drafted tokens, which an "
                          "unlagged head has already fed; use a lagged head (lagged=True) or another verifier")
     L, N = ctrl.max_length, int(max_new_tokens)

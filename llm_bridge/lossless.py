@@ -29,27 +29,20 @@ def first_token_law(pair, prompt, verifier, draft_length: int, *, sampling: Samp
                     max_paths: int = MAX_LAW_PATHS) -> FirstTokenLaw:
     """Exact law of the first token emitted after ``prompt`` (token ids) by one verification iteration: otspec's
     exact engine (:func:`otspec.engine.first_token.first_token_law`) over both models as sources."""
-    if pair.drafter.deterministic:
-        raise ValueError("first_token_law enumerates a model drafter's draws; the n-gram drafter has none")
     draft, target = _draft_source(pair, prompt, sampling), ModelSource(pair.target.model, prompt, sampling)
     return engine_first_token_law(draft, target, verifier, draft_length, max_paths=max_paths)
 
 
 def _draft_source(pair, prompt, sampling):
-    """The drafter's rows after ``prompt`` as a source: a draft model's, or a feature head's on the target's features."""
-    if pair.drafter.reads_target_features:
-        from .head_replays import HeadSource
-
-        return HeadSource(pair.drafter.head, pair.target.model, prompt, sampling)
-    return ModelSource(pair.drafter.model, prompt, sampling)
+    """The drafter's rows after ``prompt`` as a source (the drafter's own exact, cache-free :meth:`source`)."""
+    pair.drafter.check_plan(exact=True)
+    return pair.drafter.source(pair.target.model, prompt, sampling)
 
 
 def root_token_law(pair, prompt, verifier, k: int, *, sampling: Sampling = DEFAULT_SAMPLING,
                    max_paths: int = MAX_LAW_PATHS) -> FirstTokenLaw:
     """Exact law of the first token emitted after ``prompt`` by a multi-draft verifier with k candidates at the root
     (:func:`otspec.engine.first_token.root_token_law` over both models as sources)."""
-    if pair.drafter.deterministic:
-        raise ValueError("root_token_law enumerates a model drafter's draws; the n-gram drafter has none")
     draft, target = _draft_source(pair, prompt, sampling), ModelSource(pair.target.model, prompt, sampling)
     return engine_root_token_law(draft, target, verifier, k, max_paths=max_paths)
 

@@ -50,7 +50,8 @@ def replay_sources(pair, prompts, continuations, longest: int, *, sampling: Samp
                    batch_size: int | None = None, top_p: float = DEFAULT_LOG_TOP_P,
                    max_kept: int | None = DEFAULT_LOG_MAX_KEPT, states: list | None = None,
                    meta: dict | None = None) -> Replays:
-    """The replays of ``pair.drafter`` along ``continuations`` (plain decoding of ``prompts``, one each).
+    """The replays of ``pair.drafter`` along ``continuations`` (plain decoding of ``prompts``, one each): the
+    drafter's own :meth:`replays` (a draft model's logged rows, a head's rows by draft depth, prompt lookup's chains).
 
     ``longest``: the longest draft any prediction replays; every kind carries one row past it (a v1 block
     verifier reads the draft's row after its last drafted token). ``top_p`` / ``max_kept`` truncate a head's and a
@@ -58,18 +59,23 @@ def replay_sources(pair, prompts, continuations, longest: int, *, sampling: Samp
     ``states`` (a list) receives an EAGLE head's states by depth, for a learned draft-length rule; ``meta`` goes into
     a draft model's log. A drafter-independent refusal: ``longest`` must be a positive integer."""
     longest = check_size(longest, "longest draft")
-    drafter = pair.drafter
-    if drafter.deterministic:  # prompt lookup: its chains, the target's rows along the same path
-        return Replays("ngram", NGRAM_METHOD, pairs=ngram_pairs(pair, prompts, continuations, depth=longest,
-                                                                 sampling=sampling))
-    if drafter.reads_target_features:  # a feature head: its rows at every draft depth (torch at import: here)
-        from .head_replays import HEAD_METHOD, head_replays
+    return pair.drafter.replays(pair, prompts, continuations, longest, sampling=sampling, batch_size=batch_size,
+                                top_p=top_p, max_kept=max_kept, states=states, meta=meta)
 
-        return Replays("head", HEAD_METHOD, pairs=head_replays(pair, prompts, continuations, longest + 1,
-                                                               sampling=sampling, top_p=top_p, max_kept=max_kept,
-                                                               states=states))
+
+def model_replays(pair, prompts, continuations, longest: int, *, sampling: Sampling = DEFAULT_SAMPLING,
+                  batch_size: int | None = None, top_p: float = DEFAULT_LOG_TOP_P,
+                  max_kept: int | None = DEFAULT_LOG_MAX_KEPT, meta: dict | None = None, **_) -> Replays:
+    """A draft model's replays: both models' rows logged along the plain paths (:func:`record_rows`)."""
     return Replays("log", METHOD, log=record_rows(pair, prompts, continuations, sampling=sampling, top_p=top_p,
                                                    max_kept=max_kept, meta=meta, batch_size=batch_size))
+
+
+def lookup_replays(pair, prompts, continuations, longest: int, *, sampling: Sampling = DEFAULT_SAMPLING,
+                   **_) -> Replays:
+    """Prompt lookup's replays: its own chains at every block start, the target's rows along the same path."""
+    return Replays("ngram", NGRAM_METHOD, pairs=ngram_pairs(pair, prompts, continuations, depth=longest,
+                                                             sampling=sampling))
 
 
 def more_paths(pair, prompts, continuations, max_new_tokens: int, paths: int, *, sampling: Sampling = DEFAULT_SAMPLING,

@@ -143,16 +143,11 @@ def tree_batches(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: st
     leaves computing them to :meth:`TreeResult.closed_forms` (at V = 49,152 the optimum without replacement takes
     seconds a node: a timed record computes them after its timing window)."""
     if verifier.layout not in ("candidates", "tree"):
-        raise ValueError(f"{type(verifier).__name__} verifies {verifier.layout}; a tree needs a multi-draft or "
-                         f"whole-tree verifier ({', '.join(TREE_VERIFIERS)})")
+        raise ValueError(f"{type(verifier).__name__} verifies {verifier.layout}; a tree needs a multi-draft verifier "
+                         f"or a whole-tree one ({', '.join(TREE_VERIFIERS)})")
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
-    if pair.drafter.reads_target_features and getattr(pair.drafter, "kind", None) != "eagle":
-        raise ValueError(f"the {pair.drafter.name} heads draft chains (each reads only the last target feature); a "
-                         "draft tree needs a draft model or the EAGLE head")
-    if pair.drafter.deterministic:
-        raise ValueError(f"the {pair.drafter.name} drafter proposes one token per position; a draft tree needs a "
-                         "model draft (distilled, int8, layers:K or a model)")
+    pair.drafter.check_plan(trees=True)
     tree = parse_tree(tree, verifier.replacement)
     L, N = tree.depth, int(max_new_tokens)
     if host_rows is None:

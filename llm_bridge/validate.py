@@ -59,7 +59,7 @@ from otspec.verifiers import REGISTRY, TREE_VERIFIERS, DecodingOPT
 
 from .cache import CACHE_KINDS
 from .calibrate import calibrate, calibration_batches, config_key
-from .drafters import load_pair
+from .drafters import drafter_names, load_pair
 from .logrows import DEFAULT_LOG_MAX_KEPT, DEFAULT_LOG_TOP_P, check_loggable
 from .loop import plain_generate, speculative_batches, speculative_generate
 from .lossless import first_token_law, root_token_law, two_sample_test
@@ -196,12 +196,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     phase("models loaded")
     if log_rows is not None:  # before any decoding
         check_loggable(pair)
-    head = pair.drafter.reads_target_features
-    if head and trees and pair.drafter.kind != "eagle":
-        raise ValueError(f"--trees: the {pair.drafter.name} heads draft chains (trees need a draft model or the "
-                         "EAGLE head)")
-    if head and pair.drafter.kind == "medusa" and max(lengths, default=0) > pair.drafter.head.k:
-        raise ValueError(f"--L {max(lengths)}: the Medusa heads propose at most {pair.drafter.head.k} tokens")
+    pair.drafter.check_plan(lengths=lengths, trees=bool(trees))
     if cache == "auto":
         cache = "compiled" if pair.target.device.startswith("cuda") else "dynamic"
     sampling = Sampling(temperature, top_k, top_p)
@@ -403,7 +398,7 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--target", default=DEFAULT_TARGET, help="'smollm2', a folder, a .gguf file or a hub id")
     ap.add_argument("--draft", default="distilled",
-                    help="distilled, eagle, medusa, head:FOLDER, ngram[:N], int8, layers:K, or a model")
+                    help=f"{drafter_names()}, or a model")
     ap.add_argument("--verifiers", default="token,block,block_v1",
                     help=f"chain verifiers for the draft lengths, comma-separated, among {','.join(REGISTRY)}")
     ap.add_argument("--L", default="2,4,8", help="draft lengths, comma-separated")

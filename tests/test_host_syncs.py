@@ -31,7 +31,8 @@ def _drafter(kind: str) -> Pair:
     pair = tiny_pair(sharpness=3.0)
     if kind == "model":
         return pair
-    from llm_bridge.heads import EagleHead, HeadDrafter, MedusaHeads
+    from llm_bridge.head_drafter import HeadDrafter
+    from llm_bridge.heads import EagleHead, MedusaHeads
 
     torch.manual_seed(3)
     ids = np.arange(VOCAB)

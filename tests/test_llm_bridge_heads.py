@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from llm_bridge.drafters import Pair
+from llm_bridge.head_drafter import HeadDrafter
 from llm_bridge.head_replays import HeadSource, compact_rows, depth_rows
 from llm_bridge.heads import (
     EagleHead,
     EagleSession,
-    HeadDrafter,
     MedusaHeads,
     MedusaSession,
     load_head,

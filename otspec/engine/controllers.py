@@ -50,6 +50,9 @@ class DraftLengthController(ABC):
     needs_target: bool = False
     needs_context: bool = False
     needs_lookahead: bool = False
+    #: It reads the draft's state at the drafted token itself (an unlagged learned head): the loop feeds each drafted
+    #: token before asking it.
+    reads_drafted_state: bool = False
     #: It keeps drafting until ``max_length`` (or the sequence's last position) whatever it sees: a loop may then
     #: draft a whole chain in one session call (:meth:`~otspec.engine.session.Session.draft_chain`).
     fixed_length: bool = False

@@ -100,7 +100,7 @@ def _draft_chain(draft: Session, target: Session, ctrl: DraftLengthController, r
         return drafted, tokens, draft_rows
     scores, at = run.call("draft", 0, draft.feed, run.tokens((B, 0)), np.zeros(B, dtype=np.int64)), 0
     # an unlagged head reads the draft's state at the drafted token itself: feed each token before asking
-    early = bool(getattr(ctrl, "reads_drafted_state", False)) and scores.features is not None
+    early = ctrl.reads_drafted_state and scores.features is not None
     for i in range(L):
         if scores.usable is not None:
             drafting &= to_host(scores.usable[:, at]).astype(bool)

@@ -127,7 +127,7 @@ def start_sessions(sessions, prompts) -> None:
         if session is None:
             continue
         if session.reads_target_features:
-            features = getattr(target, "prompt_features", None)
+            features = target.prompt_features
             if features is None:
                 raise ValueError(f"{type(session).__name__} reads the target's features, and the target session "
                                  f"{type(target).__name__} gives none (a model session built with hidden=True does)")

@@ -97,6 +97,9 @@ class Session(ABC):
     rows_device: Any = None
     #: It drafts a whole chain of a fixed length in one call (:meth:`draft_chain`).
     drafts_chains: bool = False
+    #: A target session that returns features: per sequence, its prompt's features after :meth:`start` (module
+    #: docstring, *Target features*); ``None`` otherwise.
+    prompt_features: Any = None
 
     @abstractmethod
     def start(self, prompts: list[np.ndarray]) -> None:
@@ -137,21 +140,85 @@ class Session(ABC):
 
 
 class Drafter(ABC):
-    """What a drafter offers a loop: a session over a batch of sequences.
+    """What a drafter offers a loop: a session over a batch of sequences, and what it can do, declared.
 
-    ``deterministic`` drafters (an n-gram lookup) propose one token per position and cannot
-    draw the i.i.d. candidates of a draft tree.
+    The class attributes are its capabilities; the loops and the tools read them instead of probing:
+
+    * ``deterministic`` — it proposes one token per position (prompt lookup: a one-hot row), so it has no draws
+      for an exact law to enumerate and cannot draw a tree's i.i.d. candidates;
+    * ``reads_target_features`` — its sessions read the target's features (:attr:`Session.reads_target_features`):
+      the loop's target session must then return them;
+    * ``drafts_trees`` — its sessions grow draft trees (:meth:`Session.feed_tree`);
+    * ``max_draft_length`` — the longest chain it proposes in one iteration (``None``: any);
+    * ``has_hidden_states`` — its sessions can return their own states for a learned draft-length head
+      (``session(hidden=True)``).
+
+    :meth:`check_plan` refuses, before any model runs, what the declarations rule out; :meth:`source` gives its
+    rows after a prompt as an exact, cache-free :class:`~otspec.sources.Source` (exact laws and predictions read it).
     """
 
     name: str = "drafter"
     deterministic: bool = False
-    #: Its sessions read the target's features (:attr:`Session.reads_target_features`): the loop's target
-    #: session must then return them.
     reads_target_features: bool = False
+    drafts_trees: bool = True
+    max_draft_length: int | None = None
+    has_hidden_states: bool = True
 
     @abstractmethod
-    def session(self, batch: int, **options) -> Session:
-        """A :class:`Session` over ``batch`` sequences."""
+    def session(self, batch: int, sampling=None, *, hidden: bool = False, cache: str = "auto",
+                max_length: int | None = None, timer=None, host_rows: bool = True) -> Session:
+        """A :class:`Session` over ``batch`` sequences.
+
+        Parameters
+        ----------
+        batch : int
+        sampling : object, optional
+            How rows are made from logits (temperature, top-k, top-p); ``None``: the drafter's default.
+        hidden : bool
+            Also return the session's own states (a learned draft-length head reads them).
+        cache : str
+            The kind of KV cache (a model's sessions; others ignore it).
+        max_length : int, optional
+            Longest sequence the session holds (a static cache's size).
+        timer : object, optional
+            Times the session's own calls.
+        host_rows : bool
+            Hand the loop numpy rows (``True``) or keep them as tensors on the model's device.
+        """
+
+    def check_plan(self, *, lengths=(), trees: bool = False, hidden: bool = False, exact: bool = False) -> None:
+        """Refuse what the declarations rule out, before any model runs: chains longer than ``max_draft_length``,
+        ``trees`` from a drafter that does not grow them, ``hidden`` states it does not have, an ``exact`` law of a
+        deterministic drafter's draws."""
+        longest = max((int(L) for L in lengths), default=0)
+        if self.max_draft_length is not None and longest > self.max_draft_length:
+            raise ValueError(f"draft length {longest}: the {self.name} drafter proposes at most "
+                             f"{self.max_draft_length} tokens")
+        if trees and self.deterministic:
+            raise ValueError(f"the {self.name} drafter proposes one token per position; a draft tree needs drawn "
+                             "candidates (a model draft: distilled, int8, layers:K or a model)")
+        if trees and not self.drafts_trees:
+            raise ValueError(f"the {self.name} drafter can only draft chains; a draft tree needs a drafter that grows "
+                             "trees (a draft model or the EAGLE head)")
+        if hidden and not self.has_hidden_states:
+            raise ValueError(f"the {self.name} drafter has no states of its own for a learned draft-length head")
+        if exact and self.deterministic:
+            raise ValueError(f"the {self.name} drafter draws nothing: there is no law of its draws to enumerate")
+
+    def source(self, target_model, prompt, sampling=None):
+        """Its rows after ``prompt`` (token ids) as an exact, cache-free :class:`~otspec.sources.Source` (the draft
+        side of exact laws and predictions); ``target_model`` for a drafter that reads the target's features."""
+        raise NotImplementedError(f"the {self.name} drafter has no exact source of its rows")
+
+    def replays(self, pair, prompts, continuations, longest: int, **options):
+        """What the predictions replay for this drafter along plain-decoding paths (``llm_bridge.replays``: a draft
+        model's logged rows, a head's rows by draft depth, prompt lookup's chains)."""
+        raise NotImplementedError(f"the {self.name} drafter has no replays for predictions")
+
+    def capabilities(self) -> dict:
+        """Its declared capabilities, by name (what records and error messages report)."""
+        return {key: getattr(self, key) for key in ("deterministic", "reads_target_features", "drafts_trees",
+                                                      "max_draft_length", "has_hidden_states")}
 
 
 def _positions(counts: np.ndarray, m: int) -> np.ndarray:
