@@ -94,3 +94,27 @@ def test_a_session_of_a_model_like_source_drafts_a_token_per_call():
     sessions = Plain(draft, 2, N + 1, max_prefix=N - 2), SourceSession(target, 2, N + 1, max_prefix=N - 1)
     run = chain_loop(*sessions, TokenVerify(), FixedDraftLength(L), N, np.random.default_rng(0), batch=2)
     np.testing.assert_array_equal(run.tokens, tokens)
+
+
+def test_a_subclass_that_decides_itself_and_a_timed_run_draft_a_token_per_call():
+    class StopAfterOne(FixedDraftLength):
+        def keep_drafting(self, step, rows, **_):
+            return np.zeros(rows.shape[0], dtype=bool)
+
+    class Calls:
+        def __init__(self):
+            self.draft = 0
+
+        def call(self, kind, n, fn, *args):
+            self.draft += kind == "draft"
+            return fn(*args)
+
+    assert not StopAfterOne(3).fixed_length
+    draft, target = random_iid(vocab=V, seed=1)
+    timer = Calls()
+    sessions = SourceSession(draft, 2, N + 1, max_prefix=N - 2), SourceSession(target, 2, N + 1, max_prefix=N - 1)
+    seen = Steps()
+    chain_loop(*sessions, TokenVerify(), FixedDraftLength(L), N, np.random.default_rng(0), batch=2, timer=timer,
+               observers=[seen])
+    full = sum(int(drafted.max() == L) for _, drafted, *_ in seen.seen)
+    assert full > 0 and timer.draft >= len(seen.seen) + (L - 1) * full  # a call per drafted token, as a model's

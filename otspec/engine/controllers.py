@@ -79,7 +79,10 @@ def as_controller(draft_length) -> DraftLengthController:
 class FixedDraftLength(DraftLengthController):
     """Draft-length controller that always drafts ``length`` tokens."""
 
-    fixed_length = True
+    @property
+    def fixed_length(self) -> bool:
+        """True, unless a subclass decides in its own ``keep_drafting``."""
+        return type(self).keep_drafting is FixedDraftLength.keep_drafting
 
     def __init__(self, length: int):
         self.max_length = check_size(length, "draft_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")

@@ -91,7 +91,8 @@ def _draft_chain(draft: Session, target: Session, ctrl: DraftLengthController, r
     Every step draws a token for every sequence (one uniform each, no host index), and keeps those
     of the sequences still drafting; the rest is padding past their drafted length."""
     B, L = run.B, ctrl.max_length
-    if ctrl.fixed_length and draft.drafts_chains:  # the same draws in one session call
+    if ctrl.fixed_length and draft.drafts_chains and run.call.timer is None:  # the same draws in one session call
+        # (a timed run keeps a call per drafted token: the timer charges each draft call)
         return run.call("draft", L, draft.draft_chain, limit, L, rng)
     drafted, tokens, draft_rows = np.zeros(B, dtype=np.int64), run.tokens((B, L)), None
     ctrl.start(B)
