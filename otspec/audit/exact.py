@@ -18,7 +18,6 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-from scipy import stats
 
 from ..checks import check_size
 from ..verifiers import CHAIN_VERIFIERS
@@ -121,6 +120,8 @@ def exact_audit(sampler, *, vocab: int = 3, draft_length: int = 2, pairs: int = 
         worst["tv"] = max(worst["tv"], float(0.5 * np.abs(dev).sum()))
     z = np.concatenate(z_all)
     worst["max_abs_z"] = float(np.abs(z).max())
+    from scipy import stats  # here, not at import: scipy.stats takes about a second to import
+
     p_law = float(min(1.0, z.size * 2 * stats.norm.sf(worst["max_abs_z"])))
     p_values = [p_law]
     acceptance = {"mean_accepted": acc_obs}

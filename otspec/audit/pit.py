@@ -18,7 +18,6 @@ binned test's power at n samples from the noncentral χ² (noncentrality n Σ_k 
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 __all__ = ["BINS", "MIN_EXPECTED", "bias_interval", "per_pair_test", "binned_test", "mixture_bin_law", "pit_tables", "pit_values", "power_curve",
            "samples_needed"]
@@ -48,6 +47,8 @@ def binned_test(u: np.ndarray, bins: int = BINS) -> dict:
     """G-test of ``u`` against uniform on ``bins`` equal bins, and the KS test: counts, p-values."""
     counts = np.bincount(np.minimum((u * bins).astype(np.int64), bins - 1), minlength=bins)
     expected = np.full(bins, u.size / bins)
+    from scipy import stats  # here, not at import: scipy.stats takes about a second to import
+
     g = stats.power_divergence(counts, expected, lambda_="log-likelihood")
     ks = stats.kstest(u, "uniform")
     return {"counts": counts.tolist(), "g_statistic": float(g.statistic), "g_p_value": float(g.pvalue),
@@ -84,6 +85,8 @@ def per_pair_test(counts: np.ndarray, q: np.ndarray) -> dict:
     stat, mu, sd = float(x2[ok].sum()), float(mean.sum()), float(np.sqrt(max(var.sum(), 1e-300)))
     impossible = int((counts * (q <= 0)).sum())
     z = (stat - mu) / sd if mu > 0 else 0.0
+    from scipy import stats  # here, not at import: scipy.stats takes about a second to import
+
     p = 0.0 if impossible > 0 else float(stats.norm.sf(z))
     return {"statistic": stat, "mean": mu, "sd": sd, "z": float(z), "p_value": p, "pairs": int(live.sum()),
             "tokens_the_target_never_emits": impossible}
@@ -101,6 +104,8 @@ def bias_interval(counts, draws: int = 2000, confidence: float = 0.95, seed: int
     rng = np.random.default_rng(seed)
     boot = 0.5 * np.abs(rng.multinomial(int(n), f, size=draws) / n - 1 / K).sum(axis=1)
     null = 0.5 * np.abs(rng.multinomial(int(n), np.full(K, 1 / K), size=draws) / n - 1 / K).sum(axis=1)
+    from scipy import stats  # here, not at import: scipy.stats takes about a second to import
+
     z = stats.norm.ppf(1 - (1 - confidence) / (2 * K))
     half = z * np.sqrt(np.maximum(f * (1 - f), 1 / (K * n)) / n)
     dev = np.abs(f - 1 / K)
@@ -123,6 +128,8 @@ def mixture_bin_law(p: np.ndarray, q: np.ndarray, rank: np.ndarray, before: np.n
 
 
 def _power(n, w2: float, bins: int, alpha: float) -> np.ndarray:
+    from scipy import stats  # here, not at import: scipy.stats takes about a second to import
+
     crit = stats.chi2.ppf(1 - alpha, bins - 1)
     return stats.ncx2.sf(crit, bins - 1, np.asarray(n, dtype=float) * w2)
 

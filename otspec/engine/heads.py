@@ -23,7 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import minimize
 
 from ..checks import MAX_DRAFT_LENGTH, MAX_SIMULATION_BLOCKS, check_real, check_size
 from ..distributions import sample_categorical
@@ -142,6 +141,9 @@ class AcceptanceHead:
             dz = (-self.w_acc * P * (1 - sig) + self.w_rej * (1 - P) * sig) / F.shape[0]
             grad = np.concatenate([F.T @ dz + 2 * self.l2 * w[:-1], [dz.sum()]])
             return value + self.l2 * w[:-1] @ w[:-1], grad
+
+        # here, not at import: scipy.optimize takes a third of a second to import
+        from scipy.optimize import minimize
 
         res = minimize(loss, np.zeros(F.shape[1] + 1), jac=True, method="L-BFGS-B", options={"maxiter": 2000})
         self.theta, self.bias = res.x[:-1], float(res.x[-1])

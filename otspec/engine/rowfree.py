@@ -32,7 +32,6 @@ from dataclasses import dataclass
 
 import array_api_compat
 import numpy as np
-from scipy.stats.sampling import DiscreteGuideTable
 
 from ..distributions import likelihood_ratio, resolve_device, uniform
 from ..verifiers.block import BlockVerify, commit_probs, running_weights
@@ -176,6 +175,9 @@ class RowProfile(RowTables):
     def __init__(self, p: np.ndarray, q: np.ndarray):
         p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
         super().__init__([0, p.size], np.arange(p.size), p, q)
+        # scipy.stats on first use: it takes about a second to import
+        from scipy.stats.sampling import DiscreteGuideTable
+
         self._guide_p, self._guide_q = DiscreteGuideTable(p), DiscreteGuideTable(q)
 
     def draw_draft(self, u, seg=None):

@@ -31,7 +31,6 @@ rejection loop, so no hang when the drafted tokens hold almost all the mass).
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats.sampling import DiscreteGuideTable
 
 from ..jit import available
 from ..theory.multidraft import kseq_parameters
@@ -44,7 +43,10 @@ from .rowfree import RowProfile
 __all__ = ["ROW_FREE_CANDIDATES", "candidate_sampler", "has_row_free_candidates"]
 
 
-def _guide(row: np.ndarray) -> DiscreteGuideTable:
+def _guide(row: np.ndarray):
+    # scipy.stats on first use: it takes about a second to import
+    from scipy.stats.sampling import DiscreteGuideTable
+
     return DiscreteGuideTable(np.clip(row, 0.0, None) / np.clip(row, 0.0, None).sum())
 
 

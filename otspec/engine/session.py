@@ -320,6 +320,11 @@ class SourceSession(Session):
 
     def lookahead(self, tokens, counts) -> Scores:
         width = np.asarray(tokens).shape[1]
+        if self.source.context == 0:  # rows that read no token (IID, positional): nothing to write, only to check
+            counts = np.asarray(counts, dtype=np.int64)
+            self._check_ids(np.asarray(tokens)[np.arange(width)[None, :] < counts[:, None]])
+            lengths = self.committed[:, None] + _positions(counts, width)
+            return Scores(self._rows_at(self.buf, lengths, lengths - self.committed[:, None]))
         cols = np.minimum(self.committed[:, None] + np.arange(width)[None, :], self.buf.shape[1] - 1)
         saved = np.take_along_axis(self.buf, cols, axis=1)  # only the slots the lookahead writes over
         tokens, counts = self._write(self.committed, tokens, counts)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 __all__ = ["Estimate", "check_confidence", "mean_estimate", "proportion_intervals", "ratio_estimate"]
 
@@ -52,6 +51,8 @@ class Estimate:
 
 
 def _z(confidence: float) -> float:
+    from scipy import stats  # here, not at import: scipy.stats takes about a second to import
+
     return float(stats.norm.ppf(0.5 + confidence / 2.0))
 
 
@@ -87,6 +88,8 @@ def ratio_estimate(numerators, denominators, confidence: float = 0.95) -> Estima
         return Estimate(ratio, float("nan"), float("nan"), float("nan"), confidence)
     resid = num - ratio * den
     se = float(np.sqrt(np.sum(resid**2) / (n * (n - 1))) / den.mean())
+    from scipy import stats
+
     t = float(stats.t.ppf(0.5 + confidence / 2.0, n - 1))
     return Estimate(ratio, se, ratio - t * se, ratio + t * se, confidence)
 

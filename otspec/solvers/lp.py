@@ -13,7 +13,6 @@ import os
 import sys
 
 import numpy as np
-from scipy.optimize import linprog
 
 from ..errors import SolveError, highs_options
 
@@ -49,6 +48,9 @@ def solve_lp(c, *, A_ub=None, b_ub=None, A_eq=None, b_eq=None, bounds=(0, None),
     """
     c = np.asarray(c, dtype=np.float64)
     if check_method(method) == "highs":
+        # here, not at import: scipy.optimize takes a third of a second to import
+        from scipy.optimize import linprog
+
         res = linprog(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=b_eq, bounds=bounds, method="highs-ds",
                       options=highs_options(**(options or {})))
         if res.status != 0 or res.x is None:

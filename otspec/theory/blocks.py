@@ -8,7 +8,6 @@ block-OT optimum (8), (10) and (11b), the published block verification (17).
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 from ..checks import MAX_DRAFT_LENGTH, check_real, check_size
 from ..distributions import total_variation
@@ -281,6 +280,8 @@ def bernoulli_expected_accepted_optimal(draft_p: float, target_p: float, draft_l
     >>> round(bernoulli_expected_accepted_optimal(0.25, 0.75, 2), 12)  # (1 - 0.5) + (1 - 0.5)
     1.0
     """
+    from scipy import stats  # here, not at import: scipy.stats takes about a second to import
+
     draft_p, target_p, L = _bernoulli_args(draft_p, target_p, draft_length)
     total = 0.0
     for i in range(1, L + 1):
