@@ -8,7 +8,8 @@ is documented there and in the README's input contract); this module checks ever
   such as 2.7 — or 2.0 — or a string) in its range, else ``ValueError`` naming the argument;
   above a stated limit, :class:`~otspec.errors.SizeLimitError` naming the limit;
 * :func:`check_real` — a finite real number in a range (``eps``, ``concentration``, ``scale``,
-  ``confidence`` ...).
+  ``confidence`` ...);
+* :func:`check_token_ids` — token ids inside a vocabulary.
 
 The limits below are the ones whose work grows with the size itself rather than with memory
 (memory limits live beside the code that allocates); each is derived from a measurement on a
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import math
 import numbers
+
+import numpy as np
 
 from .errors import SizeLimitError
 
@@ -34,6 +37,7 @@ __all__ = [
     "capped_power",
     "check_real",
     "check_size",
+    "check_token_ids",
 ]
 
 #: Longest draft length any engine or closed form accepts. The closed forms are O(L) to
@@ -72,6 +76,13 @@ def capped_perm(n: int, k: int) -> int:
         if out >= COUNT_CAP:
             return COUNT_CAP
     return out
+
+
+def check_token_ids(tokens: np.ndarray, vocab_size: int) -> None:
+    """A ``ValueError`` unless every id of the integer array ``tokens`` lies in [0, ``vocab_size``) (one reduction: a
+    negative id read as unsigned is past any vocabulary)."""
+    if tokens.size and tokens.astype(np.int64, copy=False).view(np.uint64).max() >= vocab_size:
+        raise ValueError(f"tokens: ids must lie in [0, {vocab_size}); got range [{tokens.min()}, {tokens.max()}]")
 
 
 def format_count(n: int) -> str:

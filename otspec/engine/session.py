@@ -47,6 +47,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..checks import check_token_ids
 from ..distributions import sample_categorical
 from ..sources import Source
 
@@ -243,6 +244,8 @@ class SourceSession(Session):
         are taken at most this far, so a source with a horizon is never asked past it.
     """
 
+    drafts_chains = True
+
     def __init__(self, source: Source, batch: int, capacity: int, max_prefix: int | None = None):
         self.source, self.vocab_size, self.batch = source, source.vocab_size, int(batch)
         self.max_prefix = int(capacity) if max_prefix is None else max(int(max_prefix), 0)
@@ -253,7 +256,7 @@ class SourceSession(Session):
 
     def start(self, prompts) -> None:
         for b, p in enumerate(as_prompts(prompts)):
-            self._check_ids(p)
+            check_token_ids(p, self.vocab_size)
             self.buf[b, :p.size] = p
             self.committed[b] = self.end[b] = p.size
         self._nodes = [[] for _ in range(self.batch)]
@@ -272,15 +275,9 @@ class SourceSession(Session):
             return tokens, counts
         rows, cols = np.nonzero(np.arange(tokens.shape[1])[None, :] < counts[:, None])
         written = tokens[rows, cols]
-        self._check_ids(written)
+        check_token_ids(written, self.vocab_size)
         self.buf[rows, at[rows] + cols] = written
         return tokens, counts
-
-    def _check_ids(self, tokens: np.ndarray) -> None:
-        # one reduction: a negative id read as unsigned is past any vocabulary
-        if tokens.size and tokens.astype(np.int64, copy=False).view(np.uint64).max() >= self.vocab_size:
-            raise ValueError(f"tokens: ids must lie in [0, {self.vocab_size}); got range [{tokens.min()}, "
-                             f"{tokens.max()}]")
 
     def feed(self, tokens, counts) -> Scores:
         if any(self._nodes):
@@ -291,8 +288,6 @@ class SourceSession(Session):
         rows = self._rows_at(self.buf, lengths, depths)
         self.end = self.end + counts
         return Scores(rows, None, self.source.proposes(np.minimum(lengths, self.max_prefix), depths))
-
-    drafts_chains = True
 
     def draft_chain(self, limit: np.ndarray, length: int, rng):
         B, V = self.batch, self.vocab_size
@@ -319,17 +314,16 @@ class SourceSession(Session):
         return drafted, tokens, rows
 
     def lookahead(self, tokens, counts) -> Scores:
-        width = np.asarray(tokens).shape[1]
+        tokens, counts = np.asarray(tokens, dtype=np.int64), np.asarray(counts, dtype=np.int64)
+        width = tokens.shape[1]
+        lengths = self.committed[:, None] + _positions(counts, width)
         if self.source.context == 0:  # rows that read no token (IID, positional): nothing to write, only to check
-            counts = np.asarray(counts, dtype=np.int64)
-            self._check_ids(np.asarray(tokens)[np.arange(width)[None, :] < counts[:, None]])
-            lengths = self.committed[:, None] + _positions(counts, width)
+            check_token_ids(tokens[np.arange(width)[None, :] < counts[:, None]], self.vocab_size)
             return Scores(self._rows_at(self.buf, lengths, lengths - self.committed[:, None]))
         cols = np.minimum(self.committed[:, None] + np.arange(width)[None, :], self.buf.shape[1] - 1)
         saved = np.take_along_axis(self.buf, cols, axis=1)  # only the slots the lookahead writes over
-        tokens, counts = self._write(self.committed, tokens, counts)
+        self._write(self.committed, tokens, counts)
         try:
-            lengths = self.committed[:, None] + _positions(counts, tokens.shape[1])
             return Scores(self._rows_at(self.buf, lengths, lengths - self.committed[:, None]))
         finally:
             np.put_along_axis(self.buf, cols, saved, axis=1)
@@ -338,7 +332,7 @@ class SourceSession(Session):
         tokens, parents = np.asarray(tokens, dtype=np.int64), np.asarray(parents, dtype=np.int64)
         counts = np.asarray(counts, dtype=np.int64)
         B, m = tokens.shape
-        self._check_ids(tokens[np.arange(m)[None, :] < counts[:, None]])
+        check_token_ids(tokens[np.arange(m)[None, :] < counts[:, None]], self.vocab_size)
         rows = np.empty((B, m + 1, self.vocab_size))
         rows[:, 0] = self._rows_at(self.buf, self.end[:, None], (self.end - self.committed)[:, None])[:, 0]
         rows[:, 1:] = rows[:, :1]  # padding rows: the root's row

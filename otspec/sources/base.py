@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import capped_power, check_size, format_count
+from ..checks import capped_power, check_size, check_token_ids, format_count
 from ..distributions import sample_categorical
 from ..errors import SizeLimitError
 
@@ -143,7 +143,8 @@ class Source(ABC):
             if lengths.size:
                 self.check_length(int(lengths.max()) + 1)
                 longest = lengths.max(axis=1)
-                self._check_tokens(tokens[:, :int(longest.max())][np.arange(int(longest.max())) < longest[:, None]])
+                width = int(longest.max())
+                self._check_tokens(tokens[:, :width][np.arange(width) < longest[:, None]])
         return self._rows_at(tokens, lengths, depths)
 
     def _rows_at(self, tokens: np.ndarray, lengths: np.ndarray, depths) -> np.ndarray:
@@ -173,9 +174,7 @@ class Source(ABC):
             )
 
     def _check_tokens(self, tokens: np.ndarray) -> None:
-        if tokens.size and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
-            raise ValueError(f"tokens: ids must lie in [0, {self.vocab_size}); got range "
-                             f"[{tokens.min()}, {tokens.max()}]")
+        check_token_ids(tokens, self.vocab_size)
 
     # -------------------------------------------------------------- derived
     def path_probs(self, tokens, include_next: bool = True) -> np.ndarray:

@@ -89,11 +89,12 @@ def unregister(name: str) -> type:
         raise ValueError(f"unregister: no verifier {name!r}; registered: {sorted(_REGISTERED)}") from None
 
 
-def registered(*, layout: str | None = None, lossless: bool | None = None, closed_form: bool | None = None,
+def registered(*, layouts: tuple[str, ...] = LAYOUTS, lossless: bool | None = None, closed_form: bool | None = None,
                fixed_tree: bool | None = None) -> dict[str, type]:
-    """The registered verifier classes by name that match every criterion given (``None``: either way)."""
+    """The registered verifier classes by name of one of ``layouts`` that match every other criterion given
+    (``None``: either way)."""
     return {name: cls for name, cls in _REGISTERED.items()
-            if (layout is None or cls.layout == layout) and (lossless is None or cls.lossless == lossless)
+            if cls.layout in layouts and (lossless is None or cls.lossless == lossless)
             and (closed_form is None or (cls.closed_form is not None) == closed_form)
             and (fixed_tree is None or cls.fixed_tree == fixed_tree)}
 
@@ -102,11 +103,11 @@ class VerifierView(Mapping):
     """A live, read-only view of the registry: the verifiers matching fixed criteria (:func:`registered`'s),
     read on every use, so that a verifier registered later appears in it."""
 
-    def __init__(self, description: str, *, layouts: tuple[str, ...] = LAYOUTS, **criteria):
-        self.description, self.layouts, self.criteria = description, layouts, criteria
+    def __init__(self, description: str, **criteria):
+        self.description, self.criteria = description, criteria
 
     def _current(self) -> dict[str, type]:
-        return {name: cls for name, cls in registered(**self.criteria).items() if cls.layout in self.layouts}
+        return registered(**self.criteria)
 
     def __getitem__(self, name: str) -> type:
         return self._current()[name]
