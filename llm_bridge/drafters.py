@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -212,18 +213,14 @@ def _head(spec: str, folder: Path, target: LoadedModel):
     return HeadDrafter(head, spec, meta)
 
 
-@register_drafter("eagle", description="the shipped EAGLE-style head")
-def _eagle(argument, target: LoadedModel):
+def _shipped_head(kind: str, argument, target: LoadedModel):
     from .heads import HEAD_DIRS
 
-    return _head("eagle", HEAD_DIRS["eagle"], target)
+    return _head(kind, HEAD_DIRS[kind], target)
 
 
-@register_drafter("medusa", description="the shipped Medusa heads")
-def _medusa(argument, target: LoadedModel):
-    from .heads import HEAD_DIRS
-
-    return _head("medusa", HEAD_DIRS["medusa"], target)
+register_drafter("eagle", description="the shipped EAGLE-style head")(partial(_shipped_head, "eagle"))
+register_drafter("medusa", description="the shipped Medusa heads")(partial(_shipped_head, "medusa"))
 
 
 @register_drafter("head", argument="FOLDER of a trained head", description="a head made by python -m llm_bridge.train_head")
