@@ -45,6 +45,7 @@ from otspec.engine.controllers import ConfidenceController
 from otspec.engine.heads import LearnedHeadController
 from otspec.engine.predict import paired_ratio_interval
 from otspec.engine.record import AdaptiveRecord, code_version
+from otspec.engine.rows import PolicyRun
 from otspec.verifiers import TokenVerify
 
 from .adaptive_predict import NO_HEAD_RULE, frontier_calibration, frontier_predictor, policy_key
@@ -207,7 +208,7 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
         if pred is None and profile is not None:
             wall = {"source": None, "note": NO_HEAD_RULE}
         row.update(predicted_speedup_fields(wall))
-        out[policy].append(with_prediction_check(row))
+        out[policy].append(PolicyRun.from_json(with_prediction_check(row), f"{policy} {value}"))
     return out
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from otspec.engine.forecast import compare_prediction
 from otspec.engine.metrics import SYNTHETIC_FORMAT, engine_metrics, synthetic_rates
 from otspec.engine.predict import paired_ratio_interval, predict_wall_clock
+from otspec.engine.rows import ChainRun, TreeRun
 from otspec.verifiers import REGISTRY
 
 from .calibrate import config_key
@@ -234,7 +235,7 @@ def with_prediction_check(row: dict) -> dict:
              row.get("predicted_block_efficiency_interval")),
             ("speedup", row.get("speedup"), row.get("predicted_speedup"), row.get("predicted_speedup_interval"))):
         check[what] = (None if predicted is None or measured is None
-                       else compare_prediction(measured, predicted, interval, PREDICTION_TOLERANCE))
+                       else compare_prediction(measured, predicted, interval, PREDICTION_TOLERANCE).to_json())
     return {**row, "prediction_check": check}
 
 
@@ -250,8 +251,8 @@ def predicted_speedup_fields(wall: dict) -> dict:
 
 
 def run_record(result, verifier_name: str, L: int, baseline: dict, profile, rng, prediction=None,
-               batch_size: int = 1, n_tokens: int | None = None) -> dict:
-    """One entry of ``runs``: measured quantities, then the theory's predictions: ``prediction`` (a
+               batch_size: int = 1, n_tokens: int | None = None) -> ChainRun:
+    """One entry of ``runs``, typed (:class:`otspec.engine.rows.ChainRun`): measured quantities, then the theory's predictions: ``prediction`` (a
     :class:`~otspec.engine.predict.LogPrediction` from an independent plain-decoding log) and the two-point bound,
     and the speedup from ``profile`` (a :class:`~llm_bridge.profile.CostProfile` measured apart from the run, or
     ``None``) and the prediction's replays (:func:`wall_clock_prediction`). ``batch_size``: the prompts decoded
@@ -281,7 +282,7 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, profile, rng,
     straggling = _straggling(result, prediction, batch_size, units, wall)
     measured_speedup = speedup_fields(result, baseline, by_prompt)
     engine = engine_fields(d.accept_hist)
-    return with_prediction_check({
+    return ChainRun.from_json(with_prediction_check({
         "verifier": verifier_name, "L": L,
         "block_efficiency": by_prompt,
         "block_efficiency_batch_means": {"mean": be.value, "low": be.low, "high": be.high},
@@ -314,7 +315,7 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, profile, rng,
         **measured_speedup, "timing_rounds": round_entries(result.rounds),
         **predicted_speedup_fields(wall),
         "batch_straggling": straggling,
-    })
+    }), f"run {verifier_name} L = {L}")
 
 
 def _chain_of_means(means, weights) -> float:
@@ -326,8 +327,8 @@ def _chain_of_means(means, weights) -> float:
 
 
 def tree_record(result, verifier_name: str, baseline: dict, prediction=None, batch_size: int = 1, profile=None,
-                n_tokens: int | None = None, tree_key: str | None = None) -> dict:
-    """One entry of ``tree_runs``: measured, E[τ+1 | trie], the prediction from an independent log (``prediction``)
+                n_tokens: int | None = None, tree_key: str | None = None) -> TreeRun:
+    """One entry of ``tree_runs``, typed (:class:`otspec.engine.rows.TreeRun`): measured, E[τ+1 | trie], the prediction from an independent log (``prediction``)
     and the per-depth product values from this run's own rows; ``batch_size``, ``profile`` and ``n_tokens`` as in
     :func:`run_record`; ``tree_key``: the tree as the profile's dry run names it (default: the run's)."""
     d, timer = result.closed_forms().decode, result.timer  # a run decoded with defer_closed_forms: computed here
@@ -381,7 +382,7 @@ def tree_record(result, verifier_name: str, baseline: dict, prediction=None, bat
                                  batch_size=batch_size, units=units, n_tokens=n_tokens)
     out["batch_straggling"] = _straggling(result, prediction, batch_size, units, wall)
     out.update(predicted_speedup_fields(wall))
-    return with_prediction_check(out)
+    return TreeRun.from_json(with_prediction_check(out), f"tree run {verifier_name} {out['tree']}")
 
 
 def export_synthetic_rates(record: dict, path) -> Path:

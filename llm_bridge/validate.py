@@ -271,7 +271,7 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
                      "python": platform.python_version()},
         "baseline": baseline, "profile": prof.to_json(), "timing": timing,
         **({"unreliable_timing": timing["unreliable_timing"]} if timing["unreliable_timing"] else {}),
-        "drafter": {"name": pair.drafter.name, "acceptance": float(np.mean([1 - r["tv_per_position"][0]
+        "drafter": {"name": pair.drafter.name, "acceptance": float(np.mean([1 - r.tv_per_position[0]
                                                                             for r in runs])) if runs else None,
                     "cost_ratio": prof.to_json()["t_draft_ms"] / float(prof.t_target_ms(1))},
         "runs": runs,

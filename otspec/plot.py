@@ -31,6 +31,15 @@ def render(name: str, data: dict):
     return FIGURES[name].render(data)
 
 
+def _typed(obj):
+    """A typed record or row in a figure's data, as its JSON (``json.dumps``'s hook for what it cannot write)."""
+    from .engine.rows import JsonObject
+
+    if isinstance(obj, JsonObject):
+        return obj.to_data()
+    raise TypeError(f"a figure's data holds {type(obj).__name__}, which has no JSON form")
+
+
 def write_figure(name: str, out: str | os.PathLike | None = None, scale: float = 1.0,
                  **data_kwargs) -> tuple[Path, Path, dict]:
     """Compute, render and save figure ``name``; returns (png path, json path, data).
@@ -56,7 +65,7 @@ def write_figure(name: str, out: str | os.PathLike | None = None, scale: float =
     fig.tight_layout()
     fig.savefig(png)
     js = png.with_suffix(".json")
-    js.write_text(json.dumps(data, indent=1) + "\n")
+    js.write_text(json.dumps(data, indent=1, default=_typed) + "\n")
     if FIGURES[name].files is not None:
         FIGURES[name].files(data, png.parent)
     return png, js, data

@@ -105,12 +105,12 @@ def test_gpu_suite_smoke_runs_every_step_on_cpu(tmp_path):
     for name in ("llm_gpu_draft.json", "llm_gpu_ngram_2.json", "llm_gpu_eagle.json", "llm_gpu_multidraft.json",
                  "llm_gpu_trees.json"):
         record = read_record(out / name)
-        assert record.runs and record.settings["cache"] == "static"
-    assert [r["L"] for r in read_record(out / "llm_gpu_draft.json").runs if r["verifier"] == "token"] == [1, 2]
+        assert record.runs and record.settings.cache == "static"
+    assert [r.L for r in read_record(out / "llm_gpu_draft.json").runs if r.verifier == "token"] == [1, 2]
     multi = read_record(out / "llm_gpu_multidraft.json")
-    assert {r["verifier"] for r in multi.tree_runs} == {"kseq", "otm"} and multi.settings["top_k"] == 8
+    assert {r.verifier for r in multi.tree_runs} == {"kseq", "otm"} and multi.settings.top_k == 8
     trees = read_record(out / "llm_gpu_trees.json")
-    assert {(r["verifier"], r["tree"]) for r in trees.tree_runs} == {
+    assert {(r.verifier, r.tree) for r in trees.tree_runs} == {
         ("kseq", "2x1"), ("traversal", "2x1"), ("naive", "eagle2:2:2:3")}
     assert "results" in __import__("json").loads((out / "llm_gpu_verifiers.json").read_text())
     assert gpu_suite.main(["--device", "cpu", "--out-dir", str(out)]) == 2  # no GPU: only a smoke run

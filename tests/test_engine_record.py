@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from otspec.engine.record import AdaptiveRecord, PairRecord, RecordError, code_version, read_record
+from otspec.engine.record import (
+    AdaptiveRecord,
+    PairRecord,
+    RecordError,
+    Settings,
+    code_version,
+    read_record,
+)
 from otspec.figures.llm import llm_data
 from otspec.figures.llm_text import code_text
 from otspec.plot import main as plot_main
@@ -64,7 +71,7 @@ def test_unknown_keys_are_kept_and_files_are_checked(tmp_path):
 def test_the_registry_draws_records_from_the_folder_it_is_given(tmp_path, capsys):
     shutil.copy(FIGURES / "llm_default.json", tmp_path / "llm_default.json")
     data = llm_data(records_dir=tmp_path)
-    assert [r["file"] for r in data["records"]] == ["llm_default.json"] and data["adaptive"] == []
+    assert [r.file for r in data["records"]] == ["llm_default.json"] and data["adaptive"] == []
     assert llm_data(records_dir=tmp_path / "empty") == {"records": [], "adaptive": [], "forecasts": []}
     assert plot_main(["record", str(tmp_path / "llm_default.json")]) == 0
     assert (tmp_path / "llm_default.png").stat().st_size > 10_000
@@ -99,7 +106,7 @@ def test_code_version_names_the_commit_and_uncommitted_code(tmp_path):
     (tmp_path / "otspec" / "b.py").unlink()
     (tmp_path / "otspec" / "a.py").write_text("x = 2\n")
     assert code_version(tmp_path) == {"commit": head, "modified": True}
-    assert code_text({"code": {"commit": head, "modified": True}}) == (
+    assert code_text(Settings.from_json({"code": {"commit": head, "modified": True}})) == (
         f" Made from commit {head[:7]} with uncommitted changes.")
-    assert code_text({"code": {"commit": head, "modified": False}}) == f" Made from commit {head[:7]}."
-    assert code_text({}) == ""
+    assert code_text(Settings.from_json({"code": {"commit": head, "modified": False}})) == f" Made from commit {head[:7]}."
+    assert code_text(Settings.from_json({})) == ""

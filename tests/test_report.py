@@ -82,7 +82,7 @@ def test_report_reads_the_records_in_its_folder(tmp_path):
     from otspec.plot import write_figure
 
     _, _, data = write_figure("real_models", tmp_path / "real_models.png")
-    assert [r["file"] for r in data["records"]] == ["llm_default.json"]
+    assert [r.file for r in data["records"]] == ["llm_default.json"]
     assert (tmp_path / "llm_default.png").stat().st_size > 10_000 and (tmp_path / "llm_default.md").exists()
     _, _, logged = write_figure("logged_rows", tmp_path / "logged_rows.png", scale=0.02)
     assert [log["file"] for log in logged["logs"]] == ["llm_default_rows.npz"]
@@ -96,16 +96,17 @@ def test_prediction_check_flags_runs_that_miss():
                 "predicted_block_efficiency": pred, "predicted_block_efficiency_interval": {"low": low, "high": high},
                 **kw}
 
-    record = {"file": "llm_x.json", "runs": [run(1.40, 1.35, 1.30, 1.45),   # holds: +3.7 %, inside
-                                             run(1.40, 1.20, 1.10, 1.45),   # inside but +16.7 %
-                                             run(1.40, 1.38, 1.30, 1.39)],  # +1.4 % but outside
+    record = {"file": "llm_x.json", "model_pair": {"target": "big", "draft": "small", "device": "cpu"}, "settings": {},
+              "runs": [run(1.40, 1.35, 1.30, 1.45),  # holds: +3.7 %, inside
+                       run(1.40, 1.20, 1.10, 1.45),  # inside but +16.7 %
+                       run(1.40, 1.38, 1.30, 1.39)],  # +1.4 % but outside
               "tree_runs": [{"verifier": "kseq", "tree": "2x1", "block_efficiency": {"mean": 1.3, "low": 1.2,
                                                                                       "high": 1.4},
                              "predicted_block_efficiency": None}]}  # no prediction: left out
     rows = prediction_check([record])
-    assert [(r["within_tolerance"], r["inside_interval"]) for r in rows] == [(True, True), (False, True),
+    assert [(r.within_tolerance, r.inside_interval) for r in rows] == [(True, True), (False, True),
                                                                              (True, False)]
-    assert abs(rows[1]["relative_error"] - (1.40 / 1.20 - 1)) < 1e-12
+    assert abs(rows[1].relative_error - (1.40 / 1.20 - 1)) < 1e-12
     table = "\n".join(prediction_check_markdown(rows))
     assert "1 of 3 runs hold" in table and table.count("**no**") == 2
 
@@ -116,11 +117,12 @@ def test_prediction_check_reads_the_fixed_lengths_of_a_specdecpp_record():
     from otspec.figures.llm import prediction_check
 
     be = {"mean": 1.5, "low": 1.4, "high": 1.6}
-    record = {"file": "llm_adaptive_x.json",
+    record = {"file": "llm_adaptive_x.json", "model_pair": {"target": "big", "draft": "small", "device": "cpu"},
+              "settings": {}, "head": {},
               "fixed": [{"policy": "fixed", "value": 3, "block_efficiency": be, "predicted_block_efficiency": 1.45,
                          "predicted_block_efficiency_interval": {"low": 1.3, "high": 1.6}},
                         {"policy": "fixed", "value": 4, "block_efficiency": be}],
               "threshold": [{"policy": "threshold", "value": 0.5, "block_efficiency": be}]}
     rows = prediction_check([record])
-    assert [(r["verifier"], r["draft"], r["within_tolerance"], r["inside_interval"]) for r in rows] == [
+    assert [(r.verifier, r.draft, r.within_tolerance, r.inside_interval) for r in rows] == [
         ("token", "L = 3", True, True)]

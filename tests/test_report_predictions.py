@@ -7,6 +7,9 @@ from __future__ import annotations
 import copy
 import re
 
+import pytest
+
+from otspec.engine.record import RecordError
 from otspec.figures.llm import (
     prediction_check,
     prediction_check_markdown,
@@ -62,14 +65,14 @@ def test_the_same_decode_in_two_records_counts_once_in_the_first_by_file_name():
     c = record("llm_c.json", [run("token", 2)], settings={"temperature": 0.7})  # other settings: its own run
     d = record("llm_d.json", [run("token", 2)], model_pair={**PAIR, "draft": "other"})  # other pair: its own run
     rows = prediction_check([b, c, d, a])  # not in file order: the first by name still counts
-    assert [(r["record"], r["draft"], r["duplicate_of"]) for r in rows] == [
+    assert [(r.record, r.draft, r.duplicate_of) for r in rows] == [
         ("llm_b.json", "L = 2", "llm_a.json"), ("llm_b.json", "L = 2", "llm_a.json"), ("llm_b.json", "L = 4", None),
         ("llm_c.json", "L = 2", None), ("llm_d.json", "L = 2", None), ("llm_a.json", "L = 2", None),
         ("llm_a.json", "L = 2", None)]
-    assert [r["be_counted"] for r in rows] == [False, False, True, True, True, True, True]
+    assert [r.be_counted for r in rows] == [False, False, True, True, True, True, True]
     assert counts(rows)[:2] == (4, 5)
     summary = prediction_check_summary(rows)
-    assert summary["duplicates"] == 2 and summary["merged"] == {("llm_b.json", "llm_a.json"): 2}
+    assert summary.duplicates == 2 and summary.merged == {("llm_b.json", "llm_a.json"): 2}
     text = "\n".join(prediction_check_markdown(rows))
     assert "2 re-decodes merged: 2 runs of llm_b.json (as in llm_a.json)" in text
     assert text.count("re-decode of llm_a.json: counted there") == 2
@@ -87,16 +90,20 @@ def test_a_tree_and_an_adaptive_fixed_length_are_merged_with_their_equals():
                                                                 if k not in ("verifier", "L")}},
                              {"policy": "fixed", "value": 5, **{k: v for k, v in run("token", 5).items()
                                                                 if k not in ("verifier", "L")}}],
-                      threshold=[])
+                      threshold=[], head={"rule": None})
     rows = prediction_check([a, b, adaptive])
-    assert [r["duplicate_of"] for r in rows] == [None, None, "llm_a.json", None, "llm_a.json", None]
+    assert [r.duplicate_of for r in rows] == [None, None, "llm_a.json", None, "llm_a.json", None]
     assert counts(rows)[:2] == (4, 4)
 
 
-def test_records_without_pair_or_settings_are_never_merged():
+def test_records_without_pair_or_settings_are_refused_by_name():
+    """What makes two runs the same decode is in every record (typed: model_pair and settings are required), so a
+    record that does not say is refused, naming the field, instead of being counted without its configuration."""
     bare = {"file": "llm_x.json", "runs": [run("token", 2), run("token", 2)]}
-    rows = prediction_check([bare, {**bare, "file": "llm_y.json"}])
-    assert [r["duplicate_of"] for r in rows] == [None] * 4 and counts(rows)[:2] == (4, 4)
+    with pytest.raises(RecordError, match="missing field 'model_pair'"):
+        prediction_check([bare])
+    with pytest.raises(RecordError, match="missing field 'settings'"):
+        prediction_check([{**bare, "model_pair": dict(PAIR)}])
 
 
 def test_unreliable_and_small_records_are_listed_but_left_out_of_both_counts():
@@ -108,9 +115,9 @@ def test_unreliable_and_small_records_are_listed_but_left_out_of_both_counts():
                    settings={"prompts": 8})
     both = record("llm_d.json", [run("block", 3)], settings={"prompts": 31}, unreliable_timing="drift")
     rows = prediction_check([good, noisy, small, both])
-    assert [r["left_out"] for r in rows] == [None, "unreliable timing", "unreliable timing", "8 prompts (< 32)",
+    assert [r.left_out for r in rows] == [None, "unreliable timing", "unreliable timing", "8 prompts (< 32)",
                                              "unreliable timing; 31 prompts (< 32)"]
-    assert [(r["be_counted"], r["speedup_counted"]) for r in rows] == [(True, True)] + [(False, False)] * 3 + [
+    assert [(r.be_counted, r.speedup_counted) for r in rows] == [(True, True)] + [(False, False)] * 3 + [
         (False, False)]
     assert counts(rows) == (1, 1, 0, 1, 1, 0)
     lines = prediction_check_markdown(rows)
@@ -126,7 +133,7 @@ def test_a_left_out_first_record_does_not_hide_a_counted_re_decode():
     noisy = record("llm_a.json", [run("token", 2)], unreliable_timing="drift")
     good = record("llm_b.json", [run("token", 2)])
     rows = prediction_check([noisy, good])
-    assert [(r["duplicate_of"], r["be_counted"]) for r in rows] == [("llm_b.json", False), (None, True)]
+    assert [(r.duplicate_of, r.be_counted) for r in rows] == [("llm_b.json", False), (None, True)]
     assert counts(rows)[:2] == (1, 1)
 
 
@@ -139,12 +146,12 @@ def test_temperature_zero_on_the_measured_prompts_is_circular_and_not_counted():
     overlapping = record("llm_greedy_overlap.json", [run("token", 3)],
                          settings={"temperature": 0.0, "prompt_ids": [0, 1, 2], "prediction_prompt_ids": [2, 3]})
     rows = prediction_check([greedy, sampled, independent, overlapping])
-    assert [r["be_circular"] for r in rows] == [True, True, False, False, True]
-    assert [r["prediction_prompts"] for r in rows] == ["same", "same", "same", "disjoint", "same"]
-    assert [r["be_counted"] for r in rows] == [False, False, True, True, False]
+    assert [r.be_circular for r in rows] == [True, True, False, False, True]
+    assert [r.prediction_prompts for r in rows] == ["same", "same", "same", "disjoint", "same"]
+    assert [r.be_counted for r in rows] == [False, False, True, True, False]
     assert counts(rows)[:3] == (2, 2, 3)
     summary = prediction_check_summary(rows)
-    assert summary["be_same_prompts"] == 1  # the sampled record's: counted, its interval lenient
+    assert summary.be_same_prompts == 1  # the sampled record's: counted, its interval lenient
     table = [line for line in prediction_check_markdown(rows) if line.startswith("| llm_")]
     assert sum("block efficiency circular" in line for line in table) == 3
     assert "same prompts (lenient)" in table[2] and "same prompts" not in table[3]
@@ -157,10 +164,10 @@ def test_speedups_predicted_from_the_runs_own_call_times_are_circular_and_not_co
     new = record("llm_new.json", [run("token", 1, speedup=1.10, pred_sp=1.12, source="cost_profile"),
                                   run("token", 2, speedup=0.70, pred_sp=0.91, source="cost_profile")])  # -23 %
     rows = prediction_check([old, new])
-    assert [r["speedup_circular"] for r in rows] == [True, True, False, False]
-    assert [r["speedup_source"] for r in rows] == [None, "replay", "cost_profile", "cost_profile"]
-    assert [r["speedup_counted"] for r in rows] == [False, False, True, True]
-    assert [r["speedup_holds"] for r in rows] == [True, True, True, False]
+    assert [r.speedup_circular for r in rows] == [True, True, False, False]
+    assert [r.speedup_source for r in rows] == [None, "replay", "cost_profile", "cost_profile"]
+    assert [r.speedup_counted for r in rows] == [False, False, True, True]
+    assert [r.speedup_holds for r in rows] == [True, True, True, False]
     assert counts(rows)[3:] == (1, 2, 2)
     table = [line for line in prediction_check_markdown(rows) if line.startswith("| llm_")]
     assert [line.count("(yes)") for line in table] == [1, 1, 0, 0]
@@ -174,9 +181,9 @@ def test_a_speedup_within_tolerance_but_outside_its_interval_does_not_hold():
                  source="cost_profile")
     far = run("token", 4, speedup=1.15, pred_sp=1.00, sp_interval={"low": 0.80, "high": 1.20}, source="cost_profile")
     rows = prediction_check([record("llm_a.json", [r, inside, far])])
-    assert [(x["speedup_within_tolerance"], x["speedup_inside_interval"], x["speedup_holds"]) for x in rows] == [
+    assert [(x.speedup_within_tolerance, x.speedup_inside_interval, x.speedup_holds) for x in rows] == [
         (True, False, False), (True, True, True), (False, True, False)]
-    assert abs(rows[0]["speedup_relative_error"] - 0.05) < 1e-12
+    assert abs(rows[0].speedup_relative_error - 0.05) < 1e-12
     assert counts(rows) == (3, 3, 0, 1, 3, 0)
     table = [line for line in prediction_check_markdown(rows) if line.startswith("| llm_")]
     assert "| 1.05 [1.01, 1.09] | 1.00 [0.97, 1.03] | +5.0 % | **no** |" in table[0]
@@ -186,8 +193,8 @@ def test_a_speedup_within_tolerance_but_outside_its_interval_does_not_hold():
 def test_a_run_with_only_a_speedup_prediction_gets_a_row():
     r = run("token", 2, pred=None, speedup=1.0, pred_sp=1.01, source="cost_profile")
     rows = prediction_check([record("llm_a.json", [r])])
-    assert len(rows) == 1 and rows[0]["predicted"] is None and rows[0]["holds"] is None
-    assert not rows[0]["be_counted"] and rows[0]["speedup_counted"]
+    assert len(rows) == 1 and rows[0].predicted is None and rows[0].holds is None
+    assert not rows[0].be_counted and rows[0].speedup_counted
     assert counts(rows) == (0, 0, 0, 1, 1, 0)
 
 
@@ -205,7 +212,7 @@ def test_the_heading_counts_everything_at_once():
     assert counts(rows) == (3, 4, 1, 2, 3, 2)
     assert heading(rows) == ("### Predictions against measurements, distinct runs — block efficiency: 3 of 4 runs "
                              "hold (1 circular left out); speedup: 2 of 3 hold (2 circular left out)")
-    assert prediction_check_summary(rows)["duplicates"] == 4
+    assert prediction_check_summary(rows).duplicates == 4
 
 
 def test_record_markdown_prints_the_target_call_interval_and_batch_size_where_the_record_has_them():
@@ -282,9 +289,9 @@ def test_a_miss_whose_own_confidence_interval_reaches_a_holding_value_is_told_ap
     held = run("token", 4, speedup=1.02, pred_sp=1.00, source="cost_profile", speedup_ci={"low": 0.9, "high": 1.2})
     no_ci = run("token", 5, speedup=1.30, pred_sp=1.00, source="cost_profile")
     rows = prediction_check([record("llm_a.json", [noisy, firm, outside, held, no_ci])])
-    assert [r["speedup_miss_within_noise"] for r in rows] == [True, False, False, None, None]
+    assert [r.speedup_miss_within_noise for r in rows] == [True, False, False, None, None]
     assert counts(rows) == (5, 5, 0, 1, 5, 0)  # the verdicts are unchanged
-    assert prediction_check_summary(rows)["speedup_misses_within_noise"] == 1
+    assert prediction_check_summary(rows).speedup_misses_within_noise == 1
     lines = prediction_check_markdown(rows)
     assert any(line.startswith("*Misses and timing noise.* Of the 4 counted speedup misses, 1 is within")
                for line in lines)
@@ -308,8 +315,8 @@ def test_the_interval_coverage_paragraph_counts_measurements_outside_against_a_c
             run("token", 5, speedup=1.30, pred_sp=1.00, source="cost_profile")]
     rows = prediction_check([record("llm_a.json", runs)])
     summary = prediction_check_summary(rows)
-    assert (summary["be_outside"], summary["be_beyond_tolerance"]) == (0, 0)
-    assert (summary["speedup_outside"], summary["speedup_beyond_tolerance"]) == (4, 3)
+    assert (summary.be_outside, summary.be_beyond_tolerance) == (0, 0)
+    assert (summary.speedup_outside, summary.speedup_beyond_tolerance) == (4, 3)
     # 5 runs at 5 %: expected 0.25; P(X = 0) = 0.95^5 = 0.774 > 0.025 and P(X <= 1) = 0.774 + 5 (0.05) 0.95^4 = 0.977
     # >= 0.975, so the central 95 % range is 0-1
     line = next(x for x in prediction_check_markdown(rows) if x.startswith("*Interval coverage.*"))

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
-__all__ = ["AdaptiveRecord", "PairRecord", "RecordError", "code_version", "read_record"]
+from .rows import LOCAL, ChainRun, Interval, JsonObject, PolicyRun, RecordError, TreeRun
 
-
-class RecordError(ValueError):
-    """A record file or object is not what its kind promises; the message names the field."""
+__all__ = ["AdaptiveRecord", "Baseline", "DecodeStep", "Drafter", "Head", "LawSampling", "Lossless", "LosslessCheck", "ModelPair",
+           "PairRecord", "Peer", "Profile", "RecordError", "Settings", "Settling", "Split", "Timing", "TimingAttempt",
+           "as_record", "code_version", "read_record"]
 
 
 #: The folders whose uncommitted changes make a record's code differ from its commit.
@@ -48,41 +48,234 @@ def code_version(root=None) -> dict | None:
     return {"commit": commit, "modified": bool(changed)}
 
 
-def _check(obj: dict, key: str, kind, where: str, *, optional: bool = False):
-    if key not in obj or obj[key] is None:
-        if optional:
+@dataclass(kw_only=True)
+class ModelPair(JsonObject):
+    """The models of a record: the target, the draft (a model or a drafter's name), the device and dtype."""
+
+    target: str
+    draft: str
+    device: str
+    dtype: str | None = None
+
+
+@dataclass(kw_only=True)
+class Settings(JsonObject):
+    """How a record was made: prompts, tokens, sampling, batch, seed, the software, the code; a training run's
+    settings (adaptive records); what this version does not name stays in ``extra``."""
+
+    prompts: int | None = None
+    prompt_ids: list | None = None
+    prediction_prompts: int | None = None
+    prediction_prompt_ids: list | None = None
+    max_new_tokens: int | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    batch_size: int | None = None
+    seed: int | None = None
+    rule: str | None = None
+    max_length: int | None = None
+    cache: str | None = None
+    threads: int | None = None
+    torch: str | None = None
+    transformers: str | None = None
+    accelerator: str | None = None
+    code: dict | None = None
+    train_prompts: int | None = None
+    train_tokens: int | None = None
+    mix: float | None = None
+    train_data: str | None = None
+    train_draft_length: int | None = None
+
+    @property
+    def commit(self) -> tuple[str, bool] | None:
+        """(the commit that made the record, whether it had uncommitted changes), or ``None`` where not recorded."""
+        if not self.code or "commit" not in self.code:
             return None
-        raise RecordError(f"{where}: missing field {key!r}")
-    value = obj[key]
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
-        raise RecordError(f"{where}: field {key!r} should be {names}, got {type(value).__name__}")
-    return value
+        return str(self.code["commit"]), bool(self.code.get("modified"))
 
 
-def _check_model_pair(obj: dict, where: str) -> dict:
-    pair = _check(obj, "model_pair", dict, where)
-    for key in ("target", "draft", "device"):
-        _check(pair, key, str, f"{where}: model_pair")
-    return pair
+@dataclass(kw_only=True)
+class Baseline(JsonObject):
+    """Plain target sampling in the same run: tokens/s, ms per token and its interleaved timing rounds."""
+
+    tokens_per_s: float
+    ms_per_token: float | None = None
+    rounds: list | None = None
 
 
-def _check_estimate(obj: dict, key: str, where: str) -> None:
-    est = _check(obj, key, dict, where)
-    for part in ("mean", "low", "high"):
-        _check(est, part, (int, float), f"{where}: {key}")
+@dataclass(kw_only=True)
+class Monotone(JsonObject):
+    """Whether t_target(n) grows with n beyond noise; the pairs (n, n') where it falls."""
+
+    monotone: bool | None = None
+    exceptions: list | None = None
+    tolerance: float | None = None
 
 
-@dataclass
-class _Record:
-    """Shared JSON plumbing: typed fields, unknown keys kept in ``extra``."""
+@dataclass(kw_only=True)
+class Profile(JsonObject):
+    """A record's cost profile as written (``llm_bridge.profile.CostProfile.to_json``): call times by width."""
+
+    t_draft_ms: float
+    t_target_ms: dict[str, float]
+    t_target_ms_interval: dict[str, Interval] | None = None
+    context_tokens: float | None = None
+    batch_size: int | None = None
+    monotone: Monotone | None = None
+    disturbed_rounds: list | None = None
+    round_tolerance: float | None = None
+
+
+@dataclass(kw_only=True)
+class Drafter(JsonObject):
+    """The drafter of a pair record: first-position acceptance 1 - TV and cost ratio t_draft / t_target(1)."""
+
+    name: str | None = None
+    acceptance: float | None = None
+    cost_ratio: float | None = None
+
+
+@dataclass(kw_only=True)
+class PeerChoice(JsonObject):
+    """Which of Hugging Face's modes was timed: the fastest of ``candidates`` on ``prompts`` prediction prompts."""
+
+    candidates: dict | list
+    prompts: int
+
+
+@dataclass(kw_only=True)
+class Peer(JsonObject):
+    """Hugging Face assisted generation timed with the runs: tokens/s, speedups and acceptance."""
+
+    mode: str
+    tokens_per_s: float
+    speedup: float
+    acceptance_rate: float | None = None
+    draft: str | None = None
+    plain_tokens_per_s: float | None = None
+    speedup_ci: Interval | None = None
+    speedup_vs_baseline: float | None = None
+    speedup_vs_baseline_ci: Interval | None = None
+    choice: PeerChoice | None = None
+
+
+@dataclass(kw_only=True)
+class DecodeStep(JsonObject):
+    """otspec's plain decode step against Hugging Face's plain ``generate`` with the same cache kind."""
+
+    ms_per_token: float | None = None
+    cache: str | None = None
+    otspec_step_ratio: float | None = None
+
+
+@dataclass(kw_only=True)
+class Settling(JsonObject):
+    """Warm-up passes until two agreed within ``tolerance``."""
+
+    tolerance: float
+    ms_per_token: list[float]
+    settled: bool
+
+
+@dataclass(kw_only=True)
+class TimingAttempt(JsonObject):
+    """One timing attempt: the baseline's drift across it and why it was unreliable (``None``: it was not)."""
+
+    baseline_drift: float | None = None
+    unreliable_timing: str | None = None
+
+
+@dataclass(kw_only=True)
+class Timing(JsonObject):
+    """The timing check: plain sampling before and after the runs, the drift, every attempt, the warm-up."""
+
+    baseline_before_ms_per_token: float | None = None
+    baseline_after_ms_per_token: float | None = None
+    baseline_drift: float | None = None
+    unreliable_timing: str | None = None
+    attempts: list[TimingAttempt] | None = None
+    settling: Settling | None = None
+
+
+@dataclass(kw_only=True)
+class TwoSample(JsonObject):
+    """A two-sample G-test of the sampler's first tokens against the target's."""
+
+    p_value: float
+
+
+@dataclass(kw_only=True)
+class LosslessCheck(JsonObject):
+    """One verifier's losslessness on the real rows: the first-token law's largest deviation (``None``: checked on
+    toy sources, whole tree), draft paths enumerated, the G-test."""
+
+    first_token_max_deviation: float | None = None
+    draft_paths: int | None = None
+    two_sample: TwoSample | None = None
+
+
+@dataclass(kw_only=True)
+class LawSampling(JsonObject):
+    """The sampling the losslessness checks drew under."""
+
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+
+
+@dataclass(kw_only=True)
+class Lossless(JsonObject):
+    """The losslessness checks of a pair record (or the ``status`` saying why there are none)."""
+
+    verifiers: dict[str, LosslessCheck] | None = None
+    sampling: LawSampling | None = None
+    draft_length: int | None = None
+    samples: int | None = None
+    status: str | None = None
+
+
+@dataclass(kw_only=True)
+class Split(JsonObject):
+    """A quantity on the training rows and on the held-out test rows."""
+
+    train: float | None = None
+    test: float | None = None
+
+
+@dataclass(kw_only=True)
+class Head(JsonObject):
+    """An adaptive record's stopping rule: a learned head (features, loss weights, fit) or the draft's confidence."""
+
+    rule: str | None = None
+    description: str | None = None
+    features: int | None = None
+    w_rej: float | None = None
+    l2: float | None = None
+    l2_validation_loss: dict | None = None
+    rows: Split | None = None
+    binary_kl: Split | None = None
+    binary_kl_constant: Split | None = None
+    correlation: Split | None = None
+    weighted_loss: Split | None = None
+    weighted_loss_constant: Split | None = None
+
+
+@dataclass(kw_only=True)
+class _Record(JsonObject):
+    """What every record has; ``file`` (its name) and ``path``: where :func:`read_record` read it from (not part of
+    its JSON)."""
 
     KIND: ClassVar[str] = "record"
-
-    def to_json(self) -> dict:
-        """The JSON object (fields that are ``None`` are left out, ``extra`` keys are written back)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
-        return {**{k: v for k, v in out.items() if v is not None}, **self.extra}
+    model_pair: ModelPair
+    settings: Settings
+    baseline: Baseline | None = None
+    timing: Timing | None = None
+    unreliable_timing: str | None = None
+    hf_assisted: Peer | None = None
+    hf_assisted_skipped: str | None = None
+    file: str = field(default="", compare=False, repr=False, metadata=LOCAL)
+    path: str = field(default="", compare=False, repr=False, metadata=LOCAL)
 
     def write(self, path) -> Path:
         """Write the record as indented JSON; returns the path."""
@@ -91,100 +284,59 @@ class _Record:
         path.write_text(json.dumps(self.to_json(), indent=1) + "\n")
         return path
 
-    @staticmethod
-    def _object(obj, where: str) -> dict:
-        """The JSON object (parsed from text if need be), with the fields every record has checked."""
-        obj = json.loads(obj) if isinstance(obj, str) else obj
-        if not isinstance(obj, dict):
-            raise RecordError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-        _check_model_pair(obj, where)
-        _check(obj, "settings", dict, where)
-        return obj
-
-    @classmethod
-    def _split(cls, obj: dict) -> tuple[dict, dict]:
-        names = {f.name for f in fields(cls)} - {"extra"}
-        return {k: v for k, v in obj.items() if k in names}, {k: v for k, v in obj.items() if k not in names}
+    def to_data(self) -> dict:
+        """The record as a figure's data file holds it: ``file`` and ``path`` first, then its JSON."""
+        return {"file": self.file, "path": self.path, **self.to_json()}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PairRecord(_Record):
     """One ``llm_bridge.validate`` run of a model pair: chains (``runs``) and trees (``tree_runs``).
 
     Attributes
     ----------
-    model_pair : dict
-        ``target``, ``draft``, ``device`` (and ``dtype``).
-    settings : dict
+    model_pair : ModelPair
+    settings : Settings
         Prompts, tokens, sampling, seed, cache, the machine.
-    runs : list of dict
-        One row per (verifier, L): measured block efficiency (``{"mean", "low", "high"}``), the
-        prediction, speedup, call times and per-position statistics.
-    baseline, profile, drafter, hf_assisted, hf_decode_step, lossless, logged_rows : dict or None
-    tree_runs : list of dict or None
+    runs : list of ChainRun
+        One row per (verifier, L).
+    tree_runs : list of TreeRun or None
         One row per (multi-draft verifier, tree).
+    baseline, profile, drafter, timing, hf_assisted, hf_decode_step, lossless : the run's other sections
     extra : dict
         Keys this version does not know.
     """
 
     KIND: ClassVar[str] = "pair"
-    model_pair: dict
-    settings: dict
-    runs: list
-    baseline: dict | None = None
-    profile: dict | None = None
-    drafter: dict | None = None
-    tree_runs: list | None = None
-    logged_rows: Any = None
-    hf_assisted: dict | None = None
-    hf_decode_step: dict | None = None
-    lossless: Any = None
-    extra: dict = field(default_factory=dict)
+    runs: list[ChainRun]
+    tree_runs: list[TreeRun] | None = None
+    profile: Profile | None = None
+    drafter: Drafter | None = None
+    logged_rows: dict | None = None
+    hf_decode_step: DecodeStep | None = None
+    lossless: Lossless | None = None
 
-    @classmethod
-    def from_json(cls, obj, where: str = "record") -> PairRecord:
-        """A :class:`PairRecord` from its JSON object (or text), checked field by field."""
-        obj = cls._object(obj, where)
-        runs = _check(obj, "runs", list, where)
-        for i, run in enumerate(runs):
-            at = f"{where}: runs[{i}]"
-            if not isinstance(run, dict):
-                raise RecordError(f"{at}: expected an object, got {type(run).__name__}")
-            _check(run, "verifier", str, at)
-            _check(run, "L", int, at)
-            _check_estimate(run, "block_efficiency", at)
-        for i, run in enumerate(_check(obj, "tree_runs", list, where, optional=True) or []):
-            at = f"{where}: tree_runs[{i}]"
-            _check(run, "verifier", str, at)
-            _check_estimate(run, "block_efficiency", at)
-        known, extra = cls._split(obj)
-        return cls(**known, extra=extra)
+    @property
+    def all_runs(self) -> list:
+        """The chain runs, then the tree runs."""
+        return list(self.runs) + list(self.tree_runs or [])
 
 
-@dataclass
+@dataclass(kw_only=True)
 class AdaptiveRecord(_Record):
     """One ``llm_bridge.adaptive`` run: SpecDec++ on a model pair (head, fixed lengths, thresholds)."""
 
     KIND: ClassVar[str] = "adaptive"
-    model_pair: dict
-    settings: dict
-    head: dict
-    fixed: list
-    threshold: list
-    baseline: dict | None = None
-    extra: dict = field(default_factory=dict)
+    head: Head
+    fixed: list[PolicyRun]
+    threshold: list[PolicyRun]
+    threshold_unlagged: list[PolicyRun] | None = None
+    rules: dict[str, str] | None = None
 
-    @classmethod
-    def from_json(cls, obj, where: str = "record") -> AdaptiveRecord:
-        """An :class:`AdaptiveRecord` from its JSON object (or text), checked field by field."""
-        obj = cls._object(obj, where)
-        _check(obj, "head", dict, where)
-        for key in ("fixed", "threshold"):
-            for i, row in enumerate(_check(obj, key, list, where)):
-                if not isinstance(row, dict):
-                    raise RecordError(f"{where}: {key}[{i}]: expected an object, got {type(row).__name__}")
-        known, extra = cls._split(obj)
-        return cls(**known, extra=extra)
+    @property
+    def confidence_rule(self) -> bool:
+        """Whether the threshold rows are the draft-confidence rule (no learned head)."""
+        return self.head.rule == "confidence"
 
 
 def read_record(path) -> PairRecord | AdaptiveRecord:
@@ -196,6 +348,22 @@ def read_record(path) -> PairRecord | AdaptiveRecord:
         obj = json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise RecordError(f"{path}: not JSON ({err})") from err
-    if isinstance(obj, dict) and "threshold" in obj:
-        return AdaptiveRecord.from_json(obj, str(path))
-    return PairRecord.from_json(obj, str(path))
+    record = as_record(obj, str(path))
+    record.file, record.path = path.name, str(path)
+    return record
+
+
+def as_record(obj, where: str = "record") -> PairRecord | AdaptiveRecord:
+    """A record from its JSON object (or text), by its shape: thresholds → :class:`AdaptiveRecord`, else
+    :class:`PairRecord`; a record already typed is returned as it is. A ``file`` key (a figure's data entry) is
+    taken as where it was read from."""
+    if isinstance(obj, (PairRecord, AdaptiveRecord)):
+        return obj
+    obj = json.loads(obj) if isinstance(obj, str) else obj
+    if not isinstance(obj, dict):
+        raise RecordError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    local = {k: obj[k] for k in ("file", "path") if k in obj}
+    body = {k: v for k, v in obj.items() if k not in local}
+    record = (AdaptiveRecord if "threshold" in body else PairRecord).from_json(body, where)
+    record.file, record.path = str(local.get("file", "")), str(local.get("path", ""))
+    return record

@@ -16,7 +16,8 @@ import json
 import sys
 from pathlib import Path
 
-from ..engine.record import AdaptiveRecord, RecordError, read_record
+from ..engine.record import AdaptiveRecord, RecordError, as_record, read_record
+from ..engine.rows import run_row
 from . import register
 from .common import axes, new_figure
 from .llm_adaptive import adaptive_markdown, render_adaptive_record
@@ -35,93 +36,108 @@ __all__ = ["PREDICTION_MIN_PROMPTS", "PREDICTION_TOLERANCE", "adaptive_markdown"
            "render_adaptive_record", "render_llm", "render_record", "write_record_files"]
 
 
-def record_markdown(record: dict, title: str | None = None) -> str:
-    """A Markdown summary: setup, drafter, baseline and peer, one row per run, losslessness."""
-    pair, s, base = record["model_pair"], record["settings"], record["baseline"]
-    lines = [f"## {title or 'Real model pair: ' + pair['target'] + ' / ' + pair['draft']}", "",
-             f"Target `{pair['target']}`, draft `{pair['draft']}` on {pair['device']}"
-             f"{' (' + s['accelerator'] + ')' if s.get('accelerator') else ''} ({pair['dtype']}, "
-             f"{s['threads']} threads, torch {s['torch']}, transformers {s['transformers']}); {s['prompts']} prompts "
-             f"× {s['max_new_tokens']} new tokens, temperature {s['temperature']}, top-k {s['top_k']}, "
-             f"top-p {s['top_p']}, batch {s['batch_size']}, seed {s['seed']}.{code_text(s)}", ""]
-    if record.get("unreliable_timing"):
-        lines += [f"**Unreliable timing: {record['unreliable_timing']}.** The tokens/s and speedups below were "
+def record_markdown(record, title: str | None = None) -> str:
+    """A Markdown summary: setup, drafter, baseline and peer, one row per run, losslessness (``record``: a
+    :class:`~otspec.engine.record.PairRecord` or its JSON object)."""
+    record = as_record(record)
+    pair, s, base = record.model_pair, record.settings, record.baseline
+    lines = [f"## {title or 'Real model pair: ' + pair.target + ' / ' + pair.draft}", "",
+             f"Target `{pair.target}`, draft `{pair.draft}` on {pair.device}"
+             f"{' (' + s.accelerator + ')' if s.accelerator else ''} ({pair.dtype}, "
+             f"{s.threads} threads, torch {s.torch}, transformers {s.transformers}); {s.prompts} prompts "
+             f"× {s.max_new_tokens} new tokens, temperature {s.temperature}, top-k {s.top_k}, "
+             f"top-p {s.top_p}, batch {s.batch_size}, seed {s.seed}.{code_text(s)}", ""]
+    if record.unreliable_timing:
+        lines += [f"**Unreliable timing: {record.unreliable_timing}.** The tokens/s and speedups below were "
                   "measured on a machine that was not quiet; block efficiencies and predictions do not depend on it.",
                   ""]
     lines += timing_text(record)
-    prof, drafter = record["profile"], record["drafter"]
-    lines += [f"Drafter: first-position acceptance 1 − TV = {fmt(drafter['acceptance'])}, cost ratio "
-              f"t_draft / t_target(1) = {fmt(drafter['cost_ratio'])} (t_draft = {fmt(prof['t_draft_ms'], 1)} ms; "
+    prof, drafter = record.profile, record.drafter
+    lines += [f"Drafter: first-position acceptance 1 − TV = {fmt(drafter.acceptance)}, cost ratio "
+              f"t_draft / t_target(1) = {fmt(drafter.cost_ratio)} (t_draft = {fmt(prof.t_draft_ms, 1)} ms; "
               f"{_t_target_text(prof)}).", "",
-              f"Plain target sampling: **{fmt(base['tokens_per_s'], 1)} tokens/s** in the same run."]
+              f"Plain target sampling: **{fmt(base.tokens_per_s, 1)} tokens/s** in the same run."]
     lines += peer_text(record)
-    step = record.get("hf_decode_step")
+    step = record.hf_decode_step
     if step:
-        lines.append(f"Decode step: otspec's plain loop {fmt(base['ms_per_token'], 2)} ms per token against "
-                     f"{fmt(step['ms_per_token'], 2)} ms for Hugging Face's plain `generate` with the same cache kind "
-                     f"({step['cache']}; prefill excluded from both): ratio **{fmt(step['otspec_step_ratio'], 2)}**.")
+        lines.append(f"Decode step: otspec's plain loop {fmt(base.ms_per_token, 2)} ms per token against "
+                     f"{fmt(step.ms_per_token, 2)} ms for Hugging Face's plain `generate` with the same cache kind "
+                     f"({step.cache}; prefill excluded from both): ratio **{fmt(step.otspec_step_ratio, 2)}**.")
     lines += ["", "| verifier | L | block efficiency [95% CI] | predicted [95%] | two-point bound | E[τ+1 given drafts] "
               "| mean acceptance length | acceptance rate | tokens/s | speedup [95% CI or round range] "
               "| predicted speedup [interval] | verifier / target call |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in record["runs"]:
-        be, pi = r["block_efficiency"], r["predicted_block_efficiency_interval"]
-        si, psi = r.get("speedup_ci") or r["speedup_interval"], r.get("predicted_speedup_interval") or {}
-        lines.append(f"| {r['verifier']} | {r['L']} | {fmt(be['mean'])} [{fmt(be['low'])}, {fmt(be['high'])}] | "
-                     f"{fmt(r['predicted_block_efficiency'])} [{fmt(pi['low'])}, {fmt(pi['high'])}] | "
-                     f"{fmt(r.get('two_point_upper_bound'))} | "
-                     f"{fmt(r['expected_block_efficiency_given_drafts'])} | {fmt(r.get('mean_acceptance_length'))} | "
-                     f"{fmt(r['acceptance_rate'])} | "
-                     f"{fmt(r['tokens_per_s'], 1)} | {fmt(r['speedup'], 2)} [{fmt(si['low'], 2)}, {fmt(si['high'], 2)}] | "
-                     f"{fmt(r['predicted_speedup'], 2)} [{fmt(psi.get('low'), 2)}, {fmt(psi.get('high'), 2)}]"
-                     f"{_miss(r)} | {100 * r['verify_fraction_of_target_call']:.1f} % |")
-    methods = sorted({r.get("prediction_method") or "" for r in record["runs"]} - {""})
+    for r in record.runs:
+        be, pi, si, psi = (r.block_efficiency, r.predicted_block_efficiency_interval, r.speedup_spread,
+                           r.predicted_speedup_interval)
+        lines.append(f"| {r.verifier} | {r.L} | {fmt(be.mean)} [{fmt(be.low)}, {fmt(be.high)}] | "
+                     f"{fmt(r.predicted_block_efficiency)}{_bracket(pi, 3)} | "
+                     f"{fmt(r.two_point_upper_bound)} | "
+                     f"{fmt(r.expected_block_efficiency_given_drafts)} | {fmt(r.mean_acceptance_length)} | "
+                     f"{fmt(r.acceptance_rate)} | "
+                     f"{fmt(r.tokens_per_s, 1)} | {fmt(r.speedup, 2)}{_bracket(si, 2)} | "
+                     f"{fmt(r.predicted_speedup, 2)}{_bracket(psi, 2)}"
+                     f"{_miss(r)} | {_percent(r.verify_fraction_of_target_call)} |")
+    methods = sorted({r.prediction_method or "" for r in record.runs} - {""})
     lines += ["", "Predicted: " + ("; ".join(methods) if methods else "the two-point formulas (older record)") + ". "
               "*Two-point bound*: the verifier's formula (token eq. (4), block eq. (17), block-OT eq. (8)) on the "
               "per-position two-point reduction A = {q ≥ p} of this run's own rows, an upper bound for the block "
               "verifiers. *E[τ+1 given drafts]* averages the verifier's exact conditional law on the real rows. *Mean "
               "acceptance length*: 1 + accepted / drafts, as serving engines report it. " +
-              _speedup_prediction_text(record["runs"]) + _straggling_text(record["runs"]) +
-              ". *Speedup*: the run's tokens/s over plain sampling's, with " + _rounds_text(record["runs"]) + "."]
-    lines += _tree_markdown(record.get("tree_runs") or [])
-    lines += misses_markdown(list(record["runs"]) + list(record.get("tree_runs") or []))
-    loss = record.get("lossless", {})
-    if "verifiers" in loss:
-        lines += ["", f"Losslessness (top-k {loss['sampling']['top_k']}, L = {loss['draft_length']}, "
-                  f"{loss['samples']} draws per side):", "",
+              _speedup_prediction_text(record.runs) + _straggling_text(record.runs) +
+              ". *Speedup*: the run's tokens/s over plain sampling's, with " + _rounds_text(record.runs) + "."]
+    lines += _tree_markdown(record.tree_runs or [])
+    lines += misses_markdown(record.all_runs)
+    loss = record.lossless
+    if loss is not None and loss.verifiers is not None:
+        lines += ["", f"Losslessness (top-k {loss.sampling.top_k if loss.sampling else None}, L = {loss.draft_length}, "
+                  f"{loss.samples} draws per side):", "",
                   "| verifier | max abs(first-token law − target row) | draft paths | G-test p-value |", "|---|---|---|---|"]
-        for name, v in loss["verifiers"].items():
-            dev = v["first_token_max_deviation"]
+        for name, v in loss.verifiers.items():
+            dev = v.first_token_max_deviation
             lines.append(f"| {name} | {'toy sources (whole tree)' if dev is None else format(dev, '.2e')} | "
-                         f"{v['draft_paths'] if v['draft_paths'] is not None else '—'} | "
-                         f"{'not run' if v.get('two_sample') is None else format(v['two_sample']['p_value'], '.3g')} |")
-    elif loss:
-        lines += ["", f"Losslessness: {loss.get('status')}"]
+                         f"{v.draft_paths if v.draft_paths is not None else '—'} | "
+                         f"{'not run' if v.two_sample is None else format(v.two_sample.p_value, '.3g')} |")
+    elif loss is not None:
+        lines += ["", f"Losslessness: {loss.status}"]
     return "\n".join(lines) + "\n"
 
 
-def _t_target_text(prof: dict) -> str:
+def _bracket(iv, digits: int) -> str:
+    """`` [low, high]`` of an interval (`` [–, –]`` for a missing one)."""
+    if iv is None:
+        return " [–, –]"
+    return f" [{fmt(iv.low, digits)}, {fmt(iv.high, digits)}]"
+
+
+def _percent(share) -> str:
+    return "–" if share is None else f"{100 * share:.1f} %"
+
+
+def _t_target_text(prof) -> str:
     """The profile's target call times: ``t_target_ms`` (medians) with ``t_target_ms_interval`` and the batch size
     where the record has them (older records: the medians alone)."""
-    spread = prof.get("t_target_ms_interval") or {}
+    spread = prof.t_target_ms_interval or {}
     cells = []
-    for k, v in prof["t_target_ms"].items():
-        iv = spread.get(k) or spread.get(str(k))
-        cells.append(f"n={k}: {v:.1f}" + (f" [{iv['low']:.1f}, {iv['high']:.1f}]" if iv else ""))
-    where = f"at a {prof['context_tokens']}-token context"
-    if prof.get("batch_size") is not None:
-        where += f", batch {prof['batch_size']}"
+    for k, v in prof.t_target_ms.items():
+        iv = spread.get(k)
+        cells.append(f"n={k}: {v:.1f}" + (f" [{iv.low:.1f}, {iv.high:.1f}]" if iv else ""))
+    where = f"at a {prof.context_tokens}-token context"
+    if prof.batch_size is not None:
+        where += f", batch {prof.batch_size}"
     text = f"t_target(n) in ms{' (median [low, high])' if spread else ''} {where}: {', '.join(cells)}"
-    mono = prof.get("monotone") or {}
-    if mono.get("monotone") is False and mono.get("exceptions"):
-        pairs = ", ".join(f"n = {a} → {b}" for a, b in mono["exceptions"])
+    mono = prof.monotone
+    if mono is not None and mono.monotone is False and mono.exceptions:
+        pairs = ", ".join(f"n = {a} → {b}" for a, b in mono.exceptions)
+        tolerance = 0.03 if mono.tolerance is None else mono.tolerance
         text += (f"; not monotone beyond noise at {pairs} (the wider call's median more than "
-                 f"{100 * mono.get('tolerance', 0.03):.0f} % below the narrower one's interval); the medians are not "
+                 f"{100 * tolerance:.0f} % below the narrower one's interval); the medians are not "
                  "smoothed: the prediction charges each width its own measured time, so an iteration scoring the "
                  "narrower width is charged more)")
-    if prof.get("disturbed_rounds"):
-        text += (f"; calibration rounds {', '.join(map(str, prof['disturbed_rounds']))} set aside (plain decoding more "
-                 f"than {100 * prof.get('round_tolerance', 0.25):.0f} % slower per step than the median round)")
+    if prof.disturbed_rounds:
+        tolerance = 0.25 if prof.round_tolerance is None else prof.round_tolerance
+        text += (f"; calibration rounds {', '.join(map(str, prof.disturbed_rounds))} set aside (plain decoding more "
+                 f"than {100 * tolerance:.0f} % slower per step than the median round)")
     return text
 
 
@@ -137,15 +153,16 @@ def _tree_markdown(runs: list) -> list:
              "| go-on per depth | nodes per target call | tokens/s | speedup [rounds] | predicted speedup "
              "| verifier / target call |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
-        be, si = r["block_efficiency"], r.get("speedup_ci") or r["speedup_interval"]
-        go = ", ".join(fmt(x, 2) for x in r["go_on"])
-        lines.append(f"| {r['verifier']} | {r['tree']}{'' if r['tree'].startswith('eagle2') else _DRAW_SUFFIX.get(r['replacement'], '')} | {r['rule']} | "
-                     f"{fmt(be['mean'])} [{fmt(be['low'])}, {fmt(be['high'])}] | "
-                     f"{fmt(r['expected_block_efficiency_given_tree'])} | {fmt(r['predicted_block_efficiency'])} | "
-                     f"{fmt(r['otm_bound_block_efficiency'])} | {go} | {fmt(r['target_nodes_per_call'], 1)} | "
-                     f"{fmt(r['tokens_per_s'], 1)} | {fmt(r['speedup'], 2)} [{fmt(si['low'], 2)}, {fmt(si['high'], 2)}] | "
-                     f"{fmt(r['predicted_speedup'], 2)}{_miss(r)} | {100 * r['verify_fraction_of_target_call']:.1f} % |")
-    methods = sorted({r.get("prediction_method") or "" for r in runs} - {""})
+        be = r.block_efficiency
+        go = ", ".join(fmt(x, 2) for x in r.go_on or [])
+        draw = "" if r.tree.startswith("eagle2") else _DRAW_SUFFIX.get(r.replacement, "")
+        lines.append(f"| {r.verifier} | {r.tree}{draw} | {r.rule} | "
+                     f"{fmt(be.mean)} [{fmt(be.low)}, {fmt(be.high)}] | "
+                     f"{fmt(r.expected_block_efficiency_given_tree)} | {fmt(r.predicted_block_efficiency)} | "
+                     f"{fmt(r.otm_bound_block_efficiency)} | {go} | {fmt(r.target_nodes_per_call, 1)} | "
+                     f"{fmt(r.tokens_per_s, 1)} | {fmt(r.speedup, 2)}{_bracket(r.speedup_spread, 2)} | "
+                     f"{fmt(r.predicted_speedup, 2)}{_miss(r)} | {_percent(r.verify_fraction_of_target_call)} |")
+    methods = sorted({r.prediction_method or "" for r in runs} - {""})
     lines += ["", "*Predicted*: " + ("; ".join(methods) if methods else "per-depth product (older record)") + ". "
               "*OTM-k bound*: 1 + Σ_d Π_{i≤d} α_d with α_d the optimal multi-draft acceptance on the measured rows "
               "of the nodes walked at depth d, averaged over drafted depths; *E[τ+1 given trie]*: the "
@@ -156,21 +173,21 @@ def _tree_markdown(runs: list) -> list:
 
 def _straggling_text(runs: list) -> str:
     """How the predicted speedups allow for a batch's slowest sequence (records that measured it)."""
-    st = [r["batch_straggling"] for r in runs if r.get("batch_straggling")]
-    measured = [x["measured"] for x in st if x.get("measured") is not None]
-    predicted = [x["predicted"] for x in st if x.get("predicted") is not None]
+    st = [r.batch_straggling for r in runs if r.batch_straggling]
+    measured = [x.measured for x in st if x.measured is not None]
+    predicted = [x.predicted for x in st if x.predicted is not None]
     if not (measured and predicted):
         return ""
-    return (f", per iteration of a batch of {st[0]['batch_size']}: a batch calls the target until its slowest "
+    return (f", per iteration of a batch of {st[0].batch_size}: a batch calls the target until its slowest "
             f"sequence has its tokens, {min(measured):.3f}–{max(measured):.3f} times the mean sequence's iterations "
             f"(predicted from the log's replays: {min(predicted):.3f}–{max(predicted):.3f})")
 
 
 def _rounds_text(runs: list) -> str:
     """How the speedup's spread was measured, from the runs' ``speedup_ci`` or ``speedup_interval``."""
-    counts = {len(r["speedup_interval"].get("rounds") or []) for r in runs}
+    counts = {len(r.speedup_interval.rounds or []) if r.speedup_interval else 0 for r in runs}
     if counts and 0 not in counts:
-        what = ("its 95 % confidence interval (a paired bootstrap over" if all(r.get("speedup_ci") for r in runs)
+        what = ("its 95 % confidence interval (a paired bootstrap over" if all(r.speedup_ci for r in runs)
                 else "the smallest and largest ratio over")
         return (f"{what} {max(counts)} timing rounds (each batch of prompts decoded by plain sampling and every run in "
                 "turn, in the same window)" + (")" if what.startswith("its") else ""))
@@ -180,7 +197,7 @@ def _rounds_text(runs: list) -> str:
 def _speedup_prediction_text(runs: list) -> str:
     """How the predicted speedups were made: from a cost profile measured apart, or (older records) from the run's
     own call times."""
-    sources = {(r.get("speedup_prediction") or {}).get("source") for r in runs}
+    sources = {r.speedup_prediction.source if r.speedup_prediction else None for r in runs}
     if sources == {"cost_profile"}:
         return ("Predicted speedup: the cost profile (plain decoding, t_target(n) and a zero-acceptance dry run of each "
                 "configuration, all on the prediction prompts) charged to the prediction's replays, batch by batch")
@@ -188,10 +205,10 @@ def _speedup_prediction_text(runs: list) -> str:
             "and loop overhead")
 
 
-def _miss(r: dict) -> str:
+def _miss(r) -> str:
     """`` (miss: ±x %)`` after a predicted speedup that its measurement does not meet (``prediction_check``)."""
-    c = (r.get("prediction_check") or {}).get("speedup")
-    return "" if not c or c["holds"] else f" (**miss**: {100 * c['relative_error']:+.1f} %)"
+    c = r.prediction_check.speedup if r.prediction_check else None
+    return "" if not c or c.holds else f" (**miss**: {100 * c.relative_error:+.1f} %)"
 
 
 #: How each part of an iteration is named in a miss's decomposition.
@@ -201,19 +218,18 @@ _PARTS = {"overhead": "loop overhead", "draft": "draft calls", "verify": "verifi
 def misses_markdown(runs: list) -> list:
     """Each speedup the cost profile misses, decomposed after the fact (:func:`otspec.engine.forecast.miss_decomposition`):
     measured over predicted plain step, batch iterations and time per iteration, and the iteration's time difference by
-    part (ms per iteration, measured − profile)."""
+    part (ms per iteration, measured − profile). ``runs``: typed rows or their JSON objects."""
     from otspec.engine.forecast import miss_decomposition
 
     out = []
-    for r in runs:
+    for r in map(run_row, runs):
         d = miss_decomposition(r) if _miss(r) else None
         if d is None:
             continue
-        parts = ", ".join(f"{_PARTS[k]} {v:+.1f}" for k, v in d["components"].items())
-        name = f"{r['verifier']} {'L = ' + str(r['L']) if r.get('L') is not None else r.get('tree', '')}"
-        out.append(f"- {name}: {_miss(r).strip()[1:-1]}; plain step ×{d['plain_step']:.3f}, batch iterations "
-                   f"×{d['iterations']:.3f}, time per iteration ×{d['iteration_time']:.3f} "
-                   f"({d['iteration_ms']['measured']:.1f} against {d['iteration_ms']['predicted']:.1f} ms: {parts} ms)")
+        parts = ", ".join(f"{_PARTS[k]} {v:+.1f}" for k, v in d.components.items())
+        out.append(f"- {r.verifier} {r.config}: {_miss(r).strip()[1:-1]}; plain step ×{d.plain_step:.3f}, batch "
+                   f"iterations ×{d.iterations:.3f}, time per iteration ×{d.iteration_time:.3f} "
+                   f"({d.iteration_ms_measured:.1f} against {d.iteration_ms_predicted:.1f} ms: {parts} ms)")
     if out:
         out = ["", "Where the predicted speedup misses (measured over predicted; the speedup's ratio is plain step / "
                "(iterations × time per iteration); the parts are measured − profile, ms per iteration, a diagnosis "
@@ -228,7 +244,7 @@ def _nan(values) -> list:
 def _yerr(values, intervals) -> list:
     """``yerr`` for ``errorbar``: each value's distance down to its interval's ``low`` and up to its ``high`` (no bar
     where the interval is ``None``, e.g. a speedup without paired rounds)."""
-    bounds = [(v, v) if iv is None else (iv["low"], iv["high"]) for v, iv in zip(values, intervals, strict=True)]
+    bounds = [(v, v) if iv is None else (iv.low, iv.high) for v, iv in zip(values, intervals, strict=True)]
     return [[v - lo for v, (lo, _) in zip(values, bounds, strict=True)],
             [hi - v for v, (_, hi) in zip(values, bounds, strict=True)]]
 
@@ -236,102 +252,106 @@ def _yerr(values, intervals) -> list:
 def _render_trees(fig, runs: list) -> None:
     """Two panels: measured vs predicted tokens per target call per tree run; go-on / acceptance / optimum per depth."""
     ax_be, ax_depth = fig.subplots(1, 2)
-    labels = [f"{r['verifier']}\n{r['tree']}" for r in runs]
+    labels = [f"{r.verifier}\n{r.tree}" for r in runs]
     x = range(len(runs))
-    be = [r["block_efficiency"] for r in runs]
-    ax_be.errorbar(x, [b["mean"] for b in be], yerr=_yerr([b["mean"] for b in be], be),
+    be = [r.block_efficiency for r in runs]
+    ax_be.errorbar(x, [b.mean for b in be], yerr=_yerr([b.mean for b in be], be),
                    fmt="o", color="C0", capsize=3, label="measured")
-    ax_be.plot(x, [r["expected_block_efficiency_given_tree"] for r in runs], "x", color="C3", label="E[τ+1 | trie]")
-    ax_be.plot(x, _nan(r["predicted_block_efficiency"] for r in runs), "_", ms=14, mew=2, color="C1", label="predicted")
-    ax_be.plot(x, _nan(r["otm_bound_block_efficiency"] for r in runs), "v", color="C2", label="OTM-k bound")
+    ax_be.plot(x, _nan(r.expected_block_efficiency_given_tree for r in runs), "x", color="C3", label="E[τ+1 | trie]")
+    ax_be.plot(x, _nan(r.predicted_block_efficiency for r in runs), "_", ms=14, mew=2, color="C1", label="predicted")
+    ax_be.plot(x, _nan(r.otm_bound_block_efficiency for r in runs), "v", color="C2", label="OTM-k bound")
     ax_be.set_xticks(list(x), labels, fontsize=7, rotation=20)
     ax_be.set_title("multi-draft: tokens per target call")
     for c, r in enumerate(runs[:6]):
-        d = range(1, len(r["go_on"]) + 1)
-        ax_depth.plot(d, r["go_on"], "o-", color=f"C{c}", label=f"{r['verifier']} {r['tree']}: go on")
-        if r["optimum"]:  # a whole-tree verifier has no per-node OTM-k value
-            ax_depth.plot(range(1, len(r["optimum"]) + 1), _nan(r["optimum"]), "v:", color=f"C{c}")
+        go = r.go_on or []
+        ax_depth.plot(range(1, len(go) + 1), _nan(go), "o-", color=f"C{c}", label=f"{r.verifier} {r.tree}: go on")
+        if r.optimum:  # a whole-tree verifier has no per-node OTM-k value
+            ax_depth.plot(range(1, len(r.optimum) + 1), _nan(r.optimum), "v:", color=f"C{c}")
     ax_depth.set_title("per depth: go-on (solid), OTM-k optimum (dotted)")
     ax_depth.set_xlabel("tree depth")
     for ax in (ax_be, ax_depth):
         ax.legend(fontsize=7)
 
 
-def render_record(record: dict):
-    """A 2 × 2 figure: block efficiency and speedup (measured vs predicted) against L, t_target(n), acceptance per position."""
-    trees = record.get("tree_runs") or []
+def render_record(record):
+    """A 2 × 2 figure: block efficiency and speedup (measured vs predicted) against L, t_target(n), acceptance per
+    position (``record``: a :class:`~otspec.engine.record.PairRecord` or its JSON object)."""
+    record = as_record(record)
+    trees = record.tree_runs or []
     fig = new_figure((11, 11.5 if trees else 8), 110)
     fig.set_layout_engine("constrained")
     top, bottom = fig.subfigures(2, 1, height_ratios=[2, 1]) if trees else (fig, None)
     ax_be, ax_sp, ax_t, ax_pos = top.subplots(2, 2).ravel()
     if trees:
         _render_trees(bottom, trees)
-    names = sorted({r["verifier"] for r in record["runs"]}, key=[r["verifier"] for r in record["runs"]].index)
+    names = list(dict.fromkeys(r.verifier for r in record.runs))
     for c, name in enumerate(names):
-        runs = [r for r in record["runs"] if r["verifier"] == name]
-        Ls = [r["L"] for r in runs]
-        be = [r["block_efficiency"] for r in runs]
-        ax_be.errorbar(Ls, [b["mean"] for b in be], yerr=_yerr([b["mean"] for b in be], be),
+        runs = [r for r in record.runs if r.verifier == name]
+        Ls = [r.L for r in runs]
+        be = [r.block_efficiency for r in runs]
+        ax_be.errorbar(Ls, [b.mean for b in be], yerr=_yerr([b.mean for b in be], be),
                        fmt="o", color=f"C{c}", capsize=3, label=f"{name} measured")
         # a dash marks each prediction, so that a record with one L still shows it
-        ax_be.plot(Ls, [r["predicted_block_efficiency"] for r in runs], "_--", ms=14, mew=2, color=f"C{c}",
+        ax_be.plot(Ls, _nan(r.predicted_block_efficiency for r in runs), "_--", ms=14, mew=2, color=f"C{c}",
                    label=f"{name} predicted")
-        sp = [r["speedup"] for r in runs]
-        ax_sp.errorbar(Ls, sp, yerr=_yerr(sp, [r.get("speedup_ci") for r in runs]), fmt="o", color=f"C{c}",
+        sp = _nan(r.speedup for r in runs)
+        ax_sp.errorbar(Ls, sp, yerr=_yerr(sp, [r.speedup_ci for r in runs]), fmt="o", color=f"C{c}",
                        capsize=3, label=f"{name} measured [95 % CI]")
-        ax_sp.plot(Ls, _nan(r["predicted_speedup"] for r in runs), "_--", ms=14, mew=2, color=f"C{c}",
+        ax_sp.plot(Ls, _nan(r.predicted_speedup for r in runs), "_--", ms=14, mew=2, color=f"C{c}",
                    label=f"{name} predicted")
         last = runs[-1]
-        pos = last["acceptance_per_position"]
-        ax_pos.plot(range(1, len(pos) + 1), pos, "o-", color=f"C{c}", label=f"{name}, L={last['L']}: accepted")
-    if record["runs"]:
-        tv = record["runs"][-1]["tv_per_position"]
-        ax_pos.plot(range(1, len(tv) + 1), [1 - x for x in tv], "k:", label="1 − TV(draft, target)")
+        pos = last.acceptance_per_position or []
+        ax_pos.plot(range(1, len(pos) + 1), _nan(pos), "o-", color=f"C{c}", label=f"{name}, L={last.L}: accepted")
+    if record.runs and record.runs[-1].tv_per_position:
+        tv = record.runs[-1].tv_per_position
+        ax_pos.plot(range(1, len(tv) + 1), [float("nan") if x is None else 1 - x for x in tv], "k:",
+                    label="1 − TV(draft, target)")
     ax_sp.axhline(1.0, color="grey", lw=0.8)
-    hf = record.get("hf_assisted")
-    if hf:
-        ax_sp.axhline(hf["speedup"], color="C7", ls="-.", label="HF assisted")
-    prof = record["profile"]["t_target_ms"]
+    if record.hf_assisted:
+        ax_sp.axhline(record.hf_assisted.speedup, color="C7", ls="-.", label="HF assisted")
+    prof = record.profile.t_target_ms
     ax_t.plot([int(k) for k in prof], list(prof.values()), "o-", label="t_target(n)")
-    ax_t.axhline(record["profile"]["t_draft_ms"], color="C1", ls="--", label="t_draft (one token)")
+    ax_t.axhline(record.profile.t_draft_ms, color="C1", ls="--", label="t_draft (one token)")
     for ax, title, xl in ((ax_be, "block efficiency (tokens per target call)", "draft length L"),
                           (ax_sp, "speedup over plain sampling" + (" (UNRELIABLE TIMING: machine not quiet)"
-                                                                    if record.get("unreliable_timing") else ""),
+                                                                    if record.unreliable_timing else ""),
                            "draft length L"),
                           (ax_t, "time per call (ms)", "tokens scored per target call n"),
                           (ax_pos, "acceptance per draft position", "position in the draft")):
         ax.set_title(title)
         ax.set_xlabel(xl)
         ax.legend(fontsize=7)
-    pair = record["model_pair"]
-    fig.suptitle(f"{pair['target']} / {pair['draft']} on {pair['device']}")
+    pair = record.model_pair
+    fig.suptitle(f"{pair.target} / {pair.draft} on {pair.device}")
     return fig
+
+
+def _label(rec) -> str:
+    return rec.file.removesuffix(".json")
 
 
 def render_llm(data: dict):
     """Measured against predicted block efficiency and speedup for every run of every record."""
     fig, (ax_be, ax_sp) = axes((11, 4.6), ncols=2)
     markers = "osD^vP*X"
-    for i, rec in enumerate(data["records"]):
-        label = f"{rec['file'].removesuffix('.json')}: {rec['model_pair']['draft']} ({rec['model_pair']['device']})"
-        runs = rec["runs"]
-        be = [r["block_efficiency"] for r in runs]
-        ax_be.errorbar([r["predicted_block_efficiency"] for r in runs], [b["mean"] for b in be],
-                       yerr=_yerr([b["mean"] for b in be], be),
-                       fmt=markers[i % len(markers)], color=f"C{i}", ms=4, capsize=2, label=label)
-        unreliable = bool(rec.get("unreliable_timing"))  # drawn hollow and named: not a measurement to trust
-        ax_sp.plot(_nan(r["predicted_speedup"] for r in runs), [r["speedup"] for r in runs], markers[i % len(markers)],
+    for i, rec in enumerate(map(as_record, data["records"])):
+        label = f"{_label(rec)}: {rec.model_pair.draft} ({rec.model_pair.device})"
+        runs, marker = rec.runs, markers[i % len(markers)]
+        be = [r.block_efficiency for r in runs]
+        ax_be.errorbar(_nan(r.predicted_block_efficiency for r in runs), [b.mean for b in be],
+                       yerr=_yerr([b.mean for b in be], be), fmt=marker, color=f"C{i}", ms=4, capsize=2, label=label)
+        unreliable = bool(rec.unreliable_timing)  # drawn hollow and named: not a measurement to trust
+        ax_sp.plot(_nan(r.predicted_speedup for r in runs), _nan(r.speedup for r in runs), marker,
                    color=f"C{i}", ms=4, mfc="none" if unreliable else None,
                    label=label + (" [unreliable timing]" if unreliable else ""))
-        trees = rec.get("tree_runs") or []
+        trees = rec.tree_runs or []
         if trees:
-            ax_be.plot(_nan(r["predicted_block_efficiency"] for r in trees), [r["block_efficiency"]["mean"] for r in trees],
-                       markers[i % len(markers)], mfc="none", color=f"C{i}", ms=6, label=f"{label}: trees")
-            ax_sp.plot(_nan(r["predicted_speedup"] for r in trees), [r["speedup"] for r in trees],
-                       markers[i % len(markers)], mfc="none", color=f"C{i}", ms=6)
-        hf = rec.get("hf_assisted")
-        if hf:
-            ax_sp.axhline(hf["speedup"], color=f"C{i}", ls=":", lw=1, label=f"HF assisted, {rec['file'].removesuffix('.json')}")
+            ax_be.plot(_nan(r.predicted_block_efficiency for r in trees), [r.block_efficiency.mean for r in trees],
+                       marker, mfc="none", color=f"C{i}", ms=6, label=f"{label}: trees")
+            ax_sp.plot(_nan(r.predicted_speedup for r in trees), _nan(r.speedup for r in trees),
+                       marker, mfc="none", color=f"C{i}", ms=6)
+        if rec.hf_assisted:
+            ax_sp.axhline(rec.hf_assisted.speedup, color=f"C{i}", ls=":", lw=1, label=f"HF assisted, {_label(rec)}")
     for ax, what in ((ax_be, "block efficiency"), (ax_sp, "speedup over plain sampling")):
         lo, hi = ax.get_xlim()
         lo, hi = min(lo, ax.get_ylim()[0]), max(hi, ax.get_ylim()[1])
@@ -344,8 +364,14 @@ def render_llm(data: dict):
     return fig
 
 
+def _title(rec, what: str) -> str:
+    pair = rec.model_pair
+    return f"{rec.file}: {what}{pair.target} / {pair.draft} on {pair.device}"
+
+
 def _llm_section(data: dict, png: Path) -> str:
-    if not data["records"]:
+    records, adaptive = [as_record(r) for r in data["records"]], [as_record(r) for r in data.get("adaptive", [])]
+    if not records:
         return (f"## Real model pairs\n\n![measured against predicted]({png.name})\n\nNo `llm_*.json` record in "
                 "this folder yet: run `python -m llm_bridge.validate`.\n")
     parts = ["## Real model pairs", "", f"![measured against predicted]({png.name})", "",
@@ -353,17 +379,15 @@ def _llm_section(data: dict, png: Path) -> str:
              "beside this report as `llm_<name>.*`); the figure above puts every run's measurement next to the "
              "theory's prediction (block efficiency from a plain-decoding log of the pair, speedup from it and call "
              "times; the check below says which predictions are independent of the measurement).", "",
-             *prediction_check_markdown(prediction_check(data["records"] + data.get("adaptive", []))),
+             *prediction_check_markdown(prediction_check(records + adaptive)),
              *forecast_markdown(data.get("forecasts", []))]
-    for rec in data["records"]:
-        body = record_markdown(rec, f"{rec['file']}: {rec['model_pair']['target']} / {rec['model_pair']['draft']} "
-                                    f"on {rec['model_pair']['device']}").replace("\n## ", "\n### ")
-        parts += ["#" + body, f"![{rec['file']}]({Path(rec['file']).with_suffix('.png').name})", ""]
-    for rec in data.get("adaptive", []):  # SpecDec++ on the pair (python -m llm_bridge.adaptive)
-        rule = "the draft's confidence" if (rec.get("head") or {}).get("rule") == "confidence" else "SpecDec++"
-        body = adaptive_markdown(rec, f"{rec['file']}: {rule} on {rec['model_pair']['target']} / "
-                                      f"{rec['model_pair']['draft']} on {rec['model_pair']['device']}")
-        parts += ["#" + body, f"![{rec['file']}]({Path(rec['file']).with_suffix('.png').name})", ""]
+    for rec in records:
+        body = record_markdown(rec, _title(rec, "")).replace("\n## ", "\n### ")
+        parts += ["#" + body, f"![{rec.file}]({Path(rec.file).with_suffix('.png').name})", ""]
+    for rec in adaptive:  # SpecDec++ on the pair (python -m llm_bridge.adaptive)
+        rule = "the draft's confidence" if rec.confidence_rule else "SpecDec++"
+        body = adaptive_markdown(rec, _title(rec, f"{rule} on "))
+        parts += ["#" + body, f"![{rec.file}]({Path(rec.file).with_suffix('.png').name})", ""]
     return "\n".join(parts)
 
 
@@ -371,11 +395,10 @@ def write_record_files(path) -> list[Path]:
     """Draw the record in ``path`` (a ``.json``): its Markdown summary and plot beside it; returns their paths."""
     path = Path(path)
     record = read_record(path)
-    data = record.to_json()
     adaptive = isinstance(record, AdaptiveRecord)
     md, png = path.with_suffix(".md"), path.with_suffix(".png")
-    md.write_text(adaptive_markdown(data) if adaptive else record_markdown(data))
-    figure = render_adaptive_record(data) if adaptive else render_record(data)
+    md.write_text(adaptive_markdown(record) if adaptive else record_markdown(record))
+    figure = render_adaptive_record(record) if adaptive else render_record(record)
     figure.savefig(png)
     import matplotlib.pyplot as plt
 
@@ -385,28 +408,29 @@ def write_record_files(path) -> list[Path]:
 
 def _records_files(data: dict, out_dir: Path) -> list[Path]:
     """The report's hook: every record it read gets its plot and summary (beside it, in the report's folder)."""
-    return [p for rec in data["records"] + data.get("adaptive", []) for p in write_record_files(rec["path"])]
+    return [p for rec in data["records"] + data.get("adaptive", []) for p in write_record_files(as_record(rec).path)]
 
 
 @register("real_models", "real_models", render=render_llm, section=_llm_section, files=_records_files,
           reads_records=True)
 def llm_data(scale: float = 1.0, records_dir: str | Path = "figures") -> dict:
-    """Every record ``llm_*.json`` in ``records_dir`` (``scale`` is unused: nothing is rerun), and every forecast
-    ``llm_forecast_*.json`` with the record it names (``None`` until it is measured); other ``llm_*`` data files
-    there (a benchmark's output, the GPU suite's summary) hold no ``model_pair`` and are skipped."""
+    """Every record ``llm_*.json`` in ``records_dir`` (``scale`` is unused: nothing is rerun), typed
+    (:class:`~otspec.engine.record.PairRecord` under ``records``, :class:`~otspec.engine.record.AdaptiveRecord`
+    under ``adaptive``), and every forecast ``llm_forecast_*.json`` with the record it names (``None`` until it is
+    measured); other ``llm_*`` data files there (a benchmark's output, the GPU suite's summary) hold no
+    ``model_pair`` and are skipped."""
     records, adaptive, forecasts = [], [], []
     for path in sorted(Path(records_dir).glob("llm_*.json")):
         text = path.read_text()
         if path.name.startswith("llm_forecast_") and '"kind": "forecast"' in text:
             made = json.loads(text)
             measured = Path(records_dir) / made["record"]
-            forecasts.append((path.name, made, json.loads(measured.read_text()) if measured.is_file() else None))
+            forecasts.append((path.name, made, read_record(measured) if measured.is_file() else None))
             continue
         if '"model_pair"' not in text:
             continue
         record = read_record(path)
-        entry = {"file": path.name, "path": str(path), **record.to_json()}
-        (adaptive if isinstance(record, AdaptiveRecord) else records).append(entry)
+        (adaptive if isinstance(record, AdaptiveRecord) else records).append(record)
     return {"records": records, "adaptive": adaptive, "forecasts": forecasts}
 
 

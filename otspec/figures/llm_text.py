@@ -13,50 +13,50 @@ def fmt(x, digits: int = 3) -> str:
     return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
 
 
-def timing_text(record: dict) -> list[str]:
+def timing_text(record) -> list[str]:
     """The timing check in words: the baseline before and after, the drift, and every attempt measured."""
-    t = record.get("timing") or {}
-    if "baseline_drift" not in t:
+    t = record.timing
+    if t is None or t.baseline_drift is None:
         return []
-    text = (f"Timing check: plain sampling {t['baseline_before_ms_per_token']:.2f} ms per token before the runs and "
-            f"{t['baseline_after_ms_per_token']:.2f} after (drift {100 * t['baseline_drift']:.1f} %).")
-    if len(attempts := t.get("attempts") or []) > 1:
+    text = (f"Timing check: plain sampling {t.baseline_before_ms_per_token:.2f} ms per token before the runs and "
+            f"{t.baseline_after_ms_per_token:.2f} after (drift {100 * t.baseline_drift:.1f} %).")
+    if len(attempts := t.attempts or []) > 1:
         text += (f" Measured in attempt {len(attempts)}: the earlier attempts, discarded whole because the check "
-                 "failed, drifted " + "; ".join(f"{100 * a['baseline_drift']:.1f} % ({a['unreliable_timing']})"
+                 "failed, drifted " + "; ".join(f"{100 * a.baseline_drift:.1f} % ({a.unreliable_timing})"
                                                 for a in attempts[:-1]) + ".")
-    if settling := t.get("settling"):
-        text += (f" Warm-up passes until two agreed within {100 * settling['tolerance']:.0f} %: "
-                 + ", ".join(f"{x:.1f}" for x in settling["ms_per_token"]) + " ms per token"
-                 + ("." if settling["settled"] else " (never settled)."))
+    if settling := t.settling:
+        text += (f" Warm-up passes until two agreed within {100 * settling.tolerance:.0f} %: "
+                 + ", ".join(f"{x:.1f}" for x in settling.ms_per_token) + " ms per token"
+                 + ("." if settling.settled else " (never settled)."))
     return [text, ""]
 
 
 def _ci_text(ci) -> str:
     """`` [low, high]`` of a confidence interval, or nothing."""
-    return "" if not ci else f" [{fmt(ci.get('low'), 2)}, {fmt(ci.get('high'), 2)}]"
+    return "" if not ci else f" [{fmt(ci.low, 2)}, {fmt(ci.high, 2)}]"
 
 
-def peer_text(record: dict) -> list[str]:
+def peer_text(record) -> list[str]:
     """The record's Hugging Face peer in a sentence (``hf_assisted``), or why it has none; ``[]`` without either."""
-    hf = record.get("hf_assisted")
+    hf = record.hf_assisted
     if not hf:
-        skipped = record.get("hf_assisted_skipped")
+        skipped = record.hf_assisted_skipped
         return [f"Hugging Face assisted generation: none ({skipped})."] if skipped else []
-    return [f"Hugging Face assisted generation ({hf['mode']}" + (f", draft {hf['draft']}" if hf.get("draft") else "")
-            + f"): **{fmt(hf['tokens_per_s'], 1)} tokens/s** against {fmt(hf.get('plain_tokens_per_s'), 1)} "
-            f"for its plain `generate` (speedup {fmt(hf['speedup'], 2)}{_ci_text(hf.get('speedup_ci'))}; "
-            f"both include the prefill), acceptance rate {fmt(hf['acceptance_rate'])}"
-            + (f"; {fmt(hf['speedup_vs_baseline'], 2)}{_ci_text(hf.get('speedup_vs_baseline_ci'))} of "
-               "otspec's plain sampling" if hf.get("speedup_vs_baseline") is not None else "")
-            + (f". The fastest of {', '.join(sorted(hf['choice']['candidates']))} on "
-               f"{hf['choice']['prompts']} prediction prompts; timed on every measured prompt with the runs"
-               if hf.get("choice") else "") + "."]
+    return [f"Hugging Face assisted generation ({hf.mode}" + (f", draft {hf.draft}" if hf.draft else "")
+            + f"): **{fmt(hf.tokens_per_s, 1)} tokens/s** against {fmt(hf.plain_tokens_per_s, 1)} "
+            f"for its plain `generate` (speedup {fmt(hf.speedup, 2)}{_ci_text(hf.speedup_ci)}; "
+            f"both include the prefill), acceptance rate {fmt(hf.acceptance_rate)}"
+            + (f"; {fmt(hf.speedup_vs_baseline, 2)}{_ci_text(hf.speedup_vs_baseline_ci)} of "
+               "otspec's plain sampling" if hf.speedup_vs_baseline is not None else "")
+            + (f". The fastest of {', '.join(sorted(hf.choice.candidates))} on "
+               f"{hf.choice.prompts} prediction prompts; timed on every measured prompt with the runs"
+               if hf.choice else "") + "."]
 
 
-def code_text(settings: dict) -> str:
+def code_text(settings) -> str:
     """`` Made from commit abc1234.`` (with its uncommitted changes, where it had any) where the record names the
     code that made it (``settings.code``), else nothing."""
-    code = settings.get("code")
-    if not code:
+    if settings.commit is None:
         return ""
-    return f" Made from commit {code['commit'][:7]}{' with uncommitted changes' if code.get('modified') else ''}."
+    commit, modified = settings.commit
+    return f" Made from commit {commit[:7]}{' with uncommitted changes' if modified else ''}."
