@@ -21,6 +21,8 @@ import platform
 
 import numpy as np
 
+from llm_bridge.options import DecodeOptions
+
 GOAL_FRACTION = 0.03
 
 
@@ -74,8 +76,8 @@ def main(argv=None) -> int:
     for verifier in (TokenVerify(), BlockVerify()):
         runs = []
         for _ in range(args.repeat):
-            run = speculative_generate(pair, prompts, verifier, args.L, args.tokens, batch_size=1, progress=False,
-                                       record_law=False, host_rows=args.rows == "host")
+            run = speculative_generate(pair, prompts, verifier, args.L, args.tokens,
+                                       DecodeOptions(batch_size=1, progress=False, record_law=False, host_rows=args.rows == "host"))
             timer = run.timer
             iterations = run.decode.iterations
             models = timer.total("draft") + timer.total("target")

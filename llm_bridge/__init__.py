@@ -10,7 +10,8 @@ llm_bridge.validate`` measures everything next to the theory's prediction. See t
 from .drafters import NGramDrafter, Pair, load_pair, make_drafter
 from .loop import BridgeResult, plain_generate, speculative_generate
 from .models import ModelNotFound, VocabularyMismatch, check_vocabularies, load_model
+from .options import DecodeOptions
 from .sampling import Sampling
 
-__all__ = ["BridgeResult", "ModelNotFound", "NGramDrafter", "Pair", "Sampling", "VocabularyMismatch",
+__all__ = ["BridgeResult", "DecodeOptions", "ModelNotFound", "NGramDrafter", "Pair", "Sampling", "VocabularyMismatch",
            "check_vocabularies", "load_model", "load_pair", "make_drafter", "plain_generate", "speculative_generate"]

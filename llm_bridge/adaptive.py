@@ -36,11 +36,14 @@ Writes the record ``figures/llm_adaptive_<name>.json`` (an :class:`otspec.engine
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from otspec.checks import check_real, check_size
 from otspec.engine.controllers import ConfidenceController
 from otspec.engine.heads import LearnedHeadController
 from otspec.engine.predict import paired_ratio_interval
@@ -62,6 +65,7 @@ from .head_training import (
 )
 from .loop import plain_generate, speculative_batches, speculative_generate
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
+from .options import DecodeOptions
 from .peer import choose_peer, peer_entries, peer_runs
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 from .runs import (
@@ -76,7 +80,7 @@ from .sampling import DEFAULT_SAMPLING, Sampling
 from .timing import add_timing_arguments, phase_log
 from .validate import PROMPT_FILE, output_name, split_prompts
 
-__all__ = ["L2_GRID", "HeadData", "choose_l2", "frontier", "head_training_data", "head_training_data_on_policy",
+__all__ = ["L2_GRID", "FrontierPlan", "HeadData", "choose_l2", "frontier", "head_training_data", "head_training_data_on_policy",
            "load_head", "main", "save_head", "train_head"]
 
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
@@ -122,11 +126,47 @@ CONFIDENCE_RULE = ("confidence: draft on while the product of the draft rows' la
                    "rows, so no head is trained)")
 
 
-def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6, 8), max_length: int = 12,
-             max_new_tokens: int = 48, sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int = 8,
-             progress: bool | None = None, unlagged: bool = True, timing_attempts: int = 1,
-             rule: str = "specdecpp", prediction_prompts=None, hf: bool = False, hf_prompts: int = 4,
-             prediction_paths: int = 1, pairing: str | None = None) -> dict:
+@dataclass(frozen=True)
+class FrontierPlan:
+    """The policies of a frontier and how they are decoded (``python -m llm_bridge.adaptive``'s flags), checked when
+    made: ``fixed`` draft lengths K and ``thresholds`` h in [0, 1] of the ``rule`` (``specdecpp``: the learned head,
+    lagged and, with ``unlagged``, without the lag; ``confidence``: the draft's own confidence) up to ``max_length``;
+    ``max_new_tokens`` per prompt, ``sampling``, ``seed``, ``batch_size``, ``progress``; timing (``timing_attempts``,
+    ``pairing``); the peer (``hf``, chosen on ``hf_prompts`` prediction prompts); ``prediction_paths`` plain paths of
+    each prediction prompt."""
+
+    thresholds: tuple = THRESHOLDS
+    fixed: tuple = (1, 2, 3, 4, 6, 8)
+    max_length: int = 12
+    max_new_tokens: int = 48
+    sampling: Sampling = DEFAULT_SAMPLING
+    seed: int = 0
+    batch_size: int = 8
+    progress: bool | None = None
+    unlagged: bool = True
+    timing_attempts: int = 1
+    rule: str = "specdecpp"
+    hf: bool = False
+    hf_prompts: int = 4
+    prediction_paths: int = 1
+    pairing: str | None = None
+
+    def __post_init__(self):
+        if self.rule not in RULE_KINDS:
+            raise ValueError(f"rule: expected one of {RULE_KINDS}, got {self.rule!r}")
+        object.__setattr__(self, "thresholds", tuple(float(check_real(h, "--thresholds", low=0.0, high=1.0))
+                                                     for h in self.thresholds))
+        object.__setattr__(self, "fixed", tuple(check_size(K, "--fixed") for K in self.fixed))
+        for name in ("max_length", "max_new_tokens", "batch_size", "timing_attempts", "hf_prompts",
+                     "prediction_paths"):
+            check_size(getattr(self, name), "--" + name.replace("_", "-"))
+
+    def but(self, **changes) -> FrontierPlan:
+        """A copy with ``changes`` (checked again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def frontier(pair, prompts, head, plan: FrontierPlan | None = None, *, prediction_prompts=None) -> dict:
     """Fixed K and the threshold rule on the learned head (lagged, and with ``unlagged`` the rule without the lag),
     on the same prompts with plain sampling beside them: every run and plain sampling decode each batch of prompts
     in turn (interleaved timing rounds; ``pairing`` as :func:`llm_bridge.timing.timed_runs` takes it), and plain
@@ -140,9 +180,12 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
     assisted generation with the fastest draft it takes for the target (chosen on ``hf_prompts`` of the prediction
     prompts, :func:`llm_bridge.peer.choose_peer`), decoded in turn with the runs, with its plain ``generate`` beside
     it (``hf_assisted``, as :mod:`llm_bridge.validate` records it)."""
-    if rule not in RULE_KINDS:
-        raise ValueError(f"rule: expected one of {RULE_KINDS}, got {rule!r}")
-    unlagged, phase = unlagged and rule == "specdecpp", phase_log("adaptive", progress)
+    c = FrontierPlan() if plan is None else plan
+    thresholds, fixed, max_length, max_new_tokens = c.thresholds, c.fixed, c.max_length, c.max_new_tokens
+    sampling, seed, batch_size, progress, rule = c.sampling, c.seed, c.batch_size, c.progress, c.rule
+    timing_attempts, pairing, hf, hf_prompts, prediction_paths = (c.timing_attempts, c.pairing, c.hf, c.hf_prompts,
+                                                                   c.prediction_paths)
+    unlagged, phase = c.unlagged and rule == "specdecpp", phase_log("adaptive", progress)
     plan = [("fixed", int(K)) for K in fixed] + [("threshold", float(h)) for h in thresholds]
     if unlagged:
         plan += [("threshold_unlagged", float(h)) for h in thresholds]
@@ -156,13 +199,14 @@ def frontier(pair, prompts, head, *, thresholds=THRESHOLDS, fixed=(1, 2, 3, 4, 6
 
     def run(policy, value, **common):
         ctrl = controller(policy, value)
-        return speculative_batches(pair, prompts, TokenVerify(), ctrl, max_new_tokens, record_law=False, **common)
+        return speculative_batches(pair, prompts, TokenVerify(), ctrl, max_new_tokens,
+                                   DecodeOptions(record_law=False, **common))
 
     def warm_up():  # untimed: one batch of plain sampling and of the longest fixed K
         plain_generate(pair.target, prompts[:batch_size], max_new_tokens, sampling=sampling, progress=False)
         if fixed:
             speculative_generate(pair, prompts[:batch_size], TokenVerify(), int(max(fixed)), max_new_tokens,
-                                 sampling=sampling, progress=False, record_law=False)
+                                 DecodeOptions(sampling=sampling, progress=False, record_law=False))
 
     runs = [lambda p=p, v=v, **kw: run(p, v, **kw) for p, v in plan]
     peer, peer_choice = None, None
@@ -271,15 +315,15 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
     """Load the pair, train (or load) the head, run the frontier; the record."""
     import torch
 
-    sampling = Sampling(args.temperature)
-    for h in thresholds:
-        if not 0.0 <= h <= 1.0:
-            raise ValueError(f"--thresholds: {h} is not in [0, 1]")
-    if (any(k < 1 for k in fixed) or args.max_length < 1 or args.prompts < 1 or args.max_new_tokens < 1
-            or args.batch_size < 1 or args.train_draft_length < 1 or args.hf_prompts < 1 or args.prediction_paths < 1
-            or (args.prediction_prompts is not None and args.prediction_prompts < 1)):
-        raise ValueError("--fixed, --max-length, --prompts, --prediction-prompts, --prediction-paths, "
-                         "--max-new-tokens, --batch-size, --train-draft-length and --hf-prompts must be >= 1")
+    plan = FrontierPlan(thresholds=tuple(thresholds), fixed=tuple(fixed), max_length=args.max_length,
+                        max_new_tokens=args.max_new_tokens, sampling=Sampling(args.temperature), seed=args.seed,
+                        batch_size=args.batch_size, unlagged=not args.no_unlagged,
+                        timing_attempts=args.timing_attempts, pairing=args.pairing, hf=not args.no_hf,
+                        hf_prompts=args.hf_prompts, prediction_paths=args.prediction_paths)  # checked: no model yet
+    for name in ("prompts", "train_draft_length") + (("prediction_prompts",) if args.prediction_prompts is not None
+                                                     else ()):
+        check_size(getattr(args, name), "--" + name.replace("_", "-"))
+    sampling = plan.sampling
     pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
     rule = args.rule if args.rule != "auto" else ("confidence" if pair.drafter.reads_target_features else "specdecpp")
     train_data = {}  # how a trained head's rows were made
@@ -315,12 +359,7 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
                            "hf_prompts": None if args.no_hf else min(args.hf_prompts, len(prediction_ids)),
                            "torch": torch.__version__, "threads": torch.get_num_threads()},
               "head": report}
-    record.update(frontier(pair, ids, head, thresholds=thresholds, fixed=fixed, max_length=args.max_length,
-                           max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed,
-                           batch_size=args.batch_size, unlagged=not args.no_unlagged,
-                           timing_attempts=args.timing_attempts, pairing=args.pairing, rule=rule,
-                           prediction_prompts=pred_ids,
-                           hf=not args.no_hf, hf_prompts=args.hf_prompts, prediction_paths=args.prediction_paths))
+    record.update(frontier(pair, ids, head, plan.but(rule=rule), prediction_prompts=pred_ids))
     return AdaptiveRecord.from_json(record)
 
 

@@ -23,7 +23,6 @@ import sys
 import time
 from pathlib import Path
 
-from otspec.checks import MAX_DRAFT_LENGTH, check_size
 from otspec.engine.forecast import FORECAST_TOLERANCE, forecast_check
 from otspec.engine.record import code_version
 from otspec.verifiers import REGISTRY, TREE_VERIFIERS
@@ -34,35 +33,31 @@ from .runs import wall_clock_prediction
 from .sampling import Sampling
 from .trees import parse_tree
 from .validate import FIGURES, output_name, prepare_predictions, split_prompts
+from .validate_config import ValidateConfig
 
 __all__ = ["FORECAST_TOLERANCE", "check_forecast", "forecast", "forecast_check", "main"]
 
 #: The comparison of a forecast with the record that measured it (:func:`otspec.engine.forecast.forecast_check`).
 check_forecast = forecast_check
 
-def forecast(pair, *, verifiers=("token",), lengths=(1,), trees=(), multi_verifiers=("kseq",), rule: str = "match",
-             prompts: int = 32, prediction_prompts: int | None = None, max_new_tokens: int = 64,
-             batch_size: int = 8, sampling: Sampling | None = None, seed: int = 0, cache: str = "auto",
-             sequences: int = 32, name: str = "pair", paths: int = 1) -> dict:
-    """The forecast of every configuration (module docstring) for a run of ``prompts`` prompts; ``paths`` plain paths
-    of each prediction prompt, pooled per prompt (as ``validate --prediction-paths``)."""
-    lengths = [check_size(L, "L", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH") for L in lengths]
-    paths = check_size(paths, "paths")
-    sampling = Sampling() if sampling is None else sampling
-    unknown = [v for v in verifiers if v not in REGISTRY] + [v for v in multi_verifiers if v not in TREE_VERIFIERS]
-    if unknown:
-        raise ValueError(f"verifiers {unknown}: expected chain verifiers among {sorted(REGISTRY)} and tree verifiers "
-                         f"among {sorted(TREE_VERIFIERS)}")
+def forecast(pair, config: ValidateConfig, *, name: str = "pair") -> dict:
+    """The forecast of every configuration (module docstring) of the run ``python -m llm_bridge.validate`` would make
+    with ``config`` (:class:`~llm_bridge.validate_config.ValidateConfig`: its verifiers, lengths, trees, prompts,
+    sampling, batch, cache, ``prediction_sequences`` replays of ``prediction_paths`` plain paths of each prediction
+    prompt); ``name``: the record's, ``llm_<name>.json``."""
+    c = config
+    sampling = Sampling(c.temperature, c.top_k, c.top_p)
+    cache = c.cache
     if cache == "auto":
         cache = "compiled" if str(pair.target.device).startswith("cuda") else "dynamic"
-    ids, pred_ids, prompt_ids, prediction_ids = split_prompts(pair.tokenizer, check_size(prompts, "prompts"),
-                                                              prediction_prompts)
-    chains = [(v, L) for v in verifiers for L in lengths]
-    tree_configs = [(v, t) for v in (multi_verifiers if trees else ()) for t in trees]
+    ids, pred_ids, prompt_ids, prediction_ids = split_prompts(pair.tokenizer, c.prompts, c.prediction_prompts)
+    chains = [(v, L) for v in c.verifiers for L in c.lengths]
+    tree_configs = c.tree_configs
+    max_new_tokens, batch_size, lengths, trees = c.max_new_tokens, c.batch_size, c.lengths, c.run_trees
     profile, predict, _ = prepare_predictions(pair, pred_ids, max_new_tokens, chains=chains, trees=tree_configs,
-                                              sampling=sampling, batch_size=batch_size, cache=cache, seed=seed,
-                                              prompt_ids=prediction_ids, rule=rule, units=len(ids), sequences=sequences,
-                                              paths=paths)
+                                              sampling=sampling, batch_size=batch_size, cache=cache, seed=c.seed,
+                                              prompt_ids=prediction_ids, rule=c.rule, units=len(ids),
+                                              sequences=c.prediction_sequences, paths=c.prediction_paths)
     rows = []
     for v, draft in chains + tree_configs:
         tree = isinstance(draft, str)
@@ -78,13 +73,13 @@ def forecast(pair, *, verifiers=("token",), lengths=(1,), trees=(), multi_verifi
                      "predicted_speedup_interval": {"low": wall["low"], "high": wall["high"]} if wall.get("source")
                      else None, "speedup_prediction": wall})
     return {"kind": "forecast", "pair": pair.describe(),
-            "settings": {"prompts": prompts, "prompt_ids": prompt_ids, "prediction_prompt_ids": prediction_ids,
+            "settings": {"prompts": c.prompts, "prompt_ids": prompt_ids, "prediction_prompt_ids": prediction_ids,
                          "code": code_version(),
                          "max_new_tokens": max_new_tokens, "batch_size": batch_size,
                          "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
-                         "seed": seed, "cache": cache, "lengths": list(lengths), "verifiers": list(verifiers),
-                         "prediction_paths": paths,
-                         **({"trees": list(trees), "rule": rule} if trees else {})},
+                         "seed": c.seed, "cache": cache, "lengths": list(lengths), "verifiers": list(c.verifiers),
+                         "prediction_paths": c.prediction_paths,
+                         **({"trees": list(trees), "rule": c.rule} if trees else {})},
             "record": f"llm_{name}.json", "made_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "profile": profile.to_json(), "forecasts": rows}
 
@@ -125,17 +120,20 @@ def main(argv=None) -> int:
     try:
         if args.check is not None:
             for row in check_forecast(json.loads(path.read_text()), json.loads(args.check.read_text())):
-                print(json.dumps(row))
+                print(json.dumps(row.to_json()))
             return 0
-        lengths = [int(x) for x in args.L.split(",") if x.strip()]
-        pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
-        out = forecast(pair, verifiers=[v.strip() for v in args.verifiers.split(",") if v.strip()], lengths=lengths,
-                       trees=[t.strip() for t in args.trees.split(",") if t.strip()],
-                       multi_verifiers=[v.strip() for v in args.multi_verifiers.split(",") if v.strip()],
-                       rule=args.rule, prompts=args.prompts, prediction_prompts=args.prediction_prompts,
-                       max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-                       sampling=Sampling(args.temperature, args.top_k, args.top_p), seed=args.seed, cache=args.cache,
-                       sequences=args.prediction_sequences, name=name, paths=args.prediction_paths)
+        config = ValidateConfig(
+            target=args.target, draft=args.draft, device=args.device, dtype=args.dtype,
+            verifiers=tuple(v.strip() for v in args.verifiers.split(",") if v.strip()),
+            lengths=tuple(int(x) for x in args.L.split(",") if x.strip()),
+            trees=tuple(t.strip() for t in args.trees.split(",") if t.strip()),
+            multi_verifiers=tuple(v.strip() for v in args.multi_verifiers.split(",") if v.strip()),
+            rule=args.rule, prompts=args.prompts, prediction_prompts=args.prediction_prompts,
+            max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, temperature=args.temperature,
+            top_k=args.top_k, top_p=args.top_p, seed=args.seed, cache=args.cache,
+            prediction_sequences=args.prediction_sequences, prediction_paths=args.prediction_paths)
+        pair = load_pair(config.target, config.draft, device=config.device, dtype=config.dtype)
+        out = forecast(pair, config, name=name)
     except (ModelNotFound, FileNotFoundError, VocabularyMismatch, ImportError, ValueError) as err:
         print(f"python -m llm_bridge.forecast: {err}", file=sys.stderr)
         return 2

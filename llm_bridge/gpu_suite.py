@@ -34,6 +34,7 @@ from pathlib import Path
 
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch, resolve_device
 from .validate import FIGURES, output_name, validate
+from .validate_config import ValidateConfig
 
 __all__ = ["FAMILIES", "MULTI_DRAFT", "TREE_PAIRS", "main", "run_suite"]
 
@@ -74,8 +75,8 @@ def run_suite(*, target: str = DEFAULT_TARGET, families=FAMILIES, device: str = 
     out_dir.mkdir(parents=True, exist_ok=True)
     cache = cache or ("compiled" if device.startswith("cuda") else "static")
     size = _sizes(smoke)
-    common = {"target": target, "device": device, "cache": cache, "prompts": size["prompts"],
-              "max_new_tokens": size["max_new_tokens"], "hf": hf, "progress": False, "batch_size": 8}
+    common = ValidateConfig(target=target, device=device, cache=cache, prompts=size["prompts"],
+                            max_new_tokens=size["max_new_tokens"], hf=hf, progress=False, batch_size=8)
     steps, t_start = [], time.perf_counter()
 
     def step(name: str, fn):
@@ -88,19 +89,19 @@ def run_suite(*, target: str = DEFAULT_TARGET, families=FAMILIES, device: str = 
 
     for family in families:  # the chains: every single-draft verifier at L = 1..4
         name = f"llm_gpu_{output_name(family)}.json"
-        step(f"validate {family}", lambda family=family, name=name: validate(
+        step(f"validate {family}", lambda family=family, name=name: validate(common.but(
             draft=family, lengths=size["lengths"], lossless_samples=size["lossless_samples"],
-            lossless_verifiers=("block_v1",), **common).write(out_dir / name))
+            lossless_verifiers=("block_v1",))).write(out_dir / name))
     model_families = [f for f in families if not str(f).startswith(CHAIN_ONLY)]  # trees need a draft model
     if model_families:
         family = model_families[0]
-        step(f"multi-draft ({family})", lambda: validate(
+        step(f"multi-draft ({family})", lambda: validate(common.but(
             draft=family, verifiers=("token",), lengths=size["lengths"][:1], trees=size["multi_trees"],
             multi_verifiers=MULTI_DRAFT["multi_verifiers"], top_k=MULTI_DRAFT["top_k"], lossless_samples=0,
-            **common).write(out_dir / "llm_gpu_multidraft.json"))
-        step(f"trees ({family})", lambda: validate(
+        )).write(out_dir / "llm_gpu_multidraft.json"))
+        step(f"trees ({family})", lambda: validate(common.but(
             draft=family, verifiers=("token",), lengths=size["lengths"][:1], tree_pairs=size["tree_pairs"],
-            lossless_samples=0, **common).write(out_dir / "llm_gpu_trees.json"))
+            lossless_samples=0)).write(out_dir / "llm_gpu_trees.json"))
     if bench and BENCHMARK.is_file():
         step("bench_verifiers_torch", lambda: _benchmark(device, target, size["bench"], out_dir, smoke))
     seconds = round(time.perf_counter() - t_start, 2)

@@ -19,6 +19,7 @@ from otspec.engine.observers import Observer
 from otspec.verifiers import TokenVerify
 
 from .loop import chunks, plain_generate, speculative_generate
+from .options import DecodeOptions
 from .sampling import DEFAULT_SAMPLING, Sampling
 
 __all__ = ["L2_GRID", "HeadData", "choose_l2", "head_training_data", "head_training_data_on_policy", "load_head",
@@ -134,8 +135,8 @@ def head_training_data_on_policy(pair, prompts, max_new_tokens: int, *, draft_le
     for offset, chunk in chunks(prompts, batch_size):
         recorder = _StateRecorder(draft_length)
         observer = _LabelObserver(recorder, offset)
-        speculative_generate(pair, chunk, TokenVerify(), recorder, max_new_tokens, sampling=sampling,
-                             seed=seed + offset, progress=progress, record_law=False, observers=[observer])
+        speculative_generate(pair, chunk, TokenVerify(), recorder, max_new_tokens,
+                             DecodeOptions(sampling=sampling, seed=seed + offset, progress=progress, record_law=False, observers=[observer]))
         features += observer.features
         labels += observer.labels
         which += observer.prompt

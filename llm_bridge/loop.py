@@ -36,6 +36,7 @@ from otspec.engine.observers import LedgerObserver, Observer, to_host
 from otspec.verifiers.base import Verifier
 
 from .measure import CallTimer, two_point
+from .options import DEFAULT_OPTIONS, DecodeOptions
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .sessions import ModelSession
 
@@ -322,34 +323,26 @@ class _Records(Observer):
         return (*cat, np.concatenate(self.law) if self.law else np.zeros(0))
 
 
-def speculative_generate(pair, prompts, verifier: Verifier, draft_length, max_new_tokens: int, *,
-                         sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int | None = None,
-                         progress: bool | None = None, confidence: float = 0.95,
-                         record_law: bool = True, cache: str = "auto", host_rows: bool | None = None,
-                         observers=()) -> BridgeResult:
+def speculative_generate(pair, prompts, verifier: Verifier, draft_length, max_new_tokens: int,
+                         options: DecodeOptions = DEFAULT_OPTIONS) -> BridgeResult:
     """Generate ``max_new_tokens`` tokens for each prompt (token id lists) by speculative decoding.
 
     The chain loop of :mod:`otspec.engine.loop` over the target's and the drafter's sessions.
     ``draft_length`` is L or a controller from :mod:`otspec.engine.controllers` /
     :mod:`otspec.engine.heads`; a learned head gets the draft's last hidden states as ``features``.
     Controllers that need the target's rows while drafting (oracles) are refused: a real system
-    does not have them. Prompts go through in batches of ``batch_size`` (default: all at once);
-    ``record_law`` also computes E[τ | draft] from the verifier's exact law; ``cache`` is a kind of
-    :func:`~llm_bridge.cache.make_cache` for both models. ``host_rows`` (default: on the CPU, or with a
-    drafter that makes no tensors) hands the rows over as numpy with a numpy generator; otherwise they
-    stay on the model's device, drawn with a ``torch.Generator`` seeded from ``seed``, and the loop
-    reads back only the accepted lengths. ``observers`` (:class:`otspec.engine.observers.Observer`) see every
-    iteration of every batch too. :func:`speculative_batches` is the same, one batch at a time.
+    does not have them. ``options`` (:class:`~llm_bridge.options.DecodeOptions`): sampling, seed, batches
+    (``batch_size``), E[τ | draft] from the verifier's exact law (``record_law``), the cache kind, rows on the
+    host or the model's device (``host_rows``: on the device they are drawn with a ``torch.Generator`` seeded
+    from ``seed`` and the loop reads back only the accepted lengths) and ``observers``
+    (:class:`otspec.engine.observers.Observer`) that see every iteration of every batch too.
+    :func:`speculative_batches` is the same, one batch at a time.
     """
-    return finish(speculative_batches(pair, prompts, verifier, draft_length, max_new_tokens, sampling=sampling,
-                                      seed=seed, batch_size=batch_size, progress=progress, confidence=confidence,
-                                      record_law=record_law, cache=cache, host_rows=host_rows, observers=observers))
+    return finish(speculative_batches(pair, prompts, verifier, draft_length, max_new_tokens, options))
 
 
-def speculative_batches(pair, prompts, verifier: Verifier, draft_length, max_new_tokens: int, *,
-                        sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int | None = None,
-                        progress: bool | None = None, confidence: float = 0.95,
-                        record_law: bool = True, cache: str = "auto", host_rows: bool | None = None, observers=()):
+def speculative_batches(pair, prompts, verifier: Verifier, draft_length, max_new_tokens: int,
+                        options: DecodeOptions = DEFAULT_OPTIONS):
     """:func:`speculative_generate` as a generator: it yields a :class:`Tick` after every iteration and at the end of
     every batch, and returns the :class:`BridgeResult` (drive it with :func:`finish` or :func:`interleave`). The checks
     run before the first batch, when the generator is first advanced."""
@@ -362,13 +355,13 @@ def speculative_batches(pair, prompts, verifier: Verifier, draft_length, max_new
     if ctrl.reads_drafted_state and verifier.carries_residual:
         raise ValueError(f"{type(verifier).__name__} asks for the draft's row after the drafted tokens, which an "
                          "unlagged head has already fed; use a lagged head (lagged=True) or another verifier")
-    L, N = ctrl.max_length, int(max_new_tokens)
-    if host_rows is None:
-        host_rows = uses_host_rows(pair)
-    rng, timer = loop_generator(seed, None if host_rows else pair.target.device), CallTimer(pair.target.device)
-    ledger, records, got = Ledger(len(prompts), N, L), _Records(L, verifier, record_law), Gathered(len(prompts))
-    with _bar(len(prompts) * N, f"{verifier.name} L={L}", progress) as bar:
-        for offset, chunk in chunks(prompts, batch_size):
+    L, N, o = ctrl.max_length, int(max_new_tokens), options
+    sampling, cache = o.sampling, o.cache
+    host_rows = uses_host_rows(pair) if o.host_rows is None else o.host_rows
+    rng, timer = loop_generator(o.seed, None if host_rows else pair.target.device), CallTimer(pair.target.device)
+    ledger, records, got = Ledger(len(prompts), N, L), _Records(L, verifier, o.record_law), Gathered(len(prompts))
+    with _bar(len(prompts) * N, f"{verifier.name} L={L}", o.progress) as bar:
+        for offset, chunk in chunks(prompts, o.batch_size):
             room = cache_room(chunk, N, L + 2)
             target = ModelSession(pair.target.model, len(chunk), sampling, cache=cache, max_length=room, timer=timer,
                                   name="target", host_rows=host_rows,
@@ -377,9 +370,9 @@ def speculative_batches(pair, prompts, verifier: Verifier, draft_length, max_new
                                          max_length=room, timer=timer, host_rows=host_rows)
             run = yield from ticks(chain_steps(draft, target, verifier, ctrl, N, rng, prompts=chunk, bar=bar,
                                                timer=timer, observers=[LedgerObserver(ledger, offset), records,
-                                                                       *observers]), offset * N, len(prompts) * N)
+                                                                       *o.observers]), offset * N, len(prompts) * N)
             del target, draft  # free the batch's caches
             yield got.end_batch(run, offset, len(chunk))
     buf = np.stack(got.tokens)
-    return BridgeResult(list(buf), ledger.result(buf, confidence), timer, got.seconds, *records.columns(),
+    return BridgeResult(list(buf), ledger.result(buf, o.confidence), timer, got.seconds, *records.columns(),
                         rounds=got.rounds)

@@ -20,6 +20,7 @@ from otspec.engine.first_token import first_token_law as engine_first_token_law
 from otspec.engine.first_token import root_token_law as engine_root_token_law
 
 from .loop import plain_generate, speculative_generate
+from .options import DecodeOptions
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .sources import ModelSource
 
@@ -78,11 +79,12 @@ def two_sample_test(pair, prompt, verifier, draft_length, *, n: int = 400, token
     if verifier.layout in ("candidates", "tree"):
         from .trees import tree_generate
 
-        spec = tree_generate(pair, prompts, verifier, draft_length, tokens, rule=rule, sampling=sampling, seed=seed,
-                             progress=False, record_law=False, cache=cache, host_rows=host_rows)
+        spec = tree_generate(pair, prompts, verifier, draft_length, tokens,
+                             DecodeOptions(sampling=sampling, seed=seed, progress=False, record_law=False, cache=cache, host_rows=host_rows),
+                             rule=rule)
     else:
-        spec = speculative_generate(pair, prompts, verifier, draft_length, tokens, sampling=sampling, seed=seed,
-                                    progress=False, record_law=False, cache=cache, host_rows=host_rows)
+        spec = speculative_generate(pair, prompts, verifier, draft_length, tokens,
+                                    DecodeOptions(sampling=sampling, seed=seed, progress=False, record_law=False, cache=cache, host_rows=host_rows))
     plain = plain_generate(pair.target, prompts, tokens, sampling=sampling, seed=seed + 1, progress=False, cache=cache)
     a, b = np.stack(spec.tokens), np.stack(plain.tokens)
     per = [dict(zip(("p_value", "statistic", "dof", "categories"), _g_test(a[:, t], b[:, t]), strict=True))

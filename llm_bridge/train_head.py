@@ -34,15 +34,18 @@ import json
 import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from otspec.checks import check_real, check_size
 
 from .heads import HEAD_DIRS, HEAD_KINDS, build_head, eagle_unrolled, load_head, save_head
 from .models import DEFAULT_TARGET, ModelNotFound, cache_dir, load_model
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 
-__all__ = ["TrainingBatch", "corpus", "evaluate", "frequent_tokens", "main", "step_losses", "train_head"]
+__all__ = ["HeadRecipe", "TrainingBatch", "corpus", "evaluate", "frequent_tokens", "main", "step_losses", "train_head"]
 
 PROMPTS = (DATA_DIR / "distill_prompts.txt", DATA_DIR / "head_prompts.txt")
 
@@ -210,20 +213,58 @@ def evaluate(head, data, rows, unroll: int, batch: int = 8) -> dict:
     return {"acceptance_per_position": (sums / counts).tolist(), "coverage": cover / n_cover}
 
 
-def train_head(*, kind: str = "eagle", target: str = DEFAULT_TARGET, vocab: int = 8192, samples: int = 8,
-               length: int = 128, steps: int = 1000, batch: int = 8, lr: float = 1e-3, unroll: int = 3,
-               medusa_heads: int = 4, feature_weight: float = 0.1, seed: int = 0, device: str = "cpu",
-               prompts=PROMPTS, out: Path | None = None, log_every: int = 25, progress: bool = True) -> dict:
-    """Run the recipe of the module docstring; returns the ``drafter.json`` record."""
+@dataclass(frozen=True)
+class HeadRecipe:
+    """How a feature-level draft head is trained (``python -m llm_bridge.train_head``'s flags), checked when made.
+
+    ``kind`` (``eagle`` or ``medusa``) on ``target``'s final hidden states; the draft vocabulary: the ``vocab`` most
+    frequent tokens (0: all); the corpus: ``samples`` continuations of ``length`` tokens per prompt of the files
+    ``prompts``; training: ``steps`` AdamW steps of ``batch`` sequences at learning rate ``lr`` (warm-up, cosine
+    decay), EAGLE's ``unroll`` drafting steps and ``feature_weight`` on the feature regression, Medusa's
+    ``medusa_heads`` blocks; ``seed``, ``device``; ``out`` (default: ``llm_bridge/weights/<kind>``), a log line every
+    ``log_every`` steps, a progress bar."""
+
+    kind: str = "eagle"
+    target: str = DEFAULT_TARGET
+    vocab: int = 8192
+    samples: int = 8
+    length: int = 128
+    steps: int = 1000
+    batch: int = 8
+    lr: float = 1e-3
+    unroll: int = 3
+    medusa_heads: int = 4
+    feature_weight: float = 0.1
+    seed: int = 0
+    device: str = "cpu"
+    prompts: object = PROMPTS
+    out: Path | None = None
+    log_every: int = 25
+    progress: bool = True
+
+    def __post_init__(self):
+        if self.kind not in HEAD_KINDS:
+            raise ValueError(f"--kind: expected one of {HEAD_KINDS}, got {self.kind!r}")
+        for name in ("steps", "batch", "unroll", "samples", "length", "medusa_heads", "log_every"):
+            check_size(getattr(self, name), "--" + name.replace("_", "-"))
+        if isinstance(self.vocab, bool) or int(self.vocab) != self.vocab or self.vocab < 0:
+            raise ValueError(f"--vocab: expected an integer >= 0 (0: the whole vocabulary), got {self.vocab!r}")
+        check_real(self.lr, "--lr", low=0.0, low_open=True)
+        check_real(self.feature_weight, "--feature-weight", low=0.0)
+        if isinstance(self.seed, bool) or int(self.seed) != self.seed or self.seed < 0:
+            raise ValueError(f"--seed: expected an integer >= 0, got {self.seed!r}")
+
+
+def train_head(recipe: HeadRecipe) -> dict:
+    """Run the recipe of the module docstring (``recipe``: a :class:`HeadRecipe`); returns the ``drafter.json``
+    record."""
     import torch
     from tqdm.auto import tqdm
 
-    if kind not in HEAD_KINDS:
-        raise ValueError(f"--kind: expected one of {HEAD_KINDS}, got {kind!r}")
-    for name, value in (("steps", steps), ("batch", batch), ("unroll", unroll), ("samples", samples),
-                        ("length", length)):
-        if int(value) != value or value < 1:
-            raise ValueError(f"--{name}: expected an integer >= 1, got {value!r}")
+    kind, target, vocab, samples, length = recipe.kind, recipe.target, recipe.vocab, recipe.samples, recipe.length
+    steps, batch, lr, unroll, seed = recipe.steps, recipe.batch, recipe.lr, recipe.unroll, recipe.seed
+    progress, log_every, feature_weight = recipe.progress, recipe.log_every, recipe.feature_weight
+    medusa_heads, device, prompts, out = recipe.medusa_heads, recipe.device, recipe.prompts, recipe.out
     torch.manual_seed(seed)
     t0 = time.perf_counter()
     files = prompt_files(prompts)  # a missing prompt file is refused before the model loads
@@ -309,10 +350,11 @@ def main(argv=None) -> int:
     ap.add_argument("--log-every", type=int, default=25)
     args = ap.parse_args(argv)
     try:
-        record = train_head(kind=args.kind, target=args.target, vocab=args.vocab, samples=args.samples,
-                            length=args.length, steps=args.steps, batch=args.batch, lr=args.lr, unroll=args.unroll,
-                            medusa_heads=args.medusa_heads, feature_weight=args.feature_weight, seed=args.seed,
-                            device=args.device, prompts=args.prompts, out=args.out, log_every=args.log_every)
+        record = train_head(HeadRecipe(
+            kind=args.kind, target=args.target, vocab=args.vocab, samples=args.samples, length=args.length,
+            steps=args.steps, batch=args.batch, lr=args.lr, unroll=args.unroll, medusa_heads=args.medusa_heads,
+            feature_weight=args.feature_weight, seed=args.seed, device=args.device, prompts=args.prompts,
+            out=args.out, log_every=args.log_every))
     except (ModelNotFound, ImportError, ValueError, FileNotFoundError) as err:
         print(f"python -m llm_bridge.train_head: {err}", file=sys.stderr)
         return 2

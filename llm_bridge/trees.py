@@ -59,7 +59,7 @@ from .loop import (
     uses_host_rows,
 )
 from .measure import CallTimer
-from .sampling import DEFAULT_SAMPLING, Sampling
+from .options import DEFAULT_OPTIONS, DecodeOptions
 from .sessions import ModelSession
 
 __all__ = ["MAX_CLOSED_FORM_NODES", "TreeResult", "parse_tree", "tree_batches", "tree_generate"]
@@ -107,10 +107,8 @@ class TreeResult(BridgeResult):
         return self
 
 
-def tree_generate(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: str = "match",
-                  sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int | None = None,
-                  progress: bool | None = None, confidence: float = 0.95, record_law: bool = True,
-                  keep_tries: bool = False, cache: str = "auto", host_rows: bool | None = None) -> TreeResult:
+def tree_generate(pair, prompts, verifier, tree, max_new_tokens: int, options: DecodeOptions = DEFAULT_OPTIONS, *,
+                  rule: str = "match", keep_tries: bool = False) -> TreeResult:
     """Generate ``max_new_tokens`` tokens per prompt by multi-draft speculative decoding on ``tree``.
 
     The tree loop of :mod:`otspec.engine.loop` over the target's and the drafter's sessions.
@@ -119,23 +117,19 @@ def tree_generate(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: s
     confidence-ordered ``"eagle2:D:K:M"`` with the naive verifier); the
     candidates are drawn with or without replacement as the verifier requires. ``record_law``
     also computes E[τ | drafted trie] (a law call per internal trie node; measurement, untimed);
-    ``keep_tries`` keeps every drafted trie with its rows (for tests); ``cache`` is a kind of
-    :func:`~llm_bridge.cache.make_cache`. ``host_rows=False`` (the default off the CPU, as for chains:
+    ``keep_tries`` keeps every drafted trie with its rows (for tests); ``options``
+    (:class:`~llm_bridge.options.DecodeOptions`) as for chains, without observers. ``host_rows=False`` (the default off the CPU, as for chains:
     :func:`~llm_bridge.loop.uses_host_rows`) keeps the rows on the model's device, where the tree is grown, scored
     and walked with one read back per iteration (:mod:`otspec.engine.devicetree`); a verifier the device walk does not
     serve (``walks_on_device``: a biased or host-only one) walks on the host as with ``host_rows=True``.
     :func:`tree_batches` is the same, one batch at a time.
     """
-    return finish(tree_batches(pair, prompts, verifier, tree, max_new_tokens, rule=rule, sampling=sampling, seed=seed,
-                               batch_size=batch_size, progress=progress, confidence=confidence,
-                               record_law=record_law, keep_tries=keep_tries, cache=cache, host_rows=host_rows))
+    return finish(tree_batches(pair, prompts, verifier, tree, max_new_tokens, options, rule=rule,
+                               keep_tries=keep_tries))
 
 
-def tree_batches(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: str = "match",
-                 sampling: Sampling = DEFAULT_SAMPLING, seed=0, batch_size: int | None = None,
-                 progress: bool | None = None, confidence: float = 0.95, record_law: bool = True,
-                 keep_tries: bool = False, cache: str = "auto", defer_closed_forms: bool = False,
-                 host_rows: bool | None = None):
+def tree_batches(pair, prompts, verifier, tree, max_new_tokens: int, options: DecodeOptions = DEFAULT_OPTIONS, *,
+                 rule: str = "match", keep_tries: bool = False, defer_closed_forms: bool = False):
     """:func:`tree_generate` as a generator: it yields a :class:`~llm_bridge.loop.Tick` after every iteration and at the
     end of every batch, and returns the :class:`TreeResult` (drive it with :func:`~llm_bridge.loop.finish` or
     :func:`~llm_bridge.loop.interleave`).
@@ -147,20 +141,22 @@ def tree_batches(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: st
                          f"or a whole-tree one ({', '.join(TREE_VERIFIERS)})")
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+    if options.observers:
+        raise ValueError("the tree loop takes no observers (DecodeOptions.observers): its rows are recorded per trie")
     pair.drafter.check_plan(trees=True)
     tree = parse_tree(tree, verifier.replacement)
-    L, N = tree.depth, int(max_new_tokens)
-    if host_rows is None:
-        host_rows = uses_host_rows(pair)
+    L, N, o = tree.depth, int(max_new_tokens), options
+    sampling, cache = o.sampling, o.cache
+    host_rows = uses_host_rows(pair) if o.host_rows is None else o.host_rows
     host_rows = host_rows or not walks_on_device(verifier, tree)
-    rng = loop_generator(seed, None if host_rows else pair.target.device)
+    rng = loop_generator(o.seed, None if host_rows else pair.target.device)
     timer = CallTimer(pair.target.device)
     ledger = Ledger(len(prompts), N, L)
-    rec = _TreeRecords(L, verifier, tree, rule, record_law, keep_tries)
+    rec = _TreeRecords(L, verifier, tree, rule, o.record_law, keep_tries)
     got = Gathered(len(prompts))
     with tqdm(total=len(prompts) * N, desc=f"{verifier.name} {tree} ({rule})", unit="tok", leave=False,
-              disable=None if progress is None else not progress) as bar:
-        for offset, chunk in chunks(prompts, batch_size):
+              disable=None if o.progress is None else not o.progress) as bar:
+        for offset, chunk in chunks(prompts, o.batch_size):
             room = cache_room(chunk, N, tree.num_tokens + 2)
             target = ModelSession(pair.target.model, len(chunk), sampling, cache=cache, max_length=room, timer=timer,
                                   hidden=pair.drafter.reads_target_features, host_rows=host_rows, name="target")
@@ -174,7 +170,7 @@ def tree_batches(pair, prompts, verifier, tree, max_new_tokens: int, *, rule: st
             yield got.end_batch(run, offset, len(chunk))
     buf = np.stack(got.tokens)
     tv, go_on, n_cands = rec.columns()
-    result = TreeResult(list(buf), ledger.result(buf, confidence), timer, got.seconds, tv, [], [],
+    result = TreeResult(list(buf), ledger.result(buf, o.confidence), timer, got.seconds, tv, [], [],
                         np.asarray(rec.expected, dtype=float), got.rounds, tree, rule, go_on, [], [], n_cands,
                         np.asarray(rec.nodes, dtype=np.int64), rec.kept, rec)
     return result if defer_closed_forms else result.closed_forms()

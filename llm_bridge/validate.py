@@ -51,10 +51,8 @@ from pathlib import Path
 
 import numpy as np
 
-from otspec.checks import MAX_DRAFT_LENGTH, check_size
 from otspec.engine.predict import predict_from_log, predict_from_pairs
 from otspec.engine.record import PairRecord, code_version
-from otspec.engine.trie import check_tree_verifier
 from otspec.verifiers import REGISTRY, TREE_VERIFIERS, DecodingOPT
 
 from .cache import CACHE_KINDS
@@ -71,6 +69,7 @@ from .models import (
     resolve_device,
     resolve_dtype,
 )
+from .options import DecodeOptions
 from .peer import choose_peer, hf_decode_step, peer_entries, peer_runs
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 from .replays import more_paths, replay_sources
@@ -86,9 +85,10 @@ from .runs import (
 from .sampling import Sampling
 from .timing import add_timing_arguments, phase_log
 from .trees import parse_tree, tree_batches, tree_generate
+from .validate_config import PROMPT_FILE, ValidateConfig, prompt_lines
 
-__all__ = ["ENGINE_KEYS", "MAX_BASELINE_DRIFT", "TREE_VERIFIERS", "export_synthetic_rates", "main", "timing_check",
-           "validate"]
+__all__ = ["ENGINE_KEYS", "MAX_BASELINE_DRIFT", "TREE_VERIFIERS", "ValidateConfig", "export_synthetic_rates", "main",
+           "timing_check", "validate"]
 
 
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
@@ -124,19 +124,10 @@ def _lossless(pair, prompt, verifiers, sampling: Sampling, samples: int, seed: i
     return out
 
 
-def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifiers=("token", "block", "block_v1"),
-             lengths=(2, 4, 8), prompts: int = 32, max_new_tokens: int = 64, device: str = "auto",
-             dtype: str = "float32", temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
-             batch_size: int = 8, lossless_samples: int = 200, hf: bool = True, progress: bool | None = None,
-             pair=None, trees=(), multi_verifiers=("kseq", "multiround"), rule: str = "match",
-             cache: str = "auto", log_rows=None, log_top_p: float = DEFAULT_LOG_TOP_P,
-             log_max_kept: int | None = DEFAULT_LOG_MAX_KEPT, prediction_sequences: int = 32,
-             lossless_verifiers=None, hf_prompts: int = 4, timing_attempts: int = 1,
-             prediction_prompts: int | None = None, prediction_paths: int = 1,
-             pairing: str | None = None, tree_pairs=None) -> dict:
-    """Everything of the module docstring; returns the JSON record. ``pair`` (a loaded
-    :class:`~llm_bridge.drafters.Pair`) replaces ``target``, ``draft``, ``device`` and ``dtype``;
-    ``trees`` (k-configs) adds a run per multi-draft verifier × tree (``tree_pairs``: per (verifier, tree) pair); ``cache`` is a kind of
+def validate(config: ValidateConfig | None = None, *, pair=None) -> PairRecord:
+    """Everything of the module docstring, as ``config`` (:class:`~llm_bridge.validate_config.ValidateConfig`, checked
+    when it was made) says; returns the record. ``pair`` (a loaded :class:`~llm_bridge.drafters.Pair`) replaces the
+    config's ``target``, ``draft``, ``device`` and ``dtype``; ``trees`` (k-configs) adds a run per multi-draft verifier × tree (``tree_pairs``: per (verifier, tree) pair); ``cache`` is a kind of
     :func:`~llm_bridge.cache.make_cache` (``auto``: compiled static caches on CUDA, dynamic eager on CPU;
     a compiled run first warms every call shape up, untimed); ``log_rows`` (a path) also writes there the
     logged rows the predictions use: both models' rows along plain decoding of the prediction prompts (seed + 1,
@@ -151,121 +142,87 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     import torch
     import transformers
 
-    prompts, max_new_tokens = check_size(prompts, "prompts"), check_size(max_new_tokens, "max_new_tokens")
-    lengths = [check_size(L, "L", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH") for L in lengths]
-    batch_size = check_size(batch_size, "batch_size")
+    c = ValidateConfig() if config is None else config
     if pair is None:  # checked before any model is loaded
-        resolve_device(device)
-        resolve_dtype(dtype)
-    if not (lengths and verifiers) and not trees:
-        raise ValueError("L, verifiers: no draft length with a verifier and no --trees: nothing to run (give --L 2,4 "
-                         "--verifiers token,block, or --trees 2x1)")
-    unknown = [v for v in verifiers if v not in REGISTRY]
-    if unknown:
-        raise ValueError(f"verifiers {unknown}: expected names among {sorted(REGISTRY)}")
-    unknown = [v for v in lossless_verifiers or () if v not in REGISTRY]
-    if unknown:
-        raise ValueError(f"lossless verifiers {unknown}: expected names among {sorted(REGISTRY)}")
-    prediction_sequences = check_size(prediction_sequences, "prediction_sequences")
-    prediction_paths = check_size(prediction_paths, "prediction_paths")
-    prediction_prompts = prompts if prediction_prompts is None else check_size(prediction_prompts, "prediction_prompts")
-    prompt_lines(prompts, prediction_prompts)  # refused before any model loads
-    hf_prompts = check_size(hf_prompts, "hf_prompts")
-    if lossless_samples < 0:
-        raise ValueError(f"lossless_samples: expected >= 0 (0 skips the two-sample test), got {lossless_samples}")
-    if tree_pairs:  # each verifier on its own trees
-        multi_verifiers, trees = (list(dict.fromkeys(map(str, col))) for col in zip(*tree_pairs, strict=True))
-    trees = [parse_tree(t) for t in trees]
-    multi_verifiers = list(multi_verifiers) if trees else []
-    unknown = [v for v in multi_verifiers if v not in TREE_VERIFIERS]
-    if unknown:
-        raise ValueError(f"multi-draft verifiers {unknown}: expected names among {sorted(TREE_VERIFIERS)}")
-    chosen = [str(t) for t in trees if t.deterministic]
-    wrong = [v for v in multi_verifiers if not TREE_VERIFIERS[v].any_candidates]
-    for name, tree in tree_pairs or ():
-        check_tree_verifier(TREE_VERIFIERS[name](), parse_tree(tree, TREE_VERIFIERS[name]().replacement))
-    if chosen and wrong and not tree_pairs:
-        raise ValueError(f"--trees {','.join(chosen)}: EAGLE-2 trees choose their candidates (top-k); verifiers "
-                         f"{wrong} assume drawn ones. Use --multi-verifiers naive")
-    if cache not in CACHE_KINDS:
-        raise ValueError(f"cache: expected one of {CACHE_KINDS}, got {cache!r}")
-    if log_rows is not None and not Path(log_rows).resolve().parent.is_dir():
-        raise ValueError(f"--log-rows {log_rows}: its folder does not exist")
-    phase = phase_log("validate", progress)  # a line per phase: how far a long record (or a compiling run) has got
-    pair = pair or load_pair(target, draft, device=device, dtype=dtype)
+        resolve_device(c.device)
+        resolve_dtype(c.dtype)
+    phase = phase_log("validate", c.progress)  # a line per phase: how far a long record (or a compiling run) has got
+    pair = pair or load_pair(c.target, c.draft, device=c.device, dtype=c.dtype)
     phase("models loaded")
-    if log_rows is not None:  # before any decoding
+    if c.log_rows is not None:  # before any decoding
         check_loggable(pair)
-    pair.drafter.check_plan(lengths=lengths, trees=bool(trees))
+    pair.drafter.check_plan(lengths=c.lengths, trees=bool(c.run_trees))
+    cache = c.cache
     if cache == "auto":
         cache = "compiled" if pair.target.device.startswith("cuda") else "dynamic"
-    sampling = Sampling(temperature, top_k, top_p)
-    ids, pred_ids, prompt_ids, prediction_ids = split_prompts(pair.tokenizer, prompts, prediction_prompts)
-    rng = np.random.default_rng(seed)
-    configs = [(name, L) for name in verifiers for L in lengths]
-    tree_configs = [(n, parse_tree(t)) for n, t in tree_pairs or [(n, t) for n in multi_verifiers for t in trees]]
+    sampling = Sampling(c.temperature, c.top_k, c.top_p)
+    ids, pred_ids, prompt_ids, prediction_ids = split_prompts(pair.tokenizer, c.prompts, c.prediction_prompts)
+    rng = np.random.default_rng(c.seed)
+    configs = [(name, L) for name in c.verifiers for L in c.lengths]
+    tree_configs = [(n, parse_tree(t)) for n, t in c.tree_configs]
 
     def warm_up():
         if cache == "compiled":  # compile every call shape before anything is timed
-            _warm_up(pair, ids[:batch_size], lengths, tree_configs, rule, sampling, cache)
+            _warm_up(pair, ids[:c.batch_size], c.lengths, tree_configs, c.rule, sampling, cache)
             phase("compiled graphs warmed up")
             return
         # a fresh process's first decoding is slow: one whole batch of each kind goes untimed first
-        plain_generate(pair.target, ids[:batch_size], max_new_tokens, sampling=sampling, progress=False, cache=cache)
-        if lengths:
-            speculative_generate(pair, ids[:batch_size], REGISTRY["token"](), max(lengths), max_new_tokens,
-                                 sampling=sampling, progress=False, record_law=False, cache=cache)
+        plain_generate(pair.target, ids[:c.batch_size], c.max_new_tokens, sampling=sampling, progress=False, cache=cache)
+        if c.lengths:
+            speculative_generate(pair, ids[:c.batch_size], REGISTRY["token"](), max(c.lengths), c.max_new_tokens,
+                                 DecodeOptions(sampling=sampling, progress=False, record_law=False, cache=cache))
 
     # the peer: Hugging Face assisted generation with the fastest draft it takes for this target, chosen on some of
     # the prediction prompts, then timed on the measured prompts with the runs (and Hugging Face's plain generate)
     peer, peer_choice = None, None
-    if hf:
-        peer, peer_choice = choose_peer(pair.target, pred_ids[:hf_prompts], max_new_tokens, sampling=sampling,
-                                        seed=seed)
+    if c.hf:
+        peer, peer_choice = choose_peer(pair.target, pred_ids[:c.hf_prompts], c.max_new_tokens, sampling=sampling,
+                                        seed=c.seed)
         phase(f"peer chosen: {peer_choice['chosen']}")
     # plain sampling and every run taking turns (llm_bridge.timing.timed_runs), between two identical plain runs
-    runs = [lambda name=name, L=L, **kw: speculative_batches(pair, ids, REGISTRY[name](), L, max_new_tokens, **kw)
+    runs = [lambda name=name, L=L, **kw: speculative_batches(pair, ids, REGISTRY[name](), L, c.max_new_tokens,
+                                                             DecodeOptions(**kw))
             for name, L in configs]
-    runs += [lambda name=name, tree=tree, **kw: tree_batches(pair, ids, TREE_VERIFIERS[name](), tree,
-                                                             max_new_tokens, rule=rule, defer_closed_forms=True, **kw)
+    runs += [lambda name=name, tree=tree, **kw: tree_batches(pair, ids, TREE_VERIFIERS[name](), tree, c.max_new_tokens,
+                                                             DecodeOptions(**kw), rule=c.rule, defer_closed_forms=True)
              for name, tree in tree_configs]
-    runs += peer_runs(peer, ids, max_new_tokens)
+    runs += peer_runs(peer, ids, c.max_new_tokens)
     # the cost profile's calibration rounds (on the prediction prompts) go in turn with them: the same windows
-    timed = timed_runs(pair.target, ids, runs, max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size,
-                       cache=cache, warm_up=warm_up, check_seed=seed + PREDICTION_SEED_OFFSET, progress=progress,
-                       attempts=timing_attempts, pairing=pairing, beside=lambda: calibration_round_batches(
-                           pair, pred_ids, max_new_tokens, chains=configs, trees=tree_configs, sampling=sampling,
-                           batch_size=batch_size, cache=cache, seed=seed, rule=rule))
+    timed = timed_runs(pair.target, ids, runs, c.max_new_tokens, sampling=sampling, seed=c.seed, batch_size=c.batch_size,
+                       cache=cache, warm_up=warm_up, check_seed=c.seed + PREDICTION_SEED_OFFSET, progress=c.progress,
+                       attempts=c.timing_attempts, pairing=c.pairing, beside=lambda: calibration_round_batches(
+                           pair, pred_ids, c.max_new_tokens, chains=configs, trees=tree_configs, sampling=sampling,
+                           batch_size=c.batch_size, cache=cache, seed=c.seed, rule=c.rule))
     baseline, results, timing = timed.baseline, timed.results, timed.timing
     peer_results, results = (results[-2:], results[:-2]) if peer is not None else (None, results)
     phase("timed runs done")
     prof, predict, log = prepare_predictions(
-        pair, pred_ids, max_new_tokens, chains=configs, trees=tree_configs, sampling=sampling, batch_size=batch_size,
-        cache=cache, seed=seed, prompt_ids=prediction_ids, rule=rule, units=len(ids),
-        sequences=prediction_sequences, log_top_p=log_top_p, log_max_kept=log_max_kept, rounds=timed.beside,
-        paths=prediction_paths)
+        pair, pred_ids, c.max_new_tokens, chains=configs, trees=tree_configs, sampling=sampling, batch_size=c.batch_size,
+        cache=cache, seed=c.seed, prompt_ids=prediction_ids, rule=c.rule, units=len(ids),
+        sequences=c.prediction_sequences, log_top_p=c.log_top_p, log_max_kept=c.log_max_kept, rounds=timed.beside,
+        paths=c.prediction_paths)
     chain_results = [(name, L, result) for (name, L), result in zip(configs, results[:len(configs)], strict=True)]
     tree_results = [(name, tree, result) for (name, tree), result in zip(tree_configs, results[len(configs):],
                                                                           strict=True)]
     phase("profile and prediction rows done")
-    runs = [run_record(result, name, L, baseline, prof, rng, predict(REGISTRY[name](), L), batch_size=batch_size,
-                       n_tokens=max_new_tokens)
+    runs = [run_record(result, name, L, baseline, prof, rng, predict(REGISTRY[name](), L), batch_size=c.batch_size,
+                       n_tokens=c.max_new_tokens)
             for name, L, result in chain_results]
     tree_runs = [tree_record(result, name, baseline, predict(TREE_VERIFIERS[name](), result.tree),
-                             batch_size=batch_size, profile=prof, n_tokens=max_new_tokens,
+                             batch_size=c.batch_size, profile=prof, n_tokens=c.max_new_tokens,
                              tree_key=str(parse_tree(tree, result.tree.replacement)))
                  for name, tree, result in tree_results]  # the tree as the run drew it (with or without replacement)
     logged = None
-    if log_rows is not None:
-        log.save(log_rows)
-        logged = {"file": str(log_rows), **{k: v for k, v in log.summary().items() if k != "meta"}}
+    if c.log_rows is not None:
+        log.save(c.log_rows)
+        logged = {"file": str(c.log_rows), **{k: v for k, v in log.summary().items() if k != "meta"}}
     record = {
         "model_pair": pair.describe(),
-        "settings": {"prompts": prompts, "prompt_file": PROMPT_FILE, "prompt_ids": prompt_ids, "code": code_version(),
-                     "prediction_prompts": prediction_prompts, "prediction_prompt_ids": prediction_ids,
-                     "prediction_paths": prediction_paths, "max_new_tokens": max_new_tokens, "lengths": list(lengths),
-                     "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed,
-                     "batch_size": batch_size, "hf_prompts": min(hf_prompts, len(pred_ids)), "cache": cache, "torch": torch.__version__, "transformers": transformers.__version__,
+        "settings": {"prompts": c.prompts, "prompt_file": PROMPT_FILE, "prompt_ids": prompt_ids, "code": code_version(),
+                     "prediction_prompts": c.prediction_count, "prediction_prompt_ids": prediction_ids,
+                     "prediction_paths": c.prediction_paths, "max_new_tokens": c.max_new_tokens, "lengths": list(c.lengths),
+                     "temperature": c.temperature, "top_k": c.top_k, "top_p": c.top_p, "seed": c.seed,
+                     "batch_size": c.batch_size, "hf_prompts": min(c.hf_prompts, len(pred_ids)), "cache": cache, "torch": torch.__version__, "transformers": transformers.__version__,
                      "threads": torch.get_num_threads(), "machine": platform.machine(),
                      "accelerator": accelerator_name(pair.target.device),
                      "python": platform.python_version()},
@@ -278,22 +235,22 @@ def validate(*, target: str = DEFAULT_TARGET, draft: str = "distilled", verifier
     }
     if logged is not None:
         record["logged_rows"] = logged
-    if trees:
+    if c.run_trees:
         record["tree_runs"] = tree_runs
-        record["settings"].update(trees=[str(t) for t in trees], rule=rule)
+        record["settings"].update(trees=list(c.run_trees), rule=c.rule)
     phase("predictions done")
     # its speedup over its own plain generate, and over otspec's plain sampling, interleaved with the runs
     record.update({"hf_assisted": None, **peer_entries(peer_choice, peer_results, baseline["rounds"])})
-    if hf and max_new_tokens >= 2:  # the otspec decode step against Hugging Face's, same cache kind
-        step = hf_decode_step(pair, ids[:min(2, len(ids))], max_new_tokens, sampling=sampling, seed=seed, cache=cache)
+    if c.hf and c.max_new_tokens >= 2:  # the otspec decode step against Hugging Face's, same cache kind
+        step = hf_decode_step(pair, ids[:min(2, len(ids))], c.max_new_tokens, sampling=sampling, seed=c.seed, cache=cache)
         step["otspec_step_ratio"] = (None if step["ms_per_token"] is None
                                      else baseline["ms_per_token"] / step["ms_per_token"])
         record["hf_decode_step"] = step
-    phase("Hugging Face peer done" if hf else "no Hugging Face peer")
-    law_sampling = Sampling(temperature or 1.0, top_k or 8, top_p)
-    checked = list(verifiers) if lossless_verifiers is None else list(lossless_verifiers)
-    record["lossless"] = _lossless(pair, ids[0], checked, law_sampling, lossless_samples, seed,
-                                   multi_verifiers if lossless_verifiers is None else [])
+    phase("Hugging Face peer done" if c.hf else "no Hugging Face peer")
+    law_sampling = Sampling(c.temperature or 1.0, c.top_k or 8, c.top_p)
+    checked = list(c.verifiers) if c.lossless_verifiers is None else list(c.lossless_verifiers)
+    record["lossless"] = _lossless(pair, ids[0], checked, law_sampling, c.lossless_samples, c.seed,
+                                   c.run_multi_verifiers if c.lossless_verifiers is None else [])
     phase("losslessness checks done")
     return PairRecord.from_json(record)
 
@@ -352,10 +309,6 @@ def calibration_round_batches(pair, prompts, max_new_tokens: int, *, chains, tre
                                progress=False)
 
 
-#: The prompt file of the measured and the prediction prompts.
-PROMPT_FILE = "validate_prompts.txt"
-
-
 def split_prompts(tokenizer, prompts: int, prediction_prompts: int | None = None) -> tuple[list, list, list, list]:
     """(measured prompts' ids, prediction prompts' ids, their line indices): the first ``prompts`` prompts of
     :data:`PROMPT_FILE` are measured and the next ``prediction_prompts`` (default: as many) are where the
@@ -366,26 +319,15 @@ def split_prompts(tokenizer, prompts: int, prediction_prompts: int | None = None
             encode_prompts(tokenizer, [texts[i] for i in predicted]), measured, predicted)
 
 
-def prompt_lines(prompts: int, prediction_prompts: int | None = None, pool: int | None = None) -> tuple[list, list]:
-    """(measured, prediction) line indices of :data:`PROMPT_FILE` (of ``pool`` lines; default: read it), disjoint;
-    ``ValueError`` where the file holds too few."""
-    prediction_prompts = prompts if prediction_prompts is None else prediction_prompts
-    pool = len(read_prompts(DATA_DIR / PROMPT_FILE)) if pool is None else pool
-    if prompts + prediction_prompts > pool:
-        raise ValueError(f"--prompts {prompts} and --prediction-prompts {prediction_prompts}: the prompt file holds "
-                         f"{pool}, and the prediction prompts must differ from the measured ones")
-    return list(range(prompts)), list(range(prompts, prompts + prediction_prompts))
-
-
 def _warm_up(pair, ids, lengths, tree_configs, rule, sampling, cache) -> None:
     """Run each chain length, and each tree with its first verifier, briefly (untimed): compiled graphs exist."""
     plain_generate(pair.target, ids, 4, sampling=sampling, progress=False, cache=cache)
     for L in lengths:
-        speculative_generate(pair, ids, REGISTRY["token"](), L, 3 * (L + 1), sampling=sampling, progress=False,
-                             record_law=False, cache=cache)
+        speculative_generate(pair, ids, REGISTRY["token"](), L, 3 * (L + 1),
+                             DecodeOptions(sampling=sampling, progress=False, record_law=False, cache=cache))
     for tree, name in {str(tree): name for name, tree in reversed(tree_configs)}.items():
-        tree_generate(pair, ids, TREE_VERIFIERS[name](), tree, 3 * (parse_tree(tree).depth + 1), rule=rule,
-                      sampling=sampling, progress=False, record_law=False, cache=cache)
+        tree_generate(pair, ids, TREE_VERIFIERS[name](), tree, 3 * (parse_tree(tree).depth + 1),
+                      DecodeOptions(sampling=sampling, progress=False, record_law=False, cache=cache), rule=rule)
 
 
 def output_name(draft: str) -> str:
@@ -464,19 +406,21 @@ def main(argv=None) -> int:
     if args.export_synthetic_rates is not None and not args.export_synthetic_rates.resolve().parent.is_dir():
         ap.error(f"--export-synthetic-rates {args.export_synthetic_rates}: its folder does not exist")
     try:
-        record = validate(target=args.target, draft=args.draft, verifiers=[v.strip() for v in args.verifiers.split(",")],
-                          lengths=lengths, prompts=args.prompts, max_new_tokens=args.max_new_tokens, device=args.device,
-                          dtype=args.dtype, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                          seed=args.seed, batch_size=args.batch_size, lossless_samples=args.lossless_samples,
-                          hf=not args.no_hf, trees=[t for t in args.trees.split(",") if t.strip()],
-                          multi_verifiers=[v.strip() for v in args.multi_verifiers.split(",") if v.strip()],
-                          rule=args.rule, cache=args.cache, log_rows=args.log_rows, log_top_p=args.log_top_p,
-                          log_max_kept=args.log_max_kept, prediction_sequences=args.prediction_sequences,
-                          hf_prompts=args.hf_prompts, timing_attempts=args.timing_attempts, pairing=args.pairing,
-                          progress=args.progress, prediction_prompts=args.prediction_prompts,
-                          prediction_paths=args.prediction_paths,
-                          lossless_verifiers=None if args.lossless_verifiers is None else
-                          [v.strip() for v in args.lossless_verifiers.split(",") if v.strip()])
+        config = ValidateConfig(
+            target=args.target, draft=args.draft, verifiers=tuple(v.strip() for v in args.verifiers.split(",")),
+            lengths=tuple(lengths), prompts=args.prompts, max_new_tokens=args.max_new_tokens, device=args.device,
+            dtype=args.dtype, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+            batch_size=args.batch_size, lossless_samples=args.lossless_samples, hf=not args.no_hf,
+            trees=tuple(t for t in args.trees.split(",") if t.strip()),
+            multi_verifiers=tuple(v.strip() for v in args.multi_verifiers.split(",") if v.strip()),
+            rule=args.rule, cache=args.cache, log_rows=args.log_rows, log_top_p=args.log_top_p,
+            log_max_kept=args.log_max_kept, prediction_sequences=args.prediction_sequences,
+            hf_prompts=args.hf_prompts, timing_attempts=args.timing_attempts, pairing=args.pairing,
+            progress=args.progress, prediction_prompts=args.prediction_prompts,
+            prediction_paths=args.prediction_paths,
+            lossless_verifiers=None if args.lossless_verifiers is None else
+            tuple(v.strip() for v in args.lossless_verifiers.split(",") if v.strip()))
+        record = validate(config)
     except (ModelNotFound, FileNotFoundError, VocabularyMismatch, ImportError, ValueError) as err:
         print(f"python -m llm_bridge.validate: {err}", file=sys.stderr)
         return 2

@@ -16,6 +16,7 @@ from llm_bridge.drafters import (
     register_drafter,
     unregister_drafter,
 )
+from llm_bridge.options import DecodeOptions
 from llm_bridge.sessions import ModelSession
 from otspec.engine.session import Drafter
 from otspec.verifiers import KSeq, TokenVerify
@@ -85,7 +86,7 @@ def test_a_drafter_added_in_one_file_runs_everywhere(twin):
     assert "twin" in drafter_names() and isinstance(pair.drafter, TwinDrafter)
     prompts = random_prompts(3, np.random.default_rng(0))
     # the loop: drafting from the target's own rows, every draft is accepted (L + 1 tokens per iteration)
-    run = speculative_generate(pair, prompts, TokenVerify(), 3, 9, progress=False, record_law=False)
+    run = speculative_generate(pair, prompts, TokenVerify(), 3, 9, DecodeOptions(progress=False, record_law=False))
     hist = run.decode.accept_hist  # [g, t]: iterations that drafted g tokens and accepted t
     assert all(hist[g, :g].sum() == 0 for g in range(hist.shape[0])) and hist[3, 3] > 0
     # the exact engine on its declared source: the first token's law is the target's row
@@ -98,7 +99,7 @@ def test_a_drafter_added_in_one_file_runs_everywhere(twin):
     with pytest.raises(ValueError, match="proposes at most 3 tokens"):
         pair.drafter.check_plan(lengths=[2, 4])
     with pytest.raises(ValueError, match="can only draft chains"):
-        tree_generate(pair, prompts, KSeq(), "2x1", 4, progress=False)
+        tree_generate(pair, prompts, KSeq(), "2x1", 4, DecodeOptions(progress=False))
     with pytest.raises(ValueError, match="takes no argument"):
         make_drafter("twin:2", pair.target)
 

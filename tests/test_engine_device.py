@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from llm_bridge.options import DecodeOptions
 from llm_bridge.sampling import Sampling
 from llm_bridge.sessions import ModelSession
 from otspec.engine.controllers import FixedDraftLength
@@ -72,7 +73,8 @@ def test_speculative_generate_keeps_rows_on_the_device_when_asked():
     pair = tiny_pair(sharpness=3.0)
     greedy = Sampling(temperature=0)
     prompts = random_prompts(2, np.random.default_rng(5))
-    spec = speculative_generate(pair, prompts, TokenVerify(), 3, 12, sampling=greedy, progress=False, host_rows=False)
+    spec = speculative_generate(pair, prompts, TokenVerify(), 3, 12,
+                                DecodeOptions(sampling=greedy, progress=False, host_rows=False))
     plain = plain_generate(pair.target, prompts, 12, sampling=greedy, progress=False)
     for a, b in zip(spec.tokens, plain.tokens, strict=True):
         np.testing.assert_array_equal(a, b)
@@ -134,5 +136,6 @@ def test_device_rows_are_never_converted_to_numpy_implicitly(verifier, drafter, 
     monkeypatch.setattr(torch.Tensor, "__array__", refuse)
     with pytest.raises(TypeError, match="implicit"):  # the guard is live
         np.asarray(torch.zeros(2))
-    run = speculative_generate(pair, prompts, REGISTRY[verifier](), 3, 12, progress=False, host_rows=False)
+    run = speculative_generate(pair, prompts, REGISTRY[verifier](), 3, 12,
+                               DecodeOptions(progress=False, host_rows=False))
     assert [len(t) for t in run.tokens] == [12, 12]

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from llm_bridge.lossless import two_sample_test
+from llm_bridge.options import DecodeOptions
 from llm_bridge.sampling import Sampling
 from llm_bridge.trees import tree_generate
 from otspec.engine.devicetree import TreeLayout
@@ -66,8 +67,8 @@ def test_device_walk_follows_the_exact_law_on_each_drafted_trie(verifier, tree, 
     """Per iteration the exact E[τ | trie] of the host walk on the same drafted tree (its trie built from the device
     tensors); their sum and the measured accepted tokens agree within four standard errors."""
     pair = tiny_pair(sharpness=2.0)
-    run = tree_generate(pair, random_prompts(8, np.random.default_rng(6)), verifier, tree, 48, rule=rule,
-                        sampling=TOP4, progress=False, host_rows=False, seed=3)
+    run = tree_generate(pair, random_prompts(8, np.random.default_rng(6)), verifier, tree, 48,
+                        DecodeOptions(sampling=TOP4, progress=False, host_rows=False, seed=3), rule=rule)
     d = run.decode
     expected = run.expected_accepted
     assert expected.size == d.iterations > 60
@@ -84,8 +85,8 @@ def test_device_and_host_loops_agree_on_the_accepted_length():
     prompts = random_prompts(8, np.random.default_rng(2))
     means, ses = [], []
     for host in (True, False):
-        run = tree_generate(pair, prompts, KSeq(), "3x2", 64, sampling=TOP4, progress=False, host_rows=host, seed=9,
-                            record_law=False)
+        run = tree_generate(pair, prompts, KSeq(), "3x2", 64,
+                            DecodeOptions(sampling=TOP4, progress=False, host_rows=host, seed=9, record_law=False))
         hist = run.decode.accept_hist.sum(axis=0)
         tau = np.repeat(np.arange(hist.size), hist.astype(int))
         means.append(tau.mean())

@@ -10,6 +10,7 @@ import pytest
 from llm_bridge import adaptive
 from llm_bridge.cache import CachedLM
 from llm_bridge.loop import speculative_generate
+from llm_bridge.options import DecodeOptions
 from otspec.engine.heads import AcceptanceHead, LearnedHeadController
 from otspec.plot import main as plot_main
 from otspec.verifiers import TokenVerify
@@ -60,14 +61,14 @@ def test_trained_head_runs_in_the_loop_lagged():
 
     ctrl = Recording(head, None, 0.5, 6, lagged=True)
     run = speculative_generate(pair, random_prompts(3, np.random.default_rng(4)), TokenVerify(), ctrl, 30,
-                               progress=False)
+                               DecodeOptions(progress=False))
     drafted = run.decode.accept_hist.sum(axis=1)
     assert run.decode.generated == 90
     assert drafted[1] == 0 or drafted[1] <= 3  # the lagged rule never stops after one token (ends of sequences aside)
     assert all(shape[1] == 32 for _, shape in seen) and any(step > 1 for step, _ in seen)
     eager = LearnedHeadController(head, None, 1e-9, 6)  # not lagged, threshold ~0: stops at the first token
     one = speculative_generate(pair, random_prompts(2, np.random.default_rng(4)), TokenVerify(), eager, 10,
-                               progress=False)
+                               DecodeOptions(progress=False))
     assert one.decode.accept_hist.sum(axis=1)[2:].sum() == 0
 
 
@@ -89,7 +90,7 @@ def test_unlagged_head_reads_the_state_at_the_drafted_token():
     for lagged in (True, False):
         seen.clear()
         run = speculative_generate(pair, prompt, TokenVerify(), Recording(head, None, 1e-9, 4, lagged=lagged), 12,
-                                   progress=False)
+                                   DecodeOptions(progress=False))
         step, tokens, features = seen[0]  # the first round's first drafted token x_1
         assert step == 1
         context = list(prompt[0]) + ([] if lagged else [int(tokens[0])])
@@ -105,7 +106,7 @@ def test_unlagged_head_reads_the_state_at_the_drafted_token():
         from otspec.verifiers import BackwardBlockVerify
 
         speculative_generate(pair, prompt, BackwardBlockVerify(), LearnedHeadController(head, None, 0.5, 4), 6,
-                             progress=False)
+                             DecodeOptions(progress=False))
 
 
 def test_saved_head_round_trips(tmp_path):
@@ -272,5 +273,6 @@ def test_an_eagle_head_trains_the_specdecpp_rule_on_its_own_states():
     assert report["rows"]["train"] + report["rows"]["test"] == data.labels.size
     for lagged in (True, False):
         ctrl = LearnedHeadController(head, None, 0.5, 3, lagged=lagged)
-        run = speculative_generate(pair, prompts, TokenVerify(), ctrl, 8, progress=False, record_law=False)
+        run = speculative_generate(pair, prompts, TokenVerify(), ctrl, 8,
+                                   DecodeOptions(progress=False, record_law=False))
         assert [len(t) for t in run.tokens] == [8] * 4

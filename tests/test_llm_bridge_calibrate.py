@@ -10,6 +10,7 @@ import pytest
 
 from llm_bridge.calibrate import CostProfile, ZeroAcceptance, calibrate, config_key, median_interval
 from llm_bridge.measure import CallTimer
+from llm_bridge.options import DecodeOptions
 from llm_bridge.sampling import Sampling
 from otspec.engine.controllers import ConfidenceController, FixedDraftLength
 from otspec.engine.loop import chain_loop
@@ -254,7 +255,8 @@ def test_a_draft_model_feeds_two_tokens_first_after_its_whole_draft_was_kept(mon
     prompts = random_prompts(2, np.random.default_rng(3))
     for name, want in (("token", 2), ("block_v1", 1)):
         widths.clear()
-        run = speculative_generate(same, prompts, REGISTRY[name](), 3, 12, sampling=Sampling(), progress=False)
+        run = speculative_generate(same, prompts, REGISTRY[name](), 3, 12,
+                                   DecodeOptions(sampling=Sampling(), progress=False))
         assert run.decode.block_efficiency.value == pytest.approx(4.0, rel=0.2)  # whole drafts kept
         assert max(widths) == want, name
 
@@ -342,7 +344,8 @@ def test_a_records_calibration_rounds_go_in_turn_with_its_runs_and_measure_what_
             yield tick
 
     def run(**kw):
-        return logged("run", speculative_batches(pair, measured, TokenVerify(), 2, 10, record_law=False, **kw))
+        return logged("run", speculative_batches(pair, measured, TokenVerify(), 2, 10,
+                                                 DecodeOptions(record_law=False, **kw)))
 
     def beside():
         return logged("calibration", calibration_batches(pair, calibration, 10, chains=chains, sampling=Sampling(),

@@ -31,10 +31,10 @@ def test_a_forecast_is_made_before_the_record_and_checked_against_it(folders, tm
     assert validate_mod.main([*common[:-2], "--batch-size", "2", "--no-hf", "--lossless-samples", "0"]) == 0
     record = json.loads((out / "llm_held.json").read_text())
     (check,) = forecast_mod.check_forecast(made, record)
-    assert check["block_efficiency"]["measured"] == record["runs"][0]["block_efficiency"]["mean"]
-    assert check["speedup"]["predicted"] == row["predicted_speedup"]
-    assert check["speedup"]["holds"] == (check["speedup"]["within_tolerance"]
-                                         and check["speedup"]["inside_interval"] is not False)
+    assert check.block_efficiency.measured == record["runs"][0]["block_efficiency"]["mean"]
+    assert check.speedup.predicted == row["predicted_speedup"]
+    assert check.speedup.holds == (check.speedup.within_tolerance
+                                         and check.speedup.inside_interval is not False)
     record["settings"]["batch_size"] = 8
     with pytest.raises(ValueError, match="batch_size"):
         forecast_mod.check_forecast(made, record)

@@ -19,6 +19,7 @@ from llm_bridge.heads import (
 from llm_bridge.kernels import few_row_linears
 from llm_bridge.loop import speculative_generate
 from llm_bridge.lossless import first_token_law, two_sample_test
+from llm_bridge.options import DecodeOptions
 from llm_bridge.sampling import Sampling
 from llm_bridge.sessions import ModelSession
 from otspec.verifiers import BackwardBlockVerify, BlockVerify, DecodingOPT, TokenVerify
@@ -96,11 +97,13 @@ def test_head_loop_matches_plain_sampling_and_the_test_can_fail():
 def test_speculative_generate_with_a_head_on_ragged_batches(kind):
     pair = head_pair(kind, vocab=None)
     prompts = random_prompts(5, np.random.default_rng(1), low=2, high=7)
-    run = speculative_generate(pair, prompts, TokenVerify(), 3, 12, batch_size=2, seed=4, progress=False)
+    run = speculative_generate(pair, prompts, TokenVerify(), 3, 12,
+                               DecodeOptions(batch_size=2, seed=4, progress=False))
     assert [len(t) for t in run.tokens] == [12] * 5
     assert run.decode.block_efficiency.value >= 1.0
     assert run.decode.accepted > 0
-    again = speculative_generate(pair, prompts, TokenVerify(), 3, 12, batch_size=2, seed=4, progress=False)
+    again = speculative_generate(pair, prompts, TokenVerify(), 3, 12,
+                                 DecodeOptions(batch_size=2, seed=4, progress=False))
     assert all(np.array_equal(a, b) for a, b in zip(run.tokens, again.tokens, strict=True))
 
 
@@ -155,7 +158,7 @@ def test_head_errors():
     from otspec.verifiers import KSeq
 
     with pytest.raises(ValueError, match="draft chains"):
-        tree_generate(head_pair("medusa", REDUCED), [[1, 4, 5]], KSeq(), "2x1", 4, progress=False)
+        tree_generate(head_pair("medusa", REDUCED), [[1, 4, 5]], KSeq(), "2x1", 4, DecodeOptions(progress=False))
     with pytest.raises(ValueError, match=">= 2 tokens"):
         HeadSource(pair.drafter.head, pair.target.model, [1])
     assert isinstance(session, EagleSession)
@@ -285,7 +288,7 @@ def test_eagle_tree_rows_equal_chain_drafting_and_tree_runs_keep_the_target_law(
     np.testing.assert_allclose(level1[:, 0], _sessions(pair, prompts)[1].feed(np.zeros((2, 0), dtype=np.int64),
                                                                                [0, 0]).rows[:, 0], atol=1e-12)
     run = tree_generate(pair, random_prompts(3, np.random.default_rng(2)), NaiveMultiCandidate(), "eagle2:3:2:5", 12,
-                        batch_size=3, progress=False, keep_tries=True)
+                        DecodeOptions(batch_size=3, progress=False), keep_tries=True)
     assert run.decode.generated == 36 and run.decode.accepted > 0
     for verifier, tree in ((NaiveMultiCandidate(), "eagle2:2:2:3"), (KSeq(), "2x1")):
         test = two_sample_test(pair, [1, 5, 9, 3], verifier, tree, n=300, tokens=3, sampling=Sampling(top_k=4),

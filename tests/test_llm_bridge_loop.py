@@ -17,6 +17,7 @@ from llm_bridge.loop import (
     speculative_generate,
 )
 from llm_bridge.lossless import first_token_law, two_sample_test
+from llm_bridge.options import DecodeOptions
 from llm_bridge.sampling import Sampling
 from otspec.distributions import sample_categorical
 from otspec.engine.controllers import FixedDraftLength, ThresholdController
@@ -79,7 +80,8 @@ def test_loop_equals_reference_loop_without_caches(verifier, batch):
     pair = tiny_pair(sharpness=3.0)
     prompts = random_prompts(batch, np.random.default_rng(batch))
     sampling = Sampling(temperature=0.9, top_k=12)
-    got = speculative_generate(pair, prompts, verifier, 3, 20, sampling=sampling, seed=7, progress=False)
+    got = speculative_generate(pair, prompts, verifier, 3, 20,
+                               DecodeOptions(sampling=sampling, seed=7, progress=False))
     want = reference_generate(pair, prompts, verifier, 3, 20, sampling, seed=7)
     for g, w in zip(got.tokens, want, strict=True):
         np.testing.assert_array_equal(g, w)
@@ -168,7 +170,7 @@ def test_two_sample_test_passes_lossless_and_rejects_biased():
 def test_seeded_runs_repeat_and_differ_across_seeds():
     pair = tiny_pair()
     prompts = random_prompts(2, np.random.default_rng(5))
-    a, b, c = (speculative_generate(pair, prompts, TokenVerify(), 4, 16, seed=s, progress=False).tokens
+    a, b, c = (speculative_generate(pair, prompts, TokenVerify(), 4, 16, DecodeOptions(seed=s, progress=False)).tokens
                for s in (1, 1, 2))
     assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
     assert not all(np.array_equal(x, y) for x, y in zip(a, c, strict=True))
@@ -177,7 +179,8 @@ def test_seeded_runs_repeat_and_differ_across_seeds():
 def test_batches_of_prompts_give_every_sequence_its_length():
     pair = tiny_pair()
     prompts = random_prompts(5, np.random.default_rng(6))
-    run = speculative_generate(pair, prompts, BackwardBlockVerify(), 4, 13, batch_size=2, progress=False)
+    run = speculative_generate(pair, prompts, BackwardBlockVerify(), 4, 13,
+                               DecodeOptions(batch_size=2, progress=False))
     assert [len(t) for t in run.tokens] == [13] * 5
     assert run.decode.generated == 65 and run.decode.tokens.shape == (5, 13)
     plain = plain_generate(pair.target, prompts, 9, batch_size=3, progress=False)
@@ -189,11 +192,12 @@ def test_interleaved_runs_take_turns_and_equal_the_sequential_runs(pairing):
     pair = tiny_pair()
     prompts = random_prompts(5, np.random.default_rng(7))
     alone = [plain_generate(pair.target, prompts, 9, seed=3, batch_size=2, progress=False),
-             speculative_generate(pair, prompts, BlockVerify(), 3, 9, seed=3, batch_size=2, progress=False)]
+             speculative_generate(pair, prompts, BlockVerify(), 3, 9,
+                                  DecodeOptions(seed=3, batch_size=2, progress=False))]
     order = []
     together = interleave([plain_batches(pair.target, prompts, 9, seed=3, batch_size=2, progress=False),
-                           speculative_batches(pair, prompts, BlockVerify(), 3, 9, seed=3, batch_size=2,
-                                               progress=False)], on_round=order.append, pairing=pairing)
+                           speculative_batches(pair, prompts, BlockVerify(), 3, 9,
+                                               DecodeOptions(seed=3, batch_size=2, progress=False))], on_round=order.append, pairing=pairing)
     if pairing == "batches":
         assert order == [0, 1, 1, 0, 0, 1]  # batch b of every run before batch b + 1 of any, the order rotating
     else:  # in steps too: a batch of every run ends before any run starts its next
@@ -203,7 +207,7 @@ def test_interleaved_runs_take_turns_and_equal_the_sequential_runs(pairing):
         assert [g for g, _ in b.rounds] == [18, 18, 9] and sum(t for _, t in b.rounds) == pytest.approx(b.seconds)
     assert together[1].decode.iterations == alone[1].decode.iterations
     with pytest.raises(ValueError, match="verifies candidates"):  # checks run when the generator is first advanced
-        interleave([speculative_batches(pair, prompts, KSeq(), 3, 9, progress=False)], pairing=pairing)
+        interleave([speculative_batches(pair, prompts, KSeq(), 3, 9, DecodeOptions(progress=False))], pairing=pairing)
 
 
 def _ticking(name, shares, log):
@@ -255,7 +259,7 @@ def test_greedy_speculative_equals_greedy_plain():
     pair = tiny_pair(sharpness=2.0)
     prompts = random_prompts(3, np.random.default_rng(8))
     greedy = Sampling(temperature=0.0)
-    spec = speculative_generate(pair, prompts, TokenVerify(), 4, 15, sampling=greedy, progress=False)
+    spec = speculative_generate(pair, prompts, TokenVerify(), 4, 15, DecodeOptions(sampling=greedy, progress=False))
     plain = plain_generate(pair.target, prompts, 15, sampling=greedy, progress=False)
     for a, b in zip(spec.tokens, plain.tokens, strict=True):
         np.testing.assert_array_equal(a, b)
@@ -270,7 +274,7 @@ def test_ngram_drafter_proposes_the_latest_continuation_and_is_lossless_greedy()
     ngram = Pair(pair.target, drafter)
     prompts = [[1, 5, 6, 7, 5, 6, 7, 5, 6, 7, 5, 6]]
     greedy = Sampling(temperature=0.0)
-    spec = speculative_generate(ngram, prompts, TokenVerify(), 4, 20, sampling=greedy, progress=False)
+    spec = speculative_generate(ngram, prompts, TokenVerify(), 4, 20, DecodeOptions(sampling=greedy, progress=False))
     plain = plain_generate(pair.target, prompts, 20, sampling=greedy, progress=False)
     np.testing.assert_array_equal(spec.tokens[0], plain.tokens[0])
 
@@ -280,12 +284,13 @@ def test_learned_head_controller_on_hidden_states():
     rng = np.random.default_rng(0)
     head = AcceptanceHead().fit(rng.normal(size=(200, 32)), rng.uniform(0.3, 0.9, size=200))
     ctrl = LearnedHeadController(head, featurize=None, threshold=0.6, max_length=6)
-    run = speculative_generate(pair, random_prompts(3, rng), TokenVerify(), ctrl, 24, progress=False)
+    run = speculative_generate(pair, random_prompts(3, rng), TokenVerify(), ctrl, 24, DecodeOptions(progress=False))
     drafted = run.decode.accept_hist.sum(axis=1)
     assert run.decode.generated == 72
     assert drafted[1:6].sum() > 0  # the head stopped some drafts early
     # fixed length 6 drafts 6 unless a sequence is about to end
-    fixed = speculative_generate(pair, random_prompts(3, rng), TokenVerify(), FixedDraftLength(6), 24, progress=False)
+    fixed = speculative_generate(pair, random_prompts(3, rng), TokenVerify(), FixedDraftLength(6), 24,
+                                 DecodeOptions(progress=False))
     assert fixed.decode.accept_hist.sum(axis=1)[6] > fixed.decode.accept_hist.sum(axis=1)[1:6].sum()
 
 
@@ -302,7 +307,7 @@ def test_refuses_oracles_and_multi_draft_verifiers():
 def test_records_match_the_ledger():
     pair = tiny_pair(sharpness=2.0)
     run = speculative_generate(pair, random_prompts(2, np.random.default_rng(3)), TokenVerify(), 3, 30,
-                               progress=False)
+                               DecodeOptions(progress=False))
     d = run.decode
     assert len(run.tv) == 3 and all(np.all((v >= 0) & (v <= 1)) for v in run.tv)
     assert run.tv[0].size == d.accept_hist[1:].sum()  # one first-position TV per iteration that drafted

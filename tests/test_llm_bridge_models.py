@@ -19,6 +19,7 @@ from llm_bridge.models import (
     check_vocabularies,
     load_model,
 )
+from llm_bridge.options import DecodeOptions
 from llm_bridge.sampling import Sampling
 from otspec.verifiers import TokenVerify
 from tests.llm_tiny import tiny_llama, tiny_tokenizer, torch
@@ -109,7 +110,7 @@ def test_drafters_made_from_the_target():
     with torch.no_grad():
         assert int8.model(ids).logits.shape == (1, 3, 24)
     # and it drafts in the loop (its quantized head's weight is a method, not a tensor)
-    run = speculative_generate(Pair(target, int8), [[1, 5, 6]], TokenVerify(), 2, 6, progress=False)
+    run = speculative_generate(Pair(target, int8), [[1, 5, 6]], TokenVerify(), 2, 6, DecodeOptions(progress=False))
     assert run.decode.generated == 6 and run.timer.count("draft") > 0
     law = first_token_law(Pair(target, int8), [1, 5, 6], TokenVerify(), 2)  # the exact law reads it too
     assert law.max_deviation < 1e-6

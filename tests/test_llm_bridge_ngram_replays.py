@@ -9,6 +9,7 @@ import pytest
 from llm_bridge.drafters import NGramDrafter, Pair
 from llm_bridge.loop import plain_generate, speculative_generate
 from llm_bridge.ngram_replays import chain_probs, ngram_pairs, prompt_lookup_chains
+from llm_bridge.options import DecodeOptions
 from llm_bridge.sampling import Sampling
 from otspec.engine.predict import predict_from_pairs
 from otspec.sources import DepthPositionalSource, source_from_json
@@ -90,7 +91,7 @@ def test_at_temperature_zero_the_replay_is_the_run(L):
     pair, prompts, conts, greedy = greedy_run(L, T)
     replays = ngram_pairs(pair, prompts, conts, depth=L, sampling=greedy)
     for verifier in (TokenVerify(), BlockVerify()):
-        run = speculative_generate(pair, prompts, verifier, L, T, sampling=greedy, progress=False)
+        run = speculative_generate(pair, prompts, verifier, L, T, DecodeOptions(sampling=greedy, progress=False))
         pred = predict_from_pairs(replays, verifier, L, sequences=2)
         np.testing.assert_array_equal(pred.accept_hist, 2 * run.decode.accept_hist)
         assert pred.block_efficiency == pytest.approx(run.decode.block_efficiency.value, abs=1e-12)

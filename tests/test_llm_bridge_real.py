@@ -18,6 +18,7 @@ pytest.importorskip("gguf")
 from llm_bridge.drafters import DISTILLED_DIR, load_pair  # noqa: E402
 from llm_bridge.loop import speculative_generate  # noqa: E402
 from llm_bridge.lossless import first_token_law, two_sample_test  # noqa: E402
+from llm_bridge.options import DecodeOptions
 from llm_bridge.prompts import DATA_DIR, encode_prompts, read_prompts  # noqa: E402
 from llm_bridge.sampling import Sampling  # noqa: E402
 from otspec.verifiers import BackwardBlockVerify, BlockVerify, DecodingOPT, TokenVerify  # noqa: E402
@@ -52,7 +53,7 @@ def test_first_token_law_equals_the_target_row(pair, prompt, verifier):
 
 
 def test_short_loop_and_a_two_sample_test(pair, prompt):
-    run = speculative_generate(pair, [prompt], BlockVerify(), 3, 12, seed=0, progress=False)
+    run = speculative_generate(pair, [prompt], BlockVerify(), 3, 12, DecodeOptions(seed=0, progress=False))
     assert len(run.tokens[0]) == 12 and run.decode.generated == 12
     assert isinstance(pair.tokenizer.decode(run.tokens[0]), str)
     sampling = Sampling(top_k=4)

@@ -9,6 +9,7 @@ import pytest
 
 from llm_bridge.cache import STATIC_BUCKET, StaticCachedLM, make_cache
 from llm_bridge.loop import plain_generate, speculative_generate
+from llm_bridge.options import DecodeOptions
 from llm_bridge.trees import tree_generate
 from otspec.verifiers import BlockVerify, KSeq, TokenVerify
 from tests.llm_tiny import random_prompts, tiny_llama, tiny_pair, torch
@@ -58,10 +59,10 @@ def test_static_cache_feed_rollback_tree_and_squeeze_equal_full_passes():
 def test_loops_on_static_caches_equal_the_dynamic_ones(verifier):
     pair = tiny_pair(sharpness=2.0)
     prompts = random_prompts(3, np.random.default_rng(11))
-    runs = [speculative_generate(pair, prompts, verifier, 3, 20, seed=4, progress=False, cache=kind)
+    runs = [speculative_generate(pair, prompts, verifier, 3, 20, DecodeOptions(seed=4, progress=False, cache=kind))
             for kind in ("dynamic", "static")]
     assert [t.tolist() for t in runs[0].tokens] == [t.tolist() for t in runs[1].tokens]
-    trees = [tree_generate(pair, prompts, KSeq(), "2x2", 16, seed=4, progress=False, cache=kind)
+    trees = [tree_generate(pair, prompts, KSeq(), "2x2", 16, DecodeOptions(seed=4, progress=False, cache=kind))
              for kind in ("dynamic", "static")]
     assert [t.tolist() for t in trees[0].tokens] == [t.tolist() for t in trees[1].tokens]
     plain = [plain_generate(pair.target, prompts, 12, seed=2, progress=False, cache=kind) for kind in ("dynamic",
@@ -133,8 +134,8 @@ def test_compiled_caches_build_two_graphs_per_model_across_prompts_lengths_and_s
     assert counters["stats"]["unique_graphs"] == 1  # eager prefills, one slot count: the target's width-1 graph
     assert [t.tolist() for t in runs[1].tokens] == [t.tolist() for t in runs[2].tokens]
     for L in (1, 3, 4):
-        spec = [speculative_generate(pair, prompts, TokenVerify(), L, 10, seed=2, batch_size=1, progress=False,
-                                     cache=kind) for kind in ("compiled", "static")]
+        spec = [speculative_generate(pair, prompts, TokenVerify(), L, 10,
+                                     DecodeOptions(seed=2, batch_size=1, progress=False, cache=kind)) for kind in ("compiled", "static")]
         assert [t.tolist() for t in spec[0].tokens] == [t.tolist() for t in spec[1].tokens]
     # the target reads features now (same width-1 graph) and verifies L + 1 tokens, or fewer at the end of a run,
     # in one graph of symbolic width; the head feeds 1 pair (width-1 graph) or several (its symbolic-width graph)

@@ -10,6 +10,7 @@ from llm_bridge.cache import CachedLM
 from llm_bridge.drafters import NGramDrafter, Pair
 from llm_bridge.loop import plain_generate
 from llm_bridge.lossless import root_token_law, two_sample_test
+from llm_bridge.options import DecodeOptions
 from llm_bridge.sampling import Sampling
 from llm_bridge.trees import parse_tree, tree_generate
 from otspec.distributions import namespace
@@ -91,7 +92,8 @@ def test_grown_tree_equals_sequential_scoring_float32():
 def test_every_trie_row_equals_a_full_forward_pass(verifier, tree, rule):
     pair = tiny_pair(sharpness=2.0)
     prompts = random_prompts(2, np.random.default_rng(4))
-    run = tree_generate(pair, prompts, verifier, tree, 12, rule=rule, batch_size=2, progress=False, keep_tries=True)
+    run = tree_generate(pair, prompts, verifier, tree, 12, DecodeOptions(batch_size=2, progress=False), rule=rule,
+                        keep_tries=True)
     assert run.decode.generated == 24 and len(run.tries) == run.decode.iterations
     checked = 0
     for b, committed, trie in run.tries:
@@ -144,8 +146,8 @@ def test_two_sample_test_rejects_a_biased_tree_verifier():
 @pytest.mark.parametrize("rule", ["match", "accepted"])
 def test_expected_length_given_the_trie_matches_the_measured_one(rule):
     pair = tiny_pair(sharpness=2.0)
-    run = tree_generate(pair, random_prompts(4, np.random.default_rng(6)), KSeq(), "3x2x1", 40, rule=rule,
-                        sampling=TOP4, progress=False)
+    run = tree_generate(pair, random_prompts(4, np.random.default_rng(6)), KSeq(), "3x2x1", 40,
+                        DecodeOptions(sampling=TOP4, progress=False), rule=rule)
     d = run.decode
     assert run.expected_accepted.size == d.iterations
     measured = d.accepted / d.iterations
@@ -165,7 +167,7 @@ def test_greedy_tree_decoding_equals_greedy_plain():
     pair = tiny_pair()
     prompts = random_prompts(3, np.random.default_rng(8))
     greedy = Sampling(temperature=0)
-    tree = tree_generate(pair, prompts, KSeq(), "2x2x2", 15, sampling=greedy, progress=False)
+    tree = tree_generate(pair, prompts, KSeq(), "2x2x2", 15, DecodeOptions(sampling=greedy, progress=False))
     plain = plain_generate(pair.target, prompts, 15, sampling=greedy, progress=False)
     for a, b in zip(tree.tokens, plain.tokens, strict=True):
         assert a.tolist() == b.tolist()
@@ -185,7 +187,7 @@ def test_tree_arguments_are_checked():
         parse_tree("iid:4")
     assert parse_tree("iid:4:3", False) == DraftTree((4, 1, 1), False)
     with pytest.raises(SizeLimitError, match="joint support"):  # the OTM plan on full rows: refused, not attempted
-        tree_generate(pair, [[1, 2, 3]], OTMVerify(), "3x1", 4, progress=False)
+        tree_generate(pair, [[1, 2, 3]], OTMVerify(), "3x1", 4, DecodeOptions(progress=False))
 
 
 def test_otm_plan_on_the_joint_support_equals_the_plan_on_compressed_rows():
@@ -211,9 +213,10 @@ def test_deferred_closed_forms_equal_the_ones_computed_while_decoding():
 
     pair = tiny_pair(sharpness=2.0)
     prompts = random_prompts(2, np.random.default_rng(7))
-    now = tree_generate(pair, prompts, MultiRoundWithoutReplacement(), "2x2x1", 12, sampling=TOP4, progress=False)
-    later = finish(trees.tree_batches(pair, prompts, MultiRoundWithoutReplacement(), "2x2x1", 12, sampling=TOP4,
-                                      progress=False, defer_closed_forms=True))
+    now = tree_generate(pair, prompts, MultiRoundWithoutReplacement(), "2x2x1", 12,
+                        DecodeOptions(sampling=TOP4, progress=False))
+    later = finish(trees.tree_batches(pair, prompts, MultiRoundWithoutReplacement(), "2x2x1", 12,
+                                      DecodeOptions(sampling=TOP4, progress=False), defer_closed_forms=True))
     assert later.acceptance == [] and later.optimum == [] and later.pending is not None
     kept = [row for nodes in later.pending.closed for p, q, _ in nodes for row in (p, q)]
     assert kept and all(row.base is None for row in kept)  # own copies, not views that hold each call's whole rows
@@ -234,8 +237,8 @@ def test_eagle2_trees_on_models_score_every_node_like_a_full_pass_and_keep_the_t
 
     pair = tiny_pair(sharpness=2.0)
     prompts = random_prompts(3, np.random.default_rng(4))
-    run = tree_generate(pair, prompts, NaiveMultiCandidate(), "eagle2:3:2:5", 20, sampling=TOP4, batch_size=3,
-                        progress=False, keep_tries=True)
+    run = tree_generate(pair, prompts, NaiveMultiCandidate(), "eagle2:3:2:5", 20,
+                        DecodeOptions(sampling=TOP4, batch_size=3, progress=False), keep_tries=True)
     assert run.tree == ConfidenceTree(3, 2, 5) and run.decode.generated == 60
     for _, committed, trie in run.tries:
         assert len(trie) - 1 <= 5
@@ -253,4 +256,4 @@ def test_eagle2_trees_on_models_score_every_node_like_a_full_pass_and_keep_the_t
                            sampling=TOP4, seed=5)
     assert test["p_value"] > 1e-3
     with pytest.raises(ValueError, match="chooses them"):
-        tree_generate(pair, prompts, KSeq(), "eagle2:2:2:3", 6, progress=False)
+        tree_generate(pair, prompts, KSeq(), "eagle2:2:2:3", 6, DecodeOptions(progress=False))

@@ -11,6 +11,7 @@ import pytest
 
 from llm_bridge import validate as validate_mod
 from llm_bridge.measure import predicted_block_efficiency, predicted_speedup, two_point
+from llm_bridge.validate_config import ValidateConfig
 from otspec.plot import main as plot_main
 from tests.llm_tiny import tiny_llama, tiny_tokenizer, torch
 
@@ -125,8 +126,9 @@ def test_cli_writes_the_json_contract(folders, tmp_path, capsys):
 def test_the_int8_drafter_validates_end_to_end(folders):
     """Every step of a record (warm-up, interleaved runs, log, predictions, exact laws, two-sample test) with the
     int8 drafter, whose quantized head differs from a float model's."""
-    record = validate_mod.validate(target=str(folders / "target"), draft="int8", verifiers=("token",), lengths=(2,),
-                                   prompts=1, max_new_tokens=6, device="cpu", lossless_samples=20, hf=False).to_json()
+    record = validate_mod.validate(ValidateConfig(target=str(folders / "target"), draft="int8", verifiers=("token",),
+                                                  lengths=(2,), prompts=1, max_new_tokens=6, device="cpu",
+                                                  lossless_samples=20, hf=False)).to_json()
     assert record["model_pair"]["draft"] == "int8" and record["runs"][0]["prediction"]["paths"] == 1
     assert record["lossless"]["verifiers"]["token"]["first_token_max_deviation"] < 1e-6
 
@@ -135,7 +137,7 @@ def test_bad_arguments_are_clear(folders):
     with pytest.raises(SystemExit):
         validate_mod.main(["--L", "2,x"])
     with pytest.raises(ValueError, match="verifiers \\['kseq'\\]"):
-        validate_mod.validate(target=str(folders / "target"), draft=str(folders / "draft"), verifiers=("kseq",))
+        ValidateConfig(target=str(folders / "target"), draft=str(folders / "draft"), verifiers=("kseq",))
 
 
 def test_predictions_from_two_point_pairs():
@@ -418,9 +420,9 @@ def test_a_feature_head_validates_end_to_end(folders, tmp_path, capsys):
             if p.requires_grad:
                 p.add_(0.2 * torch.randn_like(p))
     save_head(head, tmp_path / "eagle", {"target": "tiny"})
-    record = validate_mod.validate(target=str(folders / "target"), draft=f"head:{tmp_path / 'eagle'}",
-                                   verifiers=("token", "block_v1"), lengths=(2,), prompts=2, max_new_tokens=8,
-                                   device="cpu", lossless_samples=0, prediction_paths=2).to_json()
+    record = validate_mod.validate(ValidateConfig(
+        target=str(folders / "target"), draft=f"head:{tmp_path / 'eagle'}", verifiers=("token", "block_v1"),
+        lengths=(2,), prompts=2, max_new_tokens=8, device="cpu", lossless_samples=0, prediction_paths=2)).to_json()
     assert record["settings"]["prediction_paths"] == 2
     for r in record["runs"]:  # two plain paths of each prediction prompt, pooled per prompt
         assert "draft depth" in r["prediction_method"] and r["prediction"]["paths"] == 4
@@ -437,11 +439,11 @@ def test_a_feature_head_validates_end_to_end(folders, tmp_path, capsys):
     code = validate_mod.main(["--target", str(folders / "target"), "--draft", f"head:{tmp_path / 'missing'}",
                               "--device", "cpu", "--prompts", "1"])
     assert code == 2 and "train_head" in capsys.readouterr().err  # a missing head: a clear message, no traceback
-    with pytest.raises(ValueError, match="prediction_paths"):  # refused before any model loads
-        validate_mod.validate(target=str(folders / "missing"), prediction_paths=0, device="cpu")
+    with pytest.raises(ValueError, match="prediction_paths"):  # refused when the options are made: no model loads
+        ValidateConfig(target=str(folders / "missing"), prediction_paths=0, device="cpu")
     with pytest.raises(ValueError, match="choose their candidates"):
-        validate_mod.validate(target=str(folders / "target"), draft=f"head:{tmp_path / 'eagle'}", verifiers=(),
-                              trees=("eagle2:2:2:3",), multi_verifiers=("kseq",), prompts=1, device="cpu")
+        ValidateConfig(target=str(folders / "target"), draft=f"head:{tmp_path / 'eagle'}", verifiers=(),
+                       trees=("eagle2:2:2:3",), multi_verifiers=("kseq",), prompts=1, device="cpu")
     out = tmp_path / "figs"  # EAGLE-2's confidence-ordered tree drafted by the head, beside its chain
     assert validate_mod.main(["--target", str(folders / "target"), "--draft", f"head:{tmp_path / 'eagle'}",
                               "--verifiers", "token", "--L", "2", "--trees", "eagle2:2:2:3", "--multi-verifiers",

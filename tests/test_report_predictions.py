@@ -259,10 +259,10 @@ def test_a_forecast_is_checked_against_the_record_made_after_it():
     later = record("llm_later.json", [run("token", 4, mean=1.45, speedup=0.95), run("token", 2, speedup=1.0)],
                    settings={"prompt_ids": list(range(32))})
     (row,) = forecast_check(made, later)
-    assert row["block_efficiency"]["holds"] and row["block_efficiency"]["relative_error"] == 1.45 / 1.5 - 1
+    assert row.block_efficiency.holds and row.block_efficiency.relative_error == 1.45 / 1.5 - 1
     # 0.95 is within 14 % of 1.1 and below its interval: it does not hold
-    assert not row["speedup"]["within_tolerance"] and row["speedup"]["inside_interval"] is False
-    assert not row["speedup"]["holds"]
+    assert not row.speedup.within_tolerance and row.speedup.inside_interval is False
+    assert not row.speedup.holds
     lines = forecast_markdown([("llm_forecast_later.json", made, later), ("llm_forecast_next.json", made, None)])
     assert any("| token L = 4 |" in ln and "yes" in ln and "**no**" in ln for ln in lines)
     assert any("not measured yet" in ln for ln in lines)

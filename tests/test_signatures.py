@@ -13,11 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 MAX_PARAMETERS = 10
 #: Functions still over the bar (path::name -> parameters), to be replaced by configuration objects.
 KNOWN = {
-    "llm_bridge/validate.py::validate": 32, "llm_bridge/adaptive.py::frontier": 19,
-    "llm_bridge/validate.py::prepare_predictions": 17, "llm_bridge/train_head.py::train_head": 17,
-    "llm_bridge/trees.py::tree_batches": 16, "llm_bridge/forecast.py::forecast": 16,
-    "llm_bridge/trees.py::tree_generate": 15, "llm_bridge/timing.py::timed_runs": 15,
-    "llm_bridge/loop.py::speculative_generate": 14, "llm_bridge/loop.py::speculative_batches": 14,
+    "llm_bridge/validate.py::prepare_predictions": 17,
+    "llm_bridge/timing.py::timed_runs": 15,
     "llm_bridge/calibrate.py::calibrate": 14, "otspec/engine/predict.py::predict_wall_clock": 12,
     "otspec/engine/loop.py::tree_steps": 12, "otspec/engine/loop.py::tree_loop": 12, "otspec/audit/core.py::audit": 12,
     "llm_bridge/calibrate.py::profile_from_rounds": 12, "llm_bridge/adaptive_predict.py::frontier_predictor": 12,

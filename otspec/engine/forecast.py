@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .record import as_record
-from .rows import Comparison, Interval, run_row
+from .rows import Comparison, Interval, JsonObject, run_row
 
-__all__ = ["FORECAST_TOLERANCE", "MissDecomposition", "compare_prediction", "forecast_check", "miss_decomposition"]
+__all__ = ["FORECAST_TOLERANCE", "ForecastComparison", "ForecastRow", "MissDecomposition", "compare_prediction", "forecast_check", "miss_decomposition"]
 
 #: A forecast holds when the measurement is within this share of it and inside its prediction interval.
 FORECAST_TOLERANCE = 0.10
@@ -35,7 +35,32 @@ def compare_prediction(measured: float, predicted: float, interval: Interval | d
                       holds=within and inside is not False)
 
 
-def forecast_check(forecast_json: dict, record) -> list[dict]:
+@dataclass(kw_only=True)
+class ForecastComparison(Comparison):
+    """A forecast value beside the measurement of it: ``measured``, ``predicted``, the forecast's ``interval``."""
+
+    measured: float | None
+    predicted: float
+    interval: Interval | None = None
+
+
+@dataclass(kw_only=True)
+class ForecastRow(JsonObject):
+    """One forecast configuration (``verifier`` with its ``L`` or ``tree``) beside its measurement: block efficiency
+    and speedup (``None`` where the forecast predicted none)."""
+
+    verifier: str
+    L: int | None = None
+    tree: str | None = None
+    block_efficiency: ForecastComparison | None = None
+    speedup: ForecastComparison | None = None
+
+    @property
+    def config(self) -> str:
+        return f"{self.verifier} " + (f"L = {self.L}" if self.L is not None else str(self.tree))
+
+
+def forecast_check(forecast_json: dict, record) -> list[ForecastRow]:
     """Each forecast beside the record's measurement of the same configuration: ``measured`` and ``predicted`` block
     efficiency and speedup, relative errors, whether each is within :data:`FORECAST_TOLERANCE` and inside its
     prediction interval (``holds``). ``record``: a :class:`~otspec.engine.record.PairRecord` or its JSON object. The
@@ -62,12 +87,9 @@ def forecast_check(forecast_json: dict, record) -> list[dict]:
                 ("block_efficiency", r.block_efficiency.mean, f["predicted_block_efficiency"],
                  f["predicted_block_efficiency_interval"]),
                 ("speedup", r.speedup, f["predicted_speedup"], f["predicted_speedup_interval"])):
-            if pred is None:
-                row[what] = None
-                continue
-            row[what] = {"measured": got, "predicted": pred, "interval": interval,
-                         **compare_prediction(got, pred, interval).to_json()}
-        out.append(row)
+            row[what] = None if pred is None else {"measured": got, "predicted": pred, "interval": interval,
+                                                   **compare_prediction(got, pred, interval).to_json()}
+        out.append(ForecastRow.from_json(row, f"forecast {row['verifier']}"))
     return out
 
 

@@ -418,15 +418,11 @@ def forecast_markdown(pairs: list) -> list:
             continue
         for row in forecast_check(made, record):
             cells = []
-            for what in ("block_efficiency", "speedup"):
-                c = row[what]
+            for c in (row.block_efficiency, row.speedup):
                 if c is None:
                     cells += ["–", "–"]
                     continue
-                iv = c["interval"] or {}
-                cells += [f"{fmt(c['measured'], 3)} / {fmt(c['predicted'], 3)} [{fmt(iv.get('low'), 3)}, "
-                          f"{fmt(iv.get('high'), 3)}] ({100 * c['relative_error']:+.1f} %)",
-                          "yes" if c["holds"] else "**no**"]
-            config = f"{row['verifier']} " + (f"L = {row['L']}" if row["L"] is not None else str(row["tree"]))
-            lines.append(f"| {name} | {made['record']} | {config} | " + " | ".join(cells) + " |")
+                cells += [f"{fmt(c.measured, 3)} / {fmt(c.predicted, 3)}{_interval_text(c.interval, 3) or ' [–, –]'} "
+                          f"({100 * c.relative_error:+.1f} %)", "yes" if c.holds else "**no**"]
+            lines.append(f"| {name} | {made['record']} | {row.config} | " + " | ".join(cells) + " |")
     return lines + [""]

@@ -1,0 +1,168 @@
+"""What ``python -m llm_bridge.validate`` measures, in one checked object (:class:`ValidateConfig`).
+
+Every option of :func:`llm_bridge.validate.validate` is a field here; the object checks them all when it is made, so
+a bad option is refused with the option's name before any model loads, and the command, the GPU suite and the tests
+build one object instead of passing thirty keywords::
+
+    config = ValidateConfig(draft="int8", verifiers=("token",), lengths=(2, 4), prompts=8, hf=False)
+    record = validate(config)
+    wider = validate(config.but(batch_size=4))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from otspec.checks import MAX_DRAFT_LENGTH, check_size
+from otspec.engine.trie import check_tree_verifier
+from otspec.verifiers import REGISTRY, TREE_VERIFIERS
+
+from .cache import CACHE_KINDS
+from .logrows import DEFAULT_LOG_MAX_KEPT, DEFAULT_LOG_TOP_P
+from .models import DEFAULT_TARGET
+from .prompts import DATA_DIR, read_prompts
+from .trees import parse_tree
+
+__all__ = ["PROMPT_FILE", "ValidateConfig", "prompt_lines"]
+
+#: The prompt file of the measured and the prediction prompts.
+PROMPT_FILE = "validate_prompts.txt"
+
+
+def prompt_lines(prompts: int, prediction_prompts: int | None = None, pool: int | None = None) -> tuple[list, list]:
+    """(measured, prediction) line indices of :data:`PROMPT_FILE` (of ``pool`` lines; default: read it), disjoint;
+    ``ValueError`` where the file holds too few."""
+    prediction_prompts = prompts if prediction_prompts is None else prediction_prompts
+    pool = len(read_prompts(DATA_DIR / PROMPT_FILE)) if pool is None else pool
+    if prompts + prediction_prompts > pool:
+        raise ValueError(f"--prompts {prompts} and --prediction-prompts {prediction_prompts}: the prompt file holds "
+                         f"{pool}, and the prediction prompts must differ from the measured ones")
+    return list(range(prompts)), list(range(prompts, prompts + prediction_prompts))
+
+
+@dataclass(frozen=True)
+class ValidateConfig:
+    """The options of a validation run (``python -m llm_bridge.validate``'s flags), checked and normalised.
+
+    Models: ``target``, ``draft``, ``device``, ``dtype``. Runs: chain ``verifiers`` × draft ``lengths``; ``trees``
+    (k-configs, ``iid:K:L``, ``eagle2:D:K:M``) × ``multi_verifiers`` under the tree walk ``rule``, or ``tree_pairs``
+    (per (verifier, tree) pair). Decoding: ``prompts`` measured prompts × ``max_new_tokens`` tokens, sampling
+    (``temperature``, ``top_k``, ``top_p``), ``seed``, ``batch_size``, ``cache`` (a kind of
+    :func:`~llm_bridge.cache.make_cache`; ``auto``: compiled static on CUDA, dynamic on CPU), ``progress``.
+    Predictions: ``prediction_prompts`` (default: as many as ``prompts``; the prompts after the measured ones, where
+    the plain-decoding log and the cost profile are measured), ``prediction_paths`` plain paths of each,
+    ``prediction_sequences`` replays of each path; ``log_rows`` (a path: also write the logged rows there, top-p
+    ``log_top_p``, at most ``log_max_kept`` tokens a row). Timing: ``timing_attempts``, ``pairing``. Peers and
+    checks: ``hf`` (Hugging Face assisted generation, its draft chosen on ``hf_prompts`` prediction prompts),
+    ``lossless_samples`` draws per side of the two-sample test (0: the exact laws only) for ``lossless_verifiers``
+    (default: every verifier run).
+    """
+
+    target: str = DEFAULT_TARGET
+    draft: str = "distilled"
+    verifiers: tuple = ("token", "block", "block_v1")
+    lengths: tuple = (2, 4, 8)
+    prompts: int = 32
+    max_new_tokens: int = 64
+    device: str = "auto"
+    dtype: str = "float32"
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    batch_size: int = 8
+    lossless_samples: int = 200
+    hf: bool = True
+    progress: bool | None = None
+    trees: tuple = ()
+    multi_verifiers: tuple = ("kseq", "multiround")
+    rule: str = "match"
+    cache: str = "auto"
+    log_rows: str | Path | None = None
+    log_top_p: float = DEFAULT_LOG_TOP_P
+    log_max_kept: int | None = DEFAULT_LOG_MAX_KEPT
+    prediction_sequences: int = 32
+    lossless_verifiers: tuple | None = None
+    hf_prompts: int = 4
+    timing_attempts: int = 1
+    prediction_prompts: int | None = None
+    prediction_paths: int = 1
+    pairing: str | None = None
+    tree_pairs: tuple | None = None
+
+    def __post_init__(self):
+        put = object.__setattr__
+        for name in ("prompts", "max_new_tokens", "batch_size", "prediction_sequences", "prediction_paths",
+                     "hf_prompts"):
+            put(self, name, check_size(getattr(self, name), name))
+        put(self, "lengths", tuple(check_size(L, "L", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
+                                   for L in self.lengths))
+        put(self, "verifiers", tuple(self.verifiers))
+        if self.prediction_prompts is not None:
+            put(self, "prediction_prompts", check_size(self.prediction_prompts, "prediction_prompts"))
+        if not (self.lengths and self.verifiers) and not (self.trees or self.tree_pairs):
+            raise ValueError("L, verifiers: no draft length with a verifier and no --trees: nothing to run (give --L "
+                             "2,4 --verifiers token,block, or --trees 2x1)")
+        for what, names, known in (("verifiers", self.verifiers, REGISTRY),
+                                   ("lossless verifiers", self.lossless_verifiers or (), REGISTRY)):
+            unknown = [v for v in names if v not in known]
+            if unknown:
+                raise ValueError(f"{what} {unknown}: expected names among {sorted(known)}")
+        if self.lossless_verifiers is not None:
+            put(self, "lossless_verifiers", tuple(self.lossless_verifiers))
+        prompt_lines(self.prompts, self.prediction_count)  # the prompt file holds both sets
+        if self.lossless_samples < 0:
+            raise ValueError(f"lossless_samples: expected >= 0 (0 skips the two-sample test), got "
+                             f"{self.lossless_samples}")
+        self._check_trees()
+        if self.cache not in CACHE_KINDS:
+            raise ValueError(f"cache: expected one of {CACHE_KINDS}, got {self.cache!r}")
+        if self.log_rows is not None and not Path(self.log_rows).resolve().parent.is_dir():
+            raise ValueError(f"--log-rows {self.log_rows}: its folder does not exist")
+
+    def _check_trees(self) -> None:
+        """Trees and multi-draft verifiers: known names, verifiers that can verify their trees."""
+        put = object.__setattr__
+        put(self, "trees", tuple(self.trees))
+        put(self, "multi_verifiers", tuple(self.multi_verifiers))
+        if self.tree_pairs:
+            put(self, "tree_pairs", tuple((str(v), str(t)) for v, t in self.tree_pairs))
+        unknown = [v for v in self.run_multi_verifiers if v not in TREE_VERIFIERS]
+        if unknown:
+            raise ValueError(f"multi-draft verifiers {unknown}: expected names among {sorted(TREE_VERIFIERS)}")
+        for name, tree in self.tree_pairs or ():
+            check_tree_verifier(TREE_VERIFIERS[name](), parse_tree(tree, TREE_VERIFIERS[name]().replacement))
+        chosen = [t for t in self.run_trees if parse_tree(t).deterministic]
+        wrong = [v for v in self.run_multi_verifiers if not TREE_VERIFIERS[v].any_candidates]
+        if chosen and wrong and not self.tree_pairs:
+            raise ValueError(f"--trees {','.join(chosen)}: EAGLE-2 trees choose their candidates (top-k); verifiers "
+                             f"{wrong} assume drawn ones. Use --multi-verifiers naive")
+
+    @property
+    def prediction_count(self) -> int:
+        """How many prediction prompts: ``prediction_prompts``, or as many as ``prompts``."""
+        return self.prompts if self.prediction_prompts is None else self.prediction_prompts
+
+    @property
+    def run_trees(self) -> tuple:
+        """The trees run (each as its spec string): those of ``tree_pairs``, else ``trees``."""
+        trees = dict.fromkeys(t for _, t in self.tree_pairs) if self.tree_pairs else self.trees
+        return tuple(str(parse_tree(t)) for t in trees)
+
+    @property
+    def run_multi_verifiers(self) -> tuple:
+        """The multi-draft verifiers run: those of ``tree_pairs``, else ``multi_verifiers`` where there are trees."""
+        if self.tree_pairs:
+            return tuple(dict.fromkeys(v for v, _ in self.tree_pairs))
+        return self.multi_verifiers if self.trees else ()
+
+    @property
+    def tree_configs(self) -> list:
+        """(verifier name, tree spec) of every tree run: ``tree_pairs``, else every verifier × tree."""
+        return list(self.tree_pairs or [(v, t) for v in self.run_multi_verifiers for t in self.run_trees])
+
+    def but(self, **changes) -> ValidateConfig:
+        """A copy with ``changes`` (checked again)."""
+        return dataclasses.replace(self, **changes)
