@@ -76,9 +76,31 @@ def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_
     target.check_length(N)
     draft.check_length(N - 1)  # the last token is never drafted
     ledger = Ledger(B, N, L)
+    rng = np.random.default_rng(seed)
+    tables = _compiled_plan(draft, target, verifier, ctrl, observers)
+    if tables is not None:  # token verification at a fixed L on IID / Markov tables, nobody watching: compiled
+        from .compiled_chain import decode_chains
+
+        tokens, rows, starts, drafted, accepted = decode_chains(tables, L, N, B, rng)
+        ledger.record(rows, starts, drafted, accepted, accepted + 1, draft_calls=drafted, drafted=int(drafted.sum()))
+        return ledger.result(tokens, confidence)
     sessions = SourceSession(draft, B, N + 1, max_prefix=N - 2), SourceSession(target, B, N + 1, max_prefix=N - 1)
     with tqdm(total=B * N, unit="tok", unit_scale=True, disable=None if progress is None else not progress,
               leave=False, desc=f"decode ({verifier.name}, L={L})") as bar:
-        run = chain_loop(*sessions, verifier, ctrl, N, np.random.default_rng(seed), batch=B,
+        run = chain_loop(*sessions, verifier, ctrl, N, rng, batch=B,
                          observers=[LedgerObserver(ledger), *observers], bar=bar)
     return ledger.result(run.tokens, confidence)
+
+
+def _compiled_plan(draft, target, verifier, controller, observers):
+    """The lookup tables of :mod:`otspec.engine.compiled_chain` where the compiled loop serves the run, else ``None``
+    (its module, and numba, are imported only for a run it may serve)."""
+    from ..sources.models import IIDSource, MarkovSource
+    from ..verifiers import TokenVerify
+
+    lookups = (IIDSource, MarkovSource)
+    if observers or type(verifier) is not TokenVerify or type(draft) not in lookups or type(target) not in lookups:
+        return None
+    from .compiled_chain import chain_plan
+
+    return chain_plan(draft, target, verifier, controller, observers)

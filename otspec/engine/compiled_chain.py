@@ -1,0 +1,167 @@
+"""Compiled (numba) decode loop for token verification at a fixed draft length on lookup sources.
+
+:func:`otspec.engine.decode.generate` runs its chain loop here when nothing else would watch or steer it: the verifier
+is :class:`~otspec.verifiers.TokenVerify` itself, the draft length a plain integer L, no observer is attached, and both
+sources are IID rows or order-1 Markov chains (stationary or time-varying), whose next row is a lookup in a table by
+(tokens so far, previous token). Everything else takes the Python loop of :mod:`otspec.engine.loop`.
+
+The kernel runs the same algorithm as that loop, one sequence at a time: with n of N tokens done it drafts
+g = min(L, N − n − 1) tokens, x_j ~ p_j, and token verification (Leviathan et al. 2023, Algorithm 1) accepts x_j with
+probability min(1, q_j(x_j) / p_j(x_j)); at the first rejection it emits a correction from the residual
+(q_j − p_j)_+ / Σ (q_j − p_j)_+ and drops the rest, and after g acceptances it emits a bonus token from q_g. The drafts
+after a rejection are not drawn (their values are never read; the draft calls still count g, as the Python loop makes
+them), which is the law of drawing them. The Ledger receives every iteration's (sequence, start, drafted depth,
+accepted), the same records as the Python loop's, so the result (block efficiency, its interval, the cost model) is
+computed by the same code. Uniforms: xoshiro256+ seeded from the caller's numpy Generator
+(:func:`otspec.engine.compiled.seed_state`), so a seed fixes the result; the draws differ from the Python loop's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..jit import available
+from ..jit import njit as _njit
+from .compiled import next_uniform, seed_state
+
+__all__ = ["LookupTable", "available", "chain_plan", "decode_chains"]
+
+
+@dataclass(frozen=True)
+class LookupTable:
+    """A source's next rows as a table: ``initial`` (V,) for the first token; ``stack`` (K, V, V), where the row after
+    previous token a at position n >= 1 is ``stack[0 if stationary else n - 1, a]`` (an IID source: K = 1 and every
+    row equal to ``initial``); with their cumulative sums for inverse-CDF draws."""
+
+    initial: np.ndarray
+    stack: np.ndarray
+    stationary: bool
+
+    @property
+    def initial_cdf(self) -> np.ndarray:
+        return np.cumsum(self.initial)
+
+    @property
+    def stack_cdf(self) -> np.ndarray:
+        return np.cumsum(self.stack, axis=-1)
+
+
+def lookup_table(source) -> LookupTable | None:
+    """The :class:`LookupTable` of an IID or order-1 Markov source (its exact class, not a subclass that may
+    override its rows), else ``None``."""
+    from ..sources.models import IIDSource, MarkovSource
+
+    if type(source) is IIDSource:
+        return LookupTable(source.probs, source.probs[None, None, :].repeat(source.vocab_size, axis=1), True)
+    if type(source) is MarkovSource:
+        stack = source.transition[None] if source.stationary else source.transition
+        if stack.shape[0] == 0:  # a time-varying chain of horizon 1: no row after the first is ever read
+            stack = np.zeros((1, source.vocab_size, source.vocab_size))
+        return LookupTable(source.initial, np.ascontiguousarray(stack), source.stationary)
+    return None
+
+
+def chain_plan(draft, target, verifier, controller, observers) -> tuple[LookupTable, LookupTable] | None:
+    """The two tables when the compiled loop serves this run (module docstring), else ``None``."""
+    from ..verifiers import TokenVerify
+    from .controllers import FixedDraftLength
+
+    if observers or type(verifier) is not TokenVerify or not available():
+        return None
+    if not (isinstance(controller, FixedDraftLength) and controller.fixed_length):
+        return None
+    tables = lookup_table(draft), lookup_table(target)
+    return None if tables[0] is None or tables[1] is None else tables
+
+
+def decode_chains(tables: tuple[LookupTable, LookupTable], L: int, N: int, B: int, rng: np.random.Generator):
+    """Decode ``B`` sequences of ``N`` tokens with token verification at draft length ``L``.
+
+    Returns ``tokens`` (B, N) and the iterations' ``rows``, ``starts``, ``drafted`` and ``accepted`` (each (I,),
+    I = the number of iterations, in sequence order)."""
+    draft, target = tables
+    state = seed_state(int(rng.integers(2**63)))
+    tokens = np.zeros((B, N), dtype=np.int64)
+    log = np.zeros((4, B * N), dtype=np.int64)
+    count = _kernel(draft.initial, draft.initial_cdf, draft.stack, draft.stack_cdf, draft.stationary,
+                    target.initial, target.initial_cdf, target.stack, target.stack_cdf, target.stationary,
+                    int(L), tokens, log, state)
+    return tokens, log[0, :count], log[1, :count], log[2, :count], log[3, :count]
+
+
+@_njit
+def _row(initial, stack, stationary, n, prev):
+    if n == 0:
+        return initial
+    return stack[0 if stationary else n - 1, prev]
+
+
+@_njit
+def _draw(cdf, u):
+    """Inverse-CDF draw of a row with cumulative sums ``cdf`` from a uniform ``u`` in [0, 1)."""
+    i = np.searchsorted(cdf, u * cdf[-1], side="right")
+    return min(i, cdf.size - 1)
+
+
+@_njit
+def _residual_draw(q, p, u):
+    """A draw from (q − p)_+ normalised (the caller has rejected, so its mass is positive)."""
+    total = 0.0
+    for v in range(q.size):
+        if q[v] > p[v]:
+            total += q[v] - p[v]
+    target = u * total
+    acc = 0.0
+    last = 0
+    for v in range(q.size):
+        if q[v] > p[v]:
+            acc += q[v] - p[v]
+            last = v
+            if acc > target:
+                return v
+    return last  # rounding: the last token of positive residual mass
+
+
+@_njit
+def _kernel(d_init, d_init_cdf, d_stack, d_stack_cdf, d_stationary, t_init, t_init_cdf, t_stack, t_stack_cdf,
+            t_stationary, L, tokens, log, state):
+    B, N = tokens.shape
+    count = 0
+    for b in range(B):
+        n = 0
+        while n < N:
+            g = min(L, N - n - 1)
+            log[0, count] = b
+            log[1, count] = n
+            log[2, count] = g
+            accepted = 0
+            prev = tokens[b, n - 1] if n > 0 else 0
+            emitted = False
+            for j in range(g):
+                pos = n + j
+                if pos == 0:
+                    x = _draw(d_init_cdf, next_uniform(state))
+                else:
+                    x = _draw(d_stack_cdf[0 if d_stationary else pos - 1, prev], next_uniform(state))
+                p = _row(d_init, d_stack, d_stationary, pos, prev)
+                q = _row(t_init, t_stack, t_stationary, pos, prev)
+                if next_uniform(state) * p[x] < q[x]:  # accepted with probability min(1, q(x) / p(x))
+                    tokens[b, pos] = x
+                    accepted += 1
+                    prev = x
+                    continue
+                tokens[b, pos] = _residual_draw(q, p, next_uniform(state))
+                emitted = True
+                break
+            if not emitted:  # every drafted token accepted: the bonus token from the target's next row
+                pos = n + g
+                if pos == 0:
+                    tokens[b, pos] = _draw(t_init_cdf, next_uniform(state))
+                else:
+                    tokens[b, pos] = _draw(t_stack_cdf[0 if t_stationary else pos - 1, prev], next_uniform(state))
+            log[3, count] = accepted
+            count += 1
+            n += accepted + 1
+    return count
