@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from otspec.engine.runstate import LoopHooks
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -83,8 +85,8 @@ def main(argv=None) -> int:
         def chain(timer, marks, cls=cls):
             target = ModelSession(pair.target.model, B, sampling, host_rows=False, name="target", timer=timer)
             draft = pair.drafter.session(B, sampling, host_rows=False, timer=timer)
-            chain_loop(draft, target, cls(), FixedDraftLength(args.L), args.tokens,
-                       torch.Generator().manual_seed(0), prompts=prompts, observers=marks, timer=timer)
+            chain_loop(draft, target, cls(), FixedDraftLength(args.L), args.tokens, torch.Generator().manual_seed(0),
+                       hooks=LoopHooks(observers=marks, timer=timer), prompts=prompts)
         run(f"chain {name} L = {args.L}", chain)
     for name, cls in TREE_VERIFIERS.items():
         verifier = cls()
@@ -97,8 +99,8 @@ def main(argv=None) -> int:
         def grow(timer, marks, verifier=verifier, tree=tree):
             target = ModelSession(pair.target.model, B, sampling, host_rows=False, name="target", timer=timer)
             draft = pair.drafter.session(B, sampling, host_rows=False, timer=timer)
-            tree_loop(draft, target, verifier, tree, args.tokens, torch.Generator().manual_seed(0), prompts=prompts,
-                      observers=marks, timer=timer)
+            tree_loop(draft, target, verifier, tree, args.tokens, torch.Generator().manual_seed(0),
+                      hooks=LoopHooks(observers=marks, timer=timer), prompts=prompts)
         run(f"tree {name} {spec}", grow)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

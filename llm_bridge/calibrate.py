@@ -53,6 +53,7 @@ from tqdm.auto import tqdm
 
 from otspec.engine.controllers import as_controller
 from otspec.engine.loop import chain_steps
+from otspec.engine.runstate import LoopHooks
 
 from .drafters import ModelDrafter
 from .dry_runs import (
@@ -85,8 +86,9 @@ def _plain_chunk(pair, chunk, n_tokens, *, sampling, cache, rng, timer, clock):
     session = ModelSession(pair.target.model, len(chunk), sampling, cache=cache, timer=timer, name="target",
                            max_length=cache_room(chunk, n_tokens, 1))
     clock.start()
-    run = yield from relay(chain_steps(None, session, None, None, n_tokens, rng, prompts=chunk, timer=timer,
-                                       observers=[clock]), lambda emitted: emitted / max(len(chunk) * n_tokens, 1))
+    run = yield from relay(chain_steps(None, session, None, None, n_tokens, rng, prompts=chunk,
+                                       hooks=LoopHooks(timer=timer, observers=[clock])),
+                           lambda emitted: emitted / max(len(chunk) * n_tokens, 1))
     return [np.asarray(t) for t in run.tokens]
 
 

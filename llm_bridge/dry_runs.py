@@ -17,6 +17,7 @@ from otspec.drafts import ConfidenceTree, DraftTree
 from otspec.engine.controllers import as_controller
 from otspec.engine.loop import chain_steps, finish, tree_steps
 from otspec.engine.observers import Observer
+from otspec.engine.runstate import LoopHooks
 from otspec.verifiers.base import Outcome, Verifier
 
 from .loop import cache_room, loop_generator, relay, uses_host_rows
@@ -137,12 +138,12 @@ def dry_run_steps(pair, verifier, draft, contexts, n_tokens, *, sampling, cache,
     clock = IterationClock(timer)
     trace = _TreeCalls() if tree else None
     if tree:
-        steps = tree_steps(session, target, verifier, draft, n_tokens, np.random.default_rng(seed), rule=rule,
-                           prompts=contexts, timer=timer, observers=[clock, trace])
+        steps = tree_steps(session, target, verifier, draft, n_tokens, np.random.default_rng(seed),
+                           hooks=LoopHooks(timer=timer, observers=[clock, trace]), rule=rule, prompts=contexts)
     else:
         steps = chain_steps(session, target, ZeroAcceptance(verifier, timer), ctrl, n_tokens,
                             loop_generator(seed, None if host else pair.target.device),
-                            prompts=contexts, timer=timer, observers=[clock])
+                            hooks=LoopHooks(timer=timer, observers=[clock]), prompts=contexts)
     yield from relay(steps, lambda emitted: emitted / max(B * n_tokens, 1))
     out = {"kind": "tree" if tree else "chain", **clock.columns()}
     if tree:

@@ -33,6 +33,7 @@ from otspec.engine.controllers import as_controller
 from otspec.engine.ledger import DecodeResult, Ledger
 from otspec.engine.loop import chain_steps, finish
 from otspec.engine.observers import LedgerObserver, Observer, to_host
+from otspec.engine.runstate import LoopHooks
 from otspec.verifiers.base import Verifier
 
 from .measure import CallTimer, two_point
@@ -140,8 +141,8 @@ def plain_batches(target, prompts, max_new_tokens: int, *, sampling: Sampling = 
         for offset, chunk in chunks(prompts, batch_size):
             session = ModelSession(target.model, len(chunk), sampling, cache=cache, timer=timer, name="target",
                                    max_length=cache_room(chunk, max_new_tokens, 1))
-            run = yield from ticks(chain_steps(None, session, None, None, max_new_tokens, rng, prompts=chunk, bar=bar,
-                                               timer=timer), offset * max_new_tokens, total)
+            run = yield from ticks(chain_steps(None, session, None, None, max_new_tokens, rng, prompts=chunk,
+                                               hooks=LoopHooks(bar=bar, timer=timer)), offset * max_new_tokens, total)
             del session  # free the batch's cache
             yield got.end_batch(run, offset, len(chunk))
     return BridgeResult(got.tokens, None, timer, got.seconds, rounds=got.rounds)
@@ -368,9 +369,9 @@ def speculative_batches(pair, prompts, verifier: Verifier, draft_length, max_new
                                   hidden=pair.drafter.reads_target_features)
             draft = pair.drafter.session(len(chunk), sampling, hidden=ctrl.needs_context, cache=cache,
                                          max_length=room, timer=timer, host_rows=host_rows)
-            run = yield from ticks(chain_steps(draft, target, verifier, ctrl, N, rng, prompts=chunk, bar=bar,
-                                               timer=timer, observers=[LedgerObserver(ledger, offset), records,
-                                                                       *o.observers]), offset * N, len(prompts) * N)
+            watch = LoopHooks(bar=bar, timer=timer, observers=[LedgerObserver(ledger, offset), records, *o.observers])
+            run = yield from ticks(chain_steps(draft, target, verifier, ctrl, N, rng, prompts=chunk, hooks=watch),
+                                   offset * N, len(prompts) * N)
             del target, draft  # free the batch's caches
             yield got.end_batch(run, offset, len(chunk))
     buf = np.stack(got.tokens)

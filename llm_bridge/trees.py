@@ -43,6 +43,7 @@ from otspec.engine.devicetree import walks_on_device
 from otspec.engine.ledger import Ledger
 from otspec.engine.loop import tree_steps
 from otspec.engine.observers import LedgerObserver, Observer
+from otspec.engine.runstate import LoopHooks
 from otspec.engine.trie import RULES, Trie
 from otspec.errors import SizeLimitError
 from otspec.solvers import otm_value
@@ -118,7 +119,8 @@ def tree_generate(pair, prompts, verifier, tree, max_new_tokens: int, options: D
     candidates are drawn with or without replacement as the verifier requires. ``record_law``
     also computes E[τ | drafted trie] (a law call per internal trie node; measurement, untimed);
     ``keep_tries`` keeps every drafted trie with its rows (for tests); ``options``
-    (:class:`~llm_bridge.options.DecodeOptions`) as for chains, without observers. ``host_rows=False`` (the default off the CPU, as for chains:
+    (:class:`~llm_bridge.options.DecodeOptions`) as for chains, without observers. ``host_rows=False`` (the default
+    off the CPU, as for chains:
     :func:`~llm_bridge.loop.uses_host_rows`) keeps the rows on the model's device, where the tree is grown, scored
     and walked with one read back per iteration (:mod:`otspec.engine.devicetree`); a verifier the device walk does not
     serve (``walks_on_device``: a biased or host-only one) walks on the host as with ``host_rows=True``.
@@ -163,8 +165,9 @@ def tree_batches(pair, prompts, verifier, tree, max_new_tokens: int, options: De
             draft = pair.drafter.session(len(chunk), sampling, cache=cache, max_length=room, timer=timer,
                                          host_rows=host_rows)
             rec.offset = offset
-            run = yield from ticks(tree_steps(draft, target, verifier, tree, N, rng, rule=rule, prompts=chunk, bar=bar,
-                                              timer=timer, observers=[LedgerObserver(ledger, offset), rec]),
+            watch = LoopHooks(bar=bar, timer=timer, observers=[LedgerObserver(ledger, offset), rec])
+            run = yield from ticks(tree_steps(draft, target, verifier, tree, N, rng, rule=rule, prompts=chunk,
+                                              hooks=watch),
                                    offset * N, len(prompts) * N)
             del target, draft  # free the batch's caches
             yield got.end_batch(run, offset, len(chunk))

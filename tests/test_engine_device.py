@@ -15,6 +15,7 @@ from llm_bridge.sampling import Sampling
 from llm_bridge.sessions import ModelSession
 from otspec.engine.controllers import FixedDraftLength
 from otspec.engine.loop import chain_loop
+from otspec.engine.runstate import LoopHooks
 from otspec.verifiers import BlockVerify, TokenVerify
 from tests.host_syncs import IterationMarks, SyncCounter
 from tests.llm_tiny import random_prompts, tiny_pair, torch
@@ -37,7 +38,7 @@ def test_one_host_read_per_iteration_on_the_torch_path(verifier, sampling, host_
     draft = pair.drafter.session(3, sampling, host_rows=False)
     marks = IterationMarks(host_reads)
     run = chain_loop(draft, target, verifier, FixedDraftLength(4), 24, torch.Generator().manual_seed(0),
-                     prompts=prompts, observers=[marks])
+                     hooks=LoopHooks(observers=[marks]), prompts=prompts)
     per_iteration = np.diff([0, *marks.marks])
     assert len(marks.marks) >= 6 and run.tokens.shape == (3, 24)
     assert per_iteration.max() <= 1, (per_iteration.tolist(), host_reads.seen[:12])

@@ -10,6 +10,7 @@ import pytest
 from otspec.engine.controllers import FixedDraftLength
 from otspec.engine.loop import chain_loop
 from otspec.engine.observers import Observer
+from otspec.engine.runstate import LoopHooks
 from otspec.engine.session import SourceSession
 from otspec.sources import (
     DepthPositionalSource,
@@ -60,7 +61,8 @@ def _run(pair, verifier, controller, batch, seed):
     draft, target = pair
     sessions = SourceSession(draft, batch, N + 1, max_prefix=N - 2), SourceSession(target, batch, N + 1, max_prefix=N - 1)
     seen = Steps()
-    run = chain_loop(*sessions, verifier, controller, N, np.random.default_rng(seed), batch=batch, observers=[seen])
+    run = chain_loop(*sessions, verifier, controller, N, np.random.default_rng(seed),
+                     hooks=LoopHooks(observers=[seen]), batch=batch)
     return run.tokens, seen.seen
 
 
@@ -114,7 +116,7 @@ def test_a_subclass_that_decides_itself_and_a_timed_run_draft_a_token_per_call()
     timer = Calls()
     sessions = SourceSession(draft, 2, N + 1, max_prefix=N - 2), SourceSession(target, 2, N + 1, max_prefix=N - 1)
     seen = Steps()
-    chain_loop(*sessions, TokenVerify(), FixedDraftLength(L), N, np.random.default_rng(0), batch=2, timer=timer,
-               observers=[seen])
+    chain_loop(*sessions, TokenVerify(), FixedDraftLength(L), N, np.random.default_rng(0),
+               hooks=LoopHooks(timer=timer, observers=[seen]), batch=2)
     full = sum(int(drafted.max() == L) for _, drafted, *_ in seen.seen)
     assert full > 0 and timer.draft >= len(seen.seen) + (L - 1) * full  # a call per drafted token, as a model's

@@ -12,6 +12,7 @@ from otspec.drafts import DraftTree
 from otspec.engine.controllers import FixedDraftLength
 from otspec.engine.loop import chain_loop, chain_steps, finish, tree_loop, tree_steps
 from otspec.engine.observers import Observer
+from otspec.engine.runstate import LoopHooks
 from otspec.engine.session import SourceSession
 from otspec.sources import PositionalSource
 from otspec.verifiers import KSeq, TokenVerify
@@ -51,8 +52,10 @@ def _sessions():
 def _steps(tree: bool, observers, seed=0):
     sessions, rng = _sessions(), np.random.default_rng(seed)
     if tree:
-        return tree_steps(*sessions, KSeq(), DraftTree.parse("2x1"), N, rng, batch=B, observers=observers)
-    return chain_steps(*sessions, TokenVerify(), FixedDraftLength(3), N, rng, batch=B, observers=observers)
+        return tree_steps(*sessions, KSeq(), DraftTree.parse("2x1"), N, rng, hooks=LoopHooks(observers=observers),
+                          batch=B)
+    return chain_steps(*sessions, TokenVerify(), FixedDraftLength(3), N, rng, hooks=LoopHooks(observers=observers),
+                       batch=B)
 
 
 @pytest.mark.parametrize("tree", [False, True], ids=["chain", "tree"])

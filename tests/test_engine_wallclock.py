@@ -14,6 +14,7 @@ from otspec.engine.controllers import FixedDraftLength
 from otspec.engine.loop import chain_loop, tree_loop
 from otspec.engine.observers import Observer
 from otspec.engine.predict import IterationTrace, predict_from_pairs, predict_wall_clock
+from otspec.engine.runstate import LoopHooks
 from otspec.engine.session import SourceSession
 from otspec.sources import PositionalSource
 from otspec.verifiers import BlockVerify, KSeq, TokenVerify
@@ -79,10 +80,11 @@ def charged_batches(draft, target, verifier, shape, batch, n_tokens, runs, *, tr
                     SourceSession(target, batch, n_tokens + 1, max_prefix=n_tokens - 1))
         rng = np.random.default_rng(10_000 + seed)
         if tree:
-            tree_loop(*sessions, verifier, shape, n_tokens, rng, batch=batch, timer=timer, observers=[its])
+            tree_loop(*sessions, verifier, shape, n_tokens, rng, hooks=LoopHooks(timer=timer, observers=[its]),
+                      batch=batch)
         else:
-            chain_loop(*sessions, verifier, FixedDraftLength(shape), n_tokens, rng, batch=batch, timer=timer,
-                       observers=[its])
+            chain_loop(*sessions, verifier, FixedDraftLength(shape), n_tokens, rng,
+                       hooks=LoopHooks(timer=timer, observers=[its]), batch=batch)
         totals.append(timer.total + OVERHEAD * its.n)
     return float(np.mean(totals))
 

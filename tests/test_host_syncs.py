@@ -20,6 +20,7 @@ from otspec.drafts import parse_tree
 from otspec.engine.controllers import FixedDraftLength
 from otspec.engine.devicetree import walks_on_device
 from otspec.engine.loop import chain_loop, tree_loop
+from otspec.engine.runstate import LoopHooks
 from otspec.verifiers import CHAIN_VERIFIERS, MULTI_DRAFT_REGISTRY, WHOLE_TREE_REGISTRY
 from tests.host_syncs import IterationMarks, SyncCounter, cuda_like_timer
 from tests.llm_tiny import VOCAB, random_prompts, tiny_pair, torch
@@ -71,7 +72,8 @@ def test_a_chain_iteration_synchronises_at_most_once(name, drafter):
     def run_loop(marks):
         target, draft = _device_sessions(pair, timer)
         run = chain_loop(draft, target, CHAIN_VERIFIERS[name](), FixedDraftLength(L), TOKENS,
-                         torch.Generator().manual_seed(0), prompts=prompts, observers=[marks], timer=timer)
+                         torch.Generator().manual_seed(0), hooks=LoopHooks(observers=[marks], timer=timer),
+                         prompts=prompts)
         assert run.tokens.shape == (B, TOKENS)
 
     per, seen = _per_iteration(run_loop, timer)
@@ -100,8 +102,8 @@ def test_a_device_tree_iteration_synchronises_at_most_once(name, spec, drafter):
 
     def run_loop(marks):
         target, draft = _device_sessions(pair, timer)
-        run = tree_loop(draft, target, verifier, tree, TOKENS, torch.Generator().manual_seed(0), prompts=prompts,
-                        observers=[marks], timer=timer)
+        run = tree_loop(draft, target, verifier, tree, TOKENS, torch.Generator().manual_seed(0),
+                        hooks=LoopHooks(observers=[marks], timer=timer), prompts=prompts)
         assert run.tokens.shape == (B, TOKENS)
 
     per, seen = _per_iteration(run_loop, timer)
@@ -131,7 +133,7 @@ def test_the_timer_reads_its_events_in_batches(passed):
         target = ModelSession(pair.target.model, B, Sampling(), host_rows=False, name="target", timer=timer)
         draft = pair.drafter.session(B, Sampling(), host_rows=False, timer=timer)
         chain_loop(draft, target, CHAIN_VERIFIERS["block_v1"](), FixedDraftLength(L), TOKENS,
-                   torch.Generator().manual_seed(0), prompts=prompts, observers=[marks], timer=timer)
+                   torch.Generator().manual_seed(0), hooks=LoopHooks(observers=[marks], timer=timer), prompts=prompts)
 
     _, seen = _per_iteration(run_loop, timer)
     syncs = [s for s in seen if s.startswith("synchronize")]
@@ -151,7 +153,7 @@ def test_the_counter_sees_a_host_synchronisation():
         target = ModelSession(pair.target.model, 2, Sampling(), host_rows=True, name="target")
         draft = pair.drafter.session(2, Sampling(), host_rows=True)
         chain_loop(draft, target, CHAIN_VERIFIERS["token"](), FixedDraftLength(L), 8, np.random.default_rng(0),
-                   prompts=prompts, observers=[marks])
+                   hooks=LoopHooks(observers=[marks]), prompts=prompts)
 
     per, _ = _per_iteration(run_loop, None)
     assert per.min() > 1
@@ -170,12 +172,12 @@ def test_static_caches_keep_one_read_per_iteration(spec, name):
         draft = pair.drafter.session(B, Sampling(), host_rows=False, cache="static", max_length=64, timer=timer)
         rng = torch.Generator().manual_seed(0)
         if spec == "chain":
-            chain_loop(draft, target, CHAIN_VERIFIERS[name](), FixedDraftLength(L), TOKENS, rng, prompts=prompts,
-                       observers=[marks], timer=timer)
+            chain_loop(draft, target, CHAIN_VERIFIERS[name](), FixedDraftLength(L), TOKENS, rng,
+                       hooks=LoopHooks(observers=[marks], timer=timer), prompts=prompts)
         else:
             verifier = MULTI_DRAFT_REGISTRY[name]()
-            tree_loop(draft, target, verifier, parse_tree(spec, verifier.replacement), TOKENS, rng, prompts=prompts,
-                      observers=[marks], timer=timer)
+            tree_loop(draft, target, verifier, parse_tree(spec, verifier.replacement), TOKENS, rng,
+                      hooks=LoopHooks(observers=[marks], timer=timer), prompts=prompts)
 
     per, seen = _per_iteration(run_loop, timer)
     assert per.size >= 5 and per.max() <= 1, (per.tolist(), seen[:12])

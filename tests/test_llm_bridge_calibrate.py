@@ -15,6 +15,7 @@ from llm_bridge.sampling import Sampling
 from otspec.engine.controllers import ConfidenceController, FixedDraftLength
 from otspec.engine.loop import chain_loop
 from otspec.engine.observers import Observer
+from otspec.engine.runstate import LoopHooks
 from otspec.engine.session import SourceSession
 from otspec.sources import PositionalSource
 from otspec.verifiers import REGISTRY, BackwardBlockVerify, KSeq, TokenVerify
@@ -173,8 +174,8 @@ def test_zero_acceptance_runs_the_verifier_and_keeps_nothing():
 
     seen = Accepted()
     sessions = SourceSession(draft, 3, 13, max_prefix=10), SourceSession(target, 3, 13, max_prefix=11)
-    run = chain_loop(*sessions, ZeroAcceptance(Spy()), FixedDraftLength(3), 12, np.random.default_rng(1), batch=3,
-                     observers=[seen])
+    run = chain_loop(*sessions, ZeroAcceptance(Spy()), FixedDraftLength(3), 12, np.random.default_rng(1),
+                     hooks=LoopHooks(observers=[seen]), batch=3)
     assert run.tokens.shape == (3, 12) and set(seen.accepted) == {0}
     assert len(calls) == 11  # one iteration per token; the last drafts nothing and is not verified
     assert ZeroAcceptance(BackwardBlockVerify()).carries_residual
@@ -188,7 +189,7 @@ def test_a_dry_run_emits_the_targets_own_draw_and_sets_its_time_aside():
     timer = CallTimer()
     sessions = SourceSession(draft, 2, 13, max_prefix=10), SourceSession(target, 2, 13, max_prefix=11)
     run = chain_loop(*sessions, ZeroAcceptance(TokenVerify(), timer), FixedDraftLength(3), 12,
-                     np.random.default_rng(1), batch=2, timer=timer)
+                     np.random.default_rng(1), hooks=LoopHooks(timer=timer), batch=2)
     np.testing.assert_array_equal(run.tokens, np.tile(np.arange(12) % 4, (2, 1)))  # plain decoding's text
     assert timer.count("aside") == timer.count("verify") == 11  # a draw per verified iteration, outside the verifier
 

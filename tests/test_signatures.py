@@ -13,19 +13,16 @@ ROOT = Path(__file__).resolve().parent.parent
 MAX_PARAMETERS = 10
 #: Functions still over the bar (path::name -> parameters), to be replaced by configuration objects.
 KNOWN = {
-    "llm_bridge/validate.py::prepare_predictions": 17,
-    "llm_bridge/timing.py::timed_runs": 15,
-    "llm_bridge/calibrate.py::calibrate": 14, "otspec/engine/predict.py::predict_wall_clock": 12,
-    "otspec/engine/loop.py::tree_steps": 12, "otspec/engine/loop.py::tree_loop": 12, "otspec/audit/core.py::audit": 12,
-    "llm_bridge/calibrate.py::profile_from_rounds": 12, "llm_bridge/adaptive_predict.py::frontier_predictor": 12,
-    "otspec/solvers/lp.py::solve_lp": 11, "otspec/engine/tree.py::generate_tree": 11,
-    "otspec/engine/predict.py::predict_from_pairs": 11, "otspec/engine/predict.py::predict_from_log": 11,
-    "otspec/engine/montecarlo.py::simulate_logged": 11, "otspec/engine/montecarlo.py::simulate": 11,
-    "otspec/engine/loop.py::chain_steps": 11, "otspec/engine/loop.py::chain_loop": 11,
-    "otspec/engine/loop.py::_device_tree_steps": 11, "otspec/engine/devicetree.py::device_walk": 11,
-    "otspec/engine/devicetree.py::__init__": 11, "otspec/engine/deviceconfidence.py::_confidence_walk": 11,
-    "otspec/engine/deviceconfidence.py::__init__": 11, "llm_bridge/lossless.py::two_sample_test": 11,
-    "llm_bridge/distill.py::distill": 11, "llm_bridge/calibrate.py::calibration_batches": 11,
+    "llm_bridge/validate.py::prepare_predictions": 17, "llm_bridge/timing.py::timed_runs": 15,
+    "llm_bridge/calibrate.py::calibrate": 14, "llm_bridge/adaptive_predict.py::frontier_predictor": 12,
+    "llm_bridge/calibrate.py::profile_from_rounds": 12, "otspec/audit/core.py::audit": 12,
+    "otspec/engine/predict.py::predict_wall_clock": 12, "llm_bridge/calibrate.py::calibration_batches": 11,
+    "llm_bridge/distill.py::distill": 11, "llm_bridge/lossless.py::two_sample_test": 11,
+    "otspec/engine/deviceconfidence.py::_confidence_walk": 11,
+    "otspec/engine/devicetree.py::device_walk": 11,
+    "otspec/engine/montecarlo.py::simulate": 11, "otspec/engine/montecarlo.py::simulate_logged": 11,
+    "otspec/engine/predict.py::predict_from_log": 11, "otspec/engine/predict.py::predict_from_pairs": 11,
+    "otspec/engine/tree.py::generate_tree": 11, "otspec/solvers/lp.py::solve_lp": 11,
 }
 
 

@@ -31,6 +31,7 @@ from .controllers import FixedDraftLength, as_controller
 from .ledger import DecodeResult, Ledger, block_efficiency_estimate
 from .loop import chain_loop
 from .observers import LedgerObserver
+from .runstate import LoopHooks
 from .session import SourceSession
 from .stats import check_confidence
 
@@ -87,8 +88,8 @@ def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_
     sessions = SourceSession(draft, B, N + 1, max_prefix=N - 2), SourceSession(target, B, N + 1, max_prefix=N - 1)
     with tqdm(total=B * N, unit="tok", unit_scale=True, disable=None if progress is None else not progress,
               leave=False, desc=f"decode ({verifier.name}, L={L})") as bar:
-        run = chain_loop(*sessions, verifier, ctrl, N, rng, batch=B,
-                         observers=[LedgerObserver(ledger), *observers], bar=bar)
+        run = chain_loop(*sessions, verifier, ctrl, N, rng,
+                         hooks=LoopHooks(observers=[LedgerObserver(ledger), *observers], bar=bar), batch=B)
     return ledger.result(run.tokens, confidence)
 
 

@@ -12,6 +12,8 @@ nodes in the target's and the drafter's feed numbering. :class:`ConfidenceStep` 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from ..distributions import namespace, sample_categorical, to_device, to_host
@@ -138,14 +140,32 @@ def _confidence_walk(target, verifier, tree, run, depth, active, rng, levels, fe
                           (tok, score, parent, kept, valid, kept_tok, kept_parent), fed_rows, fed_local)
 
 
+@dataclass(eq=False)
 class ConfidenceStep:
-    """What one device iteration of a confidence tree left (the interface of :class:`DeviceStep`)."""
+    """What one device iteration of a confidence tree left (the interface of :class:`DeviceStep`): ``scored`` is the
+    target's scoring (its rows and features), ``drafted_nodes`` the levels as drafted (tokens, scores, parents and
+    what was kept)."""
 
-    def __init__(self, tree, out, emitted, walked, draft_walked, calls, nodes, scored, drafted, fed_rows, fed_local):
-        self.tree, self.out, self.emitted, self.calls, self.nodes = tree, out, emitted, calls, nodes
-        self.walked_nodes, self.draft_walked, self.features = walked, draft_walked, scored.features
-        self.target_rows, self.drafted_nodes, self.fed_rows, self.fed_local = scored.rows, drafted, fed_rows, fed_local
-        self._tries: dict = {}
+    tree: object
+    out: object
+    emitted: np.ndarray
+    walked_nodes: np.ndarray
+    draft_walked: np.ndarray
+    calls: np.ndarray
+    nodes: np.ndarray
+    scored: object
+    drafted_nodes: object
+    fed_rows: object
+    fed_local: object
+    _tries: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def features(self):
+        return self.scored.features
+
+    @property
+    def target_rows(self):
+        return self.scored.rows
 
     def walked(self, b: int) -> list:
         """Sequence b's walked nodes as columns of the target's rows (kept position + 1)."""

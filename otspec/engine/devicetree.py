@@ -25,6 +25,8 @@ drafter and which are kept, so their draft and target calls get tree parents as 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from ..distributions import namespace, sample_categorical, to_device, to_host
@@ -214,16 +216,24 @@ def device_iteration(draft, target, verifier, tree, layout: TreeLayout, rule: st
     return DeviceStep(layout, tokens, draft_rows, target_rows, features, out, emitted, path, calls, nodes, depth)
 
 
+@dataclass(eq=False)
 class DeviceStep:
     """What one device iteration left: the drafted tensors, the outcome (tokens on the device; emitted counts and
     walked nodes on the host) and, for observers, the trie view of the host walk (:meth:`tries`, :meth:`paths`),
     built on first use (it reads the rows back, in the observers' time)."""
 
-    def __init__(self, layout, tokens, draft_rows, target_rows, features, out, emitted, path, calls, nodes, depth):
-        self.layout, self.tokens, self.draft_rows, self.target_rows = layout, tokens, draft_rows, target_rows
-        self.features, self.out, self.emitted, self.path = features, out, emitted, path
-        self.calls, self.nodes, self.depth = calls, nodes, depth
-        self._tries: dict = {}
+    layout: TreeLayout
+    tokens: object
+    draft_rows: object
+    target_rows: object
+    features: object
+    out: object
+    emitted: np.ndarray
+    path: np.ndarray
+    calls: np.ndarray
+    nodes: np.ndarray
+    depth: np.ndarray
+    _tries: dict = field(default_factory=dict, repr=False)
 
     def walked(self, b: int) -> list:
         """Sequence b's walked nodes (the layout's numbering), level 1 first."""

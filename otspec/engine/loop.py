@@ -42,7 +42,7 @@ from .controllers import DraftLengthController
 from .deviceconfidence import confidence_iteration
 from .devicetree import TreeLayout, device_iteration, walks_on_device
 from .observers import ChainStep, TreeStep
-from .runstate import LoopRun, RunState
+from .runstate import NO_HOOKS, LoopHooks, LoopRun, RunState
 from .session import Session, as_prompts
 from .trie import Trie, check_tree_verifier
 from .wholetree import walk_whole_trees
@@ -189,15 +189,15 @@ def finish(steps):
 
 
 def chain_loop(draft: Session | None, target: Session, verifier, controller: DraftLengthController, n_tokens: int,
-               rng, *, prompts=None, batch: int | None = None, observers=(), bar=None, timer=None) -> LoopRun:
+               rng, *, prompts=None, batch: int | None = None, hooks: LoopHooks = NO_HOOKS) -> LoopRun:
     """Generate ``n_tokens`` tokens per sequence by speculative decoding of chains (module docstring):
     :func:`chain_steps` run to its end; the arguments are its."""
     return finish(chain_steps(draft, target, verifier, controller, n_tokens, rng, prompts=prompts, batch=batch,
-                              observers=observers, bar=bar, timer=timer))
+                              hooks=hooks))
 
 
 def chain_steps(draft: Session | None, target: Session, verifier, controller: DraftLengthController, n_tokens: int,
-                rng, *, prompts=None, batch: int | None = None, observers=(), bar=None, timer=None):
+                rng, *, prompts=None, batch: int | None = None, hooks: LoopHooks = NO_HOOKS):
     """The chain loop as a generator: it yields after every iteration (the tokens generated so far over all sequences)
     and returns the :class:`LoopRun`; the time it spends suspended is not decoding time (module docstring).
 
@@ -213,16 +213,14 @@ def chain_steps(draft: Session | None, target: Session, verifier, controller: Dr
     rng : numpy Generator (numpy rows) or torch Generator (torch rows)
     prompts : list of 1-D int arrays, optional
         Default: ``batch`` empty prompts (toy sources).
-    observers : sequence of Observer
-    bar : tqdm bar, optional
-        Advanced by the tokens emitted.
-    timer : object with ``call(kind, n, fn, *args)``, optional
-        Times the verifier (``"verify"``) and the draft calls (``"draft"``).
+    hooks : LoopHooks
+        What watches the loop: observers, a progress bar (advanced by the tokens emitted), a timer (times the
+        verifier, ``"verify"``, and the draft calls, ``"draft"``).
     """
     prompts = as_prompts(prompts, batch)
     if (draft is None) != (controller is None):
         raise ValueError("chain_loop: give both a drafter and a controller, or neither (plain sampling)")
-    run = RunState((draft, target), prompts, n_tokens, observers, bar, timer, target.rows_device)
+    run = RunState((draft, target), prompts, n_tokens, hooks, target.rows_device)
     L = 0 if controller is None else controller.max_length
     state = None if verifier is None else verifier.start_state(run.B, L)
     while (run.done < run.N).any():
@@ -380,16 +378,15 @@ def _walk(verifier, tree: DraftTree, rule: str, tries, depth, active, rng, run: 
 
 
 def tree_loop(draft: Session, target: Session, verifier, tree: DraftTree, n_tokens: int, rng, *,
-              rule: str = "match", prompts=None, batch: int | None = None, observers=(), bar=None,
-              timer=None) -> LoopRun:
+              rule: str = "match", prompts=None, batch: int | None = None, hooks: LoopHooks = NO_HOOKS) -> LoopRun:
     """Generate ``n_tokens`` tokens per sequence by multi-draft speculative decoding on ``tree``: :func:`tree_steps` run
     to its end; the arguments are its."""
     return finish(tree_steps(draft, target, verifier, tree, n_tokens, rng, rule=rule, prompts=prompts, batch=batch,
-                             observers=observers, bar=bar, timer=timer))
+                             hooks=hooks))
 
 
 def tree_steps(draft: Session, target: Session, verifier, tree: DraftTree, n_tokens: int, rng, *,
-               rule: str = "match", prompts=None, batch: int | None = None, observers=(), bar=None, timer=None):
+               rule: str = "match", prompts=None, batch: int | None = None, hooks: LoopHooks = NO_HOOKS):
     """The tree loop as a generator (yields after every iteration, as :func:`chain_steps` does; returns the
     :class:`LoopRun`): generate ``n_tokens`` tokens per sequence by multi-draft speculative decoding on ``tree``.
 
@@ -402,9 +399,8 @@ def tree_steps(draft: Session, target: Session, verifier, tree: DraftTree, n_tok
     prompts = as_prompts(prompts, batch)
     check_tree_verifier(verifier, tree)
     if _on_device(draft, target, verifier, tree):
-        return (yield from _device_tree_steps(draft, target, verifier, tree, n_tokens, rng, rule, prompts, observers,
-                                              bar, timer))
-    run = RunState((draft, target), prompts, n_tokens, observers, bar, timer)  # numpy rows: the trie on the host
+        return (yield from _device_tree_steps(draft, target, verifier, tree, n_tokens, rng, rule, prompts, hooks))
+    run = RunState((draft, target), prompts, n_tokens, hooks)  # numpy rows: the trie on the host
     while (run.done < run.N).any():
         active = run.done < run.N
         depth = np.where(active, np.minimum(tree.depth, run.N - run.done - 1), 0)
@@ -444,9 +440,9 @@ def _on_device(draft, target, verifier, tree) -> bool:
     return target.rows_device is not None and draft.rows_device is not None and walks_on_device(verifier, tree)
 
 
-def _device_tree_steps(draft, target, verifier, tree, n_tokens, rng, rule, prompts, observers, bar, timer):
+def _device_tree_steps(draft, target, verifier, tree, n_tokens, rng, rule, prompts, hooks):
     """:func:`tree_steps` on the device: one read back per iteration (the emitted counts and the walked nodes)."""
-    run = RunState((draft, target), prompts, n_tokens, observers, bar, timer, target.rows_device)
+    run = RunState((draft, target), prompts, n_tokens, hooks, target.rows_device)
     layout = None if tree.deterministic else TreeLayout(tree.branching)
     while (run.done < run.N).any():
         active = run.done < run.N

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..distributions import to_device, to_host, zeros_of
 
-__all__ = ["CallTiming", "LoopRun", "RunState", "start_sessions"]
+__all__ = ["NO_HOOKS", "CallTiming", "LoopHooks", "LoopRun", "RunState", "start_sessions"]
 
 
 @dataclass
@@ -31,6 +31,24 @@ class CallTiming:
         return fn(*args) if self.timer is None else self.timer.call(kind, n, fn, *args)
 
 
+@dataclass(frozen=True)
+class LoopHooks:
+    """What watches a loop without steering it: ``observers`` (:class:`~otspec.engine.observers.Observer`, see every
+    iteration), a progress ``bar`` (tqdm-like: advanced by the tokens emitted) and a ``timer`` (an object with
+    ``call(kind, n, fn, *args)``: times the target, draft and verifier calls)."""
+
+    observers: tuple = ()
+    bar: object = None
+    timer: object = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "observers", tuple(self.observers))
+
+
+#: A loop watched by nothing.
+NO_HOOKS = LoopHooks()
+
+
 class RunState:
     """State shared by both loops: the committed tokens, progress, observers and the clock.
 
@@ -38,7 +56,7 @@ class RunState:
     torch tensor on the device, so committing them reads nothing back from the device.
     """
 
-    def __init__(self, sessions, prompts, n_tokens: int, observers, bar, timer, device=None):
+    def __init__(self, sessions, prompts, n_tokens: int, hooks: LoopHooks = NO_HOOKS, device=None):
         self.prompts, self.device = prompts, device
         self.B, self.N = len(prompts), int(n_tokens)
         self.plen = np.array([p.size for p in prompts], dtype=np.int64)
@@ -47,7 +65,7 @@ class RunState:
             seq[b, :p.size] = p
         self.seq = self.like(seq)
         self.done = np.zeros(self.B, dtype=np.int64)  # tokens generated per sequence
-        self.observers, self.bar, self.call = list(observers), bar, CallTiming(timer)
+        self.observers, self.bar, self.call = list(hooks.observers), hooks.bar, CallTiming(hooks.timer)
         start_sessions(sessions, prompts)
         self.watching = 0.0
         self._draft_rows = None  # the draft rows' buffer, reused across iterations

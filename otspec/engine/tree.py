@@ -40,6 +40,7 @@ from .ledger import DecodeResult, Ledger
 from .loop import tree_loop
 from .montecarlo import MonteCarloResult, run_chunks
 from .observers import LedgerObserver, Observer
+from .runstate import LoopHooks
 from .session import SourceSession
 from .trie import RULES, Trie, check_tree_verifier
 
@@ -215,8 +216,8 @@ def generate_tree(draft: Source, target: Source, verifier, tree: DraftTree, n_to
     sessions = (SourceSession(draft, B, N + 1, max_prefix=N - 2), SourceSession(target, B, N + 1, max_prefix=N - 1))
     with tqdm(total=B * N, unit="tok", unit_scale=True, disable=None if progress is None else not progress,
               leave=False, desc=f"tree decode ({verifier.name}, {tree})") as bar:
-        run = tree_loop(*sessions, verifier, tree, N, np.random.default_rng(seed), rule=rule, batch=B,
-                        observers=[LedgerObserver(ledger), *observers], bar=bar)
+        run = tree_loop(*sessions, verifier, tree, N, np.random.default_rng(seed),
+                        hooks=LoopHooks(observers=[LedgerObserver(ledger), *observers], bar=bar), rule=rule, batch=B)
     return ledger.result(run.tokens, confidence)
 
 
@@ -241,7 +242,7 @@ def simulate_tree(draft: Source, target: Source, verifier, tree, n_blocks: int, 
     def draw(b):
         first = _FirstIteration(b)
         sessions = (SourceSession(draft, b, L + 2, max_prefix=L - 1), SourceSession(target, b, L + 2, max_prefix=L))
-        run = tree_loop(*sessions, verifier, tree, L + 1, rng, rule=rule, batch=b, observers=[first])
+        run = tree_loop(*sessions, verifier, tree, L + 1, rng, hooks=LoopHooks(observers=[first]), rule=rule, batch=b)
         return first.accepted, run.tokens[:, 0]
 
     return run_chunks(draw, L, V, n_blocks, batch, confidence, progress, f"monte carlo ({verifier.name}, {tree})")
