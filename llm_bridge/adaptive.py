@@ -77,7 +77,7 @@ from .runs import (
     with_prediction_check,
 )
 from .sampling import DEFAULT_SAMPLING, Sampling
-from .timing import add_timing_arguments, phase_log
+from .timing import TimingPlan, add_timing_arguments, phase_log
 from .validate import PROMPT_FILE, output_name, split_prompts
 
 __all__ = ["L2_GRID", "FrontierPlan", "HeadData", "choose_l2", "frontier", "head_training_data", "head_training_data_on_policy",
@@ -217,9 +217,10 @@ def frontier(pair, prompts, head, plan: FrontierPlan | None = None, *, predictio
     runs += peer_runs(peer, prompts, max_new_tokens)
     beside = None if not prediction_prompts else (lambda: frontier_calibration(  # the profile, in the same windows
         pair, prediction_prompts, plan, controller, max_new_tokens, sampling=sampling, seed=seed, batch_size=batch_size))
-    timed = timed_runs(pair.target, prompts, runs, max_new_tokens, sampling=sampling, seed=seed,
-                       batch_size=batch_size, warm_up=warm_up, progress=progress, desc="frontier runs",
-                       attempts=timing_attempts, pairing=pairing, beside=beside)
+    timed = timed_runs(pair.target, prompts, runs, max_new_tokens,
+                       DecodeOptions(sampling=sampling, seed=seed, batch_size=batch_size, progress=progress),
+                       TimingPlan(attempts=timing_attempts, pairing=pairing, desc="frontier runs"),
+                       warm_up=warm_up, beside=beside)
     baseline, results, timing = timed.baseline, timed.results, timed.timing
     peer_results, results = (results[-2:], results[:-2]) if peer is not None else (None, results)
     phase("timed runs done")

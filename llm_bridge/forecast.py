@@ -30,7 +30,6 @@ from otspec.verifiers import REGISTRY, TREE_VERIFIERS
 from .drafters import load_pair
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
 from .runs import wall_clock_prediction
-from .sampling import Sampling
 from .trees import parse_tree
 from .validate import FIGURES, output_name, prepare_predictions, split_prompts
 from .validate_config import ValidateConfig
@@ -46,7 +45,7 @@ def forecast(pair, config: ValidateConfig, *, name: str = "pair") -> dict:
     sampling, batch, cache, ``prediction_sequences`` replays of ``prediction_paths`` plain paths of each prediction
     prompt); ``name``: the record's, ``llm_<name>.json``."""
     c = config
-    sampling = Sampling(c.temperature, c.top_k, c.top_p)
+    sampling = c.sampling
     cache = c.cache
     if cache == "auto":
         cache = "compiled" if str(pair.target.device).startswith("cuda") else "dynamic"
@@ -54,10 +53,8 @@ def forecast(pair, config: ValidateConfig, *, name: str = "pair") -> dict:
     chains = [(v, L) for v in c.verifiers for L in c.lengths]
     tree_configs = c.tree_configs
     max_new_tokens, batch_size, lengths, trees = c.max_new_tokens, c.batch_size, c.lengths, c.run_trees
-    profile, predict, _ = prepare_predictions(pair, pred_ids, max_new_tokens, chains=chains, trees=tree_configs,
-                                              sampling=sampling, batch_size=batch_size, cache=cache, seed=c.seed,
-                                              prompt_ids=prediction_ids, rule=c.rule, units=len(ids),
-                                              sequences=c.prediction_sequences, paths=c.prediction_paths)
+    profile, predict, _ = prepare_predictions(pair, pred_ids, c.but(cache=cache), chains=chains, trees=tree_configs,
+                                              prompt_ids=prediction_ids, units=len(ids))
     rows = []
     for v, draft in chains + tree_configs:
         tree = isinstance(draft, str)

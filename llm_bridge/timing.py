@@ -24,8 +24,9 @@ from .loop import (
     plain_batches,
     plain_generate,
 )
+from .options import DecodeOptions
 
-__all__ = ["MAX_BASELINE_DRIFT", "MIN_OTHER_LOAD", "PAIRING_METHODS", "ROUND_ORDER", "LoadMeter", "TimedRuns",
+__all__ = ["MAX_BASELINE_DRIFT", "MIN_OTHER_LOAD", "PAIRING_METHODS", "ROUND_ORDER", "LoadMeter", "TimedRuns", "TimingPlan",
            "add_timing_arguments", "default_pairing", "load_average", "settle", "timed_runs", "timing_check",
            "torch_threads"]
 
@@ -193,10 +194,26 @@ def keep_freed_memory() -> dict:
             **{name: value for name, (_, value) in MALLOPT.items()}, "accepted": done}
 
 
-def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: int, batch_size: int,
-               cache: str = "auto", warm_up=None, check_seed: int | None = None, progress: bool | None = None,
-               desc: str = "interleaved runs", attempts: int = 1, beside=None, pairing: str | None = None) -> TimedRuns:
-    """The timing protocol of every record (``validate``, ``adaptive``).
+@dataclass(frozen=True)
+class TimingPlan:
+    """How a record's runs are timed (:func:`timed_runs`): up to ``attempts`` measurements while the timing check
+    fails, the runs taking turns by ``pairing`` (``steps`` or ``batches``; default :func:`default_pairing`), the
+    check's plain runs with ``check_seed`` (default: the decoding seed + 1), ``desc`` naming the phase lines."""
+
+    attempts: int = 1
+    pairing: str | None = None
+    check_seed: int | None = None
+    desc: str = "interleaved runs"
+
+    def __post_init__(self):
+        if isinstance(self.attempts, bool) or int(self.attempts) != self.attempts or self.attempts < 1:
+            raise ValueError(f"attempts must be at least 1, got {self.attempts}")
+
+
+def timed_runs(target, prompts, runs, max_new_tokens: int, options: DecodeOptions, plan: TimingPlan = TimingPlan(), *,
+               warm_up=None, beside=None) -> TimedRuns:
+    """The timing protocol of every record (``validate``, ``adaptive``), decoding with ``options``' sampling, seed,
+    batch size (default: all prompts), cache kind and progress, timed as ``plan`` says.
 
     0. :func:`keep_freed_memory` (``timing["allocator"]``), so that no run's cost depends on what the others freed;
     1. ``warm_up()`` (untimed; default: one batch of plain sampling): a fresh process's first decoding is slow,
@@ -221,9 +238,10 @@ def timed_runs(target, prompts, runs, max_new_tokens: int, *, sampling, seed: in
     record keeps the first attempt that passes (or the last), and ``timing["attempts"]`` lists every attempt's
     baselines, drift and verdict, the discarded ones included. The rule is not loosened: the kept timing passed it
     by itself, in one window."""
-    if attempts < 1:
-        raise ValueError(f"attempts must be at least 1, got {attempts}")
-    pairing = check_pairing(default_pairing(target) if pairing is None else pairing)  # before any decoding
+    sampling, seed, cache, progress = options.sampling, options.seed, options.cache, options.progress
+    batch_size = options.batch_size or max(len(prompts), 1)
+    attempts, desc, check_seed = plan.attempts, plan.desc, plan.check_seed
+    pairing = check_pairing(default_pairing(target) if plan.pairing is None else plan.pairing)  # before any decoding
     allocator = keep_freed_memory()
     meter, phase = LoadMeter(), phase_log(desc, progress)
     load_start = meter.read()

@@ -83,7 +83,7 @@ from .runs import (
     tree_record,
 )
 from .sampling import Sampling
-from .timing import add_timing_arguments, phase_log
+from .timing import TimingPlan, add_timing_arguments, phase_log
 from .trees import parse_tree, tree_batches, tree_generate
 from .validate_config import PROMPT_FILE, ValidateConfig, prompt_lines
 
@@ -155,7 +155,7 @@ def validate(config: ValidateConfig | None = None, *, pair=None) -> PairRecord:
     cache = c.cache
     if cache == "auto":
         cache = "compiled" if pair.target.device.startswith("cuda") else "dynamic"
-    sampling = Sampling(c.temperature, c.top_k, c.top_p)
+    sampling = c.sampling
     ids, pred_ids, prompt_ids, prediction_ids = split_prompts(pair.tokenizer, c.prompts, c.prediction_prompts)
     rng = np.random.default_rng(c.seed)
     configs = [(name, L) for name in c.verifiers for L in c.lengths]
@@ -188,19 +188,19 @@ def validate(config: ValidateConfig | None = None, *, pair=None) -> PairRecord:
              for name, tree in tree_configs]
     runs += peer_runs(peer, ids, c.max_new_tokens)
     # the cost profile's calibration rounds (on the prediction prompts) go in turn with them: the same windows
-    timed = timed_runs(pair.target, ids, runs, c.max_new_tokens, sampling=sampling, seed=c.seed, batch_size=c.batch_size,
-                       cache=cache, warm_up=warm_up, check_seed=c.seed + PREDICTION_SEED_OFFSET, progress=c.progress,
-                       attempts=c.timing_attempts, pairing=c.pairing, beside=lambda: calibration_round_batches(
+    timed = timed_runs(pair.target, ids, runs, c.max_new_tokens,
+                       DecodeOptions(sampling=sampling, seed=c.seed, batch_size=c.batch_size, cache=cache,
+                                     progress=c.progress),
+                       TimingPlan(attempts=c.timing_attempts, pairing=c.pairing,
+                                  check_seed=c.seed + PREDICTION_SEED_OFFSET),
+                       warm_up=warm_up, beside=lambda: calibration_round_batches(
                            pair, pred_ids, c.max_new_tokens, chains=configs, trees=tree_configs, sampling=sampling,
                            batch_size=c.batch_size, cache=cache, seed=c.seed, rule=c.rule))
     baseline, results, timing = timed.baseline, timed.results, timed.timing
     peer_results, results = (results[-2:], results[:-2]) if peer is not None else (None, results)
     phase("timed runs done")
-    prof, predict, log = prepare_predictions(
-        pair, pred_ids, c.max_new_tokens, chains=configs, trees=tree_configs, sampling=sampling, batch_size=c.batch_size,
-        cache=cache, seed=c.seed, prompt_ids=prediction_ids, rule=c.rule, units=len(ids),
-        sequences=c.prediction_sequences, log_top_p=c.log_top_p, log_max_kept=c.log_max_kept, rounds=timed.beside,
-        paths=c.prediction_paths)
+    prof, predict, log = prepare_predictions(pair, pred_ids, c.but(cache=cache), chains=configs, trees=tree_configs,
+                                             prompt_ids=prediction_ids, units=len(ids), rounds=timed.beside)
     chain_results = [(name, L, result) for (name, L), result in zip(configs, results[:len(configs)], strict=True)]
     tree_results = [(name, tree, result) for (name, tree), result in zip(tree_configs, results[len(configs):],
                                                                           strict=True)]
@@ -255,11 +255,10 @@ def validate(config: ValidateConfig | None = None, *, pair=None) -> PairRecord:
     return PairRecord.from_json(record)
 
 
-def prepare_predictions(pair, prompts, max_new_tokens: int, *, chains, trees, sampling, batch_size: int, cache: str,
-                        seed: int, prompt_ids, rule: str = "match", units: int, sequences: int = 32,
-                        log_top_p: float = DEFAULT_LOG_TOP_P, log_max_kept: int | None = DEFAULT_LOG_MAX_KEPT,
-                        rounds=None, paths: int = 1):
-    """Everything the predictions read, measured on ``prompts`` (the prediction prompts, never the measured ones):
+def prepare_predictions(pair, prompts, config: ValidateConfig, *, chains, trees, prompt_ids, units: int, rounds=None):
+    """Everything the predictions read, measured on ``prompts`` (the prediction prompts, never the measured ones), with
+    ``config``'s tokens, sampling, batch size, cache kind (resolved: not ``auto``), seed, tree walk rule, replays
+    (``prediction_sequences`` of ``prediction_paths`` paths per prompt) and logged rows' truncation:
     the cost profile (:func:`~llm_bridge.calibrate.calibrate`: plain decoding, t_target(n) per width, a dry run of
     every chain (verifier name, L) and tree (verifier name, tree spec) configuration) and, along the plain decoding,
     the rows the replays read (both models' logged rows; a feature head's rows by draft depth; prompt lookup's
@@ -269,13 +268,17 @@ def prepare_predictions(pair, prompts, max_new_tokens: int, *, chains, trees, sa
     (:func:`calibration_round_batches`'s result, via ``timed_runs(beside=...)``); without them the profile is measured
     now, by itself (:func:`~llm_bridge.calibrate.calibrate`). ``paths``: plain paths per prompt the replays read (the
     calibration's first, the rest decoded untimed by :func:`~llm_bridge.replays.more_paths`)."""
+    c = config
+    max_new_tokens, sampling, batch_size, cache, seed, rule = (c.max_new_tokens, c.sampling, c.batch_size, c.cache,
+                                                               c.seed, c.rule)
+    sequences, paths = c.prediction_sequences, c.prediction_paths
     prof, tokens = calibrate(pair, prompts, max_new_tokens, **profile_specs(chains, trees), sampling=sampling,
                              batch_size=batch_size, cache=cache, seed=seed + PREDICTION_SEED_OFFSET,
                              prompt_ids=prompt_ids, rule=rule, rounds=rounds)
     paths_of, tokens = more_paths(pair, prompts, tokens, max_new_tokens, paths, sampling=sampling,
                                   batch_size=batch_size, cache=cache, seed=seed + PREDICTION_SEED_OFFSET)
     replays = replay_sources(pair, paths_of, tokens, max([L for _, L in chains], default=1), sampling=sampling,
-                             batch_size=batch_size, top_p=log_top_p, max_kept=log_max_kept,
+                             batch_size=batch_size, top_p=c.log_top_p, max_kept=c.log_max_kept,
                              meta={"prompts": len(prompts), "paths_per_prompt": paths, "prompt_ids": list(prompt_ids),
                                    "max_new_tokens": max_new_tokens, "seed": seed + PREDICTION_SEED_OFFSET,
                                    "use": "predictions (other prompts than the measured runs')"})

@@ -23,6 +23,7 @@ from .cache import CACHE_KINDS
 from .logrows import DEFAULT_LOG_MAX_KEPT, DEFAULT_LOG_TOP_P
 from .models import DEFAULT_TARGET
 from .prompts import DATA_DIR, read_prompts
+from .sampling import Sampling
 from .trees import parse_tree
 
 __all__ = ["PROMPT_FILE", "ValidateConfig", "prompt_lines"]
@@ -139,6 +140,11 @@ class ValidateConfig:
         if chosen and wrong and not self.tree_pairs:
             raise ValueError(f"--trees {','.join(chosen)}: EAGLE-2 trees choose their candidates (top-k); verifiers "
                              f"{wrong} assume drawn ones. Use --multi-verifiers naive")
+
+    @property
+    def sampling(self) -> Sampling:
+        """Both models' sampling: ``temperature``, ``top_k``, ``top_p``."""
+        return Sampling(self.temperature, self.top_k, self.top_p)
 
     @property
     def prediction_count(self) -> int:

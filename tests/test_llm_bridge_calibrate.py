@@ -352,8 +352,7 @@ def test_a_records_calibration_rounds_go_in_turn_with_its_runs_and_measure_what_
         return logged("calibration", calibration_batches(pair, calibration, 10, chains=chains, sampling=Sampling(),
                                                          batch_size=2, cache="dynamic", seed=5))
 
-    timed = timed_runs(pair.target, measured, [run], 10, sampling=Sampling(), seed=0, batch_size=2, cache="dynamic",
-                       beside=beside)
+    timed = timed_runs(pair.target, measured, [run], 10, DecodeOptions(batch_size=2, cache="dynamic"), beside=beside)
     assert order == ["run", "calibration"] * 2 and len(timed.results) == 1  # round by round, the runs' windows
     if platform.libc_ver()[0] == "glibc":  # freed memory kept, so a run's cost does not hang on what the others freed
         assert timed.timing["allocator"]["kept"] and timed.timing["allocator"]["mmap_threshold"] == 32 * 2**20
@@ -364,7 +363,7 @@ def test_a_records_calibration_rounds_go_in_turn_with_its_runs_and_measure_what_
     assert lines[0].startswith("interleaved runs: warmed up, settled after ")
     assert lines[1:3] == [f"interleaved runs: attempt 1 of 1, round {r} of 2 done" for r in (1, 2)]
     assert lines[3].startswith("interleaved runs: timing attempt 1 of 1: plain sampling drifted ") and len(lines) == 4
-    timed_runs(pair.target, measured[:2], [], 4, sampling=Sampling(), seed=0, batch_size=2, progress=False)
+    timed_runs(pair.target, measured[:2], [], 4, DecodeOptions(batch_size=2, progress=False))
     assert capsys.readouterr().err == ""  # progress=False: silent
     prof, _ = calibrate(pair, calibration, 10, chains=chains, sampling=Sampling(), batch_size=2, cache="dynamic",
                         prompt_ids=[4, 5, 6, 7], reps=2, rounds=timed.beside)  # only the curves are timed now

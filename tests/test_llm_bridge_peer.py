@@ -13,6 +13,7 @@ import pytest
 from llm_bridge.drafters import ModelDrafter, NGramDrafter, Pair
 from llm_bridge.loop import PAIRINGS, finish, interleave, plain_batches
 from llm_bridge.models import LoadedModel
+from llm_bridge.options import DecodeOptions
 from llm_bridge.peer import (
     PEER_DRAFTS,
     HFResult,
@@ -115,7 +116,7 @@ def test_hf_batches_interleaves_with_plain_batches(pair, prompts, pairing):
 def test_hf_batches_runs_inside_timed_runs(pair, prompts):
     runs = [functools.partial(hf_batches, pair, prompts[:2], N),
             functools.partial(hf_batches, pair, prompts[:2], N, assisted=False)]
-    timed = timed_runs(pair.target, prompts[:2], runs, N, sampling=SAMPLING, seed=0, batch_size=1, progress=False)
+    timed = timed_runs(pair.target, prompts[:2], runs, N, DecodeOptions(sampling=SAMPLING, batch_size=1, progress=False))
     hf, hf_plain = timed.results
     assert isinstance(hf, HFResult) and len(hf.rounds) == len(hf_plain.rounds) == 2
     record = peer_record(hf, hf_plain, timed.baseline["rounds"])

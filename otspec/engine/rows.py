@@ -119,10 +119,11 @@ def _dump(value):
 @dataclass(kw_only=True)
 class JsonObject:
     """A JSON object with typed fields (its annotations); ``extra`` holds the keys this version does not know and
-    ``absent`` the optional fields the JSON left out (written back as left out)."""
+    ``absent`` the optional fields the JSON left out (written back as left out), ``order`` its keys' order (kept)."""
 
     extra: dict = field(default_factory=dict, repr=False, metadata=LOCAL)
     absent: frozenset = field(default=frozenset(), repr=False, compare=False, metadata=LOCAL)
+    order: tuple = field(default=(), repr=False, compare=False, metadata=LOCAL)
 
     @classmethod
     def _fields(cls):
@@ -149,12 +150,17 @@ class JsonObject:
                 raise RecordError(f"{where}: field {f.name!r} should be {names}, got {type(value).__name__}")
             known[f.name] = _load(value, hints[f.name], f"{where}: {f.name}")
         extra = {k: v for k, v in obj.items() if k not in {f.name for f in cls._fields()}}
-        return cls(**known, extra=extra, absent=frozenset(absent))
+        return cls(**known, extra=extra, absent=frozenset(absent), order=tuple(obj))
 
     def to_json(self) -> dict:
-        """The JSON object: every field but those the source left out, then ``extra``."""
+        """The JSON object: every field but those the source left out, and ``extra``; in the source's key order (an
+        object built in code: its fields', then ``extra``)."""
         out = {f.name: _dump(getattr(self, f.name)) for f in self._fields() if f.name not in self.absent}
-        return {**out, **self.extra}
+        out.update(self.extra)
+        if not self.order:
+            return out
+        ordered = {k: out[k] for k in self.order if k in out}
+        return {**ordered, **{k: v for k, v in out.items() if k not in ordered}}
 
     def to_data(self) -> dict:
         """The object as a figure's data file holds it (its JSON; a record adds where it was read from)."""
