@@ -127,3 +127,19 @@ def test_only_runs_it_serves_take_the_compiled_loop(monkeypatch):
     markov = random_markov(vocab=4, seed=1)
     generate(*markov, TokenVerify(), 3, 50, seed=0, progress=False)
     assert calls == [1, 1]
+
+
+def test_an_iid_pair_at_a_large_vocabulary_keeps_one_row():
+    """An IID source is one row: the tables hold (1, 1, V), never a (V, V) copy (at V = 32,000 that was 8 GB and a
+    sweep's worker was killed)."""
+    import tracemalloc
+
+    draft, target = random_iid(vocab=32_000, concentration=3000.0, seed=0)
+    table = compiled_chain.lookup_table(draft)
+    assert table.stack.shape == (1, 1, 32_000) and not table.markov
+    generate(draft, target, TokenVerify(), 4, 16, seed=0, progress=False)  # compiled (cached) before measuring
+    tracemalloc.start()
+    result = generate(draft, target, TokenVerify(), 4, 128, n_sequences=8, seed=0, progress=False)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 64 * 2**20 and result.generated == 8 * 128

@@ -31,13 +31,14 @@ __all__ = ["LookupTable", "available", "chain_plan", "decode_chains"]
 
 @dataclass(frozen=True)
 class LookupTable:
-    """A source's next rows as a table: ``initial`` (V,) for the first token; ``stack`` (K, V, V), where the row after
-    previous token a at position n >= 1 is ``stack[0 if stationary else n - 1, a]`` (an IID source: K = 1 and every
-    row equal to ``initial``); with their cumulative sums for inverse-CDF draws."""
+    """A source's next rows as a table: ``initial`` (V,) for the first token; ``stack`` (K, A, V), where the row after
+    previous token a at position n >= 1 is ``stack[0 if stationary else n - 1, a if markov else 0]`` (an IID source:
+    one row, K = A = 1, never a (V, V) copy); with their cumulative sums for inverse-CDF draws."""
 
     initial: np.ndarray
     stack: np.ndarray
     stationary: bool
+    markov: bool
 
     @property
     def initial_cdf(self) -> np.ndarray:
@@ -54,12 +55,12 @@ def lookup_table(source) -> LookupTable | None:
     from ..sources.models import IIDSource, MarkovSource
 
     if type(source) is IIDSource:
-        return LookupTable(source.probs, source.probs[None, None, :].repeat(source.vocab_size, axis=1), True)
+        return LookupTable(source.probs, source.probs[None, None, :], True, False)
     if type(source) is MarkovSource:
         stack = source.transition[None] if source.stationary else source.transition
         if stack.shape[0] == 0:  # a time-varying chain of horizon 1: no row after the first is ever read
             stack = np.zeros((1, source.vocab_size, source.vocab_size))
-        return LookupTable(source.initial, np.ascontiguousarray(stack), source.stationary)
+        return LookupTable(source.initial, np.ascontiguousarray(stack), source.stationary, True)
     return None
 
 
@@ -85,17 +86,16 @@ def decode_chains(tables: tuple[LookupTable, LookupTable], L: int, N: int, B: in
     state = seed_state(int(rng.integers(2**63)))
     tokens = np.zeros((B, N), dtype=np.int64)
     log = np.zeros((4, B * N), dtype=np.int64)
-    count = _kernel(draft.initial, draft.initial_cdf, draft.stack, draft.stack_cdf, draft.stationary,
+    count = _kernel(draft.initial, draft.initial_cdf, draft.stack, draft.stack_cdf, draft.stationary, draft.markov,
                     target.initial, target.initial_cdf, target.stack, target.stack_cdf, target.stationary,
-                    int(L), tokens, log, state)
+                    target.markov, int(L), tokens, log, state)
     return tokens, log[0, :count], log[1, :count], log[2, :count], log[3, :count]
 
 
 @_njit
-def _row(initial, stack, stationary, n, prev):
-    if n == 0:
-        return initial
-    return stack[0 if stationary else n - 1, prev]
+def _row(table, stationary, markov, n, prev):
+    """The row (or its cumulative sums) after ``n`` tokens, the last ``prev``, of a table past the first token."""
+    return table[0 if stationary else n - 1, prev if markov else 0]
 
 
 @_njit
@@ -125,8 +125,8 @@ def _residual_draw(q, p, u):
 
 
 @_njit
-def _kernel(d_init, d_init_cdf, d_stack, d_stack_cdf, d_stationary, t_init, t_init_cdf, t_stack, t_stack_cdf,
-            t_stationary, L, tokens, log, state):
+def _kernel(d_init, d_init_cdf, d_stack, d_stack_cdf, d_stationary, d_markov, t_init, t_init_cdf, t_stack,
+            t_stack_cdf, t_stationary, t_markov, L, tokens, log, state):
     B, N = tokens.shape
     count = 0
     for b in range(B):
@@ -143,10 +143,11 @@ def _kernel(d_init, d_init_cdf, d_stack, d_stack_cdf, d_stationary, t_init, t_in
                 pos = n + j
                 if pos == 0:
                     x = _draw(d_init_cdf, next_uniform(state))
+                    p, q = d_init, t_init
                 else:
-                    x = _draw(d_stack_cdf[0 if d_stationary else pos - 1, prev], next_uniform(state))
-                p = _row(d_init, d_stack, d_stationary, pos, prev)
-                q = _row(t_init, t_stack, t_stationary, pos, prev)
+                    x = _draw(_row(d_stack_cdf, d_stationary, d_markov, pos, prev), next_uniform(state))
+                    p = _row(d_stack, d_stationary, d_markov, pos, prev)
+                    q = _row(t_stack, t_stationary, t_markov, pos, prev)
                 if next_uniform(state) * p[x] < q[x]:  # accepted with probability min(1, q(x) / p(x))
                     tokens[b, pos] = x
                     accepted += 1
@@ -160,7 +161,7 @@ def _kernel(d_init, d_init_cdf, d_stack, d_stack_cdf, d_stationary, t_init, t_in
                 if pos == 0:
                     tokens[b, pos] = _draw(t_init_cdf, next_uniform(state))
                 else:
-                    tokens[b, pos] = _draw(t_stack_cdf[0 if t_stationary else pos - 1, prev], next_uniform(state))
+                    tokens[b, pos] = _draw(_row(t_stack_cdf, t_stationary, t_markov, pos, prev), next_uniform(state))
             log[3, count] = accepted
             count += 1
             n += accepted + 1
