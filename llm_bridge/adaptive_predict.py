@@ -20,6 +20,7 @@ from otspec.verifiers import TokenVerify
 
 from .calibrate import calibrate, calibration_batches
 from .logrows import draft_states_incremental
+from .options import DecodeOptions
 from .replays import more_paths, replay_sources
 from .validate import PREDICTION_SEED_OFFSET
 
@@ -53,9 +54,9 @@ def frontier_chains(plan, controller) -> list:
 def frontier_calibration(pair, prediction_prompts, plan, controller, max_new_tokens, *, sampling, seed, batch_size):
     """The frontier's calibration rounds as a generator for ``llm_bridge.timing.timed_runs(beside=...)``, so the
     profile is measured in the same windows as the frontier's runs (:func:`frontier_predictor` takes its result)."""
-    return calibration_batches(pair, prediction_prompts, max_new_tokens, chains=frontier_chains(plan, controller),
-                               sampling=sampling, batch_size=batch_size, cache="auto",
-                               seed=seed + PREDICTION_SEED_OFFSET, progress=False)
+    options = DecodeOptions(sampling=sampling, batch_size=batch_size, cache="auto", seed=seed + PREDICTION_SEED_OFFSET,
+                            progress=False)
+    return calibration_batches(pair, prediction_prompts, max_new_tokens, options, chains=frontier_chains(plan, controller))
 
 
 def frontier_predictor(pair, prediction_prompts, plan, controller, max_new_tokens, *, sampling, seed, batch_size, rule,
@@ -68,9 +69,9 @@ def frontier_predictor(pair, prediction_prompts, plan, controller, max_new_token
     read, pooled per prompt (:func:`~llm_bridge.replays.more_paths`)."""
     if not prediction_prompts:
         return (lambda *_: None), None
-    profile, tokens = calibrate(pair, prediction_prompts, max_new_tokens, chains=frontier_chains(plan, controller),
-                                sampling=sampling, batch_size=batch_size, cache="auto",
-                                seed=seed + PREDICTION_SEED_OFFSET, rounds=rounds)
+    options = DecodeOptions(sampling=sampling, batch_size=batch_size, cache="auto", seed=seed + PREDICTION_SEED_OFFSET)
+    profile, tokens = calibrate(pair, prediction_prompts, max_new_tokens, options,
+                                chains=frontier_chains(plan, controller), rounds=rounds)
     learned = rule == "specdecpp" and any(p != "fixed" for p, _ in plan)  # threshold rows on the learned head
     if pair.drafter.deterministic:  # prompt lookup has no frontier of its own
         return (lambda *_: None), profile

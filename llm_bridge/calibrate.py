@@ -69,6 +69,7 @@ from .dry_runs import (
 )
 from .loop import Tick, cache_room, chunks, default_pairing, finish, one_by_one, relay, turns
 from .measure import CallTimer, median_interval
+from .options import DecodeOptions
 from .profile import CostProfile
 from .sessions import ModelSession
 
@@ -131,15 +132,15 @@ class Rounds:
     seconds: float
 
 
-def calibration_batches(pair, prompts, max_new_tokens: int, *, chains=(), trees=(), sampling, batch_size: int,
-                        cache: str, seed: int = 0, rule: str = "match", progress=None):
+def calibration_batches(pair, prompts, max_new_tokens: int, options: DecodeOptions, *, chains=(), trees=(),
+                        rule: str = "match"):
     """The calibration's rounds as a ``*_batches`` generator: per batch of ``prompts`` (the calibration prompts), plain
     decoding and every dry run, in one window, yielding a :class:`~llm_bridge.loop.Tick` after every iteration
     (a round's plain decoding and dry runs count as equal shares of it) and at the end of each round, so that
     :func:`llm_bridge.loop.interleave` can take the rounds in turn with the measured runs (the profile is then
     measured in the same windows as the runs it predicts, never from them; a loop's time while suspended is left out
     of its columns). Returns a :class:`Rounds` for :func:`profile_from_rounds`. ``chains`` / ``trees``: as
-    :func:`calibrate` takes them.
+    :func:`calibrate` takes them; ``options``: sampling, batch size, cache kind, seed and progress bar.
 
     Within a round the loops take turns iteration by iteration (:func:`llm_bridge.loop.turns`), in the order the
     measured runs take theirs (plain decoding, then the configurations as listed), so that every dry run's iteration
@@ -151,6 +152,8 @@ def calibration_batches(pair, prompts, max_new_tokens: int, *, chains=(), trees=
     continuation (chains, :func:`dry_contexts`) take turns with each other once it has ended. On a device that queues
     its work (CUDA: :func:`llm_bridge.loop.default_pairing`) they run one after another, as before."""
     t0, N, configs = time.perf_counter(), int(max_new_tokens), [*chains, *trees]
+    sampling, cache, seed, progress = options.sampling, options.cache, options.seed, options.progress
+    batch_size = options.batch_size or max(len(prompts), 1)
     timer, rng, tokens = CallTimer(pair.target.device), np.random.default_rng(seed), []
     clock = IterationClock(timer)
     dry = {key: {} for key, _, _ in configs}
@@ -207,16 +210,17 @@ def calibration_batches(pair, prompts, max_new_tokens: int, *, chains=(), trees=
     return Rounds(plain, dry, tokens, time.perf_counter() - t0)
 
 
-def profile_from_rounds(pair, prompts, max_new_tokens: int, rounds: Rounds, *, chains=(), trees=(), sampling,
-                        batch_size: int, cache: str, prompt_ids=(), reps: int = PROFILE_REPS,
-                        interleaved: bool = False) -> CostProfile:
+def profile_from_rounds(pair, prompts, max_new_tokens: int, rounds: Rounds, options: DecodeOptions, *, chains=(),
+                        trees=(), prompt_ids=(), reps: int = PROFILE_REPS, interleaved: bool = False) -> CostProfile:
     """The cost profile from calibration ``rounds`` (:func:`calibration_batches` on the same ``prompts``, ``chains``
     and ``trees``): t_target(n) per width and, for a draft model, t_draft at widths 1 and 2 are timed now
     (:func:`_curve`; their shape is what the profile reads from them, the rounds give the level). ``interleaved``:
-    whether the rounds went in turn with the measured runs (stated in the profile)."""
+    whether the rounds went in turn with the measured runs (stated in the profile); ``options``: the sampling, batch
+    size and cache kind the rounds were decoded with."""
     import torch
 
     t0, N = time.perf_counter(), int(max_new_tokens)
+    sampling, cache, batch_size = options.sampling, options.cache, options.batch_size or max(len(prompts), 1)
     tokens = rounds.tokens
     B = min(int(batch_size), len(prompts))
     half = [np.concatenate([np.asarray(p, dtype=np.int64), t[:N // 2]]) for p, t in zip(prompts[:B], tokens[:B],
@@ -232,9 +236,8 @@ def profile_from_rounds(pair, prompts, max_new_tokens: int, rounds: Rounds, *, c
                        rounds.seconds + time.perf_counter() - t0, drafts, bool(interleaved))
 
 
-def calibrate(pair, prompts, max_new_tokens: int, *, chains=(), trees=(), sampling, batch_size: int, cache: str,
-              seed: int = 0, prompt_ids=(), reps: int = PROFILE_REPS, rule: str = "match", progress=None,
-              rounds: Rounds | None = None) -> tuple[CostProfile, list]:
+def calibrate(pair, prompts, max_new_tokens: int, options: DecodeOptions, *, chains=(), trees=(), prompt_ids=(),
+              reps: int = PROFILE_REPS, rule: str = "match", rounds: Rounds | None = None) -> tuple[CostProfile, list]:
     """The cost profile on ``prompts`` (the calibration prompts; never the measured ones): :func:`calibration_batches`
     round after round, after an untimed warm-up, then :func:`profile_from_rounds`. ``rounds``: the rounds already
     measured in turn with a record's runs (``llm_bridge.timing.timed_runs(beside=calibration_batches(...))``, with the
@@ -248,11 +251,10 @@ def calibrate(pair, prompts, max_new_tokens: int, *, chains=(), trees=(), sampli
 
     interleaved = rounds is not None
     if not interleaved:  # after an untimed warm-up: a fresh process decodes slowly at first
-        settle(pair.target, prompts[:batch_size], max_new_tokens, sampling=sampling, cache=cache)
-        rounds = finish(calibration_batches(pair, prompts, max_new_tokens, chains=chains, trees=trees,
-                                            sampling=sampling, batch_size=batch_size, cache=cache, seed=seed,
-                                            rule=rule, progress=progress))
-    profile = profile_from_rounds(pair, prompts, max_new_tokens, rounds, chains=chains, trees=trees, sampling=sampling,
-                                  batch_size=batch_size, cache=cache, prompt_ids=prompt_ids, reps=reps,
-                                  interleaved=interleaved)
+        batch_size = options.batch_size or max(len(prompts), 1)
+        settle(pair.target, prompts[:batch_size], max_new_tokens, sampling=options.sampling, cache=options.cache)
+        rounds = finish(calibration_batches(pair, prompts, max_new_tokens, options, chains=chains, trees=trees,
+                                            rule=rule))
+    profile = profile_from_rounds(pair, prompts, max_new_tokens, rounds, options, chains=chains, trees=trees,
+                                  prompt_ids=prompt_ids, reps=reps, interleaved=interleaved)
     return profile, rounds.tokens

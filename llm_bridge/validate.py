@@ -272,8 +272,8 @@ def prepare_predictions(pair, prompts, config: ValidateConfig, *, chains, trees,
     max_new_tokens, sampling, batch_size, cache, seed, rule = (c.max_new_tokens, c.sampling, c.batch_size, c.cache,
                                                                c.seed, c.rule)
     sequences, paths = c.prediction_sequences, c.prediction_paths
-    prof, tokens = calibrate(pair, prompts, max_new_tokens, **profile_specs(chains, trees), sampling=sampling,
-                             batch_size=batch_size, cache=cache, seed=seed + PREDICTION_SEED_OFFSET,
+    calibration = DecodeOptions(sampling=sampling, batch_size=batch_size, cache=cache, seed=seed + PREDICTION_SEED_OFFSET)
+    prof, tokens = calibrate(pair, prompts, max_new_tokens, calibration, **profile_specs(chains, trees),
                              prompt_ids=prompt_ids, rule=rule, rounds=rounds)
     paths_of, tokens = more_paths(pair, prompts, tokens, max_new_tokens, paths, sampling=sampling,
                                   batch_size=batch_size, cache=cache, seed=seed + PREDICTION_SEED_OFFSET)
@@ -307,9 +307,9 @@ def calibration_round_batches(pair, prompts, max_new_tokens: int, *, chains, tre
     """The calibration rounds of :func:`prepare_predictions`'s profile as a generator for ``timed_runs(beside=...)``:
     :func:`~llm_bridge.calibrate.calibration_batches` on the prediction ``prompts`` with the same configurations and
     seed that :func:`prepare_predictions` would calibrate with."""
-    return calibration_batches(pair, prompts, max_new_tokens, **profile_specs(chains, trees), sampling=sampling,
-                               batch_size=batch_size, cache=cache, seed=seed + PREDICTION_SEED_OFFSET, rule=rule,
-                               progress=False)
+    options = DecodeOptions(sampling=sampling, batch_size=batch_size, cache=cache, seed=seed + PREDICTION_SEED_OFFSET,
+                            progress=False)
+    return calibration_batches(pair, prompts, max_new_tokens, options, **profile_specs(chains, trees), rule=rule)
 
 
 def split_prompts(tokenizer, prompts: int, prediction_prompts: int | None = None) -> tuple[list, list, list, list]:

@@ -202,8 +202,8 @@ def test_calibrate_on_a_tiny_pair():
     from otspec.drafts import parse_tree
 
     trees = [(config_key("kseq", "2x1"), KSeq(), parse_tree("2x1"))]
-    prof, tokens = calibrate(pair, prompts, 12, chains=chains, trees=trees, sampling=Sampling(), batch_size=2,
-                             cache="dynamic", prompt_ids=[7, 8, 9, 10], reps=3)
+    prof, tokens = calibrate(pair, prompts, 12, DecodeOptions(sampling=Sampling(), batch_size=2, cache="dynamic"),
+                             chains=chains, trees=trees, prompt_ids=[7, 8, 9, 10], reps=3)
     assert len(tokens) == 4 and all(t.size == 12 for t in tokens)
     assert sorted(prof.t_target) == [1, 2, 3, 4, 5]  # 1 … L_max + 1, and the tree's nodes + 1
     assert all(len(v) == 3 for v in prof.t_target.values())
@@ -349,8 +349,8 @@ def test_a_records_calibration_rounds_go_in_turn_with_its_runs_and_measure_what_
                                                  DecodeOptions(record_law=False, **kw)))
 
     def beside():
-        return logged("calibration", calibration_batches(pair, calibration, 10, chains=chains, sampling=Sampling(),
-                                                         batch_size=2, cache="dynamic", seed=5))
+        options = DecodeOptions(sampling=Sampling(), batch_size=2, cache="dynamic", seed=5)
+        return logged("calibration", calibration_batches(pair, calibration, 10, options, chains=chains))
 
     timed = timed_runs(pair.target, measured, [run], 10, DecodeOptions(batch_size=2, cache="dynamic"), beside=beside)
     assert order == ["run", "calibration"] * 2 and len(timed.results) == 1  # round by round, the runs' windows
@@ -365,10 +365,11 @@ def test_a_records_calibration_rounds_go_in_turn_with_its_runs_and_measure_what_
     assert lines[3].startswith("interleaved runs: timing attempt 1 of 1: plain sampling drifted ") and len(lines) == 4
     timed_runs(pair.target, measured[:2], [], 4, DecodeOptions(batch_size=2, progress=False))
     assert capsys.readouterr().err == ""  # progress=False: silent
-    prof, _ = calibrate(pair, calibration, 10, chains=chains, sampling=Sampling(), batch_size=2, cache="dynamic",
-                        prompt_ids=[4, 5, 6, 7], reps=2, rounds=timed.beside)  # only the curves are timed now
-    alone, tokens = calibrate(pair, calibration, 10, chains=chains, sampling=Sampling(), batch_size=2,
-                              cache="dynamic", seed=5, reps=2)
+    prof, _ = calibrate(pair, calibration, 10, DecodeOptions(sampling=Sampling(), batch_size=2, cache="dynamic"),
+                        chains=chains, prompt_ids=[4, 5, 6, 7], reps=2, rounds=timed.beside)  # only the curves timed now
+    alone, tokens = calibrate(pair, calibration, 10,
+                              DecodeOptions(sampling=Sampling(), batch_size=2, cache="dynamic", seed=5),
+                              chains=chains, reps=2)
     # the same plain continuations (the log the predictions replay) and the same dry runs' shapes either way
     assert all(np.array_equal(a, b) for a, b in zip(timed.beside.tokens, tokens, strict=True))
     assert prof.dry["token:L=2"]["round"] == alone.dry["token:L=2"]["round"] == [0] * 7 + [1] * 7
@@ -414,8 +415,9 @@ def test_a_calibration_rounds_loops_take_turns_in_the_measured_runs_order(monkey
     chains = [(config_key(n, 2), REGISTRY[n](), 2) for n in ("token", "block_v1")]
     trees = [(config_key(n, "2x1"), v, parse_tree("2x1"))
              for n, v in (("kseq", KSeq()), ("multiround", MultiRound()))]
-    rounds = finish(calibration.calibration_batches(pair, prompts, 12, chains=chains, trees=trees,
-                                                    sampling=Sampling(), batch_size=2, cache="dynamic"))
+    rounds = finish(calibration.calibration_batches(pair, prompts, 12,
+                                                    DecodeOptions(sampling=Sampling(), batch_size=2, cache="dynamic"),
+                                                    chains=chains, trees=trees))
     first_keys = ["plain", "KSeq:2x1", "MultiRound:2x1"]
     phases = [list(g) for _, g in itertools.groupby(log, key=lambda e: e in first_keys)]
     assert [p[0] in first_keys for p in phases] == [True, False] * 2  # two rounds of two phases each
