@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     from llm_bridge.loop import plain_generate
     from llm_bridge.replays import replay_sources
     from llm_bridge.sampling import DEFAULT_SAMPLING
-    from otspec.engine.predict import predict_from_pairs
+    from otspec.engine.predict import ReplayPlan, predict_from_pairs
     from otspec.verifiers import TokenVerify
 
     if args.target == "tiny":
@@ -91,7 +91,7 @@ def main(argv=None) -> int:
                 if N == N_max:
                     overlap[name].append(_overlap(pairs))
                 for L in lengths:
-                    pr = predict_from_pairs(pairs, TokenVerify(), L, seed=0, units=args.prompts)
+                    pr = predict_from_pairs(pairs, TokenVerify(), L, ReplayPlan(seed=0, units=args.prompts))
                     predicted[f"{name} N={N} L={L} seed={seed}"] = [pr.block_efficiency, pr.low, pr.high]
                     print(f"seed {seed:3d}  {name:10s}  N = {N:3d}  L = {L}:  predicted block efficiency "
                           f"{pr.block_efficiency:.4f} [{pr.low:.4f}, {pr.high:.4f}]", flush=True)

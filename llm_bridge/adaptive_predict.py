@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from otspec.engine.controllers import as_controller
-from otspec.engine.predict import METHOD, predict_from_pairs
+from otspec.engine.predict import METHOD, ReplayPlan, predict_from_pairs
 from otspec.sources import DepthPositionalSource
 from otspec.verifiers import TokenVerify
 
@@ -96,14 +96,14 @@ def frontier_predictor(pair, prediction_prompts, plan, controller, max_new_token
     def predict(policy, value):
         draft = int(value) if policy == "fixed" else controller(policy, value)
         if policy == "fixed" or rule == "confidence":  # the confidence rule reads the draft's own rows: replayed as is
-            return predict_from_pairs(pairs(), TokenVerify(), draft, seed=seed, units=units, method=method,
-                                      paths_per_prompt=paths)
+            return predict_from_pairs(pairs(), TokenVerify(), draft,
+                                      ReplayPlan(seed=seed, units=units, paths_per_prompt=paths), method=method)
         if states is None:
             return None
         if not stops:
             stops.extend(draft.head.predict(S.reshape(-1, S.shape[-1])).reshape(S.shape[:-1]) for S in states)
-        return predict_from_pairs(rule_pairs(pairs(), stops, draft), TokenVerify(), draft.max_length, seed=seed,
-                                  units=units, method=rule_method, paths_per_prompt=paths)
+        return predict_from_pairs(rule_pairs(pairs(), stops, draft), TokenVerify(), draft.max_length,
+                                  ReplayPlan(seed=seed, units=units, paths_per_prompt=paths), method=rule_method)
 
     return predict, profile
 

@@ -51,7 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
-from otspec.engine.predict import predict_from_log, predict_from_pairs
+from otspec.engine.predict import ReplayPlan, predict_from_log, predict_from_pairs
 from otspec.engine.record import PairRecord, code_version
 from otspec.verifiers import REGISTRY, TREE_VERIFIERS, DecodingOPT
 
@@ -286,10 +286,11 @@ def prepare_predictions(pair, prompts, config: ValidateConfig, *, chains, trees,
 
     def predict(verifier, draft):
         if log is None:
-            return predict_from_pairs(replays.pairs, verifier, draft, sequences=sequences, seed=seed, units=units,
-                                      method=replays.method, paths_per_prompt=paths)
-        return predict_from_log(log, verifier, draft, sequences=sequences, seed=seed, rule=rule, units=units,
-                                paths_per_prompt=paths)
+            return predict_from_pairs(replays.pairs, verifier, draft,
+                                      ReplayPlan(sequences=sequences, seed=seed, units=units, paths_per_prompt=paths),
+                                      method=replays.method)
+        return predict_from_log(log, verifier, draft,
+                                ReplayPlan(sequences=sequences, seed=seed, rule=rule, units=units, paths_per_prompt=paths))
 
     return prof, predict, log
 

@@ -8,6 +8,7 @@ import pytest
 from otspec.drafts import DraftTree
 from otspec.engine import generate
 from otspec.engine.predict import (
+    ReplayPlan,
     paired_ratio_interval,
     predict_from_log,
     predict_from_pairs,
@@ -38,12 +39,12 @@ def test_iid_prediction_matches_the_pair_it_was_logged_from():
     draft, target = IIDSource(p), IIDSource(q)
     log = log_rows(draft, target, 24, 40, top_p=1.0, seed=2)
     for verifier in (TokenVerify(), BlockVerify()):
-        pred = predict_from_log(log, verifier, 3, sequences=64, seed=0)
+        pred = predict_from_log(log, verifier, 3, ReplayPlan(sequences=64, seed=0))
         real = generate(draft, target, verifier, 3, 40, n_sequences=24 * 64, seed=99, progress=False)
         assert pred.low <= pred.block_efficiency <= pred.high
         assert abs(pred.block_efficiency - real.block_efficiency.value) < 4 * real.block_efficiency.stderr + 0.01
     steady = 1 + expected_accepted_token(draft, target, 3)  # tokens per iteration far from the ends
-    token = predict_from_log(log, TokenVerify(), 3, sequences=64, seed=0)
+    token = predict_from_log(log, TokenVerify(), 3, ReplayPlan(sequences=64, seed=0))
     assert token.block_efficiency == pytest.approx(steady, rel=0.05)
     out = token.as_dict()
     assert out["paths"] == 24 and "bootstrap" in out["method"]
@@ -53,8 +54,8 @@ def test_iid_prediction_matches_the_pair_it_was_logged_from():
 def test_trees_and_carried_state_run_on_a_log():
     draft, target = random_markov(6, 1.0, seed=3)
     log = log_rows(draft, target, 4, 16, top_p=1.0, seed=0)
-    v1 = predict_from_log(log, BackwardBlockVerify(), 2, sequences=8)
-    tree = predict_from_log(log, KSeq(), DraftTree.parse("2x1"), sequences=8)
+    v1 = predict_from_log(log, BackwardBlockVerify(), 2, ReplayPlan(sequences=8))
+    tree = predict_from_log(log, KSeq(), DraftTree.parse("2x1"), ReplayPlan(sequences=8))
     for pred, depth in ((v1, 2), (tree, 2)):
         assert 1.0 <= pred.low <= pred.block_efficiency <= pred.high <= depth + 1
         assert pred.accept_hist.shape == (depth + 1, depth + 1)
@@ -73,8 +74,8 @@ def test_paths_of_one_prompt_are_pooled():
     prompt, so the prompt stays the bootstrap's unit."""
     draft, target = random_markov(5, 1.0, seed=8)
     log = log_rows(draft, target, 6, 12, top_p=1.0, seed=3)
-    flat = predict_from_log(log, TokenVerify(), 2, sequences=8, seed=5)
-    pooled = predict_from_log(log, TokenVerify(), 2, sequences=8, seed=5, paths_per_prompt=2)
+    flat = predict_from_log(log, TokenVerify(), 2, ReplayPlan(sequences=8, seed=5))
+    pooled = predict_from_log(log, TokenVerify(), 2, ReplayPlan(sequences=8, seed=5, paths_per_prompt=2))
     assert pooled.block_efficiency == flat.block_efficiency and pooled.units == 3 and flat.units == 6
     np.testing.assert_array_equal(pooled.tokens, flat.tokens.reshape(3, 2).sum(axis=1))
     np.testing.assert_array_equal(pooled.replay_iterations, flat.replay_iterations.reshape(3, 16))
@@ -86,20 +87,20 @@ def test_paths_of_one_prompt_are_pooled():
     # copies of one path per prompt are not new prompts: pooled, the prediction's own interval stays as wide as the
     # prompts' spread says; counted as prompts, it narrows by about the square root of the copies
     pairs = [_positional_pair(a) for a in (0.05, 0.3, 0.6, 0.95) for _ in range(4)]
-    wide = predict_from_pairs(pairs, TokenVerify(), 3, sequences=16, seed=1, paths_per_prompt=4)
-    narrow = predict_from_pairs(pairs, TokenVerify(), 3, sequences=16, seed=1)
+    wide = predict_from_pairs(pairs, TokenVerify(), 3, ReplayPlan(sequences=16, seed=1, paths_per_prompt=4))
+    narrow = predict_from_pairs(pairs, TokenVerify(), 3, ReplayPlan(sequences=16, seed=1))
     assert wide.mean_high - wide.mean_low > 1.5 * (narrow.mean_high - narrow.mean_low)
     assert wide.high - wide.low > 1.5 * (narrow.high - narrow.low)
     # a prompt one of whose paths is too short to draft is left out whole
     short = [_positional_pair(0.5), _positional_pair(0.5, T=1), _positional_pair(0.9), _positional_pair(0.9)]
-    kept = predict_from_pairs(short, TokenVerify(), 2, sequences=4, paths_per_prompt=2)
-    alone = predict_from_pairs(short[2:], TokenVerify(), 2, sequences=4, seed=2)
+    kept = predict_from_pairs(short, TokenVerify(), 2, ReplayPlan(sequences=4, paths_per_prompt=2))
+    alone = predict_from_pairs(short[2:], TokenVerify(), 2, ReplayPlan(sequences=4, seed=2))
     assert kept.tokens.shape == (1,) and kept.replay_iterations.shape == (1, 8)
     np.testing.assert_array_equal(kept.replay_iterations[0], alone.replay_iterations.ravel())
     with pytest.raises(ValueError, match="do not split into prompts of paths_per_prompt = 4"):
-        predict_from_pairs(pairs[:6], TokenVerify(), 2, paths_per_prompt=4)
+        predict_from_pairs(pairs[:6], TokenVerify(), 2, ReplayPlan(paths_per_prompt=4))
     with pytest.raises(ValueError, match="paths_per_prompt"):
-        predict_from_pairs(pairs, TokenVerify(), 2, paths_per_prompt=0)
+        predict_from_pairs(pairs, TokenVerify(), 2, ReplayPlan(paths_per_prompt=0))
 
 
 def test_paired_ratio_interval():
@@ -135,7 +136,7 @@ def test_prediction_interval_covers_independent_runs():
     fall inside it about 95 % of the time; the prediction's own interval is much narrower and would not hold them."""
     draft, target = random_markov(4, 1.0, seed=11)
     log = log_rows(draft, target, 48, 24, top_p=1.0, seed=5)
-    pred = predict_from_log(log, BlockVerify(), 3, sequences=16, seed=0, units=8)
+    pred = predict_from_log(log, BlockVerify(), 3, ReplayPlan(sequences=16, seed=0, units=8))
     assert pred.low < pred.mean_low <= pred.block_efficiency <= pred.mean_high < pred.high
     assert pred.as_dict()["units"] == 8 and "8 prompts" in pred.as_dict()["interval"]
     runs = np.array([generate(draft, target, BlockVerify(), 3, 24, n_sequences=8, seed=1000 + s,
@@ -198,8 +199,8 @@ def test_a_one_hot_draft_lumps_to_two_symbols(verifier):
         full.append((PositionalSource(np.eye(5)[x], proposes=proposes), PositionalSource(q)))
         lumped.append((PositionalSource(np.tile([1.0, 0.0], (30, 1)), proposes=proposes),
                        PositionalSource(np.stack([qx, 1 - qx], axis=1))))
-    a = predict_from_pairs(full, verifier, 4, sequences=400, seed=0)
-    b = predict_from_pairs(lumped, verifier, 4, sequences=400, seed=50)
+    a = predict_from_pairs(full, verifier, 4, ReplayPlan(sequences=400, seed=0))
+    b = predict_from_pairs(lumped, verifier, 4, ReplayPlan(sequences=400, seed=50))
     assert abs(a.block_efficiency - b.block_efficiency) < 0.02
     assert a.mean_low - 0.01 <= b.block_efficiency <= a.mean_high + 0.01
 
@@ -224,7 +225,7 @@ def test_predicted_straggling_matches_batches_decoded_together():
     p, q = np.array([0.6, 0.3, 0.1]), np.array([0.2, 0.3, 0.5])
     draft, target = IIDSource(p), IIDSource(q)
     log = log_rows(draft, target, 48, 32, top_p=1.0, seed=5)
-    pred = predict_from_log(log, TokenVerify(), 3, sequences=32, seed=0)
+    pred = predict_from_log(log, TokenVerify(), 3, ReplayPlan(sequences=32, seed=0))
     B = 8
     predicted = pred.batch_calls(B, draws=8000, seed=1)
     real = generate(draft, target, TokenVerify(), 3, 32, n_sequences=B * 500, seed=11, progress=False)

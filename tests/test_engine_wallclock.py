@@ -13,7 +13,7 @@ from otspec.drafts import DraftTree
 from otspec.engine.controllers import FixedDraftLength
 from otspec.engine.loop import chain_loop, tree_loop
 from otspec.engine.observers import Observer
-from otspec.engine.predict import IterationTrace, predict_from_pairs, predict_wall_clock
+from otspec.engine.predict import IterationTrace, ReplayPlan, predict_from_pairs, predict_wall_clock
 from otspec.engine.runstate import LoopHooks
 from otspec.engine.session import SourceSession
 from otspec.sources import PositionalSource
@@ -94,7 +94,7 @@ def test_the_prediction_matches_what_the_loop_charges_a_batch(verifier, L):
     draft, target = pair(0)
     N, B, plain_step = 24, 4, T_FIXED + T_PER_TOKEN + OVERHEAD
     truth = charged_batches(draft, target, verifier, L, B, N, runs=500)
-    pred = predict_from_pairs([(draft, target)], verifier, L, sequences=1024, seed=1, units=B)
+    pred = predict_from_pairs([(draft, target)], verifier, L, ReplayPlan(sequences=1024, seed=1, units=B))
     out = predict_wall_clock(pred.traces, batch=B, units=B, n_tokens=N, plain_step=plain_step, iteration_cost=cost,
                              draws=2000, seed=2)
     assert out["speedup"] == pytest.approx(N * plain_step / truth, rel=0.025)
@@ -114,7 +114,7 @@ def test_an_iteration_after_a_whole_draft_kept_is_charged_its_wider_first_draft_
     draft = PositionalSource(0.9 * target.rows + 0.1 * draft.rows)
     N, B, L = 24, 3, 2
     truth = charged_batches(draft, target, TokenVerify(), L, B, N, runs=400, after_whole=AFTER_WHOLE)
-    pred = predict_from_pairs([(draft, target)], TokenVerify(), L, sequences=1024, seed=1, units=B)
+    pred = predict_from_pairs([(draft, target)], TokenVerify(), L, ReplayPlan(sequences=1024, seed=1, units=B))
     assert 0.3 < pred.traces["whole"][pred.traces["width"] > 0].mean() < 0.95
     common = {"batch": B, "units": B, "n_tokens": N, "plain_step": 12.0, "iteration_cost": cost, "draws": 500,
               "seed": 2}
@@ -132,7 +132,7 @@ def test_the_prediction_matches_what_the_tree_loop_charges():
     tree, N, B = DraftTree.parse("2x1"), 24, 3  # N: the replayed paths' length
     verifier = KSeq()
     truth = charged_batches(draft, target, verifier, tree, B, N, runs=200, tree=True)
-    pred = predict_from_pairs([(draft, target)], verifier, tree, sequences=200, seed=1, units=B)
+    pred = predict_from_pairs([(draft, target)], verifier, tree, ReplayPlan(sequences=200, seed=1, units=B))
     out = predict_wall_clock(pred.traces, batch=B, units=B, n_tokens=N, plain_step=1.0, iteration_cost=cost,
                              draws=500, seed=2)
     assert out["ms_per_batch"] == pytest.approx(truth, rel=0.025)
@@ -140,7 +140,7 @@ def test_the_prediction_matches_what_the_tree_loop_charges():
 
 def test_at_batch_one_straggling_changes_nothing_and_the_interval_narrows_with_more_prompts():
     pairs = [pair(s) for s in range(6)]
-    pred = predict_from_pairs(pairs, TokenVerify(), 3, sequences=32, seed=0, units=4)
+    pred = predict_from_pairs(pairs, TokenVerify(), 3, ReplayPlan(sequences=32, seed=0, units=4))
     one = predict_wall_clock(pred.traces, batch=1, units=4, n_tokens=24, plain_step=12.0, iteration_cost=cost,
                              draws=1000, seed=0)
     assert one["speedup"] == pytest.approx(one["ignoring_straggling"], rel=1e-12)
@@ -158,7 +158,7 @@ def test_at_batch_one_straggling_changes_nothing_and_the_interval_narrows_with_m
 
 def test_traces_record_drafted_tokens_and_calls():
     draft, target = pair(1)
-    pred = predict_from_pairs([(draft, target)], TokenVerify(), 2, sequences=5, seed=0)
+    pred = predict_from_pairs([(draft, target)], TokenVerify(), 2, ReplayPlan(sequences=5, seed=0))
     width, calls = pred.traces["width"], pred.traces["calls"]
     assert width.shape[:2] == (1, 5) and width.shape == calls.shape
     its = (width >= 0).sum(axis=2)
@@ -169,18 +169,19 @@ def test_traces_record_drafted_tokens_and_calls():
     assert [a.shape for a in trace.arrays()] == [(2, 0), (2, 0), (2, 0)]
     # a whole draft kept: always where the draft is the target, never where it puts its mass elsewhere
     rows = np.full((24, 3), 1 / 3)
-    kept = predict_from_pairs([(PositionalSource(rows), PositionalSource(rows))], TokenVerify(), 2, sequences=3).traces
+    kept = predict_from_pairs([(PositionalSource(rows), PositionalSource(rows))], TokenVerify(), 2,
+                              ReplayPlan(sequences=3)).traces
     assert (kept["whole"][kept["width"] > 0] == 1).all() and (kept["whole"][kept["width"] < 0] == -1).all()
     other = np.tile([0.0, 0.0, 1.0], (24, 1))
     elsewhere = np.tile([0.5, 0.5, 0.0], (24, 1))
     lost = predict_from_pairs([(PositionalSource(other), PositionalSource(elsewhere))], TokenVerify(), 2,
-                              sequences=3).traces
+                              ReplayPlan(sequences=3)).traces
     assert (lost["whole"][lost["width"] >= 0] == 0).all()
 
 
 def test_bad_input_is_refused():
     draft, target = pair(2)
-    traces = predict_from_pairs([(draft, target)], TokenVerify(), 2, sequences=4, seed=0).traces
+    traces = predict_from_pairs([(draft, target)], TokenVerify(), 2, ReplayPlan(sequences=4, seed=0)).traces
     good = {"batch": 2, "units": 4, "n_tokens": 24, "plain_step": 10.0, "iteration_cost": cost, "draws": 50}
     with pytest.raises(ValueError, match="traces"):
         predict_wall_clock({"width": traces["width"], "calls": traces["calls"][:, :1]}, **good)

@@ -12,7 +12,7 @@ from llm_bridge.logrows import draft_states_incremental, record_rows
 from llm_bridge.loop import plain_generate
 from llm_bridge.sampling import Sampling
 from otspec.engine.heads import AcceptanceHead, LearnedHeadController
-from otspec.engine.predict import predict_from_log, predict_from_pairs
+from otspec.engine.predict import ReplayPlan, predict_from_log, predict_from_pairs
 from otspec.verifiers import TokenVerify
 from tests.llm_tiny import random_prompts, tiny_pair, torch
 
@@ -90,14 +90,15 @@ def test_the_rules_limits_are_fixed_lengths_exactly(logged):
     stops = [np.random.default_rng(i).uniform(0.3, 0.9, size=n) for i, n in enumerate(np.diff(log.path_offsets))]
     for threshold, lagged, K in ((1.0, False, 4), (1.0, True, 4), (1e-9, False, 1), (1e-9, True, 2)):
         ctrl = LearnedHeadController(logit_head(), None, threshold, 4, lagged=lagged)
-        rule = predict_from_pairs(rule_pairs(log.path_pairs(), stops, ctrl), TokenVerify(), 4, sequences=8, seed=3)
-        fixed = predict_from_log(log, TokenVerify(), K, sequences=8, seed=3)
+        rule = predict_from_pairs(rule_pairs(log.path_pairs(), stops, ctrl), TokenVerify(), 4,
+                                  ReplayPlan(sequences=8, seed=3))
+        fixed = predict_from_log(log, TokenVerify(), K, ReplayPlan(sequences=8, seed=3))
         assert rule.block_efficiency == pytest.approx(fixed.block_efficiency, abs=1e-12), (threshold, lagged)
         np.testing.assert_array_equal(rule.accept_hist[:K + 1, :K + 1], fixed.accept_hist)
     ctrl = LearnedHeadController(logit_head(), None, 0.5, 4, lagged=False)
-    middle = predict_from_pairs(rule_pairs(log.path_pairs(), stops, ctrl), TokenVerify(), 4, sequences=8,
-                                seed=3).block_efficiency
-    assert predict_from_log(log, TokenVerify(), 1, sequences=8, seed=3).block_efficiency < middle
+    middle = predict_from_pairs(rule_pairs(log.path_pairs(), stops, ctrl), TokenVerify(), 4,
+                                ReplayPlan(sequences=8, seed=3)).block_efficiency
+    assert predict_from_log(log, TokenVerify(), 1, ReplayPlan(sequences=8, seed=3)).block_efficiency < middle
 
 
 def test_eagle_states_make_its_rows_and_the_rules_limits_are_fixed_lengths():
@@ -120,8 +121,8 @@ def test_eagle_states_make_its_rows_and_the_rules_limits_are_fixed_lengths():
     stops = [np.random.default_rng(i).uniform(0.3, 0.9, size=S.shape[:2]) for i, S in enumerate(kept)]
     for threshold, lagged, K in ((1.0, True, 4), (1e-9, False, 1), (1e-9, True, 2)):
         ctrl = LearnedHeadController(logit_head(), None, threshold, 4, lagged=lagged)
-        rule = predict_from_pairs(rule_pairs(replays, stops, ctrl), TokenVerify(), 4, sequences=8, seed=3)
-        fixed = predict_from_pairs(replays, TokenVerify(), K, sequences=8, seed=3)
+        rule = predict_from_pairs(rule_pairs(replays, stops, ctrl), TokenVerify(), 4, ReplayPlan(sequences=8, seed=3))
+        fixed = predict_from_pairs(replays, TokenVerify(), K, ReplayPlan(sequences=8, seed=3))
         assert rule.block_efficiency == pytest.approx(fixed.block_efficiency, abs=1e-12), (threshold, lagged)
     with pytest.raises(ValueError, match="no state of their own"):
         depth_rows(head_pair("medusa").drafter.head, model, prompt, cont, 2, sampling, states=True)

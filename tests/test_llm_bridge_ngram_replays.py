@@ -11,7 +11,7 @@ from llm_bridge.loop import plain_generate, speculative_generate
 from llm_bridge.ngram_replays import chain_probs, ngram_pairs, prompt_lookup_chains
 from llm_bridge.options import DecodeOptions
 from llm_bridge.sampling import Sampling
-from otspec.engine.predict import predict_from_pairs
+from otspec.engine.predict import ReplayPlan, predict_from_pairs
 from otspec.sources import DepthPositionalSource, source_from_json
 from otspec.verifiers import BlockVerify, TokenVerify
 from tests.llm_tiny import VOCAB, tiny_pair, torch
@@ -92,7 +92,7 @@ def test_at_temperature_zero_the_replay_is_the_run(L):
     replays = ngram_pairs(pair, prompts, conts, depth=L, sampling=greedy)
     for verifier in (TokenVerify(), BlockVerify()):
         run = speculative_generate(pair, prompts, verifier, L, T, DecodeOptions(sampling=greedy, progress=False))
-        pred = predict_from_pairs(replays, verifier, L, sequences=2)
+        pred = predict_from_pairs(replays, verifier, L, ReplayPlan(sequences=2))
         np.testing.assert_array_equal(pred.accept_hist, 2 * run.decode.accept_hist)
         assert pred.block_efficiency == pytest.approx(run.decode.block_efficiency.value, abs=1e-12)
     assert run.decode.accept_hist[2:].sum() > 0  # chains longer than one token were drafted and judged

@@ -13,7 +13,7 @@ from llm_bridge.loop import plain_generate
 from llm_bridge.ngram_replays import NGRAM_METHOD, ngram_pairs
 from llm_bridge.replays import more_paths, replay_sources
 from llm_bridge.sampling import Sampling
-from otspec.engine.predict import METHOD, predict_from_log, predict_from_pairs
+from otspec.engine.predict import METHOD, ReplayPlan, predict_from_log, predict_from_pairs
 from otspec.verifiers import REGISTRY
 from tests.llm_tiny import VOCAB, random_prompts, tiny_pair
 from tests.test_llm_bridge_heads import REDUCED, head_pair
@@ -48,8 +48,8 @@ def test_a_draft_model_is_replayed_from_its_logged_rows():
     assert_same_pairs(got.path_pairs(), list(want.path_pairs()))
     assert_same_pairs(got.path_pairs(), got.path_pairs())  # fresh sources on every call, the same rows
     for name in ("token", "block_v1"):  # the pairs and the log itself predict the same
-        a = predict_from_pairs(got.path_pairs(), REGISTRY[name](), L, sequences=4, seed=1)
-        b = predict_from_log(got.log, REGISTRY[name](), L, sequences=4, seed=1)
+        a = predict_from_pairs(got.path_pairs(), REGISTRY[name](), L, ReplayPlan(sequences=4, seed=1))
+        b = predict_from_log(got.log, REGISTRY[name](), L, ReplayPlan(sequences=4, seed=1))
         assert a.block_efficiency == pytest.approx(b.block_efficiency, abs=1e-12)
 
 
@@ -65,7 +65,7 @@ def test_a_head_is_replayed_by_depth_one_row_past_the_longest_draft(kind):
     assert all(draft.by_depth.shape[0] == L + 1 for draft, _ in got.pairs)  # v1 reads the row after the draft
     if states is not None:
         assert len(states) == len(prompts) and states[0].shape[0] == L + 1
-    pred = predict_from_pairs(got.path_pairs(), REGISTRY["block_v1"](), L, sequences=2, seed=0)
+    pred = predict_from_pairs(got.path_pairs(), REGISTRY["block_v1"](), L, ReplayPlan(sequences=2, seed=0))
     assert 1.0 <= pred.block_efficiency <= L + 1
 
 
@@ -104,7 +104,7 @@ def test_more_paths_decodes_other_plain_paths_of_every_prompt():
     same_prompts, same = more_paths(pair, prompts, first, 6, 1)
     assert same_prompts == list(prompts) and all(a is b for a, b in zip(same, first, strict=True))
     pooled = predict_from_pairs(replay_sources(pair, got_prompts, got, L).path_pairs(), REGISTRY["token"](), L,
-                                sequences=4, paths_per_prompt=3)
+                                ReplayPlan(sequences=4, paths_per_prompt=3))
     assert pooled.as_dict()["prompts"] == 3 and pooled.replay_iterations.shape == (3, 12)
     with pytest.raises(ValueError, match="one per prompt"):
         more_paths(pair, prompts, first[:2], 6, 2)

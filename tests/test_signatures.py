@@ -20,7 +20,6 @@ KNOWN = {
     "otspec/engine/deviceconfidence.py::_confidence_walk": 11,
     "otspec/engine/devicetree.py::device_walk": 11,
     "otspec/engine/montecarlo.py::simulate": 11, "otspec/engine/montecarlo.py::simulate_logged": 11,
-    "otspec/engine/predict.py::predict_from_log": 11, "otspec/engine/predict.py::predict_from_pairs": 11,
     "otspec/engine/tree.py::generate_tree": 11, "otspec/solvers/lp.py::solve_lp": 11,
 }
 

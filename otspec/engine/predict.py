@@ -58,7 +58,7 @@ from .observers import Observer
 from .stats import check_confidence
 from .tree import generate_tree
 
-__all__ = ["LogPrediction", "batch_straggling", "paired_ratio_interval", "predict_from_log", "predict_from_pairs",
+__all__ = ["DEFAULT_REPLAYS", "LogPrediction", "ReplayPlan", "batch_straggling", "paired_ratio_interval", "predict_from_log", "predict_from_pairs",
            "predict_wall_clock", "predictive_ratio_interval"]
 
 #: How the prediction was made, as records state it.
@@ -180,27 +180,52 @@ def predictive_ratio_interval(tokens, iterations, units: int, *, confidence: flo
     return float(low), float(high)
 
 
-def predict_from_log(log: LoggedRows, verifier, draft, *, sequences: int = 32, seed: int = 0, rule: str = "match",
-                     tail: str = "overlap", confidence: float = 0.95, draws: int = 2000,
-                     units: int | None = None, paths_per_prompt: int = 1) -> LogPrediction:
+@dataclass(frozen=True)
+class ReplayPlan:
+    """How a prediction replays its paths: each ``sequences`` times (path i with seed ``seed + i``), trees walked
+    with ``rule``, intervals at ``confidence`` from ``draws`` bootstrap draws, for a run over ``units`` prompts
+    (default: the log's prompts), the paths being ``paths_per_prompt`` plain paths of each prompt, one prompt's after
+    another."""
+
+    sequences: int = 32
+    seed: int = 0
+    rule: str = "match"
+    confidence: float = 0.95
+    draws: int = 2000
+    units: int | None = None
+    paths_per_prompt: int = 1
+
+    def __post_init__(self):
+        check_size(self.sequences, "sequences")
+        check_size(self.paths_per_prompt, "paths_per_prompt")
+        check_size(self.draws, "draws")
+        if self.units is not None:
+            check_size(self.units, "units")
+        check_confidence(self.confidence)
+
+
+#: The replays of a prediction given no plan.
+DEFAULT_REPLAYS = ReplayPlan()
+
+
+def predict_from_log(log: LoggedRows, verifier, draft, plan: ReplayPlan = DEFAULT_REPLAYS, *,
+                     tail: str = "overlap") -> LogPrediction:
     """The block efficiency the decode engine gives ``verifier`` on every path of ``log`` (module docstring).
 
     ``draft`` is a draft length L (a chain verifier) or a :class:`~otspec.drafts.DraftTree` (a multi-draft
-    verifier, walked with ``rule``); each path is replayed ``sequences`` times (path i with seed ``seed + i``).
-    ``units`` is the number of prompts of the run the prediction interval is for (default: the log's prompts).
-    ``paths_per_prompt``: the log holds that many plain paths of each prompt, one prompt's after another
-    (:func:`predict_from_pairs`).
+    verifier, walked with ``plan.rule``); ``plan`` (:class:`ReplayPlan`): each path replayed ``sequences`` times
+    (path i with seed ``seed + i``), ``units`` the number of prompts of the run the prediction interval is for
+    (default: the log's prompts), ``paths_per_prompt`` plain paths of each prompt in the log, one prompt's after
+    another (:func:`predict_from_pairs`).
     """
     if not isinstance(log, LoggedRows):
         raise ValueError(f"log: expected LoggedRows (otspec.sources.load_logged_rows), got {type(log).__name__}")
     pairs = log.path_pairs(tail)
-    return predict_from_pairs(pairs, verifier, draft, sequences=sequences, seed=seed, rule=rule,
-                              confidence=confidence, draws=draws, units=units, paths_per_prompt=paths_per_prompt)
+    return predict_from_pairs(pairs, verifier, draft, plan)
 
 
-def predict_from_pairs(pairs, verifier, draft, *, sequences: int = 32, seed: int = 0, rule: str = "match",
-                       confidence: float = 0.95, draws: int = 2000, units: int | None = None,
-                       method: str = METHOD, paths_per_prompt: int = 1) -> LogPrediction:
+def predict_from_pairs(pairs, verifier, draft, plan: ReplayPlan = DEFAULT_REPLAYS, *,
+                       method: str = METHOD) -> LogPrediction:
     """:func:`predict_from_log` on replays given as (draft, target) sources, one pair per plain path, each with a
     finite horizon (the path's logged steps): e.g. :class:`~otspec.sources.PositionalSource` pairs whose draft
     marks where it proposes nothing (a prompt-lookup drafter). Pair i is replayed with seed ``seed + i``;
@@ -211,8 +236,9 @@ def predict_from_pairs(pairs, verifier, draft, *, sequences: int = 32, seed: int
     G x ``sequences`` replays each), so more paths take the log's draw of one continuation per prompt out of the
     prediction without narrowing its interval as if they were new prompts. A prompt one of whose paths has fewer than
     two steps is left out whole."""
-    sequences = check_size(sequences, "sequences")
-    G = check_size(paths_per_prompt, "paths_per_prompt")
+    sequences, seed, rule, confidence, draws, units = (plan.sequences, plan.seed, plan.rule, plan.confidence,
+                                                       plan.draws, plan.units)
+    G = plan.paths_per_prompt
     pairs = list(pairs)
     if len(pairs) % G:
         raise ValueError(f"pairs: {len(pairs)} paths do not split into prompts of paths_per_prompt = {G} paths each")
