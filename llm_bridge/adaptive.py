@@ -183,8 +183,7 @@ def frontier(pair, prompts, head, plan: FrontierPlan | None = None, *, predictio
     c = FrontierPlan() if plan is None else plan
     thresholds, fixed, max_length, max_new_tokens = c.thresholds, c.fixed, c.max_length, c.max_new_tokens
     sampling, seed, batch_size, progress, rule = c.sampling, c.seed, c.batch_size, c.progress, c.rule
-    timing_attempts, pairing, hf, hf_prompts, prediction_paths = (c.timing_attempts, c.pairing, c.hf, c.hf_prompts,
-                                                                   c.prediction_paths)
+    timing_attempts, pairing, hf, hf_prompts = c.timing_attempts, c.pairing, c.hf, c.hf_prompts
     unlagged, phase = c.unlagged and rule == "specdecpp", phase_log("adaptive", progress)
     plan = [("fixed", int(K)) for K in fixed] + [("threshold", float(h)) for h in thresholds]
     if unlagged:
@@ -235,9 +234,8 @@ def frontier(pair, prompts, head, plan: FrontierPlan | None = None, *, predictio
     if timing["unreliable_timing"]:
         out["unreliable_timing"] = timing["unreliable_timing"]
     out.update(peer_entries(peer_choice, peer_results, baseline["rounds"]))  # over its plain generate and ours
-    predict, profile = frontier_predictor(pair, prediction_prompts, plan, controller, max_new_tokens, sampling=sampling,
-                                          seed=seed, batch_size=batch_size, rule=rule, units=len(prompts),
-                                          rounds=timed.beside, paths=prediction_paths)
+    predict, profile = frontier_predictor(pair, prediction_prompts, plan, controller, c,
+                                          units=len(prompts), rounds=timed.beside)
     phase("profile and predictions done")
     if profile is not None:
         out["profile"] = profile.to_json()

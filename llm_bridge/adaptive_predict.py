@@ -59,14 +59,17 @@ def frontier_calibration(pair, prediction_prompts, plan, controller, max_new_tok
     return calibration_batches(pair, prediction_prompts, max_new_tokens, options, chains=frontier_chains(plan, controller))
 
 
-def frontier_predictor(pair, prediction_prompts, plan, controller, max_new_tokens, *, sampling, seed, batch_size, rule,
-                       units: int, rounds=None, paths: int = 1):
+def frontier_predictor(pair, prediction_prompts, plan, controller, frontier, *, units: int, rounds=None):
     """(predict(policy, value) -> LogPrediction or None, the cost profile or None), both made on
     ``prediction_prompts``; ``plan`` lists the frontier's (policy, value), ``controller(policy, value)`` makes each
-    policy's draft length or controller, and ``units`` is the number of measured prompts (the prediction interval is
-    for a run over that many). ``rounds``: :func:`frontier_calibration`'s result, measured in turn with the runs;
-    without it the profile is measured now, by itself. ``paths``: plain paths of each prediction prompt the replays
-    read, pooled per prompt (:func:`~llm_bridge.replays.more_paths`)."""
+    policy's draft length or controller, ``frontier`` (:class:`llm_bridge.adaptive.FrontierPlan`) gives the tokens,
+    sampling, seed, batch size, rule and ``prediction_paths`` (plain paths of each prediction prompt the replays read,
+    pooled per prompt: :func:`~llm_bridge.replays.more_paths`), and ``units`` is the number of measured prompts (the
+    prediction interval is for a run over that many). ``rounds``: :func:`frontier_calibration`'s result, measured in
+    turn with the runs; without it the profile is measured now, by itself."""
+    max_new_tokens, sampling, seed, batch_size = (frontier.max_new_tokens, frontier.sampling, frontier.seed,
+                                                  frontier.batch_size)
+    rule, paths = frontier.rule, frontier.prediction_paths
     if not prediction_prompts:
         return (lambda *_: None), None
     options = DecodeOptions(sampling=sampling, batch_size=batch_size, cache="auto", seed=seed + PREDICTION_SEED_OFFSET)

@@ -28,16 +28,19 @@ import json
 import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from otspec.checks import check_real, check_size
 
 from .drafters import DISTILLED_DIR, dequantize_rows, quantize_rows, truncated_target
 from .loop import plain_generate
 from .models import DEFAULT_TARGET, ModelNotFound, load_model
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 
-__all__ = ["distill", "last_features", "main", "sample_corpus"]
+__all__ = ["DistillRecipe", "distill", "last_features", "main", "sample_corpus"]
 
 
 def sample_corpus(target, prompts, samples: int, length: int, seed: int, batch: int = 32):
@@ -106,12 +109,42 @@ def _evaluate(draft, head, tokens, lengths, plens, teacher, batch: int = 8) -> f
     return total / count
 
 
-def distill(*, target: str = DEFAULT_TARGET, layers: int = 4, samples: int = 6, length: int = 128, steps: int = 400,
-            batch: int = 8, lr: float = 5e-4, seed: int = 0, device: str = "auto", out: Path = DISTILLED_DIR,
-            log_every: int = 25) -> dict:
-    """Run the recipe of the module docstring; returns the ``draft.json`` record."""
+@dataclass(frozen=True)
+class DistillRecipe:
+    """How the distilled draft is made (``python -m llm_bridge.distill``'s flags), checked when made: the first
+    ``layers`` layers of ``target``, trained on ``samples`` continuations of ``length`` tokens per prompt for ``steps``
+    AdamW steps of ``batch`` sequences at learning rate ``lr``; ``seed``, ``device``, the output folder ``out``, a log
+    line every ``log_every`` steps."""
+
+    target: str = DEFAULT_TARGET
+    layers: int = 4
+    samples: int = 6
+    length: int = 128
+    steps: int = 400
+    batch: int = 8
+    lr: float = 5e-4
+    seed: int = 0
+    device: str = "auto"
+    out: Path = DISTILLED_DIR
+    log_every: int = 25
+
+    def __post_init__(self):
+        for name in ("layers", "samples", "length", "steps", "batch", "log_every"):
+            check_size(getattr(self, name), "--" + name.replace("_", "-"))
+        check_real(self.lr, "--lr", low=0.0, low_open=True)
+        if isinstance(self.seed, bool) or int(self.seed) != self.seed or self.seed < 0:
+            raise ValueError(f"--seed: expected an integer >= 0, got {self.seed!r}")
+
+
+def distill(recipe: DistillRecipe) -> dict:
+    """Run the recipe of the module docstring (``recipe``: a :class:`DistillRecipe`); returns the ``draft.json``
+    record."""
     import torch
     from safetensors.torch import save_file
+
+    target, layers, samples, length, steps = recipe.target, recipe.layers, recipe.samples, recipe.length, recipe.steps
+    batch, lr, seed, device, out, log_every = (recipe.batch, recipe.lr, recipe.seed, recipe.device, recipe.out,
+                                               recipe.log_every)
 
     torch.manual_seed(seed)
     t_start = time.perf_counter()
@@ -191,9 +224,9 @@ def main(argv=None) -> int:
     ap.add_argument("--log-every", type=int, default=25)
     args = ap.parse_args(argv)
     try:
-        record = distill(target=args.target, layers=args.layers, samples=args.samples, length=args.length,
-                         steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed, device=args.device, out=args.out,
-                         log_every=args.log_every)
+        record = distill(DistillRecipe(target=args.target, layers=args.layers, samples=args.samples,
+                                       length=args.length, steps=args.steps, batch=args.batch, lr=args.lr,
+                                       seed=args.seed, device=args.device, out=args.out, log_every=args.log_every))
     except (ModelNotFound, ImportError, ValueError) as err:
         print(f"python -m llm_bridge.distill: {err}", file=sys.stderr)
         return 2

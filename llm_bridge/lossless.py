@@ -24,7 +24,7 @@ from .options import DecodeOptions
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .sources import ModelSource
 
-__all__ = ["MAX_LAW_PATHS", "FirstTokenLaw", "first_token_law", "root_token_law", "two_sample_test"]
+__all__ = ["MAX_LAW_PATHS", "TWO_SAMPLE_OPTIONS", "FirstTokenLaw", "first_token_law", "root_token_law", "two_sample_test"]
 
 def first_token_law(pair, prompt, verifier, draft_length: int, *, sampling: Sampling = DEFAULT_SAMPLING,
                     max_paths: int = MAX_LAW_PATHS) -> FirstTokenLaw:
@@ -63,28 +63,32 @@ def _g_test(a: np.ndarray, b: np.ndarray) -> tuple[float, float, int, int]:
     return float(p_value), float(stat), int(dof), int(table.shape[1])
 
 
-def two_sample_test(pair, prompt, verifier, draft_length, *, n: int = 400, tokens: int = 2,
-                    sampling: Sampling = DEFAULT_SAMPLING, seed: int = 0, rule: str = "match",
-                    cache: str = "dynamic", host_rows: bool | None = None) -> dict:
+#: The two-sample test's decoding: dynamic caches (the law does not depend on them, and a batch of ``n`` compiles no
+#: graph), the default sampling, seed 0.
+TWO_SAMPLE_OPTIONS = DecodeOptions(cache="dynamic")
+
+
+def two_sample_test(pair, prompt, verifier, draft_length, options: DecodeOptions = TWO_SAMPLE_OPTIONS, *, n: int = 400,
+                    tokens: int = 2, rule: str = "match") -> dict:
     """Do speculative decoding and plain sampling emit the same first ``tokens`` tokens? ``n`` draws each.
 
     ``draft_length`` is L for a chain verifier, a draft tree (``"2x2"``, a DraftTree) for a multi-draft
     one (run by :func:`llm_bridge.trees.tree_generate` with ``rule``). One G-test per position (the
     law of the t-th token), combined by Bonferroni: ``p_value`` = min(1, tokens × the smallest
-    per-position p-value). ``cache``: the KV caches of both runs (the law does not depend on them;
-    the default avoids compiling a graph for a batch of ``n``); ``host_rows=False`` runs the speculative loop with
-    its rows on the model's device (the device tree walk for trees). Returns {"p_value", "per_position"}.
+    per-position p-value). ``options``: the sampling, seed (plain sampling draws with seed + 1), the KV caches of both
+    runs (the law does not depend on them; the default, dynamic, avoids compiling a graph for a batch of ``n``) and
+    ``host_rows`` (``False``: the speculative loop with its rows on the model's device, the device tree walk for
+    trees). Returns {"p_value", "per_position"}.
     """
     prompts = [list(prompt)] * n
+    sampling, seed, cache = options.sampling, options.seed, options.cache
+    spec_options = options.but(progress=False, record_law=False, batch_size=None, observers=())
     if verifier.layout in ("candidates", "tree"):
         from .trees import tree_generate
 
-        spec = tree_generate(pair, prompts, verifier, draft_length, tokens,
-                             DecodeOptions(sampling=sampling, seed=seed, progress=False, record_law=False, cache=cache, host_rows=host_rows),
-                             rule=rule)
+        spec = tree_generate(pair, prompts, verifier, draft_length, tokens, spec_options, rule=rule)
     else:
-        spec = speculative_generate(pair, prompts, verifier, draft_length, tokens,
-                                    DecodeOptions(sampling=sampling, seed=seed, progress=False, record_law=False, cache=cache, host_rows=host_rows))
+        spec = speculative_generate(pair, prompts, verifier, draft_length, tokens, spec_options)
     plain = plain_generate(pair.target, prompts, tokens, sampling=sampling, seed=seed + 1, progress=False, cache=cache)
     a, b = np.stack(spec.tokens), np.stack(plain.tokens)
     per = [dict(zip(("p_value", "statistic", "dof", "categories"), _g_test(a[:, t], b[:, t]), strict=True))

@@ -60,7 +60,7 @@ from .calibrate import calibrate, calibration_batches, config_key
 from .drafters import drafter_names, load_pair
 from .logrows import DEFAULT_LOG_MAX_KEPT, DEFAULT_LOG_TOP_P, check_loggable
 from .loop import plain_generate, speculative_batches, speculative_generate
-from .lossless import first_token_law, root_token_law, two_sample_test
+from .lossless import TWO_SAMPLE_OPTIONS, first_token_law, root_token_law, two_sample_test
 from .models import (
     DEFAULT_TARGET,
     ModelNotFound,
@@ -107,16 +107,19 @@ def _lossless(pair, prompt, verifiers, sampling: Sampling, samples: int, seed: i
                                                                    DecodingOPT(float("inf")))]
     for i, (name, verifier) in enumerate(checks):
         law = first_token_law(pair, prompt, verifier, 2, sampling=sampling)
-        test = None if samples == 0 else two_sample_test(pair, prompt, verifier, 2, n=samples, tokens=2,
-                                                         sampling=sampling, seed=seed + 10 * i)
+        test = None if samples == 0 else two_sample_test(pair, prompt, verifier, 2,
+                                                         TWO_SAMPLE_OPTIONS.but(sampling=sampling, seed=seed + 10 * i),
+                                                         n=samples, tokens=2)
         out["verifiers"][name] = {"lossless": verifier.lossless, "first_token_max_deviation": law.max_deviation,
                                   "draft_paths": law.paths, "two_sample": test}
     for i, name in enumerate(multi):  # the root's law with k = 2 candidates, and a 2x1 tree against plain sampling
         verifier = TREE_VERIFIERS[name]()
         whole = verifier.layout == "tree"  # its exact law enumerates whole drafted trees: checked on toy sources
         law = None if whole else root_token_law(pair, prompt, verifier, 2, sampling=sampling)
-        test = None if samples == 0 else two_sample_test(pair, prompt, verifier, "2x1", n=samples, tokens=2,
-                                                         sampling=sampling, seed=seed + 1000 + 10 * i)
+        test = None if samples == 0 else two_sample_test(pair, prompt, verifier, "2x1",
+                                                         TWO_SAMPLE_OPTIONS.but(sampling=sampling,
+                                                                                seed=seed + 1000 + 10 * i),
+                                                         n=samples, tokens=2)
         out["verifiers"][f"{name} (tree 2x1)"] = {
             "lossless": verifier.lossless, "first_token_max_deviation": None if whole else law.max_deviation,
             "draft_paths": None if whole else law.paths, "two_sample": test,

@@ -50,15 +50,15 @@ def test_layout_numbers_levels_and_parents():
 @pytest.mark.parametrize("verifier,tree,rule", CASES, ids=IDS)
 def test_device_tree_loop_keeps_the_target_law(verifier, tree, rule):
     pair = tiny_pair(sharpness=2.0)
-    test = two_sample_test(pair, [1, 5, 9, 3], verifier, tree, n=300, tokens=3, sampling=TOP4, seed=5, rule=rule,
-                           host_rows=False)
+    test = two_sample_test(pair, [1, 5, 9, 3], verifier, tree, DecodeOptions(sampling=TOP4, seed=5, host_rows=False),
+                           n=300, tokens=3, rule=rule)
     assert test["p_value"] > 1e-3
 
 
 def test_two_sample_test_rejects_a_biased_verifier_on_the_device():
     pair = tiny_pair(sharpness=2.0)
-    test = two_sample_test(pair, [1, 5, 9, 3], FirstCandidate(), "2x1", n=300, tokens=2, sampling=TOP4, seed=5,
-                           host_rows=False)
+    test = two_sample_test(pair, [1, 5, 9, 3], FirstCandidate(), "2x1",
+                           DecodeOptions(sampling=TOP4, seed=5, host_rows=False), n=300, tokens=2)
     assert test["p_value"] < 1e-6
 
 
@@ -132,6 +132,6 @@ def test_tree_parents_on_the_device_give_the_rows_of_host_parents(kind):
 def test_device_trees_on_static_caches_keep_the_target_law(verifier, tree):
     """The GPU's cache kind: a static cache whose tree mask is assembled on the device."""
     pair = tiny_pair(sharpness=2.0)
-    test = two_sample_test(pair, [1, 5, 9, 3], verifier, tree, n=300, tokens=3, sampling=TOP4, seed=7,
-                           host_rows=False, cache="static")
+    test = two_sample_test(pair, [1, 5, 9, 3], verifier, tree,
+                           DecodeOptions(sampling=TOP4, seed=7, host_rows=False, cache="static"), n=300, tokens=3)
     assert test["p_value"] > 1e-3

@@ -291,6 +291,6 @@ def test_eagle_tree_rows_equal_chain_drafting_and_tree_runs_keep_the_target_law(
                         DecodeOptions(batch_size=3, progress=False), keep_tries=True)
     assert run.decode.generated == 36 and run.decode.accepted > 0
     for verifier, tree in ((NaiveMultiCandidate(), "eagle2:2:2:3"), (KSeq(), "2x1")):
-        test = two_sample_test(pair, [1, 5, 9, 3], verifier, tree, n=300, tokens=3, sampling=Sampling(top_k=4),
-                               seed=5)
+        test = two_sample_test(pair, [1, 5, 9, 3], verifier, tree, DecodeOptions(sampling=Sampling(top_k=4), seed=5),
+                               n=300, tokens=3)
         assert test["p_value"] > 1e-3, (tree, test)

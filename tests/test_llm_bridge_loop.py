@@ -157,14 +157,14 @@ def test_biased_verifier_first_token_law_deviates():
 def test_two_sample_test_passes_lossless_and_rejects_biased():
     pair = tiny_pair(sharpness=4.0)
     sampling = Sampling(top_k=5)
-    ok = [two_sample_test(pair, [1, 5, 9], v, 3, n=300, sampling=sampling, seed=s)["p_value"]
+    ok = [two_sample_test(pair, [1, 5, 9], v, 3, DecodeOptions(sampling=sampling, seed=s), n=300)["p_value"]
           for s, v in enumerate([TokenVerify(), BlockVerify(), BackwardBlockVerify()])]
     assert min(ok) > 1e-3
     # the negative control: the exact first-token law of the biased verifier is far from the target's,
     # so this test has power; it must reject
     assert first_token_law(pair, [1, 5, 9], DecodingOPT(float("inf")), 2, sampling=sampling).max_deviation > 0.2
-    assert two_sample_test(pair, [1, 5, 9], DecodingOPT(float("inf")), 3, n=300, sampling=sampling,
-                           seed=9)["p_value"] < 1e-4
+    assert two_sample_test(pair, [1, 5, 9], DecodingOPT(float("inf")), 3, DecodeOptions(sampling=sampling, seed=9),
+                           n=300)["p_value"] < 1e-4
 
 
 def test_seeded_runs_repeat_and_differ_across_seeds():

@@ -133,13 +133,15 @@ def test_biased_root_law_deviates():
                          ids=["kseq", "multiround-wor", "otm"])
 def test_tree_loop_passes_two_sample_test(verifier, tree, rule):
     pair = tiny_pair(sharpness=2.0)
-    test = two_sample_test(pair, [1, 5, 9, 3], verifier, tree, n=300, tokens=3, sampling=TOP4, seed=5, rule=rule)
+    test = two_sample_test(pair, [1, 5, 9, 3], verifier, tree, DecodeOptions(sampling=TOP4, seed=5), n=300, tokens=3,
+                           rule=rule)
     assert test["p_value"] > 1e-3
 
 
 def test_two_sample_test_rejects_a_biased_tree_verifier():
     pair = tiny_pair(sharpness=2.0)
-    test = two_sample_test(pair, [1, 5, 9, 3], FirstCandidate(), "2x1", n=300, tokens=2, sampling=TOP4, seed=5)
+    test = two_sample_test(pair, [1, 5, 9, 3], FirstCandidate(), "2x1", DecodeOptions(sampling=TOP4, seed=5), n=300,
+                           tokens=2)
     assert test["p_value"] < 1e-6
 
 
@@ -252,8 +254,8 @@ def test_eagle2_trees_on_models_score_every_node_like_a_full_pass_and_keep_the_t
     se = run.expected_accepted.std() / np.sqrt(d.iterations)
     assert abs(run.expected_accepted.mean() - d.accepted / d.iterations) < 5 * se + 0.1
     assert all(np.isnan(a).all() for a in run.acceptance)  # closed forms are for drawn candidates
-    test = two_sample_test(pair, [1, 5, 9, 3], NaiveMultiCandidate(), "eagle2:2:2:3", n=300, tokens=3,
-                           sampling=TOP4, seed=5)
+    test = two_sample_test(pair, [1, 5, 9, 3], NaiveMultiCandidate(), "eagle2:2:2:3",
+                           DecodeOptions(sampling=TOP4, seed=5), n=300, tokens=3)
     assert test["p_value"] > 1e-3
     with pytest.raises(ValueError, match="chooses them"):
         tree_generate(pair, prompts, KSeq(), "eagle2:2:2:3", 6, DecodeOptions(progress=False))

@@ -13,10 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 MAX_PARAMETERS = 10
 #: Functions still over the bar (path::name -> parameters), to be replaced by configuration objects.
 KNOWN = {
-    "llm_bridge/adaptive_predict.py::frontier_predictor": 12,
     "otspec/audit/core.py::audit": 12,
     "otspec/engine/predict.py::predict_wall_clock": 12,
-    "llm_bridge/distill.py::distill": 11, "llm_bridge/lossless.py::two_sample_test": 11,
     "otspec/engine/deviceconfidence.py::_confidence_walk": 11,
     "otspec/engine/devicetree.py::device_walk": 11,
     "otspec/engine/montecarlo.py::simulate": 11, "otspec/engine/montecarlo.py::simulate_logged": 11,
