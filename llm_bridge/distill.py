@@ -132,8 +132,7 @@ class DistillRecipe:
         for name in ("layers", "samples", "length", "steps", "batch", "log_every"):
             check_size(getattr(self, name), "--" + name.replace("_", "-"))
         check_real(self.lr, "--lr", low=0.0, low_open=True)
-        if isinstance(self.seed, bool) or int(self.seed) != self.seed or self.seed < 0:
-            raise ValueError(f"--seed: expected an integer >= 0, got {self.seed!r}")
+        check_size(self.seed, "--seed", minimum=0)
 
 
 def distill(recipe: DistillRecipe) -> dict:

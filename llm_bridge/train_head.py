@@ -251,8 +251,7 @@ class HeadRecipe:
             raise ValueError(f"--vocab: expected an integer >= 0 (0: the whole vocabulary), got {self.vocab!r}")
         check_real(self.lr, "--lr", low=0.0, low_open=True)
         check_real(self.feature_weight, "--feature-weight", low=0.0)
-        if isinstance(self.seed, bool) or int(self.seed) != self.seed or self.seed < 0:
-            raise ValueError(f"--seed: expected an integer >= 0, got {self.seed!r}")
+        check_size(self.seed, "--seed", minimum=0)
 
 
 def train_head(recipe: HeadRecipe) -> dict:

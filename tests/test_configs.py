@@ -91,3 +91,16 @@ def test_a_frontier_plan_refuses_by_flag(changes, message):
 
     with pytest.raises(ValueError, match=message):
         FrontierPlan(**changes)
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"layers": 0}, "--layers"),
+    ({"lr": -1e-3}, "--lr"),
+    ({"seed": -2}, "--seed"),
+    ({"steps": 2.5}, "--steps"),
+])
+def test_a_distill_recipe_refuses_before_the_target_loads(changes, message):
+    from llm_bridge.distill import DistillRecipe
+
+    with pytest.raises(ValueError, match=message):
+        DistillRecipe(target="/no/such/model", **changes)
