@@ -18,7 +18,7 @@ KNOWN = {
     "otspec/engine/deviceconfidence.py::_confidence_walk": 11,
     "otspec/engine/devicetree.py::device_walk": 11,
     "otspec/engine/montecarlo.py::simulate": 11, "otspec/engine/montecarlo.py::simulate_logged": 11,
-    "otspec/engine/tree.py::generate_tree": 11, "otspec/solvers/lp.py::solve_lp": 11,
+    "otspec/engine/tree.py::generate_tree": 11,
 }
 
 

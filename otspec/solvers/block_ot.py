@@ -50,7 +50,7 @@ from .block_prefix import (
     validated_block_laws,
 )
 from .block_tree import solve_block_tree, solve_block_tree_laws
-from .lp import check_method, cvxpy_settings, solve_lp
+from .lp import LPBackend, check_method, cvxpy_settings, solve_lp
 
 #: Most LP variables (V**(2L)) the HiGHS route accepts: up to 3**6 = 729 blocks. Measured on
 #: a 2-core machine (``benchmarks/bench_block_ot.py``, random Markov pairs): 256 blocks
@@ -195,7 +195,8 @@ def solve_block_lp_laws(draft_law, target_law, vocab_size: int, draft_length: in
                              size=n * n, limit=limit)
     beta, A = _lp_data(n, V, L)
     if method == "highs":
-        x, status, message, label = solve_lp(-beta, A_eq=A, b_eq=np.concatenate([p, q]), options=solver_options,
+        x, status, message, label = solve_lp(-beta, A_eq=A, b_eq=np.concatenate([p, q]),
+                                             backend=LPBackend(options=solver_options),
                                              what="block LP", error=BlockOTSolveError)
         x = _checked_plan(x, p, q, HIGHS_RESIDUAL_TOL, "HiGHS", message)
     else:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import SolveError, highs_options
 
-__all__ = ["check_method", "cvxpy_settings", "solve_lp"]
+__all__ = ["HIGHS", "LPBackend", "check_method", "cvxpy_settings", "solve_lp"]
 
 
 def check_method(method: str) -> str:
@@ -37,16 +38,31 @@ def cvxpy_settings(solver: str | None) -> tuple[str | None, dict]:
     return solver, (highs_options(presolve="off") if solver == "HIGHS" else {})
 
 
-def solve_lp(c, *, A_ub=None, b_ub=None, A_eq=None, b_eq=None, bounds=(0, None), method: str = "highs",
-             solver: str | None = None, options: dict | None = None, what: str = "LP",
-             error: type[SolveError] = SolveError) -> tuple[np.ndarray, str, str, str]:
+@dataclass(frozen=True)
+class LPBackend:
+    """Which solver runs an LP: ``method`` ``"highs"`` (scipy's HiGHS dual simplex) or ``"cvxpy"`` with ``solver`` (a
+    cvxpy solver name; default: the first installed of :func:`cvxpy_settings`), ``options`` overriding the solver's
+    settings."""
+
+    method: str = "highs"
+    solver: str | None = None
+    options: dict | None = None
+
+
+#: HiGHS with its default settings.
+HIGHS = LPBackend()
+
+
+def solve_lp(c, *, A_ub=None, b_ub=None, A_eq=None, b_eq=None, bounds=(0, None), backend: LPBackend = HIGHS,
+             what: str = "LP", error: type[SolveError] = SolveError) -> tuple[np.ndarray, str, str, str]:
     """Minimise c·x over {A_ub x ≤ b_ub, A_eq x = b_eq, bounds}; returns (x, status, message, label).
 
     ``bounds`` is one (low, high) pair for every variable or a list of pairs (``None`` = no
-    bound). ``options`` override the HiGHS / cvxpy solver options. Raises ``error`` when the
-    solver reports no optimum.
+    bound). ``backend`` (:class:`LPBackend`) chooses the solver and its options. Raises ``error`` (naming ``what``)
+    when the solver reports no optimum.
     """
     c = np.asarray(c, dtype=np.float64)
+    method, solver, options = backend.method, backend.solver, backend.options
     if check_method(method) == "highs":
         # here, not at import: scipy.optimize takes a third of a second to import
         from scipy.optimize import linprog

@@ -33,7 +33,7 @@ import scipy.sparse as sp
 from ..distributions import row_pair
 from ..drafts.laws import check_k, draft_tuple_law, tuple_count, tuple_membership
 from ..errors import SizeLimitError, SolveError
-from .lp import solve_lp
+from .lp import LPBackend, solve_lp
 
 #: Most LP variables (tuples × V) :func:`otm_lp` accepts. Measured on a 2-core machine
 #: (``benchmarks/bench_otm.py``, Dirichlet(1) rows, HiGHS dual simplex, presolve off):
@@ -229,7 +229,7 @@ def otm_lp(draft, target, k: int, replacement: bool = True, *, solver_options: d
     indices[0::2], indices[1::2] = var // V, M + var % V
     A = sp.csc_array((np.ones(2 * n), indices, np.arange(0, 2 * n + 1, 2, dtype=np.int64)), shape=(M + V, n))
     x, _, message, _ = solve_lp(-member.ravel().astype(np.float64), A_eq=A, b_eq=np.concatenate([probs, q]),
-                                options=solver_options, what="OTM LP", error=OTMSolveError)
+                                backend=LPBackend(options=solver_options), what="OTM LP", error=OTMSolveError)
     plan = np.maximum(x.reshape(M, V), 0.0)
     resid = max(float(np.abs(plan.sum(axis=1) - probs).max()), float(np.abs(plan.sum(axis=0) - q).max()))
     if not np.isfinite(resid) or resid > OTM_RESIDUAL_TOL:

@@ -44,7 +44,7 @@ from ..theory.pareto import (
     sequence_expected_rejections_sd,
     sequence_laws,
 )
-from .lp import check_method, solve_lp
+from .lp import LPBackend, check_method, solve_lp
 from .pareto_token import (
     MAX_TOKEN_LP_VOCAB,
     PARETO_RESIDUAL_TOL,
@@ -268,7 +268,7 @@ def sequence_min_bias(draft: Source, target: Source, horizon: int, rejections: f
     qT = target.enumerate(T).probs
     c, A_ub, b_ub, A_eq, b_eq, bounds, offs, sizes = _sequence_lp(prow, qT, V, T, budget)
     x, status, message, label = solve_lp(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=b_eq, bounds=bounds,
-                                         method=method, solver=solver, error=ParetoSolveError,
+                                         backend=LPBackend(method, solver), error=ParetoSolveError,
                                          what=f"sequence Pareto LP (V={V}, T={T}, R={budget})")
     tol = PARETO_RESIDUAL_TOL * (1.0 if method == "highs" else 1e3)
     resid = max(float(np.abs(A_eq @ x - b_eq).max()), float(np.maximum(A_ub[:, :] @ x - b_ub, 0).max()),

@@ -18,7 +18,7 @@ import scipy.sparse as sp
 from ..distributions import row_pair, total_variation
 from ..errors import SizeLimitError, SolveError
 from ..theory.pareto import check_fraction
-from .lp import check_method, solve_lp
+from .lp import LPBackend, check_method, solve_lp
 
 __all__ = ["MAX_TOKEN_LP_VOCAB", "PARETO_RESIDUAL_TOL", "ParetoResult", "ParetoSolveError", "min_bias"]
 
@@ -145,7 +145,7 @@ def min_bias(draft, target, rejection: float, method: str = "highs", *, solver: 
     b_eq = np.array([1.0 - r, r])
     bounds = [(0.0, float(pi)) for pi in p] + [(0.0, None)] * (2 * V)
     x, status, message, label = solve_lp(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=b_eq, bounds=bounds,
-                                         method=method, solver=solver, error=ParetoSolveError,
+                                         backend=LPBackend(method, solver), error=ParetoSolveError,
                                          what=f"token-level Pareto LP (V={V}, r={r:g})")
     a = np.clip(x[:V], 0.0, p)
     s = np.maximum(x[V:2 * V], 0.0)

@@ -12,7 +12,7 @@ from ..checks import COUNT_CAP, capped_power, format_count
 from ..errors import SizeLimitError, SolveError
 from ..pairs import check_pair_horizon
 from ..sources import EMPTY_PREFIX, Source, extend_prefixes
-from .lp import solve_lp
+from .lp import LPBackend, solve_lp
 
 __all__ = ["MAX_LP_VARIABLES", "min_rejection_lp"]
 
@@ -104,5 +104,5 @@ def min_rejection_lp(draft: Source, target: Source, horizon: int, method: str = 
     c = np.concatenate([np.zeros(k), np.ones(k)])
     x, _, message, _ = solve_lp(c, A_eq=sparse.hstack([eye, eye]).tocsr(), b_eq=rhs,
                                 bounds=list(zip(np.zeros(2 * k), np.concatenate([ub_a, np.full(k, None)]), strict=True)),
-                                method=method, what="min_rejection_lp linear programme", error=SolveError)
+                                backend=LPBackend(method), what="min_rejection_lp linear programme", error=SolveError)
     return float(c @ np.maximum(x, 0.0)), message
