@@ -19,7 +19,7 @@ import numpy as np
 
 from otspec.engine.forecast import compare_prediction
 from otspec.engine.metrics import SYNTHETIC_FORMAT, engine_metrics, synthetic_rates
-from otspec.engine.predict import paired_ratio_interval, predict_wall_clock
+from otspec.engine.predict import WallClockCosts, paired_ratio_interval, predict_wall_clock
 from otspec.engine.rows import ChainRun, TreeRun
 from otspec.verifiers import REGISTRY
 
@@ -109,10 +109,10 @@ def wall_clock_prediction(profile, key: str, prediction, *, batch_size: int, uni
     plain_f, cost_f = profile.factors(key, WALL_CLOCK_DRAWS, seed)
     rounds = -(-int(units) // int(batch_size))  # the measured run's timing rounds: one per batch of prompts
     run_plain, run_cost = profile.factors(key, WALL_CLOCK_DRAWS, seed + 1, rounds=rounds)
-    out = predict_wall_clock(prediction.traces, batch=batch_size, units=units, n_tokens=n_tokens,
-                             plain_step=profile.plain_step_ms(), iteration_cost=profile.iteration_cost(key, costs),
-                             plain_factors=plain_f * run_plain, cost_factors=cost_f * run_cost,
-                             draws=WALL_CLOCK_DRAWS, seed=seed, after_whole=costs["after_whole"])
+    charged = WallClockCosts(profile.plain_step_ms(), profile.iteration_cost(key, costs), plain_factors=plain_f * run_plain,
+                             cost_factors=cost_f * run_cost, after_whole=costs["after_whole"])
+    out = predict_wall_clock(prediction.traces, charged, batch=batch_size, units=units, n_tokens=n_tokens,
+                             draws=WALL_CLOCK_DRAWS, seed=seed)
     out["method"] += RUN_NOISE_METHOD.format(rounds=rounds)
     return {"source": "cost_profile", "profile_config": key, "costs_ms": costs, "run_rounds": rounds,
             **out}

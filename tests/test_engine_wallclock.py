@@ -13,7 +13,13 @@ from otspec.drafts import DraftTree
 from otspec.engine.controllers import FixedDraftLength
 from otspec.engine.loop import chain_loop, tree_loop
 from otspec.engine.observers import Observer
-from otspec.engine.predict import IterationTrace, ReplayPlan, predict_from_pairs, predict_wall_clock
+from otspec.engine.predict import (
+    IterationTrace,
+    ReplayPlan,
+    WallClockCosts,
+    predict_from_pairs,
+    predict_wall_clock,
+)
 from otspec.engine.runstate import LoopHooks
 from otspec.engine.session import SourceSession
 from otspec.sources import PositionalSource
@@ -95,8 +101,8 @@ def test_the_prediction_matches_what_the_loop_charges_a_batch(verifier, L):
     N, B, plain_step = 24, 4, T_FIXED + T_PER_TOKEN + OVERHEAD
     truth = charged_batches(draft, target, verifier, L, B, N, runs=500)
     pred = predict_from_pairs([(draft, target)], verifier, L, ReplayPlan(sequences=1024, seed=1, units=B))
-    out = predict_wall_clock(pred.traces, batch=B, units=B, n_tokens=N, plain_step=plain_step, iteration_cost=cost,
-                             draws=2000, seed=2)
+    out = predict_wall_clock(pred.traces, WallClockCosts(plain_step, cost), batch=B, units=B, n_tokens=N, draws=2000,
+                             seed=2)
     assert out["speedup"] == pytest.approx(N * plain_step / truth, rel=0.025)
     assert out["ms_per_batch"] == pytest.approx(truth, rel=0.025)
     # a batch waits for its slowest sequence: more iterations than the mean sequence, and slower than charging each
@@ -116,15 +122,14 @@ def test_an_iteration_after_a_whole_draft_kept_is_charged_its_wider_first_draft_
     truth = charged_batches(draft, target, TokenVerify(), L, B, N, runs=400, after_whole=AFTER_WHOLE)
     pred = predict_from_pairs([(draft, target)], TokenVerify(), L, ReplayPlan(sequences=1024, seed=1, units=B))
     assert 0.3 < pred.traces["whole"][pred.traces["width"] > 0].mean() < 0.95
-    common = {"batch": B, "units": B, "n_tokens": N, "plain_step": 12.0, "iteration_cost": cost, "draws": 500,
-              "seed": 2}
-    out = predict_wall_clock(pred.traces, **common, after_whole=AFTER_WHOLE)
+    common = {"batch": B, "units": B, "n_tokens": N, "draws": 500, "seed": 2}
+    out = predict_wall_clock(pred.traces, WallClockCosts(12.0, cost, after_whole=AFTER_WHOLE), **common)
     assert out["ms_per_batch"] == pytest.approx(truth, rel=0.02)
-    without = predict_wall_clock(pred.traces, **common)
+    without = predict_wall_clock(pred.traces, WallClockCosts(12.0, cost), **common)
     assert without["ms_per_batch"] < truth * 0.95
     assert out["ignoring_straggling"] < without["ignoring_straggling"]
     with pytest.raises(ValueError, match="after_whole"):
-        predict_wall_clock(pred.traces, **common, after_whole=-1.0)
+        WallClockCosts(12.0, cost, after_whole=-1.0)
 
 
 def test_the_prediction_matches_what_the_tree_loop_charges():
@@ -133,25 +138,23 @@ def test_the_prediction_matches_what_the_tree_loop_charges():
     verifier = KSeq()
     truth = charged_batches(draft, target, verifier, tree, B, N, runs=200, tree=True)
     pred = predict_from_pairs([(draft, target)], verifier, tree, ReplayPlan(sequences=200, seed=1, units=B))
-    out = predict_wall_clock(pred.traces, batch=B, units=B, n_tokens=N, plain_step=1.0, iteration_cost=cost,
-                             draws=500, seed=2)
+    out = predict_wall_clock(pred.traces, WallClockCosts(1.0, cost), batch=B, units=B, n_tokens=N, draws=500, seed=2)
     assert out["ms_per_batch"] == pytest.approx(truth, rel=0.025)
 
 
 def test_at_batch_one_straggling_changes_nothing_and_the_interval_narrows_with_more_prompts():
     pairs = [pair(s) for s in range(6)]
     pred = predict_from_pairs(pairs, TokenVerify(), 3, ReplayPlan(sequences=32, seed=0, units=4))
-    one = predict_wall_clock(pred.traces, batch=1, units=4, n_tokens=24, plain_step=12.0, iteration_cost=cost,
-                             draws=1000, seed=0)
+    one = predict_wall_clock(pred.traces, WallClockCosts(12.0, cost), batch=1, units=4, n_tokens=24, draws=1000, seed=0)
     assert one["speedup"] == pytest.approx(one["ignoring_straggling"], rel=1e-12)
     assert one["batch_iterations"] == pytest.approx(one["mean_iterations"], rel=1e-12)
-    many = predict_wall_clock(pred.traces, batch=1, units=64, n_tokens=24, plain_step=12.0, iteration_cost=cost,
-                              draws=1000, seed=0)
+    many = predict_wall_clock(pred.traces, WallClockCosts(12.0, cost), batch=1, units=64, n_tokens=24, draws=1000,
+                              seed=0)
     assert many["high"] - many["low"] < one["high"] - one["low"]
     # the profile's uncertainty widens it: factors spread by 5 % on the speculative side
     spread = np.random.default_rng(0).normal(1.0, 0.05, size=1000)
-    wider = predict_wall_clock(pred.traces, batch=1, units=64, n_tokens=24, plain_step=12.0, iteration_cost=cost,
-                               cost_factors=np.abs(spread), draws=1000, seed=0)
+    wider = predict_wall_clock(pred.traces, WallClockCosts(12.0, cost, cost_factors=np.abs(spread)), batch=1, units=64,
+                               n_tokens=24, draws=1000, seed=0)
     assert wider["high"] - wider["low"] > 1.5 * (many["high"] - many["low"])
     assert wider["speedup"] == many["speedup"]  # the point uses the profile's means
 
@@ -182,14 +185,14 @@ def test_traces_record_drafted_tokens_and_calls():
 def test_bad_input_is_refused():
     draft, target = pair(2)
     traces = predict_from_pairs([(draft, target)], TokenVerify(), 2, ReplayPlan(sequences=4, seed=0)).traces
-    good = {"batch": 2, "units": 4, "n_tokens": 24, "plain_step": 10.0, "iteration_cost": cost, "draws": 50}
+    good, costs = {"batch": 2, "units": 4, "n_tokens": 24, "draws": 50}, WallClockCosts(10.0, cost)
     with pytest.raises(ValueError, match="traces"):
-        predict_wall_clock({"width": traces["width"], "calls": traces["calls"][:, :1]}, **good)
+        predict_wall_clock({"width": traces["width"], "calls": traces["calls"][:, :1]}, costs, **good)
     with pytest.raises(ValueError, match="plain_step"):
-        predict_wall_clock(traces, **{**good, "plain_step": 0.0})
+        WallClockCosts(0.0, cost)
     with pytest.raises(ValueError, match="cost_factors"):
-        predict_wall_clock(traces, **good, cost_factors=np.ones(3))
+        predict_wall_clock(traces, WallClockCosts(10.0, cost, cost_factors=np.ones(3)), **good)
     with pytest.raises(ValueError, match="plain_factors"):
-        predict_wall_clock(traces, **good, plain_factors=-np.ones(50))
+        predict_wall_clock(traces, WallClockCosts(10.0, cost, plain_factors=-np.ones(50)), **good)
     with pytest.raises(ValueError, match="units"):
-        predict_wall_clock(traces, **{**good, "units": 0})
+        predict_wall_clock(traces, costs, **{**good, "units": 0})

@@ -14,7 +14,6 @@ MAX_PARAMETERS = 10
 #: Functions still over the bar (path::name -> parameters), to be replaced by configuration objects.
 KNOWN = {
     "otspec/audit/core.py::audit": 12,
-    "otspec/engine/predict.py::predict_wall_clock": 12,
     "otspec/engine/deviceconfidence.py::_confidence_walk": 11,
     "otspec/engine/devicetree.py::device_walk": 11,
     "otspec/engine/montecarlo.py::simulate": 11, "otspec/engine/montecarlo.py::simulate_logged": 11,

@@ -58,7 +58,7 @@ from .observers import Observer
 from .stats import check_confidence
 from .tree import generate_tree
 
-__all__ = ["DEFAULT_REPLAYS", "LogPrediction", "ReplayPlan", "batch_straggling", "paired_ratio_interval", "predict_from_log", "predict_from_pairs",
+__all__ = ["DEFAULT_REPLAYS", "LogPrediction", "ReplayPlan", "WallClockCosts", "batch_straggling", "paired_ratio_interval", "predict_from_log", "predict_from_pairs",
            "predict_wall_clock", "predictive_ratio_interval"]
 
 #: How the prediction was made, as records state it.
@@ -329,20 +329,12 @@ WALL_CLOCK_METHOD = ("cost profile measured apart from the run (plain decoding a
                      "as the block efficiency's) and the profile's timed calls together")
 
 
-def predict_wall_clock(traces: dict, *, batch: int, units: int, n_tokens: int, plain_step: float, iteration_cost,
-                       plain_factors=None, cost_factors=None, draws: int = 2000, confidence: float = 0.95,
-                       seed=0, after_whole: float = 0.0) -> dict:
-    """Predicted speedup of a run from replay traces and call costs (module docstring).
+@dataclass(frozen=True)
+class WallClockCosts:
+    """What a run's wall clock is charged (:func:`predict_wall_clock`), measured apart from the run.
 
-    Parameters
+    Attributes
     ----------
-    traces : dict
-        ``{"width", "calls"}`` and optionally ``"whole"`` (:attr:`LogPrediction.traces`): int arrays (P, S, J), -1
-        once a replay is done.
-    batch : int
-        Prompts decoded together; ``units`` prompts in all, in batches of ``batch`` (the last may be short).
-    n_tokens : int
-        Tokens per prompt (plain decoding takes that many steps per batch).
     plain_step : float
         Plain decoding's time per step of a batch.
     iteration_cost : callable
@@ -354,6 +346,36 @@ def predict_wall_clock(traces: dict, *, batch: int, units: int, n_tokens: int, p
     after_whole : float
         Extra time of a batch iteration that follows one in which any of the batch's sequences accepted its whole
         draft (traces' ``"whole"``; a sequence's own in ``ignoring_straggling``). Default 0.
+    """
+
+    plain_step: float
+    iteration_cost: object
+    plain_factors: object = None
+    cost_factors: object = None
+    after_whole: float = 0.0
+
+    def __post_init__(self):
+        if not (np.isfinite(self.plain_step) and self.plain_step > 0):
+            raise ValueError(f"plain_step: expected a positive time, got {self.plain_step}")
+        if not (np.isfinite(self.after_whole) and self.after_whole >= 0):
+            raise ValueError(f"after_whole: expected a time >= 0, got {self.after_whole}")
+
+
+def predict_wall_clock(traces: dict, costs: WallClockCosts, *, batch: int, units: int, n_tokens: int,
+                       draws: int = 2000, confidence: float = 0.95, seed=0) -> dict:
+    """Predicted speedup of a run from replay traces and call costs (module docstring).
+
+    Parameters
+    ----------
+    traces : dict
+        ``{"width", "calls"}`` and optionally ``"whole"`` (:attr:`LogPrediction.traces`): int arrays (P, S, J), -1
+        once a replay is done.
+    costs : WallClockCosts
+        The plain step, the iteration cost, the profile's resampling factors and the after-whole charge.
+    batch : int
+        Prompts decoded together; ``units`` prompts in all, in batches of ``batch`` (the last may be short).
+    n_tokens : int
+        Tokens per prompt (plain decoding takes that many steps per batch).
 
     Returns
     -------
@@ -370,13 +392,11 @@ def predict_wall_clock(traces: dict, *, batch: int, units: int, n_tokens: int, p
     if width.ndim != 3 or width.shape != calls.shape or width.shape != whole.shape or width.size == 0:
         raise ValueError(f"traces: expected (prompts, replays, iterations) arrays of one shape, got "
                          f"{width.shape}, {calls.shape} and {whole.shape}")
-    if not (np.isfinite(after_whole) and after_whole >= 0):
-        raise ValueError(f"after_whole: expected a time >= 0, got {after_whole}")
+    plain_step, iteration_cost, after_whole = costs.plain_step, costs.iteration_cost, costs.after_whole
+    plain_factors, cost_factors = costs.plain_factors, costs.cost_factors
     batch, units, n_tokens = check_size(batch, "batch"), check_size(units, "units"), check_size(n_tokens, "n_tokens")
     draws = check_size(draws, "draws")
     confidence = check_confidence(confidence)
-    if not (np.isfinite(plain_step) and plain_step > 0):
-        raise ValueError(f"plain_step: expected a positive time, got {plain_step}")
     factors = [np.ones(draws) if f is None else np.asarray(f, dtype=np.float64) for f in (plain_factors, cost_factors)]
     for name, f in zip(("plain_factors", "cost_factors"), factors, strict=True):
         if f.shape != (draws,) or not np.all(np.isfinite(f)) or (f <= 0).any():
