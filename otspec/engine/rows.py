@@ -49,6 +49,12 @@ def _hints(cls) -> dict:
     return typing.get_type_hints(cls)
 
 
+@cache
+def _json_fields(cls) -> tuple:
+    """A class's fields that are part of its JSON (computed once per class)."""
+    return tuple(f for f in fields(cls) if f.metadata.get("json", True))
+
+
 def _options(hint) -> tuple:
     """The types a field's annotation allows, ``None`` apart (``float | None`` → ``(float,)``)."""
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
@@ -126,8 +132,8 @@ class JsonObject:
     order: tuple = field(default=(), repr=False, compare=False, metadata=LOCAL)
 
     @classmethod
-    def _fields(cls):
-        return [f for f in fields(cls) if f.metadata.get("json", True)]
+    def _fields(cls) -> tuple:
+        return _json_fields(cls)
 
     @classmethod
     def from_json(cls, obj, where: str = "record"):
@@ -149,7 +155,8 @@ class JsonObject:
                 names = " or ".join(map(_name, _options(hints[f.name])))
                 raise RecordError(f"{where}: field {f.name!r} should be {names}, got {type(value).__name__}")
             known[f.name] = _load(value, hints[f.name], f"{where}: {f.name}")
-        extra = {k: v for k, v in obj.items() if k not in {f.name for f in cls._fields()}}
+        names = {f.name for f in cls._fields()}
+        extra = {k: v for k, v in obj.items() if k not in names}
         return cls(**known, extra=extra, absent=frozenset(absent), order=tuple(obj))
 
     def to_json(self) -> dict:
