@@ -29,7 +29,15 @@ from .llm_predictions import (
     prediction_check_markdown,
     prediction_check_summary,
 )
-from .llm_text import code_text, fmt, peer_text, timing_text
+from .llm_text import (
+    NO_INTERVAL,
+    code_text,
+    fmt,
+    interval_text,
+    nan_for_none,
+    peer_text,
+    timing_text,
+)
 
 __all__ = ["PREDICTION_MIN_PROMPTS", "PREDICTION_TOLERANCE", "adaptive_markdown", "llm_data", "prediction_check",
            "prediction_check_markdown", "prediction_check_summary", "record_main", "record_markdown",
@@ -71,12 +79,12 @@ def record_markdown(record, title: str | None = None) -> str:
         be, pi, si, psi = (r.block_efficiency, r.predicted_block_efficiency_interval, r.speedup_spread,
                            r.predicted_speedup_interval)
         lines.append(f"| {r.verifier} | {r.L} | {fmt(be.mean)} [{fmt(be.low)}, {fmt(be.high)}] | "
-                     f"{fmt(r.predicted_block_efficiency)}{_bracket(pi, 3)} | "
+                     f"{fmt(r.predicted_block_efficiency)}{interval_text(pi, 3, NO_INTERVAL)} | "
                      f"{fmt(r.two_point_upper_bound)} | "
                      f"{fmt(r.expected_block_efficiency_given_drafts)} | {fmt(r.mean_acceptance_length)} | "
                      f"{fmt(r.acceptance_rate)} | "
-                     f"{fmt(r.tokens_per_s, 1)} | {fmt(r.speedup, 2)}{_bracket(si, 2)} | "
-                     f"{fmt(r.predicted_speedup, 2)}{_bracket(psi, 2)}"
+                     f"{fmt(r.tokens_per_s, 1)} | {fmt(r.speedup, 2)}{interval_text(si, 2, NO_INTERVAL)} | "
+                     f"{fmt(r.predicted_speedup, 2)}{interval_text(psi, 2, NO_INTERVAL)}"
                      f"{_miss(r)} | {_percent(r.verify_fraction_of_target_call)} |")
     methods = sorted({r.prediction_method or "" for r in record.runs} - {""})
     lines += ["", "Predicted: " + ("; ".join(methods) if methods else "the two-point formulas (older record)") + ". "
@@ -101,13 +109,6 @@ def record_markdown(record, title: str | None = None) -> str:
     elif loss is not None:
         lines += ["", f"Losslessness: {loss.status}"]
     return "\n".join(lines) + "\n"
-
-
-def _bracket(iv, digits: int) -> str:
-    """`` [low, high]`` of an interval (`` [–, –]`` for a missing one)."""
-    if iv is None:
-        return " [–, –]"
-    return f" [{fmt(iv.low, digits)}, {fmt(iv.high, digits)}]"
 
 
 def _percent(share) -> str:
@@ -160,7 +161,7 @@ def _tree_markdown(runs: list) -> list:
                      f"{fmt(be.mean)} [{fmt(be.low)}, {fmt(be.high)}] | "
                      f"{fmt(r.expected_block_efficiency_given_tree)} | {fmt(r.predicted_block_efficiency)} | "
                      f"{fmt(r.otm_bound_block_efficiency)} | {go} | {fmt(r.target_nodes_per_call, 1)} | "
-                     f"{fmt(r.tokens_per_s, 1)} | {fmt(r.speedup, 2)}{_bracket(r.speedup_spread, 2)} | "
+                     f"{fmt(r.tokens_per_s, 1)} | {fmt(r.speedup, 2)}{interval_text(r.speedup_spread, 2, NO_INTERVAL)} | "
                      f"{fmt(r.predicted_speedup, 2)}{_miss(r)} | {_percent(r.verify_fraction_of_target_call)} |")
     methods = sorted({r.prediction_method or "" for r in runs} - {""})
     lines += ["", "*Predicted*: " + ("; ".join(methods) if methods else "per-depth product (older record)") + ". "
@@ -237,10 +238,6 @@ def misses_markdown(runs: list) -> list:
     return out
 
 
-def _nan(values) -> list:
-    return [float("nan") if v is None else v for v in values]
-
-
 def _yerr(values, intervals) -> list:
     """``yerr`` for ``errorbar``: each value's distance down to its interval's ``low`` and up to its ``high`` (no bar
     where the interval is ``None``, e.g. a speedup without paired rounds)."""
@@ -257,16 +254,16 @@ def _render_trees(fig, runs: list) -> None:
     be = [r.block_efficiency for r in runs]
     ax_be.errorbar(x, [b.mean for b in be], yerr=_yerr([b.mean for b in be], be),
                    fmt="o", color="C0", capsize=3, label="measured")
-    ax_be.plot(x, _nan(r.expected_block_efficiency_given_tree for r in runs), "x", color="C3", label="E[τ+1 | trie]")
-    ax_be.plot(x, _nan(r.predicted_block_efficiency for r in runs), "_", ms=14, mew=2, color="C1", label="predicted")
-    ax_be.plot(x, _nan(r.otm_bound_block_efficiency for r in runs), "v", color="C2", label="OTM-k bound")
+    ax_be.plot(x, nan_for_none(r.expected_block_efficiency_given_tree for r in runs), "x", color="C3", label="E[τ+1 | trie]")
+    ax_be.plot(x, nan_for_none(r.predicted_block_efficiency for r in runs), "_", ms=14, mew=2, color="C1", label="predicted")
+    ax_be.plot(x, nan_for_none(r.otm_bound_block_efficiency for r in runs), "v", color="C2", label="OTM-k bound")
     ax_be.set_xticks(list(x), labels, fontsize=7, rotation=20)
     ax_be.set_title("multi-draft: tokens per target call")
     for c, r in enumerate(runs[:6]):
         go = r.go_on or []
-        ax_depth.plot(range(1, len(go) + 1), _nan(go), "o-", color=f"C{c}", label=f"{r.verifier} {r.tree}: go on")
+        ax_depth.plot(range(1, len(go) + 1), nan_for_none(go), "o-", color=f"C{c}", label=f"{r.verifier} {r.tree}: go on")
         if r.optimum:  # a whole-tree verifier has no per-node OTM-k value
-            ax_depth.plot(range(1, len(r.optimum) + 1), _nan(r.optimum), "v:", color=f"C{c}")
+            ax_depth.plot(range(1, len(r.optimum) + 1), nan_for_none(r.optimum), "v:", color=f"C{c}")
     ax_depth.set_title("per depth: go-on (solid), OTM-k optimum (dotted)")
     ax_depth.set_xlabel("tree depth")
     for ax in (ax_be, ax_depth):
@@ -292,16 +289,16 @@ def render_record(record):
         ax_be.errorbar(Ls, [b.mean for b in be], yerr=_yerr([b.mean for b in be], be),
                        fmt="o", color=f"C{c}", capsize=3, label=f"{name} measured")
         # a dash marks each prediction, so that a record with one L still shows it
-        ax_be.plot(Ls, _nan(r.predicted_block_efficiency for r in runs), "_--", ms=14, mew=2, color=f"C{c}",
+        ax_be.plot(Ls, nan_for_none(r.predicted_block_efficiency for r in runs), "_--", ms=14, mew=2, color=f"C{c}",
                    label=f"{name} predicted")
-        sp = _nan(r.speedup for r in runs)
+        sp = nan_for_none(r.speedup for r in runs)
         ax_sp.errorbar(Ls, sp, yerr=_yerr(sp, [r.speedup_ci for r in runs]), fmt="o", color=f"C{c}",
                        capsize=3, label=f"{name} measured [95 % CI]")
-        ax_sp.plot(Ls, _nan(r.predicted_speedup for r in runs), "_--", ms=14, mew=2, color=f"C{c}",
+        ax_sp.plot(Ls, nan_for_none(r.predicted_speedup for r in runs), "_--", ms=14, mew=2, color=f"C{c}",
                    label=f"{name} predicted")
         last = runs[-1]
         pos = last.acceptance_per_position or []
-        ax_pos.plot(range(1, len(pos) + 1), _nan(pos), "o-", color=f"C{c}", label=f"{name}, L={last.L}: accepted")
+        ax_pos.plot(range(1, len(pos) + 1), nan_for_none(pos), "o-", color=f"C{c}", label=f"{name}, L={last.L}: accepted")
     if record.runs and record.runs[-1].tv_per_position:
         tv = record.runs[-1].tv_per_position
         ax_pos.plot(range(1, len(tv) + 1), [float("nan") if x is None else 1 - x for x in tv], "k:",
@@ -338,17 +335,17 @@ def render_llm(data: dict):
         label = f"{_label(rec)}: {rec.model_pair.draft} ({rec.model_pair.device})"
         runs, marker = rec.runs, markers[i % len(markers)]
         be = [r.block_efficiency for r in runs]
-        ax_be.errorbar(_nan(r.predicted_block_efficiency for r in runs), [b.mean for b in be],
+        ax_be.errorbar(nan_for_none(r.predicted_block_efficiency for r in runs), [b.mean for b in be],
                        yerr=_yerr([b.mean for b in be], be), fmt=marker, color=f"C{i}", ms=4, capsize=2, label=label)
         unreliable = bool(rec.unreliable_timing)  # drawn hollow and named: not a measurement to trust
-        ax_sp.plot(_nan(r.predicted_speedup for r in runs), _nan(r.speedup for r in runs), marker,
+        ax_sp.plot(nan_for_none(r.predicted_speedup for r in runs), nan_for_none(r.speedup for r in runs), marker,
                    color=f"C{i}", ms=4, mfc="none" if unreliable else None,
                    label=label + (" [unreliable timing]" if unreliable else ""))
         trees = rec.tree_runs or []
         if trees:
-            ax_be.plot(_nan(r.predicted_block_efficiency for r in trees), [r.block_efficiency.mean for r in trees],
+            ax_be.plot(nan_for_none(r.predicted_block_efficiency for r in trees), [r.block_efficiency.mean for r in trees],
                        marker, mfc="none", color=f"C{i}", ms=6, label=f"{label}: trees")
-            ax_sp.plot(_nan(r.predicted_speedup for r in trees), _nan(r.speedup for r in trees),
+            ax_sp.plot(nan_for_none(r.predicted_speedup for r in trees), nan_for_none(r.speedup for r in trees),
                        marker, mfc="none", color=f"C{i}", ms=6)
         if rec.hf_assisted:
             ax_sp.axhline(rec.hf_assisted.speedup, color=f"C{i}", ls=":", lw=1, label=f"HF assisted, {_label(rec)}")

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from ..engine.record import as_record
 from .common import axes
-from .llm_text import code_text, fmt, peer_text, timing_text
+from .llm_text import code_text, fmt, nan_for_none, peer_text, timing_text
 
 __all__ = ["adaptive_markdown", "render_adaptive_record"]
 
 
 def _rates(rows) -> tuple[list, list]:
-    return _nan(r.verification_rate for r in rows), _nan(r.discard_rate for r in rows)
+    return nan_for_none(r.verification_rate for r in rows), nan_for_none(r.discard_rate for r in rows)
 
 
 def render_adaptive_record(record):
@@ -44,7 +44,7 @@ def render_adaptive_record(record):
                                       (th, "o-", "C1", "confidence h" if confidence else f"threshold h, {lagged}"),
                                       (un, "o-", "C2", "threshold h, unlagged")):
         if rows:
-            ax_s.plot(_nan(r.mean_draft_length for r in rows), _nan(r.speedup for r in rows), style, color=color,
+            ax_s.plot(nan_for_none(r.mean_draft_length for r in rows), nan_for_none(r.speedup for r in rows), style, color=color,
                       ms=4, label=label)
     ax_s.axhline(1.0, color="grey", lw=0.8)
     ax_s.set_xlabel("mean draft length per iteration")
@@ -57,10 +57,6 @@ def render_adaptive_record(record):
     fig.suptitle(f"Dynamic draft length on {pair.target} / {pair.draft} ({pair.device}): {rule} vs fixed K",
                  fontsize=10)
     return fig
-
-
-def _nan(values) -> list:
-    return [float("nan") if v is None else v for v in values]
 
 
 def _split(part, which: str) -> float:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ..engine.forecast import FORECAST_TOLERANCE, compare_prediction, forecast_check
 from ..engine.record import AdaptiveRecord, as_record
 from ..engine.rows import Estimate, Interval, PolicyRun, TreeRun
-from .llm_text import fmt
+from .llm_text import NO_INTERVAL, fmt, interval_text
 
 __all__ = ["FORECAST_TOLERANCE", "INTERVAL_CONFIDENCE", "PREDICTION_MIN_PROMPTS", "PREDICTION_TOLERANCE",
            "CheckRow", "CheckSummary", "coverage_paragraph", "forecast_check", "forecast_markdown", "prediction_check", "prediction_check_markdown",
@@ -302,10 +302,6 @@ def coverage_paragraph(c: CheckSummary, confidence: float = INTERVAL_CONFIDENCE)
             "would say the intervals are too narrow; one far below, too wide.")
 
 
-def _interval_text(iv: dict | None, digits: int) -> str:
-    return f" [{fmt(iv.low, digits)}, {fmt(iv.high, digits)}]" if iv else ""
-
-
 def _error_text(error) -> str:
     return "–" if error is None else f"{100 * error:+.1f} %"
 
@@ -385,14 +381,14 @@ def prediction_check_markdown(rows: list) -> list:
         if r.predicted is None:
             be_cells = "– | – | —"
         else:
-            be_cells = (f"{fmt(r.predicted)}{_interval_text(r.interval, 3)} | "
+            be_cells = (f"{fmt(r.predicted)}{interval_text(r.interval, 3)} | "
                         f"{_error_text(r.relative_error)} | {_holds_cell(r.holds, r.be_counted)}")
-        speedup = f"{fmt(r.speedup, 2)}{_interval_text(r.speedup_ci, 2)}"
+        speedup = f"{fmt(r.speedup, 2)}{interval_text(r.speedup_ci, 2)}"
         if r.predicted_speedup is None:
             sp_cells = f"{speedup} | – | – | —"
         else:
             sp_cells = (f"{speedup} | {fmt(r.predicted_speedup, 2)}"
-                        f"{_interval_text(r.predicted_speedup_interval, 2)} | "
+                        f"{interval_text(r.predicted_speedup_interval, 2)} | "
                         f"{_error_text(r.speedup_relative_error)} | "
                         f"{_holds_cell(r.speedup_holds, r.speedup_counted)}")
         lines.append(f"| {r.record} | {r.verifier} | {r.draft} | {fmt(be.mean)} [{fmt(be.low)}, "
@@ -422,7 +418,7 @@ def forecast_markdown(pairs: list) -> list:
                 if c is None:
                     cells += ["–", "–"]
                     continue
-                cells += [f"{fmt(c.measured, 3)} / {fmt(c.predicted, 3)}{_interval_text(c.interval, 3) or ' [–, –]'} "
+                cells += [f"{fmt(c.measured, 3)} / {fmt(c.predicted, 3)}{interval_text(c.interval, 3, NO_INTERVAL)} "
                           f"({100 * c.relative_error:+.1f} %)", "yes" if c.holds else "**no**"]
             lines.append(f"| {name} | {made['record']} | {row.config} | " + " | ".join(cells) + " |")
     return lines + [""]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["code_text", "fmt", "peer_text", "timing_text"]
+__all__ = ["NO_INTERVAL", "code_text", "fmt", "interval_text", "nan_for_none", "peer_text", "timing_text"]
 
 
 def fmt(x, digits: int = 3) -> str:
@@ -31,9 +31,19 @@ def timing_text(record) -> list[str]:
     return [text, ""]
 
 
-def _ci_text(ci) -> str:
-    """`` [low, high]`` of a confidence interval, or nothing."""
-    return "" if not ci else f" [{fmt(ci.low, 2)}, {fmt(ci.high, 2)}]"
+#: How a missing interval shows in a table cell that always has one.
+NO_INTERVAL = " [–, –]"
+
+
+def interval_text(iv, digits: int = 3, missing: str = "") -> str:
+    """`` [low, high]`` of an interval (an :class:`~otspec.engine.rows.Interval`), or ``missing`` where there is
+    none."""
+    return missing if not iv else f" [{fmt(iv.low, digits)}, {fmt(iv.high, digits)}]"
+
+
+def nan_for_none(values) -> list:
+    """``values`` with ``None`` (nothing measured or predicted) as NaN, for a plot."""
+    return [float("nan") if v is None else v for v in values]
 
 
 def peer_text(record) -> list[str]:
@@ -44,9 +54,9 @@ def peer_text(record) -> list[str]:
         return [f"Hugging Face assisted generation: none ({skipped})."] if skipped else []
     return [f"Hugging Face assisted generation ({hf.mode}" + (f", draft {hf.draft}" if hf.draft else "")
             + f"): **{fmt(hf.tokens_per_s, 1)} tokens/s** against {fmt(hf.plain_tokens_per_s, 1)} "
-            f"for its plain `generate` (speedup {fmt(hf.speedup, 2)}{_ci_text(hf.speedup_ci)}; "
+            f"for its plain `generate` (speedup {fmt(hf.speedup, 2)}{interval_text(hf.speedup_ci, 2)}; "
             f"both include the prefill), acceptance rate {fmt(hf.acceptance_rate)}"
-            + (f"; {fmt(hf.speedup_vs_baseline, 2)}{_ci_text(hf.speedup_vs_baseline_ci)} of "
+            + (f"; {fmt(hf.speedup_vs_baseline, 2)}{interval_text(hf.speedup_vs_baseline_ci, 2)} of "
                "otspec's plain sampling" if hf.speedup_vs_baseline is not None else "")
             + (f". The fastest of {', '.join(sorted(hf.choice.candidates))} on "
                f"{hf.choice.prompts} prediction prompts; timed on every measured prompt with the runs"
