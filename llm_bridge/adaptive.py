@@ -36,7 +36,6 @@ Writes the record ``figures/llm_adaptive_<name>.json`` (an :class:`otspec.engine
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,7 +64,7 @@ from .head_training import (
 )
 from .loop import plain_generate, speculative_batches, speculative_generate
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
-from .options import DecodeOptions
+from .options import Changeable, DecodeOptions
 from .peer import choose_peer, peer_entries, peer_runs
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 from .runs import (
@@ -127,7 +126,7 @@ CONFIDENCE_RULE = ("confidence: draft on while the product of the draft rows' la
 
 
 @dataclass(frozen=True)
-class FrontierPlan:
+class FrontierPlan(Changeable):
     """The policies of a frontier and how they are decoded (``python -m llm_bridge.adaptive``'s flags), checked when
     made: ``fixed`` draft lengths K and ``thresholds`` h in [0, 1] of the ``rule`` (``specdecpp``: the learned head,
     lagged and, with ``unlagged``, without the lag; ``confidence``: the draft's own confidence) up to ``max_length``;
@@ -160,10 +159,6 @@ class FrontierPlan:
         for name in ("max_length", "max_new_tokens", "batch_size", "timing_attempts", "hf_prompts",
                      "prediction_paths"):
             check_size(getattr(self, name), "--" + name.replace("_", "-"))
-
-    def but(self, **changes) -> FrontierPlan:
-        """A copy with ``changes`` (checked again)."""
-        return dataclasses.replace(self, **changes)
 
 
 def frontier(pair, prompts, head, plan: FrontierPlan | None = None, *, prediction_prompts=None) -> dict:

@@ -13,14 +13,23 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Self
 
 from .sampling import DEFAULT_SAMPLING, Sampling
 
-__all__ = ["DEFAULT_OPTIONS", "DecodeOptions"]
+__all__ = ["DEFAULT_OPTIONS", "Changeable", "DecodeOptions"]
+
+
+class Changeable:
+    """A frozen options dataclass that makes changed copies: ``options.but(seed=3)``."""
+
+    def but(self, **changes) -> Self:
+        """A copy with ``changes``, checked again when it is made (a name that is not a field: ``TypeError``)."""
+        return dataclasses.replace(self, **changes)
 
 
 @dataclass(frozen=True)
-class DecodeOptions:
+class DecodeOptions(Changeable):
     """The options of a speculative run.
 
     Attributes
@@ -66,9 +75,6 @@ class DecodeOptions:
             raise ValueError(f"DecodeOptions.confidence should be in (0, 1), got {self.confidence!r}")
         object.__setattr__(self, "observers", tuple(self.observers))
 
-    def but(self, **changes) -> DecodeOptions:
-        """A copy with ``changes`` (field names of this class; another name is a ``TypeError``)."""
-        return dataclasses.replace(self, **changes)
 
 
 #: The options a run takes when it is given none.

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
+from otspec.checks import check_size
+
 from .loop import (
     PAIRINGS,
     check_pairing,
@@ -206,8 +208,7 @@ class TimingPlan:
     desc: str = "interleaved runs"
 
     def __post_init__(self):
-        if isinstance(self.attempts, bool) or int(self.attempts) != self.attempts or self.attempts < 1:
-            raise ValueError(f"attempts must be at least 1, got {self.attempts}")
+        check_size(self.attempts, "attempts")
 
 
 def timed_runs(target, prompts, runs, max_new_tokens: int, options: DecodeOptions, plan: TimingPlan = TimingPlan(), *,

@@ -11,7 +11,6 @@ build one object instead of passing thirty keywords::
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from otspec.verifiers import REGISTRY, TREE_VERIFIERS
 from .cache import CACHE_KINDS
 from .logrows import DEFAULT_LOG_MAX_KEPT, DEFAULT_LOG_TOP_P
 from .models import DEFAULT_TARGET
+from .options import Changeable
 from .prompts import DATA_DIR, read_prompts
 from .sampling import Sampling
 from .trees import parse_tree
@@ -44,7 +44,7 @@ def prompt_lines(prompts: int, prediction_prompts: int | None = None, pool: int 
 
 
 @dataclass(frozen=True)
-class ValidateConfig:
+class ValidateConfig(Changeable):
     """The options of a validation run (``python -m llm_bridge.validate``'s flags), checked and normalised.
 
     Models: ``target``, ``draft``, ``device``, ``dtype``. Runs: chain ``verifiers`` × draft ``lengths``; ``trees``
@@ -168,7 +168,3 @@ class ValidateConfig:
     def tree_configs(self) -> list:
         """(verifier name, tree spec) of every tree run: ``tree_pairs``, else every verifier × tree."""
         return list(self.tree_pairs or [(v, t) for v in self.run_multi_verifiers for t in self.run_trees])
-
-    def but(self, **changes) -> ValidateConfig:
-        """A copy with ``changes`` (checked again)."""
-        return dataclasses.replace(self, **changes)
