@@ -15,6 +15,7 @@ from strategies import g_test, pearson_noncentrality
 from otspec.distributions import total_variation
 from otspec.engine import compiled_chain, generate
 from otspec.engine.controllers import FixedDraftLength, ThresholdController
+from otspec.engine.lookup import lookup_table
 from otspec.engine.observers import Observer
 from otspec.sources import MarkovSource, random_iid, random_markov
 from otspec.theory.iid import iid_token_value
@@ -135,7 +136,7 @@ def test_an_iid_pair_at_a_large_vocabulary_keeps_one_row():
     import tracemalloc
 
     draft, target = random_iid(vocab=32_000, concentration=3000.0, seed=0)
-    table = compiled_chain.lookup_table(draft)
+    table = lookup_table(draft)
     assert table.stack.shape == (1, 1, 32_000) and not table.markov
     generate(draft, target, TokenVerify(), 4, 16, seed=0, progress=False)  # compiled (cached) before measuring
     tracemalloc.start()

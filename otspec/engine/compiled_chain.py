@@ -1,6 +1,7 @@
 """Compiled (numba) decode loop for token verification at a fixed draft length on lookup sources.
 
-:func:`otspec.engine.decode.generate` runs its chain loop here when nothing else would watch or steer it: the verifier
+:func:`otspec.engine.decode.generate` runs its chain loop here when nothing else would watch or steer it
+(:func:`otspec.engine.lookup.chain_plan` decides, and gives the sources' lookup tables): the verifier
 is :class:`~otspec.verifiers.TokenVerify` itself, the draft length a plain integer L, no observer is attached, and both
 sources are IID rows or order-1 Markov chains (stationary or time-varying), whose next row is a lookup in a table by
 (tokens so far, previous token). Everything else takes the Python loop of :mod:`otspec.engine.loop`.
@@ -18,66 +19,16 @@ computed by the same code. Uniforms: xoshiro256+ seeded from the caller's numpy 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..jit import available
 from ..jit import njit as _njit
 from .compiled import next_uniform, seed_state
 
-__all__ = ["LookupTable", "available", "chain_plan", "decode_chains"]
+__all__ = ["available", "decode_chains"]
 
 
-@dataclass(frozen=True)
-class LookupTable:
-    """A source's next rows as a table: ``initial`` (V,) for the first token; ``stack`` (K, A, V), where the row after
-    previous token a at position n >= 1 is ``stack[0 if stationary else n - 1, a if markov else 0]`` (an IID source:
-    one row, K = A = 1, never a (V, V) copy); with their cumulative sums for inverse-CDF draws."""
-
-    initial: np.ndarray
-    stack: np.ndarray
-    stationary: bool
-    markov: bool
-
-    @property
-    def initial_cdf(self) -> np.ndarray:
-        return np.cumsum(self.initial)
-
-    @property
-    def stack_cdf(self) -> np.ndarray:
-        return np.cumsum(self.stack, axis=-1)
-
-
-def lookup_table(source) -> LookupTable | None:
-    """The :class:`LookupTable` of an IID or order-1 Markov source (its exact class, not a subclass that may
-    override its rows), else ``None``."""
-    from ..sources.models import IIDSource, MarkovSource
-
-    if type(source) is IIDSource:
-        return LookupTable(source.probs, source.probs[None, None, :], True, False)
-    if type(source) is MarkovSource:
-        stack = source.transition[None] if source.stationary else source.transition
-        if stack.shape[0] == 0:  # a time-varying chain of horizon 1: no row after the first is ever read
-            stack = np.zeros((1, source.vocab_size, source.vocab_size))
-        return LookupTable(source.initial, np.ascontiguousarray(stack), source.stationary, True)
-    return None
-
-
-def chain_plan(draft, target, verifier, controller, observers) -> tuple[LookupTable, LookupTable] | None:
-    """The two tables when the compiled loop serves this run (module docstring), else ``None``."""
-    from ..verifiers import TokenVerify
-    from .controllers import FixedDraftLength
-
-    if observers or type(verifier) is not TokenVerify or not available():
-        return None
-    if not (isinstance(controller, FixedDraftLength) and controller.fixed_length):
-        return None
-    tables = lookup_table(draft), lookup_table(target)
-    return None if tables[0] is None or tables[1] is None else tables
-
-
-def decode_chains(tables: tuple[LookupTable, LookupTable], L: int, N: int, B: int, rng: np.random.Generator):
+def decode_chains(tables, L: int, N: int, B: int, rng: np.random.Generator):
     """Decode ``B`` sequences of ``N`` tokens with token verification at draft length ``L``.
 
     Returns ``tokens`` (B, N) and the iterations' ``rows``, ``starts``, ``drafted`` and ``accepted`` (each (I,),

@@ -29,6 +29,7 @@ from ..sources import Source
 from ..verifiers.base import Verifier
 from .controllers import FixedDraftLength, as_controller
 from .ledger import DecodeResult, Ledger, block_efficiency_estimate
+from .lookup import chain_plan
 from .loop import chain_loop
 from .observers import LedgerObserver
 from .runstate import LoopHooks
@@ -78,7 +79,7 @@ def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_
     draft.check_length(N - 1)  # the last token is never drafted
     ledger = Ledger(B, N, L)
     rng = np.random.default_rng(seed)
-    tables = _compiled_plan(draft, target, verifier, ctrl, observers)
+    tables = chain_plan(draft, target, verifier, ctrl, observers)
     if tables is not None:  # token verification at a fixed L on IID / Markov tables, nobody watching: compiled
         from .compiled_chain import decode_chains
 
@@ -91,17 +92,3 @@ def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_
         run = chain_loop(*sessions, verifier, ctrl, N, rng,
                          hooks=LoopHooks(observers=[LedgerObserver(ledger), *observers], bar=bar), batch=B)
     return ledger.result(run.tokens, confidence)
-
-
-def _compiled_plan(draft, target, verifier, controller, observers):
-    """The lookup tables of :mod:`otspec.engine.compiled_chain` where the compiled loop serves the run, else ``None``
-    (its module, and numba, are imported only for a run it may serve)."""
-    from ..sources.models import IIDSource, MarkovSource
-    from ..verifiers import TokenVerify
-
-    lookups = (IIDSource, MarkovSource)
-    if observers or type(verifier) is not TokenVerify or type(draft) not in lookups or type(target) not in lookups:
-        return None
-    from .compiled_chain import chain_plan
-
-    return chain_plan(draft, target, verifier, controller, observers)
