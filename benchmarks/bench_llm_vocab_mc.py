@@ -23,7 +23,7 @@ import platform
 import numpy as np
 
 from otspec.distributions import resolve_device
-from otspec.engine import simulate, simulate_logged
+from otspec.engine import Backend, simulate, simulate_logged
 from otspec.sources import IIDSource, load_logged_rows
 from otspec.verifiers import BlockVerify, TokenVerify
 
@@ -34,15 +34,16 @@ def blocks_per_s(p, q, verifier, L, n, method, repeat, device=None) -> float:
     draft, target = IIDSource(p), IIDSource(q)
 
     def run(blocks, seed):
-        return simulate(draft, target, verifier, L, blocks, seed=seed, progress=False, method=method, device=device)
+        return simulate(draft, target, verifier, L, blocks, seed=seed, progress=False,
+                        backend=Backend(method=method, device=device))
 
     run(max(1, n // 10), 99)  # warm-up
     return n / min(run(n, r).elapsed_s for r in range(repeat))
 
 
 def logged_blocks_per_s(log, verifier, L, n, repeat, device=None) -> float:
-    simulate_logged(log, verifier, L, max(1, n // 10), seed=99, progress=False, device=device)  # warm-up
-    return n / min(simulate_logged(log, verifier, L, n, seed=r, progress=False, device=device).elapsed_s
+    simulate_logged(log, verifier, L, max(1, n // 10), seed=99, progress=False, backend=Backend(device=device))  # warm-up
+    return n / min(simulate_logged(log, verifier, L, n, seed=r, progress=False, backend=Backend(device=device)).elapsed_s
                    for r in range(repeat))
 
 

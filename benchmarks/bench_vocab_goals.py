@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from otspec.engine import simulate, simulate_candidates
+from otspec.engine import Backend, simulate, simulate_candidates
 from otspec.errors import SizeLimitError
 from otspec.solvers import otm_value
 from otspec.sources import IIDSource
@@ -64,8 +64,9 @@ def rows(repeat: int, scale: float) -> list[dict]:
         for verifier, goal in ((TokenVerify(), 1e7), (BlockVerify(), 3e6)):
             for method in ("compiled", "row_free"):
                 n = int(scale * (4_000_000 if method == "compiled" else 1_000_000))
-                secs = best(lambda d=d, t=t, v=verifier, n=n, m=method: simulate(d, t, v, 8, n, seed=1, progress=False,
-                                                                                   method=m), repeat)
+                secs = best(lambda d=d, t=t, v=verifier, n=n, m=method: simulate(d, t, v, 8, n, seed=1,
+                                                                                 progress=False,
+                                                                                 backend=Backend(method=m)), repeat)
                 out.append({"figure": f"{verifier.name} Monte Carlo, {method}", "vocab": V, "value": n / secs,
                             "unit": "blocks/s", "goal": goal, "ratio": n / secs / goal})
     p, q = pair(32000)

@@ -232,8 +232,9 @@ def profile_from_rounds(pair, prompts, max_new_tokens: int, rounds: Rounds, opti
     drafts = {} if not chains or not isinstance(pair.drafter, ModelDrafter) else _curve(  # its first call's width
         pair, half, feed, [1, 2], sampling=sampling, cache=cache, reps=reps, draft=True)
     return CostProfile(int(batch_size), N, [int(i) for i in prompt_ids], float(np.mean([c.size for c in half])),
-                       curve, rounds.plain, rounds.dry, str(pair.target.device), cache, int(torch.get_num_threads()),
-                       rounds.seconds + time.perf_counter() - t0, drafts, bool(interleaved))
+                       t_target=curve, plain=rounds.plain, dry=rounds.dry, device=str(pair.target.device), cache=cache,
+                       threads=int(torch.get_num_threads()), seconds=rounds.seconds + time.perf_counter() - t0,
+                       t_draft=drafts, interleaved=bool(interleaved))
 
 
 def calibrate(pair, prompts, max_new_tokens: int, options: DecodeOptions, *, chains=(), trees=(), prompt_ids=(),

@@ -295,7 +295,9 @@ class CostProfile:
             raise ValueError("profile: expected a cost profile's JSON (kind = cost_profile), e.g. a record's 'profile'")
         s = data["samples"]
         return cls(int(data["batch_size"]), int(data["max_new_tokens"]), list(data["prompt_ids"]),
-                   float(data["context_tokens"]), {int(n): list(v) for n, v in s["t_target"].items()}, dict(s["plain"]),
-                   dict(s["dry"]), data.get("device", "cpu"), data.get("cache", "dynamic"), int(data.get("threads", 1)),
-                   float(data.get("seconds", 0.0)), {int(n): list(v) for n, v in s.get("t_draft", {}).items()},
-                   bool(data.get("interleaved_with_runs", False)))
+                   float(data["context_tokens"]), t_target={int(n): list(v) for n, v in s["t_target"].items()},
+                   plain=dict(s["plain"]), dry=dict(s["dry"]), device=data.get("device", "cpu"),
+                   cache=data.get("cache", "dynamic"), threads=int(data.get("threads", 1)),
+                   seconds=float(data.get("seconds", 0.0)),
+                   t_draft={int(n): list(v) for n, v in s.get("t_draft", {}).items()},
+                   interleaved=bool(data.get("interleaved_with_runs", False)))

@@ -173,9 +173,10 @@ def tree_batches(pair, prompts, verifier, tree, max_new_tokens: int, options: De
             yield got.end_batch(run, offset, len(chunk))
     buf = np.stack(got.tokens)
     tv, go_on, n_cands = rec.columns()
-    result = TreeResult(list(buf), ledger.result(buf, o.confidence), timer, got.seconds, tv, [], [],
-                        np.asarray(rec.expected, dtype=float), got.rounds, tree, rule, go_on, [], [], n_cands,
-                        np.asarray(rec.nodes, dtype=np.int64), rec.kept, rec)
+    result = TreeResult(list(buf), ledger.result(buf, o.confidence), timer, got.seconds, tv=tv,
+                        expected_accepted=np.asarray(rec.expected, dtype=float), rounds=got.rounds, tree=tree,
+                        rule=rule, go_on=go_on, candidates=n_cands, target_nodes=np.asarray(rec.nodes, dtype=np.int64),
+                        tries=rec.kept, pending=rec)
     return result if defer_closed_forms else result.closed_forms()
 
 

@@ -29,7 +29,7 @@ from . import (
 )
 from .distributions import overlap, residual, total_variation, validate_probs
 from .drafts import Draft, DraftTree
-from .engine import evaluate, generate, simulate
+from .engine import Backend, evaluate, generate, simulate
 from .errors import SizeLimitError, SolveError
 from .sources import (
     IIDSource,
@@ -59,6 +59,7 @@ __all__ = [
     "sources",
     "theory",
     "verifiers",
+    "Backend",
     "IIDSource",
     "MarkovSource",
     "TableSource",

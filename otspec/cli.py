@@ -40,7 +40,7 @@ from .clitools import (
     seed,
     tree_from_args,
 )
-from .engine import generate, generate_tree, simulate, simulate_logged, simulate_tree
+from .engine import Backend, generate, generate_tree, simulate, simulate_logged, simulate_tree
 from .engine.trie import check_tree_verifier
 from .errors import SolveError
 from .sources import TAIL_MODES, load_logged_rows, log_rows, random_markov, save_source
@@ -115,11 +115,11 @@ def _simulate(args):
 
     def row(args, L):
         if args.logged is not None:
-            res = simulate_logged(log, CHAIN_VERIFIERS[args.verifier](), L, args.blocks, tail=args.tail, seed=args.seed,
-                                  progress=not args.json, device=args.device)
+            res = simulate_logged(log, CHAIN_VERIFIERS[args.verifier](), L, args.blocks, tail=args.tail,
+                                  seed=args.seed, progress=not args.json, backend=Backend(device=args.device))
         else:
             res = simulate(draft, target, CHAIN_VERIFIERS[args.verifier](), L, args.blocks, seed=args.seed,
-                           progress=not args.json, device=args.device)
+                           progress=not args.json, backend=Backend(device=args.device))
         return {"verifier": args.verifier, "draft_length": L, "blocks": args.blocks, "seed": args.seed,
                 "accepted": res.accepted.as_dict(), "tokens_per_iteration": res.tokens_per_iteration.as_dict(),
                 "acceptance_rate": res.accepted.value / L, "accept_dist": res.accept_dist.tolist()}

@@ -164,6 +164,22 @@ def test_command_line_exit_statuses_and_report_card(tmp_path, capsys):
     assert "cannot import" in capsys.readouterr().err
     assert main(["audit", "otspec.audit.adapters:token", "--rows", str(tmp_path / "none.npz")]) == 2
     assert main(["audit", "otspec.audit.adapters:token", "--verifier", "nope", "--samples", "200"]) == 2
+    capsys.readouterr()
+    assert main(["audit", "otspec.audit.adapters:token", "--rows", str(LOGGED), "--vocab", "100"]) == 2
+    assert "--vocab sizes the synthetic rows" in capsys.readouterr().err
+
+
+def test_the_row_pool_says_its_size_and_a_conflicting_draft_length_is_refused():
+    from otspec.audit.rows import synthetic_pool
+
+    pool = synthetic_pool(vocab=100, draft_length=3, seed=1)
+    r = audit(token, samples=2_000, rows=pool, progress=False)
+    assert (r.vocab, r.draft_length) == (100, 3)
+    assert audit(token, samples=2_000, rows=pool, draft_length=3, progress=False).draft_length == 3
+    with pytest.raises(ValueError, match="draft_length=2: the row pool given drafts 3 tokens"):
+        audit(token, samples=2_000, rows=pool, draft_length=2, progress=False)
+    with pytest.raises(ValueError, match="vocab"):
+        synthetic_pool(vocab=1)
 
 
 def test_assert_lossless_for_other_test_suites():

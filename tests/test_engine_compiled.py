@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from otspec.engine import simulate
+from otspec.engine import Backend, simulate
 from otspec.engine.compiled import AliasTable, available, block_counts, token_counts
 from otspec.engine.rowfree import RowProfile
 from otspec.sources import IIDSource, random_iid, random_markov
@@ -78,16 +78,17 @@ def test_a_seed_fixes_the_result_and_the_methods_agree():
     d, t = IIDSource([0.1, 0.4, 0.3, 0.2]), IIDSource([0.35, 0.05, 0.25, 0.35])
     a, b = (simulate(d, t, BlockVerify(), 4, 100_000, seed=5, progress=False) for _ in range(2))
     assert np.array_equal(a.accept_counts, b.accept_counts)
-    c = simulate(d, t, BlockVerify(), 4, 100_000, seed=5, progress=False, method="row_free")
+    c = simulate(d, t, BlockVerify(), 4, 100_000, seed=5, progress=False, backend=Backend(method="row_free"))
     assert abs(a.accepted.value - c.accepted.value) < 4 * np.hypot(a.accepted.stderr, c.accepted.stderr)
     with pytest.raises(ValueError, match="compiled"):
-        simulate(*random_markov(3, seed=0), TokenVerify(), 2, 10, method="compiled")
+        simulate(*random_markov(3, seed=0), TokenVerify(), 2, 10, backend=Backend(method="compiled"))
 
 
 @pytest.mark.parametrize("verifier", [TokenVerify(), BlockVerify()], ids=["token", "block"])
 def test_compiled_estimates_at_llm_vocabulary_hold_the_certified_values(verifier):
     d, t = random_iid(32000, 1.0, seed=3)
-    res = simulate(d, t, verifier, 8, 2_000_000, seed=1, progress=False, method="compiled", confidence=0.999)
+    res = simulate(d, t, verifier, 8, 2_000_000, seed=1, progress=False, confidence=0.999,
+                   backend=Backend(method="compiled"))
     exact = iid_block_values(d.probs, t.probs, 8)
     value = (exact.token if verifier.name == "token" else exact.verification).value
     assert res.accepted.low - 1e-6 <= value <= res.accepted.high + 1e-6

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from otspec.engine import evaluate, simulate, simulate_logged
+from otspec.engine import Backend, evaluate, simulate, simulate_logged
 from otspec.engine.rowfree import RowProfile, RowTables, sample_block, sample_token
 from otspec.sources import TAIL_MODES, IIDSource, PositionalSource, log_rows, random_markov
 from otspec.theory import positional_window_values
@@ -83,16 +83,17 @@ def test_simulate_row_free_at_llm_vocabulary_matches_the_exact_value(verifier):
     exact = iid_block_values(p, q, L)
     value = (exact.token if verifier.name == "token" else exact.verification).value  # E[τ], certified to 1e-6
     assert res.accepted.low - 1e-6 <= value <= res.accepted.high + 1e-6
-    rows = simulate(IIDSource(p), IIDSource(q), verifier, L, 3_000, seed=2, progress=False, method="rows")
+    rows = simulate(IIDSource(p), IIDSource(q), verifier, L, 3_000, seed=2, progress=False,
+                    backend=Backend(method="rows"))
     assert abs(rows.accepted.value - res.accepted.value) <= 5 * rows.accepted.stderr  # the two paths agree
 
 
 def test_method_is_checked():
     d, t = random_markov(3, seed=0)
     with pytest.raises(ValueError, match="row_free"):
-        simulate(d, t, TokenVerify(), 2, 10, method="row_free")
+        simulate(d, t, TokenVerify(), 2, 10, backend=Backend(method="row_free"))
     with pytest.raises(ValueError, match="method"):
-        simulate(IIDSource([0.5, 0.5]), IIDSource([0.2, 0.8]), TokenVerify(), 2, 10, method="fast")
+        simulate(IIDSource([0.5, 0.5]), IIDSource([0.2, 0.8]), TokenVerify(), 2, 10, backend=Backend(method="fast"))
 
 
 # ----------------------------------------------------------------- many row pairs (logged rows), numpy and torch
@@ -191,12 +192,13 @@ def test_torch_row_free_simulate_matches_the_exact_value(verifier):
     rng = np.random.default_rng(4)
     V, L = 500, 4
     p, q = rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V))
-    res = simulate(IIDSource(p), IIDSource(q), verifier, L, 200_000, seed=1, progress=False, device="cpu")
+    res = simulate(IIDSource(p), IIDSource(q), verifier, L, 200_000, seed=1, progress=False,
+                   backend=Backend(device="cpu"))
     exact = iid_block_values(p, q, L)
     value = (exact.token if verifier.name == "token" else exact.verification).value
     assert res.accepted.low - 1e-9 <= value <= res.accepted.high + 1e-9
     with pytest.raises(ValueError, match="device"):
-        simulate(IIDSource(p), IIDSource(q), verifier, L, 10, device="tpu:7")
+        simulate(IIDSource(p), IIDSource(q), verifier, L, 10, backend=Backend(device="tpu:7"))
 
 
 @pytest.fixture(scope="module")
@@ -224,7 +226,8 @@ def window_exact(log, verifier, L, tail):
 def test_simulate_logged_matches_enumeration_over_the_windows(small_log, device, tail, verifier):
     L = 2
     exact = window_exact(small_log, verifier, L, tail)
-    res = simulate_logged(small_log, verifier, L, 300_000, tail=tail, seed=7, device=device, progress=False)
+    res = simulate_logged(small_log, verifier, L, 300_000, tail=tail, seed=7, progress=False,
+                          backend=Backend(device=device))
     assert res.accepted.low <= exact <= res.accepted.high
     W = small_log.windows(L)
     token, high = positional_window_values(small_log.overlaps(tail)[W[:, None] + np.arange(L)])

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from otspec.drafts.laws import draft_tuple_law
-from otspec.engine import simulate_candidates
+from otspec.engine import Backend, simulate_candidates
 from otspec.engine.rowfree_multi import ROW_FREE_CANDIDATES, candidate_sampler
 from otspec.sources import random_iid
 from otspec.verifiers import MULTI_DRAFT_REGISTRY
@@ -112,7 +112,8 @@ def test_rows_and_row_free_estimate_the_same_acceptance():
     p, q = PAIRS[0]
     for name in NAMES:
         verifier = MULTI_DRAFT_REGISTRY[name]()
-        a, b = (simulate_candidates(p, q, verifier, 3, 100_000, seed=3, progress=False, confidence=0.999, method=m)
+        a, b = (simulate_candidates(p, q, verifier, 3, 100_000, seed=3, progress=False, confidence=0.999,
+                                    backend=Backend(method=m))
                 for m in ("rows", "row_free"))
         assert abs(a.accepted.value - b.accepted.value) < 3 * np.hypot(a.accepted.stderr, b.accepted.stderr) + 1e-12
 
@@ -123,6 +124,6 @@ def test_verifiers_without_a_row_free_sampler_are_refused_by_name():
     otm_without = MULTI_DRAFT_REGISTRY["otm"](replacement=False)
     assert candidate_sampler(otm_without, p, q, 2) is None
     with pytest.raises(ValueError, match="row_free.*'otm'"):
-        simulate_candidates(p, q, otm_without, 2, 10, method="row_free")
+        simulate_candidates(p, q, otm_without, 2, 10, backend=Backend(method="row_free"))
     with pytest.raises(ValueError, match="method"):
-        simulate_candidates(p, q, MULTI_DRAFT_REGISTRY["kseq"](), 2, 10, method="fast")
+        simulate_candidates(p, q, MULTI_DRAFT_REGISTRY["kseq"](), 2, 10, backend=Backend(method="fast"))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from otspec.engine import simulate_candidates
+from otspec.engine import Backend, simulate_candidates
 from otspec.engine.rowfree import RowProfile
 from otspec.engine.rowfree_multi import candidate_sampler, has_row_free_candidates
 from otspec.engine.rowfree_otm import otm_scores, otm_step_sampler
@@ -161,7 +161,8 @@ def test_at_llm_vocabulary_the_estimate_holds_the_optimum():
 
 def test_rows_and_row_free_estimate_the_same_acceptance():
     p, q, k = CASES[0]
-    a, b = (simulate_candidates(p, q, OTMVerify(), k, 100_000, seed=3, progress=False, confidence=0.999, method=m)
+    a, b = (simulate_candidates(p, q, OTMVerify(), k, 100_000, seed=3, progress=False, confidence=0.999,
+                                backend=Backend(method=m))
             for m in ("rows", "row_free"))
     assert abs(a.accepted.value - b.accepted.value) < 3 * np.hypot(a.accepted.stderr, b.accepted.stderr) + 1e-12
 
@@ -171,4 +172,4 @@ def test_drafts_without_replacement_keep_the_plan():
     assert has_row_free_candidates(OTMVerify()) and not has_row_free_candidates(OTMVerify(replacement=False))
     assert candidate_sampler(OTMVerify(replacement=False), p, q, k) is None
     with pytest.raises(ValueError, match="row_free.*'otm'"):
-        simulate_candidates(p, q, OTMVerify(replacement=False), k, 10, method="row_free")
+        simulate_candidates(p, q, OTMVerify(replacement=False), k, 10, backend=Backend(method="row_free"))

@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 
 from otspec import theory
-from otspec.engine import FixedDraftLength, evaluate, generate, simulate
+from otspec.engine import Backend, FixedDraftLength, evaluate, generate, simulate
 from otspec.engine.stats import mean_estimate, proportion_intervals, ratio_estimate
 from otspec.sources import IIDSource, bernoulli, random_markov
 from otspec.verifiers import TokenVerify
@@ -33,7 +33,7 @@ def test_montecarlo_is_reproducible_and_chunking_invariant_in_law():
     a = simulate(d, t, TokenVerify(), 3, 50_000, seed=7, progress=False)
     b = simulate(d, t, TokenVerify(), 3, 50_000, seed=7, progress=False)
     assert np.array_equal(a.accept_counts, b.accept_counts)
-    c = simulate(d, t, TokenVerify(), 3, 50_000, seed=7, batch_size=999, progress=False)
+    c = simulate(d, t, TokenVerify(), 3, 50_000, seed=7, progress=False, backend=Backend(batch_size=999))
     assert c.accepted.contains(theory.bernoulli_expected_accepted_token(0.3, 0.6, 3))
 
 
@@ -125,3 +125,42 @@ def test_simulate_candidates_estimates_the_closed_form_and_emits_the_target(name
     assert stats.chi2.sf(g, dof) > 1e-4
     with pytest.raises(ValueError, match="multi-draft"):
         simulate_candidates(p, q, REGISTRY["token"](), 3, 10)
+
+
+def test_a_backend_is_checked_where_it_is_made_and_where_it_is_used():
+    """Chunk sizes and methods are refused by ``Backend`` itself (a negative chunk once looped forever, 0 meant
+    the default); each simulator refuses the methods and devices it does not offer, naming them."""
+    from otspec.drafts import DraftTree
+    from otspec.engine import simulate_logged, simulate_tree
+    from otspec.engine.chunking import MAX_CHUNK
+    from otspec.sources import log_rows
+    from otspec.verifiers import KSeq
+
+    for bad in (0, -5, 2.5, True, MAX_CHUNK + 1):
+        with pytest.raises(ValueError, match="batch_size"):
+            Backend(batch_size=bad)
+    with pytest.raises(ValueError, match="method"):
+        Backend(method="fast")
+    d, t = bernoulli(0.3), bernoulli(0.6)
+    with pytest.raises(ValueError, match="backend: expected an otspec Backend"):
+        simulate(d, t, TokenVerify(), 2, 10, backend="rows")
+    with pytest.raises(ValueError, match=r"simulate_tree: method 'compiled' is not offered.*\('auto', 'rows'\)"):
+        simulate_tree(d, t, KSeq(), DraftTree((2, 1)), 10, backend=Backend(method="compiled"))
+    with pytest.raises(ValueError, match="simulate_tree runs on numpy"):
+        simulate_tree(d, t, KSeq(), DraftTree((2, 1)), 10, backend=Backend(device="cpu"))
+    log = log_rows(*random_markov(4, 0.5, seed=3), 2, 4, top_p=0.8, seed=4)
+    with pytest.raises(ValueError, match="simulate_logged: method 'rows' is not offered"):
+        simulate_logged(log, TokenVerify(), 1, 10, backend=Backend(method="rows"))
+
+
+def test_a_decode_result_gives_its_interval_at_any_level_without_rerunning():
+    d, t = bernoulli(0.3), bernoulli(0.7)
+    res = generate(d, t, TokenVerify(), 3, 2_000, n_sequences=8, seed=5, progress=False)
+    assert res.block_efficiency.confidence == 0.95
+    levels = [res.at_confidence(c).block_efficiency for c in (0.5, 0.95, 0.999)]
+    assert [e.value for e in levels] == [res.block_efficiency.value] * 3
+    assert levels[1] == res.block_efficiency  # the same units and the same formula as the run's own interval
+    assert levels[0].high - levels[0].low < levels[1].high - levels[1].low < levels[2].high - levels[2].low
+    for bad in (0.0, 1.0, float("nan")):
+        with pytest.raises(ValueError, match="confidence"):
+            res.at_confidence(bad)

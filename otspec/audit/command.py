@@ -13,14 +13,18 @@ def _run(args) -> dict:
     from .card import write_card
     from .core import audit
     from .exact import exact_audit
+    from .rows import synthetic_pool
 
     if args.exact:
         report = exact_audit(args.sampler, vocab=args.vocab or 3, draft_length=args.draft_length, seed=args.seed,
                              verifier=args.verifier, timeout=args.timeout, draws=args.samples)
         return {**report, "_exit_status": 1 if report["verdict"] == "biased" else 0}
-    report = audit(args.sampler, samples=args.samples, rows=args.rows, vocab=args.vocab or 64,
-                   draft_length=args.draft_length, seed=args.seed, alpha=args.alpha, verifier=args.verifier,
-                   timeout=args.timeout, progress=not args.json)
+    if args.rows is not None and args.vocab is not None:
+        raise ValueError("--vocab sizes the synthetic rows; a --rows file has its own vocabulary (give one of them)")
+    rows = args.rows if args.rows is not None else synthetic_pool(vocab=args.vocab or 64,
+                                                                  draft_length=args.draft_length, seed=args.seed)
+    report = audit(args.sampler, samples=args.samples, rows=rows, draft_length=args.draft_length, seed=args.seed,
+                   alpha=args.alpha, verifier=args.verifier, timeout=args.timeout, progress=not args.json)
     out = report.as_dict()
     out.pop("bins")
     if args.out is not None:

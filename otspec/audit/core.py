@@ -79,25 +79,33 @@ def _draw(rows: np.ndarray, rng) -> np.ndarray:
     return np.minimum((cum <= u).sum(axis=-1), rows.shape[-1] - 1)
 
 
-def _pool(rows, vocab: int, draft_length: int, seed) -> RowPool:
+def _pool(rows, draft_length: int | None, seed) -> RowPool:
+    if draft_length is not None:
+        draft_length = check_size(draft_length, "draft_length", limit=64, limit_name="64")
     if rows is None:
-        return synthetic_pool(vocab=vocab, draft_length=draft_length, seed=seed)
+        return synthetic_pool(draft_length=draft_length or 2, seed=seed)
     if isinstance(rows, RowPool):
+        if draft_length is not None and draft_length != rows.draft_length:
+            raise ValueError(f"draft_length={draft_length}: the row pool given drafts {rows.draft_length} tokens "
+                             "(leave draft_length out, or build the pool at that length)")
         return rows
-    return logged_pool(rows, draft_length=draft_length, seed=seed)
+    return logged_pool(rows, draft_length=draft_length or 2, seed=seed)
 
 
-def audit(sampler, *, samples: int = DEFAULT_SAMPLES, rows=None, vocab: int = 64, draft_length: int = 2,
-          seed: int = 0, alpha: float = 1e-3, verifier: str | None = None, timeout: float | None = DEFAULT_TIMEOUT_S,
-          chunk: int | None = None, progress: bool | None = None, name: str | None = None) -> AuditReport:
+def audit(sampler, *, samples: int = DEFAULT_SAMPLES, rows=None, draft_length: int | None = None, seed: int = 0,
+          alpha: float = 1e-3, verifier: str | None = None, timeout: float | None = DEFAULT_TIMEOUT_S,
+          chunk: int | None = None, progress: bool | None = None) -> AuditReport:
     """Audit ``sampler`` (a callable or ``"module:function"``) on ``samples`` draws (module docstring).
 
-    ``rows``: None (synthetic families at ``vocab`` tokens), a logged-rows ``.npz`` path, or a
-    :class:`~otspec.audit.rows.RowPool`. ``verifier``: the name of the chain verifier the sampler claims to be
+    ``rows``: None (the synthetic families at 64 tokens), a logged-rows ``.npz`` path, or a
+    :class:`~otspec.audit.rows.RowPool` (another vocabulary: ``rows=synthetic_pool(vocab=V, draft_length=L)``).
+    ``draft_length``: L of the synthetic or logged pool (default 2); a pool given says its own, and a different
+    one is refused. The report names the sampler by its ``__name__`` (or the ``module:function`` string).
+    ``verifier``: the name of the chain verifier the sampler claims to be
     (``token``, ``block``, ``gumbel``), to test its acceptance too. Raises :class:`~otspec.audit.protocol.SamplerError`
     when the sampler breaks the protocol (raises, wrong shapes or values, no return within ``timeout`` s).
     """
-    label = name or (sampler if isinstance(sampler, str) else getattr(sampler, "__name__", repr(sampler)))
+    label = sampler if isinstance(sampler, str) else getattr(sampler, "__name__", repr(sampler))
     fn = load_sampler(sampler) if isinstance(sampler, str) else sampler
     if not callable(fn):
         raise ValueError(f"sampler: expected a callable or module:function, got {sampler!r}")
@@ -105,8 +113,7 @@ def audit(sampler, *, samples: int = DEFAULT_SAMPLES, rows=None, vocab: int = 64
     alpha = check_real(alpha, "alpha", low=0.0, high=0.5, low_open=True)
     if verifier is not None and verifier not in CHAIN_VERIFIERS:
         raise ValueError(f"verifier {verifier!r}: expected one of {sorted(CHAIN_VERIFIERS)}")
-    pool = _pool(rows, check_size(vocab, "vocab", minimum=2, limit=1_000_000, limit_name="1,000,000"),
-                 check_size(draft_length, "draft_length", limit=64, limit_name="64"), seed)
+    pool = _pool(rows, draft_length, seed)
     L, V = pool.draft_length, pool.vocab
     step = chunk or max(1, min(CALL_BATCH, MAX_AUDIT_ENTRIES // ((2 * L + 1) * V)))
     rng = np.random.default_rng(seed)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..checks import check_size
 from ..sources import load_logged_rows
 
 __all__ = ["FAMILIES", "RowPool", "logged_pool", "synthetic_pool"]
@@ -53,8 +54,10 @@ def _normalise(x: np.ndarray) -> np.ndarray:
 
 def synthetic_pool(n_pairs: int = 128, vocab: int = 64, draft_length: int = 2, seed=0) -> RowPool:
     """``n_pairs`` synthetic row pairs of ``vocab`` tokens for drafts of ``draft_length`` (module docstring)."""
+    P, V = check_size(n_pairs, "n_pairs", limit=4096, limit_name="4,096"), check_size(
+        vocab, "vocab", minimum=2, limit=1_000_000, limit_name="1,000,000")
+    L = check_size(draft_length, "draft_length", limit=64, limit_name="64")
     rng = np.random.default_rng(seed)
-    P, L, V = int(n_pairs), int(draft_length), int(vocab)
     shape = (P, L + 1, V)
     conc = rng.choice([0.1, 0.5, 2.0], size=(P, 1, 1))
     target = rng.dirichlet(np.ones(V), size=(P, L + 1)) ** (1.0 / conc)  # sharper rows at small concentrations

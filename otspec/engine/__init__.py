@@ -1,6 +1,7 @@
 """Engines: exact enumeration, batched Monte Carlo, end-to-end decoding (chains and trees), whole-response simulators."""
 
 from .branching import coupling_law
+from .chunking import Backend
 from .controllers import (
     ConfidenceController,
     FixedDraftLength,
@@ -15,6 +16,7 @@ from .stats import Estimate
 from .tree import generate_tree, simulate_tree, tree_bound, tree_law
 
 __all__ = [
+    "Backend",
     "CostModel",
     "DecodeResult",
     "Estimate",

@@ -34,7 +34,6 @@ from .loop import chain_loop
 from .observers import LedgerObserver
 from .runstate import LoopHooks
 from .session import SourceSession
-from .stats import check_confidence
 
 __all__ = ["DecodeResult", "FixedDraftLength", "block_efficiency_estimate", "generate"]
 
@@ -48,8 +47,7 @@ def check_buffer(n_tokens: int, n_sequences: int) -> None:
 
 
 def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_tokens: int, *,
-             n_sequences: int = 1, seed=0, progress: bool | None = None,
-             confidence: float = 0.95, observers=()) -> DecodeResult:
+             n_sequences: int = 1, seed=0, progress: bool | None = None, observers=()) -> DecodeResult:
     """Generate ``n_sequences`` sequences of ``n_tokens`` tokens by speculative decoding.
 
     Parameters
@@ -69,11 +67,12 @@ def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_
         tqdm bar over generated tokens; ``None`` shows it only on a terminal.
     observers : sequence of :class:`~otspec.engine.observers.Observer`
         See every iteration too (after the ledger).
+
+    Intervals are at level 0.95; :meth:`DecodeResult.at_confidence` gives another level without rerunning.
     """
     ctrl = as_controller(draft_length)
     L, N, B = ctrl.max_length, check_size(n_tokens, "n_tokens"), check_size(n_sequences, "n_sequences")
     check_buffer(N, B)
-    confidence = check_confidence(confidence)
     check_pair(draft, target)
     target.check_length(N)
     draft.check_length(N - 1)  # the last token is never drafted
@@ -85,10 +84,10 @@ def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_
 
         tokens, rows, starts, drafted, accepted = decode_chains(tables, L, N, B, rng)
         ledger.record(rows, starts, drafted, accepted, accepted + 1, draft_calls=drafted, drafted=int(drafted.sum()))
-        return ledger.result(tokens, confidence)
+        return ledger.result(tokens)
     sessions = SourceSession(draft, B, N + 1, max_prefix=N - 2), SourceSession(target, B, N + 1, max_prefix=N - 1)
     with tqdm(total=B * N, unit="tok", unit_scale=True, disable=None if progress is None else not progress,
               leave=False, desc=f"decode ({verifier.name}, L={L})") as bar:
         run = chain_loop(*sessions, verifier, ctrl, N, rng,
                          hooks=LoopHooks(observers=[LedgerObserver(ledger), *observers], bar=bar), batch=B)
-    return ledger.result(run.tokens, confidence)
+    return ledger.result(run.tokens)

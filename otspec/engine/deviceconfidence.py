@@ -13,6 +13,7 @@ nodes in the target's and the drafter's feed numbering. :class:`ConfidenceStep` 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -20,6 +21,16 @@ from ..distributions import namespace, sample_categorical, to_device, to_host
 from .devicetree import LazyList
 
 __all__ = ["ConfidenceStep", "confidence_iteration"]
+
+class _Drafted(NamedTuple):
+    """The drafting half of an iteration: per level (tokens, confidences, parents), the drafter's rows of the fed
+    nodes and which nodes of each level were fed, and the draft calls per sequence."""
+
+    levels: list
+    fed_rows: list
+    fed_local: list
+    calls: np.ndarray
+
 
 def _top_children(rows, k: int):
     """(tokens, probabilities) of the ``k`` largest entries of each row (..., V), largest first, equal ones by id."""
@@ -70,7 +81,8 @@ def confidence_iteration(draft, target, verifier, tree, run, depth, active, rng)
         child_score = xp.where(ok, base + xp.log(xp.where(p > 0, p, xp.ones_like(p))), xp.full_like(p, -np.inf))
         parent_of = xp.broadcast_to(chosen[:, :, None], kids.shape)
         levels.append((kids.reshape(B, K * K), child_score.reshape(B, K * K), parent_of.reshape(B, K * K)))
-    return _confidence_walk(target, verifier, tree, run, depth, active, rng, levels, fed_rows, fed_local, calls)
+    return _confidence_walk(target, verifier, tree, run, depth, active, rng,
+                            _Drafted(levels, fed_rows, fed_local, calls))
 
 
 def _confidence_root_only(target, verifier, run, active, rng, calls):
@@ -79,11 +91,13 @@ def _confidence_root_only(target, verifier, run, active, rng, calls):
                       np.zeros(B, dtype=np.int64))
     y = sample_categorical(scored.rows[:, 0], rng, check=False)
     emitted = np.where(active, 1, 0).astype(np.int64)
-    return ConfidenceStep(None, y[:, None], emitted, np.zeros((B, 0), np.int64), np.zeros((B, 0), np.int64), calls,
-                          np.zeros(B, dtype=np.int64), scored, None, None, None)
+    return ConfidenceStep(None, y[:, None], emitted, walked_nodes=np.zeros((B, 0), np.int64),
+                          draft_walked=np.zeros((B, 0), np.int64), calls=calls, nodes=np.zeros(B, dtype=np.int64),
+                          scored=scored, drafted_nodes=None, fed_rows=None, fed_local=None)
 
 
-def _confidence_walk(target, verifier, tree, run, depth, active, rng, levels, fed_rows, fed_local, calls):
+def _confidence_walk(target, verifier, tree, run, depth, active, rng, drafted: _Drafted):
+    levels, fed_rows, fed_local, calls = drafted
     B, K, M = run.B, tree.top_k, tree.nodes
     xp = namespace(levels[0][1])
     device = levels[0][1].device
@@ -136,8 +150,10 @@ def _confidence_walk(target, verifier, tree, run, depth, active, rng, levels, fe
                             xp.full_like(walked, -1))
     back = to_host(xp.concat([emitted[:, None], walked, draft_walked], axis=1))  # the one read back
     D = len(levels)
-    return ConfidenceStep(tree, out, back[:, 0], back[:, 1:1 + D], back[:, 1 + D:], calls, counts, scored,
-                          (tok, score, parent, kept, valid, kept_tok, kept_parent), fed_rows, fed_local)
+    return ConfidenceStep(tree, out, back[:, 0], walked_nodes=back[:, 1:1 + D], draft_walked=back[:, 1 + D:],
+                          calls=calls, nodes=counts, scored=scored,
+                          drafted_nodes=(tok, score, parent, kept, valid, kept_tok, kept_parent), fed_rows=fed_rows,
+                          fed_local=fed_local)
 
 
 @dataclass(eq=False)

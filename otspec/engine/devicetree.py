@@ -26,13 +26,14 @@ drafter and which are kept, so their draft and target calls get tree parents as 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from ..distributions import namespace, sample_categorical, to_device, to_host
 from ..drafts import sample_candidates
 
-__all__ = ["DeviceStep", "LazyList", "TreeLayout", "device_iteration", "device_walk", "grow_on_device",
+__all__ = ["DeviceStep", "Drafted", "LazyList", "TreeLayout", "device_iteration", "device_walk", "grow_on_device",
            "score_on_device", "walks_on_device"]
 
 
@@ -124,14 +125,24 @@ def score_on_device(target, layout: TreeLayout, tokens, run, depth: np.ndarray):
     return scored.rows, scored.features, counts
 
 
-def device_walk(verifier, layout: TreeLayout, rule: str, tokens, draft_rows, target_rows, depth: np.ndarray,
-                active: np.ndarray, rng, run, *, compact: bool = False):
+class Drafted(NamedTuple):
+    """A tree drafted and scored on the device, level by level: the tokens (level 0 the root), the draft rows at
+    each level's parents and the target rows of every node (the root first)."""
+
+    tokens: list
+    draft_rows: list
+    target_rows: object
+
+
+def device_walk(verifier, layout: TreeLayout, rule: str, drafted: Drafted, depth: np.ndarray, active: np.ndarray,
+                rng, run, *, compact: bool = False):
     """Verify down every sequence's tree on the device (module docstring). ``compact``: children of one node are
     distinct (drawn without replacement, greedy or hub drafts), so the set is one node and the verifier gets its k
     children as they were drawn (the structured verifiers read their positions), not the whole level with −1 slots.
 
     Returns (emitted tokens (B, max depth + 1) on the device; per sequence, read back in one transfer, the tokens
     emitted and the walked nodes (B, max depth), −1 past the path)."""
+    tokens, draft_rows, target_rows = drafted
     xp = namespace(target_rows)
     device = target_rows.device
     B, top = run.B, len(tokens) - 1
@@ -211,9 +222,10 @@ def device_iteration(draft, target, verifier, tree, layout: TreeLayout, rule: st
                                       target_rows, to_device(depth, target_rows.device), rng)
         emitted, path = _read_back(layout, emitted, last, len(tokens) - 1)
     else:
-        out, emitted, path = device_walk(verifier, layout, rule, tokens, draft_rows, target_rows, depth, active, rng,
-                                         run, compact=tree.draw != "iid")
-    return DeviceStep(layout, tokens, draft_rows, target_rows, features, out, emitted, path, calls, nodes, depth)
+        out, emitted, path = device_walk(verifier, layout, rule, Drafted(tokens, draft_rows, target_rows), depth,
+                                         active, rng, run, compact=tree.draw != "iid")
+    return DeviceStep(layout, tokens, draft_rows, target_rows, features=features, out=out, emitted=emitted,
+                      path=path, calls=calls, nodes=nodes, depth=depth)
 
 
 @dataclass(eq=False)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ..theory.cost import CallCosts
-from .stats import Estimate, ratio_estimate
+from .stats import Estimate, check_confidence, ratio_estimate
 
 __all__ = ["MIN_CI_UNITS", "CostModel", "DecodeResult", "Ledger", "block_efficiency_estimate"]
 
@@ -76,7 +76,8 @@ class DecodeResult:
         Accepted draft tokens; iterations that stopped before their drafted depth; drafted
         tokens not accepted; emitted tokens.
     block_efficiency : Estimate
-        Generated tokens per target call, with a batch-means interval.
+        Generated tokens per target call, with a batch-means interval at level 0.95
+        (:meth:`at_confidence` gives it at another level).
     accept_hist : ndarray, shape (L+1, L+1)
         ``accept_hist[g, t]``: iterations that drafted depth g and accepted t.
     elapsed_s : float
@@ -118,10 +119,22 @@ class DecodeResult:
             gen_u = np.bincount(unit, weights=emitted, minlength=n_units)
             used = gen_u > 0
             interval = ratio_estimate(time_u[used], gen_u[used], confidence)
-        return CostModel(t_draft, t_target, total, parts["oracle_time"], parts["discard_time"],
-                         parts["verification_time"], parts["holds"], latency,
-                         self.discarded / N, self.target_calls / N, t_target / latency if latency > 0 else math.inf,
-                         interval)
+        return CostModel(t_draft, t_target, total, oracle_time=parts["oracle_time"], discard_time=parts["discard_time"],
+                         verification_time=parts["verification_time"], decomposition_holds=parts["holds"],
+                         latency=latency, discard_rate=self.discarded / N, verification_rate=self.target_calls / N,
+                         speedup=t_target / latency if latency > 0 else math.inf, latency_interval=interval)
+
+    def at_confidence(self, confidence: float) -> DecodeResult:
+        """This result with its block-efficiency interval at level ``confidence`` (the same units; nothing reruns).
+
+        >>> from otspec import IIDSource, TokenVerify, generate
+        >>> res = generate(IIDSource([.6, .4]), IIDSource([.5, .5]), TokenVerify(), 2, 200, n_sequences=2, seed=0)
+        >>> wide = res.at_confidence(0.99).block_efficiency
+        >>> wide.value == res.block_efficiency.value and wide.low < res.block_efficiency.low, wide.confidence
+        (True, 0.99)
+        """
+        unit, n_units, emitted, _ = self.trace
+        return replace(self, block_efficiency=_unit_ratio(unit, n_units, emitted, check_confidence(confidence)))
 
     @property
     def acceptance_rate(self) -> float:
@@ -164,7 +177,11 @@ def block_efficiency_estimate(rows, starts, emitted, n_sequences: int, n_tokens:
     position so there are at least :data:`MIN_CI_UNITS` units for the interval.
     """
     rows, starts, emitted = (np.concatenate(x) for x in (rows, starts, emitted))
-    unit, n_units = _units(rows, starts, n_sequences, n_tokens)
+    return _unit_ratio(*_units(rows, starts, n_sequences, n_tokens), emitted, confidence)
+
+
+def _unit_ratio(unit, n_units: int, emitted, confidence: float) -> Estimate:
+    """Emitted tokens per iteration (one target call each) by batch means over ``unit``."""
     gen_u = np.bincount(unit, weights=emitted, minlength=n_units)
     calls_u = np.bincount(unit, minlength=n_units)
     used = calls_u > 0
@@ -209,8 +226,7 @@ class Ledger:
             rejected=int(sum(self.hist[g, :g].sum() for g in range(1, self.hist.shape[0]))),
             discarded=self.drafted - accepted,
             generated=int(emitted.sum()),
-            block_efficiency=block_efficiency_estimate(self._rows, self._starts, self._emitted, self.B, self.N,
-                                                       confidence),
+            block_efficiency=_unit_ratio(unit, n_units, emitted, confidence),
             accept_hist=self.hist,
             elapsed_s=time.perf_counter() - self._t0,
             trace=(unit, n_units, emitted, np.concatenate(self._draft_calls)),

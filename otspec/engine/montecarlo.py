@@ -22,16 +22,13 @@ from ..sources import IIDSource, LoggedRows, Source
 from ..verifiers.base import Verifier
 from ..verifiers.candidates import MultiDraftVerifier
 from ..verifiers.token import TokenVerify
-from .chunking import chunk_size
+from .chunking import DEFAULT_BACKEND, MONTE_CARLO_METHODS, Backend, check_backend, chunk_size
 from .rowfree import ROW_FREE, RowProfile, RowTables, row_free_sampler
 from .rowfree_multi import candidate_sampler
 from .stats import Estimate, check_confidence, mean_estimate, proportion_intervals
 
-__all__ = ["MONTE_CARLO_METHODS", "MonteCarloResult", "default_batch_size", "simulate", "simulate_candidates",
+__all__ = ["MONTE_CARLO_METHODS", "Backend", "MonteCarloResult", "default_batch_size", "simulate", "simulate_candidates",
            "simulate_logged"]
-
-MONTE_CARLO_METHODS = ("auto", "rows", "row_free", "compiled")
-
 
 @dataclass(frozen=True)
 class MonteCarloResult:
@@ -138,8 +135,8 @@ def _first_emitted(tau, tokens, correction, xp=np):
 
 
 def simulate(draft: Source, target: Source, verifier: Verifier, draft_length: int, n_blocks: int, *,
-             seed=0, batch_size: int | None = None, progress: bool | None = None,
-             confidence: float = 0.95, method: str = "auto", device=None) -> MonteCarloResult:
+             seed=0, progress: bool | None = None, confidence: float = 0.95,
+             backend: Backend = DEFAULT_BACKEND) -> MonteCarloResult:
     """Simulate ``n_blocks`` independent iterations of ``verifier``.
 
     Parameters
@@ -150,37 +147,33 @@ def simulate(draft: Source, target: Source, verifier: Verifier, draft_length: in
     n_blocks : int
     seed : int or numpy Generator
         Fixes every random draw (drafts and verification).
-    batch_size : int, optional
-        Trials per vectorised chunk (default: :func:`default_batch_size`).
     progress : bool, optional
         Show a tqdm bar over chunks; ``None`` shows it only on a terminal.
     confidence : float
         Level of the reported intervals.
-    method : {"auto", "rows", "row_free", "compiled"}
-        ``rows`` scores every block with both sources and runs ``verifier.sample`` on the rows;
+    backend : Backend
+        How the trials are drawn; none of it changes the law. ``backend.method``: ``rows`` scores every block
+        with both sources and runs ``verifier.sample`` on the rows;
         ``row_free`` (IID pairs with token or published block verification) samples the same law
         from precomputed tables without materialising rows (:mod:`otspec.engine.rowfree`), so its cost
         does not grow with V; ``compiled`` runs the same algorithm one block at a time in a numba kernel
         that leaves undrawn what the outcome does not read (:mod:`otspec.engine.compiled`); ``auto`` picks
-        ``compiled`` (numpy, numba installed), else ``row_free``, where they apply.
-    device : None, "auto" or a torch device
-        Row-free sampling only: None runs numpy; otherwise torch on that device ("auto": CUDA when
-        available, else the CPU).
+        ``compiled`` (numpy, numba installed), else ``row_free``, where they apply. ``backend.device``: row-free
+        sampling on torch. ``backend.batch_size``: trials per vectorised chunk (default :func:`default_batch_size`).
     """
     L = check_size(draft_length, "draft_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
     n_blocks = check_size(n_blocks, "n_blocks", limit=MAX_SIMULATION_BLOCKS, limit_name="MAX_SIMULATION_BLOCKS")
     confidence = check_confidence(confidence)
     V = check_pair(draft, target)
     target.check_length(L + 1)
-    if method not in MONTE_CARLO_METHODS:
-        raise ValueError(f"method: expected one of {MONTE_CARLO_METHODS}, got {method!r}")
+    method, batch_size = check_backend(backend, "simulate", devices=True).method, backend.batch_size
     fast = row_free_sampler(verifier) if isinstance(draft, IIDSource) and isinstance(target, IIDSource) else None
     if method == "row_free" and fast is None:
         raise ValueError(f"method='row_free' needs an IID draft and target and a verifier among token, block; got "
                          f"{type(draft).__name__}, {type(target).__name__} and {verifier.name!r}")
     if method == "rows":
         fast = None
-    device = resolve_device(device)
+    device = resolve_device(backend.device)
     if device is not None and fast is None:
         raise ValueError(f"device={device!s}: only row-free sampling runs on torch (IID pairs, token or block)")
     desc = f"monte carlo ({verifier.name}, L={L})"
@@ -220,14 +213,14 @@ def simulate(draft: Source, target: Source, verifier: Verifier, draft_length: in
 
 
 def simulate_candidates(draft_row, target_row, verifier, k: int, n_steps: int, *, seed=0,
-                        batch_size: int | None = None, progress: bool | None = None,
-                        confidence: float = 0.95, method: str = "auto") -> MonteCarloResult:
+                        progress: bool | None = None, confidence: float = 0.95,
+                        backend: Backend = DEFAULT_BACKEND) -> MonteCarloResult:
     """Monte Carlo of one multi-draft step: k candidates drawn from the draft row as ``verifier`` requires
     (i.i.d., or without replacement), verified against the target row. ``accepted`` estimates
     P(a candidate is accepted) (τ ∈ {0, 1}); ``first_token_counts`` counts the emitted token Y, which a
     lossless verifier draws from the target row.
 
-    ``method``: ``rows`` hands the verifier (B, V) rows; ``row_free`` (naive, k-Seq, multi-round with and
+    ``backend.method``: ``rows`` hands the verifier (B, V) rows; ``row_free`` (naive, k-Seq, multi-round with and
     without replacement, OTM with i.i.d. drafts) samples the same law from tables built once
     (:mod:`otspec.engine.rowfree_multi`; OTM: an optimal coupling, the same acceptance and Y ~ q), at a cost
     per step that does not grow with V; ``auto`` picks ``row_free`` where it applies."""
@@ -236,8 +229,8 @@ def simulate_candidates(draft_row, target_row, verifier, k: int, n_steps: int, *
     k = check_size(k, "k", limit=MAX_CANDIDATES, limit_name="MAX_CANDIDATES")
     n_steps = check_size(n_steps, "n_steps", limit=MAX_SIMULATION_BLOCKS, limit_name="MAX_SIMULATION_BLOCKS")
     confidence = check_confidence(confidence)
-    if method not in MONTE_CARLO_METHODS:
-        raise ValueError(f"method: expected one of {MONTE_CARLO_METHODS}, got {method!r}")
+    method = check_backend(backend, "simulate_candidates", ("auto", "rows", "row_free")).method
+    batch_size = backend.batch_size
     p, q = row_pair(draft_row, target_row)
     rng, V = np.random.default_rng(seed), p.size
     fast = None if method == "rows" else candidate_sampler(verifier, p, q, k)
@@ -259,25 +252,28 @@ def simulate_candidates(draft_row, target_row, verifier, k: int, n_steps: int, *
 
 
 def simulate_logged(log: LoggedRows, verifier: Verifier, draft_length: int, n_blocks: int, *, tail: str = "overlap",
-                    span: int | None = None, seed=0, batch_size: int | None = None, progress: bool | None = None,
-                    confidence: float = 0.95, device=None) -> MonteCarloResult:
+                    span: int | None = None, seed=0, progress: bool | None = None, confidence: float = 0.95,
+                    backend: Backend = DEFAULT_BACKEND) -> MonteCarloResult:
     """Monte Carlo on logged rows: each iteration starts at a window of L+1 consecutive steps of one path,
     drawn uniformly among all windows of the log (:meth:`~otspec.sources.LoggedRows.windows`; ``span`` as
     there), and verifies a block drafted from the rows there — E[τ] averaged over the windows.
 
     Row-free (token and published block verification): the sampling tables of every step's row pair are
-    built once (:class:`~otspec.engine.rowfree.RowTables`), numpy or torch on ``device`` as in :func:`simulate`.
+    built once (:class:`~otspec.engine.rowfree.RowTables`), numpy or torch on ``backend.device`` as in
+    :func:`simulate` (``backend.method``: ``auto`` or ``row_free``, the only one it offers).
     ``first_token_counts`` cover the log's V' symbols (:meth:`~otspec.sources.LoggedRows.vocab`).
     """
     L = check_size(draft_length, "draft_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
     n_blocks = check_size(n_blocks, "n_blocks", limit=MAX_SIMULATION_BLOCKS, limit_name="MAX_SIMULATION_BLOCKS")
     confidence = check_confidence(confidence)
+    check_backend(backend, "simulate_logged", ("auto", "row_free"), devices=True)
+    batch_size = backend.batch_size
     fast = row_free_sampler(verifier)
     if fast is None:
         raise ValueError(f"Monte Carlo on logged rows samples token and block verification row-free; got "
                          f"{verifier.name!r}")
     windows = log.windows(L, span)
-    device = resolve_device(device)
+    device = resolve_device(backend.device)
     tables = RowTables(*log.segments(tail), device=device)
     if device is None:
         rng, starts = np.random.default_rng(seed), windows

@@ -277,8 +277,9 @@ def predict_from_pairs(pairs, verifier, draft, plan: ReplayPlan = DEFAULT_REPLAY
     stacked = {key: np.stack([np.concatenate([np.pad(x[3][k], ((0, 0), (0, J - x[3][k].shape[1])), constant_values=-1)
                                               for x in group]) for group in prompts])
                for k, key in enumerate(("width", "calls", "whole"))}
-    return LogPrediction(value, low, high, tokens.sum(axis=1), iterations.sum(axis=1), hist, sequences,
-                         mean_low, mean_high, units, method, iterations, stacked, G)
+    return LogPrediction(value, low, high, tokens=tokens.sum(axis=1), iterations=iterations.sum(axis=1),
+                         accept_hist=hist, sequences=sequences, mean_low=mean_low, mean_high=mean_high, units=units,
+                         method=method, replay_iterations=iterations, traces=stacked, paths_per_prompt=G)
 
 
 def _max_length(draft) -> int:

@@ -33,7 +33,7 @@ from ..drafts import MAX_DRAFT_TUPLES, DraftTree, draft_tuple_law
 from ..pairs import check_pair
 from ..solvers.tree_ot import TreeOptimum, coupling_optimum, tree_optimum
 from ..sources import Source, check_enumeration, extend_prefixes
-from .chunking import chunk_size
+from .chunking import DEFAULT_BACKEND, Backend, check_backend, chunk_size
 from .confidence import grow_on_source
 from .decode import check_buffer
 from .ledger import DecodeResult, Ledger
@@ -198,7 +198,7 @@ def _fill(target: Source, emitted: dict, length: int) -> np.ndarray:
 
 def generate_tree(draft: Source, target: Source, verifier, tree: DraftTree, n_tokens: int, *,
                   rule: str = "match", n_sequences: int = 1, seed=0, progress: bool | None = None,
-                  confidence: float = 0.95, observers=()) -> DecodeResult:
+                  observers=()) -> DecodeResult:
     """End-to-end multi-draft decoding on ``tree``; counts as in :func:`otspec.engine.decode.generate`.
 
     Runs the tree loop of :mod:`otspec.engine.loop` over two
@@ -206,7 +206,8 @@ def generate_tree(draft: Source, target: Source, verifier, tree: DraftTree, n_to
     passes (one per tree depth drafted, batched over the depth's nodes); ``discarded`` counts
     drafted tree tokens that were not accepted. A sequence never drafts past its last token (the
     tree is cut at depth N − pos − 1). ``accept_hist[g, t]``: iterations with tree depth g that
-    accepted t. ``observers`` see every iteration too (after the ledger).
+    accepted t. ``observers`` see every iteration too (after the ledger). Intervals at level 0.95
+    (:meth:`~otspec.engine.ledger.DecodeResult.at_confidence` for another).
     """
     _check(draft, target, verifier, tree, rule)
     L, N, B = tree.depth, check_size(n_tokens, "n_tokens"), check_size(n_sequences, "n_sequences")
@@ -218,26 +219,28 @@ def generate_tree(draft: Source, target: Source, verifier, tree: DraftTree, n_to
               leave=False, desc=f"tree decode ({verifier.name}, {tree})") as bar:
         run = tree_loop(*sessions, verifier, tree, N, np.random.default_rng(seed),
                         hooks=LoopHooks(observers=[LedgerObserver(ledger), *observers], bar=bar), rule=rule, batch=B)
-    return ledger.result(run.tokens, confidence)
+    return ledger.result(run.tokens)
 
 
 def simulate_tree(draft: Source, target: Source, verifier, tree, n_blocks: int, *, rule: str = "match", seed=0,
-                  batch_size: int | None = None, progress: bool | None = None,
-                  confidence: float = 0.95) -> MonteCarloResult:
+                  progress: bool | None = None, confidence: float = 0.95,
+                  backend: Backend = DEFAULT_BACKEND) -> MonteCarloResult:
     """Monte Carlo of one tree iteration from the empty context: ``n_blocks`` trees drafted and verified.
 
     Each trial runs the tree loop (:func:`~otspec.engine.loop.tree_loop`) for depth + 1 tokens, which is
     exactly one iteration on the whole tree; ``accepted`` estimates E[accepted tree tokens], the quantity
     of :func:`tree_law` and of :func:`tree_bound`, and ``first_token_counts`` counts the first emitted
     token (a lossless verifier draws it from the target's first row). Works for every tree verifier
-    (multi-draft and whole-tree) and for EAGLE-2 trees.
+    (multi-draft and whole-tree) and for EAGLE-2 trees. ``backend``: only ``method="auto"`` or ``"rows"`` on numpy
+    (the tree loop scores rows); ``backend.batch_size`` trials per chunk.
     """
     _check(draft, target, verifier, tree, rule)
     n_blocks = check_size(n_blocks, "n_blocks", limit=MAX_SIMULATION_BLOCKS, limit_name="MAX_SIMULATION_BLOCKS")
     L, V = tree.depth, target.vocab_size
     target.check_length(L + 1)
     rng = np.random.default_rng(seed)
-    batch = chunk_size((tree.num_tokens + 1) * 2 * V, batch_size)
+    check_backend(backend, "simulate_tree", ("auto", "rows"))
+    batch = chunk_size((tree.num_tokens + 1) * 2 * V, backend.batch_size)
 
     def draw(b):
         first = _FirstIteration(b)

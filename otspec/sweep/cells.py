@@ -40,6 +40,7 @@ import numpy as np
 from .. import theory
 from ..distributions import temperature_rows, total_variation
 from ..engine import (
+    Backend,
     generate,
     generate_tree,
     simulate,
@@ -158,8 +159,9 @@ def _logged_runs(cell: dict, log, verifier, seeds, row: dict) -> dict:
     def monte_carlo():
         if multi:
             raise NotImplementedError(_MC_SINGLE)
-        res = simulate_logged(log, verifier, L, cell["blocks"], tail=tail, span=cell["pair"].get("span"), seed=np.random.default_rng(seeds[0]),
-                              progress=False, confidence=cell["confidence"], device=cell.get("device"))
+        res = simulate_logged(log, verifier, L, cell["blocks"], tail=tail, span=cell["pair"].get("span"),
+                              seed=np.random.default_rng(seeds[0]), progress=False, confidence=cell["confidence"],
+                              backend=Backend(device=cell.get("device")))
         return _mc_columns(res, cell["blocks"])
 
     off = _unavailable_on_logs
@@ -200,8 +202,8 @@ def _tree_runs(cell: dict, sources, verifier, seeds, row: dict) -> dict:
 
     def decode():
         res = generate_tree(draft, target, verifier, tree, cell["tokens"], n_sequences=cell["sequences"],
-                            seed=np.random.default_rng(seeds[1]), progress=False, confidence=conf)
-        be = res.block_efficiency
+                            seed=np.random.default_rng(seeds[1]), progress=False)
+        be = res.at_confidence(conf).block_efficiency
         return {"decode_block_efficiency": be.value, "decode_low": be.low, "decode_high": be.high}
 
     def adaptive():
@@ -324,15 +326,15 @@ def _source_runs(cell: dict, sources, verifier, seeds, row: dict) -> dict:
                                       progress=False, confidence=conf)
             return _mc_columns(res, cell["blocks"])
         res = simulate(draft, target, verifier, L, cell["blocks"], seed=np.random.default_rng(seeds[0]),
-                       progress=False, confidence=conf, device=cell.get("device"))
+                       progress=False, confidence=conf, backend=Backend(device=cell.get("device")))
         return _mc_columns(res, cell["blocks"])
 
     def decode():
         if multi:
             raise NotImplementedError("decode cells are single-draft")
         res = generate(draft, target, verifier, L, cell["tokens"], n_sequences=cell["sequences"],
-                       seed=np.random.default_rng(seeds[1]), progress=False, confidence=conf)
-        be = res.block_efficiency
+                       seed=np.random.default_rng(seeds[1]), progress=False)
+        be = res.at_confidence(conf).block_efficiency
         return {"decode_block_efficiency": be.value, "decode_low": be.low, "decode_high": be.high}
 
     def adaptive():
