@@ -166,3 +166,19 @@ def brute_force_block_value(draft, target, length: int) -> float:
 
     walk([], 1.0, 1.0)
     return total
+
+
+def full_depth_tokens(result, depth: int, confidence: float = 0.95):
+    """E[tokens per iteration] over a decode run's full-depth iterations (``accept_hist[depth]``), with a normal
+    interval: an :class:`~otspec.engine.stats.Estimate`.
+
+    On an IID pair every iteration that drafts its whole tree is an independent draw of the exact one-iteration
+    law; the run's block efficiency also averages the short last iterations of each sequence (cut at N − pos − 1),
+    an end effect of order depth / N that only long sequences make small. Counting the full-depth iterations alone
+    has no end effect, so short sequences in a wide batch (a few loop steps) test the same law as long ones."""
+    from otspec.engine.stats import mean_estimate
+
+    row = np.asarray(result.accept_hist)[depth]
+    tokens = np.arange(row.size) + 1.0
+    n = int(row.sum())
+    return mean_estimate(float(row @ tokens), float(row @ tokens**2), n, confidence)

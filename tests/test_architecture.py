@@ -93,7 +93,7 @@ def test_the_library_never_imports_the_model_side():
     assert [(a, b) for a, b in graph.edges if _inside(a, "otspec") and _inside(b, "llm_bridge")] == []
 
 
-@pytest.mark.parametrize("lower", ["otspec.solvers", "otspec.theory", "otspec.drafts", "otspec.distributions",
+@pytest.mark.parametrize("lower", ["otspec.solvers", "otspec.theory", "otspec.drafts", "otspec.distributions", "otspec.namespaces",
                                    "otspec.sources", "otspec.errors", "otspec.pairs"])
 def test_lower_layers_never_import_verifiers_or_engines(lower):
     graph = import_graph()

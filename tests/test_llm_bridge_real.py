@@ -57,8 +57,11 @@ def test_short_loop_and_a_two_sample_test(pair, prompt):
     assert len(run.tokens[0]) == 12 and run.decode.generated == 12
     assert isinstance(pair.tokenizer.decode(run.tokens[0]), str)
     sampling = Sampling(top_k=4)
-    assert two_sample_test(pair, prompt, TokenVerify(), 2, DecodeOptions(sampling=sampling, seed=1), n=150)["p_value"] > 1e-3
+    # the two-sample tests prefill 150 copies of the context for each side: its last 8 tokens (" story about a
+    # lighthouse keeper.<|im_end|>\n<|im_start|>assistant\n") are a context of the same kind at a fifth of the cost
+    short = prompt[-8:]
+    assert two_sample_test(pair, short, TokenVerify(), 2, DecodeOptions(sampling=sampling, seed=1), n=150)["p_value"] > 1e-3
     biased = DecodingOPT(float("inf"))  # accepts every draft: the draft's law, far from the target's here
-    assert first_token_law(pair, prompt, biased, 2, sampling=sampling).max_deviation > 0.1
-    assert two_sample_test(pair, prompt, biased, 2, DecodeOptions(sampling=sampling, seed=2), n=150)["p_value"] < 1e-3
+    assert first_token_law(pair, short, biased, 2, sampling=sampling).max_deviation > 0.1
+    assert two_sample_test(pair, short, biased, 2, DecodeOptions(sampling=sampling, seed=2), n=150)["p_value"] < 1e-3
     assert np.isfinite(run.tokens_per_s)

@@ -51,7 +51,8 @@ class Estimate:
 
 
 def _z(confidence: float) -> float:
-    from scipy.special import ndtri  # scipy.stats.norm.ppf's own kernel; scipy.stats takes a second to import
+    # scipy.stats.norm.ppf's own kernel: scipy.stats takes a second to import
+    from scipy.special import ndtri
 
     return float(ndtri(0.5 + confidence / 2.0))
 
@@ -88,7 +89,8 @@ def ratio_estimate(numerators, denominators, confidence: float = 0.95) -> Estima
         return Estimate(ratio, float("nan"), float("nan"), float("nan"), confidence)
     resid = num - ratio * den
     se = float(np.sqrt(np.sum(resid**2) / (n * (n - 1))) / den.mean())
-    from scipy.special import stdtrit  # scipy.stats.t.ppf's own kernel, without importing scipy.stats
+    # scipy.stats.t.ppf's own kernel, without importing scipy.stats
+    from scipy.special import stdtrit
 
     t = float(stdtrit(n - 1, 0.5 + confidence / 2.0))
     return Estimate(ratio, se, ratio - t * se, ratio + t * se, confidence)
