@@ -77,7 +77,7 @@ from .runs import (
 )
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .timing import TimingPlan, add_timing_arguments, phase_log
-from .validate import PROMPT_FILE, output_name, split_prompts
+from .validate import PROMPT_FILE, output_path, split_prompts
 
 __all__ = ["L2_GRID", "FrontierPlan", "HeadData", "choose_l2", "frontier", "head_training_data", "head_training_data_on_policy",
            "load_head", "main", "save_head", "train_head"]
@@ -296,11 +296,15 @@ def main(argv=None) -> int:
     except ValueError:
         ap.error("--thresholds and --fixed take comma-separated numbers")
     try:
+        out_path = output_path(args.out_dir, args.name, args.draft, prefix="llm_adaptive_")
+    except ValueError as err:
+        ap.error(str(err))
+    try:
         record = run(args, thresholds, fixed)
     except (ModelNotFound, VocabularyMismatch, ImportError, ValueError, FileNotFoundError) as err:
         print(f"python -m llm_bridge.adaptive: {err}", file=sys.stderr)
         return 2
-    path = record.write(args.out_dir / f"llm_adaptive_{args.name or output_name(args.draft)}.json")
+    path = record.write(out_path)
     print(f"wrote {path} (its plot and summary: python -m otspec.plot record {path})", file=sys.stderr)
     return 0
 

@@ -31,7 +31,7 @@ from .drafters import load_pair
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
 from .runs import wall_clock_prediction
 from .trees import parse_tree
-from .validate import FIGURES, output_name, prepare_predictions, split_prompts
+from .validate import FIGURES, output_name, output_path, prepare_predictions, split_prompts
 from .validate_config import ValidateConfig
 
 __all__ = ["FORECAST_TOLERANCE", "check_forecast", "forecast", "forecast_check", "main"]
@@ -113,7 +113,10 @@ def main(argv=None) -> int:
                     help="instead of forecasting: compare the forecast llm_forecast_<name>.json with RECORD")
     args = ap.parse_args(argv)
     name = args.name or output_name(args.draft)
-    path = args.out_dir / f"llm_forecast_{name}.json"
+    try:
+        path = output_path(args.out_dir, name, args.draft, prefix="llm_forecast_")
+    except ValueError as err:
+        ap.error(str(err))
     try:
         if args.check is not None:
             for row in check_forecast(json.loads(path.read_text()), json.loads(args.check.read_text())):

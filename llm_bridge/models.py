@@ -75,16 +75,19 @@ def accelerator_name(device) -> str | None:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else None
 
 
+#: The model dtypes by name (``--dtype``).
+DTYPE_NAMES = ("float32", "float64", "bfloat16", "float16")
+
+
 def resolve_dtype(dtype: Any = "float32"):
     """A torch dtype from a name (``"float32"``, ``"bfloat16"``, ``"float16"``, ``"float64"``) or a dtype."""
     import torch
 
     if isinstance(dtype, torch.dtype):
         return dtype
-    names = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    if dtype not in names:
-        raise ValueError(f"dtype={dtype!r}: expected one of {sorted(names)}")
-    return names[dtype]
+    if dtype not in DTYPE_NAMES:
+        raise ValueError(f"dtype={dtype!r}: expected one of {sorted(DTYPE_NAMES)}")
+    return getattr(torch, dtype)
 
 
 def _sha256(path: Path) -> str:

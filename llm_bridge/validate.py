@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import re
 import sys
@@ -87,7 +88,7 @@ from .timing import TimingPlan, add_timing_arguments, phase_log
 from .trees import parse_tree, tree_batches, tree_generate
 from .validate_config import PROMPT_FILE, ValidateConfig, prompt_lines
 
-__all__ = ["ENGINE_KEYS", "MAX_BASELINE_DRIFT", "TREE_VERIFIERS", "ValidateConfig", "export_synthetic_rates", "main",
+__all__ = ["ENGINE_KEYS", "MAX_BASELINE_DRIFT", "TREE_VERIFIERS", "ValidateConfig", "check_writable_file", "export_synthetic_rates", "main", "output_path",
            "timing_check", "validate"]
 
 
@@ -342,6 +343,36 @@ def output_name(draft: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]+", "_", Path(draft).name).strip("_") or "pair"
 
 
+def output_path(out_dir, name: str | None, draft: str, prefix: str = "llm_") -> Path:
+    """``out_dir/<prefix><name>.json``, checked before any model loads: ``name`` (default :func:`output_name` of the
+    draft) is a file-name stem — letters, digits, ``_ . + -``, no path separators, so nothing is written outside
+    ``out_dir`` —, and ``out_dir`` exists or can be made, and can be written to. A ``ValueError`` names the flag."""
+    name = output_name(draft) if name is None else str(name)
+    if not re.fullmatch(r"[A-Za-z0-9_.+-]+", name) or name.strip(".") == "":
+        raise ValueError(f"--name {name!r}: expected a file-name stem (letters, digits, _ . + -), without path "
+                         "separators: the record is written as <out-dir>/" + prefix + "<name>.json")
+    folder = Path(out_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"--out-dir {folder}: cannot be made ({err.strerror or err})") from None
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"--out-dir {folder}: cannot be written to")
+    return folder / f"{prefix}{name}.json"
+
+
+def check_writable_file(path, flag: str) -> Path:
+    """``path`` for a file a command writes at its end, checked at its start: its folder exists and can be written
+    to, and ``path`` is not a folder (a ``ValueError`` naming ``flag``)."""
+    path = Path(path)
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        raise ValueError(f"{flag} {path}: its folder does not exist")
+    if path.is_dir() or not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(f"{flag} {path}: cannot be written to")
+    return path
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m llm_bridge.validate", description=__doc__.splitlines()[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -410,8 +441,12 @@ def main(argv=None) -> int:
         lengths = [int(x) for x in args.L.split(",") if x.strip()]
     except ValueError:
         ap.error(f"--L {args.L!r}: expected comma-separated integers")
-    if args.export_synthetic_rates is not None and not args.export_synthetic_rates.resolve().parent.is_dir():
-        ap.error(f"--export-synthetic-rates {args.export_synthetic_rates}: its folder does not exist")
+    try:
+        out_path = output_path(args.out_dir, args.name, args.draft)
+        if args.export_synthetic_rates is not None:
+            check_writable_file(args.export_synthetic_rates, "--export-synthetic-rates")
+    except ValueError as err:
+        ap.error(str(err))
     try:
         config = ValidateConfig(
             target=args.target, draft=args.draft, verifiers=tuple(v.strip() for v in args.verifiers.split(",")),
@@ -431,7 +466,7 @@ def main(argv=None) -> int:
     except (ModelNotFound, FileNotFoundError, VocabularyMismatch, ImportError, ValueError) as err:
         print(f"python -m llm_bridge.validate: {err}", file=sys.stderr)
         return 2
-    path = record.write(args.out_dir / f"llm_{args.name or output_name(args.draft)}.json")
+    path = record.write(out_path)
     if args.export_synthetic_rates is not None:
         print(f"wrote {export_synthetic_rates(record.to_json(), args.export_synthetic_rates)}", file=sys.stderr)
     if args.json:

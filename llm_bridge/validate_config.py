@@ -14,13 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from otspec.checks import MAX_DRAFT_LENGTH, check_size
-from otspec.engine.trie import check_tree_verifier
+from otspec.checks import MAX_DRAFT_LENGTH, check_real, check_size
+from otspec.distributions import resolve_device
+from otspec.engine.trie import RULES, check_tree_verifier
 from otspec.verifiers import REGISTRY, TREE_VERIFIERS
 
 from .cache import CACHE_KINDS
 from .logrows import DEFAULT_LOG_MAX_KEPT, DEFAULT_LOG_TOP_P
-from .models import DEFAULT_TARGET
+from .loop import check_pairing
+from .models import DEFAULT_TARGET, DTYPE_NAMES
 from .options import Changeable
 from .prompts import DATA_DIR, read_prompts
 from .sampling import Sampling
@@ -41,6 +43,11 @@ def prompt_lines(prompts: int, prediction_prompts: int | None = None, pool: int 
         raise ValueError(f"--prompts {prompts} and --prediction-prompts {prediction_prompts}: the prompt file holds "
                          f"{pool}, and the prediction prompts must differ from the measured ones")
     return list(range(prompts)), list(range(prompts, prompts + prediction_prompts))
+
+
+#: Most positions (batch × a tree's tokens + 1) one target call of a tree run may score: each is a row of V logits
+#: (49,152 for the default pair: 4,096 rows are 0.8 GB in float32). Real trees score tens of tokens a sequence.
+MAX_CALL_POSITIONS = 4096
 
 
 @dataclass(frozen=True)
@@ -118,16 +125,36 @@ class ValidateConfig(Changeable):
             raise ValueError(f"lossless_samples: expected >= 0 (0 skips the two-sample test), got "
                              f"{self.lossless_samples}")
         self._check_trees()
+        self._check_run_options()
         if self.cache not in CACHE_KINDS:
             raise ValueError(f"cache: expected one of {CACHE_KINDS}, got {self.cache!r}")
         if self.log_rows is not None and not Path(self.log_rows).resolve().parent.is_dir():
             raise ValueError(f"--log-rows {self.log_rows}: its folder does not exist")
+
+    def _check_run_options(self) -> None:
+        """Every option that would otherwise be refused only once the models are loaded (or after the run)."""
+        self.sampling  # temperature, top_k, top_p  # noqa: B018
+        if self.dtype not in DTYPE_NAMES:
+            raise ValueError(f"dtype: expected one of {DTYPE_NAMES}, got {self.dtype!r}")
+        resolve_device(self.device)  # a name torch knows, on a device that is here
+        if self.rule not in RULES:
+            raise ValueError(f"rule: expected one of {RULES}, got {self.rule!r}")
+        check_size(self.seed, "seed", minimum=0)
+        check_size(self.timing_attempts, "timing_attempts", limit=100, limit_name="100")
+        if self.pairing is not None:
+            check_pairing(self.pairing)
+        check_real(self.log_top_p, "log_top_p", low=0.0, high=1.0, low_open=True)
+        if self.log_max_kept is not None:
+            check_size(self.log_max_kept, "log_max_kept")
 
     def _check_trees(self) -> None:
         """Trees and multi-draft verifiers: known names, verifiers that can verify their trees."""
         put = object.__setattr__
         put(self, "trees", tuple(self.trees))
         put(self, "multi_verifiers", tuple(self.multi_verifiers))
+        if self.tree_pairs is not None and len(self.tree_pairs) == 0:
+            raise ValueError("tree_pairs: an empty list runs no tree; give (verifier, tree) pairs, or None to run every "
+                             "multi-draft verifier on every tree of trees")
         if self.tree_pairs:
             put(self, "tree_pairs", tuple((str(v), str(t)) for v, t in self.tree_pairs))
         unknown = [v for v in self.run_multi_verifiers if v not in TREE_VERIFIERS]
@@ -135,6 +162,11 @@ class ValidateConfig(Changeable):
             raise ValueError(f"multi-draft verifiers {unknown}: expected names among {sorted(TREE_VERIFIERS)}")
         for name, tree in self.tree_pairs or ():
             check_tree_verifier(TREE_VERIFIERS[name](), parse_tree(tree, TREE_VERIFIERS[name]().replacement))
+        widest = max([parse_tree(t).num_tokens + 1 for t in self.run_trees], default=0)
+        if self.batch_size * widest > MAX_CALL_POSITIONS:
+            raise ValueError(f"--trees: a target call would score batch {self.batch_size} x {widest:,} positions "
+                             f"= {self.batch_size * widest:,} rows of V logits (limit MAX_CALL_POSITIONS = "
+                             f"{MAX_CALL_POSITIONS:,}): a smaller tree, or a smaller batch")
         chosen = [t for t in self.run_trees if parse_tree(t).deterministic]
         wrong = [v for v in self.run_multi_verifiers if not TREE_VERIFIERS[v].any_candidates]
         if chosen and wrong and not self.tree_pairs:

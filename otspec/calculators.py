@@ -27,7 +27,7 @@ from .clitools import (
     tree_from_args,
 )
 from .distributions import total_variation
-from .errors import SizeLimitError
+from .errors import HorizonError, SizeLimitError
 from .sources import IIDSource, Source
 from .verifiers import CHAIN_VERIFIERS, REGISTRY, TREE_VERIFIERS, ClosedForm
 
@@ -44,11 +44,15 @@ class Calculator:
 
 
 def _value(out: dict, key: str, fn, *args) -> None:
-    """``out[key] = fn(*args)``, or None with ``out[key + "_status"]`` saying which limit refused it."""
+    """``out[key] = fn(*args)``, or None with ``out[key + "_status"]`` saying which limit refused it: a size limit,
+    or a source's horizon too short for that one value (Gumbel's exact value enumerates L + 1 tokens; the other
+    columns are still reported)."""
     try:
         out[key] = fn(*args)
     except SizeLimitError as exc:
         out[key], out[f"{key}_status"] = None, f"not computed: {exc}"
+    except HorizonError as exc:
+        out[key], out[f"{key}_status"] = None, f"not computed: {key} needs longer sequences than the sources give: {exc}"
 
 
 def _nonnegative(text: str) -> float:

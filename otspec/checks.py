@@ -32,6 +32,9 @@ __all__ = [
     "MAX_DRAFT_LENGTH",
     "MAX_HORIZON",
     "MAX_SIMULATION_BLOCKS",
+    "MAX_ROW_WORK",
+    "MAX_STEP_ENTRIES",
+    "MAX_TREE_TOKENS",
     "capped_perm",
     "format_count",
     "capped_power",
@@ -55,6 +58,16 @@ MAX_SIMULATION_BLOCKS = 10**9
 MAX_DECODE_ENTRIES = 2**27
 #: Largest number of (draft, position, token) probability entries an exact enumeration builds at once.
 MAX_EXACT_ENTRIES = 2**26
+#: Most draft tokens one tree drafts (a k-config's Σ_i ∏_{j<=i} k_j; an EAGLE-2 tree's top_k + (depth − 1) top_k²).
+#: Real trees draft tens to a few thousand (EAGLE-2: 60 kept of ~300 drafted; SpecTr: K·L); every loop scores a
+#: tree's nodes in one call, so this also bounds a call's width.
+MAX_TREE_TOKENS = 2**16
+#: Most probabilities one loop step scores (sequences × scored positions × V, both models' rows): 2^27 float64 is
+#: 1 GiB. Checked from the sizes before a decode starts.
+MAX_STEP_ENTRIES = 2**27
+#: Most probability-row entries one Monte Carlo call that materialises rows may touch: about 15 s to 2 minutes of
+#: one core (64 ns per entry for candidate rows at V = 32,000, 8 ns when decoding); the sweeps' per-cell limit too.
+MAX_ROW_WORK = 2 * 10**9
 
 
 #: Counts above this are reported as this value (they exceed every limit; no giant integer is built).

@@ -4,6 +4,7 @@
   limit. It is raised *before* anything of that size is allocated, and it is a
   ``ValueError`` (the input is what is wrong), so callers that want "a value or nothing"
   catch this class, never a message text.
+* :class:`HorizonError` — sequences longer than a source's horizon were asked for.
 * :class:`SolveError` — a solver failed, or returned a solution that misses its constraints.
   Each solver family keeps a named subclass (``BlockOTSolveError``, ``OTMSolveError``,
   ``ParetoSolveError``) for callers that catch one family.
@@ -12,7 +13,7 @@
 
 from __future__ import annotations
 
-__all__ = ["SizeLimitError", "SolveError", "highs_options"]
+__all__ = ["HorizonError", "SizeLimitError", "SolveError", "highs_options"]
 
 
 class SizeLimitError(ValueError):
@@ -30,6 +31,11 @@ class SizeLimitError(ValueError):
         super().__init__(message)
         self.size = size
         self.limit = limit
+
+
+class HorizonError(ValueError):
+    """A computation needs longer sequences than a source's horizon supports (a ``ValueError``: the input is what
+    is wrong). Callers that report one optional value among others (``calc block``'s columns) catch this class."""
 
 
 class SolveError(RuntimeError):

@@ -25,13 +25,13 @@ def assert_lossless(sampler, *, samples: int | None = None, exact: bool = False,
     if exact:
         report = exact_audit(sampler, alpha=alpha, verifier=verifier, seed=seed,
                              **({"draws": samples} if samples else {}), **options)
-        if report["verdict"] == "biased":
-            raise AssertionError(f"{report['sampler']} is biased (exact audit, p = {report['p_value']:.3g}): output law "
+        if report["verdict"] != "no bias detected":
+            raise AssertionError(f"{report['sampler']} is {report['verdict']} (exact audit, p = {report['p_value']:.3g}): output law "
                                  f"deviates from the target's by up to {report['output_law']['max_deviation']:.3g} "
                                  f"(TV {report['output_law']['tv']:.3g})")
         return report
     result = audit(sampler, samples=samples or DEFAULT_SAMPLES, alpha=alpha, verifier=verifier, seed=seed,
                    progress=False, **options)
-    if result.biased:
-        raise AssertionError(f"{result.sampler} is biased:\n\n{markdown(result)}")
+    if result.failed:  # biased, or (with verifier) not that verifier
+        raise AssertionError(f"{result.sampler} is {result.verdict}:\n\n{markdown(result)}")
     return result.as_dict()

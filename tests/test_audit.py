@@ -232,7 +232,8 @@ def test_the_joint_law_of_accepted_length_and_token_against_a_known_verifier():
     plain = audit(scrambled, samples=20_000, progress=False)
     assert plain.verdict == "no bias detected"  # its emitted tokens do follow the target
     known = audit(scrambled, samples=20_000, verifier="token", progress=False)
-    assert known.biased and known.tests["joint_with_verifier"]["g_p_value"] < 1e-6
+    assert known.verdict == "not token verification" and not known.biased  # the law is fine; the claim is not
+    assert known.tests["joint_with_verifier"]["g_p_value"] < 1e-6 and "joint_with_verifier (G)" in known.failed_tests
     assert audit(token, samples=20_000, verifier="token", progress=False).tests["joint_with_verifier"]["g_p_value"] > 1e-4
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["render_card", "write_card"]
+__all__ = ["exact_markdown", "render_card", "write_card", "write_exact_card"]
 
 
 def _fmt_p(p: float) -> str:
@@ -21,7 +21,8 @@ def markdown(report) -> str:
     need = dict(zip(pw["deltas"], pw["samples_for_power_0.99"], strict=True))
     lines = [f"# Audit of `{r['sampler']}`: **{r['verdict']}**", "",
              f"p-value {_fmt_p(r['p_value'])} (level {r['alpha']:g}, Bonferroni over every test) from {r['samples']:,} "
-             f"samples on {r['rows']}, drafts of {r['draft_length']} tokens, in {r['seconds']:.1f} s.", "",
+             f"samples on {r['rows']}, drafts of {r['draft_length']} tokens, in {r['seconds']:.1f} s. Failed tests: "
+             f"{', '.join(r.get('failed_tests', [])) or 'none'}.", "",
              "| test | statistic | p-value |", "|---|---|---|",
              f"| first token, PIT bins (G) | {t['first_token']['g_statistic']:.1f} | {_fmt_p(t['first_token']['g_p_value'])} |",
              f"| first token, PIT (KS) | {t['first_token']['ks_statistic']:.4f} | {_fmt_p(t['first_token']['ks_p_value'])} |",
@@ -98,4 +99,31 @@ def write_card(report, out_dir, stem: str = "audit") -> dict:
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+    return {k: str(v) for k, v in paths.items()}
+
+
+def exact_markdown(report: dict) -> str:
+    """The exact audit's report (:func:`otspec.audit.exact.exact_audit`) as Markdown."""
+    law, acc = report["output_law"], report["acceptance"]
+    lines = [f"# Exact audit of `{report['sampler']}`: **{report['verdict']}**", "",
+             f"p-value {_fmt_p(report['p_value'])} (level {report['alpha']:g}, Bonferroni over the tests; failed: "
+             f"{', '.join(report['failed_tests']) or 'none'}). Every drafted block of {report['pairs']} synthetic row "
+             f"pairs at V = {report['vocab']}, L = {report['draft_length']} enumerated; the sampler's law per block "
+             f"measured on {report['draws_per_block']:,} stratified draws.", "",
+             "| output law vs the target's | value |", "|---|---|",
+             f"| largest deviation of a cell | {law['max_deviation']:.3g} |", f"| total variation | {law['tv']:.3g} |",
+             f"| largest \\|z\\| | {law['max_abs_z']:.2f} |"]
+    if "p_value" in acc:
+        lines += ["", f"Mean accepted {acc['mean_accepted']:.4f} against {acc['verifier']} verification's exact "
+                  f"{acc['exact']:.4f} (z = {acc['z']:.2f}, p = {_fmt_p(acc['p_value'])})."]
+    return "\n".join(lines) + "\n"
+
+
+def write_exact_card(report: dict, out_dir, stem: str = "audit") -> dict:
+    """``stem``.md and ``stem``.json of an exact audit in ``out_dir``; returns their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"markdown": out / f"{stem}.md", "json": out / f"{stem}.json"}
+    paths["json"].write_text(json.dumps(report, indent=2) + "\n")
+    paths["markdown"].write_text(exact_markdown(report))
     return {k: str(v) for k, v in paths.items()}

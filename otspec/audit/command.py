@@ -1,5 +1,6 @@
 """``python -m otspec audit SAMPLER``: the audit from the command line (exit 0: no bias detected at this power,
-1: biased, 2: bad input — a sampler that cannot be loaded, raises, breaks the protocol or hangs)."""
+1: a test failed — biased, or with ``--verifier`` not that verifier —, 2: bad input — a sampler that cannot be
+loaded, raises, exits, breaks the protocol or hangs)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,22 @@ __all__ = ["add_audit_parser"]
 
 def _run(args) -> dict:
     from .adapters import hf_version
-    from .card import write_card
+    from .card import write_card, write_exact_card
     from .core import audit
     from .exact import exact_audit
+    from .protocol import HARD_EXIT
     from .rows import synthetic_pool
 
+    HARD_EXIT["allowed"] = True  # a sampler that disables both interrupts ends this command (exit 2), never hangs it
     if args.exact:
+        if args.rows is not None:
+            raise ValueError("--rows: the exact audit enumerates synthetic rows of a small vocabulary (--vocab <= 8); "
+                             "logged rows are audited without --exact")
         report = exact_audit(args.sampler, vocab=args.vocab or 3, draft_length=args.draft_length, seed=args.seed,
-                             verifier=args.verifier, timeout=args.timeout, draws=args.samples)
-        return {**report, "_exit_status": 1 if report["verdict"] == "biased" else 0}
+                             alpha=args.alpha, verifier=args.verifier, timeout=args.timeout, draws=args.samples)
+        if args.out is not None:
+            report["card"] = write_exact_card(report, args.out)
+        return {**report, "_exit_status": 0 if report["verdict"] == "no bias detected" else 1}
     if args.rows is not None and args.vocab is not None:
         raise ValueError("--vocab sizes the synthetic rows; a --rows file has its own vocabulary (give one of them)")
     rows = args.rows if args.rows is not None else synthetic_pool(vocab=args.vocab or 64,
@@ -31,14 +39,17 @@ def _run(args) -> dict:
         out["card"] = write_card(report, args.out)
     if "hf_speculative_sampling" in str(args.sampler):
         out["transformers"] = hf_version()
-    status = 1 if report.biased else 0
+    status = 1 if report.failed else 0
     if args.json:
         return {**out, "_exit_status": status}
     need = dict(zip(out["power"]["deltas"], out["power"]["samples_for_power_0.99"], strict=True))
     first = out["bias"]["first_token"]
-    return {"sampler": out["sampler"], "verdict": out["verdict"], "p_value": out["p_value"], "samples": out["samples"],
-            "rows": out["rows"], "bias_first_token": f"{first['binned_tv']:.4f} [{first['low']:.4f}, {first['high']:.4f}] "
-            f"(raw {first['binned_tv_raw']:.4f}; unbiased samplers stay below {first['null_level']:.4f})",
+    return {"sampler": out["sampler"], "verdict": out["verdict"],
+            "failed_tests": ", ".join(out["failed_tests"]) or "none", "p_value": out["p_value"],
+            "samples": out["samples"], "rows": out["rows"],
+            "bias_first_token": f"binned TV {first['binned_tv']:.4f} [{first['low']:.4f}, {first['high']:.4f}] (total "
+            "variation over the PIT bins: a lower bound on the token-level bias; raw "
+            f"{first['binned_tv_raw']:.4f}, unbiased samplers stay below {first['null_level']:.4f})",
             "samples_to_detect_tv_0.02": round(need[0.02]), "mean_accepted": out["acceptance"]["mean_accepted"],
             **({"transformers": out["transformers"]} if "transformers" in out else {}),
             **({"card": out["card"]} if "card" in out else {}), "_exit_status": status}
@@ -77,6 +88,7 @@ def add_audit_parser(sub, formatter, json_flag) -> None:
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds one sampler call may take")
     p.add_argument("--exact", action="store_true", help="exact audit on a small vocabulary: every drafted block "
                    "enumerated, the output law compared with the target law")
-    p.add_argument("--out", type=Path, default=None, help="write the report card (audit.md, audit.json, audit.png) here")
+    p.add_argument("--out", type=Path, default=None, help="write the report card (audit.md, audit.json, audit.png; "
+                   "with --exact: audit.md and audit.json) here")
     json_flag(p)
     p.set_defaults(run=_run)

@@ -13,6 +13,7 @@ at this vocabulary (token, block), the joint (accepted length, token) of every c
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -32,7 +33,7 @@ from .pit import (
     pit_values,
     power_curve,
 )
-from .protocol import DEFAULT_TIMEOUT_S, call_sampler, load_sampler
+from .protocol import DEFAULT_TIMEOUT_S, call_sampler, check_timeout, load_sampler
 from .rows import RowPool, logged_pool, synthetic_pool
 
 __all__ = ["AuditReport", "CALL_BATCH", "DEFAULT_SAMPLES", "MAX_AUDIT_ENTRIES", "audit"]
@@ -43,6 +44,10 @@ DEFAULT_SAMPLES = 200_000
 MAX_AUDIT_ENTRIES = 2**23
 #: Most samples per sampler call (the timeout is per call: a slow sampler gets small calls).
 CALL_BATCH = 5_000
+#: An audit projected (from its first calls) to take longer than this says so on stderr before going on.
+NOTICE_AFTER_S = 30.0
+#: Tests of the output law; the others (with ``verifier``) test the claim to be that verifier.
+LAW_TESTS = ("first_token", "all_positions", "per_row_pair")
 
 
 @dataclass
@@ -50,7 +55,7 @@ class AuditReport:
     """The audit's findings (``as_dict`` is the JSON report card)."""
 
     sampler: str
-    verdict: str  # "no bias detected" | "biased"
+    verdict: str  # "no bias detected" | "biased" | "not <verifier> verification" (law fine, acceptance differs)
     p_value: float
     alpha: float
     samples: int
@@ -63,10 +68,18 @@ class AuditReport:
     acceptance: dict
     bins: dict = field(repr=False)
     seconds: float = 0.0
+    #: The tests whose p-value fell below alpha / (number of tests), e.g. ["first_token (G)", "acceptance (z)"]
+    failed_tests: list = field(default_factory=list)
 
     @property
     def biased(self) -> bool:
+        """The output law failed a test (a sampler that keeps the law but is not the claimed verifier is not)."""
         return self.verdict == "biased"
+
+    @property
+    def failed(self) -> bool:
+        """Any test failed: the law, or the claim to be ``verifier`` (the command's exit status 1)."""
+        return self.verdict != "no bias detected"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -77,6 +90,33 @@ def _draw(rows: np.ndarray, rng) -> np.ndarray:
     cum = np.cumsum(rows, axis=-1)
     u = rng.random(rows.shape[:-1])[..., None] * cum[..., -1:]
     return np.minimum((cum <= u).sum(axis=-1), rows.shape[-1] - 1)
+
+
+def _notice_if_long(label: str, n: int, done: int, seconds: float) -> None:
+    """One line on stderr when the first calls say the audit will take long (its progress bar shows only on a
+    terminal; a script or ``--json`` run would otherwise wait minutes without a word)."""
+    eta = seconds / done * (n - done)
+    if eta > NOTICE_AFTER_S:
+        print(f"otspec audit {label}: {n:,} samples, about {eta / 60:.1f} more minutes at the first call's rate "
+              f"({done / max(seconds, 1e-9):,.0f} samples/s)", file=sys.stderr, flush=True)
+
+
+def _failed_tests(tests: dict, acceptance: dict, level: float) -> list:
+    """Names of the tests below ``level`` (alpha after Bonferroni), law tests first."""
+    out = [f"{name} ({kind})" for name in (*LAW_TESTS, "joint_with_verifier") if name in tests
+           for kind, key in (("G", "g_p_value"), ("KS", "ks_p_value"), ("pooled X²", "p_value"))
+           if key in tests[name] and tests[name][key] < level]
+    if "p_value" in acceptance and acceptance["p_value"] < level:
+        out.append("acceptance (z)")
+    return out
+
+
+def _verdict(failed: list, verifier: str | None) -> str:
+    """"biased" when a test of the output law failed; "not <verifier> verification" when only the tests of the claim
+    to be ``verifier`` did (the accepted length or the joint law of accepted length and token)."""
+    if any(name.split(" ")[0] in LAW_TESTS for name in failed):
+        return "biased"
+    return f"not {verifier} verification" if failed else "no bias detected"
 
 
 def _pool(rows, draft_length: int | None, seed) -> RowPool:
@@ -111,6 +151,9 @@ def audit(sampler, *, samples: int = DEFAULT_SAMPLES, rows=None, draft_length: i
         raise ValueError(f"sampler: expected a callable or module:function, got {sampler!r}")
     n = check_size(samples, "samples", minimum=100, limit=50_000_000, limit_name="50,000,000")
     alpha = check_real(alpha, "alpha", low=0.0, high=0.5, low_open=True)
+    timeout = check_timeout(timeout)
+    if chunk is not None:
+        chunk = check_size(chunk, "chunk", limit=CALL_BATCH, limit_name=f"CALL_BATCH ({CALL_BATCH:,})")
     if verifier is not None and verifier not in CHAIN_VERIFIERS:
         raise ValueError(f"verifier {verifier!r}: expected one of {sorted(CHAIN_VERIFIERS)}")
     pool = _pool(rows, draft_length, seed)
@@ -160,6 +203,8 @@ def audit(sampler, *, samples: int = DEFAULT_SAMPLES, rows=None, draft_length: i
                 joint_u.append(np.cumsum(joint, axis=1)[rows, cell] - joint[rows, cell] * rng.random(b))
             done += b
             bar.update(b)
+            if done == b and done < n:
+                _notice_if_long(label, n, done, time.perf_counter() - t0)
     seconds = time.perf_counter() - t0
     first, pooled = np.concatenate(first_u), np.concatenate(all_u)
     tests = {"first_token": binned_test(first), "all_positions": binned_test(pooled)}
@@ -181,11 +226,12 @@ def audit(sampler, *, samples: int = DEFAULT_SAMPLES, rows=None, draft_length: i
         tests["joint_with_verifier"] = binned_test(np.clip(np.concatenate(joint_u), 0.0, 1.0 - 1e-15))
         p_values += [tests["joint_with_verifier"]["g_p_value"], tests["joint_with_verifier"]["ks_p_value"]]
     p_value = float(min(1.0, len(p_values) * min(p_values)))
+    failed = _failed_tests(tests, acceptance, alpha / len(p_values))
     g = mixture_bin_law(pool.draft[:, 0], pool.target[:, 0], *ranks[0])
     mean_tv = float(np.mean(total_variation(pool.draft[:, 0], pool.target[:, 0])))
     first_counts = np.array(tests["first_token"]["counts"])
     return AuditReport(
-        sampler=str(label), verdict="biased" if p_value < alpha else "no bias detected", p_value=p_value, alpha=alpha,
+        sampler=str(label), verdict=_verdict(failed, verifier), p_value=p_value, alpha=alpha, failed_tests=failed,
         samples=n, rows=pool.source, draft_length=L, vocab=V, tests=tests,
         bias={"first_token": bias_interval(first_counts, seed=seed),
               "all_positions": bias_interval(tests["all_positions"]["counts"], seed=seed + 1)},

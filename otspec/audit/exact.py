@@ -19,9 +19,9 @@ import itertools
 
 import numpy as np
 
-from ..checks import check_size
+from ..checks import check_real, check_size
 from ..verifiers import CHAIN_VERIFIERS
-from .protocol import DEFAULT_TIMEOUT_S, call_sampler, load_sampler
+from .protocol import DEFAULT_TIMEOUT_S, call_sampler, check_timeout, load_sampler
 from .rows import synthetic_pool
 
 __all__ = ["MAX_EXACT_BLOCKS", "MAX_EXACT_LENGTH", "MAX_EXACT_VOCAB", "StratifiedGenerator", "exact_audit"]
@@ -67,6 +67,8 @@ def exact_audit(sampler, *, vocab: int = 3, draft_length: int = 2, pairs: int = 
     L = check_size(draft_length, "draft_length", limit=MAX_EXACT_LENGTH, limit_name="MAX_EXACT_LENGTH")
     M = check_size(draws, "draws", minimum=100, limit=1_000_000, limit_name="1,000,000")
     P = check_size(pairs, "pairs", limit=64, limit_name="64")
+    alpha = check_real(alpha, "alpha", low=0.0, high=0.5, low_open=True)
+    timeout = check_timeout(timeout)
     if P * V**L > MAX_EXACT_BLOCKS:
         raise ValueError(f"the exact audit would enumerate {P} pairs x {V}**{L} blocks = {P * V**L:,} "
                          f"(limit MAX_EXACT_BLOCKS = {MAX_EXACT_BLOCKS:,})")
@@ -130,7 +132,10 @@ def exact_audit(sampler, *, vocab: int = 3, draft_length: int = 2, pairs: int = 
         acceptance.update(verifier=verifier, exact=acc_exact, z=float(za), p_value=float(2 * stats.norm.sf(abs(za))))
         p_values.append(acceptance["p_value"])
     p_value = float(min(1.0, len(p_values) * min(p_values)))
-    return {"sampler": str(label), "mode": "exact", "verdict": "biased" if p_value < alpha else "no bias detected",
+    level = alpha / len(p_values)
+    failed = ["output law (max |z|)"] * (p_law < level) + ["acceptance (z)"] * (len(p_values) > 1 and p_values[1] < level)
+    verdict = ("biased" if p_law < level else f"not {verifier} verification" if failed else "no bias detected")
+    return {"sampler": str(label), "mode": "exact", "verdict": verdict, "failed_tests": failed,
             "p_value": p_value, "alpha": alpha, "vocab": V, "draft_length": L, "pairs": P, "draws_per_block": M,
             "output_law": worst, "acceptance": acceptance,
             "note": "drafted blocks enumerated exactly; the sampler's conditional law per block measured on a batch with "

@@ -15,16 +15,22 @@ timeout is reported with a clear :class:`SamplerError`, never a traceback from d
 from __future__ import annotations
 
 import importlib
+import math
+import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["DEFAULT_TIMEOUT_S", "SamplerError", "SamplerTimeout", "call_sampler", "load_sampler"]
+__all__ = ["DEFAULT_TIMEOUT_S", "MAX_TIMEOUT_S", "SamplerError", "SamplerTimeout", "call_sampler", "check_timeout",
+           "load_sampler"]
 
 #: Seconds one sampler call may take before the audit gives up on it.
 DEFAULT_TIMEOUT_S = 60.0
+#: The longest timeout a call may be given (a day); a guard is never switched off by a huge or infinite value.
+MAX_TIMEOUT_S = 86_400.0
 
 
 class SamplerError(ValueError):
@@ -35,15 +41,32 @@ class SamplerTimeout(SamplerError):
     """The audited sampler did not return within the timeout."""
 
 
+def check_timeout(timeout) -> float | None:
+    """``timeout`` as seconds in (0, :data:`MAX_TIMEOUT_S`], or None (no guard: the Python API only); 0, negative,
+    NaN and infinite values are refused, since each would switch the guard off or make it fire at once."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float | np.integer | np.floating) \
+            or not math.isfinite(timeout) or not 0 < timeout <= MAX_TIMEOUT_S:
+        raise ValueError(f"timeout: expected seconds in (0, {MAX_TIMEOUT_S:g}] for one sampler call, got {timeout!r}")
+    return float(timeout)
+
+
 def load_sampler(spec: str) -> Callable:
-    """The callable named by ``"module:function"`` (``"package.module:object.attribute"`` works too)."""
+    """The callable named by ``"module:function"`` (``"package.module:object.attribute"`` works too). A module that
+    cannot be imported for any reason (missing, a syntax error, an exception while it runs) is a ``ValueError``
+    naming the module and the reason."""
     if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
         raise ValueError(f"sampler {spec!r}: expected module:function, e.g. otspec.audit.adapters:token")
     module_name, attr = spec.split(":")
     try:
         obj = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"sampler {spec!r}: cannot import module {module_name!r}: {exc}") from None
+    except SystemExit as exc:
+        raise ValueError(f"sampler {spec!r}: importing module {module_name!r} called sys.exit({exc.code!r})") from None
+    except Exception as exc:  # ImportError, SyntaxError, or anything the module raised while it ran
+        where = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) and exc.lineno else ""
+        raise ValueError(f"sampler {spec!r}: cannot import module {module_name!r}: {type(exc).__name__}{where}: "
+                         f"{exc}") from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise ValueError(f"sampler {spec!r}: {module_name!r} has no attribute {attr!r}")
@@ -58,11 +81,48 @@ def _timeout_message(timeout: float) -> str:
             "raise --timeout)")
 
 
+#: Whether a sampler that disabled both of the audit's interrupts may end the process (exit status 2, one line on
+#: stderr) once its call is twice overdue: the command line sets it; in a user's own process the audit never exits.
+HARD_EXIT = {"allowed": False}
+
+
+class _Watchdog:
+    """The second guard of a call on the main thread: if the call has not returned ``grace`` seconds after its timer
+    should have fired (the sampler cancelled or replaced the SIGALRM handler), SIGINT goes to the main thread; if
+    that is ignored too, the process ends when :data:`HARD_EXIT` allows it."""
+
+    def __init__(self, timeout: float):
+        self.fired, self.timeout = False, timeout
+        grace = max(1.0, 0.1 * timeout)
+        main = threading.main_thread().ident
+        self._timers = [threading.Timer(timeout + grace, self._interrupt, (main,)),
+                        threading.Timer(timeout + 3 * grace, self._exit)]
+        for t in self._timers:
+            t.daemon = True
+            t.start()
+
+    def _interrupt(self, main: int) -> None:
+        self.fired = True
+        signal.pthread_kill(main, signal.SIGINT)
+
+    def _exit(self) -> None:
+        if HARD_EXIT["allowed"]:
+            print(f"otspec audit: {_timeout_message(self.timeout)}; the sampler disabled the audit's interrupts",
+                  file=sys.stderr, flush=True)
+            os._exit(2)
+
+    def cancel(self) -> None:
+        for t in self._timers:
+            t.cancel()
+
+
 def _run_with_timeout(fn: Callable, args: tuple, timeout: float | None):
     """``fn(*args)``, a SamplerTimeout when it does not return within ``timeout`` seconds, a SamplerError when it
     raises. On the main thread of a POSIX process a timer signal interrupts it (the sampler runs where it would in
-    the user's program: torch and friends can stall when called from a helper thread inside a notebook kernel);
-    elsewhere it runs in a daemon thread that is abandoned on timeout."""
+    the user's program: torch and friends can stall when called from a helper thread inside a notebook kernel), with
+    a watchdog thread behind it in case the sampler switches that timer off (:class:`_Watchdog`); elsewhere it runs
+    in a daemon thread that is abandoned on timeout."""
+    timeout = check_timeout(timeout)
     if timeout is None:
         return _call(fn, args)
     if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
@@ -71,9 +131,15 @@ def _run_with_timeout(fn: Callable, args: tuple, timeout: float | None):
 
         previous = signal.signal(signal.SIGALRM, expire)
         signal.setitimer(signal.ITIMER_REAL, float(timeout))
+        watchdog = _Watchdog(timeout)
         try:
             return _call(fn, args)
+        except KeyboardInterrupt:
+            if watchdog.fired:
+                raise SamplerTimeout(_timeout_message(timeout) + "; the sampler disabled the audit's timer") from None
+            raise
         finally:
+            watchdog.cancel()
             signal.setitimer(signal.ITIMER_REAL, 0.0)
             signal.signal(signal.SIGALRM, previous)
     box: dict = {}
@@ -99,6 +165,9 @@ def _call(fn: Callable, args: tuple):
         return fn(*args)
     except SamplerTimeout:
         raise
+    except SystemExit as exc:  # the audit must end with a verdict, not with the sampler's exit status
+        raise SamplerError(f"the sampler called sys.exit({exc.code!r}); the protocol needs it to return "
+                           "(accepted, next_token)") from None
     except Exception as exc:
         raise SamplerError(f"the sampler raised {type(exc).__name__}: {exc}") from exc
 
@@ -109,11 +178,9 @@ def _as_int_vector(value, name: str, B: int, low: int, high: int) -> np.ndarray:
     arr = np.asarray(value)
     if arr.shape != (B,):
         raise SamplerError(f"the sampler returned {name} of shape {arr.shape}; the protocol needs ({B},)")
-    if arr.dtype.kind not in "iub":
-        if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
-            arr = arr.astype(np.int64)
-        else:
-            raise SamplerError(f"the sampler returned {name} of dtype {arr.dtype}; the protocol needs integers")
+    if arr.dtype.kind not in "iu":  # floats (even whole ones) and booleans are not token ids or counts
+        raise SamplerError(f"the sampler returned {name} of dtype {arr.dtype}; the protocol needs integers "
+                           "(e.g. .astype(np.int64))")
     arr = arr.astype(np.int64)
     bad = (arr < low) | (arr > high)
     if bad.any():

@@ -18,9 +18,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..checks import check_size
+from ..errors import SizeLimitError
 from ..sources import load_logged_rows
 
-__all__ = ["FAMILIES", "RowPool", "logged_pool", "synthetic_pool"]
+__all__ = ["FAMILIES", "MAX_POOL_ENTRIES", "RowPool", "logged_pool", "synthetic_pool"]
+
+#: Most probabilities (pairs × (L + 1) × V) of a synthetic pool: 2^24, 128 MiB an array (the pool builds a few):
+#: V ≤ 43,690 at the default 128 pairs and L = 2. Checked from the sizes before anything is allocated.
+MAX_POOL_ENTRIES = 2**24
 
 FAMILIES = ("dirichlet", "sparse", "peaked", "near_equal")
 
@@ -48,6 +53,13 @@ class RowPool:
         return self.draft.shape[2]
 
 
+def _one_hot(index: np.ndarray, V: int) -> np.ndarray:
+    """(…, V) rows with a 1 at ``index`` (…) (not ``np.eye(V)[index]``, a V × V matrix first)."""
+    out = np.zeros((*index.shape, V))
+    np.put_along_axis(out, index[..., None], 1.0, axis=-1)
+    return out
+
+
 def _normalise(x: np.ndarray) -> np.ndarray:
     return x / x.sum(axis=-1, keepdims=True)
 
@@ -57,6 +69,11 @@ def synthetic_pool(n_pairs: int = 128, vocab: int = 64, draft_length: int = 2, s
     P, V = check_size(n_pairs, "n_pairs", limit=4096, limit_name="4,096"), check_size(
         vocab, "vocab", minimum=2, limit=1_000_000, limit_name="1,000,000")
     L = check_size(draft_length, "draft_length", limit=64, limit_name="64")
+    if P * (L + 1) * V > MAX_POOL_ENTRIES:
+        raise SizeLimitError(f"a synthetic pool of {P} row pairs x {L + 1} positions x V = {V:,} is "
+                             f"{P * (L + 1) * V:,} probabilities (limit MAX_POOL_ENTRIES = 2^24: V <= "
+                             f"{MAX_POOL_ENTRIES // (P * (L + 1)):,} here); audit a large vocabulary on logged rows "
+                             "(--rows)")
     rng = np.random.default_rng(seed)
     shape = (P, L + 1, V)
     conc = rng.choice([0.1, 0.5, 2.0], size=(P, 1, 1))
@@ -79,8 +96,8 @@ def synthetic_pool(n_pairs: int = 128, vocab: int = 64, draft_length: int = 2, s
         top_q, top_p = rng.integers(V, size=(n, L + 1)), rng.integers(V, size=(n, L + 1))
         base_q, base_p = _normalise(rng.random((n, L + 1, V))), _normalise(rng.random((n, L + 1, V)))
         w = rng.uniform(0.5, 0.95, size=(n, L + 1, 1))
-        target[peaked] = (1 - w) * base_q + w * np.eye(V)[top_q]
-        draft[peaked] = (1 - w) * base_p + w * np.eye(V)[top_p]
+        target[peaked] = (1 - w) * base_q + w * _one_hot(top_q, V)
+        draft[peaked] = (1 - w) * base_p + w * _one_hot(top_p, V)
     near = family == 3
     if near.any():
         noise = rng.dirichlet(np.ones(V), size=(int(near.sum()), L + 1))

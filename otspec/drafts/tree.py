@@ -7,7 +7,8 @@ import math
 import numbers
 from dataclasses import dataclass
 
-from ..checks import check_size
+from ..checks import MAX_CANDIDATES, MAX_DRAFT_LENGTH, MAX_TREE_TOKENS, check_size
+from ..errors import SizeLimitError
 from .laws import draw_name
 
 __all__ = ["ConfidenceTree", "DraftTree", "parse_tree"]
@@ -36,6 +37,11 @@ class DraftTree:
         if not branching or any(isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1 for k in branching):
             raise ValueError(f"a draft tree needs depth >= 1 and every k_i >= 1 (an integer), got {self.branching}")
         branching = tuple(int(k) for k in branching)
+        if len(branching) > MAX_DRAFT_LENGTH:
+            raise SizeLimitError(f"a draft tree of depth {len(branching):,} (limit MAX_DRAFT_LENGTH = "
+                                 f"{MAX_DRAFT_LENGTH:,})", size=len(branching), limit=MAX_DRAFT_LENGTH)
+        _check_tree_tokens(_drafted(branching), f"the k-config {'x'.join(map(str, branching[:8]))}"
+                           + ("x..." if len(branching) > 8 else ""))
         object.__setattr__(self, "branching", branching)
         draw = draw_name(self.replacement)  # True / False stay booleans, "greedy" / "hub" strings
         object.__setattr__(self, "replacement", {"iid": True, "without": False}.get(draw, draw))
@@ -47,6 +53,8 @@ class DraftTree:
         """``"4x2x2x1"`` → DraftTree((4, 2, 2, 1))."""
         try:
             return cls(tuple(int(part) for part in str(text).lower().split("x")), replacement)
+        except SizeLimitError:  # a tree too large: said as such
+            raise
         except ValueError:
             raise ValueError(f"could not read a k-config from {text!r}; expected e.g. 4x2x2x1") from None
 
@@ -113,8 +121,12 @@ class ConfidenceTree:
     deterministic = True  # chosen from the rows: no draw
 
     def __post_init__(self):
-        for name in ("depth", "top_k", "nodes"):
-            object.__setattr__(self, name, check_size(getattr(self, name), name))
+        for name, limit, limit_name in (("depth", MAX_DRAFT_LENGTH, "MAX_DRAFT_LENGTH"),
+                                        ("top_k", MAX_CANDIDATES, "MAX_CANDIDATES"),
+                                        ("nodes", MAX_TREE_TOKENS, "MAX_TREE_TOKENS")):
+            object.__setattr__(self, name, check_size(getattr(self, name), name, limit=limit, limit_name=limit_name))
+        _check_tree_tokens(self.top_k + (self.depth - 1) * self.top_k**2, f"eagle2:{self.depth}:{self.top_k}:"
+                           f"{self.nodes} (top_k + (depth - 1) top_k^2 drafted)")
 
     @classmethod
     def parse(cls, text: str) -> ConfidenceTree:
@@ -125,6 +137,8 @@ class ConfidenceTree:
                              "e.g. eagle2:4:4:16")
         try:
             return cls(*(int(x) for x in parts[1:]))
+        except SizeLimitError:  # a tree too large: said as such
+            raise
         except ValueError:
             raise ValueError(f"could not read a confidence tree from {text!r}: DEPTH, TOP_K and NODES are integers "
                              "(e.g. eagle2:4:4:16)") from None
@@ -143,6 +157,24 @@ class ConfidenceTree:
         return f"eagle2:{self.depth}:{self.top_k}:{self.nodes}"
 
 
+def _drafted(branching) -> int:
+    """Σ_i ∏_{j<=i} k_j, stopping once past :data:`MAX_TREE_TOKENS` (no giant integer for a deep wide config)."""
+    total, width = 0, 1
+    for k in branching:
+        width *= k
+        total += width
+        if total > MAX_TREE_TOKENS:
+            return total
+    return total
+
+
+def _check_tree_tokens(n: int, what: str) -> None:
+    if n > MAX_TREE_TOKENS:
+        raise SizeLimitError(f"{what} drafts {'more than ' if n > MAX_TREE_TOKENS else ''}{MAX_TREE_TOKENS:,} tokens "
+                             f"(limit MAX_TREE_TOKENS = 2^16: every loop scores a tree's nodes in one call)",
+                             size=n, limit=MAX_TREE_TOKENS)
+
+
 def parse_tree(spec, replacement: bool = True):
     """A draft tree from a spec: ``"4x2x2x1"`` (k-config), ``"iid:K:L"`` (SpecTr's K i.i.d. drafts of L tokens),
     ``"eagle2:D:K:M"`` (:class:`ConfidenceTree`), or a tree (a :class:`DraftTree` gets ``replacement``)."""
@@ -159,6 +191,8 @@ def parse_tree(spec, replacement: bool = True):
             raise ValueError(f"could not read {spec!r}; expected iid:K:L, e.g. iid:4:3")
         try:
             return DraftTree.spectr_iid(int(parts[1]), int(parts[2]), replacement)
+        except SizeLimitError:  # a tree too large: said as such
+            raise
         except ValueError:
             raise ValueError(f"could not read {spec!r}; expected iid:K:L with integers, e.g. iid:4:3") from None
     return DraftTree.parse(text, replacement)

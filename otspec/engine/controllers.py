@@ -27,6 +27,7 @@ The optimal thresholds of an IID pair are :func:`otspec.theory.adaptive.optimal_
 
 from __future__ import annotations
 
+import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
@@ -35,8 +36,8 @@ import numpy as np
 from ..checks import MAX_DRAFT_LENGTH, check_real, check_size
 from ..distributions import to_host
 
-__all__ = ["ConfidenceController", "DraftLengthController", "FixedDraftLength", "HindsightOracle", "ThresholdController",
-           "as_controller"]
+__all__ = ["ConfidenceController", "DraftLengthController", "FixedDraftLength", "HindsightOracle", "ProtocolController",
+           "ThresholdController", "as_controller"]
 
 
 class DraftLengthController(ABC):
@@ -72,8 +73,41 @@ class DraftLengthController(ABC):
 
 
 def as_controller(draft_length) -> DraftLengthController:
-    """A controller, or :class:`FixedDraftLength` for an integer L."""
-    return draft_length if isinstance(draft_length, DraftLengthController) else FixedDraftLength(draft_length)
+    """A controller, or :class:`FixedDraftLength` for an integer L. An object that follows the protocol without
+    subclassing :class:`DraftLengthController` (``max_length`` and ``keep_drafting``; ``start`` and the flags
+    optional) is taken as it is (:class:`ProtocolController`)."""
+    if isinstance(draft_length, DraftLengthController):
+        return draft_length
+    if callable(getattr(draft_length, "keep_drafting", None)):
+        return ProtocolController(draft_length)
+    if isinstance(draft_length, bool) or not isinstance(draft_length, numbers.Integral):
+        raise ValueError(f"draft_length: expected an integer >= 1 or a draft-length controller (max_length and "
+                         f"keep_drafting, e.g. a DraftLengthController), got {draft_length!r} "
+                         f"({type(draft_length).__name__})")
+    return FixedDraftLength(draft_length)
+
+
+class ProtocolController(DraftLengthController):
+    """A controller written to the protocol without subclassing :class:`DraftLengthController`: its
+    ``keep_drafting``, ``start`` (if any), ``max_length`` and flags (each False unless it sets them)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.max_length = check_size(getattr(inner, "max_length", None), f"{type(inner).__name__}.max_length",
+                                     limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
+        for flag in ("needs_target", "needs_context", "needs_lookahead", "reads_drafted_state"):
+            setattr(self, flag, bool(getattr(inner, flag, False)))
+
+    def start(self, n: int) -> None:
+        start = getattr(self.inner, "start", None)
+        if callable(start):
+            start(n)
+
+    def keep_drafting(self, step: int, draft_rows, **inputs) -> np.ndarray:
+        return self.inner.keep_drafting(step, draft_rows, **inputs)
+
+    def __repr__(self):
+        return f"ProtocolController({self.inner!r})"
 
 
 class FixedDraftLength(DraftLengthController):

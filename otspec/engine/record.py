@@ -310,6 +310,10 @@ class PairRecord(_Record):
     KIND: ClassVar[str] = "pair"
     runs: list[ChainRun]
     tree_runs: list[TreeRun] | None = None
+
+    def check(self, where: str) -> None:
+        if not self.runs and not self.tree_runs:
+            raise RecordError(f"{where}: field 'runs' is empty (and no tree_runs): a record with no run to show")
     profile: Profile | None = None
     drafter: Drafter | None = None
     logged_rows: dict | None = None
@@ -331,6 +335,10 @@ class AdaptiveRecord(_Record):
     fixed: list[PolicyRun]
     threshold: list[PolicyRun]
     threshold_unlagged: list[PolicyRun] | None = None
+
+    def check(self, where: str) -> None:
+        if not self.fixed and not self.threshold:
+            raise RecordError(f"{where}: fields 'fixed' and 'threshold' are both empty: a record with no policy to show")
     rules: dict[str, str] | None = None
 
     @property

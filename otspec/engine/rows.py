@@ -157,7 +157,12 @@ class JsonObject:
             known[f.name] = _load(value, hints[f.name], f"{where}: {f.name}")
         names = {f.name for f in cls._fields()}
         extra = {k: v for k, v in obj.items() if k not in names}
-        return cls(**known, extra=extra, absent=frozenset(absent), order=tuple(obj))
+        out = cls(**known, extra=extra, absent=frozenset(absent), order=tuple(obj))
+        out.check(where)
+        return out
+
+    def check(self, where: str) -> None:
+        """Range checks beyond the types (a ``RecordError`` naming the field); none by default."""
 
     def to_json(self) -> dict:
         """The JSON object: every field but those the source left out, and ``extra``; in the source's key order (an
@@ -312,6 +317,10 @@ class ChainRun(_ModelRun):
     drafted_length_histogram: list[int] | None = None
     time_decomposition_ms: dict | None = None
 
+    def check(self, where: str) -> None:
+        if self.L < 1:
+            raise RecordError(f"{where}: field 'L' should be a draft length >= 1, got {self.L}")
+
     @property
     def config(self) -> str:
         """The draft as a row names it: ``L = 3``."""
@@ -366,6 +375,12 @@ class PolicyRun(_Run):
     verification_rate: float | None = None
     latency_ms: float | None = None
     t_target_ms: float | None = None
+
+    def check(self, where: str) -> None:
+        if not (self.value > 0 and self.value == self.value and self.value != float("inf")):
+            raise RecordError(f"{where}: field 'value' should be a draft length or threshold > 0, got {self.value}")
+        if self.policy == "fixed" and self.value != int(self.value):
+            raise RecordError(f"{where}: a fixed policy's 'value' is a draft length (an integer), got {self.value}")
 
 
 def run_row(obj, where: str = "row") -> ChainRun | TreeRun | PolicyRun:

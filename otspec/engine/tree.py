@@ -28,8 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..checks import MAX_SIMULATION_BLOCKS, capped_power, check_size
+from ..checks import MAX_ROW_WORK, MAX_SIMULATION_BLOCKS, capped_power, check_size
 from ..drafts import MAX_DRAFT_TUPLES, DraftTree, draft_tuple_law
+from ..errors import SizeLimitError
 from ..pairs import check_pair
 from ..solvers.tree_ot import TreeOptimum, coupling_optimum, tree_optimum
 from ..sources import Source, check_enumeration, extend_prefixes
@@ -42,15 +43,15 @@ from .montecarlo import MonteCarloResult, run_chunks
 from .observers import LedgerObserver, Observer
 from .runstate import LoopHooks
 from .session import SourceSession
-from .trie import RULES, Trie, check_tree_verifier
+from .trie import RULES, Trie, check_tree_verifier, check_tree_width
 
 __all__ = ["RULES", "TreeExactResult", "generate_tree", "simulate_tree", "tree_bound", "tree_law"]
 
 def _check(draft: Source, target: Source, verifier, tree: DraftTree, rule: str):
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
-    check_pair(draft, target)
     check_tree_verifier(verifier, tree)
+    check_tree_width(tree, check_pair(draft, target))
 
 
 @dataclass(frozen=True)
@@ -211,7 +212,7 @@ def generate_tree(draft: Source, target: Source, verifier, tree: DraftTree, n_to
     """
     _check(draft, target, verifier, tree, rule)
     L, N, B = tree.depth, check_size(n_tokens, "n_tokens"), check_size(n_sequences, "n_sequences")
-    check_buffer(N, B)
+    check_buffer(N, B, tree.num_tokens + 1, target.vocab_size)
     target.check_length(N)
     ledger = Ledger(B, N, L)
     sessions = (SourceSession(draft, B, N + 1, max_prefix=N - 2), SourceSession(target, B, N + 1, max_prefix=N - 1))
@@ -238,6 +239,13 @@ def simulate_tree(draft: Source, target: Source, verifier, tree, n_blocks: int, 
     n_blocks = check_size(n_blocks, "n_blocks", limit=MAX_SIMULATION_BLOCKS, limit_name="MAX_SIMULATION_BLOCKS")
     L, V = tree.depth, target.vocab_size
     target.check_length(L + 1)
+    check_buffer(1, 1, tree.num_tokens + 1, V)  # one trial's rows fit
+    work = n_blocks * (tree.num_tokens + 1) * 2 * V
+    if work > MAX_ROW_WORK:
+        raise SizeLimitError(f"simulating {n_blocks:,} trees of {tree.num_tokens:,} tokens at V = {V:,} touches about "
+                             f"{work:,} row entries, above MAX_ROW_WORK = {MAX_ROW_WORK:,} (15 s to 2 minutes of a "
+                             f"core): fewer blocks (at most {max(1, MAX_ROW_WORK // (work // n_blocks)):,} here)",
+                             size=work, limit=MAX_ROW_WORK)
     rng = np.random.default_rng(seed)
     check_backend(backend, "simulate_tree", ("auto", "rows"))
     batch = chunk_size((tree.num_tokens + 1) * 2 * V, backend.batch_size)

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..drafts.laws import draw_name
 
-__all__ = ["RULES", "Trie", "check_tree_verifier"]
+__all__ = ["RULES", "Trie", "check_tree_verifier", "check_tree_width"]
 
 #: Continuation rules: SpecTr ("match") and MCSD ("accepted").
 RULES = ("match", "accepted")
@@ -37,6 +37,15 @@ def check_tree_verifier(verifier, tree) -> None:
                  "hub": "as SpecHub's hub pair"}
         raise ValueError(f"{type(verifier).__name__} is lossless for candidates drawn "
                          f"{words[draw_name(verifier.replacement)]}, but the tree draws children {words[tree.draw]}")
+
+
+def check_tree_width(tree, vocab_size: int) -> None:
+    """Refuse a k-config whose nodes draw more distinct children than the vocabulary has (without replacement,
+    greedy or hub drafts): its widest level could never be drafted, and the loop would count children that do not
+    exist (a clear ``ValueError``). EAGLE-2's chosen trees take the top-k of positive mass, however few there are."""
+    if not tree.deterministic and tree.draw != "iid" and max(tree.branching) > vocab_size:
+        raise ValueError(f"the {tree} tree draws {max(tree.branching)} distinct children at a node, but the "
+                         f"vocabulary has {vocab_size} tokens (k <= V without replacement; or draw with replacement)")
 
 
 class Trie:

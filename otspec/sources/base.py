@@ -9,7 +9,7 @@ import numpy as np
 
 from ..checks import capped_power, check_size, check_token_ids, format_count
 from ..distributions import sample_categorical
-from ..errors import SizeLimitError
+from ..errors import HorizonError, SizeLimitError
 
 __all__ = ["EMPTY_PREFIX", "MAX_ENUMERATION", "Enumeration", "Source", "check_enumeration", "extend_prefixes"]
 
@@ -166,9 +166,10 @@ class Source(ABC):
         return None
 
     def check_length(self, length: int) -> None:
-        """Raise ``ValueError`` if sequences of ``length`` tokens exceed the horizon."""
+        """Raise :class:`~otspec.errors.HorizonError` (a ``ValueError``) if sequences of ``length`` tokens exceed
+        the horizon."""
         if self.horizon is not None and length > self.horizon:
-            raise ValueError(
+            raise HorizonError(
                 f"{type(self).__name__} supports sequences of at most {self.horizon} tokens "
                 f"(its horizon); asked for {length}"
             )

@@ -18,6 +18,7 @@ Entries (V the vocabulary, B the Monte Carlo blocks, S × N the decoded sequence
 
 from __future__ import annotations
 
+from ..checks import MAX_ROW_WORK
 from ..drafts import parse_tree
 from ..engine.rowfree import row_free_sampler
 from ..engine.rowfree_multi import has_row_free_candidates
@@ -28,7 +29,7 @@ __all__ = ["MAX_CELL_WORK", "cell_work", "over_limit", "pair_vocab", "spec_work"
 #: Most probability-row entries one cell's Monte Carlo or decode quantity may touch. Measured on one core: 64 ns per
 #: entry for k-Seq candidates on rows at V = 32,000, 52 ns on a 2x2 tree, 20 ns for Markov block rows, 8 ns when decoding,
 #: so the limit is 15 s to 2 minutes of one core.
-MAX_CELL_WORK = 2 * 10**9
+MAX_CELL_WORK = MAX_ROW_WORK
 
 
 def pair_vocab(pair: dict) -> int | None:

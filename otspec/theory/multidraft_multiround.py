@@ -214,7 +214,7 @@ def uniform_multiround_without_replacement(support: int, target_support: int, k:
     target_support : int
         d_q, 1 <= d_q <= N.
     k : int
-        Number of drafts, >= 1 (at most N: ``math.comb`` is 0 beyond it).
+        Number of drafts, 1 <= k <= N (k distinct drafts of N tokens).
 
     Returns
     -------
@@ -224,7 +224,7 @@ def uniform_multiround_without_replacement(support: int, target_support: int, k:
     Raises
     ------
     ValueError
-        For d_q outside [1, N] or an invalid k.
+        For d_q outside [1, N], or k outside [1, N].
 
     References
     ----------
@@ -240,7 +240,10 @@ def uniform_multiround_without_replacement(support: int, target_support: int, k:
     >>> round(6 * uniform_multiround_without_replacement(4, 2, 2), 12)  # 6 (1 - 1/6)
     5.0
     """
-    N, dq, k = int(support), int(target_support), check_k(k)
-    if not 1 <= dq <= N:
+    N, k = check_size(support, "support"), check_k(k)
+    dq = check_size(target_support, "target_support")
+    if not dq <= N:
         raise ValueError(f"target_support: expected 1 <= d_q <= N = {N}, got {target_support!r}")
+    if k > N:  # C(N, k) = 0: k distinct drafts do not exist
+        raise ValueError(f"k = {k}: drawing without replacement from a support of N = {N} tokens takes k <= N")
     return 1.0 - math.comb(N - dq, k) / math.comb(N, k)

@@ -74,6 +74,8 @@ def over_acceptance_kernel(draft_probs, target_probs, eps, mode: str = "opt"):
     >>> a.tolist(), float(r), P.tolist()  # a = min(p, q + 0.125); r = 1 - 0.875; P* = Norm[(q - a)_+]
     ([0.5, 0.375], 0.125, [1.0, 0.0])
     """
+    if mode not in ("opt", "uno"):
+        raise ValueError(f"mode: expected 'opt' (Decoding-OPT) or 'uno' (Decoding-UNO), got {mode!r}")
     xp = namespace(draft_probs, target_probs)
     a = xp.minimum(draft_probs, target_probs + eps)
     r = xp.clip(1.0 - xp.sum(a, axis=-1), min=0.0)

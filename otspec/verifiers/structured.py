@@ -77,6 +77,9 @@ def spechub_kernel(candidates, p, q):
     xp = namespace(p, q)
     candidates = _ids(candidates, p)
     V = p.shape[1]
+    if candidates.shape[1] > 2:  # its law would use the first two and count the others as never drafted
+        raise ValueError(f"SpecHub verifies its hub pair: at most 2 candidates a node (k <= 2), got k = "
+                         f"{candidates.shape[1]}")
     if candidates.shape[1] == 1:  # one child: token verification
         return greedy_kernel(candidates, p, q)
     first, second = candidates[:, 0], candidates[:, 1]

@@ -1,0 +1,142 @@
+"""Hostile inputs, fourth round (issue 43): tree sizes before work, training and validation arguments refused before a
+model loads, damaged records, and the two regressions (calc block's optional column, duck-typed controllers)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from otspec import IIDSource, bernoulli, generate
+from otspec.cli import main as cli_main
+from otspec.drafts import ConfidenceTree, DraftTree, parse_tree
+from otspec.engine import simulate_tree, tree_law
+from otspec.errors import SizeLimitError
+from otspec.plot import main as plot_main
+from otspec.theory import over_acceptance_kernel, uniform_multiround_without_replacement
+from otspec.verifiers import KSeq, MultiRoundWithoutReplacement, SpecHubVerify, TokenVerify
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("spec,match", [("eagle2:1000:1000:1000000", "MAX_TREE_TOKENS"),
+                                        ("eagle2:40:300:60", "MAX_TREE_TOKENS"),
+                                        ("1000x1000x1000", "MAX_TREE_TOKENS"), ("iid:70000:1", "MAX_TREE_TOKENS"),
+                                        ("x".join(["1"] * 5000), "MAX_DRAFT_LENGTH"),
+                                        ("eagle2:5000:1:1", "MAX_DRAFT_LENGTH")])
+def test_tree_sizes_are_refused_when_the_tree_is_made(spec, match, capsys):
+    t0 = time.perf_counter()
+    with pytest.raises(SizeLimitError, match=match):
+        parse_tree(spec)
+    status = cli_main(["calc", "tree", "--draft", "0.5,0.5", "--target", "0.3,0.7", "--tree", spec])
+    err = capsys.readouterr().err
+    assert status == 2 and match in err and len(err.strip().splitlines()) == 1
+    assert time.perf_counter() - t0 < 5
+
+
+def test_tree_work_is_refused_from_the_sizes_before_any_row_is_built():
+    wide = IIDSource(np.full(3_000_000, 1 / 3_000_000))
+    t0 = time.perf_counter()
+    with pytest.raises(SizeLimitError, match="MAX_ROW_WORK"):
+        simulate_tree(wide, wide, KSeq(), DraftTree((2, 1)), 100_000, progress=False)
+    with pytest.raises(SizeLimitError, match="MAX_STEP_ENTRIES"):
+        from otspec.engine import generate_tree
+        generate_tree(wide, wide, KSeq(), DraftTree((2, 1)), 10, n_sequences=64, progress=False)
+    assert time.perf_counter() - t0 < 5
+    d, t = IIDSource([0.5, 0.3, 0.2]), IIDSource([0.2, 0.3, 0.5])
+    with pytest.raises(ValueError, match="5 distinct children at a node, but the vocabulary has 3 tokens"):
+        tree_law(d, t, MultiRoundWithoutReplacement(), DraftTree((5, 1), replacement=False))
+    assert tree_law(d, t, MultiRoundWithoutReplacement(), DraftTree((3, 1), replacement=False)).max_deviation < 1e-12
+    with pytest.raises(ValueError, match="at most 2 candidates"):
+        SpecHubVerify().law(np.array([[0, 1, 2]]), np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]))
+
+
+def test_a_sweep_with_a_tree_thousands_of_levels_deep_is_refused_before_any_cell(tmp_path, capsys):
+    spec = tmp_path / "deep.toml"
+    spec.write_text('name = "deep"\nquantities = ["exact"]\nL = [2]\ntrees = ["' + "x".join(["1"] * 5000)
+                    + '"]\n[[pairs]]\nkind = "iid"\ndraft = [0.5, 0.5]\ntarget = [0.3, 0.7]\n[[verifiers]]\nname = "kseq"\n')
+    t0 = time.perf_counter()
+    status = cli_main(["sweep", str(spec), "--out", str(tmp_path / "out")])
+    assert status == 2 and "MAX_DRAFT_LENGTH" in capsys.readouterr().err and time.perf_counter() - t0 < 10
+
+
+def test_validation_arguments_are_refused_before_a_model_loads(tmp_path, capsys):
+    from llm_bridge.validate import main as validate_main
+    from llm_bridge.validate_config import ValidateConfig
+
+    base = ["--target", str(tmp_path / "no-such-model"), "--out-dir", str(tmp_path)]
+    for args, match in ((["--name", "../escape"], "--name"), (["--name", "a/b"], "--name"),
+                        (["--dtype", "int8"], "dtype"), (["--trees", "200x200"], "MAX_CALL_POSITIONS"),
+                        (["--export-synthetic-rates", str(tmp_path)], "--export-synthetic-rates"),
+                        (["--out-dir", str(tmp_path / "f.txt" / "x")], "--out-dir")):
+        (tmp_path / "f.txt").write_text("a file, not a folder")
+        argv = [*base, *args] if args[0] != "--out-dir" else ["--target", str(tmp_path / "no-such-model"), *args]
+        try:
+            status = validate_main(argv)
+        except SystemExit as stop:  # argparse's error: exit status 2
+            status = stop.code
+        err = capsys.readouterr().err
+        assert status == 2 and match in err and "no-such-model" not in err, (args, err)
+    assert not (tmp_path.parent / "llm_escape.json").exists()
+    with pytest.raises(ValueError, match="tree_pairs: an empty list"):
+        ValidateConfig(tree_pairs=[])
+
+
+def test_damaged_records_are_refused_by_the_plot_command(tmp_path, capsys):
+    record = json.loads((ROOT / "figures" / "llm_otm.json").read_text())
+    record["runs"][0]["L"] = -1
+    (tmp_path / "neg.json").write_text(json.dumps(record))
+    record["runs"], record["tree_runs"] = [], []
+    (tmp_path / "empty.json").write_text(json.dumps(record))
+    for name, match in (("neg.json", "'L' should be a draft length >= 1"), ("empty.json", "'runs' is empty")):
+        status = plot_main(["record", str(tmp_path / name)])
+        err = capsys.readouterr().err
+        assert status == 2 and match in err and not (tmp_path / name).with_suffix(".png").exists(), err
+
+
+def test_the_two_regressions_stay_fixed(tmp_path, capsys):
+    """calc block on a source whose horizon covers L but not L + 1 reports every column but gumbel's, which says
+    why; a controller written to the protocol without subclassing is taken, and decodes as its subclass twin."""
+    assert cli_main(["source", "random", "--vocab", "3", "--horizon", "2", "--seed", "1", "--draft-out",
+                     str(tmp_path / "d.json"), "--target-out", str(tmp_path / "t.json")]) == 0
+    capsys.readouterr()
+    status = cli_main(["calc", "block", "--draft-source", str(tmp_path / "d.json"), "--target-source",
+                       str(tmp_path / "t.json"), "--L", "2", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert status == 0 and out["gumbel"] is None and "needs longer sequences" in out["gumbel_status"]
+    assert out["token"] > 0 and out["block_optimal"] >= out["block_onpath"] - 1e-12 and out["lp_status"] == "optimal"
+
+    class Halves:  # the protocol, no base class
+        max_length = 3
+
+        def keep_drafting(self, step, draft_rows, **_):
+            return np.asarray(draft_rows).max(axis=-1) > 0.5
+
+    from otspec.engine.controllers import DraftLengthController
+
+    class HalvesSub(DraftLengthController):
+        max_length = 3
+
+        def keep_drafting(self, step, draft_rows, **_):
+            return np.asarray(draft_rows).max(axis=-1) > 0.5
+
+    d, t = bernoulli(0.3), bernoulli(0.6)
+    a = generate(d, t, TokenVerify(), Halves(), 400, n_sequences=4, seed=3, progress=False)
+    b = generate(d, t, TokenVerify(), HalvesSub(), 400, n_sequences=4, seed=3, progress=False)
+    assert np.array_equal(a.tokens, b.tokens) and a.iterations == b.iterations
+    for bad in ("4", 2.5, object()):
+        with pytest.raises(ValueError, match="draft_length: expected an integer >= 1 or a draft-length controller"):
+            generate(d, t, TokenVerify(), bad, 10, progress=False)
+
+
+def test_closed_forms_refuse_what_they_cannot_mean():
+    with pytest.raises(ValueError, match="k <= N"):
+        uniform_multiround_without_replacement(2, 1, 3)
+    assert uniform_multiround_without_replacement(2, 1, 2) == 1.0
+    with pytest.raises(ValueError, match="mode"):
+        over_acceptance_kernel(np.array([0.5, 0.5]), np.array([0.3, 0.7]), 0.1, mode="best")
+    with pytest.raises(ValueError, match="top_k"):
+        ConfidenceTree(2, 5000, 4)
