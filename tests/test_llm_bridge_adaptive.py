@@ -128,12 +128,12 @@ def test_cli_writes_the_frontier(tmp_path):
         tiny_tokenizer().save_pretrained(root / name)
     out = tmp_path / "figs"
     args = ["--target", str(root / "target"), "--draft", str(root / "draft"), "--device", "cpu", "--train-prompts", "4",
-            "--train-tokens", "10", "--thresholds", "0.3,0.7", "--fixed", "1,3", "--max-length", "5", "--prompts", "2",
+            "--train-tokens", "10", "--thresholds", "0.3", "--fixed", "1,3", "--max-length", "5", "--prompts", "2",
             "--max-new-tokens", "10", "--name", "tiny", "--out-dir", str(out), "--save-head", str(tmp_path / "h.json")]
     assert adaptive.main(args) == 0
     record = json.loads((out / "llm_adaptive_tiny.json").read_text())
-    assert [r["value"] for r in record["fixed"]] == [1, 3] and [r["value"] for r in record["threshold"]] == [0.3, 0.7]
-    assert [r["value"] for r in record["threshold_unlagged"]] == [0.3, 0.7] and set(record["rules"]) == {
+    assert [r["value"] for r in record["fixed"]] == [1, 3] and [r["value"] for r in record["threshold"]] == [0.3]
+    assert [r["value"] for r in record["threshold_unlagged"]] == [0.3] and set(record["rules"]) == {
         "threshold", "threshold_unlagged"}
     assert record["timing"]["baseline_after_ms_per_token"] > 0
     for r in record["fixed"] + record["threshold"] + record["threshold_unlagged"]:
@@ -149,8 +149,7 @@ def test_cli_writes_the_frontier(tmp_path):
     assert settings["prompt_ids"] == [0, 1] and settings["prediction_prompt_ids"] == [2, 3]
     assert record["profile"]["interleaved_with_runs"] is True  # measured in turn with the frontier's runs
     assert record["profile"]["kind"] == "cost_profile" and set(record["profile"]["configs"]) == {
-        "token:L=1", "token:L=3", "token:threshold=0.3", "token:threshold=0.7", "token:threshold_unlagged=0.3",
-        "token:threshold_unlagged=0.7"}
+        "token:L=1", "token:L=3", "token:threshold=0.3", "token:threshold_unlagged=0.3"}
     for r in record["fixed"]:  # fixed K predicted from the rows logged along plain decoding of the prediction prompts
         pi = r["predicted_block_efficiency_interval"]
         assert pi["low"] <= r["predicted_block_efficiency"] <= pi["high"] <= r["value"] + 1

@@ -48,29 +48,41 @@ def test_plot_cli_out_and_errors(tmp_path):
     assert bad.returncode == 2 and ".png" in bad.stderr
 
 
-def test_pair_figures_draw_the_users_pair(tmp_path):
+def _plot(argv, capsys) -> tuple[int, str, str]:
+    """``python -m otspec.plot ARGV`` through its ``main`` in this process (test_plot_cli_out_and_errors runs the
+    module itself): (exit status, stdout, stderr)."""
+    from otspec.plot import main
+
+    try:
+        status = main(argv)
+    except SystemExit as stop:  # argparse
+        status = stop.code
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def test_pair_figures_draw_the_users_pair(tmp_path, capsys):
     """`plot pareto --draft/--target` used to draw the built-in pair in its sequence panel."""
     out = tmp_path / "p.png"
-    proc = subprocess.run([sys.executable, "-m", "otspec.plot", "pareto", "--draft", "0.6,0.4", "--target", "0.3,0.7",
-                           "--out", str(out), "--scale", "0.05"], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+    status, _, err = _plot(["pareto", "--draft", "0.6,0.4", "--target", "0.3,0.7", "--out", str(out), "--scale",
+                            "0.05"], capsys)
+    assert status == 0, err
     seq = json.loads(out.with_suffix(".json").read_text())["sequence"]
     assert seq["draft"] == {"type": "iid", "probs": [0.6, 0.4]} and seq["target"]["probs"] == [0.3, 0.7]
     for src, role in ((tmp_path / "d.json", "draft"), (tmp_path / "t.json", "target")):
         probs = [0.6, 0.3, 0.1] if role == "draft" else [0.2, 0.3, 0.5]
         src.write_text(json.dumps({"type": "markov", "initial": probs, "transition": [probs, probs[::-1], probs]}))
     for name in ("mcsd_fig3", "trees", "rejections", "block_e2e"):
-        proc = subprocess.run([sys.executable, "-m", "otspec.plot", name, "--draft-source", str(tmp_path / "d.json"),
-                               "--target-source", str(tmp_path / "t.json"), "--out", str(tmp_path / f"{name}.png"),
-                               "--scale", "0.02"], capture_output=True, text=True)
-        assert proc.returncode == 0, (name, proc.stderr)
+        status, _, err = _plot([name, "--draft-source", str(tmp_path / "d.json"), "--target-source",
+                                str(tmp_path / "t.json"), "--out", str(tmp_path / f"{name}.png"), "--scale", "0.02"],
+                               capsys)
+        assert status == 0, (name, err)
         data = json.loads((tmp_path / f"{name}.json").read_text())
         assert "user pair" in json.dumps(data), name
-    proc = subprocess.run([sys.executable, "-m", "otspec.plot", "token", "--draft", "0.5", "--target", "0.5"],
-                          capture_output=True, text=True)
-    assert proc.returncode == 2 and "take no pair" in proc.stderr
-    help_text = subprocess.run([sys.executable, "-m", "otspec.plot", "--help"], capture_output=True, text=True).stdout
-    assert "--draft-source" in help_text and "pareto" in help_text and "(default:" in help_text
+    status, _, err = _plot(["token", "--draft", "0.5", "--target", "0.5"], capsys)
+    assert status == 2 and "take no pair" in err
+    status, help_text, _ = _plot(["--help"], capsys)
+    assert status == 0 and "--draft-source" in help_text and "pareto" in help_text and "(default:" in help_text
 
 
 def test_report_reads_the_records_in_its_folder(tmp_path):

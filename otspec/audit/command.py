@@ -10,14 +10,22 @@ __all__ = ["add_audit_parser"]
 
 
 def _run(args) -> dict:
+    from .protocol import HARD_EXIT
+
+    HARD_EXIT["allowed"] = True  # a sampler that disables both interrupts ends this command (exit 2), never hangs it
+    try:
+        return _audit(args)
+    finally:
+        HARD_EXIT["allowed"] = False  # main() called in a user's own process leaves it as it found it
+
+
+def _audit(args) -> dict:
     from .adapters import hf_version
     from .card import write_card, write_exact_card
     from .core import audit
     from .exact import exact_audit
-    from .protocol import HARD_EXIT
     from .rows import synthetic_pool
 
-    HARD_EXIT["allowed"] = True  # a sampler that disables both interrupts ends this command (exit 2), never hangs it
     if args.exact:
         if args.rows is not None:
             raise ValueError("--rows: the exact audit enumerates synthetic rows of a small vocabulary (--vocab <= 8); "

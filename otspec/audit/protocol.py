@@ -88,8 +88,9 @@ HARD_EXIT = {"allowed": False}
 
 class _Watchdog:
     """The second guard of a call on the main thread: if the call has not returned ``grace`` seconds after its timer
-    should have fired (the sampler cancelled or replaced the SIGALRM handler), SIGINT goes to the main thread; if
-    that is ignored too, the process ends when :data:`HARD_EXIT` allows it."""
+    should have fired (the sampler cancelled or replaced the SIGALRM handler), SIGINT goes to the main thread, where
+    the audit's own handler turns it into a :class:`SamplerTimeout`; if the sampler replaced that one too, the
+    process ends when :data:`HARD_EXIT` allows it."""
 
     def __init__(self, timeout: float):
         self.fired, self.timeout = False, timeout
@@ -100,6 +101,7 @@ class _Watchdog:
         for t in self._timers:
             t.daemon = True
             t.start()
+        # the SIGINT it sends is caught by the audit's own handler (installed for the call), not the process's
 
     def _interrupt(self, main: int) -> None:
         self.fired = True
@@ -129,19 +131,25 @@ def _run_with_timeout(fn: Callable, args: tuple, timeout: float | None):
         def expire(signum, frame):
             raise SamplerTimeout(_timeout_message(timeout))
 
-        previous = signal.signal(signal.SIGALRM, expire)
-        signal.setitimer(signal.ITIMER_REAL, float(timeout))
         watchdog = _Watchdog(timeout)
+
+        def interrupted(signum, frame):  # the watchdog's SIGINT, or the user's Ctrl-C (the handler before ours)
+            if watchdog.fired:
+                raise SamplerTimeout(_timeout_message(timeout) + "; the sampler disabled the audit's timer")
+            if callable(previous_int):
+                return previous_int(signum, frame)
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGALRM, expire)
+        previous_int = signal.signal(signal.SIGINT, interrupted)
+        signal.setitimer(signal.ITIMER_REAL, float(timeout))
         try:
             return _call(fn, args)
-        except KeyboardInterrupt:
-            if watchdog.fired:
-                raise SamplerTimeout(_timeout_message(timeout) + "; the sampler disabled the audit's timer") from None
-            raise
         finally:
             watchdog.cancel()
             signal.setitimer(signal.ITIMER_REAL, 0.0)
             signal.signal(signal.SIGALRM, previous)
+            signal.signal(signal.SIGINT, previous_int)
     box: dict = {}
 
     def target():

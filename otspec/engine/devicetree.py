@@ -225,7 +225,7 @@ def device_iteration(draft, target, verifier, tree, layout: TreeLayout, rule: st
         out, emitted, path = device_walk(verifier, layout, rule, Drafted(tokens, draft_rows, target_rows), depth,
                                          active, rng, run, compact=tree.draw != "iid")
     return DeviceStep(layout, tokens, draft_rows, target_rows, features=features, out=out, emitted=emitted,
-                      path=path, calls=calls, nodes=nodes, depth=depth)
+                      path=path, calls=calls, nodes=nodes, depth=depth, full=tree.draw == "iid")
 
 
 @dataclass(eq=False)
@@ -245,6 +245,8 @@ class DeviceStep:
     calls: np.ndarray
     nodes: np.ndarray
     depth: np.ndarray
+    #: Every slot holds a drawn token (i.i.d. draws); else a draw without replacement may leave −1 slots.
+    full: bool = True
     _tries: dict = field(default_factory=dict, repr=False)
 
     def walked(self, b: int) -> list:
@@ -265,8 +267,14 @@ class DeviceStep:
         return self.session_nodes(b, depth - 1)
 
     def drafted(self) -> np.ndarray:
-        """Candidates drawn per sequence (host)."""
-        return np.array([self.layout.nodes_to(int(d)) for d in self.depth], dtype=np.int64)
+        """Candidates drawn per sequence (host): every slot of the layout to the sequence's depth, but for a draw
+        without replacement that ran out of support (−1 slots, never drafted), read back and counted."""
+        if self.full:
+            return np.array([self.layout.nodes_to(int(d)) for d in self.depth], dtype=np.int64)
+        counts = np.zeros(len(self.depth), dtype=np.int64)
+        for d in range(1, len(self.tokens)):
+            counts += np.where(self.depth >= d, (to_host(self.tokens[d]) >= 0).sum(axis=1), 0)
+        return counts
 
     def trie(self, b: int):
         """Sequence b's tree as the host walk's trie (equal candidates merged) and the map from the layout's nodes to

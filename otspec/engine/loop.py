@@ -44,7 +44,7 @@ from .devicetree import TreeLayout, device_iteration, walks_on_device
 from .observers import ChainStep, TreeStep
 from .runstate import NO_HOOKS, LoopHooks, LoopRun, RunState
 from .session import Session, as_prompts
-from .trie import Trie, check_tree_verifier, check_tree_width
+from .trie import Trie, check_tree_verifier
 from .wholetree import walk_whole_trees
 
 __all__ = ["LoopRun", "chain_loop", "chain_steps", "finish", "tree_loop", "tree_steps"]
@@ -398,7 +398,6 @@ def tree_steps(draft: Session, target: Session, verifier, tree: DraftTree, n_tok
     """
     prompts = as_prompts(prompts, batch)
     check_tree_verifier(verifier, tree)
-    check_tree_width(tree, target.vocab_size)
     if _on_device(draft, target, verifier, tree):
         return (yield from _device_tree_steps(draft, target, verifier, tree, n_tokens, rng, rule, prompts, hooks))
     run = RunState((draft, target), prompts, n_tokens, hooks)  # numpy rows: the trie on the host

@@ -252,14 +252,16 @@ class SourceSession(Session):
         self.buf = np.zeros((self.batch, int(capacity)), dtype=np.int64)
         self.committed = np.zeros(self.batch, dtype=np.int64)
         self.end = np.zeros(self.batch, dtype=np.int64)
-        self._nodes: list[list[tuple]] = [[] for _ in range(self.batch)]
+        # the tree nodes fed since the last commit, per sequence: token, parent (-1: the end) and depth below the end
+        self._pending = np.zeros(self.batch, dtype=np.int64)
+        self._token = self._parent = self._depth = np.zeros((self.batch, 0), dtype=np.int64)
 
     def start(self, prompts) -> None:
         for b, p in enumerate(as_prompts(prompts)):
             check_token_ids(p, self.vocab_size)
             self.buf[b, :p.size] = p
             self.committed[b] = self.end[b] = p.size
-        self._nodes = [[] for _ in range(self.batch)]
+        self._pending = np.zeros(self.batch, dtype=np.int64)
 
     def _rows_at(self, buf: np.ndarray, lengths: np.ndarray, depths: np.ndarray) -> np.ndarray:
         """Rows (B, J, V) after ``buf[b, :lengths[b, j]]`` at draft depths ``depths`` (tokens since the last commit),
@@ -280,7 +282,7 @@ class SourceSession(Session):
         return tokens, counts
 
     def feed(self, tokens, counts) -> Scores:
-        if any(self._nodes):
+        if self._pending.any():
             raise RuntimeError("feed: tree nodes are pending; commit first")
         tokens, counts = self._write(self.end, tokens, counts)
         lengths = self.end[:, None] + _positions(counts, tokens.shape[1])
@@ -332,29 +334,31 @@ class SourceSession(Session):
         tokens, parents = np.asarray(tokens, dtype=np.int64), np.asarray(parents, dtype=np.int64)
         counts = np.asarray(counts, dtype=np.int64)
         B, m = tokens.shape
-        check_token_ids(tokens[np.arange(m)[None, :] < counts[:, None]], self.vocab_size)
+        valid = np.arange(m)[None, :] < counts[:, None]
+        check_token_ids(tokens[valid], self.vocab_size)
         rows = np.empty((B, m + 1, self.vocab_size))
         rows[:, 0] = self._rows_at(self.buf, self.end[:, None], (self.end - self.committed)[:, None])[:, 0]
         rows[:, 1:] = rows[:, :1]  # padding rows: the root's row
-        paths, owner_b, owner_j = [], [], []
-        for b in np.flatnonzero(counts).tolist():
-            nodes = self._nodes[b]  # per node: its path of tokens below the current end (a tuple)
-            for j in range(int(counts[b])):
-                parent = int(parents[b, j])
-                if not -1 <= parent < len(nodes):
-                    raise ValueError(f"feed_tree: parent {parent} of row {b} is not a node fed before it")
-                nodes.append((nodes[parent] if parent >= 0 else ()) + (int(tokens[b, j]),))
-                paths.append(nodes[-1])
-                owner_b.append(b)
-                owner_j.append(j)
-        if not paths:
+        if not valid.any():
             return Scores(rows)
-        owner_b, owner_j = np.asarray(owner_b), np.asarray(owner_j)
-        n, depth = len(paths), max(len(p) for p in paths)
-        size = np.fromiter((len(p) for p in paths), dtype=np.int64, count=n)
-        inside = np.arange(depth)[None, :] < size[:, None]
-        path_tokens = np.zeros((n, depth), dtype=np.int64)
-        path_tokens[inside] = np.fromiter((t for p in paths for t in p), dtype=np.int64, count=int(size.sum()))
+        seen = self._pending[:, None] + np.arange(m)[None, :]  # nodes fed before each new one
+        bad = valid & ((parents < -1) | (parents >= seen))
+        if bad.any():
+            b, j = (int(x[0]) for x in np.nonzero(bad))
+            raise ValueError(f"feed_tree: parent {int(parents[b, j])} of row {b} is not a node fed before it")
+        self._grow_nodes(int((self._pending + counts).max()))
+        lanes = np.arange(B)
+        for j in range(m):  # a node's parent comes before it: its depth is known when it is written
+            live = valid[:, j]
+            slot, par = self._pending + j, parents[:, j]
+            self._token[lanes[live], slot[live]] = tokens[live, j]
+            self._parent[lanes[live], slot[live]] = par[live]
+            self._depth[lanes[live], slot[live]] = np.where(par >= 0, self._depth[lanes, np.maximum(par, 0)], 0)[live] + 1
+        owner_b, owner_j = np.nonzero(valid)
+        node = self._pending[owner_b] + owner_j
+        self._pending = self._pending + counts
+        size = self._depth[owner_b, node]  # each new node's path below the end: its depth
+        n, depth = node.size, int(size.max())
         end = self.end[owner_b]
         buf = np.zeros((n, int(end.max()) + depth), dtype=np.int64)
         ctx = self.source.context  # copy only the prefix tokens the rows read
@@ -366,14 +370,29 @@ class SourceSession(Session):
             keep = cols >= 0
             r = np.broadcast_to(np.arange(n)[:, None], cols.shape)[keep]
             buf[r, cols[keep]] = self.buf[owner_b[r], cols[keep]]
-        r, k = np.nonzero(inside)
-        buf[r, end[r] + k] = path_tokens[r, k]
+        if ctx != 0:  # the path's tokens, from the node up: the last min(ctx, depth) of them are read
+            steps = depth if ctx is None else min(depth, ctx)
+            cur, row = node.copy(), np.arange(n)
+            for k in range(steps):
+                here = cur >= 0
+                buf[row[here], end[here] + size[here] - 1 - k] = self._token[owner_b[here], cur[here]]
+                cur = np.where(here, self._parent[owner_b, np.maximum(cur, 0)], -1)
         rows[owner_b, owner_j + 1] = self._rows_at(buf, (end + size)[:, None],
                                                    (end - self.committed[owner_b] + size)[:, None])[:, 0]
         return Scores(rows)
+
+    def _grow_nodes(self, needed: int) -> None:
+        """Room for ``needed`` pending nodes a sequence (their token, parent and depth below the end)."""
+        if needed > self._token.shape[1]:
+            width = max(needed, 2 * self._token.shape[1], 8)
+            for name in ("_token", "_parent", "_depth"):
+                old = getattr(self, name)
+                grown = np.zeros((self.batch, width), dtype=np.int64)
+                grown[:, :old.shape[1]] = old
+                setattr(self, name, grown)
 
     def commit(self, tokens, counts) -> None:
         tokens, counts = self._write(self.committed, tokens, counts)
         self.committed = self.committed + counts
         self.end = self.committed.copy()
-        self._nodes = [[] for _ in range(self.batch)]
+        self._pending = np.zeros(self.batch, dtype=np.int64)

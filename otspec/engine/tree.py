@@ -43,15 +43,15 @@ from .montecarlo import MonteCarloResult, run_chunks
 from .observers import LedgerObserver, Observer
 from .runstate import LoopHooks
 from .session import SourceSession
-from .trie import RULES, Trie, check_tree_verifier, check_tree_width
+from .trie import RULES, Trie, check_tree_verifier
 
 __all__ = ["RULES", "TreeExactResult", "generate_tree", "simulate_tree", "tree_bound", "tree_law"]
 
 def _check(draft: Source, target: Source, verifier, tree: DraftTree, rule: str):
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+    check_pair(draft, target)
     check_tree_verifier(verifier, tree)
-    check_tree_width(tree, check_pair(draft, target))
 
 
 @dataclass(frozen=True)

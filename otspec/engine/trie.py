@@ -13,7 +13,7 @@ import numpy as np
 
 from ..drafts.laws import draw_name
 
-__all__ = ["RULES", "Trie", "check_tree_verifier", "check_tree_width"]
+__all__ = ["RULES", "Trie", "check_tree_verifier"]
 
 #: Continuation rules: SpecTr ("match") and MCSD ("accepted").
 RULES = ("match", "accepted")
@@ -39,15 +39,6 @@ def check_tree_verifier(verifier, tree) -> None:
                          f"{words[draw_name(verifier.replacement)]}, but the tree draws children {words[tree.draw]}")
 
 
-def check_tree_width(tree, vocab_size: int) -> None:
-    """Refuse a k-config whose nodes draw more distinct children than the vocabulary has (without replacement,
-    greedy or hub drafts): its widest level could never be drafted, and the loop would count children that do not
-    exist (a clear ``ValueError``). EAGLE-2's chosen trees take the top-k of positive mass, however few there are."""
-    if not tree.deterministic and tree.draw != "iid" and max(tree.branching) > vocab_size:
-        raise ValueError(f"the {tree} tree draws {max(tree.branching)} distinct children at a node, but the "
-                         f"vocabulary has {vocab_size} tokens (k <= V without replacement; or draw with replacement)")
-
-
 class Trie:
     """One sequence's drafted trie, with the draft's and the target's rows at its nodes."""
 
@@ -65,19 +56,21 @@ class Trie:
     def add_candidates(self, node: int, cands: np.ndarray) -> list:
         """Record the candidates drawn at ``node``; new distinct tokens become children (returned)."""
         self.cands[node] = cands
-        new = []
-        for x in cands[cands >= 0].tolist():
-            child = self.children[node].get(x)
+        new, kids, mult, token = [], self.children[node], self.mult, self.token  # (a hot loop: names bound once)
+        for x in cands.tolist():
+            if x < 0:  # no candidate here (a draw without replacement ran out of support)
+                continue
+            child = kids.get(x)
             if child is None:
-                child = len(self.token)
-                self.token.append(x)
+                child = len(token)
+                token.append(x)
                 self.parent.append(node)
                 self.depth.append(self.depth[node] + 1)
-                self.mult.append(0)
+                mult.append(0)
                 self.children.append({})
-                self.children[node][x] = child
+                kids[x] = child
                 new.append(child)
-            self.mult[child] += 1
+            mult[child] += 1
         return new
 
     def used(self, node: int, k: int, rule: str) -> np.ndarray:
@@ -108,5 +101,6 @@ class Trie:
         return out[::-1]
 
     def drafted(self) -> int:
-        """Candidates drawn in all (the tree's drafted tokens)."""
-        return int(sum(len(c) for c in self.cands.values()))
+        """Candidates drawn in all (the tree's drafted tokens): a draw without replacement that ran out of support
+        (a k-config wider than a row's support, or than the vocabulary) leaves −1 slots, which were never drafted."""
+        return int(sum(int((c >= 0).sum()) for c in self.cands.values()))
