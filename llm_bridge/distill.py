@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from otspec.checks import check_real, check_size
+from otspec.clitools import writable_folder
 
 from .drafters import DISTILLED_DIR, dequantize_rows, quantize_rows, truncated_target
 from .loop import plain_generate
@@ -223,6 +224,7 @@ def main(argv=None) -> int:
     ap.add_argument("--log-every", type=int, default=25)
     args = ap.parse_args(argv)
     try:
+        writable_folder(args.out, "--out")
         record = distill(DistillRecipe(target=args.target, layers=args.layers, samples=args.samples,
                                        length=args.length, steps=args.steps, batch=args.batch, lr=args.lr,
                                        seed=args.seed, device=args.device, out=args.out, log_every=args.log_every))

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from otspec.checks import check_real, check_size
+from otspec.clitools import writable_folder
 
 from .heads import HEAD_DIRS, HEAD_KINDS, build_head, eagle_unrolled, load_head, save_head
 from .models import DEFAULT_TARGET, ModelNotFound, cache_dir, load_model
@@ -349,6 +350,8 @@ def main(argv=None) -> int:
     ap.add_argument("--log-every", type=int, default=25)
     args = ap.parse_args(argv)
     try:
+        if args.out is not None:
+            writable_folder(args.out, "--out")
         record = train_head(HeadRecipe(
             kind=args.kind, target=args.target, vocab=args.vocab, samples=args.samples, length=args.length,
             steps=args.steps, batch=args.batch, lr=args.lr, unroll=args.unroll, medusa_heads=args.medusa_heads,

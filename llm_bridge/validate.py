@@ -52,6 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
+from otspec.clitools import writable_folder
 from otspec.engine.predict import ReplayPlan, predict_from_log, predict_from_pairs
 from otspec.engine.record import PairRecord, code_version
 from otspec.verifiers import REGISTRY, TREE_VERIFIERS, DecodingOPT
@@ -351,14 +352,7 @@ def output_path(out_dir, name: str | None, draft: str, prefix: str = "llm_") -> 
     if not re.fullmatch(r"[A-Za-z0-9_.+-]+", name) or name.strip(".") == "":
         raise ValueError(f"--name {name!r}: expected a file-name stem (letters, digits, _ . + -), without path "
                          "separators: the record is written as <out-dir>/" + prefix + "<name>.json")
-    folder = Path(out_dir)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ValueError(f"--out-dir {folder}: cannot be made ({err.strerror or err})") from None
-    if not os.access(folder, os.W_OK):
-        raise ValueError(f"--out-dir {folder}: cannot be written to")
-    return folder / f"{prefix}{name}.json"
+    return writable_folder(out_dir, "--out-dir") / f"{prefix}{name}.json"
 
 
 def check_writable_file(path, flag: str) -> Path:

@@ -8,14 +8,16 @@ Model pairs are given either inline (``--draft 0.3,0.7 --target 0.75,0.25``; a s
 from __future__ import annotations
 
 import argparse
+import os
 from fractions import Fraction
+from pathlib import Path
 
 from .distributions import validate_probs
 from .pairs import check_pair
 from .sources import IIDSource, Source, load_source
 
-__all__ = ["CLIError", "add_pair_arguments", "add_tree_arguments", "tree_from_args", "join_negative_values", "length_list", "pair_from_args", "parse_probs",
-           "positive_int", "seed"]
+__all__ = ["CLIError", "add_pair_arguments", "add_tree_arguments", "join_negative_values", "length_list", "pair_from_args",
+           "parse_probs", "positive_int", "seed", "tree_from_args", "writable_folder"]
 
 
 class CLIError(Exception):
@@ -133,3 +135,16 @@ def tree_from_args(args):
         return parse_tree(args.tree, replacement=replacement)
     except ValueError as exc:
         raise CLIError(f"--tree {args.tree!r}: {exc}") from None
+
+
+def writable_folder(path, flag: str) -> Path:
+    """``path``, a folder a command writes into at its end, checked at its start: it exists or can be made, and can
+    be written to (a ``ValueError`` naming ``flag`` otherwise), so a long run never fails at its last step."""
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"{flag} {folder}: cannot be made ({err.strerror or err})") from None
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"{flag} {folder}: cannot be written to")
+    return folder

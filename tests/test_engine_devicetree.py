@@ -135,3 +135,16 @@ def test_device_trees_on_static_caches_keep_the_target_law(verifier, tree):
     test = two_sample_test(pair, [1, 5, 9, 3], verifier, tree,
                            DecodeOptions(sampling=TOP4, seed=7, host_rows=False, cache="static"), n=300, tokens=3)
     assert test["p_value"] > 1e-3
+
+
+@pytest.mark.parametrize("host_rows", [True, False], ids=["host", "device"])
+def test_slots_a_draw_without_replacement_could_not_fill_are_not_counted_as_drafted(host_rows):
+    """A 6x1 tree drawn without replacement under top-4 sampling: at most 4 distinct children exist at a node, so
+    an iteration drafts at most 4 + 4 tokens; counting the −1 slots (6 + 6) would overstate the discarded tokens.
+    Both walks count the same way (the device one in its single read back)."""
+    pair = tiny_pair(sharpness=2.0)
+    run = tree_generate(pair, random_prompts(4, np.random.default_rng(2)), MultiRoundWithoutReplacement(), "6x1", 24,
+                        DecodeOptions(sampling=TOP4, progress=False, host_rows=host_rows, seed=1))
+    d = run.decode
+    assert d.accepted + d.discarded <= 8 * d.iterations
+    assert d.discarded > 0 and d.accepted + d.iterations == d.generated

@@ -9,8 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from otspec import IIDSource, bernoulli, generate
+from otspec.audit.protocol import MAX_TIMEOUT_S, check_timeout
+from otspec.checks import MAX_DRAFT_LENGTH, MAX_TREE_TOKENS
 from otspec.cli import main as cli_main
 from otspec.drafts import ConfidenceTree, DraftTree, parse_tree
 from otspec.engine import simulate_tree, tree_law
@@ -83,6 +87,16 @@ def test_validation_arguments_are_refused_before_a_model_loads(tmp_path, capsys)
         err = capsys.readouterr().err
         assert status == 2 and match in err and "no-such-model" not in err, (args, err)
     assert not (tmp_path.parent / "llm_escape.json").exists()
+    from llm_bridge import distill, train_head
+
+    blocked = tmp_path / "f.txt" / "weights"  # under a file: cannot be made
+    for main, args in ((train_head.main, ["--kind", "eagle", "--vocab", "-5"]), (train_head.main, ["--kind", "eagle",
+                       "--feature-weight", "nan"]), (train_head.main, ["--kind", "eagle", "--out", str(blocked)]),
+                       (distill.main, ["--out", str(blocked)])):
+        t0 = time.perf_counter()
+        assert main([*args, "--target", str(tmp_path / "no-such-model"), "--steps", "1"]) == 2
+        err = capsys.readouterr().err
+        assert "no-such-model" not in err and time.perf_counter() - t0 < 5, err  # refused before any model
     with pytest.raises(ValueError, match="tree_pairs: an empty list"):
         ValidateConfig(tree_pairs=[])
 
@@ -142,3 +156,37 @@ def test_closed_forms_refuse_what_they_cannot_mean():
         over_acceptance_kernel(np.array([0.5, 0.5]), np.array([0.3, 0.7]), 0.1, mode="best")
     with pytest.raises(ValueError, match="top_k"):
         ConfidenceTree(2, 5000, 4)
+
+
+# ------------------------------------------------------------------------------------------- hypothesis, large spaces
+SPECS = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+WIDTHS = st.one_of(st.integers(1, 8), st.integers(1, 10**6))
+
+
+@SPECS
+@given(st.one_of(st.lists(WIDTHS, min_size=1, max_size=12).map(lambda ks: "x".join(map(str, ks))),
+                 st.integers(1, 10_000).map(lambda n: "x".join(["1"] * n)),
+                 st.tuples(st.integers(1, 10**7), st.integers(1, 10**5), st.integers(1, 10**7)).map(
+                     lambda t: f"eagle2:{t[0]}:{t[1]}:{t[2]}"),
+                 st.tuples(st.integers(1, 10**6), st.integers(1, 10**4)).map(lambda t: f"iid:{t[0]}:{t[1]}")))
+def test_any_tree_spec_is_made_within_its_limits_or_refused_at_once(spec):
+    t0 = time.perf_counter()
+    try:
+        tree = parse_tree(spec)
+    except SizeLimitError as err:
+        assert "MAX_TREE_TOKENS" in str(err) or "MAX_DRAFT_LENGTH" in str(err) or "MAX_CANDIDATES" in str(err)
+    else:
+        assert tree.num_tokens <= MAX_TREE_TOKENS and tree.depth <= MAX_DRAFT_LENGTH
+    assert time.perf_counter() - t0 < 1.0
+
+
+@SPECS
+@given(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**9, 10**9), st.booleans(),
+                 st.text(max_size=3)))
+def test_any_timeout_is_taken_in_range_or_refused(value):
+    try:
+        out = check_timeout(value)
+    except ValueError as err:
+        assert "timeout" in str(err)
+    else:
+        assert isinstance(out, float) and 0 < out <= MAX_TIMEOUT_S and not isinstance(value, bool | str)

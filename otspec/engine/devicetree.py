@@ -140,8 +140,8 @@ def device_walk(verifier, layout: TreeLayout, rule: str, drafted: Drafted, depth
     distinct (drawn without replacement, greedy or hub drafts), so the set is one node and the verifier gets its k
     children as they were drawn (the structured verifiers read their positions), not the whole level with −1 slots.
 
-    Returns (emitted tokens (B, max depth + 1) on the device; per sequence, read back in one transfer, the tokens
-    emitted and the walked nodes (B, max depth), −1 past the path)."""
+    Returns, on the device: the emitted tokens (B, max depth + 1), the tokens emitted per sequence (B,) and its
+    deepest walked node (B,) (0: the root), which :func:`device_iteration` reads back in its one transfer."""
     tokens, draft_rows, target_rows = drafted
     xp = namespace(target_rows)
     device = target_rows.device
@@ -182,17 +182,33 @@ def device_walk(verifier, layout: TreeLayout, rule: str, drafted: Drafted, depth
         going = going & ~bonus & xp.any(members, axis=1)
         first = xp.argmax(xp.astype(members, xp.int8), axis=1)
         last = xp.where(going, layout.offsets[d + 1] + first, last)
-    emitted, path = _read_back(layout, emitted, last, top)
-    return out, emitted, path
+    return out, emitted, last
 
 
-def _read_back(layout: TreeLayout, emitted, last, top: int):
-    """The iteration's one read back: (emitted counts (B,), walked nodes (B, top), −1 past the path) on the host,
-    from the counts and the deepest walked node on the device."""
+def _read_back(layout: TreeLayout, emitted, last, top: int, drafted=None):
+    """The iteration's one read back: (emitted counts (B,), walked nodes (B, top), −1 past the path, and the drafted
+    counts (B,) when given on the device, else None) on the host, from the counts and the deepest walked node."""
     xp = namespace(emitted)
     path = _path_to(layout, last, top, xp, emitted.device)
-    back = to_host(xp.concat([emitted[:, None], path], axis=1))
-    return back[:, 0], back[:, 1:]
+    columns = [emitted[:, None], path] + ([] if drafted is None else [drafted[:, None]])
+    back = to_host(xp.concat(columns, axis=1))
+    return back[:, 0], back[:, 1:1 + path.shape[1]], (None if drafted is None else back[:, -1])
+
+
+def _drafted_on_device(layout: TreeLayout, tokens, depth_dev):
+    """Per sequence, the candidates drawn to its depth (B,) on the device: a −1 slot (a draw without replacement
+    that ran out of support) was never drafted, and neither were the slots below it (drawn from a row of no node)."""
+    xp = namespace(tokens[1])
+    device = tokens[1].device
+    total = xp.zeros(tokens[1].shape[0], dtype=xp.int64, device=device)
+    present = None
+    for d in range(1, len(tokens)):
+        here = tokens[d] >= 0
+        if present is not None:
+            here = here & present[:, to_device(layout.local_parent[d], device)]
+        total = total + xp.where(depth_dev >= d, xp.sum(xp.astype(here, xp.int64), axis=1), xp.zeros_like(total))
+        present = here
+    return total
 
 
 def _verify(verifier, candidates, draft_rows, target_rows, rng):
@@ -220,12 +236,14 @@ def device_iteration(draft, target, verifier, tree, layout: TreeLayout, rule: st
     if verifier.layout == "tree":  # a whole-tree verifier's own walk on the layout
         out, emitted, last = run.call("verify", layout.depth, verifier.walk_on_device, layout, tokens, draft_rows,
                                       target_rows, to_device(depth, target_rows.device), rng)
-        emitted, path = _read_back(layout, emitted, last, len(tokens) - 1)
     else:
-        out, emitted, path = device_walk(verifier, layout, rule, Drafted(tokens, draft_rows, target_rows), depth,
+        out, emitted, last = device_walk(verifier, layout, rule, Drafted(tokens, draft_rows, target_rows), depth,
                                          active, rng, run, compact=tree.draw != "iid")
+    full = tree.draw == "iid"  # every slot drawn: the drafted counts are the layout's; else counted in the read back
+    counted = None if full or len(tokens) < 2 else _drafted_on_device(layout, tokens, to_device(depth, target_rows.device))
+    emitted, path, drafted = _read_back(layout, emitted, last, len(tokens) - 1, counted)
     return DeviceStep(layout, tokens, draft_rows, target_rows, features=features, out=out, emitted=emitted,
-                      path=path, calls=calls, nodes=nodes, depth=depth, full=tree.draw == "iid")
+                      path=path, calls=calls, nodes=nodes, depth=depth, counted=drafted)
 
 
 @dataclass(eq=False)
@@ -245,8 +263,9 @@ class DeviceStep:
     calls: np.ndarray
     nodes: np.ndarray
     depth: np.ndarray
-    #: Every slot holds a drawn token (i.i.d. draws); else a draw without replacement may leave −1 slots.
-    full: bool = True
+    #: Candidates drawn per sequence, read back with the outcome for draws that may leave −1 slots (without
+    #: replacement); None when every slot to a sequence's depth holds a drawn token (i.i.d. draws).
+    counted: np.ndarray | None = None
     _tries: dict = field(default_factory=dict, repr=False)
 
     def walked(self, b: int) -> list:
@@ -268,13 +287,10 @@ class DeviceStep:
 
     def drafted(self) -> np.ndarray:
         """Candidates drawn per sequence (host): every slot of the layout to the sequence's depth, but for a draw
-        without replacement that ran out of support (−1 slots, never drafted), read back and counted."""
-        if self.full:
+        without replacement that ran out of support (−1 slots, never drafted): counted in the read back."""
+        if self.counted is None:
             return np.array([self.layout.nodes_to(int(d)) for d in self.depth], dtype=np.int64)
-        counts = np.zeros(len(self.depth), dtype=np.int64)
-        for d in range(1, len(self.tokens)):
-            counts += np.where(self.depth >= d, (to_host(self.tokens[d]) >= 0).sum(axis=1), 0)
-        return counts
+        return np.asarray(self.counted, dtype=np.int64)
 
     def trie(self, b: int):
         """Sequence b's tree as the host walk's trie (equal candidates merged) and the map from the layout's nodes to
@@ -327,12 +343,13 @@ def _merged_trie(step: DeviceStep, b: int):
         rows = to_host(step.draft_rows[d][b]) if d < len(step.draft_rows) else None
         pooled: dict = {}  # trie node -> its candidates, from every layout node it stands for
         for i, parent in enumerate(layout.parent[layout.offsets[d]:layout.offsets[d] + layout.sizes[d]].tolist()):
-            pooled.setdefault(node_of[parent], []).append(int(level[i]))
+            if parent in node_of:  # below a −1 slot: drawn from a row of no node, never drafted
+                pooled.setdefault(node_of[parent], []).append(int(level[i]))
         for node, cands in pooled.items():
             t.add_candidates(node, np.asarray(cands, dtype=np.int64))
         for i, parent in enumerate(layout.parent[layout.offsets[d]:layout.offsets[d] + layout.sizes[d]].tolist()):
             x = int(level[i])
-            if x < 0:
+            if x < 0 or parent not in node_of:
                 continue
             child = t.children[node_of[parent]][x]
             node_of[layout.offsets[d] + i] = child

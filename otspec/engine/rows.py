@@ -377,10 +377,10 @@ class PolicyRun(_Run):
     t_target_ms: float | None = None
 
     def check(self, where: str) -> None:
-        if not (self.value > 0 and self.value == self.value and self.value != float("inf")):
-            raise RecordError(f"{where}: field 'value' should be a draft length or threshold > 0, got {self.value}")
-        if self.policy == "fixed" and self.value != int(self.value):
-            raise RecordError(f"{where}: a fixed policy's 'value' is a draft length (an integer), got {self.value}")
+        if not (self.value >= 0 and self.value != float("inf")):  # NaN fails the first comparison
+            raise RecordError(f"{where}: field 'value' should be a threshold >= 0 or a draft length, got {self.value}")
+        if self.policy == "fixed" and (self.value != int(self.value) or self.value < 1):
+            raise RecordError(f"{where}: a fixed policy's 'value' is a draft length (an integer >= 1), got {self.value}")
 
 
 def run_row(obj, where: str = "row") -> ChainRun | TreeRun | PolicyRun:
