@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import re
 import sys
@@ -52,7 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
-from otspec.clitools import writable_folder
+from otspec.clitools import writable_file, writable_folder
 from otspec.engine.predict import ReplayPlan, predict_from_log, predict_from_pairs
 from otspec.engine.record import PairRecord, code_version
 from otspec.verifiers import REGISTRY, TREE_VERIFIERS, DecodingOPT
@@ -89,8 +88,8 @@ from .timing import TimingPlan, add_timing_arguments, phase_log
 from .trees import parse_tree, tree_batches, tree_generate
 from .validate_config import PROMPT_FILE, ValidateConfig, prompt_lines
 
-__all__ = ["ENGINE_KEYS", "MAX_BASELINE_DRIFT", "TREE_VERIFIERS", "ValidateConfig", "check_writable_file", "export_synthetic_rates", "main", "output_path",
-           "timing_check", "validate"]
+__all__ = ["ENGINE_KEYS", "MAX_BASELINE_DRIFT", "TREE_VERIFIERS", "ValidateConfig", "export_synthetic_rates", "main",
+           "output_path", "timing_check", "validate"]
 
 
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
@@ -355,18 +354,6 @@ def output_path(out_dir, name: str | None, draft: str, prefix: str = "llm_") -> 
     return writable_folder(out_dir, "--out-dir") / f"{prefix}{name}.json"
 
 
-def check_writable_file(path, flag: str) -> Path:
-    """``path`` for a file a command writes at its end, checked at its start: its folder exists and can be written
-    to, and ``path`` is not a folder (a ``ValueError`` naming ``flag``)."""
-    path = Path(path)
-    folder = path.resolve().parent
-    if not folder.is_dir():
-        raise ValueError(f"{flag} {path}: its folder does not exist")
-    if path.is_dir() or not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise ValueError(f"{flag} {path}: cannot be written to")
-    return path
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m llm_bridge.validate", description=__doc__.splitlines()[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -438,7 +425,7 @@ def main(argv=None) -> int:
     try:
         out_path = output_path(args.out_dir, args.name, args.draft)
         if args.export_synthetic_rates is not None:
-            check_writable_file(args.export_synthetic_rates, "--export-synthetic-rates")
+            writable_file(args.export_synthetic_rates, "--export-synthetic-rates")
     except ValueError as err:
         ap.error(str(err))
     try:

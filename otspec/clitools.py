@@ -17,7 +17,7 @@ from .pairs import check_pair
 from .sources import IIDSource, Source, load_source
 
 __all__ = ["CLIError", "add_pair_arguments", "add_tree_arguments", "join_negative_values", "length_list", "pair_from_args",
-           "parse_probs", "positive_int", "seed", "tree_from_args", "writable_folder"]
+           "parse_probs", "positive_int", "seed", "tree_from_args", "writable_file", "writable_folder"]
 
 
 class CLIError(Exception):
@@ -148,3 +148,15 @@ def writable_folder(path, flag: str) -> Path:
     if not os.access(folder, os.W_OK):
         raise ValueError(f"{flag} {folder}: cannot be written to")
     return folder
+
+
+def writable_file(path, flag: str) -> Path:
+    """``path``, a file a command writes at its end, checked at its start: its folder exists and can be written to,
+    and ``path`` is not a folder (a ``ValueError`` naming ``flag`` otherwise)."""
+    path = Path(path)
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        raise ValueError(f"{flag} {path}: its folder does not exist")
+    if path.is_dir() or not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(f"{flag} {path}: cannot be written to")
+    return path

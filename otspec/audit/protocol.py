@@ -15,7 +15,6 @@ timeout is reported with a clear :class:`SamplerError`, never a traceback from d
 from __future__ import annotations
 
 import importlib
-import math
 import os
 import signal
 import sys
@@ -23,6 +22,8 @@ import threading
 from collections.abc import Callable
 
 import numpy as np
+
+from ..checks import check_real
 
 __all__ = ["DEFAULT_TIMEOUT_S", "MAX_TIMEOUT_S", "SamplerError", "SamplerTimeout", "call_sampler", "check_timeout",
            "load_sampler"]
@@ -44,12 +45,7 @@ class SamplerTimeout(SamplerError):
 def check_timeout(timeout) -> float | None:
     """``timeout`` as seconds in (0, :data:`MAX_TIMEOUT_S`], or None (no guard: the Python API only); 0, negative,
     NaN and infinite values are refused, since each would switch the guard off or make it fire at once."""
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float | np.integer | np.floating) \
-            or not math.isfinite(timeout) or not 0 < timeout <= MAX_TIMEOUT_S:
-        raise ValueError(f"timeout: expected seconds in (0, {MAX_TIMEOUT_S:g}] for one sampler call, got {timeout!r}")
-    return float(timeout)
+    return None if timeout is None else check_real(timeout, "timeout", low=0.0, high=MAX_TIMEOUT_S, low_open=True)
 
 
 def load_sampler(spec: str) -> Callable:

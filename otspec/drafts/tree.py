@@ -37,9 +37,7 @@ class DraftTree:
         if not branching or any(isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1 for k in branching):
             raise ValueError(f"a draft tree needs depth >= 1 and every k_i >= 1 (an integer), got {self.branching}")
         branching = tuple(int(k) for k in branching)
-        if len(branching) > MAX_DRAFT_LENGTH:
-            raise SizeLimitError(f"a draft tree of depth {len(branching):,} (limit MAX_DRAFT_LENGTH = "
-                                 f"{MAX_DRAFT_LENGTH:,})", size=len(branching), limit=MAX_DRAFT_LENGTH)
+        check_size(len(branching), "depth", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
         _check_tree_tokens(_drafted(branching), f"the k-config {'x'.join(map(str, branching[:8]))}"
                            + ("x..." if len(branching) > 8 else ""))
         object.__setattr__(self, "branching", branching)
@@ -81,11 +79,7 @@ class DraftTree:
     @property
     def num_tokens(self) -> int:
         """N_tree = Σ_i ∏_{j<=i} k_j, draft tokens in the tree (scored by one target call)."""
-        total, width = 0, 1
-        for k in self.branching:
-            width *= k
-            total += width
-        return total
+        return _drafted(self.branching)  # exact: a tree is made only within MAX_TREE_TOKENS
 
     def __str__(self) -> str:
         suffix = {"iid": "", "without": " (without replacement)", "greedy": " (greedy drafts)", "hub": " (hub drafts)"}
@@ -170,7 +164,7 @@ def _drafted(branching) -> int:
 
 def _check_tree_tokens(n: int, what: str) -> None:
     if n > MAX_TREE_TOKENS:
-        raise SizeLimitError(f"{what} drafts {'more than ' if n > MAX_TREE_TOKENS else ''}{MAX_TREE_TOKENS:,} tokens "
+        raise SizeLimitError(f"{what} drafts more than {MAX_TREE_TOKENS:,} tokens "
                              f"(limit MAX_TREE_TOKENS = 2^16: every loop scores a tree's nodes in one call)",
                              size=n, limit=MAX_TREE_TOKENS)
 

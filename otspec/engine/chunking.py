@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from ..checks import check_size
 
-__all__ = ["CHUNK_ENTRIES", "DEFAULT_BACKEND", "MAX_CHUNK", "MONTE_CARLO_METHODS", "Backend", "check_backend", "chunk_size", "chunks"]
+__all__ = ["CHUNK_ENTRIES", "DEFAULT_BACKEND", "MAX_CHUNK", "MONTE_CARLO_METHODS", "Backend", "check_backend",
+           "chunk_size", "chunks"]
 
 #: How a simulator may draw its trials (:class:`Backend`): ``rows`` materialises both sources' rows and runs
 #: the verifier's ``sample``; ``row_free`` samples the same law from tables built once; ``compiled`` runs
@@ -53,7 +54,6 @@ class Backend:
         if self.batch_size is not None:
             object.__setattr__(self, "batch_size", check_size(self.batch_size, "batch_size", limit=MAX_CHUNK,
                                                               limit_name="MAX_CHUNK (2**20)"))
-
 
 
 #: The default of every simulator: ``method="auto"`` on numpy, chunks sized by :func:`chunk_size`.

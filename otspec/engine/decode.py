@@ -38,20 +38,24 @@ from .session import SourceSession
 __all__ = ["DecodeResult", "FixedDraftLength", "block_efficiency_estimate", "generate"]
 
 
-def check_buffer(n_tokens: int, n_sequences: int, width: int = 1, vocab_size: int = 1) -> None:
-    """Refuse a token buffer of more than :data:`~otspec.checks.MAX_DECODE_ENTRIES` entries, and a loop step that
-    scores more than :data:`~otspec.checks.MAX_STEP_ENTRIES` probabilities (``n_sequences`` × ``width`` positions ×
-    V, each model), before allocating either."""
+def check_buffer(n_tokens: int, n_sequences: int) -> None:
+    """Refuse a token buffer of more than :data:`~otspec.checks.MAX_DECODE_ENTRIES` entries before allocating it."""
     if n_tokens * n_sequences > MAX_DECODE_ENTRIES:
         raise SizeLimitError(f"decoding {n_sequences:,} sequences x {n_tokens:,} tokens = {n_tokens * n_sequences:,} "
                              f"buffer entries is above MAX_DECODE_ENTRIES = {MAX_DECODE_ENTRIES:,}",
                              size=n_tokens * n_sequences, limit=MAX_DECODE_ENTRIES)
+
+
+def check_step(n_sequences: int, width: int, vocab_size: int) -> int:
+    """Refuse a loop step that scores more than :data:`~otspec.checks.MAX_STEP_ENTRIES` probabilities
+    (``n_sequences`` × ``width`` positions × V, each model) before allocating it; returns that count."""
     step = 2 * n_sequences * width * vocab_size
     if step > MAX_STEP_ENTRIES:
         raise SizeLimitError(f"one decoding step scores {n_sequences:,} sequences x {width:,} positions x V = "
                              f"{vocab_size:,} for both models = {step:,} probabilities, above MAX_STEP_ENTRIES = 2^27 "
                              "(1 GiB): fewer sequences, a shorter draft or a smaller tree", size=step,
                              limit=MAX_STEP_ENTRIES)
+    return step
 
 
 def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_tokens: int, *,
@@ -93,7 +97,7 @@ def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_
         tokens, rows, starts, drafted, accepted = decode_chains(tables, L, N, B, rng)
         ledger.record(rows, starts, drafted, accepted, accepted + 1, draft_calls=drafted, drafted=int(drafted.sum()))
         return ledger.result(tokens)
-    check_buffer(N, B, L + 1, V)  # the Python loop scores rows: (B, L + 1, V) a step
+    check_step(B, L + 1, V)  # the Python loop scores rows: (B, L + 1, V) a step
     sessions = SourceSession(draft, B, N + 1, max_prefix=N - 2), SourceSession(target, B, N + 1, max_prefix=N - 1)
     with tqdm(total=B * N, unit="tok", unit_scale=True, disable=None if progress is None else not progress,
               leave=False, desc=f"decode ({verifier.name}, L={L})") as bar:

@@ -36,7 +36,7 @@ from ..solvers.tree_ot import TreeOptimum, coupling_optimum, tree_optimum
 from ..sources import Source, check_enumeration, extend_prefixes
 from .chunking import DEFAULT_BACKEND, Backend, check_backend, chunk_size
 from .confidence import grow_on_source
-from .decode import check_buffer
+from .decode import check_buffer, check_step
 from .ledger import DecodeResult, Ledger
 from .loop import tree_loop
 from .montecarlo import MonteCarloResult, run_chunks
@@ -212,7 +212,8 @@ def generate_tree(draft: Source, target: Source, verifier, tree: DraftTree, n_to
     """
     _check(draft, target, verifier, tree, rule)
     L, N, B = tree.depth, check_size(n_tokens, "n_tokens"), check_size(n_sequences, "n_sequences")
-    check_buffer(N, B, tree.num_tokens + 1, target.vocab_size)
+    check_buffer(N, B)
+    check_step(B, tree.num_tokens + 1, target.vocab_size)
     target.check_length(N)
     ledger = Ledger(B, N, L)
     sessions = (SourceSession(draft, B, N + 1, max_prefix=N - 2), SourceSession(target, B, N + 1, max_prefix=N - 1))
@@ -239,16 +240,15 @@ def simulate_tree(draft: Source, target: Source, verifier, tree, n_blocks: int, 
     n_blocks = check_size(n_blocks, "n_blocks", limit=MAX_SIMULATION_BLOCKS, limit_name="MAX_SIMULATION_BLOCKS")
     L, V = tree.depth, target.vocab_size
     target.check_length(L + 1)
-    check_buffer(1, 1, tree.num_tokens + 1, V)  # one trial's rows fit
-    work = n_blocks * (tree.num_tokens + 1) * 2 * V
-    if work > MAX_ROW_WORK:
-        raise SizeLimitError(f"simulating {n_blocks:,} trees of {tree.num_tokens:,} tokens at V = {V:,} touches about "
-                             f"{work:,} row entries, above MAX_ROW_WORK = {MAX_ROW_WORK:,} (15 s to 2 minutes of a "
-                             f"core): fewer blocks (at most {max(1, MAX_ROW_WORK // (work // n_blocks)):,} here)",
-                             size=work, limit=MAX_ROW_WORK)
-    rng = np.random.default_rng(seed)
     check_backend(backend, "simulate_tree", ("auto", "rows"))
-    batch = chunk_size((tree.num_tokens + 1) * 2 * V, backend.batch_size)
+    per_trial = check_step(1, tree.num_tokens + 1, V)  # one trial's rows fit; every trial scores as many
+    if n_blocks * per_trial > MAX_ROW_WORK:
+        raise SizeLimitError(f"simulating {n_blocks:,} trees of {tree.num_tokens:,} tokens at V = {V:,} touches about "
+                             f"{n_blocks * per_trial:,} row entries, above MAX_ROW_WORK = {MAX_ROW_WORK:,} (15 s to 2 "
+                             f"minutes of a core): fewer blocks (at most {max(1, MAX_ROW_WORK // per_trial):,} here)",
+                             size=n_blocks * per_trial, limit=MAX_ROW_WORK)
+    rng = np.random.default_rng(seed)
+    batch = chunk_size(per_trial, backend.batch_size)
 
     def draw(b):
         first = _FirstIteration(b)
