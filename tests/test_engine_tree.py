@@ -11,6 +11,8 @@ from strategies import full_depth_tokens, markov_pairs
 
 from otspec import theory
 from otspec.drafts import DraftTree, parse_tree
+from otspec.engine import loop
+from otspec.engine.session import SourceSession
 from otspec.engine.tree import generate_tree, tree_law
 from otspec.sources import IIDSource, random_markov
 from otspec.verifiers import (
@@ -174,3 +176,26 @@ def test_simulate_tree_has_power_against_counting_every_iteration():
     run = generate_tree(d, t, KSeq(), tree, tree.depth + 1, n_sequences=20_000, seed=1, progress=False)
     every = (run.accept_hist.sum(axis=0) @ np.arange(tree.depth + 1)) / run.accept_hist.sum()
     assert abs(every - res.accepted.value) > 10 * res.accepted.stderr
+
+
+class _TrieSession(SourceSession):
+    """A toy source walked as a model on the host is: one merged trie per sequence (the reference walk)."""
+
+    fixed_shape_trees = False
+
+
+@pytest.mark.parametrize("which", [1, 4, 8, 9])
+def test_trie_walk_and_array_walk_give_the_target_law(which):
+    """Toy sources take the fixed-shape walk (:mod:`otspec.engine.devicetree`); the trie walk that models on the host
+    take is the reference. Both emit 4 tokens whose law is the target's (a chi-square test each, 8,000 sequences)."""
+    verifier, config, replacement, rule = SETUPS[which]
+    d, t = random_markov(2, 0.5, horizon=4, seed=8, sparsity=0.2)
+    law = t.enumerate(4).probs
+    tree, n = parse_tree(config, replacement), 8_000
+    for kind in (SourceSession, _TrieSession):
+        sessions = (kind(d, n, 5, max_prefix=2), kind(t, n, 5, max_prefix=3))
+        assert loop._on_device(*sessions, verifier, tree) is (kind is SourceSession)
+        run = loop.tree_loop(*sessions, verifier, tree, 4, np.random.default_rng(which), rule=rule, batch=n)
+        counts = np.bincount(run.tokens @ np.array([8, 4, 2, 1]), minlength=16)
+        assert counts[law == 0].sum() == 0
+        assert stats.chisquare(counts[law > 0], n * law[law > 0]).pvalue > 1e-4, kind.__name__

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..distributions import namespace, sample_categorical, to_device, to_host
+from ..distributions import host_to_like, namespace, sample_categorical, to_host
 from .devicetree import LazyList
 
 __all__ = ["ConfidenceStep", "confidence_iteration"]
@@ -55,9 +55,8 @@ def confidence_iteration(draft, target, verifier, tree, run, depth, active, rng)
     calls = np.zeros(B, dtype=np.int64)
     if top == 0:
         return _confidence_root_only(target, verifier, run, active, rng, calls)
-    device = target.rows_device
-    depth_dev = to_device(depth, device)
     root = run.call("draft", 0, draft.feed, run.tokens((B, 0)), np.zeros(B, dtype=np.int64)).rows[:, 0]
+    depth_dev = host_to_like(depth, root)
     xp = namespace(root)
     calls[depth > 0] += 1
     tok, prob = _top_children(root, K)
@@ -128,7 +127,7 @@ def _confidence_walk(target, verifier, tree, run, depth, active, rng, drafted: _
     for d, chosen in enumerate(fed_local):
         slot[rows[:, None], int(offsets[d]) + chosen] = d * K + xp.broadcast_to(
             xp.arange(chosen.shape[1], device=device)[None, :], chosen.shape)
-    going = to_device(active, device)
+    going = host_to_like(active, tok)
     cur = xp.full((B,), -1, dtype=xp.int64, device=device)  # a kept position, -1 the root
     out = xp.zeros((B, len(levels) + 1), dtype=xp.int64, device=device)
     emitted = xp.zeros(B, dtype=xp.int64, device=device)

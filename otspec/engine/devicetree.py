@@ -1,6 +1,8 @@
-"""One iteration of the tree loop with every row on a device: a drafted tree as fixed-shape tensors, one read back.
+"""One iteration of the tree loop with a drafted tree as fixed-shape arrays, one read back: every row on a device,
+or toy sources' rows on the host (numpy; a session with ``fixed_shape_trees``), where it replaces a trie per sequence
+by a few array operations per level.
 
-The host walk (:func:`otspec.engine.loop.tree_steps` with numpy rows) merges equal candidates into a trie
+The host walk (:func:`otspec.engine.loop.tree_steps` on a model's numpy rows) merges equal candidates into a trie
 (:mod:`otspec.engine.trie`); that needs the drafted tokens on the host, which on a GPU is a wait for the device at
 every drafted level. Here a k-config tree (:class:`~otspec.drafts.DraftTree`) is laid out without merging
 (:class:`TreeLayout`): level d holds N_d = k_1 ⋯ k_d nodes, node i of level d is child i mod k_d of node ⌊i / k_d⌋ of
@@ -30,7 +32,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..distributions import namespace, sample_categorical, to_device, to_host
+from ..distributions import host_to_like, namespace, sample_categorical, to_host
 from ..drafts import sample_candidates
 
 __all__ = ["DeviceStep", "Drafted", "LazyList", "TreeLayout", "device_iteration", "device_walk", "grow_on_device",
@@ -147,8 +149,8 @@ def device_walk(verifier, layout: TreeLayout, rule: str, drafted: Drafted, depth
     device = target_rows.device
     B, top = run.B, len(tokens) - 1
     rows = xp.arange(B, device=device)
-    going = to_device(active & (depth >= 0), device)
-    depth_dev = to_device(depth, device)
+    going = host_to_like(active & (depth >= 0), target_rows)
+    depth_dev = host_to_like(depth, target_rows)
     match = rule == "match"
     out = xp.zeros((B, top + 1), dtype=xp.int64, device=device)
     emitted = xp.zeros(B, dtype=xp.int64, device=device)
@@ -163,7 +165,7 @@ def device_walk(verifier, layout: TreeLayout, rule: str, drafted: Drafted, depth
             emitted = emitted + xp.astype(going, xp.int64)
             break
         bonus = depth_dev == d
-        parent = to_device(layout.local_parent[d + 1], device)
+        parent = host_to_like(layout.local_parent[d + 1], target_rows)
         under = members[:, parent]  # (B, N_{d+1}): children of the set
         level = tokens[d + 1]
         k = layout.branching[d]
@@ -189,7 +191,7 @@ def _read_back(layout: TreeLayout, emitted, last, top: int, drafted=None):
     """The iteration's one read back: (emitted counts (B,), walked nodes (B, top), −1 past the path, and the drafted
     counts (B,) when given on the device, else None) on the host, from the counts and the deepest walked node."""
     xp = namespace(emitted)
-    path = _path_to(layout, last, top, xp, emitted.device)
+    path = _path_to(layout, last, top, xp)
     columns = [emitted[:, None], path] + ([] if drafted is None else [drafted[:, None]])
     back = to_host(xp.concat(columns, axis=1))
     return back[:, 0], back[:, 1:1 + path.shape[1]], (None if drafted is None else back[:, -1])
@@ -205,7 +207,7 @@ def _drafted_on_device(layout: TreeLayout, tokens, depth_dev):
     for d in range(1, len(tokens)):
         here = tokens[d] >= 0
         if present is not None:
-            here = here & present[:, to_device(layout.local_parent[d], device)]
+            here = here & present[:, host_to_like(layout.local_parent[d], here)]
         total = total + xp.where(depth_dev >= d, xp.sum(xp.astype(here, xp.int64), axis=1), xp.zeros_like(total))
         present = here
     return total
@@ -215,10 +217,11 @@ def _verify(verifier, candidates, draft_rows, target_rows, rng):
     return verifier.sample(candidates, draft_rows, target_rows, rng, validate=False)
 
 
-def _path_to(layout: TreeLayout, last, top: int, xp, device):
+def _path_to(layout: TreeLayout, last, top: int, xp):
     """(B, top): the nodes from level 1 down to ``last`` (its ancestors, then itself), −1 past it."""
-    parent = to_device(np.maximum(layout.parent, 0), device)
-    level = to_device(layout.level, device)
+    device = last.device
+    parent = host_to_like(np.maximum(layout.parent, 0), last)
+    level = host_to_like(layout.level, last)
     path = xp.full((last.shape[0], max(top, 0)), -1, dtype=xp.int64, device=device)
     cur = last
     ids = xp.arange(max(top, 0), device=device)[None, :]
@@ -235,12 +238,12 @@ def device_iteration(draft, target, verifier, tree, layout: TreeLayout, rule: st
     target_rows, features, nodes = score_on_device(target, layout, tokens, run, depth)
     if verifier.layout == "tree":  # a whole-tree verifier's own walk on the layout
         out, emitted, last = run.call("verify", layout.depth, verifier.walk_on_device, layout, tokens, draft_rows,
-                                      target_rows, to_device(depth, target_rows.device), rng)
+                                      target_rows, host_to_like(depth, target_rows), rng)
     else:
         out, emitted, last = device_walk(verifier, layout, rule, Drafted(tokens, draft_rows, target_rows), depth,
                                          active, rng, run, compact=tree.draw != "iid")
     full = tree.draw == "iid"  # every slot drawn: the drafted counts are the layout's; else counted in the read back
-    counted = None if full or len(tokens) < 2 else _drafted_on_device(layout, tokens, to_device(depth, target_rows.device))
+    counted = None if full or len(tokens) < 2 else _drafted_on_device(layout, tokens, host_to_like(depth, target_rows))
     emitted, path, drafted = _read_back(layout, emitted, last, len(tokens) - 1, counted)
     return DeviceStep(layout, tokens, draft_rows, target_rows, features=features, out=out, emitted=emitted,
                       path=path, calls=calls, nodes=nodes, depth=depth, counted=drafted)

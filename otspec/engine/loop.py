@@ -40,7 +40,7 @@ from ..verifiers.base import Outcome
 from .confidence import grow_confidence
 from .controllers import DraftLengthController
 from .deviceconfidence import confidence_iteration
-from .devicetree import TreeLayout, device_iteration, walks_on_device
+from .devicetree import LazyList, TreeLayout, device_iteration, walks_on_device
 from .observers import ChainStep, TreeStep
 from .runstate import NO_HOOKS, LoopHooks, LoopRun, RunState
 from .session import Session, as_prompts
@@ -435,9 +435,15 @@ def _features_along(draft, target, features, idx, paths, width: int):
 
 
 def _on_device(draft, target, verifier, tree) -> bool:
-    """Whether the tree loop runs on the rows' device (:mod:`otspec.engine.devicetree`): both sessions keep their rows
-    there, the tree is a k-config (drawn children) and the verifier one of candidates that has a torch path."""
-    return target.rows_device is not None and draft.rows_device is not None and walks_on_device(verifier, tree)
+    """Whether the tree loop runs the fixed-shape walk of :mod:`otspec.engine.devicetree` (every sequence's tree as
+    arrays, no trie, one read back): the walk serves ``verifier`` on ``tree``
+    (:func:`~otspec.engine.devicetree.walks_on_device`) and both sessions keep their rows on a device, or both are
+    lookups on the host (``Session.fixed_shape_trees``: toy sources, where a level fed unmerged costs nothing more).
+    Otherwise the host walk over tries, one per sequence (a model on the host feeds each merged node once)."""
+    sessions = (draft, target)
+    placed = (all(s.rows_device is not None for s in sessions)
+              or all(s.rows_device is None and s.fixed_shape_trees for s in sessions))
+    return placed and walks_on_device(verifier, tree)
 
 
 def _device_tree_steps(draft, target, verifier, tree, n_tokens, rng, rule, prompts, hooks):
@@ -456,8 +462,8 @@ def _device_tree_steps(draft, target, verifier, tree, n_tokens, rng, rule, promp
         if draft.reads_target_features:
             features = _features_along(draft, target, features, idx, {b: step.walked(b) for b in idx},
                                        step.out.shape[1])
-        nodes = ([step.draft_nodes(b, int(depth[b])) for b in range(run.B)],
-                 [step.target_nodes(b, int(depth[b])) for b in range(run.B)])
+        nodes = tuple(LazyList(run.B, lambda b, f=f, depth=depth: f(b, int(depth[b])))  # model sessions read them
+                      for f in (step.draft_nodes, step.target_nodes))
         run.emit(idx, step.out[run.like(idx)], step.emitted[idx], (draft, target), features, nodes=nodes)
         if run.observers:
             run.notify("on_tree", TreeStep(idx, start, depth[idx], step.emitted[idx], step.tries(), step.paths(),

@@ -98,6 +98,10 @@ class Session(ABC):
     rows_device: Any = None
     #: It drafts a whole chain of a fixed length in one call (:meth:`draft_chain`).
     drafts_chains: bool = False
+    #: Its rows are a lookup, so a tree fed as fixed-shape levels (equal candidates as separate nodes) costs it no
+    #: more than a merged trie: on numpy rows the tree loop then walks arrays (:mod:`otspec.engine.devicetree`) rather
+    #: than one trie per sequence. Rows on a device are always walked so (merging would read tokens back).
+    fixed_shape_trees: bool = False
     #: A target session that returns features: per sequence, its prompt's features after :meth:`start` (module
     #: docstring, *Target features*); ``None`` otherwise.
     prompt_features: Any = None
@@ -245,6 +249,7 @@ class SourceSession(Session):
     """
 
     drafts_chains = True
+    fixed_shape_trees = True
 
     def __init__(self, source: Source, batch: int, capacity: int, max_prefix: int | None = None):
         self.source, self.vocab_size, self.batch = source, source.vocab_size, int(batch)
@@ -391,7 +396,9 @@ class SourceSession(Session):
                 grown[:, :old.shape[1]] = old
                 setattr(self, name, grown)
 
-    def commit(self, tokens, counts) -> None:
+    def commit(self, tokens, counts, *, nodes=None) -> None:
+        """``nodes`` (the device tree walk's fed nodes on the committed path) is not needed: the pending nodes are
+        matched by their tokens on the host."""
         tokens, counts = self._write(self.committed, tokens, counts)
         self.committed = self.committed + counts
         self.end = self.committed.copy()
