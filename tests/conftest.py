@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
+# pytest-xdist runs one worker per core: each worker's torch and BLAS then use their share of the cores (spinning
+# thread pools of two workers on two cores would take turns), set before numpy or torch is imported.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    os.environ.setdefault("OMP_NUM_THREADS",
+                          str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+
+import numpy as np  # noqa: E402
 import pytest
 from hypothesis import HealthCheck, settings
 

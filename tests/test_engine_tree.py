@@ -12,6 +12,8 @@ from strategies import full_depth_tokens, markov_pairs
 from otspec import theory
 from otspec.drafts import DraftTree, parse_tree
 from otspec.engine import loop
+from otspec.engine.predict import IterationTrace
+from otspec.engine.runstate import LoopHooks
 from otspec.engine.session import SourceSession
 from otspec.engine.tree import generate_tree, tree_law
 from otspec.sources import IIDSource, random_markov
@@ -195,6 +197,8 @@ def test_trie_walk_and_array_walk_give_the_target_law(which):
     for kind in (SourceSession, _TrieSession):
         sessions = (kind(d, n, 5, max_prefix=2), kind(t, n, 5, max_prefix=3))
         assert loop._on_device(*sessions, verifier, tree) is (kind is SourceSession)
+        # a prediction's trace reads the merged trie's widths (a model on the host feeds those): tries for it
+        assert loop._on_device(*sessions, verifier, tree, LoopHooks(observers=[IterationTrace(n)])) is False
         run = loop.tree_loop(*sessions, verifier, tree, 4, np.random.default_rng(which), rule=rule, batch=n)
         counts = np.bincount(run.tokens @ np.array([8, 4, 2, 1]), minlength=16)
         assert counts[law == 0].sum() == 0

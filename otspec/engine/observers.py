@@ -101,6 +101,10 @@ class TreeStep:
 class Observer:
     """Measurement hooks of the loops; they do nothing by default."""
 
+    #: It reads each tree iteration's merged trie (its node counts are the widths of the target calls a model on the
+    #: host makes): the tree loop then walks tries on toy sources too (``Session.fixed_shape_trees``), not arrays.
+    reads_tries: bool = False
+
     def on_chain(self, step: ChainStep) -> None:
         """After every chain iteration."""
 

@@ -295,7 +295,10 @@ def _max_length(draft) -> int:
 class IterationTrace(Observer):
     """Every iteration's shape per sequence (an observer of either loop): tokens drafted (chains; a tree's trie
     nodes), draft calls and whether a chain's whole draft of at least one token was accepted; -1 for a sequence
-    that is already done."""
+    that is already done. A tree's widths are its merged trie's, what the predicted run (a model on the host) feeds
+    the target, so a replay on toy sources walks tries (``reads_tries``)."""
+
+    reads_tries = True
 
     def __init__(self, batch: int):
         self.batch, self.width, self.calls, self.whole = int(batch), [], [], []
