@@ -398,7 +398,7 @@ def tree_steps(draft: Session, target: Session, verifier, tree: DraftTree, n_tok
     """
     prompts = as_prompts(prompts, batch)
     check_tree_verifier(verifier, tree)
-    if _on_device(draft, target, verifier, tree, hooks):
+    if _on_device(draft, target, verifier, tree, hooks, len(prompts)):
         return (yield from _device_tree_steps(draft, target, verifier, tree, n_tokens, rng, rule, prompts, hooks))
     run = RunState((draft, target), prompts, n_tokens, hooks)  # numpy rows: the trie on the host
     while (run.done < run.N).any():
@@ -434,18 +434,24 @@ def _features_along(draft, target, features, idx, paths, width: int):
     return features[host_to_like(np.arange(features.shape[0])[:, None], features), host_to_like(at, features)]
 
 
-def _on_device(draft, target, verifier, tree, hooks: LoopHooks = NO_HOOKS) -> bool:
+#: Toy sources walk fixed-shape arrays from this many sequences on: below it one trie per sequence costs less than the
+#: arrays' fixed work per level (a Markov pair, V = 30, tokens/s on arrays against tries: Traversal 2x2 470 / 1,120
+#: at batch 1, 10,500 / 10,700 at batch 32; k-Seq 4x2x2x1 380 / 480 and 6,100 / 3,500; EAGLE-2 eagle2:4:4:16
+#: 390 / 490 and 12,100 / 3,100).
+FIXED_SHAPE_MIN_BATCH = 16
+
+
+def _on_device(draft, target, verifier, tree, hooks: LoopHooks = NO_HOOKS, batch: int = FIXED_SHAPE_MIN_BATCH) -> bool:
     """Whether the tree loop runs the fixed-shape walk of :mod:`otspec.engine.devicetree` (every sequence's tree as
     arrays, no trie, one read back): the walk serves ``verifier`` on ``tree``
     (:func:`~otspec.engine.devicetree.walks_on_device`) and both sessions keep their rows on a device, or both are
-    lookups on the host (``Session.fixed_shape_trees``: toy sources, where a level fed unmerged costs nothing more)
-    and no observer reads the merged tries (``Observer.reads_tries``). Otherwise the host walk over tries, one per
-    sequence (a model on the host feeds each merged node once)."""
+    lookups on the host (``Session.fixed_shape_trees``: toy sources, where a level fed unmerged costs nothing more),
+    ``batch`` at least :data:`FIXED_SHAPE_MIN_BATCH` and no observer reads the merged tries (``Observer.reads_tries``).
+    Otherwise the host walk over tries, one per sequence (a model on the host feeds each merged node once)."""
     sessions = (draft, target)
-    placed = (all(s.rows_device is not None for s in sessions)
-              or (all(s.rows_device is None and s.fixed_shape_trees for s in sessions)
-                  and not any(getattr(o, "reads_tries", False) for o in hooks.observers)))
-    return placed and walks_on_device(verifier, tree)
+    lookups = (all(s.rows_device is None and s.fixed_shape_trees for s in sessions) and batch >= FIXED_SHAPE_MIN_BATCH
+               and not any(getattr(o, "reads_tries", False) for o in hooks.observers))
+    return (all(s.rows_device is not None for s in sessions) or lookups) and walks_on_device(verifier, tree)
 
 
 def _device_tree_steps(draft, target, verifier, tree, n_tokens, rng, rule, prompts, hooks):
