@@ -111,12 +111,18 @@ def _failed_tests(tests: dict, acceptance: dict, level: float) -> list:
     return out
 
 
-def _verdict(failed: list, verifier: str | None) -> str:
-    """"biased" when a test of the output law failed; "not <verifier> verification" when only the tests of the claim
-    to be ``verifier`` did (the accepted length or the joint law of accepted length and token)."""
-    if any(name.split(" ")[0] in LAW_TESTS for name in failed):
+def verdict(law_failed: bool, claim_failed: bool, verifier: str | None) -> str:
+    """The audit's verdict, statistical or exact: "biased" when a test of the output law failed; "not <verifier>
+    verification" when only the tests of the claim to be ``verifier`` did (the accepted length, or the joint law of
+    accepted length and token); else "no bias detected"."""
+    if law_failed:
         return "biased"
-    return f"not {verifier} verification" if failed else "no bias detected"
+    return f"not {verifier} verification" if claim_failed else "no bias detected"
+
+
+def _verdict(failed: list, verifier: str | None) -> str:
+    """:func:`verdict` of the failed tests' names (law tests named by :data:`LAW_TESTS`)."""
+    return verdict(any(name.split(" ")[0] in LAW_TESTS for name in failed), bool(failed), verifier)
 
 
 def _pool(rows, draft_length: int | None, seed) -> RowPool:

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..checks import check_real, check_size
 from ..verifiers import CHAIN_VERIFIERS
+from .core import verdict
 from .protocol import DEFAULT_TIMEOUT_S, call_sampler, check_timeout, load_sampler
 from .rows import synthetic_pool
 
@@ -134,8 +135,8 @@ def exact_audit(sampler, *, vocab: int = 3, draft_length: int = 2, pairs: int = 
     p_value = float(min(1.0, len(p_values) * min(p_values)))
     level = alpha / len(p_values)
     failed = ["output law (max |z|)"] * (p_law < level) + ["acceptance (z)"] * (len(p_values) > 1 and p_values[1] < level)
-    verdict = ("biased" if p_law < level else f"not {verifier} verification" if failed else "no bias detected")
-    return {"sampler": str(label), "mode": "exact", "verdict": verdict, "failed_tests": failed,
+    return {"sampler": str(label), "mode": "exact", "verdict": verdict(p_law < level, bool(failed), verifier),
+            "failed_tests": failed,
             "p_value": p_value, "alpha": alpha, "vocab": V, "draft_length": L, "pairs": P, "draws_per_block": M,
             "output_law": worst, "acceptance": acceptance,
             "note": "drafted blocks enumerated exactly; the sampler's conditional law per block measured on a batch with "
