@@ -27,6 +27,7 @@ from ..errors import SizeLimitError
 from ..pairs import check_pair
 from ..sources import Source
 from ..verifiers.base import Verifier
+from .arguments import as_sources, check_chain_verifier, check_draft_length
 from .controllers import FixedDraftLength, as_controller
 from .ledger import DecodeResult, Ledger, block_efficiency_estimate
 from .lookup import chain_plan
@@ -82,6 +83,9 @@ def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_
 
     Intervals are at level 0.95; :meth:`DecodeResult.at_confidence` gives another level without rerunning.
     """
+    draft, target = as_sources(draft, target)
+    check_draft_length(draft_length, "generate")
+    check_chain_verifier(verifier, "generate")
     ctrl = as_controller(draft_length)
     L, N, B = ctrl.max_length, check_size(n_tokens, "n_tokens"), check_size(n_sequences, "n_sequences")
     V = check_pair(draft, target)

@@ -34,6 +34,7 @@ from ..errors import SizeLimitError
 from ..pairs import check_pair
 from ..solvers.tree_ot import TreeOptimum, coupling_optimum, tree_optimum
 from ..sources import Source, check_enumeration, extend_prefixes
+from .arguments import as_sources, as_tree
 from .chunking import DEFAULT_BACKEND, Backend, check_backend, chunk_size
 from .confidence import grow_on_source
 from .decode import check_buffer, check_step
@@ -48,10 +49,15 @@ from .trie import RULES, Trie, check_tree_verifier
 __all__ = ["RULES", "TreeExactResult", "generate_tree", "simulate_tree", "tree_bound", "tree_law"]
 
 def _check(draft: Source, target: Source, verifier, tree: DraftTree, rule: str):
+    """The tree functions' entry check (:mod:`otspec.engine.arguments`); returns (draft, target, tree) as sources and a
+    tree."""
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+    draft, target = as_sources(draft, target)
+    tree = as_tree(tree)
     check_pair(draft, target)
     check_tree_verifier(verifier, tree)
+    return draft, target, tree
 
 
 @dataclass(frozen=True)
@@ -90,7 +96,7 @@ def tree_law(draft: Source, target: Source, verifier, tree: DraftTree, rule: str
     :class:`~otspec.drafts.ConfidenceTree` the tree is grown once from the draft's rows
     (:func:`~otspec.engine.confidence.grow_confidence`) and its chosen candidates have probability 1.
     """
-    _check(draft, target, verifier, tree, rule)
+    draft, target, tree = _check(draft, target, verifier, tree, rule)
     L, V = tree.depth, target.vocab_size
     target.check_length(L + 1)
     check_enumeration(V, L + 1)  # the output law is over V**(L+1) blocks: refused before the walk is enumerated
@@ -210,7 +216,7 @@ def generate_tree(draft: Source, target: Source, verifier, tree: DraftTree, n_to
     accepted t. ``observers`` see every iteration too (after the ledger). Intervals at level 0.95
     (:meth:`~otspec.engine.ledger.DecodeResult.at_confidence` for another).
     """
-    _check(draft, target, verifier, tree, rule)
+    draft, target, tree = _check(draft, target, verifier, tree, rule)
     L, N, B = tree.depth, check_size(n_tokens, "n_tokens"), check_size(n_sequences, "n_sequences")
     check_buffer(N, B)
     check_step(B, tree.num_tokens + 1, target.vocab_size)
@@ -236,7 +242,7 @@ def simulate_tree(draft: Source, target: Source, verifier, tree, n_blocks: int, 
     (multi-draft and whole-tree) and for EAGLE-2 trees. ``backend``: only ``method="auto"`` or ``"rows"`` on numpy
     (the tree loop scores rows); ``backend.batch_size`` trials per chunk.
     """
-    _check(draft, target, verifier, tree, rule)
+    draft, target, tree = _check(draft, target, verifier, tree, rule)
     n_blocks = check_size(n_blocks, "n_blocks", limit=MAX_SIMULATION_BLOCKS, limit_name="MAX_SIMULATION_BLOCKS")
     L, V = tree.depth, target.vocab_size
     target.check_length(L + 1)
@@ -274,6 +280,8 @@ def tree_bound(draft: Source, target: Source, tree) -> TreeOptimum:
     """The largest E[accepted tokens] of any lossless verifier on ``tree`` from the empty context
     (:func:`~otspec.solvers.tree_ot.tree_optimum`); an EAGLE-2 tree is grown once from the draft's rows and
     its one chosen tree coupled with the target (:func:`~otspec.solvers.tree_ot.coupling_optimum`)."""
+    draft, target = as_sources(draft, target)
+    tree = as_tree(tree)
     check_pair(draft, target)
     if not tree.deterministic:
         return tree_optimum(draft, target, tree)

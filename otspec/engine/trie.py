@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..drafts.laws import draw_name
+from .arguments import check_verifier
 
 __all__ = ["RULES", "Trie", "check_tree_verifier"]
 
@@ -21,11 +22,15 @@ RULES = ("match", "accepted")
 
 def check_tree_verifier(verifier, tree) -> None:
     """Refuse a verifier that would not keep the target's law on ``tree``'s draws (a clear ``ValueError``)."""
+    check_verifier(verifier)
     if verifier.layout == "tree":  # a whole-tree verifier says which drafted trees it keeps exact
         verifier.check_tree(tree)
         return
     if verifier.layout != "candidates":
-        raise ValueError(f"{type(verifier).__name__} verifies {verifier.layout}; a tree needs a multi-draft verifier")
+        raise ValueError(f"{type(verifier).__name__} verifies a chain; a tree needs a multi-draft verifier (KSeq, "
+                         "MultiRound, NaiveMultiCandidate, OTMVerify, ...) or a whole-tree one (TraversalVerify, "
+                         "GreedyBlockVerify); a chain of L tokens goes to evaluate, simulate or generate with "
+                         "draft_length=L")
     if tree.deterministic:
         if not verifier.any_candidates:
             raise ValueError(f"{type(verifier).__name__} assumes candidates drawn from the draft row; the {tree} tree "

@@ -149,7 +149,8 @@ class TraversalVerify(WholeTreeVerifier):
         """Refuse a tree whose children are not drawn without replacement (chains are drawn either way)."""
         if tree.deterministic or (tree.draw != "without" and max(tree.branching) > 1):
             raise ValueError(f"{type(self).__name__} verifies trees whose children are drawn without replacement "
-                             f"(or chains), got {tree}")
+                             f"(or chains), got {tree}; draw them so: parse_tree(spec, replacement=False) or "
+                             "DraftTree.parse(spec, replacement=False)")
 
     def tree_law(self, tree) -> list:
         return traversal_law(tree)

@@ -1,0 +1,97 @@
+"""The engine's entry checks: what ``evaluate``, ``simulate``, ``generate`` and the tree functions accept.
+
+Each refusal names the argument and what was expected, and where an argument is of the wrong kind for the function
+(a multi-draft or whole-tree verifier given to a chain function, a tree given as a draft length) it names the
+function that takes it. What is natural is accepted as numpy accepts array-likes: a probability row (a list, a numpy
+array) stands for the IID source that draws every token from it, and a tree spec string (``"2x1"``,
+``"eagle2:3:2:4"``) for the tree :func:`~otspec.drafts.parse_tree` reads.
+
+>>> from otspec.engine import evaluate
+>>> from otspec.verifiers import TokenVerify
+>>> round(evaluate([0.6, 0.3, 0.1], [0.2, 0.5, 0.3], TokenVerify(), 2).expected_accepted, 12)  # α + α², α = 0.6
+0.96
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..distributions import validate_probs
+from ..drafts import ConfidenceTree, DraftTree, parse_tree
+from ..sources import IIDSource, Source
+
+__all__ = ["TREE_FUNCTIONS", "as_source", "as_sources", "as_tree", "check_chain_verifier", "check_draft_length",
+           "check_verifier"]
+
+#: Where trees go: the engine's tree functions.
+TREE_FUNCTIONS = "otspec.engine.tree_law, simulate_tree or generate_tree"
+
+
+def as_source(source, name: str) -> Source:
+    """``source`` as a :class:`~otspec.sources.Source`: a source as it is, one probability row (1-D array-like) as
+    the IID source of that row; anything else refused naming ``name``."""
+    if isinstance(source, Source):
+        return source
+    if isinstance(source, (str, bytes, dict, type(None), bool)) or isinstance(source, type):
+        raise ValueError(f"{name}: expected a Source (otspec.IIDSource, otspec.MarkovSource, ...) or one probability "
+                         f"row, got {type(source).__name__}")
+    try:
+        row = np.asarray(source, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected a Source or one probability row, got {type(source).__name__}") from None
+    if row.ndim != 1:
+        raise ValueError(f"{name}: expected a Source or one probability row (shape (V,)), got an array of shape "
+                         f"{row.shape}; a Markov chain is otspec.MarkovSource(initial, transition)")
+    validate_probs(row, name)  # refused naming the argument; the source is built as IIDSource(row) builds it
+    return IIDSource(row)
+
+
+def as_sources(draft, target) -> tuple[Source, Source]:
+    """(draft, target) as sources (:func:`as_source`)."""
+    return as_source(draft, "draft"), as_source(target, "target")
+
+
+def check_verifier(verifier) -> None:
+    """Refuse what is not a verifier instance (a class, a name, anything else), naming what was given."""
+    if isinstance(verifier, type):
+        raise ValueError(f"verifier: got the class {verifier.__name__}; pass an instance, {verifier.__name__}()")
+    if getattr(verifier, "layout", None) not in ("chain", "candidates", "tree"):
+        raise ValueError(f"verifier: expected an otspec verifier (e.g. otspec.verifiers.TokenVerify()), got "
+                         f"{type(verifier).__name__}")
+
+
+def check_chain_verifier(verifier, where: str) -> None:
+    """Refuse a verifier that does not verify a chain of draft tokens, naming the functions that take it."""
+    check_verifier(verifier)
+    name = type(verifier).__name__
+    if verifier.layout == "candidates":
+        raise ValueError(f"{name} verifies k candidates at one position, not a chain; {where} takes chain verifiers. "
+                         f"Trees of candidates go to {TREE_FUNCTIONS} with a DraftTree (DraftTree.parse('4x1'): 4 "
+                         "candidates, one level); one position to otspec.engine.simulate_candidates")
+    if verifier.layout == "tree":
+        raise ValueError(f"{name} verifies a whole drafted tree; {where} takes chain verifiers. Use {TREE_FUNCTIONS} "
+                         "with a DraftTree (DraftTree.chain(L): a chain of L tokens)")
+
+
+def check_draft_length(draft_length, where: str) -> None:
+    """Refuse a tree given where a draft length goes, naming the functions that take trees."""
+    spec = isinstance(draft_length, str) and ("x" in draft_length.lower() or draft_length.lower().startswith(
+        ("eagle2", "iid:")))  # a tree spec string; other strings are refused as draft lengths
+    if isinstance(draft_length, (DraftTree, ConfidenceTree)) or spec:
+        raise ValueError(f"draft_length: got the tree {draft_length!r}; {where} drafts chains of L tokens, trees go "
+                         f"to {TREE_FUNCTIONS} (e.g. tree_law(draft, target, KSeq(), DraftTree.parse('2x1')))")
+
+
+def as_tree(tree):
+    """``tree`` as a :class:`~otspec.drafts.DraftTree` or :class:`~otspec.drafts.ConfidenceTree`: a tree as it is, a
+    spec string through :func:`~otspec.drafts.parse_tree` (children drawn with replacement; for another draw pass
+    ``parse_tree(spec, replacement=False)``)."""
+    if isinstance(tree, (DraftTree, ConfidenceTree)):
+        return tree
+    if isinstance(tree, str):
+        return parse_tree(tree)
+    if isinstance(tree, (int, np.integer)) and not isinstance(tree, bool):
+        raise ValueError(f"tree: got the integer {tree}; a chain of L tokens is DraftTree.chain(L), or use evaluate, "
+                         "simulate or generate with draft_length")
+    raise ValueError(f"tree: expected a DraftTree, a ConfidenceTree or a spec string such as '2x1' or 'eagle2:3:2:4', "
+                     f"got {type(tree).__name__}")
