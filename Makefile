@@ -1,4 +1,6 @@
-# Two entry points: `make demo` (figures, figures/REPORT.md, executed notebooks) and `make test` (full suite).
+# Two entry points: `make demo` (a short validation, every figure, REPORT.md and the executed notebooks, all under
+# build/demo; nothing committed changes) and `make test` (full suite). `make figures` and `make records` remake what is
+# committed (figures/, the notebooks' outputs, the real-pair records).
 # Both create .venv on first use; each installs only what it needs.
 PYTHON ?= python3
 VENV   ?= .venv
@@ -9,7 +11,7 @@ BASE_STAMP := $(VENV)/.base
 DEMO_STAMP := $(VENV)/.demo
 TEST_STAMP := $(VENV)/.test
 
-.PHONY: demo demo-validate-notebooks demo-report test test-long bench gpu heads records lint venv clean
+.PHONY: demo demo-validate-notebooks demo-report figures test test-long bench gpu heads records lint venv clean
 
 venv: $(BASE_STAMP)
 
@@ -45,10 +47,16 @@ demo: $(DEMO_STAMP)
 demo-validate-notebooks: $(DEMO_STAMP)
 	OMP_NUM_THREADS=1 MPLBACKEND=Agg $(BIN)/python -m llm_bridge.validate $(LLM_DEMO)
 	MPLBACKEND=Agg $(BIN)/python -m otspec.plot record build/demo/llm_demo.json
-	MPLBACKEND=Agg $(BIN)/python notebooks/execute.py
+	MPLBACKEND=Agg $(BIN)/python notebooks/execute.py --out build/demo/notebooks
 
 demo-report: $(DEMO_STAMP)
-	MPLBACKEND=Agg $(BIN)/python -m otspec.report
+	MPLBACKEND=Agg $(BIN)/python -m otspec.report --out-dir build/demo/figures
+
+# the maintainers' regeneration of what is committed: every toy-source figure and figures/REPORT.md (the real-pair
+# records read as they are), and the notebooks executed in place; a checkout stays clean otherwise
+figures: $(DEMO_STAMP)
+	MPLBACKEND=Agg $(BIN)/python -m otspec.report --out-dir figures
+	MPLBACKEND=Agg $(BIN)/python notebooks/execute.py
 
 # one worker per core (pytest-xdist), each test file on one worker (its module fixtures built once)
 test: $(TEST_STAMP)
@@ -75,14 +83,15 @@ bench: $(TEST_STAMP)
 # is its own target (`make record-eagle` remakes figures/llm_eagle.json alone); `make records` runs them one after
 # another (never in parallel: a record times its runs) and then the report. The two-sample losslessness tests of
 # token / block / block_v1 run once (llm_distilled); the exact laws run everywhere
-RECORD := MPLBACKEND=Agg $(BIN)/python -m llm_bridge.validate --prompts 32 --batch-size 8 --max-new-tokens 64 --timing-attempts 2
-ADAPTIVE := MPLBACKEND=Agg $(BIN)/python -m llm_bridge.adaptive --timing-attempts 2
+RECORD := MPLBACKEND=Agg $(BIN)/python -m llm_bridge.validate --prompts 32 --batch-size 8 --max-new-tokens 64 --timing-attempts 2 \
+          --out-dir figures
+ADAPTIVE := MPLBACKEND=Agg $(BIN)/python -m llm_bridge.adaptive --timing-attempts 2 --out-dir figures
 RECORDS := distilled default int8 otm trees ngram adaptive_distilled eagle eagle_greedy adaptive_eagle \
            eagle_specdecpp medusa eagle2_trees eagle_heldout
 .PHONY: $(addprefix record-,$(RECORDS))
 records: $(DEMO_STAMP)
 	for r in $(RECORDS); do $(MAKE) --no-print-directory record-$$r || exit 1; done
-	MPLBACKEND=Agg $(BIN)/python -m otspec.report
+	MPLBACKEND=Agg $(BIN)/python -m otspec.report --out-dir figures
 
 record-distilled: $(DEMO_STAMP)
 	$(RECORD) --draft distilled --L 2,4,8 --log-rows figures/llm_distilled_rows.npz
@@ -122,7 +131,7 @@ record-eagle2_trees: $(DEMO_STAMP)
 # down, then measured (the report puts the forecast beside the measurement)
 record-eagle_heldout: $(DEMO_STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.forecast --draft eagle --verifiers token --L 4 --batch-size 1 \
-	    --name eagle_heldout --prediction-paths 3
+	    --name eagle_heldout --prediction-paths 3 --out-dir figures
 	$(RECORD) --draft eagle --verifiers token --L 4 --batch-size 1 --name eagle_heldout --lossless-samples 0 \
 	    --prediction-paths 3
 
@@ -133,7 +142,7 @@ heads: $(DEMO_STAMP)
 
 # every GPU record of the README (llm_bridge.validate per draft family, trees, the verifier benchmark) on CUDA
 gpu: $(DEMO_STAMP)
-	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.gpu_suite --device cuda
+	MPLBACKEND=Agg $(BIN)/python -m llm_bridge.gpu_suite --device cuda --out-dir figures
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -77,12 +77,11 @@ from .runs import (
 )
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .timing import TimingPlan, add_timing_arguments, phase_log
-from .validate import PROMPT_FILE, output_path, split_prompts
+from .validate import PROMPT_FILE, RECORDS_OUT, output_path, split_prompts
 
 __all__ = ["L2_GRID", "FrontierPlan", "HeadData", "choose_l2", "frontier", "head_training_data", "head_training_data_on_policy",
            "load_head", "main", "save_head", "train_head"]
 
-FIGURES = Path(__file__).resolve().parent.parent / "figures"
 RULE_KINDS = ("specdecpp", "confidence")
 THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
@@ -284,7 +283,8 @@ def main(argv=None) -> int:
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--name", help="output name: figures/llm_adaptive_<name>.* (default: the draft)")
-    ap.add_argument("--out-dir", type=Path, default=FIGURES)
+    ap.add_argument("--out-dir", type=Path, default=RECORDS_OUT,
+                    help="where the record goes; make records writes the committed figures/")
     ap.add_argument("--no-hf", action="store_true", help="skip the peer (Hugging Face assisted generation)")
     ap.add_argument("--hf-prompts", type=int, default=4,
                     help="prediction prompts on which the peer's draft (prompt lookup, int8, distilled) is chosen")

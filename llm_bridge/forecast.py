@@ -31,7 +31,7 @@ from .drafters import load_pair
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
 from .runs import wall_clock_prediction
 from .trees import parse_tree
-from .validate import FIGURES, output_name, output_path, prepare_predictions, split_prompts
+from .validate import RECORDS_OUT, output_name, output_path, prepare_predictions, split_prompts
 from .validate_config import ValidateConfig
 
 __all__ = ["FORECAST_TOLERANCE", "check_forecast", "forecast", "forecast_check", "main"]
@@ -108,7 +108,7 @@ def main(argv=None) -> int:
                     help="plain paths of each prediction prompt, pooled per prompt (as validate --prediction-paths)")
     ap.add_argument("--name", help="the record's name, llm_<name>.json (default: from the draft); the forecast goes "
                                    "to llm_forecast_<name>.json")
-    ap.add_argument("--out-dir", type=Path, default=FIGURES)
+    ap.add_argument("--out-dir", type=Path, default=RECORDS_OUT)
     ap.add_argument("--check", type=Path, default=None, metavar="RECORD",
                     help="instead of forecasting: compare the forecast llm_forecast_<name>.json with RECORD")
     args = ap.parse_args(argv)

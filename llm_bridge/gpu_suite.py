@@ -1,6 +1,6 @@
 """``python -m llm_bridge.gpu_suite``: every GPU record of the README in one command.
 
-On a CUDA machine it writes, into ``--out-dir`` (``figures/``), with compiled static caches, rows kept on the GPU
+On a CUDA machine it writes, into ``--out-dir`` (``build/records``; ``make gpu``: ``figures/``), with compiled static caches, rows kept on the GPU
 (every iteration reads back once: the accepted lengths, or a tree's emitted counts and walked nodes), 32 prompts and
 the prediction prompts after them, the timing guard of :func:`llm_bridge.runs.timed_runs`, the cost profile
 (:func:`llm_bridge.calibrate.calibrate`) and Hugging Face's assisted generation (compiled static cache) as the peer,
@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch, resolve_device
-from .validate import FIGURES, output_name, validate
+from .validate import RECORDS_OUT, output_name, validate
 from .validate_config import ValidateConfig
 
 __all__ = ["FAMILIES", "MULTI_DRAFT", "TREE_PAIRS", "main", "run_suite"]
@@ -62,7 +62,7 @@ def _sizes(smoke: bool) -> dict:
             "multi_trees": MULTI_DRAFT["trees"], "tree_pairs": TREE_PAIRS, "bench": ["--batches", "1,16,256"]}
 
 
-def run_suite(*, target: str = DEFAULT_TARGET, families=FAMILIES, device: str = "auto", out_dir=FIGURES,
+def run_suite(*, target: str = DEFAULT_TARGET, families=FAMILIES, device: str = "auto", out_dir=RECORDS_OUT,
               smoke: bool = False, cache: str | None = None, hf: bool = True, bench: bool = True,
               budget: float = BUDGET_SECONDS, log=print) -> dict:
     """Run every step (see the module docstring); returns the summary written as ``llm_gpu_suite.json``."""
@@ -133,7 +133,8 @@ def main(argv=None) -> int:
     ap.add_argument("--target", default=DEFAULT_TARGET, help="target model: smollm2, a folder or a .gguf file")
     ap.add_argument("--families", default=",".join(FAMILIES), help="draft families, comma-separated")
     ap.add_argument("--device", default="auto", help="cuda (auto picks it when visible); cpu only with --smoke")
-    ap.add_argument("--out-dir", type=Path, default=FIGURES, help="where the llm_gpu_* files go")
+    ap.add_argument("--out-dir", type=Path, default=RECORDS_OUT,
+                    help="where the llm_gpu_* files go (make gpu: the committed figures/)")
     ap.add_argument("--cache", default=None, choices=("dynamic", "static", "compiled"),
                     help="KV caches (default: compiled on CUDA, static eager otherwise)")
     ap.add_argument("--smoke", action="store_true", help="toy sizes: the same steps in seconds, on any device")

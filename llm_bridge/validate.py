@@ -93,6 +93,8 @@ __all__ = ["ENGINE_KEYS", "MAX_BASELINE_DRIFT", "TREE_VERIFIERS", "ValidateConfi
 
 
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
+#: Where a record goes unless told (``--out-dir``; ``make records`` writes the committed ``figures/``).
+RECORDS_OUT = Path("build") / "records"
 #: The plain run after the measured runs (the timing check) and the calibration's plain decoding of the prediction
 #: prompts (the log the predictions read) use seed + this.
 PREDICTION_SEED_OFFSET = 1
@@ -393,7 +395,8 @@ def main(argv=None) -> int:
                          "with prompt lookup, int8 or distilled: the fastest); the chosen peer then runs on every "
                          "measured prompt, interleaved with the runs")
     ap.add_argument("--name", help="output name: figures/llm_<name>.* (default: from the draft)")
-    ap.add_argument("--out-dir", type=Path, default=FIGURES, help="where the record (llm_<name>.json, .md, .png) goes")
+    ap.add_argument("--out-dir", type=Path, default=RECORDS_OUT,
+                    help="where the record (llm_<name>.json, .md, .png) goes; make records writes the committed figures/")
     ap.add_argument("--json", action="store_true", help="also print the JSON record")
     ap.add_argument("--log-rows", type=Path, default=None, metavar="FILE",
                     help="also write the rows the predictions read: both models' rows along the second plain run "

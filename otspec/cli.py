@@ -161,6 +161,7 @@ def _source_random(args) -> dict:
                                   sparsity=args.sparsity)
     for flag, source, path in (("--draft-out", draft, args.draft_out), ("--target-out", target, args.target_out)):
         try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
             save_source(source, path)
         except OSError as exc:
             raise CLIError(f"{flag}: cannot write {path}: {exc.strerror or exc}") from None
@@ -172,6 +173,7 @@ def _source_logged(args) -> dict:
     draft, target = pair_from_args(args)
     log = log_rows(draft, target, args.paths, args.length, top_p=args.top_p, max_kept=args.max_kept, seed=args.seed)
     try:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         log.save(args.out)
     except OSError as exc:
         raise CLIError(f"--out: cannot write {args.out}: {exc.strerror or exc}") from None

@@ -17,11 +17,11 @@ import sys
 from pathlib import Path
 
 from .checks import check_real
-from .figures import FIGURES
+from .figures import FIGURES, SCRATCH_DIR
 
 __all__ = ["FIGURES", "main", "render", "write_figure"]
 
-DEFAULT_DIR = Path("figures")
+DEFAULT_DIR = SCRATCH_DIR
 #: Largest ``--scale``: 100 times the report's sizes (the default report takes about 2 minutes).
 MAX_SCALE = 100.0
 
@@ -44,7 +44,8 @@ def write_figure(name: str, out: str | os.PathLike | None = None, scale: float =
                  **data_kwargs) -> tuple[Path, Path, dict]:
     """Compute, render and save figure ``name``; returns (png path, json path, data).
 
-    ``data_kwargs`` (e.g. ``draft=``, ``target=`` rows) go to the figure's data function.
+    ``data_kwargs`` (e.g. ``draft=``, ``target=`` rows) go to the figure's data function; ``records_dir=`` to those
+    that read real-model records (others ignore it). ``out`` defaults to ``build/figures/<stem>.png``.
     """
     if name not in FIGURES:
         raise ValueError(f"unknown figure {name!r}; available: {', '.join(sorted(FIGURES))}")
@@ -55,11 +56,12 @@ def write_figure(name: str, out: str | os.PathLike | None = None, scale: float =
         raise ValueError(f"--out must name a .png file, got {png}")
     png.parent.mkdir(parents=True, exist_ok=True)
     accepted = inspect.signature(data_fn).parameters
+    records_dir = data_kwargs.pop("records_dir", None)  # default: the committed records (figures.RECORDS_DIR)
+    if "records_dir" in accepted and records_dir is not None:
+        data_kwargs["records_dir"] = records_dir
     unknown = [key for key in data_kwargs if key not in accepted]
     if unknown:
         raise ValueError(f"figure {name!r} does not take {', '.join('--' + k for k in unknown)}")
-    if "records_dir" in accepted and data_kwargs.get("records_dir") is None:
-        data_kwargs["records_dir"] = png.parent  # measured records sit beside the figures drawn from them
     data = {**data_fn(scale=scale, **data_kwargs), "figure": stem}  # the JSON names the figure it sits beside
     fig = render(name, data)
     fig.tight_layout()
@@ -109,7 +111,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m otspec.plot", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("name", choices=sorted(FIGURES) + ["all"], help="figure to draw")
-    parser.add_argument("--out", help="PNG path (default figures/<stem>.png; JSON beside it)")
+    parser.add_argument("--out", help=f"PNG path (default {DEFAULT_DIR}/<stem>.png; JSON beside it; the committed "
+                                      "figures/ are remade by make figures)")
+    parser.add_argument("--records", type=Path, default=None,
+                        help="folder of the real-model records (llm_*.json, llm_*_rows.npz) the record figures read "
+                             "(default: the committed figures/)")
     parser.add_argument("--scale", type=float, default=1.0, help=f"simulation size factor, in (0, {MAX_SCALE:g}]")
     add_pair_arguments(parser)
     parser.epilog = (f"Figures of one pair ({', '.join(PAIR_FIGURES)}) draw the user's pair when --draft/--target "
@@ -121,7 +127,7 @@ def main(argv=None) -> int:
     try:
         pair = _pair(args, names)
         for name in names:
-            png, js, _ = write_figure(name, args.out, args.scale, **pair)
+            png, js, _ = write_figure(name, args.out, args.scale, records_dir=args.records, **pair)
             print(f"wrote {png} and {js}")
     except (ValueError, OSError) as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)

@@ -1,4 +1,5 @@
-"""``python -m otspec.report``: regenerate every figure and ``figures/REPORT.md``.
+"""``python -m otspec.report``: regenerate every figure and ``REPORT.md`` (into ``build/figures``; ``make figures``
+remakes the committed ``figures/`` with ``--out-dir figures``).
 
 The toy-source figures are computed by this run from embedded defaults; the real-model sections
 read the committed records (the header says which is which). The text only frames the numbers.
@@ -16,19 +17,21 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
+from .figures import SCRATCH_DIR
 from .plot import FIGURES, write_figure
 
 __all__ = ["build_report", "main"]
 
 
-def build_report(out_dir: str | Path = "figures", scale: float = 1.0) -> Path:
-    """Write every figure (PNG + JSON) and ``REPORT.md`` into ``out_dir``; return the report path."""
+def build_report(out_dir: str | Path = SCRATCH_DIR, scale: float = 1.0, records_dir: str | Path | None = None) -> Path:
+    """Write every figure (PNG + JSON) and ``REPORT.md`` into ``out_dir``; return the report path. The record figures
+    read ``records_dir`` (default: the committed records, :data:`otspec.figures.RECORDS_DIR`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     parts = []
     for name, figure in FIGURES.items():  # registry order: the report reads top to bottom
-        png, _, data = write_figure(name, out_dir / f"{figure.stem}.png", scale)
+        png, _, data = write_figure(name, out_dir / f"{figure.stem}.png", scale, records_dir=records_dir)
         print(f"wrote {png}", flush=True)
         parts.append(figure.section(data, png))
     elapsed = time.perf_counter() - start
@@ -51,12 +54,15 @@ figure's data is in the JSON file beside its PNG.
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m otspec.report", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out-dir", default="figures")
+    parser.add_argument("--out-dir", default=str(SCRATCH_DIR),
+                        help=f"where the figures and REPORT.md go (default {SCRATCH_DIR}; make figures writes figures/)")
     parser.add_argument("--scale", type=float, default=1.0, help="simulation size factor")
+    parser.add_argument("--records", default=None,
+                        help="folder of the real-model records the record sections read (default: the committed figures/)")
     args = parser.parse_args(argv)
     if args.scale <= 0:
         parser.error("--scale must be positive")
-    build_report(args.out_dir, args.scale)
+    build_report(args.out_dir, args.scale, args.records)
     return 0
 
 

@@ -68,7 +68,8 @@ def test_shell_examples_run(tmp_path, monkeypatch):
     seen = set()
     toml = [code for lang, code in BLOCKS if lang == "toml"]
     if toml:  # the sweep spec of the README's Sweeps section, as its commands name it
-        (tmp_path / "grid.toml").write_text(toml[0].replace("blocks = 100000", "blocks = 20000"))
+        (tmp_path / "build").mkdir()
+        (tmp_path / "build" / "grid.toml").write_text(toml[0].replace("blocks = 100000", "blocks = 20000"))
     for line in SHELL:
         args = shlex.split(line)[1:]
         if args[1] in ("otspec.plot", "otspec.report") and args[2:3] != ["sweep"]:  # sweep plots simulate nothing
@@ -83,4 +84,4 @@ def test_shell_examples_run(tmp_path, monkeypatch):
         assert status == (1 if line in EXIT_ONE else 0), (line, stderr)
         assert "Traceback" not in stderr, (line, stderr)
     assert "otspec.report" in seen
-    check_small_report(tmp_path / "figures")  # the report line's output, checked as tests/test_report.py checks it
+    check_small_report(tmp_path / "build" / "figures")  # the report line's output, checked as test_report checks it

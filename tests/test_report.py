@@ -85,8 +85,9 @@ def test_pair_figures_draw_the_users_pair(tmp_path, capsys):
     assert status == 0 and "--draft-source" in help_text and "pareto" in help_text and "(default:" in help_text
 
 
-def test_report_reads_the_records_in_its_folder(tmp_path):
-    """The records' folder is the report's: copied records are drawn there, each with its own plot and summary."""
+def test_report_reads_the_records_it_is_told(tmp_path):
+    """The record figures read the committed records by default and another folder when told (``--records``):
+    copied records are drawn from there, each with its own plot and summary beside the figure."""
     import shutil
     from pathlib import Path
 
@@ -95,11 +96,20 @@ def test_report_reads_the_records_in_its_folder(tmp_path):
     shutil.copy(figures / "llm_default_rows.npz", tmp_path / "llm_default_rows.npz")
     from otspec.plot import write_figure
 
-    _, _, data = write_figure("real_models", tmp_path / "real_models.png")
+    out = tmp_path / "out"
+    _, _, data = write_figure("real_models", out / "real_models.png", records_dir=tmp_path)
     assert [r.file for r in data["records"]] == ["llm_default.json"]
-    assert (tmp_path / "llm_default.png").stat().st_size > 10_000 and (tmp_path / "llm_default.md").exists()
-    _, _, logged = write_figure("logged_rows", tmp_path / "logged_rows.png", scale=0.02)
+    assert (out / "llm_default.png").stat().st_size > 10_000 and (out / "llm_default.md").exists()
+    _, _, logged = write_figure("logged_rows", out / "logged_rows.png", scale=0.02, records_dir=tmp_path)
     assert [log["file"] for log in logged["logs"]] == ["llm_default_rows.npz"]
+    from otspec.figures import RECORDS_DIR
+
+    assert RECORDS_DIR == figures  # the default: the committed records, whatever the output folder
+    _, _, committed = write_figure("real_models", out / "committed.png")
+    read = {r.file for r in committed["records"] + committed["adaptive"]}
+    assert read and read <= {p.name for p in figures.glob("llm_*.json")}
+    assert {"llm_default.json", "llm_adaptive_eagle.json"} <= read
+    assert not (figures / "committed.png").exists()  # nothing written beside the committed records
 
 
 def test_prediction_check_flags_runs_that_miss():

@@ -14,8 +14,15 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
-__all__ = ["FIGURES", "Figure", "register"]
+__all__ = ["FIGURES", "RECORDS_DIR", "SCRATCH_DIR", "Figure", "register"]
+
+#: The committed records of real-model runs (``figures/`` of a checkout), which the record figures read unless told
+#: another folder; figures are written to :data:`SCRATCH_DIR` unless told (``make figures`` remakes ``figures/``).
+RECORDS_DIR = Path(__file__).resolve().parents[2] / "figures"
+#: Where ``python -m otspec.plot`` and ``python -m otspec.report`` write by default (relative to the working folder).
+SCRATCH_DIR = Path("build") / "figures"
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..engine.record import AdaptiveRecord, RecordError, as_record, read_record
 from ..engine.rows import run_row
-from . import register
+from . import RECORDS_DIR, register
 from .common import axes, new_figure
 from .llm_adaptive import adaptive_markdown, render_adaptive_record
 from .llm_predictions import (
@@ -388,12 +388,14 @@ def _llm_section(data: dict, png: Path) -> str:
     return "\n".join(parts)
 
 
-def write_record_files(path) -> list[Path]:
-    """Draw the record in ``path`` (a ``.json``): its Markdown summary and plot beside it; returns their paths."""
+def write_record_files(path, out_dir=None) -> list[Path]:
+    """Draw the record in ``path`` (a ``.json``): its Markdown summary and plot, beside it or in ``out_dir``; returns
+    their paths."""
     path = Path(path)
     record = read_record(path)
     adaptive = isinstance(record, AdaptiveRecord)
-    md, png = path.with_suffix(".md"), path.with_suffix(".png")
+    stem = path.with_suffix("") if out_dir is None else Path(out_dir) / path.stem
+    md, png = stem.with_suffix(".md"), stem.with_suffix(".png")
     md.write_text(adaptive_markdown(record) if adaptive else record_markdown(record))
     figure = render_adaptive_record(record) if adaptive else render_record(record)
     figure.savefig(png)
@@ -404,13 +406,15 @@ def write_record_files(path) -> list[Path]:
 
 
 def _records_files(data: dict, out_dir: Path) -> list[Path]:
-    """The report's hook: every record it read gets its plot and summary (beside it, in the report's folder)."""
-    return [p for rec in data["records"] + data.get("adaptive", []) for p in write_record_files(as_record(rec).path)]
+    """The report's hook: every record it read gets its plot and summary in the report's folder (the records' own
+    folder is not written: the committed records stay as they are unless the report is written there)."""
+    return [p for rec in data["records"] + data.get("adaptive", [])
+            for p in write_record_files(as_record(rec).path, out_dir)]
 
 
 @register("real_models", "real_models", render=render_llm, section=_llm_section, files=_records_files,
           reads_records=True)
-def llm_data(scale: float = 1.0, records_dir: str | Path = "figures") -> dict:
+def llm_data(scale: float = 1.0, records_dir: str | Path = RECORDS_DIR) -> dict:
     """Every record ``llm_*.json`` in ``records_dir`` (``scale`` is unused: nothing is rerun), typed
     (:class:`~otspec.engine.record.PairRecord` under ``records``, :class:`~otspec.engine.record.AdaptiveRecord`
     under ``adaptive``), and every forecast ``llm_forecast_*.json`` with the record it names (``None`` until it is

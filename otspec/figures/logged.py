@@ -12,7 +12,7 @@ from ..engine import simulate_logged
 from ..sources import load_logged_rows
 from ..theory import positional_window_values
 from ..verifiers import REGISTRY
-from . import register
+from . import RECORDS_DIR, register
 from .common import axes, table
 
 __all__ = ["logged_data", "render_logged"]
@@ -124,7 +124,7 @@ def _logged_section(data: dict, png: Path) -> str:
 
 
 @register("logged_rows", "logged_rows", render=render_logged, section=_logged_section, reads_records=True)
-def logged_data(scale: float = 1.0, records_dir: str | Path = "figures") -> dict:
+def logged_data(scale: float = 1.0, records_dir: str | Path = RECORDS_DIR) -> dict:
     """Every ``llm_*_rows.npz`` log in ``records_dir``, evaluated at L in :data:`LENGTHS` (``scale`` sets the
     Monte Carlo blocks: 200,000 at 1)."""
     folder = Path(records_dir)
