@@ -48,7 +48,8 @@ def walks_on_device(verifier, tree) -> bool:
         return verifier.layout == "candidates" and verifier.any_candidates and getattr(verifier, "device", True)
     if verifier.layout == "tree":
         return hasattr(verifier, "walk_on_device")
-    return verifier.layout == "candidates" and getattr(verifier, "device", True)
+    return (verifier.layout == "candidates" and getattr(verifier, "device", True)
+            and getattr(verifier, "padded_candidates", True))
 
 
 class TreeLayout:

@@ -174,6 +174,10 @@ class Verifier(ABC):
     #: Whether ``sample`` takes torch rows on their device (every verifier here does); a numpy-only verifier sets
     #: False and the tree loop then walks it on the host (:func:`otspec.engine.devicetree.walks_on_device`).
     device: ClassVar[bool] = True
+    #: Whether ``sample`` takes rows of candidates with −1 slots (absent candidates: the fixed-shape tree walk of
+    #: :mod:`otspec.engine.devicetree` hands a level's candidates so). A verifier whose law needs exactly k drawn
+    #: candidates sets False and the tree loop walks it on tries, grouping rows by their number of candidates.
+    padded_candidates: ClassVar[bool] = True
 
     def check(self, tokens, draft_probs, target_probs, *, validate: bool = True, lengths=None) -> Draft:
         """The one input check (:func:`otspec.drafts.check_draft`) for this verifier's layout."""

@@ -58,6 +58,8 @@ class OTMVerify(MultiDraftVerifier):
     style = {"linestyle": "-", "color": "C0"}
     #: Torch rows are read back once per call: the plan is a max-flow per row pair, solved on the host.
     reads_back = True
+    #: The plan is for exactly k candidates drawn from the row: no −1 slots (trees are walked on tries).
+    padded_candidates = False
 
     def __init__(self, replacement: bool = True, max_tuples: int = OTM_MAX_TUPLES, cache_size: int = 1024):
         self.replacement = bool(replacement)
