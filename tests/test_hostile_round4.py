@@ -190,3 +190,29 @@ def test_any_timeout_is_taken_in_range_or_refused(value):
         assert "timeout" in str(err)
     else:
         assert isinstance(out, float) and 0 < out <= MAX_TIMEOUT_S and not isinstance(value, bool | str)
+
+
+def test_fifth_round_deep_trees_and_tiny_levels_are_refused_at_once():
+    """A deep tree's prefixes count (simulate_tree once allocated 10 GiB for iid:2:1000 at V = 3; the sweep's
+    estimate missed them too), and a level so small its critical values overflow is refused instead of searched
+    for forever (the audit's power search hung at --alpha 1e-20)."""
+    import time
+
+    from otspec.audit import audit
+    from otspec.audit.core import MIN_ALPHA
+    from otspec.audit.pit import samples_needed
+    from otspec.engine import generate_tree, simulate_tree
+    from otspec.errors import SizeLimitError
+    from otspec.verifiers import KSeq
+
+    p, q = [0.2, 0.3, 0.5], [0.5, 0.3, 0.2]
+    start = time.perf_counter()
+    with pytest.raises(SizeLimitError, match="MAX_ROW_WORK"):
+        simulate_tree(p, q, KSeq(), "iid:2:1000", 2000, progress=False)
+    with pytest.raises(SizeLimitError, match="prefixes"):
+        generate_tree(p, q, KSeq(), "iid:2:1000", 20_000, n_sequences=64)
+    assert time.perf_counter() - start < 5
+    for alpha in (1e-20, 0.0, MIN_ALPHA / 2):
+        with pytest.raises(ValueError, match="alpha"):
+            audit("otspec.audit.adapters:token", samples=100, alpha=alpha)
+    assert samples_needed(1e-3, alpha=1e-300) == float("inf")  # ends

@@ -34,7 +34,7 @@ LOG = {"kind": "logged", "file": "rows.npz", "tail": "overlap"}
     (_cell(IID, "kseq", k=3), "monte_carlo", 500, True, 1000 * 3),  # row-free candidates
     (_cell(MARKOV, "kseq", k=3), "monte_carlo", 500, False, 1000 * 3 * 500),
     (_cell(IID, "greedy", k=3), "monte_carlo", 500, True, 1000 * 3 * 500),  # structured draws: rows
-    (_cell(IID, "otm", tree="2x2"), "monte_carlo", 500, True, 1000 * 6 * 500),  # 2 + 4 draft tokens
+    (_cell(IID, "otm", tree="2x2"), "monte_carlo", 500, True, 1000 * 6 * (500 + 4)),  # 2 + 4 drafts: rows, prefixes
     (_cell(IID, "otm", k=3), "monte_carlo", 500, True, 1000 * 3),  # i.i.d. drafts: the score sampler
     (_cell(IID, "otm", k=3, params={"replacement": False}), "monte_carlo", 500, True, 1000 * 3 * 500),  # the plan
     (_cell(IID, "token", L=4), "decode", 500, True, 4 * 50 * 5 * 500),

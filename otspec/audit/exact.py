@@ -21,7 +21,7 @@ import numpy as np
 
 from ..checks import check_real, check_size
 from ..verifiers import CHAIN_VERIFIERS
-from .core import verdict
+from .core import MIN_ALPHA, verdict
 from .protocol import DEFAULT_TIMEOUT_S, call_sampler, check_timeout, load_sampler
 from .rows import synthetic_pool
 
@@ -68,7 +68,7 @@ def exact_audit(sampler, *, vocab: int = 3, draft_length: int = 2, pairs: int = 
     L = check_size(draft_length, "draft_length", limit=MAX_EXACT_LENGTH, limit_name="MAX_EXACT_LENGTH")
     M = check_size(draws, "draws", minimum=100, limit=1_000_000, limit_name="1,000,000")
     P = check_size(pairs, "pairs", limit=64, limit_name="64")
-    alpha = check_real(alpha, "alpha", low=0.0, high=0.5, low_open=True)
+    alpha = check_real(alpha, "alpha", low=MIN_ALPHA, high=0.5)
     timeout = check_timeout(timeout)
     if P * V**L > MAX_EXACT_BLOCKS:
         raise ValueError(f"the exact audit would enumerate {P} pairs x {V}**{L} blocks = {P * V**L:,} "

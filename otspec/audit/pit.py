@@ -141,6 +141,8 @@ def samples_needed(w2: float, bins: int = BINS, alpha: float = 1e-3, power: floa
     lo, hi = 1.0, 1.0
     while _power(hi, w2, bins, alpha) < power:
         hi *= 2
+        if hi > 2.0**62:  # never, at any sample count (a level so small its critical value is infinite)
+            return float("inf")
     for _ in range(60):
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if _power(mid, w2, bins, alpha) < power else (lo, mid)

@@ -59,6 +59,18 @@ def check_step(n_sequences: int, width: int, vocab_size: int) -> int:
     return step
 
 
+def check_prefixes(n_sequences: int, nodes: int, length: int) -> int:
+    """Refuse a tree step whose nodes' prefixes (``n_sequences`` × ``nodes`` × ``length`` tokens: a toy session
+    scores a drafted node from its whole prefix) exceed :data:`~otspec.checks.MAX_STEP_ENTRIES`; returns the count."""
+    entries = n_sequences * nodes * length
+    if entries > MAX_STEP_ENTRIES:
+        raise SizeLimitError(f"one tree step reads the prefixes of {n_sequences:,} sequences x {nodes:,} drafted "
+                             f"nodes x {length:,} tokens = {entries:,} entries, above MAX_STEP_ENTRIES = 2^27: fewer "
+                             "sequences, a shallower or narrower tree, or fewer tokens", size=entries,
+                             limit=MAX_STEP_ENTRIES)
+    return entries
+
+
 def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_tokens: int, *,
              n_sequences: int = 1, seed=0, progress: bool | None = None, observers=()) -> DecodeResult:
     """Generate ``n_sequences`` sequences of ``n_tokens`` tokens by speculative decoding.

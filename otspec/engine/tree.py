@@ -37,7 +37,7 @@ from ..sources import Source, check_enumeration, extend_prefixes
 from .arguments import as_sources, as_tree
 from .chunking import DEFAULT_BACKEND, Backend, check_backend, chunk_size
 from .confidence import grow_on_source
-from .decode import check_buffer, check_step
+from .decode import check_buffer, check_prefixes, check_step
 from .ledger import DecodeResult, Ledger
 from .loop import tree_loop
 from .montecarlo import MonteCarloResult, run_chunks
@@ -220,6 +220,7 @@ def generate_tree(draft: Source, target: Source, verifier, tree: DraftTree, n_to
     L, N, B = tree.depth, check_size(n_tokens, "n_tokens"), check_size(n_sequences, "n_sequences")
     check_buffer(N, B)
     check_step(B, tree.num_tokens + 1, target.vocab_size)
+    check_prefixes(B, tree.num_tokens, N + 1)
     target.check_length(N)
     ledger = Ledger(B, N, L)
     sessions = (SourceSession(draft, B, N + 1, max_prefix=N - 2), SourceSession(target, B, N + 1, max_prefix=N - 1))
@@ -247,7 +248,8 @@ def simulate_tree(draft: Source, target: Source, verifier, tree, n_blocks: int, 
     L, V = tree.depth, target.vocab_size
     target.check_length(L + 1)
     check_backend(backend, "simulate_tree", ("auto", "rows"))
-    per_trial = check_step(1, tree.num_tokens + 1, V)  # one trial's rows fit; every trial scores as many
+    # one trial's rows and its nodes' prefixes fit; every trial scores as many
+    per_trial = check_step(1, tree.num_tokens + 1, V) + check_prefixes(1, tree.num_tokens, L + 2)
     if n_blocks * per_trial > MAX_ROW_WORK:
         raise SizeLimitError(f"simulating {n_blocks:,} trees of {tree.num_tokens:,} tokens at V = {V:,} touches about "
                              f"{n_blocks * per_trial:,} row entries, above MAX_ROW_WORK = {MAX_ROW_WORK:,} (15 s to 2 "

@@ -53,9 +53,10 @@ def cell_work(cell: dict, quantity: str, vocab: int | None, iid: bool) -> tuple[
             return blocks * (L + 1), f"blocks {blocks:,} x (L + 1) = {L + 1} (row-free)"
         if vocab is None or logged:
             return None
-        if tree is not None:
-            n = parse_tree(tree).num_tokens
-            return blocks * n * vocab, f"blocks {blocks:,} x {n} tree tokens x V = {vocab:,}"
+        if tree is not None:  # each node's row, and its prefix (depth + 2 tokens) that a toy session reads
+            parsed = parse_tree(tree)
+            n, width = parsed.num_tokens, vocab + parsed.depth + 2
+            return blocks * n * width, f"blocks {blocks:,} x {n} tree tokens x (V + depth + 2) = {width:,}"
         if k is not None:
             if iid and has_row_free_candidates(verifier):
                 return blocks * k, f"blocks {blocks:,} x k = {k} (row-free)"
