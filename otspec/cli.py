@@ -327,6 +327,9 @@ def main(argv=None) -> int:
     except (CLIError, ValueError, SolveError, OSError) as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C (or a sampler raising it): one line, the shell's status for SIGINT
+        print(f"{parser.prog}: interrupted", file=sys.stderr)
+        return 130
     status = result.pop("_exit_status", 0) if isinstance(result, dict) else 0  # the audit's verdict
     try:
         if args.json:
@@ -336,4 +339,8 @@ def main(argv=None) -> int:
         sys.stdout.flush()
     except BrokenPipeError:  # e.g. `... --json | head`: the reader left; exit quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except ValueError as exc:  # stdout closed under us (a sampler closed it): the verdict goes to stderr
+        print(f"{parser.prog}: cannot print the result ({exc}); verdict: {result.get('verdict', 'none')}",
+              file=sys.stderr)
+        return 2
     return status

@@ -3,6 +3,7 @@ sizes refused before anything is allocated, and verdicts that say which test fai
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -157,3 +158,26 @@ def _one_call():
     pool = synthetic_pool(n_pairs=2, vocab=4, draft_length=1)
     rng = np.random.default_rng(0)
     return np.zeros((2, 1), dtype=np.int64), pool.draft, pool.target, rng
+
+
+def test_fifth_round_out_folders_base_exceptions_and_limit_names(tmp_path, capsys, monkeypatch):
+    """--out is checked before the audit (an empty path used to write the card into the working folder, an unwritable
+    one failed after the whole run); a sampler raising a BaseException is the sampler's error (exit 2, one line, not
+    the 'biased' status 1); a limit is named once, by what it is."""
+    from otspec.cli import main
+
+    module = tmp_path / "hsx5.py"
+    module.write_text("def base_exc(*a):\n    raise BaseException('boom')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    for out, says in (("", "empty path"), ("/proc/x", "--out /proc/x")):
+        with pytest.raises(SystemExit) if out == "" else contextlib.nullcontext():
+            assert main(["audit", "otspec.audit.adapters:token", "--samples", "200", "--out", out]) == 2
+        assert says in capsys.readouterr().err
+    assert not (tmp_path / "audit.md").exists()
+    assert main(["audit", "hsx5:base_exc", "--samples", "200"]) == 2
+    err = capsys.readouterr().err
+    assert "the sampler raised BaseException: boom" in err and "Traceback" not in err
+    assert main(["audit", "otspec.audit.adapters:token", "--samples", "100000000000"]) == 2
+    err = capsys.readouterr().err
+    assert "above the audit's limit = 50,000,000" in err and "50,000,000 = 50,000,000" not in err

@@ -4,7 +4,17 @@ loaded, raises, exits, breaks the protocol or hangs)."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
+
+from ..clitools import writable_folder
+
+
+def _folder(text: str) -> Path:
+    """``--out``: a folder path, not an empty one (which would write the card into the working folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a folder for the report card, got an empty path")
+    return Path(text)
 
 __all__ = ["add_audit_parser"]
 
@@ -26,6 +36,8 @@ def _audit(args) -> dict:
     from .exact import exact_audit
     from .rows import synthetic_pool
 
+    if args.out is not None:  # checked before the audit runs, not after it
+        writable_folder(args.out, "--out")
     if args.exact:
         if args.rows is not None:
             raise ValueError("--rows: the exact audit enumerates synthetic rows of a small vocabulary (--vocab <= 8); "
@@ -96,7 +108,7 @@ def add_audit_parser(sub, formatter, json_flag) -> None:
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds one sampler call may take")
     p.add_argument("--exact", action="store_true", help="exact audit on a small vocabulary: every drafted block "
                    "enumerated, the output law compared with the target law")
-    p.add_argument("--out", type=Path, default=None, help="write the report card (audit.md, audit.json, audit.png; "
+    p.add_argument("--out", type=_folder, default=None, help="write the report card (audit.md, audit.json, audit.png; "
                    "with --exact: audit.md and audit.json) here")
     json_flag(p)
     p.set_defaults(run=_run)

@@ -130,7 +130,7 @@ def _verdict(failed: list, verifier: str | None) -> str:
 
 def _pool(rows, draft_length: int | None, seed) -> RowPool:
     if draft_length is not None:
-        draft_length = check_size(draft_length, "draft_length", limit=64, limit_name="64")
+        draft_length = check_size(draft_length, "draft_length", limit=64, limit_name="the audit's limit")
     if rows is None:
         return synthetic_pool(draft_length=draft_length or 2, seed=seed)
     if isinstance(rows, RowPool):
@@ -158,11 +158,11 @@ def audit(sampler, *, samples: int = DEFAULT_SAMPLES, rows=None, draft_length: i
     fn = load_sampler(sampler) if isinstance(sampler, str) else sampler
     if not callable(fn):
         raise ValueError(f"sampler: expected a callable or module:function, got {sampler!r}")
-    n = check_size(samples, "samples", minimum=100, limit=50_000_000, limit_name="50,000,000")
+    n = check_size(samples, "samples", minimum=100, limit=50_000_000, limit_name="the audit's limit")
     alpha = check_real(alpha, "alpha", low=MIN_ALPHA, high=0.5)
     timeout = check_timeout(timeout)
     if chunk is not None:
-        chunk = check_size(chunk, "chunk", limit=CALL_BATCH, limit_name=f"CALL_BATCH ({CALL_BATCH:,})")
+        chunk = check_size(chunk, "chunk", limit=CALL_BATCH, limit_name="CALL_BATCH")
     if verifier is not None and verifier not in CHAIN_VERIFIERS:
         raise ValueError(f"verifier {verifier!r}: expected one of {sorted(CHAIN_VERIFIERS)}")
     pool = _pool(rows, draft_length, seed)

@@ -66,7 +66,8 @@ def exact_audit(sampler, *, vocab: int = 3, draft_length: int = 2, pairs: int = 
     fn = load_sampler(sampler) if isinstance(sampler, str) else sampler
     V = check_size(vocab, "vocab", minimum=2, limit=MAX_EXACT_VOCAB, limit_name="MAX_EXACT_VOCAB")
     L = check_size(draft_length, "draft_length", limit=MAX_EXACT_LENGTH, limit_name="MAX_EXACT_LENGTH")
-    M = check_size(draws, "draws", minimum=100, limit=1_000_000, limit_name="1,000,000")
+    M = check_size(draws, "samples (draws per block)", minimum=100, limit=1_000_000,
+                   limit_name="the exact audit's limit")
     P = check_size(pairs, "pairs", limit=64, limit_name="64")
     alpha = check_real(alpha, "alpha", low=MIN_ALPHA, high=0.5)
     timeout = check_timeout(timeout)

@@ -59,7 +59,9 @@ def load_sampler(spec: str) -> Callable:
         obj = importlib.import_module(module_name)
     except SystemExit as exc:
         raise ValueError(f"sampler {spec!r}: importing module {module_name!r} called sys.exit({exc.code!r})") from None
-    except Exception as exc:  # ImportError, SyntaxError, or anything the module raised while it ran
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # ImportError, SyntaxError, or anything the module raised while it ran
         where = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) and exc.lineno else ""
         raise ValueError(f"sampler {spec!r}: cannot import module {module_name!r}: {type(exc).__name__}{where}: "
                          f"{exc}") from None
@@ -172,7 +174,9 @@ def _call(fn: Callable, args: tuple):
     except SystemExit as exc:  # the audit must end with a verdict, not with the sampler's exit status
         raise SamplerError(f"the sampler called sys.exit({exc.code!r}); the protocol needs it to return "
                            "(accepted, next_token)") from None
-    except Exception as exc:
+    except KeyboardInterrupt:  # Ctrl-C stays an interruption
+        raise
+    except BaseException as exc:  # any exception, BaseException subclasses included, is the sampler's error
         raise SamplerError(f"the sampler raised {type(exc).__name__}: {exc}") from exc
 
 

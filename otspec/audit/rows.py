@@ -68,7 +68,7 @@ def synthetic_pool(n_pairs: int = 128, vocab: int = 64, draft_length: int = 2, s
     """``n_pairs`` synthetic row pairs of ``vocab`` tokens for drafts of ``draft_length`` (module docstring)."""
     P, V = check_size(n_pairs, "n_pairs", limit=4096, limit_name="4,096"), check_size(
         vocab, "vocab", minimum=2, limit=1_000_000, limit_name="1,000,000")
-    L = check_size(draft_length, "draft_length", limit=64, limit_name="64")
+    L = check_size(draft_length, "draft_length", limit=64, limit_name="the audit's limit")
     if P * (L + 1) * V > MAX_POOL_ENTRIES:
         raise SizeLimitError(f"a synthetic pool of {P} row pairs x {L + 1} positions x V = {V:,} is "
                              f"{P * (L + 1) * V:,} probabilities (limit MAX_POOL_ENTRIES = 2^24: V <= "
