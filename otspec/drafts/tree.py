@@ -48,13 +48,13 @@ class DraftTree:
 
     @classmethod
     def parse(cls, text: str, replacement: bool = True) -> DraftTree:
-        """``"4x2x2x1"`` → DraftTree((4, 2, 2, 1))."""
-        try:
-            return cls(tuple(int(part) for part in str(text).lower().split("x")), replacement)
-        except SizeLimitError:  # a tree too large: said as such
-            raise
-        except ValueError:
-            raise ValueError(f"could not read a k-config from {text!r}; expected e.g. 4x2x2x1") from None
+        """``"4x2x2x1"`` → DraftTree((4, 2, 2, 1)): ASCII digits and ``x`` only (``int`` would also read ``"2_0"``,
+        ``" 2"`` or other scripts' digits); what the constructor refuses (the draw, a size) is said as it says it."""
+        parts = str(text).lower().split("x")
+        if not all(part.isascii() and part.isdigit() for part in parts):
+            raise ValueError(f"could not read a k-config from {text!r}; expected positive integers joined by x, e.g. "
+                             "4x2x2x1")
+        return cls(tuple(int(part) for part in parts), replacement)
 
     @classmethod
     def spectr_iid(cls, num_drafts: int, length: int, replacement: bool = True) -> DraftTree:
@@ -129,13 +129,10 @@ class ConfidenceTree:
         if len(parts) != 4 or parts[0] != "eagle2":
             raise ValueError(f"could not read a confidence tree from {text!r}; expected eagle2:DEPTH:TOP_K:NODES, "
                              "e.g. eagle2:4:4:16")
-        try:
-            return cls(*(int(x) for x in parts[1:]))
-        except SizeLimitError:  # a tree too large: said as such
-            raise
-        except ValueError:
+        if not all(x.isascii() and x.isdigit() for x in parts[1:]):
             raise ValueError(f"could not read a confidence tree from {text!r}: DEPTH, TOP_K and NODES are integers "
-                             "(e.g. eagle2:4:4:16)") from None
+                             "(e.g. eagle2:4:4:16)")
+        return cls(*(int(x) for x in parts[1:]))
 
     @property
     def branching(self) -> tuple[int, ...]:

@@ -21,7 +21,7 @@ from ..drafts import ConfidenceTree, DraftTree, parse_tree
 from ..sources import IIDSource, Source
 
 __all__ = ["TREE_FUNCTIONS", "as_source", "as_sources", "as_tree", "check_chain_verifier", "check_draft_length",
-           "check_verifier"]
+           "check_verifier", "rng_of"]
 
 #: Where trees go: the engine's tree functions.
 TREE_FUNCTIONS = "otspec.engine.tree_law, simulate_tree or generate_tree"
@@ -95,3 +95,15 @@ def as_tree(tree):
                          "simulate or generate with draft_length")
     raise ValueError(f"tree: expected a DraftTree, a ConfidenceTree or a spec string such as '2x1' or 'eagle2:3:2:4', "
                      f"got {type(tree).__name__}")
+
+
+def rng_of(seed) -> np.random.Generator:
+    """The generator of ``seed``: a numpy ``Generator`` as it is, an integer >= 0 (not a bool), a ``SeedSequence`` or
+    None (fresh entropy) through ``numpy.random.default_rng``; anything else refused naming ``seed``."""
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if seed is None or isinstance(seed, np.random.SeedSequence):
+        return np.random.default_rng(seed)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed: expected an integer >= 0 or a numpy Generator, got {seed!r} ({type(seed).__name__})")
+    return np.random.default_rng(int(seed))

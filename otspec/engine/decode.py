@@ -19,7 +19,6 @@ every sequence ends with exactly N tokens.
 
 from __future__ import annotations
 
-import numpy as np
 from tqdm.auto import tqdm
 
 from ..checks import MAX_DECODE_ENTRIES, MAX_STEP_ENTRIES, check_size
@@ -27,7 +26,7 @@ from ..errors import SizeLimitError
 from ..pairs import check_pair
 from ..sources import Source
 from ..verifiers.base import Verifier
-from .arguments import as_sources, check_chain_verifier, check_draft_length
+from .arguments import as_sources, check_chain_verifier, check_draft_length, rng_of
 from .controllers import FixedDraftLength, as_controller
 from .ledger import DecodeResult, Ledger, block_efficiency_estimate
 from .lookup import chain_plan
@@ -105,7 +104,7 @@ def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_
     target.check_length(N)
     draft.check_length(N - 1)  # the last token is never drafted
     ledger = Ledger(B, N, L)
-    rng = np.random.default_rng(seed)
+    rng = rng_of(seed)
     tables = chain_plan(draft, target, verifier, ctrl, observers)
     if tables is not None:  # token verification at a fixed L on IID / Markov tables, nobody watching: compiled
         from .compiled_chain import decode_chains

@@ -22,7 +22,7 @@ from ..sources import IIDSource, LoggedRows, Source
 from ..verifiers.base import Verifier
 from ..verifiers.candidates import MultiDraftVerifier
 from ..verifiers.token import TokenVerify
-from .arguments import as_sources, check_chain_verifier, check_draft_length
+from .arguments import as_sources, check_chain_verifier, check_draft_length, rng_of
 from .chunking import DEFAULT_BACKEND, MONTE_CARLO_METHODS, Backend, check_backend, chunk_size
 from .rowfree import ROW_FREE, RowProfile, RowTables, row_free_sampler
 from .rowfree_multi import candidate_sampler
@@ -73,7 +73,7 @@ def _torch_generator(seed, device):
     """A torch generator on ``device`` seeded from ``seed`` (an int or a numpy Generator)."""
     import torch
 
-    return torch.Generator(device=device).manual_seed(int(np.random.default_rng(seed).integers(2**62)))
+    return torch.Generator(device=device).manual_seed(int(rng_of(seed).integers(2**62)))
 
 
 def run_chunks(draw, L: int, V: int, n_blocks: int, batch: int, confidence: float, progress, desc: str) -> MonteCarloResult:
@@ -191,10 +191,10 @@ def simulate(draft: Source, target: Source, verifier: Verifier, draft_length: in
         fill = (compiled.token_counts(p, q, L) if fast is ROW_FREE[TokenVerify] else
                 compiled.block_counts(RowProfile(p, q), p, q, L))
         return run_compiled(fill, L, V, n_blocks, batch_size or 1 << 20, confidence, progress, desc,
-                            np.random.default_rng(seed))
+                            rng_of(seed))
     if fast is not None:
         if device is None:
-            tables, rng = RowProfile(draft.probs, target.probs), np.random.default_rng(seed)
+            tables, rng = RowProfile(draft.probs, target.probs), rng_of(seed)
         else:
             tables = RowTables([0, V], np.arange(V), draft.probs, target.probs, device=device)
             rng = _torch_generator(seed, device)
@@ -204,7 +204,7 @@ def simulate(draft: Source, target: Source, verifier: Verifier, draft_length: in
             return out.accepted_len, _first_emitted(out.accepted_len, out.tokens, out.correction, tables.xp)
 
         return run_chunks(draw, L, V, n_blocks, chunk_size(4 * (L + 1), batch_size), confidence, progress, desc)
-    rng = np.random.default_rng(seed)
+    rng = rng_of(seed)
 
     def draw_rows(b):
         tokens = draft.sample(b, L, rng)
@@ -236,7 +236,7 @@ def simulate_candidates(draft_row, target_row, verifier, k: int, n_steps: int, *
     method = check_backend(backend, "simulate_candidates", ("auto", "rows", "row_free")).method
     batch_size = backend.batch_size
     p, q = row_pair(draft_row, target_row)
-    rng, V = np.random.default_rng(seed), p.size
+    rng, V = rng_of(seed), p.size
     fast = None if method == "rows" else candidate_sampler(verifier, p, q, k)
     if method == "row_free" and fast is None:
         raise ValueError(f"method='row_free': no row-free sampler for {verifier.name!r} (naive, kseq, multiround, "
@@ -280,7 +280,7 @@ def simulate_logged(log: LoggedRows, verifier: Verifier, draft_length: int, n_bl
     device = resolve_device(backend.device)
     tables = RowTables(*log.segments(tail), device=device)
     if device is None:
-        rng, starts = np.random.default_rng(seed), windows
+        rng, starts = rng_of(seed), windows
 
         def pick(b):
             return starts[rng.integers(0, starts.size, b)]

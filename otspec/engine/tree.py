@@ -34,7 +34,7 @@ from ..errors import SizeLimitError
 from ..pairs import check_pair
 from ..solvers.tree_ot import TreeOptimum, coupling_optimum, tree_optimum
 from ..sources import Source, check_enumeration, extend_prefixes
-from .arguments import as_sources, as_tree
+from .arguments import as_sources, as_tree, rng_of
 from .chunking import DEFAULT_BACKEND, Backend, check_backend, chunk_size
 from .confidence import grow_on_source
 from .decode import check_buffer, check_prefixes, check_step
@@ -226,7 +226,7 @@ def generate_tree(draft: Source, target: Source, verifier, tree: DraftTree, n_to
     sessions = (SourceSession(draft, B, N + 1, max_prefix=N - 2), SourceSession(target, B, N + 1, max_prefix=N - 1))
     with tqdm(total=B * N, unit="tok", unit_scale=True, disable=None if progress is None else not progress,
               leave=False, desc=f"tree decode ({verifier.name}, {tree})") as bar:
-        run = tree_loop(*sessions, verifier, tree, N, np.random.default_rng(seed),
+        run = tree_loop(*sessions, verifier, tree, N, rng_of(seed),
                         hooks=LoopHooks(observers=[LedgerObserver(ledger), *observers], bar=bar), rule=rule, batch=B)
     return ledger.result(run.tokens)
 
@@ -255,7 +255,7 @@ def simulate_tree(draft: Source, target: Source, verifier, tree, n_blocks: int, 
                              f"{n_blocks * per_trial:,} row entries, above MAX_ROW_WORK = {MAX_ROW_WORK:,} (15 s to 2 "
                              f"minutes of a core): fewer blocks (at most {max(1, MAX_ROW_WORK // per_trial):,} here)",
                              size=n_blocks * per_trial, limit=MAX_ROW_WORK)
-    rng = np.random.default_rng(seed)
+    rng = rng_of(seed)
     batch = chunk_size(per_trial, backend.batch_size)
 
     def draw(b):

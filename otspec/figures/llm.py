@@ -442,10 +442,17 @@ def record_main(argv=None) -> int:
                                                  "Markdown summary and plot, written beside the JSON.")
     parser.add_argument("files", nargs="+", type=Path, help="record files (llm_<name>.json)")
     args = parser.parse_args(argv)
-    try:
-        for path in args.files:
+    for path in args.files:
+        try:
             print("wrote " + ", ".join(str(p) for p in write_record_files(path)))
-    except (RecordError, OSError) as err:
-        print(f"{parser.prog}: error: {err}", file=sys.stderr)
-        return 2
+        except (RecordError, OSError) as err:
+            print(f"{parser.prog}: error: {err}", file=sys.stderr)
+            return 2
+        except UnicodeDecodeError:
+            print(f"{parser.prog}: error: {path}: not a JSON record (not UTF-8 text)", file=sys.stderr)
+            return 2
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as err:  # a field the checks let through
+            print(f"{parser.prog}: error: {path}: a damaged record that cannot be drawn ({type(err).__name__}: "
+                  f"{err})", file=sys.stderr)
+            return 2
     return 0
