@@ -216,3 +216,40 @@ def test_fifth_round_deep_trees_and_tiny_levels_are_refused_at_once():
         with pytest.raises(ValueError, match="alpha"):
             audit("otspec.audit.adapters:token", samples=100, alpha=alpha)
     assert samples_needed(1e-3, alpha=1e-300) == float("inf")  # ends
+
+
+@pytest.mark.parametrize("spec,replacement,says", [
+    ("2_0x1", True, "could not read a k-config"), ("\uff12x1", True, "could not read a k-config"),
+    ("2 x1", True, "could not read a k-config"), ("2x1", "no", "replacement: expected"),
+    ("4x1", "hub", "k <= 2"), ("eagle2:3:2:4_0", True, "could not read a confidence tree")])
+def test_fifth_round_tree_specs_are_read_strictly(spec, replacement, says):
+    from otspec.drafts import parse_tree
+
+    with pytest.raises(ValueError, match=says):
+        parse_tree(spec, replacement=replacement)
+
+
+@pytest.mark.parametrize("seed", [1.5, "a", -1, True])
+def test_fifth_round_seeds_are_named(seed):
+    from otspec.engine import simulate, simulate_tree
+    from otspec.verifiers import KSeq, TokenVerify
+
+    with pytest.raises(ValueError, match="seed: expected an integer >= 0"):
+        simulate([0.5, 0.5], [0.3, 0.7], TokenVerify(), 2, 100, seed=seed)
+    with pytest.raises(ValueError, match="seed: expected an integer >= 0"):
+        simulate_tree([0.5, 0.5], [0.3, 0.7], KSeq(), "2x1", 100, seed=seed)
+
+
+def test_fifth_round_damaged_records_are_one_line(tmp_path, capsys):
+    from otspec.plot import main as plot_main
+
+    figures = Path(__file__).resolve().parent.parent / "figures"
+    record = json.loads((figures / "llm_default.json").read_text())
+    bad = tmp_path / "llm_bad.json"
+    bad.write_text(json.dumps({**record, "baseline": None}))
+    binary = tmp_path / "llm_binary.json"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    for path in (bad, binary):
+        assert plot_main(["record", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert str(path) in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
