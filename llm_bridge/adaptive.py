@@ -291,6 +291,9 @@ def main(argv=None) -> int:
     add_timing_arguments(ap)
     args = ap.parse_args(argv)
     try:
+        for text in (args.thresholds, args.fixed):
+            if text.strip() and not all(x.strip() for x in text.split(",")):
+                raise ValueError("an empty item")  # "2,,4": a typo, not a shorter list
         thresholds = [float(x) for x in args.thresholds.split(",") if x.strip()]
         fixed = [int(x) for x in args.fixed.split(",") if x.strip()]
     except ValueError:

@@ -247,12 +247,24 @@ class HeadRecipe:
         if self.kind not in HEAD_KINDS:
             raise ValueError(f"--kind: expected one of {HEAD_KINDS}, got {self.kind!r}")
         for name in ("steps", "batch", "unroll", "samples", "length", "medusa_heads", "log_every"):
-            check_size(getattr(self, name), "--" + name.replace("_", "-"))
+            check_size(getattr(self, name), "--" + name.replace("_", "-"), limit=RECIPE_LIMITS.get(name),
+                       limit_name="train_head's limit")
         if isinstance(self.vocab, bool) or int(self.vocab) != self.vocab or self.vocab < 0:
             raise ValueError(f"--vocab: expected an integer >= 0 (0: the whole vocabulary), got {self.vocab!r}")
+        if self.vocab > MAX_HEAD_VOCAB:
+            raise ValueError(f"--vocab: {self.vocab:,} is above {MAX_HEAD_VOCAB:,} (0 takes the target's whole "
+                             "vocabulary)")
         check_real(self.lr, "--lr", low=0.0, low_open=True)
         check_real(self.feature_weight, "--feature-weight", low=0.0)
         check_size(self.seed, "--seed", minimum=0)
+
+
+#: Largest values of a recipe, checked before any model loads (each far above what trains a head on a laptop: a
+#: value beyond them is a typo that would run for days or allocate more memory than the machine has).
+RECIPE_LIMITS = {"steps": 1_000_000, "batch": 4096, "unroll": 16, "samples": 1_000_000, "length": 4096,
+                 "medusa_heads": 16, "log_every": 1_000_000}
+#: Largest reduced vocabulary of a head (the real targets' vocabularies are below 2^18).
+MAX_HEAD_VOCAB = 2**18
 
 
 def train_head(recipe: HeadRecipe) -> dict:

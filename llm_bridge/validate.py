@@ -422,6 +422,8 @@ def main(argv=None) -> int:
     add_timing_arguments(ap)
     args = ap.parse_args(argv)
     try:
+        if args.L.strip() and not all(x.strip() for x in args.L.split(",")):
+            raise ValueError("an empty item")  # "2,,4" or "2,": a typo, not a shorter list ("" alone: no chain runs)
         lengths = [int(x) for x in args.L.split(",") if x.strip()]
     except ValueError:
         ap.error(f"--L {args.L!r}: expected comma-separated integers")

@@ -253,3 +253,15 @@ def test_fifth_round_damaged_records_are_one_line(tmp_path, capsys):
         assert plot_main(["record", str(path)]) == 2
         err = capsys.readouterr().err
         assert str(path) in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("flag,value", [("steps", 10**13), ("batch", 10**8), ("vocab", 10**8), ("unroll", 10**5),
+                                        ("samples", 10**10), ("length", 10**8), ("medusa_heads", 10**5)])
+def test_fifth_round_head_recipes_have_upper_bounds(flag, value):
+    """Checked in the recipe, before any model loads (each used to load the target, then run for hours or fail
+    with a traceback)."""
+    from llm_bridge.train_head import HeadRecipe
+
+    with pytest.raises(ValueError, match="--" + flag.replace("_", "-")):
+        HeadRecipe(**{flag: value})
+    HeadRecipe()  # the defaults hold
