@@ -166,15 +166,18 @@ def _distilled(target: LoadedModel, folder: Path = DISTILLED_DIR):
 DRAFTERS: dict = {}
 
 
-def register_drafter(name: str, *, argument: str | None = None, optional: bool = False, description: str = ""):
+def register_drafter(name: str, *, argument: str | None = None, optional: bool = False, description: str = "",
+                     check=None):
     """File a drafter maker under ``name`` (a decorator of ``make(argument, target) -> Drafter``): ``make_drafter``
     then understands ``name`` and, with ``argument`` (what it is, for messages), ``name:ARGUMENT`` (``optional``: the
-    argument may be left out, and ``make`` gets ``None``). A new drafter is its class and one decorated maker."""
+    argument may be left out, and ``make`` gets ``None``); ``check(argument)``, when given, refuses a bad argument
+    before any model loads (:func:`check_drafter_spec`). A new drafter is its class and one decorated maker."""
     if not name.isidentifier() or name in DRAFTERS:
         raise ValueError(f"register_drafter: {name!r} is not an identifier or is taken")
 
     def decorate(make):
-        DRAFTERS[name] = {"make": make, "argument": argument, "optional": optional, "description": description}
+        DRAFTERS[name] = {"make": make, "argument": argument, "optional": optional, "description": description,
+                          "check": check}
         return make
 
     return decorate
@@ -186,13 +189,26 @@ def unregister_drafter(name: str) -> None:
         raise ValueError(f"unregister_drafter: no drafter {name!r}; registered: {sorted(DRAFTERS)}")
 
 
+def _positive(what: str):
+    def check(argument):
+        if argument is not None and not (argument.isascii() and argument.isdigit() and int(argument) >= 1):
+            raise ValueError(f"{what}: expected an integer >= 1, got {argument!r}")
+    return check
+
+
+def _folder(argument):
+    if not Path(argument).is_dir():
+        raise ValueError(f"head:{argument}: no such folder (a head made by python -m llm_bridge.train_head)")
+
+
 @register_drafter("ngram", argument="N, the longest n-gram looked up (default 3)", optional=True,
-                  description="prompt lookup")
+                  description="prompt lookup", check=_positive("ngram:N"))
 def _ngram(argument, target: LoadedModel):
     return NGramDrafter(target.vocab_size, 3 if argument is None else int(argument))
 
 
-@register_drafter("layers", argument="K, the target's first K layers", description="self-speculation, untrained")
+@register_drafter("layers", argument="K, the target's first K layers", description="self-speculation, untrained",
+                  check=_positive("layers:K"))
 def _layers(argument, target: LoadedModel):
     spec = f"layers:{argument}"
     return ModelDrafter(LoadedModel(truncated_target(target, int(argument)), target.tokenizer, spec, target.device,
@@ -223,7 +239,8 @@ register_drafter("eagle", description="the shipped EAGLE-style head")(partial(_s
 register_drafter("medusa", description="the shipped Medusa heads")(partial(_shipped_head, "medusa"))
 
 
-@register_drafter("head", argument="FOLDER of a trained head", description="a head made by python -m llm_bridge.train_head")
+@register_drafter("head", argument="FOLDER of a trained head", description="a head made by python -m llm_bridge.train_head",
+                  check=_folder)
 def _head_folder(argument, target: LoadedModel):
     return _head(f"head:{argument}", Path(argument), target)
 
@@ -247,6 +264,23 @@ def drafter_names() -> str:
     return ", ".join(spelled(name, entry) for name, entry in DRAFTERS.items())
 
 
+def check_drafter_spec(spec: str) -> None:
+    """Refuse a registered drafter's spec whose form or argument is wrong (``ngram:0``, ``layers:-1``, ``head:`` of
+    no folder, an argument to a name that takes none), before any model loads; a model name or path is checked when
+    it loads."""
+    spec = str(spec)
+    name, _, argument = spec.partition(":")
+    entry = DRAFTERS.get(name)
+    if entry is None:
+        return
+    if argument and entry["argument"] is None:
+        raise ValueError(f"drafter {spec!r}: {name} takes no argument")
+    if not argument and entry["argument"] is not None and not entry["optional"]:
+        raise ValueError(f"drafter {spec!r}: give {name}:ARGUMENT ({entry['argument']})")
+    if entry.get("check") is not None:
+        entry["check"](argument or None)
+
+
 def make_drafter(spec: str, target: LoadedModel):
     """The drafter named ``spec`` for ``target``: a registered name (:data:`DRAFTERS`, ``name`` or ``name:ARGUMENT``;
     see the module docstring), else a model loaded by :func:`~llm_bridge.models.load_model`."""
@@ -254,10 +288,7 @@ def make_drafter(spec: str, target: LoadedModel):
     name, _, argument = spec.partition(":")
     entry = DRAFTERS.get(name)
     if entry is not None:
-        if argument and entry["argument"] is None:
-            raise ValueError(f"drafter {spec!r}: {name} takes no argument")
-        if not argument and entry["argument"] is not None and not entry["optional"]:
-            raise ValueError(f"drafter {spec!r}: give {name}:ARGUMENT ({entry['argument']})")
+        check_drafter_spec(spec)
         return entry["make"](argument or None, target)
     draft = load_model(spec, device=target.device, dtype=target.dtype)
     check_vocabularies(target.tokenizer, draft.tokenizer)

@@ -265,3 +265,14 @@ def test_fifth_round_head_recipes_have_upper_bounds(flag, value):
     with pytest.raises(ValueError, match="--" + flag.replace("_", "-")):
         HeadRecipe(**{flag: value})
     HeadRecipe()  # the defaults hold
+
+
+@pytest.mark.parametrize("spec,says", [("ngram:0", "ngram:N: expected an integer >= 1"),
+                                       ("layers:-1", "layers:K: expected an integer >= 1"),
+                                       ("head:/nonexistent/head", "no such folder"),
+                                       ("distilled:3", "takes no argument"), ("layers", "give layers:ARGUMENT")])
+def test_fifth_round_drafter_specs_are_checked_before_any_model_loads(spec, says):
+    from llm_bridge.validate_config import ValidateConfig
+
+    with pytest.raises(ValueError, match=says):
+        ValidateConfig(target="/nonexistent/model", draft=spec)  # the target is never touched
