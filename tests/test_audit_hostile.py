@@ -181,3 +181,15 @@ def test_fifth_round_out_folders_base_exceptions_and_limit_names(tmp_path, capsy
     assert main(["audit", "otspec.audit.adapters:token", "--samples", "100000000000"]) == 2
     err = capsys.readouterr().err
     assert "above the audit's limit = 50,000,000" in err and "50,000,000 = 50,000,000" not in err
+
+
+def test_fifth_round_the_timeout_covers_the_samplers_import(tmp_path, capsys, monkeypatch):
+    """A module that hangs while it is imported is bounded by --timeout too (it ran forever)."""
+    from otspec.cli import main
+
+    (tmp_path / "hs_import_sleep.py").write_text("import time\ntime.sleep(60)\n\ndef f(*a):\n    return None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    start = time.perf_counter()
+    assert main(["audit", "hs_import_sleep:f", "--timeout", "1", "--samples", "200"]) == 2
+    assert time.perf_counter() - start < 10
+    assert "took longer than the timeout (1 s)" in capsys.readouterr().err

@@ -155,7 +155,7 @@ def audit(sampler, *, samples: int = DEFAULT_SAMPLES, rows=None, draft_length: i
     when the sampler breaks the protocol (raises, wrong shapes or values, no return within ``timeout`` s).
     """
     label = sampler if isinstance(sampler, str) else getattr(sampler, "__name__", repr(sampler))
-    fn = load_sampler(sampler) if isinstance(sampler, str) else sampler
+    fn = load_sampler(sampler, timeout) if isinstance(sampler, str) else sampler
     if not callable(fn):
         raise ValueError(f"sampler: expected a callable or module:function, got {sampler!r}")
     n = check_size(samples, "samples", minimum=100, limit=50_000_000, limit_name="the audit's limit")

@@ -63,7 +63,7 @@ def exact_audit(sampler, *, vocab: int = 3, draft_length: int = 2, pairs: int = 
                 timeout: float | None = DEFAULT_TIMEOUT_S) -> dict:
     """The exact audit of the module docstring; returns its JSON report (``verdict``, ``p_value``, deviations)."""
     label = sampler if isinstance(sampler, str) else getattr(sampler, "__name__", repr(sampler))
-    fn = load_sampler(sampler) if isinstance(sampler, str) else sampler
+    fn = load_sampler(sampler, timeout) if isinstance(sampler, str) else sampler
     V = check_size(vocab, "vocab", minimum=2, limit=MAX_EXACT_VOCAB, limit_name="MAX_EXACT_VOCAB")
     L = check_size(draft_length, "draft_length", limit=MAX_EXACT_LENGTH, limit_name="MAX_EXACT_LENGTH")
     M = check_size(draws, "samples (draws per block)", minimum=100, limit=1_000_000,

@@ -48,23 +48,34 @@ def check_timeout(timeout) -> float | None:
     return None if timeout is None else check_real(timeout, "timeout", low=0.0, high=MAX_TIMEOUT_S, low_open=True)
 
 
-def load_sampler(spec: str) -> Callable:
+def _import(module_name: str):
+    """(module, None) or (None, the exception its import raised): nothing escapes but an interruption."""
+    try:
+        return importlib.import_module(module_name), None
+    except (KeyboardInterrupt, SamplerTimeout):  # an interruption, or the timeout's signal arriving mid-import
+        raise
+    except BaseException as exc:  # ImportError, SyntaxError, sys.exit, or anything the module raised while it ran
+        return None, exc
+
+
+def load_sampler(spec: str, timeout: float | None = None) -> Callable:
     """The callable named by ``"module:function"`` (``"package.module:object.attribute"`` works too). A module that
-    cannot be imported for any reason (missing, a syntax error, an exception while it runs) is a ``ValueError``
-    naming the module and the reason."""
+    cannot be imported for any reason (missing, a syntax error, an exception while it runs, an import that takes
+    longer than ``timeout`` seconds when one is given) is a ``ValueError`` naming the module and the reason."""
     if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
         raise ValueError(f"sampler {spec!r}: expected module:function, e.g. otspec.audit.adapters:token")
     module_name, attr = spec.split(":")
     try:
-        obj = importlib.import_module(module_name)
-    except SystemExit as exc:
-        raise ValueError(f"sampler {spec!r}: importing module {module_name!r} called sys.exit({exc.code!r})") from None
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # ImportError, SyntaxError, or anything the module raised while it ran
+        obj, exc = _import(module_name) if timeout is None else _run_with_timeout(_import, (module_name,), timeout)
+    except SamplerTimeout:
+        raise ValueError(f"sampler {spec!r}: importing module {module_name!r} took longer than the timeout "
+                         f"({timeout:g} s)") from None
+    if isinstance(exc, SystemExit):
+        raise ValueError(f"sampler {spec!r}: importing module {module_name!r} called sys.exit({exc.code!r})")
+    if exc is not None:
         where = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) and exc.lineno else ""
         raise ValueError(f"sampler {spec!r}: cannot import module {module_name!r}: {type(exc).__name__}{where}: "
-                         f"{exc}") from None
+                         f"{exc}")
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise ValueError(f"sampler {spec!r}: {module_name!r} has no attribute {attr!r}")
