@@ -107,7 +107,7 @@ def test_damaged_records_are_refused_by_the_plot_command(tmp_path, capsys):
     (tmp_path / "neg.json").write_text(json.dumps(record))
     record["runs"], record["tree_runs"] = [], []
     (tmp_path / "empty.json").write_text(json.dumps(record))
-    for name, match in (("neg.json", "'L' should be a draft length >= 1"), ("empty.json", "'runs' is empty")):
+    for name, match in (("neg.json", "'L' should be a draft length in [1, 4096]"), ("empty.json", "'runs' is empty")):
         status = plot_main(["record", str(tmp_path / name)])
         err = capsys.readouterr().err
         assert status == 2 and match in err and not (tmp_path / name).with_suffix(".png").exists(), err
@@ -276,3 +276,20 @@ def test_fifth_round_drafter_specs_are_checked_before_any_model_loads(spec, says
 
     with pytest.raises(ValueError, match=says):
         ValidateConfig(target="/nonexistent/model", draft=spec)  # the target is never touched
+
+
+def test_fifth_round_records_with_nan_or_absurd_values_are_refused(tmp_path, capsys):
+    """A NaN block efficiency was drawn as '–', L = 10^12 listed as a draft length: both are refused naming the field."""
+    from otspec.plot import main as plot_main
+
+    figures = Path(__file__).resolve().parent.parent / "figures"
+    record = json.loads((figures / "llm_default.json").read_text())
+    for change, says in ((lambda r: r["runs"][0]["block_efficiency"].update(mean=float("nan")), "finite numbers"),
+                         (lambda r: r["runs"][0].update(L=10**12), "draft length in"),
+                         (lambda r: r["runs"][0]["block_efficiency"].update(low=9.0), "is above high")):
+        damaged = json.loads(json.dumps(record))
+        change(damaged)
+        path = tmp_path / "llm_damaged.json"
+        path.write_text(json.dumps(damaged))
+        assert plot_main(["record", str(path)]) == 2
+        assert says in capsys.readouterr().err

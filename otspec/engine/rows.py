@@ -25,10 +25,13 @@ PolicyRun         one draft-length policy of ``llm_bridge.adaptive`` (fixed K, a
 from __future__ import annotations
 
 import json
+import math
 import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields
 from functools import cache
+
+from ..checks import MAX_DRAFT_LENGTH
 
 __all__ = ["ChainRun", "Comparison", "Estimate", "Interval", "JsonObject", "LOCAL", "PolicyRun", "PredictionCheck",
            "RecordError", "SpeedupPrediction", "Straggling", "TreeRun", "run_row"]
@@ -189,6 +192,13 @@ class Estimate(JsonObject):
     unit: str | None = None
     prompts: int | None = None
 
+    def check(self, where: str) -> None:
+        if not all(math.isfinite(v) for v in (self.mean, self.low, self.high)):
+            raise RecordError(f"{where}: mean, low and high should be finite numbers, got {self.mean}, {self.low}, "
+                              f"{self.high}")
+        if self.low > self.high:
+            raise RecordError(f"{where}: low {self.low} is above high {self.high}")
+
 
 @dataclass(kw_only=True)
 class Interval(JsonObject):
@@ -318,8 +328,8 @@ class ChainRun(_ModelRun):
     time_decomposition_ms: dict | None = None
 
     def check(self, where: str) -> None:
-        if self.L < 1:
-            raise RecordError(f"{where}: field 'L' should be a draft length >= 1, got {self.L}")
+        if not 1 <= self.L <= MAX_DRAFT_LENGTH:
+            raise RecordError(f"{where}: field 'L' should be a draft length in [1, {MAX_DRAFT_LENGTH}], got {self.L}")
 
     @property
     def config(self) -> str:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ..checks import capped_power, check_size
+from ..checks import capped_power, check_size, format_count
 from ..drafts import DraftTree, draft_tuple_law
 from ..errors import SizeLimitError, SolveError
 from ..pairs import check_pair
@@ -92,8 +92,8 @@ def drafted_tree_law(draft: Source, tree: DraftTree) -> tuple[list, np.ndarray]:
     draft.check_length(L)
     draws = capped_power(V, tree.num_tokens)
     if draws > MAX_TREE_DRAWS:
-        raise SizeLimitError(f"the {tree} tree over V = {V} has up to V**{tree.num_tokens} = {draws:,} drafts "
-                             f"(limit MAX_TREE_DRAWS = {MAX_TREE_DRAWS:,}): use a smaller tree or vocabulary")
+        raise SizeLimitError(f"the {tree} tree over V = {V} has up to V**{tree.num_tokens} = {format_count(draws)} "
+                             f"drafts (limit MAX_TREE_DRAWS = {MAX_TREE_DRAWS:,}): use a smaller tree or vocabulary")
     law = defaultdict(float)
 
     def grow(d: int, frontier: dict, paths: tuple, mass: float) -> None:
