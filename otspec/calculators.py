@@ -237,6 +237,11 @@ def _tree_compute(args) -> dict:
     tree = tree_from_args(args)
     out = {"quantity": "expected accepted tokens per iteration (exact), from an empty context", "tree": str(tree),
            "depth": tree.depth, "vocab_size": target.vocab_size, "verifiers": {}}
+    V = target.vocab_size
+    if not tree.deterministic and tree.draw == "without" and max(tree.branching) > V:
+        out["note"] = (f"children drawn without replacement from V = {V} tokens: a node drafts at most {V} children "
+                       "(the draw stops when the tokens run out), so these are the values of the tree with every "
+                       f"k_i capped at {V}")
 
     _value(out, "optimum", lambda: (lambda o: {"value": o.value, "coupling": o.coupling,
                                                "per_depth": o.per_level.tolist(), "per_depth_sum": o.per_level_sum,

@@ -31,10 +31,10 @@ def parse_probs(text: str, name: str = "probs") -> IIDSource:
     except OverflowError:
         raise CLIError(f"{name}: {text!r} holds a number too large for a probability (expected entries in [0, 1])") from None
     except (ValueError, ZeroDivisionError):
-        raise CLIError(f"could not read probabilities from {text!r}; expected comma-separated numbers "
+        raise CLIError(f"{name}: could not read probabilities from {text!r}; expected comma-separated numbers "
                        "or fractions such as 0.3,0.7 or 2/3,1/3 (or one number p for Bernoulli(p))") from None
     if not values:
-        raise CLIError("empty probability list")
+        raise CLIError(f"{name}: empty probability list")
     if len(values) == 1:
         if not 0.0 <= values[0] <= 1.0:
             raise CLIError(f"{name}: one number p means Bernoulli(p) and must lie in [0, 1], got {values[0]!r}")

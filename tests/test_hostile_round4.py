@@ -293,3 +293,26 @@ def test_fifth_round_records_with_nan_or_absurd_values_are_refused(tmp_path, cap
         path.write_text(json.dumps(damaged))
         assert plot_main(["record", str(path)]) == 2
         assert says in capsys.readouterr().err
+
+
+
+def test_fifth_round_trees_wider_than_the_vocabulary_say_so():
+    """5x1 without replacement at V = 3 drafts at most 3 children (a draw without replacement stops when the tokens
+    run out, as top-k rows make it stop on real models): calc tree says so beside the values instead of printing
+    3x1's numbers under 5x1's name without a word."""
+    from otspec.cli import main
+
+    args = ["calc", "tree", "--draft", "0.2,0.3,0.5", "--target", "0.5,0.3,0.2", "--without-replacement", "--json"]
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main([*args, "--tree", "5x1"]) == 0
+    wide = json.loads(out.getvalue())
+    assert "at most 3 children" in wide["note"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main([*args, "--tree", "3x1"]) == 0
+    narrow = json.loads(out.getvalue())
+    assert "note" not in narrow and narrow["optimum"] == wide["optimum"]
