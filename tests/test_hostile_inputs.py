@@ -83,7 +83,7 @@ CLI = [
                     "--target-out", "b.json"], "sparsity"),
     ("same output file", ["otspec", "source", "random", "--vocab", "3", "--draft-out", "a.json", "--target-out",
                           "a.json"], "same file"),
-    ("unwritable output", ["otspec", "source", "random", "--vocab", "3", "--draft-out", "/nonexistent/a.json",
+    ("unwritable output", ["otspec", "source", "random", "--vocab", "3", "--draft-out", "/proc/nonexistent/a.json",
                            "--target-out", "b.json"], "--draft-out"),
     ("plot scale huge", ["otspec.plot", "pareto", "--scale", "1e9", "--out", "x.png"], "scale"),
     ("plot scale nan", ["otspec.plot", "token", "--scale", "nan", "--out", "x.png"], "scale"),
