@@ -20,10 +20,11 @@ $(BASE_STAMP):
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	touch $(BASE_STAMP)
 
-# the main job: otspec, the notebook runner, a CPU build of torch and transformers for the real pair
+# the main job: otspec, the notebook runner, a CPU build of torch and transformers for the real pair, and the sweep's
+# tables and Dask engine (the README's sweep commands run after it)
 $(DEMO_STAMP): pyproject.toml Makefile $(BASE_STAMP)
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[notebooks,llm]"
+	$(BIN)/python -m pip install --quiet -e ".[notebooks,llm,sweep]"
 	touch $(DEMO_STAMP)
 
 # the test suite: otspec, the test tools, a CPU build of torch and transformers (tiny models, the real pair)

@@ -182,7 +182,11 @@ def _source_logged(args) -> dict:
 
 def _sweep(args) -> dict:
     from .sweep import load_spec, run_sweep
+    from .sweep.run import EXTRAS_HINT, missing_extras
 
+    missing = missing_extras(dask=bool(args.scheduler or args.cluster))
+    if missing:  # refused before any cell runs (the tables are written at the end)
+        raise CLIError(f"the sweep needs {', '.join(missing)}, not installed in this environment: {EXTRAS_HINT}")
     spec = load_spec(args.spec)
     out = args.out or Path(args.spec).with_suffix("").parent / f"{Path(args.spec).stem}_results"
     if args.workers is not None and (args.scheduler or args.cluster):

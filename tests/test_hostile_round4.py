@@ -316,3 +316,18 @@ def test_fifth_round_trees_wider_than_the_vocabulary_say_so():
         assert main([*args, "--tree", "3x1"]) == 0
     narrow = json.loads(out.getvalue())
     assert "note" not in narrow and narrow["optimum"] == wide["optimum"]
+
+
+def test_a_sweep_without_its_extras_is_refused_before_any_cell(tmp_path, monkeypatch, capsys):
+    """Without pandas / pyarrow the sweep ran every cell and then ended in a traceback; now one line names what is
+    missing and how to install it, before any work."""
+    import otspec.sweep.run as run_mod
+    from otspec.cli import main
+
+    monkeypatch.setattr(run_mod, "missing_extras", lambda dask=False: ["pandas", "pyarrow"])
+    spec = tmp_path / "grid.toml"
+    spec.write_text('name = "x"\nL = [2]\nquantities = ["exact"]\n[[pairs]]\nkind = "iid"\n')
+    assert main(["sweep", str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert "needs pandas, pyarrow" in err and "make demo installs them" in err
+    assert not (tmp_path / "grid_results").exists()

@@ -134,7 +134,7 @@ def _run_dask(tasks, args, scheduler, cluster, bar) -> None:
         from distributed import Client, LocalCluster
         from distributed import as_completed as dask_completed
     except ImportError:
-        raise ImportError("Dask distributed is not installed: pip install 'otspec[sweep]'") from None
+        raise ImportError(f"Dask distributed is not installed: {EXTRAS_HINT}") from None
     local = LocalCluster(n_workers=_parse_cluster(cluster), threads_per_worker=1, processes=True,
                          dashboard_address=None) if cluster else None
     try:
@@ -158,12 +158,25 @@ def gather(spec: SweepSpec, out) -> list[dict]:
     return rows
 
 
+#: How to install the sweep's extras, in a checkout (make demo and make test install them) or from the index.
+EXTRAS_HINT = ("make demo installs them; or .venv/bin/pip install -e '.[sweep]' in a checkout (pip install "
+               "'otspec[sweep]' from the package index)")
+
+
+def missing_extras(dask: bool = False) -> list[str]:
+    """The sweep's extras that are not importable here: pandas and pyarrow (its tables), distributed (a Dask run)."""
+    import importlib.util
+
+    names = ("pandas", "pyarrow") + (("distributed",) if dask else ())
+    return [name for name in names if importlib.util.find_spec(name) is None]
+
+
 def write_tables(rows: list[dict], out) -> dict:
     """``results.parquet`` and ``results.csv`` in ``out`` (pandas + pyarrow); returns their paths."""
     try:
         import pandas as pd
     except ImportError:
-        raise ImportError("pandas and pyarrow are needed for sweep tables: pip install 'otspec[sweep]'") from None
+        raise ImportError(f"pandas and pyarrow are needed for sweep tables: {EXTRAS_HINT}") from None
     out = Path(out)
     frame = pd.DataFrame(rows)
     paths = {"parquet": out / "results.parquet", "csv": out / "results.csv"}
