@@ -32,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 
+from otspec.clitools import HelpFormatter
+
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch, resolve_device
 from .validate import RECORDS_OUT, output_name, validate
 from .validate_config import ValidateConfig
@@ -129,7 +131,7 @@ def _benchmark(device: str, target: str, extra: list, out_dir: Path, smoke: bool
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m llm_bridge.gpu_suite", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                 formatter_class=HelpFormatter)
     ap.add_argument("--target", default=DEFAULT_TARGET, help="target model: smollm2, a folder or a .gguf file")
     ap.add_argument("--families", default=",".join(FAMILIES), help="draft families, comma-separated")
     ap.add_argument("--device", default="auto", help="cuda (auto picks it when visible); cpu only with --smoke")

@@ -30,6 +30,7 @@ from .calculators import CALCULATORS, Calculator
 from .checks import check_real
 from .clitools import (
     CLIError,
+    HelpFormatter,
     add_pair_arguments,
     add_tree_arguments,
     join_negative_values,
@@ -49,8 +50,7 @@ from .verifiers import CHAIN_VERIFIERS, TREE_VERIFIERS
 __all__ = ["CALCULATORS", "CLIError", "Calculator", "build_parser", "main", "parse_probs"]
 
 
-class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Help that shows every default and keeps the description's line breaks."""
+_Formatter = HelpFormatter
 
 
 def _verifier_argument(parser, trees: bool = False):
@@ -58,8 +58,8 @@ def _verifier_argument(parser, trees: bool = False):
     chains = ", ".join(f"{name} ({cls.label})" for name, cls in CHAIN_VERIFIERS.items())
     parser.add_argument("--verifier", choices=names, default="token",
                         help=f"verification scheme: {chains}"
-                             + (f"; with --tree a multi-draft or whole-tree verifier ({', '.join(TREE_VERIFIERS)})"
-                                if trees else ""))
+                             + ("; with --tree a multi-draft or whole-tree verifier: " + ", ".join(
+                                 f"{name} ({cls.label})" for name, cls in TREE_VERIFIERS.items()) if trees else ""))
     if trees:
         add_tree_arguments(parser, required=False)
 

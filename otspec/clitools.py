@@ -16,8 +16,19 @@ from .distributions import validate_probs
 from .pairs import check_pair
 from .sources import IIDSource, Source, load_source
 
-__all__ = ["CLIError", "add_pair_arguments", "add_tree_arguments", "join_negative_values", "length_list", "pair_from_args",
+__all__ = ["HelpFormatter", "CLIError", "add_pair_arguments", "add_tree_arguments", "join_negative_values", "length_list", "pair_from_args",
            "parse_probs", "positive_int", "seed", "tree_from_args", "writable_file", "writable_folder"]
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Help that shows each default that says something (not None or False, and not when the text already names
+    its default) and keeps the description's line breaks."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default is None or action.default is False or "default" in text:
+            return text
+        return super()._get_help_string(action)
 
 
 class CLIError(Exception):

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from .checks import check_real
+from .clitools import HelpFormatter
 from .figures import FIGURES, SCRATCH_DIR
 
 __all__ = ["FIGURES", "main", "render", "write_figure"]
@@ -109,7 +110,7 @@ def main(argv=None) -> int:
         return record_main(argv[1:])
 
     parser = argparse.ArgumentParser(prog="python -m otspec.plot", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=HelpFormatter)
     parser.add_argument("name", choices=sorted(FIGURES) + ["all"], help="figure to draw")
     parser.add_argument("--out", help=f"PNG path (default {DEFAULT_DIR}/<stem>.png; JSON beside it; the committed "
                                       "figures/ are remade by make figures)")

@@ -33,10 +33,11 @@ def test_every_flag_has_help_and_shows_its_default():
             if isinstance(action, argparse._SubParsersAction | argparse._HelpAction) or not action.option_strings:
                 continue
             assert action.help, f"{parser.prog} {action.option_strings} has no help text"
-        text = parser.format_help()
-        if any(a.option_strings and a.default not in (None, argparse.SUPPRESS) and not isinstance(a, argparse._HelpAction)
-               for a in parser._actions):
+        text = parser.format_help()  # a default that says something is shown; None and a flag's False are not
+        if any(a.option_strings and a.default not in (None, False, argparse.SUPPRESS)
+               and not isinstance(a, argparse._HelpAction) for a in parser._actions):
             assert "(default:" in text, parser.prog
+        assert "(default: None)" not in text and "(default: False)" not in text, parser.prog
 
 
 def test_json_into_a_closed_pipe_exits_quietly():

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..clitools import HelpFormatter
+
 __all__ = ["INTERVALS", "PARAMETERS", "main", "plot_sweep", "read_results"]
 
 #: The interval columns of a plotted value.
@@ -126,7 +128,7 @@ def plot_sweep(frame, x: str, y: str, *, hue: str | None = None, heatmap: bool =
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m otspec.plot sweep", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=HelpFormatter)
     parser.add_argument("results", help="results.parquet (or .csv) written by python -m otspec sweep")
     parser.add_argument("--x", required=True, help="column on the horizontal axis")
     parser.add_argument("--y", required=True, help="value column (lines) or vertical-axis column (--heatmap)")
