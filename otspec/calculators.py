@@ -156,6 +156,8 @@ def _block_one(args, L) -> dict:
         out[f"{name}_tokens_per_iteration"] = theory.tokens_per_iteration(values[name])
     out["acceptance_rate"] = {name: values[name] / L for name in names}
     out["acceptance_rate_note"] = "accepted / drafted = E[tau] / L, as serving engines report it"
+    names = {cls: name for name, cls in CHAIN_VERIFIERS.items()}  # simulate/decode --verifier of each column
+    out["simulate_verifier"] = {key: names[cls] for key, cls in block_keys().items() if key in out}
     if args.cost_ratio is not None:
         out.update(_cost_model(draft, target, L, args.cost_ratio, args.max_length, values))
     return out

@@ -120,9 +120,17 @@ def _simulate(args):
         else:
             res = simulate(draft, target, CHAIN_VERIFIERS[args.verifier](), L, args.blocks, seed=args.seed,
                            progress=not args.json, backend=Backend(device=args.device))
-        return {"verifier": args.verifier, "draft_length": L, "blocks": args.blocks, "seed": args.seed,
-                "accepted": res.accepted.as_dict(), "tokens_per_iteration": res.tokens_per_iteration.as_dict(),
-                "acceptance_rate": res.accepted.value / L, "accept_dist": res.accept_dist.tolist()}
+        out = {"verifier": args.verifier, "draft_length": L, "blocks": args.blocks, "seed": args.seed,
+               "accepted": res.accepted.as_dict(), "tokens_per_iteration": res.tokens_per_iteration.as_dict(),
+               "acceptance_rate": res.accepted.value / L, "accept_dist": res.accept_dist.tolist(),
+               "accept_dist_note": f"share of blocks that accepted 0, 1, ..., {L} drafts"}
+        verifier = CHAIN_VERIFIERS[args.verifier]()
+        if args.logged is None and verifier.closed_form is not None:  # the exact value the estimate is of
+            try:
+                out["exact_accepted"] = float(verifier.expected_accepted(draft, target, L))
+            except ValueError as exc:  # a closed form that does not reach this pair (too large)
+                out["exact_accepted"], out["exact_accepted_status"] = None, f"not computed: {exc}"
+        return out
 
     return _rows(args, row)
 

@@ -208,3 +208,23 @@ def test_calc_adaptive_at_llm_vocabulary_reports_its_bracket(capsys, tmp_path):
     assert high <= out["best_fixed"] and len(set(out["optimal_thresholds"])) == 1
     drafted = out["optimal_expected_drafted_bounds"]
     assert 1 < drafted[0] <= out["optimal_expected_drafted"] <= drafted[1] < 8
+
+
+def test_calc_and_simulate_speak_one_vocabulary(capsys):
+    """calc block names each column's simulate --verifier, and simulate prints the exact value beside its estimate
+    and says what accept_dist is (issue 45's ninth point)."""
+    from otspec.verifiers import CHAIN_VERIFIERS
+
+    assert main(["calc", "block", "--draft", "0.3", "--target", "0.75", "--L", "4", "--json"]) == 0
+    calc = json.loads(capsys.readouterr().out)
+    assert calc["simulate_verifier"]["block_onpath"] == "block" and calc["simulate_verifier"]["block_optimal"] == "block_v1"
+    assert set(calc["simulate_verifier"].values()) <= set(CHAIN_VERIFIERS)
+    for key, name in calc["simulate_verifier"].items():
+        if name == "gumbel":
+            continue
+        assert main(["simulate", "--draft", "0.3", "--target", "0.75", "--L", "4", "--blocks", "20000",
+                     "--verifier", name, "--json"]) == 0
+        row = json.loads(capsys.readouterr().out)
+        assert row["exact_accepted"] == pytest.approx(calc[key], abs=1e-12)
+        assert row["accepted"]["low"] - 0.02 <= row["exact_accepted"] <= row["accepted"]["high"] + 0.02
+        assert "0, 1, ..., 4 drafts" in row["accept_dist_note"]
