@@ -421,11 +421,14 @@ def llm_data(scale: float = 1.0, records_dir: str | Path = RECORDS_DIR) -> dict:
     measured); other ``llm_*`` data files there (a benchmark's output, the GPU suite's summary) hold no
     ``model_pair`` and are skipped."""
     records, adaptive, forecasts = [], [], []
-    for path in sorted(Path(records_dir).glob("llm_*.json")):
+    folder = Path(records_dir)
+    if folder.is_absolute() and folder.resolve().is_relative_to(Path.cwd().resolve()):
+        folder = folder.resolve().relative_to(Path.cwd().resolve())  # the same paths in the figure's JSON on any machine
+    for path in sorted(folder.glob("llm_*.json")):
         text = path.read_text()
         if path.name.startswith("llm_forecast_") and '"kind": "forecast"' in text:
             made = json.loads(text)
-            measured = Path(records_dir) / made["record"]
+            measured = folder / made["record"]
             forecasts.append((path.name, made, read_record(measured) if measured.is_file() else None))
             continue
         if '"model_pair"' not in text:
