@@ -21,8 +21,9 @@ def _recipe(target: str) -> str:
 def test_demo_installs_only_the_main_job():
     recipe = _recipe("demo") + _recipe("demo-validate-notebooks") + _recipe("demo-report")
     assert "demo-validate-notebooks" in _recipe("demo") and "demo-report" in _recipe("demo")
-    # the main job runs the short real-pair validation: the CPU torch build and the llm extra, no test tools
-    assert '".[notebooks,llm]"' in recipe and "TORCH_SPEC" in recipe and "dev" not in recipe
+    # the main job runs the short real-pair validation: the CPU torch build, the llm extra and the sweep's tables (the
+    # README's sweep commands run after it), no test tools
+    assert '".[notebooks,llm,sweep]"' in recipe and "TORCH_SPEC" in recipe and "dev" not in recipe
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     for tool in ("pytest", "hypothesis", "ruff", "torch", "jupyterlab", "POT"):
         assert not any(req.startswith(tool) for req in extras["notebooks"])
@@ -30,6 +31,9 @@ def test_demo_installs_only_the_main_job():
     # the short validation writes into a scratch folder, never over a committed record in figures/
     demo = re.search(r"^LLM_DEMO := (.*?)(?<!\\)\n", (ROOT / "Makefile").read_text(), flags=re.M | re.S).group(1)
     assert "--out-dir build/" in demo and "--log-rows" not in demo and "figures/" not in demo
+    # and the report and the notebooks into build/demo: a checkout stays clean (make figures remakes figures/)
+    assert "otspec.report --out-dir build/demo" in recipe and "notebooks/execute.py --out build/demo" in recipe
+    assert "otspec.report --out-dir figures" in _recipe("figures")
 
 
 def test_test_path_keeps_the_cpu_torch_build():
