@@ -47,9 +47,22 @@ here, though the logged rows are replayed by this run's Monte Carlo): {", ".join
 figure's data is in the JSON file beside its PNG.
 """
     path = out_dir / "REPORT.md"
-    path.write_text(header + "\n" + "\n".join(parts))
+    path.write_text(header + "\n" + _contents(parts) + "\n" + "\n".join(parts))
     print(f"wrote {path}")
     return path
+
+
+def _contents(parts: list[str]) -> str:
+    """A contents list of the sections (their ``## `` titles, linked as GitHub anchors them), for the top of the
+    report."""
+    import re
+
+    lines = ["## Contents", ""]
+    for part in parts:
+        for title in re.findall(r"^## (.+)$", part, flags=re.M):
+            anchor = re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+            lines.append(f"- [{title}](#{anchor})")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:

@@ -150,3 +150,15 @@ def test_prediction_check_reads_the_fixed_lengths_of_a_specdecpp_record():
     rows = prediction_check([record])
     assert [(r.verifier, r.draft, r.within_tolerance, r.inside_interval) for r in rows] == [
         ("token", "L = 3", True, True)]
+
+
+def test_the_report_opens_with_its_contents():
+    """The committed report starts with a contents list of every section (it was 976 lines with none)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "figures" / "REPORT.md").read_text()
+    top, rest = text.split("## Contents", 1)
+    titles = [line[3:] for line in rest.splitlines() if line.startswith("## ")]
+    listed = [line for line in rest.split("\n## ", 1)[0].splitlines() if line.startswith("- [")]
+    assert len(top.splitlines()) < 15 and len(listed) == len(titles) >= 10
+    assert all(f"[{t}]" in line for t, line in zip(titles, listed, strict=True))
