@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from otspec.checks import check_real, check_size
+from otspec.clitools import comma_items
 from otspec.engine.controllers import ConfidenceController
 from otspec.engine.heads import LearnedHeadController
 from otspec.engine.predict import paired_ratio_interval
@@ -291,11 +292,8 @@ def main(argv=None) -> int:
     add_timing_arguments(ap)
     args = ap.parse_args(argv)
     try:
-        for text in (args.thresholds, args.fixed):
-            if text.strip() and not all(x.strip() for x in text.split(",")):
-                raise ValueError("an empty item")  # "2,,4": a typo, not a shorter list
-        thresholds = [float(x) for x in args.thresholds.split(",") if x.strip()]
-        fixed = [int(x) for x in args.fixed.split(",") if x.strip()]
+        thresholds = [float(x) for x in comma_items(args.thresholds)]
+        fixed = [int(x) for x in comma_items(args.fixed)]
     except ValueError:
         ap.error("--thresholds and --fixed take comma-separated numbers")
     try:

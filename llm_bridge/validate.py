@@ -51,7 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
-from otspec.clitools import HelpFormatter, writable_file, writable_folder
+from otspec.clitools import HelpFormatter, comma_items, writable_file, writable_folder
 from otspec.engine.predict import ReplayPlan, predict_from_log, predict_from_pairs
 from otspec.engine.record import PairRecord, code_version
 from otspec.verifiers import REGISTRY, TREE_VERIFIERS, DecodingOPT
@@ -422,9 +422,7 @@ def main(argv=None) -> int:
     add_timing_arguments(ap)
     args = ap.parse_args(argv)
     try:
-        if args.L.strip() and not all(x.strip() for x in args.L.split(",")):
-            raise ValueError("an empty item")  # "2,,4" or "2,": a typo, not a shorter list ("" alone: no chain runs)
-        lengths = [int(x) for x in args.L.split(",") if x.strip()]
+        lengths = [int(x) for x in comma_items(args.L)]  # "" alone: no chain runs
     except ValueError:
         ap.error(f"--L {args.L!r}: expected comma-separated integers")
     try:

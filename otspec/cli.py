@@ -114,17 +114,17 @@ def _simulate(args):
         draft, target = pair_from_args(args)
 
     def row(args, L):
+        verifier = CHAIN_VERIFIERS[args.verifier]()
         if args.logged is not None:
-            res = simulate_logged(log, CHAIN_VERIFIERS[args.verifier](), L, args.blocks, tail=args.tail,
-                                  seed=args.seed, progress=not args.json, backend=Backend(device=args.device))
+            res = simulate_logged(log, verifier, L, args.blocks, tail=args.tail, seed=args.seed,
+                                  progress=not args.json, backend=Backend(device=args.device))
         else:
-            res = simulate(draft, target, CHAIN_VERIFIERS[args.verifier](), L, args.blocks, seed=args.seed,
-                           progress=not args.json, backend=Backend(device=args.device))
+            res = simulate(draft, target, verifier, L, args.blocks, seed=args.seed, progress=not args.json,
+                           backend=Backend(device=args.device))
         out = {"verifier": args.verifier, "draft_length": L, "blocks": args.blocks, "seed": args.seed,
                "accepted": res.accepted.as_dict(), "tokens_per_iteration": res.tokens_per_iteration.as_dict(),
                "acceptance_rate": res.accepted.value / L, "accept_dist": res.accept_dist.tolist(),
                "accept_dist_note": f"share of blocks that accepted 0, 1, ..., {L} drafts"}
-        verifier = CHAIN_VERIFIERS[args.verifier]()
         if args.logged is None and verifier.closed_form is not None:  # the exact value the estimate is of
             try:
                 out["exact_accepted"] = float(verifier.expected_accepted(draft, target, L))

@@ -16,7 +16,7 @@ from .distributions import validate_probs
 from .pairs import check_pair
 from .sources import IIDSource, Source, load_source
 
-__all__ = ["HelpFormatter", "CLIError", "add_pair_arguments", "add_tree_arguments", "join_negative_values", "length_list", "pair_from_args",
+__all__ = ["HelpFormatter", "comma_items", "CLIError", "add_pair_arguments", "add_tree_arguments", "join_negative_values", "length_list", "pair_from_args",
            "parse_probs", "positive_int", "seed", "tree_from_args", "writable_file", "writable_folder"]
 
 
@@ -109,6 +109,17 @@ def join_negative_values(argv: list[str]) -> list[str]:
         else:
             out.append(arg)
     return out
+
+
+def comma_items(text: str) -> list[str]:
+    """The items of a comma-separated list: ``""`` is the empty list, an empty item inside (``"2,,4"``, ``"2,"``) a
+    ``ValueError`` (a typo, not a shorter list)."""
+    if not str(text).strip():
+        return []
+    items = [part.strip() for part in str(text).split(",")]
+    if not all(items):
+        raise ValueError(f"an empty item in {text!r}")
+    return items
 
 
 def length_list(text: str) -> list[int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -55,8 +56,6 @@ figure's data is in the JSON file beside its PNG.
 def _contents(parts: list[str]) -> str:
     """A contents list of the sections (their ``## `` titles, linked as GitHub anchors them), for the top of the
     report."""
-    import re
-
     lines = ["## Contents", ""]
     for part in parts:
         for title in re.findall(r"^## (.+)$", part, flags=re.M):

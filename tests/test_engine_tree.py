@@ -196,10 +196,10 @@ def test_trie_walk_and_array_walk_give_the_target_law(which):
     tree, n = parse_tree(config, replacement), 8_000
     for kind in (SourceSession, _TrieSession):
         sessions = (kind(d, n, 5, max_prefix=2), kind(t, n, 5, max_prefix=3))
-        assert loop._on_device(*sessions, verifier, tree, batch=n) is (kind is SourceSession)
-        assert loop._on_device(*sessions, verifier, tree, batch=1) is False  # one sequence: a trie costs less
+        assert loop._walks_arrays(*sessions, verifier, tree, batch=n) is (kind is SourceSession)
+        assert loop._walks_arrays(*sessions, verifier, tree, batch=1) is False  # one sequence: a trie costs less
         # a prediction's trace reads the merged trie's widths (a model on the host feeds those): tries for it
-        assert loop._on_device(*sessions, verifier, tree, LoopHooks(observers=[IterationTrace(n)]), n) is False
+        assert loop._walks_arrays(*sessions, verifier, tree, LoopHooks(observers=[IterationTrace(n)]), n) is False
         run = loop.tree_loop(*sessions, verifier, tree, 4, np.random.default_rng(which), rule=rule, batch=n)
         counts = np.bincount(run.tokens @ np.array([8, 4, 2, 1]), minlength=16)
         assert counts[law == 0].sum() == 0

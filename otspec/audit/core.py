@@ -41,6 +41,11 @@ __all__ = ["AuditReport", "CALL_BATCH", "DEFAULT_SAMPLES", "MAX_AUDIT_ENTRIES", 
 #: Smallest significance level: below it the tests' critical values overflow (the chi-square quantile at 1 − α is
 #: infinite under about 1e-16), so nothing could ever be detected.
 MIN_ALPHA = 1e-12
+
+
+def check_alpha(alpha) -> float:
+    """The test level of an audit, statistical or exact: a finite number in [:data:`MIN_ALPHA`, 0.5]."""
+    return check_real(alpha, "alpha", low=MIN_ALPHA, high=0.5)
 #: Samples of an audit with no options: the default synthetic pool detects a TV bias of 0.02 with power > 0.99.
 DEFAULT_SAMPLES = 200_000
 #: Most row entries (chunk × (2L + 1) × V) handed to the sampler in one call.
@@ -159,7 +164,7 @@ def audit(sampler, *, samples: int = DEFAULT_SAMPLES, rows=None, draft_length: i
     if not callable(fn):
         raise ValueError(f"sampler: expected a callable or module:function, got {sampler!r}")
     n = check_size(samples, "samples", minimum=100, limit=50_000_000, limit_name="the audit's limit")
-    alpha = check_real(alpha, "alpha", low=MIN_ALPHA, high=0.5)
+    alpha = check_alpha(alpha)
     timeout = check_timeout(timeout)
     if chunk is not None:
         chunk = check_size(chunk, "chunk", limit=CALL_BATCH, limit_name="CALL_BATCH")

@@ -19,9 +19,9 @@ import itertools
 
 import numpy as np
 
-from ..checks import check_real, check_size
+from ..checks import check_size
 from ..verifiers import CHAIN_VERIFIERS
-from .core import MIN_ALPHA, verdict
+from .core import check_alpha, verdict
 from .protocol import DEFAULT_TIMEOUT_S, call_sampler, check_timeout, load_sampler
 from .rows import synthetic_pool
 
@@ -69,7 +69,7 @@ def exact_audit(sampler, *, vocab: int = 3, draft_length: int = 2, pairs: int = 
     M = check_size(draws, "samples (draws per block)", minimum=100, limit=1_000_000,
                    limit_name="the exact audit's limit")
     P = check_size(pairs, "pairs", limit=64, limit_name="64")
-    alpha = check_real(alpha, "alpha", low=MIN_ALPHA, high=0.5)
+    alpha = check_alpha(alpha)
     timeout = check_timeout(timeout)
     if P * V**L > MAX_EXACT_BLOCKS:
         raise ValueError(f"the exact audit would enumerate {P} pairs x {V}**{L} blocks = {P * V**L:,} "

@@ -20,8 +20,8 @@ from ..distributions import validate_probs
 from ..drafts import ConfidenceTree, DraftTree, parse_tree
 from ..sources import IIDSource, Source
 
-__all__ = ["TREE_FUNCTIONS", "as_source", "as_sources", "as_tree", "check_chain_verifier", "check_draft_length",
-           "check_verifier", "rng_of"]
+__all__ = ["TREE_FUNCTIONS", "as_source", "as_sources", "as_tree", "chain_call", "check_chain_verifier",
+           "check_draft_length", "check_verifier", "rng_of"]
 
 #: Where trees go: the engine's tree functions.
 TREE_FUNCTIONS = "otspec.engine.tree_law, simulate_tree or generate_tree"
@@ -80,6 +80,16 @@ def check_draft_length(draft_length, where: str) -> None:
     if isinstance(draft_length, (DraftTree, ConfidenceTree)) or spec:
         raise ValueError(f"draft_length: got the tree {draft_length!r}; {where} drafts chains of L tokens, trees go "
                          f"to {TREE_FUNCTIONS} (e.g. tree_law(draft, target, KSeq(), DraftTree.parse('2x1')))")
+
+
+def chain_call(where: str, draft, target, verifier, draft_length) -> tuple[Source, Source]:
+    """The entry check of the chain functions (``evaluate``, ``simulate``, ``generate``, named by ``where``): the
+    sources (:func:`as_sources`), a tree given as the draft length, then a verifier of another layout; returns
+    (draft, target) as sources."""
+    draft, target = as_sources(draft, target)
+    check_draft_length(draft_length, where)
+    check_chain_verifier(verifier, where)
+    return draft, target
 
 
 def as_tree(tree):

@@ -26,7 +26,7 @@ from ..errors import SizeLimitError
 from ..pairs import check_pair
 from ..sources import Source
 from ..verifiers.base import Verifier
-from .arguments import as_sources, check_chain_verifier, check_draft_length, rng_of
+from .arguments import chain_call, rng_of
 from .controllers import FixedDraftLength, as_controller
 from .ledger import DecodeResult, Ledger, block_efficiency_estimate
 from .lookup import chain_plan
@@ -50,23 +50,25 @@ def check_step(n_sequences: int, width: int, vocab_size: int) -> int:
     """Refuse a loop step that scores more than :data:`~otspec.checks.MAX_STEP_ENTRIES` probabilities
     (``n_sequences`` × ``width`` positions × V, each model) before allocating it; returns that count."""
     step = 2 * n_sequences * width * vocab_size
-    if step > MAX_STEP_ENTRIES:
-        raise SizeLimitError(f"one decoding step scores {n_sequences:,} sequences x {width:,} positions x V = "
-                             f"{vocab_size:,} for both models = {step:,} probabilities, above MAX_STEP_ENTRIES = 2^27 "
-                             "(1 GiB): fewer sequences, a shorter draft or a smaller tree", size=step,
-                             limit=MAX_STEP_ENTRIES)
-    return step
+    return _within_step(step, f"one decoding step scores {n_sequences:,} sequences x {width:,} positions x V = "
+                              f"{vocab_size:,} for both models = {step:,} probabilities",
+                        " (1 GiB): fewer sequences, a shorter draft or a smaller tree")
 
 
 def check_prefixes(n_sequences: int, nodes: int, length: int) -> int:
     """Refuse a tree step whose nodes' prefixes (``n_sequences`` × ``nodes`` × ``length`` tokens: a toy session
     scores a drafted node from its whole prefix) exceed :data:`~otspec.checks.MAX_STEP_ENTRIES`; returns the count."""
     entries = n_sequences * nodes * length
+    return _within_step(entries, f"one tree step reads the prefixes of {n_sequences:,} sequences x {nodes:,} drafted "
+                                 f"nodes x {length:,} tokens = {entries:,} entries",
+                        ": fewer sequences, a shallower or narrower tree, or fewer tokens")
+
+
+def _within_step(entries: int, counted: str, advice: str) -> int:
+    """``entries``, or a SizeLimitError (``counted``, the limit, then ``advice``) above
+    :data:`~otspec.checks.MAX_STEP_ENTRIES`: the one step limit of :func:`check_step` and :func:`check_prefixes`."""
     if entries > MAX_STEP_ENTRIES:
-        raise SizeLimitError(f"one tree step reads the prefixes of {n_sequences:,} sequences x {nodes:,} drafted "
-                             f"nodes x {length:,} tokens = {entries:,} entries, above MAX_STEP_ENTRIES = 2^27: fewer "
-                             "sequences, a shallower or narrower tree, or fewer tokens", size=entries,
-                             limit=MAX_STEP_ENTRIES)
+        raise SizeLimitError(f"{counted}, above MAX_STEP_ENTRIES = 2^27{advice}", size=entries, limit=MAX_STEP_ENTRIES)
     return entries
 
 
@@ -94,9 +96,7 @@ def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_
 
     Intervals are at level 0.95; :meth:`DecodeResult.at_confidence` gives another level without rerunning.
     """
-    draft, target = as_sources(draft, target)
-    check_draft_length(draft_length, "generate")
-    check_chain_verifier(verifier, "generate")
+    draft, target = chain_call("generate", draft, target, verifier, draft_length)
     ctrl = as_controller(draft_length)
     L, N, B = ctrl.max_length, check_size(n_tokens, "n_tokens"), check_size(n_sequences, "n_sequences")
     V = check_pair(draft, target)

@@ -20,7 +20,7 @@ from ..errors import SizeLimitError
 from ..pairs import check_pair
 from ..sources import EMPTY_PREFIX, MAX_ENUMERATION, Source, extend_prefixes
 from ..verifiers.base import Verifier
-from .arguments import as_sources, check_chain_verifier, check_draft_length
+from .arguments import chain_call
 from .branching import branch_law
 
 __all__ = ["MAX_EXACT_ENTRIES", "ExactResult", "evaluate"]
@@ -108,9 +108,7 @@ def evaluate(draft: Source, target: Source, verifier: Verifier, draft_length: in
         larger than :data:`~otspec.sources.MAX_ENUMERATION` sequences or
         :data:`MAX_EXACT_ENTRIES` probability entries.
     """
-    draft, target = as_sources(draft, target)
-    check_draft_length(draft_length, "evaluate")
-    check_chain_verifier(verifier, "evaluate")
+    draft, target = chain_call("evaluate", draft, target, verifier, draft_length)
     L = check_size(draft_length, "draft_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
     iterations = check_size(iterations, "iterations")
     V = check_pair(draft, target)

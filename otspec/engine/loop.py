@@ -398,8 +398,8 @@ def tree_steps(draft: Session, target: Session, verifier, tree: DraftTree, n_tok
     """
     prompts = as_prompts(prompts, batch)
     check_tree_verifier(verifier, tree)
-    if _on_device(draft, target, verifier, tree, hooks, len(prompts)):
-        return (yield from _device_tree_steps(draft, target, verifier, tree, n_tokens, rng, rule, prompts, hooks))
+    if _walks_arrays(draft, target, verifier, tree, hooks, len(prompts)):
+        return (yield from _array_tree_steps(draft, target, verifier, tree, n_tokens, rng, rule, prompts, hooks))
     run = RunState((draft, target), prompts, n_tokens, hooks)  # numpy rows: the trie on the host
     while (run.done < run.N).any():
         active = run.done < run.N
@@ -441,7 +441,8 @@ def _features_along(draft, target, features, idx, paths, width: int):
 FIXED_SHAPE_MIN_BATCH = 16
 
 
-def _on_device(draft, target, verifier, tree, hooks: LoopHooks = NO_HOOKS, batch: int = FIXED_SHAPE_MIN_BATCH) -> bool:
+def _walks_arrays(draft, target, verifier, tree, hooks: LoopHooks = NO_HOOKS,
+                  batch: int = FIXED_SHAPE_MIN_BATCH) -> bool:
     """Whether the tree loop runs the fixed-shape walk of :mod:`otspec.engine.devicetree` (every sequence's tree as
     arrays, no trie, one read back): the walk serves ``verifier`` on ``tree``
     (:func:`~otspec.engine.devicetree.walks_on_device`) and both sessions keep their rows on a device, or both are
@@ -454,8 +455,9 @@ def _on_device(draft, target, verifier, tree, hooks: LoopHooks = NO_HOOKS, batch
     return (all(s.rows_device is not None for s in sessions) or lookups) and walks_on_device(verifier, tree)
 
 
-def _device_tree_steps(draft, target, verifier, tree, n_tokens, rng, rule, prompts, hooks):
-    """:func:`tree_steps` on the device: one read back per iteration (the emitted counts and the walked nodes)."""
+def _array_tree_steps(draft, target, verifier, tree, n_tokens, rng, rule, prompts, hooks):
+    """:func:`tree_steps` on fixed-shape arrays, on the rows' device or numpy (:func:`_walks_arrays`): one read back
+    per iteration (the emitted counts and the walked nodes)."""
     run = RunState((draft, target), prompts, n_tokens, hooks, target.rows_device)
     layout = None if tree.deterministic else TreeLayout(tree.branching)
     while (run.done < run.N).any():

@@ -22,7 +22,7 @@ from ..sources import IIDSource, LoggedRows, Source
 from ..verifiers.base import Verifier
 from ..verifiers.candidates import MultiDraftVerifier
 from ..verifiers.token import TokenVerify
-from .arguments import as_sources, check_chain_verifier, check_draft_length, rng_of
+from .arguments import chain_call, rng_of
 from .chunking import DEFAULT_BACKEND, MONTE_CARLO_METHODS, Backend, check_backend, chunk_size
 from .rowfree import ROW_FREE, RowProfile, RowTables, row_free_sampler
 from .rowfree_multi import candidate_sampler
@@ -162,9 +162,7 @@ def simulate(draft: Source, target: Source, verifier: Verifier, draft_length: in
         ``compiled`` (numpy, numba installed), else ``row_free``, where they apply. ``backend.device``: row-free
         sampling on torch. ``backend.batch_size``: trials per vectorised chunk (default :func:`default_batch_size`).
     """
-    draft, target = as_sources(draft, target)
-    check_draft_length(draft_length, "simulate")
-    check_chain_verifier(verifier, "simulate")
+    draft, target = chain_call("simulate", draft, target, verifier, draft_length)
     L = check_size(draft_length, "draft_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
     n_blocks = check_size(n_blocks, "n_blocks", limit=MAX_SIMULATION_BLOCKS, limit_name="MAX_SIMULATION_BLOCKS")
     confidence = check_confidence(confidence)

@@ -421,9 +421,9 @@ def llm_data(scale: float = 1.0, records_dir: str | Path = RECORDS_DIR) -> dict:
     measured); other ``llm_*`` data files there (a benchmark's output, the GPU suite's summary) hold no
     ``model_pair`` and are skipped."""
     records, adaptive, forecasts = [], [], []
-    folder = Path(records_dir)
-    if folder.is_absolute() and folder.resolve().is_relative_to(Path.cwd().resolve()):
-        folder = folder.resolve().relative_to(Path.cwd().resolve())  # the same paths in the figure's JSON on any machine
+    folder, here = Path(records_dir), Path.cwd().resolve()
+    if folder.is_absolute() and folder.resolve().is_relative_to(here):
+        folder = folder.resolve().relative_to(here)  # the same paths in the figure's JSON on any machine
     for path in sorted(folder.glob("llm_*.json")):
         text = path.read_text()
         if path.name.startswith("llm_forecast_") and '"kind": "forecast"' in text:
