@@ -334,6 +334,7 @@ def _print_human(result, indent: str = "") -> None:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(join_negative_values(sys.argv[1:] if argv is None else list(argv)))
+    args.command_line = argv is None  # the process's own command line (the audit isolates its sampler then)
     try:
         result = args.run(args)
     except (CLIError, ValueError, SolveError, OSError) as exc:

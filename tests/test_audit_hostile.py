@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -42,6 +43,18 @@ def ignores_every_interrupt(*args):
     signal.signal(signal.SIGALRM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     time.sleep(30)
+
+
+def ends_the_process_with_0(*args):
+    os._exit(0)
+
+
+def ends_the_process_with_1(*args):
+    os._exit(1)
+
+
+def kills_its_process(*args):
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def whole_floats(draft_tokens, draft_probs, target_probs, rng):
@@ -88,6 +101,35 @@ def test_a_sampler_that_ignores_every_interrupt_ends_the_command_with_exit_2():
                            "--samples", "200", "--timeout", "0.5"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "disabled the audit's interrupts" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and time.perf_counter() - t0 < 30
+
+
+@pytest.mark.parametrize("sampler,ended", [("ends_the_process_with_0", "exit status 0"),
+                                           ("ends_the_process_with_1", "exit status 1"),
+                                           ("kills_its_process", "killed by signal SIGKILL")])
+def test_a_sampler_that_ends_its_process_never_leaves_a_verdict_behind(sampler, ended):
+    """From the command line the audit runs in a child process: a sampler calling os._exit(0) (which no handler in
+    its own process survives) or killing itself is exit 2 with one line saying how the child ended, never exit 0 or 1
+    read as a verdict. ``--in-process`` is the documented hazard: there os._exit(0) leaves status 0 and no verdict."""
+    proc = subprocess.run([sys.executable, "-m", "otspec", "audit", f"tests.test_audit_hostile:{sampler}",
+                           "--samples", "200", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "", (proc.returncode, proc.stdout)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"({ended}) before a verdict" in lines[0], proc.stderr
+    if sampler == "ends_the_process_with_0":
+        hazard = subprocess.run([sys.executable, "-m", "otspec", "audit", f"tests.test_audit_hostile:{sampler}",
+                                 "--samples", "200", "--json", "--in-process"], cwd=ROOT, capture_output=True,
+                                text=True, timeout=60)
+        assert hazard.returncode == 0 and "verdict" not in hazard.stdout
+
+
+def test_the_command_line_audit_in_a_child_process_prints_the_same_report_as_in_process(capsys):
+    args = ["audit", TOKEN, "--samples", "600", "--vocab", "8", "--json"]
+    proc = subprocess.run([sys.executable, "-m", "otspec", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    status, out, _ = cli(args, capsys)
+    child, here = json.loads(proc.stdout), json.loads(out)
+    assert child.pop("seconds") > 0 and here.pop("seconds") > 0  # the one field that is a timing
+    assert proc.returncode == status == 0 and child == here
 
 
 @pytest.mark.parametrize("body,match", [("def f(:\n", "SyntaxError (line 1)"), ("raise RuntimeError('x')\n",

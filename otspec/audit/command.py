@@ -5,6 +5,7 @@ loaded, raises, exits, breaks the protocol or hangs)."""
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from ..clitools import writable_folder
@@ -20,6 +21,18 @@ __all__ = ["add_audit_parser"]
 
 
 def _run(args) -> dict:
+    """From the command line (``main()`` reading ``sys.argv``) the audit runs in a child process unless
+    ``--in-process``: a sampler that ends its process then cannot end the command with a status that reads as a
+    verdict (:mod:`otspec.audit.isolate`)."""
+    from .isolate import OUTCOME_ENV, run_isolated
+
+    if getattr(args, "command_line", False) and not args.in_process and OUTCOME_ENV not in os.environ:
+        return run_isolated(args)
+    return audit_in_process(args)
+
+
+def audit_in_process(args) -> dict:
+    """The audit ``args`` asks for, in this process (the result dict the command prints, with its exit status)."""
     from .protocol import HARD_EXIT
 
     HARD_EXIT["allowed"] = True  # a sampler that disables both interrupts ends this command (exit 2), never hangs it
@@ -108,6 +121,8 @@ def add_audit_parser(sub, formatter, json_flag) -> None:
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds one sampler call may take")
     p.add_argument("--exact", action="store_true", help="exact audit on a small vocabulary: every drafted block "
                    "enumerated, the output law compared with the target law")
+    p.add_argument("--in-process", action="store_true", help="run the sampler in this process rather than a child "
+                   "(a sampler that ends its process then ends the audit without a verdict)")
     p.add_argument("--out", type=_folder, default=None, help="write the report card (audit.md, audit.json, audit.png; "
                    "with --exact: audit.md and audit.json) here")
     json_flag(p)

@@ -92,7 +92,8 @@ def _timeout_message(timeout: float) -> str:
 
 #: Whether a sampler that disabled both of the audit's interrupts may end the process (exit status 2, one line on
 #: stderr) once its call is twice overdue: the command line sets it; in a user's own process the audit never exits.
-HARD_EXIT = {"allowed": False}
+#: ``report``, when set (the audit's child process), takes the line instead of stderr.
+HARD_EXIT = {"allowed": False, "report": None}
 
 
 class _Watchdog:
@@ -118,8 +119,11 @@ class _Watchdog:
 
     def _exit(self) -> None:
         if HARD_EXIT["allowed"]:
-            print(f"otspec audit: {_timeout_message(self.timeout)}; the sampler disabled the audit's interrupts",
-                  file=sys.stderr, flush=True)
+            message = f"{_timeout_message(self.timeout)}; the sampler disabled the audit's interrupts"
+            if HARD_EXIT["report"] is not None:  # the audit's child process: its parent prints the line
+                HARD_EXIT["report"](message)
+            else:
+                print(f"otspec audit: {message}", file=sys.stderr, flush=True)
             os._exit(2)
 
     def cancel(self) -> None:

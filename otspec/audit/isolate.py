@@ -1,0 +1,92 @@
+"""The command line's audit runs in a child process, so that no sampler can end it without a verdict.
+
+A sampler that ends its own process — ``os._exit(0)``, a signal, a crash in native code — ends whatever process
+it runs in, before any ``finally`` or exit handler; run in the command's own process it would leave exit status 0
+(or 1) behind, which a script reads as a verdict. ``python -m otspec audit`` therefore runs the audit in a child
+(``python -m otspec.audit.isolate``, handed the parsed arguments in a file), which writes its outcome — the report, an error
+line, or an interruption — to a file the parent named; the parent prints it as the command always did. A child
+that ends without writing one is reported by the parent: exit status 2 and one line saying how the child ended.
+``--in-process`` (and ``otspec.cli.main(argv)`` called from Python) run the audit in the calling process.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ..clitools import CLIError
+
+__all__ = ["OUTCOME_ENV", "run_isolated"]
+
+#: The environment variable that names the child's outcome file.
+OUTCOME_ENV = "OTSPEC_AUDIT_OUTCOME"
+
+
+def _ended(status: int) -> str:
+    if status < 0:
+        try:
+            return f"killed by signal {signal.Signals(-status).name}"
+        except ValueError:
+            return f"killed by signal {-status}"
+    return f"exit status {status}"
+
+
+def run_isolated(args) -> dict:
+    """Run the audit the parsed command line ``args`` asks for in a child process and return its result dict (what ``_run`` returns in
+    process); the child's error is raised here as a ``ValueError`` with the same message, its interruption as
+    ``KeyboardInterrupt``, and a child that ended without an outcome as a :class:`CLIError`."""
+    with tempfile.TemporaryDirectory(prefix="otspec-audit-") as tmp:
+        path = Path(tmp) / "outcome.pickle"
+        (Path(tmp) / "args.pickle").write_bytes(pickle.dumps(args))
+        paths = [p for p in sys.path if p] + os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        env = {**os.environ, OUTCOME_ENV: str(path), "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+        sys.stdout.flush()
+        sys.stderr.flush()
+        proc = subprocess.run([sys.executable, "-m", "otspec.audit.isolate"], env=env, check=False)
+        outcome = pickle.loads(path.read_bytes()) if path.is_file() and path.stat().st_size else None
+    if outcome is None:
+        if sys.stderr.isatty():
+            print(file=sys.stderr)  # end the progress bar the child left mid-line
+        raise CLIError(f"the audited sampler ended the audit's process ({_ended(proc.returncode)}) before a verdict: "
+                       "a sampler must return (accepted, next_token), not end its process")
+    kind, value = outcome
+    if kind == "interrupted":
+        raise KeyboardInterrupt
+    if kind == "error":
+        raise ValueError(value)
+    return value
+
+
+def _write(path: Path, outcome: tuple) -> None:
+    tmp = path.with_suffix(".partial")
+    tmp.write_bytes(pickle.dumps(outcome))
+    tmp.replace(path)  # whole or absent: a child killed mid-write leaves no outcome
+
+
+def _child() -> int:
+    from ..errors import SolveError
+    from .command import audit_in_process
+    from .protocol import HARD_EXIT
+
+    path = Path(os.environ[OUTCOME_ENV])
+    HARD_EXIT["report"] = lambda message: _write(path, ("error", message))
+    args = pickle.loads((path.parent / "args.pickle").read_bytes())
+    try:
+        outcome = ("result", audit_in_process(args))
+    except (CLIError, ValueError, SolveError, OSError) as exc:
+        outcome = ("error", str(exc))
+    except KeyboardInterrupt:
+        outcome = ("interrupted", None)
+    _write(path, outcome)
+    return 0
+
+
+if __name__ == "__main__":
+    if OUTCOME_ENV not in os.environ:
+        sys.exit("otspec.audit.isolate is the audit's child process: run `python -m otspec audit` instead")
+    sys.exit(_child())
