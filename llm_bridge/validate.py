@@ -53,7 +53,7 @@ import numpy as np
 
 from otspec.clitools import HelpFormatter, comma_items, writable_file, writable_folder
 from otspec.engine.predict import ReplayPlan, predict_from_log, predict_from_pairs
-from otspec.engine.record import PairRecord, code_version
+from otspec.engine.record import PairRecord, code_version, results_table
 from otspec.verifiers import REGISTRY, TREE_VERIFIERS, DecodingOPT
 
 from .cache import CACHE_KINDS
@@ -455,6 +455,8 @@ def main(argv=None) -> int:
         print(f"wrote {export_synthetic_rates(record.to_json(), args.export_synthetic_rates)}", file=sys.stderr)
     if args.json:
         print(json.dumps(record.to_json(), indent=1))
+    else:
+        print(results_table(record))
     print(f"wrote {path} (its plot and summary: python -m otspec.plot record {path})", file=sys.stderr)
     return 0
 

@@ -349,6 +349,8 @@ def test_lossless_checks_can_be_narrowed(folders, tmp_path, capsys):
     common = ["--target", str(folders / "target"), "--draft", str(folders / "draft"), "--device", "cpu", "--no-hf",
               "--verifiers", "token", "--L", "2", "--prompts", "2", "--max-new-tokens", "6", "--out-dir", str(out)]
     assert validate_mod.main([*common, "--lossless-samples", "0", "--lossless-verifiers", "block", "--name", "n"]) == 0
+    table = capsys.readouterr().out  # the result table, printed without --json
+    assert table.startswith("verifier") and "\ntoken     L=2" in table and "plain sampling:" in table
     checks = json.loads((out / "llm_n.json").read_text())["lossless"]["verifiers"]
     assert set(checks) == {"block", "decoding_opt_eps_inf (biased control)"}
     assert checks["block"]["first_token_max_deviation"] < 1e-6 and checks["block"]["two_sample"] is None

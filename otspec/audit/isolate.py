@@ -70,14 +70,13 @@ def _write(path: Path, outcome: tuple) -> None:
 
 def _child() -> int:
     from ..errors import SolveError
-    from .command import audit_in_process
     from .protocol import HARD_EXIT
 
     path = Path(os.environ[OUTCOME_ENV])
     HARD_EXIT["report"] = lambda message: _write(path, ("error", message))
     args = pickle.loads((path.parent / "args.pickle").read_bytes())
     try:
-        outcome = ("result", audit_in_process(args))
+        outcome = ("result", args.run(args))  # the command's own entry: in this child it runs in process
     except (CLIError, ValueError, SolveError, OSError) as exc:
         outcome = ("error", str(exc))
     except KeyboardInterrupt:

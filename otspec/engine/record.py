@@ -11,6 +11,7 @@ older and newer files round-trip unchanged.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from .rows import LOCAL, ChainRun, Interval, JsonObject, PolicyRun, RecordError,
 
 __all__ = ["AdaptiveRecord", "Baseline", "DecodeStep", "Drafter", "Head", "LawSampling", "Lossless", "LosslessCheck", "ModelPair",
            "PairRecord", "Peer", "Profile", "RecordError", "Settings", "Settling", "Split", "Timing", "TimingAttempt",
-           "as_record", "code_version", "read_record"]
+           "as_record", "code_version", "read_record", "results_table"]
 
 
 #: The folders whose uncommitted changes make a record's code differ from its commit.
@@ -375,3 +376,33 @@ def as_record(obj, where: str = "record") -> PairRecord | AdaptiveRecord:
     record = (AdaptiveRecord if "threshold" in body else PairRecord).from_json(body, where)
     record.file, record.path = str(local.get("file", "")), str(local.get("path", ""))
     return record
+
+
+def _cell(x, digits: int) -> str:
+    return "–" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{digits}f}"
+
+
+def results_table(record) -> str:
+    """A pair record's results as a plain-text table for a terminal (``python -m llm_bridge.validate`` prints it;
+    the Markdown summary is :func:`otspec.figures.llm.record_markdown`): one row per run, measured against predicted,
+    then plain sampling and the Hugging Face peer."""
+    record = as_record(record)
+    rows = [("verifier", "draft", "block eff. [95% CI]", "predicted", "tokens/s", "speedup [95% CI]", "predicted")]
+    for r in record.all_runs:
+        be, iv = r.block_efficiency, r.speedup_spread
+        rows.append((r.verifier, f"L={r.L}" if getattr(r, "tree", None) is None else r.tree,
+                     f"{_cell(be.mean, 3)} [{_cell(be.low, 3)}, {_cell(be.high, 3)}]",
+                     _cell(r.predicted_block_efficiency, 3), _cell(r.tokens_per_s, 1),
+                     _cell(r.speedup, 2) + (f" [{_cell(iv.low, 2)}, {_cell(iv.high, 2)}]" if iv else ""),
+                     _cell(r.predicted_speedup, 2)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    out.append(f"plain sampling: {_cell(record.baseline.tokens_per_s, 1)} tokens/s")
+    if hf := record.hf_assisted:
+        out.append(f"Hugging Face assisted generation: {_cell(hf.tokens_per_s, 1)} tokens/s, speedup "
+                   f"{_cell(hf.speedup, 2)} over its own plain generate")
+    if record.unreliable_timing:
+        out.append(f"UNRELIABLE TIMING: {record.unreliable_timing}")
+    return "\n".join(out)
+

@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 
 from ..engine.record import AdaptiveRecord, RecordError, as_record, read_record
-from ..engine.rows import run_row
-from . import RECORDS_DIR, register
+from . import RECORDS_DIR, SCRATCH_DIR, register
 from .common import axes, new_figure
 from .llm_adaptive import adaptive_markdown, render_adaptive_record
+from .llm_markdown import misses_markdown, record_markdown
 from .llm_predictions import (
     PREDICTION_MIN_PROMPTS,
     PREDICTION_TOLERANCE,
@@ -30,212 +30,13 @@ from .llm_predictions import (
     prediction_check_summary,
 )
 from .llm_text import (
-    NO_INTERVAL,
-    code_text,
-    fmt,
-    interval_text,
     nan_for_none,
-    peer_text,
-    timing_text,
 )
 
 __all__ = ["PREDICTION_MIN_PROMPTS", "PREDICTION_TOLERANCE", "adaptive_markdown", "llm_data", "prediction_check",
            "prediction_check_markdown", "prediction_check_summary", "record_main", "record_markdown",
-           "render_adaptive_record", "render_llm", "render_record", "write_record_files"]
-
-
-def record_markdown(record, title: str | None = None) -> str:
-    """A Markdown summary: setup, drafter, baseline and peer, one row per run, losslessness (``record``: a
-    :class:`~otspec.engine.record.PairRecord` or its JSON object)."""
-    record = as_record(record)
-    pair, s, base = record.model_pair, record.settings, record.baseline
-    lines = [f"## {title or 'Real model pair: ' + pair.target + ' / ' + pair.draft}", "",
-             f"Target `{pair.target}`, draft `{pair.draft}` on {pair.device}"
-             f"{' (' + s.accelerator + ')' if s.accelerator else ''} ({pair.dtype}, "
-             f"{s.threads} threads, torch {s.torch}, transformers {s.transformers}); {s.prompts} prompts "
-             f"× {s.max_new_tokens} new tokens, temperature {s.temperature}, top-k {s.top_k}, "
-             f"top-p {s.top_p}, batch {s.batch_size}, seed {s.seed}.{code_text(s)}", ""]
-    if record.unreliable_timing:
-        lines += [f"**Unreliable timing: {record.unreliable_timing}.** The tokens/s and speedups below were "
-                  "measured on a machine that was not quiet; block efficiencies and predictions do not depend on it.",
-                  ""]
-    lines += timing_text(record)
-    prof, drafter = record.profile, record.drafter
-    lines += [f"Drafter: first-position acceptance 1 − TV = {fmt(drafter.acceptance)}, cost ratio "
-              f"t_draft / t_target(1) = {fmt(drafter.cost_ratio)} (t_draft = {fmt(prof.t_draft_ms, 1)} ms; "
-              f"{_t_target_text(prof)}).", "",
-              f"Plain target sampling: **{fmt(base.tokens_per_s, 1)} tokens/s** in the same run."]
-    lines += peer_text(record)
-    step = record.hf_decode_step
-    if step:
-        lines.append(f"Decode step: otspec's plain loop {fmt(base.ms_per_token, 2)} ms per token against "
-                     f"{fmt(step.ms_per_token, 2)} ms for Hugging Face's plain `generate` with the same cache kind "
-                     f"({step.cache}; prefill excluded from both): ratio **{fmt(step.otspec_step_ratio, 2)}**.")
-    lines += ["", "| verifier | L | block efficiency [95% CI] | predicted [95%] | two-point bound | E[τ+1 given drafts] "
-              "| mean acceptance length | acceptance rate | tokens/s | speedup [95% CI or round range] "
-              "| predicted speedup [interval] | verifier / target call |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in record.runs:
-        be, pi, si, psi = (r.block_efficiency, r.predicted_block_efficiency_interval, r.speedup_spread,
-                           r.predicted_speedup_interval)
-        lines.append(f"| {r.verifier} | {r.L} | {fmt(be.mean)} [{fmt(be.low)}, {fmt(be.high)}] | "
-                     f"{fmt(r.predicted_block_efficiency)}{interval_text(pi, 3, NO_INTERVAL)} | "
-                     f"{fmt(r.two_point_upper_bound)} | "
-                     f"{fmt(r.expected_block_efficiency_given_drafts)} | {fmt(r.mean_acceptance_length)} | "
-                     f"{fmt(r.acceptance_rate)} | "
-                     f"{fmt(r.tokens_per_s, 1)} | {fmt(r.speedup, 2)}{interval_text(si, 2, NO_INTERVAL)} | "
-                     f"{fmt(r.predicted_speedup, 2)}{interval_text(psi, 2, NO_INTERVAL)}"
-                     f"{_miss(r)} | {_percent(r.verify_fraction_of_target_call)} |")
-    methods = sorted({r.prediction_method or "" for r in record.runs} - {""})
-    lines += ["", "Predicted: " + ("; ".join(methods) if methods else "the two-point formulas (older record)") + ". "
-              "*Two-point bound*: the verifier's formula (token eq. (4), block eq. (17), block-OT eq. (8)) on the "
-              "per-position two-point reduction A = {q ≥ p} of this run's own rows, an upper bound for the block "
-              "verifiers. *E[τ+1 given drafts]* averages the verifier's exact conditional law on the real rows. *Mean "
-              "acceptance length*: 1 + accepted / drafts, as serving engines report it. " +
-              _speedup_prediction_text(record.runs) + _straggling_text(record.runs) +
-              ". *Speedup*: the run's tokens/s over plain sampling's, with " + _rounds_text(record.runs) + "."]
-    lines += _tree_markdown(record.tree_runs or [])
-    lines += misses_markdown(record.all_runs)
-    loss = record.lossless
-    if loss is not None and loss.verifiers is not None:
-        lines += ["", f"Losslessness (top-k {loss.sampling.top_k if loss.sampling else None}, L = {loss.draft_length}, "
-                  f"{loss.samples} draws per side):", "",
-                  "| verifier | max abs(first-token law − target row) | draft paths | G-test p-value |", "|---|---|---|---|"]
-        for name, v in loss.verifiers.items():
-            dev = v.first_token_max_deviation
-            lines.append(f"| {name} | {'toy sources (whole tree)' if dev is None else format(dev, '.2e')} | "
-                         f"{v.draft_paths if v.draft_paths is not None else '—'} | "
-                         f"{'not run' if v.two_sample is None else format(v.two_sample.p_value, '.3g')} |")
-    elif loss is not None:
-        lines += ["", f"Losslessness: {loss.status}"]
-    return "\n".join(lines) + "\n"
-
-
-def _percent(share) -> str:
-    return "–" if share is None else f"{100 * share:.1f} %"
-
-
-def _t_target_text(prof) -> str:
-    """The profile's target call times: ``t_target_ms`` (medians) with ``t_target_ms_interval`` and the batch size
-    where the record has them (older records: the medians alone)."""
-    spread = prof.t_target_ms_interval or {}
-    cells = []
-    for k, v in prof.t_target_ms.items():
-        iv = spread.get(k)
-        cells.append(f"n={k}: {v:.1f}" + (f" [{iv.low:.1f}, {iv.high:.1f}]" if iv else ""))
-    where = f"at a {prof.context_tokens}-token context"
-    if prof.batch_size is not None:
-        where += f", batch {prof.batch_size}"
-    text = f"t_target(n) in ms{' (median [low, high])' if spread else ''} {where}: {', '.join(cells)}"
-    mono = prof.monotone
-    if mono is not None and mono.monotone is False and mono.exceptions:
-        pairs = ", ".join(f"n = {a} → {b}" for a, b in mono.exceptions)
-        tolerance = 0.03 if mono.tolerance is None else mono.tolerance
-        text += (f"; not monotone beyond noise at {pairs} (the wider call's median more than "
-                 f"{100 * tolerance:.0f} % below the narrower one's interval); the medians are not "
-                 "smoothed: the prediction charges each width its own measured time, so an iteration scoring the "
-                 "narrower width is charged more)")
-    if prof.disturbed_rounds:
-        tolerance = 0.25 if prof.round_tolerance is None else prof.round_tolerance
-        text += (f"; calibration rounds {', '.join(map(str, prof.disturbed_rounds))} set aside (plain decoding more "
-                 f"than {100 * tolerance:.0f} % slower per step than the median round)")
-    return text
-
-
-#: How a tree run's draw shows beside its k-config (i.i.d. drafts show nothing).
-_DRAW_SUFFIX = {False: " (w/o repl.)", "greedy": " (greedy drafts)", "hub": " (hub pair)"}
-
-
-def _tree_markdown(runs: list) -> list:
-    if not runs:
-        return []
-    lines = ["", "Multi-draft and tree runs (one target call scores every node of the drafted trie):", "",
-             "| verifier | tree | rule | block efficiency [95% CI] | E[τ+1 given trie] | predicted | OTM-k bound "
-             "| go-on per depth | nodes per target call | tokens/s | speedup [rounds] | predicted speedup "
-             "| verifier / target call |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in runs:
-        be = r.block_efficiency
-        go = ", ".join(fmt(x, 2) for x in r.go_on or [])
-        draw = "" if r.tree.startswith("eagle2") else _DRAW_SUFFIX.get(r.replacement, "")
-        lines.append(f"| {r.verifier} | {r.tree}{draw} | {r.rule} | "
-                     f"{fmt(be.mean)} [{fmt(be.low)}, {fmt(be.high)}] | "
-                     f"{fmt(r.expected_block_efficiency_given_tree)} | {fmt(r.predicted_block_efficiency)} | "
-                     f"{fmt(r.otm_bound_block_efficiency)} | {go} | {fmt(r.target_nodes_per_call, 1)} | "
-                     f"{fmt(r.tokens_per_s, 1)} | {fmt(r.speedup, 2)}{interval_text(r.speedup_spread, 2, NO_INTERVAL)} | "
-                     f"{fmt(r.predicted_speedup, 2)}{_miss(r)} | {_percent(r.verify_fraction_of_target_call)} |")
-    methods = sorted({r.prediction_method or "" for r in runs} - {""})
-    lines += ["", "*Predicted*: " + ("; ".join(methods) if methods else "per-depth product (older record)") + ". "
-              "*OTM-k bound*: 1 + Σ_d Π_{i≤d} α_d with α_d the optimal multi-draft acceptance on the measured rows "
-              "of the nodes walked at depth d, averaged over drafted depths; *E[τ+1 given trie]*: the "
-              "verifier's exact law on every row of the drafted trie. Under the SpecTr rule a residual token that "
-              "equals a candidate also goes on, so *go-on* can exceed the acceptance."]
-    return lines
-
-
-def _straggling_text(runs: list) -> str:
-    """How the predicted speedups allow for a batch's slowest sequence (records that measured it)."""
-    st = [r.batch_straggling for r in runs if r.batch_straggling]
-    measured = [x.measured for x in st if x.measured is not None]
-    predicted = [x.predicted for x in st if x.predicted is not None]
-    if not (measured and predicted):
-        return ""
-    return (f", per iteration of a batch of {st[0].batch_size}: a batch calls the target until its slowest "
-            f"sequence has its tokens, {min(measured):.3f}–{max(measured):.3f} times the mean sequence's iterations "
-            f"(predicted from the log's replays: {min(predicted):.3f}–{max(predicted):.3f})")
-
-
-def _rounds_text(runs: list) -> str:
-    """How the speedup's spread was measured, from the runs' ``speedup_ci`` or ``speedup_interval``."""
-    counts = {len(r.speedup_interval.rounds or []) if r.speedup_interval else 0 for r in runs}
-    if counts and 0 not in counts:
-        what = ("its 95 % confidence interval (a paired bootstrap over" if all(r.speedup_ci for r in runs)
-                else "the smallest and largest ratio over")
-        return (f"{what} {max(counts)} timing rounds (each batch of prompts decoded by plain sampling and every run in "
-                "turn, in the same window)" + (")" if what.startswith("its") else ""))
-    return "the block efficiency's interval, scaled (an older record without interleaved timing rounds)"
-
-
-def _speedup_prediction_text(runs: list) -> str:
-    """How the predicted speedups were made: from a cost profile measured apart, or (older records) from the run's
-    own call times."""
-    sources = {r.speedup_prediction.source if r.speedup_prediction else None for r in runs}
-    if sources == {"cost_profile"}:
-        return ("Predicted speedup: the cost profile (plain decoding, t_target(n) and a zero-acceptance dry run of each "
-                "configuration, all on the prediction prompts) charged to the prediction's replays, batch by batch")
-    return ("Predicted speedup (older record, circular): the cost model with this run's own t_draft, t_target(L+1) "
-            "and loop overhead")
-
-
-def _miss(r) -> str:
-    """`` (miss: ±x %)`` after a predicted speedup that its measurement does not meet (``prediction_check``)."""
-    c = r.prediction_check.speedup if r.prediction_check else None
-    return "" if not c or c.holds else f" (**miss**: {100 * c.relative_error:+.1f} %)"
-
-
-#: How each part of an iteration is named in a miss's decomposition.
-_PARTS = {"overhead": "loop overhead", "draft": "draft calls", "verify": "verifier call", "target": "target calls"}
-
-
-def misses_markdown(runs: list) -> list:
-    """Each speedup the cost profile misses, decomposed after the fact (:func:`otspec.engine.forecast.miss_decomposition`):
-    measured over predicted plain step, batch iterations and time per iteration, and the iteration's time difference by
-    part (ms per iteration, measured − profile). ``runs``: typed rows or their JSON objects."""
-    from otspec.engine.forecast import miss_decomposition
-
-    out = []
-    for r in map(run_row, runs):
-        d = miss_decomposition(r) if _miss(r) else None
-        if d is None:
-            continue
-        parts = ", ".join(f"{_PARTS[k]} {v:+.1f}" for k, v in d.components.items())
-        out.append(f"- {r.verifier} {r.config}: {_miss(r).strip()[1:-1]}; plain step ×{d.plain_step:.3f}, batch "
-                   f"iterations ×{d.iterations:.3f}, time per iteration ×{d.iteration_time:.3f} "
-                   f"({d.iteration_ms_measured:.1f} against {d.iteration_ms_predicted:.1f} ms: {parts} ms)")
-    if out:
-        out = ["", "Where the predicted speedup misses (measured over predicted; the speedup's ratio is plain step / "
-               "(iterations × time per iteration); the parts are measured − profile, ms per iteration, a diagnosis "
-               "after the fact that no prediction reads):", "", *out]
-    return out
+           "render_adaptive_record", "render_llm", "render_record", "misses_markdown",
+           "write_record_files"]
 
 
 def _yerr(values, intervals) -> list:
@@ -244,6 +45,22 @@ def _yerr(values, intervals) -> list:
     bounds = [(v, v) if iv is None else (iv.low, iv.high) for v, iv in zip(values, intervals, strict=True)]
     return [[v - lo for v, (lo, _) in zip(values, bounds, strict=True)],
             [hi - v for v, (_, hi) in zip(values, bounds, strict=True)]]
+
+
+def _whole_ticks(ax, values) -> None:
+    """Whole-number ticks on an axis of L, n or positions: at the values drawn (a few of them), else integer ticks;
+    one value gets room on both sides (the prediction is drawn just right of its measurement)."""
+    from matplotlib.ticker import MaxNLocator
+
+    values = sorted(set(values))
+    if not values:
+        return
+    if len(values) <= 12:
+        ax.set_xticks(values)
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if len(values) == 1:
+        ax.set_xlim(values[0] - 0.6, values[0] + 0.7)
 
 
 def _render_trees(fig, runs: list) -> None:
@@ -266,6 +83,7 @@ def _render_trees(fig, runs: list) -> None:
             ax_depth.plot(range(1, len(r.optimum) + 1), nan_for_none(r.optimum), "v:", color=f"C{c}")
     ax_depth.set_title("per depth: go-on (solid), OTM-k optimum (dotted)")
     ax_depth.set_xlabel("tree depth")
+    _whole_ticks(ax_depth, range(1, 1 + max((len(r.go_on or []) for r in runs[:6]), default=1)))
     for ax in (ax_be, ax_depth):
         ax.legend(fontsize=7)
 
@@ -288,14 +106,18 @@ def render_record(record):
         be = [r.block_efficiency for r in runs]
         ax_be.errorbar(Ls, [b.mean for b in be], yerr=_yerr([b.mean for b in be], be),
                        fmt="o", color=f"C{c}", capsize=3, label=f"{name} measured")
-        # a dash marks each prediction, so that a record with one L still shows it
-        ax_be.plot(Ls, nan_for_none(r.predicted_block_efficiency for r in runs), "_--", ms=14, mew=2, color=f"C{c}",
-                   label=f"{name} predicted")
+        # a dash marks each prediction, with its interval, beside the measurement (a record with one L shows it too)
+        shifted = [x + 0.12 for x in Ls]
+        pbe = nan_for_none(r.predicted_block_efficiency for r in runs)
+        ax_be.errorbar(shifted, pbe, yerr=_yerr(pbe, [r.predicted_block_efficiency_interval for r in runs]),
+                       fmt="_", ms=14, mew=2, ls="--", color=f"C{c}", alpha=0.8, capsize=2,
+                       label=f"{name} predicted [interval]")
         sp = nan_for_none(r.speedup for r in runs)
         ax_sp.errorbar(Ls, sp, yerr=_yerr(sp, [r.speedup_ci for r in runs]), fmt="o", color=f"C{c}",
                        capsize=3, label=f"{name} measured [95 % CI]")
-        ax_sp.plot(Ls, nan_for_none(r.predicted_speedup for r in runs), "_--", ms=14, mew=2, color=f"C{c}",
-                   label=f"{name} predicted")
+        psp = nan_for_none(r.predicted_speedup for r in runs)
+        ax_sp.errorbar(shifted, psp, yerr=_yerr(psp, [r.predicted_speedup_interval for r in runs]), fmt="_", ms=14,
+                       mew=2, ls="--", color=f"C{c}", alpha=0.8, capsize=2, label=f"{name} predicted [interval]")
         last = runs[-1]
         pos = last.acceptance_per_position or []
         ax_pos.plot(range(1, len(pos) + 1), nan_for_none(pos), "o-", color=f"C{c}", label=f"{name}, L={last.L}: accepted")
@@ -309,6 +131,11 @@ def render_record(record):
     prof = record.profile.t_target_ms
     ax_t.plot([int(k) for k in prof], list(prof.values()), "o-", label="t_target(n)")
     ax_t.axhline(record.profile.t_draft_ms, color="C1", ls="--", label="t_draft (one token)")
+    lengths = sorted({r.L for r in record.runs})
+    depth = max((len(r.acceptance_per_position or []) for r in record.runs), default=1)
+    for ax, values in ((ax_be, lengths), (ax_sp, lengths), (ax_t, [int(k) for k in prof]),
+                       (ax_pos, range(1, depth + 1))):
+        _whole_ticks(ax, values)
     for ax, title, xl in ((ax_be, "block efficiency (tokens per target call)", "draft length L"),
                           (ax_sp, "speedup over plain sampling" + (" (UNRELIABLE TIMING: machine not quiet)"
                                                                     if record.unreliable_timing else ""),
@@ -379,13 +206,18 @@ def _llm_section(data: dict, png: Path) -> str:
              *prediction_check_markdown(prediction_check(records + adaptive)),
              *forecast_markdown(data.get("forecasts", []))]
     for rec in records:
-        body = record_markdown(rec, _title(rec, "")).replace("\n## ", "\n### ")
-        parts += ["#" + body, f"![{rec.file}]({Path(rec.file).with_suffix('.png').name})", ""]
+        body = _demoted(record_markdown(rec, _title(rec, "")))
+        parts += [body, f"![{rec.file}]({Path(rec.file).with_suffix('.png').name})", ""]
     for rec in adaptive:  # SpecDec++ on the pair (python -m llm_bridge.adaptive)
         rule = "the draft's confidence" if rec.confidence_rule else "SpecDec++"
-        body = adaptive_markdown(rec, _title(rec, f"{rule} on "))
-        parts += ["#" + body, f"![{rec.file}]({Path(rec.file).with_suffix('.png').name})", ""]
+        body = _demoted(adaptive_markdown(rec, _title(rec, f"{rule} on ")))
+        parts += [body, f"![{rec.file}]({Path(rec.file).with_suffix('.png').name})", ""]
     return "\n".join(parts)
+
+
+def _demoted(markdown: str) -> str:
+    """A record's summary one heading level down (its title ``##`` becomes ``###`` under the report's section)."""
+    return "\n".join("#" + line if line.startswith("#") else line for line in markdown.split("\n"))
 
 
 def write_record_files(path, out_dir=None) -> list[Path]:
@@ -395,6 +227,7 @@ def write_record_files(path, out_dir=None) -> list[Path]:
     record = read_record(path)
     adaptive = isinstance(record, AdaptiveRecord)
     stem = path.with_suffix("") if out_dir is None else Path(out_dir) / path.stem
+    stem.parent.mkdir(parents=True, exist_ok=True)
     md, png = stem.with_suffix(".md"), stem.with_suffix(".png")
     md.write_text(adaptive_markdown(record) if adaptive else record_markdown(record))
     figure = render_adaptive_record(record) if adaptive else render_record(record)
@@ -438,16 +271,33 @@ def llm_data(scale: float = 1.0, records_dir: str | Path = RECORDS_DIR) -> dict:
     return {"records": records, "adaptive": adaptive, "forecasts": forecasts}
 
 
+def _scratch_for_committed(path: Path) -> Path | None:
+    """Where ``plot record`` draws ``path`` by default: beside it (None), or the scratch folder for a record that lies
+    in the committed records' folder."""
+    try:
+        committed = path.resolve().parent == Path(RECORDS_DIR).resolve()
+    except OSError:
+        committed = False
+    return Path(SCRATCH_DIR) if committed else None
+
+
 def record_main(argv=None) -> int:
-    """``python -m otspec.plot record FILE [FILE ...]``: each record's plot and summary beside it."""
+    """``python -m otspec.plot record FILE [FILE ...]``: each record's plot and summary beside it, or in ``--out-dir``;
+    a committed record (in :data:`~otspec.figures.RECORDS_DIR`) is drawn into :data:`~otspec.figures.SCRATCH_DIR`
+    unless ``--out-dir`` says otherwise, so that the checkout is never rewritten."""
     parser = argparse.ArgumentParser(prog="python -m otspec.plot record",
                                      description="Draw a real pair's record (llm_bridge.validate / adaptive): its "
-                                                 "Markdown summary and plot, written beside the JSON.")
+                                                 "Markdown summary and plot, written beside the JSON (a committed "
+                                                 f"record in figures/: into {SCRATCH_DIR}).")
     parser.add_argument("files", nargs="+", type=Path, help="record files (llm_<name>.json)")
+    parser.add_argument("--out-dir", type=Path, default=None,
+                        help=f"write the summaries and plots here (default: beside each record; {SCRATCH_DIR} for the "
+                             "committed records)")
     args = parser.parse_args(argv)
     for path in args.files:
         try:
-            print("wrote " + ", ".join(str(p) for p in write_record_files(path)))
+            out_dir = args.out_dir if args.out_dir is not None else _scratch_for_committed(path)
+            print("wrote " + ", ".join(str(p) for p in write_record_files(path, out_dir)))
         except (RecordError, OSError) as err:
             print(f"{parser.prog}: error: {err}", file=sys.stderr)
             return 2
