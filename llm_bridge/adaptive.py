@@ -31,6 +31,8 @@
 Writes the record ``figures/llm_adaptive_<name>.json`` (an :class:`otspec.engine.record.AdaptiveRecord`;
 ``python -m otspec.plot record`` and the report draw its ``.md`` and ``.png``); the head is saved as JSON
 (``--save-head``).
+
+Spec: ``docs/specdecpp.md``.
 """
 
 from __future__ import annotations

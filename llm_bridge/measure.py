@@ -11,6 +11,8 @@
 * :func:`predicted_speedup` — the cost model: tokens per iteration × (plain time per token) /
   (draft calls × t_draft + t_target(drafted + 1) + verifier overhead).
 * :func:`median_interval` — the median of repeated timed calls with its bootstrap interval.
+
+Spec: ``docs/token_and_block_verification.md``.
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ softmax row rounded entry by entry is off by at most eps/2 in total, whatever V)
 renormalised in a working precision: float64 and float32 rows keep their dtype; float16 and
 bfloat16 rows are upcast to float32 first; integer and boolean input becomes float64.
 Tolerances: 1e-6 (float64 and float32), 7.8e-3 (float16), 6.25e-2 (bfloat16).
+
+Spec: ``docs/token_and_block_verification.md``.
 """
 
 from __future__ import annotations

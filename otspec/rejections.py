@@ -5,6 +5,8 @@ The pieces live where they belong: the closed forms (Theorem 1, eq. (1); batch r
 exact laws by enumeration in :mod:`otspec.engine.sequence`, the Theorem-2 LP in
 :mod:`otspec.solvers.rejections`, the figure in :mod:`otspec.figures.rejections`. This module
 re-exports them, and warns: import from those homes instead.
+
+Spec: ``docs/yin_theory.md``.
 """
 
 import warnings

@@ -21,7 +21,10 @@ from . import __version__
 from .figures import SCRATCH_DIR
 from .plot import FIGURES, write_figure
 
-__all__ = ["build_report", "main"]
+__all__ = ["SPEC_DOCUMENTS", "build_report", "main"]
+
+#: The specifications in ``docs/`` whose equation labels the report's sections cite.
+SPEC_DOCUMENTS = ("token_and_block_verification", "multi_draft_otm", "mcsd", "specdecpp", "yin_theory")
 
 
 def build_report(out_dir: str | Path = SCRATCH_DIR, scale: float = 1.0, records_dir: str | Path | None = None) -> Path:
@@ -30,11 +33,13 @@ def build_report(out_dir: str | Path = SCRATCH_DIR, scale: float = 1.0, records_
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    parts = []
+    parts, headlines = [], []
     for name, figure in FIGURES.items():  # registry order: the report reads top to bottom
         png, _, data = write_figure(name, out_dir / f"{figure.stem}.png", scale, records_dir=records_dir)
         print(f"wrote {png}", flush=True)
         parts.append(figure.section(data, png))
+        if figure.headline is not None and (line := figure.headline(data)):
+            headlines.append((line, _titles(parts[-1])[0]))
     elapsed = time.perf_counter() - start
     computed = [f"`{f.stem}`" for f in FIGURES.values() if not f.reads_records]
     recorded = [f"`{f.stem}`" for f in FIGURES.values() if f.reads_records]
@@ -45,12 +50,22 @@ numpy {np.__version__}, scale {scale}) in {elapsed:.0f} s. Computed by this run,
 defaults: {", ".join(computed)}. Read from committed records of real-model runs (measured earlier by
 `python -m llm_bridge.validate` / `llm_bridge.adaptive`, each with its settings and machine; not rerun
 here, though the logged rows are replayed by this run's Monte Carlo): {", ".join(recorded)}. Each
-figure's data is in the JSON file beside its PNG.
+figure's data is in the JSON file beside its PNG. Equation labels are those of the specifications in `docs/`:
+{", ".join(f"`docs/{name}.md`" for name in SPEC_DOCUMENTS)}.
 """
     path = out_dir / "REPORT.md"
-    path.write_text(header + "\n" + _contents(parts) + "\n" + "\n".join(parts))
+    path.write_text(header + "\n" + _summary(headlines, parts) + "\n" + _contents(parts) + "\n" + "\n".join(parts))
     print(f"wrote {path}")
     return path
+
+
+def _titles(part: str) -> list[str]:
+    return re.findall(r"^## (.+)$", part, flags=re.M)
+
+
+def _anchor(title: str) -> str:
+    """The anchor GitHub gives a ``## `` title."""
+    return "#" + re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
 
 
 def _contents(parts: list[str]) -> str:
@@ -58,9 +73,31 @@ def _contents(parts: list[str]) -> str:
     report."""
     lines = ["## Contents", ""]
     for part in parts:
-        for title in re.findall(r"^## (.+)$", part, flags=re.M):
-            anchor = re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
-            lines.append(f"- [{title}](#{anchor})")
+        lines += [f"- [{title}]({_anchor(title)})" for title in _titles(part)]
+    return "\n".join(lines) + "\n"
+
+
+#: A check line of a section: ``max |a − b| = 1.1e-16`` (how far an exact value is from another route to it).
+_EXACT = re.compile(r"max \|[^|]+\| = ([0-9.]+e-?\d+)")
+#: A Monte Carlo coverage count of a section: ``29/30 95% intervals contain``.
+_COVER = re.compile(r"(\d+)/(\d+) 95% intervals contain")
+
+
+def _summary(headlines: list[tuple[str, str]], parts: list[str]) -> str:
+    """The report on one screen: each figure's answer (its headline, linked to its section) and, over every section,
+    the largest disagreement between two exact routes to one value and the Monte Carlo intervals' coverage."""
+    lines = ["## Summary", ""]
+    lines += [f"- {line} ([more]({_anchor(title)}))" for line, title in headlines]
+    text = "\n".join(parts)
+    exact = [float(x) for x in _EXACT.findall(text)]
+    cover = [(int(a), int(b)) for a, b in _COVER.findall(text)]
+    if exact:
+        lines.append(f"- Exactness: {len(exact)} comparisons of two exact routes to the same values (closed form, "
+                     f"enumeration, LP, flow) agree to at most {max(exact):.1e}.")
+    if cover:
+        hits, total = sum(a for a, _ in cover), sum(b for _, b in cover)
+        lines.append(f"- Monte Carlo: {hits} of {total} 95 % intervals ({100 * hits / total:.1f} %) contain the exact "
+                     "value they estimate.")
     return "\n".join(lines) + "\n"
 
 

@@ -7,6 +7,8 @@ decode loop measures. On stationary chains the two differ: later iterations star
 from the chain's typical contexts rather than from the first-token law.
 
 Usage: python simulations/token_markov_sweep.py [--vocab 4] [--tokens 5000] [--seed 0]
+
+Spec: ``docs/token_and_block_verification.md``.
 """
 
 from __future__ import annotations

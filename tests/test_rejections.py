@@ -218,9 +218,8 @@ def test_lp_context_dependent(pair):
 # ------------------------------------------------------------------ Algorithm 4
 def test_seeded_batch_values_and_monotone():
     draft, target = SEEDED
-    # spec §6 quotes 16.554 for M = 8, but its own batch_value (§10) gives 16.553458, which
-    # rounds to 16.553: the quoted table is off by one in the last digit, hence atol 1e-3.
-    quoted = {1: 20.820, 2: 18.968, 4: 17.567, 8: 16.554, 1000: 14.492}
+    # docs/yin_theory.md §6 at three decimals (an earlier note quoted 16.554 for M = 8; the value is 16.55346)
+    quoted = {1: 20.820, 2: 18.968, 4: 17.567, 8: 16.553, 1000: 14.492}
     precise = {1: 20.82039, 2: 18.96808, 4: 17.56717, 8: 16.55346, 1000: 14.49196}
     for M in quoted:
         v = batch_expected_rejections(draft, target, 50, M)

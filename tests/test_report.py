@@ -152,13 +152,26 @@ def test_prediction_check_reads_the_fixed_lengths_of_a_specdecpp_record():
         ("token", "L = 3", True, True)]
 
 
-def test_the_report_opens_with_its_contents():
-    """The committed report starts with a contents list of every section (it was 976 lines with none)."""
+def test_the_report_opens_with_a_summary_and_its_contents():
+    """The committed report starts with a one-screen summary (each figure's answer computed from its data, linked to
+    its section; the exactness and coverage over every section) and a contents list of every section (it was 976
+    lines with neither)."""
+    import re
     from pathlib import Path
 
     text = (Path(__file__).resolve().parent.parent / "figures" / "REPORT.md").read_text()
     top, rest = text.split("## Contents", 1)
+    header, summary = top.split("## Summary", 1)
     titles = [line[3:] for line in rest.splitlines() if line.startswith("## ")]
     listed = [line for line in rest.split("\n## ", 1)[0].splitlines() if line.startswith("- [")]
-    assert len(top.splitlines()) < 15 and len(listed) == len(titles) >= 10
+    assert len(header.splitlines()) < 15 and len(listed) == len(titles) >= 10
     assert all(f"[{t}]" in line for t, line in zip(titles, listed, strict=True))
+    bullets = [line for line in summary.splitlines() if line.startswith("- ")]
+    assert 6 <= len(bullets) <= 12  # one screen
+    anchors = {line.split("](", 1)[1].rstrip(")") for line in listed}
+    assert all(link in anchors for line in bullets for link in re.findall(r"\[more\]\((#[^)]+)\)", line))
+    exact = re.search(r"agree to at most ([0-9.e-]+)\.", summary)
+    assert exact and float(exact.group(1)) < 1e-12
+    # the headline's numbers are the section's: E[N_rej] of Yin et al.'s Theorem 1
+    formula = re.search(r"Formula \(1\): E\[N_rej\] = ([0-9.]+)", rest).group(1)
+    assert f"E[N_rej] = {formula} exactly" in summary

@@ -1,6 +1,6 @@
 r"""What a drafter produces: the :class:`Draft` concept and the law of drafted tuples.
 
-Spec: ``shared/reference/multi_draft_otm.md`` §1–3, §7; ``shared/reference/mcsd.md`` §3.
+Spec: ``docs/multi_draft_otm.md`` §1–3, §7; ``docs/mcsd.md`` §3.
 Convention: **p is the draft distribution, q the target**.
 
 * :class:`Draft` — drafted tokens with both models' probability rows at every drafted node,

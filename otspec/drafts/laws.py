@@ -1,4 +1,7 @@
-"""The law of the candidate tuple: exact enumeration, sampling, inclusion probabilities, the race formula (7)."""
+"""The law of the candidate tuple: exact enumeration, sampling, inclusion probabilities, the race formula (7).
+
+Spec: ``docs/mcsd.md``, ``docs/multi_draft_otm.md``.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """Draft trees: k-configs such as MCSD's ``4x2x2x1`` and SpecTr's K i.i.d. drafts (MCSD spec §3, SpecTr App. D),
-and EAGLE-2's confidence-ordered dynamic trees."""
+and EAGLE-2's confidence-ordered dynamic trees.
+
+Spec: ``docs/mcsd.md``.
+"""
 
 from __future__ import annotations
 

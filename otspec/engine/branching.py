@@ -14,6 +14,8 @@ resulting law over Ω^N is compared with the target's.
 
 All branch operations are vectorised over branches (rows); the Python loops run
 over positions and τ values only.
+
+Spec: ``docs/token_and_block_verification.md``.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ token), which is all :class:`~otspec.engine.montecarlo.MonteCarloResult` keeps.
 
 Uniforms come from xoshiro256+ (Blackman & Vigna; the top 53 bits), seeded by splitmix64 from the caller's
 numpy Generator for every chunk, so a seed fixes the result. ``available()`` is False where numba is not installed; the numpy samplers are then used.
+
+Spec: ``docs/token_and_block_verification.md``.
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ a threshold, reading nothing a real system lacks; :class:`ThresholdController` i
 rule with the true acceptance probabilities (``specdecpp.md`` §4–6): stop once
 P(some drafted token is rejected) = 1 − ∏ min{1, q(X_i)/p(X_i)} reaches the step's threshold.
 The optimal thresholds of an IID pair are :func:`otspec.theory.adaptive.optimal_stopping`'s.
+
+Spec: ``docs/specdecpp.md``.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ To compare with the target, the emitted prefix is continued by the target
 model up to L+1 tokens (the validity condition, spec eq. (1)): a lossless
 verifier makes this *filled output law* equal to the target's law of the first
 L+1 tokens.
+
+Spec: ``docs/token_and_block_verification.md``.
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ P(some drafted token rejected) = 1 − ∏ P̂_i exceeds a threshold (eq. (11)).
   ``llm_bridge`` the draft model's final hidden states. Fitted by L-BFGS (scipy) on the convex
   weighted loss with a small L2 penalty.
 * :class:`LearnedHeadController` — the decode-loop controller that acts on the head.
+
+Spec: ``docs/specdecpp.md``.
 """
 
 from __future__ import annotations

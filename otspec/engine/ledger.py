@@ -3,6 +3,8 @@
 :func:`otspec.engine.decode.generate` (single draft chains) and
 :func:`otspec.engine.tree.generate_tree` (multi-draft trees) record every iteration here and
 return the same :class:`DecodeResult`.
+
+Spec: ``docs/specdecpp.md``.
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ segment ``at[b] + i`` at position i (the same pair everywhere when ``at`` is Non
 as ``TokenVerify().sample`` and ``BlockVerify().sample`` on the full rows (the tests check both
 against the exact law). Binary searches run a fixed number of halvings, so nothing waits on the
 device. :data:`ROW_FREE` maps verifier classes to their samplers.
+
+Spec: ``docs/token_and_block_verification.md``.
 """
 
 from __future__ import annotations

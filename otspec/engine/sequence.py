@@ -11,6 +11,8 @@ these check are in :mod:`otspec.theory.rejections` (eq. (1), recursion (4)–(5)
 
 Both simulators are vectorised over runs in chunks of :func:`otspec.engine.chunking.chunk_size`;
 the only Python loops are over chunks and the T positions.
+
+Spec: ``docs/yin_theory.md``.
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ below a candidate is drawn independently of the selection at its level. If
 every level continues, a bonus token is drawn from q at the leaf. The exact law
 (:func:`tree_law`) follows only the walked path; the decode loop drafts the whole
 trie first, as a real system does — the output law is the same.
+
+Spec: ``docs/multi_draft_otm.md``, ``docs/mcsd.md``.
 """
 
 from __future__ import annotations

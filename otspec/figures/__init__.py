@@ -33,7 +33,8 @@ class Figure:
     (figures of one draft/target pair); ``files(data, out_dir)``, when set, writes the figure's own
     further files (the real-pair records' plots and summaries) and returns their paths;
     ``reads_records`` marks figures built from committed files of real-model runs (read from the
-    records folder, not rerun) rather than computed from scratch.
+    records folder, not rerun) rather than computed from scratch; ``headline(data)``, when set, gives the
+    figure's answer in one sentence for the summary atop the report (computed from the data, never typed in).
     """
 
     name: str
@@ -44,6 +45,7 @@ class Figure:
     pair: bool = False
     files: Callable | None = None
     reads_records: bool = False
+    headline: Callable | None = None
 
 
 #: Figures by name, in report order.
@@ -51,13 +53,13 @@ FIGURES: dict[str, Figure] = {}
 
 
 def register(name: str, stem: str, *, render: Callable, section: Callable, pair: bool = False,
-             files: Callable | None = None, reads_records: bool = False):
+             files: Callable | None = None, reads_records: bool = False, headline: Callable | None = None):
     """Decorator registering a data function as figure ``name`` (file ``figures/<stem>.png``)."""
 
     def wrap(data: Callable) -> Callable:
         if name in FIGURES:
             raise ValueError(f"figure {name!r} is registered twice")
-        FIGURES[name] = Figure(name, stem, data, render, section, pair, files, reads_records)
+        FIGURES[name] = Figure(name, stem, data, render, section, pair, files, reads_records, headline)
         return data
 
     return wrap

@@ -245,8 +245,22 @@ def _records_files(data: dict, out_dir: Path) -> list[Path]:
             for p in write_record_files(as_record(rec).path, out_dir)]
 
 
+def _llm_headline(data: dict) -> str | None:
+    """The real pairs in one sentence: the fastest run measured, and how many independent predictions hold."""
+    records = [as_record(r) for r in data["records"]]
+    runs = [(r.speedup, rec) for rec in records if not rec.unreliable_timing for r in rec.all_runs
+            if r.speedup is not None]
+    if not runs:
+        return None
+    speedup, rec = max(runs, key=lambda x: x[0])
+    check = prediction_check_summary(prediction_check(records + [as_record(r) for r in data.get("adaptive", [])]))
+    return (f"Real pairs ({len(records)} records, CPU and GPU): the fastest run is {speedup:.2f}× plain sampling "
+            f"({rec.file}); the predictions that did not see their run hold for {check.be_held} of "
+            f"{check.be_counted} block efficiencies and {check.speedup_held} of {check.speedup_counted} speedups.")
+
+
 @register("real_models", "real_models", render=render_llm, section=_llm_section, files=_records_files,
-          reads_records=True)
+          reads_records=True, headline=_llm_headline)
 def llm_data(scale: float = 1.0, records_dir: str | Path = RECORDS_DIR) -> dict:
     """Every record ``llm_*.json`` in ``records_dir`` (``scale`` is unused: nothing is rerun), typed
     (:class:`~otspec.engine.record.PairRecord` under ``records``, :class:`~otspec.engine.record.AdaptiveRecord`

@@ -6,6 +6,8 @@ naive acceptance by their exact formulas, multi-round without replacement exactl
 path enumeration fits (and by the closed form 1 − C(N−d_q, k)/C(N, k) on uniform pairs), else
 by Monte Carlo with a 95 % interval and the method recorded; block efficiency by the tree
 decode loop.
+
+Spec: ``docs/multi_draft_otm.md``, ``docs/mcsd.md``.
 """
 
 from __future__ import annotations

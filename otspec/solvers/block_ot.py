@@ -30,6 +30,8 @@ as :meth:`otspec.sources.Source.enumerate` returns them, so block index k has
 base-V digits x_1 … x_L (most significant first). Their checks, β, E_π[β], the value alone
 and :class:`BlockOTResult` live in :mod:`otspec.solvers.block_prefix`, the tree route in
 :mod:`otspec.solvers.block_tree`; both are re-exported here.
+
+Spec: ``docs/token_and_block_verification.md``.
 """
 
 from __future__ import annotations

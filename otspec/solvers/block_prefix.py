@@ -10,6 +10,8 @@ best expected β of any coupling of the draft's law p and the target's law q as
 :class:`BlockOTResult` is the result type of every route; the solvers that return a plan as well
 live in :mod:`otspec.solvers.block_ot` (linear programmes) and :mod:`otspec.solvers.block_tree`
 (greedy matching on the prefix tree), and :mod:`~otspec.solvers.block_ot` re-exports everything here.
+
+Spec: ``docs/token_and_block_verification.md``.
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ def block_laws(draft: Source, target: Source, draft_length: int) -> tuple[np.nda
     """The draft's and the target's laws of their first L tokens, as two block laws.
 
     p(x^L) = Π_{i=1..L} p(x_i | x^{i−1}) for every block x^L ∈ Ω^L, and the same for q; these are
-    the marginals of the block transport problem, eq. (7) of [1].
+    the marginals of the block transport problem, eq. (7) (eqs. (4)–(5) of [1]).
 
     Parameters
     ----------

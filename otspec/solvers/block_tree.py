@@ -5,6 +5,8 @@ metric on the prefix tree, so matching draft mass with target mass as deep in th
 is optimal; it attains eq. (8), Σ_{ℓ=1..L} Σ_{x^ℓ} min(p(x^ℓ), q(x^ℓ)), in O(N L) work with an
 O(N)-entry sparse plan (N = V**L). Re-exported by :mod:`otspec.solvers.block_ot`, whose
 linear programmes solve the same problem for small N.
+
+Spec: ``docs/token_and_block_verification.md``.
 """
 
 from __future__ import annotations
@@ -176,7 +178,7 @@ def solve_block_tree(draft: Source, target: Source, draft_length: int, *, return
     """Exact block OT of two sources by greedy matching on the prefix tree (:func:`solve_block_tree_laws`).
 
     The marginals are the laws of the first L tokens (:func:`block_laws`), so V**L is at most
-    :data:`~otspec.sources.MAX_ENUMERATION`; the value is eq. (8) of [1],
+    :data:`~otspec.sources.MAX_ENUMERATION`; the value is eq. (8) (Theorem 1, eq. (6) of [1]),
     Σ_{ℓ=1..L} Σ_{x^ℓ} min(p(x^ℓ), q(x^ℓ)).
 
     Parameters

@@ -21,6 +21,8 @@ plan (:class:`OTMResult`):
   The LP's plan is whichever optimal vertex HiGHS returns.
 
 Route (c), the value alone at V = 32,000, is :func:`otspec.solvers.otm_dual.otm_value`.
+
+Spec: ``docs/multi_draft_otm.md``.
 """
 
 from __future__ import annotations

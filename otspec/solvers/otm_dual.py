@@ -7,6 +7,8 @@ prefixes of the tokens sorted by q/p (:func:`otm_value`, proof in its docstring)
 replacement P_D(S ⊆ A) = p(A)^k; without replacement it is the exponential-race integral (7)
 (:func:`otspec.drafts.prob_drafts_within`). :func:`otm_value_bruteforce` minimises (4) over
 all 2^V sets (a check for small V).
+
+Spec: ``docs/multi_draft_otm.md``.
 """
 
 from __future__ import annotations
@@ -168,7 +170,7 @@ def otm_min_cut(draft, target, k: int, replacement: bool = True) -> tuple[float,
     Examples
     --------
     p = (0.75, 0.25), q = (0.25, 0.75), k = 2: the cuts of A = ∅, {0}, {0, 1} are 1,
-    0.25 + 1 − 0.75² = 0.6875 and 1, so A = {0} wins (SpecTr's eq. (14) gives the same α_2).
+    0.25 + 1 − 0.75² = 0.6875 and 1, so A = {0} wins (the Bernoulli closed form, eq. (14), gives the same α_2).
 
     >>> value, subset = otm_min_cut([0.75, 0.25], [0.25, 0.75], 2)
     >>> round(value, 12), subset.tolist()
@@ -430,7 +432,7 @@ def otm_value_bruteforce(draft, target, k: int, replacement: bool = True) -> flo
 
     Examples
     --------
-    The four sets of two tokens give the cuts 1, 1.25 − 0.75², 1.75 − 0.25², 1 (SpecTr's eq. (14)):
+    The four sets of two tokens give the cuts 1, 1.25 − 0.75², 1.75 − 0.25², 1 (the Bernoulli closed form, eq. (14)):
 
     >>> round(otm_value_bruteforce([0.75, 0.25], [0.25, 0.75], 2), 12)
     0.6875

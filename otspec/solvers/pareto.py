@@ -24,6 +24,8 @@ the token-level front at every prefix (:func:`~otspec.theory.pareto.per_step_cur
 feasible upper bounds: on the default pair the θ-mixture rule stays on or above the straight
 line, while the ε rule (Decoding-OPT at every prefix) dips below it by up to 0.0026 for
 R in about [0.87, 1.0] — still far above the exact front.
+
+Spec: ``docs/yin_theory.md``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """The Theorem-2 linear programme of Yin et al. (2024): least rejections of an unbiased verifier.
 
 Spec ``yin_theory.md`` §5, eq. (3). The closed forms are in :mod:`otspec.theory.rejections`.
+
+Spec: ``docs/yin_theory.md``.
 """
 
 from __future__ import annotations

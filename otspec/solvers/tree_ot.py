@@ -28,6 +28,8 @@ a chain it is the block-OT optimum eq. (8) of the block spec, Σ_ℓ Σ_{x^ℓ} 
 the v1 backward block verifier reaches only by carrying a residual target into the next iteration.
 ``per_level`` holds each depth's coupling optimum max_π P(Y^ℓ is a path of T); their sum bounds the
 coupling from above.
+
+Spec: ``docs/token_and_block_verification.md``, ``docs/mcsd.md``.
 """
 
 from __future__ import annotations

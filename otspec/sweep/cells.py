@@ -27,6 +27,8 @@ says why in ``<quantity>_note``; Monte Carlo and decode work is estimated before
   t_draft = c) of the exact optimal stopping policy with at most L drafts (``adaptive_latency_low`` /
   ``_high`` bound it: equal on toy pairs, within 1e-9 at LLM vocabularies, :mod:`otspec.theory.adaptive_bracket`),
   of fixed L and of the best fixed length ≤ L, and the optimal policy's speedup over plain decoding.
+
+Spec: ``docs/token_and_block_verification.md``.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@
   draft-length policy of an IID pair (``specdecpp.md`` §2–4).
 
 Everything is re-exported here: ``otspec.theory.expected_accepted_token(...)``.
+
+Spec: ``docs/token_and_block_verification.md``, ``docs/multi_draft_otm.md``, ``docs/yin_theory.md``, ``docs/specdecpp.md``.
 """
 
 from .adaptive import AdaptiveOptimum, fixed_length_latency, optimal_stopping

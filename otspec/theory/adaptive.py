@@ -27,6 +27,8 @@ checks this on every state of the induction — those the policy reaches and tho
 :func:`fixed_length_latency` gives the latency of always drafting k tokens:
 (t_draft k + t_target) / (1 + Σ_{l ≤ k} β^l), β = Σ_x min(p, q) (eq. (4) of the single-draft
 spec for an IID pair).
+
+Spec: ``docs/specdecpp.md``, ``docs/token_and_block_verification.md``.
 """
 
 from __future__ import annotations

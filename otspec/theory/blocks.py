@@ -3,6 +3,8 @@
 Spec ``token_and_block_verification.md``; numbering follows it (its eq. (4) is Theorem 2 of
 the block-verification v1 paper, numbered (7) there). Token verification (4) and (11a), the
 block-OT optimum (8), (10) and (11b), the published block verification (17).
+
+Spec: ``docs/token_and_block_verification.md``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ __all__ = [
     "tokens_per_iteration",
 ]
 
-#: What the block-verification seed's Figure 2 plots (spec §6, summation-range note).
+#: What Figure 2 of Sun et al.'s block verification paper (v1) plots (spec §6, summation-range note).
 FIGURE2_QUANTITY = (
     "The v1 text writes both sums from i = 0, so its formulas equal E[tau] + 1 (tokens per "
     "iteration, counting the correction/bonus token), while its caption says 'expected number of "
@@ -123,7 +125,7 @@ def bernoulli_expected_accepted_token(draft_p: float, target_p: float, draft_len
     """E[τ] of token verification for an IID Ber(p₁) draft against an IID Ber(q₁) target — spec eq. (11a).
 
     E[τ] = Σ_{i=1}^{L} (1 − |p₁ − q₁|)^i (accepted draft tokens, not counting the correction/bonus
-    token): each position is accepted with probability 1 − TV = 1 − |p₁ − q₁| ([1]; eq. (9) of [2]).
+    token): each position is accepted with probability 1 − TV = 1 − |p₁ − q₁| ([1]; eq. (9)).
 
     Parameters
     ----------

@@ -16,6 +16,8 @@ oracle time t_draft·N, the discard time t_draft·N_discarded and the verificati
 
 Used by the closed forms (:func:`otspec.theory.predicted_speedup`), ``calc``, the sweeps, the
 decode ledger (:meth:`otspec.engine.DecodeResult.cost`) and the real-pair records of ``llm_bridge``.
+
+Spec: ``docs/specdecpp.md``.
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ are read off nearest-rounded lattice sums. The gaps are second order in h when t
 out (first order when a few classes carry the mass; the exact route covers those). Laws are
 propagated by FFT with an explicit rounding allowance inside a window of half-width
 :data:`WINDOW`; mass leaving it is dropped or kept in the direction that keeps each bound valid.
+
+Spec: ``docs/token_and_block_verification.md``.
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ candidate).
 
 The optimum α_k itself is a transport problem: see :mod:`otspec.solvers.otm` (LP, max-flow)
 and :mod:`otspec.solvers.otm_dual` (min-cut over sorted prefixes).
+
+Spec: ``docs/multi_draft_otm.md``, ``docs/mcsd.md``.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ def _check_unit(x, name: str) -> float:
 
 
 def bernoulli_alpha(draft_p: float, target_p: float, k: int) -> float:
-    """The optimal k-draft acceptance of a Bernoulli pair, SpecTr's eq. (14) [1].
+    """The optimal k-draft acceptance of a Bernoulli pair, eq. (14) (SpecTr's Eq. (10) [1]).
 
     α_k(Ber p₁, Ber q₁) = min{q₁, 1 − (1 − p₁)^k} + min{1 − q₁, 1 − p₁^k}: some draft is 1 with
     probability 1 − (1 − p₁)^k and some draft is 0 with probability 1 − p₁^k, and the optimal plan
@@ -131,7 +133,7 @@ def bernoulli_alpha(draft_p: float, target_p: float, k: int) -> float:
 
 
 def uniform_alpha(r: float, k: int) -> float:
-    """The optimal k-draft acceptance of a uniform pair, SpecTr's eq. (15) [1]: α_k = 1 − (1 − 1/r)^k.
+    """The optimal k-draft acceptance of a uniform pair, eq. (15) (SpecTr's App. B [1]): α_k = 1 − (1 − 1/r)^k.
 
     The draft is p = U(d) and the target q = U(d/r), r = d/d_q >= 1: a draft lands in q's support with
     probability 1/r, and the output can be accepted iff some draft does.

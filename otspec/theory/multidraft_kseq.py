@@ -9,6 +9,8 @@ p^{⊗k} to q for ρ ≥ ρ*, the root of eq. (10) (SpecTr's Theorem 1).
 
 One batched implementation (numpy or torch rows, :func:`kseq_parameters`, :func:`kseq_rho_star`)
 sits behind the scalar helpers. Re-exported by :mod:`otspec.theory.multidraft`.
+
+Spec: ``docs/multi_draft_otm.md``.
 """
 
 from __future__ import annotations
@@ -333,7 +335,7 @@ def kseq_beta(draft, target, rho: float) -> float:
 
 
 def kseq_acceptance(draft, target, k: int, rho: float | None = None) -> float:
-    """k-Seq's p_acc = 1 − (1 − β(ρ))^k (eq. (8) of [1]) at ρ (default ρ*): P(some candidate is accepted).
+    """k-Seq's p_acc = 1 − (1 − β(ρ))^k (eq. (8)) at ρ (default ρ*): P(some candidate is accepted).
 
     β(ρ) = Σ_x min{p(x), q(x)/ρ}. The coupling's P(Y ∈ S(X)) can be larger, since the residual
     draw may hit a drafted token (spec (11)). k-Seq is optimal on uniform pairs (eq. (15)).

@@ -6,6 +6,8 @@ t_0 = q, and after a rejected candidate t_i = Norm[(t_{i−1} − d)_+], d the c
 itself with replacement, p without the rejected tokens, renormalised, without replacement). The
 output is the first accepted candidate, or a draw from t_k. Re-exported by
 :mod:`otspec.theory.multidraft`.
+
+Spec: ``docs/multi_draft_otm.md``.
 """
 
 from __future__ import annotations

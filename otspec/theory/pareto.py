@@ -14,6 +14,8 @@ output law is a + s and its bias is TV(a + s, q) against the **target** q.
 * :func:`per_step_curve` — per-step token-level verifiers applied along whole sequences,
   evaluated exactly (upper bounds on the sequence-level front, whose LP is
   :func:`otspec.solvers.pareto.sequence_min_bias`).
+
+Spec: ``docs/yin_theory.md``.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ P*, here the standard residual Norm[(q − p)_+]) every ε lies on Theorem 5's f
 max{0, TV − r}; Decoding-UNO (P = q) lies above it. The verifiers are
 :class:`otspec.verifiers.biased.DecodingOPT` / ``DecodingUNO``. Re-exported by
 :mod:`otspec.theory.pareto`.
+
+Spec: ``docs/yin_theory.md``.
 """
 
 from __future__ import annotations

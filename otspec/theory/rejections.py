@@ -14,6 +14,8 @@ IID / Markov pairs use matrix recursions (O(T V²)); other sources walk the pref
 (:func:`~otspec.pairs.walk_prefix_tree`). Simulations of Algorithms 1 and 4 and exact laws
 by enumeration are in :mod:`otspec.engine.sequence`; the Theorem-2 LP in
 :mod:`otspec.solvers.rejections`.
+
+Spec: ``docs/yin_theory.md``.
 """
 
 from __future__ import annotations
@@ -336,7 +338,7 @@ def batch_expected_rejections(draft: Source, target: Source, horizon: int, M: in
 
     The sum over positions of :func:`batch_rejections_per_position`. M = 1 equals eq. (1); the value
     decreases in M. On :func:`markov_pair` (V=4, T=50): 20.820 (M=1), 18.968 (2), 17.567 (4),
-    16.554 (8), 14.492 (1000) — spec §6.
+    16.553 (8), 14.492 (1000) — spec §6.
 
     Parameters
     ----------

@@ -29,6 +29,8 @@ verifier's residual windows) overrides three hooks that do nothing by default:
 :meth:`Verifier.start_state`, :meth:`Verifier.current_targets` and
 :meth:`Verifier.advance_state`; the decode loop calls them for every verifier, so it has no
 verifier-specific branch.
+
+Spec: ``docs/token_and_block_verification.md``.
 """
 
 from __future__ import annotations

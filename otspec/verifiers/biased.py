@@ -8,6 +8,8 @@ P* = Norm[(q − p b_ε)_+] (Decoding-OPT, on the rejection–bias front) or q i
 ε = 0 with OPT is ordinary speculative sampling. These verifiers are *not* lossless: their
 exact law (:meth:`law`, the exact engine) gives the bias, equal at one position to
 :func:`otspec.theory.pareto.over_acceptance`.
+
+Spec: ``docs/yin_theory.md``.
 """
 
 from __future__ import annotations

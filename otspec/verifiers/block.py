@@ -1,6 +1,6 @@
 """Block verification: the published forward algorithm and the v1 backward induction.
 
-Spec: ``shared/reference/token_and_block_verification.md`` §8 (v1 Algorithm 3)
+Spec: ``docs/token_and_block_verification.md`` §8 (v1 Algorithm 3)
 and §9 (ICLR 2025 "Block Verification Accelerates Speculative Decoding").
 
 Both decide τ by the same rule — τ = max{i : η_i ≤ h_i} with h_0 = 1, i.e.

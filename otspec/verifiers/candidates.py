@@ -13,6 +13,8 @@ without replacement; :func:`~otspec.drafts.sample_candidates` draws either way).
   the first accepted one (k-Seq, multi-round);
 * :func:`membership_law`, :func:`membership_outcome` — schemes that draw Y and accept iff
   Y is a candidate (naive MCNS, the OTM plan).
+
+Spec: ``docs/multi_draft_otm.md``, ``docs/mcsd.md``.
 """
 
 from __future__ import annotations

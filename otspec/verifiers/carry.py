@@ -24,6 +24,8 @@ Everything is vectorised over the batch (rows = sequences); ratios stay in log
 space, so blocks of 64 tokens with joint probabilities far below 1e-308 work.
 At most γ − 1 windows are active at once (each starts at least one position
 after the previous one and spans γ positions), so a depth of γ suffices.
+
+Spec: ``docs/token_and_block_verification.md``.
 """
 
 from __future__ import annotations

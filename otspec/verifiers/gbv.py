@@ -22,6 +22,8 @@ Two details keep it exact: the order that ranks the distribution function and th
 must be the same strict order (here one rank array serves both), and p^Γ must replace p everywhere in block
 verification (weights, residuals, h_i). Verifying the chosen path against plain p, as a fallback would, loses the
 target's law; the tests show their G-test sees it. p^Γ is computed in float64 in the factored form above.
+
+Spec: ``docs/token_and_block_verification.md``, ``docs/mcsd.md``.
 """
 
 from __future__ import annotations

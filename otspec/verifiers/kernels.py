@@ -2,6 +2,8 @@
 
 All functions take arrays with the batch on the leading axis and work on numpy
 or torch (array-API namespace of the inputs). Shapes: B drafts, L positions, V tokens.
+
+Spec: ``docs/token_and_block_verification.md``.
 """
 
 from __future__ import annotations

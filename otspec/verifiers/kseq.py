@@ -1,4 +1,7 @@
-"""k-Seq (SpecTr Algorithm 2; spec ``multi_draft_otm.md`` §4): sequential selection with division factor ρ."""
+"""k-Seq (SpecTr Algorithm 2; spec ``multi_draft_otm.md`` §4): sequential selection with division factor ρ.
+
+Spec: ``docs/multi_draft_otm.md``.
+"""
 
 from __future__ import annotations
 

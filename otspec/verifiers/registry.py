@@ -9,6 +9,8 @@ list the package shows — the CLI's choices, the sweeps', the calculators' colu
 figures' curves — is a :class:`VerifierView` of the registry, read when it is used. A new verifier is one file
 (the class, decorated with ``@register``) and one line (its import in :mod:`otspec.verifiers`), or a call of
 :func:`register` from the user's own code.
+
+Spec: ``docs/token_and_block_verification.md``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """TokenVerify: standard speculative sampling (Leviathan et al. 2023, Chen et al. 2023).
 
-Spec: ``shared/reference/token_and_block_verification.md`` §3.
+Spec: ``docs/token_and_block_verification.md`` §3.
 
 Position i is accepted with probability a_i = min{1, q(X_i|X^{i-1}) / p(X_i|X^{i-1})},
 verification stops at the first rejection, and the extra token is drawn from

@@ -23,6 +23,8 @@ its notation differs, this docstring is the definition that the tests check.
 
 :func:`traversal_law` is the exact law of one verification of a given tree: the traversal's decisions come in
 a fixed order, so the probability of each accepted path is a product of the rejections before it.
+
+Spec: ``docs/token_and_block_verification.md``, ``docs/mcsd.md``.
 """
 
 from __future__ import annotations

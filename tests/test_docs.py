@@ -1,0 +1,83 @@
+"""The specifications the code cites live in docs/ (issue 45 item 5): every file that cites an equation or a section
+names the document it cites, every label and section it cites is defined there, and every paper has a full
+reference."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+SPECS = ("token_and_block_verification", "multi_draft_otm", "mcsd", "specdecpp", "yin_theory")
+#: An equation citation: ``eq. (8)``, ``eqs. (2)–(3)``, ``equation (11b)``.
+CITE_EQ = re.compile(r"\b(?:eqs?\.|equations?) \((\d+[a-z]?)\)(?:\s*[–-]\s*\((\d+[a-z]?)\))?")
+#: A section citation of a spec: ``spec §6``, ``yin_theory.md §7``, ``§8.2``.
+CITE_SECTION = re.compile(r"(?:spec|\.md)\s+§(\d+(?:\.\d+)?)")
+
+
+def _labels(text: str) -> set[str]:
+    """The equation labels a document defines: the ``(N)`` that start a line (a displayed equation; ``(11)  (11a)``
+    defines both); a family ``(14a)``–``(14c)`` also defines ``(14)``, cited for all of it."""
+    heads = re.findall(r"^\s*`?((?:\(\d+[a-z]?\)\s*)+)", text, flags=re.M)
+    labels = {label for head in heads for label in re.findall(r"\((\d+[a-z]?)\)", head)}
+    return labels | {label.rstrip("abcdefgh") for label in labels}
+
+
+def _sections(text: str) -> set[str]:
+    return set(re.findall(r"^#{2,4} (\d+(?:\.\d+)?)\.?\s", text, flags=re.M))
+
+
+def _sources() -> list[Path]:
+    files = [p for d in ("otspec", "llm_bridge", "simulations", "benchmarks") for p in (ROOT / d).rglob("*.py")]
+    files += sorted((ROOT / "notebooks").glob("*.ipynb")) + [ROOT / "README.md", ROOT / "figures" / "REPORT.md"]
+    return files
+
+
+SPEC_TEXT = {name: (DOCS / f"{name}.md").read_text() for name in SPECS}
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_every_spec_document_defines_its_labels_and_sections(name):
+    text = SPEC_TEXT[name]
+    assert len(_labels(text)) >= 2 and len(_sections(text)) >= 8
+    assert "## References" in text and "shared/" not in text and "seeds/" not in text and "the seed's" not in text
+
+
+def test_every_citation_names_its_document_and_resolves():
+    problems = []
+    for path in _sources():
+        text = path.read_text()
+        eqs = {a for m in CITE_EQ.finditer(text) for a in m.groups() if a}
+        secs = set(CITE_SECTION.findall(text))
+        if not (eqs or secs):
+            continue
+        named = [name for name in SPECS if f"docs/{name}.md" in text]
+        where = path.relative_to(ROOT)
+        if not named:
+            problems.append(f"{where}: cites {sorted(eqs)} {sorted(secs)} but names no docs/<spec>.md")
+            continue
+        labels = set().union(*(_labels(SPEC_TEXT[n]) for n in named))
+        sections = set().union(*(_sections(SPEC_TEXT[n]) for n in named))
+        problems += [f"{where}: eq. ({e}) is in none of {named}" for e in sorted(eqs - labels)]
+        problems += [f"{where}: §{s} is in none of {named}" for s in sorted(secs - sections)]
+    assert problems == [], "\n".join(problems)
+
+
+def test_no_file_points_outside_the_repository_for_a_spec():
+    bad = [str(p.relative_to(ROOT)) for p in _sources() if "shared/reference" in p.read_text()
+           or "the seed's" in p.read_text()]
+    assert bad == []
+
+
+def test_every_reference_is_complete():
+    text = (DOCS / "references.md").read_text()
+    entries = [e for e in re.split(r"\n(?=- \*\*\[)", text) if e.startswith("- **[")]
+    assert len(entries) >= 20
+    for entry in entries:
+        key = entry.split("]", 1)[0]
+        assert re.search(r"\b(19|20)\d\d\b", entry), f"{key}: no year"
+        if "arXiv" in entry:
+            assert re.search(r"arXiv:\d{4}\.\d{4,5}", entry), f"{key}: an arXiv mention without an identifier"
