@@ -49,11 +49,11 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from otspec.engine.controllers import as_controller
 from otspec.engine.loop import chain_steps
 from otspec.engine.runstate import LoopHooks
+from otspec.progress import tqdm
 
 from .drafters import ModelDrafter
 from .dry_runs import (

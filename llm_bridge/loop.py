@@ -26,7 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from otspec.distributions import total_variation
 from otspec.engine.controllers import as_controller
@@ -34,6 +33,7 @@ from otspec.engine.ledger import DecodeResult, Ledger
 from otspec.engine.loop import chain_steps, finish
 from otspec.engine.observers import LedgerObserver, Observer, to_host
 from otspec.engine.runstate import LoopHooks
+from otspec.progress import tqdm
 from otspec.verifiers.base import Verifier
 
 from .measure import CallTimer, two_point

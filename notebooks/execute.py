@@ -18,13 +18,25 @@ HERE = Path(__file__).resolve().parent
 
 def execute(path: Path, scale: str = "1", timeout: int = 1800):
     """Run notebook ``path`` with ``OTSPEC_NB_SCALE=scale``; return the executed notebook node."""
+    import tempfile
+
     import nbclient
     import nbformat
+    from jupyter_client.manager import KernelManager
+
+    class LocalSocketKernel(KernelManager):
+        """A kernel that talks over local sockets (IPC) in a private folder, not over unencrypted TCP, which the
+        kernel warns about at every start."""
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.transport, self.ip = "ipc", str(Path(sockets) / "kernel")
 
     os.environ["OTSPEC_NB_SCALE"] = str(scale)
     nb = nbformat.read(path, as_version=4)
-    nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}}).execute()
+    with tempfile.TemporaryDirectory(prefix="otspec-kernel-") as sockets:
+        nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3", kernel_manager_class=LocalSocketKernel,
+                                resources={"metadata": {"path": str(path.parent)}}).execute()
     return nb
 
 

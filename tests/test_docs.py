@@ -72,12 +72,20 @@ def test_no_file_points_outside_the_repository_for_a_spec():
     assert bad == []
 
 
+def _entries(text: str) -> list[str]:
+    return [e for e in re.split(r"\n(?=- \*\*\[)", text) if e.startswith("- **[")]
+
+
 def test_every_reference_is_complete():
-    text = (DOCS / "references.md").read_text()
-    entries = [e for e in re.split(r"\n(?=- \*\*\[)", text) if e.startswith("- **[")]
-    assert len(entries) >= 20
-    for entry in entries:
+    """Papers and books: authors, a title, a year, and the arXiv identifier wherever arXiv is named; software: a
+    URL."""
+    papers, software = (DOCS / "references.md").read_text().split("\n## Software", 1)
+    assert len(_entries(papers)) >= 20 and len(_entries(software)) >= 5
+    for entry in _entries(papers):
         key = entry.split("]", 1)[0]
         assert re.search(r"\b(19|20)\d\d\b", entry), f"{key}: no year"
+        assert re.search(r'["*].{8,}["*]', entry), f"{key}: no title"
         if "arXiv" in entry:
             assert re.search(r"arXiv:\d{4}\.\d{4,5}", entry), f"{key}: an arXiv mention without an identifier"
+    for entry in _entries(software):
+        assert "http" in entry, f"{entry.split(']', 1)[0]}: no URL"

@@ -18,10 +18,10 @@ import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ..checks import check_real, check_size
 from ..distributions import total_variation
+from ..progress import tqdm
 from ..verifiers import CHAIN_VERIFIERS
 from .pit import (
     BINS,

@@ -19,11 +19,10 @@ every sequence ends with exactly N tokens.
 
 from __future__ import annotations
 
-from tqdm.auto import tqdm
-
 from ..checks import MAX_DECODE_ENTRIES, MAX_STEP_ENTRIES, check_size
 from ..errors import SizeLimitError
 from ..pairs import check_pair
+from ..progress import tqdm
 from ..sources import Source
 from ..verifiers.base import Verifier
 from .arguments import chain_call, rng_of

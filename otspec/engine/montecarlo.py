@@ -11,13 +11,13 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ..checks import MAX_CANDIDATES, MAX_DRAFT_LENGTH, MAX_SIMULATION_BLOCKS, check_size
 from ..distributions import resolve_device, row_pair, to_host
 from ..drafts import sample_candidates
 from ..jit import available as compiled_available
 from ..pairs import check_pair
+from ..progress import tqdm
 from ..sources import IIDSource, LoggedRows, Source
 from ..verifiers.base import Verifier
 from ..verifiers.candidates import MultiDraftVerifier

@@ -21,13 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ..checks import MAX_SIMULATION_BLOCKS, capped_power, check_size, format_count
 from ..distributions import residual, sample_categorical
 from ..drafts import draft_tuple_law, sample_candidates
 from ..errors import SizeLimitError
 from ..pairs import check_pair_horizon, walk_prefix_tree
+from ..progress import tqdm
 from ..sources import MAX_ENUMERATION, Source
 from ..theory.rejections import check_batch_size
 from ..verifiers.multiround import MultiRound

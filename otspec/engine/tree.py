@@ -28,12 +28,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ..checks import MAX_ROW_WORK, MAX_SIMULATION_BLOCKS, capped_power, check_size
 from ..drafts import MAX_DRAFT_TUPLES, DraftTree, draft_tuple_law
 from ..errors import SizeLimitError
 from ..pairs import check_pair
+from ..progress import tqdm
 from ..solvers.tree_ot import TreeOptimum, coupling_optimum, tree_optimum
 from ..sources import Source, check_enumeration, extend_prefixes
 from .arguments import as_sources, as_tree, rng_of

@@ -14,7 +14,6 @@ Spec: ``docs/multi_draft_otm.md``.
 from __future__ import annotations
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ..distributions import row_pair
 from ..drafts.laws import (
@@ -28,6 +27,7 @@ from ..drafts.laws import (
 )
 from ..errors import SizeLimitError
 from ..jit import available
+from ..progress import tqdm
 from ..theory.multidraft import MAX_BRUTEFORCE_VOCAB, subset_masses
 
 __all__ = ["PROGRESS_TOKENS", "otm_min_cut", "otm_value", "otm_value_bruteforce", "structured_value"]

@@ -44,11 +44,11 @@ import os
 from dataclasses import dataclass, field
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ..checks import check_real, check_size
 from ..distributions import NORMALISATION_TOL, top_p_mask
 from ..errors import SizeLimitError
+from ..progress import tqdm
 from .base import Source
 from .models import PositionalSource
 

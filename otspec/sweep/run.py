@@ -23,8 +23,7 @@ import tempfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
+from ..progress import tqdm
 from .cells import run_cells
 from .spec import SweepSpec, cell_id, load_spec, shared_key
 from .work import MAX_CELL_WORK, spec_work
