@@ -14,6 +14,7 @@ array) stands for the IID source that draws every token from it, and a tree spec
 
 from __future__ import annotations
 
+import array_api_compat
 import numpy as np
 
 from ..distributions import validate_probs
@@ -35,15 +36,21 @@ def as_source(source, name: str) -> Source:
     if isinstance(source, (str, bytes, dict, type(None), bool)) or isinstance(source, type):
         raise ValueError(f"{name}: expected a Source (otspec.IIDSource, otspec.MarkovSource, ...) or one probability "
                          f"row, got {type(source).__name__}")
-    try:
-        row = np.asarray(source, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected a Source or one probability row, got {type(source).__name__}") from None
+    if array_api_compat.is_array_api_obj(source):  # numpy or torch: read in its own dtype (float16 keeps its tolerance)
+        row = source
+    else:
+        try:
+            row = np.asarray(source, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name}: expected a Source or one probability row, got {type(source).__name__}") from None
     if row.ndim != 1:
         raise ValueError(f"{name}: expected a Source or one probability row (shape (V,)), got an array of shape "
-                         f"{row.shape}; a Markov chain is otspec.MarkovSource(initial, transition)")
-    validate_probs(row, name)  # refused naming the argument; the source is built as IIDSource(row) builds it
-    return IIDSource(row)
+                         f"{tuple(row.shape)}; a Markov chain is otspec.MarkovSource(initial, transition)")
+    row = validate_probs(row, name)  # refused naming the argument (complex, NaN, negative, unnormalised ...)
+    if hasattr(row, "detach"):  # a torch tensor, on any device
+        row = row.detach().cpu().double().numpy()
+    row = np.asarray(row, dtype=np.float64)
+    return IIDSource(row / row.sum())  # renormalised in float64: a float16 row within its tolerance stays a law
 
 
 def as_sources(draft, target) -> tuple[Source, Source]:
