@@ -45,7 +45,7 @@ def audit_in_process(args) -> dict:
 def _audit(args) -> dict:
     from .adapters import hf_version
     from .card import write_card, write_exact_card
-    from .core import audit
+    from .core import audit, failed_statistics
     from .exact import exact_audit
     from .rows import synthetic_pool
 
@@ -78,7 +78,7 @@ def _audit(args) -> dict:
     need = dict(zip(out["power"]["deltas"], out["power"]["samples_for_power_0.99"], strict=True))
     first = out["bias"]["first_token"]
     return {"sampler": out["sampler"], "verdict": out["verdict"],
-            "failed_tests": ", ".join(out["failed_tests"]) or "none", "p_value": out["p_value"],
+            "failed_tests": failed_statistics(out), "p_value": out["p_value"],
             "samples": out["samples"], "rows": out["rows"],
             "bias_first_token": f"binned TV {first['binned_tv']:.4f} [{first['low']:.4f}, {first['high']:.4f}] (total "
             "variation over the PIT bins: a lower bound on the token-level bias; raw "

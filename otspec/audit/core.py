@@ -119,6 +119,23 @@ def _failed_tests(tests: dict, acceptance: dict, level: float) -> list:
     return out
 
 
+#: Each test kind's statistic and p-value keys, and how the statistic is written.
+_STATISTICS = {"G": ("g_statistic", "g_p_value", "G"), "KS": ("ks_statistic", "ks_p_value", "D"),
+               "pooled X²": ("statistic", "p_value", "X²"), "z": ("z", "p_value", "z")}
+
+
+def failed_statistics(report: dict) -> str:
+    """Each failed test of an audit's ``as_dict()`` with its statistic and p-value, for the summary line:
+    ``first_token (G) G = 2892.4, p = 0``."""
+    out = []
+    for name in report["failed_tests"]:
+        test, kind = name.rsplit(" (", 1)
+        stat_key, p_key, symbol = _STATISTICS[kind.rstrip(")")]
+        values = report["acceptance"] if test == "acceptance" else report["tests"][test]
+        out.append(f"{name}: {symbol} = {values[stat_key]:.4g}, p = {values[p_key]:.2g}")
+    return "; ".join(out) or "none"
+
+
 def verdict(law_failed: bool, claim_failed: bool, verifier: str | None) -> str:
     """The audit's verdict, statistical or exact: "biased" when a test of the output law failed; "not <verifier>
     verification" when only the tests of the claim to be ``verifier`` did (the accepted length, or the joint law of
