@@ -37,7 +37,6 @@ Spec: ``docs/specdecpp.md``.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from otspec.checks import check_real, check_size
-from otspec.clitools import comma_items
+from otspec.clitools import ArgumentParser, comma_items
 from otspec.engine.controllers import ConfidenceController
 from otspec.engine.heads import LearnedHeadController
 from otspec.engine.predict import paired_ratio_interval
@@ -253,7 +252,7 @@ def frontier(pair, prompts, head, plan: FrontierPlan | None = None, *, predictio
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llm_bridge.adaptive", description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="python -m llm_bridge.adaptive", description=__doc__.splitlines()[0])
     ap.add_argument("--target", default=DEFAULT_TARGET)
     ap.add_argument("--draft", default="distilled")
     ap.add_argument("--device", default="auto")

@@ -23,7 +23,6 @@ target samples, measured with the weights exactly as shipped (after int8 roundin
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -34,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from otspec.checks import check_real, check_size
-from otspec.clitools import writable_folder
+from otspec.clitools import ArgumentParser, writable_folder
 
 from .drafters import DISTILLED_DIR, dequantize_rows, quantize_rows, truncated_target
 from .loop import plain_generate
@@ -210,7 +209,7 @@ def distill(recipe: DistillRecipe) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llm_bridge.distill", description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="python -m llm_bridge.distill", description=__doc__.splitlines()[0])
     ap.add_argument("--target", default=DEFAULT_TARGET)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--samples", type=int, default=6, help="continuations sampled per prompt")

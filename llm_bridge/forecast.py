@@ -17,13 +17,12 @@ that will measure it), ``made_at`` (UTC), ``profile`` (the cost profile) and ``f
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
-from otspec.clitools import HelpFormatter
+from otspec.clitools import ArgumentParser, HelpFormatter
 from otspec.engine.forecast import FORECAST_TOLERANCE, forecast_check
 from otspec.engine.record import code_version
 from otspec.verifiers import REGISTRY, TREE_VERIFIERS
@@ -83,7 +82,7 @@ def forecast(pair, config: ValidateConfig, *, name: str = "pair") -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llm_bridge.forecast", description=__doc__.splitlines()[0],
+    ap = ArgumentParser(prog="python -m llm_bridge.forecast", description=__doc__.splitlines()[0],
                                  formatter_class=HelpFormatter)
     ap.add_argument("--target", default=DEFAULT_TARGET)
     ap.add_argument("--draft", default="distilled")

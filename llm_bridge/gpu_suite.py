@@ -24,7 +24,6 @@ suite does that with tiny models.
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import subprocess
@@ -32,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from otspec.clitools import HelpFormatter
+from otspec.clitools import ArgumentParser, HelpFormatter
 
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch, resolve_device
 from .validate import RECORDS_OUT, output_name, validate
@@ -130,7 +129,7 @@ def _benchmark(device: str, target: str, extra: list, out_dir: Path, smoke: bool
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llm_bridge.gpu_suite", description=__doc__.split("\n\n")[0],
+    ap = ArgumentParser(prog="python -m llm_bridge.gpu_suite", description=__doc__.split("\n\n")[0],
                                  formatter_class=HelpFormatter)
     ap.add_argument("--target", default=DEFAULT_TARGET, help="target model: smollm2, a folder or a .gguf file")
     ap.add_argument("--families", default=",".join(FAMILIES), help="draft families, comma-separated")

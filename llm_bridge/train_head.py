@@ -28,7 +28,6 @@ Writes ``drafter.json`` (recipe, sizes, coverage, acceptance per position before
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -40,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from otspec.checks import check_real, check_size
-from otspec.clitools import writable_folder
+from otspec.clitools import ArgumentParser, writable_folder
 
 from .heads import HEAD_DIRS, HEAD_KINDS, build_head, eagle_unrolled, load_head, save_head
 from .models import DEFAULT_TARGET, ModelNotFound, cache_dir, load_model
@@ -342,7 +341,7 @@ def train_head(recipe: HeadRecipe) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llm_bridge.train_head", description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="python -m llm_bridge.train_head", description=__doc__.splitlines()[0])
     ap.add_argument("--kind", required=True, choices=HEAD_KINDS)
     ap.add_argument("--target", default=DEFAULT_TARGET)
     ap.add_argument("--vocab", type=int, default=8192, help="draft vocabulary: the N most frequent tokens (0: all)")

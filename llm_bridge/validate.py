@@ -51,7 +51,13 @@ from pathlib import Path
 
 import numpy as np
 
-from otspec.clitools import HelpFormatter, comma_items, writable_file, writable_folder
+from otspec.clitools import (
+    ArgumentParser,
+    HelpFormatter,
+    comma_items,
+    writable_file,
+    writable_folder,
+)
 from otspec.engine.predict import ReplayPlan, predict_from_log, predict_from_pairs
 from otspec.engine.record import PairRecord, code_version, results_table
 from otspec.verifiers import REGISTRY, TREE_VERIFIERS, DecodingOPT
@@ -357,7 +363,7 @@ def output_path(out_dir, name: str | None, draft: str, prefix: str = "llm_") -> 
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llm_bridge.validate", description=__doc__.splitlines()[0],
+    ap = ArgumentParser(prog="python -m llm_bridge.validate", description=__doc__.splitlines()[0],
                                  formatter_class=HelpFormatter)
     ap.add_argument("--target", default=DEFAULT_TARGET, help="'smollm2', a folder, a .gguf file or a hub id")
     ap.add_argument("--draft", default="distilled",

@@ -29,6 +29,7 @@ from .audit.command import add_audit_parser
 from .calculators import CALCULATORS, Calculator
 from .checks import check_real
 from .clitools import (
+    ArgumentParser,
     CLIError,
     HelpFormatter,
     add_pair_arguments,
@@ -208,7 +209,7 @@ def _json_flag(parser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m otspec", description=__doc__.split("\n\n")[0],
+    parser = ArgumentParser(prog="python -m otspec", description=__doc__.split("\n\n")[0],
                                      formatter_class=_Formatter)
     sub = parser.add_subparsers(dest="command", required=True)
 

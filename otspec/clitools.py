@@ -31,6 +31,14 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         return super()._get_help_string(action)
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """``argparse``'s parser with its errors in one line, ``PROG: error: MESSAGE (PROG --help lists the options)``,
+    exit status 2, instead of the usage block before it (every otspec command line; subcommands inherit it)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")
+
+
 class CLIError(Exception):
     """A user-facing error: printed without a traceback, exit status 2."""
 

@@ -200,6 +200,11 @@ def validate_probs(probs, name: str = "probs", *, tol: float | None = None, min_
         tol = normalisation_tolerance(checked_dtype, None, xp)
     elif not (isinstance(tol, int | float) and not isinstance(tol, bool) and math.isfinite(tol) and tol >= 0):
         raise ValueError(f"tol: expected a finite tolerance >= 0, got {tol!r} (NaN would switch the check off)")
+    big = probs > 1.0 + tol  # before summing: a row of huge entries would overflow the sum
+    if bool(xp.any(big)):
+        idx = first_index(big)
+        raise ValueError(f"{name}: probability {float(probs[idx])!r} at index {idx} is above 1; expected entries in "
+                         "[0, 1] summing to 1")
     sums = xp.sum(xp.astype(probs, xp.float64), axis=-1)
     off = xp.abs(sums - 1.0) > tol
     if bool(xp.any(off)):

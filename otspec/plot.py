@@ -9,7 +9,6 @@ PNG path (the JSON goes beside it); ``--scale`` shrinks the simulations.
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import json
 import os
@@ -17,7 +16,7 @@ import sys
 from pathlib import Path
 
 from .checks import check_real
-from .clitools import HelpFormatter
+from .clitools import ArgumentParser, HelpFormatter
 from .figures import FIGURES, SCRATCH_DIR
 
 __all__ = ["FIGURES", "main", "render", "write_figure"]
@@ -109,7 +108,7 @@ def main(argv=None) -> int:
 
         return record_main(argv[1:])
 
-    parser = argparse.ArgumentParser(prog="python -m otspec.plot", description=__doc__.split("\n\n")[0],
+    parser = ArgumentParser(prog="python -m otspec.plot", description=__doc__.split("\n\n")[0],
                                      formatter_class=HelpFormatter)
     parser.add_argument("name", choices=sorted(FIGURES) + ["all"], help="figure to draw")
     parser.add_argument("--out", help=f"PNG path (default {DEFAULT_DIR}/<stem>.png; JSON beside it; the committed "

@@ -8,7 +8,6 @@ read the committed records (the header says which is which). The text only frame
 
 from __future__ import annotations
 
-import argparse
 import platform
 import re
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
+from .clitools import ArgumentParser
 from .figures import SCRATCH_DIR
 from .plot import FIGURES, write_figure
 
@@ -102,7 +102,7 @@ def _summary(headlines: list[tuple[str, str]], parts: list[str]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m otspec.report", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="python -m otspec.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out-dir", default=str(SCRATCH_DIR),
                         help=f"where the figures and REPORT.md go (default {SCRATCH_DIR}; make figures writes figures/)")
     parser.add_argument("--scale", type=float, default=1.0, help="simulation size factor")

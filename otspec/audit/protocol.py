@@ -15,6 +15,7 @@ timeout is reported with a clear :class:`SamplerError`, never a traceback from d
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import signal
 import sys
@@ -74,8 +75,7 @@ def load_sampler(spec: str, timeout: float | None = None) -> Callable:
         raise ValueError(f"sampler {spec!r}: importing module {module_name!r} called sys.exit({exc.code!r})")
     if exc is not None:
         where = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) and exc.lineno else ""
-        raise ValueError(f"sampler {spec!r}: cannot import module {module_name!r}: {type(exc).__name__}{where}: "
-                         f"{exc}")
+        raise ValueError(f"sampler {spec!r}: cannot import module {module_name!r}: {exception_text(exc, where)}")
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise ValueError(f"sampler {spec!r}: {module_name!r} has no attribute {attr!r}")
@@ -192,13 +192,17 @@ def _call(fn: Callable, args: tuple):
     except KeyboardInterrupt:  # Ctrl-C stays an interruption
         raise
     except BaseException as exc:  # any exception, BaseException subclasses included, is the sampler's error
-        raise SamplerError(f"the sampler raised {type(exc).__name__}: {exc}") from exc
+        raise SamplerError(f"the sampler raised {exception_text(exc)}") from exc
 
 
 def _as_int_vector(value, name: str, B: int, low: int, high: int) -> np.ndarray:
-    if hasattr(value, "detach"):  # a torch tensor
-        value = value.detach().cpu().numpy()
-    arr = np.asarray(value)
+    try:
+        if hasattr(value, "detach"):  # a torch tensor
+            value = value.detach().cpu().numpy()
+        arr = np.asarray(value)
+    except Exception as exc:  # an object whose conversion raises (a meta tensor, a broken __array__)
+        raise SamplerError(f"the sampler returned {name} as a {type(value).__name__} that cannot be read as an array "
+                           f"({exception_text(exc)})") from None
     if arr.shape != (B,):
         raise SamplerError(f"the sampler returned {name} of shape {arr.shape}; the protocol needs ({B},)")
     if arr.dtype.kind not in "iu":  # floats (even whole ones) and booleans are not token ids or counts
@@ -218,9 +222,32 @@ def call_sampler(sampler: Callable, draft_tokens: np.ndarray, draft_probs: np.nd
     B, L = draft_tokens.shape
     V = draft_probs.shape[-1]
     out = _run_with_timeout(sampler, (draft_tokens.copy(), draft_probs.copy(), target_probs.copy(), rng), timeout)
-    if not isinstance(out, tuple | list) or len(out) != 2:
+    if inspect.iscoroutine(out) or inspect.isgenerator(out):
+        out.close()  # never run: closed here rather than warned about when collected
+    try:
+        pair = tuple(out) if isinstance(out, tuple | list) else None
+    except Exception as exc:  # a sequence subclass that lies about its length or items
+        raise SamplerError(f"the sampler returned a {type(out).__name__} that cannot be read as a pair "
+                           f"({exception_text(exc)})") from None
+    if pair is None or len(pair) != 2:
         raise SamplerError(f"the sampler returned {type(out).__name__}; the protocol needs a pair "
                            "(accepted, next_token)")
-    accepted = _as_int_vector(out[0], "accepted", B, 0, L)
-    token = _as_int_vector(out[1], "next_token", B, 0, V - 1)
+    accepted = _as_int_vector(pair[0], "accepted", B, 0, L)
+    token = _as_int_vector(pair[1], "next_token", B, 0, V - 1)
     return accepted, token
+
+
+def exception_text(exc: BaseException, where: str = "", limit: int = 300) -> str:
+    """``TypeName<where>: first line of the message`` of an exception, at most ``limit`` characters of it; an
+    exception whose ``str`` itself raises is named by its type."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = "(its message cannot be printed)"
+    lines = text.strip().splitlines()
+    first = lines[0] if lines else ""
+    if len(lines) > 1:
+        first += " …"
+    if len(first) > limit:
+        first = first[:limit] + " …"
+    return f"{type(exc).__name__}{where}: {first}" if first else f"{type(exc).__name__}{where}"

@@ -46,11 +46,13 @@ def as_source(source, name: str) -> Source:
     if row.ndim != 1:
         raise ValueError(f"{name}: expected a Source or one probability row (shape (V,)), got an array of shape "
                          f"{tuple(row.shape)}; a Markov chain is otspec.MarkovSource(initial, transition)")
-    row = validate_probs(row, name)  # refused naming the argument (complex, NaN, negative, unnormalised ...)
-    if hasattr(row, "detach"):  # a torch tensor, on any device
-        row = row.detach().cpu().double().numpy()
-    row = np.asarray(row, dtype=np.float64)
-    return IIDSource(row / row.sum())  # renormalised in float64: a float16 row within its tolerance stays a law
+    checked = validate_probs(row, name)  # refused naming the argument (complex, NaN, negative, unnormalised ...)
+    if isinstance(row, np.ndarray) and row.dtype == np.float64:
+        return IIDSource(row)  # built as IIDSource(row) builds it: the same numbers to the last bit
+    if hasattr(checked, "detach"):  # a torch tensor, on any device
+        checked = checked.detach().cpu().double().numpy()
+    checked = np.asarray(checked, dtype=np.float64)
+    return IIDSource(checked / checked.sum())  # float16/32 rows within their tolerance, renormalised in float64
 
 
 def as_sources(draft, target) -> tuple[Source, Source]:

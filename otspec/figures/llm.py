@@ -11,11 +11,11 @@ argument: the report reads the folder it writes into.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
+from ..clitools import ArgumentParser
 from ..engine.record import AdaptiveRecord, RecordError, as_record, read_record
 from . import RECORDS_DIR, SCRATCH_DIR, register
 from .common import axes, new_figure
@@ -299,7 +299,7 @@ def record_main(argv=None) -> int:
     """``python -m otspec.plot record FILE [FILE ...]``: each record's plot and summary beside it, or in ``--out-dir``;
     a committed record (in :data:`~otspec.figures.RECORDS_DIR`) is drawn into :data:`~otspec.figures.SCRATCH_DIR`
     unless ``--out-dir`` says otherwise, so that the checkout is never rewritten."""
-    parser = argparse.ArgumentParser(prog="python -m otspec.plot record",
+    parser = ArgumentParser(prog="python -m otspec.plot record",
                                      description="Draw a real pair's record (llm_bridge.validate / adaptive): its "
                                                  "Markdown summary and plot, written beside the JSON (a committed "
                                                  f"record in figures/: into {SCRATCH_DIR}).")

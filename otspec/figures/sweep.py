@@ -9,13 +9,12 @@ the table has one (``exact_*``: ``exact_low``/``exact_high``; ``mc_accepted``: `
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from ..clitools import HelpFormatter
+from ..clitools import ArgumentParser, HelpFormatter
 
 __all__ = ["INTERVALS", "PARAMETERS", "main", "plot_sweep", "read_results"]
 
@@ -127,7 +126,7 @@ def plot_sweep(frame, x: str, y: str, *, hue: str | None = None, heatmap: bool =
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m otspec.plot sweep", description=__doc__.splitlines()[0],
+    parser = ArgumentParser(prog="python -m otspec.plot sweep", description=__doc__.splitlines()[0],
                                      formatter_class=HelpFormatter)
     parser.add_argument("results", help="results.parquet (or .csv) written by python -m otspec sweep")
     parser.add_argument("--x", required=True, help="column on the horizontal axis")

@@ -1,0 +1,114 @@
+"""Hostile inputs, sixth round (issue 43): samplers that return objects which cannot be read, command lines that
+answer in one line, rows given as tensors, in float16, complex or with entries far above 1."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from otspec.audit import SamplerError, audit
+from otspec.audit.protocol import exception_text
+from otspec.cli import main as cli_main
+from otspec.engine import evaluate
+from otspec.verifiers import TokenVerify
+
+P, Q = [0.6, 0.3, 0.1], [0.2, 0.5, 0.3]
+
+
+class _LyingPair(tuple):
+    def __iter__(self):
+        raise RuntimeError("no items after all")
+
+
+class _BadArray:
+    def __array__(self, *args, **kwargs):
+        raise RuntimeError("__array__ exploded")
+
+
+class _BadMessage(Exception):
+    def __str__(self):
+        raise RuntimeError("cannot print me")
+
+
+async def _never_awaited():
+    return None
+
+
+def meta_tensors(draft_tokens, draft_probs, target_probs, rng):
+    B = draft_tokens.shape[0]
+    return torch.empty(B, dtype=torch.int64, device="meta"), torch.empty(B, dtype=torch.int64, device="meta")
+
+
+def lying_pair(*args):
+    return _LyingPair((1, 2))
+
+
+def broken_array(draft_tokens, *args):
+    return _BadArray(), np.zeros(draft_tokens.shape[0], dtype=np.int64)
+
+
+def unprintable_error(*args):
+    raise _BadMessage()
+
+
+def multiline_error(*args):
+    raise ValueError("line one\nline two\n" + "x" * 5000)
+
+
+def coroutine(*args):
+    return _never_awaited()
+
+
+@pytest.mark.parametrize("sampler,match", [
+    (meta_tensors, "accepted as a Tensor that cannot be read as an array (NotImplementedError"),
+    (lying_pair, "_LyingPair that cannot be read as a pair (RuntimeError: no items after all)"),
+    (broken_array, "accepted as a _BadArray that cannot be read as an array (RuntimeError: __array__ exploded)"),
+    (unprintable_error, "the sampler raised _BadMessage: (its message cannot be printed)"),
+    (multiline_error, "the sampler raised ValueError: line one …"),
+    (coroutine, "the sampler returned coroutine; the protocol needs a pair")])
+def test_a_sampler_output_that_cannot_be_read_is_one_clear_error(sampler, match, recwarn):
+    with pytest.raises(SamplerError) as caught:
+        audit(sampler, samples=200, progress=False)
+    message = str(caught.value)
+    assert match in message and "\n" not in message and len(message) < 500
+    assert not [w for w in recwarn if "never awaited" in str(w.message)]  # the coroutine was closed, not leaked
+
+
+def test_exception_text_is_one_bounded_line():
+    assert exception_text(ValueError("a\nb")) == "ValueError: a …"
+    assert exception_text(KeyError()) == "KeyError"
+    assert len(exception_text(ValueError("y" * 10_000))) < 320
+
+
+@pytest.mark.parametrize("argv", [["audit", "x:y", "--samples", "0"], ["calc", "block", "--draft", "0.5,0.5"],
+                                  ["simulate", "--draft", "0.5", "--target", "0.5", "--L", "2", "--blocks", "nan"],
+                                  ["bogus"]])
+def test_every_argument_error_is_one_line_with_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1 and "--help lists the options" in err
+
+
+def test_entries_far_above_one_are_refused_before_a_sum_overflows(capsys, recwarn):
+    assert cli_main(["calc", "block", "--draft", "1e308,1e308", "--target", "0.2,0.3,0.5", "--L", "2"]) == 2
+    assert "probability 1e+308 at index (0,) is above 1" in capsys.readouterr().err
+    assert not [w for w in recwarn if "overflow" in str(w.message)]
+
+
+def test_rows_as_tensors_and_in_half_precision_are_read_in_their_own_dtype():
+    exact = evaluate(P, Q, TokenVerify(), 2).expected_accepted
+    assert evaluate(torch.tensor(P, dtype=torch.float64), Q, TokenVerify(), 2).expected_accepted == pytest.approx(exact,
+                                                                                                                  abs=1e-15)
+    half = np.array(P, dtype=np.float16)  # within float16's tolerance, not float64's: the law of the rounded row
+    rounded = half.astype(np.float64) / half.astype(np.float64).sum()
+    a = float(np.minimum(rounded, Q).sum())
+    assert evaluate(torch.tensor(P, dtype=torch.float16), Q, TokenVerify(), 2).expected_accepted == \
+        pytest.approx(a + a * a, abs=1e-12)
+    assert evaluate(half, Q, TokenVerify(), 2).expected_accepted == pytest.approx(a + a * a, abs=1e-12)
+    with pytest.raises(ValueError, match="draft: expected real probabilities, got dtype complex128"):
+        evaluate(np.array(P, dtype=complex), Q, TokenVerify(), 2)
+    with pytest.raises(ValueError, match=r"draft: expected a Source or one probability row \(shape \(V,\)\)"):
+        evaluate(torch.tensor([P]), Q, TokenVerify(), 2)
+
