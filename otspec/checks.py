@@ -34,7 +34,8 @@ __all__ = [
     "MAX_SIMULATION_BLOCKS",
     "MAX_ROW_WORK",
     "MAX_STEP_ENTRIES",
-    "MAX_TREE_TOKENS",
+    "MAX_VOCAB_SIZE",
+    "MAX_TREE_TOKENS", "MAX_VOCAB_SIZE",
     "capped_perm",
     "format_count",
     "capped_power",
@@ -68,6 +69,9 @@ MAX_STEP_ENTRIES = 2**27
 #: Most probability-row entries one Monte Carlo call that materialises rows may touch: about 15 s to 2 minutes of
 #: one core (64 ns per entry for candidate rows at V = 32,000, 8 ns when decoding); the sweeps' per-cell limit too.
 MAX_ROW_WORK = 2 * 10**9
+#: Largest vocabulary a source is built with: 2^24 tokens (128 MiB per float64 row), far above any real tokenizer
+#: (about 256,000); a uniform source of 10^12 tokens is refused before its row is allocated.
+MAX_VOCAB_SIZE = 2**24
 
 
 #: Counts above this are reported as this value (they exceed every limit; no giant integer is built).

@@ -137,9 +137,9 @@ def _simulate(args):
 
 
 def _decode(args):
-    if args.t_draft is not None:  # checked before any decoding
+    check_real(args.t_target, "--t-target", low=0.0, low_open=True)  # checked before any decoding
+    if args.t_draft is not None:
         check_real(args.t_draft, "--t-draft", low=0.0)
-        check_real(args.t_target, "--t-target", low=0.0, low_open=True)
     tree_run = _tree_run(args)
     draft, target = pair_from_args(args)
 

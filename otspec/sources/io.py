@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Mapping
 
 import numpy as np
@@ -19,7 +20,7 @@ from .models import (
     uniform_source,
 )
 
-__all__ = ["load_source", "save_source", "source_from_json"]
+__all__ = ["FIELDS", "MAX_SOURCE_FILE_BYTES", "load_source", "save_source", "source_from_json"]
 
 
 def _integer_field(obj, key: str, kind: str):
@@ -32,15 +33,42 @@ def _integer_field(obj, key: str, kind: str):
     return value
 
 
+#: The fields each source type reads; any other key (a typo such as ``horizn``) is refused, never ignored.
+FIELDS = {"iid": {"probs"}, "bernoulli": {"p"}, "uniform": {"support", "vocab_size"},
+          "markov": {"initial", "transition", "horizon"}, "positional": {"rows", "proposes"},
+          "depth_positional": {"rows", "proposes"}, "table": {"rows", "vocab_size", "horizon"}}
+#: Largest source file read (a table over a large vocabulary is tens of MB; a device or a runaway file is refused).
+MAX_SOURCE_FILE_BYTES = 1 << 30
+
+
+def _no_strings(value, where: str) -> None:
+    """Refuse text where numbers go (numpy would read ``"0.5"`` as 0.5 and a typo as an error far away)."""
+    if isinstance(value, str):
+        raise ValueError(f"{where}: expected numbers, got the text {value!r}")
+    if isinstance(value, list):
+        for item in value:
+            _no_strings(item, where)
+
+
 def source_from_json(obj) -> Source:
     """Build a source from a JSON object (dict) — see the module docstring.
 
-    A field of the wrong type or shape is a ``ValueError`` naming the field.
+    A field of the wrong type or shape, or a key the type does not read, is a ``ValueError`` naming the field.
     """
     if not isinstance(obj, Mapping) or "type" not in obj:
         raise ValueError("source JSON: expected an object with a 'type' key "
                          "('iid', 'bernoulli', 'uniform', 'markov', 'positional', 'depth_positional' or 'table')")
     kind = obj["type"]
+    if isinstance(kind, str) and kind in FIELDS:
+        unknown = sorted(set(obj) - FIELDS[kind] - {"type"})
+        if unknown:
+            raise ValueError(f"source JSON of type {kind!r}: unknown key(s) {', '.join(map(repr, unknown))}; it reads "
+                             f"{', '.join(sorted(FIELDS[kind]))}")
+        for key in ("probs", "initial", "transition"):
+            if key in obj:
+                _no_strings(obj[key], f"source JSON of type {kind!r}: field {key!r}")
+        if kind != "table" and "rows" in obj:
+            _no_strings(obj["rows"], f"source JSON of type {kind!r}: field 'rows'")
     try:
         return _from_json(obj, kind)
     except KeyError as exc:
@@ -74,6 +102,7 @@ def _from_json(obj, kind) -> Source:
     if kind == "table":
         rows = {}
         for key, value in obj["rows"].items():
+            _no_strings(value, f"source JSON of type 'table': row {key!r}")
             try:
                 rows[tuple(int(t) for t in str(key).split(",") if t != "")] = value
             except ValueError:
@@ -85,7 +114,21 @@ def _from_json(obj, kind) -> Source:
 
 
 def load_source(path: str | os.PathLike) -> Source:
-    """Read a JSON source file (see :func:`source_from_json`)."""
+    """Read a JSON source file (see :func:`source_from_json`): a regular file of at most
+    :data:`MAX_SOURCE_FILE_BYTES` (a device such as /dev/zero would be read forever)."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise ValueError(f"source file not found: {path}") from None
+    except OSError as exc:
+        raise ValueError(f"source file {path}: cannot read it ({exc.strerror})") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ValueError(f"source file {path} is a directory; expected a JSON source file")
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"source file {path} is not a regular file (a device or a pipe); expected a JSON source file")
+    if info.st_size > MAX_SOURCE_FILE_BYTES:
+        raise ValueError(f"source file {path} holds {info.st_size:,} bytes, above MAX_SOURCE_FILE_BYTES = "
+                         f"{MAX_SOURCE_FILE_BYTES:,}")
     try:
         with open(path) as fh:
             obj = json.load(fh)

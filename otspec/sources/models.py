@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..checks import check_size
+from ..checks import MAX_VOCAB_SIZE, check_size
 from ..distributions import validate_probs
 from .base import Source, as_tokens
 
@@ -68,8 +68,9 @@ def bernoulli(p: float) -> IIDSource:
 
 def uniform_source(support: int, vocab_size: int | None = None) -> IIDSource:
     """U(d): uniform on the first ``support`` tokens of a ``vocab_size``-token vocabulary."""
-    support = check_size(support, "support")
-    vocab_size = support if vocab_size is None else check_size(vocab_size, "vocab_size")
+    support = check_size(support, "support", limit=MAX_VOCAB_SIZE, limit_name="MAX_VOCAB_SIZE")
+    vocab_size = support if vocab_size is None else check_size(vocab_size, "vocab_size", limit=MAX_VOCAB_SIZE,
+                                                               limit_name="MAX_VOCAB_SIZE")
     if not 1 <= support <= vocab_size:
         raise ValueError(f"uniform: need 1 <= support <= vocab_size, got support={support}, vocab_size={vocab_size}")
     probs = np.zeros(vocab_size)
@@ -119,7 +120,7 @@ class MarkovSource(Source):
         self._stack = self.transition[None] if self.stationary else self.transition
         self.horizon = None if self.stationary else self.transition.shape[0] + 1
         if horizon is not None:
-            self.check_length(int(horizon))
+            self.check_length(check_size(horizon, "horizon"))  # an integer >= 1: a chain draws at least one token
 
     def __repr__(self):
         kind = "stationary" if self.stationary else f"time-varying, horizon {self.horizon}"
@@ -301,8 +302,8 @@ class TableSource(Source):
     """
 
     def __init__(self, rows: Mapping | Callable, vocab_size: int, horizon: int):
-        self.vocab_size = int(vocab_size)
-        self.horizon = int(horizon)
+        self.vocab_size = check_size(vocab_size, "vocab_size", limit=MAX_VOCAB_SIZE, limit_name="MAX_VOCAB_SIZE")
+        self.horizon = check_size(horizon, "horizon")
         if callable(rows) and not isinstance(rows, Mapping):
             self._fn = rows
             self._table = None
@@ -310,6 +311,11 @@ class TableSource(Source):
             self._table = {}
             for key, row in rows.items():
                 key = tuple(int(k) for k in key)
+                if any(not 0 <= k < self.vocab_size for k in key):
+                    raise ValueError(f"rows[{key}]: token ids must lie in [0, {self.vocab_size}) (vocab_size)")
+                if len(key) >= self.horizon:
+                    raise ValueError(f"rows[{key}]: a prefix of {len(key)} tokens is never read by a source of horizon "
+                                     f"{self.horizon} (prefixes of at most {self.horizon - 1} tokens)")
                 arr = np.asarray(validate_probs(row, f"rows[{key}]"), dtype=np.float64)
                 if arr.shape != (self.vocab_size,):
                     raise ValueError(f"rows[{key}]: expected shape ({self.vocab_size},), got {arr.shape}")
