@@ -112,3 +112,55 @@ def test_rows_as_tensors_and_in_half_precision_are_read_in_their_own_dtype():
     with pytest.raises(ValueError, match=r"draft: expected a Source or one probability row \(shape \(V,\)\)"):
         evaluate(torch.tensor([P]), Q, TokenVerify(), 2)
 
+
+
+@pytest.mark.parametrize("obj,match", [
+    ({"type": "iid", "probs": [0.5, 0.5], "horizn": 3}, r"unknown key\(s\) 'horizn'; it reads probs"),
+    ({"type": "iid", "probs": ["0.5", "0.5"]}, "field 'probs': expected numbers, got the text '0.5'"),
+    ({"type": "uniform", "support": 2, "vocab_size": 10**12}, "above MAX_VOCAB_SIZE"),
+    ({"type": "markov", "initial": [0.5, 0.5], "transition": [[[0.9, 0.1], [0.2, 0.8]]], "horizon": 0},
+     "horizon: expected an integer >= 1, got 0"),
+    ({"type": "table", "vocab_size": 2, "horizon": 2, "rows": {"": [0.5, 0.5], "7": [0.5, 0.5]}},
+     r"rows\[\(7,\)\]: token ids must lie in \[0, 2\)"),
+    ({"type": "table", "vocab_size": 2, "horizon": 1, "rows": {"": [0.5, 0.5], "0": [0.5, 0.5]}},
+     "is never read by a source of horizon 1")])
+def test_a_source_file_says_what_is_wrong_with_it(obj, match):
+    from otspec.sources import source_from_json
+
+    with pytest.raises(ValueError, match=match):
+        source_from_json(obj)
+
+
+def test_every_source_written_is_read_back_under_the_strict_keys(tmp_path):
+    from otspec.sources import (
+        IIDSource,
+        MarkovSource,
+        TableSource,
+        bernoulli,
+        load_source,
+        save_source,
+        uniform_source,
+    )
+
+    for source in (IIDSource(P), bernoulli(0.3), uniform_source(2, 4), MarkovSource([0.5, 0.5], [[0.9, 0.1], [0.2, 0.8]]),
+                   TableSource({(): [0.5, 0.5], (0,): [0.9, 0.1], (1,): [0.2, 0.8]}, 2, 2)):
+        save_source(source, tmp_path / "s.json")
+        again = load_source(tmp_path / "s.json")
+        empty = np.zeros((1, 0), np.int64)
+        assert np.allclose(again.next_probs(empty), source.next_probs(empty), rtol=0, atol=1e-15)
+
+
+def test_a_device_or_a_huge_file_is_not_read_as_a_source(capsys):
+    assert cli_main(["calc", "block", "--draft-source", "/dev/zero", "--target", "0.5,0.5", "--L", "1"]) == 2
+    assert "/dev/zero is not a regular file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("row", ["0.5,,0.5", "0.5,0.5,", ",0.5,0.5"])
+def test_an_empty_entry_in_a_probability_list_is_refused(row, capsys):
+    assert cli_main(["calc", "block", "--draft", row, "--target", "0.5,0.5", "--L", "1"]) == 2
+    assert "an empty entry" in capsys.readouterr().err
+
+
+def test_decode_checks_the_target_cost_without_a_draft_cost(capsys):
+    assert cli_main(["decode", "--draft", "0.5,0.5", "--target", "0.5,0.5", "--L", "2", "--t-target", "nan"]) == 2
+    assert "--t-target" in capsys.readouterr().err
