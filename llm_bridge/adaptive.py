@@ -39,12 +39,11 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from otspec.checks import check_real, check_size
-from otspec.clitools import ArgumentParser, comma_items
+from otspec.clitools import ArgumentParser, comma_items, path_argument
 from otspec.engine.controllers import ConfidenceController
 from otspec.engine.heads import LearnedHeadController
 from otspec.engine.predict import paired_ratio_interval
@@ -260,8 +259,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rule", default="auto", choices=("auto", *RULE_KINDS),
                     help="the dynamic rule: SpecDec++'s learned acceptance head, or the draft's own confidence (auto: "
                          "confidence for a feature-level draft head such as eagle, else specdecpp)")
-    ap.add_argument("--head", type=Path, help="a saved head (JSON) instead of training one")
-    ap.add_argument("--save-head", type=Path, help="write the trained head here (JSON)")
+    ap.add_argument("--head", type=path_argument, help="a saved head (JSON) instead of training one")
+    ap.add_argument("--save-head", type=path_argument, help="write the trained head here (JSON)")
     ap.add_argument("--train-prompts", type=int, default=64, help="prompts of distill_prompts.txt to train on")
     ap.add_argument("--train-tokens", type=int, default=96, help="target response length per training prompt")
     ap.add_argument("--mix", type=float, default=0.15, help="token mixing rate r")
@@ -285,7 +284,7 @@ def main(argv=None) -> int:
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--name", help="output name: figures/llm_adaptive_<name>.* (default: the draft)")
-    ap.add_argument("--out-dir", type=Path, default=RECORDS_OUT,
+    ap.add_argument("--out-dir", type=path_argument, default=RECORDS_OUT,
                     help="where the record goes; make records writes the committed figures/")
     ap.add_argument("--no-hf", action="store_true", help="skip the peer (Hugging Face assisted generation)")
     ap.add_argument("--hf-prompts", type=int, default=4,

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from otspec.checks import check_real, check_size
-from otspec.clitools import ArgumentParser, writable_folder
+from otspec.clitools import ArgumentParser, path_argument, writable_folder
 
 from .drafters import DISTILLED_DIR, dequantize_rows, quantize_rows, truncated_target
 from .loop import plain_generate
@@ -219,7 +219,7 @@ def main(argv=None) -> int:
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="auto")
-    ap.add_argument("--out", type=Path, default=DISTILLED_DIR)
+    ap.add_argument("--out", type=path_argument, default=DISTILLED_DIR)
     ap.add_argument("--log-every", type=int, default=25)
     args = ap.parse_args(argv)
     try:

@@ -20,9 +20,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from pathlib import Path
 
-from otspec.clitools import ArgumentParser, HelpFormatter
+from otspec.clitools import ArgumentParser, HelpFormatter, path_argument
 from otspec.engine.forecast import FORECAST_TOLERANCE, forecast_check
 from otspec.engine.record import code_version
 from otspec.verifiers import REGISTRY, TREE_VERIFIERS
@@ -108,8 +107,8 @@ def main(argv=None) -> int:
                     help="plain paths of each prediction prompt, pooled per prompt (as validate --prediction-paths)")
     ap.add_argument("--name", help="the record's name, llm_<name>.json (default: from the draft); the forecast goes "
                                    "to llm_forecast_<name>.json")
-    ap.add_argument("--out-dir", type=Path, default=RECORDS_OUT)
-    ap.add_argument("--check", type=Path, default=None, metavar="RECORD",
+    ap.add_argument("--out-dir", type=path_argument, default=RECORDS_OUT)
+    ap.add_argument("--check", type=path_argument, default=None, metavar="RECORD",
                     help="instead of forecasting: compare the forecast llm_forecast_<name>.json with RECORD")
     args = ap.parse_args(argv)
     name = args.name or output_name(args.draft)

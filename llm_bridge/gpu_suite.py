@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from otspec.clitools import ArgumentParser, HelpFormatter
+from otspec.clitools import ArgumentParser, HelpFormatter, path_argument
 
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch, resolve_device
 from .validate import RECORDS_OUT, output_name, validate
@@ -134,7 +134,7 @@ def main(argv=None) -> int:
     ap.add_argument("--target", default=DEFAULT_TARGET, help="target model: smollm2, a folder or a .gguf file")
     ap.add_argument("--families", default=",".join(FAMILIES), help="draft families, comma-separated")
     ap.add_argument("--device", default="auto", help="cuda (auto picks it when visible); cpu only with --smoke")
-    ap.add_argument("--out-dir", type=Path, default=RECORDS_OUT,
+    ap.add_argument("--out-dir", type=path_argument, default=RECORDS_OUT,
                     help="where the llm_gpu_* files go (make gpu: the committed figures/)")
     ap.add_argument("--cache", default=None, choices=("dynamic", "static", "compiled"),
                     help="KV caches (default: compiled on CUDA, static eager otherwise)")

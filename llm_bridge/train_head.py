@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from otspec.checks import check_real, check_size
-from otspec.clitools import ArgumentParser, writable_folder
+from otspec.clitools import ArgumentParser, path_argument, writable_folder
 
 from .heads import HEAD_DIRS, HEAD_KINDS, build_head, eagle_unrolled, load_head, save_head
 from .models import DEFAULT_TARGET, ModelNotFound, cache_dir, load_model
@@ -357,7 +357,7 @@ def main(argv=None) -> int:
     ap.add_argument("--feature-weight", type=float, default=0.1, help="EAGLE: weight of the feature regression")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--out", type=Path, default=None, help="output folder (default: llm_bridge/weights/<kind>)")
+    ap.add_argument("--out", type=path_argument, default=None, help="output folder (default: llm_bridge/weights/<kind>)")
     ap.add_argument("--log-every", type=int, default=25)
     args = ap.parse_args(argv)
     try:

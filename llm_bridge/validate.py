@@ -55,6 +55,7 @@ from otspec.clitools import (
     ArgumentParser,
     HelpFormatter,
     comma_items,
+    path_argument,
     writable_file,
     writable_folder,
 )
@@ -401,14 +402,14 @@ def main(argv=None) -> int:
                          "with prompt lookup, int8 or distilled: the fastest); the chosen peer then runs on every "
                          "measured prompt, interleaved with the runs")
     ap.add_argument("--name", help="output name: figures/llm_<name>.* (default: from the draft)")
-    ap.add_argument("--out-dir", type=Path, default=RECORDS_OUT,
+    ap.add_argument("--out-dir", type=path_argument, default=RECORDS_OUT,
                     help="where the record (llm_<name>.json, .md, .png) goes; make records writes the committed figures/")
     ap.add_argument("--json", action="store_true", help="also print the JSON record")
-    ap.add_argument("--log-rows", type=Path, default=None, metavar="FILE",
+    ap.add_argument("--log-rows", type=path_argument, default=None, metavar="FILE",
                     help="also write the rows the predictions read: both models' rows along the second plain run "
                          "(seed + 1), top-p truncated (a logged-rows .npz for python -m otspec sweep / simulate "
                          "--logged)")
-    ap.add_argument("--export-synthetic-rates", type=Path, default=None, metavar="FILE",
+    ap.add_argument("--export-synthetic-rates", type=path_argument, default=None, metavar="FILE",
                     help="also write each run's per-position unconditional acceptance rates and mean acceptance "
                          "length (measured, and predicted where present) for a serving engine's synthetic mode")
     ap.add_argument("--prediction-prompts", type=int, default=None,

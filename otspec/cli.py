@@ -38,6 +38,7 @@ from .clitools import (
     length_list,
     pair_from_args,
     parse_probs,
+    path_argument,
     positive_int,
     seed,
     tree_from_args,
@@ -284,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     swp = sub.add_parser("sweep", help="run a grid from a TOML/YAML spec into Parquet and CSV tables (see README, "
                                        "Sweeps)", formatter_class=_Formatter)
     swp.add_argument("spec", metavar="SPEC", help="the sweep spec (.toml, or .yaml/.yml)")
-    swp.add_argument("--out", type=Path, default=None,
+    swp.add_argument("--out", type=path_argument, default=None,
                      help="results folder (cells/, results.parquet, results.csv); default: SPEC's folder, "
                           "<spec name>_results. Finished cells there are skipped (resume)")
     swp.add_argument("--workers", type=positive_int, default=None,

@@ -171,6 +171,14 @@ def tree_from_args(args):
         raise CLIError(f"--tree {args.tree!r}: {exc}") from None
 
 
+def path_argument(text: str) -> Path:
+    """An argparse ``type`` for a file or folder path: any path but an empty one (``--out ''`` would write into the
+    working folder, or read it, without a word)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a path, got an empty one")
+    return Path(text)
+
+
 def writable_folder(path, flag: str) -> Path:
     """``path``, a folder a command writes into at its end, checked at its start: it exists or can be made, and can
     be written to (a ``ValueError`` naming ``flag`` otherwise), so a long run never fails at its last step."""

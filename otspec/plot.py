@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from .checks import check_real
-from .clitools import ArgumentParser, HelpFormatter
+from .clitools import ArgumentParser, HelpFormatter, path_argument
 from .figures import FIGURES, SCRATCH_DIR
 
 __all__ = ["FIGURES", "main", "render", "write_figure"]
@@ -111,9 +111,9 @@ def main(argv=None) -> int:
     parser = ArgumentParser(prog="python -m otspec.plot", description=__doc__.split("\n\n")[0],
                                      formatter_class=HelpFormatter)
     parser.add_argument("name", choices=sorted(FIGURES) + ["all"], help="figure to draw")
-    parser.add_argument("--out", help=f"PNG path (default {DEFAULT_DIR}/<stem>.png; JSON beside it; the committed "
+    parser.add_argument("--out", type=path_argument, help=f"PNG path (default {DEFAULT_DIR}/<stem>.png; JSON beside it; the committed "
                                       "figures/ are remade by make figures)")
-    parser.add_argument("--records", type=Path, default=None,
+    parser.add_argument("--records", type=path_argument, default=None,
                         help="folder of the real-model records (llm_*.json, llm_*_rows.npz) the record figures read "
                              "(default: the committed figures/)")
     parser.add_argument("--scale", type=float, default=1.0, help=f"simulation size factor, in (0, {MAX_SCALE:g}]")

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
-from .clitools import ArgumentParser
+from .clitools import ArgumentParser, path_argument
 from .figures import SCRATCH_DIR
 from .plot import FIGURES, write_figure
 
@@ -103,10 +103,10 @@ def _summary(headlines: list[tuple[str, str]], parts: list[str]) -> str:
 
 def main(argv=None) -> int:
     parser = ArgumentParser(prog="python -m otspec.report", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out-dir", default=str(SCRATCH_DIR),
+    parser.add_argument("--out-dir", type=path_argument, default=SCRATCH_DIR,
                         help=f"where the figures and REPORT.md go (default {SCRATCH_DIR}; make figures writes figures/)")
     parser.add_argument("--scale", type=float, default=1.0, help="simulation size factor")
-    parser.add_argument("--records", default=None,
+    parser.add_argument("--records", type=path_argument, default=None,
                         help="folder of the real-model records the record sections read (default: the committed figures/)")
     args = parser.parse_args(argv)
     if args.scale <= 0:

@@ -214,7 +214,7 @@ def test_fifth_round_out_folders_base_exceptions_and_limit_names(tmp_path, capsy
     module.write_text("def base_exc(*a):\n    raise BaseException('boom')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    for out, says in (("", "empty path"), ("/proc/x", "--out /proc/x")):
+    for out, says in (("", "got an empty one"), ("/proc/x", "--out /proc/x")):
         with pytest.raises(SystemExit) if out == "" else contextlib.nullcontext():
             assert main(["audit", "otspec.audit.adapters:token", "--samples", "200", "--out", out]) == 2
         assert says in capsys.readouterr().err

@@ -164,3 +164,10 @@ def test_an_empty_entry_in_a_probability_list_is_refused(row, capsys):
 def test_decode_checks_the_target_cost_without_a_draft_cost(capsys):
     assert cli_main(["decode", "--draft", "0.5,0.5", "--target", "0.5,0.5", "--L", "2", "--t-target", "nan"]) == 2
     assert "--t-target" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["sweep", "spec.toml", "--out", ""], ["audit", "x:y", "--out", " "]])
+def test_an_empty_output_path_is_refused_before_anything_runs(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(argv)
+    assert exit_.value.code == 2 and "expected a path, got an empty one" in capsys.readouterr().err

@@ -4,18 +4,9 @@ loaded, raises, exits, breaks the protocol or hangs)."""
 
 from __future__ import annotations
 
-import argparse
 import os
-from pathlib import Path
 
-from ..clitools import writable_folder
-
-
-def _folder(text: str) -> Path:
-    """``--out``: a folder path, not an empty one (which would write the card into the working folder)."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("expected a folder for the report card, got an empty path")
-    return Path(text)
+from ..clitools import path_argument, writable_folder
 
 __all__ = ["add_audit_parser"]
 
@@ -123,7 +114,7 @@ def add_audit_parser(sub, formatter, json_flag) -> None:
                    "enumerated, the output law compared with the target law")
     p.add_argument("--in-process", action="store_true", help="run the sampler in this process rather than a child "
                    "(a sampler that ends its process then ends the audit without a verdict)")
-    p.add_argument("--out", type=_folder, default=None, help="write the report card (audit.md, audit.json, audit.png; "
+    p.add_argument("--out", type=path_argument, default=None, help="write the report card (audit.md, audit.json, audit.png; "
                    "with --exact: audit.md and audit.json) here")
     json_flag(p)
     p.set_defaults(run=_run)

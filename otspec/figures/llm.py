@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..clitools import ArgumentParser
+from ..clitools import ArgumentParser, path_argument
 from ..engine.record import AdaptiveRecord, RecordError, as_record, read_record
 from . import RECORDS_DIR, SCRATCH_DIR, register
 from .common import axes, new_figure
@@ -303,8 +303,8 @@ def record_main(argv=None) -> int:
                                      description="Draw a real pair's record (llm_bridge.validate / adaptive): its "
                                                  "Markdown summary and plot, written beside the JSON (a committed "
                                                  f"record in figures/: into {SCRATCH_DIR}).")
-    parser.add_argument("files", nargs="+", type=Path, help="record files (llm_<name>.json)")
-    parser.add_argument("--out-dir", type=Path, default=None,
+    parser.add_argument("files", nargs="+", type=path_argument, help="record files (llm_<name>.json)")
+    parser.add_argument("--out-dir", type=path_argument, default=None,
                         help=f"write the summaries and plots here (default: beside each record; {SCRATCH_DIR} for the "
                              "committed records)")
     args = parser.parse_args(argv)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..clitools import ArgumentParser, HelpFormatter
+from ..clitools import ArgumentParser, HelpFormatter, path_argument
 
 __all__ = ["INTERVALS", "PARAMETERS", "main", "plot_sweep", "read_results"]
 
@@ -135,7 +135,7 @@ def main(argv=None) -> int:
     parser.add_argument("--heatmap", action="store_true", help="a heat map of --z over --x and --y")
     parser.add_argument("--z", help="the value coloured in a heat map")
     parser.add_argument("--where", action="append", metavar="COL=VALUE", help="keep only these rows (repeatable)")
-    parser.add_argument("--out", help="PNG path (default: beside RESULTS, named after the axes)")
+    parser.add_argument("--out", type=path_argument, help="PNG path (default: beside RESULTS, named after the axes)")
     args = parser.parse_args(argv)
     try:
         frame = _where(read_results(args.results), args.where)
