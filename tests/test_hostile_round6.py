@@ -171,3 +171,15 @@ def test_an_empty_output_path_is_refused_before_anything_runs(argv, capsys):
     with pytest.raises(SystemExit) as exit_:
         cli_main(argv)
     assert exit_.value.code == 2 and "expected a path, got an empty one" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", [["--workers", "100000"], ["--cluster", "local:100000"]])
+def test_a_sweep_never_starts_more_processes_than_its_limit(flag, tmp_path, capsys):
+    from otspec.sweep.run import MAX_LOCAL_WORKERS
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('name = "s"\nquantities = ["exact"]\nL = [2]\n[[pairs]]\nkind = "random_iid"\nvocab = [3]\n'
+                    'concentration = [1.0]\n[[verifiers]]\nname = "token"\n')
+    assert cli_main(["sweep", str(spec), "--out", str(tmp_path / "out"), *flag]) == 2
+    err = capsys.readouterr().err
+    assert f"above MAX_LOCAL_WORKERS = {MAX_LOCAL_WORKERS}" in err and not (tmp_path / "out").exists()

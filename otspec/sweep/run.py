@@ -23,12 +23,13 @@ import tempfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from ..checks import check_size
 from ..progress import tqdm
 from .cells import run_cells
 from .spec import SweepSpec, cell_id, load_spec, shared_key
 from .work import MAX_CELL_WORK, spec_work
 
-__all__ = ["CRASH_ONCE_ENV", "gather", "run_sweep", "write_tables"]
+__all__ = ["CRASH_ONCE_ENV", "MAX_LOCAL_WORKERS", "gather", "run_sweep", "write_tables"]
 
 
 def _cell_path(out: Path, cell: dict) -> Path:
@@ -67,11 +68,16 @@ def _run_and_store(cells: list, seed: int, quantities, base: str, out: str, extr
     return len(cells)
 
 
+#: Most processes a sweep starts on this machine (``--workers`` or ``--cluster local:N``): each is a Python process of
+#: a few hundred MB; far more than the cores only thrashes (100,000 asked for started 1,080 processes in 8 s).
+MAX_LOCAL_WORKERS = 256
+
+
 def _parse_cluster(cluster: str) -> int:
     kind, _, n = cluster.partition(":")
     if kind != "local" or not n.isdigit() or int(n) < 1:
         raise ValueError(f"--cluster {cluster!r}: expected local:N with N >= 1 workers")
-    return int(n)
+    return check_size(int(n), f"--cluster {cluster}: N", limit=MAX_LOCAL_WORKERS, limit_name="MAX_LOCAL_WORKERS")
 
 
 def run_sweep(spec: SweepSpec | str | os.PathLike, out, *, workers: int | None = None, scheduler: str | None = None,
@@ -84,6 +90,10 @@ def run_sweep(spec: SweepSpec | str | os.PathLike, out, *, workers: int | None =
     spec = spec if isinstance(spec, SweepSpec) else load_spec(spec)
     if scheduler and cluster:
         raise ValueError("give --scheduler or --cluster, not both")
+    if workers is not None:  # checked before anything starts
+        workers = check_size(workers, "--workers", limit=MAX_LOCAL_WORKERS, limit_name="MAX_LOCAL_WORKERS")
+    if cluster:
+        _parse_cluster(cluster)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     todo = [c for c in spec.cells if not _cell_path(out, c).exists()]
@@ -105,7 +115,7 @@ def run_sweep(spec: SweepSpec | str | os.PathLike, out, *, workers: int | None =
             for group in tasks:
                 bar.update(_run_and_store(group, *args))
         else:
-            with ProcessPoolExecutor(max_workers=workers or os.cpu_count()) as pool:
+            with ProcessPoolExecutor(max_workers=min(workers or os.cpu_count(), len(tasks))) as pool:
                 for fut in as_completed([pool.submit(_run_and_store, group, *args) for group in tasks]):
                     bar.update(fut.result())
     finally:
@@ -134,7 +144,7 @@ def _run_dask(tasks, args, scheduler, cluster, bar) -> None:
         from distributed import as_completed as dask_completed
     except ImportError:
         raise ImportError(f"Dask distributed is not installed: {EXTRAS_HINT}") from None
-    local = LocalCluster(n_workers=_parse_cluster(cluster), threads_per_worker=1, processes=True,
+    local = LocalCluster(n_workers=max(1, min(_parse_cluster(cluster), len(tasks))), threads_per_worker=1, processes=True,
                          dashboard_address=None) if cluster else None
     try:
         with Client(local if local is not None else scheduler) as client:
