@@ -79,6 +79,7 @@ from .runs import (
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .timing import TimingPlan, add_timing_arguments, phase_log
 from .validate import PROMPT_FILE, RECORDS_OUT, output_path, split_prompts
+from .validate_config import MAX_NEW_TOKENS
 
 __all__ = ["L2_GRID", "FrontierPlan", "HeadData", "choose_l2", "frontier", "head_training_data", "head_training_data_on_policy",
            "load_head", "main", "save_head", "train_head"]
@@ -159,6 +160,7 @@ class FrontierPlan(Changeable):
         for name in ("max_length", "max_new_tokens", "batch_size", "timing_attempts", "hf_prompts",
                      "prediction_paths"):
             check_size(getattr(self, name), "--" + name.replace("_", "-"))
+        check_size(self.max_new_tokens, "--max-new-tokens", limit=MAX_NEW_TOKENS, limit_name="MAX_NEW_TOKENS")
 
 
 def frontier(pair, prompts, head, plan: FrontierPlan | None = None, *, prediction_prompts=None) -> dict:
@@ -323,13 +325,14 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
                                                      else ()):
         check_size(getattr(args, name), "--" + name.replace("_", "-"))
     sampling = plan.sampling
+    saved = load_head(args.head) if args.head else None  # a file that is not a head: refused before the models load
     pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
     rule = args.rule if args.rule != "auto" else ("confidence" if pair.drafter.reads_target_features else "specdecpp")
     train_data = {}  # how a trained head's rows were made
     if rule == "confidence":
         head, report = None, {"rule": "confidence", "description": CONFIDENCE_RULE}
-    elif args.head:
-        head, report = load_head(args.head)
+    elif saved is not None:
+        head, report = saved
     else:
         train_ids = encode_prompts(pair.tokenizer, read_prompts(DATA_DIR / "distill_prompts.txt", args.train_prompts))
         if pair.drafter.reads_target_features:  # a feature head drafts on its own states: rows from real drafting

@@ -203,7 +203,18 @@ def load_head(path) -> tuple[AcceptanceHead, dict]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no acceptance head at {path} (train one: python -m llm_bridge.adaptive)")
-    meta = json.loads(path.read_text())
+    try:
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        raise ValueError(f"--head {path}: not a JSON file (an acceptance head is saved by --save-head)") from None
+    if not isinstance(meta, dict) or not {"theta", "bias"} <= set(meta):
+        raise ValueError(f"--head {path}: not an acceptance head (no 'theta' and 'bias'; one is saved by --save-head)")
+    try:
+        theta, bias = np.asarray(meta.pop("theta"), dtype=np.float64), float(meta.pop("bias"))
+    except (TypeError, ValueError):
+        raise ValueError(f"--head {path}: 'theta' should be a list of numbers and 'bias' a number") from None
+    if theta.ndim != 1 or not np.isfinite(theta).all() or not np.isfinite(bias):
+        raise ValueError(f"--head {path}: 'theta' should be one finite vector and 'bias' finite")
     head = AcceptanceHead(meta.get("w_acc", 1.0), meta.get("w_rej", 1.0), meta.get("l2", 1e-4))
-    head.theta, head.bias = np.asarray(meta.pop("theta"), dtype=np.float64), float(meta.pop("bias"))
+    head.theta, head.bias = theta, bias
     return head, meta

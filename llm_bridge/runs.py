@@ -47,6 +47,12 @@ __all__ = ["ENGINE_KEYS", "INTERLEAVED_METHOD", "MAX_BASELINE_DRIFT", "MIN_OTHER
 ENGINE_KEYS = ("mean_acceptance_length", "acceptance_per_position_unconditional", "draft_acceptance_rate")
 
 
+
+def _measured_ms(timer, kind: str) -> float | None:
+    """Mean milliseconds per call of ``kind``, or None (JSON null: not measured) where it was never called (a
+    whole-tree verifier times no separate verify call)."""
+    return timer.mean_ms(kind) if timer.count(kind) else None
+
 def engine_fields(accept_hist) -> dict:
     """A record row's serving-engine metrics: :data:`ENGINE_KEYS` at the top level, all under ``engine_metrics``
     (a tree's depth plays the draft position)."""
@@ -307,7 +313,7 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, profile, rng,
         "draft_calls": timer.count("draft"), "target_calls": timer.count("target"),
         "drafted_length_histogram": depths.tolist(),
         "t_draft_ms": t_draft, "t_target_ms": measured,
-        "t_verify_ms": timer.mean_ms("verify"), "overhead_ms_per_iteration": overhead_ms,
+        "t_verify_ms": _measured_ms(timer, "verify"), "overhead_ms_per_iteration": overhead_ms,
         "verify_fraction_of_target_call": timer.total("verify") / max(timer.total("target"), 1e-12),
         "draft_seconds": timer.total("draft"), "target_seconds": timer.total("target"), "seconds": result.seconds,
         "time_decomposition_ms": time_decomposition(d, t_draft, timer.mean_ms("target"), batch_size),
@@ -369,7 +375,7 @@ def tree_record(result, verifier_name: str, baseline: dict, prediction=None, bat
         "draft_calls": timer.count("draft"), "target_calls": timer.count("target"),
         "target_nodes_per_call": float(result.target_nodes.mean()) if result.target_nodes.size else 0.0,
         "t_draft_ms": t_draft, "t_target_ms": {k: v["mean"] for k, v in timer.by_n_ms("target").items()},
-        "t_target_mean_ms": timer.mean_ms("target"), "t_verify_ms": timer.mean_ms("verify"),
+        "t_target_mean_ms": _measured_ms(timer, "target"), "t_verify_ms": _measured_ms(timer, "verify"),
         "overhead_ms_per_iteration": overhead_ms,
         "verify_fraction_of_target_call": timer.total("verify") / max(timer.total("target"), 1e-12),
         "seconds": result.seconds, "tokens_per_s": result.tokens_per_s,

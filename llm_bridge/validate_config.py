@@ -28,7 +28,7 @@ from .prompts import DATA_DIR, read_prompts
 from .sampling import Sampling
 from .trees import parse_tree
 
-__all__ = ["PROMPT_FILE", "ValidateConfig", "prompt_lines"]
+__all__ = ["MAX_NEW_TOKENS", "PROMPT_FILE", "ValidateConfig", "prompt_lines"]
 
 #: The prompt file of the measured and the prediction prompts.
 PROMPT_FILE = "validate_prompts.txt"
@@ -48,6 +48,11 @@ def prompt_lines(prompts: int, prediction_prompts: int | None = None, pool: int 
 #: Most positions (batch × a tree's tokens + 1) one target call of a tree run may score: each is a row of V logits
 #: (49,152 for the default pair: 4,096 rows are 0.8 GB in float32). Real trees score tens of tokens a sequence.
 MAX_CALL_POSITIONS = 4096
+
+
+#: Most tokens one prompt decodes in a validation (the default target's context is 8,192 tokens; a run of 10^9
+#: tokens was started and never ended). Checked before any model loads.
+MAX_NEW_TOKENS = 8192
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,7 @@ class ValidateConfig(Changeable):
         for name in ("prompts", "max_new_tokens", "batch_size", "prediction_sequences", "prediction_paths",
                      "hf_prompts"):
             put(self, name, check_size(getattr(self, name), name))
+        check_size(self.max_new_tokens, "max_new_tokens", limit=MAX_NEW_TOKENS, limit_name="MAX_NEW_TOKENS")
         put(self, "lengths", tuple(check_size(L, "L", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
                                    for L in self.lengths))
         put(self, "verifiers", tuple(self.verifiers))
@@ -160,7 +166,7 @@ class ValidateConfig(Changeable):
                              "multi-draft verifier on every tree of trees")
         if self.tree_pairs:
             put(self, "tree_pairs", tuple((str(v), str(t)) for v, t in self.tree_pairs))
-        unknown = [v for v in self.run_multi_verifiers if v not in TREE_VERIFIERS]
+        unknown = [v for v in (*self.multi_verifiers, *self.run_multi_verifiers) if v not in TREE_VERIFIERS]
         if unknown:
             raise ValueError(f"multi-draft verifiers {unknown}: expected names among {sorted(TREE_VERIFIERS)}")
         for name, tree in self.tree_pairs or ():

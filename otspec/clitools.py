@@ -201,4 +201,12 @@ def writable_file(path, flag: str) -> Path:
         raise ValueError(f"{flag} {path}: its folder does not exist")
     if path.is_dir() or not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise ValueError(f"{flag} {path}: cannot be written to")
+    existed = path.exists()
+    try:  # permissions are not the whole story (/proc, a read-only mount): open it for appending, as the end will
+        with open(path, "a"):
+            pass
+    except OSError as err:
+        raise ValueError(f"{flag} {path}: cannot be written to ({err.strerror or err})") from None
+    if not existed:
+        path.unlink(missing_ok=True)
     return path

@@ -72,6 +72,7 @@ def test_the_registry_draws_records_from_the_folder_it_is_given(tmp_path, capsys
     shutil.copy(FIGURES / "llm_default.json", tmp_path / "llm_default.json")
     data = llm_data(records_dir=tmp_path)
     assert [r.file for r in data["records"]] == ["llm_default.json"] and data["adaptive"] == []
+    (tmp_path / "empty").mkdir()
     assert llm_data(records_dir=tmp_path / "empty") == {"records": [], "adaptive": [], "forecasts": []}
     assert plot_main(["record", str(tmp_path / "llm_default.json")]) == 0
     assert (tmp_path / "llm_default.png").stat().st_size > 10_000

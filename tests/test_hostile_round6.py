@@ -183,3 +183,61 @@ def test_a_sweep_never_starts_more_processes_than_its_limit(flag, tmp_path, caps
     assert cli_main(["sweep", str(spec), "--out", str(tmp_path / "out"), *flag]) == 2
     err = capsys.readouterr().err
     assert f"above MAX_LOCAL_WORKERS = {MAX_LOCAL_WORKERS}" in err and not (tmp_path / "out").exists()
+
+
+def _record_with(**run_fields):
+    import json
+
+    from otspec.figures import RECORDS_DIR
+    record = json.loads((RECORDS_DIR / "llm_default.json").read_text())
+    record["runs"] = [{**record["runs"][0], **run_fields}]
+    return record
+
+
+@pytest.mark.parametrize("fields,match", [
+    ({"acceptance_per_position": [2.0, 0.1]}, r"'acceptance_per_position'\[0\] should be in \[0, 1\], got 2.0"),
+    ({"acceptance_rate": -0.5}, r"'acceptance_rate' should be in \[0, 1\], got -0.5"),
+    ({"accepted_length_histogram": [-5, 1, 1]}, r"'accepted_length_histogram'\[0\] should be >= 0"),
+    ({"speedup": float("nan")}, "'speedup' should be a finite number or null, got nan"),
+    ({"t_target_ms": {"abc": 1.0}}, "keyed by tokens scored per call"),
+    ({"t_target_ms": {"1": -1.0}}, r"'t_target_ms'\['1'\] should be a time > 0 ms"),
+    ({"tv_per_position": []}, "one entry per drafted position"),
+    ({"tv_per_position": [float("nan"), 0.1]}, "'tv_per_position'\\[0\\] should be a finite number or null")])
+def test_a_damaged_record_is_refused_naming_the_field(fields, match):
+    from otspec.engine.record import RecordError, as_record
+
+    with pytest.raises(RecordError, match=match):
+        as_record(_record_with(**fields))
+
+
+def test_every_committed_record_passes_the_range_checks():
+    from otspec.engine.record import read_record
+    from otspec.figures import RECORDS_DIR
+
+    records = [p for p in sorted(RECORDS_DIR.glob("llm_*.json")) if not p.name.startswith("llm_forecast_")]
+    assert len(records) >= 12 and all(read_record(p) is not None for p in records)
+
+
+def test_a_deep_record_and_a_missing_records_folder_are_one_line(tmp_path, capsys):
+    from otspec.plot import main as plot_main
+
+    deep = tmp_path / "llm_deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    assert plot_main(["record", str(deep), "--out-dir", str(tmp_path)]) == 2
+    assert "nests JSON too deeply" in capsys.readouterr().err
+    assert plot_main(["real_models", "--records", str(tmp_path / "nope"), "--out", str(tmp_path / "x.png")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_validation_options_are_refused_before_a_model_loads(tmp_path, capsys):
+    from llm_bridge import adaptive, validate
+    from llm_bridge.validate_config import MAX_NEW_TOKENS
+
+    assert validate.main(["--max-new-tokens", str(10**9)]) == 2
+    assert f"above MAX_NEW_TOKENS = {MAX_NEW_TOKENS:,}" in capsys.readouterr().err
+    assert validate.main(["--multi-verifiers", "bogus"]) == 2  # without --trees it was ignored
+    assert "multi-draft verifiers ['bogus']" in capsys.readouterr().err
+    not_a_head = tmp_path / "source.json"
+    not_a_head.write_text('{"type": "iid", "probs": [0.5, 0.5]}')
+    assert adaptive.main(["--head", str(not_a_head), "--fixed", "1", "--thresholds", "0.5"]) == 2
+    assert "not an acceptance head" in capsys.readouterr().err

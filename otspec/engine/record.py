@@ -282,7 +282,7 @@ class _Record(JsonObject):
         """Write the record as indented JSON; returns the path."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_json(), indent=1) + "\n")
+        path.write_text(json.dumps(self.to_json(), indent=1, allow_nan=False) + "\n")  # NaN is not JSON: null
         return path
 
     def to_data(self) -> dict:
@@ -357,6 +357,8 @@ def read_record(path) -> PairRecord | AdaptiveRecord:
         obj = json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise RecordError(f"{path}: not JSON ({err})") from err
+    except RecursionError:
+        raise RecordError(f"{path}: nests JSON too deeply to be a record") from None
     record = as_record(obj, str(path))
     record.file, record.path = path.name, str(path)
     return record

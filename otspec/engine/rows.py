@@ -256,6 +256,15 @@ class Straggling(JsonObject):
     batch_size: int | None = None
 
 
+def _in_range(value, name: str, where: str, low: float, high: float) -> None:
+    """Refuse a number (or an entry of a list of numbers) outside [low, high], naming the field."""
+    for i, x in enumerate(value if isinstance(value, list) else [value]):
+        if isinstance(x, int | float) and not isinstance(x, bool) and not low <= x <= high:
+            at = f"[{i}]" if isinstance(value, list) else ""
+            span = f">= {low:g}" if high == math.inf else f"in [{low:g}, {high:g}]"
+            raise RecordError(f"{where}: field {name!r}{at} should be {span}, got {x}")
+
+
 @dataclass(kw_only=True)
 class _Run(JsonObject):
     """What every measured row has: block efficiency over prompts, its prediction, the speedup and its prediction."""
@@ -281,6 +290,26 @@ class _Run(JsonObject):
     predicted_speedup_ignoring_straggling: float | None = None
     speedup_prediction: SpeedupPrediction | None = None
     prediction_check: PredictionCheck | None = None
+
+    #: Fields that are probabilities (each entry of a list one): in [0, 1] where given.
+    PROBABILITIES = ("acceptance_per_position_unconditional", "draft_acceptance_rate")
+    #: Fields that are costs, rates or ratios: finite and >= 0 where given.
+    NONNEGATIVE = ("predicted_block_efficiency", "mean_acceptance_length", "t_draft_ms", "tokens_per_s", "speedup",
+                   "predicted_speedup", "predicted_speedup_ignoring_straggling")
+
+    def check(self, where: str) -> None:
+        """Every float a run holds is finite (``null`` says "not measured"), probabilities lie in [0, 1], costs and
+        speedups are >= 0, counts are >= 0: a damaged record is refused naming the field, never drawn."""
+        for f in self._fields():
+            value = getattr(self, f.name)
+            for i, x in enumerate(value if isinstance(value, list) else [value]):
+                if isinstance(x, float) and not math.isfinite(x):
+                    at = f"[{i}]" if isinstance(value, list) else ""
+                    raise RecordError(f"{where}: field {f.name!r}{at} should be a finite number or null, got {x}")
+        for name in self.PROBABILITIES:
+            _in_range(getattr(self, name, None), name, where, 0.0, 1.0)
+        for name in self.NONNEGATIVE:
+            _in_range(getattr(self, name, None), name, where, 0.0, math.inf)
 
     @property
     def speedup_spread(self) -> Interval | None:
@@ -309,6 +338,22 @@ class _ModelRun(_Run):
     timing_rounds: list | None = None
     batch_straggling: Straggling | None = None
 
+    COUNTS = ("accepted_length_histogram", "iterations", "generated", "draft_calls", "target_calls")
+
+    def check(self, where: str) -> None:
+        super().check(where)
+        for name in self.COUNTS:
+            _in_range(getattr(self, name), name, where, 0, math.inf)
+        for name in ("t_verify_ms", "overhead_ms_per_iteration", "verify_fraction_of_target_call", "draft_seconds",
+                     "target_seconds", "seconds", "baseline_tokens_per_s"):
+            _in_range(getattr(self, name), name, where, 0.0, math.inf)
+        for key, ms in (self.t_target_ms or {}).items():
+            if not (key.isdigit() and int(key) >= 1):
+                raise RecordError(f"{where}: field 't_target_ms' should be keyed by tokens scored per call (1, 2, ...), "
+                                  f"got the key {key!r}")
+            if not (isinstance(ms, int | float) and math.isfinite(ms) and ms > 0):
+                raise RecordError(f"{where}: field 't_target_ms'[{key!r}] should be a time > 0 ms, got {ms}")
+
 
 @dataclass(kw_only=True)
 class ChainRun(_ModelRun):
@@ -328,6 +373,16 @@ class ChainRun(_ModelRun):
     time_decomposition_ms: dict | None = None
 
     def check(self, where: str) -> None:
+        super().check(where)
+        for name in ("acceptance_rate", "acceptance_per_position", "tv_per_position",
+                     "predicted_acceptance_per_position_unconditional"):
+            _in_range(getattr(self, name), name, where, 0.0, 1.0)
+        _in_range(self.drafted_length_histogram, "drafted_length_histogram", where, 0, math.inf)
+        for name in ("acceptance_per_position", "tv_per_position"):  # one entry per drafted position
+            values = getattr(self, name)
+            if values is not None and len(values) != self.L:
+                raise RecordError(f"{where}: field {name!r} should hold one entry per drafted position (L = {self.L}), "
+                                  f"got {len(values)}")
         if not 1 <= self.L <= MAX_DRAFT_LENGTH:
             raise RecordError(f"{where}: field 'L' should be a draft length in [1, {MAX_DRAFT_LENGTH}], got {self.L}")
 
@@ -363,6 +418,12 @@ class TreeRun(_ModelRun):
     target_nodes_per_call: float | None = None
     t_target_mean_ms: float | None = None
 
+    def check(self, where: str) -> None:
+        super().check(where)
+        for name in ("go_on", "acceptance", "tv"):
+            _in_range(getattr(self, name), name, where, 0.0, 1.0)
+        _in_range(self.drafted_depth_histogram, "drafted_depth_histogram", where, 0, math.inf)
+
     @property
     def config(self) -> str:
         return self.tree
@@ -387,6 +448,10 @@ class PolicyRun(_Run):
     t_target_ms: float | None = None
 
     def check(self, where: str) -> None:
+        super().check(where)
+        for name in ("discard_rate", "verification_rate", "mean_draft_length", "draft_calls_per_iteration",
+                     "latency_ms", "t_target_ms"):  # SpecDec++'s rates are per generated token: >= 0, not <= 1
+            _in_range(getattr(self, name), name, where, 0.0, math.inf)
         if not (self.value >= 0 and self.value != float("inf")):  # NaN fails the first comparison
             raise RecordError(f"{where}: field 'value' should be a threshold >= 0 or a draft length, got {self.value}")
         if self.policy == "fixed" and (self.value != int(self.value) or self.value < 1):

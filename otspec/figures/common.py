@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
-__all__ = ["as_sources", "axes", "coverage", "describe", "fmt", "max_abs_difference", "new_figure", "style_of",
+__all__ = ["as_sources", "records_folder", "axes", "coverage", "describe", "fmt", "max_abs_difference", "new_figure", "style_of",
            "table"]
 
 
@@ -66,3 +68,12 @@ def coverage(series_list, value_key: str, low_key: str, high_key: str, truth_key
 def max_abs_difference(series_list, a: str, b: str) -> float:
     """max |s[a] − s[b]| over every series."""
     return float(max(np.max(np.abs(np.subtract(s[a], s[b]))) for s in series_list))
+
+
+def records_folder(records_dir) -> Path:
+    """The folder of real-pair records a figure reads: it must exist (a mistyped ``--records`` drew an empty figure
+    without a word)."""
+    folder = Path(records_dir)
+    if not folder.is_dir():
+        raise ValueError(f"records folder {folder}: {'not a folder' if folder.exists() else 'does not exist'}")
+    return folder

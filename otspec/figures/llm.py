@@ -18,7 +18,7 @@ from pathlib import Path
 from ..clitools import ArgumentParser, path_argument
 from ..engine.record import AdaptiveRecord, RecordError, as_record, read_record
 from . import RECORDS_DIR, SCRATCH_DIR, register
-from .common import axes, new_figure
+from .common import axes, new_figure, records_folder
 from .llm_adaptive import adaptive_markdown, render_adaptive_record
 from .llm_markdown import misses_markdown, record_markdown
 from .llm_predictions import (
@@ -268,7 +268,7 @@ def llm_data(scale: float = 1.0, records_dir: str | Path = RECORDS_DIR) -> dict:
     measured); other ``llm_*`` data files there (a benchmark's output, the GPU suite's summary) hold no
     ``model_pair`` and are skipped."""
     records, adaptive, forecasts = [], [], []
-    folder, here = Path(records_dir), Path.cwd().resolve()
+    folder, here = records_folder(records_dir), Path.cwd().resolve()
     if folder.is_absolute() and folder.resolve().is_relative_to(here):
         folder = folder.resolve().relative_to(here)  # the same paths in the figure's JSON on any machine
     for path in sorted(folder.glob("llm_*.json")):

@@ -13,7 +13,7 @@ from ..sources import load_logged_rows
 from ..theory import positional_window_values
 from ..verifiers import REGISTRY
 from . import RECORDS_DIR, register
-from .common import axes, table
+from .common import axes, records_folder, table
 
 __all__ = ["logged_data", "render_logged"]
 
@@ -127,6 +127,6 @@ def _logged_section(data: dict, png: Path) -> str:
 def logged_data(scale: float = 1.0, records_dir: str | Path = RECORDS_DIR) -> dict:
     """Every ``llm_*_rows.npz`` log in ``records_dir``, evaluated at L in :data:`LENGTHS` (``scale`` sets the
     Monte Carlo blocks: 200,000 at 1)."""
-    folder = Path(records_dir)
+    folder = records_folder(records_dir)
     blocks = max(2_000, int(200_000 * scale))
     return {"blocks": blocks, "logs": [_one_log(path, blocks) for path in sorted(folder.glob("llm_*_rows.npz"))]}

@@ -23,7 +23,7 @@ from ..solvers.otm_dual import otm_value
 from ..sources import load_logged_rows
 from ..verifiers import MULTI_DRAFT_REGISTRY, WHOLE_TREE_REGISTRY
 from . import RECORDS_DIR, register
-from .common import axes, fmt, table
+from .common import axes, fmt, records_folder, table
 
 __all__ = ["OPTIMUM_OF_DRAW", "step_verifiers", "trees_logged_data"]
 
@@ -127,6 +127,6 @@ def _section(data: dict, png: Path) -> str:
 @register("trees_logged", "trees_logged", render=render_trees_logged, section=_section, reads_records=True)
 def trees_logged_data(scale: float = 1.0, records_dir: str | Path = RECORDS_DIR) -> dict:
     """Every ``llm_*_rows.npz`` log in ``records_dir`` at k in :data:`KS` (``scale`` sets the steps: 128 at 1)."""
-    folder = Path(records_dir)
+    folder = records_folder(records_dir)
     steps = max(8, int(128 * scale))
     return {"logs": [_one_log(path, steps) for path in sorted(folder.glob("llm_*_rows.npz"))]}
