@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from otspec.checks import check_real, check_size
-from otspec.clitools import ArgumentParser, comma_items, path_argument
+from otspec.clitools import ArgumentParser, comma_items, path_argument, positive_int
 from otspec.engine.controllers import ConfidenceController
 from otspec.engine.heads import LearnedHeadController
 from otspec.engine.predict import paired_ratio_interval
@@ -263,8 +263,8 @@ def main(argv=None) -> int:
                          "confidence for a feature-level draft head such as eagle, else specdecpp)")
     ap.add_argument("--head", type=path_argument, help="a saved head (JSON) instead of training one")
     ap.add_argument("--save-head", type=path_argument, help="write the trained head here (JSON)")
-    ap.add_argument("--train-prompts", type=int, default=64, help="prompts of distill_prompts.txt to train on")
-    ap.add_argument("--train-tokens", type=int, default=96, help="target response length per training prompt")
+    ap.add_argument("--train-prompts", type=positive_int, default=64, help="prompts of distill_prompts.txt to train on")
+    ap.add_argument("--train-tokens", type=positive_int, default=96, help="target response length per training prompt")
     ap.add_argument("--mix", type=float, default=0.15, help="token mixing rate r")
     ap.add_argument("--train-draft-length", type=int, default=4,
                     help="a feature head's training rows come from its own drafting at this fixed K")
@@ -326,6 +326,9 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
         check_size(getattr(args, name), "--" + name.replace("_", "-"))
     sampling = plan.sampling
     saved = load_head(args.head) if args.head else None  # a file that is not a head: refused before the models load
+    held = len(read_prompts(DATA_DIR / "distill_prompts.txt"))
+    if not saved and args.train_prompts > held:
+        raise ValueError(f"--train-prompts {args.train_prompts}: the training prompt file holds {held}")
     pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
     rule = args.rule if args.rule != "auto" else ("confidence" if pair.drafter.reads_target_features else "specdecpp")
     train_data = {}  # how a trained head's rows were made

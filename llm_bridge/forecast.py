@@ -21,7 +21,7 @@ import json
 import sys
 import time
 
-from otspec.clitools import ArgumentParser, HelpFormatter, path_argument
+from otspec.clitools import ArgumentParser, HelpFormatter, comma_items, path_argument
 from otspec.engine.forecast import FORECAST_TOLERANCE, forecast_check
 from otspec.engine.record import code_version
 from otspec.verifiers import REGISTRY, TREE_VERIFIERS
@@ -80,6 +80,14 @@ def forecast(pair, config: ValidateConfig, *, name: str = "pair") -> dict:
             "profile": profile.to_json(), "forecasts": rows}
 
 
+def _lengths(text: str) -> tuple:
+    """``--L``: comma-separated draft lengths (an empty item or a non-integer refused naming the flag)."""
+    try:
+        return tuple(int(x) for x in comma_items(text))
+    except ValueError:
+        raise ValueError(f"--L {text!r}: expected comma-separated integers") from None
+
+
 def main(argv=None) -> int:
     ap = ArgumentParser(prog="python -m llm_bridge.forecast", description=__doc__.splitlines()[0],
                                  formatter_class=HelpFormatter)
@@ -124,7 +132,7 @@ def main(argv=None) -> int:
         config = ValidateConfig(
             target=args.target, draft=args.draft, device=args.device, dtype=args.dtype,
             verifiers=tuple(v.strip() for v in args.verifiers.split(",") if v.strip()),
-            lengths=tuple(int(x) for x in args.L.split(",") if x.strip()),
+            lengths=_lengths(args.L),
             trees=tuple(t.strip() for t in args.trees.split(",") if t.strip()),
             multi_verifiers=tuple(v.strip() for v in args.multi_verifiers.split(",") if v.strip()),
             rule=args.rule, prompts=args.prompts, prediction_prompts=args.prediction_prompts,

@@ -19,7 +19,7 @@ def read_prompts(path, limit: int | None = None) -> list[str]:
     prompts = [ln for ln in lines if ln and not ln.startswith("#")]
     if not prompts:
         raise ValueError(f"prompt file {path} holds no prompt")
-    return prompts[:limit] if limit else prompts
+    return prompts if limit is None else prompts[:limit]
 
 
 def encode_prompts(tokenizer, texts: list[str]) -> list[list[int]]:

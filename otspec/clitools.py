@@ -45,12 +45,13 @@ class CLIError(Exception):
 
 def parse_probs(text: str, name: str = "probs") -> IIDSource:
     """``'0.3,0.7'`` or ``'2/3,1/3'`` → IID row; ``'0.3'`` → Bernoulli(0.3) = (0.7, 0.3). ``name`` labels errors."""
-    items = [v.strip() for v in text.split(",")]
-    if text.strip() and "" in items:  # '0.5,,0.3' would silently be a row of three
-        raise CLIError(f"{name}: an empty entry in {text!r} (entry {items.index('') + 1}); expected comma-separated "
-                       "numbers with none left out")
     try:
-        values = [float(Fraction(v)) for v in items if v != ""]
+        items = comma_items(text)  # '0.5,,0.3' would silently be a row of three
+    except ValueError:
+        raise CLIError(f"{name}: an empty entry in {text!r}; expected comma-separated numbers with none left "
+                       "out") from None
+    try:
+        values = [float(Fraction(v)) for v in items]
     except OverflowError:
         raise CLIError(f"{name}: {text!r} holds a number too large for a probability (expected entries in [0, 1])") from None
     except (ValueError, ZeroDivisionError):

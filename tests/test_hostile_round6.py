@@ -241,3 +241,15 @@ def test_validation_options_are_refused_before_a_model_loads(tmp_path, capsys):
     not_a_head.write_text('{"type": "iid", "probs": [0.5, 0.5]}')
     assert adaptive.main(["--head", str(not_a_head), "--fixed", "1", "--thresholds", "0.5"]) == 2
     assert "not an acceptance head" in capsys.readouterr().err
+
+
+def test_forecast_and_adaptive_read_their_lists_and_counts_strictly(capsys):
+    from llm_bridge import adaptive, forecast
+
+    assert forecast.main(["--L", "2,,4", "--draft", "ngram"]) == 2
+    assert "--L '2,,4': expected comma-separated integers" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        adaptive.main(["--train-prompts", "0"])  # 0 meant every prompt of the file
+    assert "--train-prompts: expected a positive integer" in capsys.readouterr().err
+    assert adaptive.main(["--train-prompts", "100000", "--fixed", "1", "--thresholds", "0.5"]) == 2
+    assert "the training prompt file holds" in capsys.readouterr().err
