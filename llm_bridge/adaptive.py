@@ -42,8 +42,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from otspec.checks import check_real, check_size
-from otspec.clitools import ArgumentParser, comma_items, path_argument, positive_int
+from otspec.checks import MAX_DRAFT_LENGTH, check_real, check_size
+from otspec.clitools import ArgumentParser, comma_items, path_argument, positive_int, writable_file
 from otspec.engine.controllers import ConfidenceController
 from otspec.engine.heads import LearnedHeadController
 from otspec.engine.predict import paired_ratio_interval
@@ -161,6 +161,7 @@ class FrontierPlan(Changeable):
                      "prediction_paths"):
             check_size(getattr(self, name), "--" + name.replace("_", "-"))
         check_size(self.max_new_tokens, "--max-new-tokens", limit=MAX_NEW_TOKENS, limit_name="MAX_NEW_TOKENS")
+        check_size(self.max_length, "--max-length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
 
 
 def frontier(pair, prompts, head, plan: FrontierPlan | None = None, *, prediction_prompts=None) -> dict:
@@ -324,6 +325,10 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
     for name in ("prompts", "train_draft_length") + (("prediction_prompts",) if args.prediction_prompts is not None
                                                      else ()):
         check_size(getattr(args, name), "--" + name.replace("_", "-"))
+    check_size(args.train_draft_length, "--train-draft-length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
+    check_size(args.train_tokens, "--train-tokens", limit=MAX_NEW_TOKENS, limit_name="MAX_NEW_TOKENS")
+    if args.save_head:
+        writable_file(args.save_head, "--save-head")
     sampling = plan.sampling
     saved = load_head(args.head) if args.head else None  # a file that is not a head: refused before the models load
     held = len(read_prompts(DATA_DIR / "distill_prompts.txt"))

@@ -253,3 +253,14 @@ def test_forecast_and_adaptive_read_their_lists_and_counts_strictly(capsys):
     assert "--train-prompts: expected a positive integer" in capsys.readouterr().err
     assert adaptive.main(["--train-prompts", "100000", "--fixed", "1", "--thresholds", "0.5"]) == 2
     assert "the training prompt file holds" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag,match", [(["--max-length", "5000"], "above MAX_DRAFT_LENGTH"),
+                                        (["--train-draft-length", "5000"], "above MAX_DRAFT_LENGTH"),
+                                        (["--train-tokens", "100000000"], "above MAX_NEW_TOKENS"),
+                                        (["--save-head", "/etc/passwd/x.json"], "--save-head")])
+def test_adaptive_sizes_and_paths_are_refused_before_a_model_loads(flag, match, capsys):
+    from llm_bridge import adaptive
+
+    assert adaptive.main(["--fixed", "1,2", "--thresholds", "0.5", *flag]) == 2
+    assert match in capsys.readouterr().err
