@@ -82,6 +82,7 @@ def _tree_run(args):
     verifier = TREE_VERIFIERS[args.verifier]()
     if args.draw is None and not args.without_replacement:  # children drawn as the verifier needs
         args.draw = {True: "iid", False: "without"}.get(verifier.replacement, verifier.replacement)
+        args.draw_chosen_for_verifier = True
     tree = tree_from_args(args)
     try:
         check_tree_verifier(verifier, tree)

@@ -159,7 +159,7 @@ def add_tree_arguments(parser: argparse.ArgumentParser, required: bool) -> None:
 
 def tree_from_args(args):
     """The :class:`~otspec.drafts.DraftTree` (or EAGLE-2 tree) of ``--tree``; a bad spec is a CLIError."""
-    from .drafts import parse_tree
+    from .drafts import ConfidenceTree, parse_tree
 
     draw = getattr(args, "draw", None)
     if draw is not None and args.without_replacement and draw != "without":
@@ -167,9 +167,14 @@ def tree_from_args(args):
     replacement = {"iid": True, "without": False, "greedy": "greedy", "hub": "hub"}[
         draw or ("without" if args.without_replacement else "iid")]
     try:
-        return parse_tree(args.tree, replacement=replacement)
+        tree = parse_tree(args.tree, replacement=replacement)
     except ValueError as exc:
         raise CLIError(f"--tree {args.tree!r}: {exc}") from None
+    asked = args.without_replacement or (draw is not None and not getattr(args, "draw_chosen_for_verifier", False))
+    if asked and isinstance(tree, ConfidenceTree):  # an EAGLE-2 tree keeps the draft's most confident tokens
+        raise CLIError(f"--tree {args.tree!r}: an EAGLE-2 tree is drawn by the draft's confidence (its top tokens, "
+                       "distinct); --draw and --without-replacement apply to k-configs and iid:K:L trees")
+    return tree
 
 
 def path_argument(text: str) -> Path:

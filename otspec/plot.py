@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from .checks import check_real
-from .clitools import ArgumentParser, HelpFormatter, path_argument
+from .clitools import ArgumentParser, HelpFormatter, path_argument, writable_file, writable_folder
 from .figures import FIGURES, SCRATCH_DIR
 
 __all__ = ["FIGURES", "main", "render", "write_figure"]
@@ -125,6 +125,9 @@ def main(argv=None) -> int:
     if args.out and len(names) > 1:
         parser.error("--out names one file; draw one figure at a time with it")
     try:
+        if args.out is not None:  # checked before the figure is computed, not after
+            writable_folder(Path(args.out).parent if str(Path(args.out).parent) else Path("."), "--out")
+            writable_file(args.out, "--out")
         pair = _pair(args, names)
         for name in names:
             png, js, _ = write_figure(name, args.out, args.scale, records_dir=args.records, **pair)

@@ -24,13 +24,13 @@ def assert_lossless(sampler, *, samples: int | None = None, exact: bool = False,
 
     if exact:
         report = exact_audit(sampler, alpha=alpha, verifier=verifier, seed=seed,
-                             **({"draws": samples} if samples else {}), **options)
+                             **({"draws": samples} if samples is not None else {}), **options)
         if report["verdict"] != "no bias detected":
             raise AssertionError(f"{report['sampler']} is {report['verdict']} (exact audit, p = {report['p_value']:.3g}): output law "
                                  f"deviates from the target's by up to {report['output_law']['max_deviation']:.3g} "
                                  f"(TV {report['output_law']['tv']:.3g})")
         return report
-    result = audit(sampler, samples=samples or DEFAULT_SAMPLES, alpha=alpha, verifier=verifier, seed=seed,
+    result = audit(sampler, samples=DEFAULT_SAMPLES if samples is None else samples, alpha=alpha, verifier=verifier, seed=seed,
                    progress=False, **options)
     if result.failed:  # biased, or (with verifier) not that verifier
         raise AssertionError(f"{result.sampler} is {result.verdict}:\n\n{markdown(result)}")

@@ -224,7 +224,7 @@ def test_fifth_round_out_folders_base_exceptions_and_limit_names(tmp_path, capsy
     assert "the sampler raised BaseException: boom" in err and "Traceback" not in err
     assert main(["audit", "otspec.audit.adapters:token", "--samples", "100000000000"]) == 2
     err = capsys.readouterr().err
-    assert "above the audit's limit = 50,000,000" in err and "50,000,000 = 50,000,000" not in err
+    assert "above MAX_AUDIT_SAMPLES = 50,000,000" in err and "50,000,000 = 50,000,000" not in err
 
 
 def test_fifth_round_the_timeout_covers_the_samplers_import(tmp_path, capsys, monkeypatch):

@@ -264,3 +264,69 @@ def test_adaptive_sizes_and_paths_are_refused_before_a_model_loads(flag, match, 
 
     assert adaptive.main(["--fixed", "1,2", "--thresholds", "0.5", *flag]) == 2
     assert match in capsys.readouterr().err
+
+
+def test_audit_seeds_and_sample_counts_are_taken_as_given():
+    from otspec.audit.adapters import token
+    from otspec.testing import assert_lossless
+
+    with pytest.raises(ValueError, match="seed"):
+        audit(token, samples=200, seed=True, progress=False)
+    with pytest.raises(ValueError, match="samples"):
+        assert_lossless(token, samples=0)  # 0 meant the default 200,000
+    with pytest.raises(ValueError, match="draws"):
+        assert_lossless(token, exact=True, samples=0)
+
+
+@pytest.mark.parametrize("spec", ["iid:2_0:1", "iid: 2:2", "iid:+2:2", "iid:\u0662:2"])
+def test_iid_trees_are_written_in_ascii_digits_as_k_configs_are(spec):
+    from otspec.drafts import parse_tree
+
+    with pytest.raises(ValueError, match="digits 0-9"):
+        parse_tree(spec)
+
+
+@pytest.mark.parametrize("flag", [["--draw", "without"], ["--without-replacement"]])
+def test_a_draw_asked_of_an_eagle2_tree_is_refused_not_ignored(flag, capsys):
+    assert cli_main(["calc", "tree", "--draft", "0.5,0.3,0.2", "--target", "0.2,0.3,0.5", "--tree", "eagle2:2:2:3",
+                     *flag]) == 2
+    assert "drawn by the draft's confidence" in capsys.readouterr().err
+
+
+def test_sweep_specs_that_cannot_be_read_are_one_line_naming_the_file(tmp_path, capsys):
+    binary = tmp_path / "b.toml"
+    binary.write_bytes(b"\xff\xfe\x00")
+    assert cli_main(["sweep", str(binary), "--out", str(tmp_path / "o")]) == 2
+    assert f"sweep spec {binary}: not UTF-8 text" in capsys.readouterr().err
+    tagged = tmp_path / "t.yaml"
+    tagged.write_text("name: !!python/object/apply:os.system ['true']\n")
+    assert cli_main(["sweep", str(tagged), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "(line 1, column 7)" in err
+
+
+@pytest.mark.parametrize("fields,match", [
+    ({"block_efficiency": {"mean": -1.0, "low": 1.0, "high": 1.1}}, "lies outside its interval"),
+    ({"speedup_ci": {"low": 3.0, "high": 0.1}}, "low 3.0 is above high 0.1")])
+def test_an_estimate_outside_its_interval_is_refused(fields, match):
+    from otspec.engine.record import RecordError, as_record
+
+    with pytest.raises(RecordError, match=match):
+        as_record(_record_with(**fields))
+
+
+def test_plot_checks_where_it_writes_before_it_computes(tmp_path, capsys):
+    from otspec.figures import RECORDS_DIR
+    from otspec.plot import main as plot_main
+
+    a_file = tmp_path / "afile"
+    a_file.write_text("")
+    assert plot_main(["record", str(RECORDS_DIR / "llm_default.json"), "--out-dir", str(a_file)]) == 2
+    assert "--out-dir" in capsys.readouterr().err
+    assert plot_main(["pareto", "--out", str(a_file / "x.png")]) == 2
+    assert "--out" in capsys.readouterr().err
+    empty = tmp_path / "records"
+    empty.mkdir()
+    (empty / "llm_x.json").write_text("")
+    assert plot_main(["real_models", "--records", str(empty), "--out", str(tmp_path / "x.png")]) == 2
+    assert "llm_x.json: not JSON" in capsys.readouterr().err

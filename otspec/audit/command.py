@@ -102,7 +102,7 @@ def add_audit_parser(sub, formatter, json_flag) -> None:
                    help="a logged-rows .npz (python -m llm_bridge.validate --log-rows) instead of synthetic rows")
     p.add_argument("--samples", type=positive_int, default=DEFAULT_SAMPLES,
                    help="sampler outputs to test (with --exact: uniform draws per drafted block)")
-    p.add_argument("--draft-length", type=positive_int, default=2, help="drafts L per call")
+    p.add_argument("--draft-length", type=positive_int, default=2, help="drafts L per call (at most 64)")
     p.add_argument("--vocab", type=positive_int, default=None,
                    help="vocabulary of the synthetic rows (default 64; with --exact 3, at most 8)")
     p.add_argument("--verifier", default=None, help="the chain verifier the sampler claims to be (token, block, gumbel): "

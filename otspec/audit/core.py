@@ -34,7 +34,7 @@ from .pit import (
     power_curve,
 )
 from .protocol import DEFAULT_TIMEOUT_S, call_sampler, check_timeout, load_sampler
-from .rows import RowPool, logged_pool, synthetic_pool
+from .rows import MAX_AUDIT_DRAFT_LENGTH, RowPool, logged_pool, synthetic_pool
 
 __all__ = ["AuditReport", "CALL_BATCH", "DEFAULT_SAMPLES", "MAX_AUDIT_ENTRIES", "audit"]
 
@@ -50,6 +50,8 @@ def check_alpha(alpha) -> float:
 DEFAULT_SAMPLES = 200_000
 #: Most row entries (chunk × (2L + 1) × V) handed to the sampler in one call.
 MAX_AUDIT_ENTRIES = 2**23
+#: Most sampler outputs one audit tests (a statistical audit of 5·10^7 samples takes hours on a slow sampler).
+MAX_AUDIT_SAMPLES = 50_000_000
 #: Most samples per sampler call (the timeout is per call: a slow sampler gets small calls).
 CALL_BATCH = 5_000
 #: An audit projected (from its first calls) to take longer than this says so on stderr before going on.
@@ -152,7 +154,8 @@ def _verdict(failed: list, verifier: str | None) -> str:
 
 def _pool(rows, draft_length: int | None, seed) -> RowPool:
     if draft_length is not None:
-        draft_length = check_size(draft_length, "draft_length", limit=64, limit_name="the audit's limit")
+        draft_length = check_size(draft_length, "draft_length", limit=MAX_AUDIT_DRAFT_LENGTH,
+                                  limit_name="MAX_AUDIT_DRAFT_LENGTH")
     if rows is None:
         return synthetic_pool(draft_length=draft_length or 2, seed=seed)
     if isinstance(rows, RowPool):
@@ -180,7 +183,8 @@ def audit(sampler, *, samples: int = DEFAULT_SAMPLES, rows=None, draft_length: i
     fn = load_sampler(sampler, timeout) if isinstance(sampler, str) else sampler
     if not callable(fn):
         raise ValueError(f"sampler: expected a callable or module:function, got {sampler!r}")
-    n = check_size(samples, "samples", minimum=100, limit=50_000_000, limit_name="the audit's limit")
+    n = check_size(samples, "samples", minimum=100, limit=MAX_AUDIT_SAMPLES, limit_name="MAX_AUDIT_SAMPLES")
+    seed = check_size(seed, "seed", minimum=0, what="an integer")  # a bool or a float is not a seed
     alpha = check_alpha(alpha)
     timeout = check_timeout(timeout)
     if chunk is not None:

@@ -77,6 +77,7 @@ def exact_audit(sampler, *, vocab: int = 3, draft_length: int = 2, pairs: int = 
     if verifier is not None and verifier not in CHAIN_VERIFIERS:
         raise ValueError(f"verifier {verifier!r}: expected one of {sorted(CHAIN_VERIFIERS)}")
     law_of = CHAIN_VERIFIERS[verifier]() if verifier else None
+    seed = check_size(seed, "seed", minimum=0, what="an integer")  # a bool or a float is not a seed
     pool = synthetic_pool(n_pairs=P, vocab=V, draft_length=L, seed=seed)
     rng = StratifiedGenerator([seed, 7])
     cells = V ** (L + 1)

@@ -47,7 +47,9 @@ def run_isolated(args) -> dict:
         env = {**os.environ, OUTCOME_ENV: str(path), "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
         sys.stdout.flush()
         sys.stderr.flush()
-        proc = subprocess.run([sys.executable, "-m", "otspec.audit.isolate"], env=env, check=False)
+        # the child's own stdout is the parent's stderr: the sampler's prints never mix with the verdict or --json
+        proc = subprocess.run([sys.executable, "-m", "otspec.audit.isolate"], env=env, check=False,
+                              stdout=sys.stderr.fileno() if _has_fileno(sys.stderr) else None)
         outcome = pickle.loads(path.read_bytes()) if path.is_file() and path.stat().st_size else None
     if outcome is None:
         if sys.stderr.isatty():
@@ -55,11 +57,20 @@ def run_isolated(args) -> dict:
         raise CLIError(f"the audited sampler ended the audit's process ({_ended(proc.returncode)}) before a verdict: "
                        "a sampler must return (accepted, next_token), not end its process")
     kind, value = outcome
-    if kind == "interrupted":
-        raise KeyboardInterrupt
+    if kind == "interrupted":  # this process was not interrupted (a Ctrl-C reaches both): the sampler raised it
+        raise ValueError("the sampler raised KeyboardInterrupt (or its process alone was sent SIGINT); the protocol "
+                         "needs it to return (accepted, next_token)")
     if kind == "error":
         raise ValueError(value)
     return value
+
+
+def _has_fileno(stream) -> bool:
+    try:
+        stream.fileno()
+    except (AttributeError, OSError, ValueError):  # a test's captured stream, a closed one
+        return False
+    return True
 
 
 def _write(path: Path, outcome: tuple) -> None:

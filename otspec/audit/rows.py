@@ -21,7 +21,7 @@ from ..checks import check_size
 from ..errors import SizeLimitError
 from ..sources import load_logged_rows
 
-__all__ = ["FAMILIES", "MAX_POOL_ENTRIES", "RowPool", "logged_pool", "synthetic_pool"]
+__all__ = ["FAMILIES", "MAX_AUDIT_DRAFT_LENGTH", "MAX_POOL_ENTRIES", "RowPool", "logged_pool", "synthetic_pool"]
 
 #: Most probabilities (pairs × (L + 1) × V) of a synthetic pool: 2^24, 128 MiB an array (the pool builds a few):
 #: V ≤ 43,690 at the default 128 pairs and L = 2. Checked from the sizes before anything is allocated.
@@ -53,6 +53,9 @@ class RowPool:
         return self.draft.shape[2]
 
 
+#: Longest draft an audit drives a sampler with (real speculative decoders draft a few to a few tens of tokens).
+MAX_AUDIT_DRAFT_LENGTH = 64
+
 def _one_hot(index: np.ndarray, V: int) -> np.ndarray:
     """(…, V) rows with a 1 at ``index`` (…) (not ``np.eye(V)[index]``, a V × V matrix first)."""
     out = np.zeros((*index.shape, V))
@@ -68,7 +71,7 @@ def synthetic_pool(n_pairs: int = 128, vocab: int = 64, draft_length: int = 2, s
     """``n_pairs`` synthetic row pairs of ``vocab`` tokens for drafts of ``draft_length`` (module docstring)."""
     P, V = check_size(n_pairs, "n_pairs", limit=4096, limit_name="4,096"), check_size(
         vocab, "vocab", minimum=2, limit=1_000_000, limit_name="1,000,000")
-    L = check_size(draft_length, "draft_length", limit=64, limit_name="the audit's limit")
+    L = check_size(draft_length, "draft_length", limit=MAX_AUDIT_DRAFT_LENGTH, limit_name="MAX_AUDIT_DRAFT_LENGTH")
     if P * (L + 1) * V > MAX_POOL_ENTRIES:
         raise SizeLimitError(f"a synthetic pool of {P} row pairs x {L + 1} positions x V = {V:,} is "
                              f"{P * (L + 1) * V:,} probabilities (limit MAX_POOL_ENTRIES = 2^24: V <= "

@@ -181,8 +181,9 @@ def parse_tree(spec, replacement: bool = True):
         return ConfidenceTree.parse(text)
     if text.startswith("iid:"):
         parts = text.split(":")
-        if len(parts) != 3:
-            raise ValueError(f"could not read {spec!r}; expected iid:K:L, e.g. iid:4:3")
+        if len(parts) != 3 or not all(x.isascii() and x.isdigit() for x in parts[1:]):  # as k-configs: no 2_0, +2, ٢
+            raise ValueError(f"could not read {spec!r}; expected iid:K:L with K and L written in digits 0-9, e.g. "
+                             "iid:4:3")
         try:
             return DraftTree.spectr_iid(int(parts[1]), int(parts[2]), replacement)
         except SizeLimitError:  # a tree too large: said as such

@@ -198,6 +198,9 @@ class Estimate(JsonObject):
                               f"{self.high}")
         if self.low > self.high:
             raise RecordError(f"{where}: low {self.low} is above high {self.high}")
+        slack = 1e-9 * max(1.0, abs(self.mean))
+        if not self.low - slack <= self.mean <= self.high + slack:
+            raise RecordError(f"{where}: mean {self.mean} lies outside its interval [{self.low}, {self.high}]")
 
 
 @dataclass(kw_only=True)
@@ -210,6 +213,14 @@ class Interval(JsonObject):
     median: float | None = None
     rounds: list[float] | int | None = None
     method: str | None = None
+
+    def check(self, where: str) -> None:
+        for name in ("low", "high", "median"):
+            x = getattr(self, name)
+            if isinstance(x, float) and not math.isfinite(x):
+                raise RecordError(f"{where}: {name} should be a finite number or null, got {x}")
+        if self.low is not None and self.high is not None and self.low > self.high:
+            raise RecordError(f"{where}: low {self.low} is above high {self.high}")
 
 
 @dataclass(kw_only=True)
@@ -373,6 +384,8 @@ class ChainRun(_ModelRun):
     time_decomposition_ms: dict | None = None
 
     def check(self, where: str) -> None:
+        if not 1 <= self.L <= MAX_DRAFT_LENGTH:  # first: the per-position checks below read L
+            raise RecordError(f"{where}: field 'L' should be a draft length in [1, {MAX_DRAFT_LENGTH}], got {self.L}")
         super().check(where)
         for name in ("acceptance_rate", "acceptance_per_position", "tv_per_position",
                      "predicted_acceptance_per_position_unconditional"):
@@ -383,8 +396,7 @@ class ChainRun(_ModelRun):
             if values is not None and len(values) != self.L:
                 raise RecordError(f"{where}: field {name!r} should hold one entry per drafted position (L = {self.L}), "
                                   f"got {len(values)}")
-        if not 1 <= self.L <= MAX_DRAFT_LENGTH:
-            raise RecordError(f"{where}: field 'L' should be a draft length in [1, {MAX_DRAFT_LENGTH}], got {self.L}")
+
 
     @property
     def config(self) -> str:

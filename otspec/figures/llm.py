@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..clitools import ArgumentParser, path_argument
+from ..clitools import ArgumentParser, path_argument, writable_folder
 from ..engine.record import AdaptiveRecord, RecordError, as_record, read_record
 from . import RECORDS_DIR, SCRATCH_DIR, register
 from .common import axes, new_figure, records_folder
@@ -278,7 +278,12 @@ def llm_data(scale: float = 1.0, records_dir: str | Path = RECORDS_DIR) -> dict:
             measured = folder / made["record"]
             forecasts.append((path.name, made, read_record(measured) if measured.is_file() else None))
             continue
-        if '"model_pair"' not in text:
+        if '"model_pair"' not in text:  # another data file (a benchmark's output): not a record, said why
+            try:
+                json.loads(text)
+            except (json.JSONDecodeError, RecursionError):
+                raise RecordError(f"{path}: not JSON (empty or damaged): a file named llm_*.json in the records "
+                                  "folder must be a record or another JSON data file") from None
             continue
         record = read_record(path)
         (adaptive if isinstance(record, AdaptiveRecord) else records).append(record)
@@ -308,6 +313,12 @@ def record_main(argv=None) -> int:
                         help=f"write the summaries and plots here (default: beside each record; {SCRATCH_DIR} for the "
                              "committed records)")
     args = parser.parse_args(argv)
+    if args.out_dir is not None:
+        try:
+            writable_folder(args.out_dir, "--out-dir")
+        except ValueError as err:
+            print(f"{parser.prog}: error: {err}", file=sys.stderr)
+            return 2
     for path in args.files:
         try:
             out_dir = args.out_dir if args.out_dir is not None else _scratch_for_committed(path)

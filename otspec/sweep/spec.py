@@ -125,7 +125,10 @@ def _error(where: str, message: str) -> ValueError:
 def _read(path: Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"sweep spec: no file {path}")
-    text = path.read_text()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"sweep spec {path}: not UTF-8 text (a binary file?); expected TOML or YAML") from None
     try:
         if path.suffix.lower() in (".yaml", ".yml"):
             import yaml
@@ -134,8 +137,12 @@ def _read(path: Path) -> dict:
             data = yaml.safe_load(text)
         else:
             data = tomllib.loads(text)
-    except Exception as err:  # the parsers' own messages name the line
-        raise ValueError(f"sweep spec {path}: cannot parse it: {err}") from None
+    except Exception as err:  # the parsers' own messages name the line; their first line is the message
+        first = " ".join(str(err).split("\n")[0].split())
+        mark = getattr(err, "problem_mark", None)  # YAML says where on a later line
+        if mark is not None:
+            first += f" (line {mark.line + 1}, column {mark.column + 1})"
+        raise ValueError(f"sweep spec {path}: cannot parse it: {first}") from None
     if not isinstance(data, dict):
         raise ValueError(f"sweep spec {path}: expected a table of keys at the top level")
     return data
