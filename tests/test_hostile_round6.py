@@ -330,3 +330,18 @@ def test_plot_checks_where_it_writes_before_it_computes(tmp_path, capsys):
     (empty / "llm_x.json").write_text("")
     assert plot_main(["real_models", "--records", str(empty), "--out", str(tmp_path / "x.png")]) == 2
     assert "llm_x.json: not JSON" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fields,match", [({"verifier": "nonexistent"}, "should name a chain verifier")])
+def test_a_record_names_only_verifiers_and_trees_that_exist(fields, match):
+    from otspec.engine.record import RecordError, as_record
+
+    with pytest.raises(RecordError, match=match):
+        as_record(_record_with(**fields))
+    import json
+
+    from otspec.figures import RECORDS_DIR
+    record = json.loads((RECORDS_DIR / "llm_trees.json").read_text())
+    record["tree_runs"][0]["tree"] = "x2"
+    with pytest.raises(RecordError, match="field 'tree' is not a tree spec"):
+        as_record(record)

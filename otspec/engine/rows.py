@@ -384,6 +384,11 @@ class ChainRun(_ModelRun):
     time_decomposition_ms: dict | None = None
 
     def check(self, where: str) -> None:
+        from ..verifiers import REGISTRY
+
+        if self.verifier not in REGISTRY:
+            raise RecordError(f"{where}: field 'verifier' should name a chain verifier ({', '.join(sorted(REGISTRY))}), "
+                              f"got {self.verifier!r}")
         if not 1 <= self.L <= MAX_DRAFT_LENGTH:  # first: the per-position checks below read L
             raise RecordError(f"{where}: field 'L' should be a draft length in [1, {MAX_DRAFT_LENGTH}], got {self.L}")
         super().check(where)
@@ -431,6 +436,16 @@ class TreeRun(_ModelRun):
     t_target_mean_ms: float | None = None
 
     def check(self, where: str) -> None:
+        from ..drafts import parse_tree
+        from ..verifiers import TREE_VERIFIERS
+
+        if self.verifier not in TREE_VERIFIERS:
+            raise RecordError(f"{where}: field 'verifier' should name a multi-draft verifier "
+                              f"({', '.join(sorted(TREE_VERIFIERS))}), got {self.verifier!r}")
+        try:
+            parse_tree(self.tree)
+        except ValueError as err:
+            raise RecordError(f"{where}: field 'tree' is not a tree spec ({err})") from None
         super().check(where)
         for name in ("go_on", "acceptance", "tv"):
             _in_range(getattr(self, name), name, where, 0.0, 1.0)
