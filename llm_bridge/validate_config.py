@@ -166,7 +166,8 @@ class ValidateConfig(Changeable):
                              "multi-draft verifier on every tree of trees")
         if self.tree_pairs:
             put(self, "tree_pairs", tuple((str(v), str(t)) for v, t in self.tree_pairs))
-        unknown = [v for v in (*self.multi_verifiers, *self.run_multi_verifiers) if v not in TREE_VERIFIERS]
+        unknown = [v for v in dict.fromkeys((*self.multi_verifiers, *self.run_multi_verifiers))
+                   if v not in TREE_VERIFIERS]
         if unknown:
             raise ValueError(f"multi-draft verifiers {unknown}: expected names among {sorted(TREE_VERIFIERS)}")
         for name, tree in self.tree_pairs or ():

@@ -179,7 +179,7 @@ def _inputs():
 @pytest.mark.parametrize("mutate, message", [
     (lambda x, dp, tp: (x, dp, tp[:, :3]), "target_probs: expected shape"),
     (lambda x, dp, tp: (x, dp[..., :1] * 0 + 1, tp), "vocabulary mismatch"),
-    (lambda x, dp, tp: (x, dp * 2, tp), "sums to"),
+    (lambda x, dp, tp: (x, dp * 2, tp), "sums to|is above 1"),  # doubled rows: an entry above 1 is caught first
     (lambda x, dp, tp: (x, dp, np.where(tp > 0.5, np.nan, tp)), "NaN"),
     (lambda x, dp, tp: (x, dp, tp - 0.7), "negative probability"),
     (lambda x, dp, tp: (x + 5, dp, tp), "ids must lie in"),
