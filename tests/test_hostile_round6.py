@@ -345,3 +345,11 @@ def test_a_record_names_only_verifiers_and_trees_that_exist(fields, match):
     record["tree_runs"][0]["tree"] = "x2"
     with pytest.raises(RecordError, match="field 'tree' is not a tree spec"):
         as_record(record)
+
+
+def test_a_short_decode_never_reports_block_efficiency_below_one():
+    from otspec.engine import generate
+
+    result = generate(P, Q, TokenVerify(), 2, n_tokens=4, n_sequences=1)  # two iterations: a wide t-interval
+    be = result.block_efficiency
+    assert be.low >= 1.0 and be.low <= be.value <= be.high

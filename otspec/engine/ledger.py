@@ -187,7 +187,7 @@ def _unit_ratio(unit, n_units: int, emitted, confidence: float) -> Estimate:
     gen_u = np.bincount(unit, weights=emitted, minlength=n_units)
     calls_u = np.bincount(unit, minlength=n_units)
     used = calls_u > 0
-    return ratio_estimate(gen_u[used], calls_u[used], confidence)
+    return ratio_estimate(gen_u[used], calls_u[used], confidence, floor=1.0)  # each iteration emits >= 1 token
 
 
 class Ledger:

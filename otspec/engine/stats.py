@@ -73,12 +73,14 @@ def mean_estimate(total: float, total_sq: float, n: int, confidence: float = 0.9
     return Estimate(float(mean), se, float(mean - z * se), float(mean + z * se), confidence)
 
 
-def ratio_estimate(numerators, denominators, confidence: float = 0.95) -> Estimate:
+def ratio_estimate(numerators, denominators, confidence: float = 0.95, *, floor: float = -np.inf) -> Estimate:
     """Σnum / Σden with a delta-method interval over independent units (batch means).
 
     Each unit (an independent sequence, or a long segment of one) contributes
     (num_i, den_i); the variance uses residuals num_i − R·den_i and a Student t
-    quantile with (units − 1) degrees of freedom.
+    quantile with (units − 1) degrees of freedom. ``floor``: a bound the ratio cannot go below (block efficiency
+    >= 1: every iteration emits a token); the interval is cut there (a t-interval on two units can reach below it),
+    which keeps its coverage.
     """
     confidence = check_confidence(confidence)
     num = np.asarray(numerators, dtype=np.float64)
@@ -93,7 +95,7 @@ def ratio_estimate(numerators, denominators, confidence: float = 0.95) -> Estima
     from scipy.special import stdtrit
 
     t = float(stdtrit(n - 1, 0.5 + confidence / 2.0))
-    return Estimate(ratio, se, ratio - t * se, ratio + t * se, confidence)
+    return Estimate(ratio, se, max(ratio - t * se, floor), ratio + t * se, confidence)
 
 
 def proportion_intervals(counts, n: int, confidence: float = 0.95) -> np.ndarray:
