@@ -89,3 +89,16 @@ def test_every_reference_is_complete():
             assert re.search(r"arXiv:\d{4}\.\d{4,5}", entry), f"{key}: an arXiv mention without an identifier"
     for entry in _entries(software):
         assert "http" in entry, f"{entry.split(']', 1)[0]}: no URL"
+
+
+def test_every_limit_the_readme_lists_is_a_constant_of_the_code():
+    """The README's limits table names constants a user can import; each is defined in the code (none invented,
+    none renamed away)."""
+    readme = (ROOT / "README.md").read_text()
+    names = set(re.findall(r"^\| `(MAX_[A-Z_]+)`", readme, flags=re.M))
+    names |= set(re.findall(r"^\| `MAX_[A-Z_]+` / `(MAX_[A-Z_]+)`", readme, flags=re.M))
+    code = "\n".join(p.read_text() for d in ("otspec", "llm_bridge") for p in (ROOT / d).rglob("*.py"))
+    assert len(names) >= 30
+    missing = sorted(n for n in names  # NAME = ..., NAME: int = ..., or A, NAME = ...
+                     if not re.search(rf"^\s*(\w+\s*,\s*)*{n}\s*(,\s*\w+\s*)*(:[^=]+)?=", code, flags=re.M))
+    assert missing == []
