@@ -57,6 +57,11 @@ def kills_its_process(*args):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def closes_stderr(*args):
+    os.close(2)
+    return token(*args)
+
+
 def whole_floats(draft_tokens, draft_probs, target_probs, rng):
     tau, tok = token(draft_tokens, draft_probs, target_probs, rng)
     return tau.astype(float), tok.astype(float)
@@ -120,6 +125,13 @@ def test_a_sampler_that_ends_its_process_never_leaves_a_verdict_behind(sampler, 
                                  "--samples", "200", "--json", "--in-process"], cwd=ROOT, capture_output=True,
                                 text=True, timeout=60)
         assert hazard.returncode == 0 and "verdict" not in hazard.stdout
+
+
+def test_a_sampler_that_closes_a_standard_stream_is_told_so():
+    proc = subprocess.run([sys.executable, "-m", "otspec", "audit", "tests.test_audit_hostile:closes_stderr",
+                           "--samples", "2000"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "a sampler must not close or redirect the process's standard streams" in \
+        proc.stderr, proc.stderr
 
 
 def test_the_command_line_audit_in_a_child_process_prints_the_same_report_as_in_process(capsys):

@@ -11,6 +11,7 @@ that ends without writing one is reported by the parent: exit status 2 and one l
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import signal
@@ -88,7 +89,11 @@ def _child() -> int:
     args = pickle.loads((path.parent / "args.pickle").read_bytes())
     try:
         outcome = ("result", args.run(args))  # the command's own entry: in this child it runs in process
-    except (CLIError, ValueError, SolveError, OSError) as exc:
+    except OSError as exc:  # the --out folder was checked first: a stream the sampler closed is the usual cause
+        outcome = ("error", f"{exc}; the audit's process lost a file it writes to while the sampler ran (a sampler "
+                            "must not close or redirect the process's standard streams)"
+                   if exc.errno == errno.EBADF else str(exc))
+    except (CLIError, ValueError, SolveError) as exc:
         outcome = ("error", str(exc))
     except KeyboardInterrupt:
         outcome = ("interrupted", None)
