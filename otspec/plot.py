@@ -126,7 +126,7 @@ def main(argv=None) -> int:
         parser.error("--out names one file; draw one figure at a time with it")
     try:
         if args.out is not None:  # checked before the figure is computed, not after
-            writable_folder(Path(args.out).parent if str(Path(args.out).parent) else Path("."), "--out")
+            writable_folder(Path(args.out).parent, "--out")
             writable_file(args.out, "--out")
         pair = _pair(args, names)
         for name in names:

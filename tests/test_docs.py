@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from otspec.report import SPEC_DOCUMENTS
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-SPECS = ("token_and_block_verification", "multi_draft_otm", "mcsd", "specdecpp", "yin_theory")
+SPECS = SPEC_DOCUMENTS
 #: An equation citation: ``eq. (8)``, ``eqs. (2)–(3)``, ``equation (11b)``.
 CITE_EQ = re.compile(r"\b(?:eqs?\.|equations?) \((\d+[a-z]?)\)(?:\s*[–-]\s*\((\d+[a-z]?)\))?")
 #: A section citation of a spec: ``spec §6``, ``yin_theory.md §7``, ``§8.2``.

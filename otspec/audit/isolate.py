@@ -39,8 +39,9 @@ def _ended(status: int) -> str:
 
 def run_isolated(args) -> dict:
     """Run the audit the parsed command line ``args`` asks for in a child process and return its result dict (what ``_run`` returns in
-    process); the child's error is raised here as a ``ValueError`` with the same message, its interruption as
-    ``KeyboardInterrupt``, and a child that ended without an outcome as a :class:`CLIError`."""
+    process); the child's error is raised here as a ``ValueError`` with the same message, as is a KeyboardInterrupt
+    the sampler raised (a Ctrl-C interrupts this process too, and ends it as one), and a child that ended without an
+    outcome as a :class:`CLIError`."""
     with tempfile.TemporaryDirectory(prefix="otspec-audit-") as tmp:
         path = Path(tmp) / "outcome.pickle"
         (Path(tmp) / "args.pickle").write_bytes(pickle.dumps(args))

@@ -392,7 +392,7 @@ def results_table(record) -> str:
     rows = [("verifier", "draft", "block eff. [95% CI]", "predicted", "tokens/s", "speedup [95% CI]", "predicted")]
     for r in record.all_runs:
         be, iv = r.block_efficiency, r.speedup_spread
-        rows.append((r.verifier, f"L={r.L}" if getattr(r, "tree", None) is None else r.tree,
+        rows.append((r.verifier, r.config.replace(" ", ""),
                      f"{_cell(be.mean, 3)} [{_cell(be.low, 3)}, {_cell(be.high, 3)}]",
                      _cell(r.predicted_block_efficiency, 3), _cell(r.tokens_per_s, 1),
                      _cell(r.speedup, 2) + (f" [{_cell(iv.low, 2)}, {_cell(iv.high, 2)}]" if iv else ""),

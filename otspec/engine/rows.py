@@ -302,9 +302,9 @@ class _Run(JsonObject):
     speedup_prediction: SpeedupPrediction | None = None
     prediction_check: PredictionCheck | None = None
 
-    #: Fields that are probabilities (each entry of a list one): in [0, 1] where given.
+    #: Fields that are probabilities (each entry of a list one): in [0, 1] where given. Subclasses extend both lists.
     PROBABILITIES = ("acceptance_per_position_unconditional", "draft_acceptance_rate")
-    #: Fields that are costs, rates or ratios: finite and >= 0 where given.
+    #: Fields that are costs, rates, ratios or counts: >= 0 where given.
     NONNEGATIVE = ("predicted_block_efficiency", "mean_acceptance_length", "t_draft_ms", "tokens_per_s", "speedup",
                    "predicted_speedup", "predicted_speedup_ignoring_straggling")
 
@@ -318,9 +318,9 @@ class _Run(JsonObject):
                     at = f"[{i}]" if isinstance(value, list) else ""
                     raise RecordError(f"{where}: field {f.name!r}{at} should be a finite number or null, got {x}")
         for name in self.PROBABILITIES:
-            _in_range(getattr(self, name, None), name, where, 0.0, 1.0)
+            _in_range(getattr(self, name), name, where, 0.0, 1.0)
         for name in self.NONNEGATIVE:
-            _in_range(getattr(self, name, None), name, where, 0.0, math.inf)
+            _in_range(getattr(self, name), name, where, 0.0, math.inf)
 
     @property
     def speedup_spread(self) -> Interval | None:
@@ -349,15 +349,13 @@ class _ModelRun(_Run):
     timing_rounds: list | None = None
     batch_straggling: Straggling | None = None
 
-    COUNTS = ("accepted_length_histogram", "iterations", "generated", "draft_calls", "target_calls")
+    NONNEGATIVE = _Run.NONNEGATIVE + (
+        "accepted_length_histogram", "iterations", "generated", "draft_calls", "target_calls", "t_verify_ms",
+        "overhead_ms_per_iteration", "verify_fraction_of_target_call", "draft_seconds", "target_seconds", "seconds",
+        "baseline_tokens_per_s")
 
     def check(self, where: str) -> None:
         super().check(where)
-        for name in self.COUNTS:
-            _in_range(getattr(self, name), name, where, 0, math.inf)
-        for name in ("t_verify_ms", "overhead_ms_per_iteration", "verify_fraction_of_target_call", "draft_seconds",
-                     "target_seconds", "seconds", "baseline_tokens_per_s"):
-            _in_range(getattr(self, name), name, where, 0.0, math.inf)
         for key, ms in (self.t_target_ms or {}).items():
             if not (key.isdigit() and int(key) >= 1):
                 raise RecordError(f"{where}: field 't_target_ms' should be keyed by tokens scored per call (1, 2, ...), "
@@ -383,6 +381,10 @@ class ChainRun(_ModelRun):
     drafted_length_histogram: list[int] | None = None
     time_decomposition_ms: dict | None = None
 
+    PROBABILITIES = _ModelRun.PROBABILITIES + ("acceptance_rate", "acceptance_per_position", "tv_per_position",
+                                               "predicted_acceptance_per_position_unconditional")
+    NONNEGATIVE = _ModelRun.NONNEGATIVE + ("drafted_length_histogram",)
+
     def check(self, where: str) -> None:
         from ..verifiers import REGISTRY
 
@@ -392,10 +394,6 @@ class ChainRun(_ModelRun):
         if not 1 <= self.L <= MAX_DRAFT_LENGTH:  # first: the per-position checks below read L
             raise RecordError(f"{where}: field 'L' should be a draft length in [1, {MAX_DRAFT_LENGTH}], got {self.L}")
         super().check(where)
-        for name in ("acceptance_rate", "acceptance_per_position", "tv_per_position",
-                     "predicted_acceptance_per_position_unconditional"):
-            _in_range(getattr(self, name), name, where, 0.0, 1.0)
-        _in_range(self.drafted_length_histogram, "drafted_length_histogram", where, 0, math.inf)
         for name in ("acceptance_per_position", "tv_per_position"):  # one entry per drafted position
             values = getattr(self, name)
             if values is not None and len(values) != self.L:
@@ -435,6 +433,9 @@ class TreeRun(_ModelRun):
     target_nodes_per_call: float | None = None
     t_target_mean_ms: float | None = None
 
+    PROBABILITIES = _ModelRun.PROBABILITIES + ("go_on", "acceptance", "tv")
+    NONNEGATIVE = _ModelRun.NONNEGATIVE + ("drafted_depth_histogram",)
+
     def check(self, where: str) -> None:
         from ..drafts import parse_tree
         from ..verifiers import TREE_VERIFIERS
@@ -447,9 +448,6 @@ class TreeRun(_ModelRun):
         except ValueError as err:
             raise RecordError(f"{where}: field 'tree' is not a tree spec ({err})") from None
         super().check(where)
-        for name in ("go_on", "acceptance", "tv"):
-            _in_range(getattr(self, name), name, where, 0.0, 1.0)
-        _in_range(self.drafted_depth_histogram, "drafted_depth_histogram", where, 0, math.inf)
 
     @property
     def config(self) -> str:
@@ -474,11 +472,12 @@ class PolicyRun(_Run):
     latency_ms: float | None = None
     t_target_ms: float | None = None
 
+    #: SpecDec++'s rates are per generated token: >= 0, not <= 1.
+    NONNEGATIVE = _Run.NONNEGATIVE + ("discard_rate", "verification_rate", "mean_draft_length",
+                                      "draft_calls_per_iteration", "latency_ms", "t_target_ms")
+
     def check(self, where: str) -> None:
         super().check(where)
-        for name in ("discard_rate", "verification_rate", "mean_draft_length", "draft_calls_per_iteration",
-                     "latency_ms", "t_target_ms"):  # SpecDec++'s rates are per generated token: >= 0, not <= 1
-            _in_range(getattr(self, name), name, where, 0.0, math.inf)
         if not (self.value >= 0 and self.value != float("inf")):  # NaN fails the first comparison
             raise RecordError(f"{where}: field 'value' should be a threshold >= 0 or a draft length, got {self.value}")
         if self.policy == "fixed" and (self.value != int(self.value) or self.value < 1):

@@ -93,8 +93,7 @@ def _result_lines(record) -> list[str]:
         return []
     best = max(runs, key=lambda r: r.speedup)
     be = best.block_efficiency
-    config = f"L = {best.L}" if getattr(best, "tree", None) is None else f"tree {best.tree}"
-    return [f"**Result.** Fastest run: {best.verifier} at {config}, {fmt(be.mean)} tokens per target call "
+    return [f"**Result.** Fastest run: {best.verifier} at {best.config}, {fmt(be.mean)} tokens per target call "
             f"(predicted {fmt(best.predicted_block_efficiency)}) and **{fmt(best.speedup, 2)}×** plain sampling's "
             f"{fmt(record.baseline.tokens_per_s, 1)} tokens/s (predicted {fmt(best.predicted_speedup, 2)}×)"
             + ("; timing unreliable (machine not quiet)" if record.unreliable_timing else "") + ".", ""]
