@@ -9,6 +9,13 @@ Recipe (every number is a flag; the defaults made the shipped heads):
    target's last features (after its final norm) at every position, and the log-normaliser of its full
    row there, are computed once and cached under
    ``cache_dir()/heads`` (keyed by the recipe), so trying another head or vocabulary costs no sampling.
+   With ``--corpus`` (a folder of ``python -m llm_bridge.corpus``; ``default``: the committed corpus of the target)
+   the data is that corpus instead: the target's features recomputed by teacher forcing
+   (:mod:`llm_bridge.head_data`), every 10th shard held out (``--heldout-sequences`` of its sequences measured), and
+   ``--train-tokens`` keeps the first training shards up to that many continuation tokens (a learning curve's
+   nested training sets). The record then adds the held-out greedy agreement per draft position: on the corpus's
+   temperature-0 continuations, the share of rows where the head's arg-max is the target's (a greedy loop's
+   acceptance there).
 2. Vocabulary: the ``--vocab`` most frequent tokens of the training continuations (0: all tokens).
    Its coverage (the target's mean mass on it) bounds the head's acceptance and is reported.
 3. Loss, at every row a decode loop uses (after the prompt's last token on): the cross-entropy
@@ -135,6 +142,8 @@ class TrainingBatch:
         length, plen = data["lengths"][rows], data["plens"][rows]
         T = int(length.max())  # the longest sequence of the batch: the padding past it is dropped
         self.x, self.F, self.lse = (data[k][rows][:, :T] for k in ("tokens", "features", "lse"))
+        self.F = self.F.to(head.out_rows.dtype)  # a corpus's features are stored in float16
+        self.top = data["argmax"][rows][:, :T] if "argmax" in data else None  # the target's greedy tokens
         pos = torch.arange(T)[None]
         self.real = pos < length[:, None]  # token exists
         self.scored = self.real & (pos >= plen[:, None] - 1)  # the row after token pos is one a decode loop uses
@@ -146,18 +155,21 @@ class TrainingBatch:
         return self.F[b, t] @ self.W.T - self.lse[b, t, None]
 
 
-def _row_losses(logits, log_q):
-    """(cross-entropy, acceptance) sums and the count over the rows given: −Σ_S q log p and Σ_S min(p, q)."""
+def _row_losses(logits, log_q, head, top=None):
+    """(cross-entropy, acceptance, count, greedy agreement) sums over the rows given: −Σ_S q log p, Σ_S min(p, q),
+    the rows, and the rows where the head's arg-max is the target's greedy token ``top`` (NaN without ``top``)."""
     import torch
 
     logp = torch.log_softmax(logits, dim=-1)
     ce = -(log_q.exp() * logp).sum(-1)
     acc = torch.minimum(logp, log_q).exp().sum(-1)
-    return ce.sum(), acc.sum(), torch.tensor(float(logits.shape[0]))
+    agree = torch.tensor(float("nan")) if top is None else (head.vocab[logits.argmax(-1)] == top).sum().float()
+    return ce.sum(), acc.sum(), torch.tensor(float(logits.shape[0])), agree
 
 
 def _eagle_steps(head, batch: TrainingBatch, unroll: int, feature_weight: float):
-    """Per drafting step s = 1..unroll: (loss sum, acceptance sum, count) over the batch (module docstring, item 3).
+    """Per drafting step s = 1..unroll: (loss sum, acceptance sum, count, greedy agreements) over the batch (module
+    docstring, item 3).
 
     Only the scored outputs go through the output head (the rest of every sequence is context)."""
     import torch
@@ -169,14 +181,15 @@ def _eagle_steps(head, batch: TrainingBatch, unroll: int, feature_weight: float)
         valid[:, :s - 1] = False
         valid[:, s - 1:] &= scored[:, :n - s + 1]
         b, i = valid.nonzero(as_tuple=True)
-        ce, acc, count = _row_losses(head.reduced_logits(h[b, i]), batch.log_q_at(b, i + 1))
+        ce, acc, count, agree = _row_losses(head.reduced_logits(h[b, i]), batch.log_q_at(b, i + 1), head,
+                                            None if batch.top is None else batch.top[b, i + 1])
         reg = torch.nn.functional.smooth_l1_loss(h[b, i], batch.F[b, i + 1], reduction="none").mean(-1).sum()
-        out.append((ce + feature_weight * reg, acc, count))
+        out.append((ce + feature_weight * reg, acc, count, agree))
     return out
 
 
 def _medusa_steps(head, batch: TrainingBatch):
-    """Per block r: (loss sum, acceptance sum, count): block r on the feature after token i scores the row after token
+    """Per block r: (loss sum, acceptance sum, count, greedy agreements): block r on the feature after token i scores the row after token
     i + 1 + r (scored rows only)."""
     T, out = batch.x.shape[1], []
     for r in range(head.k):
@@ -185,32 +198,47 @@ def _medusa_steps(head, batch: TrainingBatch):
             break
         valid = batch.scored[:, 1:1 + n] & batch.scored[:, 1 + r:1 + r + n]  # "Y" is the prompt's last token or later
         b, i = valid.nonzero(as_tuple=True)
-        out.append(_row_losses(head.block_logits(batch.F[b, i], r), batch.log_q_at(b, i + 1 + r)))
+        out.append(_row_losses(head.block_logits(batch.F[b, i], r), batch.log_q_at(b, i + 1 + r), head,
+                               None if batch.top is None else batch.top[b, i + 1 + r]))
     return out
 
 
 def step_losses(head, batch, unroll, feature_weight):
-    """Per draft position: (loss sum, acceptance sum, count) of ``head`` on a :class:`TrainingBatch`."""
+    """Per draft position: (loss sum, acceptance sum, count, greedy agreements) of ``head`` on a
+    :class:`TrainingBatch`."""
     return _eagle_steps(head, batch, unroll, feature_weight) if head.kind == "eagle" else _medusa_steps(head, batch)
 
 
-def evaluate(head, data, rows, unroll: int, batch: int = 8) -> dict:
-    """Held-out acceptance 1 − TV per draft position, and the vocabulary's coverage (mean q(S))."""
+def _evaluate_rows(head, data, rows, unroll: int, batch: int):
+    """(acceptance per position, greedy agreement per position, coverage) over sequences ``rows``."""
     import torch
 
-    sums, counts, cover, n_cover = None, None, 0.0, 0.0
+    sums, cover, n_cover = None, 0.0, 0.0
     with torch.no_grad():
         for i in range(0, len(rows), batch):
             b = TrainingBatch(data, rows[i:i + batch], head)
-            steps = step_losses(head, b, unroll, 0.0)
-            acc = np.array([float(a) for _, a, _ in steps])
-            cnt = np.array([float(c) for _, _, c in steps])
-            sums = acc if sums is None else sums + acc
-            counts = cnt if counts is None else counts + cnt
+            got = np.array([[float(a), float(c), float(g)] for _, a, c, g in step_losses(head, b, unroll, 0.0)])
+            sums = got if sums is None else sums + got
             seq, at = b.scored[:, 1:].nonzero(as_tuple=True)  # the rows after token at + 1 a decode loop uses
             cover += float(b.log_q_at(seq, at + 1).exp().sum())
             n_cover += float(seq.numel())
-    return {"acceptance_per_position": (sums / counts).tolist(), "coverage": cover / n_cover}
+    return (sums[:, 0] / sums[:, 1]).tolist(), (sums[:, 2] / sums[:, 1]).tolist(), cover / n_cover
+
+
+def evaluate(head, data, rows, unroll: int, batch: int = 8) -> dict:
+    """Held-out acceptance 1 − TV per draft position at temperature 1 and the vocabulary's coverage (mean q(S)) on
+    the sequences sampled at temperature 1; with a corpus's greedy continuations and the target's arg-max tokens,
+    also ``greedy_agreement_per_position`` on them: the share of rows where the head's arg-max is the target's
+    (a greedy decode loop's acceptance at that position, its earlier drafts accepted)."""
+    rows = np.asarray(rows)
+    temps = np.asarray(data.get("temperature", np.ones(len(data["lengths"]))))[rows]
+    acc, agree, cover = _evaluate_rows(head, data, rows[temps != 0], unroll, batch)
+    out = {"acceptance_per_position": acc, "coverage": cover}
+    if "argmax" in data:
+        out["agreement_per_position_temperature_1"] = agree
+        if np.any(temps == 0):
+            out["greedy_agreement_per_position"] = _evaluate_rows(head, data, rows[temps == 0], unroll, batch)[1]
+    return out
 
 
 @dataclass(frozen=True)
@@ -238,6 +266,9 @@ class HeadRecipe:
     seed: int = 0
     device: str = "cpu"
     prompts: object = PROMPTS
+    corpus: Path | None = None
+    train_tokens: int = 0
+    heldout_sequences: int = 256
     out: Path | None = None
     log_every: int = 25
     progress: bool = True
@@ -245,7 +276,7 @@ class HeadRecipe:
     def __post_init__(self):
         if self.kind not in HEAD_KINDS:
             raise ValueError(f"--kind: expected one of {HEAD_KINDS}, got {self.kind!r}")
-        for name in ("steps", "batch", "unroll", "samples", "length", "medusa_heads", "log_every"):
+        for name in ("steps", "batch", "unroll", "samples", "length", "medusa_heads", "log_every", "heldout_sequences"):
             check_size(getattr(self, name), "--" + name.replace("_", "-"), limit=RECIPE_LIMITS.get(name),
                        limit_name="train_head's limit")
         if isinstance(self.vocab, bool) or int(self.vocab) != self.vocab or self.vocab < 0:
@@ -256,14 +287,45 @@ class HeadRecipe:
         check_real(self.lr, "--lr", low=0.0, low_open=True)
         check_real(self.feature_weight, "--feature-weight", low=0.0)
         check_size(self.seed, "--seed", minimum=0)
+        check_size(self.train_tokens, "--train-tokens", minimum=0, limit=10**9, limit_name="train_head's limit")
+        if self.train_tokens and self.corpus is None:
+            raise ValueError("--train-tokens: a learning curve's smaller training sets are taken from a --corpus")
 
 
 #: Largest values of a recipe, checked before any model loads (each far above what trains a head on a laptop: a
 #: value beyond them is a typo that would run for days or allocate more memory than the machine has).
 RECIPE_LIMITS = {"steps": 1_000_000, "batch": 4096, "unroll": 16, "samples": 1_000_000, "length": 4096,
-                 "medusa_heads": 16, "log_every": 1_000_000}
+                 "medusa_heads": 16, "log_every": 1_000_000, "heldout_sequences": 100_000}
 #: Largest reduced vocabulary of a head (the real targets' vocabularies are below 2^18).
 MAX_HEAD_VOCAB = 2**18
+
+
+def _prompt_split(prompt_of, seed: int):
+    """(held-out rows, shuffled training rows, description): every continuation of 10 % of the prompts held out."""
+    n_prompts = int(prompt_of.max()) + 1
+    if n_prompts < 2:
+        raise ValueError("--prompts: at least two prompts are needed (one is held out)")
+    held = np.random.default_rng(seed).permutation(n_prompts)[:max(1, n_prompts // 10)]
+    is_val = np.isin(prompt_of, held)
+    val, train = np.flatnonzero(is_val), np.random.default_rng(seed).permutation(np.flatnonzero(~is_val))
+    return val, train, f"every continuation of {held.size} of the {n_prompts} prompts"
+
+
+def _corpus_split(data: dict, recipe: HeadRecipe):
+    """(held-out rows, shuffled training rows, description) of a corpus: ``heldout_sequences`` sequences of its
+    held-out shards (a seeded draw, the same for every training-set size), and its other sequences in shard order
+    up to ``train_tokens`` continuation tokens (0: all), so that a learning curve's training sets are nested."""
+    held = np.flatnonzero(data["heldout"])
+    if held.size == 0:
+        raise ValueError(f"--corpus {recipe.corpus}: no held-out shard (shard i is held out when i % 10 == 9: the "
+                         "corpus needs at least 10 shards)")
+    val = np.sort(np.random.default_rng(recipe.seed).permutation(held)[:recipe.heldout_sequences])
+    train = np.flatnonzero(~data["heldout"])
+    if recipe.train_tokens:
+        made = np.cumsum((data["lengths"] - data["plens"]).numpy()[train])
+        train = train[:int(np.searchsorted(made, recipe.train_tokens)) + 1]
+    return val, np.random.default_rng(recipe.seed).permutation(train), (
+        f"{val.size} sequences of the corpus's held-out shards (every 10th; messages never trained on)")
 
 
 def train_head(recipe: HeadRecipe) -> dict:
@@ -278,17 +340,22 @@ def train_head(recipe: HeadRecipe) -> dict:
     medusa_heads, device, prompts, out = recipe.medusa_heads, recipe.device, recipe.prompts, recipe.out
     torch.manual_seed(seed)
     t0 = time.perf_counter()
-    files = prompt_files(prompts)  # a missing prompt file is refused before the model loads
+    if recipe.corpus is None:
+        files = prompt_files(prompts)  # a missing prompt file is refused before the model loads
+    elif not (Path(recipe.corpus) / "corpus.json").is_file():
+        raise FileNotFoundError(f"--corpus {recipe.corpus}: holds no corpus.json (python -m llm_bridge.corpus "
+                                "builds one)")
     tgt = load_model(target, device=device, dtype="float32")
-    data = corpus(tgt, target_name=target, samples=samples, length=length, seed=seed, prompts=files,
-                  progress=progress)
+    if recipe.corpus is None:
+        data = corpus(tgt, target_name=target, samples=samples, length=length, seed=seed, prompts=files,
+                      progress=progress)
+        val, train, held_text = _prompt_split(data["prompt"].numpy(), seed)
+    else:
+        from .head_data import corpus_training_data
+
+        data = corpus_training_data(tgt, target_name=target, folder=recipe.corpus, progress=progress)
+        val, train, held_text = _corpus_split(data, recipe)
     prompt_of = data["prompt"].numpy()
-    n_prompts = int(prompt_of.max()) + 1
-    if n_prompts < 2:
-        raise ValueError("--prompts: at least two prompts are needed (one is held out)")
-    held = np.random.default_rng(seed).permutation(n_prompts)[:max(1, n_prompts // 10)]
-    is_val = np.isin(prompt_of, held)
-    val, train = np.flatnonzero(is_val), np.random.default_rng(seed).permutation(np.flatnonzero(~is_val))
     ids = frequent_tokens(data, train, vocab, tgt.vocab_size)
     head = build_head(kind, tgt.model, ids, **({"k": medusa_heads} if kind == "medusa" else {}))
     unroll = unroll if kind == "eagle" else head.k
@@ -304,27 +371,31 @@ def train_head(recipe: HeadRecipe) -> dict:
     for step in bar:
         b = TrainingBatch(data, rng.choice(train, size=min(batch, len(train)), replace=False), head)
         parts = step_losses(head, b, unroll, feature_weight)
-        loss = sum(ls / c.clamp(min=1) for ls, _, c in parts) / len(parts)
+        loss = sum(ls / c.clamp(min=1) for ls, _, c, _ in parts) / len(parts)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
-        train_acc = [float(a / c.clamp(min=1)) for _, a, c in parts]
+        train_acc = [float(a / c.clamp(min=1)) for _, a, c, _ in parts]
         bar.set_postfix(loss=f"{float(loss):.3f}", acc1=f"{train_acc[0]:.3f}")
         if step % log_every == 0 or step == steps:
             head.eval()
+            held = evaluate(head, data, val, unroll)
             entry = {"step": step, "loss": float(loss.detach()), "train_acceptance": train_acc,
-                     "heldout": evaluate(head, data, val, unroll)["acceptance_per_position"],
-                     "seconds": time.perf_counter() - t0}
+                     "heldout": held["acceptance_per_position"], "seconds": time.perf_counter() - t0}
+            if "greedy_agreement_per_position" in held:
+                entry["heldout_greedy"] = held["greedy_agreement_per_position"]
             head.train()
             log.append(entry)
             bar.write(json.dumps(entry))
     head.eval()
     out = Path(out) if out is not None else HEAD_DIRS[kind]
-    recipe = {"prompts": [_shown(f) for f in files], "samples_per_prompt": samples, "length": length,
-              "sequences": int(len(prompt_of)), "tokens": int(data["lengths"].sum()),
-              "heldout": f"every continuation of {held.size} of the {n_prompts} prompts",
+    source = ({"prompts": [_shown(f) for f in files], "samples_per_prompt": samples, "length": length}
+              if recipe.corpus is None else
+              {"corpus": _shown(Path(recipe.corpus)), "train_tokens": int((data["lengths"] - data["plens"])[train].sum())})
+    recipe = {**source, "sequences": int(len(prompt_of)), "tokens": int(data["lengths"].sum()),
+              "train_sequences": int(train.size), "heldout": held_text,
               "heldout_sequences": int(val.size),
               "vocab": int(ids.size), "steps": steps, "batch": batch, "lr": lr, "seed": seed,
               "unroll": unroll if kind == "eagle" else None, "feature_weight": feature_weight if kind == "eagle" else None,
@@ -340,6 +411,14 @@ def train_head(recipe: HeadRecipe) -> dict:
     return record
 
 
+def _corpus_folder(arg, target: str):
+    if arg is None or str(arg) != "default":
+        return arg
+    from .corpus import CORPUS_DIR
+
+    return CORPUS_DIR / target
+
+
 def main(argv=None) -> int:
     ap = ArgumentParser(prog="python -m llm_bridge.train_head", description=__doc__.splitlines()[0])
     ap.add_argument("--kind", required=True, choices=HEAD_KINDS)
@@ -347,6 +426,12 @@ def main(argv=None) -> int:
     ap.add_argument("--vocab", type=int, default=8192, help="draft vocabulary: the N most frequent tokens (0: all)")
     ap.add_argument("--prompts", default=",".join(f.name for f in PROMPTS),
                     help="prompt files, comma-separated (bare names: llm_bridge/data)")
+    ap.add_argument("--corpus", type=path_argument, default=None,
+                    help="train on a corpus folder of python -m llm_bridge.corpus (instead of --prompts, --samples, "
+                         "--length); 'default': the committed corpus of the target")
+    ap.add_argument("--train-tokens", type=int, default=0,
+                    help="with --corpus: train on its first shards up to this many continuation tokens (0: all)")
+    ap.add_argument("--heldout-sequences", type=int, default=256, help="with --corpus: held-out sequences measured")
     ap.add_argument("--samples", type=int, default=8, help="continuations sampled per prompt")
     ap.add_argument("--length", type=int, default=128, help="tokens per continuation")
     ap.add_argument("--steps", type=int, default=1000)
@@ -367,6 +452,8 @@ def main(argv=None) -> int:
             kind=args.kind, target=args.target, vocab=args.vocab, samples=args.samples, length=args.length,
             steps=args.steps, batch=args.batch, lr=args.lr, unroll=args.unroll, medusa_heads=args.medusa_heads,
             feature_weight=args.feature_weight, seed=args.seed, device=args.device, prompts=args.prompts,
+            corpus=_corpus_folder(args.corpus, args.target), train_tokens=args.train_tokens,
+            heldout_sequences=args.heldout_sequences,
             out=args.out, log_every=args.log_every))
     except (ModelNotFound, ImportError, ValueError, FileNotFoundError) as err:
         print(f"python -m llm_bridge.train_head: {err}", file=sys.stderr)

@@ -237,11 +237,13 @@ def test_train_head_acceptance_is_the_loops_overlap_and_training_lowers_the_loss
     with torch.no_grad():
         F = model.base_model(input_ids=tokens).last_hidden_state  # causal: padding after a length changes nothing
         lse = torch.logsumexp(model.get_output_embeddings()(F), dim=-1)
-    data = {"tokens": tokens, "lengths": lengths, "plens": plens, "features": F, "lse": lse}
-    got = evaluate(head, data, np.arange(3), unroll=2)["acceptance_per_position"]
+    data = {"tokens": tokens, "lengths": lengths, "plens": plens, "features": F, "lse": lse,
+            "argmax": model.get_output_embeddings()(F).argmax(-1)}
+    result = evaluate(head, data, np.arange(3), unroll=2)
+    got, agreement = result["acceptance_per_position"], result["agreement_per_position_temperature_1"]
     sampling = Sampling()
     for s in range(2):  # depth s: s drafted tokens after the last committed one
-        overlaps = []
+        overlaps, agrees = [], []
         for b in range(3):
             seq, n, plen = tokens[b].tolist(), int(lengths[b]), int(plens[b])
             for t in range(max(plen + s, s + 2), n + 1):  # the row for token t; committed up to t - s >= plen
@@ -249,13 +251,16 @@ def test_train_head_acceptance_is_the_loops_overlap_and_training_lowers_the_loss
                 with torch.no_grad():
                     q = sampling.rows(model(torch.as_tensor([seq[:t]])).logits[0, -1])
                 overlaps.append(np.minimum(p, q).sum())
+                agrees.append(p.argmax() == q.argmax())  # a greedy loop accepts the head's arg-max when it is q's
         assert got[s] == pytest.approx(np.mean(overlaps), abs=1e-9), f"draft position {s + 1}"
+        assert agreement[s] == pytest.approx(np.mean(agrees), abs=1e-12)
+        assert kind == "medusa" or 0 < np.mean(agrees) < 1  # untrained Medusa blocks propose the row one place early
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=1e-2)
     losses = []
     for _ in range(15):
         parts = step_losses(head, TrainingBatch(data, np.arange(3), head), 2, 0.1)
-        loss = sum(ls / c for ls, _, c in parts) / len(parts)
+        loss = sum(ls / c for ls, _, c, _ in parts) / len(parts)
         opt.zero_grad()
         loss.backward()
         opt.step()

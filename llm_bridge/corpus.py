@@ -1,0 +1,309 @@
+"""``python -m llm_bridge.corpus``: a training corpus of the target's own text, built in resumable shards.
+
+A feature-level draft head (EAGLE, Medusa) learns the target's next-token rows on the contexts a decode loop meets;
+those are the target's own samples after user messages. Recipe (every number is a flag; the defaults made the
+committed corpus under ``llm_bridge/data/corpus/<target>``):
+
+1. Messages: the target writes them itself. Its chat template's opening (the system turn, then the user header) is
+   continued at temperature 1 for at most ``--message-tokens`` tokens; a message is kept when it ends (the template's
+   end-of-turn token, or EOS) within them, holds at least three words, is new in its shard and is none of the
+   validation prompts. This samples the user turns the target saw in its own instruction tuning: varied topics,
+   lengths and styles, none written here.
+2. Continuations: each message as a chat turn, ``--samples`` continuations at temperature 1 and ``--greedy`` at
+   temperature 0, ``--length`` tokens each (the validation loop's fixed length: past an end-of-turn token the text
+   goes on, as it does there).
+3. Shards of ``--shard-messages`` messages, each seeded by ``(--seed, shard index)`` and written when done
+   (``shard-NNNNN.npz``); ``corpus.json`` lists them with the recipe. A rerun with the same recipe skips the shards
+   present, so an interrupted build resumes, and a larger ``--tokens`` extends a corpus. Shard ``i`` is held out
+   (never trained on) when ``i % HELDOUT_EVERY == HELDOUT_EVERY - 1``: held-out acceptance is on unseen messages.
+
+Only token ids are stored (``uint16`` when the vocabulary allows, about 2 bytes a token); the target's features
+are recomputed by teacher-forced passes where a head is trained (``llm_bridge.train_head --corpus``). The same
+seed gives the same tokens on the same torch build and thread count.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from otspec.checks import check_size
+from otspec.clitools import ArgumentParser, path_argument, writable_folder
+
+from .models import DEFAULT_TARGET, ModelNotFound
+from .prompts import DATA_DIR, encode_prompts, read_prompts
+
+__all__ = ["CORPUS_DIR", "Corpus", "CorpusRecipe", "HELDOUT_EVERY", "build_corpus", "load_corpus", "main",
+           "user_messages"]
+
+#: Committed corpora, one folder per target.
+CORPUS_DIR = DATA_DIR / "corpus"
+#: Shard i is held out when i % HELDOUT_EVERY == HELDOUT_EVERY - 1.
+HELDOUT_EVERY = 10
+FORMAT = "otspec-corpus-1"
+#: Largest values of a recipe, checked before the model loads (far above a laptop's corpus: a larger value is a typo).
+LIMITS = {"tokens": 10**9, "shard_messages": 4096, "samples": 64, "greedy": 64, "length": 4096,
+          "message_tokens": 1024}
+_SENTINEL = "\x00MESSAGE\x00"
+
+
+@dataclass(frozen=True)
+class CorpusRecipe:
+    """What ``python -m llm_bridge.corpus`` builds (its flags), checked when made. ``tokens`` (the continuation
+    tokens wanted) only decides how many shards; every other field must match a corpus being extended."""
+
+    target: str = DEFAULT_TARGET
+    tokens: int = 1_000_000
+    shard_messages: int = 24
+    samples: int = 2
+    greedy: int = 1
+    length: int = 256
+    message_tokens: int = 64
+    seed: int = 0
+
+    def __post_init__(self):
+        for name, limit in LIMITS.items():
+            check_size(getattr(self, name), "--" + name.replace("_", "-"), minimum=0 if name == "greedy" else 1,
+                       limit=limit, limit_name="the corpus's limit")
+        check_size(self.seed, "--seed", minimum=0)
+        if not isinstance(self.target, str) or not self.target:
+            raise ValueError(f"--target: expected a model name, got {self.target!r}")
+
+    @property
+    def shard_tokens(self) -> int:
+        """Continuation tokens of one shard."""
+        return self.shard_messages * (self.samples + self.greedy) * self.length
+
+    @property
+    def shards(self) -> int:
+        """Shards needed for ``tokens``."""
+        return -(-self.tokens // self.shard_tokens)
+
+    def identity(self) -> dict:
+        """The fields a corpus being extended must share."""
+        return {k: v for k, v in asdict(self).items() if k != "tokens"}
+
+
+def _template_parts(tokenizer) -> tuple[list[int], set[int]]:
+    """The ids that open a user message (system turn and user header) and the ids that may end one."""
+    ends = {tokenizer.eos_token_id} - {None}
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template([{"role": "user", "content": _SENTINEL}], tokenize=False,
+                                             add_generation_prompt=True)
+        before, after = text.split(_SENTINEL)
+        closing = tokenizer(after, add_special_tokens=False)["input_ids"]
+        ends |= set(closing[:1])
+        return list(tokenizer(before, add_special_tokens=False)["input_ids"]), ends
+    bos = getattr(tokenizer, "bos_token_id", None)
+    return ([bos] if bos is not None else []), ends
+
+
+def user_messages(target, n: int, *, seed: int, max_tokens: int = 64, exclude=(), attempts: int = 8) -> list[str]:
+    """``n`` user messages written by the target (recipe item 1), or fewer after ``attempts`` batches of ``2n``."""
+    from .loop import plain_generate
+
+    opening, ends = _template_parts(target.tokenizer)
+    if not opening:
+        raise ValueError("the target's tokenizer has no chat template and no BOS token to open a message with")
+    seen = {m.strip().casefold() for m in exclude}
+    out = []
+    for attempt in range(attempts):
+        run = plain_generate(target, [opening] * (2 * n), max_tokens, seed=seed * 1000 + attempt, progress=False)
+        for toks in run.tokens:
+            toks = [int(t) for t in toks]
+            stop = next((i for i, t in enumerate(toks) if t in ends), None)
+            if stop is None:
+                continue
+            text = target.tokenizer.decode(toks[:stop], skip_special_tokens=True).strip()
+            if len(text.split()) >= 3 and text.casefold() not in seen:
+                seen.add(text.casefold())
+                out.append(text)
+                if len(out) == n:
+                    return out
+    return out
+
+
+def _shard(target, recipe: CorpusRecipe, index: int, exclude) -> dict:
+    """One shard's arrays (module docstring, items 1 and 2)."""
+    from .loop import plain_generate
+    from .sampling import Sampling
+
+    seed = int(np.random.SeedSequence([recipe.seed, index]).generate_state(1)[0])
+    messages = user_messages(target, recipe.shard_messages, seed=seed, max_tokens=recipe.message_tokens,
+                             exclude=exclude)
+    if not messages:
+        raise RuntimeError(f"shard {index}: the target wrote no usable user message in 8 attempts")
+    prompts = encode_prompts(target.tokenizer, messages)
+    seqs, plens, temps, which = [], [], [], []
+    for temperature, count in ((1.0, recipe.samples), (0.0, recipe.greedy)):
+        if count == 0:
+            continue
+        jobs = [m for m in range(len(prompts)) for _ in range(count)]
+        run = plain_generate(target, [prompts[m] for m in jobs], recipe.length, sampling=Sampling(temperature),
+                             seed=seed + 1 + int(temperature == 0), progress=False)
+        for m, toks in zip(jobs, run.tokens, strict=True):
+            seqs.append(np.concatenate([prompts[m], np.asarray(toks, dtype=np.int64)]))
+            plens.append(len(prompts[m]))
+            temps.append(temperature)
+            which.append(m)
+    dtype = np.uint16 if target.vocab_size <= 2**16 else np.uint32
+    return {"format": np.array(FORMAT), "vocab_size": np.array(target.vocab_size),
+            "tokens": np.concatenate(seqs).astype(dtype),
+            "offsets": np.concatenate([[0], np.cumsum([len(s) for s in seqs])]).astype(np.int64),
+            "prompt_lengths": np.array(plens, dtype=np.int32), "temperature": np.array(temps, dtype=np.float32),
+            "message": np.array(which, dtype=np.int32), "messages": np.array(messages)}
+
+
+def _read_index(folder: Path) -> dict | None:
+    path = folder / "corpus.json"
+    if not path.is_file():
+        return None
+    index = json.loads(path.read_text())
+    if not isinstance(index, dict) or index.get("format") != FORMAT:
+        raise ValueError(f"{path}: not an otspec corpus index (format {FORMAT!r})")
+    return index
+
+
+def build_corpus(recipe: CorpusRecipe, out=None, *, progress: bool = True, device: str = "cpu") -> dict:
+    """Build (or resume, or extend) the corpus of ``recipe`` in ``out`` (default ``CORPUS_DIR / target``); returns
+    its ``corpus.json`` index."""
+    from otspec.progress import tqdm
+
+    from .models import load_model
+
+    folder = Path(out) if out is not None else CORPUS_DIR / recipe.target
+    index = _read_index(folder)
+    if index is not None and index["recipe"] != recipe.identity():
+        raise ValueError(f"--out: {folder} holds a corpus of another recipe ({index['recipe']}); use its flags "
+                         "to extend it, or another --out")
+    index = index or {"format": FORMAT, "recipe": recipe.identity(), "shards": []}
+    have = {s["index"] for s in index["shards"] if (folder / s["file"]).is_file()}
+    todo = [i for i in range(recipe.shards) if i not in have]
+    if not todo:
+        return index
+    target = load_model(recipe.target, device=device, dtype="float32")
+    exclude = read_prompts(DATA_DIR / "validate_prompts.txt")
+    folder.mkdir(parents=True, exist_ok=True)
+    done = sum(s["tokens"] for s in index["shards"] if s["index"] in have)
+    bar = tqdm(total=recipe.shards * recipe.shard_tokens, initial=min(done, recipe.shards * recipe.shard_tokens),
+               desc="corpus", unit="tok", disable=not progress)
+    for i in todo:
+        t0 = time.perf_counter()
+        arrays = _shard(target, recipe, i, exclude)
+        name = f"shard-{i:05d}.npz"
+        tmp = folder / (name + ".tmp")
+        with open(tmp, "wb") as fh:
+            np.savez_compressed(fh, **arrays)
+        tmp.replace(folder / name)
+        generated = int(len(arrays["temperature"]) * recipe.length)
+        index["shards"] = [s for s in index["shards"] if s["index"] != i] + [
+            {"index": i, "file": name, "messages": int(len(arrays["messages"])),
+             "sequences": int(len(arrays["temperature"])), "tokens": generated,
+             "seconds": round(time.perf_counter() - t0, 1)}]
+        index["shards"].sort(key=lambda s: s["index"])
+        index["tokens"] = sum(s["tokens"] for s in index["shards"])
+        index["vocab_size"] = int(target.vocab_size)
+        (folder / "corpus.json").write_text(json.dumps(index, indent=1) + "\n")
+        bar.update(generated)
+    bar.close()
+    return index
+
+
+@dataclass
+class Corpus:
+    """A loaded corpus: ``tokens`` (n, T) int64 right-padded, ``lengths``, ``plens`` (prompt lengths), ``prompt``
+    (a global message id), ``temperature``, ``shard`` and ``heldout`` (n,) per sequence; ``vocab_size``."""
+
+    tokens: np.ndarray
+    lengths: np.ndarray
+    plens: np.ndarray
+    prompt: np.ndarray
+    temperature: np.ndarray
+    shard: np.ndarray
+    vocab_size: int
+
+    @property
+    def heldout(self) -> np.ndarray:
+        return self.shard % HELDOUT_EVERY == HELDOUT_EVERY - 1
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+
+def _check_shard(path: Path, z, vocab_size: int) -> None:
+    if str(z["format"]) != FORMAT or int(z["vocab_size"]) != vocab_size:
+        raise ValueError(f"{path}: not a shard of this corpus (format {FORMAT!r}, vocabulary {vocab_size})")
+    off, n = z["offsets"], len(z["prompt_lengths"])
+    if len(off) != n + 1 or off[0] != 0 or off[-1] != len(z["tokens"]) or np.any(np.diff(off) <= 0):
+        raise ValueError(f"{path}: offsets do not delimit its {n} sequences")
+    if len(z["tokens"]) and int(z["tokens"].max()) >= vocab_size:
+        raise ValueError(f"{path}: a token id is outside the vocabulary of {vocab_size}")
+    if np.any(z["prompt_lengths"] < 1) or np.any(z["prompt_lengths"] >= np.diff(off)):
+        raise ValueError(f"{path}: a prompt length is not inside its sequence")
+
+
+def load_corpus(folder=None, *, target: str = DEFAULT_TARGET, max_tokens: int | None = None) -> Corpus:
+    """The corpus in ``folder`` (default ``CORPUS_DIR / target``), checked shard by shard; ``max_tokens`` keeps the
+    first shards whose continuation tokens reach it (a learning curve's smaller corpora are prefixes)."""
+    folder = Path(folder) if folder is not None else CORPUS_DIR / target
+    index = _read_index(folder)
+    if index is None:
+        raise FileNotFoundError(f"{folder} holds no corpus.json; build one with python -m llm_bridge.corpus")
+    vocab, rows, total = int(index["vocab_size"]), [], 0
+    for s in index["shards"]:
+        if max_tokens is not None and total >= max_tokens:
+            break
+        path = folder / s["file"]
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: listed in corpus.json but missing")
+        with np.load(path, allow_pickle=False) as z:
+            _check_shard(path, z, vocab)
+            off = z["offsets"]
+            toks = z["tokens"].astype(np.int64)
+            for j in range(len(off) - 1):
+                rows.append((toks[off[j]:off[j + 1]], int(z["prompt_lengths"][j]),
+                             s["index"] * index["recipe"]["shard_messages"] + int(z["message"][j]),
+                             float(z["temperature"][j]), s["index"]))
+        total += s["tokens"]
+    lengths = np.array([len(r[0]) for r in rows])
+    tokens = np.zeros((len(rows), int(lengths.max(initial=0))), dtype=np.int64)
+    for b, r in enumerate(rows):
+        tokens[b, :len(r[0])] = r[0]
+    return Corpus(tokens, lengths, np.array([r[1] for r in rows]), np.array([r[2] for r in rows]),
+                  np.array([r[3] for r in rows]), np.array([r[4] for r in rows]), vocab)
+
+
+def main(argv=None) -> int:
+    ap = ArgumentParser(prog="python -m llm_bridge.corpus", description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default=DEFAULT_TARGET)
+    ap.add_argument("--tokens", type=int, default=1_000_000, help="continuation tokens wanted (shards until reached)")
+    ap.add_argument("--shard-messages", type=int, default=24, help="user messages per shard")
+    ap.add_argument("--samples", type=int, default=2, help="continuations per message at temperature 1")
+    ap.add_argument("--greedy", type=int, default=1, help="continuations per message at temperature 0")
+    ap.add_argument("--length", type=int, default=256, help="tokens per continuation")
+    ap.add_argument("--message-tokens", type=int, default=64, help="longest user message the target writes")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--out", type=path_argument, default=None, help="corpus folder (default: llm_bridge/data/corpus/"
+                                                                    "<target>)")
+    args = ap.parse_args(argv)
+    try:
+        recipe = CorpusRecipe(target=args.target, tokens=args.tokens, shard_messages=args.shard_messages,
+                              samples=args.samples, greedy=args.greedy, length=args.length,
+                              message_tokens=args.message_tokens, seed=args.seed)
+        writable_folder(args.out if args.out is not None else CORPUS_DIR / recipe.target, "--out")
+        index = build_corpus(recipe, args.out, device=args.device)
+    except (ModelNotFound, ImportError, ValueError, FileNotFoundError) as err:
+        print(f"python -m llm_bridge.corpus: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps({k: v for k, v in index.items() if k != "shards"} | {"shards": len(index["shards"])}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

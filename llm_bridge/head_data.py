@@ -1,0 +1,101 @@
+"""A feature-level head's training data from a committed corpus (:mod:`llm_bridge.corpus`): the target's features
+recomputed by teacher-forced passes, cached, never stored in the repository.
+
+For every corpus sequence (prompt and continuation) one forward pass of the target gives, at every position, its
+last feature (after the final norm: what its output head reads), the log-normaliser of its full output row there
+(so that a head's loss is against the target's exact row), and optionally its hidden states after earlier layers
+(``extra``: the low and middle layers an EAGLE-3-style head fuses with the last feature). Everything is kept as
+float16 except the log-normalisers, right-padded to the longest sequence, and cached under ``cache_dir()/heads``
+keyed by the target, the corpus's index and the layers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .corpus import CORPUS_DIR, load_corpus
+from .models import cache_dir
+
+__all__ = ["corpus_training_data", "target_features"]
+
+
+def target_features(model, tokens, lengths, extra=(), *, batch_tokens: int = 8192, progress: bool = True):
+    """(last features (n, T, H) float16, log-normalisers (n, T) float32, arg-max tokens (n, T) int64, extra layers'
+    states (n, T, k·H) float16 or None) of ``model`` on right-padded ``tokens`` (n, T) of ``lengths``; ``extra`` indexes the decoder's
+    ``hidden_states`` (0: the embeddings, i: after layer i). Positions past a length are zero."""
+    import torch
+
+    from otspec.progress import tqdm
+
+    n, T = tokens.shape
+    H = model.config.hidden_size
+    W = model.get_output_embeddings().weight.detach()
+    feats = torch.zeros((n, T, H), dtype=torch.float16)
+    lse = torch.zeros((n, T), dtype=torch.float32)
+    top = torch.zeros((n, T), dtype=torch.int64)
+    more = torch.zeros((n, T, len(extra) * H), dtype=torch.float16) if extra else None
+    order = np.argsort(-np.asarray(lengths), kind="stable")  # similar lengths together: little padding per batch
+    bar = tqdm(total=int(np.sum(lengths)), desc="target features", unit="tok", disable=not progress)
+    i = 0
+    with torch.no_grad():
+        while i < n:
+            width = int(lengths[order[i]])
+            rows = order[i:i + max(1, batch_tokens // width)]
+            ids = torch.as_tensor(np.asarray(tokens)[rows, :width], device=model.device)
+            out = model.base_model(input_ids=ids, output_hidden_states=bool(extra))  # causal: padding after a
+            h = out.last_hidden_state.to(W.dtype)                                  # length changes nothing
+            real = torch.as_tensor(np.arange(width)[None] < np.asarray(lengths)[rows, None])
+            logits = h @ W.T
+            z = torch.logsumexp(logits, dim=-1).cpu()
+            idx = torch.as_tensor(rows)
+            feats[idx, :width] = (h.cpu() * real[..., None]).half()
+            lse[idx, :width] = (z * real).float()
+            top[idx, :width] = logits.argmax(-1).cpu() * real
+            if extra:
+                states = torch.cat([out.hidden_states[k].float() for k in extra], dim=-1).cpu()
+                more[idx, :width] = (states * real[..., None]).half()
+            bar.update(int(np.asarray(lengths)[rows].sum()))
+            i += len(rows)
+    bar.close()
+    return feats, lse, top, more
+
+
+def corpus_training_data(target, *, target_name: str, folder=None, extra=(), progress: bool = True) -> dict:
+    """The corpus in ``folder`` (default: the committed one of ``target_name``) with the target's features: the dict
+    :class:`llm_bridge.train_head.TrainingBatch` reads (``tokens``, ``lengths``, ``plens``, ``features``, ``lse``,
+    ``argmax`` (the target's greedy token after each position), ``prompt``, and ``extra`` when ``extra`` layers are asked for) plus ``heldout`` (bool per sequence: its shard is
+    held out) and ``temperature``."""
+    import torch
+
+    folder = Path(folder) if folder is not None else CORPUS_DIR / target_name
+    corpus = load_corpus(folder)
+    if corpus.vocab_size != target.vocab_size:
+        raise ValueError(f"--corpus {folder}: made for a vocabulary of {corpus.vocab_size:,}; the target has "
+                         f"{target.vocab_size:,}")
+    index = (folder / "corpus.json").read_text()
+    key = hashlib.sha256(json.dumps([target_name, target.vocab_size, index, list(extra)]).encode()).hexdigest()
+    path = cache_dir() / "heads" / f"features-{key[:16]}.pt"
+    if path.is_file():
+        cached = torch.load(path)
+    else:
+        if progress:
+            print(f"train_head: the target's features on {int(corpus.lengths.sum()):,} corpus tokens (cached at "
+                  f"{path})", file=sys.stderr)
+        feats, lse, top, more = target_features(target.model, corpus.tokens, corpus.lengths, tuple(extra),
+                                                progress=progress)
+        cached = {"features": feats, "lse": lse, "argmax": top, "extra": more}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(cached, path.with_suffix(".tmp"))
+        path.with_suffix(".tmp").replace(path)
+    data = {"tokens": torch.as_tensor(corpus.tokens), "lengths": torch.as_tensor(corpus.lengths),
+            "plens": torch.as_tensor(corpus.plens), "prompt": torch.as_tensor(corpus.prompt),
+            "features": cached["features"], "lse": cached["lse"], "argmax": cached["argmax"], "heldout": corpus.heldout,
+            "temperature": corpus.temperature}
+    if extra:
+        data["extra"] = cached["extra"]
+    return data

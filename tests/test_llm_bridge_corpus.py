@@ -1,0 +1,160 @@
+"""``python -m llm_bridge.corpus``: the target's own text in resumable shards, on a tiny model (no download)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from llm_tiny import tiny_llama, tiny_tokenizer, torch
+
+from llm_bridge.corpus import (
+    HELDOUT_EVERY,
+    CorpusRecipe,
+    build_corpus,
+    load_corpus,
+    main,
+    user_messages,
+)
+from llm_bridge.models import LoadedModel
+
+
+@pytest.fixture()
+def tiny_target(monkeypatch):
+    target = LoadedModel(tiny_llama(0, 2, dtype=torch.float64), tiny_tokenizer(), "tiny-target", "cpu",
+                         torch.float64)
+    calls = []
+
+    def load(name, **_):
+        calls.append(name)
+        return target
+
+    monkeypatch.setattr("llm_bridge.models.load_model", load)
+    monkeypatch.setattr("llm_bridge.train_head.load_model", load)
+    return target, calls
+
+
+RECIPE = dict(target="tiny", tokens=100, shard_messages=3, samples=2, greedy=1, length=6, message_tokens=40)
+
+
+def test_corpus_shards_hold_the_targets_own_continuations(tmp_path, tiny_target):
+    target, _ = tiny_target
+    recipe = CorpusRecipe(**RECIPE)
+    assert recipe.shard_tokens == 3 * 3 * 6 and recipe.shards == 2
+    index = build_corpus(recipe, tmp_path, progress=False)
+    assert [s["index"] for s in index["shards"]] == [0, 1] and index["tokens"] == sum(s["tokens"] for s in
+                                                                                      index["shards"])
+    c = load_corpus(tmp_path)
+    assert len(c) == sum(s["sequences"] for s in index["shards"]) and c.vocab_size == 24
+    assert np.all(c.lengths - c.plens == 6)
+    # per message: two samples at temperature 1 and one greedy continuation, all after the same prompt
+    for m in np.unique(c.prompt):
+        rows = np.flatnonzero(c.prompt == m)
+        assert sorted(c.temperature[rows]) == [0.0, 1.0, 1.0]
+        prompts = {tuple(c.tokens[r, :c.plens[r]]) for r in rows}
+        assert len(prompts) == 1
+    # a greedy continuation is the target's arg-max chain (recomputed here without a cache)
+    r = int(np.flatnonzero(c.temperature == 0)[0])
+    seq = c.tokens[r, :c.lengths[r]]
+    with torch.no_grad():
+        logits = target.model(torch.as_tensor(seq[None])).logits[0]
+    np.testing.assert_array_equal(logits[c.plens[r] - 1:-1].argmax(-1).numpy(), seq[c.plens[r]:])
+    # messages open with BOS (no chat template) and end before EOS: a prompt holds no EOS
+    assert all(2 not in c.tokens[b, 1:c.plens[b]] for b in range(len(c)))
+    assert not c.heldout.any() and HELDOUT_EVERY > 2
+
+
+def test_corpus_resumes_extends_and_refuses_another_recipe(tmp_path, tiny_target):
+    _, calls = tiny_target
+    recipe = CorpusRecipe(**RECIPE)
+    build_corpus(recipe, tmp_path, progress=False)
+    first = (tmp_path / "shard-00000.npz").read_bytes()
+    second = tmp_path / "shard-00001.npz"
+    mtime = second.stat().st_mtime_ns
+    (tmp_path / "shard-00000.npz").unlink()  # an interrupted build: the missing shard is made again, the same
+    build_corpus(recipe, tmp_path, progress=False)
+    assert (tmp_path / "shard-00000.npz").read_bytes() == first and second.stat().st_mtime_ns == mtime
+    n = len(calls)
+    build_corpus(recipe, tmp_path, progress=False)  # nothing to do: the model is not even loaded
+    assert len(calls) == n
+    index = build_corpus(CorpusRecipe(**{**RECIPE, "tokens": 200}), tmp_path, progress=False)
+    assert [s["index"] for s in index["shards"]] == [0, 1, 2, 3]
+    assert len(load_corpus(tmp_path, max_tokens=54)) == json.loads((tmp_path / "corpus.json").read_text())[
+        "shards"][0]["sequences"]
+    with pytest.raises(ValueError, match="another recipe"):
+        build_corpus(CorpusRecipe(**{**RECIPE, "length": 7}), tmp_path, progress=False)
+
+
+def test_damaged_corpora_are_refused(tmp_path, tiny_target):
+    build_corpus(CorpusRecipe(**RECIPE), tmp_path, progress=False)
+    path = tmp_path / "shard-00001.npz"
+    with np.load(path) as z:
+        arrays = dict(z)
+    arrays["tokens"] = arrays["tokens"].copy()
+    arrays["tokens"][3] = 30  # outside the vocabulary of 24
+    np.savez(path, **arrays)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        load_corpus(tmp_path)
+    path.unlink()
+    with pytest.raises(FileNotFoundError, match="missing"):
+        load_corpus(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no corpus.json"):
+        load_corpus(tmp_path / "nothing")
+
+
+def test_user_messages_are_new_long_enough_and_not_validation_prompts(tiny_target):
+    target, _ = tiny_target
+    first = user_messages(target, 4, seed=3, max_tokens=40)
+    assert len(first) == 4 and len(set(first)) == 4
+    assert all(len(m.split()) >= 3 for m in first)
+    again = user_messages(target, 4, seed=3, max_tokens=40, exclude=first[:2])
+    assert not set(again) & set(first[:2])
+
+
+@pytest.mark.parametrize("flag", ["--tokens=0", "--length=100000", "--samples=-1", "--greedy=-1", "--seed=-1",
+                                  "--shard-messages=0", "--out="])
+def test_corpus_command_refuses_bad_flags_before_loading(flag, capsys, tiny_target):
+    _, calls = tiny_target
+    try:
+        code = main([flag])
+    except SystemExit as stop:  # argparse's own refusals (an empty path)
+        code = stop.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and flag.split("=")[0] in err and not calls
+
+
+def test_train_head_on_a_corpus_holds_out_whole_shards_and_nests_training_sets(tmp_path, tiny_target, monkeypatch):
+    """train_head --corpus: features recomputed by teacher forcing (the arg-max is the target's greedy token), the
+    held-out sequences are those of shard 9 only, --train-tokens keeps a prefix of the training shards, and the
+    record reports greedy agreement on the greedy continuations."""
+    from llm_bridge.head_data import corpus_training_data
+    from llm_bridge.train_head import HeadRecipe, _corpus_split, train_head
+
+    target, _ = tiny_target
+    monkeypatch.setenv("OTSPEC_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "corpus"
+    build_corpus(CorpusRecipe(**{**RECIPE, "tokens": 10 * 2 * 2 * 5, "shard_messages": 2, "samples": 1,
+                                 "length": 5}), folder, progress=False)
+    data = corpus_training_data(target, target_name="tiny", folder=folder, progress=False)
+    with torch.no_grad():
+        b = 3
+        seq = data["tokens"][b, :data["lengths"][b]]
+        logits = target.model(seq[None]).logits[0]
+    np.testing.assert_array_equal(data["argmax"][b, :len(seq)].numpy(), logits.argmax(-1).numpy())
+    np.testing.assert_allclose(data["lse"][b, :len(seq)].numpy(), torch.logsumexp(logits, -1).numpy(), atol=1e-2)
+    shard = np.repeat(np.arange(10), 4)
+    assert np.array_equal(data["heldout"], shard == 9)
+    recipe = HeadRecipe(kind="eagle", target="tiny", corpus=folder, vocab=0, steps=2, batch=2, unroll=2,
+                        progress=False, out=tmp_path / "head", log_every=1)
+    val, train, _ = _corpus_split(data, recipe)
+    assert set(val) == set(np.flatnonzero(shard == 9))
+    small = _corpus_split(data, HeadRecipe(**{**recipe.__dict__, "train_tokens": 12}))[1]
+    assert sorted(small) == [0, 1, 2] and set(small) < set(train)  # whole sequences in shard order up to 12 tokens
+    record = train_head(recipe)
+    assert record["recipe"]["train_sequences"] == 36 and record["recipe"]["heldout_sequences"] == 4
+    held = record["heldout"]
+    assert len(held["acceptance_per_position"]) == 2 and len(held["greedy_agreement_per_position"]) == 2
+    log = json.loads((tmp_path / "head" / "train_log.json").read_text())
+    assert len(log) == 2 and "heldout_greedy" in log[0]
+    with pytest.raises(ValueError, match="--train-tokens"):
+        HeadRecipe(kind="eagle", train_tokens=5)
