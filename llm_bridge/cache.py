@@ -107,6 +107,19 @@ def logits_and_features(model):
     return step
 
 
+def chosen_states(hidden_states, hidden):
+    """The features a forward pass returns for ``hidden`` (see :class:`CachedLM`): None (False), the last hidden states
+    (True), or the states after the layers of a tuple of ``hidden_states`` indices followed by the last ones,
+    concatenated on the last axis (what a head fusing several target layers reads)."""
+    if not hidden:
+        return None
+    if hidden is True:
+        return hidden_states[-1]
+    import torch
+
+    return torch.cat([hidden_states[i] for i in hidden] + [hidden_states[-1]], dim=-1)
+
+
 def make_cache(model, batch: int, *, hidden: bool = False, kind: str = "auto", max_length: int | None = None):
     """The KV cache of ``kind`` (:data:`CACHE_KINDS`) for ``batch`` sequences of at most ``max_length`` tokens."""
     if kind not in CACHE_KINDS:
@@ -262,7 +275,8 @@ class CachedLM(_Pending):
             ``logits[b, j]`` is the next-token logit row after the j-th new token (meaningless
             for padding).
         hidden : tensor (B, m, H) or None
-            The last hidden states at the same positions (when built with ``hidden=True``).
+            The last hidden states at the same positions (when built with ``hidden=True``; with a tuple of layer
+            indices, those layers' states then the last ones, concatenated: :func:`chosen_states`).
         """
         import torch
 
@@ -275,11 +289,11 @@ class CachedLM(_Pending):
         with torch.no_grad():
             out = self.model(input_ids=on_device(tokens, self.device), attention_mask=on_device(mask, self.device).long(),
                              position_ids=positions, **cache_kwargs(self.model, self.cache), use_cache=True,
-                             output_hidden_states=self.hidden, **inputs)
+                             output_hidden_states=bool(self.hidden), **inputs)
         self.calls += 1
         self.valid, self.length = mask, self.length + counts
         self._compact()
-        return out.logits, (out.hidden_states[-1] if self.hidden else None)
+        return out.logits, chosen_states(out.hidden_states, self.hidden)
 
     def feed_tree(self, tokens, parents, counts, **inputs):
         """Score ``counts[b]`` tree nodes per sequence in one forward pass; returns (logits (B, m, V), hidden (B, m, H)
@@ -307,10 +321,10 @@ class CachedLM(_Pending):
         with torch.no_grad():
             out = self.model(input_ids=on_device(tokens, self.device), attention_mask=mask,
                              position_ids=positions, **cache_kwargs(self.model, self.cache), use_cache=True,
-                             output_hidden_states=self.hidden, **inputs)
+                             output_hidden_states=bool(self.hidden), **inputs)
         self.calls += 1
         self.valid = np.concatenate([self.valid, np.zeros((B, m), dtype=bool)], axis=1)
-        return out.logits, (out.hidden_states[-1] if self.hidden else None)
+        return out.logits, chosen_states(out.hidden_states, self.hidden)
 
     def _settle(self) -> None:
         self._compact()
@@ -389,6 +403,7 @@ class StaticCachedLM(_Pending):
         for layer in self.cache.layers:
             layer.cumulative_length.fill_(self.ptr)  # where this call writes: the position-based rollback
         compiled = self.forward is not self.model and tokens.shape[1] <= self.compile_width and self.valid.any()
+        compiled = compiled and not isinstance(self.hidden, tuple)  # the graph returns the last hidden states only
 
         width = tokens.shape[1]
 
@@ -409,8 +424,8 @@ class StaticCachedLM(_Pending):
                 logits, hidden = logits.clone(), (hidden.clone() if self.hidden else None)
             else:
                 out = self.model(**cache_kwargs(self.model, self.cache), use_cache=True,
-                                 output_hidden_states=self.hidden, **args)
-                logits, hidden = out.logits, (out.hidden_states[-1] if self.hidden else None)
+                                 output_hidden_states=bool(self.hidden), **args)
+                logits, hidden = out.logits, chosen_states(out.hidden_states, self.hidden)
         self.calls += 1
         return logits, hidden
 

@@ -71,7 +71,7 @@ from .loop import Tick, cache_room, chunks, default_pairing, finish, one_by_one,
 from .measure import CallTimer, median_interval
 from .options import DecodeOptions
 from .profile import CostProfile
-from .sessions import ModelSession
+from .sessions import ModelSession, target_hidden
 
 __all__ = ["CostProfile", "Rounds", "ZeroAcceptance", "calibrate", "calibration_batches", "config_key", "dry_run",
            "dry_tokens", "median_interval", "profile_from_rounds"]
@@ -105,7 +105,7 @@ def _curve(pair, contexts, feed_tokens, widths, *, sampling, cache, reps, draft:
         sessions[n] = (pair.drafter.session(B, sampling, cache=cache, max_length=room, host_rows=uses_host_rows(pair))
                        if draft else
                        ModelSession(pair.target.model, B, sampling, cache=cache, max_length=room, timer=None,
-                                    name="target", hidden=pair.drafter.reads_target_features,
+                                    name="target", hidden=target_hidden(pair.drafter),
                                     host_rows=uses_host_rows(pair)))
         sessions[n].start(contexts)
     ones = np.ones(B, dtype=np.int64)

@@ -19,7 +19,7 @@ committed corpus under ``llm_bridge/data/corpus/<target>``):
 
 Only token ids are stored (``uint16`` when the vocabulary allows, about 2 bytes a token); the target's features
 are recomputed by teacher-forced passes where a head is trained (``llm_bridge.train_head --corpus``). The same
-seed gives the same tokens on the same torch build and thread count.
+seed gives the same tokens on the same torch build and thread count (``corpus.json`` names both).
 """
 
 from __future__ import annotations
@@ -172,6 +172,8 @@ def _read_index(folder: Path) -> dict | None:
 def build_corpus(recipe: CorpusRecipe, out=None, *, progress: bool = True, device: str = "cpu") -> dict:
     """Build (or resume, or extend) the corpus of ``recipe`` in ``out`` (default ``CORPUS_DIR / target``); returns
     its ``corpus.json`` index."""
+    import torch
+
     from otspec.progress import tqdm
 
     from .models import load_model
@@ -208,6 +210,7 @@ def build_corpus(recipe: CorpusRecipe, out=None, *, progress: bool = True, devic
         index["shards"].sort(key=lambda s: s["index"])
         index["tokens"] = sum(s["tokens"] for s in index["shards"])
         index["vocab_size"] = int(target.vocab_size)
+        index["made_with"] = {"torch": torch.__version__, "threads": torch.get_num_threads()}
         (folder / "corpus.json").write_text(json.dumps(index, indent=1) + "\n")
         bar.update(generated)
     bar.close()

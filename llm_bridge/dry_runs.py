@@ -22,7 +22,7 @@ from otspec.verifiers.base import Outcome, Verifier
 
 from .loop import cache_room, loop_generator, relay, uses_host_rows
 from .measure import CallTimer
-from .sessions import ModelSession
+from .sessions import ModelSession, target_hidden
 
 __all__ = ["IterationClock", "ZeroAcceptance", "config_key", "dry_contexts", "dry_run", "dry_run_steps", "dry_tokens",
            "follows_plain", "uses_host_rows"]
@@ -132,7 +132,7 @@ def dry_run_steps(pair, verifier, draft, contexts, n_tokens, *, sampling, cache,
     room = cache_room(contexts, n_tokens, width)
     host = True if tree else uses_host_rows(pair)
     target = ModelSession(pair.target.model, B, sampling, cache=cache, max_length=room, timer=timer, name="target",
-                          hidden=pair.drafter.reads_target_features, host_rows=host)
+                          hidden=target_hidden(pair.drafter), host_rows=host)
     session = pair.drafter.session(B, sampling, cache=cache, max_length=room, timer=timer,
                                    **({} if tree else {"host_rows": host, "hidden": ctrl.needs_context}))
     clock = IterationClock(timer)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from otspec.engine.session import Drafter, Session
 
 from .head_replays import HEAD_METHOD, HeadSource, head_replays
-from .heads import EagleSession, MedusaSession
+from .head_sessions import EagleSession, MedusaSession
 from .sampling import DEFAULT_SAMPLING
 
 __all__ = ["HeadDrafter"]
@@ -25,6 +25,7 @@ class HeadDrafter(Drafter):
         self.head, self.kind = head, head.kind
         self.name, self.meta = name or head.kind, meta or {}
         eagle = self.kind == "eagle"
+        self.target_layers = tuple(getattr(head, "fuse_layers", ()))  # layers fused before the last feature (EAGLE-3)
         self.drafts_trees = self.has_hidden_states = eagle
         self.max_draft_length = None if eagle else int(head.k)
 

@@ -15,7 +15,7 @@ import torch
 
 from otspec.sources import Source
 
-from .heads import eagle_unrolled
+from .heads import eagle_unrolled, target_features
 from .sampling import DEFAULT_SAMPLING
 
 __all__ = ["HEAD_METHOD", "HeadSource", "compact_rows", "depth_rows", "head_replays"]
@@ -39,7 +39,8 @@ class HeadSource(Source):
         device = head.vocab.device
         with torch.no_grad():
             ids = torch.as_tensor([self.prompt], device=device)
-            self.features = target_model.base_model(input_ids=ids).last_hidden_state[0, :-1]  # state after token j
+            last, read = target_features(head, target_model, ids)  # [0, j]: the state after token j
+            self.features = (last if head.kind == "medusa" else read)[0, :-1]
 
     def to_json(self) -> dict:
         raise NotImplementedError("a head source is not serialised: it is a head, a target, a prompt and a processing")
@@ -48,9 +49,11 @@ class HeadSource(Source):
         head = self.head
         with torch.no_grad():
             if head.kind == "medusa":
-                logits = head.block_logits(self.features[-1], min(len(drafted), head.k - 1))
+                r = min(len(drafted), head.k - 1)
+                seen = torch.as_tensor([self.prompt[-1], *[int(t) for t in drafted[:r]]], device=self.features.device)
+                logits = head.block_logits(self.features[-1], r, seen if head.hydra else None)
                 return self.sampling.rows(head.full_logits(logits))
-            tokens, feats = list(self.prompt[1:]), self.features
+            tokens, feats = list(self.prompt[1:]), head.fused(self.features)  # per pair: fused before own ones join
             h = head.features(torch.as_tensor([tokens], device=feats.device), feats[None])[0]
             for t in drafted:  # the pair of a drafted token reads the head's own last prediction
                 tokens.append(int(t))
@@ -78,11 +81,11 @@ def depth_rows(head, target_model, prompt, continuation, depth: int, sampling, *
     n, T = len(prompt), len(continuation)
     x = torch.as_tensor([list(prompt) + list(continuation)], device=head.vocab.device)
     with torch.no_grad():
-        F = target_model.base_model(input_ids=x).last_hidden_state  # F[0, j]: the state after token j
+        F, G = target_features(head, target_model, x)  # F[0, j]: the state after token j; G: as the head reads it
         q = sampling.rows(target_model.get_output_embeddings()(F[0, n - 1:n - 1 + T]))
         rows, kept = np.empty((depth, T, q.shape[-1])), []
         if head.kind == "eagle":  # pair i = (F[i], x[i + 1]); the row for token n + t is step d + 1 at pair n + t - 2
-            outs = eagle_unrolled(head, x, F, torch.ones_like(x, dtype=torch.bool), depth)
+            outs = eagle_unrolled(head, x, G, torch.ones_like(x, dtype=torch.bool), depth)
             for d in range(depth):
                 h = torch.stack([outs[min(d, k)][0, n + k - 2] for k in range(T)])  # depth d needs d drafted tokens
                 rows[d] = sampling.rows(head.full_logits(head.reduced_logits(h)))
@@ -92,7 +95,9 @@ def depth_rows(head, target_model, prompt, continuation, depth: int, sampling, *
         else:  # block d on the feature that gave the last committed token x[n + t - d - 1]: F[n + t - d - 2]
             for d in range(depth):
                 at = [n + k - min(d, k) - 2 for k in range(T)]
-                logits = head.block_logits(F[0, at], min(d, head.k - 1))
+                r = min(d, head.k - 1)  # Hydra: the token F[at] gave, then the r drafted after it
+                seen = x[0, [[min(a + 1 + i, x.shape[1] - 1) for i in range(r + 1)] for a in at]] if head.hydra else None
+                logits = head.block_logits(F[0, at], r, seen)
                 rows[d] = sampling.rows(head.full_logits(logits))
     return (rows, q, np.stack(kept)) if states else (rows, q)
 

@@ -7,15 +7,19 @@ features (the hidden state after its final norm, which its output head turns int
   ``fc([feature, token embedding])``. Pair j is (the target's feature whose row gave token j, token j);
   the layer's output predicts the next feature, and the output head turns it into the next row. While
   drafting it runs on its own predicted features; after each verification its cache drops them and
-  re-reads the committed tokens with the target's true features.
+  re-reads the committed tokens with the target's true features. With ``fuse`` layers (EAGLE-3, Li et
+  al. 2025) the target's feature is a learned map of its states after a low and a middle layer
+  (each RMS-normalised) and its last feature, concatenated; the head's own predictions stay one feature.
 * :class:`MedusaHeads` (Medusa, Cai et al. 2024) — k residual blocks on the feature that gave the
   last committed token; block i proposes the token i + 1 places after it, whatever was drafted before.
+  With ``hydra`` (Hydra, Ankner et al. 2024) block i also reads the embeddings of the last committed
+  token and of the i tokens drafted after it, so each proposal depends on the draft before it.
 
 Either head may draft over a *reduced vocabulary* (the N most frequent tokens of the target's own
 samples, as FR-Spec and EAGLE-3 do): its output head is the target's output rows of those N tokens,
 and its rows are full-vocabulary rows that are 0 elsewhere. Speculative sampling allows any draft
 row, so every otspec verifier runs unchanged and stays exact. The heads' sessions
-(:class:`EagleSession`, :class:`MedusaSession`) take the target's features through the session
+(:mod:`llm_bridge.head_sessions`) take the target's features through the session
 protocol (``reads_target_features``: ``start(prompts, features=...)``, ``commit(..., features=...)``).
 
 :mod:`llm_bridge.head_replays` holds their exact sources and the replays their predictions run on.
@@ -34,18 +38,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from otspec.distributions import to_device
-from otspec.engine.session import Scores, Session, as_prompts
-
-from .cache import cache_kwargs, make_cache
+from .cache import cache_kwargs
 from .kernels import few_row_linears, few_row_product
 from .models import output_size
-from .sampling import DEFAULT_SAMPLING
-from .sessions import concat_tokens, padded, row_tokens
-from .treemask import slot_lookup
 
-__all__ = ["HEAD_DIRS", "HEAD_KINDS", "EagleHead", "EagleSession", "MedusaHeads", "MedusaSession",
-           "build_head", "eagle_unrolled", "load_head", "save_head"]
+__all__ = ["HEAD_DIRS", "HEAD_KINDS", "EagleHead", "MedusaHeads", "build_head", "eagle_unrolled", "load_head",
+           "save_head", "target_features"]
 
 HEAD_KINDS = ("eagle", "medusa")
 #: Where ``python -m llm_bridge.train_head --kind K`` writes the shipped head of each kind.
@@ -95,11 +93,14 @@ class EagleHead(torch.nn.Module, _ReducedOutput):
         not trained) and the initial weights (its last decoder layer and final norm).
     vocab : int array
         The tokens the head drafts (all of them: ``np.arange(V)``).
+    fuse : tuple of int
+        Indices of the target's ``hidden_states`` (0: the embeddings, i: after layer i) fused with its last
+        feature (EAGLE-3); empty: the last feature alone (EAGLE). The fusion starts as "the last feature".
     """
 
     kind = "eagle"
 
-    def __init__(self, target_model, vocab):
+    def __init__(self, target_model, vocab, fuse=()):
         super().__init__()
         config = copy.deepcopy(target_model.config)
         config.num_hidden_layers = 1
@@ -125,10 +126,28 @@ class EagleHead(torch.nn.Module, _ReducedOutput):
         self.body.embed_tokens.requires_grad_(False)
         self.register_buffer("embed_rows", base.get_input_embeddings().weight.detach(), persistent=False)
         self._setup_output(target_model, vocab)
+        self.fuse_layers = _check_fuse(fuse, target_model.config.num_hidden_layers)
+        if self.fuse_layers:
+            k = len(self.fuse_layers)
+            self.fuse = torch.nn.Linear((k + 1) * H, H, bias=False).to(self.body.dtype)
+            with torch.no_grad():
+                self.fuse.weight.zero_()
+                self.fuse.weight[:, k * H:].copy_(torch.eye(H))
+
+    def fused(self, features):
+        """``features`` as the layer's input reads them: a target's fused states (…, (k + 1)·H) mapped to one
+        feature, the head's own predictions (…, H) as they are."""
+        features = features.to(self.fc.weight.dtype)
+        H = self.config.hidden_size
+        if not self.fuse_layers or features.shape[-1] == H:
+            return features
+        *low, last = features.split(H, dim=-1)
+        low = [x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) for x in low]
+        return self.fuse(torch.cat([*low, last], dim=-1))
 
     def features(self, input_ids, features, **kwargs):
         """The head's predicted next features (B, m, H) for pairs (``features``, ``input_ids``)."""
-        x = self.fc(torch.cat([features.to(self.fc.weight.dtype), self.embed_rows[input_ids]], dim=-1))
+        x = self.fc(torch.cat([self.fused(features), self.embed_rows[input_ids]], dim=-1))
         return self.body(inputs_embeds=x, **kwargs).last_hidden_state
 
     def forward(self, input_ids, features, attention_mask=None, position_ids=None, past_key_values=None,
@@ -147,38 +166,66 @@ class MedusaHeads(torch.nn.Module, _ReducedOutput):
     """k residual blocks ``f + SiLU(W_i f + b_i)`` on a target feature, each followed by the reduced output head.
 
     Block i proposes the token i + 1 places after the token that ``f`` gave. Blocks start at zero, so each
-    first proposes the target's own row at ``f``.
+    first proposes the target's own row at ``f``. With ``hydra`` block i reads ``[f, e_0, …, e_i]`` instead of
+    ``f`` (``W_i`` is H × (i + 2)H): e_0 embeds the token ``f`` gave, e_1..e_i the tokens drafted after it.
     """
 
     kind = "medusa"
 
-    def __init__(self, target_model, vocab, k: int = 4):
+    def __init__(self, target_model, vocab, k: int = 4, hydra: bool = False):
         super().__init__()
         if int(k) != k or k < 1:
             raise ValueError(f"medusa: expected k >= 1 heads, got {k!r}")
         H, dtype = target_model.config.hidden_size, next(target_model.parameters()).dtype
-        self.k = int(k)
-        self.blocks = torch.nn.ModuleList(torch.nn.Linear(H, H).to(dtype) for _ in range(self.k))
+        self.k, self.hydra = int(k), bool(hydra)
+        self.blocks = torch.nn.ModuleList(torch.nn.Linear(H * (r + 2 if self.hydra else 1), H).to(dtype)
+                                          for r in range(self.k))
         with torch.no_grad():
             for block in self.blocks:
                 block.weight.zero_()
                 block.bias.zero_()
+        if self.hydra:
+            self.register_buffer("embed_rows", target_model.get_input_embeddings().weight.detach(), persistent=False)
         self._setup_output(target_model, vocab)
 
     def forward(self, features):
-        """Reduced logits (..., k, N) of every block on ``features`` (..., H)."""
+        """Reduced logits (..., k, N) of every block on ``features`` (..., H) (Medusa only: Hydra's need tokens)."""
         return torch.stack([self.block_logits(features, r) for r in range(self.k)], dim=-2)
 
-    def block_logits(self, features, r: int):
-        """Reduced logits (..., N) of block ``r`` alone on ``features`` (..., H)."""
+    def block_logits(self, features, r: int, tokens=None):
+        """Reduced logits (..., N) of block ``r`` alone on ``features`` (..., H); Hydra's also read ``tokens``
+        (..., r + 1): the token the feature gave, then the r drafted after it."""
         f = features.to(self.blocks[0].weight.dtype)
-        return self.reduced_logits(f + torch.nn.functional.silu(self.blocks[r](f)))
+        x = f
+        if self.hydra:
+            if tokens is None or tokens.shape[-1] != r + 1:
+                raise ValueError(f"Hydra block {r} reads {r + 1} tokens (the committed one, then {r} drafted)")
+            x = torch.cat([f, self.embed_rows[tokens].flatten(-2).to(f.dtype)], dim=-1)
+        return self.reduced_logits(f + torch.nn.functional.silu(self.blocks[r](x)))
+
+
+def _check_fuse(fuse, layers: int) -> tuple:
+    fuse = tuple(int(i) for i in fuse)
+    if any(not 0 <= i < layers for i in fuse) or len(set(fuse)) != len(fuse):
+        raise ValueError(f"fuse: expected distinct layer indices in [0, {layers}) (the last feature is always read), "
+                         f"got {list(fuse)}")
+    return fuse
+
+
+def target_features(head, target_model, ids):
+    """(the target's last features (B, T, H), the features ``head`` reads (B, T, ·)) from one full pass on ``ids``:
+    for a head fusing layers, their states then the last ones (:func:`llm_bridge.cache.chosen_states`)."""
+    fuse = getattr(head, "fuse_layers", ())
+    out = target_model.base_model(input_ids=ids, output_hidden_states=bool(fuse))
+    last = out.last_hidden_state
+    return last, (torch.cat([out.hidden_states[i] for i in fuse] + [last], dim=-1) if fuse else last)
 
 
 def eagle_unrolled(head, x, F, real, unroll: int) -> list:
     """The head's predicted features (B, T - 1, H) at drafting steps s = 1..``unroll`` over whole sequences at once.
 
-    Pair i is (F[i], x[i + 1]). At step 1 every pair reads the target's feature; at step s pair i reads the step
+    Pair i is (F[i], x[i + 1]) (F: the target's features as the head reads them). At step 1 every pair reads the
+    target's feature; at step s pair i reads the step
     s − 1 output at i − 1 (the head's own prediction) and its attention sees the step-1 keys of pairs ≤ i − s + 1
     and the step-r keys of pair i − s + r (r = 2..s): exactly what drafting s tokens after committed pair
     i − s + 1 computes, so one pass per step trains every draft position ("training-time test").
@@ -205,7 +252,7 @@ def eagle_unrolled(head, x, F, real, unroll: int) -> list:
                 sees[:, i[ok], (r - 1) * n + j[ok]] = real[:, j[ok]]
             sees[:, i, (s - 1) * n + i] = True  # every query sees itself (no empty softmax row)
             mask = sees[:, None]
-        xin = head.fc(torch.cat([feats, emb], dim=-1))
+        xin = head.fc(torch.cat([head.fused(feats), emb], dim=-1))
         prev = head.body(inputs_embeds=xin, attention_mask=mask, position_ids=positions,
                          **cache_kwargs(head.body, cache), use_cache=True).last_hidden_state
         out.append(prev)
@@ -215,7 +262,7 @@ def eagle_unrolled(head, x, F, real, unroll: int) -> list:
 def build_head(kind: str, target_model, vocab, **options):
     """A fresh head of ``kind`` (:data:`HEAD_KINDS`) for ``target_model``."""
     if kind == "eagle":
-        return few_row_linears(EagleHead(target_model, vocab))
+        return few_row_linears(EagleHead(target_model, vocab, **options))
     if kind == "medusa":
         return few_row_linears(MedusaHeads(target_model, vocab, **options))
     raise ValueError(f"head kind: expected one of {HEAD_KINDS}, got {kind!r}")
@@ -238,6 +285,7 @@ def save_head(head, folder: Path, record: dict) -> dict:
     save_file(stored, folder / "drafter.safetensors")
     record = {**record, "kind": head.kind, "vocab_size": int(head.vocab.numel()),
               "target_vocab_size": int(head.vocab_size), "medusa_heads": getattr(head, "k", None),
+              "fuse_layers": list(getattr(head, "fuse_layers", ())), "hydra": bool(getattr(head, "hydra", False)),
               "trained_parameters": int(sum(p.numel() for p in _trained(head).values())),
               "file_bytes": (folder / "drafter.safetensors").stat().st_size}
     (folder / "drafter.json").write_text(json.dumps(record, indent=2) + "\n")
@@ -261,7 +309,8 @@ def load_head(folder: Path, target_model):
                          f"target has {V:,}")
     stored = load_file(folder / "drafter.safetensors")
     vocab = stored.pop("vocab").long().numpy()
-    options = {"k": meta["medusa_heads"]} if meta["kind"] == "medusa" else {}
+    options = ({"k": meta["medusa_heads"], "hydra": meta.get("hydra", False)} if meta["kind"] == "medusa"
+               else {"fuse": meta.get("fuse_layers", [])})
     head = build_head(meta["kind"], target_model, vocab, **options)
     weights = dequantize_rows(stored)
     own = _trained(head)
@@ -269,202 +318,3 @@ def load_head(folder: Path, target_model):
         raise ValueError(f"{folder}: weights {sorted(set(weights) ^ set(own))[:3]} do not fit a {meta['kind']} head")
     head.load_state_dict({k: v.to(own[k].dtype) for k, v in weights.items()}, strict=False)
     return head.to(next(target_model.parameters()).device).eval(), meta
-
-
-def _tokens_of(tokens, counts, b: int):
-    """Row b's committed tokens: a view of a device tensor (nothing read back), or int64 numpy."""
-    return row_tokens(tokens, counts, b)
-
-
-class _FeatureSession(Session):
-    """What both head sessions share: target features in, full-vocabulary rows out."""
-
-    reads_target_features = True
-
-    def _features(self, features, b: int, count: int | None = None):
-        """Sequence b's features (first ``count`` rows) as a float tensor on the head's device."""
-        f = features[b] if count is None else features[b, :count]
-        return torch.as_tensor(f, device=self.device).to(self.dtype)
-
-    def _need(self, features, what: str):
-        if features is None:
-            raise ValueError(f"{type(self).__name__}.{what}: the head reads the target's features; pass features=")
-
-    def feed_tree(self, tokens, parents, counts) -> Scores:
-        raise ValueError(f"{type(self).__name__} drafts chains; the tree loop needs a draft model or the EAGLE head")
-
-    def _out(self, rows, feats, usable) -> Scores:
-        if self.host_rows:
-            rows = rows.cpu().numpy()
-            feats = None if feats is None else feats.cpu().numpy()
-        return Scores(rows, feats, usable)
-
-
-class EagleSession(_FeatureSession):
-    """An :class:`EagleHead` with a KV cache over B sequences (see the module docstring)."""
-
-    def __init__(self, head, batch: int, sampling=DEFAULT_SAMPLING, *, hidden: bool = False, cache: str = "auto",
-                 max_length: int | None = None, host_rows: bool = True):
-        self.head, self.batch, self.sampling, self.hidden = head, int(batch), sampling, bool(hidden)
-        self.vocab_size = head.vocab_size
-        self.cache = make_cache(head, self.batch, hidden=True, kind=cache, max_length=max_length)
-        self.device, self.dtype = self.cache.device, head.fc.weight.dtype
-        self.host_rows = bool(host_rows)
-        self.rows_device = None if self.host_rows else self.device
-        self.started = False
-
-    def start(self, prompts, features=None) -> None:
-        self._need(features, "start")
-        prompts = as_prompts(prompts)
-        if len(prompts) != self.batch:
-            raise ValueError(f"start: {len(prompts)} prompts for a session of batch {self.batch}")
-        if self.started:
-            raise RuntimeError("EagleSession.start: a session serves one batch of prompts; open a new one")
-        self.started = True
-        B, H = self.batch, self.head.config.hidden_size
-        self.base = np.zeros(B, dtype=np.int64)  # committed pairs in the cache
-        self.pending = [(p[1:].copy(), self._features(features, b)) for b, p in enumerate(prompts)]
-        for b, (toks, feats) in enumerate(self.pending):
-            if feats.shape[0] != toks.size:
-                raise ValueError(f"start: prompt {b} has {toks.size + 1} tokens and {feats.shape[0]} target features "
-                                 f"(expected one per token but the last)")
-        self.last_logits = self.head.full_logits(torch.zeros((B, self.head.vocab.numel()), device=self.device,
-                                                             dtype=self.dtype))
-        self.last_h = torch.zeros((B, H), device=self.device, dtype=self.dtype)
-        self.has_last = np.zeros(B, dtype=bool)
-        self._nodes = None  # a pending tree: per row, the cache's index of each node; the features of every column
-
-    def _run(self, tokens, counts, feats) -> None:
-        """One head call on pairs (feats, tokens) of ``counts[b]`` per row; the last real output becomes each row's state."""
-        logits, h = self.cache.feed(tokens, counts, features=feats)
-        rows = np.flatnonzero(counts > 0)
-        at = to_device(counts[rows] - 1, self.device)
-        sel = to_device(rows, self.device)
-        self.last_logits[sel] = logits[sel, at]
-        self.last_h[sel] = h[sel, at]
-        self.has_last[rows] = True
-
-    def _feed_pending(self) -> None:
-        u = np.array([len(t) for t, _ in self.pending], dtype=np.int64)
-        if u.max(initial=0) == 0:
-            return
-        tokens, _ = padded([t for t, _ in self.pending])
-        feats = torch.zeros((self.batch, tokens.shape[1], self.last_h.shape[1]), device=self.device, dtype=self.dtype)
-        for b, (_, f) in enumerate(self.pending):
-            feats[b, :f.shape[0]] = f
-        self._run(tokens, u, feats)
-        self.base += u
-        self.pending = [(t[:0], f[:0]) for t, f in self.pending]
-
-    def feed(self, tokens, counts) -> Scores:
-        counts = np.asarray(counts, dtype=np.int64)
-        tokens = tokens if torch.is_tensor(tokens) else np.asarray(tokens, dtype=np.int64)  # a tensor stays put
-        self._feed_pending()
-        logits, feats = [self.last_logits.clone()], [self.last_h.clone()]
-        for j in range(tokens.shape[1]):  # each drafted token's pair reads the feature the head predicted before it
-            step = (counts > j).astype(np.int64)
-            if step.any():
-                self._run(tokens[:, j:j + 1], step, self.last_h[:, None])
-            logits.append(self.last_logits.clone())
-            feats.append(self.last_h.clone())
-        rows = self.sampling.probs(torch.stack(logits, dim=1))
-        usable = np.repeat(self.has_last[:, None], len(logits), axis=1)
-        return self._out(rows, torch.stack(feats, dim=1).double() if self.hidden else None, usable)
-
-    def feed_tree(self, tokens, parents, counts) -> Scores:
-        """Tree nodes (the session protocol's numbering: per row, the nodes fed since the last commit, -1 for a child of
-        the committed tokens) in one head call: each node's pair reads the feature the head predicted at its parent
-        (the last committed token's for -1), so a node's row equals drafting its path as a chain."""
-        counts = np.asarray(counts, dtype=np.int64)
-        on_device = torch.is_tensor(parents)  # a tree shaped on the device (by confidence): parents stay there
-        parents = parents if on_device else np.asarray(parents, dtype=np.int64)
-        tokens = tokens if torch.is_tensor(tokens) else np.asarray(tokens, dtype=np.int64)  # a tensor stays put
-        B, m = tokens.shape
-        if self._nodes is None:
-            self._feed_pending()
-            self._nodes = ([[] for _ in range(B)], self.last_h.new_zeros((B, 0, self.last_h.shape[1])))
-        slots, node_h = self._nodes
-        first = node_h.shape[1]  # the cache numbers pending nodes by column, padding included
-        par = np.full((B, m), -1, dtype=np.int64)
-        for b in np.flatnonzero(counts):
-            for j in range(0 if on_device else int(counts[b])):
-                parent = int(parents[b, j])
-                if not -1 <= parent < len(slots[b]):
-                    raise ValueError(f"feed_tree: parent {parent} of row {b} is not a node fed before it")
-                if parent >= 0:
-                    par[b, j] = slots[b][parent]
-            slots[b].extend(first + j for j in range(int(counts[b])))
-        if on_device:  # each node's column from the slot table, looked up on the device; padding has no parent
-            real = to_device(np.arange(m)[None, :] < counts[:, None], self.device)
-            par = torch.where(real, slot_lookup(slots, parents, -1, self.device), -1)
-        par_dev = par if on_device else to_device(par, self.device)
-        # each node's pair reads the feature predicted at its parent (the last committed token's for -1): one gather
-        at = par_dev.clamp(min=0)
-        from_nodes = node_h[torch.arange(B, device=self.device)[:, None], at] if first else self.last_h[:, None]
-        feats = torch.where((par_dev >= 0)[..., None], from_nodes, self.last_h[:, None])
-        logits, h = self.cache.feed_tree(tokens, par, counts, features=feats)
-        self._nodes = (slots, torch.cat([node_h, h], dim=1))
-        rows = self.sampling.probs(torch.cat([self.last_logits[:, None], logits], dim=1))
-        return self._out(rows, None, np.repeat(self.has_last[:, None], m + 1, axis=1))
-
-    def commit(self, tokens, counts, features=None, *, nodes=None) -> None:
-        """Commit the tokens (their target features re-read by the head); ``nodes`` (a tree's walked nodes) changes
-        nothing here: a drafted tree's nodes ran on predicted features, so none is kept."""
-        self._need(features, "commit")
-        counts = np.asarray(counts, dtype=np.int64)
-        if self._nodes is not None:  # a drafted tree: none of its nodes stays (the target's features replace them)
-            self.cache.keep_path([[] for _ in range(self.batch)])
-            self._nodes = None
-        self.cache.rollback(self.base)  # drafted pairs ran on predicted features: re-read them with the target's
-        for b in np.flatnonzero(counts):
-            toks, feats = self.pending[b]
-            new = _tokens_of(tokens, counts, b)
-            self.pending[b] = (concat_tokens(toks, new), torch.cat([feats, self._features(features, b, int(counts[b]))]))
-
-
-class MedusaSession(_FeatureSession):
-    """:class:`MedusaHeads` over B sequences: the row at draft position i is block i's on the last committed feature."""
-
-    def __init__(self, head, batch: int, sampling=DEFAULT_SAMPLING, *, host_rows: bool = True):
-        self.head, self.batch, self.sampling = head, int(batch), sampling
-        self.vocab_size = head.vocab_size
-        self.device = head.vocab.device
-        self.dtype = head.blocks[0].weight.dtype
-        self.host_rows = bool(host_rows)
-        self.rows_device = None if self.host_rows else self.device
-
-    def start(self, prompts, features=None) -> None:
-        self._need(features, "start")
-        prompts = as_prompts(prompts)
-        H = self.head.blocks[0].weight.shape[1]
-        self.last = torch.zeros((self.batch, H), device=self.device, dtype=self.dtype)
-        self.has = np.zeros(self.batch, dtype=bool)
-        for b, p in enumerate(prompts):
-            f = self._features(features, b)
-            if f.shape[0] != p.size - 1:
-                raise ValueError(f"start: prompt {b} has {p.size} tokens and {f.shape[0]} target features")
-            if f.shape[0]:
-                self.last[b], self.has[b] = f[-1], True
-        self.drafted = np.zeros(self.batch, dtype=np.int64)
-        self._rows = None
-
-    def feed(self, tokens, counts) -> Scores:
-        counts = np.asarray(counts, dtype=np.int64)
-        if self._rows is None:  # every block's row on every sequence's last committed feature: one call
-            with torch.no_grad():
-                self._rows = self.sampling.probs(self.head.full_logits(self.head(self.last)))  # (B, k, V)
-        at = self.drafted[:, None] + np.minimum(np.arange(tokens.shape[1] + 1)[None, :], counts[:, None])
-        usable = self.has[:, None] & (at < self.head.k)
-        index = to_device(np.minimum(at, self.head.k - 1), self.device)
-        rows = torch.gather(self._rows, 1, index[..., None].expand(-1, -1, self._rows.shape[-1]))
-        self.drafted += counts
-        return self._out(rows, None, usable)
-
-    def commit(self, tokens, counts, features=None) -> None:
-        self._need(features, "commit")
-        counts = np.asarray(counts, dtype=np.int64)
-        for b in np.flatnonzero(counts):
-            self.last[b] = self._features(features, b, int(counts[b]))[-1]
-            self.has[b] = True
-        self.drafted[:] = 0
-        self._rows = None

@@ -39,7 +39,7 @@ from otspec.verifiers.base import Verifier
 from .measure import CallTimer, two_point
 from .options import DEFAULT_OPTIONS, DecodeOptions
 from .sampling import DEFAULT_SAMPLING, Sampling
-from .sessions import ModelSession
+from .sessions import ModelSession, target_hidden
 
 __all__ = ["PAIRINGS", "BridgeResult", "Gathered", "Tick", "check_pairing", "default_pairing", "finish", "interleave",
            "loop_generator", "one_by_one", "plain_batches", "plain_generate", "relay", "speculative_batches",
@@ -366,7 +366,7 @@ def speculative_batches(pair, prompts, verifier: Verifier, draft_length, max_new
             room = cache_room(chunk, N, L + 2)
             target = ModelSession(pair.target.model, len(chunk), sampling, cache=cache, max_length=room, timer=timer,
                                   name="target", host_rows=host_rows,
-                                  hidden=pair.drafter.reads_target_features)
+                                  hidden=target_hidden(pair.drafter))
             draft = pair.drafter.session(len(chunk), sampling, hidden=ctrl.needs_context, cache=cache,
                                          max_length=room, timer=timer, host_rows=host_rows)
             watch = LoopHooks(bar=bar, timer=timer, observers=[LedgerObserver(ledger, offset), records, *o.observers])

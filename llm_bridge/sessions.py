@@ -25,7 +25,16 @@ from .cache import make_cache
 from .models import output_size
 from .treemask import slot_lookup
 
-__all__ = ["ModelSession", "NGramSession", "concat_tokens", "padded", "row_tokens", "splice"]
+__all__ = ["ModelSession", "NGramSession", "concat_tokens", "padded", "row_tokens", "splice", "target_hidden"]
+
+
+def target_hidden(drafter):
+    """The ``hidden`` of the target's session under ``drafter``: False (it reads no target features), True (the last
+    hidden states), or a head's fused layers (a tuple of ``hidden_states`` indices: those layers' states, then the
+    last ones, concatenated; see :func:`llm_bridge.cache.chosen_states`)."""
+    if not drafter.reads_target_features:
+        return False
+    return tuple(getattr(drafter, "target_layers", ())) or True
 
 
 def _is_tensor(x) -> bool:
@@ -103,9 +112,10 @@ class ModelSession(Session):
     batch : int
     sampling : Sampling
         Logit processing (temperature, top-k, top-p) of the rows.
-    hidden : bool
+    hidden : bool or tuple of int
         Also return the last hidden states as features (a learned draft-length head or a feature-level
-        draft head reads them), and keep the prompt's as ``prompt_features`` after :meth:`start`.
+        draft head reads them), and keep the prompt's as ``prompt_features`` after :meth:`start`; a tuple of
+        layer indices puts those layers' states before them (:func:`target_hidden`).
     cache : str
         A kind of :func:`~llm_bridge.cache.make_cache`.
     max_length : int, optional
@@ -153,7 +163,9 @@ class ModelSession(Session):
             if hidden is None:  # one-token prompts: no state before their last token
                 import torch
 
-                hidden = torch.zeros((self.batch, 0, self.cache.model.config.hidden_size), device=self.device)
+                width = self.cache.model.config.hidden_size * (1 + (len(self.hidden) if isinstance(self.hidden, tuple)
+                                                                    else 0))
+                hidden = torch.zeros((self.batch, 0, width), device=self.device)
             self.prompt_features = [self._host(hidden[b, :c].double()) for b, c in enumerate(counts)]
         self.base = counts.copy()
         self.pending = np.array([p[-1:] for p in prompts], dtype=np.int64).reshape(self.batch, 1)

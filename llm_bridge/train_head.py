@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from otspec.checks import check_real, check_size
-from otspec.clitools import ArgumentParser, path_argument, writable_folder
+from otspec.clitools import ArgumentParser, comma_items, path_argument, writable_folder
 
 from .heads import HEAD_DIRS, HEAD_KINDS, build_head, eagle_unrolled, load_head, save_head
 from .models import DEFAULT_TARGET, ModelNotFound, cache_dir, load_model
@@ -143,6 +143,8 @@ class TrainingBatch:
         T = int(length.max())  # the longest sequence of the batch: the padding past it is dropped
         self.x, self.F, self.lse = (data[k][rows][:, :T] for k in ("tokens", "features", "lse"))
         self.F = self.F.to(head.out_rows.dtype)  # a corpus's features are stored in float16
+        fuse = getattr(head, "fuse_layers", ())  # an EAGLE-3 head reads the fused layers' states before F
+        self.G = torch.cat([data["extra"][rows][:, :T].to(self.F.dtype), self.F], dim=-1) if fuse else self.F
         self.top = data["argmax"][rows][:, :T] if "argmax" in data else None  # the target's greedy tokens
         pos = torch.arange(T)[None]
         self.real = pos < length[:, None]  # token exists
@@ -176,7 +178,7 @@ def _eagle_steps(head, batch: TrainingBatch, unroll: int, feature_weight: float)
 
     scored = batch.scored[:, 1:]  # pair i's output is scored on the row after token i + 1
     n, out = batch.x.shape[1] - 1, []
-    for s, h in enumerate(eagle_unrolled(head, batch.x, batch.F, batch.real, unroll), start=1):
+    for s, h in enumerate(eagle_unrolled(head, batch.x, batch.G, batch.real, unroll), start=1):
         valid = scored.clone()  # step s: the pair s - 1 before it is the last committed one, after the prompt too
         valid[:, :s - 1] = False
         valid[:, s - 1:] &= scored[:, :n - s + 1]
@@ -189,8 +191,10 @@ def _eagle_steps(head, batch: TrainingBatch, unroll: int, feature_weight: float)
 
 
 def _medusa_steps(head, batch: TrainingBatch):
-    """Per block r: (loss sum, acceptance sum, count, greedy agreements): block r on the feature after token i scores the row after token
-    i + 1 + r (scored rows only)."""
+    """Per block r: (loss sum, acceptance sum, count, greedy agreements): block r on the feature after token i scores
+    the row after token i + 1 + r (scored rows only); Hydra's block also reads tokens i + 1 .. i + 1 + r."""
+    import torch
+
     T, out = batch.x.shape[1], []
     for r in range(head.k):
         n = T - 1 - r
@@ -198,7 +202,8 @@ def _medusa_steps(head, batch: TrainingBatch):
             break
         valid = batch.scored[:, 1:1 + n] & batch.scored[:, 1 + r:1 + r + n]  # "Y" is the prompt's last token or later
         b, i = valid.nonzero(as_tuple=True)
-        out.append(_row_losses(head.block_logits(batch.F[b, i], r), batch.log_q_at(b, i + 1 + r), head,
+        seen = batch.x[b[:, None], (i + 1)[:, None] + torch.arange(r + 1)] if head.hydra else None  # Hydra's tokens
+        out.append(_row_losses(head.block_logits(batch.F[b, i], r, seen), batch.log_q_at(b, i + 1 + r), head,
                                None if batch.top is None else batch.top[b, i + 1 + r]))
     return out
 
@@ -263,6 +268,8 @@ class HeadRecipe:
     unroll: int = 3
     medusa_heads: int = 4
     feature_weight: float = 0.1
+    fuse: tuple = ()
+    hydra: bool = False
     seed: int = 0
     device: str = "cpu"
     prompts: object = PROMPTS
@@ -288,6 +295,12 @@ class HeadRecipe:
         check_real(self.feature_weight, "--feature-weight", low=0.0)
         check_size(self.seed, "--seed", minimum=0)
         check_size(self.train_tokens, "--train-tokens", minimum=0, limit=10**9, limit_name="train_head's limit")
+        if self.hydra and self.kind != "medusa":
+            raise ValueError("--hydra: Hydra's blocks are Medusa heads that also read the drafted tokens (--kind medusa)")
+        if self.fuse and (self.kind != "eagle" or self.corpus is None):
+            raise ValueError("--fuse: an EAGLE head fuses target layers, and their states come with a --corpus")
+        if any(isinstance(i, bool) or int(i) != i or not 0 <= i < 4096 for i in self.fuse):
+            raise ValueError(f"--fuse: expected target layer indices >= 0, got {list(self.fuse)}")
         if self.train_tokens and self.corpus is None:
             raise ValueError("--train-tokens: a learning curve's smaller training sets are taken from a --corpus")
 
@@ -353,11 +366,13 @@ def train_head(recipe: HeadRecipe) -> dict:
     else:
         from .head_data import corpus_training_data
 
-        data = corpus_training_data(tgt, target_name=target, folder=recipe.corpus, progress=progress)
+        data = corpus_training_data(tgt, target_name=target, folder=recipe.corpus, extra=recipe.fuse,
+                                    progress=progress)
         val, train, held_text = _corpus_split(data, recipe)
     prompt_of = data["prompt"].numpy()
     ids = frequent_tokens(data, train, vocab, tgt.vocab_size)
-    head = build_head(kind, tgt.model, ids, **({"k": medusa_heads} if kind == "medusa" else {}))
+    head = build_head(kind, tgt.model, ids, **({"k": medusa_heads, "hydra": recipe.hydra} if kind == "medusa"
+                                               else {"fuse": recipe.fuse}))
     unroll = unroll if kind == "eagle" else head.k
     before = evaluate(head, data, val, unroll)
     params = [p for p in head.parameters() if p.requires_grad]
@@ -411,6 +426,15 @@ def train_head(recipe: HeadRecipe) -> dict:
     return record
 
 
+def _layers(text: str) -> tuple:
+    import argparse
+
+    try:
+        return tuple(int(x) for x in comma_items(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated layer indices, got {text!r}") from None
+
+
 def _corpus_folder(arg, target: str):
     if arg is None or str(arg) != "default":
         return arg
@@ -440,6 +464,10 @@ def main(argv=None) -> int:
     ap.add_argument("--unroll", type=int, default=3, help="EAGLE: drafting steps trained (training-time test)")
     ap.add_argument("--medusa-heads", type=int, default=4, help="Medusa: blocks (the longest draft)")
     ap.add_argument("--feature-weight", type=float, default=0.1, help="EAGLE: weight of the feature regression")
+    ap.add_argument("--fuse", type=_layers, default=(),
+                    help="EAGLE with --corpus: target layers fused with the last feature (EAGLE-3), e.g. 4,15")
+    ap.add_argument("--hydra", action="store_true",
+                    help="Medusa: Hydra's blocks, each also reading the committed token and the tokens drafted before")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", type=path_argument, default=None, help="output folder (default: llm_bridge/weights/<kind>)")
@@ -453,7 +481,7 @@ def main(argv=None) -> int:
             steps=args.steps, batch=args.batch, lr=args.lr, unroll=args.unroll, medusa_heads=args.medusa_heads,
             feature_weight=args.feature_weight, seed=args.seed, device=args.device, prompts=args.prompts,
             corpus=_corpus_folder(args.corpus, args.target), train_tokens=args.train_tokens,
-            heldout_sequences=args.heldout_sequences,
+            heldout_sequences=args.heldout_sequences, fuse=args.fuse, hydra=args.hydra,
             out=args.out, log_every=args.log_every))
     except (ModelNotFound, ImportError, ValueError, FileNotFoundError) as err:
         print(f"python -m llm_bridge.train_head: {err}", file=sys.stderr)

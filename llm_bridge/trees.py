@@ -61,7 +61,7 @@ from .loop import (
 )
 from .measure import CallTimer
 from .options import DEFAULT_OPTIONS, DecodeOptions
-from .sessions import ModelSession
+from .sessions import ModelSession, target_hidden
 
 __all__ = ["MAX_CLOSED_FORM_NODES", "TreeResult", "parse_tree", "tree_batches", "tree_generate"]
 
@@ -161,7 +161,7 @@ def tree_batches(pair, prompts, verifier, tree, max_new_tokens: int, options: De
         for offset, chunk in chunks(prompts, o.batch_size):
             room = cache_room(chunk, N, tree.num_tokens + 2)
             target = ModelSession(pair.target.model, len(chunk), sampling, cache=cache, max_length=room, timer=timer,
-                                  hidden=pair.drafter.reads_target_features, host_rows=host_rows, name="target")
+                                  hidden=target_hidden(pair.drafter), host_rows=host_rows, name="target")
             draft = pair.drafter.session(len(chunk), sampling, cache=cache, max_length=room, timer=timer,
                                          host_rows=host_rows)
             rec.offset = offset

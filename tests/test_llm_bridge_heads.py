@@ -8,20 +8,14 @@ import pytest
 from llm_bridge.drafters import Pair
 from llm_bridge.head_drafter import HeadDrafter
 from llm_bridge.head_replays import HeadSource, compact_rows, depth_rows
-from llm_bridge.heads import (
-    EagleHead,
-    EagleSession,
-    MedusaHeads,
-    MedusaSession,
-    load_head,
-    save_head,
-)
+from llm_bridge.head_sessions import EagleSession, MedusaSession
+from llm_bridge.heads import EagleHead, MedusaHeads, load_head, save_head
 from llm_bridge.kernels import few_row_linears
 from llm_bridge.loop import speculative_generate
 from llm_bridge.lossless import first_token_law, two_sample_test
 from llm_bridge.options import DecodeOptions
 from llm_bridge.sampling import Sampling
-from llm_bridge.sessions import ModelSession
+from llm_bridge.sessions import ModelSession, target_hidden
 from otspec.verifiers import BackwardBlockVerify, BlockVerify, DecodingOPT, TokenVerify
 from tests.llm_tiny import VOCAB, random_prompts, tiny_pair, torch
 
@@ -29,11 +23,14 @@ REDUCED = np.array([3, 4, 5, 7, 8, 11, 13, 17, 19, 23])  # a reduced draft vocab
 
 
 def head_pair(kind: str, vocab=None, seed: int = 3, k: int = 3) -> Pair:
-    """The tiny target with a randomly perturbed head of ``kind`` (so that it is neither the identity nor the target)."""
+    """The tiny target with a randomly perturbed head of ``kind`` (so that it is neither the identity nor the target);
+    ``eagle3``: an EAGLE head fusing the target's embeddings and first layer's states with its last feature;
+    ``hydra``: Medusa blocks that also read the committed and drafted tokens."""
     target = tiny_pair(sharpness=3.0).target
     torch.manual_seed(seed)
     ids = np.arange(VOCAB) if vocab is None else vocab
-    head = few_row_linears(EagleHead(target.model, ids) if kind == "eagle" else MedusaHeads(target.model, ids, k=k))
+    head = few_row_linears(MedusaHeads(target.model, ids, k=k, hydra=kind == "hydra") if kind in ("medusa", "hydra") else
+                           EagleHead(target.model, ids, fuse=(0, 1) if kind == "eagle3" else ()))
     with torch.no_grad():
         for p in head.parameters():
             if p.requires_grad:
@@ -43,14 +40,14 @@ def head_pair(kind: str, vocab=None, seed: int = 3, k: int = 3) -> Pair:
 
 def _sessions(pair, prompts, sampling=None):
     sampling = sampling or Sampling()
-    target = ModelSession(pair.target.model, len(prompts), sampling, hidden=True, name="target")
+    target = ModelSession(pair.target.model, len(prompts), sampling, hidden=target_hidden(pair.drafter), name="target")
     draft = pair.drafter.session(len(prompts), sampling)
     target.start(prompts)
     draft.start(prompts, features=target.prompt_features)
     return target, draft
 
 
-@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+@pytest.mark.parametrize("kind", ["eagle", "eagle3", "medusa", "hydra"])
 def test_head_session_rows_match_a_recomputation_without_cache(kind):
     """Drafting, a commit of an accepted draft and a correction, drafting again: every row equals the full recomputation."""
     pair = head_pair(kind, REDUCED)
@@ -78,7 +75,7 @@ def test_head_session_rows_match_a_recomputation_without_cache(kind):
         np.testing.assert_allclose(rows2[b, 0], reference(list(p) + committed[b, :counts[b]].tolist(), []), atol=1e-12)
 
 
-@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+@pytest.mark.parametrize("kind", ["eagle", "eagle3", "medusa", "hydra"])
 @pytest.mark.parametrize("verifier", [TokenVerify(), BlockVerify(), BackwardBlockVerify()], ids=lambda v: v.name)
 def test_head_first_token_law_is_the_target_row(kind, verifier):
     pair = head_pair(kind, REDUCED)
@@ -93,7 +90,7 @@ def test_head_loop_matches_plain_sampling_and_the_test_can_fail():
     assert two_sample_test(pair, [1, 6, 3], DecodingOPT(eps=np.inf), 3, n=600, tokens=2)["p_value"] < 1e-3
 
 
-@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+@pytest.mark.parametrize("kind", ["eagle", "eagle3", "medusa", "hydra"])
 def test_speculative_generate_with_a_head_on_ragged_batches(kind):
     pair = head_pair(kind, vocab=None)
     prompts = random_prompts(5, np.random.default_rng(1), low=2, high=7)
@@ -107,12 +104,13 @@ def test_speculative_generate_with_a_head_on_ragged_batches(kind):
     assert all(np.array_equal(a, b) for a, b in zip(run.tokens, again.tokens, strict=True))
 
 
-@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+@pytest.mark.parametrize("kind", ["eagle", "eagle3", "medusa", "hydra"])
 def test_save_and_load_a_head(tmp_path, kind):
     pair = head_pair(kind, REDUCED)
     head = pair.drafter.head
     record = save_head(head, tmp_path, {"target": "tiny"})
-    assert record["vocab_size"] == REDUCED.size and record["kind"] == kind
+    assert record["vocab_size"] == REDUCED.size and record["kind"] == {"eagle3": "eagle", "hydra": "medusa"}.get(kind, kind)
+    assert record["fuse_layers"] == ([0, 1] if kind == "eagle3" else []) and record["hydra"] == (kind == "hydra")
     loaded, _ = load_head(tmp_path, pair.target.model)
     assert np.array_equal(loaded.vocab.numpy(), REDUCED)
     for (name, a), b in zip(head.named_parameters(), loaded.parameters(), strict=True):
@@ -124,16 +122,18 @@ def test_save_and_load_a_head(tmp_path, kind):
         load_head(tmp_path / "missing", pair.target.model)
 
 
-def test_eagle_unrolled_training_steps_are_the_drafting_rows():
+@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+def test_eagle_unrolled_training_steps_are_the_drafting_rows(kind):
     """Step s of the unrolled pass at pair i is the row the head drafts s tokens after committed pair i - s + 1."""
-    from llm_bridge.heads import eagle_unrolled
+    from llm_bridge.heads import eagle_unrolled, target_features
 
-    pair = head_pair("eagle", REDUCED)
+    pair = head_pair(kind, REDUCED)
     head, model = pair.drafter.head, pair.target.model
     seq = [1, 9, 4, 12, 6, 3, 15, 8]
     with torch.no_grad():
-        F = model.base_model(input_ids=torch.as_tensor([seq])).last_hidden_state
-        outs = eagle_unrolled(head, torch.as_tensor([seq]), F, torch.ones((1, len(seq)), dtype=torch.bool), 3)
+        F, G = target_features(head, model, torch.as_tensor([seq]))
+        assert G.shape[-1] == F.shape[-1] * (3 if kind == "eagle3" else 1)
+        outs = eagle_unrolled(head, torch.as_tensor([seq]), G, torch.ones((1, len(seq)), dtype=torch.bool), 3)
     sampling = Sampling()
     for s, h in enumerate(outs, start=1):
         for i in range(s + 1, len(seq) - 1):
@@ -165,7 +165,7 @@ def test_head_errors():
     assert isinstance(head_pair("medusa", REDUCED).drafter.session(2), MedusaSession)
 
 
-@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+@pytest.mark.parametrize("kind", ["eagle", "eagle3", "medusa", "hydra"])
 def test_head_replay_rows_are_the_drafting_rows_by_depth(kind):
     """The replay's row at continuation step t and draft depth d is the head's row after d drafted tokens."""
     pair = head_pair(kind, REDUCED)
@@ -223,10 +223,11 @@ def test_train_head_vocabulary_and_bad_arguments(capsys):
         main(["--kind", "hydra"])
 
 
-@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+@pytest.mark.parametrize("kind", ["eagle", "eagle3", "medusa", "hydra"])
 def test_train_head_acceptance_is_the_loops_overlap_and_training_lowers_the_loss(kind):
     """``evaluate``'s acceptance at draft position s is the mean Σ min(p, q) of the head's drafting rows (HeadSource)
     against the target's rows over the scored positions; a few optimiser steps lower the training loss."""
+    from llm_bridge.heads import target_features
     from llm_bridge.train_head import TrainingBatch, evaluate, step_losses
 
     pair = head_pair(kind, REDUCED, k=2)
@@ -234,11 +235,11 @@ def test_train_head_acceptance_is_the_loops_overlap_and_training_lowers_the_loss
     rng = np.random.default_rng(2)
     tokens = torch.as_tensor(rng.integers(3, VOCAB, size=(3, 9)))
     lengths, plens = torch.as_tensor([9, 7, 8]), torch.as_tensor([3, 2, 4])
-    with torch.no_grad():
-        F = model.base_model(input_ids=tokens).last_hidden_state  # causal: padding after a length changes nothing
+    with torch.no_grad():  # causal: padding after a length changes nothing
+        F, G = target_features(head, model, tokens)  # G: the fused layers' states, then F (an EAGLE-3 head's input)
         lse = torch.logsumexp(model.get_output_embeddings()(F), dim=-1)
     data = {"tokens": tokens, "lengths": lengths, "plens": plens, "features": F, "lse": lse,
-            "argmax": model.get_output_embeddings()(F).argmax(-1)}
+            "argmax": model.get_output_embeddings()(F).argmax(-1), "extra": G[..., :G.shape[-1] - F.shape[-1]]}
     result = evaluate(head, data, np.arange(3), unroll=2)
     got, agreement = result["acceptance_per_position"], result["agreement_per_position_temperature_1"]
     sampling = Sampling()
@@ -254,7 +255,7 @@ def test_train_head_acceptance_is_the_loops_overlap_and_training_lowers_the_loss
                 agrees.append(p.argmax() == q.argmax())  # a greedy loop accepts the head's arg-max when it is q's
         assert got[s] == pytest.approx(np.mean(overlaps), abs=1e-9), f"draft position {s + 1}"
         assert agreement[s] == pytest.approx(np.mean(agrees), abs=1e-12)
-        assert kind == "medusa" or 0 < np.mean(agrees) < 1  # untrained Medusa blocks propose the row one place early
+        assert kind in ("medusa", "hydra") or 0 < np.mean(agrees) < 1  # Medusa blocks start one place early
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=1e-2)
     losses = []
