@@ -19,7 +19,7 @@ committed corpus under ``llm_bridge/data/corpus/<target>``):
 
 Only token ids are stored (``uint16`` when the vocabulary allows, about 2 bytes a token); the target's features
 are recomputed by teacher-forced passes where a head is trained (``llm_bridge.train_head --corpus``). The same
-seed gives the same tokens on the same torch build and thread count (``corpus.json`` names both).
+seed gives the same tokens on the same torch build and thread count (``corpus.json`` names both for each shard).
 """
 
 from __future__ import annotations
@@ -206,11 +206,11 @@ def build_corpus(recipe: CorpusRecipe, out=None, *, progress: bool = True, devic
         index["shards"] = [s for s in index["shards"] if s["index"] != i] + [
             {"index": i, "file": name, "messages": int(len(arrays["messages"])),
              "sequences": int(len(arrays["temperature"])), "tokens": generated,
-             "seconds": round(time.perf_counter() - t0, 1)}]
+             "seconds": round(time.perf_counter() - t0, 1), "torch": torch.__version__,
+             "threads": torch.get_num_threads()}]
         index["shards"].sort(key=lambda s: s["index"])
         index["tokens"] = sum(s["tokens"] for s in index["shards"])
         index["vocab_size"] = int(target.vocab_size)
-        index["made_with"] = {"torch": torch.__version__, "threads": torch.get_num_threads()}
         (folder / "corpus.json").write_text(json.dumps(index, indent=1) + "\n")
         bar.update(generated)
     bar.close()

@@ -158,3 +158,34 @@ def test_train_head_on_a_corpus_holds_out_whole_shards_and_nests_training_sets(t
     assert len(log) == 2 and "heldout_greedy" in log[0]
     with pytest.raises(ValueError, match="--train-tokens"):
         HeadRecipe(kind="eagle", train_tokens=5)
+
+
+def test_head_curve_trains_each_point_once_on_nested_sets(tmp_path, tiny_target, monkeypatch, capsys):
+    from llm_bridge.head_curve import main as curve_main
+    from llm_bridge.head_curve import run_curve
+
+    monkeypatch.setenv("OTSPEC_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "corpus"
+    build_corpus(CorpusRecipe(**{**RECIPE, "tokens": 10 * 2 * 2 * 5, "shard_messages": 2, "samples": 1,
+                                 "length": 5}), folder, progress=False)
+    settings = {"target": "tiny", "corpus": str(folder), "steps": 2, "batch": 2, "lr": 1e-3, "vocab": 0,
+                "fuse": [1], "heldout_sequences": 4, "seed": 0, "progress": False}
+    out = tmp_path / "curve.json"
+    record = run_curve(["eagle3", "hydra"], [12, 40], settings, out, tmp_path / "heads")
+    points = record["points"]
+    assert [(p["head"], p["train_tokens_asked"]) for p in points] == [("eagle3", 12), ("eagle3", 40), ("hydra", 12),
+                                                                      ("hydra", 40)]
+    assert [p["train_tokens"] for p in points[:2]] == [15, 40]  # whole sequences of 5 tokens, up to the size asked
+    assert all(len(p["greedy_agreement_per_position"]) == len(p["acceptance_per_position"]) for p in points)
+    assert out.with_suffix(".png").stat().st_size > 0
+    mtime = out.stat().st_mtime_ns
+    assert run_curve(["eagle3", "hydra"], [12, 40], settings, out, tmp_path / "heads") == record  # nothing retrained
+    assert out.stat().st_mtime_ns == mtime
+    for argv, flag in ((["--heads", "eagle,hydra9"], "--heads"), (["--train-tokens", "0"], "--train-tokens"),
+                       (["--corpus", str(tmp_path / "none")], "--corpus"), (["--steps", "0"], "--steps")):
+        try:
+            code = curve_main(argv)
+        except SystemExit as stop:
+            code = stop.code
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and len(err.splitlines()) == 1 and flag in err, (argv, err)

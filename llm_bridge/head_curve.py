@@ -1,0 +1,163 @@
+"""``python -m llm_bridge.head_curve``: held-out acceptance of each kind of draft head against its training data.
+
+Each point trains one head with ``python -m llm_bridge.train_head --corpus`` on the corpus's first training shards
+up to ``n`` continuation tokens (nested sets: a larger set holds every smaller one), the same steps, batch and seed
+at every size, and measures it on the same held-out shards: acceptance 1 − TV per draft position at temperature 1
+and the greedy agreement per position on the greedy continuations. Where the curve flattens, more of the target's
+text no longer helps that head; where it still rises, the head is data-bound.
+
+Heads (``--heads``): ``eagle`` (one decoder layer on the last feature), ``eagle3`` (the same with the low and middle
+layers ``--fuse`` fused in), ``medusa`` (residual blocks on the last feature) and ``hydra`` (Medusa's blocks that
+also read the drafted tokens). Points are written to ``--out`` as each finishes (a rerun skips those already there
+with the same settings) with a figure beside it; the heads themselves go to ``--heads-dir``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from otspec.clitools import ArgumentParser, comma_items, path_argument, writable_file
+
+from .models import DEFAULT_TARGET, ModelNotFound
+
+__all__ = ["HEADS", "head_recipe", "main", "plot_curve", "run_curve"]
+
+#: The head kinds a curve can hold, and the train_head options each means.
+HEADS = {"eagle": {"kind": "eagle"}, "eagle3": {"kind": "eagle", "fuse": None}, "medusa": {"kind": "medusa"},
+         "hydra": {"kind": "medusa", "hydra": True}}
+FORMAT = "otspec-head-curve-1"
+
+
+def head_recipe(head: str, tokens: int, *, settings: dict, out: Path):
+    """The :class:`~llm_bridge.train_head.HeadRecipe` of one point."""
+    from .train_head import HeadRecipe
+
+    options = dict(HEADS[head])
+    if "fuse" in options:
+        options["fuse"] = tuple(settings["fuse"])
+    return HeadRecipe(**options, target=settings["target"], corpus=Path(settings["corpus"]), train_tokens=tokens,
+                      steps=settings["steps"], batch=settings["batch"], lr=settings["lr"], seed=settings["seed"],
+                      heldout_sequences=settings["heldout_sequences"], vocab=settings["vocab"], out=out,
+                      log_every=max(1, settings["steps"] // 4), progress=settings.get("progress", True))
+
+
+def run_curve(heads, sizes, settings: dict, out: Path, heads_dir: Path) -> dict:
+    """Train and measure every (head, size) point missing from ``out`` (written after each); returns the record."""
+    from .train_head import train_head
+
+    record = json.loads(out.read_text()) if out.is_file() else None
+    kept = {k: v for k, v in settings.items() if k != "progress"}
+    if record is None or record.get("format") != FORMAT or record.get("settings") != kept:
+        record = {"format": FORMAT, "settings": kept, "points": []}
+    for head in heads:
+        for n in sizes:
+            if any(p["head"] == head and p["train_tokens_asked"] == n for p in record["points"]):
+                continue
+            got = train_head(head_recipe(head, n, settings=settings, out=heads_dir / f"{head}_{n}"))
+            held = got["heldout"]
+            record["points"].append({
+                "head": head, "train_tokens_asked": n, "train_tokens": got["recipe"]["train_tokens"],
+                "acceptance_per_position": held["acceptance_per_position"],
+                "greedy_agreement_per_position": held.get("greedy_agreement_per_position"),
+                "coverage": held["coverage"], "trained_parameters": got["trained_parameters"],
+                "seconds": round(got["seconds"], 1)})
+            out.write_text(json.dumps(record, indent=1) + "\n")
+            plot_curve(record, out.with_suffix(".png"))
+    return record
+
+
+def plot_curve(record: dict, path: Path) -> None:
+    """Held-out acceptance at each draft position (temperature 1, solid) and greedy agreement (dotted) against the
+    training tokens, one colour per head."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for c, head in enumerate(dict.fromkeys(p["head"] for p in record["points"])):
+        pts = sorted((p for p in record["points"] if p["head"] == head), key=lambda p: p["train_tokens"])
+        x = [p["train_tokens"] for p in pts]
+        for ax, key in zip(axes, ("acceptance_per_position", "greedy_agreement_per_position"), strict=True):
+            if any(p[key] is None for p in pts):
+                continue
+            for d in range(len(pts[0][key])):
+                ax.plot(x, [p[key][d] for p in pts], marker="o", color=f"C{c}", alpha=1.0 - 0.25 * d,
+                        linestyle=("-", "--", ":", "-.")[d % 4], label=f"{head}, position {d + 1}")
+    for ax, title in zip(axes, ("temperature 1: held-out 1 − TV", "temperature 0: held-out greedy agreement"),
+                         strict=True):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("training tokens (the target's own continuations)")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("acceptance at each draft position")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"Draft heads of {record['settings']['target']}: held-out acceptance against training data")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _sizes(text: str) -> list:
+    import argparse
+
+    try:
+        sizes = [int(x) for x in comma_items(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated token counts, got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"expected token counts >= 1, got {text!r}")
+    return sorted(set(sizes))
+
+
+def _heads(text: str) -> list:
+    import argparse
+
+    heads = comma_items(text)
+    unknown = [h for h in heads if h not in HEADS]
+    if unknown or not heads:
+        raise argparse.ArgumentTypeError(f"expected heads among {', '.join(HEADS)}, got {text!r}")
+    return heads
+
+
+def main(argv=None) -> int:
+    from .corpus import CORPUS_DIR
+
+    ap = ArgumentParser(prog="python -m llm_bridge.head_curve", description=__doc__.splitlines()[0])
+    ap.add_argument("--heads", type=_heads, default=list(HEADS), help="comma-separated, among " + ", ".join(HEADS))
+    ap.add_argument("--train-tokens", type=_sizes, default=[62_500, 125_000, 250_000, 500_000, 1_000_000])
+    ap.add_argument("--target", default=DEFAULT_TARGET)
+    ap.add_argument("--corpus", type=path_argument, default=None, help="default: the committed corpus of the target")
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--fuse", default="3,15", help="eagle3: the target layers fused with its last feature")
+    ap.add_argument("--heldout-sequences", type=int, default=256)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=path_argument, default=Path("build/records/llm_head_curve.json"))
+    ap.add_argument("--heads-dir", type=path_argument, default=Path("build/heads"))
+    args = ap.parse_args(argv)
+    try:
+        corpus = args.corpus if args.corpus is not None else CORPUS_DIR / args.target
+        if not (corpus / "corpus.json").is_file():
+            raise FileNotFoundError(f"--corpus {corpus}: holds no corpus.json (python -m llm_bridge.corpus builds one)")
+        settings = {"target": args.target, "corpus": str(corpus), "steps": args.steps, "batch": args.batch,
+                    "lr": args.lr, "vocab": args.vocab, "fuse": [int(x) for x in comma_items(args.fuse)],
+                    "heldout_sequences": args.heldout_sequences, "seed": args.seed}
+        for head in args.heads:  # every recipe checked before any model loads
+            head_recipe(head, args.train_tokens[0], settings=settings, out=args.heads_dir / head)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        writable_file(args.out, "--out")
+        record = run_curve(args.heads, args.train_tokens, settings, args.out, args.heads_dir)
+    except (ModelNotFound, ImportError, ValueError, FileNotFoundError) as err:
+        print(f"python -m llm_bridge.head_curve: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(record["points"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
