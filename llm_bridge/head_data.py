@@ -65,11 +65,17 @@ def target_features(model, tokens, lengths, extra=(), *, batch_tokens: int = 819
     return feats, lse, top, more
 
 
+def _shard_key(target_name: str, vocab_size: int, path: Path, extra) -> str:
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashlib.sha256(json.dumps([target_name, vocab_size, digest, list(extra)]).encode()).hexdigest()[:16]
+
+
 def corpus_training_data(target, *, target_name: str, folder=None, extra=(), progress: bool = True) -> dict:
     """The corpus in ``folder`` (default: the committed one of ``target_name``) with the target's features: the dict
     :class:`llm_bridge.train_head.TrainingBatch` reads (``tokens``, ``lengths``, ``plens``, ``features``, ``lse``,
-    ``argmax`` (the target's greedy token after each position), ``prompt``, and ``extra`` when ``extra`` layers are asked for) plus ``heldout`` (bool per sequence: its shard is
-    held out) and ``temperature``."""
+    ``argmax`` (the target's greedy token after each position), ``prompt``, and ``extra`` when ``extra`` layers are
+    asked for) plus ``heldout`` (bool per sequence: its shard is held out) and ``temperature``. Features are cached
+    shard by shard (keyed by the shard's bytes), so a corpus that grows costs only its new shards."""
     import torch
 
     folder = Path(folder) if folder is not None else CORPUS_DIR / target_name
@@ -77,25 +83,37 @@ def corpus_training_data(target, *, target_name: str, folder=None, extra=(), pro
     if corpus.vocab_size != target.vocab_size:
         raise ValueError(f"--corpus {folder}: made for a vocabulary of {corpus.vocab_size:,}; the target has "
                          f"{target.vocab_size:,}")
-    index = (folder / "corpus.json").read_text()
-    key = hashlib.sha256(json.dumps([target_name, target.vocab_size, index, list(extra)]).encode()).hexdigest()
-    path = cache_dir() / "heads" / f"features-{key[:16]}.pt"
-    if path.is_file():
-        cached = torch.load(path)
-    else:
-        if progress:
-            print(f"train_head: the target's features on {int(corpus.lengths.sum()):,} corpus tokens (cached at "
-                  f"{path})", file=sys.stderr)
-        feats, lse, top, more = target_features(target.model, corpus.tokens, corpus.lengths, tuple(extra),
-                                                progress=progress)
-        cached = {"features": feats, "lse": lse, "argmax": top, "extra": more}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(cached, path.with_suffix(".tmp"))
-        path.with_suffix(".tmp").replace(path)
-    data = {"tokens": torch.as_tensor(corpus.tokens), "lengths": torch.as_tensor(corpus.lengths),
-            "plens": torch.as_tensor(corpus.plens), "prompt": torch.as_tensor(corpus.prompt),
-            "features": cached["features"], "lse": cached["lse"], "argmax": cached["argmax"], "heldout": corpus.heldout,
-            "temperature": corpus.temperature}
+    index = json.loads((folder / "corpus.json").read_text())
+    n, T = corpus.tokens.shape
+    H = target.model.config.hidden_size
+    data = {"features": torch.zeros((n, T, H), dtype=torch.float16), "lse": torch.zeros((n, T)),
+            "argmax": torch.zeros((n, T), dtype=torch.int64)}
     if extra:
-        data["extra"] = cached["extra"]
+        data["extra"] = torch.zeros((n, T, len(extra) * H), dtype=torch.float16)
+    todo = []
+    for shard in index["shards"]:
+        rows = np.flatnonzero(corpus.shard == shard["index"])
+        path = cache_dir() / "heads" / f"features-{_shard_key(target_name, corpus.vocab_size, folder / shard['file'], extra)}.pt"
+        todo.append((rows, path))
+    missing = [(rows, path) for rows, path in todo if not path.is_file()]
+    if missing and progress:
+        print(f"train_head: the target's features on {sum(int(corpus.lengths[r].sum()) for r, _ in missing):,} "
+              f"tokens of {len(missing)} corpus shards (cached under {cache_dir() / 'heads'})", file=sys.stderr)
+    for rows, path in todo:
+        width = int(corpus.lengths[rows].max())
+        if path.is_file():
+            got = torch.load(path)
+        else:
+            feats, lse, top, more = target_features(target.model, corpus.tokens[rows, :width], corpus.lengths[rows],
+                                                    tuple(extra), progress=progress)
+            got = {"features": feats, "lse": lse, "argmax": top, "extra": more}
+            path.parent.mkdir(parents=True, exist_ok=True)
+            torch.save(got, path.with_suffix(".tmp"))
+            path.with_suffix(".tmp").replace(path)
+        at = torch.as_tensor(rows)
+        for key in data:
+            data[key][at, :width] = got[key]
+    data.update({"tokens": torch.as_tensor(corpus.tokens), "lengths": torch.as_tensor(corpus.lengths),
+                 "plens": torch.as_tensor(corpus.plens), "prompt": torch.as_tensor(corpus.prompt),
+                 "heldout": corpus.heldout, "temperature": corpus.temperature})
     return data

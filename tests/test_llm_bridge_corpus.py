@@ -144,6 +144,11 @@ def test_train_head_on_a_corpus_holds_out_whole_shards_and_nests_training_sets(t
     np.testing.assert_allclose(data["lse"][b, :len(seq)].numpy(), torch.logsumexp(logits, -1).numpy(), atol=1e-2)
     shard = np.repeat(np.arange(10), 4)
     assert np.array_equal(data["heldout"], shard == 9)
+    cached = sorted((tmp_path / "cache" / "heads").glob("features-*.pt"))
+    assert len(cached) == 10  # one file per shard: a corpus that grows costs only its new shards
+    again = corpus_training_data(target, target_name="tiny", folder=folder, progress=False)
+    assert all(torch.equal(data[k], again[k]) for k in ("features", "lse", "argmax", "tokens"))
+    assert sorted((tmp_path / "cache" / "heads").glob("features-*.pt")) == cached
     recipe = HeadRecipe(kind="eagle", target="tiny", corpus=folder, vocab=0, steps=2, batch=2, unroll=2,
                         progress=False, out=tmp_path / "head", log_every=1)
     val, train, _ = _corpus_split(data, recipe)
