@@ -40,6 +40,7 @@ def head_recipe(head: str, tokens: int, *, settings: dict, out: Path):
     return HeadRecipe(**options, target=settings["target"], corpus=Path(settings["corpus"]), train_tokens=tokens,
                       steps=settings["steps"], batch=settings["batch"], lr=settings["lr"], seed=settings["seed"],
                       heldout_sequences=settings["heldout_sequences"], vocab=settings["vocab"], out=out,
+                      score_fraction=settings.get("score_fraction", 1.0),
                       log_every=max(1, settings["steps"] // 4), progress=settings.get("progress", True))
 
 
@@ -136,6 +137,8 @@ def main(argv=None) -> int:
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--fuse", default="3,15", help="eagle3: the target layers fused with its last feature")
     ap.add_argument("--heldout-sequences", type=int, default=256)
+    ap.add_argument("--score-fraction", type=float, default=0.25,
+                    help="share of each batch's outputs scored (train_head --score-fraction)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=path_argument, default=Path("build/records/llm_head_curve.json"))
     ap.add_argument("--heads-dir", type=path_argument, default=Path("build/heads"))
@@ -146,7 +149,8 @@ def main(argv=None) -> int:
             raise FileNotFoundError(f"--corpus {corpus}: holds no corpus.json (python -m llm_bridge.corpus builds one)")
         settings = {"target": args.target, "corpus": str(corpus), "steps": args.steps, "batch": args.batch,
                     "lr": args.lr, "vocab": args.vocab, "fuse": [int(x) for x in comma_items(args.fuse)],
-                    "heldout_sequences": args.heldout_sequences, "seed": args.seed}
+                    "heldout_sequences": args.heldout_sequences, "seed": args.seed,
+                    "score_fraction": args.score_fraction}
         for head in args.heads:  # every recipe checked before any model loads
             head_recipe(head, args.train_tokens[0], settings=settings, out=args.heads_dir / head)
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -134,9 +134,12 @@ def frequent_tokens(data: dict, rows, n: int, vocab_size: int) -> np.ndarray:
 
 
 class TrainingBatch:
-    """One minibatch: pairs i = (feature after token i, token i + 1), and the rows each output is scored on."""
+    """One minibatch: pairs i = (feature after token i, token i + 1), and the rows each output is scored on.
 
-    def __init__(self, data, rows, head):
+    ``score_fraction`` < 1 scores a random share of the pairs' outputs (``rng``: a numpy Generator), every pair still
+    read as context: the output head, by far a step's largest cost, then runs on that share only."""
+
+    def __init__(self, data, rows, head, *, score_fraction: float = 1.0, rng=None):
         import torch
 
         length, plen = data["lengths"][rows], data["plens"][rows]
@@ -148,6 +151,8 @@ class TrainingBatch:
         self.top = data["argmax"][rows][:, :T] if "argmax" in data else None  # the target's greedy tokens
         pos = torch.arange(T)[None]
         self.real = pos < length[:, None]  # token exists
+        self.keep = (torch.ones((len(rows), max(T - 1, 0)), dtype=torch.bool) if score_fraction >= 1 else
+                     torch.as_tensor(rng.random((len(rows), max(T - 1, 0))) < score_fraction))  # pair i's output
         self.scored = self.real & (pos >= plen[:, None] - 1)  # the row after token pos is one a decode loop uses
         self.W = head.out_rows
 
@@ -182,7 +187,7 @@ def _eagle_steps(head, batch: TrainingBatch, unroll: int, feature_weight: float)
         valid = scored.clone()  # step s: the pair s - 1 before it is the last committed one, after the prompt too
         valid[:, :s - 1] = False
         valid[:, s - 1:] &= scored[:, :n - s + 1]
-        b, i = valid.nonzero(as_tuple=True)
+        b, i = (valid & batch.keep).nonzero(as_tuple=True)
         ce, acc, count, agree = _row_losses(head.reduced_logits(h[b, i]), batch.log_q_at(b, i + 1), head,
                                             None if batch.top is None else batch.top[b, i + 1])
         reg = torch.nn.functional.smooth_l1_loss(h[b, i], batch.F[b, i + 1], reduction="none").mean(-1).sum()
@@ -201,7 +206,7 @@ def _medusa_steps(head, batch: TrainingBatch):
         if n <= 0:
             break
         valid = batch.scored[:, 1:1 + n] & batch.scored[:, 1 + r:1 + r + n]  # "Y" is the prompt's last token or later
-        b, i = valid.nonzero(as_tuple=True)
+        b, i = (valid & batch.keep[:, :n]).nonzero(as_tuple=True)
         seen = batch.x[b[:, None], (i + 1)[:, None] + torch.arange(r + 1)] if head.hydra else None  # Hydra's tokens
         out.append(_row_losses(head.block_logits(batch.F[b, i], r, seen), batch.log_q_at(b, i + 1 + r), head,
                                None if batch.top is None else batch.top[b, i + 1 + r]))
@@ -276,6 +281,7 @@ class HeadRecipe:
     corpus: Path | None = None
     train_tokens: int = 0
     heldout_sequences: int = 256
+    score_fraction: float = 1.0
     out: Path | None = None
     log_every: int = 25
     progress: bool = True
@@ -293,6 +299,7 @@ class HeadRecipe:
                              "vocabulary)")
         check_real(self.lr, "--lr", low=0.0, low_open=True)
         check_real(self.feature_weight, "--feature-weight", low=0.0)
+        check_real(self.score_fraction, "--score-fraction", low=0.0, high=1.0, low_open=True)
         check_size(self.seed, "--seed", minimum=0)
         check_size(self.train_tokens, "--train-tokens", minimum=0, limit=10**9, limit_name="train_head's limit")
         if self.hydra and self.kind != "medusa":
@@ -384,7 +391,8 @@ def train_head(recipe: HeadRecipe) -> dict:
     head.train()
     bar = tqdm(range(1, steps + 1), desc=f"train {kind}", disable=not progress)
     for step in bar:
-        b = TrainingBatch(data, rng.choice(train, size=min(batch, len(train)), replace=False), head)
+        b = TrainingBatch(data, rng.choice(train, size=min(batch, len(train)), replace=False), head,
+                          score_fraction=recipe.score_fraction, rng=rng)
         parts = step_losses(head, b, unroll, feature_weight)
         loss = sum(ls / c.clamp(min=1) for ls, _, c, _ in parts) / len(parts)
         opt.zero_grad()
@@ -409,6 +417,8 @@ def train_head(recipe: HeadRecipe) -> dict:
     source = ({"prompts": [_shown(f) for f in files], "samples_per_prompt": samples, "length": length}
               if recipe.corpus is None else
               {"corpus": _shown(Path(recipe.corpus)), "train_tokens": int((data["lengths"] - data["plens"])[train].sum())})
+    if recipe.score_fraction < 1:
+        source["score_fraction"] = recipe.score_fraction
     recipe = {**source, "sequences": int(len(prompt_of)), "tokens": int(data["lengths"].sum()),
               "train_sequences": int(train.size), "heldout": held_text,
               "heldout_sequences": int(val.size),
@@ -466,6 +476,8 @@ def main(argv=None) -> int:
     ap.add_argument("--feature-weight", type=float, default=0.1, help="EAGLE: weight of the feature regression")
     ap.add_argument("--fuse", type=_layers, default=(),
                     help="EAGLE with --corpus: target layers fused with the last feature (EAGLE-3), e.g. 4,15")
+    ap.add_argument("--score-fraction", type=float, default=1.0,
+                    help="score this random share of each batch's outputs (the rest stays context): a cheaper step")
     ap.add_argument("--hydra", action="store_true",
                     help="Medusa: Hydra's blocks, each also reading the committed token and the tokens drafted before")
     ap.add_argument("--seed", type=int, default=0)
@@ -482,6 +494,7 @@ def main(argv=None) -> int:
             feature_weight=args.feature_weight, seed=args.seed, device=args.device, prompts=args.prompts,
             corpus=_corpus_folder(args.corpus, args.target), train_tokens=args.train_tokens,
             heldout_sequences=args.heldout_sequences, fuse=args.fuse, hydra=args.hydra,
+            score_fraction=args.score_fraction,
             out=args.out, log_every=args.log_every))
     except (ModelNotFound, ImportError, ValueError, FileNotFoundError) as err:
         print(f"python -m llm_bridge.train_head: {err}", file=sys.stderr)

@@ -256,6 +256,10 @@ def test_train_head_acceptance_is_the_loops_overlap_and_training_lowers_the_loss
         assert got[s] == pytest.approx(np.mean(overlaps), abs=1e-9), f"draft position {s + 1}"
         assert agreement[s] == pytest.approx(np.mean(agrees), abs=1e-12)
         assert kind in ("medusa", "hydra") or 0 < np.mean(agrees) < 1  # Medusa blocks start one place early
+    full = [float(c) for _, _, c, _ in step_losses(head, TrainingBatch(data, np.arange(3), head), 2, 0.1)]
+    half = [float(c) for _, _, c, _ in step_losses(head, TrainingBatch(data, np.arange(3), head, score_fraction=0.5,
+                                                                       rng=np.random.default_rng(0)), 2, 0.1)]
+    assert all(0 < h < f for h, f in zip(half, full, strict=True))  # a share of the outputs scored
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=1e-2)
     losses = []
