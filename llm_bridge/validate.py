@@ -360,6 +360,9 @@ def output_path(out_dir, name: str | None, draft: str, prefix: str = "llm_") -> 
     if not re.fullmatch(r"[A-Za-z0-9_.+-]+", name) or name.strip(".") == "":
         raise ValueError(f"--name {name!r}: expected a file-name stem (letters, digits, _ . + -), without path "
                          "separators: the record is written as <out-dir>/" + prefix + "<name>.json")
+    if len(f"{prefix}{name}.json".encode()) > 200:  # and its .md/.png beside it: file names end at 255 bytes
+        raise ValueError(f"--name: {len(name)} characters is too long for a file name (at most "
+                         f"{200 - len(prefix) - 5})")
     return writable_folder(out_dir, "--out-dir") / f"{prefix}{name}.json"
 
 
@@ -436,6 +439,8 @@ def main(argv=None) -> int:
         out_path = output_path(args.out_dir, args.name, args.draft)
         if args.export_synthetic_rates is not None:
             writable_file(args.export_synthetic_rates, "--export-synthetic-rates")
+        if args.log_rows is not None:
+            writable_file(args.log_rows, "--log-rows")
     except ValueError as err:
         ap.error(str(err))
     try:

@@ -27,7 +27,10 @@ from . import (
     theory,
     verifiers,
 )
-from .distributions import overlap, residual, total_variation, validate_probs
+from .distributions import checked_overlap as overlap  # the public names check their rows first
+from .distributions import checked_residual as residual
+from .distributions import checked_total_variation as total_variation
+from .distributions import validate_probs
 from .drafts import Draft, DraftTree
 from .engine import Backend, evaluate, generate, simulate
 from .errors import SizeLimitError, SolveError

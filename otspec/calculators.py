@@ -58,7 +58,7 @@ def _value(out: dict, key: str, fn, *args) -> None:
 def _nonnegative(text: str) -> float:
     try:
         value = float(Fraction(text))
-    except (ValueError, ZeroDivisionError):
+    except (ValueError, ZeroDivisionError, OverflowError):  # 1e400 overflows a float
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
     if not (np.isfinite(value) and value >= 0):
         raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
@@ -292,7 +292,7 @@ def _rejections_compute(args) -> dict:
 def _probability(text: str) -> float:
     try:
         value = float(Fraction(text))
-    except (ValueError, ZeroDivisionError):
+    except (ValueError, ZeroDivisionError, OverflowError):  # 1e400 overflows a float
         raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {value}")

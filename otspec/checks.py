@@ -42,6 +42,9 @@ __all__ = [
     "check_real",
     "check_size",
     "check_token_ids",
+    "check_flag",
+    "check_seed",
+    "file_problem",
 ]
 
 #: Longest draft length any engine or closed form accepts. The closed forms are O(L) to
@@ -124,9 +127,23 @@ def check_size(value, name: str, *, minimum: int = 1, limit: int | None = None, 
     if value < minimum:
         raise ValueError(f"{name}: expected {what} >= {minimum}, got {value}")
     if limit is not None and value > limit:
-        raise SizeLimitError(f"{name} = {value:,} is above {limit_name or 'the limit'} = {limit:,}", size=value,
-                             limit=limit)
+        named = limit_name and not limit_name.replace(",", "").replace("_", "").isdigit()
+        raise SizeLimitError(f"{name} = {value:,} is above {limit_name} = {limit:,}" if named else
+                             f"{name} = {value:,} is above the limit of {limit:,}", size=value, limit=limit)
     return value
+
+
+def check_seed(seed, name: str = "seed"):
+    """``seed`` if it seeds numpy: None, a ``numpy.random.Generator``, or an integer >= 0 (not a bool, a float or
+    text), else a ``ValueError`` naming it."""
+    import numpy as np
+
+    if seed is None or isinstance(seed, np.random.Generator):
+        return seed
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"{name}: expected None, a numpy Generator or an integer >= 0, got {seed!r} "
+                         f"({type(seed).__name__})")
+    return int(seed)
 
 
 def check_real(value, name: str, *, low: float = -math.inf, high: float = math.inf, low_open: bool = False,
@@ -143,3 +160,29 @@ def check_real(value, name: str, *, low: float = -math.inf, high: float = math.i
     if math.isnan(x) or (math.isinf(x) and not allow_inf) or x < low or x > high or (low_open and x == low):
         raise ValueError(f"{name}: expected a {'' if allow_inf else 'finite '}number in {bounds}, got {value!r}")
     return x
+
+
+def file_problem(path) -> str | None:
+    """Why ``path`` cannot be read as a data file, or None: it does not exist, is a folder, or is not a regular file
+    (a device, a pipe or a socket: reading one can block forever or never end)."""
+    import os
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return "does not exist"
+    if stat.S_ISDIR(mode):
+        return "is a folder, not a file"
+    if not stat.S_ISREG(mode):
+        return "is not a regular file (a device, a pipe or a socket)"
+    return None
+
+
+def check_flag(value, name: str) -> bool:
+    """``value`` if it is a bool (Python or numpy), else a ``ValueError`` naming it: the text 'False' is true."""
+    import numpy as np
+
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name}: expected True or False, got {value!r} ({type(value).__name__})")
+    return bool(value)

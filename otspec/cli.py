@@ -42,6 +42,7 @@ from .clitools import (
     positive_int,
     seed,
     tree_from_args,
+    writable_file,
 )
 from .engine import Backend, generate, generate_tree, simulate, simulate_logged, simulate_tree
 from .engine.trie import check_tree_verifier
@@ -168,11 +169,16 @@ def _source_random(args) -> dict:
     if Path(args.draft_out).resolve() == Path(args.target_out).resolve():
         raise CLIError(f"--draft-out and --target-out name the same file ({args.draft_out}); the target would "
                        "overwrite the draft")
+    for flag, path in (("--draft-out", args.draft_out), ("--target-out", args.target_out)):  # both, before either
+        writable_file(path, flag)                                                              # is written
     draft, target = random_markov(args.vocab, args.concentration, horizon=args.horizon, seed=args.seed,
                                   sparsity=args.sparsity)
+    entries = target.transition.size
+    if entries > 2**21:  # JSON writes about 3e5 numbers a second: say so before a minute of silence
+        print(f"source random: writing 2 x {entries:,} probabilities as JSON (about {2 * entries / 3e5:.0f} s)",
+              file=sys.stderr)
     for flag, source, path in (("--draft-out", draft, args.draft_out), ("--target-out", target, args.target_out)):
         try:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
             save_source(source, path)
         except OSError as exc:
             raise CLIError(f"{flag}: cannot write {path}: {exc.strerror or exc}") from None

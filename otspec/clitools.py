@@ -12,6 +12,7 @@ import os
 from fractions import Fraction
 from pathlib import Path
 
+from .checks import file_problem
 from .distributions import validate_probs
 from .pairs import check_pair
 from .sources import IIDSource, Source, load_source
@@ -205,6 +206,9 @@ def writable_file(path, flag: str) -> Path:
     folder = path.resolve().parent
     if not folder.is_dir():
         raise ValueError(f"{flag} {path}: its folder does not exist")
+    problem = file_problem(path)
+    if problem not in (None, "does not exist"):  # opening a pipe or a device to probe it can block forever
+        raise ValueError(f"{flag} {path}: {problem}; expected a file to write")
     if path.is_dir() or not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise ValueError(f"{flag} {path}: cannot be written to")
     existed = path.exists()

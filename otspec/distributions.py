@@ -140,6 +140,20 @@ def zeros_of(like, shape):
     return namespace(like).zeros(shape, dtype=like.dtype, device=like.device)
 
 
+def _all_numbers(items) -> bool:
+    """Whether a nested list holds only real numbers (no text, None or other objects)."""
+    import numbers
+
+    stack = [items]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, list | tuple):
+            stack.extend(x)
+        elif not isinstance(x, numbers.Real):
+            return False
+    return True
+
+
 def validate_probs(probs, name: str = "probs", *, tol: float | None = None, min_ndim: int = 1):
     """Check that the last axis of ``probs`` holds probability rows.
 
@@ -172,10 +186,14 @@ def validate_probs(probs, name: str = "probs", *, tol: float | None = None, min_
     >>> validate_probs([0.25, 0.75], "draft")
     array([0.25, 0.75])
     """
+    if isinstance(probs, np.ma.MaskedArray):  # its masked entries would be read as the numbers under the mask
+        raise ValueError(f"{name}: a masked array; pass a plain array (masked entries as 0 if that is meant)")
     if not (array_api_compat.is_array_api_obj(probs)):
         try:
+            if np.asarray(probs).dtype.kind in "USO" and not _all_numbers(probs):
+                raise TypeError("text or other objects among the entries")
             probs = np.asarray(probs, dtype=np.float64)
-        except (TypeError, ValueError) as exc:  # ragged lists, strings, None
+        except (TypeError, ValueError, OverflowError) as exc:  # ragged lists, text, None, a huge integer
             raise ValueError(f"{name}: expected an array of probabilities, could not read it as numbers ({exc})") from None
     xp = namespace(probs)
     if not xp.isdtype(probs.dtype, "real floating"):
@@ -451,6 +469,8 @@ def resolve_device(device):
                          f"got {device!r} ({err})") from None
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r}: no CUDA GPU is visible to torch (use 'auto' or 'cpu')")
+    if resolved.type not in ("cpu", "cuda"):  # meta holds no numbers; mps, xla and others are not supported here
+        raise ValueError(f"device={device!r}: expected 'cpu', 'cuda' (or 'cuda:N') or 'auto'")
     return resolved
 
 
@@ -458,8 +478,19 @@ def temperature_rows(logits, temperature: float):
     """softmax(logits / T) along the last axis (numpy or torch); ``-inf`` logits stay at probability 0.
 
     A model's logits, or log-probabilities (``log p``, with ``-inf`` where p = 0) to temper a
-    probability row: p^(1/T) renormalised. T must be positive (T = 0, greedy, is the arg-max row).
+    probability row: p^(1/T) renormalised. T = 0 (greedy) gives the arg-max row (lowest id on ties); a negative,
+    NaN or infinite T is a ``ValueError``.
     """
+    from .checks import check_real
+
+    temperature = check_real(temperature, "temperature", low=0.0)
+    if temperature == 0:
+        if _is_torch(logits):
+            import torch
+
+            return torch.nn.functional.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(logits.dtype)
+        logits = np.asarray(logits)
+        return (np.arange(logits.shape[-1]) == logits.argmax(axis=-1)[..., None]).astype(np.result_type(logits, 1.0))
     if _is_torch(logits):
         import torch
 
@@ -497,3 +528,29 @@ def top_p_mask(rows, top_p: float, max_kept: int | None = None):
     mask = np.zeros(rows.shape, dtype=bool)
     np.put_along_axis(mask, order, keep, axis=-1)
     return mask
+
+
+def _checked_pair(draft, target, names=("draft", "target")):
+    """Two probability rows (or batches) of one kind, checked as :func:`validate_probs` checks them."""
+    if _is_torch(draft) != _is_torch(target):
+        raise ValueError(f"{names[0]} and {names[1]}: one is a torch tensor and the other is not; give both as numpy "
+                         "arrays (or lists) or both as tensors")
+    draft, target = validate_probs(draft, names[0]), validate_probs(target, names[1])
+    check_same_vocab(draft, target)
+    return draft, target
+
+
+def checked_total_variation(draft, target):
+    """:func:`total_variation` of two probability rows (numpy, torch or lists), checked first (``otspec.total_variation``)."""
+    return total_variation(*_checked_pair(draft, target))
+
+
+def checked_overlap(draft, target):
+    """:func:`overlap` of two probability rows (numpy, torch or lists), checked first (``otspec.overlap``)."""
+    return overlap(*_checked_pair(draft, target))
+
+
+def checked_residual(minuend, subtrahend, *, return_mass: bool = False):
+    """:func:`residual` of two probability rows (numpy, torch or lists), checked first (``otspec.residual``;
+    ``residual(target, draft)`` is speculative sampling's residual)."""
+    return residual(*_checked_pair(minuend, subtrahend, ("minuend", "subtrahend")), return_mass=return_mass)

@@ -135,6 +135,10 @@ def main(argv=None) -> int:
     except (ValueError, OSError) as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
+    except (TypeError, KeyError, AttributeError, IndexError, ArithmeticError) as exc:  # an input the checks let by
+        print(f"{parser.prog}: error: {args.name}: the figure cannot be drawn from these inputs "
+              f"({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -17,9 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
-from .clitools import ArgumentParser, path_argument
-from .figures import SCRATCH_DIR
-from .plot import FIGURES, write_figure
+from .checks import check_real
+from .clitools import ArgumentParser, path_argument, writable_folder
+from .figures import RECORDS_DIR, SCRATCH_DIR
+from .plot import FIGURES, MAX_SCALE, write_figure
 
 __all__ = ["SPEC_DOCUMENTS", "build_report", "main"]
 
@@ -109,8 +110,16 @@ def main(argv=None) -> int:
     parser.add_argument("--records", type=path_argument, default=None,
                         help="folder of the real-model records the record sections read (default: the committed figures/)")
     args = parser.parse_args(argv)
-    if args.scale <= 0:
-        parser.error("--scale must be positive")
+    try:  # every input checked before a minute of figures: the scale, the folder written, the records read
+        check_real(args.scale, "--scale", low=0.0, high=MAX_SCALE, low_open=True)
+        writable_folder(args.out_dir, "--out-dir")
+        if args.records is not None and not Path(args.records).is_dir():
+            raise ValueError(f"--records {args.records}: not a folder of records")
+        from .figures.llm import llm_data
+
+        llm_data(records_dir=args.records if args.records is not None else RECORDS_DIR)
+    except ValueError as err:  # RecordError included
+        parser.error(str(err))
     build_report(args.out_dir, args.scale, args.records)
     return 0
 

@@ -6,6 +6,9 @@ it runs in, before any ``finally`` or exit handler; run in the command's own pro
 (``python -m otspec.audit.isolate``, handed the parsed arguments in a file), which writes its outcome — the report, an error
 line, or an interruption — to a file the parent named; the parent prints it as the command always did. A child
 that ends without writing one is reported by the parent: exit status 2 and one line saying how the child ended.
+The parent also ends a child that outlives its own audit (a thread or exit handler the sampler left behind) a few
+seconds after its outcome is written, and one whose sampler call runs past ``--timeout`` while holding the
+interpreter so that no timer of the child's own can fire (the child tells the parent each call's deadline).
 ``--in-process`` (and ``otspec.cli.main(argv)`` called from Python) run the audit in the calling process.
 """
 
@@ -18,6 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from ..clitools import CLIError
@@ -50,9 +54,13 @@ def run_isolated(args) -> dict:
         sys.stdout.flush()
         sys.stderr.flush()
         # the child's own stdout is the parent's stderr: the sampler's prints never mix with the verdict or --json
-        proc = subprocess.run([sys.executable, "-m", "otspec.audit.isolate"], env=env, check=False,
-                              stdout=sys.stderr.fileno() if _has_fileno(sys.stderr) else None)
+        proc = subprocess.Popen([sys.executable, "-m", "otspec.audit.isolate"], env=env,
+                                stdout=sys.stderr.fileno() if _has_fileno(sys.stderr) else None)
+        overdue = _supervise(proc, path, Path(tmp) / "deadline")
         outcome = pickle.loads(path.read_bytes()) if path.is_file() and path.stat().st_size else None
+    if outcome is None and overdue is not None:
+        raise CLIError(f"the sampler did not return within --timeout ({overdue:g} s) and held the audit's process "
+                       "so that it could not stop the call; the audit ended it")
     if outcome is None:
         if sys.stderr.isatty():
             print(file=sys.stderr)  # end the progress bar the child left mid-line
@@ -65,6 +73,38 @@ def run_isolated(args) -> dict:
     if kind == "error":
         raise ValueError(value)
     return value
+
+
+#: Seconds a child may run on after writing its outcome, and past a sampler call's deadline, before it is killed.
+GRACE_S = 5.0
+
+
+def _supervise(proc, outcome: Path, deadline: Path) -> float | None:
+    """Wait for the child; kill it when it outlives its outcome or a sampler call's deadline by :data:`GRACE_S`.
+    Returns the overdue call's timeout (seconds) when that is why it was killed, else None."""
+    done_at = None
+    while True:
+        try:
+            proc.wait(timeout=0.2)
+            return None
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.time()
+        if outcome.is_file():
+            done_at = done_at or now
+            if now - done_at > GRACE_S:
+                proc.kill()
+                proc.wait()
+                return None
+            continue
+        try:
+            due, timeout = (float(x) for x in deadline.read_text().split())
+        except (OSError, ValueError):  # no call running, or the file mid-write
+            continue
+        if now > due + max(GRACE_S, 0.5 * timeout):
+            proc.kill()
+            proc.wait()
+            return timeout
 
 
 def _has_fileno(stream) -> bool:
@@ -81,12 +121,28 @@ def _write(path: Path, outcome: tuple) -> None:
     tmp.replace(path)  # whole or absent: a child killed mid-write leaves no outcome
 
 
+def _deadline_writer(path: Path):
+    started = {}
+
+    def write(due):
+        if due is None:
+            path.unlink(missing_ok=True)
+            return
+        started["timeout"] = due - time.time()
+        tmp = path.with_suffix(".partial")
+        tmp.write_text(f"{due!r} {started['timeout']!r}")
+        tmp.replace(path)
+
+    return write
+
+
 def _child() -> int:
     from ..errors import SolveError
-    from .protocol import HARD_EXIT
+    from .protocol import DEADLINE, HARD_EXIT
 
     path = Path(os.environ[OUTCOME_ENV])
     HARD_EXIT["report"] = lambda message: _write(path, ("error", message))
+    DEADLINE["write"] = _deadline_writer(path.parent / "deadline")
     args = pickle.loads((path.parent / "args.pickle").read_bytes())
     try:
         outcome = ("result", args.run(args))  # the command's own entry: in this child it runs in process
@@ -105,4 +161,7 @@ def _child() -> int:
 if __name__ == "__main__":
     if OUTCOME_ENV not in os.environ:
         sys.exit("otspec.audit.isolate is the audit's child process: run `python -m otspec audit` instead")
-    sys.exit(_child())
+    code = _child()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # no interpreter shutdown: a thread or exit handler the sampler left cannot keep the child alive

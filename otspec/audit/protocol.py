@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -94,6 +95,10 @@ def _timeout_message(timeout: float) -> str:
 #: stderr) once its call is twice overdue: the command line sets it; in a user's own process the audit never exits.
 #: ``report``, when set (the audit's child process), takes the line instead of stderr.
 HARD_EXIT = {"allowed": False, "report": None}
+#: In the audit's child process, ``DEADLINE["write"](t)`` tells the parent the time by which the running sampler
+#: call must return (``None``: no call is running), so that the parent ends a child whose sampler holds the
+#: interpreter (a native loop) and lets no signal or thread of its own run.
+DEADLINE = {"write": None}
 
 
 class _Watchdog:
@@ -140,6 +145,16 @@ def _run_with_timeout(fn: Callable, args: tuple, timeout: float | None):
     timeout = check_timeout(timeout)
     if timeout is None:
         return _call(fn, args)
+    if DEADLINE["write"] is not None:
+        DEADLINE["write"](time.time() + timeout)
+        try:
+            return _guarded(fn, args, timeout)
+        finally:
+            DEADLINE["write"](None)
+    return _guarded(fn, args, timeout)
+
+
+def _guarded(fn: Callable, args: tuple, timeout: float):
     if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
         def expire(signum, frame):
             raise SamplerTimeout(_timeout_message(timeout))

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from ..checks import file_problem
+from .record_checks import check_record_numbers
 from .rows import LOCAL, ChainRun, Interval, JsonObject, PolicyRun, RecordError, TreeRun
 
 __all__ = ["AdaptiveRecord", "Baseline", "DecodeStep", "Drafter", "Head", "LawSampling", "Lossless", "LosslessCheck", "ModelPair",
@@ -351,8 +353,9 @@ class AdaptiveRecord(_Record):
 def read_record(path) -> PairRecord | AdaptiveRecord:
     """The record in a JSON file, by its shape: runs → :class:`PairRecord`, thresholds → :class:`AdaptiveRecord`."""
     path = Path(path)
-    if not path.is_file():
-        raise RecordError(f"{path}: no such record file")
+    problem = file_problem(path)
+    if problem:
+        raise RecordError(f"{path}: {'no such record file' if problem == 'does not exist' else problem}")
     try:
         obj = json.loads(path.read_text())
     except json.JSONDecodeError as err:
@@ -375,6 +378,7 @@ def as_record(obj, where: str = "record") -> PairRecord | AdaptiveRecord:
         raise RecordError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     local = {k: obj[k] for k in ("file", "path") if k in obj}
     body = {k: v for k, v in obj.items() if k not in local}
+    check_record_numbers(body, where, RecordError)
     record = (AdaptiveRecord if "threshold" in body else PairRecord).from_json(body, where)
     record.file, record.path = str(local.get("file", "")), str(local.get("path", ""))
     return record

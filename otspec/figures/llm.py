@@ -15,6 +15,7 @@ import json
 import sys
 from pathlib import Path
 
+from ..checks import file_problem
 from ..clitools import ArgumentParser, path_argument, writable_folder
 from ..engine.record import AdaptiveRecord, RecordError, as_record, read_record
 from . import RECORDS_DIR, SCRATCH_DIR, register
@@ -272,18 +273,26 @@ def llm_data(scale: float = 1.0, records_dir: str | Path = RECORDS_DIR) -> dict:
     if folder.is_absolute() and folder.resolve().is_relative_to(here):
         folder = folder.resolve().relative_to(here)  # the same paths in the figure's JSON on any machine
     for path in sorted(folder.glob("llm_*.json")):
+        problem = file_problem(path)
+        if problem:  # a pipe named like a record would block the read forever
+            raise RecordError(f"{path}: {problem}; a file named llm_*.json in the records folder must be a record or "
+                              "another JSON data file")
         text = path.read_text()
         if path.name.startswith("llm_forecast_") and '"kind": "forecast"' in text:
             made = json.loads(text)
+            if not isinstance(made, dict) or not isinstance(made.get("record"), str):
+                raise RecordError(f"{path}: a forecast must name the record it forecasts ('record': a file name)")
             measured = folder / made["record"]
             forecasts.append((path.name, made, read_record(measured) if measured.is_file() else None))
             continue
         if '"model_pair"' not in text:  # another data file (a benchmark's output): not a record, said why
             try:
-                json.loads(text)
+                data = json.loads(text)
             except (json.JSONDecodeError, RecursionError):
                 raise RecordError(f"{path}: not JSON (empty or damaged): a file named llm_*.json in the records "
                                   "folder must be a record or another JSON data file") from None
+            if isinstance(data, dict) and {"runs", "tree_runs", "threshold"} & set(data):
+                raise RecordError(f"{path}: a record without its 'model_pair' (damaged?)")
             continue
         record = read_record(path)
         (adaptive if isinstance(record, AdaptiveRecord) else records).append(record)

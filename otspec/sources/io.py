@@ -81,6 +81,9 @@ def _from_json(obj, kind) -> Source:
     if kind == "iid":
         return IIDSource(obj["probs"])
     if kind == "bernoulli":
+        if isinstance(obj["p"], int) and not isinstance(obj["p"], bool) and not -2 <= obj["p"] <= 2:
+            raise ValueError(f"bernoulli source: 'p' must be a probability in [0, 1], got an integer of "
+                             f"{len(str(abs(obj['p'])))} digits")
         if isinstance(obj["p"], bool) or not isinstance(obj["p"], int | float):
             raise ValueError(f"source JSON of type 'bernoulli': field 'p' must be a number, got {obj['p']!r}")
         return bernoulli(obj["p"])
@@ -104,13 +107,27 @@ def _from_json(obj, kind) -> Source:
         for key, value in obj["rows"].items():
             _no_strings(value, f"source JSON of type 'table': row {key!r}")
             try:
-                rows[tuple(int(t) for t in str(key).split(",") if t != "")] = value
+                prefix = tuple(int(t) for t in str(key).split(",") if t != "")
             except ValueError:
                 raise ValueError(f"source JSON of type 'table': row key {key!r} must be comma-separated token "
                                  "ids such as '0,1' ('' for the empty prefix)") from None
+            if ",".join(map(str, prefix)) != str(key):  # ' 0' or '0,' would silently share a row with '0'
+                raise ValueError(f"source JSON of type 'table': row key {key!r} must be written as "
+                                 f"{','.join(map(str, prefix))!r} (token ids, commas, no spaces)")
+            rows[prefix] = value
         return TableSource(rows, _integer_field(obj, "vocab_size", kind), _integer_field(obj, "horizon", kind))
     raise ValueError(f"source JSON: unknown type {kind!r}; expected 'iid', 'bernoulli', 'uniform', 'markov', 'positional', "
                      "'depth_positional' or 'table'")
+
+
+def _unique_keys(pairs) -> dict:
+    """A JSON object's keys, each once: a key given twice is an error, not a silent choice of the last value."""
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"the key {key!r} appears twice in one object")
+        out[key] = value
+    return out
 
 
 def load_source(path: str | os.PathLike) -> Source:
@@ -131,7 +148,7 @@ def load_source(path: str | os.PathLike) -> Source:
                          f"{MAX_SOURCE_FILE_BYTES:,}")
     try:
         with open(path) as fh:
-            obj = json.load(fh)
+            obj = json.load(fh, object_pairs_hook=_unique_keys)
     except FileNotFoundError:
         raise ValueError(f"source file not found: {path}") from None
     except IsADirectoryError:
@@ -140,6 +157,8 @@ def load_source(path: str | os.PathLike) -> Source:
         raise ValueError(f"source file {path} is not a UTF-8 text file (binary data?); expected JSON") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"source file {path} is not valid JSON: {exc}") from None
+    except ValueError as exc:  # a key given twice
+        raise ValueError(f"source file {path}: {exc}") from None
     except RecursionError:
         raise ValueError(f"source file {path} nests JSON too deeply to be a source") from None
     try:

@@ -40,12 +40,13 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..checks import check_real, check_size
+from ..checks import check_real, check_size, file_problem
 from ..distributions import NORMALISATION_TOL, top_p_mask
 from ..errors import SizeLimitError
 from ..progress import tqdm
@@ -316,19 +317,49 @@ def _tail(tail: str) -> str:
     return tail
 
 
+#: Most entries of one array of a logged-rows file, read from its header before anything is decompressed (a log written
+#: within :data:`MAX_LOG_ENTRIES` stores fewer).
+MAX_MEMBER_ENTRIES = MAX_LOG_ENTRIES
+
+
+def _check_member_sizes(path: str) -> None:
+    """Refuse an archive member whose header declares more than :data:`MAX_MEMBER_ENTRIES` entries (a few MB of
+    zeros can decompress to gigabytes) before any member is loaded."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            with archive.open(info) as fh:
+                version = np.lib.format.read_magic(fh)
+                read = (np.lib.format.read_array_header_1_0 if version == (1, 0) else
+                        np.lib.format.read_array_header_2_0)
+                shape, _, _ = read(fh)
+            entries = math.prod(shape)
+            if entries > MAX_MEMBER_ENTRIES:
+                raise SizeLimitError(f"logged rows: {path}: array {info.filename!r} declares {entries:,} entries, above "
+                                     f"MAX_MEMBER_ENTRIES = {MAX_MEMBER_ENTRIES:,} (refused before loading it)")
+
+
 def load_logged_rows(path: str | os.PathLike) -> LoggedRows:
     """Read and check a logged-rows file (the module docstring gives the format)."""
     path = os.fspath(path)
-    if not os.path.isfile(path):
+    problem = file_problem(path)
+    if problem == "does not exist":
         raise FileNotFoundError(f"logged rows: no file {path}")
+    if problem:
+        raise ValueError(f"logged rows: {path} {problem}")
     try:  # whatever is wrong with an untrusted file (not a zip, a damaged member, one .npy array) is the same error
+        _check_member_sizes(path)
         data = np.load(path, allow_pickle=False)
         if not isinstance(data, np.lib.npyio.NpzFile):
             raise ValueError(f"it holds one {type(data).__name__}, not named arrays")
         with data:
             arrays = {k: data[k] for k in data.files}
+    except SizeLimitError:
+        raise
     except Exception as err:
-        raise ValueError(f"logged rows: {path} is not a numpy .npz archive ({type(err).__name__}: {err})") from None
+        raise ValueError(f"logged rows: {path} is not a numpy .npz archive ({type(err).__name__}: "
+                         f"{str(err).split('. ')[0]})") from None
     if "format" not in arrays or str(arrays["format"]) != FORMAT:
         raise ValueError(f"logged rows: {path} is not an otspec logged-rows file (expected format {FORMAT!r}, got "
                          f"{str(arrays['format']) if 'format' in arrays else 'none'!r})")

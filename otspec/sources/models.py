@@ -119,8 +119,9 @@ class MarkovSource(Source):
         self.stationary = trans.ndim == 2
         self._stack = self.transition[None] if self.stationary else self.transition
         self.horizon = None if self.stationary else self.transition.shape[0] + 1
-        if horizon is not None:
-            self.check_length(check_size(horizon, "horizon"))  # an integer >= 1: a chain draws at least one token
+        if horizon is not None:  # an integer >= 1 (a chain draws at least one token), at most what the matrices give
+            self.check_length(check_size(horizon, "horizon"))
+            self.horizon = int(horizon)  # the chain ends there, stationary or not
 
     def __repr__(self):
         kind = "stationary" if self.stationary else f"time-varying, horizon {self.horizon}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..checks import check_real, check_size
+from ..checks import MAX_HORIZON, MAX_VOCAB_SIZE, check_real, check_seed, check_size
 from ..errors import SizeLimitError
 from .models import IIDSource, MarkovSource
 
@@ -58,13 +58,13 @@ def random_markov(vocab: int, concentration: float = 1.0, horizon: int | None = 
     """
     vocab, concentration, sparsity = _check_random_pair(vocab, concentration, sparsity)
     if horizon is not None:
-        horizon = check_size(horizon, "horizon")
+        horizon = check_size(horizon, "horizon", limit=MAX_HORIZON, limit_name="MAX_HORIZON")
     matrices = 1 if horizon is None else max(horizon - 1, 1)
     if matrices * vocab * vocab > MAX_RANDOM_ENTRIES:
         raise SizeLimitError(f"random_markov: {matrices:,} transition matrices of {vocab:,} x {vocab:,} = "
                              f"{matrices * vocab * vocab:,} entries per model, above MAX_RANDOM_ENTRIES = "
                              f"{MAX_RANDOM_ENTRIES:,}", size=matrices * vocab * vocab, limit=MAX_RANDOM_ENTRIES)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     shape = (vocab,) if horizon is None else (max(int(horizon) - 1, 0), vocab)
     t_init = _random_rows(rng, (), vocab, sparsity)
     t_trans = _random_rows(rng, shape, vocab, sparsity)
@@ -81,12 +81,13 @@ def _check_random_pair(vocab, concentration, sparsity):
     sparsity = check_real(sparsity, "sparsity", low=0.0, high=1.0)
     if sparsity >= 1:
         raise ValueError(f"sparsity: expected a probability in [0, 1) (1 would zero every entry), got {sparsity!r}")
-    return check_size(vocab, "vocab"), check_real(concentration, "concentration", low=0.0), sparsity
+    vocab = check_size(vocab, "vocab", limit=MAX_VOCAB_SIZE, limit_name="MAX_VOCAB_SIZE")  # before any row exists
+    return vocab, check_real(concentration, "concentration", low=0.0), sparsity
 
 
 def random_iid(vocab: int, concentration: float = 1.0, seed=None, sparsity: float = 0.0):
     """A random (draft, target) pair of IID sources; see :func:`random_markov`."""
     vocab, concentration, sparsity = _check_random_pair(vocab, concentration, sparsity)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     target = _random_rows(rng, (), vocab, sparsity)
     return IIDSource(_near(rng, target, concentration, sparsity)), IIDSource(target)

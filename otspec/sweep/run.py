@@ -16,6 +16,7 @@ rescales the speedup columns (and the adaptive policy, run per ratio), so everyt
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -34,6 +35,49 @@ __all__ = ["CRASH_ONCE_ENV", "MAX_LOCAL_WORKERS", "gather", "run_sweep", "write_
 
 def _cell_path(out: Path, cell: dict) -> Path:
     return out / "cells" / f"{cell_id(cell)}.json"
+
+
+def _file_digests(value, base: Path, cache: dict) -> dict:
+    """sha256 of every file a cell names (a string that is a file under ``base``), by name."""
+    found = {}
+    stack = [value]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, dict):
+            stack.extend(x.values())
+        elif isinstance(x, list | tuple):
+            stack.extend(x)
+        elif isinstance(x, str) and x and len(x) < 4096:
+            path = base / x
+            if path.is_file():
+                if path not in cache:
+                    cache[path] = hashlib.sha256(path.read_bytes()).hexdigest()
+                found[x] = cache[path]
+    return found
+
+
+def cell_key(cell: dict, spec: SweepSpec, cache: dict | None = None) -> str:
+    """What a finished cell's row was computed from: the cell, the sweep's quantities and seed, and the bytes of
+    the files it names. A row stored under another key (the spec or a source file changed since) is run again."""
+    files = _file_digests(cell, Path(spec.base), {} if cache is None else cache)
+    text = json.dumps([cell, sorted(spec.quantities), spec.seed, files], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _digest(row: dict) -> str:
+    return hashlib.sha256(json.dumps({k: v for k, v in row.items() if k != "row_digest"}, sort_keys=True,
+                                     allow_nan=True).encode()).hexdigest()[:16]
+
+
+def _stored(path: Path, key: str) -> dict | None:
+    """The row stored at ``path`` if it is whole, unedited and made under ``key``; else None (the cell runs again)."""
+    try:
+        row = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(row, dict) or row.get("cell_key") != key or row.get("row_digest") != _digest(row):
+        return None
+    return row
 
 
 def _write_atomic(path: Path, row: dict) -> None:
@@ -64,7 +108,9 @@ def _run_and_store(cells: list, seed: int, quantities, base: str, out: str, extr
             os.close(fd)
             os._exit(17)
     for cell, row in zip(cells, run_cells(cells, seed, quantities, Path(base)), strict=True):
-        _write_atomic(_cell_path(Path(out), cell), {**extra, **row})
+        stored = {**extra, **row, "cell_key": extra["keys"][cell_id(cell)]}
+        stored.pop("keys", None)
+        _write_atomic(_cell_path(Path(out), cell), {**stored, "row_digest": _digest(stored)})
     return len(cells)
 
 
@@ -96,8 +142,10 @@ def run_sweep(spec: SweepSpec | str | os.PathLike, out, *, workers: int | None =
         _parse_cluster(cluster)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    todo = [c for c in spec.cells if not _cell_path(out, c).exists()]
-    extra = {"sweep": spec.name, "sweep_seed": spec.seed}
+    cache: dict = {}
+    keys = {cell_id(c): cell_key(c, spec, cache) for c in spec.cells}
+    todo = [c for c in spec.cells if _stored(_cell_path(out, c), keys[cell_id(c)]) is None]
+    extra = {"sweep": spec.name, "sweep_seed": spec.seed, "keys": {cell_id(c): keys[cell_id(c)] for c in todo}}
     args = (spec.seed, list(spec.quantities), str(spec.base), str(out), extra)
     groups: dict = {}  # cells that differ only in their cost ratio run together: one computation, one row each
     for cell in todo:
@@ -159,11 +207,11 @@ def _run_dask(tasks, args, scheduler, cluster, bar) -> None:
 
 def gather(spec: SweepSpec, out) -> list[dict]:
     """The rows of every finished cell of ``spec`` in ``out``, in the spec's cell order."""
-    rows = []
+    rows, cache = [], {}
     for cell in spec.cells:
-        path = _cell_path(Path(out), cell)
-        if path.exists():
-            rows.append(json.loads(path.read_text()))
+        row = _stored(_cell_path(Path(out), cell), cell_key(cell, spec, cache))
+        if row is not None:
+            rows.append({k: v for k, v in row.items() if k not in ("cell_key", "row_digest")})
     return rows
 
 

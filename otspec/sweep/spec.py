@@ -134,7 +134,7 @@ def _read(path: Path) -> dict:
             import yaml
 
             _check_yaml_size(yaml, text, path)
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=_strict_loader(yaml))
         else:
             data = tomllib.loads(text)
     except Exception as err:  # the parsers' own messages name the line; their first line is the message
@@ -146,6 +146,36 @@ def _read(path: Path) -> dict:
     if not isinstance(data, dict):
         raise ValueError(f"sweep spec {path}: expected a table of keys at the top level")
     return data
+
+
+def _strict_loader(yaml):
+    """PyYAML's safe loader with YAML 1.2's plain numbers and unique keys: YAML 1.1 reads ``010`` as 8 (octal) and
+    ``1:30`` as 90 (base 60), and keeps the last of two equal keys; here the first two are text (then refused where
+    a number goes) and the third an error."""
+    import re
+
+    class Strict(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # '<<: *anchor' (its keys may be overridden)
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} appears twice",
+                                                            key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    number_tags = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+    Strict.yaml_implicit_resolvers = {first: [(tag, rx) for tag, rx in resolvers if tag not in number_tags]
+                                      for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    Strict.add_implicit_resolver(number_tags[0], re.compile(r"^[-+]?(0|[1-9][0-9]*)$"), list("-+0123456789"))
+    Strict.add_implicit_resolver(number_tags[1], re.compile(
+        r"^[-+]?(\.[0-9]+|[0-9]+\.[0-9]*)([eE][-+]?[0-9]+)?$|^[-+]?[0-9]+[eE][-+]?[0-9]+$"
+        r"|^[-+]?\.(inf|Inf|INF)$|^\.(nan|NaN|NAN)$"),
+        list("-+0123456789."))
+    return Strict
 
 
 def _check_yaml_size(yaml, text: str, path: Path) -> None:
@@ -277,8 +307,9 @@ def _trees(data: dict) -> list[str]:
             parse_tree(text)
         except ValueError as err:
             raise _error(f"trees[{i}]", str(err)) from None
-    if len(set(raw)) != len(raw):
-        raise _error("trees", "a tree is listed twice")
+    canonical = [" ".join(text.split()).lower() for text in raw]  # parse_tree reads '2X1' and ' 2x1' as '2x1'
+    if len(set(canonical)) != len(canonical):
+        raise _error("trees", "a tree is listed twice (tree specs are read without case or spaces)")
     return raw
 
 

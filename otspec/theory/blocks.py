@@ -68,6 +68,9 @@ def tokens_per_iteration(expected_accepted):
     >>> tokens_per_iteration(0.75)  # 0.75 accepted drafts, then one target token
     1.75
     """
+    values = np.asarray(expected_accepted, dtype=np.float64) if not hasattr(expected_accepted, "detach") else None
+    if values is not None and not (np.isfinite(values).all() and (values >= 0).all()):
+        raise ValueError(f"expected_accepted: expected finite numbers >= 0 (accepted drafts), got {expected_accepted!r}")
     return expected_accepted + 1.0
 
 
@@ -282,16 +285,22 @@ def bernoulli_expected_accepted_optimal(draft_p: float, target_p: float, draft_l
     >>> round(bernoulli_expected_accepted_optimal(0.25, 0.75, 2), 12)  # (1 - 0.5) + (1 - 0.5)
     1.0
     """
-    from scipy.special import comb  # not scipy.stats: it takes about a second to import
+    from scipy.special import (  # not scipy.stats: it takes about a second to import
+        gammaln,
+        xlog1py,
+        xlogy,
+    )
 
     draft_p, target_p, L = _bernoulli_args(draft_p, target_p, draft_length)
+    def pmf(i, k, log_n_k, p):  # Bin(i, p)(k) = C(i, k) p^k (1 − p)^(i − k), 0^0 = 1
+        return np.exp(log_n_k + xlogy(k, p) + xlog1py(i - k, -p))
+
     total = 0.0
     for i in range(1, L + 1):
         k = np.arange(i + 1)
-        n_k = comb(i, k, exact=False)  # Bin(i, p)(k) = C(i, k) p^k (1 − p)^(i − k)
-        pmf_p = n_k * draft_p**k * (1.0 - draft_p) ** (i - k)
-        pmf_q = n_k * target_p**k * (1.0 - target_p) ** (i - k)
-        total += 1.0 - 0.5 * np.abs(pmf_p - pmf_q).sum()
+        log_n_k = gammaln(i + 1) - gammaln(k + 1) - gammaln(i - k + 1)  # C(i, k) overflows past i = 1029: logs
+        # 1 − TV as the overlap Σ min: no cancellation as it vanishes
+        total += np.minimum(pmf(i, k, log_n_k, draft_p), pmf(i, k, log_n_k, target_p)).sum()
     return float(total)
 
 

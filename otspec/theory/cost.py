@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..checks import check_real, check_size
+
 __all__ = ["CallCosts", "predicted_speedup"]
 
 
@@ -47,14 +49,20 @@ class CallCosts:
     t_target: Any = 1.0
     overhead: float = 0.0
 
+    def __post_init__(self):
+        check_real(self.t_draft, "t_draft", low=0.0)
+        check_real(self.overhead, "overhead", low=0.0)
+        if not isinstance(self.t_target, Mapping | Callable):
+            check_real(self.t_target, "t_target", low=0.0, low_open=True)
+
     def target(self, n: int = 1) -> float:
-        """t_target(n)."""
+        """t_target(n) (a finite time > 0)."""
         t = self.t_target
         if isinstance(t, Mapping):
-            return float(t[n] if n in t else t[str(n)])
-        if isinstance(t, Callable):
-            return float(t(n))
-        return float(t)
+            t = t[n] if n in t else t[str(n)]
+        elif isinstance(t, Callable):
+            t = t(n)
+        return check_real(t, f"t_target({n})", low=0.0, low_open=True)
 
     def iteration_time(self, draft_calls: float, scored: int = 1) -> float:
         """draft_calls · t_draft + t_target(scored) + overhead."""
@@ -112,4 +120,7 @@ def predicted_speedup(expected_accepted: float, cost_ratio: float, draft_length:
     >>> predicted_speedup(3.0, 0.0, 3)  # free drafts, all 3 accepted: 4 tokens per target call
     4.0
     """
-    return CallCosts(cost_ratio).speedup(expected_accepted + 1.0, draft_length, draft_length + 1)
+    L = check_size(draft_length, "draft_length")
+    check_real(cost_ratio, "cost_ratio", low=0.0)
+    tau = check_real(expected_accepted, "expected_accepted", low=0.0, high=float(L))  # at most L drafts accepted
+    return CallCosts(cost_ratio).speedup(tau + 1.0, L, L + 1)

@@ -25,6 +25,7 @@ import math
 
 import numpy as np
 
+from ..checks import check_flag
 from ..distributions import row_pair
 from ..drafts.laws import (
     check_k,
@@ -216,7 +217,7 @@ def naive_acceptance(draft, target, k: int, replacement: bool = True) -> float:
     1.0
     """
     p, q = row_pair(draft, target)
-    return float(q @ draft_inclusion_probs(p, k, replacement))
+    return float(q @ draft_inclusion_probs(p, k, check_flag(replacement, "replacement")))
 
 
 # ============================================================================ Lemma 3
@@ -275,6 +276,7 @@ def lemma3_upper_bound(draft, target, k: int, replacement: bool = True) -> float
     """
     p, q = row_pair(draft, target)
     k = check_k(k)
+    replacement = check_flag(replacement, "replacement")
     V = p.size
     if V > MAX_BRUTEFORCE_VOCAB:
         raise SizeLimitError(f"lemma3_upper_bound enumerates 2^V sets; V={V} is above MAX_BRUTEFORCE_VOCAB = "

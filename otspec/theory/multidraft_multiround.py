@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from ..checks import COUNT_CAP, MAX_CANDIDATES, capped_perm, check_size
+from ..checks import COUNT_CAP, MAX_CANDIDATES, capped_perm, check_flag, check_size
 from ..distributions import namespace, residual, row_pair
 from ..drafts.laws import check_k
 from ..errors import SizeLimitError
@@ -144,7 +144,7 @@ def multiround_acceptance(draft, target, k: int, replacement: bool = True) -> fl
     """
     p, q = row_pair(draft, target)
     k = check_size(k, "k", limit=MAX_CANDIDATES, limit_name="MAX_CANDIDATES", what="an integer number of drafts")
-    if replacement:
+    if check_flag(replacement, "replacement"):
         return 1.0 - float(multiround_rejection(p[None], q[None], k)[0][0])
     s = int(np.count_nonzero(p))
     paths = min(sum(capped_perm(s, i) for i in range(min(k, s, 64))), COUNT_CAP)

@@ -250,10 +250,18 @@ def markov_pair(vocab: int = 4, horizon: int = 50, seed: int = 5) -> tuple[Marko
     return MarkovSource(p[1][0], p[2:T + 1]), MarkovSource(q[1][0], q[2:T + 1])
 
 
-def _batch_step(f, qm, P, Q, M):
-    """Recursion (4): the new f and the rejection mass, for rows P, Q (N, V) at N prefixes."""
-    rej, qM = multiround_rejection(P, Q, M)  # a round's start: multi-round over M candidates
+def _batch_step(f, qm, P, Q, M, rounds=None):
+    """Recursion (4): the new f and the rejection mass, for rows P, Q (N, V) at N prefixes (``rounds``: their
+    :func:`multiround_rejection`, when already known)."""
+    rej, qM = multiround_rejection(P, Q, M) if rounds is None else rounds  # a round's start: M candidates
     return (f * rej)[:, None] * qM + (qm - f)[:, None] * np.clip(Q - P, 0.0, None)
+
+
+def _same_view(a, b) -> bool:
+    """Whether two arrays are the same numbers in memory (a stationary chain's matrix at two positions)."""
+    a, b = np.asarray(a), np.asarray(b)
+    return (a.shape == b.shape and a.strides == b.strides
+            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
 
 
 def batch_rejections_per_position(draft: Source, target: Source, horizon: int, M: int) -> np.ndarray:
@@ -314,10 +322,13 @@ def batch_rejections_per_position(draft: Source, target: Source, horizon: int, M
     chains = markov_chains(draft, target, T)
     if chains is not None:
         (p1, Pm), (q1, Qm) = chains
-        f, qm = np.ones(1), np.ones(1)  # the single state "prompt" before position 1
+        f, qm, last = np.ones(1), np.ones(1), None  # the single state "prompt" before position 1
         for n in range(T):
             P, Q = (p1[None], q1[None]) if n == 0 else (Pm[n - 1], Qm[n - 1])
-            newf = (_batch_step(f, qm, np.asarray(P), np.asarray(Q), M)).sum(axis=0)
+            P, Q = np.asarray(P), np.asarray(Q)
+            if last is None or not (_same_view(P, last[0]) and _same_view(Q, last[1])):  # a stationary chain: once
+                last = (P, Q, multiround_rejection(P, Q, M))
+            newf = (_batch_step(f, qm, P, Q, M, last[2])).sum(axis=0)
             out[n] = newf.sum()
             f, qm = newf, qm @ Q
         return out

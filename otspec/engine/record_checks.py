@@ -1,0 +1,82 @@
+"""Range checks a record gets as a whole, beyond each row class's own (:mod:`otspec.engine.rows`).
+
+Every number of a record measures something that cannot be negative (a rate, a time, a count, a probability, a
+speedup) except a prediction's relative error; and every quantity of tokens per target call (block efficiency, its
+prediction, its interval, the two-point bound) is at least 1, since each target call emits a token. These hold at any
+depth, in the rows' free-form fields (``prediction``, ``engine_metrics``) too, so they are checked by walking the
+JSON rather than field by field. A record holds at least one run; a run's speedup lies inside its confidence
+interval and each prediction inside its interval; a chain run's block efficiency is at most L + 1 and its histogram of
+accepted lengths has one bin per length 0..L.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["AT_LEAST_ONE", "SIGNED", "check_record_numbers"]
+
+#: Keys whose numbers may be negative.
+SIGNED = frozenset({"relative_error"})
+#: Keys whose numbers (at any depth below them, counts of prompts aside) are tokens per target call: >= 1.
+AT_LEAST_ONE = frozenset({"block_efficiency", "block_efficiency_batch_means", "predicted_block_efficiency",
+                          "predicted_block_efficiency_interval", "expected_block_efficiency_given_drafts",
+                          "two_point_upper_bound", "two_point_upper_bound_interval"})
+_COUNTS = frozenset({"prompts", "rounds", "unit"})
+_RUN_LISTS = ("runs", "tree_runs", "fixed", "threshold", "threshold_unlagged")
+
+
+def _walk(value, path: tuple, where: str, error) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _walk(item, (*path, str(key)), where, error)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _walk(item, (*path, f"[{i}]"), where, error)
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        named = [p for p in path if not p.startswith("[")]
+        at = ".".join(path).replace(".[", "[")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise error(f"{where}: {at} should be a finite number or null, got {value}")
+        if value < 0 and not SIGNED.intersection(named):
+            raise error(f"{where}: {at} should be >= 0 (a rate, time, count, probability or speedup), got {value}")
+        inside = [p for p in named if p in AT_LEAST_ONE]
+        if inside and "prediction_check" not in named and named[-1] not in _COUNTS and value < 1 - 1e-9:
+            raise error(f"{where}: {at} should be >= 1 (tokens per target call: each call emits one), got {value}")
+
+
+def check_record_numbers(obj: dict, where: str, error) -> None:
+    """Refuse (``error``, a ``ValueError`` subclass, naming the field) a record's JSON object that breaks the module
+    docstring's rules."""
+    _walk(obj, (), where, error)
+    if not any(isinstance(obj.get(key), list) and obj[key] for key in _RUN_LISTS):
+        raise error(f"{where}: the record holds no run (its runs, tree_runs or policies are all empty or missing)")
+    for key in _RUN_LISTS:
+        runs = obj.get(key)
+        for i, run in enumerate(runs if isinstance(runs, list) else []):
+            if not isinstance(run, dict):
+                continue
+            at = f"{where}: {key}[{i}]"
+            speedup, ci = run.get("speedup"), run.get("speedup_ci")
+            if isinstance(speedup, int | float) and isinstance(ci, dict):
+                low, high = ci.get("low"), ci.get("high")
+                if isinstance(low, int | float) and isinstance(high, int | float):
+                    slack = 1e-9 * max(1.0, abs(speedup))
+                    if not low - slack <= speedup <= high + slack:
+                        raise error(f"{at}: speedup {speedup} lies outside its confidence interval [{low}, {high}]")
+            for name in ("predicted_speedup", "predicted_block_efficiency"):  # a prediction inside its interval
+                x, band = run.get(name), run.get(f"{name}_interval")
+                if isinstance(x, int | float) and isinstance(band, dict):
+                    low, high = band.get("low"), band.get("high")
+                    if isinstance(low, int | float) and isinstance(high, int | float):
+                        slack = 1e-9 * max(1.0, abs(x))
+                        if not low - slack <= x <= high + slack:
+                            raise error(f"{at}: {name} {x} lies outside its interval [{low}, {high}]")
+            hist, L = run.get("accepted_length_histogram"), run.get("L")
+            estimate = run.get("block_efficiency")
+            if isinstance(L, int) and not isinstance(L, bool) and isinstance(estimate, dict):
+                high = estimate.get("high")
+                if isinstance(high, int | float) and high > L + 1 + 1e-9:  # L drafts and one target token at most
+                    raise error(f"{at}: block_efficiency {high} is above L + 1 = {L + 1}")
+            if isinstance(hist, list) and isinstance(L, int) and not isinstance(L, bool) and len(hist) != L + 1:
+                raise error(f"{at}: accepted_length_histogram should hold L + 1 = {L + 1} bins (accepted lengths "
+                            f"0..L), got {len(hist)}")
