@@ -21,7 +21,7 @@ import numpy as np
 from .corpus import CORPUS_DIR, load_corpus
 from .models import cache_dir
 
-__all__ = ["corpus_training_data", "target_features"]
+__all__ = ["corpus_split", "corpus_training_data", "prompt_split", "target_features"]
 
 
 def target_features(model, tokens, lengths, extra=(), *, batch_tokens: int = 8192, progress: bool = True):
@@ -117,3 +117,31 @@ def corpus_training_data(target, *, target_name: str, folder=None, extra=(), pro
                  "plens": torch.as_tensor(corpus.plens), "prompt": torch.as_tensor(corpus.prompt),
                  "heldout": corpus.heldout, "temperature": corpus.temperature})
     return data
+
+
+def prompt_split(prompt_of, seed: int):
+    """(held-out rows, shuffled training rows, description): every continuation of 10 % of the prompts held out."""
+    n_prompts = int(prompt_of.max()) + 1
+    if n_prompts < 2:
+        raise ValueError("--prompts: at least two prompts are needed (one is held out)")
+    held = np.random.default_rng(seed).permutation(n_prompts)[:max(1, n_prompts // 10)]
+    is_val = np.isin(prompt_of, held)
+    val, train = np.flatnonzero(is_val), np.random.default_rng(seed).permutation(np.flatnonzero(~is_val))
+    return val, train, f"every continuation of {held.size} of the {n_prompts} prompts"
+
+
+def corpus_split(data: dict, folder, seed: int, heldout_sequences: int, train_tokens: int = 0):
+    """(held-out rows, shuffled training rows, description) of a corpus: ``heldout_sequences`` sequences of its
+    held-out shards (a seeded draw, the same for every training-set size), and its other sequences in shard order
+    up to ``train_tokens`` continuation tokens (0: all), so that a learning curve's training sets are nested."""
+    held = np.flatnonzero(data["heldout"])
+    if held.size == 0:
+        raise ValueError(f"--corpus {folder}: no held-out shard (shard i is held out when i % 10 == 9: the "
+                         "corpus needs at least 10 shards)")
+    val = np.sort(np.random.default_rng(seed).permutation(held)[:heldout_sequences])
+    train = np.flatnonzero(~data["heldout"])
+    if train_tokens:
+        made = np.cumsum((data["lengths"] - data["plens"]).numpy()[train])
+        train = train[:int(np.searchsorted(made, train_tokens)) + 1]
+    return val, np.random.default_rng(seed).permutation(train), (
+        f"{val.size} sequences of the corpus's held-out shards (every 10th; messages never trained on)")

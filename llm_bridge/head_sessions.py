@@ -199,7 +199,8 @@ class MedusaSession(_FeatureSession):
         self._rows = None
         # Hydra: per row, the last committed token then the drafted ones a block reads (k at most)
         self.hist = torch.zeros((self.batch, self.head.k), dtype=torch.int64, device=self.device)
-        self.hist[:, 0] = torch.as_tensor([int(p[-1]) for p in prompts], device=self.device)
+        if self.head.hydra:
+            self.hist[:, 0] = torch.as_tensor([int(p[-1]) for p in prompts], device=self.device)
 
     def _hydra_rows(self, tokens, counts, at):
         """Hydra's rows (B, m + 1, V) at block indices ``at`` (B, m + 1), the drafted ``tokens`` written first."""
@@ -246,6 +247,7 @@ class MedusaSession(_FeatureSession):
         for b in np.flatnonzero(counts):
             self.last[b] = self._features(features, b, int(counts[b]))[-1]
             self.has[b] = True
-            self.hist[b, 0] = int(_tokens_of(tokens, counts, b)[-1])
+            if self.head.hydra:  # the last committed token (Medusa's blocks never read it: no read-back)
+                self.hist[b, 0] = int(_tokens_of(tokens, counts, b)[-1])
         self.drafted[:] = 0
         self._rows = None

@@ -48,6 +48,7 @@ import numpy as np
 from otspec.checks import check_real, check_size, file_problem
 from otspec.clitools import ArgumentParser, comma_items, path_argument, writable_folder
 
+from .head_data import prompt_split
 from .heads import HEAD_DIRS, HEAD_KINDS, build_head, eagle_unrolled, load_head, save_head
 from .models import DEFAULT_TARGET, ModelNotFound, cache_dir, load_model
 from .prompts import DATA_DIR, encode_prompts, read_prompts
@@ -323,34 +324,6 @@ RECIPE_LIMITS = {"steps": 1_000_000, "batch": 4096, "unroll": 16, "samples": 1_0
 MAX_HEAD_VOCAB = 2**18
 
 
-def _prompt_split(prompt_of, seed: int):
-    """(held-out rows, shuffled training rows, description): every continuation of 10 % of the prompts held out."""
-    n_prompts = int(prompt_of.max()) + 1
-    if n_prompts < 2:
-        raise ValueError("--prompts: at least two prompts are needed (one is held out)")
-    held = np.random.default_rng(seed).permutation(n_prompts)[:max(1, n_prompts // 10)]
-    is_val = np.isin(prompt_of, held)
-    val, train = np.flatnonzero(is_val), np.random.default_rng(seed).permutation(np.flatnonzero(~is_val))
-    return val, train, f"every continuation of {held.size} of the {n_prompts} prompts"
-
-
-def _corpus_split(data: dict, recipe: HeadRecipe):
-    """(held-out rows, shuffled training rows, description) of a corpus: ``heldout_sequences`` sequences of its
-    held-out shards (a seeded draw, the same for every training-set size), and its other sequences in shard order
-    up to ``train_tokens`` continuation tokens (0: all), so that a learning curve's training sets are nested."""
-    held = np.flatnonzero(data["heldout"])
-    if held.size == 0:
-        raise ValueError(f"--corpus {recipe.corpus}: no held-out shard (shard i is held out when i % 10 == 9: the "
-                         "corpus needs at least 10 shards)")
-    val = np.sort(np.random.default_rng(recipe.seed).permutation(held)[:recipe.heldout_sequences])
-    train = np.flatnonzero(~data["heldout"])
-    if recipe.train_tokens:
-        made = np.cumsum((data["lengths"] - data["plens"]).numpy()[train])
-        train = train[:int(np.searchsorted(made, recipe.train_tokens)) + 1]
-    return val, np.random.default_rng(recipe.seed).permutation(train), (
-        f"{val.size} sequences of the corpus's held-out shards (every 10th; messages never trained on)")
-
-
 def train_head(recipe: HeadRecipe) -> dict:
     """Run the recipe of the module docstring (``recipe``: a :class:`HeadRecipe`); returns the ``drafter.json``
     record."""
@@ -372,13 +345,14 @@ def train_head(recipe: HeadRecipe) -> dict:
     if recipe.corpus is None:
         data = corpus(tgt, target_name=target, samples=samples, length=length, seed=seed, prompts=files,
                       progress=progress)
-        val, train, held_text = _prompt_split(data["prompt"].numpy(), seed)
+        val, train, held_text = prompt_split(data["prompt"].numpy(), seed)
     else:
-        from .head_data import corpus_training_data
+        from .head_data import corpus_split, corpus_training_data
 
         data = corpus_training_data(tgt, target_name=target, folder=recipe.corpus, extra=recipe.fuse,
                                     progress=progress)
-        val, train, held_text = _corpus_split(data, recipe)
+        val, train, held_text = corpus_split(data, recipe.corpus, recipe.seed, recipe.heldout_sequences,
+                                               recipe.train_tokens)
     prompt_of = data["prompt"].numpy()
     ids = frequent_tokens(data, train, vocab, tgt.vocab_size)
     head = build_head(kind, tgt.model, ids, **({"k": medusa_heads, "hydra": recipe.hydra} if kind == "medusa"

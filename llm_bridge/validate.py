@@ -51,6 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
+from otspec.checks import file_problem
 from otspec.clitools import (
     ArgumentParser,
     HelpFormatter,
@@ -439,8 +440,8 @@ def main(argv=None) -> int:
         out_path = output_path(args.out_dir, args.name, args.draft)
         if args.export_synthetic_rates is not None:
             writable_file(args.export_synthetic_rates, "--export-synthetic-rates")
-        if args.log_rows is not None:
-            writable_file(args.log_rows, "--log-rows")
+        if args.log_rows is not None and file_problem(args.log_rows) not in (None, "does not exist"):
+            raise ValueError(f"--log-rows {args.log_rows}: {file_problem(args.log_rows)}; expected a file to write")
     except ValueError as err:
         ap.error(str(err))
     try:

@@ -27,9 +27,9 @@ from . import (
     theory,
     verifiers,
 )
-from .distributions import checked_overlap as overlap  # the public names check their rows first
-from .distributions import checked_residual as residual
-from .distributions import checked_total_variation as total_variation
+from .checked import checked_overlap as overlap  # the public names check their rows first
+from .checked import checked_residual as residual
+from .checked import checked_total_variation as total_variation
 from .distributions import validate_probs
 from .drafts import Draft, DraftTree
 from .engine import Backend, evaluate, generate, simulate

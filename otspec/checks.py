@@ -42,6 +42,7 @@ __all__ = [
     "check_real",
     "check_size",
     "check_token_ids",
+    "all_numbers",
     "check_flag",
     "check_seed",
     "file_problem",
@@ -186,3 +187,17 @@ def check_flag(value, name: str) -> bool:
     if not isinstance(value, bool | np.bool_):
         raise ValueError(f"{name}: expected True or False, got {value!r} ({type(value).__name__})")
     return bool(value)
+
+
+def all_numbers(items) -> bool:
+    """Whether a nested list holds only real numbers (no text, None or other objects)."""
+    import numbers
+
+    stack = [items]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, list | tuple):
+            stack.extend(x)
+        elif not isinstance(x, numbers.Real):
+            return False
+    return True

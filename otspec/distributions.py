@@ -32,7 +32,8 @@ import math
 import array_api_compat
 import numpy as np
 
-from .namespaces import namespace  # re-exported: the package imports it from here
+from .checks import all_numbers
+from .namespaces import namespace, resolve_device  # re-exported: the package imports them from here
 
 #: Absolute tolerance on ``|sum(row) - 1|`` accepted by :func:`validate_probs` for
 #: float64 (and float32) rows. Rows inside the tolerance are renormalised; rows outside are an error.
@@ -140,20 +141,6 @@ def zeros_of(like, shape):
     return namespace(like).zeros(shape, dtype=like.dtype, device=like.device)
 
 
-def _all_numbers(items) -> bool:
-    """Whether a nested list holds only real numbers (no text, None or other objects)."""
-    import numbers
-
-    stack = [items]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, list | tuple):
-            stack.extend(x)
-        elif not isinstance(x, numbers.Real):
-            return False
-    return True
-
-
 def validate_probs(probs, name: str = "probs", *, tol: float | None = None, min_ndim: int = 1):
     """Check that the last axis of ``probs`` holds probability rows.
 
@@ -190,7 +177,7 @@ def validate_probs(probs, name: str = "probs", *, tol: float | None = None, min_
         raise ValueError(f"{name}: a masked array; pass a plain array (masked entries as 0 if that is meant)")
     if not (array_api_compat.is_array_api_obj(probs)):
         try:
-            if np.asarray(probs).dtype.kind in "USO" and not _all_numbers(probs):
+            if np.asarray(probs).dtype.kind in "USO" and not all_numbers(probs):
                 raise TypeError("text or other objects among the entries")
             probs = np.asarray(probs, dtype=np.float64)
         except (TypeError, ValueError, OverflowError) as exc:  # ragged lists, text, None, a huge integer
@@ -453,27 +440,6 @@ def _blocked_draw(probs: np.ndarray, u) -> np.ndarray:
     return np.reshape(np.where(ends[:, -1] > 0, block * _BLOCK + step, 0), np.shape(probs)[:-1])
 
 
-def resolve_device(device):
-    """Where arrays live: ``None`` keeps numpy; ``"auto"`` is torch on CUDA when a GPU is visible, else on the CPU;
-    anything else must name a torch device that exists here (``"cpu"``, ``"cuda"``, ``"cuda:1"``)."""
-    if device is None:
-        return None
-    import torch
-
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        resolved = torch.device(device)
-    except (RuntimeError, TypeError) as err:
-        raise ValueError(f"device: expected None, 'auto' or a torch device such as 'cpu' or 'cuda', "
-                         f"got {device!r} ({err})") from None
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r}: no CUDA GPU is visible to torch (use 'auto' or 'cpu')")
-    if resolved.type not in ("cpu", "cuda"):  # meta holds no numbers; mps, xla and others are not supported here
-        raise ValueError(f"device={device!r}: expected 'cpu', 'cuda' (or 'cuda:N') or 'auto'")
-    return resolved
-
-
 def temperature_rows(logits, temperature: float):
     """softmax(logits / T) along the last axis (numpy or torch); ``-inf`` logits stay at probability 0.
 
@@ -529,28 +495,3 @@ def top_p_mask(rows, top_p: float, max_kept: int | None = None):
     np.put_along_axis(mask, order, keep, axis=-1)
     return mask
 
-
-def _checked_pair(draft, target, names=("draft", "target")):
-    """Two probability rows (or batches) of one kind, checked as :func:`validate_probs` checks them."""
-    if _is_torch(draft) != _is_torch(target):
-        raise ValueError(f"{names[0]} and {names[1]}: one is a torch tensor and the other is not; give both as numpy "
-                         "arrays (or lists) or both as tensors")
-    draft, target = validate_probs(draft, names[0]), validate_probs(target, names[1])
-    check_same_vocab(draft, target)
-    return draft, target
-
-
-def checked_total_variation(draft, target):
-    """:func:`total_variation` of two probability rows (numpy, torch or lists), checked first (``otspec.total_variation``)."""
-    return total_variation(*_checked_pair(draft, target))
-
-
-def checked_overlap(draft, target):
-    """:func:`overlap` of two probability rows (numpy, torch or lists), checked first (``otspec.overlap``)."""
-    return overlap(*_checked_pair(draft, target))
-
-
-def checked_residual(minuend, subtrahend, *, return_mass: bool = False):
-    """:func:`residual` of two probability rows (numpy, torch or lists), checked first (``otspec.residual``;
-    ``residual(target, draft)`` is speculative sampling's residual)."""
-    return residual(*_checked_pair(minuend, subtrahend, ("minuend", "subtrahend")), return_mass=return_mass)

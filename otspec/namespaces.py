@@ -42,3 +42,24 @@ def namespace(*arrays):
     if arrays and all(type(a) is np.ndarray for a in arrays):
         return _NUMPY
     return array_api_compat.array_namespace(*arrays)
+
+
+def resolve_device(device):
+    """Where arrays live: ``None`` keeps numpy; ``"auto"`` is torch on CUDA when a GPU is visible, else on the CPU;
+    anything else must name a torch device that exists here (``"cpu"``, ``"cuda"``, ``"cuda:1"``)."""
+    if device is None:
+        return None
+    import torch
+
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device: expected None, 'auto' or a torch device such as 'cpu' or 'cuda', "
+                         f"got {device!r} ({err})") from None
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r}: no CUDA GPU is visible to torch (use 'auto' or 'cpu')")
+    if resolved.type not in ("cpu", "cuda"):  # meta holds no numbers; mps, xla and others are not supported here
+        raise ValueError(f"device={device!r}: expected 'cpu', 'cuda' (or 'cuda:N') or 'auto'")
+    return resolved

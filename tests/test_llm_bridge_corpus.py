@@ -127,8 +127,8 @@ def test_train_head_on_a_corpus_holds_out_whole_shards_and_nests_training_sets(t
     """train_head --corpus: features recomputed by teacher forcing (the arg-max is the target's greedy token), the
     held-out sequences are those of shard 9 only, --train-tokens keeps a prefix of the training shards, and the
     record reports greedy agreement on the greedy continuations."""
-    from llm_bridge.head_data import corpus_training_data
-    from llm_bridge.train_head import HeadRecipe, _corpus_split, train_head
+    from llm_bridge.head_data import corpus_split, corpus_training_data
+    from llm_bridge.train_head import HeadRecipe, train_head
 
     target, _ = tiny_target
     monkeypatch.setenv("OTSPEC_CACHE", str(tmp_path / "cache"))
@@ -151,9 +151,9 @@ def test_train_head_on_a_corpus_holds_out_whole_shards_and_nests_training_sets(t
     assert sorted((tmp_path / "cache" / "heads").glob("features-*.pt")) == cached
     recipe = HeadRecipe(kind="eagle", target="tiny", corpus=folder, vocab=0, steps=2, batch=2, unroll=2,
                         progress=False, out=tmp_path / "head", log_every=1)
-    val, train, _ = _corpus_split(data, recipe)
+    val, train, _ = corpus_split(data, folder, 0, 256)
     assert set(val) == set(np.flatnonzero(shard == 9))
-    small = _corpus_split(data, HeadRecipe(**{**recipe.__dict__, "train_tokens": 12}))[1]
+    small = corpus_split(data, folder, 0, 256, train_tokens=12)[1]
     assert sorted(small) == [0, 1, 2] and set(small) < set(train)  # whole sequences in shard order up to 12 tokens
     record = train_head(recipe)
     assert record["recipe"]["train_sequences"] == 36 and record["recipe"]["heldout_sequences"] == 4

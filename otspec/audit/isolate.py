@@ -122,15 +122,12 @@ def _write(path: Path, outcome: tuple) -> None:
 
 
 def _deadline_writer(path: Path):
-    started = {}
-
-    def write(due):
+    def write(due, timeout=None):
         if due is None:
             path.unlink(missing_ok=True)
             return
-        started["timeout"] = due - time.time()
         tmp = path.with_suffix(".partial")
-        tmp.write_text(f"{due!r} {started['timeout']!r}")
+        tmp.write_text(f"{due!r} {timeout!r}")
         tmp.replace(path)
 
     return write

@@ -95,8 +95,8 @@ def _timeout_message(timeout: float) -> str:
 #: stderr) once its call is twice overdue: the command line sets it; in a user's own process the audit never exits.
 #: ``report``, when set (the audit's child process), takes the line instead of stderr.
 HARD_EXIT = {"allowed": False, "report": None}
-#: In the audit's child process, ``DEADLINE["write"](t)`` tells the parent the time by which the running sampler
-#: call must return (``None``: no call is running), so that the parent ends a child whose sampler holds the
+#: In the audit's child process, ``DEADLINE["write"](t, timeout)`` tells the parent the time by which the running
+#: sampler call must return (``None``: no call is running), so that the parent ends a child whose sampler holds the
 #: interpreter (a native loop) and lets no signal or thread of its own run.
 DEADLINE = {"write": None}
 
@@ -146,7 +146,7 @@ def _run_with_timeout(fn: Callable, args: tuple, timeout: float | None):
     if timeout is None:
         return _call(fn, args)
     if DEADLINE["write"] is not None:
-        DEADLINE["write"](time.time() + timeout)
+        DEADLINE["write"](time.time() + timeout, timeout)
         try:
             return _guarded(fn, args, timeout)
         finally:

@@ -378,8 +378,8 @@ def as_record(obj, where: str = "record") -> PairRecord | AdaptiveRecord:
         raise RecordError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     local = {k: obj[k] for k in ("file", "path") if k in obj}
     body = {k: v for k, v in obj.items() if k not in local}
+    record = (AdaptiveRecord if "threshold" in body else PairRecord).from_json(body, where)  # field checks first
     check_record_numbers(body, where, RecordError)
-    record = (AdaptiveRecord if "threshold" in body else PairRecord).from_json(body, where)
     record.file, record.path = str(local.get("file", "")), str(local.get("path", ""))
     return record
 

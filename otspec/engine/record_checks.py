@@ -21,7 +21,7 @@ SIGNED = frozenset({"relative_error"})
 AT_LEAST_ONE = frozenset({"block_efficiency", "block_efficiency_batch_means", "predicted_block_efficiency",
                           "predicted_block_efficiency_interval", "expected_block_efficiency_given_drafts",
                           "two_point_upper_bound", "two_point_upper_bound_interval"})
-_COUNTS = frozenset({"prompts", "rounds", "unit"})
+_COUNTS = ("prompts", "rounds", "unit")
 _RUN_LISTS = ("runs", "tree_runs", "fixed", "threshold", "threshold_unlagged")
 
 
@@ -40,7 +40,8 @@ def _walk(value, path: tuple, where: str, error) -> None:
         if value < 0 and not SIGNED.intersection(named):
             raise error(f"{where}: {at} should be >= 0 (a rate, time, count, probability or speedup), got {value}")
         inside = [p for p in named if p in AT_LEAST_ONE]
-        if inside and "prediction_check" not in named and named[-1] not in _COUNTS and value < 1 - 1e-9:
+        if (inside and "prediction_check" not in named and named[-1] not in _COUNTS + ("low",)  # an interval may
+                and value < 1 - 1e-9):                                                        # start below 1
             raise error(f"{where}: {at} should be >= 1 (tokens per target call: each call emits one), got {value}")
 
 
