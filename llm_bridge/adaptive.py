@@ -79,7 +79,7 @@ from .runs import (
 from .sampling import DEFAULT_SAMPLING, Sampling
 from .timing import TimingPlan, add_timing_arguments, phase_log
 from .validate import PROMPT_FILE, RECORDS_OUT, output_path, split_prompts
-from .validate_config import MAX_NEW_TOKENS
+from .validate_config import MAX_NEW_TOKENS, prompt_lines
 
 __all__ = ["L2_GRID", "FrontierPlan", "HeadData", "choose_l2", "frontier", "head_training_data", "head_training_data_on_policy",
            "load_head", "main", "save_head", "train_head"]
@@ -313,10 +313,34 @@ def main(argv=None) -> int:
     return 0
 
 
+def _check_before_loading(args, fixed) -> None:
+    """The flags FrontierPlan and the head's training would refuse only after the models load, each named."""
+    check_size(args.seed, "--seed", minimum=0)
+    check_real(args.mix, "--mix", low=0.0, high=1.0)
+    check_real(args.w_rej, "--w-rej", low=0.0)
+    if args.l2 != "auto":
+        try:
+            check_real(float(args.l2), "--l2", low=0.0)
+        except ValueError as err:
+            raise ValueError(f"--l2 {args.l2!r}: expected 'auto' or a finite number >= 0 ({err})") from None
+    for K in fixed:
+        check_size(K, "--fixed", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
+    prompt_lines(args.prompts, args.prediction_prompts, len(read_prompts(DATA_DIR / PROMPT_FILE)))
+    trains = args.head is None and (args.rule == "specdecpp" or (args.rule == "auto" and args.draft not in HEADS))
+    if trains and args.l2 == "auto" and args.train_prompts < 4:
+        raise ValueError(f"--train-prompts {args.train_prompts}: choosing --l2 auto holds out a quarter of the training "
+                         "prompts; give at least 4, or a fixed --l2")
+
+
+#: Drafters whose default rule is the draft's own confidence (no head is trained).
+HEADS = ("eagle", "medusa")
+
+
 def run(args, thresholds, fixed) -> AdaptiveRecord:
     """Load the pair, train (or load) the head, run the frontier; the record."""
     import torch
 
+    _check_before_loading(args, fixed)
     plan = FrontierPlan(thresholds=tuple(thresholds), fixed=tuple(fixed), max_length=args.max_length,
                         max_new_tokens=args.max_new_tokens, sampling=Sampling(args.temperature), seed=args.seed,
                         batch_size=args.batch_size, unlagged=not args.no_unlagged,
