@@ -190,6 +190,9 @@ class CostProfile:
         draft = sum(float(c["draft_ms"].sum()) for c in cols)
         target = sum(float(c["target_ms"].sum()) for c in cols)
         isolated = sum(float(self.t_target_ms(c["width"] + 1).sum()) for c in cols)
+        if not isolated > 0:  # a run too short to leave a costed iteration (a tiny --max-new-tokens)
+            raise ValueError(f"the cost profile's dry runs of {', '.join(keys)} kept no iteration to cost; raise "
+                             "--max-new-tokens so that each prompt runs a few iterations")
         return {"t_draft": draft / calls if calls > 0 else 0.0, "scale": target / isolated}
 
     def plain_overhead_ms(self) -> float:
