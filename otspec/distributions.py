@@ -473,8 +473,11 @@ def top_p_mask(rows, top_p: float, max_kept: int | None = None):
     (ties: lower id first), at most ``max_kept`` of them: a bool mask of the rows' shape (numpy or torch).
 
     Entry k of a row sorted by decreasing probability is kept iff the mass ranked above it is below
-    ``top_p`` × total (nucleus sampling's rule).
+    ``top_p`` × total (nucleus sampling's rule). ``top_p`` in (0, 1], ``max_kept`` >= 1 (else ``ValueError``).
     """
+    from .checks import check_real, check_size
+    top_p = check_real(top_p, "top_p", low=0.0, high=1.0, low_open=True)
+    max_kept = None if max_kept is None else check_size(max_kept, "max_kept")
     if _is_torch(rows):
         import torch
 

@@ -326,3 +326,39 @@ def test_overflowing_numbers_are_refused_by_name(tmp_path):
                          "meta"], "device")):
         out = _cli(["otspec", *args], tmp_path, timeout=60)
         assert out.returncode == 2 and flag in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_api_arguments_of_the_wrong_kind_are_value_errors():
+    from otspec.distributions import top_p_mask
+    from otspec.theory.pareto import pareto_front
+    from otspec.verifiers import DecodingOPT, KSeq
+
+    source, rng = otspec.bernoulli(0.3), np.random.default_rng(0)
+    for args in ((True, 3, rng), (2.0, 3, rng), (2, 3, None)):
+        with pytest.raises(ValueError):
+            source.sample(*args)
+    with pytest.raises(SizeLimitError):
+        source.sample(10**12, 10**6, rng)  # refused before the array exists
+    for p in (True, "0.5", 0.5 + 0j):
+        with pytest.raises(ValueError, match="bernoulli"):
+            otspec.bernoulli(p)
+    for make in (lambda: DecodingOPT(eps="0.1"), lambda: KSeq(rho=True),
+                 lambda: pareto_front([0.5, 0.5], [0.75, 0.25], "0.1")):
+        with pytest.raises(ValueError):
+            make()
+    rows = np.array([[0.5, 0.3, 0.2]])
+    for top_p, kept in ((0.0, None), (math.nan, None), (0.5, 0)):
+        with pytest.raises(ValueError):
+            top_p_mask(rows, top_p, kept)
+    assert top_p_mask(rows, 0.6).tolist() == [[True, True, False]]
+
+
+@pytest.mark.parametrize("flag", [["--mix", "-1"], ["--w-rej", "nan"], ["--l2", "foo"], ["--seed", "-1"],
+                                  ["--prompts", "60"], ["--fixed", "4097"], ["--train-prompts", "2"]])
+def test_adaptive_refuses_its_flags_before_a_model_loads(flag, tmp_path):
+    t0 = time.perf_counter()
+    out = _cli(["llm_bridge.adaptive", "--no-hf", "--prompts", "1", "--max-new-tokens", "2", "--batch-size", "1",
+                "--train-tokens", "2", "--fixed", "1", "--thresholds", "0.5", "--max-length", "2", "--out-dir",
+                str(tmp_path), *flag], tmp_path, timeout=120)
+    assert out.returncode == 2 and flag[0] in out.stderr and "Traceback" not in out.stderr, out.stderr[-300:]
+    assert time.perf_counter() - t0 < 30  # the models (a gigabyte and seconds to load) were never loaded

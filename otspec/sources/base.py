@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import capped_power, check_size, check_token_ids, format_count
+from ..checks import MAX_DECODE_ENTRIES, capped_power, check_size, check_token_ids, format_count
 from ..distributions import sample_categorical
 from ..errors import HorizonError, SizeLimitError
 
@@ -235,8 +235,23 @@ class Source(ABC):
             tokens = extend_prefixes(tokens, V)
         return Enumeration(tokens, probs)
 
+    @staticmethod
+    def _sample_args(n, length, rng) -> tuple[int, int]:
+        """``n`` and ``length`` as sizes within :data:`~otspec.checks.MAX_DECODE_ENTRIES` tokens, ``rng`` a numpy
+        Generator: checked before the (n, length) array exists."""
+        n, length = check_size(n, "n", minimum=0), check_size(length, "length", minimum=0)
+        if n * length > MAX_DECODE_ENTRIES:
+            raise SizeLimitError(f"sample: {n:,} sequences of {length:,} tokens are {n * length:,} tokens, above "
+                                 f"MAX_DECODE_ENTRIES = {MAX_DECODE_ENTRIES:,}", size=n * length,
+                                 limit=MAX_DECODE_ENTRIES)
+        if not isinstance(rng, np.random.Generator):
+            raise ValueError(f"rng: expected a numpy Generator (numpy.random.default_rng(seed)), got "
+                             f"{type(rng).__name__}")
+        return n, length
+
     def sample(self, n: int, length: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` independent sequences of ``length`` tokens: int array (n, length)."""
+        n, length = self._sample_args(n, length, rng)
         self.check_length(length)
         out = np.zeros((n, length), dtype=np.int64)
         for t in range(length):

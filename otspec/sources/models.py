@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -51,6 +52,7 @@ class IIDSource(Source):
         return np.broadcast_to(self.probs, (tokens.shape[0], tokens.shape[1] + int(include_next), self.vocab_size))
 
     def sample(self, n, length, rng):
+        n, length = self._sample_args(n, length, rng)
         u = rng.random((n, length)) * self._cdf[-1]
         return np.minimum(np.searchsorted(self._cdf, u, side="right"), self.vocab_size - 1)
 
@@ -60,6 +62,8 @@ class IIDSource(Source):
 
 def bernoulli(p: float) -> IIDSource:
     """IID Ber(p) over {0, 1}: P(token = 1) = p."""
+    if isinstance(p, bool) or not isinstance(p, numbers.Real):  # True, '0.5' and 0.5+0j are not probabilities
+        raise ValueError(f"bernoulli: p must be a number in [0, 1], got {p!r} ({type(p).__name__})")
     p = float(p)
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"bernoulli: p must lie in [0, 1], got {p}")
@@ -214,6 +218,7 @@ class PositionalSource(Source):
         return np.broadcast_to(self.rows[:T], (tokens.shape[0], T, self.vocab_size))
 
     def sample(self, n, length, rng):
+        n, length = self._sample_args(n, length, rng)
         self.check_length(length)
         u = rng.random((n, length))
         out = np.empty((n, length), dtype=np.int64)

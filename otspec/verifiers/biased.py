@@ -15,6 +15,7 @@ Spec: ``docs/yin_theory.md``.
 from __future__ import annotations
 
 import math
+import numbers
 
 import array_api_compat
 
@@ -35,6 +36,8 @@ class OverAcceptance(Verifier):
     mode = "opt"
 
     def __init__(self, eps: float = 0.0):
+        if isinstance(eps, bool | str) or not isinstance(eps, numbers.Real):  # '0.1' or True is not a parameter
+            raise ValueError(f"eps: expected a number >= 0 (inf allowed), got {eps!r} ({type(eps).__name__})")
         eps = float(eps)
         if math.isnan(eps) or eps < 0:
             raise ValueError(f"eps: expected an over-acceptance parameter >= 0 (inf allowed), got {eps!r}")

@@ -6,6 +6,7 @@ Spec: ``docs/multi_draft_otm.md``.
 from __future__ import annotations
 
 import math
+import numbers
 
 from ..distributions import namespace
 from ..theory.multidraft import KSeqParameters, kseq_acceptance, kseq_parameters
@@ -36,6 +37,8 @@ class KSeq(SequentialMultiDraftVerifier):
     replacement = True
 
     def __init__(self, rho: float | None = None):
+        if rho is not None and (isinstance(rho, bool) or not isinstance(rho, numbers.Real)):
+            raise ValueError(f"rho: expected a finite division factor >= 1, got {rho!r} ({type(rho).__name__})")
         if rho is not None and not (float(rho) >= 1.0 and math.isfinite(float(rho))):
             raise ValueError(f"rho: expected a finite division factor >= 1, got {rho!r}")
         self.rho = None if rho is None else float(rho)
