@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..checks import check_real, check_size, file_problem
+from ..checks import MAX_VOCAB_SIZE, check_real, check_size, file_problem
 from ..distributions import NORMALISATION_TOL, top_p_mask
 from ..errors import SizeLimitError
 from ..progress import tqdm
@@ -373,6 +373,7 @@ def load_logged_rows(path: str | os.PathLike) -> LoggedRows:
     vocab = arrays["vocab_size"]
     if vocab.shape != () or vocab.dtype.kind not in "iu":
         raise ValueError(f"logged rows: {path}: vocab_size must be one integer, got {vocab!r} (dtype {vocab.dtype})")
+    check_size(int(vocab), f"logged rows: {path}: vocab_size", limit=MAX_VOCAB_SIZE, limit_name="MAX_VOCAB_SIZE")
     return LoggedRows(vocab_size=int(vocab), meta=meta, **{k: arrays[k] for k in _ARRAYS})
 
 

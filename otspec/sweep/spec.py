@@ -354,7 +354,7 @@ def load_spec(path) -> SweepSpec:
     unknown = set(data) - _TOP_KEYS
     if unknown:
         raise _error("keys", f"unknown {sorted(unknown)}; expected among {sorted(_TOP_KEYS)}")
-    seed = check_size(data.get("seed", 0), "seed", minimum=0)
+    seed = check_size(data.get("seed", 0), "seed", minimum=0, limit=2**63 - 1, limit_name="the largest seed")
     _check_grid_size(data)
     quantities = tuple(_as_list(data.get("quantities", ["exact", "optimum"])))
     bad = [q for q in quantities if q not in QUANTITIES]
