@@ -351,15 +351,14 @@ def residual(minuend, subtrahend, *, return_mass: bool = False):
 
 
 def uniform(rng, shape, like):
-    """U[0, 1) draws of ``shape`` from ``rng`` in the namespace/device of ``like``.
-
-    ``rng`` is a :class:`numpy.random.Generator` for numpy arrays, and a
-    :class:`torch.Generator` (or ``None`` for torch's global generator) for
-    torch tensors.
-    """
+    """U[0, 1) draws of ``shape`` from ``rng`` in the namespace/device of ``like``: a :class:`numpy.random.Generator`
+    for numpy arrays, a :class:`torch.Generator` (or ``None``: torch's global one) for torch tensors."""
     if _is_torch(like):
         import torch
 
+        if rng is not None and not isinstance(rng, torch.Generator):
+            raise ValueError(f"rng: expected a torch.Generator (or None) for torch tensors, got {type(rng).__module__}."
+                             f"{type(rng).__name__}")
         return torch.rand(shape, generator=rng, dtype=like.dtype, device=like.device)
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"rng: expected a numpy Generator for numpy arrays (e.g. np.random.default_rng(0)), "

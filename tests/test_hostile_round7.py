@@ -351,6 +351,12 @@ def test_api_arguments_of_the_wrong_kind_are_value_errors():
         with pytest.raises(ValueError):
             top_p_mask(rows, top_p, kept)
     assert top_p_mask(rows, 0.6).tolist() == [[True, True, False]]
+    torch = pytest.importorskip("torch")
+    from otspec.verifiers import TokenVerify
+
+    P, Q = torch.full((2, 2, 3), 1 / 3, dtype=torch.float64), torch.full((2, 3, 3), 1 / 3, dtype=torch.float64)
+    with pytest.raises(ValueError, match="torch.Generator"):
+        TokenVerify().sample(torch.zeros((2, 2), dtype=torch.int64), P, Q, np.random.default_rng(0))
 
 
 @pytest.mark.parametrize("flag", [["--mix", "-1"], ["--w-rej", "nan"], ["--l2", "foo"], ["--seed", "-1"],
