@@ -437,14 +437,6 @@ def main(argv=None) -> int:
     except ValueError:
         ap.error(f"--L {args.L!r}: expected comma-separated integers")
     try:
-        out_path = output_path(args.out_dir, args.name, args.draft)
-        if args.export_synthetic_rates is not None:
-            writable_file(args.export_synthetic_rates, "--export-synthetic-rates")
-        if args.log_rows is not None and file_problem(args.log_rows) not in (None, "does not exist"):
-            raise ValueError(f"--log-rows {args.log_rows}: {file_problem(args.log_rows)}; expected a file to write")
-    except ValueError as err:
-        ap.error(str(err))
-    try:
         config = ValidateConfig(
             target=args.target, draft=args.draft, verifiers=tuple(v.strip() for v in args.verifiers.split(",")),
             lengths=tuple(lengths), prompts=args.prompts, max_new_tokens=args.max_new_tokens, device=args.device,
@@ -459,6 +451,18 @@ def main(argv=None) -> int:
             prediction_paths=args.prediction_paths,
             lossless_verifiers=None if args.lossless_verifiers is None else
             tuple(v.strip() for v in args.lossless_verifiers.split(",") if v.strip()))
+    except (FileNotFoundError, ValueError) as err:  # the settings, checked before any folder is made
+        print(f"python -m llm_bridge.validate: {err}", file=sys.stderr)
+        return 2
+    try:
+        out_path = output_path(args.out_dir, args.name, args.draft)
+        if args.export_synthetic_rates is not None:
+            writable_file(args.export_synthetic_rates, "--export-synthetic-rates")
+        if args.log_rows is not None and file_problem(args.log_rows) not in (None, "does not exist"):
+            raise ValueError(f"--log-rows {args.log_rows}: {file_problem(args.log_rows)}; expected a file to write")
+    except ValueError as err:
+        ap.error(str(err))
+    try:
         record = validate(config)
     except (ModelNotFound, FileNotFoundError, VocabularyMismatch, ImportError, ValueError) as err:
         print(f"python -m llm_bridge.validate: {err}", file=sys.stderr)
