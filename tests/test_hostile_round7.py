@@ -368,3 +368,12 @@ def test_adaptive_refuses_its_flags_before_a_model_loads(flag, tmp_path):
                 str(tmp_path), *flag], tmp_path, timeout=120)
     assert out.returncode == 2 and flag[0] in out.stderr and "Traceback" not in out.stderr, out.stderr[-300:]
     assert time.perf_counter() - t0 < 30  # the models (a gigabyte and seconds to load) were never loaded
+
+
+def test_validate_refuses_a_draft_that_cannot_load_before_the_target_loads(tmp_path):
+    t0 = time.perf_counter()
+    out = _cli(["llm_bridge.validate", "--draft", str(tmp_path / "no" / "model"), "--no-hf", "--prompts", "1",
+                "--max-new-tokens", "2", "--L", "1", "--verifiers", "token", "--out-dir", str(tmp_path / "out")],
+               tmp_path, timeout=120)
+    assert out.returncode == 2 and "not found" in out.stderr and "Traceback" not in out.stderr, out.stderr[-300:]
+    assert time.perf_counter() - t0 < 30
