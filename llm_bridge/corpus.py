@@ -220,7 +220,8 @@ def build_corpus(recipe: CorpusRecipe, out=None, *, progress: bool = True, devic
 @dataclass
 class Corpus:
     """A loaded corpus: ``tokens`` (n, T) int64 right-padded, ``lengths``, ``plens`` (prompt lengths), ``prompt``
-    (a global message id), ``temperature``, ``shard`` and ``heldout`` (n,) per sequence; ``vocab_size``."""
+    (a global message id), ``temperature``, ``shard`` and ``heldout`` (n,) per sequence; ``vocab_size``; ``files``:
+    the file of each shard loaded, by shard index."""
 
     tokens: np.ndarray
     lengths: np.ndarray
@@ -229,6 +230,7 @@ class Corpus:
     temperature: np.ndarray
     shard: np.ndarray
     vocab_size: int
+    files: dict
 
     @property
     def heldout(self) -> np.ndarray:
@@ -257,7 +259,7 @@ def load_corpus(folder=None, *, target: str = DEFAULT_TARGET, max_tokens: int | 
     index = _read_index(folder)
     if index is None:
         raise FileNotFoundError(f"{folder} holds no corpus.json; build one with python -m llm_bridge.corpus")
-    vocab, rows, total = int(index["vocab_size"]), [], 0
+    vocab, rows, total, files = int(index["vocab_size"]), [], 0, {}
     for s in index["shards"]:
         if max_tokens is not None and total >= max_tokens:
             break
@@ -273,12 +275,13 @@ def load_corpus(folder=None, *, target: str = DEFAULT_TARGET, max_tokens: int | 
                              s["index"] * index["recipe"]["shard_messages"] + int(z["message"][j]),
                              float(z["temperature"][j]), s["index"]))
         total += s["tokens"]
+        files[s["index"]] = path
     lengths = np.array([len(r[0]) for r in rows])
     tokens = np.zeros((len(rows), int(lengths.max(initial=0))), dtype=np.int64)
     for b, r in enumerate(rows):
         tokens[b, :len(r[0])] = r[0]
     return Corpus(tokens, lengths, np.array([r[1] for r in rows]), np.array([r[2] for r in rows]),
-                  np.array([r[3] for r in rows]), np.array([r[4] for r in rows]), vocab)
+                  np.array([r[3] for r in rows]), np.array([r[4] for r in rows]), vocab, files)
 
 
 def main(argv=None) -> int:

@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from otspec.clitools import ArgumentParser, comma_items, path_argument, writable_file
+from otspec.clitools import ArgumentParser, comma_items, length_list, path_argument, writable_file
 
 from .models import DEFAULT_TARGET, ModelNotFound
 
@@ -101,18 +101,6 @@ def plot_curve(record: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def _sizes(text: str) -> list:
-    import argparse
-
-    try:
-        sizes = [int(x) for x in comma_items(text)]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated token counts, got {text!r}") from None
-    if not sizes or min(sizes) < 1:
-        raise argparse.ArgumentTypeError(f"expected token counts >= 1, got {text!r}")
-    return sorted(set(sizes))
-
-
 def _heads(text: str) -> list:
     import argparse
 
@@ -128,7 +116,8 @@ def main(argv=None) -> int:
 
     ap = ArgumentParser(prog="python -m llm_bridge.head_curve", description=__doc__.splitlines()[0])
     ap.add_argument("--heads", type=_heads, default=list(HEADS), help="comma-separated, among " + ", ".join(HEADS))
-    ap.add_argument("--train-tokens", type=_sizes, default=[62_500, 125_000, 250_000, 500_000, 1_000_000])
+    ap.add_argument("--train-tokens", type=length_list, default=[62_500, 125_000, 250_000, 500_000, 1_000_000],
+                    help="training sizes, comma-separated (continuation tokens)")
     ap.add_argument("--target", default=DEFAULT_TARGET)
     ap.add_argument("--corpus", type=path_argument, default=None, help="default: the committed corpus of the target")
     ap.add_argument("--steps", type=int, default=600)
@@ -143,6 +132,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=path_argument, default=Path("build/records/llm_head_curve.json"))
     ap.add_argument("--heads-dir", type=path_argument, default=Path("build/heads"))
     args = ap.parse_args(argv)
+    sizes = sorted(set(args.train_tokens))
     try:
         corpus = args.corpus if args.corpus is not None else CORPUS_DIR / args.target
         if not (corpus / "corpus.json").is_file():
@@ -152,10 +142,10 @@ def main(argv=None) -> int:
                     "heldout_sequences": args.heldout_sequences, "seed": args.seed,
                     "score_fraction": args.score_fraction}
         for head in args.heads:  # every recipe checked before any model loads
-            head_recipe(head, args.train_tokens[0], settings=settings, out=args.heads_dir / head)
+            head_recipe(head, sizes[0], settings=settings, out=args.heads_dir / head)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         writable_file(args.out, "--out")
-        record = run_curve(args.heads, args.train_tokens, settings, args.out, args.heads_dir)
+        record = run_curve(args.heads, sizes, settings, args.out, args.heads_dir)
     except (ModelNotFound, ImportError, ValueError, FileNotFoundError) as err:
         print(f"python -m llm_bridge.head_curve: {err}", file=sys.stderr)
         return 2

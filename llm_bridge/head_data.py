@@ -83,7 +83,6 @@ def corpus_training_data(target, *, target_name: str, folder=None, extra=(), pro
     if corpus.vocab_size != target.vocab_size:
         raise ValueError(f"--corpus {folder}: made for a vocabulary of {corpus.vocab_size:,}; the target has "
                          f"{target.vocab_size:,}")
-    index = json.loads((folder / "corpus.json").read_text())
     n, T = corpus.tokens.shape
     H = target.model.config.hidden_size
     data = {"features": torch.zeros((n, T, H), dtype=torch.float16), "lse": torch.zeros((n, T)),
@@ -91,10 +90,9 @@ def corpus_training_data(target, *, target_name: str, folder=None, extra=(), pro
     if extra:
         data["extra"] = torch.zeros((n, T, len(extra) * H), dtype=torch.float16)
     todo = []
-    for shard in index["shards"]:
-        rows = np.flatnonzero(corpus.shard == shard["index"])
-        path = cache_dir() / "heads" / f"features-{_shard_key(target_name, corpus.vocab_size, folder / shard['file'], extra)}.pt"
-        todo.append((rows, path))
+    for index, file in corpus.files.items():
+        key = _shard_key(target_name, corpus.vocab_size, file, extra)
+        todo.append((np.flatnonzero(corpus.shard == index), cache_dir() / "heads" / f"features-{key}.pt"))
     missing = [(rows, path) for rows, path in todo if not path.is_file()]
     if missing and progress:
         print(f"train_head: the target's features on {sum(int(corpus.lengths[r].sum()) for r, _ in missing):,} "

@@ -198,8 +198,9 @@ class MedusaSession(_FeatureSession):
         self.drafted = np.zeros(self.batch, dtype=np.int64)
         self._rows = None
         # Hydra: per row, the last committed token then the drafted ones a block reads (k at most)
-        self.hist = torch.zeros((self.batch, self.head.k), dtype=torch.int64, device=self.device)
+        self.hist = None  # Medusa's blocks read no tokens: no history kept
         if self.head.hydra:
+            self.hist = torch.zeros((self.batch, self.head.k), dtype=torch.int64, device=self.device)
             self.hist[:, 0] = torch.as_tensor([int(p[-1]) for p in prompts], device=self.device)
 
     def _hydra_rows(self, tokens, counts, at):

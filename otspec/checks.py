@@ -171,10 +171,12 @@ def file_problem(path) -> str | None:
 
     try:
         mode = os.stat(path).st_mode
-    except (OSError, ValueError):
+    except (FileNotFoundError, NotADirectoryError, ValueError):  # ValueError: an embedded NUL
         return "does not exist"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
     if stat.S_ISDIR(mode):
-        return "is a folder, not a file"
+        return "is a folder (a directory), not a file"
     if not stat.S_ISREG(mode):
         return "is not a regular file (a device, a pipe or a socket)"
     return None

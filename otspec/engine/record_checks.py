@@ -23,6 +23,10 @@ AT_LEAST_ONE = frozenset({"block_efficiency", "block_efficiency_batch_means", "p
                           "two_point_upper_bound", "two_point_upper_bound_interval"})
 _COUNTS = ("prompts", "rounds", "unit")
 _RUN_LISTS = ("runs", "tree_runs", "fixed", "threshold", "threshold_unlagged")
+#: A run's values that lie inside an interval of the same run: (value, interval, what the interval is).
+_INSIDE = (("speedup", "speedup_ci", "confidence interval"),
+           ("predicted_speedup", "predicted_speedup_interval", "interval"),
+           ("predicted_block_efficiency", "predicted_block_efficiency_interval", "interval"))
 
 
 def _walk(value, path: tuple, where: str, error) -> None:
@@ -57,21 +61,14 @@ def check_record_numbers(obj: dict, where: str, error) -> None:
             if not isinstance(run, dict):
                 continue
             at = f"{where}: {key}[{i}]"
-            speedup, ci = run.get("speedup"), run.get("speedup_ci")
-            if isinstance(speedup, int | float) and isinstance(ci, dict):
-                low, high = ci.get("low"), ci.get("high")
-                if isinstance(low, int | float) and isinstance(high, int | float):
-                    slack = 1e-9 * max(1.0, abs(speedup))
-                    if not low - slack <= speedup <= high + slack:
-                        raise error(f"{at}: speedup {speedup} lies outside its confidence interval [{low}, {high}]")
-            for name in ("predicted_speedup", "predicted_block_efficiency"):  # a prediction inside its interval
-                x, band = run.get(name), run.get(f"{name}_interval")
+            for name, band_name, what in _INSIDE:  # a value inside its interval
+                x, band = run.get(name), run.get(band_name)
                 if isinstance(x, int | float) and isinstance(band, dict):
                     low, high = band.get("low"), band.get("high")
                     if isinstance(low, int | float) and isinstance(high, int | float):
                         slack = 1e-9 * max(1.0, abs(x))
                         if not low - slack <= x <= high + slack:
-                            raise error(f"{at}: {name} {x} lies outside its interval [{low}, {high}]")
+                            raise error(f"{at}: {name} {x} lies outside its {what} [{low}, {high}]")
             hist, L = run.get("accepted_length_histogram"), run.get("L")
             estimate = run.get("block_efficiency")
             if isinstance(L, int) and not isinstance(L, bool) and isinstance(estimate, dict):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from collections.abc import Mapping
 
 import numpy as np
 
+from ..checks import file_problem
 from .base import Source
 from .models import (
     DepthPositionalSource,
@@ -133,18 +133,14 @@ def _unique_keys(pairs) -> dict:
 def load_source(path: str | os.PathLike) -> Source:
     """Read a JSON source file (see :func:`source_from_json`): a regular file of at most
     :data:`MAX_SOURCE_FILE_BYTES` (a device such as /dev/zero would be read forever)."""
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        raise ValueError(f"source file not found: {path}") from None
-    except OSError as exc:
-        raise ValueError(f"source file {path}: cannot read it ({exc.strerror})") from None
-    if stat.S_ISDIR(info.st_mode):
-        raise ValueError(f"source file {path} is a directory; expected a JSON source file")
-    if not stat.S_ISREG(info.st_mode):
-        raise ValueError(f"source file {path} is not a regular file (a device or a pipe); expected a JSON source file")
-    if info.st_size > MAX_SOURCE_FILE_BYTES:
-        raise ValueError(f"source file {path} holds {info.st_size:,} bytes, above MAX_SOURCE_FILE_BYTES = "
+    problem = file_problem(path)
+    if problem == "does not exist":
+        raise ValueError(f"source file not found: {path}")
+    if problem:
+        raise ValueError(f"source file {path} {problem}; expected a JSON source file")
+    size = os.path.getsize(path)
+    if size > MAX_SOURCE_FILE_BYTES:
+        raise ValueError(f"source file {path} holds {size:,} bytes, above MAX_SOURCE_FILE_BYTES = "
                          f"{MAX_SOURCE_FILE_BYTES:,}")
     try:
         with open(path) as fh:
