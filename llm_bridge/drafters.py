@@ -34,7 +34,14 @@ import numpy as np
 from otspec.engine.session import Drafter
 
 from .int8 import dequantize_rows, int8_model, quantize_rows
-from .models import DEFAULT_TARGET, LoadedModel, check_model_spec, check_vocabularies, load_model
+from .models import (
+    DEFAULT_TARGET,
+    LoadedModel,
+    check_model_spec,
+    check_vocabularies,
+    layer_count,
+    load_model,
+)
 from .sampling import DEFAULT_SAMPLING
 from .sessions import ModelSession, NGramSession
 
@@ -167,17 +174,18 @@ DRAFTERS: dict = {}
 
 
 def register_drafter(name: str, *, argument: str | None = None, optional: bool = False, description: str = "",
-                     check=None):
+                     check=None, check_target=None):
     """File a drafter maker under ``name`` (a decorator of ``make(argument, target) -> Drafter``): ``make_drafter``
     then understands ``name`` and, with ``argument`` (what it is, for messages), ``name:ARGUMENT`` (``optional``: the
     argument may be left out, and ``make`` gets ``None``); ``check(argument)``, when given, refuses a bad argument
-    before any model loads (:func:`check_drafter_spec`). A new drafter is its class and one decorated maker."""
+    before any model loads (:func:`check_drafter_spec`), and ``check_target(argument, target_spec)`` one that does not
+    fit the target the pair names. A new drafter is its class and one decorated maker."""
     if not name.isidentifier() or name in DRAFTERS:
         raise ValueError(f"register_drafter: {name!r} is not an identifier or is taken")
 
     def decorate(make):
         DRAFTERS[name] = {"make": make, "argument": argument, "optional": optional, "description": description,
-                          "check": check}
+                          "check": check, "check_target": check_target}
         return make
 
     return decorate
@@ -207,8 +215,15 @@ def _ngram(argument, target: LoadedModel):
     return NGramDrafter(target.vocab_size, 3 if argument is None else int(argument))
 
 
+def _within_layers(argument, target_spec):
+    layers = layer_count(target_spec)
+    if argument is not None and layers is not None and int(argument) > layers:
+        raise ValueError(f"layers:K needs 1 <= K <= {layers} (the layers of the target {target_spec!r}), got "
+                         f"{argument!r}")
+
+
 @register_drafter("layers", argument="K, the target's first K layers", description="self-speculation, untrained",
-                  check=_positive("layers:K"))
+                  check=_positive("layers:K"), check_target=_within_layers)
 def _layers(argument, target: LoadedModel):
     spec = f"layers:{argument}"
     return ModelDrafter(LoadedModel(truncated_target(target, int(argument)), target.tokenizer, spec, target.device,
@@ -264,10 +279,11 @@ def drafter_names() -> str:
     return ", ".join(spelled(name, entry) for name, entry in DRAFTERS.items())
 
 
-def check_drafter_spec(spec: str) -> None:
+def check_drafter_spec(spec: str, target: str | None = None) -> None:
     """Refuse a registered drafter's spec whose form or argument is wrong (``ngram:0``, ``layers:-1``, ``head:`` of
-    no folder, an argument to a name that takes none), before any model loads; a model name or path is checked when
-    it loads."""
+    no folder, an argument to a name that takes none), or, given the ``target`` spec, that does not fit it
+    (``layers:999`` of a 30-layer target, read from its config), before any model loads; a model name or path is
+    checked when it loads."""
     spec = str(spec)
     name, _, argument = spec.partition(":")
     entry = DRAFTERS.get(name)
@@ -279,6 +295,8 @@ def check_drafter_spec(spec: str) -> None:
         raise ValueError(f"drafter {spec!r}: give {name}:ARGUMENT ({entry['argument']})")
     if entry.get("check") is not None:
         entry["check"](argument or None)
+    if target is not None and entry.get("check_target") is not None:
+        entry["check_target"](argument or None, str(target))
 
 
 def make_drafter(spec: str, target: LoadedModel):
@@ -306,5 +324,7 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str = "distilled", *, device:
     """
     if str(draft).partition(":")[0] not in DRAFTERS:  # a model draft that cannot load is refused before the target
         check_model_spec(str(draft))
+    else:
+        check_drafter_spec(str(draft), target)
     tgt = load_model(target, device=device, dtype=dtype)
     return Pair(tgt, make_drafter(draft, tgt))

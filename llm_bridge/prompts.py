@@ -12,14 +12,10 @@ DATA_DIR = Path(__file__).parent / "data"
 
 def read_prompts(path, limit: int | None = None) -> list[str]:
     """User messages of a prompt file: one per line, ``#`` comments and blank lines skipped."""
-    from otspec.checks import file_problem
+    from otspec.checks import check_data_file
 
     path = Path(path)
-    problem = file_problem(path)
-    if problem == "does not exist":
-        raise FileNotFoundError(f"prompt file {path} does not exist")
-    if problem:
-        raise ValueError(f"prompt file {path} {problem}")
+    check_data_file(path, "prompt file")
     lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()]
     prompts = [ln for ln in lines if ln and not ln.startswith("#")]
     if not prompts:

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from otspec.checks import check_real, check_size, file_problem
+from otspec.checks import check_data_file, check_real, check_size
 from otspec.clitools import ArgumentParser, comma_items, path_argument, writable_folder
 
 from .head_data import prompt_split
@@ -76,11 +76,7 @@ def prompt_files(spec) -> tuple[Path, ...]:
     names = [n.strip() for n in spec.split(",")] if isinstance(spec, str) else [str(n) for n in spec]
     files = tuple(Path(n) if Path(n).is_file() or "/" in n else DATA_DIR / n for n in names if n)
     for f in files:
-        problem = file_problem(f)
-        if problem == "does not exist":
-            raise FileNotFoundError(f"--prompts: prompt file {f} does not exist")
-        if problem:
-            raise ValueError(f"--prompts: prompt file {f} {problem}")
+        check_data_file(f, "--prompts: prompt file")
     if not files:
         raise ValueError("--prompts: expected at least one prompt file")
     return files

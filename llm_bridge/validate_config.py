@@ -141,7 +141,7 @@ class ValidateConfig(Changeable):
         """Every option that would otherwise be refused only once the models are loaded (or after the run)."""
         from .drafters import check_drafter_spec
 
-        check_drafter_spec(self.draft)  # ngram:0, layers:-1, head: of no folder
+        check_drafter_spec(self.draft, self.target)  # ngram:0, layers:-1 or past the target's, head: of no folder
         self.sampling  # temperature, top_k, top_p  # noqa: B018
         if self.dtype not in DTYPE_NAMES:
             raise ValueError(f"dtype: expected one of {DTYPE_NAMES}, got {self.dtype!r}")

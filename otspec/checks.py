@@ -163,6 +163,21 @@ def check_real(value, name: str, *, low: float = -math.inf, high: float = math.i
     return x
 
 
+class MissingFile(FileNotFoundError, ValueError):
+    """A data file that does not exist: a ``FileNotFoundError`` as ``open`` raises, and a ``ValueError`` as every
+    other refused input, so either ``except`` catches it."""
+
+
+def check_data_file(path, what: str) -> None:
+    """Refuse ``path`` as ``what`` (a data file to read) unless it is a regular file: :class:`MissingFile` when it
+    does not exist, a ``ValueError`` naming the problem (a folder, a pipe, a device) otherwise."""
+    problem = file_problem(path)
+    if problem == "does not exist":
+        raise MissingFile(f"{what} not found: no file {path}")
+    if problem:
+        raise ValueError(f"{what}: {path} {problem}")
+
+
 def file_problem(path) -> str | None:
     """Why ``path`` cannot be read as a data file, or None: it does not exist, is a folder, or is not a regular file
     (a device, a pipe or a socket: reading one can block forever or never end)."""

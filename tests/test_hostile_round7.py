@@ -377,3 +377,35 @@ def test_validate_refuses_a_draft_that_cannot_load_before_the_target_loads(tmp_p
                tmp_path, timeout=120)
     assert out.returncode == 2 and "not found" in out.stderr and "Traceback" not in out.stderr, out.stderr[-300:]
     assert time.perf_counter() - t0 < 30
+
+
+def test_a_self_speculative_draft_deeper_than_the_target_is_refused_before_it_loads(tmp_path, monkeypatch):
+    from llm_bridge import drafters, models
+    from llm_bridge.validate_config import ValidateConfig
+
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 4}))
+    assert models.layer_count(str(tmp_path)) == 4 and models.layer_count("smollm2") == 30
+    assert models.layer_count("org/name") is None  # a hub id: not known without fetching
+    monkeypatch.setattr(drafters, "load_model", lambda *a, **k: pytest.fail("the target was loaded"))
+    for target, deepest in ((str(tmp_path), 4), ("smollm2", 30)):
+        with pytest.raises(ValueError, match=rf"1 <= K <= {deepest}"):
+            drafters.load_pair(target, f"layers:{deepest + 1}")
+        with pytest.raises(ValueError, match=rf"1 <= K <= {deepest}"):
+            ValidateConfig(target=target, draft=f"layers:{deepest + 1}", lengths=(1,), verifiers=("token",), hf=False)
+    ValidateConfig(target=str(tmp_path), draft="layers:4", lengths=(1,), verifiers=("token",), hf=False)
+
+
+def test_a_missing_data_file_is_both_a_file_not_found_and_a_value_error(tmp_path):
+    from llm_bridge.prompts import read_prompts
+    from otspec.audit import audit
+    from otspec.engine.record import RecordError, read_record
+    from otspec.sources.logged import load_logged_rows
+
+    missing = tmp_path / "nope"
+    for read in (otspec.load_source, load_logged_rows, read_prompts, read_record,
+                 lambda path: audit(lambda *a: None, rows=str(path))):
+        for kind in (FileNotFoundError, ValueError):
+            with pytest.raises(kind, match="no (such record )?file"):
+                read(missing)
+    with pytest.raises(RecordError):
+        read_record(missing)

@@ -153,7 +153,7 @@ def test_json_spec_examples():
         source_from_json({"type": "iid"})
     with pytest.raises(ValueError, match="horizon"):
         source_from_json({"type": "markov", "initial": [1, 0], "transition": [[[0, 1], [1, 0]]], "horizon": 4})
-    with pytest.raises(ValueError, match="source file not found"):
+    with pytest.raises(ValueError, match="source file .JSON. not found: no file"):
         load_source("/nonexistent/source.json")
 
 

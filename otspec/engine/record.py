@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from ..checks import file_problem
+from ..checks import MissingFile, file_problem
 from .record_checks import check_record_numbers
 from .rows import LOCAL, ChainRun, Interval, JsonObject, PolicyRun, RecordError, TreeRun
 
-__all__ = ["AdaptiveRecord", "Baseline", "DecodeStep", "Drafter", "Head", "LawSampling", "Lossless", "LosslessCheck", "ModelPair",
-           "PairRecord", "Peer", "Profile", "RecordError", "Settings", "Settling", "Split", "Timing", "TimingAttempt",
-           "as_record", "code_version", "read_record", "results_table"]
+__all__ = ["AdaptiveRecord", "Baseline", "DecodeStep", "Drafter", "Head", "LawSampling", "Lossless", "LosslessCheck",
+           "MissingRecord", "ModelPair", "PairRecord", "Peer", "Profile", "RecordError", "Settings", "Settling", "Split",
+           "Timing", "TimingAttempt", "as_record", "code_version", "read_record", "results_table"]
 
 
 #: The folders whose uncommitted changes make a record's code differ from its commit.
@@ -350,12 +350,18 @@ class AdaptiveRecord(_Record):
         return self.head.rule == "confidence"
 
 
+class MissingRecord(RecordError, MissingFile):
+    """A record file that does not exist: a :class:`RecordError` and a ``FileNotFoundError``."""
+
+
 def read_record(path) -> PairRecord | AdaptiveRecord:
     """The record in a JSON file, by its shape: runs → :class:`PairRecord`, thresholds → :class:`AdaptiveRecord`."""
     path = Path(path)
     problem = file_problem(path)
+    if problem == "does not exist":
+        raise MissingRecord(f"{path}: no such record file")
     if problem:
-        raise RecordError(f"{path}: {'no such record file' if problem == 'does not exist' else problem}")
+        raise RecordError(f"{path}: {problem}")
     try:
         obj = json.loads(path.read_text())
     except json.JSONDecodeError as err:

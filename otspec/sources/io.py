@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..checks import file_problem
+from ..checks import check_data_file
 from .base import Source
 from .models import (
     DepthPositionalSource,
@@ -133,11 +133,7 @@ def _unique_keys(pairs) -> dict:
 def load_source(path: str | os.PathLike) -> Source:
     """Read a JSON source file (see :func:`source_from_json`): a regular file of at most
     :data:`MAX_SOURCE_FILE_BYTES` (a device such as /dev/zero would be read forever)."""
-    problem = file_problem(path)
-    if problem == "does not exist":
-        raise ValueError(f"source file not found: {path}")
-    if problem:
-        raise ValueError(f"source file {path} {problem}; expected a JSON source file")
+    check_data_file(path, "source file (JSON)")
     size = os.path.getsize(path)
     if size > MAX_SOURCE_FILE_BYTES:
         raise ValueError(f"source file {path} holds {size:,} bytes, above MAX_SOURCE_FILE_BYTES = "

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..checks import MAX_VOCAB_SIZE, check_real, check_size, file_problem
+from ..checks import MAX_VOCAB_SIZE, check_data_file, check_real, check_size
 from ..distributions import NORMALISATION_TOL, top_p_mask
 from ..errors import SizeLimitError
 from ..progress import tqdm
@@ -343,11 +343,7 @@ def _check_member_sizes(path: str) -> None:
 def load_logged_rows(path: str | os.PathLike) -> LoggedRows:
     """Read and check a logged-rows file (the module docstring gives the format)."""
     path = os.fspath(path)
-    problem = file_problem(path)
-    if problem == "does not exist":
-        raise FileNotFoundError(f"logged rows: no file {path}")
-    if problem:
-        raise ValueError(f"logged rows: {path} {problem}")
+    check_data_file(path, "logged rows")
     try:  # whatever is wrong with an untrusted file (not a zip, a damaged member, one .npy array) is the same error
         _check_member_sizes(path)
         data = np.load(path, allow_pickle=False)
