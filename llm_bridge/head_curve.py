@@ -7,8 +7,8 @@ and the greedy agreement per position on the greedy continuations. Where the cur
 text no longer helps that head; where it still rises, the head is data-bound.
 
 Heads (``--heads``): ``eagle`` (one decoder layer on the last feature), ``eagle3`` (the same with the low and middle
-layers ``--fuse`` fused in), ``medusa`` (residual blocks on the last feature) and ``hydra`` (Medusa's blocks that
-also read the drafted tokens). Points are written to ``--out`` as each finishes (a rerun skips those already there
+layers ``--fuse`` fused in), ``eagle3x2`` (EAGLE-3 with two decoder layers), ``medusa`` (residual blocks on the last
+feature) and ``hydra`` (Medusa's blocks that also read the drafted tokens). Points are written to ``--out`` as each finishes (a rerun skips those already there
 with the same settings) with a figure beside it; the heads themselves go to ``--heads-dir``.
 """
 
@@ -25,7 +25,8 @@ from .models import DEFAULT_TARGET, ModelNotFound
 __all__ = ["HEADS", "head_recipe", "main", "plot_curve", "run_curve"]
 
 #: The head kinds a curve can hold, and the train_head options each means.
-HEADS = {"eagle": {"kind": "eagle"}, "eagle3": {"kind": "eagle", "fuse": None}, "medusa": {"kind": "medusa"},
+HEADS = {"eagle": {"kind": "eagle"}, "eagle3": {"kind": "eagle", "fuse": None},
+         "eagle3x2": {"kind": "eagle", "fuse": None, "head_layers": 2}, "medusa": {"kind": "medusa"},
          "hydra": {"kind": "medusa", "hydra": True}}
 FORMAT = "otspec-head-curve-1"
 

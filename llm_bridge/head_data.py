@@ -6,7 +6,8 @@ last feature (after the final norm: what its output head reads), the log-normali
 (so that a head's loss is against the target's exact row), and optionally its hidden states after earlier layers
 (``extra``: the low and middle layers an EAGLE-3-style head fuses with the last feature). Everything is kept as
 float16 except the log-normalisers, right-padded to the longest sequence, and cached under ``cache_dir()/heads``
-keyed by the target, the corpus's index and the layers.
+keyed by the target, the shard's bytes and the layer (the last features, and each extra layer in a file of its own, so
+that heads fusing other layers reuse what is cached).
 """
 
 from __future__ import annotations
@@ -70,6 +71,15 @@ def _shard_key(target_name: str, vocab_size: int, path: Path, extra) -> str:
     return hashlib.sha256(json.dumps([target_name, vocab_size, digest, list(extra)]).encode()).hexdigest()[:16]
 
 
+def _save(obj, path: Path) -> None:
+    """``torch.save`` to ``path`` through a temporary name: an interrupted write leaves no half-made cache file."""
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(obj, path.with_suffix(".tmp"))
+    path.with_suffix(".tmp").replace(path)
+
+
 def corpus_training_data(target, *, target_name: str, folder=None, extra=(), progress: bool = True) -> dict:
     """The corpus in ``folder`` (default: the committed one of ``target_name``) with the target's features: the dict
     :class:`llm_bridge.train_head.TrainingBatch` reads (``tokens``, ``lengths``, ``plens``, ``features``, ``lse``,
@@ -90,24 +100,27 @@ def corpus_training_data(target, *, target_name: str, folder=None, extra=(), pro
     if extra:
         data["extra"] = torch.zeros((n, T, len(extra) * H), dtype=torch.float16)
     todo = []
-    for index, file in corpus.files.items():
-        key = _shard_key(target_name, corpus.vocab_size, file, extra)
-        todo.append((np.flatnonzero(corpus.shard == index), cache_dir() / "heads" / f"features-{key}.pt"))
-    missing = [(rows, path) for rows, path in todo if not path.is_file()]
+    for index, file in corpus.files.items():  # the last features, and each extra layer apart: any head reuses them
+        keys = [_shard_key(target_name, corpus.vocab_size, file, layers) for layers in ([], *([k] for k in extra))]
+        todo.append((np.flatnonzero(corpus.shard == index), [cache_dir() / "heads" / f"features-{k}.pt" for k in keys]))
+    missing = [(rows, paths) for rows, paths in todo if not all(path.is_file() for path in paths)]
     if missing and progress:
         print(f"train_head: the target's features on {sum(int(corpus.lengths[r].sum()) for r, _ in missing):,} "
               f"tokens of {len(missing)} corpus shards (cached under {cache_dir() / 'heads'})", file=sys.stderr)
-    for rows, path in todo:
+    for rows, (base, *layers) in todo:
         width = int(corpus.lengths[rows].max())
-        if path.is_file():
-            got = torch.load(path)
+        todo_layers = [k for k, path in zip(extra, layers, strict=True) if not path.is_file()]
+        if base.is_file() and not todo_layers:
+            got = torch.load(base)
         else:
             feats, lse, top, more = target_features(target.model, corpus.tokens[rows, :width], corpus.lengths[rows],
-                                                    tuple(extra), progress=progress)
-            got = {"features": feats, "lse": lse, "argmax": top, "extra": more}
-            path.parent.mkdir(parents=True, exist_ok=True)
-            torch.save(got, path.with_suffix(".tmp"))
-            path.with_suffix(".tmp").replace(path)
+                                                    tuple(todo_layers), progress=progress)
+            got = {"features": feats, "lse": lse, "argmax": top}
+            _save(got, base)
+            for j, k in enumerate(todo_layers):
+                _save({"extra": more[..., j * H:(j + 1) * H].clone()}, layers[extra.index(k)])
+        if extra:
+            got["extra"] = torch.cat([torch.load(path)["extra"] for path in layers], dim=-1)
         at = torch.as_tensor(rows)
         for key in data:
             data[key][at, :width] = got[key]

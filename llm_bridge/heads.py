@@ -96,16 +96,24 @@ class EagleHead(torch.nn.Module, _ReducedOutput):
     fuse : tuple of int
         Indices of the target's ``hidden_states`` (0: the embeddings, i: after layer i) fused with its last
         feature (EAGLE-3); empty: the last feature alone (EAGLE). The fusion starts as "the last feature".
+    layers : int
+        Decoder layers of the head (1 as in EAGLE; more cost a layer each per draft call), initialised from the
+        target's last ``layers`` layers.
     """
 
     kind = "eagle"
 
-    def __init__(self, target_model, vocab, fuse=()):
+    def __init__(self, target_model, vocab, fuse=(), layers: int = 1):
         super().__init__()
+        deepest = target_model.config.num_hidden_layers
+        if isinstance(layers, bool) or int(layers) != layers or not 1 <= layers <= deepest:
+            raise ValueError(f"an EAGLE head's layers: expected 1 <= layers <= {deepest} (the target's), got "
+                             f"{layers!r}")
+        layers = int(layers)
         config = copy.deepcopy(target_model.config)
-        config.num_hidden_layers = 1
+        config.num_hidden_layers = layers
         if getattr(config, "layer_types", None):
-            config.layer_types = config.layer_types[-1:]
+            config.layer_types = config.layer_types[-layers:]
         config.vocab_size, config.pad_token_id = 1, None  # its own embedding is never used
         base = target_model.base_model
         self.config = config
@@ -117,11 +125,11 @@ class EagleHead(torch.nn.Module, _ReducedOutput):
             self.fc.weight.zero_()
             self.fc.weight[:, :H].copy_(torch.diag(1.0 / torch.where(w.abs() > 1e-3, w, torch.full_like(w, 1e-3))))
             self.fc.bias.zero_()
-            layer = self.body.layers[0]
-            layer.load_state_dict(base.layers[-1].state_dict())
-            for name, module in layer.named_modules():  # the residual branches' last projections start at zero
-                if name.endswith(("o_proj", "down_proj")):
-                    module.weight.zero_()
+            for layer, source in zip(self.body.layers, base.layers[-layers:], strict=True):
+                layer.load_state_dict(source.state_dict())
+                for name, module in layer.named_modules():  # the residual branches' last projections start at zero
+                    if name.endswith(("o_proj", "down_proj")):
+                        module.weight.zero_()
             self.body.norm.load_state_dict(base.norm.state_dict())
         self.body.embed_tokens.requires_grad_(False)
         self.register_buffer("embed_rows", base.get_input_embeddings().weight.detach(), persistent=False)
@@ -286,6 +294,7 @@ def save_head(head, folder: Path, record: dict) -> dict:
     record = {**record, "kind": head.kind, "vocab_size": int(head.vocab.numel()),
               "target_vocab_size": int(head.vocab_size), "medusa_heads": getattr(head, "k", None),
               "fuse_layers": list(getattr(head, "fuse_layers", ())), "hydra": bool(getattr(head, "hydra", False)),
+              "head_layers": len(head.body.layers) if head.kind == "eagle" else None,
               "trained_parameters": int(sum(p.numel() for p in _trained(head).values())),
               "file_bytes": (folder / "drafter.safetensors").stat().st_size}
     (folder / "drafter.json").write_text(json.dumps(record, indent=2) + "\n")
@@ -310,7 +319,7 @@ def load_head(folder: Path, target_model):
     stored = load_file(folder / "drafter.safetensors")
     vocab = stored.pop("vocab").long().numpy()
     options = ({"k": meta["medusa_heads"], "hydra": meta.get("hydra", False)} if meta["kind"] == "medusa"
-               else {"fuse": meta.get("fuse_layers", [])})
+               else {"fuse": meta.get("fuse_layers", []), "layers": meta.get("head_layers") or 1})
     head = build_head(meta["kind"], target_model, vocab, **options)
     weights = dequantize_rows(stored)
     own = _trained(head)

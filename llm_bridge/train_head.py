@@ -50,7 +50,7 @@ from otspec.clitools import ArgumentParser, comma_items, path_argument, writable
 
 from .head_data import prompt_split
 from .heads import HEAD_DIRS, HEAD_KINDS, build_head, eagle_unrolled, load_head, save_head
-from .models import DEFAULT_TARGET, ModelNotFound, cache_dir, load_model
+from .models import DEFAULT_TARGET, ModelNotFound, cache_dir, layer_count, load_model
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 
 __all__ = ["HeadRecipe", "TrainingBatch", "corpus", "evaluate", "frequent_tokens", "main", "step_losses", "train_head"]
@@ -274,6 +274,7 @@ class HeadRecipe:
     medusa_heads: int = 4
     feature_weight: float = 0.1
     fuse: tuple = ()
+    head_layers: int = 1
     hydra: bool = False
     seed: int = 0
     device: str = "cpu"
@@ -289,7 +290,8 @@ class HeadRecipe:
     def __post_init__(self):
         if self.kind not in HEAD_KINDS:
             raise ValueError(f"--kind: expected one of {HEAD_KINDS}, got {self.kind!r}")
-        for name in ("steps", "batch", "unroll", "samples", "length", "medusa_heads", "log_every", "heldout_sequences"):
+        for name in ("steps", "batch", "unroll", "samples", "length", "medusa_heads", "log_every", "heldout_sequences",
+                     "head_layers"):
             check_size(getattr(self, name), "--" + name.replace("_", "-"), limit=RECIPE_LIMITS.get(name),
                        limit_name="train_head's limit")
         if isinstance(self.vocab, bool) or int(self.vocab) != self.vocab or self.vocab < 0:
@@ -302,12 +304,18 @@ class HeadRecipe:
         check_real(self.score_fraction, "--score-fraction", low=0.0, high=1.0, low_open=True)
         check_size(self.seed, "--seed", minimum=0)
         check_size(self.train_tokens, "--train-tokens", minimum=0, limit=10**9, limit_name="train_head's limit")
+        if self.head_layers != 1 and self.kind != "eagle":
+            raise ValueError("--head-layers: the decoder layers of an EAGLE head (--kind eagle)")
         if self.hydra and self.kind != "medusa":
             raise ValueError("--hydra: Hydra's blocks are Medusa heads that also read the drafted tokens (--kind medusa)")
         if self.fuse and (self.kind != "eagle" or self.corpus is None):
             raise ValueError("--fuse: an EAGLE head fuses target layers, and their states come with a --corpus")
         if any(isinstance(i, bool) or int(i) != i or not 0 <= i < 4096 for i in self.fuse):
             raise ValueError(f"--fuse: expected target layer indices >= 0, got {list(self.fuse)}")
+        deepest = layer_count(self.target)  # from its config, before it loads
+        if deepest is not None and (self.head_layers > deepest or any(i >= deepest for i in self.fuse)):
+            raise ValueError(f"--head-layers {self.head_layers}, --fuse {list(self.fuse)}: the target {self.target!r} "
+                             f"has {deepest} layers (head layers <= {deepest}, fused layers < {deepest})")
         if self.train_tokens and self.corpus is None:
             raise ValueError("--train-tokens: a learning curve's smaller training sets are taken from a --corpus")
 
@@ -315,7 +323,7 @@ class HeadRecipe:
 #: Largest values of a recipe, checked before any model loads (each far above what trains a head on a laptop: a
 #: value beyond them is a typo that would run for days or allocate more memory than the machine has).
 RECIPE_LIMITS = {"steps": 1_000_000, "batch": 4096, "unroll": 16, "samples": 1_000_000, "length": 4096,
-                 "medusa_heads": 16, "log_every": 1_000_000, "heldout_sequences": 100_000}
+                 "medusa_heads": 16, "log_every": 1_000_000, "heldout_sequences": 100_000, "head_layers": 64}
 #: Largest reduced vocabulary of a head (the real targets' vocabularies are below 2^18).
 MAX_HEAD_VOCAB = 2**18
 
@@ -352,7 +360,7 @@ def train_head(recipe: HeadRecipe) -> dict:
     prompt_of = data["prompt"].numpy()
     ids = frequent_tokens(data, train, vocab, tgt.vocab_size)
     head = build_head(kind, tgt.model, ids, **({"k": medusa_heads, "hydra": recipe.hydra} if kind == "medusa"
-                                               else {"fuse": recipe.fuse}))
+                                               else {"fuse": recipe.fuse, "layers": recipe.head_layers}))
     unroll = unroll if kind == "eagle" else head.k
     before = evaluate(head, data, val, unroll)
     params = [p for p in head.parameters() if p.requires_grad]
@@ -449,6 +457,8 @@ def main(argv=None) -> int:
     ap.add_argument("--feature-weight", type=float, default=0.1, help="EAGLE: weight of the feature regression")
     ap.add_argument("--fuse", type=_layers, default=(),
                     help="EAGLE with --corpus: target layers fused with the last feature (EAGLE-3), e.g. 4,15")
+    ap.add_argument("--head-layers", type=int, default=1,
+                    help="EAGLE: the head's decoder layers (from the target's last ones); each costs a layer per draft")
     ap.add_argument("--score-fraction", type=float, default=1.0,
                     help="score this random share of each batch's outputs (the rest stays context): a cheaper step")
     ap.add_argument("--hydra", action="store_true",
@@ -466,9 +476,8 @@ def main(argv=None) -> int:
             steps=args.steps, batch=args.batch, lr=args.lr, unroll=args.unroll, medusa_heads=args.medusa_heads,
             feature_weight=args.feature_weight, seed=args.seed, device=args.device, prompts=args.prompts,
             corpus=_corpus_folder(args.corpus, args.target), train_tokens=args.train_tokens,
-            heldout_sequences=args.heldout_sequences, fuse=args.fuse, hydra=args.hydra,
-            score_fraction=args.score_fraction,
-            out=args.out, log_every=args.log_every))
+            heldout_sequences=args.heldout_sequences, fuse=args.fuse, hydra=args.hydra, head_layers=args.head_layers,
+            score_fraction=args.score_fraction, out=args.out, log_every=args.log_every))
     except (ModelNotFound, ImportError, ValueError, FileNotFoundError) as err:
         print(f"python -m llm_bridge.train_head: {err}", file=sys.stderr)
         return 2

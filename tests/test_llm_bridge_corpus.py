@@ -149,6 +149,16 @@ def test_train_head_on_a_corpus_holds_out_whole_shards_and_nests_training_sets(t
     again = corpus_training_data(target, target_name="tiny", folder=folder, progress=False)
     assert all(torch.equal(data[k], again[k]) for k in ("features", "lse", "argmax", "tokens"))
     assert sorted((tmp_path / "cache" / "heads").glob("features-*.pt")) == cached
+    fused = corpus_training_data(target, target_name="tiny", folder=folder, extra=(0, 1), progress=False)
+    with torch.no_grad():
+        states = target.model.base_model(input_ids=seq[None], output_hidden_states=True).hidden_states
+    np.testing.assert_allclose(fused["extra"][b, :len(seq)].float().numpy(),
+                               torch.cat([states[0][0], states[1][0]], -1).numpy(), atol=2e-3, rtol=2e-3)
+    assert len(list((tmp_path / "cache" / "heads").glob("features-*.pt"))) == 30  # each layer a file of its own
+    one = corpus_training_data(target, target_name="tiny", folder=folder, extra=(1,), progress=False)
+    assert torch.equal(one["extra"], fused["extra"][..., target.model.config.hidden_size:])  # reused, not recomputed
+    assert torch.equal(one["features"], data["features"])
+    assert len(list((tmp_path / "cache" / "heads").glob("features-*.pt"))) == 30
     recipe = HeadRecipe(kind="eagle", target="tiny", corpus=folder, vocab=0, steps=2, batch=2, unroll=2,
                         progress=False, out=tmp_path / "head", log_every=1)
     val, train, _ = corpus_split(data, folder, 0, 256)

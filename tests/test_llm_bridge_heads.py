@@ -25,12 +25,14 @@ REDUCED = np.array([3, 4, 5, 7, 8, 11, 13, 17, 19, 23])  # a reduced draft vocab
 def head_pair(kind: str, vocab=None, seed: int = 3, k: int = 3) -> Pair:
     """The tiny target with a randomly perturbed head of ``kind`` (so that it is neither the identity nor the target);
     ``eagle3``: an EAGLE head fusing the target's embeddings and first layer's states with its last feature;
-    ``hydra``: Medusa blocks that also read the committed and drafted tokens."""
+    ``hydra``: Medusa blocks that also read the committed and drafted tokens; ``deep``: an EAGLE head of two decoder
+    layers."""
     target = tiny_pair(sharpness=3.0).target
     torch.manual_seed(seed)
     ids = np.arange(VOCAB) if vocab is None else vocab
     head = few_row_linears(MedusaHeads(target.model, ids, k=k, hydra=kind == "hydra") if kind in ("medusa", "hydra") else
-                           EagleHead(target.model, ids, fuse=(0, 1) if kind == "eagle3" else ()))
+                           EagleHead(target.model, ids, fuse=(0, 1) if kind == "eagle3" else (),
+                                     layers=2 if kind == "deep" else 1))
     with torch.no_grad():
         for p in head.parameters():
             if p.requires_grad:
@@ -47,7 +49,7 @@ def _sessions(pair, prompts, sampling=None):
     return target, draft
 
 
-@pytest.mark.parametrize("kind", ["eagle", "eagle3", "medusa", "hydra"])
+@pytest.mark.parametrize("kind", ["eagle", "eagle3", "deep", "medusa", "hydra"])
 def test_head_session_rows_match_a_recomputation_without_cache(kind):
     """Drafting, a commit of an accepted draft and a correction, drafting again: every row equals the full recomputation."""
     pair = head_pair(kind, REDUCED)
@@ -75,7 +77,7 @@ def test_head_session_rows_match_a_recomputation_without_cache(kind):
         np.testing.assert_allclose(rows2[b, 0], reference(list(p) + committed[b, :counts[b]].tolist(), []), atol=1e-12)
 
 
-@pytest.mark.parametrize("kind", ["eagle", "eagle3", "medusa", "hydra"])
+@pytest.mark.parametrize("kind", ["eagle", "eagle3", "deep", "medusa", "hydra"])
 @pytest.mark.parametrize("verifier", [TokenVerify(), BlockVerify(), BackwardBlockVerify()], ids=lambda v: v.name)
 def test_head_first_token_law_is_the_target_row(kind, verifier):
     pair = head_pair(kind, REDUCED)
@@ -90,7 +92,7 @@ def test_head_loop_matches_plain_sampling_and_the_test_can_fail():
     assert two_sample_test(pair, [1, 6, 3], DecodingOPT(eps=np.inf), 3, n=600, tokens=2)["p_value"] < 1e-3
 
 
-@pytest.mark.parametrize("kind", ["eagle", "eagle3", "medusa", "hydra"])
+@pytest.mark.parametrize("kind", ["eagle", "eagle3", "deep", "medusa", "hydra"])
 def test_speculative_generate_with_a_head_on_ragged_batches(kind):
     pair = head_pair(kind, vocab=None)
     prompts = random_prompts(5, np.random.default_rng(1), low=2, high=7)
@@ -104,15 +106,19 @@ def test_speculative_generate_with_a_head_on_ragged_batches(kind):
     assert all(np.array_equal(a, b) for a, b in zip(run.tokens, again.tokens, strict=True))
 
 
-@pytest.mark.parametrize("kind", ["eagle", "eagle3", "medusa", "hydra"])
+@pytest.mark.parametrize("kind", ["eagle", "eagle3", "deep", "medusa", "hydra"])
 def test_save_and_load_a_head(tmp_path, kind):
     pair = head_pair(kind, REDUCED)
     head = pair.drafter.head
     record = save_head(head, tmp_path, {"target": "tiny"})
-    assert record["vocab_size"] == REDUCED.size and record["kind"] == {"eagle3": "eagle", "hydra": "medusa"}.get(kind, kind)
+    assert record["vocab_size"] == REDUCED.size
+    assert record["kind"] == {"eagle3": "eagle", "deep": "eagle", "hydra": "medusa"}.get(kind, kind)
     assert record["fuse_layers"] == ([0, 1] if kind == "eagle3" else []) and record["hydra"] == (kind == "hydra")
+    assert record["head_layers"] == {"deep": 2, "medusa": None, "hydra": None}.get(kind, 1)
     loaded, _ = load_head(tmp_path, pair.target.model)
     assert np.array_equal(loaded.vocab.numpy(), REDUCED)
+    if record["head_layers"]:
+        assert len(loaded.body.layers) == record["head_layers"]
     for (name, a), b in zip(head.named_parameters(), loaded.parameters(), strict=True):
         if a.requires_grad:  # int8 rows with a float16 scale per row: half a step, plus the scale's own rounding
             big = a.detach().abs().amax(dim=-1, keepdim=True) if a.ndim == 2 else a.detach().abs()
@@ -122,7 +128,7 @@ def test_save_and_load_a_head(tmp_path, kind):
         load_head(tmp_path / "missing", pair.target.model)
 
 
-@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+@pytest.mark.parametrize("kind", ["eagle", "eagle3", "deep"])
 def test_eagle_unrolled_training_steps_are_the_drafting_rows(kind):
     """Step s of the unrolled pass at pair i is the row the head drafts s tokens after committed pair i - s + 1."""
     from llm_bridge.heads import eagle_unrolled, target_features
@@ -154,6 +160,9 @@ def test_head_errors():
         MedusaHeads(pair.target.model, [0, VOCAB])
     with pytest.raises(ValueError, match="k >= 1"):
         MedusaHeads(pair.target.model, REDUCED, k=0)
+    for layers in (0, 3, 1.5, True):  # the tiny target has two layers
+        with pytest.raises(ValueError, match=r"1 <= layers <= 2"):
+            EagleHead(pair.target.model, REDUCED, layers=layers)
     from llm_bridge.trees import tree_generate
     from otspec.verifiers import KSeq
 
@@ -165,7 +174,7 @@ def test_head_errors():
     assert isinstance(head_pair("medusa", REDUCED).drafter.session(2), MedusaSession)
 
 
-@pytest.mark.parametrize("kind", ["eagle", "eagle3", "medusa", "hydra"])
+@pytest.mark.parametrize("kind", ["eagle", "eagle3", "deep", "medusa", "hydra"])
 def test_head_replay_rows_are_the_drafting_rows_by_depth(kind):
     """The replay's row at continuation step t and draft depth d is the head's row after d drafted tokens."""
     pair = head_pair(kind, REDUCED)
@@ -223,7 +232,7 @@ def test_train_head_vocabulary_and_bad_arguments(capsys):
         main(["--kind", "hydra"])
 
 
-@pytest.mark.parametrize("kind", ["eagle", "eagle3", "medusa", "hydra"])
+@pytest.mark.parametrize("kind", ["eagle", "eagle3", "deep", "medusa", "hydra"])
 def test_train_head_acceptance_is_the_loops_overlap_and_training_lowers_the_loss(kind):
     """``evaluate``'s acceptance at draft position s is the mean Σ min(p, q) of the head's drafting rows (HeadSource)
     against the target's rows over the scored positions; a few optimiser steps lower the training loss."""
@@ -255,7 +264,7 @@ def test_train_head_acceptance_is_the_loops_overlap_and_training_lowers_the_loss
                 agrees.append(p.argmax() == q.argmax())  # a greedy loop accepts the head's arg-max when it is q's
         assert got[s] == pytest.approx(np.mean(overlaps), abs=1e-9), f"draft position {s + 1}"
         assert agreement[s] == pytest.approx(np.mean(agrees), abs=1e-12)
-        assert kind in ("medusa", "hydra") or 0 < np.mean(agrees) < 1  # Medusa blocks start one place early
+        assert kind in ("medusa", "hydra", "deep") or 0 < np.mean(agrees) < 1  # Medusa blocks start one place early
     full = [float(c) for _, _, c, _ in step_losses(head, TrainingBatch(data, np.arange(3), head), 2, 0.1)]
     half = [float(c) for _, _, c, _ in step_losses(head, TrainingBatch(data, np.arange(3), head, score_fraction=0.5,
                                                                        rng=np.random.default_rng(0)), 2, 0.1)]
