@@ -61,10 +61,12 @@ def test_sweep_throughput_benchmark_runs():
 
 def test_loop_overhead_benchmark_runs():
     proc = subprocess.run([sys.executable, str(BENCH / "bench_loop_overhead.py"), "--target", "tiny", "--prompts", "2",
-                           "--tokens", "10", "--repeat", "1", "--json"], capture_output=True, text=True, timeout=300)
+                           "--tokens", "10", "--repeat", "1", "--batch", "1,2", "--json"], capture_output=True,
+                          text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
-    assert {r["verifier"] for r in out["results"]} == {"token", "block"}
+    assert [(r["batch"], r["verifier"]) for r in out["results"]] == [(1, "token"), (1, "block"), (2, "token"),
+                                                                     (2, "block")]
     assert all(r["fraction_of_target_call"] > 0 for r in out["results"])
 
 
