@@ -101,7 +101,7 @@ def _row(result, policy: str, value, baseline: dict, batch_size: int = 1) -> dic
     mean, low, high = paired_ratio_interval(tokens, iterations, seed=0)
     return {"policy": policy, "value": value,
             "block_efficiency": {"mean": mean, "low": low, "high": high, "unit": "prompt", "prompts": int(tokens.size)},
-            "block_efficiency_batch_means": {"mean": be.value, "low": be.low, "high": be.high},
+            **be.record_fields("block_efficiency_batch_means"),
             "mean_draft_length": float(drafted @ np.arange(drafted.size) / max(drafted.sum(), 1)),
             "draft_calls_per_iteration": timer.count("draft") / max(d.iterations, 1),
             "discard_rate": cost.discard_rate, "verification_rate": cost.verification_rate,

@@ -27,12 +27,13 @@ from __future__ import annotations
 import json
 import sys
 import time
+import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from otspec.checks import check_size
+from otspec.checks import check_data_file, check_size, file_problem
 from otspec.clitools import ArgumentParser, path_argument, writable_folder
 
 from .models import DEFAULT_TARGET, ModelNotFound
@@ -49,6 +50,8 @@ FORMAT = "otspec-corpus-1"
 #: Largest values of a recipe, checked before the model loads (far above a laptop's corpus: a larger value is a typo).
 LIMITS = {"tokens": 10**9, "shard_messages": 4096, "samples": 64, "greedy": 64, "length": 4096,
           "message_tokens": 1024}
+#: Smallest values (a user message of fewer tokens is rarely finished: the target would write none in its attempts).
+MINIMA = {"greedy": 0, "message_tokens": 16}
 _SENTINEL = "\x00MESSAGE\x00"
 
 
@@ -68,7 +71,7 @@ class CorpusRecipe:
 
     def __post_init__(self):
         for name, limit in LIMITS.items():
-            check_size(getattr(self, name), "--" + name.replace("_", "-"), minimum=0 if name == "greedy" else 1,
+            check_size(getattr(self, name), "--" + name.replace("_", "-"), minimum=MINIMA.get(name, 1),
                        limit=limit, limit_name="the corpus's limit")
         check_size(self.seed, "--seed", minimum=0)
         if not isinstance(self.target, str) or not self.target:
@@ -137,7 +140,8 @@ def _shard(target, recipe: CorpusRecipe, index: int, exclude) -> dict:
     messages = user_messages(target, recipe.shard_messages, seed=seed, max_tokens=recipe.message_tokens,
                              exclude=exclude)
     if not messages:
-        raise RuntimeError(f"shard {index}: the target wrote no usable user message in 8 attempts")
+        raise ValueError(f"shard {index}: the target wrote no usable user message in 8 attempts of at most "
+                         f"--message-tokens {recipe.message_tokens} tokens; allow longer messages")
     prompts = encode_prompts(target.tokenizer, messages)
     seqs, plens, temps, which = [], [], [], []
     for temperature, count in ((1.0, recipe.samples), (0.0, recipe.greedy)):
@@ -160,12 +164,31 @@ def _shard(target, recipe: CorpusRecipe, index: int, exclude) -> dict:
 
 
 def _read_index(folder: Path) -> dict | None:
+    """The checked ``corpus.json`` of ``folder``, or None when there is none (a ``ValueError`` naming it when it is
+    not a regular file, not JSON, or not an index of this format)."""
     path = folder / "corpus.json"
-    if not path.is_file():
+    if file_problem(path) == "does not exist":
         return None
-    index = json.loads(path.read_text())
+    check_data_file(path, "corpus index")  # a pipe named corpus.json would block the read, then the write
+    try:
+        index = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not JSON ({err})") from None
     if not isinstance(index, dict) or index.get("format") != FORMAT:
         raise ValueError(f"{path}: not an otspec corpus index (format {FORMAT!r})")
+
+    def count(x, low=0):
+        return isinstance(x, int) and not isinstance(x, bool) and x >= low
+
+    shards = index.get("shards")
+    if (not isinstance(index.get("recipe"), dict) or not isinstance(shards, list)
+            or not all(isinstance(e, dict) and count(e.get("index")) and count(e.get("tokens"))
+                       and isinstance(e.get("file"), str) and e["file"] == Path(e["file"]).name != ""
+                       for e in shards)
+            or ("vocab_size" in index and not count(index["vocab_size"], 1))
+            or (shards and "vocab_size" not in index)):
+        raise ValueError(f"{path}: a damaged corpus index (expected a recipe, a list of shards each with an index, "
+                         "a file name in this folder and a token count, and a vocabulary size >= 1)")
     return index
 
 
@@ -211,7 +234,8 @@ def build_corpus(recipe: CorpusRecipe, out=None, *, progress: bool = True, devic
         index["shards"].sort(key=lambda s: s["index"])
         index["tokens"] = sum(s["tokens"] for s in index["shards"])
         index["vocab_size"] = int(target.vocab_size)
-        (folder / "corpus.json").write_text(json.dumps(index, indent=1) + "\n")
+        (folder / "corpus.json.tmp").write_text(json.dumps(index, indent=1) + "\n")
+        (folder / "corpus.json.tmp").replace(folder / "corpus.json")  # a reader never sees half an index
         bar.update(generated)
     bar.close()
     return index
@@ -259,21 +283,25 @@ def load_corpus(folder=None, *, target: str = DEFAULT_TARGET, max_tokens: int | 
     index = _read_index(folder)
     if index is None:
         raise FileNotFoundError(f"{folder} holds no corpus.json; build one with python -m llm_bridge.corpus")
-    vocab, rows, total, files = int(index["vocab_size"]), [], 0, {}
+    vocab, rows, total, files = int(index.get("vocab_size", 1)), [], 0, {}
     for s in index["shards"]:
         if max_tokens is not None and total >= max_tokens:
             break
         path = folder / s["file"]
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: listed in corpus.json but missing")
-        with np.load(path, allow_pickle=False) as z:
-            _check_shard(path, z, vocab)
-            off = z["offsets"]
-            toks = z["tokens"].astype(np.int64)
-            for j in range(len(off) - 1):
-                rows.append((toks[off[j]:off[j + 1]], int(z["prompt_lengths"][j]),
-                             s["index"] * index["recipe"]["shard_messages"] + int(z["message"][j]),
-                             float(z["temperature"][j]), s["index"]))
+        check_data_file(path, "corpus shard (listed in corpus.json)")
+        try:
+            with np.load(path, allow_pickle=False) as arrays:
+                z = {key: arrays[key] for key in ("format", "vocab_size", "offsets", "tokens", "prompt_lengths",
+                                                  "message", "temperature")}
+        except (OSError, KeyError, TypeError, ValueError, zipfile.BadZipFile) as err:
+            raise ValueError(f"{path}: not a corpus shard ({err})") from None
+        _check_shard(path, z, vocab)
+        off = z["offsets"]
+        toks = z["tokens"].astype(np.int64)
+        for j in range(len(off) - 1):
+            rows.append((toks[off[j]:off[j + 1]], int(z["prompt_lengths"][j]),
+                         s["index"] * index["recipe"]["shard_messages"] + int(z["message"][j]),
+                         float(z["temperature"][j]), s["index"]))
         total += s["tokens"]
         files[s["index"]] = path
     lengths = np.array([len(r[0]) for r in rows])

@@ -207,6 +207,9 @@ def _positive(what: str):
 def _folder(argument):
     if not Path(argument).is_dir():
         raise ValueError(f"head:{argument}: no such folder (a head made by python -m llm_bridge.train_head)")
+    if not (Path(argument) / "drafter.json").is_file():
+        raise ValueError(f"head:{argument}: the folder holds no drafter.json (not a head made by python -m "
+                         "llm_bridge.train_head)")
 
 
 @register_drafter("ngram", argument="N, the longest n-gram looked up (default 3)", optional=True,

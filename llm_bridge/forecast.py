@@ -131,10 +131,10 @@ def main(argv=None) -> int:
             return 0
         config = ValidateConfig(
             target=args.target, draft=args.draft, device=args.device, dtype=args.dtype,
-            verifiers=tuple(v.strip() for v in args.verifiers.split(",") if v.strip()),
+            verifiers=tuple(comma_items(args.verifiers, "--verifiers")),
             lengths=_lengths(args.L),
-            trees=tuple(t.strip() for t in args.trees.split(",") if t.strip()),
-            multi_verifiers=tuple(v.strip() for v in args.multi_verifiers.split(",") if v.strip()),
+            trees=tuple(comma_items(args.trees, "--trees")),
+            multi_verifiers=tuple(comma_items(args.multi_verifiers, "--multi-verifiers")),
             rule=args.rule, prompts=args.prompts, prediction_prompts=args.prediction_prompts,
             max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, temperature=args.temperature,
             top_k=args.top_k, top_p=args.top_p, seed=args.seed, cache=args.cache,

@@ -18,11 +18,18 @@ import json
 import sys
 from pathlib import Path
 
-from otspec.clitools import ArgumentParser, comma_items, length_list, path_argument, writable_file
+from otspec.clitools import (
+    ArgumentParser,
+    comma_items,
+    length_list,
+    path_argument,
+    writable_file,
+    writable_folder,
+)
 
 from .models import DEFAULT_TARGET, ModelNotFound
 
-__all__ = ["HEADS", "head_recipe", "main", "plot_curve", "run_curve"]
+__all__ = ["HEADS", "head_recipe", "main", "plot_curve", "read_curve", "run_curve"]
 
 #: The head kinds a curve can hold, and the train_head options each means.
 HEADS = {"eagle": {"kind": "eagle"}, "eagle3": {"kind": "eagle", "fuse": None},
@@ -37,6 +44,8 @@ def head_recipe(head: str, tokens: int, *, settings: dict, out: Path):
 
     options = dict(HEADS[head])
     if "fuse" in options:
+        if not settings["fuse"]:
+            raise ValueError(f"--fuse: the {head} head fuses target layers; name them (e.g. 3,15)")
         options["fuse"] = tuple(settings["fuse"])
     return HeadRecipe(**options, target=settings["target"], corpus=Path(settings["corpus"]), train_tokens=tokens,
                       steps=settings["steps"], batch=settings["batch"], lr=settings["lr"], seed=settings["seed"],
@@ -49,7 +58,7 @@ def run_curve(heads, sizes, settings: dict, out: Path, heads_dir: Path) -> dict:
     """Train and measure every (head, size) point missing from ``out`` (written after each); returns the record."""
     from .train_head import train_head
 
-    record = json.loads(out.read_text()) if out.is_file() else None
+    record = read_curve(out) if out.is_file() else None
     kept = {k: v for k, v in settings.items() if k != "progress"}
     if record is None or record.get("format") != FORMAT or record.get("settings") != kept:
         record = {"format": FORMAT, "settings": kept, "points": []}
@@ -67,6 +76,47 @@ def run_curve(heads, sizes, settings: dict, out: Path, heads_dir: Path) -> dict:
                 "seconds": round(got["seconds"], 1)})
             out.write_text(json.dumps(record, indent=1) + "\n")
             plot_curve(record, out.with_suffix(".png"))
+    return record
+
+
+def _point_ok(p) -> bool:
+    """Whether a curve point holds what :func:`run_curve` writes: a known head, counts >= 0, shares in [0, 1]."""
+    import math
+
+    def count(x):
+        return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+    def shares(xs):
+        return isinstance(xs, list) and all(isinstance(x, int | float) and not isinstance(x, bool) and 0 <= x <= 1
+                                            for x in xs)
+
+    return (isinstance(p, dict) and p.get("head") in HEADS
+            and all(count(p.get(k)) for k in ("train_tokens_asked", "train_tokens", "trained_parameters"))
+            and shares(p.get("acceptance_per_position")) and shares([p.get("coverage")])
+            and (p.get("greedy_agreement_per_position") is None or shares(p["greedy_agreement_per_position"]))
+            and isinstance(p.get("seconds"), int | float) and math.isfinite(p["seconds"]) and p["seconds"] >= 0)
+
+
+def read_curve(path: Path) -> dict | None:
+    """A curve record written by :func:`run_curve` (None: a JSON file of another format, started afresh), checked: a
+    point resumed from a damaged file would be printed and plotted as if measured (a ``ValueError`` naming ``path``)."""
+    from otspec.checks import check_data_file
+
+    check_data_file(path, "--out (a head curve to resume)")
+    try:
+        record = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"--out {path}: not a JSON head curve ({err})") from None
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        return None
+    points = record.get("points")
+    if not isinstance(points, list):
+        raise ValueError(f"--out {path}: 'points' is not a list; move the file away to start afresh")
+    bad = next((i for i, p in enumerate(points) if not _point_ok(p)), None)
+    if bad is not None:
+        raise ValueError(f"--out {path}: point {bad} is damaged (expected a known head, token counts >= 0, "
+                         "acceptances, agreements and coverage in [0, 1], seconds >= 0); move the file away to start "
+                         "afresh")
     return record
 
 
@@ -112,8 +162,17 @@ def _heads(text: str) -> list:
     return heads
 
 
+def _layer_indices(text: str) -> tuple:
+    import argparse
+
+    items = comma_items(text)
+    if not items or not all(x.isascii() and x.isdigit() for x in items):
+        raise argparse.ArgumentTypeError(f"expected target layer indices >= 0, comma-separated, got {text!r}")
+    return tuple(int(x) for x in items)
+
+
 def main(argv=None) -> int:
-    from .corpus import CORPUS_DIR
+    from .corpus import CORPUS_DIR, load_corpus
 
     ap = ArgumentParser(prog="python -m llm_bridge.head_curve", description=__doc__.splitlines()[0])
     ap.add_argument("--heads", type=_heads, default=list(HEADS), help="comma-separated, among " + ", ".join(HEADS))
@@ -125,7 +184,8 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--vocab", type=int, default=8192)
-    ap.add_argument("--fuse", default="3,15", help="eagle3: the target layers fused with its last feature")
+    ap.add_argument("--fuse", type=_layer_indices, default=(3, 15),
+                    help="eagle3, eagle3x2: the target layers fused with its last feature")
     ap.add_argument("--heldout-sequences", type=int, default=256)
     ap.add_argument("--score-fraction", type=float, default=0.25,
                     help="share of each batch's outputs scored (train_head --score-fraction)")
@@ -136,16 +196,17 @@ def main(argv=None) -> int:
     sizes = sorted(set(args.train_tokens))
     try:
         corpus = args.corpus if args.corpus is not None else CORPUS_DIR / args.target
-        if not (corpus / "corpus.json").is_file():
-            raise FileNotFoundError(f"--corpus {corpus}: holds no corpus.json (python -m llm_bridge.corpus builds one)")
+        load_corpus(corpus)  # a missing or damaged index or shard is refused before any model loads
         settings = {"target": args.target, "corpus": str(corpus), "steps": args.steps, "batch": args.batch,
-                    "lr": args.lr, "vocab": args.vocab, "fuse": [int(x) for x in comma_items(args.fuse)],
+                    "lr": args.lr, "vocab": args.vocab, "fuse": list(args.fuse),
                     "heldout_sequences": args.heldout_sequences, "seed": args.seed,
                     "score_fraction": args.score_fraction}
         for head in args.heads:  # every recipe checked before any model loads
             head_recipe(head, sizes[0], settings=settings, out=args.heads_dir / head)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        writable_file(args.out, "--out")
+        writable_file(args.out, "--out", make_folder=True)
+        if args.out.is_file():
+            read_curve(args.out)  # a damaged record to resume is refused now, not after the first point
+        writable_folder(args.heads_dir, "--heads-dir")
         record = run_curve(args.heads, sizes, settings, args.out, args.heads_dir)
     except (ModelNotFound, ImportError, ValueError, FileNotFoundError) as err:
         print(f"python -m llm_bridge.head_curve: {err}", file=sys.stderr)

@@ -209,6 +209,8 @@ def check_model_spec(spec: str) -> None:
     path = Path(str(spec)).expanduser()
     if spec == DEFAULT_TARGET:
         return
+    if not str(spec).strip():
+        raise ModelNotFound("model: an empty name (expected smollm2, a folder, a .gguf file or a hub id)")
     if path.suffix == ".gguf":
         if not path.is_file():
             raise ModelNotFound(f"GGUF file {path} does not exist")
@@ -239,12 +241,13 @@ def layer_count(spec: str) -> int | None:
 
             fields = GGUFReader(path).fields
             arch = fields["general.architecture"].contents()
-            return int(fields[f"{arch}.block_count"].contents())
+            count = int(fields[f"{arch}.block_count"].contents())
+            return count if count >= 1 else None
         if (path / "config.json").is_file():
             config = json.loads((path / "config.json").read_text())
             config = config.get("text_config", config)
             count = next((config[k] for k in ("num_hidden_layers", "n_layer", "num_layers") if k in config), None)
-            return int(count) if isinstance(count, int) and not isinstance(count, bool) else None
+            return int(count) if isinstance(count, int) and not isinstance(count, bool) and count >= 1 else None
     except (ImportError, OSError, KeyError, ValueError, TypeError, AttributeError):
         return None
     return None

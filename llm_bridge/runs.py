@@ -291,7 +291,7 @@ def run_record(result, verifier_name: str, L: int, baseline: dict, profile, rng,
     return ChainRun.from_json(with_prediction_check({
         "verifier": verifier_name, "L": L,
         "block_efficiency": by_prompt,
-        "block_efficiency_batch_means": {"mean": be.value, "low": be.low, "high": be.high},
+        **be.record_fields("block_efficiency_batch_means"),
         "predicted_block_efficiency": value,
         "predicted_block_efficiency_interval": {"low": low, "high": high},
         "prediction_method": method,
@@ -355,7 +355,7 @@ def tree_record(result, verifier_name: str, baseline: dict, prediction=None, bat
         else "x".join(map(str, result.tree.branching)), "rule": result.rule,
         "replacement": result.tree.replacement, "tree_tokens": result.tree.num_tokens,
         "block_efficiency": by_prompt,
-        "block_efficiency_batch_means": {"mean": be.value, "low": be.low, "high": be.high},
+        **be.record_fields("block_efficiency_batch_means"),
         "expected_block_efficiency_given_tree": float(1 + result.expected_accepted.mean())
         if result.expected_accepted.size else None,
         "predicted_block_efficiency": predicted["acceptance"] if prediction is None else prediction.block_efficiency,

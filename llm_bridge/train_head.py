@@ -301,7 +301,7 @@ class HeadRecipe:
                              "vocabulary)")
         check_real(self.lr, "--lr", low=0.0, low_open=True)
         check_real(self.feature_weight, "--feature-weight", low=0.0)
-        check_real(self.score_fraction, "--score-fraction", low=0.0, high=1.0, low_open=True)
+        check_real(self.score_fraction, "--score-fraction", low=0.01, high=1.0)  # below 1 %: steps that score nothing
         check_size(self.seed, "--seed", minimum=0)
         check_size(self.train_tokens, "--train-tokens", minimum=0, limit=10**9, limit_name="train_head's limit")
         if self.head_layers != 1 and self.kind != "eagle":
@@ -310,8 +310,9 @@ class HeadRecipe:
             raise ValueError("--hydra: Hydra's blocks are Medusa heads that also read the drafted tokens (--kind medusa)")
         if self.fuse and (self.kind != "eagle" or self.corpus is None):
             raise ValueError("--fuse: an EAGLE head fuses target layers, and their states come with a --corpus")
-        if any(isinstance(i, bool) or int(i) != i or not 0 <= i < 4096 for i in self.fuse):
-            raise ValueError(f"--fuse: expected target layer indices >= 0, got {list(self.fuse)}")
+        if any(isinstance(i, bool) or int(i) != i or not 0 <= i < 4096 for i in self.fuse) or len(
+                set(self.fuse)) != len(self.fuse):
+            raise ValueError(f"--fuse: expected distinct target layer indices >= 0, got {list(self.fuse)}")
         deepest = layer_count(self.target)  # from its config, before it loads
         if deepest is not None and (self.head_layers > deepest or any(i >= deepest for i in self.fuse)):
             raise ValueError(f"--head-layers {self.head_layers}, --fuse {list(self.fuse)}: the target {self.target!r} "
@@ -342,9 +343,10 @@ def train_head(recipe: HeadRecipe) -> dict:
     t0 = time.perf_counter()
     if recipe.corpus is None:
         files = prompt_files(prompts)  # a missing prompt file is refused before the model loads
-    elif not (Path(recipe.corpus) / "corpus.json").is_file():
-        raise FileNotFoundError(f"--corpus {recipe.corpus}: holds no corpus.json (python -m llm_bridge.corpus "
-                                "builds one)")
+    else:
+        from .corpus import load_corpus
+
+        load_corpus(recipe.corpus)  # a missing or damaged index or shard is refused before the model loads
     tgt = load_model(target, device=device, dtype="float32")
     if recipe.corpus is None:
         data = corpus(tgt, target_name=target, samples=samples, length=length, seed=seed, prompts=files,

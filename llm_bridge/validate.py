@@ -438,19 +438,19 @@ def main(argv=None) -> int:
         ap.error(f"--L {args.L!r}: expected comma-separated integers")
     try:
         config = ValidateConfig(
-            target=args.target, draft=args.draft, verifiers=tuple(v.strip() for v in args.verifiers.split(",")),
+            target=args.target, draft=args.draft, verifiers=tuple(comma_items(args.verifiers, "--verifiers")),
             lengths=tuple(lengths), prompts=args.prompts, max_new_tokens=args.max_new_tokens, device=args.device,
             dtype=args.dtype, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
             batch_size=args.batch_size, lossless_samples=args.lossless_samples, hf=not args.no_hf,
-            trees=tuple(t for t in args.trees.split(",") if t.strip()),
-            multi_verifiers=tuple(v.strip() for v in args.multi_verifiers.split(",") if v.strip()),
+            trees=tuple(comma_items(args.trees, "--trees")),
+            multi_verifiers=tuple(comma_items(args.multi_verifiers, "--multi-verifiers")),
             rule=args.rule, cache=args.cache, log_rows=args.log_rows, log_top_p=args.log_top_p,
             log_max_kept=args.log_max_kept, prediction_sequences=args.prediction_sequences,
             hf_prompts=args.hf_prompts, timing_attempts=args.timing_attempts, pairing=args.pairing,
             progress=args.progress, prediction_prompts=args.prediction_prompts,
             prediction_paths=args.prediction_paths,
             lossless_verifiers=None if args.lossless_verifiers is None else
-            tuple(v.strip() for v in args.lossless_verifiers.split(",") if v.strip()))
+            tuple(comma_items(args.lossless_verifiers, "--lossless-verifiers")))
     except (FileNotFoundError, ValueError) as err:  # the settings, checked before any folder is made
         print(f"python -m llm_bridge.validate: {err}", file=sys.stderr)
         return 2

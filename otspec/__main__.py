@@ -1,4 +1,3 @@
-import os
 import sys
 
 from .cli import main
@@ -6,7 +5,7 @@ from .cli import main
 if __name__ == "__main__":
     code = main()
     if sys.argv[1:2] == ["audit"]:  # an audited sampler's leftover thread or exit handler must not keep it running
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code if isinstance(code, int) else 1)
+        from .audit.isolate import hard_exit
+
+        hard_exit(code)
     sys.exit(code)

@@ -159,6 +159,7 @@ def _block_one(args, L) -> dict:
     names = {cls: name for name, cls in CHAIN_VERIFIERS.items()}  # simulate/decode --verifier of each column
     out["simulate_verifier"] = {key: names[cls] for key, cls in block_keys().items() if key in out}
     if args.cost_ratio is not None:
+        check_size(args.max_length, "--max-length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
         out.update(_cost_model(draft, target, L, args.cost_ratio, args.max_length, values))
     return out
 

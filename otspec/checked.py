@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import array_api_compat
 
+from .checks import check_flag
 from .distributions import check_same_vocab, overlap, residual, total_variation, validate_probs
 
 __all__ = ["checked_overlap", "checked_residual", "checked_total_variation"]
@@ -34,4 +35,5 @@ def checked_overlap(draft, target):
 def checked_residual(minuend, subtrahend, *, return_mass: bool = False):
     """:func:`residual` of two probability rows (numpy, torch or lists), checked first (``otspec.residual``;
     ``residual(target, draft)`` is speculative sampling's residual)."""
-    return residual(*_checked_pair(minuend, subtrahend, ("minuend", "subtrahend")), return_mass=return_mass)
+    return residual(*_checked_pair(minuend, subtrahend, ("minuend", "subtrahend")),
+                    return_mass=check_flag(return_mass, "return_mass"))

@@ -59,8 +59,9 @@ MAX_CANDIDATES = 4096
 MAX_HORIZON = 1_000_000
 #: Most Monte Carlo blocks one call simulates: about 15 minutes at the measured 1e6 blocks/s.
 MAX_SIMULATION_BLOCKS = 10**9
-#: Most tokens (sequences × tokens per sequence) one decode call keeps in its buffer.
-MAX_DECODE_ENTRIES = 2**27
+#: Most tokens (sequences × tokens per sequence) one decode call keeps in its buffer: about 46 bytes each with the
+#: ledger, so 1.6 GB at the limit.
+MAX_DECODE_ENTRIES = 2**25
 #: Largest number of (draft, position, token) probability entries an exact enumeration builds at once.
 MAX_EXACT_ENTRIES = 2**26
 #: Most draft tokens one tree drafts (a k-config's Σ_i ∏_{j<=i} k_j; an EAGLE-2 tree's top_k + (depth − 1) top_k²).
@@ -175,7 +176,8 @@ def check_data_file(path, what: str) -> None:
     if problem == "does not exist":
         raise MissingFile(f"{what} not found: no file {path}")
     if problem:
-        raise ValueError(f"{what}: {path} {problem}")
+        raise ValueError(f"{what}: {path!r} {problem}" if not str(path) or problem.startswith("is not a path") else
+                         f"{what}: {path} {problem}")
 
 
 def file_problem(path) -> str | None:
@@ -184,6 +186,10 @@ def file_problem(path) -> str | None:
     import os
     import stat
 
+    if isinstance(path, bool) or not isinstance(path, str | os.PathLike):  # os.stat(3) would read descriptor 3
+        return f"is not a path (a str or os.PathLike), it is a {type(path).__name__}"
+    if not os.fspath(path):
+        return "is an empty path"
     try:
         mode = os.stat(path).st_mode
     except (FileNotFoundError, NotADirectoryError, ValueError):  # ValueError: an embedded NUL
@@ -206,15 +212,23 @@ def check_flag(value, name: str) -> bool:
     return bool(value)
 
 
+def check_dense(array, name: str) -> None:
+    """Refuse a meta or sparse torch tensor (a ``ValueError`` naming ``name``): it holds no values to check."""
+    if getattr(array, "is_meta", False) or str(getattr(array, "layout", "torch.strided")) != "torch.strided":
+        raise ValueError(f"{name}: a {'meta' if getattr(array, 'is_meta', False) else 'sparse'} tensor holds no values "
+                         "to check; pass a dense tensor with its values")
+
+
 def all_numbers(items) -> bool:
-    """Whether a nested list holds only real numbers (no text, None or other objects)."""
+    """Whether a nested list holds only real numbers (``Decimal`` included; no text, None or other objects)."""
     import numbers
+    from decimal import Decimal
 
     stack = [items]
     while stack:
         x = stack.pop()
         if isinstance(x, list | tuple):
             stack.extend(x)
-        elif not isinstance(x, numbers.Real):
+        elif not isinstance(x, numbers.Real | Decimal):
             return False
     return True

@@ -43,6 +43,7 @@ from .clitools import (
     seed,
     tree_from_args,
     writable_file,
+    writable_folder,
 )
 from .engine import Backend, generate, generate_tree, simulate, simulate_logged, simulate_tree
 from .engine.trie import check_tree_verifier
@@ -170,7 +171,7 @@ def _source_random(args) -> dict:
         raise CLIError(f"--draft-out and --target-out name the same file ({args.draft_out}); the target would "
                        "overwrite the draft")
     for flag, path in (("--draft-out", args.draft_out), ("--target-out", args.target_out)):  # both, before either
-        writable_file(path, flag)                                                              # is written
+        writable_file(path, flag, make_folder=True)                                            # is written
     draft, target = random_markov(args.vocab, args.concentration, horizon=args.horizon, seed=args.seed,
                                   sparsity=args.sparsity)
     entries = target.transition.size
@@ -206,6 +207,9 @@ def _sweep(args) -> dict:
         raise CLIError(f"the sweep needs {', '.join(missing)}, not installed in this environment: {EXTRAS_HINT}")
     spec = load_spec(args.spec)
     out = args.out or Path(args.spec).with_suffix("").parent / f"{Path(args.spec).stem}_results"
+    writable_folder(out, "--out")  # a file or a device in its place is refused before any cell runs
+    if args.scheduler is not None and not str(args.scheduler).strip():
+        raise CLIError("--scheduler: an empty address (give host:port of a Dask scheduler, or leave the flag out)")
     if args.workers is not None and (args.scheduler or args.cluster):
         raise CLIError("--workers is the local pool's size; with --scheduler or --cluster the cluster decides")
     return {"sweep": spec.name, "out": str(out), **run_sweep(spec, out, workers=args.workers, scheduler=args.scheduler,

@@ -125,14 +125,14 @@ def join_negative_values(argv: list[str]) -> list[str]:
     return out
 
 
-def comma_items(text: str) -> list[str]:
+def comma_items(text: str, flag: str | None = None) -> list[str]:
     """The items of a comma-separated list: ``""`` is the empty list, an empty item inside (``"2,,4"``, ``"2,"``) a
-    ``ValueError`` (a typo, not a shorter list)."""
+    ``ValueError`` naming ``flag`` when given (a typo, not a shorter list)."""
     if not str(text).strip():
         return []
     items = [part.strip() for part in str(text).split(",")]
     if not all(items):
-        raise ValueError(f"an empty item in {text!r}")
+        raise ValueError(f"{flag + ' ' if flag else ''}{text!r}: an empty item in a comma-separated list")
     return items
 
 
@@ -190,6 +190,8 @@ def writable_folder(path, flag: str) -> Path:
     """``path``, a folder a command writes into at its end, checked at its start: it exists or can be made, and can
     be written to (a ``ValueError`` naming ``flag`` otherwise), so a long run never fails at its last step."""
     folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{flag} {folder}: is a file (or a device), not a folder")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -199,10 +201,12 @@ def writable_folder(path, flag: str) -> Path:
     return folder
 
 
-def writable_file(path, flag: str) -> Path:
-    """``path``, a file a command writes at its end, checked at its start: its folder exists and can be written to,
-    and ``path`` is not a folder (a ``ValueError`` naming ``flag`` otherwise)."""
+def writable_file(path, flag: str, *, make_folder: bool = False) -> Path:
+    """``path``, a file a command writes at its end, checked at its start: its folder exists (``make_folder``: is
+    made) and can be written to, and ``path`` is not a folder (a ``ValueError`` naming ``flag`` otherwise)."""
     path = Path(path)
+    if make_folder:
+        writable_folder(path.resolve().parent, flag)
     folder = path.resolve().parent
     if not folder.is_dir():
         raise ValueError(f"{flag} {path}: its folder does not exist")

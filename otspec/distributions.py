@@ -8,10 +8,8 @@ Conventions
 -----------
 * ``draft`` is the small model's distribution (``p`` in the specs), ``target``
   the large model's (``q``).
-* A row is *valid* when it is finite, non-negative and sums to 1 within
-  :func:`normalisation_tolerance` of its dtype (the sum taken in float64).
-  :func:`validate_probs` raises :class:`ValueError` naming the argument and what was
-  expected otherwise.
+* A row is *valid* when it is finite, non-negative and sums to 1 within :func:`normalisation_tolerance` of its
+  dtype (the sum taken in float64); :func:`validate_probs` raises :class:`ValueError` naming the argument otherwise.
 
 Precision policy
 ----------------
@@ -19,7 +17,7 @@ Rows are checked in their own dtype — finite, ≥ 0, ``|Σ − 1| ≤ max(1e-6
 with the sum accumulated in float64, a bound that does not grow with the vocabulary (a
 softmax row rounded entry by entry is off by at most eps/2 in total, whatever V) — and then
 renormalised in a working precision: float64 and float32 rows keep their dtype; float16 and
-bfloat16 rows are upcast to float32 first; integer and boolean input becomes float64.
+bfloat16 rows are upcast to float32 first; integer input becomes float64 (booleans are refused: a mask is no row).
 Tolerances: 1e-6 (float64 and float32), 7.8e-3 (float16), 6.25e-2 (bfloat16).
 
 Spec: ``docs/token_and_block_verification.md``.
@@ -32,7 +30,7 @@ import math
 import array_api_compat
 import numpy as np
 
-from .checks import all_numbers
+from .checks import all_numbers, check_dense
 from .namespaces import namespace, resolve_device  # re-exported: the package imports them from here
 
 #: Absolute tolerance on ``|sum(row) - 1|`` accepted by :func:`validate_probs` for
@@ -177,14 +175,16 @@ def validate_probs(probs, name: str = "probs", *, tol: float | None = None, min_
         raise ValueError(f"{name}: a masked array; pass a plain array (masked entries as 0 if that is meant)")
     if not (array_api_compat.is_array_api_obj(probs)):
         try:
-            if np.asarray(probs).dtype.kind in "USO" and not all_numbers(probs):
-                raise TypeError("text or other objects among the entries")
+            kind = np.asarray(probs).dtype.kind
+            if kind in "USOb" and not (kind != "b" and all_numbers(probs)):
+                raise TypeError("booleans, text or other objects among the entries, not only numbers")
             probs = np.asarray(probs, dtype=np.float64)
         except (TypeError, ValueError, OverflowError) as exc:  # ragged lists, text, None, a huge integer
             raise ValueError(f"{name}: expected an array of probabilities, could not read it as numbers ({exc})") from None
+    check_dense(probs, name)
     xp = namespace(probs)
     if not xp.isdtype(probs.dtype, "real floating"):
-        if not (xp.isdtype(probs.dtype, "integral") or xp.isdtype(probs.dtype, "bool")):
+        if not xp.isdtype(probs.dtype, "integral"):
             raise ValueError(f"{name}: expected real probabilities, got dtype {probs.dtype}")
         probs = xp.astype(probs, xp.float64)
     checked_dtype = probs.dtype

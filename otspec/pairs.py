@@ -43,6 +43,10 @@ def check_pair(draft: Source, target: Source, length: int | None = None) -> int:
     Raises ``ValueError`` naming both vocabulary sizes on a mismatch, and naming the source
     and its horizon when ``length`` exceeds it.
     """
+    for name, source in (("draft", draft), ("target", target)):
+        if not isinstance(source, Source):
+            raise ValueError(f"{name}: expected a Source (otspec.IIDSource, otspec.MarkovSource, ...), got "
+                             f"{type(source).__name__}; a probability row is otspec.IIDSource(row)")
     if draft.vocab_size != target.vocab_size:
         raise ValueError(f"vocabulary mismatch: draft has {draft.vocab_size} tokens, target has "
                          f"{target.vocab_size}; both models must share one vocabulary")

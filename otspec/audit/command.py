@@ -24,11 +24,12 @@ def _run(args) -> dict:
 
 def audit_in_process(args) -> dict:
     """The audit ``args`` asks for, in this process (the result dict the command prints, with its exit status)."""
-    from .protocol import HARD_EXIT
+    from .protocol import HARD_EXIT, no_hard_exit
 
     HARD_EXIT["allowed"] = True  # a sampler that disables both interrupts ends this command (exit 2), never hangs it
     try:
-        return _audit(args)
+        with no_hard_exit():  # a sampler's os._exit is its error, not the command's exit status
+            return _audit(args)
     finally:
         HARD_EXIT["allowed"] = False  # main() called in a user's own process leaves it as it found it
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..clitools import CLIError
 
-__all__ = ["OUTCOME_ENV", "run_isolated"]
+__all__ = ["OUTCOME_ENV", "hard_exit", "run_isolated"]
 
 #: The environment variable that names the child's outcome file.
 OUTCOME_ENV = "OTSPEC_AUDIT_OUTCOME"
@@ -155,10 +155,18 @@ def _child() -> int:
     return 0
 
 
+def hard_exit(code) -> None:
+    """Flush what is still open and end the process without an interpreter shutdown: a thread or exit handler the
+    sampler left cannot keep it alive, and a stream the sampler closed is skipped."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (ValueError, OSError, AttributeError):  # closed, broken, or replaced by the sampler
+            pass
+    os._exit(code if isinstance(code, int) and not isinstance(code, bool) else 1)
+
+
 if __name__ == "__main__":
     if OUTCOME_ENV not in os.environ:
         sys.exit("otspec.audit.isolate is the audit's child process: run `python -m otspec audit` instead")
-    code = _child()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # no interpreter shutdown: a thread or exit handler the sampler left cannot keep the child alive
+    hard_exit(_child())

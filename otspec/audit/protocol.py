@@ -14,6 +14,7 @@ timeout is reported with a clear :class:`SamplerError`, never a traceback from d
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import os
@@ -27,8 +28,8 @@ import numpy as np
 
 from ..checks import check_real
 
-__all__ = ["DEFAULT_TIMEOUT_S", "MAX_TIMEOUT_S", "SamplerError", "SamplerTimeout", "call_sampler", "check_timeout",
-           "load_sampler"]
+__all__ = ["DEFAULT_TIMEOUT_S", "MAX_TIMEOUT_S", "REAL_EXIT", "SamplerError", "SamplerTimeout", "call_sampler", "check_timeout",
+           "load_sampler", "no_hard_exit"]
 
 #: Seconds one sampler call may take before the audit gives up on it.
 DEFAULT_TIMEOUT_S = 60.0
@@ -129,7 +130,7 @@ class _Watchdog:
                 HARD_EXIT["report"](message)
             else:
                 print(f"otspec audit: {message}", file=sys.stderr, flush=True)
-            os._exit(2)
+            REAL_EXIT(2)
 
     def cancel(self) -> None:
         for t in self._timers:
@@ -196,11 +197,38 @@ def _guarded(fn: Callable, args: tuple, timeout: float):
     return box["value"]
 
 
+#: ``os._exit`` as the audit found it: while an audit runs in-process (:func:`no_hard_exit`) a sampler's ``os._exit``
+#: raises instead, and the audit's own last resort calls this one.
+REAL_EXIT = os._exit
+
+
+class _HardExit(SystemExit):
+    """A sampler's ``os._exit(code)`` while the audit runs in-process: raised, not obeyed."""
+
+
+def _refused_exit(code=0):
+    raise _HardExit(code)
+
+
+@contextlib.contextmanager
+def no_hard_exit():
+    """While inside, ``os._exit`` raises in this process, so a sampler that calls it is the sampler's error (exit 2)
+    and never ends an in-process audit with status 0 and no verdict."""
+    os._exit = _refused_exit
+    try:
+        yield
+    finally:
+        os._exit = REAL_EXIT
+
+
 def _call(fn: Callable, args: tuple):
     try:
         return fn(*args)
     except SamplerTimeout:
         raise
+    except _HardExit as exc:
+        raise SamplerError(f"the sampler called os._exit({exc.code!r}); the protocol needs it to return "
+                           "(accepted, next_token)") from None
     except SystemExit as exc:  # the audit must end with a verdict, not with the sampler's exit status
         raise SamplerError(f"the sampler called sys.exit({exc.code!r}); the protocol needs it to return "
                            "(accepted, next_token)") from None

@@ -110,6 +110,10 @@ class DecodeResult:
 
         t_draft = check_real(t_draft, "t_draft", low=0.0)
         t_target = check_real(t_target, "t_target", low=0.0, low_open=True)
+        if not math.isfinite(t_draft / t_target) or t_draft * max(self.draft_calls, 1) > 1e300 or (
+                t_target * max(self.target_calls, 1) > 1e300):
+            raise ValueError(f"t_draft {t_draft!r}, t_target {t_target!r}: their ratio or the run's total time "
+                             "overflows a float; give both in one sensible unit (milliseconds, or t_target = 1)")
         N = self.generated
         parts = CallCosts(t_draft, t_target).decomposition(N, self.draft_calls, self.target_calls, self.discarded)
         total = parts["total_time"]

@@ -315,6 +315,8 @@ class PairRecord(_Record):
     tree_runs: list[TreeRun] | None = None
 
     def check(self, where: str) -> None:
+        if self.baseline is None:
+            raise RecordError(f"{where}: no 'baseline' (plain sampling, the denominator of every speedup)")
         if not self.runs and not self.tree_runs:
             raise RecordError(f"{where}: field 'runs' is empty (and no tree_runs): a record with no run to show")
     profile: Profile | None = None
@@ -340,6 +342,8 @@ class AdaptiveRecord(_Record):
     threshold_unlagged: list[PolicyRun] | None = None
 
     def check(self, where: str) -> None:
+        if self.baseline is None:
+            raise RecordError(f"{where}: no 'baseline' (plain sampling, the denominator of every speedup)")
         if not self.fixed and not self.threshold:
             raise RecordError(f"{where}: fields 'fixed' and 'threshold' are both empty: a record with no policy to show")
     rules: dict[str, str] | None = None
@@ -366,6 +370,10 @@ def read_record(path) -> PairRecord | AdaptiveRecord:
         obj = json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise RecordError(f"{path}: not JSON ({err})") from err
+    except UnicodeDecodeError:
+        raise RecordError(f"{path}: not a JSON record (not UTF-8 text)") from None
+    except ValueError as err:  # an integer of thousands of digits
+        raise RecordError(f"{path}: not a JSON record ({err})") from None
     except RecursionError:
         raise RecordError(f"{path}: nests JSON too deeply to be a record") from None
     record = as_record(obj, str(path))

@@ -1,19 +1,20 @@
 """Range checks a record gets as a whole, beyond each row class's own (:mod:`otspec.engine.rows`).
 
 Every number of a record measures something that cannot be negative (a rate, a time, a count, a probability, a
-speedup) except a prediction's relative error; and every quantity of tokens per target call (block efficiency, its
+speedup) except a prediction's relative error; every acceptance rate and two-point probability is at most 1; and every
+quantity of tokens per target call (block efficiency, its
 prediction, its interval, the two-point bound) is at least 1, since each target call emits a token. These hold at any
 depth, in the rows' free-form fields (``prediction``, ``engine_metrics``) too, so they are checked by walking the
 JSON rather than field by field. A record holds at least one run; a run's speedup lies inside its confidence
 interval and each prediction inside its interval; a chain run's block efficiency is at most L + 1 and its histogram of
-accepted lengths has one bin per length 0..L.
+accepted lengths has one bin per length 0..L and counts at least one verification per iteration.
 """
 
 from __future__ import annotations
 
 import math
 
-__all__ = ["AT_LEAST_ONE", "SIGNED", "check_record_numbers"]
+__all__ = ["AT_LEAST_ONE", "SHARES", "SIGNED", "check_record_numbers"]
 
 #: Keys whose numbers may be negative.
 SIGNED = frozenset({"relative_error"})
@@ -21,6 +22,10 @@ SIGNED = frozenset({"relative_error"})
 AT_LEAST_ONE = frozenset({"block_efficiency", "block_efficiency_batch_means", "predicted_block_efficiency",
                           "predicted_block_efficiency_interval", "expected_block_efficiency_given_drafts",
                           "two_point_upper_bound", "two_point_upper_bound_interval"})
+#: Keys whose numbers (at any depth below them) are probabilities: <= 1.
+SHARES = frozenset({"two_point_per_position", "tv_per_position", "acceptance_per_position", "acceptance_rate",
+                    "acceptance_per_position_unconditional", "acceptance_per_position_conditional",
+                    "draft_acceptance_rate", "predicted_acceptance_per_position_unconditional"})
 _COUNTS = ("prompts", "rounds", "unit")
 _RUN_LISTS = ("runs", "tree_runs", "fixed", "threshold", "threshold_unlagged")
 #: A run's values that lie inside an interval of the same run: (value, interval, what the interval is).
@@ -43,6 +48,8 @@ def _walk(value, path: tuple, where: str, error) -> None:
             raise error(f"{where}: {at} should be a finite number or null, got {value}")
         if value < 0 and not SIGNED.intersection(named):
             raise error(f"{where}: {at} should be >= 0 (a rate, time, count, probability or speedup), got {value}")
+        if SHARES.intersection(named) and value > 1 + 1e-9:
+            raise error(f"{where}: {at} should be <= 1 (a probability or rate of acceptance), got {value}")
         inside = [p for p in named if p in AT_LEAST_ONE]
         if (inside and "prediction_check" not in named and named[-1] not in _COUNTS + ("low",)  # an interval may
                 and value < 1 - 1e-9):                                                        # start below 1
@@ -78,3 +85,8 @@ def check_record_numbers(obj: dict, where: str, error) -> None:
             if isinstance(hist, list) and isinstance(L, int) and not isinstance(L, bool) and len(hist) != L + 1:
                 raise error(f"{at}: accepted_length_histogram should hold L + 1 = {L + 1} bins (accepted lengths "
                             f"0..L), got {len(hist)}")
+            iterations = run.get("iterations")
+            if (isinstance(hist, list) and all(isinstance(h, int | float) for h in hist)
+                    and isinstance(iterations, int | float) and sum(hist) < iterations):
+                raise error(f"{at}: accepted_length_histogram counts {sum(hist)} verifications, fewer than the run's "
+                            f"{iterations} iterations (each verifies at least one sequence)")

@@ -43,6 +43,11 @@ class LoopHooks:
 
     def __post_init__(self):
         object.__setattr__(self, "observers", tuple(self.observers))
+        for i, observer in enumerate(self.observers):  # refused now, not as an AttributeError mid-run
+            missing = [m for m in ("on_chain", "on_tree", "on_pause") if not callable(getattr(observer, m, None))]
+            if missing:
+                raise ValueError(f"observers[{i}]: expected an otspec.engine.observers.Observer (on_chain, on_tree, "
+                                 f"on_pause), got {type(observer).__name__} without {', '.join(missing)}")
 
 
 #: A loop watched by nothing.

@@ -41,6 +41,14 @@ class Estimate:
     def contains(self, x: float) -> bool:
         return self.low <= x <= self.high
 
+    def record_fields(self, key: str) -> dict:
+        """``{key: {mean, low, high}}`` for a record, or ``{key: None, key_status: why}`` where the interval is
+        undefined (fewer than two units: one batch)."""
+        if all(np.isfinite(x) for x in (self.value, self.low, self.high)):
+            return {key: {"mean": self.value, "low": self.low, "high": self.high}}
+        return {key: None, f"{key}_status": "undefined: fewer than two independent units (batches) to take the "
+                                           "interval from"}
+
     def as_dict(self) -> dict:
         """JSON-ready fields; an undefined interval (too few units) is null with ``interval_status`` saying why."""
         if all(np.isfinite(x) for x in (self.stderr, self.low, self.high)):

@@ -277,7 +277,11 @@ def llm_data(scale: float = 1.0, records_dir: str | Path = RECORDS_DIR) -> dict:
         if problem:  # a pipe named like a record would block the read forever
             raise RecordError(f"{path}: {problem}; a file named llm_*.json in the records folder must be a record or "
                               "another JSON data file")
-        text = path.read_text()
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            raise RecordError(f"{path}: not UTF-8 text: a file named llm_*.json in the records folder must be a "
+                              "record or another JSON data file") from None
         if path.name.startswith("llm_forecast_") and '"kind": "forecast"' in text:
             made = json.loads(text)
             if not isinstance(made, dict) or not isinstance(made.get("record"), str):
@@ -288,7 +292,7 @@ def llm_data(scale: float = 1.0, records_dir: str | Path = RECORDS_DIR) -> dict:
         if '"model_pair"' not in text:  # another data file (a benchmark's output): not a record, said why
             try:
                 data = json.loads(text)
-            except (json.JSONDecodeError, RecursionError):
+            except (ValueError, RecursionError):  # damaged, or an integer of thousands of digits
                 raise RecordError(f"{path}: not JSON (empty or damaged): a file named llm_*.json in the records "
                                   "folder must be a record or another JSON data file") from None
             if isinstance(data, dict) and {"runs", "tree_runs", "threshold"} & set(data):

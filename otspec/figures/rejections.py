@@ -7,6 +7,7 @@ Spec: ``docs/yin_theory.md``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -46,9 +47,13 @@ def render_rejections(data: dict):
     return fig
 
 
+def _speedup(data: dict, spec: str) -> str:
+    return "unbounded (no rejection)" if data["speedup"] is None else format(data["speedup"], spec)
+
+
 def _rejections_section(data: dict, png: Path) -> str:
     batch = data["batch"]
-    rows = [[m, f"{v:.4f}", f"{s:.4f}"] for m, v, s in
+    rows = [[m, f"{v:.4f}", "unbounded" if s is None else f"{s:.4f}"] for m, v, s in
             zip(batch["M"], batch["expected_rejections"], batch["speedup"], strict=True)]
     run = data["running"]
     last = {k: (v[-1] if isinstance(v, list) and v else v) for k, v in run.items()}
@@ -57,7 +62,7 @@ def _rejections_section(data: dict, png: Path) -> str:
 ![rejections]({png.name})
 
 Instance: {data['instance']}. Formula (1): E[N_rej] = {data['formula']:.4f}, speedup T / E[N_rej] =
-{data['speedup']:.4f}. Running Monte Carlo average, last point: {last}.
+{_speedup(data, ".4f")}. Running Monte Carlo average, last point: {last}.
 
 {table(["M (parallel drafts)", "E[N_rej], recursion (4)-(5)", "speedup"], rows)}
 """
@@ -66,7 +71,7 @@ Instance: {data['instance']}. Formula (1): E[N_rej] = {data['formula']:.4f}, spe
 def _rejections_headline(data: dict) -> str:
     inst, batch = data["instance"], data["batch"]
     return (f"Yin et al.'s Theorem 1 on a time-varying Markov pair (V = {inst['vocab']}, T = {inst['horizon']}): "
-            f"E[N_rej] = {data['formula']:.4f} exactly (speedup T / E[N_rej] = {data['speedup']:.3f}); "
+            f"E[N_rej] = {data['formula']:.4f} exactly (speedup T / E[N_rej] = {_speedup(data, '.3f')}); "
             f"M = {batch['M'][-1]} parallel drafts (Algorithm 4) lower it to {batch['expected_rejections'][-1]:.3f}.")
 
 
@@ -123,10 +128,15 @@ def rejections_figure_data(draft=None, target=None, *, scale: float = 1.0, seed:
             est = simulate_batch_rejections(draft, target, T, m, sim_runs, seed=seed + 1 + i, progress=False).estimate
             simulated.append({"M": m, "runs": sim_runs, **est.as_dict()})
     curve["simulated"] = simulated
+    never = "undefined: E[N_rej] = 0 (the draft is the target: no rejection, an unbounded speedup)"
+    if not all(math.isfinite(x) for x in curve["speedup"]):  # strict JSON: null with the reason
+        curve["speedup"] = [x if math.isfinite(x) else None for x in curve["speedup"]]
+        curve["speedup_status"] = never
     return {
         "instance": instance,
         "formula": formula,
-        "speedup": T / formula,
+        "speedup": T / formula if formula > 0 else None,
+        **({} if formula > 0 else {"speedup_status": never}),
         "running": running,
         "batch": curve,
     }

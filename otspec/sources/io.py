@@ -90,7 +90,12 @@ def _from_json(obj, kind) -> Source:
     if kind == "uniform":
         return uniform_source(_integer_field(obj, "support", kind), _integer_field(obj, "vocab_size", kind))
     if kind == "markov":
-        return MarkovSource(obj["initial"], obj["transition"], horizon=_integer_field(obj, "horizon", kind))
+        source = MarkovSource(obj["initial"], obj["transition"], horizon=_integer_field(obj, "horizon", kind))
+        if not source.stationary and source.horizon != source.transition.shape[0] + 1:  # a file says what it holds
+            raise ValueError(f"source JSON of type 'markov': 'horizon' {source.horizon} does not match its "
+                             f"{source.transition.shape[0]} transition matrices (horizon {source.transition.shape[0] + 1}"
+                             "); drop 'horizon' or the matrices past it")
+        return source
     if kind in ("positional", "depth_positional"):
         proposes = obj.get("proposes")
         flags = isinstance(proposes, list) and all(isinstance(x, bool) for x in proposes)

@@ -313,6 +313,9 @@ class TableSource(Source):
         if callable(rows) and not isinstance(rows, Mapping):
             self._fn = rows
             self._table = None
+        elif not isinstance(rows, Mapping):
+            raise ValueError(f"rows: expected a mapping from prefixes to probability rows, or a function of the "
+                             f"prefix, got {type(rows).__name__}")
         else:
             self._table = {}
             for key, row in rows.items():
@@ -336,7 +339,9 @@ class TableSource(Source):
             try:
                 return self._table[prefix]
             except KeyError:
-                raise ValueError(f"TableSource has no row for prefix {prefix}") from None
+                raise ValueError(f"TableSource: its rows (the 'rows' of a table source) have no row for the prefix "
+                                 f"{prefix}, which a draft or continuation reaches; give a row for every prefix of "
+                                 f"length < horizon {self.horizon}") from None
         arr = np.asarray(validate_probs(self._fn(prefix), f"row for prefix {prefix}"), dtype=np.float64)
         if arr.shape != (self.vocab_size,):
             raise ValueError(f"row for prefix {prefix}: expected shape ({self.vocab_size},), got {arr.shape}")

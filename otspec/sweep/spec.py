@@ -65,7 +65,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..checks import MAX_CANDIDATES, MAX_DRAFT_LENGTH, check_real, check_size
+from ..checks import MAX_CANDIDATES, MAX_DRAFT_LENGTH, check_data_file, check_real, check_size
 from ..distributions import resolve_device
 from ..drafts import parse_tree
 from ..sources import MAX_RANDOM_ENTRIES, TAIL_MODES
@@ -123,8 +123,7 @@ def _error(where: str, message: str) -> ValueError:
 
 
 def _read(path: Path) -> dict:
-    if not path.is_file():
-        raise FileNotFoundError(f"sweep spec: no file {path}")
+    check_data_file(path, "sweep spec")  # missing: MissingFile; a folder, a pipe or a device: refused by name
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
