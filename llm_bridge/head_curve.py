@@ -87,8 +87,8 @@ def _point_ok(p) -> bool:
         return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
     def shares(xs):
-        return isinstance(xs, list) and all(isinstance(x, int | float) and not isinstance(x, bool) and 0 <= x <= 1
-                                            for x in xs)
+        return isinstance(xs, list) and all(isinstance(x, int | float) and not isinstance(x, bool)
+                                            and 0 <= x <= 1 + 1e-5 for x in xs)  # float32 sums round past 1
 
     return (isinstance(p, dict) and p.get("head") in HEADS
             and all(count(p.get(k)) for k in ("train_tokens_asked", "train_tokens", "trained_parameters"))
@@ -196,7 +196,10 @@ def main(argv=None) -> int:
     sizes = sorted(set(args.train_tokens))
     try:
         corpus = args.corpus if args.corpus is not None else CORPUS_DIR / args.target
-        load_corpus(corpus)  # a missing or damaged index or shard is refused before any model loads
+        try:  # a missing or damaged index or shard is refused before any model loads
+            load_corpus(corpus)
+        except (ValueError, FileNotFoundError) as err:
+            raise ValueError(f"--corpus: {err}") from None
         settings = {"target": args.target, "corpus": str(corpus), "steps": args.steps, "batch": args.batch,
                     "lr": args.lr, "vocab": args.vocab, "fuse": list(args.fuse),
                     "heldout_sequences": args.heldout_sequences, "seed": args.seed,

@@ -43,7 +43,6 @@ from .clitools import (
     seed,
     tree_from_args,
     writable_file,
-    writable_folder,
 )
 from .engine import Backend, generate, generate_tree, simulate, simulate_logged, simulate_tree
 from .engine.trie import check_tree_verifier
@@ -207,7 +206,8 @@ def _sweep(args) -> dict:
         raise CLIError(f"the sweep needs {', '.join(missing)}, not installed in this environment: {EXTRAS_HINT}")
     spec = load_spec(args.spec)
     out = args.out or Path(args.spec).with_suffix("").parent / f"{Path(args.spec).stem}_results"
-    writable_folder(out, "--out")  # a file or a device in its place is refused before any cell runs
+    if Path(out).exists() and not Path(out).is_dir():  # refused before any cell runs; made only once one does
+        raise CLIError(f"--out {out}: is a file (or a device), not a folder")
     if args.scheduler is not None and not str(args.scheduler).strip():
         raise CLIError("--scheduler: an empty address (give host:port of a Dask scheduler, or leave the flag out)")
     if args.workers is not None and (args.scheduler or args.cluster):

@@ -96,7 +96,7 @@ def test_damaged_corpora_are_refused(tmp_path, tiny_target):
     with pytest.raises(ValueError, match="outside the vocabulary"):
         load_corpus(tmp_path)
     path.unlink()
-    with pytest.raises(FileNotFoundError, match="missing"):
+    with pytest.raises(FileNotFoundError, match="corpus shard .listed in corpus.json. not found"):
         load_corpus(tmp_path)
     with pytest.raises(FileNotFoundError, match="no corpus.json"):
         load_corpus(tmp_path / "nothing")

@@ -123,7 +123,7 @@ def test_token_range_checked():
 
 def test_table_missing_prefix():
     src = TableSource({(): [0.5, 0.5]}, 2, 2)
-    with pytest.raises(ValueError, match=r"no row for prefix \(1,\)"):
+    with pytest.raises(ValueError, match=r"no row for the prefix \(1,\)"):
         src.next_probs([[1]])
 
 

@@ -315,8 +315,6 @@ class PairRecord(_Record):
     tree_runs: list[TreeRun] | None = None
 
     def check(self, where: str) -> None:
-        if self.baseline is None:
-            raise RecordError(f"{where}: no 'baseline' (plain sampling, the denominator of every speedup)")
         if not self.runs and not self.tree_runs:
             raise RecordError(f"{where}: field 'runs' is empty (and no tree_runs): a record with no run to show")
     profile: Profile | None = None
@@ -342,8 +340,6 @@ class AdaptiveRecord(_Record):
     threshold_unlagged: list[PolicyRun] | None = None
 
     def check(self, where: str) -> None:
-        if self.baseline is None:
-            raise RecordError(f"{where}: no 'baseline' (plain sampling, the denominator of every speedup)")
         if not self.fixed and not self.threshold:
             raise RecordError(f"{where}: fields 'fixed' and 'threshold' are both empty: a record with no policy to show")
     rules: dict[str, str] | None = None
@@ -377,6 +373,8 @@ def read_record(path) -> PairRecord | AdaptiveRecord:
     except RecursionError:
         raise RecordError(f"{path}: nests JSON too deeply to be a record") from None
     record = as_record(obj, str(path))
+    if record.baseline is None:  # every command writes one; a record object built in memory may leave it out
+        raise RecordError(f"{path}: no 'baseline' (plain sampling, the denominator of every speedup)")
     record.file, record.path = path.name, str(path)
     return record
 
