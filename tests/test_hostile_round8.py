@@ -223,6 +223,11 @@ def test_damaged_records_that_passed_the_range_checks(tmp_path):
         with pytest.raises(RecordError, match={"two_point": "<= 1", "histogram": "fewer than",
                                                "baseline": "baseline"}[name]):
             read_record(path)
+    signed = {**record, "runs": [{**run, "time_decomposition_ms": {**run["time_decomposition_ms"],
+                                                                   "verification_time": -12.6}}]}
+    path = tmp_path / "llm_signed.json"  # t_target - t_draft per call: a draft slower than its target (layers:30)
+    path.write_text(json.dumps(signed))
+    assert read_record(path).runs[0].time_decomposition_ms["verification_time"] == -12.6
     big = tmp_path / "llm_big.json"
     big.write_text('{"model_pair": ' + "9" * 5000 + "}")
     with pytest.raises(RecordError, match="llm_big.json"):

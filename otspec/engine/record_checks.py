@@ -1,13 +1,13 @@
 """Range checks a record gets as a whole, beyond each row class's own (:mod:`otspec.engine.rows`).
 
 Every number of a record measures something that cannot be negative (a rate, a time, a count, a probability, a
-speedup) except a prediction's relative error; every acceptance rate and two-point probability is at most 1; and every
-quantity of tokens per target call (block efficiency, its
-prediction, its interval, the two-point bound) is at least 1, since each target call emits a token. These hold at any
-depth, in the rows' free-form fields (``prediction``, ``engine_metrics``) too, so they are checked by walking the
-JSON rather than field by field. A record holds at least one run; a run's speedup lies inside its confidence
-interval and each prediction inside its interval; a chain run's block efficiency is at most L + 1 and its histogram of
-accepted lengths has one bin per length 0..L and counts at least one verification per iteration.
+speedup) except a prediction's relative error and the verification time of Lemma 3.1; every acceptance rate and
+two-point probability is at most 1; and every quantity of tokens per target call (block efficiency, its prediction,
+its interval, the two-point bound) is at least 1, since each target call emits a token. These hold at any depth, in
+the rows' free-form fields (``prediction``, ``engine_metrics``) too, so they are checked by walking the JSON rather
+than field by field. A record holds at least one run; a run's speedup lies inside its confidence interval and each
+prediction inside its interval; a chain run's block efficiency is at most L + 1 and its histogram of accepted lengths
+has one bin per length 0..L and counts at least one verification per iteration.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import math
 
 __all__ = ["AT_LEAST_ONE", "SHARES", "SIGNED", "check_record_numbers"]
 
-#: Keys whose numbers may be negative.
-SIGNED = frozenset({"relative_error"})
+#: Keys whose numbers may be negative: a prediction's relative error, and Lemma 3.1's verification time
+#: (t_target − t_draft per target call: negative for a draft that costs more than its target, as layers:30 does).
+SIGNED = frozenset({"relative_error", "verification_time"})
 #: Keys whose numbers (at any depth below them, counts of prompts aside) are tokens per target call: >= 1.
 AT_LEAST_ONE = frozenset({"block_efficiency", "block_efficiency_batch_means", "predicted_block_efficiency",
                           "predicted_block_efficiency_interval", "expected_block_efficiency_given_drafts",
