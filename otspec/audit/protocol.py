@@ -74,7 +74,8 @@ def load_sampler(spec: str, timeout: float | None = None) -> Callable:
         raise ValueError(f"sampler {spec!r}: importing module {module_name!r} took longer than the timeout "
                          f"({timeout:g} s)") from None
     if isinstance(exc, SystemExit):
-        raise ValueError(f"sampler {spec!r}: importing module {module_name!r} called sys.exit({exc.code!r})")
+        how = "os._exit" if isinstance(exc, _HardExit) else "sys.exit"
+        raise ValueError(f"sampler {spec!r}: importing module {module_name!r} called {how}({exc.code!r})")
     if exc is not None:
         where = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) and exc.lineno else ""
         raise ValueError(f"sampler {spec!r}: cannot import module {module_name!r}: {exception_text(exc, where)}")
