@@ -207,8 +207,24 @@ class _HardExit(SystemExit):
     """A sampler's ``os._exit(code)`` while the audit runs in-process: raised, not obeyed."""
 
 
+#: Codes of the ``os._exit`` calls refused in other threads than the main one (which the raise there cannot reach).
+_THREAD_EXITS: list = []
+
+
 def _refused_exit(code=0):
+    if threading.current_thread() is not threading.main_thread():
+        _THREAD_EXITS.append(code)  # the next call (or the audit's end) reports it
+        raise SystemExit(code)  # ends that thread quietly (threading ignores exactly SystemExit)
     raise _HardExit(code)
+
+
+def _thread_exit_error() -> SamplerError | None:
+    if not _THREAD_EXITS:
+        return None
+    code = _THREAD_EXITS[0]
+    _THREAD_EXITS.clear()
+    return SamplerError(f"the sampler called os._exit({code!r}) from a thread; the protocol needs it to return "
+                        "(accepted, next_token)")
 
 
 @contextlib.contextmanager
@@ -216,15 +232,25 @@ def no_hard_exit():
     """While inside, ``os._exit`` raises in this process, so a sampler that calls it is the sampler's error (exit 2)
     and never ends an in-process audit with status 0 and no verdict."""
     os._exit = _refused_exit
+    _THREAD_EXITS.clear()
     try:
         yield
+        late = _thread_exit_error()  # a thread that exited after the last call
+        if late is not None:
+            raise late
     finally:
         os._exit = REAL_EXIT
 
 
 def _call(fn: Callable, args: tuple):
     try:
-        return fn(*args)
+        value = fn(*args)
+        error = _thread_exit_error()
+        if error is not None:
+            raise error
+        return value
+    except SamplerError:
+        raise
     except SamplerTimeout:
         raise
     except _HardExit as exc:
