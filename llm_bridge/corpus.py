@@ -33,8 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
-from otspec.checks import check_data_file, check_size, file_problem
+from otspec.checks import check_data_file, check_npz_members, check_size, file_problem
 from otspec.clitools import ArgumentParser, path_argument, writable_folder
+from otspec.errors import SizeLimitError
 
 from .models import DEFAULT_TARGET, ModelNotFound
 from .prompts import DATA_DIR, encode_prompts, read_prompts
@@ -50,6 +51,10 @@ FORMAT = "otspec-corpus-1"
 #: Largest values of a recipe, checked before the model loads (far above a laptop's corpus: a larger value is a typo).
 LIMITS = {"tokens": 10**9, "shard_messages": 4096, "samples": 64, "greedy": 64, "length": 4096,
           "message_tokens": 1024}
+#: Most shards of a corpus (a 10^9-token corpus has 55,000 of the default recipe), and most entries of one shard's
+#: array (a shard of the default recipe holds about 20,000 tokens), read from its header before it is loaded.
+MAX_SHARDS = 10**6
+MAX_SHARD_ENTRIES = 2**24
 #: Smallest values (a user message of fewer tokens is rarely finished: the target would write none in its attempts).
 MINIMA = {"greedy": 0, "message_tokens": 16}
 _SENTINEL = "\x00MESSAGE\x00"
@@ -172,23 +177,25 @@ def _read_index(folder: Path) -> dict | None:
     check_data_file(path, "corpus index")  # a pipe named corpus.json would block the read, then the write
     try:
         index = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not JSON ({err})") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as err:
+        raise ValueError(f"{path}: not JSON ({type(err).__name__}: {err})") from None
     if not isinstance(index, dict) or index.get("format") != FORMAT:
         raise ValueError(f"{path}: not an otspec corpus index (format {FORMAT!r})")
 
     def count(x, low=0):
         return isinstance(x, int) and not isinstance(x, bool) and x >= low
 
-    shards = index.get("shards")
-    if (not isinstance(index.get("recipe"), dict) or not isinstance(shards, list)
-            or not all(isinstance(e, dict) and count(e.get("index")) and count(e.get("tokens"))
-                       and isinstance(e.get("file"), str) and e["file"] == Path(e["file"]).name != ""
-                       for e in shards)
+    shards, recipe = index.get("shards"), index.get("recipe")
+    if (not isinstance(recipe, dict) or not count(recipe.get("shard_messages"), 1) or not isinstance(shards, list)
+            or not all(isinstance(e, dict) and count(e.get("index")) and e["index"] < MAX_SHARDS
+                       and count(e.get("tokens")) and isinstance(e.get("file"), str)
+                       and e["file"] == Path(e["file"]).name != "" for e in shards)
+            or len({e["index"] for e in shards}) != len(shards) or len({e["file"] for e in shards}) != len(shards)
             or ("vocab_size" in index and not count(index["vocab_size"], 1))
             or (shards and "vocab_size" not in index)):
-        raise ValueError(f"{path}: a damaged corpus index (expected a recipe, a list of shards each with an index, "
-                         "a file name in this folder and a token count, and a vocabulary size >= 1)")
+        raise ValueError(f"{path}: a damaged corpus index (expected a recipe with its shard_messages, a list of "
+                         f"shards each with its own index below {MAX_SHARDS:,}, its own file name in this folder and a "
+                         "token count, and a vocabulary size >= 1)")
     return index
 
 
@@ -265,8 +272,16 @@ class Corpus:
 
 
 def _check_shard(path: Path, z, vocab_size: int) -> None:
+    integral = ("offsets", "tokens", "prompt_lengths", "message")
+    if (any(z[k].ndim != 1 or z[k].dtype.kind not in "iu" for k in integral) or z["vocab_size"].shape != ()
+            or z["temperature"].dtype.kind != "f" or z["temperature"].shape != z["prompt_lengths"].shape):
+        raise ValueError(f"{path}: a damaged shard (integer token ids, offsets, prompt lengths and message ids, one "
+                         "float temperature per sequence, one vocabulary size)")
     if str(z["format"]) != FORMAT or int(z["vocab_size"]) != vocab_size:
         raise ValueError(f"{path}: not a shard of this corpus (format {FORMAT!r}, vocabulary {vocab_size})")
+    if (not np.all(np.isfinite(z["temperature"])) or np.any(z["temperature"] < 0) or np.any(z["message"] < 0)
+            or (len(z["tokens"]) and int(z["tokens"].min()) < 0)):
+        raise ValueError(f"{path}: a damaged shard (a negative or non-finite temperature, message id or token id)")
     off, n = z["offsets"], len(z["prompt_lengths"])
     if len(off) != n + 1 or off[0] != 0 or off[-1] != len(z["tokens"]) or np.any(np.diff(off) <= 0):
         raise ValueError(f"{path}: offsets do not delimit its {n} sequences")
@@ -290,11 +305,14 @@ def load_corpus(folder=None, *, target: str = DEFAULT_TARGET, max_tokens: int | 
         path = folder / s["file"]
         check_data_file(path, "corpus shard (listed in corpus.json)")
         try:
+            check_npz_members(path, MAX_SHARD_ENTRIES, "corpus shard", "MAX_SHARD_ENTRIES")
             with np.load(path, allow_pickle=False) as arrays:
                 z = {key: arrays[key] for key in ("format", "vocab_size", "offsets", "tokens", "prompt_lengths",
                                                   "message", "temperature")}
-        except (OSError, KeyError, TypeError, ValueError, zipfile.BadZipFile) as err:
-            raise ValueError(f"{path}: not a corpus shard ({err})") from None
+        except SizeLimitError:
+            raise
+        except (OSError, KeyError, TypeError, ValueError, EOFError, zipfile.BadZipFile) as err:
+            raise ValueError(f"{path}: not a corpus shard ({type(err).__name__}: {err})") from None
         _check_shard(path, z, vocab)
         off = z["offsets"]
         toks = z["tokens"].astype(np.int64)

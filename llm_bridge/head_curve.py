@@ -94,7 +94,8 @@ def _point_ok(p) -> bool:
             and all(count(p.get(k)) for k in ("train_tokens_asked", "train_tokens", "trained_parameters"))
             and shares(p.get("acceptance_per_position")) and shares([p.get("coverage")])
             and (p.get("greedy_agreement_per_position") is None or shares(p["greedy_agreement_per_position"]))
-            and isinstance(p.get("seconds"), int | float) and math.isfinite(p["seconds"]) and p["seconds"] >= 0)
+            and isinstance(p.get("seconds"), int | float) and not isinstance(p["seconds"], bool)
+            and math.isfinite(p["seconds"]) and p["seconds"] >= 0)
 
 
 def read_curve(path: Path) -> dict | None:
@@ -103,6 +104,7 @@ def read_curve(path: Path) -> dict | None:
     from otspec.checks import check_data_file
 
     check_data_file(path, "--out (a head curve to resume)")
+    path = Path(path)
     try:
         record = json.loads(path.read_text())
     except (ValueError, UnicodeDecodeError) as err:
@@ -205,7 +207,8 @@ def main(argv=None) -> int:
                     "heldout_sequences": args.heldout_sequences, "seed": args.seed,
                     "score_fraction": args.score_fraction}
         for head in args.heads:  # every recipe checked before any model loads
-            head_recipe(head, sizes[0], settings=settings, out=args.heads_dir / head)
+            for n in sizes:
+                head_recipe(head, n, settings=settings, out=args.heads_dir / head)
         writable_file(args.out, "--out", make_folder=True)
         if args.out.is_file():
             read_curve(args.out)  # a damaged record to resume is refused now, not after the first point

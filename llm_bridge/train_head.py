@@ -346,7 +346,9 @@ def train_head(recipe: HeadRecipe) -> dict:
     else:
         from .corpus import load_corpus
 
-        load_corpus(recipe.corpus)  # a missing or damaged index or shard is refused before the model loads
+        if not load_corpus(recipe.corpus).heldout.any():  # a damaged index or shard, too, before the model loads
+            raise ValueError(f"--corpus {recipe.corpus}: no held-out shard (shard i is held out when i % 10 == 9: "
+                             "the corpus needs at least 10 shards)")
     tgt = load_model(target, device=device, dtype="float32")
     if recipe.corpus is None:
         data = corpus(tgt, target_name=target, samples=samples, length=length, seed=seed, prompts=files,
@@ -423,6 +425,8 @@ def _layers(text: str) -> tuple:
     import argparse
 
     try:
+        if not text.strip():
+            raise ValueError(text)  # a blank --fuse would train a plain EAGLE head under an EAGLE-3 name
         return tuple(int(x) for x in comma_items(text))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated layer indices, got {text!r}") from None

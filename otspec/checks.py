@@ -188,7 +188,13 @@ def file_problem(path) -> str | None:
 
     if isinstance(path, bool) or not isinstance(path, str | os.PathLike):  # os.stat(3) would read descriptor 3
         return f"is not a path (a str or os.PathLike), it is a {type(path).__name__}"
-    if not os.fspath(path):
+    try:
+        text = os.fspath(path)
+    except TypeError:  # an __fspath__ that returns no path
+        return "is not a path (its __fspath__ returns no str)"
+    if not isinstance(text, str | bytes):
+        return "is not a path (its __fspath__ returns no str)"
+    if not text:
         return "is an empty path"
     try:
         mode = os.stat(path).st_mode
@@ -201,6 +207,30 @@ def file_problem(path) -> str | None:
     if not stat.S_ISREG(mode):
         return "is not a regular file (a device, a pipe or a socket)"
     return None
+
+
+def check_npz_members(path, limit: int, what: str, limit_name: str = "MAX_MEMBER_ENTRIES") -> None:
+    """Refuse (a :class:`~otspec.errors.SizeLimitError` naming ``what``) an ``.npz`` archive member whose header
+    declares more than ``limit`` entries before any member is loaded: a few MB of zeros can decompress to
+    gigabytes."""
+    import math
+    import zipfile
+
+    import numpy as np
+
+    from .errors import SizeLimitError
+
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            with archive.open(info) as fh:
+                version = np.lib.format.read_magic(fh)
+                read = (np.lib.format.read_array_header_1_0 if version == (1, 0) else
+                        np.lib.format.read_array_header_2_0)
+                shape, _, _ = read(fh)
+            entries = math.prod(shape)
+            if entries > limit:
+                raise SizeLimitError(f"{what}: {path}: array {info.filename!r} declares {entries:,} entries, above "
+                                     f"{limit_name} = {limit:,} (refused before loading it)")
 
 
 def check_flag(value, name: str) -> bool:
@@ -219,16 +249,19 @@ def check_dense(array, name: str) -> None:
                          "to check; pass a dense tensor with its values")
 
 
-def all_numbers(items) -> bool:
-    """Whether a nested list holds only real numbers (``Decimal`` included; no text, None or other objects)."""
+def all_numbers(items, *, booleans: bool = True) -> bool:
+    """Whether a nested list holds only real numbers (``Decimal`` included; no text, None or other objects; no
+    booleans either unless ``booleans``)."""
     import numbers
     from decimal import Decimal
+
+    import numpy as np
 
     stack = [items]
     while stack:
         x = stack.pop()
         if isinstance(x, list | tuple):
             stack.extend(x)
-        elif not isinstance(x, numbers.Real | Decimal):
+        elif not isinstance(x, numbers.Real | Decimal) or (not booleans and isinstance(x, bool | np.bool_)):
             return False
     return True

@@ -205,9 +205,12 @@ def writable_file(path, flag: str, *, make_folder: bool = False) -> Path:
     """``path``, a file a command writes at its end, checked at its start: its folder exists (``make_folder``: is
     made) and can be written to, and ``path`` is not a folder (a ``ValueError`` naming ``flag`` otherwise)."""
     path = Path(path)
+    try:
+        folder = path.resolve().parent
+    except (RuntimeError, OSError) as err:  # a symlink loop (RuntimeError on Python 3.11)
+        raise ValueError(f"{flag} {path}: cannot be resolved ({err})") from None
     if make_folder:
-        writable_folder(path.resolve().parent, flag)
-    folder = path.resolve().parent
+        writable_folder(folder, flag)
     if not folder.is_dir():
         raise ValueError(f"{flag} {path}: its folder does not exist")
     problem = file_problem(path)

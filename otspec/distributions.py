@@ -176,7 +176,8 @@ def validate_probs(probs, name: str = "probs", *, tol: float | None = None, min_
     if not (array_api_compat.is_array_api_obj(probs)):
         try:
             kind = np.asarray(probs).dtype.kind
-            if kind in "USOb" and not (kind != "b" and all_numbers(probs)):
+            if (kind in "USOb" or isinstance(probs, list | tuple)) and not (kind != "b" and all_numbers(
+                    probs, booleans=False)):  # [1.0, False] reads as floats, its False as 0
                 raise TypeError("booleans, text or other objects among the entries, not only numbers")
             probs = np.asarray(probs, dtype=np.float64)
         except (TypeError, ValueError, OverflowError) as exc:  # ragged lists, text, None, a huge integer

@@ -356,8 +356,10 @@ class MissingRecord(RecordError, MissingFile):
 
 def read_record(path) -> PairRecord | AdaptiveRecord:
     """The record in a JSON file, by its shape: runs → :class:`PairRecord`, thresholds → :class:`AdaptiveRecord`."""
+    problem = file_problem(path)  # before Path(): an integer would be a file descriptor
+    if problem is not None and problem.startswith("is not a path"):
+        raise RecordError(f"record path {path!r} {problem}")
     path = Path(path)
-    problem = file_problem(path)
     if problem == "does not exist":
         raise MissingRecord(f"{path}: no such record file")
     if problem:
@@ -373,8 +375,9 @@ def read_record(path) -> PairRecord | AdaptiveRecord:
     except RecursionError:
         raise RecordError(f"{path}: nests JSON too deeply to be a record") from None
     record = as_record(obj, str(path))
-    if record.baseline is None:  # every command writes one; a record object built in memory may leave it out
-        raise RecordError(f"{path}: no 'baseline' (plain sampling, the denominator of every speedup)")
+    if record.baseline is None or not record.baseline.tokens_per_s > 0:  # every command writes one; a record
+        raise RecordError(f"{path}: no 'baseline' with tokens_per_s > 0 (plain sampling, the denominator of every "
+                          "speedup)")                                    # built in memory may leave it out
     record.file, record.path = path.name, str(path)
     return record
 

@@ -45,6 +45,8 @@ def _walk(value, path: tuple, where: str, error) -> None:
     elif isinstance(value, int | float) and not isinstance(value, bool):
         named = [p for p in path if not p.startswith("[")]
         at = ".".join(path).replace(".[", "[")
+        if isinstance(value, int) and abs(value) > 1e300:  # no float holds it
+            raise error(f"{where}: {at} should be a finite number, got an integer of {len(str(abs(value)))} digits")
         if isinstance(value, float) and not math.isfinite(value):
             raise error(f"{where}: {at} should be a finite number or null, got {value}")
         if value < 0 and not SIGNED.intersection(named):
@@ -87,7 +89,7 @@ def check_record_numbers(obj: dict, where: str, error) -> None:
                 raise error(f"{at}: accepted_length_histogram should hold L + 1 = {L + 1} bins (accepted lengths "
                             f"0..L), got {len(hist)}")
             iterations = run.get("iterations")
-            if (isinstance(hist, list) and all(isinstance(h, int | float) for h in hist)
-                    and isinstance(iterations, int | float) and sum(hist) < iterations):
+            if (isinstance(hist, list) and hist and all(isinstance(h, int | float) for h in hist)
+                    and sum(hist) < (iterations if isinstance(iterations, int | float) else 1)):
                 raise error(f"{at}: accepted_length_histogram counts {sum(hist)} verifications, fewer than the run's "
                             f"{iterations} iterations (each verifies at least one sequence)")

@@ -40,13 +40,12 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..checks import MAX_VOCAB_SIZE, check_data_file, check_real, check_size
+from ..checks import MAX_VOCAB_SIZE, check_data_file, check_npz_members, check_real, check_size
 from ..distributions import NORMALISATION_TOL, top_p_mask
 from ..errors import SizeLimitError
 from ..progress import tqdm
@@ -322,30 +321,12 @@ def _tail(tail: str) -> str:
 MAX_MEMBER_ENTRIES = MAX_LOG_ENTRIES
 
 
-def _check_member_sizes(path: str) -> None:
-    """Refuse an archive member whose header declares more than :data:`MAX_MEMBER_ENTRIES` entries (a few MB of
-    zeros can decompress to gigabytes) before any member is loaded."""
-    import zipfile
-
-    with zipfile.ZipFile(path) as archive:
-        for info in archive.infolist():
-            with archive.open(info) as fh:
-                version = np.lib.format.read_magic(fh)
-                read = (np.lib.format.read_array_header_1_0 if version == (1, 0) else
-                        np.lib.format.read_array_header_2_0)
-                shape, _, _ = read(fh)
-            entries = math.prod(shape)
-            if entries > MAX_MEMBER_ENTRIES:
-                raise SizeLimitError(f"logged rows: {path}: array {info.filename!r} declares {entries:,} entries, above "
-                                     f"MAX_MEMBER_ENTRIES = {MAX_MEMBER_ENTRIES:,} (refused before loading it)")
-
-
 def load_logged_rows(path: str | os.PathLike) -> LoggedRows:
     """Read and check a logged-rows file (the module docstring gives the format)."""
     path = os.fspath(path)
     check_data_file(path, "logged rows")
     try:  # whatever is wrong with an untrusted file (not a zip, a damaged member, one .npy array) is the same error
-        _check_member_sizes(path)
+        check_npz_members(path, MAX_MEMBER_ENTRIES, "logged rows")
         data = np.load(path, allow_pickle=False)
         if not isinstance(data, np.lib.npyio.NpzFile):
             raise ValueError(f"it holds one {type(data).__name__}, not named arrays")

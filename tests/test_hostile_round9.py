@@ -1,0 +1,127 @@
+"""Round nine of hostile inputs (issue 43): one test per class of finding, each able to fail on the old code."""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import otspec
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _shard(path: Path, **changes) -> None:
+    arrays = {"format": np.array("otspec-corpus-1"), "vocab_size": np.array(24), "offsets": np.array([0, 4, 8]),
+              "tokens": np.array([1, 2, 3, 4, 1, 2, 5, 6], dtype=np.uint16), "prompt_lengths": np.array([2, 2]),
+              "message": np.array([0, 0]), "temperature": np.array([1.0, 0.0]), **changes}
+    np.savez_compressed(path, **arrays)
+
+
+def _corpus(folder: Path, shards=None, **recipe) -> Path:
+    folder.mkdir()
+    entries = [{"index": 0, "file": "shard-00000.npz", "tokens": 4}] if shards is None else shards
+    (folder / "corpus.json").write_text(json.dumps({"format": "otspec-corpus-1", "vocab_size": 24, "shards": entries,
+                                                    "recipe": {"shard_messages": 1, **recipe}}))
+    return folder
+
+
+def test_damaged_corpus_shards_and_indexes_are_refused(tmp_path):
+    from llm_bridge.corpus import load_corpus
+    from otspec.errors import SizeLimitError
+
+    good = _corpus(tmp_path / "good")
+    _shard(good / "shard-00000.npz")
+    assert len(load_corpus(good)) == 2
+    damaged = {"float_tokens": {"tokens": np.array([1, 2, 3, 4.7, 1, 2, 5, 6])},
+               "bool_tokens": {"tokens": np.ones(8, dtype=bool)},
+               "float_prompts": {"prompt_lengths": np.array([2.5, 2.0])},
+               "nan_temperature": {"temperature": np.array([np.nan, 0.0])},
+               "negative_message": {"message": np.array([-1, 0])}}
+    for name, changes in damaged.items():  # used to be trained on: 4.7 read as 4, NaN temperatures kept
+        folder = _corpus(tmp_path / name)
+        _shard(folder / "shard-00000.npz", **changes)
+        with pytest.raises(ValueError, match="damaged shard"):
+            load_corpus(folder)
+    twice = [{"index": 0, "file": "shard-00000.npz", "tokens": 4}] * 2
+    for folder in (_corpus(tmp_path / "twice", twice), _corpus(tmp_path / "no_messages", shard_messages=None),
+                   _corpus(tmp_path / "huge", [{"index": 10**30, "file": "a.npz", "tokens": 4}])):
+        with pytest.raises(ValueError, match="damaged corpus index"):
+            load_corpus(folder)
+    deep = tmp_path / "deep"
+    deep.mkdir()
+    (deep / "corpus.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match="not JSON"):
+        load_corpus(deep)
+    empty = _corpus(tmp_path / "empty")
+    (empty / "shard-00000.npz").write_bytes(b"")
+    with pytest.raises(ValueError, match="not a corpus shard"):
+        load_corpus(empty)
+    bomb = _corpus(tmp_path / "bomb")
+    header_bomb = bomb / "big.npy"  # a member whose header declares 2^40 tokens: 2 TB if loaded
+    with open(header_bomb, "wb") as fh:
+        np.lib.format.write_array_header_1_0(fh, {"descr": "<u2", "fortran_order": False, "shape": (2**40,)})
+    with zipfile.ZipFile(bomb / "shard-00000.npz", "w") as z:
+        z.write(header_bomb, "tokens.npy")
+    with pytest.raises(SizeLimitError, match="MAX_SHARD_ENTRIES"):
+        load_corpus(bomb)
+
+
+def test_paths_that_are_not_paths_and_symlink_loops(tmp_path):
+    from otspec.clitools import writable_file
+    from otspec.engine.record import RecordError, read_record
+
+    class NoPath:
+        def __fspath__(self):
+            return 3
+
+    for path in (NoPath(), 3):
+        with pytest.raises(ValueError, match="not a path"):
+            otspec.load_source(path)
+        with pytest.raises(RecordError, match="not a path"):
+            read_record(path)
+    os.symlink(tmp_path / "b.png", tmp_path / "a.png")
+    os.symlink(tmp_path / "a.png", tmp_path / "b.png")
+    with pytest.raises(ValueError, match="cannot be resolved"):  # RuntimeError: Symlink loop
+        writable_file(tmp_path / "a.png", "--out")
+
+
+def test_a_boolean_among_numbers_is_refused():
+    from otspec.distributions import validate_probs
+
+    for row in ([1.0, False], [[0.5, 0.5], [True, 0.0]]):
+        with pytest.raises(ValueError, match="booleans"):
+            validate_probs(row)
+    with pytest.raises(ValueError, match="booleans"):
+        otspec.source_from_json({"type": "iid", "probs": [1.0, False]})
+
+
+def test_records_with_huge_numbers_no_baseline_rate_or_no_verification(tmp_path):
+    from otspec.engine.record import RecordError, read_record
+
+    record = json.loads((ROOT / "figures" / "llm_eagle.json").read_text())
+    run = record["runs"][0]
+    cases = {"huge": ({**record, "runs": [{**run, "speedup": 10**400}]}, "digits"),
+             "rate": ({**record, "baseline": {**record["baseline"], "tokens_per_s": 0.0}}, "tokens_per_s > 0"),
+             "hist": ({**record, "runs": [{**run, "iterations": None, "accepted_length_histogram": [0, 0]}]},
+                      "fewer than")}
+    for name, (obj, match) in cases.items():
+        path = tmp_path / f"llm_{name}.json"
+        path.write_text(json.dumps(obj))
+        with pytest.raises(RecordError, match=match):
+            read_record(path)
+
+
+def test_a_head_curve_point_with_boolean_seconds_is_damaged(tmp_path):
+    from llm_bridge.head_curve import FORMAT, read_curve
+
+    point = {"head": "eagle", "train_tokens_asked": 2, "train_tokens": 2, "acceptance_per_position": [0.4],
+             "greedy_agreement_per_position": None, "coverage": 0.9, "trained_parameters": 10, "seconds": True}
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"format": FORMAT, "settings": {}, "points": [point]}))
+    with pytest.raises(ValueError, match="point 0 is damaged"):
+        read_curve(str(path))  # a str path too (it raised AttributeError)
