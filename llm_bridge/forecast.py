@@ -119,6 +119,9 @@ def main(argv=None) -> int:
     ap.add_argument("--check", type=path_argument, default=None, metavar="RECORD",
                     help="instead of forecasting: compare the forecast llm_forecast_<name>.json with RECORD")
     args = ap.parse_args(argv)
+    if args.name is not None and not args.name.strip():
+        print("python -m llm_bridge.forecast: --name: empty (leave it out for the draft's name)", file=sys.stderr)
+        return 2
     name = args.name or output_name(args.draft)
     try:
         path = output_path(args.out_dir, name, args.draft, prefix="llm_forecast_")

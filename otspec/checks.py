@@ -244,6 +244,8 @@ def check_flag(value, name: str) -> bool:
 
 def check_dense(array, name: str) -> None:
     """Refuse a meta or sparse torch tensor (a ``ValueError`` naming ``name``): it holds no values to check."""
+    if getattr(array, "is_nested", False):
+        raise ValueError(f"{name}: a nested tensor (rows of different lengths) is not a probability array")
     if getattr(array, "is_meta", False) or str(getattr(array, "layout", "torch.strided")) != "torch.strided":
         raise ValueError(f"{name}: a {'meta' if getattr(array, 'is_meta', False) else 'sparse'} tensor holds no values "
                          "to check; pass a dense tensor with its values")

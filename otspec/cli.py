@@ -210,6 +210,8 @@ def _sweep(args) -> dict:
         raise CLIError(f"--out {out}: is a file (or a device), not a folder")
     if args.scheduler is not None and not str(args.scheduler).strip():
         raise CLIError("--scheduler: an empty address (give host:port of a Dask scheduler, or leave the flag out)")
+    if args.cluster is not None and not str(args.cluster).strip():
+        raise CLIError("--cluster: empty (give local:N, or leave the flag out)")
     if args.workers is not None and (args.scheduler or args.cluster):
         raise CLIError("--workers is the local pool's size; with --scheduler or --cluster the cluster decides")
     return {"sweep": spec.name, "out": str(out), **run_sweep(spec, out, workers=args.workers, scheduler=args.scheduler,

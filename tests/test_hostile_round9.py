@@ -125,3 +125,22 @@ def test_a_head_curve_point_with_boolean_seconds_is_damaged(tmp_path):
     path.write_text(json.dumps({"format": FORMAT, "settings": {}, "points": [point]}))
     with pytest.raises(ValueError, match="point 0 is damaged"):
         read_curve(str(path))  # a str path too (it raised AttributeError)
+
+
+def test_empty_cluster_and_name_flags_and_nested_tensors(tmp_path, capsys):
+    from llm_bridge.forecast import main as forecast_main
+    from otspec.cli import main as cli_main
+    from otspec.distributions import validate_probs
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('L = [1]\n[[pairs]]\nkind = "iid"\ndraft = [0.3, 0.7]\ntarget = [0.6, 0.4]\n'
+                    '[[verifiers]]\nname = "token"\n')
+    assert cli_main(["sweep", str(spec), "--cluster", " "]) == 2  # it used to run the local pool
+    assert "--cluster" in capsys.readouterr().err
+    assert forecast_main(["--name", "", "--out-dir", str(tmp_path)]) == 2
+    assert "--name" in capsys.readouterr().err
+    torch = pytest.importorskip("torch")
+    with pytest.warns(UserWarning):  # torch calls its nested tensors a prototype
+        rows = torch.nested.nested_tensor([torch.ones(2) / 2, torch.ones(3) / 3])
+    with pytest.raises(ValueError, match="nested tensor"):  # it raised torch's RuntimeError: Internal error
+        validate_probs(rows)
