@@ -22,6 +22,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -197,6 +198,26 @@ def _source_logged(args) -> dict:
     return {"out": str(args.out), **{k: v for k, v in log.summary().items() if k != "meta"}}
 
 
+#: What ``sweep --scheduler`` takes: a Dask scheduler's address, ``[protocol://]host:port`` (an IPv6 host in brackets).
+SCHEDULER_ADDRESS = r"(\w+://)?(\[[0-9a-fA-F:.]+\]|[^\s:/\[\]]+):\d+"
+
+
+def _check_results_folder(out: Path) -> None:
+    """Refuse (naming --out) a results folder that cannot be made: a file, a device or a broken link in its place,
+    a symlink loop, a name longer than the file system allows, or a file where a parent folder should be."""
+    try:
+        resolved = out.resolve()
+    except (RuntimeError, OSError) as err:  # a symlink loop (RuntimeError on Python 3.11)
+        raise CLIError(f"--out {out}: cannot be resolved ({err})") from None
+    if os.path.lexists(out) and not out.is_dir():
+        raise CLIError(f"--out {out}: is a file, a device or a link to nothing, not a folder")
+    if any(len(part.encode()) > 255 for part in resolved.parts):
+        raise CLIError(f"--out {out}: a name longer than 255 bytes")
+    parent = next(p for p in resolved.parents if os.path.lexists(p))
+    if not parent.is_dir():
+        raise CLIError(f"--out {out}: {parent} is not a folder")
+
+
 def _sweep(args) -> dict:
     from .sweep import load_spec, run_sweep
     from .sweep.run import EXTRAS_HINT, missing_extras
@@ -206,10 +227,10 @@ def _sweep(args) -> dict:
         raise CLIError(f"the sweep needs {', '.join(missing)}, not installed in this environment: {EXTRAS_HINT}")
     spec = load_spec(args.spec)
     out = args.out or Path(args.spec).with_suffix("").parent / f"{Path(args.spec).stem}_results"
-    if Path(out).exists() and not Path(out).is_dir():  # refused before any cell runs; made only once one does
-        raise CLIError(f"--out {out}: is a file (or a device), not a folder")
-    if args.scheduler is not None and not str(args.scheduler).strip():
-        raise CLIError("--scheduler: an empty address (give host:port of a Dask scheduler, or leave the flag out)")
+    _check_results_folder(Path(out))  # refused before any cell runs; made only once one does
+    if args.scheduler is not None and not re.fullmatch(SCHEDULER_ADDRESS, str(args.scheduler)):
+        raise CLIError(f"--scheduler {args.scheduler!r}: expected the address of a Dask scheduler, "
+                       "[tcp://]host:port")
     if args.cluster is not None and not str(args.cluster).strip():
         raise CLIError("--cluster: empty (give local:N, or leave the flag out)")
     if args.workers is not None and (args.scheduler or args.cluster):

@@ -144,3 +144,26 @@ def test_empty_cluster_and_name_flags_and_nested_tensors(tmp_path, capsys):
         rows = torch.nested.nested_tensor([torch.ones(2) / 2, torch.ones(3) / 3])
     with pytest.raises(ValueError, match="nested tensor"):  # it raised torch's RuntimeError: Internal error
         validate_probs(rows)
+
+
+def test_sweep_results_folders_and_scheduler_addresses_are_checked_by_name(tmp_path, capsys):
+    import re
+
+    from otspec.cli import SCHEDULER_ADDRESS
+    from otspec.cli import main as cli_main
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('L = [1]\n[[pairs]]\nkind = "iid"\ndraft = [0.3, 0.7]\ntarget = [0.6, 0.4]\n'
+                    '[[verifiers]]\nname = "token"\n')
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    os.symlink(tmp_path / "nowhere", tmp_path / "dangling")
+    for out, why in ((afile, "not a folder"), (afile / "below", "is not a folder"),
+                     (tmp_path / "dangling", "link to nothing"), (tmp_path / ("x" * 300), "255 bytes")):
+        assert cli_main(["sweep", str(spec), "--out", str(out)]) == 2  # bare OS errors before
+        err = capsys.readouterr().err
+        assert "--out" in err and why in err and len(err.strip().splitlines()) == 1, err
+    assert cli_main(["sweep", str(spec), "--scheduler", ":"]) == 2
+    assert "host:port" in capsys.readouterr().err
+    assert all(re.fullmatch(SCHEDULER_ADDRESS, a) for a in ("tcp://127.0.0.1:8786", "localhost:8786",
+                                                            "tls://[::1]:8786"))  # real addresses still pass
