@@ -109,18 +109,21 @@ def corpus_training_data(target, *, target_name: str, folder=None, extra=(), pro
               f"tokens of {len(missing)} corpus shards (cached under {cache_dir() / 'heads'})", file=sys.stderr)
     for rows, (base, *layers) in todo:
         width = int(corpus.lengths[rows].max())
-        todo_layers = [k for k, path in zip(extra, layers, strict=True) if not path.is_file()]
+        todo_layers = [(k, path) for k, path in zip(extra, layers, strict=True) if not path.is_file()]
+        fresh = {}  # the layers this pass computes, kept in memory rather than read back from their files
         if base.is_file() and not todo_layers:
             got = torch.load(base)
         else:
             feats, lse, top, more = target_features(target.model, corpus.tokens[rows, :width], corpus.lengths[rows],
-                                                    tuple(todo_layers), progress=progress)
+                                                    tuple(k for k, _ in todo_layers), progress=progress)
             got = {"features": feats, "lse": lse, "argmax": top}
             _save(got, base)
-            for j, k in enumerate(todo_layers):
-                _save({"extra": more[..., j * H:(j + 1) * H].clone()}, layers[extra.index(k)])
+            for j, (_, path) in enumerate(todo_layers):
+                fresh[path] = more[..., j * H:(j + 1) * H].clone()
+                _save({"extra": fresh[path]}, path)
         if extra:
-            got["extra"] = torch.cat([torch.load(path)["extra"] for path in layers], dim=-1)
+            got["extra"] = torch.cat([fresh[path] if path in fresh else torch.load(path)["extra"] for path in layers],
+                                     dim=-1)
         at = torch.as_tensor(rows)
         for key in data:
             data[key][at, :width] = got[key]

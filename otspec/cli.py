@@ -35,6 +35,7 @@ from .clitools import (
     HelpFormatter,
     add_pair_arguments,
     add_tree_arguments,
+    check_folder_path,
     join_negative_values,
     length_list,
     pair_from_args,
@@ -202,22 +203,6 @@ def _source_logged(args) -> dict:
 SCHEDULER_ADDRESS = r"(\w+://)?(\[[0-9a-fA-F:.]+\]|[^\s:/\[\]]+):\d+"
 
 
-def _check_results_folder(out: Path) -> None:
-    """Refuse (naming --out) a results folder that cannot be made: a file, a device or a broken link in its place,
-    a symlink loop, a name longer than the file system allows, or a file where a parent folder should be."""
-    try:
-        resolved = out.resolve()
-    except (RuntimeError, OSError) as err:  # a symlink loop (RuntimeError on Python 3.11)
-        raise CLIError(f"--out {out}: cannot be resolved ({err})") from None
-    if os.path.lexists(out) and not out.is_dir():
-        raise CLIError(f"--out {out}: is a file, a device or a link to nothing, not a folder")
-    if any(len(part.encode()) > 255 for part in resolved.parts):
-        raise CLIError(f"--out {out}: a name longer than 255 bytes")
-    parent = next(p for p in resolved.parents if os.path.lexists(p))
-    if not parent.is_dir():
-        raise CLIError(f"--out {out}: {parent} is not a folder")
-
-
 def _sweep(args) -> dict:
     from .sweep import load_spec, run_sweep
     from .sweep.run import EXTRAS_HINT, missing_extras
@@ -227,7 +212,7 @@ def _sweep(args) -> dict:
         raise CLIError(f"the sweep needs {', '.join(missing)}, not installed in this environment: {EXTRAS_HINT}")
     spec = load_spec(args.spec)
     out = args.out or Path(args.spec).with_suffix("").parent / f"{Path(args.spec).stem}_results"
-    _check_results_folder(Path(out))  # refused before any cell runs; made only once one does
+    check_folder_path(out, "--out")  # refused before any cell runs; made only once one does
     if args.scheduler is not None and not re.fullmatch(SCHEDULER_ADDRESS, str(args.scheduler)):
         raise CLIError(f"--scheduler {args.scheduler!r}: expected the address of a Dask scheduler, "
                        "[tcp://]host:port")

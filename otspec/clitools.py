@@ -18,7 +18,8 @@ from .pairs import check_pair
 from .sources import IIDSource, Source, load_source
 
 __all__ = ["HelpFormatter", "comma_items", "CLIError", "add_pair_arguments", "add_tree_arguments", "join_negative_values", "length_list", "pair_from_args",
-           "parse_probs", "positive_int", "seed", "tree_from_args", "writable_file", "writable_folder"]
+           "parse_probs", "positive_int", "seed", "tree_from_args", "writable_file", "writable_folder",
+           "check_folder_path"]
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -186,12 +187,29 @@ def path_argument(text: str) -> Path:
     return Path(text)
 
 
+def check_folder_path(path, flag: str) -> None:
+    """Refuse (a ``ValueError`` naming ``flag``), without making anything, a folder path that cannot be made: a
+    file, a device or a link to nothing in its place, a symlink loop, a name longer than 255 bytes, or a file where
+    a parent folder should be."""
+    out = Path(path)
+    try:
+        resolved = out.resolve()
+    except (RuntimeError, OSError) as err:  # a symlink loop (RuntimeError on Python 3.11)
+        raise ValueError(f"{flag} {out}: cannot be resolved ({err})") from None
+    if os.path.lexists(out) and not out.is_dir():
+        raise ValueError(f"{flag} {out}: is a file, a device or a link to nothing, not a folder")
+    if any(len(part.encode()) > 255 for part in resolved.parts):
+        raise ValueError(f"{flag} {out}: a name longer than 255 bytes")
+    parent = next(p for p in resolved.parents if os.path.lexists(p))
+    if not parent.is_dir():
+        raise ValueError(f"{flag} {out}: {parent} is not a folder")
+
+
 def writable_folder(path, flag: str) -> Path:
     """``path``, a folder a command writes into at its end, checked at its start: it exists or can be made, and can
     be written to (a ``ValueError`` naming ``flag`` otherwise), so a long run never fails at its last step."""
     folder = Path(path)
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"{flag} {folder}: is a file (or a device), not a folder")
+    check_folder_path(folder, flag)
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:

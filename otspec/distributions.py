@@ -175,11 +175,11 @@ def validate_probs(probs, name: str = "probs", *, tol: float | None = None, min_
         raise ValueError(f"{name}: a masked array; pass a plain array (masked entries as 0 if that is meant)")
     if not (array_api_compat.is_array_api_obj(probs)):
         try:
-            kind = np.asarray(probs).dtype.kind
-            if (kind in "USOb" or isinstance(probs, list | tuple)) and not (kind != "b" and all_numbers(
-                    probs, booleans=False)):  # [1.0, False] reads as floats, its False as 0
+            raw = np.asarray(probs)  # [1.0, False] reads as floats, its False as 0: lists are read entry by entry
+            if raw.dtype.kind == "b" or ((raw.dtype.kind in "USO" or isinstance(probs, list | tuple))
+                                         and not all_numbers(probs, booleans=False)):
                 raise TypeError("booleans, text or other objects among the entries, not only numbers")
-            probs = np.asarray(probs, dtype=np.float64)
+            probs = raw.astype(np.float64)
         except (TypeError, ValueError, OverflowError) as exc:  # ragged lists, text, None, a huge integer
             raise ValueError(f"{name}: expected an array of probabilities, could not read it as numbers ({exc})") from None
     check_dense(probs, name)

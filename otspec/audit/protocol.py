@@ -243,14 +243,16 @@ def no_hard_exit():
 
 
 def _call(fn: Callable, args: tuple):
+    value = _returned(fn, args)
+    error = _thread_exit_error()  # an os._exit a thread of the sampler called during the call
+    if error is not None:
+        raise error
+    return value
+
+
+def _returned(fn: Callable, args: tuple):
     try:
-        value = fn(*args)
-        error = _thread_exit_error()
-        if error is not None:
-            raise error
-        return value
-    except SamplerError:
-        raise
+        return fn(*args)
     except SamplerTimeout:
         raise
     except _HardExit as exc:

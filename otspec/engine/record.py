@@ -375,9 +375,10 @@ def read_record(path) -> PairRecord | AdaptiveRecord:
     except RecursionError:
         raise RecordError(f"{path}: nests JSON too deeply to be a record") from None
     record = as_record(obj, str(path))
-    if record.baseline is None or not record.baseline.tokens_per_s > 0:  # every command writes one; a record
+    # every command writes a baseline; only a record built in memory (as_record) may leave it out
+    if record.baseline is None or not record.baseline.tokens_per_s > 0:
         raise RecordError(f"{path}: no 'baseline' with tokens_per_s > 0 (plain sampling, the denominator of every "
-                          "speedup)")                                    # built in memory may leave it out
+                          "speedup)")
     record.file, record.path = path.name, str(path)
     return record
 
