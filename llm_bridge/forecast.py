@@ -22,8 +22,8 @@ import sys
 import time
 
 from otspec.clitools import ArgumentParser, HelpFormatter, comma_items, path_argument
-from otspec.engine.forecast import FORECAST_TOLERANCE, forecast_check
-from otspec.engine.record import code_version
+from otspec.engine.forecast import FORECAST_TOLERANCE, forecast_check, read_forecast
+from otspec.engine.record import code_version, read_record
 from otspec.verifiers import REGISTRY, TREE_VERIFIERS
 
 from .drafters import load_pair
@@ -129,7 +129,7 @@ def main(argv=None) -> int:
         ap.error(str(err))
     try:
         if args.check is not None:
-            for row in check_forecast(json.loads(path.read_text()), json.loads(args.check.read_text())):
+            for row in check_forecast(read_forecast(path), read_record(args.check)):
                 print(json.dumps(row.to_json()))
             return 0
         config = ValidateConfig(

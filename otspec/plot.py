@@ -40,12 +40,14 @@ def _typed(obj):
     raise TypeError(f"a figure's data holds {type(obj).__name__}, which has no JSON form")
 
 
-def write_figure(name: str, out: str | os.PathLike | None = None, scale: float = 1.0,
+def write_figure(name: str, out: str | os.PathLike | None = None, scale: float = 1.0, require_records: bool = False,
                  **data_kwargs) -> tuple[Path, Path, dict]:
     """Compute, render and save figure ``name``; returns (png path, json path, data).
 
     ``data_kwargs`` (e.g. ``draft=``, ``target=`` rows) go to the figure's data function; ``records_dir=`` to those
     that read real-model records (others ignore it). ``out`` defaults to ``build/figures/<stem>.png``.
+    ``require_records`` refuses a record figure whose folder holds nothing it reads (the plot command: an empty
+    figure from a mistyped folder said nothing), before anything is written; the report draws such a section empty.
     """
     if name not in FIGURES:
         raise ValueError(f"unknown figure {name!r}; available: {', '.join(sorted(FIGURES))}")
@@ -63,6 +65,12 @@ def write_figure(name: str, out: str | os.PathLike | None = None, scale: float =
     if unknown:
         raise ValueError(f"figure {name!r} does not take {', '.join('--' + k for k in unknown)}")
     data = {**data_fn(scale=scale, **data_kwargs), "figure": stem}  # the JSON names the figure it sits beside
+    if require_records and FIGURES[name].reads_records and not any(
+            isinstance(v, list) and v for v in data.values()):
+        from .figures import RECORDS_DIR
+
+        raise ValueError(f"figure {name!r}: the records folder {records_dir or RECORDS_DIR} holds nothing it reads "
+                         "(real-pair records llm_*.json and their logged rows llm_*_rows.npz)")
     fig = render(name, data)
     fig.tight_layout()
     fig.savefig(png)
@@ -128,9 +136,14 @@ def main(argv=None) -> int:
         if args.out is not None:  # checked before the figure is computed, not after
             writable_folder(Path(args.out).parent, "--out")
             writable_file(args.out, "--out")
+        if args.records is not None:
+            from .figures.common import check_records_given
+
+            check_records_given(args.records)
         pair = _pair(args, names)
         for name in names:
-            png, js, _ = write_figure(name, args.out, args.scale, records_dir=args.records, **pair)
+            png, js, _ = write_figure(name, args.out, args.scale, require_records=args.name != "all",
+                                      records_dir=args.records, **pair)
             print(f"wrote {png} and {js}")
     except (ValueError, OSError) as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)

@@ -20,6 +20,7 @@ from . import __version__
 from .checks import check_real
 from .clitools import ArgumentParser, path_argument, writable_folder
 from .figures import RECORDS_DIR, SCRATCH_DIR
+from .figures.common import check_records_given
 from .plot import FIGURES, MAX_SCALE, write_figure
 
 __all__ = ["SPEC_DOCUMENTS", "build_report", "main"]
@@ -113,8 +114,8 @@ def main(argv=None) -> int:
     try:  # every input checked before a minute of figures: the scale, the folder written, the records read
         check_real(args.scale, "--scale", low=0.0, high=MAX_SCALE, low_open=True)
         writable_folder(args.out_dir, "--out-dir")
-        if args.records is not None and not Path(args.records).is_dir():
-            raise ValueError(f"--records {args.records}: not a folder of records")
+        if args.records is not None:
+            check_records_given(args.records)
         from .figures.llm import llm_data
 
         llm_data(records_dir=args.records if args.records is not None else RECORDS_DIR)

@@ -167,3 +167,85 @@ def test_sweep_results_folders_and_scheduler_addresses_are_checked_by_name(tmp_p
     assert "host:port" in capsys.readouterr().err
     assert all(re.fullmatch(SCHEDULER_ADDRESS, a) for a in ("tcp://127.0.0.1:8786", "localhost:8786",
                                                             "tls://[::1]:8786"))  # real addresses still pass
+
+
+def test_record_figures_and_the_report_refuse_a_folder_without_records(tmp_path, capsys):
+    """Round nine's leftover: ``plot real_models --records EMPTY`` drew an empty figure and exited 0 (so did the two
+    logged-rows figures and ``report``); every record figure and the report now refuse such a folder by name."""
+    from otspec.plot import main as plot_main
+    from otspec.report import main as report_main
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for name in ("real_models", "trees_logged", "logged_rows", "all"):
+        assert plot_main([name, "--records", str(empty)] + (["--out", str(tmp_path / f"{name}.png")]
+                                                             if name != "all" else [])) == 2
+        assert "holds no real-pair records" in capsys.readouterr().err
+    assert not list(tmp_path.glob("*.png"))
+    with pytest.raises(SystemExit) as exit_:
+        report_main(["--records", str(empty), "--out-dir", str(tmp_path / "report")])
+    assert exit_.value.code == 2 and "holds no real-pair records" in capsys.readouterr().err
+    # a folder holding only a record but no logged rows: the logged-rows figure is refused by name, not drawn empty
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "llm_default.json").write_text((ROOT / "figures" / "llm_default.json").read_text())
+    assert plot_main(["trees_logged", "--records", str(tmp_path / "one"), "--out", str(tmp_path / "t.png")]) == 2
+    assert "holds nothing it reads" in capsys.readouterr().err
+
+
+def test_forecast_check_reads_both_files_with_their_checks(tmp_path, capsys):
+    """``forecast --check FOLDER`` read nothing and named no flag; a damaged forecast gave a KeyError. Both files are
+    now read with the record checks, and the forecast field by field."""
+    from llm_bridge.forecast import main as forecast_main
+    from otspec.engine.forecast import check_forecast_json, read_forecast
+    from otspec.engine.record import RecordError
+
+    made = json.loads((ROOT / "figures" / "llm_forecast_eagle_heldout.json").read_text())
+    args = ["--draft", "eagle", "--name", "eagle_heldout", "--out-dir", str(ROOT / "figures")]
+    assert forecast_main(args + ["--check", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+    assert forecast_main(args + ["--check", str(ROOT / "figures" / "llm_adaptive_eagle.json")]) == 2
+    assert "adaptive-threshold record" in capsys.readouterr().err
+    for damage, field in ((lambda m: m.pop("forecasts"), "'forecasts'"),
+                          (lambda m: m["forecasts"][0].update(predicted_speedup=float("nan")), "predicted_speedup"),
+                          (lambda m: m["forecasts"][0].update(predicted_block_efficiency=True),
+                           "predicted_block_efficiency"),
+                          (lambda m: m["forecasts"][0].update(L=None), "'L'"),
+                          (lambda m: m["forecasts"][0].update(predicted_speedup_interval={"low": 2, "high": 1}),
+                           "interval"),
+                          (lambda m: m["pair"].pop("draft"), "'pair'")):
+        bad = json.loads(json.dumps(made))
+        damage(bad)
+        with pytest.raises(RecordError, match=field):
+            check_forecast_json(bad)
+        (tmp_path / "llm_forecast_bad.json").write_text(json.dumps(bad))
+        with pytest.raises(RecordError, match=field):
+            read_forecast(tmp_path / "llm_forecast_bad.json")
+    assert read_forecast(ROOT / "figures" / "llm_forecast_eagle_heldout.json")["record"] == "llm_eagle_heldout.json"
+
+
+def test_a_horizon_one_chain_without_matrices_and_a_table_missing_a_row(tmp_path, capsys):
+    """A Markov chain of horizon 1 (no matrices) raised IndexError on its first row; a table source's missing row
+    named neither the file nor the source."""
+    from otspec.cli import main as cli_main
+    from otspec.sources import MarkovSource, load_source
+
+    chain = MarkovSource([0.25, 0.75], [], horizon=1)
+    assert np.allclose(chain.next_probs([[]]), [[0.25, 0.75]])
+    assert np.allclose(chain.rows_at([[0]], [[0]]), [[[0.25, 0.75]]])
+    with pytest.raises(ValueError, match="horizon"):
+        chain.next_probs([[0]])
+    chain_file = tmp_path / "chain.json"
+    chain_file.write_text(json.dumps({"type": "markov", "initial": [0.5, 0.5], "transition": [], "horizon": 1}))
+    pair = ["--draft-source", str(chain_file), "--target-source", str(chain_file)]
+    assert cli_main(["calc", "block", *pair, "--L", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["token"] == out["block_optimal"] == 1.0 and out["gumbel"] is None  # identical pair: the draft is kept
+    assert cli_main(["calc", "block", *pair, "--L", "2", "--json"]) == 2
+    assert "horizon 1" in capsys.readouterr().err
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps({"type": "table", "vocab_size": 2, "horizon": 2,
+                                 "rows": {"": [0.5, 0.5], "0": [0.9, 0.1]}}))
+    source = load_source(table)
+    assert np.allclose(source.next_probs([[0]]), [[0.9, 0.1]])
+    with pytest.raises(ValueError, match=f"source file {table}.*no row for the prefix \\(1,\\)"):
+        source.next_probs([[1]])

@@ -8,12 +8,14 @@ the model side both read it. :func:`miss_decomposition` takes a typed run row ap
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from .record import as_record
-from .rows import Comparison, Interval, JsonObject, run_row
+from .record import PairRecord, as_record, read_json_file
+from .rows import Comparison, Interval, JsonObject, RecordError, run_row
 
-__all__ = ["FORECAST_TOLERANCE", "ForecastComparison", "ForecastRow", "MissDecomposition", "compare_prediction", "forecast_check", "miss_decomposition"]
+__all__ = ["FORECAST_TOLERANCE", "ForecastComparison", "ForecastRow", "MissDecomposition", "check_forecast_json", "compare_prediction", "forecast_check", "miss_decomposition",
+           "read_forecast"]
 
 #: A forecast holds when the measurement is within this share of it and inside its prediction interval.
 FORECAST_TOLERANCE = 0.10
@@ -60,13 +62,59 @@ class ForecastRow(JsonObject):
         return f"{self.verifier} " + (f"L = {self.L}" if self.L is not None else str(self.tree))
 
 
+def _positive(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def check_forecast_json(made, source: str = "forecast") -> dict:
+    """A forecast's JSON object (``python -m llm_bridge.forecast``'s file) checked field by field before it is
+    compared: the pair and settings it forecasts, and each configuration's predictions (positive and finite, or
+    ``null``; an interval ``{low, high}`` with low ≤ high). A ``RecordError`` names the first field that is wrong."""
+    if not isinstance(made, dict) or made.get("kind") != "forecast":
+        raise RecordError(f"{source}: not a forecast (a JSON object with kind 'forecast')")
+    pair, settings, rows = made.get("pair"), made.get("settings"), made.get("forecasts")
+    if not isinstance(pair, dict) or not all(isinstance(pair.get(k), str) for k in ("target", "draft")):
+        raise RecordError(f"{source}: 'pair' must name its 'target' and 'draft'")
+    if not isinstance(settings, dict):
+        raise RecordError(f"{source}: 'settings' must be an object")
+    if not isinstance(rows, list):
+        raise RecordError(f"{source}: 'forecasts' must be a list of configurations")
+    for i, row in enumerate(rows):
+        where = f"{source}: forecasts[{i}]"
+        if not isinstance(row, dict) or not isinstance(row.get("verifier"), str):
+            raise RecordError(f"{where}: each forecast is an object naming its 'verifier'")
+        length, tree = row.get("L"), row.get("tree")
+        if (length is None) == (tree is None) or not (
+                tree is not None and isinstance(tree, str) or isinstance(length, int) and not isinstance(
+                    length, bool) and length >= 1):
+            raise RecordError(f"{where}: needs a draft length 'L' (an integer ≥ 1) or a 'tree' (its spec), not both")
+        for key in ("predicted_block_efficiency", "predicted_speedup"):
+            value, interval = row.get(key), row.get(f"{key}_interval")
+            if value is not None and not _positive(value):
+                raise RecordError(f"{where}: '{key}' must be a positive finite number or null, got {value!r}")
+            if interval is not None and not (isinstance(interval, dict) and all(
+                    _positive(interval.get(k)) for k in ("low", "high")) and interval["low"] <= interval["high"]):
+                raise RecordError(f"{where}: '{key}_interval' must be {{'low': x, 'high': y}} with 0 < x ≤ y, "
+                                  f"or null")
+    return made
+
+
+def read_forecast(path) -> dict:
+    """The forecast in a JSON file, checked (:func:`check_forecast_json`)."""
+    return check_forecast_json(read_json_file(path, "forecast"), str(path))
+
+
 def forecast_check(forecast_json: dict, record) -> list[ForecastRow]:
     """Each forecast beside the record's measurement of the same configuration: ``measured`` and ``predicted`` block
     efficiency and speedup, relative errors, whether each is within :data:`FORECAST_TOLERANCE` and inside its
     prediction interval (``holds``). ``record``: a :class:`~otspec.engine.record.PairRecord` or its JSON object. The
     record must measure what was forecast: the same pair, prompts, batch, tokens and sampling (a ``ValueError`` names
     the first setting that differs)."""
+    forecast_json = check_forecast_json(forecast_json)
     record = as_record(record)
+    if not isinstance(record, PairRecord):
+        raise RecordError(f"{record.file or 'the record'}: an adaptive-threshold record; a forecast is checked against "
+                          "the pair record (python -m llm_bridge.validate) that measured its configurations")
     settings, measured = forecast_json["settings"], record.settings
     for key in ("prompt_ids", "max_new_tokens", "batch_size", "temperature", "top_k", "top_p", "seed"):
         if settings.get(key) != getattr(measured, key):

@@ -23,7 +23,8 @@ from .rows import LOCAL, ChainRun, Interval, JsonObject, PolicyRun, RecordError,
 
 __all__ = ["AdaptiveRecord", "Baseline", "DecodeStep", "Drafter", "Head", "LawSampling", "Lossless", "LosslessCheck",
            "MissingRecord", "ModelPair", "PairRecord", "Peer", "Profile", "RecordError", "Settings", "Settling", "Split",
-           "Timing", "TimingAttempt", "as_record", "code_version", "read_record", "results_table"]
+           "Timing", "TimingAttempt", "as_record", "code_version", "read_json_file", "read_record",
+           "results_table"]
 
 
 #: The folders whose uncommitted changes make a record's code differ from its commit.
@@ -354,26 +355,33 @@ class MissingRecord(RecordError, MissingFile):
     """A record file that does not exist: a :class:`RecordError` and a ``FileNotFoundError``."""
 
 
-def read_record(path) -> PairRecord | AdaptiveRecord:
-    """The record in a JSON file, by its shape: runs → :class:`PairRecord`, thresholds → :class:`AdaptiveRecord`."""
+def read_json_file(path, what: str = "record"):
+    """The JSON in the data file ``path`` (a record, a forecast), every way it can fail named as a ``RecordError``
+    (:class:`MissingRecord` when there is no file): not a path, not a regular file, not UTF-8, not JSON, too deep."""
     problem = file_problem(path)  # before Path(): an integer would be a file descriptor
     if problem is not None and problem.startswith("is not a path"):
-        raise RecordError(f"record path {path!r} {problem}")
+        raise RecordError(f"{what} path {path!r} {problem}")
     path = Path(path)
     if problem == "does not exist":
-        raise MissingRecord(f"{path}: no such record file")
+        raise MissingRecord(f"{path}: no such {what} file")
     if problem:
         raise RecordError(f"{path}: {problem}")
     try:
-        obj = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise RecordError(f"{path}: not JSON ({err})") from err
     except UnicodeDecodeError:
-        raise RecordError(f"{path}: not a JSON record (not UTF-8 text)") from None
+        raise RecordError(f"{path}: not a JSON {what} (not UTF-8 text)") from None
     except ValueError as err:  # an integer of thousands of digits
-        raise RecordError(f"{path}: not a JSON record ({err})") from None
+        raise RecordError(f"{path}: not a JSON {what} ({err})") from None
     except RecursionError:
-        raise RecordError(f"{path}: nests JSON too deeply to be a record") from None
+        raise RecordError(f"{path}: nests JSON too deeply to be a {what}") from None
+
+
+def read_record(path) -> PairRecord | AdaptiveRecord:
+    """The record in a JSON file, by its shape: runs → :class:`PairRecord`, thresholds → :class:`AdaptiveRecord`."""
+    obj = read_json_file(path)
+    path = Path(path)
     record = as_record(obj, str(path))
     # every command writes a baseline; only a record built in memory (as_record) may leave it out
     if record.baseline is None or not record.baseline.tokens_per_s > 0:

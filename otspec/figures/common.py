@@ -77,3 +77,15 @@ def records_folder(records_dir) -> Path:
     if not folder.is_dir():
         raise ValueError(f"records folder {folder}: {'not a folder' if folder.exists() else 'does not exist'}")
     return folder
+
+
+def check_records_given(records_dir, flag: str = "--records") -> Path:
+    """A records folder the user named: it exists and holds at least one real-pair file (``llm_*``), else the
+    record figures and sections would be drawn empty without a word."""
+    try:
+        folder = records_folder(records_dir)
+    except ValueError as exc:
+        raise ValueError(f"{flag} {records_dir}: {str(exc).split(': ', 1)[-1]}") from None
+    if not any(folder.glob("llm_*")):
+        raise ValueError(f"{flag} {records_dir}: holds no real-pair records (llm_*.json, llm_*_rows.npz)")
+    return folder

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..checks import file_problem
 from ..clitools import ArgumentParser, path_argument, writable_folder
+from ..engine.forecast import check_forecast_json
 from ..engine.record import AdaptiveRecord, RecordError, as_record, read_record
 from . import RECORDS_DIR, SCRATCH_DIR, register
 from .common import axes, new_figure, records_folder
@@ -283,8 +284,12 @@ def llm_data(scale: float = 1.0, records_dir: str | Path = RECORDS_DIR) -> dict:
             raise RecordError(f"{path}: not UTF-8 text: a file named llm_*.json in the records folder must be a "
                               "record or another JSON data file") from None
         if path.name.startswith("llm_forecast_") and '"kind": "forecast"' in text:
-            made = json.loads(text)
-            if not isinstance(made, dict) or not isinstance(made.get("record"), str):
+            try:
+                made = check_forecast_json(json.loads(text), str(path))
+            except (ValueError, RecursionError) as err:  # damaged JSON, or a field that is wrong
+                raise RecordError(f"{path}: not a forecast ({err})" if not isinstance(err, RecordError) else str(err)
+                                  ) from None
+            if not isinstance(made.get("record"), str):
                 raise RecordError(f"{path}: a forecast must name the record it forecasts ('record': a file name)")
             measured = folder / made["record"]
             forecasts.append((path.name, made, read_record(measured) if measured.is_file() else None))

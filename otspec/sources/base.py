@@ -79,6 +79,9 @@ class Source(ABC):
     #: How many of a prefix's last tokens the rows read (its length aside): 0 for IID or positional rows, 1 for an
     #: order-1 Markov chain, ``None`` (the default) for the whole prefix. Engines use it to copy less.
     context: int | None = None
+    #: Where the source was read from (:func:`~otspec.sources.load_source` sets the file), for errors that only use
+    #: can find, such as a table's missing row.
+    origin: str | None = None
 
     # ----------------------------------------------------------------- core
     @abstractmethod

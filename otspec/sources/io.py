@@ -159,9 +159,11 @@ def load_source(path: str | os.PathLike) -> Source:
     except RecursionError:
         raise ValueError(f"source file {path} nests JSON too deeply to be a source") from None
     try:
-        return source_from_json(obj)
+        source = source_from_json(obj)
     except ValueError as exc:
         raise ValueError(f"source file {path}: {exc}") from None
+    source.origin = f"source file {path}"
+    return source
 
 
 def save_source(source: Source, path: str | os.PathLike) -> None:

@@ -137,6 +137,8 @@ class MarkovSource(Source):
 
     def _rows(self, tokens, lengths):
         B = tokens.shape[0]
+        if not self._stack.shape[0]:  # horizon 1, no matrices: only the first token's law (the horizon was checked)
+            return np.broadcast_to(self.initial, (B, self.vocab_size))
         prev = tokens[np.arange(B), np.maximum(lengths - 1, 0)] if tokens.shape[1] else np.zeros(B, np.int64)
         which = np.zeros(B, np.int64) if self.stationary else np.maximum(lengths - 1, 0)
         prev = np.where(lengths > 0, prev, 0)
@@ -145,6 +147,8 @@ class MarkovSource(Source):
         return np.where((lengths == 0)[:, None], self.initial, rows)
 
     def _rows_at(self, tokens, lengths, depths):
+        if not self._stack.shape[0]:  # horizon 1, as in _rows
+            return np.broadcast_to(self.initial, (*lengths.shape, self.vocab_size))
         before = np.maximum(lengths - 1, 0)
         prev = np.take_along_axis(tokens, before, axis=1) if tokens.shape[1] else np.zeros(lengths.shape, np.int64)
         rows = self._stack[0 if self.stationary else before, prev]
@@ -339,7 +343,8 @@ class TableSource(Source):
             try:
                 return self._table[prefix]
             except KeyError:
-                raise ValueError(f"TableSource: its rows (the 'rows' of a table source) have no row for the prefix "
+                where = f" ({self.origin})" if self.origin else ""
+                raise ValueError(f"TableSource{where}: its rows (the 'rows' of a table source) have no row for the prefix "
                                  f"{prefix}, which a draft or continuation reaches; give a row for every prefix of "
                                  f"length < horizon {self.horizon}") from None
         arr = np.asarray(validate_probs(self._fn(prefix), f"row for prefix {prefix}"), dtype=np.float64)
