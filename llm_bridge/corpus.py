@@ -25,6 +25,7 @@ seed gives the same tokens on the same torch build and thread count (``corpus.js
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import zipfile
@@ -40,8 +41,8 @@ from otspec.errors import SizeLimitError
 from .models import DEFAULT_TARGET, ModelNotFound
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 
-__all__ = ["CORPUS_DIR", "Corpus", "CorpusRecipe", "HELDOUT_EVERY", "build_corpus", "load_corpus", "main",
-           "user_messages"]
+__all__ = ["CORPUS_DIR", "Corpus", "CorpusRecipe", "HELDOUT_EVERY", "build_corpus", "check_trainable", "load_corpus",
+           "main", "user_messages"]
 
 #: Committed corpora, one folder per target.
 CORPUS_DIR = DATA_DIR / "corpus"
@@ -186,14 +187,16 @@ def _read_index(folder: Path) -> dict | None:
         return isinstance(x, int) and not isinstance(x, bool) and x >= low
 
     shards, recipe = index.get("shards"), index.get("recipe")
-    if (not isinstance(recipe, dict) or not count(recipe.get("shard_messages"), 1) or not isinstance(shards, list)
+    if (not isinstance(recipe, dict) or not count(recipe.get("shard_messages"), 1)
+            or recipe["shard_messages"] > LIMITS["shard_messages"] or not isinstance(shards, list)
             or not all(isinstance(e, dict) and count(e.get("index")) and e["index"] < MAX_SHARDS
                        and count(e.get("tokens")) and isinstance(e.get("file"), str)
                        and e["file"] == Path(e["file"]).name != "" for e in shards)
             or len({e["index"] for e in shards}) != len(shards) or len({e["file"] for e in shards}) != len(shards)
             or ("vocab_size" in index and not count(index["vocab_size"], 1))
             or (shards and "vocab_size" not in index)):
-        raise ValueError(f"{path}: a damaged corpus index (expected a recipe with its shard_messages, a list of "
+        raise ValueError(f"{path}: a damaged corpus index (expected a recipe with its shard_messages (at most "
+                         f"{LIMITS['shard_messages']:,}), a list of "
                          f"shards each with its own index below {MAX_SHARDS:,}, its own file name in this folder and a "
                          "token count, and a vocabulary size >= 1)")
     return index
@@ -274,9 +277,12 @@ class Corpus:
 def _check_shard(path: Path, z, vocab_size: int) -> None:
     integral = ("offsets", "tokens", "prompt_lengths", "message")
     if (any(z[k].ndim != 1 or z[k].dtype.kind not in "iu" for k in integral) or z["vocab_size"].shape != ()
-            or z["temperature"].dtype.kind != "f" or z["temperature"].shape != z["prompt_lengths"].shape):
+            or z["vocab_size"].dtype.kind not in "iu" or z["temperature"].dtype.kind != "f"
+            or z["temperature"].shape != z["prompt_lengths"].shape):
         raise ValueError(f"{path}: a damaged shard (integer token ids, offsets, prompt lengths and message ids, one "
-                         "float temperature per sequence, one vocabulary size)")
+                         "float temperature per sequence, one integer vocabulary size)")
+    for k in integral:  # signed from here: an unsigned offset above 2**63 turns negative and is refused, not wrapped
+        z[k] = z[k].astype(np.int64)
     if str(z["format"]) != FORMAT or int(z["vocab_size"]) != vocab_size:
         raise ValueError(f"{path}: not a shard of this corpus (format {FORMAT!r}, vocabulary {vocab_size})")
     if (not np.all(np.isfinite(z["temperature"])) or np.any(z["temperature"] < 0) or np.any(z["message"] < 0)
@@ -294,7 +300,14 @@ def _check_shard(path: Path, z, vocab_size: int) -> None:
 def load_corpus(folder=None, *, target: str = DEFAULT_TARGET, max_tokens: int | None = None) -> Corpus:
     """The corpus in ``folder`` (default ``CORPUS_DIR / target``), checked shard by shard; ``max_tokens`` keeps the
     first shards whose continuation tokens reach it (a learning curve's smaller corpora are prefixes)."""
-    folder = Path(folder) if folder is not None else CORPUS_DIR / target
+    if max_tokens is not None:
+        check_size(max_tokens, "max_tokens")
+    if folder is not None and not isinstance(folder, str | os.PathLike):
+        raise TypeError(f"load_corpus: folder: expected a path, got {folder!r} ({type(folder).__name__})")
+    try:
+        folder = Path(folder) if folder is not None else CORPUS_DIR / target
+    except TypeError as err:  # a PathLike whose __fspath__ gives no text
+        raise TypeError(f"load_corpus: folder: not a path ({err})") from None
     index = _read_index(folder)
     if index is None:
         raise FileNotFoundError(f"{folder} holds no corpus.json; build one with python -m llm_bridge.corpus")
@@ -311,7 +324,8 @@ def load_corpus(folder=None, *, target: str = DEFAULT_TARGET, max_tokens: int | 
                                                   "message", "temperature")}
         except SizeLimitError:
             raise
-        except (OSError, KeyError, TypeError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        except (OSError, KeyError, TypeError, ValueError, EOFError, zipfile.BadZipFile, NotImplementedError,
+                RuntimeError) as err:  # NotImplementedError, RuntimeError: a compression or an encryption zip lacks
             raise ValueError(f"{path}: not a corpus shard ({type(err).__name__}: {err})") from None
         _check_shard(path, z, vocab)
         off = z["offsets"]
@@ -328,6 +342,16 @@ def load_corpus(folder=None, *, target: str = DEFAULT_TARGET, max_tokens: int | 
         tokens[b, :len(r[0])] = r[0]
     return Corpus(tokens, lengths, np.array([r[1] for r in rows]), np.array([r[2] for r in rows]),
                   np.array([r[3] for r in rows]), np.array([r[4] for r in rows]), vocab, files)
+
+
+def check_trainable(corpus: Corpus, name: str) -> None:
+    """Refuse (a ``ValueError`` naming ``name``) a corpus a head cannot be trained and scored on: it needs a
+    training shard and a held-out one (shard i is held out when i % HELDOUT_EVERY == HELDOUT_EVERY - 1)."""
+    held = corpus.heldout
+    if not held.any() or held.all():
+        raise ValueError(f"{name}: no {'held-out' if not held.any() else 'training'} shard (shard i is "
+                         f"held out when i % {HELDOUT_EVERY} == {HELDOUT_EVERY - 1}: the corpus needs at least "
+                         f"{HELDOUT_EVERY} shards, and one of them not held out)")
 
 
 def main(argv=None) -> int:

@@ -21,6 +21,7 @@ from pathlib import Path
 from otspec.clitools import (
     ArgumentParser,
     comma_items,
+    index_list,
     length_list,
     path_argument,
     writable_file,
@@ -81,7 +82,7 @@ def run_curve(heads, sizes, settings: dict, out: Path, heads_dir: Path) -> dict:
 
 def _point_ok(p) -> bool:
     """Whether a curve point holds what :func:`run_curve` writes: a known head, counts >= 0, shares in [0, 1]."""
-    import math
+    from otspec.checks import finite_real
 
     def count(x):
         return isinstance(x, int) and not isinstance(x, bool) and x >= 0
@@ -94,8 +95,7 @@ def _point_ok(p) -> bool:
             and all(count(p.get(k)) for k in ("train_tokens_asked", "train_tokens", "trained_parameters"))
             and shares(p.get("acceptance_per_position")) and shares([p.get("coverage")])
             and (p.get("greedy_agreement_per_position") is None or shares(p["greedy_agreement_per_position"]))
-            and isinstance(p.get("seconds"), int | float) and not isinstance(p["seconds"], bool)
-            and math.isfinite(p["seconds"]) and p["seconds"] >= 0)
+            and finite_real(p.get("seconds")) and p["seconds"] >= 0)
 
 
 def read_curve(path: Path) -> dict | None:
@@ -107,8 +107,8 @@ def read_curve(path: Path) -> dict | None:
     path = Path(path)
     try:
         record = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ValueError(f"--out {path}: not a JSON head curve ({err})") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as err:  # RecursionError: nested too deep
+        raise ValueError(f"--out {path}: not a JSON head curve ({type(err).__name__}: {err})") from None
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         return None
     points = record.get("points")
@@ -164,17 +164,8 @@ def _heads(text: str) -> list:
     return heads
 
 
-def _layer_indices(text: str) -> tuple:
-    import argparse
-
-    items = comma_items(text)
-    if not items or not all(x.isascii() and x.isdigit() for x in items):
-        raise argparse.ArgumentTypeError(f"expected target layer indices >= 0, comma-separated, got {text!r}")
-    return tuple(int(x) for x in items)
-
-
 def main(argv=None) -> int:
-    from .corpus import CORPUS_DIR, load_corpus
+    from .corpus import CORPUS_DIR, check_trainable, load_corpus
 
     ap = ArgumentParser(prog="python -m llm_bridge.head_curve", description=__doc__.splitlines()[0])
     ap.add_argument("--heads", type=_heads, default=list(HEADS), help="comma-separated, among " + ", ".join(HEADS))
@@ -186,7 +177,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--vocab", type=int, default=8192)
-    ap.add_argument("--fuse", type=_layer_indices, default=(3, 15),
+    ap.add_argument("--fuse", type=index_list, default=(3, 15),
                     help="eagle3, eagle3x2: the target layers fused with its last feature")
     ap.add_argument("--heldout-sequences", type=int, default=256)
     ap.add_argument("--score-fraction", type=float, default=0.25,
@@ -199,7 +190,7 @@ def main(argv=None) -> int:
     try:
         corpus = args.corpus if args.corpus is not None else CORPUS_DIR / args.target
         try:  # a missing or damaged index or shard is refused before any model loads
-            load_corpus(corpus)
+            check_trainable(load_corpus(corpus), str(corpus))
         except (ValueError, FileNotFoundError) as err:
             raise ValueError(f"--corpus: {err}") from None
         settings = {"target": args.target, "corpus": str(corpus), "steps": args.steps, "batch": args.batch,

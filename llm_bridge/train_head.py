@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from otspec.checks import check_data_file, check_real, check_size
-from otspec.clitools import ArgumentParser, comma_items, path_argument, writable_folder
+from otspec.clitools import ArgumentParser, index_list, path_argument, writable_folder
 
 from .head_data import prompt_split
 from .heads import HEAD_DIRS, HEAD_KINDS, build_head, eagle_unrolled, load_head, save_head
@@ -344,11 +344,9 @@ def train_head(recipe: HeadRecipe) -> dict:
     if recipe.corpus is None:
         files = prompt_files(prompts)  # a missing prompt file is refused before the model loads
     else:
-        from .corpus import load_corpus
+        from .corpus import check_trainable, load_corpus
 
-        if not load_corpus(recipe.corpus).heldout.any():  # a damaged index or shard, too, before the model loads
-            raise ValueError(f"--corpus {recipe.corpus}: no held-out shard (shard i is held out when i % 10 == 9: "
-                             "the corpus needs at least 10 shards)")
+        check_trainable(load_corpus(recipe.corpus), f"--corpus {recipe.corpus}")  # a damaged index or shard too, before any model
     tgt = load_model(target, device=device, dtype="float32")
     if recipe.corpus is None:
         data = corpus(tgt, target_name=target, samples=samples, length=length, seed=seed, prompts=files,
@@ -421,17 +419,6 @@ def train_head(recipe: HeadRecipe) -> dict:
     return record
 
 
-def _layers(text: str) -> tuple:
-    import argparse
-
-    try:
-        if not text.strip():
-            raise ValueError(text)  # a blank --fuse would train a plain EAGLE head under an EAGLE-3 name
-        return tuple(int(x) for x in comma_items(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated layer indices, got {text!r}") from None
-
-
 def _corpus_folder(arg, target: str):
     if arg is None or str(arg) != "default":
         return arg
@@ -461,7 +448,7 @@ def main(argv=None) -> int:
     ap.add_argument("--unroll", type=int, default=3, help="EAGLE: drafting steps trained (training-time test)")
     ap.add_argument("--medusa-heads", type=int, default=4, help="Medusa: blocks (the longest draft)")
     ap.add_argument("--feature-weight", type=float, default=0.1, help="EAGLE: weight of the feature regression")
-    ap.add_argument("--fuse", type=_layers, default=(),
+    ap.add_argument("--fuse", type=index_list, default=(),
                     help="EAGLE with --corpus: target layers fused with the last feature (EAGLE-3), e.g. 4,15")
     ap.add_argument("--head-layers", type=int, default=1,
                     help="EAGLE: the head's decoder layers (from the target's last ones); each costs a layer per draft")

@@ -45,6 +45,7 @@ __all__ = [
     "all_numbers",
     "check_flag",
     "check_seed",
+    "finite_real",
     "file_problem",
 ]
 
@@ -192,7 +193,7 @@ def file_problem(path) -> str | None:
         text = os.fspath(path)
     except TypeError:  # an __fspath__ that returns no path
         return "is not a path (its __fspath__ returns no str)"
-    if not isinstance(text, str | bytes):
+    if not isinstance(text, str):  # bytes too: a bytes path is refused above, and pathlib takes none
         return "is not a path (its __fspath__ returns no str)"
     if not text:
         return "is an empty path"
@@ -211,8 +212,8 @@ def file_problem(path) -> str | None:
 
 def check_npz_members(path, limit: int, what: str, limit_name: str = "MAX_MEMBER_ENTRIES") -> None:
     """Refuse (a :class:`~otspec.errors.SizeLimitError` naming ``what``) an ``.npz`` archive member whose header
-    declares more than ``limit`` entries before any member is loaded: a few MB of zeros can decompress to
-    gigabytes."""
+    declares more than ``limit`` entries, or more than ``limit`` 8-byte entries' worth of bytes, before any member is
+    loaded: a few MB of zeros can decompress to gigabytes."""
     import math
     import zipfile
 
@@ -226,11 +227,26 @@ def check_npz_members(path, limit: int, what: str, limit_name: str = "MAX_MEMBER
                 version = np.lib.format.read_magic(fh)
                 read = (np.lib.format.read_array_header_1_0 if version == (1, 0) else
                         np.lib.format.read_array_header_2_0)
-                shape, _, _ = read(fh)
+                shape, _, dtype = read(fh)
             entries = math.prod(shape)
             if entries > limit:
                 raise SizeLimitError(f"{what}: {path}: array {info.filename!r} declares {entries:,} entries, above "
                                      f"{limit_name} = {limit:,} (refused before loading it)")
+            if entries * dtype.itemsize > 8 * limit:  # a wide record or void dtype: few entries, gigabytes
+                raise SizeLimitError(f"{what}: {path}: array {info.filename!r} declares {entries:,} entries of "
+                                     f"{dtype.itemsize:,} bytes ({dtype}), above {limit_name} = {limit:,} entries of 8 "
+                                     "bytes (refused before loading it)")
+
+
+def finite_real(value) -> bool:
+    """Whether ``value`` is a finite real number a JSON file can hold (an int or a float, not bool); an integer of
+    hundreds of digits is no float and is refused, rather than raising ``OverflowError``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 def check_flag(value, name: str) -> bool:
@@ -253,17 +269,32 @@ def check_dense(array, name: str) -> None:
 
 def all_numbers(items, *, booleans: bool = True) -> bool:
     """Whether a nested list holds only real numbers (``Decimal`` included; no text, None or other objects; no
-    booleans either unless ``booleans``)."""
+    booleans either unless ``booleans``). Arrays, 0-d arrays and tensors among the entries are read by their dtype."""
     import numbers
     from decimal import Decimal
 
     import numpy as np
 
+    kinds = "iufb" if booleans else "iuf"
     stack = [items]
     while stack:
         x = stack.pop()
         if isinstance(x, list | tuple):
             stack.extend(x)
-        elif not isinstance(x, numbers.Real | Decimal) or (not booleans and isinstance(x, bool | np.bool_)):
+        elif isinstance(x, bool | np.bool_):
+            if not booleans:
+                return False
+        elif isinstance(x, numbers.Real | Decimal):
+            continue
+        elif isinstance(x, np.ndarray) or hasattr(x, "__array__"):  # an array, a 0-d array, a torch scalar among rows
+            try:
+                arr = np.asarray(x)
+            except (TypeError, ValueError, RuntimeError):  # a GPU tensor, an array-like that cannot be read
+                return False
+            if arr.dtype.kind == "O":
+                stack.extend(arr.ravel().tolist())
+            elif arr.dtype.kind not in kinds:
+                return False
+        else:
             return False
     return True

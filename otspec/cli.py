@@ -168,11 +168,11 @@ def _decode(args):
 
 
 def _source_random(args) -> dict:
+    for flag, path in (("--draft-out", args.draft_out), ("--target-out", args.target_out)):  # both, before either
+        writable_file(path, flag, make_folder=True)  # is written (a symlink loop is refused here, not resolved below)
     if Path(args.draft_out).resolve() == Path(args.target_out).resolve():
         raise CLIError(f"--draft-out and --target-out name the same file ({args.draft_out}); the target would "
                        "overwrite the draft")
-    for flag, path in (("--draft-out", args.draft_out), ("--target-out", args.target_out)):  # both, before either
-        writable_file(path, flag, make_folder=True)                                            # is written
     draft, target = random_markov(args.vocab, args.concentration, horizon=args.horizon, seed=args.seed,
                                   sparsity=args.sparsity)
     entries = target.transition.size
@@ -199,8 +199,9 @@ def _source_logged(args) -> dict:
     return {"out": str(args.out), **{k: v for k, v in log.summary().items() if k != "meta"}}
 
 
-#: What ``sweep --scheduler`` takes: a Dask scheduler's address, ``[protocol://]host:port`` (an IPv6 host in brackets).
-SCHEDULER_ADDRESS = r"(\w+://)?(\[[0-9a-fA-F:.]+\]|[^\s:/\[\]]+):\d+"
+#: What ``sweep --scheduler`` takes: a Dask scheduler's address, ``[protocol://]host:port`` (an IPv6 host in brackets;
+#: a network protocol: ``inproc://`` names a scheduler inside another process, which a sweep cannot reach).
+SCHEDULER_ADDRESS = r"((tcp|tls|ws|wss|ucx)://)?(\[[0-9a-fA-F:.]+\]|[^\s:/\[\]]+):\d+"
 
 
 def _sweep(args) -> dict:
@@ -215,7 +216,7 @@ def _sweep(args) -> dict:
     check_folder_path(out, "--out")  # refused before any cell runs; made only once one does
     if args.scheduler is not None and not re.fullmatch(SCHEDULER_ADDRESS, str(args.scheduler)):
         raise CLIError(f"--scheduler {args.scheduler!r}: expected the address of a Dask scheduler, "
-                       "[tcp://]host:port")
+                       "[tcp://]host:port (or tls://, ws://, wss://, ucx://)")
     if args.cluster is not None and not str(args.cluster).strip():
         raise CLIError("--cluster: empty (give local:N, or leave the flag out)")
     if args.workers is not None and (args.scheduler or args.cluster):

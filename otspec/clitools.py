@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 from fractions import Fraction
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from .sources import IIDSource, Source, load_source
 
 __all__ = ["HelpFormatter", "comma_items", "CLIError", "add_pair_arguments", "add_tree_arguments", "join_negative_values", "length_list", "pair_from_args",
            "parse_probs", "positive_int", "seed", "tree_from_args", "writable_file", "writable_folder",
-           "check_folder_path"]
+           "check_folder_path", "index_list"]
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -145,6 +146,15 @@ def length_list(text: str) -> list[int]:
     return [positive_int(v) for v in values]
 
 
+def index_list(text: str) -> tuple[int, ...]:
+    """``'3,15'`` → ``(3, 15)``: indices >= 0, comma-separated, digits only (argparse type; ``1_5`` is refused, not
+    read as 15)."""
+    values = [part.strip() for part in str(text).split(",")]
+    if not all(v.isascii() and v.isdigit() for v in values):
+        raise argparse.ArgumentTypeError(f"expected indices >= 0 (digits), separated by commas, got {text!r}")
+    return tuple(int(v) for v in values)
+
+
 def add_tree_arguments(parser: argparse.ArgumentParser, required: bool) -> None:
     """``--tree SPEC`` and ``--without-replacement`` (see :func:`otspec.drafts.parse_tree`)."""
     parser.add_argument("--tree", required=required, default=None,
@@ -190,7 +200,7 @@ def path_argument(text: str) -> Path:
 def check_folder_path(path, flag: str) -> None:
     """Refuse (a ``ValueError`` naming ``flag``), without making anything, a folder path that cannot be made: a
     file, a device or a link to nothing in its place, a symlink loop, a name longer than 255 bytes, or a file where
-    a parent folder should be."""
+    a parent folder should be, a place where no file can be written (checked with a probe file, removed at once)."""
     out = Path(path)
     try:
         resolved = out.resolve()
@@ -200,9 +210,16 @@ def check_folder_path(path, flag: str) -> None:
         raise ValueError(f"{flag} {out}: is a file, a device or a link to nothing, not a folder")
     if any(len(part.encode()) > 255 for part in resolved.parts):
         raise ValueError(f"{flag} {out}: a name longer than 255 bytes")
-    parent = next(p for p in resolved.parents if os.path.lexists(p))
-    if not parent.is_dir():
-        raise ValueError(f"{flag} {out}: {parent} is not a folder")
+    written = Path.cwd() / out  # as written: ``afile/..`` goes through a file, which resolving would hide
+    for step in reversed(written.parents):
+        if os.path.lexists(step) and not step.is_dir():
+            raise ValueError(f"{flag} {out}: {step} is not a folder (a file, or a link to nothing)")
+    nearest = next(p for p in (written, *written.parents) if p.is_dir())  # the root at worst
+    try:  # a probe file, removed at once: /proc, /sys, a read-only mount take no new file
+        with tempfile.NamedTemporaryFile(dir=nearest, prefix=".otspec-probe-"):
+            pass
+    except OSError as err:
+        raise ValueError(f"{flag} {out}: cannot write in {nearest} ({err.strerror or err})") from None
 
 
 def writable_folder(path, flag: str) -> Path:

@@ -11,15 +11,9 @@ import numpy as np
 import pytest
 
 import otspec
+from tests.corpus_files import write_shard
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _shard(path: Path, **changes) -> None:
-    arrays = {"format": np.array("otspec-corpus-1"), "vocab_size": np.array(24), "offsets": np.array([0, 4, 8]),
-              "tokens": np.array([1, 2, 3, 4, 1, 2, 5, 6], dtype=np.uint16), "prompt_lengths": np.array([2, 2]),
-              "message": np.array([0, 0]), "temperature": np.array([1.0, 0.0]), **changes}
-    np.savez_compressed(path, **arrays)
 
 
 def _corpus(folder: Path, shards=None, **recipe) -> Path:
@@ -35,7 +29,7 @@ def test_damaged_corpus_shards_and_indexes_are_refused(tmp_path):
     from otspec.errors import SizeLimitError
 
     good = _corpus(tmp_path / "good")
-    _shard(good / "shard-00000.npz")
+    write_shard(good / "shard-00000.npz")
     assert len(load_corpus(good)) == 2
     damaged = {"float_tokens": {"tokens": np.array([1, 2, 3, 4.7, 1, 2, 5, 6])},
                "bool_tokens": {"tokens": np.ones(8, dtype=bool)},
@@ -44,7 +38,7 @@ def test_damaged_corpus_shards_and_indexes_are_refused(tmp_path):
                "negative_message": {"message": np.array([-1, 0])}}
     for name, changes in damaged.items():  # used to be trained on: 4.7 read as 4, NaN temperatures kept
         folder = _corpus(tmp_path / name)
-        _shard(folder / "shard-00000.npz", **changes)
+        write_shard(folder / "shard-00000.npz", **changes)
         with pytest.raises(ValueError, match="damaged shard"):
             load_corpus(folder)
     twice = [{"index": 0, "file": "shard-00000.npz", "tokens": 4}] * 2

@@ -231,7 +231,9 @@ def _thread_exit_error() -> SamplerError | None:
 def no_hard_exit():
     """While inside, ``os._exit`` raises in this process, so a sampler that calls it is the sampler's error (exit 2)
     and never ends an in-process audit with status 0 and no verdict."""
-    os._exit = _refused_exit
+    import posix  # os._exit is posix._exit: a sampler may call either
+
+    os._exit = posix._exit = _refused_exit
     _THREAD_EXITS.clear()
     try:
         yield
@@ -239,7 +241,7 @@ def no_hard_exit():
         if late is not None:
             raise late
     finally:
-        os._exit = REAL_EXIT
+        os._exit = posix._exit = REAL_EXIT
 
 
 def _call(fn: Callable, args: tuple):

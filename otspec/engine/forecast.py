@@ -8,9 +8,9 @@ the model side both read it. :func:`miss_decomposition` takes a typed run row ap
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from ..checks import finite_real
 from .record import PairRecord, as_record, read_json_file
 from .rows import Comparison, Interval, JsonObject, RecordError, run_row
 
@@ -63,7 +63,7 @@ class ForecastRow(JsonObject):
 
 
 def _positive(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    return finite_real(value) and value > 0
 
 
 def check_forecast_json(made, source: str = "forecast") -> dict:

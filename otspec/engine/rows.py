@@ -31,7 +31,7 @@ import typing
 from dataclasses import MISSING, dataclass, field, fields
 from functools import cache
 
-from ..checks import MAX_DRAFT_LENGTH
+from ..checks import MAX_DRAFT_LENGTH, finite_real
 
 __all__ = ["ChainRun", "Comparison", "Estimate", "Interval", "JsonObject", "LOCAL", "PolicyRun", "PredictionCheck",
            "RecordError", "SpeedupPrediction", "Straggling", "TreeRun", "run_row"]
@@ -193,7 +193,7 @@ class Estimate(JsonObject):
     prompts: int | None = None
 
     def check(self, where: str) -> None:
-        if not all(math.isfinite(v) for v in (self.mean, self.low, self.high)):
+        if not all(finite_real(v) for v in (self.mean, self.low, self.high)):
             raise RecordError(f"{where}: mean, low and high should be finite numbers, got {self.mean}, {self.low}, "
                               f"{self.high}")
         if self.low > self.high:
@@ -357,10 +357,10 @@ class _ModelRun(_Run):
     def check(self, where: str) -> None:
         super().check(where)
         for key, ms in (self.t_target_ms or {}).items():
-            if not (key.isdigit() and int(key) >= 1):
+            if not (key.isascii() and key.isdigit() and len(key) <= 9 and int(key) >= 1):
                 raise RecordError(f"{where}: field 't_target_ms' should be keyed by tokens scored per call (1, 2, ...), "
                                   f"got the key {key!r}")
-            if not (isinstance(ms, int | float) and math.isfinite(ms) and ms > 0):
+            if not (finite_real(ms) and ms > 0):
                 raise RecordError(f"{where}: field 't_target_ms'[{key!r}] should be a time > 0 ms, got {ms}")
 
 

@@ -86,6 +86,17 @@ def check_records_given(records_dir, flag: str = "--records") -> Path:
         folder = records_folder(records_dir)
     except ValueError as exc:
         raise ValueError(f"{flag} {records_dir}: {str(exc).split(': ', 1)[-1]}") from None
-    if not any(folder.glob("llm_*")):
-        raise ValueError(f"{flag} {records_dir}: holds no real-pair records (llm_*.json, llm_*_rows.npz)")
+    def holds_record(path: Path) -> bool:  # a regular file: logged rows, or JSON naming its model pair
+        if not path.is_file():
+            return False
+        if path.name.endswith("_rows.npz"):
+            return True
+        try:
+            return path.suffix == ".json" and b'"model_pair"' in path.read_bytes()
+        except OSError:
+            return False
+
+    if not any(holds_record(p) for p in folder.glob("llm_*")):
+        raise ValueError(f"{flag} {records_dir}: holds no real-pair records (llm_*.json with a model pair, "
+                         "llm_*_rows.npz)")
     return folder

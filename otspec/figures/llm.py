@@ -289,8 +289,9 @@ def llm_data(scale: float = 1.0, records_dir: str | Path = RECORDS_DIR) -> dict:
             except (ValueError, RecursionError) as err:  # damaged JSON, or a field that is wrong
                 raise RecordError(f"{path}: not a forecast ({err})" if not isinstance(err, RecordError) else str(err)
                                   ) from None
-            if not isinstance(made.get("record"), str):
-                raise RecordError(f"{path}: a forecast must name the record it forecasts ('record': a file name)")
+            if not isinstance(made.get("record"), str) or Path(made["record"]).name != made["record"]:
+                raise RecordError(f"{path}: a forecast must name the record it forecasts ('record': a file name in "
+                                  "the same folder)")
             measured = folder / made["record"]
             forecasts.append((path.name, made, read_record(measured) if measured.is_file() else None))
             continue

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..checks import MAX_VOCAB_SIZE, check_size
+from ..checks import MAX_VOCAB_SIZE, all_numbers, check_size
 from ..distributions import validate_probs
 from .base import Source, as_tokens
 
@@ -107,6 +107,9 @@ class MarkovSource(Source):
             raise ValueError(f"initial: expected shape (V,), got {self.initial.shape}")
         V = self.initial.shape[0]
         try:
+            if (isinstance(transition, list | tuple) and not all_numbers(transition, booleans=False)
+                    or str(getattr(transition, "dtype", "")) in ("bool", "torch.bool")):
+                raise TypeError("booleans, text or other objects among the entries")  # a mask is no matrix
             trans = np.asarray(transition, dtype=np.float64)
         except (TypeError, ValueError):
             raise ValueError(f"transition: expected a ({V}, {V}) matrix or a list of them (rows of equal length, "

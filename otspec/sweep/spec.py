@@ -68,7 +68,7 @@ import numpy as np
 from ..checks import MAX_CANDIDATES, MAX_DRAFT_LENGTH, check_data_file, check_real, check_size
 from ..distributions import resolve_device
 from ..drafts import parse_tree
-from ..sources import MAX_RANDOM_ENTRIES, TAIL_MODES
+from ..sources import MAX_RANDOM_ENTRIES, TAIL_MODES, IIDSource
 from ..verifiers import MULTI_DRAFT_REGISTRY, WHOLE_TREE_REGISTRY, VerifierView
 
 __all__ = ["PAIR_KINDS", "QUANTITIES", "SWEEP_VERIFIERS", "SweepSpec", "cell_id", "cell_seed", "load_spec", "shared_key",
@@ -257,6 +257,11 @@ def _pairs(raw, seed: int) -> list[dict]:
         if kind in ("iid", "json"):
             if "draft" not in rest or "target" not in rest:
                 raise _error(where, f"kind {kind!r} needs draft and target")
+            for role in ("draft", "target") if kind == "iid" else ():  # refused here, not in a cell's note
+                try:
+                    IIDSource(rest[role])  # [true, false] is no row; a number p is Bernoulli(p)
+                except ValueError as err:
+                    raise _error(f"{where}.{role}", str(err).removeprefix("probs: ")) from None
             out.append({"kind": kind, **rest})
             continue
         if "vocab" not in rest:
