@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -80,21 +81,29 @@ def records_folder(records_dir) -> Path:
 
 
 def check_records_given(records_dir, flag: str = "--records") -> Path:
-    """A records folder the user named: it exists and holds at least one real-pair file (``llm_*``), else the
-    record figures and sections would be drawn empty without a word."""
+    """A records folder the user named: it exists and holds at least one real-pair file (``llm_*.json`` naming a
+    model pair or a forecast, ``llm_*_rows.npz``; a damaged one counts, its reader names it), else the record
+    figures and sections would be drawn empty without a word."""
+    from ..checks import file_problem
+
     try:
         folder = records_folder(records_dir)
     except ValueError as exc:
         raise ValueError(f"{flag} {records_dir}: {str(exc).split(': ', 1)[-1]}") from None
-    def holds_record(path: Path) -> bool:  # a regular file: logged rows, or JSON naming its model pair
-        if not path.is_file():
+
+    def holds_record(path: Path) -> bool:  # what the readers take up: they name a damaged one, a pipe, a device
+        if path.is_dir() or not path.name.endswith((".json", "_rows.npz")):
             return False
-        if path.name.endswith("_rows.npz"):
+        if path.name.endswith("_rows.npz") or file_problem(path):
             return True
         try:
-            return path.suffix == ".json" and b'"model_pair"' in path.read_bytes()
-        except OSError:
-            return False
+            data = path.read_bytes()
+            if b'"model_pair"' in data or b'"kind": "forecast"' in data:
+                return True
+            json.loads(data)
+        except (OSError, ValueError, RecursionError):  # damaged: the reader says so by name
+            return True
+        return False  # another JSON data file (a benchmark's output), no record
 
     if not any(holds_record(p) for p in folder.glob("llm_*")):
         raise ValueError(f"{flag} {records_dir}: holds no real-pair records (llm_*.json with a model pair, "
