@@ -29,6 +29,7 @@ from otspec.clitools import (
 )
 
 from .models import DEFAULT_TARGET, ModelNotFound
+from .prompts import DATA_DIR
 
 __all__ = ["HEADS", "head_recipe", "main", "plot_curve", "read_curve", "run_curve"]
 
@@ -48,7 +49,9 @@ def head_recipe(head: str, tokens: int, *, settings: dict, out: Path):
         if not settings["fuse"]:
             raise ValueError(f"--fuse: the {head} head fuses target layers; name them (e.g. 3,15)")
         options["fuse"] = tuple(settings["fuse"])
-    return HeadRecipe(**options, target=settings["target"], corpus=Path(settings["corpus"]), train_tokens=tokens,
+    corpus = Path(settings["corpus"])  # relative to the repository where it lies there (train_head.shown_path)
+    corpus = corpus if corpus.is_absolute() else DATA_DIR.resolve().parents[1] / corpus
+    return HeadRecipe(**options, target=settings["target"], corpus=corpus, train_tokens=tokens,
                       steps=settings["steps"], batch=settings["batch"], lr=settings["lr"], seed=settings["seed"],
                       heldout_sequences=settings["heldout_sequences"], vocab=settings["vocab"], out=out,
                       score_fraction=settings.get("score_fraction", 1.0),
@@ -166,6 +169,7 @@ def _heads(text: str) -> list:
 
 def main(argv=None) -> int:
     from .corpus import CORPUS_DIR, check_trainable, load_corpus
+    from .train_head import shown_path
 
     ap = ArgumentParser(prog="python -m llm_bridge.head_curve", description=__doc__.splitlines()[0])
     ap.add_argument("--heads", type=_heads, default=list(HEADS), help="comma-separated, among " + ", ".join(HEADS))
@@ -193,7 +197,7 @@ def main(argv=None) -> int:
             check_trainable(load_corpus(corpus), str(corpus))
         except (ValueError, FileNotFoundError) as err:
             raise ValueError(f"--corpus: {err}") from None
-        settings = {"target": args.target, "corpus": str(corpus), "steps": args.steps, "batch": args.batch,
+        settings = {"target": args.target, "corpus": shown_path(Path(corpus)), "steps": args.steps, "batch": args.batch,
                     "lr": args.lr, "vocab": args.vocab, "fuse": list(args.fuse),
                     "heldout_sequences": args.heldout_sequences, "seed": args.seed,
                     "score_fraction": args.score_fraction}

@@ -53,7 +53,7 @@ from .heads import HEAD_DIRS, HEAD_KINDS, build_head, eagle_unrolled, load_head,
 from .models import DEFAULT_TARGET, ModelNotFound, cache_dir, layer_count, load_model
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 
-__all__ = ["HeadRecipe", "TrainingBatch", "corpus", "evaluate", "frequent_tokens", "main", "step_losses", "train_head"]
+__all__ = ["HeadRecipe", "TrainingBatch", "corpus", "evaluate", "frequent_tokens", "main", "shown_path", "step_losses", "train_head"]
 
 PROMPTS = (DATA_DIR / "distill_prompts.txt", DATA_DIR / "head_prompts.txt")
 
@@ -82,8 +82,8 @@ def prompt_files(spec) -> tuple[Path, ...]:
     return files
 
 
-def _shown(path: Path) -> str:
-    """A prompt file as the recipe names it: relative to the repository when it lies there."""
+def shown_path(path: Path) -> str:
+    """A prompt file or a corpus as a recipe names it: relative to the repository when it lies there."""
     try:
         return str(path.resolve().relative_to(DATA_DIR.resolve().parents[1]))
     except ValueError:
@@ -397,9 +397,9 @@ def train_head(recipe: HeadRecipe) -> dict:
             bar.write(json.dumps(entry))
     head.eval()
     out = Path(out) if out is not None else HEAD_DIRS[kind]
-    source = ({"prompts": [_shown(f) for f in files], "samples_per_prompt": samples, "length": length}
+    source = ({"prompts": [shown_path(f) for f in files], "samples_per_prompt": samples, "length": length}
               if recipe.corpus is None else
-              {"corpus": _shown(Path(recipe.corpus)), "train_tokens": int((data["lengths"] - data["plens"])[train].sum())})
+              {"corpus": shown_path(Path(recipe.corpus)), "train_tokens": int((data["lengths"] - data["plens"])[train].sum())})
     if recipe.score_fraction < 1:
         source["score_fraction"] = recipe.score_fraction
     recipe = {**source, "sequences": int(len(prompt_of)), "tokens": int(data["lengths"].sum()),
