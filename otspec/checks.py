@@ -43,9 +43,11 @@ __all__ = [
     "check_size",
     "check_token_ids",
     "all_numbers",
+    "tensors_as_arrays",
     "check_flag",
     "check_seed",
     "finite_real",
+    "unique_keys",
     "file_problem",
 ]
 
@@ -238,6 +240,17 @@ def check_npz_members(path, limit: int, what: str, limit_name: str = "MAX_MEMBER
                                      "bytes (refused before loading it)")
 
 
+def unique_keys(pairs) -> dict:
+    """A JSON object's keys, each once (``json.load(..., object_pairs_hook=unique_keys)``): a key given twice is an
+    error, not a silent choice of the last value."""
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"the key {key!r} appears twice in one object")
+        out[key] = value
+    return out
+
+
 def finite_real(value) -> bool:
     """Whether ``value`` is a finite real number a JSON file can hold (an int or a float, not bool); an integer of
     hundreds of digits is no float and is refused, rather than raising ``OverflowError``."""
@@ -265,6 +278,21 @@ def check_dense(array, name: str) -> None:
     if getattr(array, "is_meta", False) or str(getattr(array, "layout", "torch.strided")) != "torch.strided":
         raise ValueError(f"{name}: a {'meta' if getattr(array, 'is_meta', False) else 'sparse'} tensor holds no values "
                          "to check; pass a dense tensor with its values")
+
+
+def tensors_as_arrays(items, depth: int = 3):
+    """A list (of lists, ``depth`` levels) with each torch tensor in it as a float64 numpy array (detached, on the
+    CPU: bfloat16 and tensors that require grad have no numpy view); boolean tensors are left as they are, for the
+    caller to refuse. A list without tensors is returned as it is."""
+    if isinstance(items, list | tuple):
+        if depth == 0:
+            return items
+        out = [tensors_as_arrays(x, depth - 1) for x in items]
+        return out if any(a is not b for a, b in zip(out, items, strict=True)) else items
+    if type(items).__module__.split(".")[0] == "torch" and hasattr(items, "detach"):
+        if str(items.dtype) != "torch.bool" and not items.dtype.is_complex:
+            return items.detach().cpu().double().numpy()
+    return items
 
 
 def all_numbers(items, *, booleans: bool = True) -> bool:

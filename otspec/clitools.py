@@ -208,7 +208,7 @@ def check_folder_path(path, flag: str) -> None:
         raise ValueError(f"{flag} {out}: cannot be resolved ({err})") from None
     if os.path.lexists(out) and not out.is_dir():
         raise ValueError(f"{flag} {out}: is a file, a device or a link to nothing, not a folder")
-    if any(len(part.encode()) > 255 for part in resolved.parts):
+    if any(len(os.fsencode(part)) > 255 for part in resolved.parts):  # undecodable bytes too
         raise ValueError(f"{flag} {out}: a name longer than 255 bytes")
     written = Path.cwd() / out  # as written: ``afile/..`` goes through a file, which resolving would hide
     for step in reversed(written.parents):

@@ -30,7 +30,7 @@ import math
 import array_api_compat
 import numpy as np
 
-from .checks import all_numbers, check_dense
+from .checks import all_numbers, check_dense, tensors_as_arrays
 from .namespaces import namespace, resolve_device  # re-exported: the package imports them from here
 
 #: Absolute tolerance on ``|sum(row) - 1|`` accepted by :func:`validate_probs` for
@@ -175,7 +175,7 @@ def validate_probs(probs, name: str = "probs", *, tol: float | None = None, min_
         raise ValueError(f"{name}: a masked array; pass a plain array (masked entries as 0 if that is meant)")
     if not (array_api_compat.is_array_api_obj(probs)):
         try:
-            raw = np.asarray(probs)  # [1.0, False] reads as floats, its False as 0: lists are read entry by entry
+            raw = np.asarray(probs := tensors_as_arrays(probs))  # lists are read entry by entry: [1.0, False]
             if raw.dtype.kind == "b" or ((raw.dtype.kind in "USO" or isinstance(probs, list | tuple))
                                          and not all_numbers(probs, booleans=False)):
                 raise TypeError("booleans, text or other objects among the entries, not only numbers")

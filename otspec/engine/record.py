@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from ..checks import MissingFile, file_problem
+from ..checks import MissingFile, file_problem, unique_keys
 from .record_checks import check_record_numbers
 from .rows import LOCAL, ChainRun, Interval, JsonObject, PolicyRun, RecordError, TreeRun
 
@@ -367,7 +367,7 @@ def read_json_file(path, what: str = "record"):
     if problem:
         raise RecordError(f"{path}: {problem}")
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(), object_pairs_hook=unique_keys)
     except json.JSONDecodeError as err:
         raise RecordError(f"{path}: not JSON ({err})") from err
     except UnicodeDecodeError:

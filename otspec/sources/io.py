@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..checks import check_data_file
+from ..checks import check_data_file, unique_keys
 from .base import Source
 from .models import (
     DepthPositionalSource,
@@ -125,16 +125,6 @@ def _from_json(obj, kind) -> Source:
                      "'depth_positional' or 'table'")
 
 
-def _unique_keys(pairs) -> dict:
-    """A JSON object's keys, each once: a key given twice is an error, not a silent choice of the last value."""
-    out = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"the key {key!r} appears twice in one object")
-        out[key] = value
-    return out
-
-
 def load_source(path: str | os.PathLike) -> Source:
     """Read a JSON source file (see :func:`source_from_json`): a regular file of at most
     :data:`MAX_SOURCE_FILE_BYTES` (a device such as /dev/zero would be read forever)."""
@@ -145,7 +135,7 @@ def load_source(path: str | os.PathLike) -> Source:
                          f"{MAX_SOURCE_FILE_BYTES:,}")
     try:
         with open(path) as fh:
-            obj = json.load(fh, object_pairs_hook=_unique_keys)
+            obj = json.load(fh, object_pairs_hook=unique_keys)
     except FileNotFoundError:
         raise ValueError(f"source file not found: {path}") from None
     except IsADirectoryError:
