@@ -11,7 +11,7 @@ BASE_STAMP := $(VENV)/.base
 DEMO_STAMP := $(VENV)/.demo
 TEST_STAMP := $(VENV)/.test
 
-.PHONY: demo demo-validate-notebooks demo-report figures test test-long bench gpu heads records lint venv clean
+.PHONY: demo demo-validate-notebooks demo-report figures test test-long bench gpu heads head-curve records lint venv clean
 
 venv: $(BASE_STAMP)
 
@@ -145,6 +145,12 @@ record-eagle_heldout: $(DEMO_STAMP)
 heads: $(DEMO_STAMP)
 	$(BIN)/python -m llm_bridge.train_head --kind eagle
 	$(BIN)/python -m llm_bridge.train_head --kind medusa
+
+# the heads' learning curve on the corpus (figures/head_curve.json and .png; each point about an hour on 2 cores,
+# resumed point by point): held-out acceptance per draft position against training tokens
+head-curve: $(DEMO_STAMP)
+	$(BIN)/python -m llm_bridge.head_curve --heads eagle,eagle3 --train-tokens 250000,1000000 \
+	    --out figures/head_curve.json --heads-dir build/heads
 
 # every GPU record of the README (llm_bridge.validate per draft family, trees, the verifier benchmark) on CUDA
 gpu: $(DEMO_STAMP)

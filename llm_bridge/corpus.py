@@ -329,6 +329,9 @@ def load_corpus(folder=None, *, target: str = DEFAULT_TARGET, max_tokens: int | 
             raise ValueError(f"{path}: not a corpus shard ({type(err).__name__}: {err})") from None
         _check_shard(path, z, vocab)
         off = z["offsets"]
+        if int((np.diff(off) - z["prompt_lengths"]).sum()) != s["tokens"]:  # max_tokens counts what the index says
+            raise ValueError(f"{path}: holds {int((np.diff(off) - z['prompt_lengths']).sum()):,} continuation tokens; "
+                             f"corpus.json says {s['tokens']:,}")
         toks = z["tokens"].astype(np.int64)
         for j in range(len(off) - 1):
             rows.append((toks[off[j]:off[j + 1]], int(z["prompt_lengths"][j]),

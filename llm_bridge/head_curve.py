@@ -87,8 +87,8 @@ def _point_ok(p) -> bool:
     """Whether a curve point holds what :func:`run_curve` writes: a known head, counts >= 0, shares in [0, 1]."""
     from otspec.checks import finite_real
 
-    def count(x):
-        return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+    def count(x):  # a point trained on something, with something
+        return isinstance(x, int) and not isinstance(x, bool) and x >= 1
 
     def shares(xs):
         return isinstance(xs, list) and all(isinstance(x, int | float) and not isinstance(x, bool)
@@ -101,9 +101,9 @@ def _point_ok(p) -> bool:
             and finite_real(p.get("seconds")) and p["seconds"] >= 0)
 
 
-def read_curve(path: Path) -> dict | None:
-    """A curve record written by :func:`run_curve` (None: a JSON file of another format, started afresh), checked: a
-    point resumed from a damaged file would be printed and plotted as if measured (a ``ValueError`` naming ``path``)."""
+def read_curve(path: Path) -> dict:
+    """A curve record written by :func:`run_curve`, checked: a point resumed from a damaged file would be printed and
+    plotted as if measured, and a JSON file of another kind would be written over (a ``ValueError`` naming ``path``)."""
     from otspec.checks import check_data_file
 
     check_data_file(path, "--out (a head curve to resume)")
@@ -112,14 +112,15 @@ def read_curve(path: Path) -> dict | None:
         record = json.loads(path.read_text())
     except (ValueError, UnicodeDecodeError, RecursionError) as err:  # RecursionError: nested too deep
         raise ValueError(f"--out {path}: not a JSON head curve ({type(err).__name__}: {err})") from None
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
-        return None
+    if not isinstance(record, dict) or record.get("format") != FORMAT:  # another file: never written over
+        raise ValueError(f"--out {path}: a JSON file that is not a head curve (format {FORMAT!r}); choose another "
+                         "--out, or move it away")
     points = record.get("points")
     if not isinstance(points, list):
         raise ValueError(f"--out {path}: 'points' is not a list; move the file away to start afresh")
     bad = next((i for i, p in enumerate(points) if not _point_ok(p)), None)
     if bad is not None:
-        raise ValueError(f"--out {path}: point {bad} is damaged (expected a known head, token counts >= 0, "
+        raise ValueError(f"--out {path}: point {bad} is damaged (expected a known head, token and parameter counts >= 1, "
                          "acceptances, agreements and coverage in [0, 1], seconds >= 0); move the file away to start "
                          "afresh")
     return record

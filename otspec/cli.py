@@ -189,6 +189,7 @@ def _source_random(args) -> dict:
 
 
 def _source_logged(args) -> dict:
+    writable_file(args.out, "--out", make_folder=True)  # a device or a pipe refused before the rows are scored
     draft, target = pair_from_args(args)
     log = log_rows(draft, target, args.paths, args.length, top_p=args.top_p, max_kept=args.max_kept, seed=args.seed)
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import tempfile
 from fractions import Fraction
 from pathlib import Path
@@ -93,10 +94,9 @@ def pair_from_args(args) -> tuple[Source, Source]:
 
 
 def _integer(text: str, minimum: int, what: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if not re.fullmatch(r"\s*[+-]?[0-9]+\s*", str(text)):  # int() also reads 1_6 as 16 (a typo for 1,6?) and ٣ as 3
+        raise argparse.ArgumentTypeError(f"expected {what} (ASCII digits, no underscores), got {text!r}")
+    value = int(text)
     if value < minimum:
         raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
     return value
@@ -197,10 +197,17 @@ def path_argument(text: str) -> Path:
     return Path(text)
 
 
+def _not_blank(path, flag: str) -> None:
+    """Refuse an empty or blank path: ``''`` is the working folder to pathlib, ``'   '`` a file named by spaces."""
+    if isinstance(path, str) and not path.strip():
+        raise ValueError(f"{flag}: expected a path, got {path!r}")
+
+
 def check_folder_path(path, flag: str) -> None:
     """Refuse (a ``ValueError`` naming ``flag``), without making anything, a folder path that cannot be made: a
     file, a device or a link to nothing in its place, a symlink loop, a name longer than 255 bytes, or a file where
     a parent folder should be, a place where no file can be written (checked with a probe file, removed at once)."""
+    _not_blank(path, flag)
     out = Path(path)
     try:
         resolved = out.resolve()
@@ -239,6 +246,7 @@ def writable_folder(path, flag: str) -> Path:
 def writable_file(path, flag: str, *, make_folder: bool = False) -> Path:
     """``path``, a file a command writes at its end, checked at its start: its folder exists (``make_folder``: is
     made) and can be written to, and ``path`` is not a folder (a ``ValueError`` naming ``flag`` otherwise)."""
+    _not_blank(path, flag)
     path = Path(path)
     try:
         folder = path.resolve().parent

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..checks import finite_real
+from ..checks import MAX_DRAFT_LENGTH, finite_real
 from .record import PairRecord, as_record, read_json_file
 from .rows import Comparison, Interval, JsonObject, RecordError, run_row
 
@@ -86,8 +86,9 @@ def check_forecast_json(made, source: str = "forecast") -> dict:
         length, tree = row.get("L"), row.get("tree")
         if (length is None) == (tree is None) or not (
                 tree is not None and isinstance(tree, str) or isinstance(length, int) and not isinstance(
-                    length, bool) and length >= 1):
-            raise RecordError(f"{where}: needs a draft length 'L' (an integer ≥ 1) or a 'tree' (its spec), not both")
+                    length, bool) and 1 <= length <= MAX_DRAFT_LENGTH):
+            raise RecordError(f"{where}: needs a draft length 'L' (an integer in [1, MAX_DRAFT_LENGTH = "
+                              f"{MAX_DRAFT_LENGTH:,}]) or a 'tree' (its spec), not both")
         for key in ("predicted_block_efficiency", "predicted_speedup"):
             value, interval = row.get(key), row.get(f"{key}_interval")
             if value is not None and not _positive(value):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..clitools import ArgumentParser, HelpFormatter, path_argument
+from ..clitools import ArgumentParser, HelpFormatter, path_argument, writable_file
 
 __all__ = ["INTERVALS", "PARAMETERS", "main", "plot_sweep", "read_results"]
 
@@ -138,12 +138,13 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=path_argument, help="PNG path (default: beside RESULTS, named after the axes)")
     args = parser.parse_args(argv)
     try:
-        frame = _where(read_results(args.results), args.where)
-        fig = plot_sweep(frame, args.x, args.y, hue=args.hue, heatmap=args.heatmap, z=args.z)
         stem = f"{args.z}_by_{args.x}_{args.y}" if args.heatmap else f"{args.y}_by_{args.x}"
         out = Path(args.out) if args.out else Path(args.results).with_name(f"{stem}.png")
         if out.suffix.lower() != ".png":
             raise ValueError(f"--out must name a .png file, got {out}")
+        writable_file(out, "--out", make_folder=True)  # its folder made, as every figure command makes its own
+        frame = _where(read_results(args.results), args.where)
+        fig = plot_sweep(frame, args.x, args.y, hue=args.hue, heatmap=args.heatmap, z=args.z)
         fig.tight_layout()
         fig.savefig(out)
     except (ValueError, OSError, ImportError) as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import numbers
 import os
 from collections.abc import Mapping
 
@@ -28,9 +29,12 @@ def _integer_field(obj, key: str, kind: str):
     if key not in obj or obj[key] is None:
         return None
     value = obj[key]
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):  # numpy integers are integers
         raise ValueError(f"source JSON of type {kind!r}: field {key!r} must be an integer, got {value!r}")
-    return value
+    if abs(int(value)) > 2**62:  # no vocabulary, support or horizon is this large: a typo, or an overflow ahead
+        raise ValueError(f"source JSON of type {kind!r}: field {key!r} is a {int(value).bit_length()}-bit integer, "
+                         "too large for a machine integer")
+    return int(value)
 
 
 #: The fields each source type reads; any other key (a typo such as ``horizn``) is refused, never ignored.

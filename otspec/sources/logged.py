@@ -137,6 +137,7 @@ class LoggedRows:
 
     def __post_init__(self):
         V = check_size(self.vocab_size, "vocab_size")
+        tols = {}
         for name in _ARRAYS:
             kind = np.int64 if name in ("path_offsets", "tokens", "row_offsets", "row_tokens") else np.float64
             raw = np.asarray(getattr(self, name))
@@ -148,6 +149,8 @@ class LoggedRows:
                 raise ValueError(f"logged rows: {name} holds ids and offsets, so whole numbers; entry {bad} is "
                                  f"{raw[bad]!r} (dtype {raw.dtype})")
             value = raw.astype(kind)
+            if name in ("draft", "target") and raw.dtype.kind == "f" and 8 * np.finfo(raw.dtype).eps > NORMALISATION_TOL:
+                tols[name] = 8 * float(np.finfo(raw.dtype).eps)  # float16 masses sum to 1 within their eps only
             if value.ndim != 1:
                 raise ValueError(f"logged rows: {name} must be one-dimensional, got shape {value.shape}")
             if kind is np.float64 and not np.all(np.isfinite(value)):
@@ -173,8 +176,8 @@ class LoggedRows:
         starts[offs[:-1]] = True
         if (np.diff(self.row_tokens) <= 0)[~starts[1:]].any():
             raise ValueError("logged rows: row_tokens must increase within each step (no repeated token)")
-        tol = NORMALISATION_TOL
         for name, kept, tail in (("draft", self.draft, self.draft_tail), ("target", self.target, self.target_tail)):
+            tol = tols.get(name, NORMALISATION_TOL)
             if (kept < 0).any() or (tail < -tol).any():
                 raise ValueError(f"logged rows: {name} probabilities and tail masses must be non-negative")
             total = np.add.reduceat(kept, offs[:-1]) + tail
@@ -182,6 +185,10 @@ class LoggedRows:
             if bad.size:
                 raise ValueError(f"logged rows: {name} row of step {bad[0]} sums to {float(total[bad[0]])!r} with its tail; "
                                  f"expected 1 within {tol:g}")
+            if name in tols:  # float16 masses: renormalised, as validate_probs renormalises accepted rows
+                kept /= np.repeat(total, np.diff(offs))
+                tail /= total
+        tol = max(tols.values(), default=NORMALISATION_TOL)
         o = self.tail_overlap
         if (o < -tol).any() or (o > np.minimum(self.draft_tail, self.target_tail) + tol).any():
             raise ValueError("logged rows: tail_overlap must lie in [0, min(draft_tail, target_tail)]")

@@ -108,8 +108,9 @@ class MarkovSource(Source):
         V = self.initial.shape[0]
         try:
             if (isinstance(transition, list | tuple) and not all_numbers(transition, booleans=False)
-                    or str(getattr(transition, "dtype", "")) in ("bool", "torch.bool")):
-                raise TypeError("booleans, text or other objects among the entries")  # a mask is no matrix
+                    or str(getattr(transition, "dtype", "")) in ("bool", "torch.bool")
+                    or np.iscomplexobj(transition)):
+                raise TypeError("booleans, complex numbers, text or other objects among the entries")
             trans = np.asarray(transition, dtype=np.float64)
         except (TypeError, ValueError):
             raise ValueError(f"transition: expected a ({V}, {V}) matrix or a list of them (rows of equal length, "
