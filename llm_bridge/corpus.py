@@ -25,10 +25,12 @@ seed gives the same tokens on the same torch build and thread count (``corpus.js
 from __future__ import annotations
 
 import json
+import lzma
 import os
 import sys
 import time
 import zipfile
+import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -56,6 +58,8 @@ LIMITS = {"tokens": 10**9, "shard_messages": 4096, "samples": 64, "greedy": 64, 
 #: array (a shard of the default recipe holds about 20,000 tokens), read from its header before it is loaded.
 MAX_SHARDS = 10**6
 MAX_SHARD_ENTRIES = 2**24
+#: Largest corpus.json read (the default corpus's index is about 5 KB).
+MAX_INDEX_BYTES = 2**24
 #: Smallest values (a user message of fewer tokens is rarely finished: the target would write none in its attempts).
 MINIMA = {"greedy": 0, "message_tokens": 16}
 _SENTINEL = "\x00MESSAGE\x00"
@@ -176,6 +180,9 @@ def _read_index(folder: Path) -> dict | None:
     if file_problem(path) == "does not exist":
         return None
     check_data_file(path, "corpus index")  # a pipe named corpus.json would block the read, then the write
+    if path.stat().st_size > MAX_INDEX_BYTES:  # an index lists shards: a few KB (a sparse 12 GB file is no index)
+        raise ValueError(f"{path}: {path.stat().st_size:,} bytes, above MAX_INDEX_BYTES = {MAX_INDEX_BYTES:,}: not "
+                         "a corpus index")
     try:
         index = json.loads(path.read_text())
     except (ValueError, UnicodeDecodeError, RecursionError) as err:
@@ -325,7 +332,7 @@ def load_corpus(folder=None, *, target: str = DEFAULT_TARGET, max_tokens: int | 
         except SizeLimitError:
             raise
         except (OSError, KeyError, TypeError, ValueError, EOFError, zipfile.BadZipFile, NotImplementedError,
-                RuntimeError) as err:  # NotImplementedError, RuntimeError: a compression or an encryption zip lacks
+                RuntimeError, zlib.error, lzma.LZMAError) as err:  # a method or an encryption zip lacks; a damaged stream
             raise ValueError(f"{path}: not a corpus shard ({type(err).__name__}: {err})") from None
         _check_shard(path, z, vocab)
         off = z["offsets"]
@@ -340,6 +347,9 @@ def load_corpus(folder=None, *, target: str = DEFAULT_TARGET, max_tokens: int | 
         total += s["tokens"]
         files[s["index"]] = path
     lengths = np.array([len(r[0]) for r in rows])
+    if len(rows) * int(lengths.max(initial=0)) > MAX_SHARD_ENTRIES * 16:  # padded to the longest: refused first
+        raise SizeLimitError(f"{folder}: {len(rows):,} sequences padded to the longest ({int(lengths.max()):,} tokens) "
+                             f"exceed {MAX_SHARD_ENTRIES * 16:,} entries (16 x MAX_SHARD_ENTRIES)")
     tokens = np.zeros((len(rows), int(lengths.max(initial=0))), dtype=np.int64)
     for b, r in enumerate(rows):
         tokens[b, :len(r[0])] = r[0]

@@ -108,6 +108,8 @@ def read_curve(path: Path) -> dict:
 
     check_data_file(path, "--out (a head curve to resume)")
     path = Path(path)
+    if path.stat().st_size > 2**24:  # a curve is a few KB; a sparse or runaway file is refused unread
+        raise ValueError(f"--out {path}: {path.stat().st_size:,} bytes: not a head curve; move it away")
     try:
         record = json.loads(path.read_text())
     except (ValueError, UnicodeDecodeError, RecursionError) as err:  # RecursionError: nested too deep

@@ -355,6 +355,10 @@ class MissingRecord(RecordError, MissingFile):
     """A record file that does not exist: a :class:`RecordError` and a ``FileNotFoundError``."""
 
 
+#: Largest record or forecast file read (the committed records are at most 1.5 MB).
+MAX_RECORD_BYTES = 2**28
+
+
 def read_json_file(path, what: str = "record"):
     """The JSON in the data file ``path`` (a record, a forecast), every way it can fail named as a ``RecordError``
     (:class:`MissingRecord` when there is no file): not a path, not a regular file, not UTF-8, not JSON, too deep."""
@@ -366,6 +370,8 @@ def read_json_file(path, what: str = "record"):
         raise MissingRecord(f"{path}: no such {what} file")
     if problem:
         raise RecordError(f"{path}: {problem}")
+    if path.stat().st_size > MAX_RECORD_BYTES:  # a record is a few MB; a sparse or runaway file is refused unread
+        raise RecordError(f"{path}: {path.stat().st_size:,} bytes, above MAX_RECORD_BYTES = {MAX_RECORD_BYTES:,}")
     try:
         return json.loads(path.read_text(), object_pairs_hook=unique_keys)
     except json.JSONDecodeError as err:

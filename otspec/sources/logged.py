@@ -352,8 +352,8 @@ def load_logged_rows(path: str | os.PathLike) -> LoggedRows:
         raise ValueError(f"logged rows: {path} lacks the arrays {missing}")
     try:
         meta = json.loads(str(arrays["meta"]))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"logged rows: {path}: meta is not JSON ({err})") from None
+    except (ValueError, RecursionError) as err:  # RecursionError: nested too deep
+        raise ValueError(f"logged rows: {path}: meta is not JSON ({type(err).__name__}: {err})") from None
     vocab = arrays["vocab_size"]
     if vocab.shape != () or vocab.dtype.kind not in "iu":
         raise ValueError(f"logged rows: {path}: vocab_size must be one integer, got {vocab!r} (dtype {vocab.dtype})")
