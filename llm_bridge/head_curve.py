@@ -31,7 +31,7 @@ from otspec.clitools import (
 from .models import DEFAULT_TARGET, ModelNotFound
 from .prompts import DATA_DIR
 
-__all__ = ["HEADS", "head_recipe", "main", "plot_curve", "read_curve", "run_curve"]
+__all__ = ["HEADS", "finished_head", "head_recipe", "main", "plot_curve", "read_curve", "run_curve"]
 
 #: The head kinds a curve can hold, and the train_head options each means.
 HEADS = {"eagle": {"kind": "eagle"}, "eagle3": {"kind": "eagle", "fuse": None},
@@ -70,7 +70,8 @@ def run_curve(heads, sizes, settings: dict, out: Path, heads_dir: Path) -> dict:
         for n in sizes:
             if any(p["head"] == head and p["train_tokens_asked"] == n for p in record["points"]):
                 continue
-            got = train_head(head_recipe(head, n, settings=settings, out=heads_dir / f"{head}_{n}"))
+            recipe = head_recipe(head, n, settings=settings, out=heads_dir / f"{head}_{n}")
+            got = finished_head(recipe) or train_head(recipe)
             held = got["heldout"]
             record["points"].append({
                 "head": head, "train_tokens_asked": n, "train_tokens": got["recipe"]["train_tokens"],
@@ -81,6 +82,25 @@ def run_curve(heads, sizes, settings: dict, out: Path, heads_dir: Path) -> dict:
             out.write_text(json.dumps(record, indent=1) + "\n")
             plot_curve(record, out.with_suffix(".png"))
     return record
+
+
+def finished_head(recipe):
+    """The ``drafter.json`` record of a head that ``recipe`` already trained to the end in its folder (a curve
+    stopped after a head finished, before its point was written), or None."""
+    from otspec.checks import check_data_file
+
+    from .head_checkpoint import recipe_key
+
+    path = Path(recipe.out) / "drafter.json"
+    if not path.is_file():
+        return None
+    check_data_file(path, "a head of the curve")
+    try:
+        record = json.loads(path.read_text())
+    except ValueError:
+        return None
+    done = isinstance(record, dict) and record.get("recipe_fields") == json.loads(recipe_key(recipe))
+    return record if done and isinstance(record.get("heldout"), dict) else None
 
 
 def _point_ok(p) -> bool:
@@ -172,7 +192,7 @@ def _heads(text: str) -> list:
 
 def main(argv=None) -> int:
     from .corpus import CORPUS_DIR, check_trainable, load_corpus
-    from .train_head import shown_path
+    from .head_checkpoint import shown_path
 
     ap = ArgumentParser(prog="python -m llm_bridge.head_curve", description=__doc__.splitlines()[0])
     ap.add_argument("--heads", type=_heads, default=list(HEADS), help="comma-separated, among " + ", ".join(HEADS))

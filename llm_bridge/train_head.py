@@ -48,6 +48,7 @@ import numpy as np
 from otspec.checks import check_data_file, check_real, check_size
 from otspec.clitools import ArgumentParser, index_list, path_argument, writable_folder
 
+from .head_checkpoint import CHECKPOINT, load_checkpoint, recipe_key, save_checkpoint, shown_path
 from .head_data import prompt_split
 from .heads import HEAD_DIRS, HEAD_KINDS, build_head, eagle_unrolled, load_head, save_head
 from .models import DEFAULT_TARGET, ModelNotFound, cache_dir, layer_count, load_model
@@ -80,14 +81,6 @@ def prompt_files(spec) -> tuple[Path, ...]:
     if not files:
         raise ValueError("--prompts: expected at least one prompt file")
     return files
-
-
-def shown_path(path: Path) -> str:
-    """A prompt file or a corpus as a recipe names it: relative to the repository when it lies there."""
-    try:
-        return str(path.resolve().relative_to(DATA_DIR.resolve().parents[1]))
-    except ValueError:
-        return str(path)
 
 
 def corpus(target, *, target_name: str, samples: int, length: int, seed: int, prompts=PROMPTS,
@@ -286,12 +279,13 @@ class HeadRecipe:
     out: Path | None = None
     log_every: int = 25
     progress: bool = True
+    checkpoint_every: int = 50
 
     def __post_init__(self):
         if self.kind not in HEAD_KINDS:
             raise ValueError(f"--kind: expected one of {HEAD_KINDS}, got {self.kind!r}")
         for name in ("steps", "batch", "unroll", "samples", "length", "medusa_heads", "log_every", "heldout_sequences",
-                     "head_layers"):
+                     "head_layers", "checkpoint_every"):
             check_size(getattr(self, name), "--" + name.replace("_", "-"), limit=RECIPE_LIMITS.get(name),
                        limit_name="train_head's limit")
         if isinstance(self.vocab, bool) or int(self.vocab) != self.vocab or self.vocab < 0:
@@ -324,7 +318,8 @@ class HeadRecipe:
 #: Largest values of a recipe, checked before any model loads (each far above what trains a head on a laptop: a
 #: value beyond them is a typo that would run for days or allocate more memory than the machine has).
 RECIPE_LIMITS = {"steps": 1_000_000, "batch": 4096, "unroll": 16, "samples": 1_000_000, "length": 4096,
-                 "medusa_heads": 16, "log_every": 1_000_000, "heldout_sequences": 100_000, "head_layers": 64}
+                 "medusa_heads": 16, "log_every": 1_000_000, "heldout_sequences": 100_000, "head_layers": 64,
+                 "checkpoint_every": 1_000_000}
 #: Largest reduced vocabulary of a head (the real targets' vocabularies are below 2^18).
 MAX_HEAD_VOCAB = 2**18
 
@@ -370,9 +365,12 @@ def train_head(recipe: HeadRecipe) -> dict:
     warm = max(1, steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
-    rng, log = np.random.default_rng(seed + 1), []
+    rng, out = np.random.default_rng(seed + 1), Path(out) if out is not None else HEAD_DIRS[kind]
+    key = recipe_key(recipe)
+    done, log, spent = load_checkpoint(out, key=key, head=head, opt=opt, sched=sched, rng=rng, steps=steps)
+    t0 -= spent  # the seconds of the steps before a resume count
     head.train()
-    bar = tqdm(range(1, steps + 1), desc=f"train {kind}", disable=not progress)
+    bar = tqdm(range(done + 1, steps + 1), desc=f"train {kind}", initial=done, total=steps, disable=not progress)
     for step in bar:
         b = TrainingBatch(data, rng.choice(train, size=min(batch, len(train)), replace=False), head,
                           score_fraction=recipe.score_fraction, rng=rng)
@@ -395,8 +393,10 @@ def train_head(recipe: HeadRecipe) -> dict:
             head.train()
             log.append(entry)
             bar.write(json.dumps(entry))
+        if step % recipe.checkpoint_every == 0 and step < steps:
+            save_checkpoint(out, key=key, step=step, head=head, opt=opt, sched=sched, rng=rng, log=log,
+                            seconds=time.perf_counter() - t0)
     head.eval()
-    out = Path(out) if out is not None else HEAD_DIRS[kind]
     source = ({"prompts": [shown_path(f) for f in files], "samples_per_prompt": samples, "length": length}
               if recipe.corpus is None else
               {"corpus": shown_path(Path(recipe.corpus)), "train_tokens": int((data["lengths"] - data["plens"])[train].sum())})
@@ -410,12 +410,14 @@ def train_head(recipe: HeadRecipe) -> dict:
               "loss": "cross-entropy of the head's row on its vocabulary against the target's row (KL up to a constant)"
                       + (" + feature smooth-L1, unrolled drafting steps" if kind == "eagle" else ""),
               "optimizer": "AdamW, linear warm-up, cosine decay", "storage": "int8 per-row scales (float16)"}
-    record = save_head(head, out, {"target": target, "recipe": recipe, "heldout_before": before})
+    record = save_head(head, out, {"target": target, "recipe": recipe, "heldout_before": before,
+                                   "recipe_fields": json.loads(key)})
     shipped, _ = load_head(out, tgt.model)
     record["heldout"] = evaluate(shipped, data, val, unroll)
     record["seconds"] = time.perf_counter() - t0
     (out / "drafter.json").write_text(json.dumps(record, indent=2) + "\n")
     (out / "train_log.json").write_text(json.dumps(log, indent=1) + "\n")
+    (out / CHECKPOINT).unlink(missing_ok=True)
     return record
 
 
@@ -460,6 +462,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", type=path_argument, default=None, help="output folder (default: llm_bridge/weights/<kind>)")
     ap.add_argument("--log-every", type=int, default=25)
+    ap.add_argument("--checkpoint-every", type=int, default=50,
+                    help="write --out/checkpoint.pt every this many steps; a rerun of the same recipe resumes from it")
     args = ap.parse_args(argv)
     try:
         if args.out is not None:
@@ -470,7 +474,8 @@ def main(argv=None) -> int:
             feature_weight=args.feature_weight, seed=args.seed, device=args.device, prompts=args.prompts,
             corpus=_corpus_folder(args.corpus, args.target), train_tokens=args.train_tokens,
             heldout_sequences=args.heldout_sequences, fuse=args.fuse, hydra=args.hydra, head_layers=args.head_layers,
-            score_fraction=args.score_fraction, out=args.out, log_every=args.log_every))
+            score_fraction=args.score_fraction, out=args.out, log_every=args.log_every,
+            checkpoint_every=args.checkpoint_every))
     except (ModelNotFound, ImportError, ValueError, FileNotFoundError) as err:
         print(f"python -m llm_bridge.train_head: {err}", file=sys.stderr)
         return 2

@@ -204,3 +204,59 @@ def test_head_curve_trains_each_point_once_on_nested_sets(tmp_path, tiny_target,
             code = stop.code
         err = capsys.readouterr().err.strip()
         assert code == 2 and len(err.splitlines()) == 1 and flag in err, (argv, err)
+
+
+def test_train_head_resumes_a_stopped_run_to_the_same_head(tmp_path, tiny_target, monkeypatch, capsys):
+    """A run stopped after its step-2 checkpoint and rerun ends with the head of a run never stopped (same weights,
+    same log); a checkpoint of another recipe is set aside, not read; a curve reuses a head finished in its folder
+    instead of training it again."""
+    import llm_bridge.train_head as th
+    from llm_bridge.head_checkpoint import CHECKPOINT
+    from llm_bridge.head_curve import finished_head
+
+    monkeypatch.setenv("OTSPEC_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "corpus"
+    build_corpus(CorpusRecipe(**{**RECIPE, "tokens": 10 * 2 * 2 * 5, "shard_messages": 2, "samples": 1,
+                                 "length": 5}), folder, progress=False)
+    common = dict(kind="eagle", target="tiny", corpus=folder, vocab=0, steps=4, batch=2, unroll=2, progress=False,
+                  log_every=1, checkpoint_every=2, score_fraction=0.5)
+    whole = th.train_head(th.HeadRecipe(**common, out=tmp_path / "whole"))
+    assert not (tmp_path / "whole" / CHECKPOINT).exists()  # a finished run leaves no checkpoint
+
+    real, calls = th.step_losses, []
+
+    def stop_at_step_3(*args):
+        calls.extend([1] if torch.is_grad_enabled() else [])  # a training step, not a held-out measurement
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(th, "step_losses", stop_at_step_3)
+    with pytest.raises(KeyboardInterrupt):
+        th.train_head(th.HeadRecipe(**common, out=tmp_path / "stopped"))
+    assert (tmp_path / "stopped" / CHECKPOINT).is_file() and not (tmp_path / "stopped" / "drafter.json").exists()
+    monkeypatch.setattr(th, "step_losses", real)
+    capsys.readouterr()
+    resumed = th.train_head(th.HeadRecipe(**common, out=tmp_path / "stopped"))
+    assert "resuming from step 2 of 4" in capsys.readouterr().err
+    assert resumed["heldout"] == whole["heldout"] and resumed["heldout_before"] == whole["heldout_before"]
+    assert ((tmp_path / "stopped" / "drafter.safetensors").read_bytes()
+            == (tmp_path / "whole" / "drafter.safetensors").read_bytes())
+    logs = [json.loads((tmp_path / d / "train_log.json").read_text()) for d in ("whole", "stopped")]
+    assert [{k: v for k, v in e.items() if k != "seconds"} for e in logs[0]] == [
+        {k: v for k, v in e.items() if k != "seconds"} for e in logs[1]]
+
+    # a checkpoint of another recipe (another learning rate) is set aside and training starts afresh
+    monkeypatch.setattr(th, "step_losses", stop_at_step_3)
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        th.train_head(th.HeadRecipe(**{**common, "lr": 5e-3}, out=tmp_path / "other"))
+    monkeypatch.setattr(th, "step_losses", real)
+    capsys.readouterr()
+    again = th.train_head(th.HeadRecipe(**common, out=tmp_path / "other"))
+    assert "set aside" in capsys.readouterr().err and (tmp_path / "other" / (CHECKPOINT + ".stale")).is_file()
+    assert again["heldout"] == whole["heldout"]
+
+    assert finished_head(th.HeadRecipe(**common, out=tmp_path / "whole"))["heldout"] == whole["heldout"]
+    assert finished_head(th.HeadRecipe(**{**common, "steps": 5}, out=tmp_path / "whole")) is None
+    assert finished_head(th.HeadRecipe(**common, out=tmp_path / "none")) is None
