@@ -43,7 +43,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from otspec.checks import MAX_DRAFT_LENGTH, check_real, check_size
-from otspec.clitools import ArgumentParser, comma_items, path_argument, positive_int, writable_file
+from otspec.clitools import (
+    ArgumentParser,
+    comma_items,
+    integer,
+    integer_items,
+    one_line,
+    path_argument,
+    positive_int,
+    writable_file,
+)
 from otspec.engine.controllers import ConfidenceController
 from otspec.engine.heads import LearnedHeadController
 from otspec.engine.predict import paired_ratio_interval
@@ -157,6 +166,9 @@ class FrontierPlan(Changeable):
         object.__setattr__(self, "thresholds", tuple(float(check_real(h, "--thresholds", low=0.0, high=1.0))
                                                      for h in self.thresholds))
         object.__setattr__(self, "fixed", tuple(check_size(K, "--fixed") for K in self.fixed))
+        if not self.thresholds or not self.fixed:  # the frontier sets the rule's thresholds against fixed lengths
+            raise ValueError(f"--{'thresholds' if not self.thresholds else 'fixed'}: empty; the frontier compares the "
+                             "rule's thresholds with fixed draft lengths: give at least one of each")
         for name in ("max_length", "max_new_tokens", "batch_size", "timing_attempts", "hf_prompts",
                      "prediction_paths"):
             check_size(getattr(self, name), "--" + name.replace("_", "-"))
@@ -267,38 +279,38 @@ def main(argv=None) -> int:
     ap.add_argument("--train-prompts", type=positive_int, default=64, help="prompts of distill_prompts.txt to train on")
     ap.add_argument("--train-tokens", type=positive_int, default=96, help="target response length per training prompt")
     ap.add_argument("--mix", type=float, default=0.15, help="token mixing rate r")
-    ap.add_argument("--train-draft-length", type=int, default=4,
+    ap.add_argument("--train-draft-length", type=integer, default=4,
                     help="a feature head's training rows come from its own drafting at this fixed K")
     ap.add_argument("--w-rej", type=float, default=3.0)
     ap.add_argument("--l2", default="auto", help="ridge penalty of the head, or auto: chosen on held-out training "
                     f"prompts among {','.join(map(str, L2_GRID))}")
     ap.add_argument("--thresholds", default=",".join(map(str, THRESHOLDS)))
     ap.add_argument("--fixed", default="1,2,3,4,6,8", help="fixed draft lengths K for comparison")
-    ap.add_argument("--max-length", type=int, default=12, help="K_max of the threshold rule")
-    ap.add_argument("--prompts", type=int, default=32, help="validation prompts of the loop (the intervals' units)")
-    ap.add_argument("--prediction-prompts", type=int, default=None,
+    ap.add_argument("--max-length", type=integer, default=12, help="K_max of the threshold rule")
+    ap.add_argument("--prompts", type=integer, default=32, help="validation prompts of the loop (the intervals' units)")
+    ap.add_argument("--prediction-prompts", type=integer, default=None,
                     help="prompts after the measured ones on which the predictions' log and cost profile are measured "
                          "(default: as many as --prompts)")
-    ap.add_argument("--prediction-paths", type=int, default=1,
+    ap.add_argument("--prediction-paths", type=integer, default=1,
                     help="plain paths of each prediction prompt the replays read, pooled per prompt")
-    ap.add_argument("--batch-size", type=int, default=8, help="prompts decoded together (one timing round each)")
+    ap.add_argument("--batch-size", type=integer, default=8, help="prompts decoded together (one timing round each)")
     ap.add_argument("--no-unlagged", action="store_true", help="run only the lagged rule of Algorithm 1")
-    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--max-new-tokens", type=integer, default=48)
     ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=integer, default=0)
     ap.add_argument("--name", help="output name: figures/llm_adaptive_<name>.* (default: the draft)")
     ap.add_argument("--out-dir", type=path_argument, default=RECORDS_OUT,
                     help="where the record goes; make records writes the committed figures/")
     ap.add_argument("--no-hf", action="store_true", help="skip the peer (Hugging Face assisted generation)")
-    ap.add_argument("--hf-prompts", type=int, default=4,
+    ap.add_argument("--hf-prompts", type=integer, default=4,
                     help="prediction prompts on which the peer's draft (prompt lookup, int8, distilled) is chosen")
     add_timing_arguments(ap)
     args = ap.parse_args(argv)
     try:
         thresholds = [float(x) for x in comma_items(args.thresholds)]
-        fixed = [int(x) for x in comma_items(args.fixed)]
+        fixed = integer_items(args.fixed, "--fixed")
     except ValueError:
-        ap.error("--thresholds and --fixed take comma-separated numbers")
+        ap.error("--thresholds and --fixed take comma-separated numbers (--fixed: integers in ASCII digits)")
     try:
         out_path = output_path(args.out_dir, args.name, args.draft, prefix="llm_adaptive_")
     except ValueError as err:
@@ -306,7 +318,7 @@ def main(argv=None) -> int:
     try:
         record = run(args, thresholds, fixed)
     except (ModelNotFound, VocabularyMismatch, ImportError, ValueError, FileNotFoundError) as err:
-        print(f"python -m llm_bridge.adaptive: {err}", file=sys.stderr)
+        print(f"python -m llm_bridge.adaptive: {one_line(err)}", file=sys.stderr)
         return 2
     path = record.write(out_path)
     print(f"wrote {path} (its plot and summary: python -m otspec.plot record {path})", file=sys.stderr)

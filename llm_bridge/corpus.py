@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from otspec.checks import check_data_file, check_npz_members, check_size, file_problem
-from otspec.clitools import ArgumentParser, path_argument, writable_folder
+from otspec.clitools import ArgumentParser, integer, one_line, path_argument, writable_folder
 from otspec.errors import SizeLimitError
 
 from .models import DEFAULT_TARGET, ModelNotFound
@@ -370,13 +370,13 @@ def check_trainable(corpus: Corpus, name: str) -> None:
 def main(argv=None) -> int:
     ap = ArgumentParser(prog="python -m llm_bridge.corpus", description=__doc__.splitlines()[0])
     ap.add_argument("--target", default=DEFAULT_TARGET)
-    ap.add_argument("--tokens", type=int, default=1_000_000, help="continuation tokens wanted (shards until reached)")
-    ap.add_argument("--shard-messages", type=int, default=24, help="user messages per shard")
-    ap.add_argument("--samples", type=int, default=2, help="continuations per message at temperature 1")
-    ap.add_argument("--greedy", type=int, default=1, help="continuations per message at temperature 0")
-    ap.add_argument("--length", type=int, default=256, help="tokens per continuation")
-    ap.add_argument("--message-tokens", type=int, default=64, help="longest user message the target writes")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tokens", type=integer, default=1_000_000, help="continuation tokens wanted (shards until reached)")
+    ap.add_argument("--shard-messages", type=integer, default=24, help="user messages per shard")
+    ap.add_argument("--samples", type=integer, default=2, help="continuations per message at temperature 1")
+    ap.add_argument("--greedy", type=integer, default=1, help="continuations per message at temperature 0")
+    ap.add_argument("--length", type=integer, default=256, help="tokens per continuation")
+    ap.add_argument("--message-tokens", type=integer, default=64, help="longest user message the target writes")
+    ap.add_argument("--seed", type=integer, default=0)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", type=path_argument, default=None, help="corpus folder (default: llm_bridge/data/corpus/"
                                                                     "<target>)")
@@ -388,7 +388,7 @@ def main(argv=None) -> int:
         writable_folder(args.out if args.out is not None else CORPUS_DIR / recipe.target, "--out")
         index = build_corpus(recipe, args.out, device=args.device)
     except (ModelNotFound, ImportError, ValueError, FileNotFoundError) as err:
-        print(f"python -m llm_bridge.corpus: {err}", file=sys.stderr)
+        print(f"python -m llm_bridge.corpus: {one_line(err)}", file=sys.stderr)
         return 2
     print(json.dumps({k: v for k, v in index.items() if k != "shards"} | {"shards": len(index["shards"])}))
     return 0

@@ -33,11 +33,11 @@ from pathlib import Path
 import numpy as np
 
 from otspec.checks import check_real, check_size
-from otspec.clitools import ArgumentParser, path_argument, writable_folder
+from otspec.clitools import ArgumentParser, check_folder_path, integer, one_line, path_argument
 
 from .drafters import DISTILLED_DIR, dequantize_rows, quantize_rows, truncated_target
 from .loop import plain_generate
-from .models import DEFAULT_TARGET, ModelNotFound, load_model
+from .models import DEFAULT_TARGET, ModelNotFound, layer_count, load_model
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 
 __all__ = ["DistillRecipe", "distill", "last_features", "main", "sample_corpus"]
@@ -133,6 +133,10 @@ class DistillRecipe:
             check_size(getattr(self, name), "--" + name.replace("_", "-"))
         check_real(self.lr, "--lr", low=0.0, low_open=True)
         check_size(self.seed, "--seed", minimum=0)
+        deepest = layer_count(self.target)  # from its config, before it loads
+        if deepest is not None and self.layers > deepest:
+            raise ValueError(f"--layers {self.layers}: the target {self.target!r} has {deepest} layers (a draft of its "
+                             f"first layers takes at most {deepest})")
 
 
 def distill(recipe: DistillRecipe) -> dict:
@@ -211,24 +215,24 @@ def distill(recipe: DistillRecipe) -> dict:
 def main(argv=None) -> int:
     ap = ArgumentParser(prog="python -m llm_bridge.distill", description=__doc__.splitlines()[0])
     ap.add_argument("--target", default=DEFAULT_TARGET)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--samples", type=int, default=6, help="continuations sampled per prompt")
-    ap.add_argument("--length", type=int, default=128, help="tokens per continuation")
-    ap.add_argument("--steps", type=int, default=400)
-    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--layers", type=integer, default=4)
+    ap.add_argument("--samples", type=integer, default=6, help="continuations sampled per prompt")
+    ap.add_argument("--length", type=integer, default=128, help="tokens per continuation")
+    ap.add_argument("--steps", type=integer, default=400)
+    ap.add_argument("--batch", type=integer, default=8)
     ap.add_argument("--lr", type=float, default=5e-4)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=integer, default=0)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--out", type=path_argument, default=DISTILLED_DIR)
-    ap.add_argument("--log-every", type=int, default=25)
+    ap.add_argument("--log-every", type=integer, default=25)
     args = ap.parse_args(argv)
     try:
-        writable_folder(args.out, "--out")
+        check_folder_path(args.out, "--out")  # made when the first file is written
         record = distill(DistillRecipe(target=args.target, layers=args.layers, samples=args.samples,
                                        length=args.length, steps=args.steps, batch=args.batch, lr=args.lr,
                                        seed=args.seed, device=args.device, out=args.out, log_every=args.log_every))
     except (ModelNotFound, ImportError, ValueError) as err:
-        print(f"python -m llm_bridge.distill: {err}", file=sys.stderr)
+        print(f"python -m llm_bridge.distill: {one_line(err)}", file=sys.stderr)
         return 2
     print(json.dumps(record, indent=2))
     return 0

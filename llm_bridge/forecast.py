@@ -21,7 +21,15 @@ import json
 import sys
 import time
 
-from otspec.clitools import ArgumentParser, HelpFormatter, comma_items, path_argument
+from otspec.clitools import (
+    ArgumentParser,
+    HelpFormatter,
+    comma_items,
+    integer,
+    integer_items,
+    one_line,
+    path_argument,
+)
 from otspec.engine.forecast import FORECAST_TOLERANCE, forecast_check, read_forecast
 from otspec.engine.record import code_version, read_record
 from otspec.verifiers import REGISTRY, TREE_VERIFIERS
@@ -82,10 +90,7 @@ def forecast(pair, config: ValidateConfig, *, name: str = "pair") -> dict:
 
 def _lengths(text: str) -> tuple:
     """``--L``: comma-separated draft lengths (an empty item or a non-integer refused naming the flag)."""
-    try:
-        return tuple(int(x) for x in comma_items(text))
-    except ValueError:
-        raise ValueError(f"--L {text!r}: expected comma-separated integers") from None
+    return tuple(integer_items(text, "--L"))
 
 
 def main(argv=None) -> int:
@@ -98,20 +103,20 @@ def main(argv=None) -> int:
     ap.add_argument("--trees", default="", help="draft trees, comma-separated (as validate --trees)")
     ap.add_argument("--multi-verifiers", default="kseq", help="tree verifiers for --trees")
     ap.add_argument("--rule", default="match", choices=("match", "accepted"))
-    ap.add_argument("--prompts", type=int, default=32, help="prompts the record will measure (its first ones)")
-    ap.add_argument("--prediction-prompts", type=int, default=None,
+    ap.add_argument("--prompts", type=integer, default=32, help="prompts the record will measure (its first ones)")
+    ap.add_argument("--prediction-prompts", type=integer, default=None,
                     help="prompts after those on which the forecast is made (default: as many as --prompts)")
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=integer, default=64)
+    ap.add_argument("--batch-size", type=integer, default=8)
     ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--top-k", type=int, default=0)
+    ap.add_argument("--top-k", type=integer, default=0)
     ap.add_argument("--top-p", type=float, default=1.0)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=integer, default=0)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--cache", default="auto")
-    ap.add_argument("--prediction-sequences", type=int, default=32, help="replays of each logged path")
-    ap.add_argument("--prediction-paths", type=int, default=1,
+    ap.add_argument("--prediction-sequences", type=integer, default=32, help="replays of each logged path")
+    ap.add_argument("--prediction-paths", type=integer, default=1,
                     help="plain paths of each prediction prompt, pooled per prompt (as validate --prediction-paths)")
     ap.add_argument("--name", help="the record's name, llm_<name>.json (default: from the draft); the forecast goes "
                                    "to llm_forecast_<name>.json")
@@ -145,7 +150,7 @@ def main(argv=None) -> int:
         pair = load_pair(config.target, config.draft, device=config.device, dtype=config.dtype)
         out = forecast(pair, config, name=name)
     except (ModelNotFound, FileNotFoundError, VocabularyMismatch, ImportError, ValueError) as err:
-        print(f"python -m llm_bridge.forecast: {err}", file=sys.stderr)
+        print(f"python -m llm_bridge.forecast: {one_line(err)}", file=sys.stderr)
         return 2
     path.write_text(json.dumps(out, indent=1) + "\n")
     for row in out["forecasts"]:

@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from otspec.clitools import ArgumentParser, HelpFormatter, path_argument
+from otspec.clitools import ArgumentParser, HelpFormatter, one_line, path_argument, writable_folder
 
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch, resolve_device
 from .validate import RECORDS_OUT, output_name, validate
@@ -150,11 +150,12 @@ def main(argv=None) -> int:
     if not 0 < args.budget < float("inf"):
         ap.error(f"--budget: expected a positive number of seconds, got {args.budget}")
     try:
+        writable_folder(args.out_dir, "--out-dir")  # before any model loads: a file, a device, /proc, a loop
         summary = run_suite(target=args.target, families=families, device=args.device, out_dir=args.out_dir,
                             smoke=args.smoke, cache=args.cache, hf=not args.no_hf, bench=not args.no_bench,
                             budget=args.budget, log=lambda line: print(line, file=sys.stderr))
     except (ModelNotFound, FileNotFoundError, VocabularyMismatch, ImportError, ValueError, RuntimeError) as err:
-        print(f"python -m llm_bridge.gpu_suite: {err}", file=sys.stderr)
+        print(f"python -m llm_bridge.gpu_suite: {one_line(err)}", file=sys.stderr)
         return 2
     print(json.dumps(summary, indent=1))
     return 0

@@ -22,7 +22,9 @@ from otspec.clitools import (
     ArgumentParser,
     comma_items,
     index_list,
+    integer,
     length_list,
+    one_line,
     path_argument,
     writable_file,
     writable_folder,
@@ -38,6 +40,8 @@ HEADS = {"eagle": {"kind": "eagle"}, "eagle3": {"kind": "eagle", "fuse": None},
          "eagle3x2": {"kind": "eagle", "fuse": None, "head_layers": 2}, "medusa": {"kind": "medusa"},
          "hydra": {"kind": "medusa", "hydra": True}}
 FORMAT = "otspec-head-curve-1"
+#: Largest counts of a point: train_head takes at most 10^9 training tokens (a whole last sequence may pass it).
+POINT_LIMITS = {"train_tokens_asked": 10**9, "train_tokens": 2 * 10**9, "trained_parameters": 10**12}
 
 
 def head_recipe(head: str, tokens: int, *, settings: dict, out: Path):
@@ -107,15 +111,15 @@ def _point_ok(p) -> bool:
     """Whether a curve point holds what :func:`run_curve` writes: a known head, counts >= 0, shares in [0, 1]."""
     from otspec.checks import finite_real
 
-    def count(x):  # a point trained on something, with something
-        return isinstance(x, int) and not isinstance(x, bool) and x >= 1
+    def count(x, most):  # a point trained on something, with something, within train_head's limits
+        return isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= most
 
     def shares(xs):
         return isinstance(xs, list) and all(isinstance(x, int | float) and not isinstance(x, bool)
                                             and 0 <= x <= 1 + 1e-5 for x in xs)  # float32 sums round past 1
 
     return (isinstance(p, dict) and p.get("head") in HEADS
-            and all(count(p.get(k)) for k in ("train_tokens_asked", "train_tokens", "trained_parameters"))
+            and all(count(p.get(k), most) for k, most in POINT_LIMITS.items())
             and shares(p.get("acceptance_per_position")) and shares([p.get("coverage")])
             and (p.get("greedy_agreement_per_position") is None or shares(p["greedy_agreement_per_position"]))
             and finite_real(p.get("seconds")) and p["seconds"] >= 0)
@@ -142,9 +146,9 @@ def read_curve(path: Path) -> dict:
         raise ValueError(f"--out {path}: 'points' is not a list; move the file away to start afresh")
     bad = next((i for i, p in enumerate(points) if not _point_ok(p)), None)
     if bad is not None:
-        raise ValueError(f"--out {path}: point {bad} is damaged (expected a known head, token and parameter counts >= 1, "
-                         "acceptances, agreements and coverage in [0, 1], seconds >= 0); move the file away to start "
-                         "afresh")
+        raise ValueError(f"--out {path}: point {bad} is damaged (expected a known head, token and parameter counts >= 1 "
+                         "within POINT_LIMITS, acceptances, agreements and coverage in [0, 1], seconds >= 0); move the "
+                         "file away to start afresh")
     return record
 
 
@@ -200,16 +204,16 @@ def main(argv=None) -> int:
                     help="training sizes, comma-separated (continuation tokens)")
     ap.add_argument("--target", default=DEFAULT_TARGET)
     ap.add_argument("--corpus", type=path_argument, default=None, help="default: the committed corpus of the target")
-    ap.add_argument("--steps", type=int, default=600)
-    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--steps", type=integer, default=600)
+    ap.add_argument("--batch", type=integer, default=8)
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--vocab", type=integer, default=8192)
     ap.add_argument("--fuse", type=index_list, default=(3, 15),
                     help="eagle3, eagle3x2: the target layers fused with its last feature")
-    ap.add_argument("--heldout-sequences", type=int, default=256)
+    ap.add_argument("--heldout-sequences", type=integer, default=256)
     ap.add_argument("--score-fraction", type=float, default=0.25,
                     help="share of each batch's outputs scored (train_head --score-fraction)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=integer, default=0)
     ap.add_argument("--out", type=path_argument, default=Path("build/records/llm_head_curve.json"))
     ap.add_argument("--heads-dir", type=path_argument, default=Path("build/heads"))
     args = ap.parse_args(argv)
@@ -233,7 +237,7 @@ def main(argv=None) -> int:
         writable_folder(args.heads_dir, "--heads-dir")
         record = run_curve(args.heads, sizes, settings, args.out, args.heads_dir)
     except (ModelNotFound, ImportError, ValueError, FileNotFoundError) as err:
-        print(f"python -m llm_bridge.head_curve: {err}", file=sys.stderr)
+        print(f"python -m llm_bridge.head_curve: {one_line(err)}", file=sys.stderr)
         return 2
     print(json.dumps(record["points"], indent=1))
     return 0

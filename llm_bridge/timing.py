@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from tqdm.auto import tqdm
 
 from otspec.checks import check_size
+from otspec.clitools import integer
 
 from .loop import (
     PAIRINGS,
@@ -156,7 +157,7 @@ PAIRING_METHODS = {
 def add_timing_arguments(ap) -> None:
     """The timing protocol's options of every record's command line (``validate``, ``adaptive``): ``--timing-attempts``
     and ``--pairing``, as :func:`timed_runs` takes them."""
-    ap.add_argument("--timing-attempts", type=int, default=1, metavar="N",
+    ap.add_argument("--timing-attempts", type=integer, default=1, metavar="N",
                     help="measure the timed runs again, whole, up to N times in all while the timing check finds them "
                          "unreliable (baseline drift or load); every attempt is listed in the record's timing")
     ap.add_argument("--pairing", choices=PAIRINGS, default=None, help="how the timed runs take turns: steps "

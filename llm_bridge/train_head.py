@@ -46,7 +46,15 @@ from pathlib import Path
 import numpy as np
 
 from otspec.checks import check_data_file, check_real, check_size
-from otspec.clitools import ArgumentParser, index_list, path_argument, writable_folder
+from otspec.clitools import (
+    ArgumentParser,
+    check_folder_path,
+    comma_items,
+    index_list,
+    integer,
+    one_line,
+    path_argument,
+)
 
 from .head_checkpoint import CHECKPOINT, load_checkpoint, recipe_key, save_checkpoint, shown_path
 from .head_data import prompt_split
@@ -74,7 +82,7 @@ def _log_normalisers(model, features, batch: int = 4096):
 
 def prompt_files(spec) -> tuple[Path, ...]:
     """Prompt files from a comma-separated list (bare names are looked up in ``llm_bridge/data``)."""
-    names = [n.strip() for n in spec.split(",")] if isinstance(spec, str) else [str(n) for n in spec]
+    names = comma_items(spec, "--prompts") if isinstance(spec, str) else [str(n) for n in spec]
     files = tuple(Path(n) if Path(n).is_file() or "/" in n else DATA_DIR / n for n in names if n)
     for f in files:
         check_data_file(f, "--prompts: prompt file")
@@ -433,41 +441,41 @@ def main(argv=None) -> int:
     ap = ArgumentParser(prog="python -m llm_bridge.train_head", description=__doc__.splitlines()[0])
     ap.add_argument("--kind", required=True, choices=HEAD_KINDS)
     ap.add_argument("--target", default=DEFAULT_TARGET)
-    ap.add_argument("--vocab", type=int, default=8192, help="draft vocabulary: the N most frequent tokens (0: all)")
+    ap.add_argument("--vocab", type=integer, default=8192, help="draft vocabulary: the N most frequent tokens (0: all)")
     ap.add_argument("--prompts", default=",".join(f.name for f in PROMPTS),
                     help="prompt files, comma-separated (bare names: llm_bridge/data)")
     ap.add_argument("--corpus", type=path_argument, default=None,
                     help="train on a corpus folder of python -m llm_bridge.corpus (instead of --prompts, --samples, "
                          "--length); 'default': the committed corpus of the target")
-    ap.add_argument("--train-tokens", type=int, default=0,
+    ap.add_argument("--train-tokens", type=integer, default=0,
                     help="with --corpus: train on its first shards up to this many continuation tokens (0: all)")
-    ap.add_argument("--heldout-sequences", type=int, default=256, help="with --corpus: held-out sequences measured")
-    ap.add_argument("--samples", type=int, default=8, help="continuations sampled per prompt")
-    ap.add_argument("--length", type=int, default=128, help="tokens per continuation")
-    ap.add_argument("--steps", type=int, default=1000)
-    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--heldout-sequences", type=integer, default=256, help="with --corpus: held-out sequences measured")
+    ap.add_argument("--samples", type=integer, default=8, help="continuations sampled per prompt")
+    ap.add_argument("--length", type=integer, default=128, help="tokens per continuation")
+    ap.add_argument("--steps", type=integer, default=1000)
+    ap.add_argument("--batch", type=integer, default=8)
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--unroll", type=int, default=3, help="EAGLE: drafting steps trained (training-time test)")
-    ap.add_argument("--medusa-heads", type=int, default=4, help="Medusa: blocks (the longest draft)")
+    ap.add_argument("--unroll", type=integer, default=3, help="EAGLE: drafting steps trained (training-time test)")
+    ap.add_argument("--medusa-heads", type=integer, default=4, help="Medusa: blocks (the longest draft)")
     ap.add_argument("--feature-weight", type=float, default=0.1, help="EAGLE: weight of the feature regression")
     ap.add_argument("--fuse", type=index_list, default=(),
                     help="EAGLE with --corpus: target layers fused with the last feature (EAGLE-3), e.g. 4,15")
-    ap.add_argument("--head-layers", type=int, default=1,
+    ap.add_argument("--head-layers", type=integer, default=1,
                     help="EAGLE: the head's decoder layers (from the target's last ones); each costs a layer per draft")
     ap.add_argument("--score-fraction", type=float, default=1.0,
                     help="score this random share of each batch's outputs (the rest stays context): a cheaper step")
     ap.add_argument("--hydra", action="store_true",
                     help="Medusa: Hydra's blocks, each also reading the committed token and the tokens drafted before")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=integer, default=0)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", type=path_argument, default=None, help="output folder (default: llm_bridge/weights/<kind>)")
-    ap.add_argument("--log-every", type=int, default=25)
-    ap.add_argument("--checkpoint-every", type=int, default=50,
+    ap.add_argument("--log-every", type=integer, default=25)
+    ap.add_argument("--checkpoint-every", type=integer, default=50,
                     help="write --out/checkpoint.pt every this many steps; a rerun of the same recipe resumes from it")
     args = ap.parse_args(argv)
     try:
         if args.out is not None:
-            writable_folder(args.out, "--out")
+            check_folder_path(args.out, "--out")  # made when the first file is written
         record = train_head(HeadRecipe(
             kind=args.kind, target=args.target, vocab=args.vocab, samples=args.samples, length=args.length,
             steps=args.steps, batch=args.batch, lr=args.lr, unroll=args.unroll, medusa_heads=args.medusa_heads,
@@ -477,7 +485,7 @@ def main(argv=None) -> int:
             score_fraction=args.score_fraction, out=args.out, log_every=args.log_every,
             checkpoint_every=args.checkpoint_every))
     except (ModelNotFound, ImportError, ValueError, FileNotFoundError) as err:
-        print(f"python -m llm_bridge.train_head: {err}", file=sys.stderr)
+        print(f"python -m llm_bridge.train_head: {one_line(err)}", file=sys.stderr)
         return 2
     print(json.dumps(record, indent=2))
     return 0

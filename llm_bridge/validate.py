@@ -51,11 +51,13 @@ from pathlib import Path
 
 import numpy as np
 
-from otspec.checks import file_problem
 from otspec.clitools import (
     ArgumentParser,
     HelpFormatter,
     comma_items,
+    integer,
+    integer_items,
+    one_line,
     path_argument,
     writable_file,
     writable_folder,
@@ -383,25 +385,25 @@ def main(argv=None) -> int:
                     help=f"tree verifiers for --trees, among {','.join(TREE_VERIFIERS)}")
     ap.add_argument("--rule", default="match", choices=("match", "accepted"),
                     help="tree walk: SpecTr's match (go on when a candidate equals Y) or MCSD's accepted")
-    ap.add_argument("--prompts", type=int, default=32, help="validation prompts (the interval's independent units; "
+    ap.add_argument("--prompts", type=integer, default=32, help="validation prompts (the interval's independent units; "
                     "committed records use at least 32)")
-    ap.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per prompt")
+    ap.add_argument("--max-new-tokens", type=integer, default=64, help="tokens generated per prompt")
     ap.add_argument("--device", default="auto", help="auto (CUDA when visible), cpu, cuda, cuda:1, ...")
     ap.add_argument("--cache", default="auto", choices=CACHE_KINDS,
                     help="KV caches: compiled static (the CUDA default), static eager, dynamic eager (the CPU default)")
     ap.add_argument("--dtype", default="float32", help="model weights: float32, bfloat16, float16 or float64")
     ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of both models (0: greedy)")
-    ap.add_argument("--top-k", type=int, default=0, help="keep the k most probable tokens of every row (0: all)")
+    ap.add_argument("--top-k", type=integer, default=0, help="keep the k most probable tokens of every row (0: all)")
     ap.add_argument("--top-p", type=float, default=1.0, help="keep the smallest set of mass >= top-p of every row")
-    ap.add_argument("--seed", type=int, default=0, help="random seed")
-    ap.add_argument("--batch-size", type=int, default=8, help="prompts decoded together")
-    ap.add_argument("--lossless-samples", type=int, default=200,
+    ap.add_argument("--seed", type=integer, default=0, help="random seed")
+    ap.add_argument("--batch-size", type=integer, default=8, help="prompts decoded together")
+    ap.add_argument("--lossless-samples", type=integer, default=200,
                     help="draws per side of the two-sample test (0: the exact first-token laws only)")
     ap.add_argument("--lossless-verifiers", default=None,
                     help="chain verifiers whose losslessness is checked (default: every verifier run, and the "
                          "multi-draft ones with --trees); the biased control is always checked")
     ap.add_argument("--no-hf", action="store_true", help="skip Hugging Face assisted generation")
-    ap.add_argument("--hf-prompts", type=int, default=4,
+    ap.add_argument("--hf-prompts", type=integer, default=4,
                     help="prediction prompts on which the peer's draft is chosen (Hugging Face assisted generation "
                          "with prompt lookup, int8 or distilled: the fastest); the chosen peer then runs on every "
                          "measured prompt, interleaved with the runs")
@@ -416,16 +418,16 @@ def main(argv=None) -> int:
     ap.add_argument("--export-synthetic-rates", type=path_argument, default=None, metavar="FILE",
                     help="also write each run's per-position unconditional acceptance rates and mean acceptance "
                          "length (measured, and predicted where present) for a serving engine's synthetic mode")
-    ap.add_argument("--prediction-prompts", type=int, default=None,
+    ap.add_argument("--prediction-prompts", type=integer, default=None,
                     help="prompts after the measured ones on which the predictions' log and cost profile are measured "
                          "(default: as many as --prompts)")
-    ap.add_argument("--prediction-sequences", type=int, default=32,
+    ap.add_argument("--prediction-sequences", type=integer, default=32,
                     help="replays of each logged path by the prediction's decode engine")
-    ap.add_argument("--prediction-paths", type=int, default=1,
+    ap.add_argument("--prediction-paths", type=integer, default=1,
                     help="plain paths of each prediction prompt the replays read, pooled per prompt (more take the "
                          "draw of one continuation out of the prediction; temperature 0 has one)")
     ap.add_argument("--log-top-p", type=float, default=DEFAULT_LOG_TOP_P, help="with --log-rows: mass kept per row")
-    ap.add_argument("--log-max-kept", type=int, default=DEFAULT_LOG_MAX_KEPT,
+    ap.add_argument("--log-max-kept", type=integer, default=DEFAULT_LOG_MAX_KEPT,
                     help="with --log-rows: at most this many tokens per row and model")
     ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                     help="progress bars on stderr (default: when stderr is a terminal); each phase's elapsed time (and, "
@@ -433,9 +435,9 @@ def main(argv=None) -> int:
     add_timing_arguments(ap)
     args = ap.parse_args(argv)
     try:
-        lengths = [int(x) for x in comma_items(args.L)]  # "" alone: no chain runs
-    except ValueError:
-        ap.error(f"--L {args.L!r}: expected comma-separated integers")
+        lengths = integer_items(args.L, "--L")  # "" alone: no chain runs
+    except ValueError as err:
+        ap.error(str(err))
     try:
         config = ValidateConfig(
             target=args.target, draft=args.draft, verifiers=tuple(comma_items(args.verifiers, "--verifiers")),
@@ -452,20 +454,18 @@ def main(argv=None) -> int:
             lossless_verifiers=None if args.lossless_verifiers is None else
             tuple(comma_items(args.lossless_verifiers, "--lossless-verifiers")))
     except (FileNotFoundError, ValueError) as err:  # the settings, checked before any folder is made
-        print(f"python -m llm_bridge.validate: {err}", file=sys.stderr)
+        print(f"python -m llm_bridge.validate: {one_line(err)}", file=sys.stderr)
         return 2
     try:
         out_path = output_path(args.out_dir, args.name, args.draft)
         if args.export_synthetic_rates is not None:
             writable_file(args.export_synthetic_rates, "--export-synthetic-rates")
-        if args.log_rows is not None and file_problem(args.log_rows) not in (None, "does not exist"):
-            raise ValueError(f"--log-rows {args.log_rows}: {file_problem(args.log_rows)}; expected a file to write")
     except ValueError as err:
         ap.error(str(err))
     try:
         record = validate(config)
     except (ModelNotFound, FileNotFoundError, VocabularyMismatch, ImportError, ValueError) as err:
-        print(f"python -m llm_bridge.validate: {err}", file=sys.stderr)
+        print(f"python -m llm_bridge.validate: {one_line(err)}", file=sys.stderr)
         return 2
     path = record.write(out_path)
     if args.export_synthetic_rates is not None:

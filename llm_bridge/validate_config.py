@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from otspec.checks import MAX_DRAFT_LENGTH, check_real, check_size
+from otspec.clitools import writable_file
 from otspec.distributions import resolve_device
 from otspec.engine.trie import RULES, check_tree_verifier
 from otspec.verifiers import REGISTRY, TREE_VERIFIERS
@@ -134,8 +135,8 @@ class ValidateConfig(Changeable):
         self._check_run_options()
         if self.cache not in CACHE_KINDS:
             raise ValueError(f"cache: expected one of {CACHE_KINDS}, got {self.cache!r}")
-        if self.log_rows is not None and not Path(self.log_rows).resolve().parent.is_dir():
-            raise ValueError(f"--log-rows {self.log_rows}: its folder does not exist")
+        if self.log_rows is not None:  # a file, a device, /proc, a loop, a link to nothing: refused before any model
+            writable_file(self.log_rows, "--log-rows")
 
     def _check_run_options(self) -> None:
         """Every option that would otherwise be refused only once the models are loaded (or after the run)."""

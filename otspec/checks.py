@@ -251,6 +251,23 @@ def unique_keys(pairs) -> dict:
     return out
 
 
+#: Deepest nesting of a JSON data file read (records and forecasts nest at most 8 levels; a field nested hundreds
+#: deep would be read, then break whatever writes or walks it later).
+MAX_JSON_DEPTH = 64
+
+
+def json_depth(obj, limit: int = MAX_JSON_DEPTH) -> int:
+    """The nesting depth of lists and dicts in ``obj`` (1 for a flat list), counted without recursion and
+    stopping once past ``limit``."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack and deepest <= limit:
+        x, d = stack.pop()
+        if isinstance(x, dict | list | tuple):
+            deepest = max(deepest, d)
+            stack.extend((v, d + 1) for v in (x.values() if isinstance(x, dict) else x))
+    return deepest
+
+
 def finite_real(value) -> bool:
     """Whether ``value`` is a finite real number a JSON file can hold (an int or a float, not bool); an integer of
     hundreds of digits is no float and is refused, rather than raising ``OverflowError``."""

@@ -38,6 +38,7 @@ from .clitools import (
     check_folder_path,
     join_negative_values,
     length_list,
+    one_line,
     pair_from_args,
     parse_probs,
     path_argument,
@@ -101,6 +102,8 @@ def _rows(args, one_row) -> dict | list:
 
 
 def _simulate(args):
+    if args.tail is not None and args.logged is None:  # a pair of sources has no truncated mass: not a silent no-op
+        raise CLIError(f"--tail {args.tail}: the truncated mass of logged rows; give it with --logged FILE")
     tree_run = _tree_run(args)
     if tree_run is not None:
         if args.logged is not None:
@@ -122,7 +125,7 @@ def _simulate(args):
     def row(args, L):
         verifier = CHAIN_VERIFIERS[args.verifier]()
         if args.logged is not None:
-            res = simulate_logged(log, verifier, L, args.blocks, tail=args.tail, seed=args.seed,
+            res = simulate_logged(log, verifier, L, args.blocks, tail=args.tail or "overlap", seed=args.seed,
                                   progress=not args.json, backend=Backend(device=args.device))
         else:
             res = simulate(draft, target, verifier, L, args.blocks, seed=args.seed, progress=not args.json,
@@ -202,7 +205,27 @@ def _source_logged(args) -> dict:
 
 #: What ``sweep --scheduler`` takes: a Dask scheduler's address, ``[protocol://]host:port`` (an IPv6 host in brackets;
 #: a network protocol: ``inproc://`` names a scheduler inside another process, which a sweep cannot reach).
-SCHEDULER_ADDRESS = r"((tcp|tls|ws|wss|ucx)://)?(\[[0-9a-fA-F:.]+\]|[^\s:/\[\]]+):\d+"
+SCHEDULER_ADDRESS = r"((tcp|tls|ws|wss|ucx)://)?(\[[0-9a-fA-F:.]+\]|[^\s:/\[\]]+):(?P<port>[0-9]{1,5})"
+
+
+def _check_scheduler(address: str) -> None:
+    """A Dask scheduler's address, refused before any cell runs: its form, its port (1-65535), and what its
+    protocol needs here (TLS settings in Dask's configuration for tls:// and wss://, ucx-py for ucx://)."""
+    import importlib.util
+
+    got = re.fullmatch(SCHEDULER_ADDRESS, address)
+    if not got or not 1 <= int(got["port"]) <= 65535:
+        raise CLIError(f"--scheduler {address!r}: expected the address of a Dask scheduler, [tcp://]host:port with a "
+                       "port 1-65535 (or tls://, ws://, wss://, ucx://)")
+    protocol = address.split("://")[0] if "://" in address else "tcp"
+    if protocol == "ucx" and importlib.util.find_spec("ucp") is None:
+        raise CLIError(f"--scheduler {address}: ucx:// needs ucx-py, not installed here; use tcp://")
+    if protocol in ("tls", "wss"):
+        from distributed.security import Security
+
+        if Security().get_connection_args("client").get("ssl_context") is None:
+            raise CLIError(f"--scheduler {address}: {protocol}:// needs TLS settings in Dask's configuration "
+                           "(distributed.comm.tls.ca-file and client certificate); none are set here")
 
 
 def _sweep(args) -> dict:
@@ -215,9 +238,8 @@ def _sweep(args) -> dict:
     spec = load_spec(args.spec)
     out = args.out or Path(args.spec).with_suffix("").parent / f"{Path(args.spec).stem}_results"
     check_folder_path(out, "--out")  # refused before any cell runs; made only once one does
-    if args.scheduler is not None and not re.fullmatch(SCHEDULER_ADDRESS, str(args.scheduler)):
-        raise CLIError(f"--scheduler {args.scheduler!r}: expected the address of a Dask scheduler, "
-                       "[tcp://]host:port (or tls://, ws://, wss://, ucx://)")
+    if args.scheduler is not None:
+        _check_scheduler(str(args.scheduler))
     if args.cluster is not None and not str(args.cluster).strip():
         raise CLIError("--cluster: empty (give local:N, or leave the flag out)")
     if args.workers is not None and (args.scheduler or args.cluster):
@@ -253,8 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--seed", type=seed, default=0, help="random seed (an integer >= 0)")
     sim.add_argument("--logged", metavar="FILE", default=None,
                      help="instead of a pair: a logged-rows file; blocks start at random windows of its paths")
-    sim.add_argument("--tail", choices=TAIL_MODES, default="overlap", help="with --logged: what the truncated mass "
-                     "becomes (see otspec.sources.logged)")
+    sim.add_argument("--tail", choices=TAIL_MODES, default=None, help="with --logged: what the truncated mass "
+                     "becomes (see otspec.sources.logged; default overlap)")
     sim.add_argument("--device", default=None, help="row-free sampling on torch: auto (CUDA when available), cpu, "
                      "cuda, cuda:1, ... (default: numpy)")
     _json_flag(sim)
@@ -361,12 +383,14 @@ def main(argv=None) -> int:
     try:
         result = args.run(args)
     except (CLIError, ValueError, SolveError, OSError) as exc:
-        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        print(f"{parser.prog}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C (or a sampler raising it): one line, the shell's status for SIGINT
         print(f"{parser.prog}: interrupted", file=sys.stderr)
         return 130
     status = result.pop("_exit_status", 0) if isinstance(result, dict) else 0  # the audit's verdict
+    if sys.stdout is None:  # an in-process sampler set it to None: print where the process's stdout was
+        sys.stdout = sys.__stdout__
     try:
         if args.json:
             print(json.dumps(strict_json(result), indent=2, allow_nan=False))
@@ -375,7 +399,8 @@ def main(argv=None) -> int:
         sys.stdout.flush()
     except BrokenPipeError:  # e.g. `... --json | head`: the reader left; exit quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except ValueError as exc:  # stdout closed under us (a sampler closed it): the verdict goes to stderr
+    except (ValueError, OSError, AttributeError) as exc:  # stdout closed under us (a sampler closed it or its file
+        # descriptor): the verdict goes to stderr
         print(f"{parser.prog}: cannot print the result ({exc}); verdict: {result.get('verdict', 'none')}",
               file=sys.stderr)
         return 2

@@ -40,7 +40,13 @@ class ArgumentParser(argparse.ArgumentParser):
     exit status 2, instead of the usage block before it (every otspec command line; subcommands inherit it)."""
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")
+        self.exit(2, f"{self.prog}: error: {one_line(message)} ({self.prog} --help lists the options)\n")
+
+
+def one_line(message) -> str:
+    """An error message on one line: a newline or carriage return in it (a path that holds one) written as ``\\n``,
+    ``\\r``, so that stderr has exactly one line per refusal."""
+    return str(message).replace("\r", "\\r").replace("\n", "\\n")
 
 
 class CLIError(Exception):
@@ -100,6 +106,23 @@ def _integer(text: str, minimum: int, what: str) -> int:
     if value < minimum:
         raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
     return value
+
+
+def integer(text: str) -> int:
+    """An integer written in ASCII digits, with an optional sign (argparse type; ``int()`` would also read ``1_6`` as
+    16 and ``٣`` as 3). The flag's own range is checked where it is used."""
+    if not re.fullmatch(r"\s*[+-]?[0-9]+\s*", str(text)):
+        raise argparse.ArgumentTypeError(f"expected an integer (ASCII digits, no underscores), got {text!r}")
+    return int(text)
+
+
+def integer_items(text: str, flag: str) -> list[int]:
+    """The integers of a comma-separated list (:func:`comma_items`; ``""`` is the empty list), each as
+    :func:`integer` reads it; a ``ValueError`` naming ``flag`` otherwise."""
+    try:
+        return [integer(x) for x in comma_items(text, flag)]
+    except argparse.ArgumentTypeError:
+        raise ValueError(f"{flag} {text!r}: expected comma-separated integers (ASCII digits, no underscores)") from None
 
 
 def positive_int(text: str) -> int:
@@ -201,6 +224,15 @@ def _not_blank(path, flag: str) -> None:
     """Refuse an empty or blank path: ``''`` is the working folder to pathlib, ``'   '`` a file named by spaces."""
     if isinstance(path, str) and not path.strip():
         raise ValueError(f"{flag}: expected a path, got {path!r}")
+    if isinstance(path, str | os.PathLike):
+        size = len(os.fsencode(os.path.join(os.getcwd(), os.fspath(path))))
+        if size >= MAX_PATH_BYTES:  # the system refuses it at the first open, named by a message of 4 kB
+            raise ValueError(f"{flag}: a path of {size:,} bytes, above the system's limit of {MAX_PATH_BYTES - 1:,} "
+                             f"(it starts {os.fspath(path)[:40]!r})")
+
+
+#: PATH_MAX on Linux: a path as long is refused by the system.
+MAX_PATH_BYTES = 4096
 
 
 def check_folder_path(path, flag: str) -> None:
@@ -248,6 +280,10 @@ def writable_file(path, flag: str, *, make_folder: bool = False) -> Path:
     made) and can be written to, and ``path`` is not a folder (a ``ValueError`` naming ``flag`` otherwise)."""
     _not_blank(path, flag)
     path = Path(path)
+    written = Path.cwd() / path
+    dangling = next((p for p in (written, *written.parents) if p.is_symlink() and not p.exists()), None)
+    if dangling is not None:  # as cp does: nothing is written through a link to nothing (made where it points)
+        raise ValueError(f"{flag} {path}: {dangling} is a link to nothing (or a loop of links); not written through")
     try:
         folder = path.resolve().parent
     except (RuntimeError, OSError) as err:  # a symlink loop (RuntimeError on Python 3.11)

@@ -16,7 +16,14 @@ import sys
 from pathlib import Path
 
 from .checks import check_real
-from .clitools import ArgumentParser, HelpFormatter, path_argument, writable_file, writable_folder
+from .clitools import (
+    ArgumentParser,
+    HelpFormatter,
+    one_line,
+    path_argument,
+    writable_file,
+    writable_folder,
+)
 from .figures import FIGURES, SCRATCH_DIR
 
 __all__ = ["FIGURES", "main", "render", "write_figure"]
@@ -146,7 +153,7 @@ def main(argv=None) -> int:
                                       records_dir=args.records, **pair)
             print(f"wrote {png} and {js}")
     except (ValueError, OSError) as exc:
-        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        print(f"{parser.prog}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except (TypeError, KeyError, AttributeError, IndexError, ArithmeticError) as exc:  # an input the checks let by
         print(f"{parser.prog}: error: {args.name}: the figure cannot be drawn from these inputs "

@@ -119,9 +119,16 @@ def main(argv=None) -> int:
         from .figures.llm import llm_data
 
         llm_data(records_dir=args.records if args.records is not None else RECORDS_DIR)
+        from .sources import load_logged_rows
+
+        for rows in sorted(Path(args.records if args.records is not None else RECORDS_DIR).glob("llm_*_rows.npz")):
+            load_logged_rows(rows)  # a damaged log is named now, not after a minute of figures
     except ValueError as err:  # RecordError included
         parser.error(str(err))
-    build_report(args.out_dir, args.scale, args.records)
+    try:
+        build_report(args.out_dir, args.scale, args.records)
+    except ValueError as err:  # what the checks above cannot see before a figure reads it
+        parser.error(str(err))
     return 0
 
 

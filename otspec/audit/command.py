@@ -114,8 +114,8 @@ def add_audit_parser(sub, formatter, json_flag) -> None:
     p.add_argument("--exact", action="store_true", help="exact audit on a small vocabulary: every drafted block "
                    "enumerated, the output law compared with the target law")
     p.add_argument("--in-process", action="store_true", help="run the sampler in this process rather than a child "
-                   "(a sampler that ends its process then ends the audit without a verdict, and one that holds the "
-                   "interpreter in a native loop past --timeout cannot be stopped)")
+                   "(os._exit, exec, abort and signals it sends itself are then refused as its error, but a crash in "
+                   "native code ends the audit without a verdict, and a native loop past --timeout cannot be stopped)")
     p.add_argument("--out", type=path_argument, default=None, help="write the report card (audit.md, audit.json, audit.png; "
                    "with --exact: audit.md and audit.json) here")
     json_flag(p)

@@ -74,8 +74,8 @@ def load_sampler(spec: str, timeout: float | None = None) -> Callable:
         raise ValueError(f"sampler {spec!r}: importing module {module_name!r} took longer than the timeout "
                          f"({timeout:g} s)") from None
     if isinstance(exc, SystemExit):
-        how = "os._exit" if isinstance(exc, _HardExit) else "sys.exit"
-        raise ValueError(f"sampler {spec!r}: importing module {module_name!r} called {how}({exc.code!r})")
+        how = exc.call if isinstance(exc, _HardExit) else f"sys.exit({exc.code!r})"
+        raise ValueError(f"sampler {spec!r}: importing module {module_name!r} called {how}")
     if exc is not None:
         where = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) and exc.lineno else ""
         raise ValueError(f"sampler {spec!r}: cannot import module {module_name!r}: {exception_text(exc, where)}")
@@ -204,36 +204,82 @@ REAL_EXIT = os._exit
 
 
 class _HardExit(SystemExit):
-    """A sampler's ``os._exit(code)`` while the audit runs in-process: raised, not obeyed."""
+    """A sampler's call that would end or replace the audit's process (``os._exit``, an ``exec``, a fatal signal to
+    itself) while the audit runs in-process: raised, not obeyed; ``call`` says what was called."""
+
+    def __init__(self, call: str):
+        super().__init__(call)
+        self.call = call
 
 
-#: Codes of the ``os._exit`` calls refused in other threads than the main one (which the raise there cannot reach).
+#: The calls refused in other threads than the main one (which the raise there cannot reach).
 _THREAD_EXITS: list = []
 
 
-def _refused_exit(code=0):
+def _refuse(call: str):
     if threading.current_thread() is not threading.main_thread():
-        _THREAD_EXITS.append(code)  # the next call (or the audit's end) reports it
-        raise SystemExit(code)  # ends that thread quietly (threading ignores exactly SystemExit)
-    raise _HardExit(code)
+        _THREAD_EXITS.append(call)  # the next call (or the audit's end) reports it
+        raise SystemExit(call)  # ends that thread quietly (threading ignores exactly SystemExit)
+    raise _HardExit(call)
+
+
+def _refused_exit(code=0):
+    _refuse(f"os._exit({code!r})")
+
+
+def _refused_exec(path, *args):
+    _refuse(f"os.exec*({path!r}, ...)")
+
+
+def _refused_abort():
+    _refuse("os.abort()")
+
+
+def _refused_kill(pid, sig):
+    if sig != 0 and pid in (0, -1, os.getpid(), -os.getpgrp()):  # itself, its group, every process it may signal
+        _refuse(f"os.kill({pid!r}, {sig!r}) on its own process")
+    return REAL_CALLS["kill"](pid, sig)
+
+
+def _refused_killpg(group, sig):
+    if sig != 0 and group in (0, os.getpgrp()):
+        _refuse(f"os.killpg({group!r}, {sig!r}) on its own process group")
+    return REAL_CALLS["killpg"](group, sig)
+
+
+def _refused_raise(sig):
+    _refuse(f"signal.raise_signal({sig!r})")
+
+
+#: The process-ending calls as the audit found them (restored when an in-process audit ends).
+REAL_CALLS = {"execv": os.execv, "execve": os.execve, "abort": os.abort, "kill": os.kill, "killpg": os.killpg}
+_GUARDS = {"execv": _refused_exec, "execve": _refused_exec, "abort": _refused_abort, "kill": _refused_kill,
+           "killpg": _refused_killpg}
 
 
 def _thread_exit_error() -> SamplerError | None:
     if not _THREAD_EXITS:
         return None
-    code = _THREAD_EXITS[0]
+    call = _THREAD_EXITS[0]
     _THREAD_EXITS.clear()
-    return SamplerError(f"the sampler called os._exit({code!r}) from a thread; the protocol needs it to return "
+    return SamplerError(f"the sampler called {call} from a thread; the protocol needs it to return "
                         "(accepted, next_token)")
 
 
 @contextlib.contextmanager
 def no_hard_exit():
-    """While inside, ``os._exit`` raises in this process, so a sampler that calls it is the sampler's error (exit 2)
-    and never ends an in-process audit with status 0 and no verdict."""
+    """While inside, ``os._exit``, the ``exec`` family, ``os.abort`` and fatal signals a sampler sends its own
+    process raise in this process, so a sampler that calls them is the sampler's error (exit 2) and never ends an
+    in-process audit with status 0 and no verdict (a crash in native code still ends it: the child audit survives
+    that)."""
     import posix  # os._exit is posix._exit: a sampler may call either
+    import signal
 
     os._exit = posix._exit = _refused_exit
+    for name, guard in _GUARDS.items():
+        setattr(os, name, guard)
+        setattr(posix, name, guard)
+    raise_signal, signal.raise_signal = signal.raise_signal, _refused_raise
     _THREAD_EXITS.clear()
     try:
         yield
@@ -242,6 +288,10 @@ def no_hard_exit():
             raise late
     finally:
         os._exit = posix._exit = REAL_EXIT
+        for name, real in REAL_CALLS.items():
+            setattr(os, name, real)
+            setattr(posix, name, real)
+        signal.raise_signal = raise_signal
 
 
 def _call(fn: Callable, args: tuple):
@@ -258,7 +308,7 @@ def _returned(fn: Callable, args: tuple):
     except SamplerTimeout:
         raise
     except _HardExit as exc:
-        raise SamplerError(f"the sampler called os._exit({exc.code!r}); the protocol needs it to return "
+        raise SamplerError(f"the sampler called {exc.call}; the protocol needs it to return "
                            "(accepted, next_token)") from None
     except SystemExit as exc:  # the audit must end with a verdict, not with the sampler's exit status
         raise SamplerError(f"the sampler called sys.exit({exc.code!r}); the protocol needs it to return "
@@ -273,10 +323,14 @@ def _as_int_vector(value, name: str, B: int, low: int, high: int) -> np.ndarray:
     try:
         if hasattr(value, "detach"):  # a torch tensor
             value = value.detach().cpu().numpy()
+        masked = isinstance(value, np.ma.MaskedArray) and bool(np.ma.getmask(value).any())
         arr = np.asarray(value)
     except Exception as exc:  # an object whose conversion raises (a meta tensor, a broken __array__)
         raise SamplerError(f"the sampler returned {name} as a {type(value).__name__} that cannot be read as an array "
                            f"({exception_text(exc)})") from None
+    if masked:  # np.asarray reads the numbers under the mask
+        raise SamplerError(f"the sampler returned {name} as a masked array with masked entries; the protocol "
+                           "needs every entry (a plain array)")
     if arr.shape != (B,):
         raise SamplerError(f"the sampler returned {name} of shape {arr.shape}; the protocol needs ({B},)")
     if arr.dtype.kind not in "iu":  # floats (even whole ones) and booleans are not token ids or counts

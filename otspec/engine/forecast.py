@@ -139,6 +139,15 @@ def forecast_check(forecast_json: dict, record) -> list[ForecastRow]:
             row[what] = None if pred is None else {"measured": got, "predicted": pred, "interval": interval,
                                                    **compare_prediction(got, pred, interval).to_json()}
         out.append(ForecastRow.from_json(row, f"forecast {row['verifier']}"))
+    if not out:  # nothing compared is no agreement: said, not an empty table and exit 0
+
+        def shown(v, L, tree):
+            return f"{v} {'tree ' + tree if tree else f'L={L}'}"
+
+        made = sorted({shown(f["verifier"], f.get("L"), f.get("tree")) for f in forecast_json["forecasts"]})
+        ran = sorted({shown(*key) for key in runs})
+        raise ValueError(f"the record measured none of the forecast's configurations (forecast: {', '.join(made)}; "
+                         f"record: {', '.join(ran) or 'no runs'})")
     return out
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from ..checks import MissingFile, file_problem, unique_keys
+from ..checks import MAX_JSON_DEPTH, MissingFile, file_problem, json_depth, unique_keys
 from .record_checks import check_record_numbers
 from .rows import LOCAL, ChainRun, Interval, JsonObject, PolicyRun, RecordError, TreeRun
 
@@ -373,7 +373,7 @@ def read_json_file(path, what: str = "record"):
     if path.stat().st_size > MAX_RECORD_BYTES:  # a record is a few MB; a sparse or runaway file is refused unread
         raise RecordError(f"{path}: {path.stat().st_size:,} bytes, above MAX_RECORD_BYTES = {MAX_RECORD_BYTES:,}")
     try:
-        return json.loads(path.read_text(), object_pairs_hook=unique_keys)
+        obj = json.loads(path.read_text(), object_pairs_hook=unique_keys)
     except json.JSONDecodeError as err:
         raise RecordError(f"{path}: not JSON ({err})") from err
     except UnicodeDecodeError:
@@ -382,12 +382,17 @@ def read_json_file(path, what: str = "record"):
         raise RecordError(f"{path}: not a JSON {what} ({err})") from None
     except RecursionError:
         raise RecordError(f"{path}: nests JSON too deeply to be a {what}") from None
+    if json_depth(obj) > MAX_JSON_DEPTH:
+        raise RecordError(f"{path}: nests JSON more than MAX_JSON_DEPTH = {MAX_JSON_DEPTH} levels deep; not a {what}")
+    return obj
 
 
 def read_record(path) -> PairRecord | AdaptiveRecord:
     """The record in a JSON file, by its shape: runs → :class:`PairRecord`, thresholds → :class:`AdaptiveRecord`."""
     obj = read_json_file(path)
     path = Path(path)
+    if not isinstance(obj, dict):  # as_record would read a JSON string as the text of a record
+        raise RecordError(f"{path}: expected a JSON object (a record), got {type(obj).__name__}")
     record = as_record(obj, str(path))
     # every command writes a baseline; only a record built in memory (as_record) may leave it out
     if record.baseline is None or not record.baseline.tokens_per_s > 0:
@@ -403,7 +408,10 @@ def as_record(obj, where: str = "record") -> PairRecord | AdaptiveRecord:
     taken as where it was read from."""
     if isinstance(obj, (PairRecord, AdaptiveRecord)):
         return obj
-    obj = json.loads(obj) if isinstance(obj, str) else obj
+    try:
+        obj = json.loads(obj) if isinstance(obj, str) else obj
+    except (ValueError, RecursionError) as err:
+        raise RecordError(f"{where}: not the JSON text of a record ({type(err).__name__})") from None
     if not isinstance(obj, dict):
         raise RecordError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     local = {k: obj[k] for k in ("file", "path") if k in obj}

@@ -85,6 +85,7 @@ def check_records_given(records_dir, flag: str = "--records") -> Path:
     model pair or a forecast, ``llm_*_rows.npz``; a damaged one counts, its reader names it), else the record
     figures and sections would be drawn empty without a word."""
     from ..checks import file_problem
+    from ..engine.record import MAX_RECORD_BYTES
 
     try:
         folder = records_folder(records_dir)
@@ -97,6 +98,8 @@ def check_records_given(records_dir, flag: str = "--records") -> Path:
         if path.name.endswith("_rows.npz") or file_problem(path):
             return True
         try:
+            if path.stat().st_size > MAX_RECORD_BYTES:  # a sparse or runaway file: its reader refuses it unread
+                return True
             data = path.read_bytes()
             if b'"model_pair"' in data or b'"kind": "forecast"' in data:
                 return True

@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 
 from ..checks import file_problem
-from ..clitools import ArgumentParser, path_argument, writable_folder
+from ..clitools import ArgumentParser, one_line, path_argument, writable_folder
 from ..engine.forecast import check_forecast_json
-from ..engine.record import AdaptiveRecord, RecordError, as_record, read_record
+from ..engine.record import MAX_RECORD_BYTES, AdaptiveRecord, RecordError, as_record, read_record
 from . import RECORDS_DIR, SCRATCH_DIR, register
 from .common import axes, new_figure, records_folder
 from .llm_adaptive import adaptive_markdown, render_adaptive_record
@@ -278,6 +278,8 @@ def llm_data(scale: float = 1.0, records_dir: str | Path = RECORDS_DIR) -> dict:
         if problem:  # a pipe named like a record would block the read forever
             raise RecordError(f"{path}: {problem}; a file named llm_*.json in the records folder must be a record or "
                               "another JSON data file")
+        if path.stat().st_size > MAX_RECORD_BYTES:  # a sparse or runaway file is refused unread
+            raise RecordError(f"{path}: {path.stat().st_size:,} bytes, above MAX_RECORD_BYTES = {MAX_RECORD_BYTES:,}")
         try:
             text = path.read_text()
         except UnicodeDecodeError:
@@ -336,14 +338,14 @@ def record_main(argv=None) -> int:
         try:
             writable_folder(args.out_dir, "--out-dir")
         except ValueError as err:
-            print(f"{parser.prog}: error: {err}", file=sys.stderr)
+            print(f"{parser.prog}: error: {one_line(err)}", file=sys.stderr)
             return 2
     for path in args.files:
         try:
             out_dir = args.out_dir if args.out_dir is not None else _scratch_for_committed(path)
             print("wrote " + ", ".join(str(p) for p in write_record_files(path, out_dir)))
         except (RecordError, OSError) as err:
-            print(f"{parser.prog}: error: {err}", file=sys.stderr)
+            print(f"{parser.prog}: error: {one_line(err)}", file=sys.stderr)
             return 2
         except UnicodeDecodeError:
             print(f"{parser.prog}: error: {path}: not a JSON record (not UTF-8 text)", file=sys.stderr)

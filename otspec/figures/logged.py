@@ -3,12 +3,12 @@ row-free Monte Carlo, and the same pair's measured block efficiency beside them.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from ..engine import simulate_logged
+from ..engine.record import read_json_file
 from ..sources import load_logged_rows
 from ..theory import positional_window_values
 from ..verifiers import REGISTRY
@@ -31,8 +31,10 @@ def _measured(folder: Path, stem: str) -> dict:
     path = folder / f"{stem.removesuffix('_rows')}.json"
     if not path.is_file():
         return {}
-    record = json.loads(path.read_text())
-    return {f"{r['verifier']}:{r['L']}": r["block_efficiency"] for r in record.get("runs", [])}
+    record = read_json_file(path)
+    runs = record.get("runs", []) if isinstance(record, dict) else []
+    return {f"{r['verifier']}:{r['L']}": r["block_efficiency"] for r in runs if isinstance(r, dict)
+            and {"verifier", "L", "block_efficiency"} <= r.keys()}
 
 
 def _one_log(path: Path, blocks: int) -> dict:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..clitools import ArgumentParser, HelpFormatter, path_argument, writable_file
+from ..clitools import ArgumentParser, HelpFormatter, one_line, path_argument, writable_file
 
 __all__ = ["INTERVALS", "PARAMETERS", "main", "plot_sweep", "read_results"]
 
@@ -34,7 +34,15 @@ def read_results(path):
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no sweep results at {path} (run: python -m otspec sweep SPEC)")
-    return pd.read_csv(path) if path.suffix.lower() == ".csv" else pd.read_parquet(path)
+    try:
+        frame = pd.read_csv(path) if path.suffix.lower() == ".csv" else pd.read_parquet(path)
+    except (ValueError, OSError, UnicodeDecodeError) as err:  # pandas' and pyarrow's parse errors are ValueErrors
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise ValueError(f"sweep results {path}: not a readable {'CSV' if path.suffix.lower() == '.csv' else 'Parquet'}"
+                         f" table ({first})") from None
+    if frame.empty:
+        raise ValueError(f"sweep results {path}: the table holds no rows")
+    return frame
 
 
 def _where(frame, conditions):
@@ -49,7 +57,7 @@ def _where(frame, conditions):
             mask = column.astype(str) == value
         frame = frame[mask]
     if frame.empty:
-        raise ValueError("no row left after --where")
+        raise ValueError("no row left after --where" if conditions else "the table holds no rows")
     return frame
 
 
@@ -61,6 +69,10 @@ def _typed(frame, name: str, numeric: bool):
     column = frame[name]
     as_numbers = pd.to_numeric(column, errors="coerce")
     bad = column[as_numbers.isna() & column.notna()]
+    huge = column[np.isinf(as_numbers.to_numpy(dtype=float, na_value=np.nan)) & ~column.astype(str).str.strip()
+                  .str.lower().str.lstrip("+-").isin(["inf", "infinity"])]
+    if not huge.empty:  # a number no float holds (400 digits) is read as inf: drawn off the axes without a word
+        raise ValueError(f"column {name!r} holds {str(huge.iloc[0])[:40]!r}, a number beyond the float range")
     if bad.empty:
         return frame.assign(**{name: as_numbers})
     if numeric or len(bad) < column.notna().sum():
@@ -148,7 +160,7 @@ def main(argv=None) -> int:
         fig.tight_layout()
         fig.savefig(out)
     except (ValueError, OSError, ImportError) as exc:
-        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        print(f"{parser.prog}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     print(f"wrote {out}")
     return 0

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..checks import check_data_file, unique_keys
+from ..checks import check_data_file, file_problem, unique_keys
 from .base import Source
 from .models import (
     DepthPositionalSource,
@@ -47,11 +47,13 @@ MAX_SOURCE_FILE_BYTES = 1 << 30
 
 def _no_strings(value, where: str) -> None:
     """Refuse text where numbers go (numpy would read ``"0.5"`` as 0.5 and a typo as an error far away)."""
-    if isinstance(value, str):
-        raise ValueError(f"{where}: expected numbers, got the text {value!r}")
-    if isinstance(value, list):
-        for item in value:
-            _no_strings(item, where)
+    stack = [value]  # without recursion: a list nested thousands deep is refused by its shape later
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            raise ValueError(f"{where}: expected numbers, got the text {item!r}")
+        if isinstance(item, list):
+            stack.extend(item)
 
 
 def source_from_json(obj) -> Source:
@@ -161,6 +163,9 @@ def load_source(path: str | os.PathLike) -> Source:
 
 
 def save_source(source: Source, path: str | os.PathLike) -> None:
-    """Write ``source.to_json()`` to ``path``."""
+    """Write ``source.to_json()`` to ``path`` (a regular file: a device or a pipe is refused)."""
+    problem = file_problem(path)
+    if problem not in (None, "does not exist"):
+        raise ValueError(f"source file {path!r}: cannot be written: {problem}")
     with open(path, "w") as fh:
         json.dump(source.to_json(), fh, indent=1)

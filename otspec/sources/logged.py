@@ -45,7 +45,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..checks import MAX_VOCAB_SIZE, check_data_file, check_npz_members, check_real, check_size
+from ..checks import (
+    MAX_VOCAB_SIZE,
+    check_data_file,
+    check_npz_members,
+    check_real,
+    check_size,
+    file_problem,
+)
 from ..distributions import NORMALISATION_TOL, top_p_mask
 from ..errors import SizeLimitError
 from ..progress import tqdm
@@ -206,7 +213,11 @@ class LoggedRows:
 
     # ------------------------------------------------------------------ file
     def save(self, path: str | os.PathLike) -> None:
-        """Write the compressed ``.npz`` file under exactly this name."""
+        """Write the compressed ``.npz`` file under exactly this name (a regular file: a device such as /dev/null
+        or a pipe is refused, never written to as if it kept the rows)."""
+        problem = file_problem(path)
+        if problem not in (None, "does not exist"):
+            raise ValueError(f"logged rows: cannot save to {path!r}: {problem}")
         with open(path, "wb") as fh:
             np.savez_compressed(fh, format=np.array(FORMAT), meta=np.array(json.dumps(self.meta, default=str)),
                                 vocab_size=np.array(self.vocab_size), **{k: getattr(self, k) for k in _ARRAYS})

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..checks import MAX_VOCAB_SIZE, all_numbers, check_size
+from ..checks import MAX_VOCAB_SIZE, all_numbers, check_size, tensors_as_arrays
 from ..distributions import validate_probs
 from .base import Source, as_tokens
 
@@ -24,7 +24,7 @@ class IIDSource(Source):
     context = 0
 
     def __init__(self, probs):
-        self.probs = np.asarray(validate_probs(probs, "probs"), dtype=np.float64)
+        self.probs = np.asarray(tensors_as_arrays(validate_probs(probs, "probs")), dtype=np.float64)
         if self.probs.ndim != 1:
             raise ValueError(f"probs: expected one row of shape (V,), got {self.probs.shape}")
         self.vocab_size = self.probs.shape[0]
@@ -102,17 +102,18 @@ class MarkovSource(Source):
     context = 1
 
     def __init__(self, initial, transition, horizon: int | None = None):
-        self.initial = np.asarray(validate_probs(initial, "initial"), dtype=np.float64)
+        self.initial = np.asarray(tensors_as_arrays(validate_probs(initial, "initial")), dtype=np.float64)
         if self.initial.ndim != 1:
             raise ValueError(f"initial: expected shape (V,), got {self.initial.shape}")
         V = self.initial.shape[0]
         try:
+            transition = tensors_as_arrays(transition)  # a tensor that requires grad has no numpy view
             if (isinstance(transition, list | tuple) and not all_numbers(transition, booleans=False)
                     or str(getattr(transition, "dtype", "")) in ("bool", "torch.bool")
                     or np.iscomplexobj(transition)):
                 raise TypeError("booleans, complex numbers, text or other objects among the entries")
             trans = np.asarray(transition, dtype=np.float64)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an integer no float holds
             raise ValueError(f"transition: expected a ({V}, {V}) matrix or a list of them (rows of equal length, "
                              "numbers only)") from None
         if trans.size == 0 and horizon is not None:  # a time-varying chain of horizon 1 has no matrices
@@ -122,7 +123,7 @@ class MarkovSource(Source):
                 f"transition: expected a ({V}, {V}) matrix or a list of them to match initial's "
                 f"{V} tokens, got shape {trans.shape}"
             )
-        self.transition = np.asarray(validate_probs(trans, "transition"), dtype=np.float64)
+        self.transition = np.asarray(tensors_as_arrays(validate_probs(trans, "transition")), dtype=np.float64)
         self.vocab_size = V
         self.stationary = trans.ndim == 2
         self._stack = self.transition[None] if self.stationary else self.transition
@@ -191,7 +192,7 @@ class PositionalSource(Source):
     context = 0
 
     def __init__(self, rows, proposes=None):
-        self.rows = np.asarray(validate_probs(rows, "rows", min_ndim=2), dtype=np.float64)
+        self.rows = np.asarray(tensors_as_arrays(validate_probs(rows, "rows", min_ndim=2)), dtype=np.float64)
         if self.rows.ndim != 2 or self.rows.shape[0] < 1:
             raise ValueError(f"rows: expected shape (T, V) with T >= 1, got {self.rows.shape}")
         self.horizon, self.vocab_size = self.rows.shape
@@ -258,7 +259,7 @@ class DepthPositionalSource(PositionalSource):
     """
 
     def __init__(self, rows, proposes=None):
-        rows = np.asarray(validate_probs(rows, "rows", min_ndim=3), dtype=np.float64)
+        rows = np.asarray(tensors_as_arrays(validate_probs(rows, "rows", min_ndim=3)), dtype=np.float64)
         if rows.ndim != 3 or rows.shape[0] < 1:
             raise ValueError(f"rows: expected shape (D, T, V) with D >= 1, got {rows.shape}")
         by_depth = None
@@ -333,7 +334,7 @@ class TableSource(Source):
                 if len(key) >= self.horizon:
                     raise ValueError(f"rows[{key}]: a prefix of {len(key)} tokens is never read by a source of horizon "
                                      f"{self.horizon} (prefixes of at most {self.horizon - 1} tokens)")
-                arr = np.asarray(validate_probs(row, f"rows[{key}]"), dtype=np.float64)
+                arr = np.asarray(tensors_as_arrays(validate_probs(row, f"rows[{key}]")), dtype=np.float64)
                 if arr.shape != (self.vocab_size,):
                     raise ValueError(f"rows[{key}]: expected shape ({self.vocab_size},), got {arr.shape}")
                 self._table[key] = arr
@@ -351,7 +352,7 @@ class TableSource(Source):
                 raise ValueError(f"TableSource{where}: its rows (the 'rows' of a table source) have no row for the prefix "
                                  f"{prefix}, which a draft or continuation reaches; give a row for every prefix of "
                                  f"length < horizon {self.horizon}") from None
-        arr = np.asarray(validate_probs(self._fn(prefix), f"row for prefix {prefix}"), dtype=np.float64)
+        arr = np.asarray(tensors_as_arrays(validate_probs(self._fn(prefix), f"row for prefix {prefix}")), dtype=np.float64)
         if arr.shape != (self.vocab_size,):
             raise ValueError(f"row for prefix {prefix}: expected shape ({self.vocab_size},), got {arr.shape}")
         return arr

@@ -108,6 +108,15 @@ def build_pair(pair: dict, base: Path = Path("."), temperature: float = 1.0):
     return temper(d, temperature), temper(t, temperature)
 
 
+def check_pair(pair: dict, base: Path = Path(".")) -> None:
+    """Read a pair's files (JSON sources, logged rows) and rows, so that a damaged one is refused before a sweep
+    makes its folder or runs a cell; random families were checked with the spec and are built in the cells."""
+    if pair["kind"] == "logged":
+        _logged(str((base / pair["file"]).resolve()))  # the key the cells read it by (read once per process)
+    elif pair["kind"] in ("iid", "json"):
+        build_pair(pair, base)
+
+
 def _quantity(row: dict, name: str, fn) -> None:
     """Run one quantity; a ValueError (too large, not applicable) becomes its note instead of the sweep's end."""
     t0 = time.perf_counter()

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..checks import check_size
 from ..progress import tqdm
-from .cells import run_cells
+from .cells import check_pair, run_cells
 from .spec import SweepSpec, cell_id, load_spec, shared_key
 from .work import MAX_CELL_WORK, spec_work
 
@@ -51,7 +51,8 @@ def _file_digests(value, base: Path, cache: dict) -> dict:
             path = base / x
             if path.is_file():
                 if path not in cache:
-                    cache[path] = hashlib.sha256(path.read_bytes()).hexdigest()
+                    with path.open("rb") as fh:  # streamed: a large logged-rows file is never held whole
+                        cache[path] = hashlib.file_digest(fh, "sha256").hexdigest()
                 found[x] = cache[path]
     return found
 
@@ -121,7 +122,7 @@ MAX_LOCAL_WORKERS = 256
 
 def _parse_cluster(cluster: str) -> int:
     kind, _, n = cluster.partition(":")
-    if kind != "local" or not n.isdigit() or int(n) < 1:
+    if kind != "local" or not (n.isascii() and n.isdigit()) or int(n) < 1:  # '²' is a digit to str.isdigit
         raise ValueError(f"--cluster {cluster!r}: expected local:N with N >= 1 workers")
     return check_size(int(n), f"--cluster {cluster}: N", limit=MAX_LOCAL_WORKERS, limit_name="MAX_LOCAL_WORKERS")
 
@@ -141,7 +142,8 @@ def run_sweep(spec: SweepSpec | str | os.PathLike, out, *, workers: int | None =
     if cluster:
         _parse_cluster(cluster)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    for pair in {json.dumps(c["pair"], sort_keys=True, default=str): c["pair"] for c in spec.cells}.values():
+        check_pair(pair, Path(spec.base))  # before the folder is made or any cell runs
     cache: dict = {}
     keys = {cell_id(c): cell_key(c, spec, cache) for c in spec.cells}
     todo = [c for c in spec.cells if _stored(_cell_path(out, c), keys[cell_id(c)]) is None]
@@ -151,7 +153,8 @@ def run_sweep(spec: SweepSpec | str | os.PathLike, out, *, workers: int | None =
     for cell in todo:
         groups.setdefault(shared_key(cell), []).append(cell)
     tasks = list(groups.values())
-    estimate = spec_work([group[0] for group in tasks], spec.quantities)
+    estimate = spec_work([group[0] for group in tasks], spec.quantities)  # reads every pair: a bad one refused here
+    out.mkdir(parents=True, exist_ok=True)  # made once the spec's pairs have been read
     if progress is not False and (estimate["estimated_entries"] or estimate["over_limit"]):
         print(_estimate_line(spec.name, len(todo), estimate), file=sys.stderr)
     bar = tqdm(total=len(spec.cells), initial=len(spec.cells) - len(todo), unit="cell", desc=f"sweep {spec.name}",
@@ -188,14 +191,15 @@ def _estimate_line(name: str, n: int, estimate: dict) -> str:
 
 def _run_dask(tasks, args, scheduler, cluster, bar) -> None:
     try:
-        from distributed import Client, LocalCluster
+        from distributed import LocalCluster
         from distributed import as_completed as dask_completed
     except ImportError:
         raise ImportError(f"Dask distributed is not installed: {EXTRAS_HINT}") from None
     local = LocalCluster(n_workers=max(1, min(_parse_cluster(cluster), len(tasks))), threads_per_worker=1, processes=True,
                          dashboard_address=None) if cluster else None
     try:
-        with Client(local if local is not None else scheduler) as client:
+        client = local_client(local) if local is not None else scheduler_client(scheduler)
+        with client:
             # retries: a task whose worker died is run again elsewhere; finished cells are already on disk
             futures = [client.submit(_run_and_store, group, *args, pure=False, retries=3) for group in tasks]
             for fut in dask_completed(futures):
@@ -203,6 +207,25 @@ def _run_dask(tasks, args, scheduler, cluster, bar) -> None:
     finally:
         if local is not None:
             local.close()
+
+
+def local_client(cluster):
+    from distributed import Client
+
+    return Client(cluster)
+
+
+def scheduler_client(address: str):
+    """A Dask client of the scheduler at ``address``; an address where no Dask scheduler answers (nothing there, a
+    server of another kind, TLS without its settings, a protocol not installed) is a ``ConnectionError`` naming it."""
+    from distributed import Client
+
+    try:
+        return Client(address, timeout="30s")
+    except Exception as err:  # noqa: BLE001 - the comm layers raise many kinds (OSError, TypeError, MemoryError)
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise ConnectionError(f"--scheduler {address}: no Dask scheduler could be reached there "
+                              f"({type(err).__name__}: {first})") from None
 
 
 def gather(spec: SweepSpec, out) -> list[dict]:
@@ -237,6 +260,8 @@ def write_tables(rows: list[dict], out) -> dict:
     out = Path(out)
     frame = pd.DataFrame(rows)
     paths = {"parquet": out / "results.parquet", "csv": out / "results.csv"}
-    frame.to_parquet(paths["parquet"], index=False)
-    frame.to_csv(paths["csv"], index=False)
+    with open(paths["parquet"], "wb") as fh:  # through Python's open: pyarrow cannot name undecodable bytes
+        frame.to_parquet(fh, index=False)
+    with open(paths["csv"], "w", newline="") as fh:
+        frame.to_csv(fh, index=False)
     return {k: str(v) for k, v in paths.items()}

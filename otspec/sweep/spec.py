@@ -69,6 +69,7 @@ from ..checks import MAX_CANDIDATES, MAX_DRAFT_LENGTH, check_data_file, check_re
 from ..distributions import resolve_device
 from ..drafts import parse_tree
 from ..sources import MAX_RANDOM_ENTRIES, TAIL_MODES, IIDSource
+from ..sources.io import MAX_SOURCE_FILE_BYTES
 from ..verifiers import MULTI_DRAFT_REGISTRY, WHOLE_TREE_REGISTRY, VerifierView
 
 __all__ = ["PAIR_KINDS", "QUANTITIES", "SWEEP_VERIFIERS", "SweepSpec", "cell_id", "cell_seed", "load_spec", "shared_key",
@@ -86,6 +87,8 @@ _TOP_KEYS = {"name", "seed", "quantities", "L", "k", "trees", "temperature", "co
 MAX_CELLS = 100_000
 #: Most YAML nodes a spec may hold once its aliases are expanded (counted on the composed graph, never expanded).
 MAX_YAML_NODES = 200_000
+#: Largest sweep spec read (a spec is a few kB; a sparse or runaway file is refused unread).
+MAX_SPEC_BYTES = 1 << 24
 #: Every verifier a sweep can name: the lossless chain verifiers and every verifier of a tree (read when used).
 SWEEP_VERIFIERS = VerifierView("sweep verifiers", lossless=True, fixed_tree=False)
 #: The files a pair kind names (key, what it is), refused at load time when missing.
@@ -124,6 +127,8 @@ def _error(where: str, message: str) -> ValueError:
 
 def _read(path: Path) -> dict:
     check_data_file(path, "sweep spec")  # missing: MissingFile; a folder, a pipe or a device: refused by name
+    if path.stat().st_size > MAX_SPEC_BYTES:
+        raise ValueError(f"sweep spec {path}: {path.stat().st_size:,} bytes, above MAX_SPEC_BYTES = {MAX_SPEC_BYTES:,}")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -272,7 +277,8 @@ def _pairs(raw, seed: int) -> list[dict]:
         for combo in _grid(rest, where):
             check_size(combo["pair_seed"], f"{where}.pair_seed", minimum=0)
             V = check_size(combo["vocab"], f"{where}.vocab", limit=MAX_RANDOM_ENTRIES, limit_name="MAX_RANDOM_ENTRIES")
-            matrices = max(check_size(combo.get("horizon") or 2, f"{where}.horizon") - 1, 1)
+            horizon = combo.get("horizon")  # None: a stationary chain (one matrix); 0 is refused, not read as None
+            matrices = max(check_size(horizon, f"{where}.horizon") - 1, 1) if horizon is not None else 1
             if kind == "random_markov" and matrices * V * V > MAX_RANDOM_ENTRIES:  # refused here, not in a worker
                 raise _error(where, f"{matrices:,} transition matrices of {V:,} x {V:,} entries exceed "
                                     f"MAX_RANDOM_ENTRIES = {MAX_RANDOM_ENTRIES:,}")
@@ -381,8 +387,16 @@ def load_spec(path) -> SweepSpec:
     pairs, verifiers = _pairs(data.get("pairs"), seed), _verifiers(data.get("verifiers"))
     for pair in pairs:  # missing files are refused now, not in a worker later
         for key, role in _FILES.get(pair["kind"], ()):
-            if not (path.parent / pair[key]).is_file():
-                raise FileNotFoundError(f"sweep spec pairs: no {role} file {path.parent / pair[key]}")
+            name = pair[key]
+            if not isinstance(name, str) or not name.strip():
+                raise _error(f"pairs ({pair['kind']}) {key}", f"expected the {role} file's name (a path relative to "
+                                                             f"the spec's folder), got {name!r}")
+            if not (path.parent / name).is_file():
+                raise FileNotFoundError(f"sweep spec pairs: no {role} file {path.parent / name}")
+            if pair["kind"] == "json" and (path.parent / name).stat().st_size > MAX_SOURCE_FILE_BYTES:
+                raise _error(f"pairs (json) {key}", f"{path.parent / name} holds "
+                                                    f"{(path.parent / name).stat().st_size:,} bytes, above "
+                                                    f"MAX_SOURCE_FILE_BYTES = {MAX_SOURCE_FILE_BYTES:,}")
         if pair["kind"] == "logged" and any(T != 1.0 for T in temps):
             raise _error("temperature", f"logged rows keep the temperature they were recorded at; sweep "
                                         f"{describe_pair(pair)} at temperature 1 (got {temps})")
