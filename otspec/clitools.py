@@ -121,8 +121,9 @@ def integer_items(text: str, flag: str) -> list[int]:
     :func:`integer` reads it; a ``ValueError`` naming ``flag`` otherwise."""
     try:
         return [integer(x) for x in comma_items(text, flag)]
-    except argparse.ArgumentTypeError:
-        raise ValueError(f"{flag} {text!r}: expected comma-separated integers (ASCII digits, no underscores)") from None
+    except (argparse.ArgumentTypeError, ValueError):  # a non-integer, or an empty item ('2,,4')
+        raise ValueError(f"{flag} {text!r}: expected comma-separated integers (ASCII digits, no underscores, no "
+                         "empty item)") from None
 
 
 def positive_int(text: str) -> int:

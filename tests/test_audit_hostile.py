@@ -57,6 +57,12 @@ def kills_its_process(*args):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def kills_its_process_natively(*args):  # past the audit's guard on os.kill: the C library's own kill()
+    import ctypes
+
+    ctypes.CDLL(None).kill(os.getpid(), signal.SIGKILL)
+
+
 def closes_stderr(*args):
     os.close(2)
     return token(*args)
@@ -110,10 +116,13 @@ def test_a_sampler_that_ignores_every_interrupt_ends_the_command_with_exit_2():
 
 @pytest.mark.parametrize("sampler,ended", [("ends_the_process_with_0", "called os._exit(0)"),
                                            ("ends_the_process_with_1", "called os._exit(1)"),
-                                           ("kills_its_process", "(killed by signal SIGKILL) before a verdict")])
+                                           ("kills_its_process", "on its own process"),
+                                           ("kills_its_process_natively",
+                                            "(killed by signal SIGKILL) before a verdict")])
 def test_a_sampler_that_ends_its_process_never_leaves_a_verdict_behind(sampler, ended):
-    """From the command line the audit runs in a child process: a sampler calling os._exit (which raises there, as
-    in ``--in-process``) or killing itself is exit 2 with one line saying so, never exit 0 or 1 read as a verdict."""
+    """From the command line the audit runs in a child process: a sampler calling os._exit or os.kill on itself
+    (which raise there, as in ``--in-process``) or killing itself past them is exit 2 with one line saying so, never
+    exit 0 or 1 read as a verdict."""
     for mode in ([], ["--in-process"]) if sampler == "ends_the_process_with_0" else ([],):
         proc = subprocess.run([sys.executable, "-m", "otspec", "audit", f"tests.test_audit_hostile:{sampler}",
                                "--samples", "200", "--json", *mode], cwd=ROOT, capture_output=True, text=True,
