@@ -87,6 +87,50 @@ def plain_linears(model):
     return _swap(model, lambda child: isinstance(child, cls), lambda child: _same_parameters(torch.nn.Linear, child))
 
 
+def int8_packed(weight):
+    """``weight`` (out, in) as symmetric int8 rows (one scale per row, as :mod:`llm_bridge.int8` stores a head),
+    prepacked for ``torch.ops.quantized.linear_dynamic`` (CPU, fbgemm)."""
+    import torch
+
+    w = weight.detach().float().cpu()
+    scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-12).double()
+    q = torch.quantize_per_channel(w, scale, torch.zeros(w.shape[0], dtype=torch.int64), 0, torch.qint8)
+    return torch.ops.quantized.linear_prepack(q, None)
+
+
+def int8_product(x, packed):
+    """``x @ Wᵀ`` with the int8 weight ``packed`` (:func:`int8_packed`): each call quantises the rows of ``x``
+    (float32, CPU) to 8 bits with one scale, sums in int32. A fourth of the float32 weight's bytes is read: for the
+    few rows of a draft step, that is the product's cost. One scale for a whole row suits inputs without outlier
+    channels (a final-normed feature before the output rows), not a residual stream."""
+    import torch
+
+    flat = x.reshape(-1, x.shape[-1])
+    if flat.shape[0] == 0:
+        return x.new_zeros((*x.shape[:-1], torch.ops.quantized.linear_unpack(packed)[0].shape[0]))
+    out = torch.ops.quantized.linear_dynamic(flat.contiguous(), packed, _reduce_range())
+    return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+@lru_cache(maxsize=1)
+def _reduce_range() -> bool:
+    """fbgemm's 7-bit inputs where the CPU lacks VNNI (its 8-bit products could saturate 16-bit sums there)."""
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        return True
+    return not ("avx512_vnni" in flags or "avx_vnni" in flags)
+
+
+def int8_ready(model) -> bool:
+    """Whether :func:`int8_product` can run ``model``'s products: float32 on CPU, with fbgemm's kernels here."""
+    import torch
+
+    param = next(model.parameters(), None)
+    return (param is not None and param.dtype == torch.float32 and param.device.type == "cpu"
+            and "fbgemm" in torch.backends.quantized.supported_engines)
+
+
 def __getattr__(name):
     if name == "FewRowLinear":
         return _few_row_linear_class()

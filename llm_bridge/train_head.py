@@ -389,7 +389,7 @@ def train_head(recipe: HeadRecipe) -> dict:
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
-        train_acc = [float(a / c.clamp(min=1)) for _, a, c, _ in parts]
+        train_acc = [float((a / c.clamp(min=1)).detach()) for _, a, c, _ in parts]
         bar.set_postfix(loss=f"{float(loss):.3f}", acc1=f"{train_acc[0]:.3f}")
         if step % log_every == 0 or step == steps:
             head.eval()

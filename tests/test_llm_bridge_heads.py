@@ -313,3 +313,24 @@ def test_eagle_tree_rows_equal_chain_drafting_and_tree_runs_keep_the_target_law(
         test = two_sample_test(pair, [1, 5, 9, 3], verifier, tree, DecodeOptions(sampling=Sampling(top_k=4), seed=5),
                                n=300, tokens=3)
         assert test["p_value"] > 1e-3, (tree, test)
+
+
+def test_an_int8_output_head_drafts_near_its_float_rows_and_keeps_the_target_law():
+    """int8_head: the output rows as int8 (each call's rows quantised to 8 bits) move the logits by about 1 % of their
+    range, the session still drafts valid rows, and the first emitted token's law is the target's row."""
+    from llm_bridge.heads import int8_head
+    from llm_bridge.kernels import int8_ready
+
+    pair = head_pair("eagle", REDUCED)
+    pair.target.model.float()
+    head = pair.drafter.head.float()
+    if not int8_ready(head):
+        pytest.skip("no fbgemm kernels on this machine")
+    h = torch.randn(5, head.out_rows.shape[1])
+    exact = (h @ head.out_rows.T).numpy()
+    int8_head(head)
+    got = head.reduced_logits(h).numpy()
+    assert np.abs(got - exact).max() < 0.03 * np.abs(exact).max()
+    assert np.abs(got - exact).max() > 0  # the int8 product, not the float one
+    law = first_token_law(pair, [1, 5, 9, 4], TokenVerify(), 2)
+    assert law.max_deviation < 1e-6 and law.paths > 1  # float32 rows: exact to their precision
