@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from otspec.checks import check_data_file, check_npz_members, check_size, file_problem
-from otspec.clitools import ArgumentParser, integer, one_line, path_argument, writable_folder
+from otspec.clitools import ArgumentParser, check_folder_path, integer, one_line, path_argument
 from otspec.errors import SizeLimitError
 
 from .models import DEFAULT_TARGET, ModelNotFound
@@ -385,7 +385,7 @@ def main(argv=None) -> int:
         recipe = CorpusRecipe(target=args.target, tokens=args.tokens, shard_messages=args.shard_messages,
                               samples=args.samples, greedy=args.greedy, length=args.length,
                               message_tokens=args.message_tokens, seed=args.seed)
-        writable_folder(args.out if args.out is not None else CORPUS_DIR / recipe.target, "--out")
+        check_folder_path(args.out if args.out is not None else CORPUS_DIR / recipe.target, "--out")  # made when written
         index = build_corpus(recipe, args.out, device=args.device)
     except (ModelNotFound, ImportError, ValueError, FileNotFoundError) as err:
         print(f"python -m llm_bridge.corpus: {one_line(err)}", file=sys.stderr)

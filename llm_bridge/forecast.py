@@ -152,6 +152,7 @@ def main(argv=None) -> int:
     except (ModelNotFound, FileNotFoundError, VocabularyMismatch, ImportError, ValueError) as err:
         print(f"python -m llm_bridge.forecast: {one_line(err)}", file=sys.stderr)
         return 2
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1) + "\n")
     for row in out["forecasts"]:
         interval = row["predicted_speedup_interval"] or {}

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from otspec.clitools import (
     ArgumentParser,
+    check_folder_path,
     comma_items,
     index_list,
     integer,
@@ -27,13 +28,12 @@ from otspec.clitools import (
     one_line,
     path_argument,
     writable_file,
-    writable_folder,
 )
 
 from .models import DEFAULT_TARGET, ModelNotFound
 from .prompts import DATA_DIR
 
-__all__ = ["HEADS", "finished_head", "head_recipe", "main", "plot_curve", "read_curve", "run_curve"]
+__all__ = ["HEADS", "curve_point", "finished_head", "head_recipe", "main", "plot_curve", "read_curve", "run_curve"]
 
 #: The head kinds a curve can hold, and the train_head options each means.
 HEADS = {"eagle": {"kind": "eagle"}, "eagle3": {"kind": "eagle", "fuse": None},
@@ -75,23 +75,41 @@ def run_curve(heads, sizes, settings: dict, out: Path, heads_dir: Path) -> dict:
             if any(p["head"] == head and p["train_tokens_asked"] == n for p in record["points"]):
                 continue
             recipe = head_recipe(head, n, settings=settings, out=heads_dir / f"{head}_{n}")
-            got = finished_head(recipe) or train_head(recipe)
-            held = got["heldout"]
-            record["points"].append({
-                "head": head, "train_tokens_asked": n, "train_tokens": got["recipe"]["train_tokens"],
-                "acceptance_per_position": held["acceptance_per_position"],
-                "greedy_agreement_per_position": held.get("greedy_agreement_per_position"),
-                "coverage": held["coverage"], "trained_parameters": got["trained_parameters"],
-                "seconds": round(got["seconds"], 1)})
+            point = finished_head(recipe, head, n)
+            if point is None:
+                point = curve_point(train_head(recipe), head, n, "the head just trained")
+            record["points"].append(point)
             out.write_text(json.dumps(record, indent=1) + "\n")
             plot_curve(record, out.with_suffix(".png"))
     return record
 
 
-def finished_head(recipe):
-    """The ``drafter.json`` record of a head that ``recipe`` already trained to the end in its folder (a curve
-    stopped after a head finished, before its point was written), or None."""
+def curve_point(got: dict, head: str, n: int, where: str) -> dict:
+    """The curve point of a ``drafter.json`` record ``got`` (of ``head`` at ``n`` training tokens asked), checked as
+    :func:`read_curve` checks a point: a damaged record is a ``ValueError`` naming ``where``, never a point."""
+    try:
+        held = got["heldout"]
+        point = {"head": head, "train_tokens_asked": n, "train_tokens": got["recipe"]["train_tokens"],
+                 "acceptance_per_position": held["acceptance_per_position"],
+                 "greedy_agreement_per_position": held.get("greedy_agreement_per_position"),
+                 "coverage": held["coverage"], "trained_parameters": got["trained_parameters"],
+                 "seconds": round(float(got["seconds"]), 1)}
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as err:
+        raise ValueError(f"{where}: not a finished head's record ({type(err).__name__}: {err}); delete it to train "
+                         "the point afresh") from None
+    if not _point_ok(point):
+        raise ValueError(f"{where}: its numbers are out of range for a curve point (acceptances, agreements and "
+                         "coverage in [0, 1], counts within POINT_LIMITS, seconds >= 0); delete it to train the point "
+                         "afresh")
+    return point
+
+
+def finished_head(recipe, head: str | None = None, n: int | None = None):
+    """The curve point of a head that ``recipe`` already trained to the end in its folder (a curve stopped after a
+    head finished, before its point was written), or None; a ``drafter.json`` of this recipe that is damaged is a
+    ``ValueError`` naming it. ``head`` and ``n`` name the point (default: from the folder's name)."""
     from otspec.checks import check_data_file
+    from otspec.engine.record import RecordError, read_json_file
 
     from .head_checkpoint import recipe_key
 
@@ -100,11 +118,13 @@ def finished_head(recipe):
         return None
     check_data_file(path, "a head of the curve")
     try:
-        record = json.loads(path.read_text())
-    except ValueError:
-        return None
-    done = isinstance(record, dict) and record.get("recipe_fields") == json.loads(recipe_key(recipe))
-    return record if done and isinstance(record.get("heldout"), dict) else None
+        record = read_json_file(path, "head record")  # bounded in bytes and depth, unique keys
+    except RecordError as err:
+        raise ValueError(str(err)) from None
+    if not isinstance(record, dict) or record.get("recipe_fields") != json.loads(recipe_key(recipe)):
+        return None  # another recipe's head: trained again over it
+    name = head or Path(recipe.out).name.rpartition("_")[0]
+    return curve_point(record, name, n if n is not None else int(recipe.train_tokens), str(path))
 
 
 def _point_ok(p) -> bool:
@@ -234,7 +254,7 @@ def main(argv=None) -> int:
         writable_file(args.out, "--out", make_folder=True)
         if args.out.is_file():
             read_curve(args.out)  # a damaged record to resume is refused now, not after the first point
-        writable_folder(args.heads_dir, "--heads-dir")
+        check_folder_path(args.heads_dir, "--heads-dir")  # each head's folder is made when it is written
         record = run_curve(args.heads, sizes, settings, args.out, args.heads_dir)
     except (ModelNotFound, ImportError, ValueError, FileNotFoundError) as err:
         print(f"python -m llm_bridge.head_curve: {one_line(err)}", file=sys.stderr)

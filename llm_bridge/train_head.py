@@ -56,7 +56,8 @@ from otspec.clitools import (
     path_argument,
 )
 
-from .head_checkpoint import CHECKPOINT, load_checkpoint, recipe_key, save_checkpoint, shown_path
+from . import head_checkpoint as ckpt
+from .head_checkpoint import shown_path
 from .head_data import prompt_split
 from .heads import HEAD_DIRS, HEAD_KINDS, build_head, eagle_unrolled, load_head, save_head
 from .models import DEFAULT_TARGET, ModelNotFound, cache_dir, layer_count, load_model
@@ -344,6 +345,7 @@ def train_head(recipe: HeadRecipe) -> dict:
     medusa_heads, device, prompts, out = recipe.medusa_heads, recipe.device, recipe.prompts, recipe.out
     torch.manual_seed(seed)
     t0 = time.perf_counter()
+    ckpt.check_checkpoint_files(out if out is not None else HEAD_DIRS[kind])  # before any model loads
     if recipe.corpus is None:
         files = prompt_files(prompts)  # a missing prompt file is refused before the model loads
     else:
@@ -374,8 +376,8 @@ def train_head(recipe: HeadRecipe) -> dict:
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
     rng, out = np.random.default_rng(seed + 1), Path(out) if out is not None else HEAD_DIRS[kind]
-    key = recipe_key(recipe)
-    done, log, spent = load_checkpoint(out, key=key, head=head, opt=opt, sched=sched, rng=rng, steps=steps)
+    key = ckpt.recipe_key(recipe)
+    done, log, spent = ckpt.load_checkpoint(out, key=key, head=head, opt=opt, sched=sched, rng=rng, steps=steps)
     t0 -= spent  # the seconds of the steps before a resume count
     head.train()
     bar = tqdm(range(done + 1, steps + 1), desc=f"train {kind}", initial=done, total=steps, disable=not progress)
@@ -402,7 +404,7 @@ def train_head(recipe: HeadRecipe) -> dict:
             log.append(entry)
             bar.write(json.dumps(entry))
         if step % recipe.checkpoint_every == 0 and step < steps:
-            save_checkpoint(out, key=key, step=step, head=head, opt=opt, sched=sched, rng=rng, log=log,
+            ckpt.save_checkpoint(out, key=key, step=step, head=head, opt=opt, sched=sched, rng=rng, log=log,
                             seconds=time.perf_counter() - t0)
     head.eval()
     source = ({"prompts": [shown_path(f) for f in files], "samples_per_prompt": samples, "length": length}
@@ -425,7 +427,7 @@ def train_head(recipe: HeadRecipe) -> dict:
     record["seconds"] = time.perf_counter() - t0
     (out / "drafter.json").write_text(json.dumps(record, indent=2) + "\n")
     (out / "train_log.json").write_text(json.dumps(log, indent=1) + "\n")
-    (out / CHECKPOINT).unlink(missing_ok=True)
+    (out / ckpt.CHECKPOINT).unlink(missing_ok=True)
     return record
 
 

@@ -54,13 +54,13 @@ import numpy as np
 from otspec.clitools import (
     ArgumentParser,
     HelpFormatter,
+    check_folder_path,
     comma_items,
     integer,
     integer_items,
     one_line,
     path_argument,
     writable_file,
-    writable_folder,
 )
 from otspec.engine.predict import ReplayPlan, predict_from_log, predict_from_pairs
 from otspec.engine.record import PairRecord, code_version, results_table
@@ -366,7 +366,8 @@ def output_path(out_dir, name: str | None, draft: str, prefix: str = "llm_") -> 
     if len(f"{prefix}{name}.json".encode()) > 200:  # and its .md/.png beside it: file names end at 255 bytes
         raise ValueError(f"--name: {len(name)} characters is too long for a file name (at most "
                          f"{200 - len(prefix) - 5})")
-    return writable_folder(out_dir, "--out-dir") / f"{prefix}{name}.json"
+    check_folder_path(out_dir, "--out-dir")  # made when the record is written (nothing left behind before)
+    return Path(out_dir) / f"{prefix}{name}.json"
 
 
 def main(argv=None) -> int:

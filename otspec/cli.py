@@ -203,9 +203,11 @@ def _source_logged(args) -> dict:
     return {"out": str(args.out), **{k: v for k, v in log.summary().items() if k != "meta"}}
 
 
-#: What ``sweep --scheduler`` takes: a Dask scheduler's address, ``[protocol://]host:port`` (an IPv6 host in brackets;
-#: a network protocol: ``inproc://`` names a scheduler inside another process, which a sweep cannot reach).
-SCHEDULER_ADDRESS = r"((tcp|tls|ws|wss|ucx)://)?(\[[0-9a-fA-F:.]+\]|[^\s:/\[\]]+):(?P<port>[0-9]{1,5})"
+#: What ``sweep --scheduler`` takes: a Dask scheduler's address, ``[protocol://]host:port``: an ASCII host name or
+#: address (an IPv6 address in brackets), a port without leading zeros; a network protocol (``inproc://`` names a
+#: scheduler inside another process, which a sweep cannot reach).
+SCHEDULER_ADDRESS = (r"((tcp|tls|ws|wss|ucx)://)?(\[[0-9a-fA-F.]*:[0-9a-fA-F:.]*\]|[A-Za-z0-9][A-Za-z0-9.-]*)"
+                     r":(?P<port>[1-9][0-9]{0,4})")
 
 
 def _check_scheduler(address: str) -> None:
@@ -215,8 +217,9 @@ def _check_scheduler(address: str) -> None:
 
     got = re.fullmatch(SCHEDULER_ADDRESS, address)
     if not got or not 1 <= int(got["port"]) <= 65535:
-        raise CLIError(f"--scheduler {address!r}: expected the address of a Dask scheduler, [tcp://]host:port with a "
-                       "port 1-65535 (or tls://, ws://, wss://, ucx://)")
+        raise CLIError(f"--scheduler {address!r}: expected the address of a Dask scheduler, [tcp://]host:port with an "
+                       "ASCII host name or address ([...] for IPv6) and a port 1-65535 without leading zeros (or tls://, "
+                       "ws://, wss://, ucx://)")
     protocol = address.split("://")[0] if "://" in address else "tcp"
     if protocol == "ucx" and importlib.util.find_spec("ucp") is None:
         raise CLIError(f"--scheduler {address}: ucx:// needs ucx-py, not installed here; use tcp://")

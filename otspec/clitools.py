@@ -282,7 +282,12 @@ def writable_file(path, flag: str, *, make_folder: bool = False) -> Path:
     _not_blank(path, flag)
     path = Path(path)
     written = Path.cwd() / path
-    dangling = next((p for p in (written, *written.parents) if p.is_symlink() and not p.exists()), None)
+    if any(len(os.fsencode(part)) > 255 for part in written.parts):  # undecodable bytes too
+        raise ValueError(f"{flag} {path}: a name longer than 255 bytes")
+    try:
+        dangling = next((p for p in (written, *written.parents) if p.is_symlink() and not p.exists()), None)
+    except OSError as err:  # a name the system refuses to look up
+        raise ValueError(f"{flag} {path}: cannot be looked up ({err.strerror or err})") from None
     if dangling is not None:  # as cp does: nothing is written through a link to nothing (made where it points)
         raise ValueError(f"{flag} {path}: {dangling} is a link to nothing (or a loop of links); not written through")
     try:

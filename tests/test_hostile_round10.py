@@ -152,7 +152,8 @@ def test_huge_integers_in_forecasts_curves_and_records_are_refused_by_name(tmp_p
     from otspec.engine.record import RecordError, read_record
 
     assert not finite_real(10**400) and finite_real(10**300) and not finite_real(True)
-    made = {"kind": "forecast", "pair": {"target": "t", "draft": "d"}, "settings": {},
+    made = {"kind": "forecast", "pair": {"target": "t", "draft": "d", "device": "cpu", "dtype": "float32"},
+            "settings": {},
             "forecasts": [{"verifier": "token", "L": 1, "predicted_speedup": 10**400}]}
     with pytest.raises(RecordError, match="predicted_speedup"):
         check_forecast_json(made)

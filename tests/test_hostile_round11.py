@@ -120,7 +120,8 @@ def test_forecasts_curves_and_corpora_that_lie_about_themselves(tmp_path):
     from otspec.engine.forecast import check_forecast_json
     from otspec.engine.record import RecordError
 
-    made = {"kind": "forecast", "pair": {"target": "t", "draft": "d"}, "settings": {},
+    made = {"kind": "forecast", "pair": {"target": "t", "draft": "d", "device": "cpu", "dtype": "float32"},
+            "settings": {},
             "forecasts": [{"verifier": "token", "L": 10**400}]}
     with pytest.raises(RecordError, match="MAX_DRAFT_LENGTH"):
         check_forecast_json(made)

@@ -189,7 +189,7 @@ def test_sweep_tables_that_are_empty_or_hold_numbers_beyond_floats(tmp_path, cap
     pytest.importorskip("pandas")
     from otspec.figures.sweep import main as sweep_plot
 
-    tables = {"huge.csv": ("L,exact_accepted\n1," + "9" * 400 + "\n2,0.5\n", "beyond the float range"),
+    tables = {"huge.csv": ("L,exact_accepted\n1," + "9" * 400 + "\n2,0.5\n", "infinite or beyond the float range"),
               "empty.csv": ("", "empty.csv"), "header.csv": ("L,exact_accepted\n", "holds no rows")}
     for name, (text, needle) in tables.items():
         (tmp_path / name).write_text(text)
@@ -312,3 +312,122 @@ def test_an_error_naming_a_path_with_a_newline_is_one_line(capsys):
 
     _refused(cli_main, ["calc", "block", "--draft-source", "no\nsuch.json", "--target-source", "t.json",
                                "--L", "2"], capsys, "no\\nsuch.json")
+
+
+def test_a_finished_head_with_damaged_numbers_never_becomes_a_curve_point(tmp_path):
+    """A drafter.json of the curve's recipe holding acceptance 1.5, a missing field or a sparse gigabyte became a
+    point, a traceback or a MemoryError (round 12, second pass)."""
+    from llm_bridge.head_checkpoint import recipe_key
+    from llm_bridge.head_curve import finished_head
+    from llm_bridge.train_head import HeadRecipe
+
+    recipe = HeadRecipe(kind="eagle", target="tiny", steps=2, progress=False, out=tmp_path / "eagle_10")
+    good = {"recipe_fields": json.loads(recipe_key(recipe)), "recipe": {"train_tokens": 10}, "trained_parameters": 5,
+            "seconds": 1.0, "heldout": {"acceptance_per_position": [0.4], "coverage": 0.9}}
+    recipe.out.mkdir()
+    path = recipe.out / "drafter.json"
+    path.write_text(json.dumps(good))
+    assert finished_head(recipe, "eagle", 10)["acceptance_per_position"] == [0.4]
+    for damaged in ({**good, "heldout": {"acceptance_per_position": [1.5], "coverage": 0.9}},
+                    {**good, "heldout": {}}, {**good, "seconds": "soon"}, {**good, "recipe": {"train_tokens": -5}}):
+        path.write_text(json.dumps(damaged))
+        with pytest.raises(ValueError, match="drafter.json"):
+            finished_head(recipe, "eagle", 10)
+    path.write_text(json.dumps({**good, "recipe_fields": {}}))  # another recipe's head: trained again
+    assert finished_head(recipe, "eagle", 10) is None
+    with open(path, "r+b") as fh:
+        fh.truncate(2**30)  # a sparse gigabyte: refused by its size, unread
+    with pytest.raises(ValueError, match="MAX_RECORD_BYTES"):
+        finished_head(recipe, "eagle", 10)
+
+
+def test_checkpoints_run_no_code_and_damaged_ones_are_named(tmp_path):
+    """checkpoint.pt was unpickled with code allowed (a payload made a folder); a step of True resumed at step 1; a
+    folder named checkpoint.pt failed after the model loaded."""
+    torch = pytest.importorskip("torch")
+    from llm_bridge.head_checkpoint import CHECKPOINT, check_checkpoint_files, load_checkpoint
+
+    head = torch.nn.Linear(2, 2)
+    opt = torch.optim.AdamW(head.parameters())
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    rng = np.random.default_rng(0)
+
+    class Payload:
+        def __reduce__(self):
+            return (os.mkdir, (str(tmp_path / "PWNED"),))
+
+    torch.save({"key": "k", "step": 1, "x": Payload()}, tmp_path / CHECKPOINT)
+    assert load_checkpoint(tmp_path, key="k", head=head, opt=opt, sched=sched, rng=rng, steps=10) == (0, [], 0.0)
+    assert not (tmp_path / "PWNED").exists() and (tmp_path / (CHECKPOINT + ".stale")).is_file()
+    state = {"key": "k", "step": True, "log": [], "seconds": 1.0, "weights": {}, "optimizer": {}, "schedule": {},
+             "numpy_rng": {}, "torch_rng": torch.get_rng_state()}
+    torch.save(state, tmp_path / CHECKPOINT)
+    assert load_checkpoint(tmp_path, key="k", head=head, opt=opt, sched=sched, rng=rng, steps=10)[0] == 0
+    torch.save({**state, "step": 2}, tmp_path / CHECKPOINT)  # this recipe's, its weights missing
+    with pytest.raises(ValueError, match="cannot be resumed"):
+        load_checkpoint(tmp_path, key="k", head=head, opt=opt, sched=sched, rng=rng, steps=10)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / CHECKPOINT).mkdir()
+    with pytest.raises(ValueError, match="checkpoint.pt"):
+        check_checkpoint_files(tmp_path / "out")
+
+
+def test_forecasts_of_another_device_or_damaged_predictions():
+    """forecast --check held a CUDA forecast against a CPU record; a prediction outside its own interval, two
+    forecasts of one configuration and a seed of false were read."""
+    from otspec.engine.forecast import check_forecast_json, forecast_check, read_forecast
+    from otspec.engine.record import RecordError, read_record
+
+    made = read_forecast(ROOT / "figures" / "llm_forecast_eagle_heldout.json")
+    record = read_record(ROOT / "figures" / "llm_eagle_heldout.json").to_json()
+    for key, value in (("device", "cuda"), ("dtype", "float16")):
+        with pytest.raises(ValueError, match=key):
+            forecast_check({**made, "pair": {**made["pair"], key: value}}, record)
+    with pytest.raises(ValueError, match="cache"):
+        forecast_check({**made, "settings": {**made["settings"], "cache": "static"}}, record)
+    row = made["forecasts"][0]
+    for bad, needle in (({**made, "forecasts": [{**row, "predicted_speedup": 9.0}]}, "outside its own interval"),
+                        ({**made, "forecasts": [row, row]}, "a second forecast"),
+                        ({**made, "settings": {**made["settings"], "seed": False}}, "seed")):
+        with pytest.raises(RecordError, match=needle):
+            check_forecast_json(bad)
+
+
+def test_plots_of_infinities_huge_axes_and_thousands_of_lines(tmp_path, capsys):
+    pytest.importorskip("pandas")
+    from otspec.figures.sweep import main as sweep_plot
+
+    tables = {"inf.csv": ("L,exact_accepted\n1,inf\n2,inf\n", [], "infinite"),
+              "x.csv": ("L,exact_accepted\n" + "9" * 400 + ",0.5\n2,0.4\n", [], "beyond the float range"),
+              "hues.csv": ("L,h,exact_accepted\n" + "".join(f"1,{i},0.5\n" for i in range(100)), ["--hue", "h"],
+                           "MAX_HUE_LINES")}
+    for name, (text, extra, needle) in tables.items():
+        (tmp_path / name).write_text(text)
+        argv = [str(tmp_path / name), "--x", "L", "--y", "exact_accepted", "--out", str(tmp_path / "x.png")]
+        _refused(sweep_plot, argv + extra, capsys, needle)
+
+
+def test_long_names_odd_scheduler_hosts_replaced_streams_and_folders_made_late(tmp_path, capsys):
+    """A file name past 255 bytes gave [Errno 36] without the flag; tcp://[127.0.0.1]:1 and hosts with zero-width
+    spaces passed; an in-process sampler replacing sys.stdout swallowed the verdict; validate's --out-dir was made
+    before the model loaded."""
+    from llm_bridge.validate import output_path
+    from otspec.cli import SCHEDULER_ADDRESS
+    from otspec.clitools import writable_file
+
+    with pytest.raises(ValueError, match="--out .*255 bytes"):
+        writable_file(tmp_path / ("x" * 300), "--out")
+    import re
+
+    for address in ("tcp://[127.0.0.1]:1", "tcp://loc\u200bal:1", "tcp://localhost:01", "tcp://[...]:1"):
+        assert not re.fullmatch(SCHEDULER_ADDRESS, address), address
+    assert re.fullmatch(SCHEDULER_ADDRESS, "tcp://[::1]:8786") and re.fullmatch(SCHEDULER_ADDRESS, "10.0.0.5:8786")
+    assert output_path(tmp_path / "later", None, "ngram").parent == tmp_path / "later"
+    assert not (tmp_path / "later").exists()
+    (tmp_path / "swap.py").write_text(
+        "import io, sys\nfrom otspec.audit.adapters import token\n"
+        "def sampler(*a):\n    sys.stdout = io.StringIO()\n    return token(*a)\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    got = subprocess.run([sys.executable, "-m", "otspec", "audit", "swap:sampler", "--samples", "2000", "--json",
+                          "--in-process"], capture_output=True, text=True, env=env, timeout=120)
+    assert got.returncode == 0 and json.loads(got.stdout)["verdict"] == "no bias detected", got.stderr

@@ -257,6 +257,7 @@ def test_train_head_resumes_a_stopped_run_to_the_same_head(tmp_path, tiny_target
     assert "set aside" in capsys.readouterr().err and (tmp_path / "other" / (CHECKPOINT + ".stale")).is_file()
     assert again["heldout"] == whole["heldout"]
 
-    assert finished_head(th.HeadRecipe(**common, out=tmp_path / "whole"))["heldout"] == whole["heldout"]
+    point = finished_head(th.HeadRecipe(**common, out=tmp_path / "whole"), "eagle", 1)
+    assert point["acceptance_per_position"] == whole["heldout"]["acceptance_per_position"]
     assert finished_head(th.HeadRecipe(**{**common, "steps": 5}, out=tmp_path / "whole")) is None
     assert finished_head(th.HeadRecipe(**common, out=tmp_path / "none")) is None

@@ -251,7 +251,7 @@ def test_a_forecast_is_checked_against_the_record_made_after_it():
     from otspec.engine.forecast import forecast_check
     from otspec.figures.llm_predictions import forecast_markdown
 
-    made = {"kind": "forecast", "record": "llm_later.json", "pair": {"target": "big", "draft": "small"},
+    made = {"kind": "forecast", "record": "llm_later.json", "pair": {**PAIR},
             "settings": settings(prompt_ids=list(range(32))),
             "forecasts": [{"verifier": "token", "L": 4, "predicted_block_efficiency": 1.5,
                            "predicted_block_efficiency_interval": {"low": 1.4, "high": 1.6}, "predicted_speedup": 1.1,

@@ -5,6 +5,7 @@ loaded, raises, exits, breaks the protocol or hangs)."""
 from __future__ import annotations
 
 import os
+import sys
 
 from ..clitools import path_argument, writable_folder
 
@@ -27,11 +28,13 @@ def audit_in_process(args) -> dict:
     from .protocol import HARD_EXIT, no_hard_exit
 
     HARD_EXIT["allowed"] = True  # a sampler that disables both interrupts ends this command (exit 2), never hangs it
+    streams = sys.stdout, sys.stderr  # a sampler that replaces them (None, a StringIO) would swallow the verdict
     try:
         with no_hard_exit():  # a sampler's os._exit is its error, not the command's exit status
             return _audit(args)
     finally:
         HARD_EXIT["allowed"] = False  # main() called in a user's own process leaves it as it found it
+        sys.stdout, sys.stderr = streams
 
 
 def _audit(args) -> dict:

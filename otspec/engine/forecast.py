@@ -73,12 +73,18 @@ def check_forecast_json(made, source: str = "forecast") -> dict:
     if not isinstance(made, dict) or made.get("kind") != "forecast":
         raise RecordError(f"{source}: not a forecast (a JSON object with kind 'forecast')")
     pair, settings, rows = made.get("pair"), made.get("settings"), made.get("forecasts")
-    if not isinstance(pair, dict) or not all(isinstance(pair.get(k), str) for k in ("target", "draft")):
-        raise RecordError(f"{source}: 'pair' must name its 'target' and 'draft'")
+    if not isinstance(pair, dict) or not all(isinstance(pair.get(k), str) for k in ("target", "draft", "device",
+                                                                                     "dtype")):
+        raise RecordError(f"{source}: 'pair' must name its 'target', 'draft', 'device' and 'dtype'")
     if not isinstance(settings, dict):
         raise RecordError(f"{source}: 'settings' must be an object")
+    for key in ("seed", "batch_size", "max_new_tokens", "top_k"):  # 'false' is no seed; 2.5 no batch
+        value = settings.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise RecordError(f"{source}: settings '{key}' must be an integer >= 0, got {value!r}")
     if not isinstance(rows, list):
         raise RecordError(f"{source}: 'forecasts' must be a list of configurations")
+    seen = set()
     for i, row in enumerate(rows):
         where = f"{source}: forecasts[{i}]"
         if not isinstance(row, dict) or not isinstance(row.get("verifier"), str):
@@ -89,6 +95,9 @@ def check_forecast_json(made, source: str = "forecast") -> dict:
                     length, bool) and 1 <= length <= MAX_DRAFT_LENGTH):
             raise RecordError(f"{where}: needs a draft length 'L' (an integer in [1, MAX_DRAFT_LENGTH = "
                               f"{MAX_DRAFT_LENGTH:,}]) or a 'tree' (its spec), not both")
+        if (row["verifier"], length, tree) in seen:
+            raise RecordError(f"{where}: a second forecast of {row['verifier']} {f'L={length}' if tree is None else tree}")
+        seen.add((row["verifier"], length, tree))
         for key in ("predicted_block_efficiency", "predicted_speedup"):
             value, interval = row.get(key), row.get(f"{key}_interval")
             if value is not None and not _positive(value):
@@ -97,6 +106,10 @@ def check_forecast_json(made, source: str = "forecast") -> dict:
                     _positive(interval.get(k)) for k in ("low", "high")) and interval["low"] <= interval["high"]):
                 raise RecordError(f"{where}: '{key}_interval' must be {{'low': x, 'high': y}} with 0 < x ≤ y, "
                                   f"or null")
+            if value is not None and interval is not None and not (
+                    interval["low"] * (1 - 1e-9) <= value <= interval["high"] * (1 + 1e-9)):
+                raise RecordError(f"{where}: '{key}' = {value!r} lies outside its own interval "
+                                  f"[{interval['low']!r}, {interval['high']!r}]")
     return made
 
 
@@ -121,7 +134,10 @@ def forecast_check(forecast_json: dict, record) -> list[ForecastRow]:
         if settings.get(key) != getattr(measured, key):
             raise ValueError(f"the record measured {key} = {getattr(measured, key)!r}, the forecast is for "
                              f"{settings.get(key)!r}")
-    for key in ("target", "draft"):
+    if settings.get("cache") is not None and settings["cache"] != getattr(measured, "cache", None):
+        raise ValueError(f"the record measured cache = {getattr(measured, 'cache', None)!r}, the forecast is for "
+                         f"{settings['cache']!r}")
+    for key in ("target", "draft", "device", "dtype"):  # a CPU float32 run does not measure a CUDA forecast
         if forecast_json["pair"][key] != getattr(record.model_pair, key):
             raise ValueError(f"the record's {key} is {getattr(record.model_pair, key)!r}, the forecast's "
                              f"{forecast_json['pair'][key]!r}")

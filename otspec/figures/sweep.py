@@ -18,6 +18,8 @@ from ..clitools import ArgumentParser, HelpFormatter, one_line, path_argument, w
 
 __all__ = ["INTERVALS", "PARAMETERS", "main", "plot_sweep", "read_results"]
 
+#: Most lines of one figure (``--hue`` values): more is no figure a reader can tell apart.
+MAX_HUE_LINES = 64
 #: The interval columns of a plotted value.
 INTERVALS = {"exact_accepted": ("exact_low", "exact_high"), "mc_accepted": ("mc_low", "mc_high"),
              "decode_block_efficiency": ("decode_low", "decode_high"),
@@ -67,12 +69,18 @@ def _typed(frame, name: str, numeric: bool):
     import pandas as pd
 
     column = frame[name]
-    as_numbers = pd.to_numeric(column, errors="coerce")
+    try:
+        as_numbers = pd.to_numeric(column, errors="coerce")
+        infinite = np.isinf(as_numbers.to_numpy(dtype=float, na_value=np.nan))
+    except OverflowError:  # an integer of hundreds of digits
+        raise ValueError(f"column {name!r} holds an integer beyond the float range: nothing a plot can place") from None
+    except (TypeError, ValueError):  # lists and other objects: text to draw, if anything
+        as_numbers = pd.Series(np.nan, index=column.index)
+        infinite = np.zeros(len(column), dtype=bool)
     bad = column[as_numbers.isna() & column.notna()]
-    huge = column[np.isinf(as_numbers.to_numpy(dtype=float, na_value=np.nan)) & ~column.astype(str).str.strip()
-                  .str.lower().str.lstrip("+-").isin(["inf", "infinity"])]
-    if not huge.empty:  # a number no float holds (400 digits) is read as inf: drawn off the axes without a word
-        raise ValueError(f"column {name!r} holds {str(huge.iloc[0])[:40]!r}, a number beyond the float range")
+    if infinite.any():  # inf, or a number no float holds (1e400, 400 digits): drawn off the axes without a word
+        raise ValueError(f"column {name!r} holds {str(column[infinite].iloc[0])[:40]!r}, infinite or beyond the "
+                         "float range: nothing a plot can place")
     if bad.empty:
         return frame.assign(**{name: as_numbers})
     if numeric or len(bad) < column.notna().sum():
@@ -119,6 +127,9 @@ def plot_sweep(frame, x: str, y: str, *, hue: str | None = None, heatmap: bool =
     else:
         frame = frame.dropna(subset=[y])
         keys = [hue, x] if hue else [x]
+        if hue and frame[hue].nunique(dropna=False) > MAX_HUE_LINES:  # thousands of lines and legend entries
+            raise ValueError(f"--hue {hue}: {frame[hue].nunique(dropna=False):,} values, above MAX_HUE_LINES = "
+                             f"{MAX_HUE_LINES} lines; pick a slice with --where")
         _one_row_each(frame, keys, [y])
         band = INTERVALS.get(y)
         groups = frame.groupby(hue, dropna=False) if hue else [(None, frame)]

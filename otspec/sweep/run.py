@@ -153,15 +153,16 @@ def run_sweep(spec: SweepSpec | str | os.PathLike, out, *, workers: int | None =
     for cell in todo:
         groups.setdefault(shared_key(cell), []).append(cell)
     tasks = list(groups.values())
-    estimate = spec_work([group[0] for group in tasks], spec.quantities)  # reads every pair: a bad one refused here
+    estimate = spec_work([group[0] for group in tasks], spec.quantities)
+    remote = scheduler_client(scheduler) if scheduler and tasks else None  # reached before any folder or line
     out.mkdir(parents=True, exist_ok=True)  # made once the spec's pairs have been read
     if progress is not False and (estimate["estimated_entries"] or estimate["over_limit"]):
         print(_estimate_line(spec.name, len(todo), estimate), file=sys.stderr)
     bar = tqdm(total=len(spec.cells), initial=len(spec.cells) - len(todo), unit="cell", desc=f"sweep {spec.name}",
                disable=None if progress is None else not progress)
     try:
-        if scheduler or cluster:
-            _run_dask(tasks, args, scheduler, cluster, bar)
+        if remote is not None or cluster:
+            _run_dask(tasks, args, remote, cluster, bar)
         elif (workers or os.cpu_count() or 1) == 1 or len(tasks) <= 1:
             for group in tasks:
                 bar.update(_run_and_store(group, *args))
@@ -171,6 +172,8 @@ def run_sweep(spec: SweepSpec | str | os.PathLike, out, *, workers: int | None =
                     bar.update(fut.result())
     finally:
         bar.close()
+        if remote is not None:
+            remote.close()
     table = write_tables(gather(spec, out), out)
     return {"cells": len(spec.cells), "ran": len(todo), "skipped": len(spec.cells) - len(todo), "table": table,
             "estimate": estimate}
@@ -189,7 +192,8 @@ def _estimate_line(name: str, n: int, estimate: dict) -> str:
     return line
 
 
-def _run_dask(tasks, args, scheduler, cluster, bar) -> None:
+def _run_dask(tasks, args, remote, cluster, bar) -> None:
+    """The tasks on Dask: the client ``remote`` of a running scheduler, or a local cluster of ``cluster``."""
     try:
         from distributed import LocalCluster
         from distributed import as_completed as dask_completed
@@ -198,7 +202,7 @@ def _run_dask(tasks, args, scheduler, cluster, bar) -> None:
     local = LocalCluster(n_workers=max(1, min(_parse_cluster(cluster), len(tasks))), threads_per_worker=1, processes=True,
                          dashboard_address=None) if cluster else None
     try:
-        client = local_client(local) if local is not None else scheduler_client(scheduler)
+        client = local_client(local) if local is not None else remote
         with client:
             # retries: a task whose worker died is run again elsewhere; finished cells are already on disk
             futures = [client.submit(_run_and_store, group, *args, pure=False, retries=3) for group in tasks]
