@@ -93,7 +93,7 @@ def curve_point(got: dict, head: str, n: int, where: str) -> dict:
                  "acceptance_per_position": held["acceptance_per_position"],
                  "greedy_agreement_per_position": held.get("greedy_agreement_per_position"),
                  "coverage": held["coverage"], "trained_parameters": got["trained_parameters"],
-                 "seconds": round(float(got["seconds"]), 1)}
+                 "seconds": round(got["seconds"], 1) if isinstance(got["seconds"], int | float) else got["seconds"]}
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as err:
         raise ValueError(f"{where}: not a finished head's record ({type(err).__name__}: {err}); delete it to train "
                          "the point afresh") from None
@@ -135,7 +135,7 @@ def _point_ok(p) -> bool:
         return isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= most
 
     def shares(xs):
-        return isinstance(xs, list) and all(isinstance(x, int | float) and not isinstance(x, bool)
+        return isinstance(xs, list) and len(xs) > 0 and all(isinstance(x, int | float) and not isinstance(x, bool)
                                             and 0 <= x <= 1 + 1e-5 for x in xs)  # float32 sums round past 1
 
     return (isinstance(p, dict) and p.get("head") in HEADS

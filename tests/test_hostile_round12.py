@@ -329,7 +329,8 @@ def test_a_finished_head_with_damaged_numbers_never_becomes_a_curve_point(tmp_pa
     path.write_text(json.dumps(good))
     assert finished_head(recipe, "eagle", 10)["acceptance_per_position"] == [0.4]
     for damaged in ({**good, "heldout": {"acceptance_per_position": [1.5], "coverage": 0.9}},
-                    {**good, "heldout": {}}, {**good, "seconds": "soon"}, {**good, "recipe": {"train_tokens": -5}}):
+                    {**good, "heldout": {}}, {**good, "seconds": "12.5"}, {**good, "recipe": {"train_tokens": -5}},
+                    {**good, "heldout": {"acceptance_per_position": [], "coverage": 0.9}}):
         path.write_text(json.dumps(damaged))
         with pytest.raises(ValueError, match="drafter.json"):
             finished_head(recipe, "eagle", 10)
