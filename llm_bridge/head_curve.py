@@ -108,7 +108,6 @@ def finished_head(recipe, head: str | None = None, n: int | None = None):
     """The curve point of a head that ``recipe`` already trained to the end in its folder (a curve stopped after a
     head finished, before its point was written), or None; a ``drafter.json`` of this recipe that is damaged is a
     ``ValueError`` naming it. ``head`` and ``n`` name the point (default: from the folder's name)."""
-    from otspec.checks import check_data_file
     from otspec.engine.record import RecordError, read_json_file
 
     from .head_checkpoint import recipe_key
@@ -116,9 +115,8 @@ def finished_head(recipe, head: str | None = None, n: int | None = None):
     path = Path(recipe.out) / "drafter.json"
     if not path.is_file():
         return None
-    check_data_file(path, "a head of the curve")
     try:
-        record = read_json_file(path, "head record")  # bounded in bytes and depth, unique keys
+        record = read_json_file(path, "head record")  # a regular file, bounded in bytes and depth, unique keys
     except RecordError as err:
         raise ValueError(str(err)) from None
     if not isinstance(record, dict) or record.get("recipe_fields") != json.loads(recipe_key(recipe)):

@@ -117,11 +117,11 @@ def main(argv=None) -> int:
         if args.records is not None:
             check_records_given(args.records)
         from .figures.llm import llm_data
-
-        llm_data(records_dir=args.records if args.records is not None else RECORDS_DIR)
         from .sources import load_logged_rows
 
-        for rows in sorted(Path(args.records if args.records is not None else RECORDS_DIR).glob("llm_*_rows.npz")):
+        records = args.records if args.records is not None else RECORDS_DIR
+        llm_data(records_dir=records)
+        for rows in sorted(Path(records).glob("llm_*_rows.npz")):
             load_logged_rows(rows)  # a damaged log is named now, not after a minute of figures
     except ValueError as err:  # RecordError included
         parser.error(str(err))

@@ -29,14 +29,25 @@ def _refused(main, argv, capsys, *needles) -> str:
     return err
 
 
+def _audit_verdict_survives(tmp_path, module: str, statement: str) -> None:
+    """An in-process audit of the lossless adapter whose sampler runs ``statement`` on every call prints its verdict
+    on stdout with exit 0."""
+    (tmp_path / f"{module}.py").write_text(
+        "import io, sys\nfrom otspec.audit.adapters import token\n"
+        f"def sampler(*a):\n    {statement}\n    return token(*a)\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    got = subprocess.run([sys.executable, "-m", "otspec", "audit", f"{module}:sampler", "--samples", "2000", "--json",
+                          "--in-process"], capture_output=True, text=True, env=env, timeout=120)
+    assert got.returncode == 0 and json.loads(got.stdout)["verdict"] == "no bias detected", got.stderr
+
+
 def test_records_too_large_to_be_records_are_refused_unread(tmp_path, monkeypatch):
     """A sparse 12 GB llm_*.json in a records folder was read whole by the record figures and the report."""
     import otspec.engine.record as record
     import otspec.figures.llm as llm
     from otspec.figures.common import check_records_given
 
-    monkeypatch.setattr(record, "MAX_RECORD_BYTES", 1024)
-    monkeypatch.setattr(llm, "MAX_RECORD_BYTES", 1024)
+    monkeypatch.setattr(record, "MAX_RECORD_BYTES", 1024)  # one bound, read by every reader of records
     (tmp_path / "llm_big.json").write_text(" " * 2048)
     assert check_records_given(tmp_path) == tmp_path  # it counts as a record: its reader names it
     with pytest.raises(record.RecordError, match="MAX_RECORD_BYTES"):
@@ -48,6 +59,7 @@ def test_sweep_pairs_are_read_before_the_folder_and_the_cells(tmp_path, monkeypa
     gigabytes was read whole; a random_markov horizon of 0 was read as none; a pair that cannot be read left the
     output folder behind."""
     pytest.importorskip("pandas")
+    import otspec.sources.io as source_io
     import otspec.sweep.spec as spec_module
     from otspec.cli import main as cli_main
     from otspec.sources import save_source
@@ -66,7 +78,7 @@ def test_sweep_pairs_are_read_before_the_folder_and_the_cells(tmp_path, monkeypa
         out = tmp_path / f"out_{name}"
         _refused(cli_main, ["sweep", str(spec), "--workers", "1", "--json", "--out", str(out)], capsys, needle)
         assert not out.exists(), name
-    monkeypatch.setattr(spec_module, "MAX_SOURCE_FILE_BYTES", 10)
+    monkeypatch.setattr(source_io, "MAX_SOURCE_FILE_BYTES", 10)
     (tmp_path / "ok.toml").write_text(SPEC_HEAD + 'kind = "json"\ndraft = "t.json"\ntarget = "t.json"\n')
     _refused(cli_main, ["sweep", str(tmp_path / "ok.toml"), "--workers", "1", "--json"], capsys,
              "MAX_SOURCE_FILE_BYTES")
@@ -285,13 +297,7 @@ def test_in_process_audits_refuse_what_would_end_or_replace_the_process(tmp_path
 
     with pytest.raises(SamplerError, match="masked"):
         call_sampler(masked, np.zeros((1, 1), dtype=int), rows, rows, np.random.default_rng(0), timeout=None)
-    (tmp_path / "quiet.py").write_text(
-        "import sys\nfrom otspec.audit.adapters import token\n"
-        "def sampler(*a):\n    sys.stdout = None\n    return token(*a)\n")
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
-    got = subprocess.run([sys.executable, "-m", "otspec", "audit", "quiet:sampler", "--samples", "2000", "--json",
-                          "--in-process"], capture_output=True, text=True, env=env, timeout=120)
-    assert got.returncode == 0 and json.loads(got.stdout)["verdict"] == "no bias detected", got.stderr
+    _audit_verdict_survives(tmp_path, "quiet", "sys.stdout = None")
 
 
 def test_saving_to_a_device_or_a_folder_is_refused():
@@ -425,10 +431,4 @@ def test_long_names_odd_scheduler_hosts_replaced_streams_and_folders_made_late(t
     assert re.fullmatch(SCHEDULER_ADDRESS, "tcp://[::1]:8786") and re.fullmatch(SCHEDULER_ADDRESS, "10.0.0.5:8786")
     assert output_path(tmp_path / "later", None, "ngram").parent == tmp_path / "later"
     assert not (tmp_path / "later").exists()
-    (tmp_path / "swap.py").write_text(
-        "import io, sys\nfrom otspec.audit.adapters import token\n"
-        "def sampler(*a):\n    sys.stdout = io.StringIO()\n    return token(*a)\n")
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
-    got = subprocess.run([sys.executable, "-m", "otspec", "audit", "swap:sampler", "--samples", "2000", "--json",
-                          "--in-process"], capture_output=True, text=True, env=env, timeout=120)
-    assert got.returncode == 0 and json.loads(got.stdout)["verdict"] == "no bias detected", got.stderr
+    _audit_verdict_survives(tmp_path, "swap", "sys.stdout = io.StringIO()")

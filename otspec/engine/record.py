@@ -359,6 +359,13 @@ class MissingRecord(RecordError, MissingFile):
 MAX_RECORD_BYTES = 2**28
 
 
+def check_record_size(path) -> None:
+    """Refuse, unread, a record or forecast file past :data:`MAX_RECORD_BYTES` (a sparse or runaway file)."""
+    size = Path(path).stat().st_size
+    if size > MAX_RECORD_BYTES:
+        raise RecordError(f"{path}: {size:,} bytes, above MAX_RECORD_BYTES = {MAX_RECORD_BYTES:,}")
+
+
 def read_json_file(path, what: str = "record"):
     """The JSON in the data file ``path`` (a record, a forecast), every way it can fail named as a ``RecordError``
     (:class:`MissingRecord` when there is no file): not a path, not a regular file, not UTF-8, not JSON, too deep."""
@@ -370,8 +377,7 @@ def read_json_file(path, what: str = "record"):
         raise MissingRecord(f"{path}: no such {what} file")
     if problem:
         raise RecordError(f"{path}: {problem}")
-    if path.stat().st_size > MAX_RECORD_BYTES:  # a record is a few MB; a sparse or runaway file is refused unread
-        raise RecordError(f"{path}: {path.stat().st_size:,} bytes, above MAX_RECORD_BYTES = {MAX_RECORD_BYTES:,}")
+    check_record_size(path)  # a record is a few MB
     try:
         obj = json.loads(path.read_text(), object_pairs_hook=unique_keys)
     except json.JSONDecodeError as err:

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..checks import file_problem
 from ..clitools import ArgumentParser, one_line, path_argument, writable_folder
 from ..engine.forecast import check_forecast_json
-from ..engine.record import MAX_RECORD_BYTES, AdaptiveRecord, RecordError, as_record, read_record
+from ..engine.record import AdaptiveRecord, RecordError, as_record, check_record_size, read_record
 from . import RECORDS_DIR, SCRATCH_DIR, register
 from .common import axes, new_figure, records_folder
 from .llm_adaptive import adaptive_markdown, render_adaptive_record
@@ -278,8 +278,7 @@ def llm_data(scale: float = 1.0, records_dir: str | Path = RECORDS_DIR) -> dict:
         if problem:  # a pipe named like a record would block the read forever
             raise RecordError(f"{path}: {problem}; a file named llm_*.json in the records folder must be a record or "
                               "another JSON data file")
-        if path.stat().st_size > MAX_RECORD_BYTES:  # a sparse or runaway file is refused unread
-            raise RecordError(f"{path}: {path.stat().st_size:,} bytes, above MAX_RECORD_BYTES = {MAX_RECORD_BYTES:,}")
+        check_record_size(path)  # a sparse or runaway file is refused unread
         try:
             text = path.read_text()
         except UnicodeDecodeError:

@@ -18,13 +18,19 @@ __all__ = ["DepthPositionalSource", "GreedySource", "IIDSource", "MarkovSource",
            "uniform_source"]
 
 
+def _host_rows(probs, name: str, **kwargs) -> np.ndarray:
+    """``probs`` checked (:func:`~otspec.distributions.validate_probs`) as float64 numpy rows: a tensor (one that
+    requires grad, bfloat16) read on the host."""
+    return np.asarray(tensors_as_arrays(validate_probs(probs, name, **kwargs)), dtype=np.float64)
+
+
 class IIDSource(Source):
     """Every token independently drawn from ``probs`` (shape (V,))."""
 
     context = 0
 
     def __init__(self, probs):
-        self.probs = np.asarray(tensors_as_arrays(validate_probs(probs, "probs")), dtype=np.float64)
+        self.probs = _host_rows(probs, "probs")
         if self.probs.ndim != 1:
             raise ValueError(f"probs: expected one row of shape (V,), got {self.probs.shape}")
         self.vocab_size = self.probs.shape[0]
@@ -102,7 +108,7 @@ class MarkovSource(Source):
     context = 1
 
     def __init__(self, initial, transition, horizon: int | None = None):
-        self.initial = np.asarray(tensors_as_arrays(validate_probs(initial, "initial")), dtype=np.float64)
+        self.initial = _host_rows(initial, "initial")
         if self.initial.ndim != 1:
             raise ValueError(f"initial: expected shape (V,), got {self.initial.shape}")
         V = self.initial.shape[0]
@@ -123,7 +129,7 @@ class MarkovSource(Source):
                 f"transition: expected a ({V}, {V}) matrix or a list of them to match initial's "
                 f"{V} tokens, got shape {trans.shape}"
             )
-        self.transition = np.asarray(tensors_as_arrays(validate_probs(trans, "transition")), dtype=np.float64)
+        self.transition = _host_rows(trans, "transition")
         self.vocab_size = V
         self.stationary = trans.ndim == 2
         self._stack = self.transition[None] if self.stationary else self.transition
@@ -192,7 +198,7 @@ class PositionalSource(Source):
     context = 0
 
     def __init__(self, rows, proposes=None):
-        self.rows = np.asarray(tensors_as_arrays(validate_probs(rows, "rows", min_ndim=2)), dtype=np.float64)
+        self.rows = _host_rows(rows, "rows", min_ndim=2)
         if self.rows.ndim != 2 or self.rows.shape[0] < 1:
             raise ValueError(f"rows: expected shape (T, V) with T >= 1, got {self.rows.shape}")
         self.horizon, self.vocab_size = self.rows.shape
@@ -259,7 +265,7 @@ class DepthPositionalSource(PositionalSource):
     """
 
     def __init__(self, rows, proposes=None):
-        rows = np.asarray(tensors_as_arrays(validate_probs(rows, "rows", min_ndim=3)), dtype=np.float64)
+        rows = _host_rows(rows, "rows", min_ndim=3)
         if rows.ndim != 3 or rows.shape[0] < 1:
             raise ValueError(f"rows: expected shape (D, T, V) with D >= 1, got {rows.shape}")
         by_depth = None
@@ -334,7 +340,7 @@ class TableSource(Source):
                 if len(key) >= self.horizon:
                     raise ValueError(f"rows[{key}]: a prefix of {len(key)} tokens is never read by a source of horizon "
                                      f"{self.horizon} (prefixes of at most {self.horizon - 1} tokens)")
-                arr = np.asarray(tensors_as_arrays(validate_probs(row, f"rows[{key}]")), dtype=np.float64)
+                arr = _host_rows(row, f"rows[{key}]")
                 if arr.shape != (self.vocab_size,):
                     raise ValueError(f"rows[{key}]: expected shape ({self.vocab_size},), got {arr.shape}")
                 self._table[key] = arr
@@ -352,7 +358,7 @@ class TableSource(Source):
                 raise ValueError(f"TableSource{where}: its rows (the 'rows' of a table source) have no row for the prefix "
                                  f"{prefix}, which a draft or continuation reaches; give a row for every prefix of "
                                  f"length < horizon {self.horizon}") from None
-        arr = np.asarray(tensors_as_arrays(validate_probs(self._fn(prefix), f"row for prefix {prefix}")), dtype=np.float64)
+        arr = _host_rows(self._fn(prefix), f"row for prefix {prefix}")
         if arr.shape != (self.vocab_size,):
             raise ValueError(f"row for prefix {prefix}: expected shape ({self.vocab_size},), got {arr.shape}")
         return arr

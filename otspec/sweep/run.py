@@ -195,14 +195,14 @@ def _estimate_line(name: str, n: int, estimate: dict) -> str:
 def _run_dask(tasks, args, remote, cluster, bar) -> None:
     """The tasks on Dask: the client ``remote`` of a running scheduler, or a local cluster of ``cluster``."""
     try:
-        from distributed import LocalCluster
+        from distributed import Client, LocalCluster
         from distributed import as_completed as dask_completed
     except ImportError:
         raise ImportError(f"Dask distributed is not installed: {EXTRAS_HINT}") from None
     local = LocalCluster(n_workers=max(1, min(_parse_cluster(cluster), len(tasks))), threads_per_worker=1, processes=True,
                          dashboard_address=None) if cluster else None
     try:
-        client = local_client(local) if local is not None else remote
+        client = Client(local) if local is not None else remote
         with client:
             # retries: a task whose worker died is run again elsewhere; finished cells are already on disk
             futures = [client.submit(_run_and_store, group, *args, pure=False, retries=3) for group in tasks]
@@ -211,12 +211,6 @@ def _run_dask(tasks, args, remote, cluster, bar) -> None:
     finally:
         if local is not None:
             local.close()
-
-
-def local_client(cluster):
-    from distributed import Client
-
-    return Client(cluster)
 
 
 def scheduler_client(address: str):

@@ -69,7 +69,6 @@ from ..checks import MAX_CANDIDATES, MAX_DRAFT_LENGTH, check_data_file, check_re
 from ..distributions import resolve_device
 from ..drafts import parse_tree
 from ..sources import MAX_RANDOM_ENTRIES, TAIL_MODES, IIDSource
-from ..sources.io import MAX_SOURCE_FILE_BYTES
 from ..verifiers import MULTI_DRAFT_REGISTRY, WHOLE_TREE_REGISTRY, VerifierView
 
 __all__ = ["PAIR_KINDS", "QUANTITIES", "SWEEP_VERIFIERS", "SweepSpec", "cell_id", "cell_seed", "load_spec", "shared_key",
@@ -393,10 +392,6 @@ def load_spec(path) -> SweepSpec:
                                                              f"the spec's folder), got {name!r}")
             if not (path.parent / name).is_file():
                 raise FileNotFoundError(f"sweep spec pairs: no {role} file {path.parent / name}")
-            if pair["kind"] == "json" and (path.parent / name).stat().st_size > MAX_SOURCE_FILE_BYTES:
-                raise _error(f"pairs (json) {key}", f"{path.parent / name} holds "
-                                                    f"{(path.parent / name).stat().st_size:,} bytes, above "
-                                                    f"MAX_SOURCE_FILE_BYTES = {MAX_SOURCE_FILE_BYTES:,}")
         if pair["kind"] == "logged" and any(T != 1.0 for T in temps):
             raise _error("temperature", f"logged rows keep the temperature they were recorded at; sweep "
                                         f"{describe_pair(pair)} at temperature 1 (got {temps})")
