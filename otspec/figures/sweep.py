@@ -10,6 +10,7 @@ the table has one (``exact_*``: ``exact_low``/``exact_high``; ``mc_accepted``: `
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +38,11 @@ def read_results(path):
     if not path.is_file():
         raise FileNotFoundError(f"no sweep results at {path} (run: python -m otspec sweep SPEC)")
     try:
-        frame = pd.read_csv(path) if path.suffix.lower() == ".csv" else pd.read_parquet(path)
+        with warnings.catch_warnings():  # a row longer than the header: pandas would shift it onto an index
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            frame = pd.read_csv(path, index_col=False) if path.suffix.lower() == ".csv" else pd.read_parquet(path)
+    except pd.errors.ParserWarning:
+        raise ValueError(f"sweep results {path}: a row has more fields than the header (a damaged CSV)") from None
     except (ValueError, OSError, UnicodeDecodeError) as err:  # pandas' and pyarrow's parse errors are ValueErrors
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
         raise ValueError(f"sweep results {path}: not a readable {'CSV' if path.suffix.lower() == '.csv' else 'Parquet'}"
@@ -69,6 +74,10 @@ def _typed(frame, name: str, numeric: bool):
     import pandas as pd
 
     column = frame[name]
+    odd = column[column.map(lambda v: isinstance(v, list | tuple | dict | set | np.ndarray))]
+    if not odd.empty:  # lists, arrays, mappings from Parquet: neither a number nor a label
+        raise ValueError(f"column {name!r} must hold {'numbers' if numeric else 'numbers or text'}; it has a "
+                         f"{type(odd.iloc[0]).__name__} cell ({one_line(repr(odd.iloc[0]))[:40]})")
     try:
         as_numbers = pd.to_numeric(column, errors="coerce")
         infinite = np.isinf(as_numbers.to_numpy(dtype=float, na_value=np.nan))
@@ -115,6 +124,9 @@ def plot_sweep(frame, x: str, y: str, *, hue: str | None = None, heatmap: bool =
         notes = [c for c in frame.columns if c.endswith("_note") and frame[c].notna().any()]
         why = "; ".join(f"{c}: {frame[c].dropna().iloc[0]}" for c in notes[:2])
         raise ValueError(f"column {value!r} is empty in every row: nothing to draw" + (f" ({why})" if why else ""))
+    for name in (x, y) if heatmap else (x,):
+        if frame[name].isna().all():  # every point at an undefined place
+            raise ValueError(f"column {name!r} is empty in every row: no place to draw anything")
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     if heatmap:
         frame = frame.dropna(subset=[z])

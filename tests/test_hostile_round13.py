@@ -1,0 +1,43 @@
+"""Round thirteen of hostile inputs (issue 43): one test per class of finding, each able to fail on the old code."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _refused(main, argv, capsys, *needles) -> str:
+    """``main(argv)`` answers exit 2 with one line on stderr that holds every needle."""
+    try:
+        code = main(argv)
+    except SystemExit as stop:  # argparse's own refusals
+        code = stop.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert all(n in err for n in needles), err
+    return err
+
+
+def test_sweep_tables_with_long_rows_list_cells_or_no_x(tmp_path, capsys):
+    """A CSV row longer than its header was drawn from shifted columns (pandas made the first field an index); a
+    Parquet column of lists was drawn as the labels '[1]', '[2]'; an x column empty in every row gave a message about
+    rows sharing an x."""
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    from otspec.figures.sweep import main as sweep_plot
+
+    (tmp_path / "ragged.csv").write_text("L,exact_accepted\n1,0.5,9,9\n2,0.6\n")
+    (tmp_path / "no_x.csv").write_text("L,exact_accepted\nnan,0.5\nnan,0.6\n")
+    pd.DataFrame({"L": [[1], [2]], "exact_accepted": [0.5, 0.6]}).to_parquet(tmp_path / "list_x.parquet")
+    pd.DataFrame({"L": [1, 2], "exact_accepted": [{"a": 0.5}, {"a": 0.6}]}).to_parquet(tmp_path / "dict_y.parquet")
+    for name, needle in (("ragged.csv", "more fields than the header"), ("no_x.csv", "'L' is empty in every row"),
+                         ("list_x.parquet", "ndarray cell"), ("dict_y.parquet", "dict cell")):
+        argv = [str(tmp_path / name), "--x", "L", "--y", "exact_accepted", "--out", str(tmp_path / "x.png")]
+        _refused(sweep_plot, argv, capsys, needle)
+        assert not (tmp_path / "x.png").exists()
+    # the same tables, well formed, still draw; a short row is a missing value, as CSV readers agree
+    (tmp_path / "short.csv").write_text("L,exact_accepted\n1,0.5\n2\n3,0.7\n")
+    pd.DataFrame({"L": ["a", "b"], "exact_accepted": [0.5, 0.6]}).to_parquet(tmp_path / "text_x.parquet")
+    for name in ("short.csv", "text_x.parquet"):
+        assert sweep_plot([str(tmp_path / name), "--x", "L", "--y", "exact_accepted", "--out",
+                           str(tmp_path / f"{name}.png")]) == 0
+        assert (tmp_path / f"{name}.png").stat().st_size > 0
