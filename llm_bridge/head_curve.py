@@ -147,11 +147,14 @@ def read_curve(path: Path) -> dict:
     """A curve record written by :func:`run_curve`, checked: a point resumed from a damaged file would be printed and
     plotted as if measured, and a JSON file of another kind would be written over (a ``ValueError`` naming ``path``)."""
     from otspec.checks import check_data_file
+    from otspec.engine.record import RecordError, check_record_size
 
     check_data_file(path, "--out (a head curve to resume)")
     path = Path(path)
-    if path.stat().st_size > 2**24:  # a curve is a few KB; a sparse or runaway file is refused unread
-        raise ValueError(f"--out {path}: {path.stat().st_size:,} bytes: not a head curve; move it away")
+    try:  # a curve is a few KB; a sparse or runaway file is refused unread
+        check_record_size(path)
+    except RecordError as err:
+        raise ValueError(f"--out {err}: not a head curve; move it away") from None
     try:
         record = json.loads(path.read_text())
     except (ValueError, UnicodeDecodeError, RecursionError) as err:  # RecursionError: nested too deep

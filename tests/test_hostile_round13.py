@@ -41,3 +41,16 @@ def test_sweep_tables_with_long_rows_list_cells_or_no_x(tmp_path, capsys):
         assert sweep_plot([str(tmp_path / name), "--x", "L", "--y", "exact_accepted", "--out",
                            str(tmp_path / f"{name}.png")]) == 0
         assert (tmp_path / f"{name}.png").stat().st_size > 0
+
+
+def test_a_runaway_head_curve_is_refused_by_the_record_bound(tmp_path):
+    """read_curve had its own literal bound; a curve file past MAX_RECORD_BYTES is now refused unread by the same
+    check as every record, naming the constant."""
+    from llm_bridge.head_curve import read_curve
+    from otspec.engine.record import MAX_RECORD_BYTES
+
+    path = tmp_path / "curve.json"
+    with open(path, "wb") as fh:  # sparse: no disk is used
+        fh.truncate(MAX_RECORD_BYTES + 1)
+    with pytest.raises(ValueError, match="MAX_RECORD_BYTES"):
+        read_curve(path)
