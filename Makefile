@@ -142,7 +142,7 @@ record-eagle_heldout: $(DEMO_STAMP)
 	    --prediction-paths 3
 
 # the shipped feature-level draft heads (llm_bridge/weights/eagle, medusa), remade from the target's own text: the
-# EAGLE head on the whole corpus (2,400 steps of 8 sequences, about 1.7 hours on 2 cores; resumable, rerun to continue)
+# EAGLE head on the whole corpus (2,400 steps of 8 sequences: 3.7 hours on 2 cores; resumable, rerun to continue)
 heads: $(DEMO_STAMP)
 	$(BIN)/python -m llm_bridge.train_head --kind eagle --corpus default --steps 2400 --score-fraction 0.25 \
 	    --log-every 300 --out llm_bridge/weights/eagle

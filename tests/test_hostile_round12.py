@@ -13,20 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.cli_refusals import refused
+
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_HEAD = 'L = [1]\nquantities = ["exact"]\n[[verifiers]]\nname = "token"\n[[pairs]]\n'
-
-
-def _refused(main, argv, capsys, *needles) -> str:
-    """``main(argv)``, a command's main, answers exit 2 with one line on stderr that holds every needle."""
-    try:
-        code = main(argv)
-    except SystemExit as stop:  # argparse's own refusals
-        code = stop.code
-    err = capsys.readouterr().err.strip()
-    assert code == 2 and len(err.splitlines()) == 1, err
-    assert all(n in err for n in needles), err
-    return err
 
 
 def _audit_verdict_survives(tmp_path, module: str, statement: str) -> None:
@@ -76,14 +66,14 @@ def test_sweep_pairs_are_read_before_the_folder_and_the_cells(tmp_path, monkeypa
         spec = tmp_path / f"{name}.toml"
         spec.write_text(SPEC_HEAD + pair)
         out = tmp_path / f"out_{name}"
-        _refused(cli_main, ["sweep", str(spec), "--workers", "1", "--json", "--out", str(out)], capsys, needle)
+        refused(cli_main, ["sweep", str(spec), "--workers", "1", "--json", "--out", str(out)], capsys, needle)
         assert not out.exists(), name
     monkeypatch.setattr(source_io, "MAX_SOURCE_FILE_BYTES", 10)
     (tmp_path / "ok.toml").write_text(SPEC_HEAD + 'kind = "json"\ndraft = "t.json"\ntarget = "t.json"\n')
-    _refused(cli_main, ["sweep", str(tmp_path / "ok.toml"), "--workers", "1", "--json"], capsys,
+    refused(cli_main, ["sweep", str(tmp_path / "ok.toml"), "--workers", "1", "--json"], capsys,
              "MAX_SOURCE_FILE_BYTES")
     monkeypatch.setattr(spec_module, "MAX_SPEC_BYTES", 10)
-    _refused(cli_main, ["sweep", str(tmp_path / "ok.toml"), "--workers", "1", "--json"], capsys,
+    refused(cli_main, ["sweep", str(tmp_path / "ok.toml"), "--workers", "1", "--json"], capsys,
              "MAX_SPEC_BYTES")
 
 
@@ -100,9 +90,9 @@ def test_schedulers_that_cannot_be_a_dask_scheduler_here(tmp_path, monkeypatch, 
     spec.write_text(SPEC_HEAD + 'kind = "iid"\ndraft = [0.3, 0.7]\ntarget = [0.6, 0.4]\n')
     for address, needle in (("tcp://localhost:0", "port 1-65535"), ("tcp://localhost:99999", "port 1-65535"),
                             ("tcp://127.0.0.1:٣٣", "port 1-65535"), ("tls://127.0.0.1:8786", "TLS settings")):
-        _refused(cli_main, ["sweep", str(spec), "--json", "--scheduler", address], capsys, "--scheduler",
+        refused(cli_main, ["sweep", str(spec), "--json", "--scheduler", address], capsys, "--scheduler",
                  needle)
-    _refused(cli_main, ["sweep", str(spec), "--json", "--cluster", "local:²"], capsys, "local:N")
+    refused(cli_main, ["sweep", str(spec), "--json", "--cluster", "local:²"], capsys, "local:N")
 
     def broken(*args, **kwargs):  # what Dask's comm layer raised for a server that is no scheduler
         raise TypeError("Can't instantiate abstract class UCXConnector with abstract method connect")
@@ -127,11 +117,11 @@ def test_paths_through_links_to_nothing_too_long_or_checked_after_a_model(tmp_pa
             writable_file(path, "--out", make_folder=True)
     assert not (tmp_path / "nowhere").exists()
     deep = "d/" * 2100 + "x.json"
-    _refused(cli_main, ["source", "random", "--vocab", "3", "--draft-out", deep, "--target-out",
+    refused(cli_main, ["source", "random", "--vocab", "3", "--draft-out", deep, "--target-out",
                                str(tmp_path / "t.json")], capsys, "--draft-out", "system's limit")
     (tmp_path / "afile").write_text("x")
     for out in (tmp_path / "afile", tmp_path / "afile" / "x", tmp_path / "link", Path("/dev/null")):
-        _refused(gpu_main, ["--smoke", "--device", "cpu", "--out-dir", str(out)], capsys, "--out-dir")
+        refused(gpu_main, ["--smoke", "--device", "cpu", "--out-dir", str(out)], capsys, "--out-dir")
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     for rows in (tmp_path / "afile" / "..", tmp_path / "loop" / "x"):
         with pytest.raises(ValueError, match="--log-rows"):
@@ -153,14 +143,14 @@ def test_llm_bridge_integers_and_lists_are_checked_before_any_model(tmp_path, ca
     monkeypatch.setattr(train_head, "load_model", no_model)
     monkeypatch.setattr(distill, "load_model", no_model)
     out = tmp_path / "head"
-    _refused(train_head.main, ["--kind", "eagle", "--steps", "1_0", "--out", str(out)], capsys, "--steps")
-    _refused(train_head.main, ["--kind", "eagle", "--steps", "0", "--out", str(out)], capsys, "--steps")
-    _refused(train_head.main, ["--kind", "eagle", "--out", str(out), "--prompts",
+    refused(train_head.main, ["--kind", "eagle", "--steps", "1_0", "--out", str(out)], capsys, "--steps")
+    refused(train_head.main, ["--kind", "eagle", "--steps", "0", "--out", str(out)], capsys, "--steps")
+    refused(train_head.main, ["--kind", "eagle", "--out", str(out), "--prompts",
                                       "head_prompts.txt,,distill_prompts.txt"], capsys, "--prompts", "empty item")
     assert not out.exists()
-    _refused(forecast_main, ["--draft", "ngram", "--out-dir", str(tmp_path), "--L", "٣"], capsys, "--L")
-    _refused(validate_main, ["--draft", "ngram", "--out-dir", str(tmp_path), "--L", "1_6"], capsys, "--L")
-    _refused(distill.main, ["--out", str(tmp_path / "d"), "--layers", "999"], capsys, "--layers", "30 layers")
+    refused(forecast_main, ["--draft", "ngram", "--out-dir", str(tmp_path), "--L", "٣"], capsys, "--L")
+    refused(validate_main, ["--draft", "ngram", "--out-dir", str(tmp_path), "--L", "1_6"], capsys, "--L")
+    refused(distill.main, ["--out", str(tmp_path / "d"), "--layers", "999"], capsys, "--layers", "30 layers")
     for empty in ({"thresholds": ()}, {"fixed": ()}):
         with pytest.raises(ValueError, match="empty"):
             FrontierPlan(**empty)
@@ -171,7 +161,7 @@ def test_flags_that_would_be_ignored_and_counts_past_any_training(tmp_path, caps
     from llm_bridge.head_curve import FORMAT, read_curve
     from otspec.cli import main as cli_main
 
-    _refused(cli_main, ["simulate", "--draft", "0.3", "--target", "0.75", "--L", "2", "--tail", "renormalise",
+    refused(cli_main, ["simulate", "--draft", "0.3", "--target", "0.75", "--L", "2", "--tail", "renormalise",
                                "--blocks", "100", "--json"], capsys, "--tail", "--logged")
     point = {"head": "eagle", "train_tokens_asked": 2, "train_tokens": 10**400, "acceptance_per_position": [0.4],
              "greedy_agreement_per_position": None, "coverage": 0.9, "trained_parameters": 10, "seconds": 1.0}
@@ -205,7 +195,7 @@ def test_sweep_tables_that_are_empty_or_hold_numbers_beyond_floats(tmp_path, cap
               "empty.csv": ("", "empty.csv"), "header.csv": ("L,exact_accepted\n", "holds no rows")}
     for name, (text, needle) in tables.items():
         (tmp_path / name).write_text(text)
-        _refused(sweep_plot, [str(tmp_path / name), "--x", "L", "--y", "exact_accepted", "--out",
+        refused(sweep_plot, [str(tmp_path / name), "--x", "L", "--y", "exact_accepted", "--out",
                                      str(tmp_path / "x.png")], capsys, needle)
 
 
@@ -253,7 +243,7 @@ def test_the_report_names_a_damaged_log_before_its_figures(tmp_path, capsys):
     records.mkdir()
     shutil.copy(ROOT / "figures" / "llm_eagle.json", records)
     (records / "llm_x_rows.npz").write_bytes(b"not a zip")
-    _refused(report_main, ["--records", str(records), "--out-dir", str(tmp_path / "rep"), "--scale", "0.01"],
+    refused(report_main, ["--records", str(records), "--out-dir", str(tmp_path / "rep"), "--scale", "0.01"],
              capsys, "llm_x_rows.npz")
     assert not list((tmp_path / "rep").glob("*.png"))
 
@@ -300,7 +290,7 @@ def test_in_process_audits_refuse_what_would_end_or_replace_the_process(tmp_path
     _audit_verdict_survives(tmp_path, "quiet", "sys.stdout = None")
 
 
-def test_saving_to_a_device_or_a_folder_is_refused():
+def test_saving_to_a_device_or_a_folder_isrefused():
     """LoggedRows.save('/dev/null') and save_source to a device reported success with nothing kept."""
     import otspec
     from otspec.sources import save_source
@@ -316,7 +306,7 @@ def test_saving_to_a_device_or_a_folder_is_refused():
 def test_an_error_naming_a_path_with_a_newline_is_one_line(capsys):
     from otspec.cli import main as cli_main
 
-    _refused(cli_main, ["calc", "block", "--draft-source", "no\nsuch.json", "--target-source", "t.json",
+    refused(cli_main, ["calc", "block", "--draft-source", "no\nsuch.json", "--target-source", "t.json",
                                "--L", "2"], capsys, "no\\nsuch.json")
 
 
@@ -411,7 +401,7 @@ def test_plots_of_infinities_huge_axes_and_thousands_of_lines(tmp_path, capsys):
     for name, (text, extra, needle) in tables.items():
         (tmp_path / name).write_text(text)
         argv = [str(tmp_path / name), "--x", "L", "--y", "exact_accepted", "--out", str(tmp_path / "x.png")]
-        _refused(sweep_plot, argv + extra, capsys, needle)
+        refused(sweep_plot, argv + extra, capsys, needle)
 
 
 def test_long_names_odd_scheduler_hosts_replaced_streams_and_folders_made_late(tmp_path, capsys):

@@ -4,17 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-
-def _refused(main, argv, capsys, *needles) -> str:
-    """``main(argv)`` answers exit 2 with one line on stderr that holds every needle."""
-    try:
-        code = main(argv)
-    except SystemExit as stop:  # argparse's own refusals
-        code = stop.code
-    err = capsys.readouterr().err.strip()
-    assert code == 2 and len(err.splitlines()) == 1, err
-    assert all(n in err for n in needles), err
-    return err
+from tests.cli_refusals import refused
 
 
 def test_sweep_tables_with_long_rows_list_cells_or_no_x(tmp_path, capsys):
@@ -32,7 +22,7 @@ def test_sweep_tables_with_long_rows_list_cells_or_no_x(tmp_path, capsys):
     for name, needle in (("ragged.csv", "more fields than the header"), ("no_x.csv", "'L' is empty in every row"),
                          ("list_x.parquet", "ndarray cell"), ("dict_y.parquet", "dict cell")):
         argv = [str(tmp_path / name), "--x", "L", "--y", "exact_accepted", "--out", str(tmp_path / "x.png")]
-        _refused(sweep_plot, argv, capsys, needle)
+        refused(sweep_plot, argv, capsys, needle)
         assert not (tmp_path / "x.png").exists()
     # the same tables, well formed, still draw; a short row is a missing value, as CSV readers agree
     (tmp_path / "short.csv").write_text("L,exact_accepted\n1,0.5\n2\n3,0.7\n")
