@@ -147,18 +147,15 @@ def read_curve(path: Path) -> dict:
     """A curve record written by :func:`run_curve`, checked: a point resumed from a damaged file would be printed and
     plotted as if measured, and a JSON file of another kind would be written over (a ``ValueError`` naming ``path``)."""
     from otspec.checks import check_data_file
-    from otspec.engine.record import RecordError, check_record_size
+    from otspec.engine.record import RecordError, read_json_file
 
     check_data_file(path, "--out (a head curve to resume)")
     path = Path(path)
-    try:  # a curve is a few KB; a sparse or runaway file is refused unread
-        check_record_size(path)
+    try:  # the checks of every record: size before reading, UTF-8, JSON, unique keys, depth
+        record = read_json_file(path, "head curve")
     except RecordError as err:
-        raise ValueError(f"--out {err}: not a head curve; move it away") from None
-    try:
-        record = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError, RecursionError) as err:  # RecursionError: nested too deep
-        raise ValueError(f"--out {path}: not a JSON head curve ({type(err).__name__}: {err})") from None
+        detail = str(err).removeprefix(f"{path}: ")
+        raise ValueError(f"--out {path}: not a JSON head curve ({detail}); move it away") from None
     if not isinstance(record, dict) or record.get("format") != FORMAT:  # another file: never written over
         raise ValueError(f"--out {path}: a JSON file that is not a head curve (format {FORMAT!r}); choose another "
                          "--out, or move it away")
