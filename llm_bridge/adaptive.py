@@ -51,6 +51,7 @@ from otspec.clitools import (
     one_line,
     path_argument,
     positive_int,
+    real,
     writable_file,
 )
 from otspec.engine.controllers import ConfidenceController
@@ -278,10 +279,10 @@ def main(argv=None) -> int:
     ap.add_argument("--save-head", type=path_argument, help="write the trained head here (JSON)")
     ap.add_argument("--train-prompts", type=positive_int, default=64, help="prompts of distill_prompts.txt to train on")
     ap.add_argument("--train-tokens", type=positive_int, default=96, help="target response length per training prompt")
-    ap.add_argument("--mix", type=float, default=0.15, help="token mixing rate r")
+    ap.add_argument("--mix", type=real, default=0.15, help="token mixing rate r")
     ap.add_argument("--train-draft-length", type=integer, default=4,
                     help="a feature head's training rows come from its own drafting at this fixed K")
-    ap.add_argument("--w-rej", type=float, default=3.0)
+    ap.add_argument("--w-rej", type=real, default=3.0)
     ap.add_argument("--l2", default="auto", help="ridge penalty of the head, or auto: chosen on held-out training "
                     f"prompts among {','.join(map(str, L2_GRID))}")
     ap.add_argument("--thresholds", default=",".join(map(str, THRESHOLDS)))
@@ -296,7 +297,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-size", type=integer, default=8, help="prompts decoded together (one timing round each)")
     ap.add_argument("--no-unlagged", action="store_true", help="run only the lagged rule of Algorithm 1")
     ap.add_argument("--max-new-tokens", type=integer, default=48)
-    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--temperature", type=real, default=1.0)
     ap.add_argument("--seed", type=integer, default=0)
     ap.add_argument("--name", help="output name: figures/llm_adaptive_<name>.* (default: the draft)")
     ap.add_argument("--out-dir", type=path_argument, default=RECORDS_OUT,

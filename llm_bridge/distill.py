@@ -33,7 +33,14 @@ from pathlib import Path
 import numpy as np
 
 from otspec.checks import check_real, check_size
-from otspec.clitools import ArgumentParser, check_folder_path, integer, one_line, path_argument
+from otspec.clitools import (
+    ArgumentParser,
+    check_folder_path,
+    integer,
+    one_line,
+    path_argument,
+    real,
+)
 
 from .drafters import DISTILLED_DIR, dequantize_rows, quantize_rows, truncated_target
 from .loop import plain_generate
@@ -220,7 +227,7 @@ def main(argv=None) -> int:
     ap.add_argument("--length", type=integer, default=128, help="tokens per continuation")
     ap.add_argument("--steps", type=integer, default=400)
     ap.add_argument("--batch", type=integer, default=8)
-    ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--lr", type=real, default=5e-4)
     ap.add_argument("--seed", type=integer, default=0)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--out", type=path_argument, default=DISTILLED_DIR)

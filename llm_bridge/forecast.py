@@ -29,6 +29,7 @@ from otspec.clitools import (
     integer_items,
     one_line,
     path_argument,
+    real,
 )
 from otspec.engine.forecast import FORECAST_TOLERANCE, forecast_check, read_forecast
 from otspec.engine.record import code_version, read_record
@@ -108,9 +109,9 @@ def main(argv=None) -> int:
                     help="prompts after those on which the forecast is made (default: as many as --prompts)")
     ap.add_argument("--max-new-tokens", type=integer, default=64)
     ap.add_argument("--batch-size", type=integer, default=8)
-    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--temperature", type=real, default=1.0)
     ap.add_argument("--top-k", type=integer, default=0)
-    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--top-p", type=real, default=1.0)
     ap.add_argument("--seed", type=integer, default=0)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="float32")

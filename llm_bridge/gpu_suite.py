@@ -31,7 +31,14 @@ import sys
 import time
 from pathlib import Path
 
-from otspec.clitools import ArgumentParser, HelpFormatter, one_line, path_argument, writable_folder
+from otspec.clitools import (
+    ArgumentParser,
+    HelpFormatter,
+    one_line,
+    path_argument,
+    real,
+    writable_folder,
+)
 
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch, resolve_device
 from .validate import RECORDS_OUT, output_name, validate
@@ -141,7 +148,7 @@ def main(argv=None) -> int:
     ap.add_argument("--smoke", action="store_true", help="toy sizes: the same steps in seconds, on any device")
     ap.add_argument("--no-hf", action="store_true", help="skip Hugging Face's assisted generation and decode step")
     ap.add_argument("--no-bench", action="store_true", help="skip the verifier benchmark")
-    ap.add_argument("--budget", type=float, default=BUDGET_SECONDS,
+    ap.add_argument("--budget", type=real, default=BUDGET_SECONDS,
                     help="seconds the whole suite may take (the summary says whether it fitted)")
     args = ap.parse_args(argv)
     families = [f.strip() for f in args.families.split(",") if f.strip()]

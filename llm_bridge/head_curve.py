@@ -27,6 +27,7 @@ from otspec.clitools import (
     length_list,
     one_line,
     path_argument,
+    real,
     writable_file,
 )
 
@@ -224,12 +225,12 @@ def main(argv=None) -> int:
     ap.add_argument("--corpus", type=path_argument, default=None, help="default: the committed corpus of the target")
     ap.add_argument("--steps", type=integer, default=600)
     ap.add_argument("--batch", type=integer, default=8)
-    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--lr", type=real, default=1e-3)
     ap.add_argument("--vocab", type=integer, default=8192)
     ap.add_argument("--fuse", type=index_list, default=(3, 15),
                     help="eagle3, eagle3x2: the target layers fused with its last feature")
     ap.add_argument("--heldout-sequences", type=integer, default=256)
-    ap.add_argument("--score-fraction", type=float, default=0.25,
+    ap.add_argument("--score-fraction", type=real, default=0.25,
                     help="share of each batch's outputs scored (train_head --score-fraction)")
     ap.add_argument("--seed", type=integer, default=0)
     ap.add_argument("--out", type=path_argument, default=Path("build/records/llm_head_curve.json"))

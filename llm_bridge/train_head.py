@@ -54,6 +54,7 @@ from otspec.clitools import (
     integer,
     one_line,
     path_argument,
+    real,
 )
 
 from . import head_checkpoint as ckpt
@@ -456,15 +457,15 @@ def main(argv=None) -> int:
     ap.add_argument("--length", type=integer, default=128, help="tokens per continuation")
     ap.add_argument("--steps", type=integer, default=1000)
     ap.add_argument("--batch", type=integer, default=8)
-    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--lr", type=real, default=1e-3)
     ap.add_argument("--unroll", type=integer, default=3, help="EAGLE: drafting steps trained (training-time test)")
     ap.add_argument("--medusa-heads", type=integer, default=4, help="Medusa: blocks (the longest draft)")
-    ap.add_argument("--feature-weight", type=float, default=0.1, help="EAGLE: weight of the feature regression")
+    ap.add_argument("--feature-weight", type=real, default=0.1, help="EAGLE: weight of the feature regression")
     ap.add_argument("--fuse", type=index_list, default=(),
                     help="EAGLE with --corpus: target layers fused with the last feature (EAGLE-3), e.g. 4,15")
     ap.add_argument("--head-layers", type=integer, default=1,
                     help="EAGLE: the head's decoder layers (from the target's last ones); each costs a layer per draft")
-    ap.add_argument("--score-fraction", type=float, default=1.0,
+    ap.add_argument("--score-fraction", type=real, default=1.0,
                     help="score this random share of each batch's outputs (the rest stays context): a cheaper step")
     ap.add_argument("--hydra", action="store_true",
                     help="Medusa: Hydra's blocks, each also reading the committed token and the tokens drafted before")

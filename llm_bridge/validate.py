@@ -60,6 +60,7 @@ from otspec.clitools import (
     integer_items,
     one_line,
     path_argument,
+    real,
     writable_file,
 )
 from otspec.engine.predict import ReplayPlan, predict_from_log, predict_from_pairs
@@ -393,9 +394,9 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", default="auto", choices=CACHE_KINDS,
                     help="KV caches: compiled static (the CUDA default), static eager, dynamic eager (the CPU default)")
     ap.add_argument("--dtype", default="float32", help="model weights: float32, bfloat16, float16 or float64")
-    ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of both models (0: greedy)")
+    ap.add_argument("--temperature", type=real, default=1.0, help="sampling temperature of both models (0: greedy)")
     ap.add_argument("--top-k", type=integer, default=0, help="keep the k most probable tokens of every row (0: all)")
-    ap.add_argument("--top-p", type=float, default=1.0, help="keep the smallest set of mass >= top-p of every row")
+    ap.add_argument("--top-p", type=real, default=1.0, help="keep the smallest set of mass >= top-p of every row")
     ap.add_argument("--seed", type=integer, default=0, help="random seed")
     ap.add_argument("--batch-size", type=integer, default=8, help="prompts decoded together")
     ap.add_argument("--lossless-samples", type=integer, default=200,
@@ -427,7 +428,7 @@ def main(argv=None) -> int:
     ap.add_argument("--prediction-paths", type=integer, default=1,
                     help="plain paths of each prediction prompt the replays read, pooled per prompt (more take the "
                          "draw of one continuation out of the prediction; temperature 0 has one)")
-    ap.add_argument("--log-top-p", type=float, default=DEFAULT_LOG_TOP_P, help="with --log-rows: mass kept per row")
+    ap.add_argument("--log-top-p", type=real, default=DEFAULT_LOG_TOP_P, help="with --log-rows: mass kept per row")
     ap.add_argument("--log-max-kept", type=integer, default=DEFAULT_LOG_MAX_KEPT,
                     help="with --log-rows: at most this many tokens per row and model")
     ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
 
@@ -21,6 +20,8 @@ from .clitools import (
     CLIError,
     add_pair_arguments,
     add_tree_arguments,
+    capped_tree_note,
+    fraction,
     length_list,
     pair_from_args,
     positive_int,
@@ -57,7 +58,7 @@ def _value(out: dict, key: str, fn, *args) -> None:
 
 def _nonnegative(text: str) -> float:
     try:
-        value = float(Fraction(text))
+        value = fraction(text)
     except (ValueError, ZeroDivisionError, OverflowError):  # 1e400 overflows a float
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
     if not (np.isfinite(value) and value >= 0):
@@ -110,6 +111,8 @@ def _iid_bounds(values: dict, draft: Source, target: Source, L: int) -> None:
 def _block_compute(args) -> dict | list:
     """One object for one --L, a list of them (one per length, in order) for several."""
     lengths = args.L if isinstance(args.L, list) else [args.L]
+    for L in lengths:  # every length before the first row's work
+        check_size(L, "--L", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
     rows = [_block_one(args, L) for L in lengths]
     return rows[0] if len(rows) == 1 else rows
 
@@ -241,10 +244,7 @@ def _tree_compute(args) -> dict:
     out = {"quantity": "expected accepted tokens per iteration (exact), from an empty context", "tree": str(tree),
            "depth": tree.depth, "vocab_size": target.vocab_size, "verifiers": {}}
     V = target.vocab_size
-    if not tree.deterministic and tree.draw == "without" and max(tree.branching) > V:
-        out["note"] = (f"children drawn without replacement from V = {V} tokens: a node drafts at most {V} children "
-                       "(the draw stops when the tokens run out), so these are the values of the tree with every "
-                       f"k_i capped at {V}")
+    out.update(capped_tree_note(tree, V))
 
     _value(out, "optimum", lambda: (lambda o: {"value": o.value, "coupling": o.coupling,
                                                "per_depth": o.per_level.tolist(), "per_depth_sum": o.per_level_sum,
@@ -292,7 +292,7 @@ def _rejections_compute(args) -> dict:
 # ----------------------------------------------------------------- calc pareto
 def _probability(text: str) -> float:
     try:
-        value = float(Fraction(text))
+        value = fraction(text)
     except (ValueError, ZeroDivisionError, OverflowError):  # 1e400 overflows a float
         raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
     if not 0.0 <= value <= 1.0:

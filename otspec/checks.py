@@ -288,6 +288,15 @@ def check_flag(value, name: str) -> bool:
     return bool(value)
 
 
+def check_progress(progress):
+    """``progress`` if it is ``None`` (a bar on a terminal), ``True`` or ``False``, else a ``ValueError``: the text
+    'False' would show a bar."""
+    if progress is None or isinstance(progress, bool | np.bool_):
+        return None if progress is None else bool(progress)
+    raise ValueError(f"progress: expected None (a bar on a terminal), True or False, got {progress!r} "
+                     f"({type(progress).__name__})")
+
+
 def check_dense(array, name: str) -> None:
     """Refuse a meta or sparse torch tensor (a ``ValueError`` naming ``name``): it holds no values to check."""
     if getattr(array, "is_nested", False):
@@ -310,6 +319,23 @@ def tensors_as_arrays(items, depth: int = 3):
         if str(items.dtype) != "torch.bool" and not items.dtype.is_complex:
             return items.detach().cpu().double().numpy()
     return items
+
+
+def coarsest_eps(items, depth: int = 3) -> float | None:
+    """The machine epsilon of the least precise floating dtype among the arrays and tensors in ``items`` (a list of
+    them, ``depth`` levels), or ``None`` when there is none: a list of float16 rows is checked at float16's tolerance,
+    not at float64's after it is read as one array."""
+    if isinstance(items, list | tuple):
+        found = [e for e in (coarsest_eps(x, depth - 1) for x in items) if e is not None] if depth else []
+        return max(found, default=None)
+    dtype = getattr(items, "dtype", None)
+    if type(items).__module__.split(".")[0] == "torch" and dtype is not None and dtype.is_floating_point:
+        import torch
+
+        return float(torch.finfo(dtype).eps)
+    if isinstance(dtype, np.dtype) and dtype.kind == "f":
+        return float(np.finfo(dtype).eps)
+    return None
 
 
 def all_numbers(items, *, booleans: bool = True) -> bool:

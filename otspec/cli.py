@@ -28,13 +28,14 @@ from pathlib import Path
 
 from .audit.command import add_audit_parser
 from .calculators import CALCULATORS, Calculator
-from .checks import check_real
+from .checks import MAX_DRAFT_LENGTH, check_real, check_size
 from .clitools import (
     ArgumentParser,
     CLIError,
     HelpFormatter,
     add_pair_arguments,
     add_tree_arguments,
+    capped_tree_note,
     check_folder_path,
     join_negative_values,
     length_list,
@@ -43,6 +44,7 @@ from .clitools import (
     parse_probs,
     path_argument,
     positive_int,
+    real,
     seed,
     tree_from_args,
     writable_file,
@@ -97,6 +99,8 @@ def _tree_run(args):
 
 def _rows(args, one_row) -> dict | list:
     """One row per draft length of ``--L``: the row itself for one length, a list for several."""
+    for L in args.L:  # every length before the first row's work (a late one was refused after minutes)
+        check_size(L, "--L", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
     rows = [one_row(args, L) for L in args.L]
     return rows[0] if len(rows) == 1 else rows
 
@@ -114,7 +118,8 @@ def _simulate(args):
         res = simulate_tree(draft, target, verifier, tree, args.blocks, seed=args.seed, progress=not args.json)
         return {"verifier": args.verifier, "tree": str(tree), "draft_length": tree.depth, "blocks": args.blocks,
                 "seed": args.seed, "accepted": res.accepted.as_dict(),
-                "tokens_per_iteration": res.tokens_per_iteration.as_dict(), "accept_dist": res.accept_dist.tolist()}
+                "tokens_per_iteration": res.tokens_per_iteration.as_dict(), "accept_dist": res.accept_dist.tolist(),
+                **capped_tree_note(tree, target.vocab_size)}
     if args.logged is not None:
         if any(x is not None for x in (args.draft, args.target, args.draft_source, args.target_source)):
             raise CLIError("--logged replaces the model pair: give it alone")
@@ -156,7 +161,7 @@ def _decode(args):
             res = generate_tree(draft, target, *tree_run, args.tokens, n_sequences=args.sequences, seed=args.seed,
                                 progress=not args.json)
             row = {"verifier": args.verifier, "tree": str(tree_run[1]), "draft_length": L, "seed": args.seed,
-                   **res.summary()}
+                   **res.summary(), **capped_tree_note(tree_run[1], target.vocab_size)}
         else:
             res = generate(draft, target, CHAIN_VERIFIERS[args.verifier](), L, args.tokens, n_sequences=args.sequences,
                            seed=args.seed, progress=not args.json)
@@ -294,10 +299,10 @@ def build_parser() -> argparse.ArgumentParser:
     dec.add_argument("--tokens", type=positive_int, default=10_000, help="tokens generated per sequence")
     dec.add_argument("--sequences", type=positive_int, default=32, help="independent sequences")
     dec.add_argument("--seed", type=seed, default=0, help="random seed (an integer >= 0)")
-    dec.add_argument("--t-draft", type=float, default=None, metavar="A",
+    dec.add_argument("--t-draft", type=real, default=None, metavar="A",
                      help="cost of one draft call (any unit): also report the SpecDec++ time decomposition, latency "
                           "per token, discard and verification rates")
-    dec.add_argument("--t-target", type=float, default=1.0, metavar="B", help="cost of one target call, same unit")
+    dec.add_argument("--t-target", type=real, default=1.0, metavar="B", help="cost of one target call, same unit")
     _json_flag(dec)
     dec.set_defaults(run=_decode)
 
@@ -306,11 +311,11 @@ def build_parser() -> argparse.ArgumentParser:
     rnd = src_sub.add_parser("random", help="a random Markov draft/target pair (see otspec.sources.random_markov)",
                              formatter_class=_Formatter)
     rnd.add_argument("--vocab", type=positive_int, required=True, help="vocabulary size V")
-    rnd.add_argument("--concentration", type=float, default=1.0,
+    rnd.add_argument("--concentration", type=real, default=1.0,
                      help="closeness of draft to target: 0 = independent draft, larger = closer")
     rnd.add_argument("--horizon", type=positive_int, default=None,
                      help="time-varying chain of this horizon (default: a stationary chain)")
-    rnd.add_argument("--sparsity", type=float, default=0.0, help="probability that an entry is exactly 0")
+    rnd.add_argument("--sparsity", type=real, default=0.0, help="probability that an entry is exactly 0")
     rnd.add_argument("--seed", type=seed, default=0, help="random seed (an integer >= 0)")
     rnd.add_argument("--draft-out", required=True, metavar="FILE", help="where to write the draft source")
     rnd.add_argument("--target-out", required=True, metavar="FILE", help="where to write the target source")
@@ -321,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_pair_arguments(lgd)
     lgd.add_argument("--paths", type=positive_int, default=8, help="paths (sequences) to log")
     lgd.add_argument("--length", type=positive_int, default=64, help="steps per path")
-    lgd.add_argument("--top-p", type=float, default=0.95, help="keep each row's smallest set of mass >= top-p")
+    lgd.add_argument("--top-p", type=real, default=0.95, help="keep each row's smallest set of mass >= top-p")
     lgd.add_argument("--max-kept", type=positive_int, default=None, help="and at most this many tokens per row")
     lgd.add_argument("--seed", type=seed, default=0, help="random seed (an integer >= 0)")
     lgd.add_argument("--out", required=True, metavar="FILE", help="the .npz file to write")

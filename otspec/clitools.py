@@ -19,7 +19,7 @@ from .distributions import validate_probs
 from .pairs import check_pair
 from .sources import IIDSource, Source, load_source
 
-__all__ = ["HelpFormatter", "comma_items", "CLIError", "add_pair_arguments", "add_tree_arguments", "join_negative_values", "length_list", "pair_from_args",
+__all__ = ["HelpFormatter", "capped_tree_note", "comma_items", "CLIError", "add_pair_arguments", "add_tree_arguments", "join_negative_values", "length_list", "fraction", "pair_from_args", "real",
            "parse_probs", "positive_int", "seed", "tree_from_args", "writable_file", "writable_folder",
            "check_folder_path", "index_list"]
 
@@ -53,6 +53,14 @@ class CLIError(Exception):
     """A user-facing error: printed without a traceback, exit status 2."""
 
 
+def fraction(text: str) -> float:
+    """A number or a fraction (``0.3``, ``2/3``) written in ASCII as a float: ``Fraction`` would also read ``0.2_5``
+    as 0.25 and ``٠.٣`` as 0.3. ``ValueError`` otherwise (``OverflowError`` past the float range)."""
+    if not str(text).isascii() or "_" in str(text):
+        raise ValueError(f"not ASCII digits: {text!r}")
+    return float(Fraction(text))
+
+
 def parse_probs(text: str, name: str = "probs") -> IIDSource:
     """``'0.3,0.7'`` or ``'2/3,1/3'`` → IID row; ``'0.3'`` → Bernoulli(0.3) = (0.7, 0.3). ``name`` labels errors."""
     try:
@@ -61,7 +69,7 @@ def parse_probs(text: str, name: str = "probs") -> IIDSource:
         raise CLIError(f"{name}: an empty entry in {text!r}; expected comma-separated numbers with none left "
                        "out") from None
     try:
-        values = [float(Fraction(v)) for v in items]
+        values = [fraction(v) for v in items]
     except OverflowError:
         raise CLIError(f"{name}: {text!r} holds a number too large for a probability (expected entries in [0, 1])") from None
     except (ValueError, ZeroDivisionError):
@@ -114,6 +122,17 @@ def integer(text: str) -> int:
     if not re.fullmatch(r"\s*[+-]?[0-9]+\s*", str(text)):
         raise argparse.ArgumentTypeError(f"expected an integer (ASCII digits, no underscores), got {text!r}")
     return int(text)
+
+
+def real(text: str) -> float:
+    """A real number written in ASCII (argparse type; ``float()`` would also read ``0_1`` as 1.0 and ``٠.٣`` as 0.3).
+    The flag's own range is checked where it is used."""
+    if not str(text).isascii() or "_" in str(text):
+        raise argparse.ArgumentTypeError(f"expected a number (ASCII digits, no underscores), got {text!r}")
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
 def integer_items(text: str, flag: str) -> list[int]:
@@ -191,6 +210,16 @@ def add_tree_arguments(parser: argparse.ArgumentParser, required: bool) -> None:
                         help="how siblings are drawn: iid, without replacement, Hu et al.'s greedy drafts (the top "
                              "k-1 tokens, then one from the rest), SpecHub's hub pair (k <= 2); default: iid for calc "
                              "tree, the verifier's own draw for simulate/decode")
+
+
+def capped_tree_note(tree, vocab_size: int) -> dict:
+    """``{"note": ...}`` when ``tree`` draws more children without replacement than there are tokens (the draw stops
+    when they run out: every number is that of the tree with each k_i capped at V), else ``{}``."""
+    if tree.deterministic or tree.draw != "without" or max(tree.branching) <= vocab_size:
+        return {}
+    return {"note": f"children drawn without replacement from V = {vocab_size} tokens: a node drafts at most "
+                    f"{vocab_size} children (the draw stops when the tokens run out), so these are the values of the "
+                    f"tree with every k_i capped at {vocab_size}"}
 
 
 def tree_from_args(args):

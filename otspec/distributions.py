@@ -30,8 +30,9 @@ import math
 import array_api_compat
 import numpy as np
 
-from .checks import all_numbers, check_dense, tensors_as_arrays
+from .checks import all_numbers, check_dense, coarsest_eps, tensors_as_arrays
 from .namespaces import namespace, resolve_device  # re-exported: the package imports them from here
+from .tempering import temperature_rows, top_p_mask  # re-exported likewise
 
 #: Absolute tolerance on ``|sum(row) - 1|`` accepted by :func:`validate_probs` for
 #: float64 (and float32) rows. Rows inside the tolerance are renormalised; rows outside are an error.
@@ -54,12 +55,17 @@ def normalisation_tolerance(dtype, vocab_size: int | None = None, xp=np) -> floa
     eps = float(xp.finfo(dtype).eps)
     return max(NORMALISATION_TOL, EPS_MULTIPLE * eps)
 
+def eps_tolerance(eps: float | None) -> float | None:
+    """:func:`normalisation_tolerance` from a machine epsilon (``None`` passes through: the default applies)."""
+    return None if eps is None else max(NORMALISATION_TOL, EPS_MULTIPLE * eps)
+
 __all__ = [
     "NORMALISATION_TOL",
     "resolve_device",
     "temperature_rows",
     "top_p_mask",
     "normalisation_tolerance",
+    "eps_tolerance",
     "check_same_vocab",
     "one_row",
     "row_pair",
@@ -179,6 +185,8 @@ def validate_probs(probs, name: str = "probs", *, tol: float | None = None, min_
             if raw.dtype.kind == "b" or ((raw.dtype.kind in "USO" or isinstance(probs, list | tuple))
                                          and not all_numbers(probs, booleans=False)):
                 raise TypeError("booleans, text or other objects among the entries, not only numbers")
+            if tol is None:  # float16 rows in a list keep their tolerance
+                tol = eps_tolerance(coarsest_eps(probs))
             probs = raw.astype(np.float64)
         except (TypeError, ValueError, OverflowError) as exc:  # ragged lists, text, None, a huge integer
             raise ValueError(f"{name}: expected an array of probabilities, could not read it as numbers ({exc})") from None
@@ -438,63 +446,3 @@ def _blocked_draw(probs: np.ndarray, u) -> np.ndarray:
     last = _BLOCK - 1 - np.argmax((local > 0)[:, ::-1], axis=1)
     step = np.where(step >= inside.sum(axis=1), last, step)
     return np.reshape(np.where(ends[:, -1] > 0, block * _BLOCK + step, 0), np.shape(probs)[:-1])
-
-
-def temperature_rows(logits, temperature: float):
-    """softmax(logits / T) along the last axis (numpy or torch); ``-inf`` logits stay at probability 0.
-
-    A model's logits, or log-probabilities (``log p``, with ``-inf`` where p = 0) to temper a
-    probability row: p^(1/T) renormalised. T = 0 (greedy) gives the arg-max row (lowest id on ties); a negative,
-    NaN or infinite T is a ``ValueError``.
-    """
-    from .checks import check_real
-
-    temperature = check_real(temperature, "temperature", low=0.0)
-    if temperature == 0:
-        if _is_torch(logits):
-            import torch
-
-            return torch.nn.functional.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(logits.dtype)
-        logits = np.asarray(logits)
-        return (np.arange(logits.shape[-1]) == logits.argmax(axis=-1)[..., None]).astype(np.result_type(logits, 1.0))
-    if _is_torch(logits):
-        import torch
-
-        return torch.softmax(logits if temperature == 1 else logits / temperature, dim=-1)
-    xp = namespace(logits)
-    z = logits if temperature == 1 else logits / temperature
-    z = z - xp.max(z, axis=-1, keepdims=True)
-    out = xp.exp(z)
-    return out / xp.sum(out, axis=-1, keepdims=True)
-
-
-def top_p_mask(rows, top_p: float, max_kept: int | None = None):
-    """The smallest set of most likely entries of each row whose mass reaches ``top_p`` of the row's total
-    (ties: lower id first), at most ``max_kept`` of them: a bool mask of the rows' shape (numpy or torch).
-
-    Entry k of a row sorted by decreasing probability is kept iff the mass ranked above it is below
-    ``top_p`` × total (nucleus sampling's rule). ``top_p`` in (0, 1], ``max_kept`` >= 1 (else ``ValueError``).
-    """
-    from .checks import check_real, check_size
-    top_p = check_real(top_p, "top_p", low=0.0, high=1.0, low_open=True)
-    max_kept = None if max_kept is None else check_size(max_kept, "max_kept")
-    if _is_torch(rows):
-        import torch
-
-        sorted_rows, order = torch.sort(rows, dim=-1, descending=True, stable=True)
-        above = torch.cumsum(sorted_rows, dim=-1) - sorted_rows
-        keep = above < top_p * sorted_rows.sum(dim=-1, keepdim=True)
-        if max_kept is not None:
-            keep &= torch.arange(rows.shape[-1], device=rows.device) < max_kept
-        return torch.zeros_like(rows, dtype=torch.bool).scatter(-1, order, keep)
-    rows = np.asarray(rows)
-    order = np.argsort(-rows, axis=-1, kind="stable")
-    sorted_rows = np.take_along_axis(rows, order, axis=-1)
-    above = np.cumsum(sorted_rows, axis=-1) - sorted_rows
-    keep = above < top_p * sorted_rows.sum(axis=-1, keepdims=True)
-    if max_kept is not None:
-        keep &= np.arange(rows.shape[-1]) < max_kept
-    mask = np.zeros(rows.shape, dtype=bool)
-    np.put_along_axis(mask, order, keep, axis=-1)
-    return mask
-

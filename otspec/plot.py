@@ -21,6 +21,7 @@ from .clitools import (
     HelpFormatter,
     one_line,
     path_argument,
+    real,
     writable_file,
     writable_folder,
 )
@@ -131,7 +132,7 @@ def main(argv=None) -> int:
     parser.add_argument("--records", type=path_argument, default=None,
                         help="folder of the real-model records (llm_*.json, llm_*_rows.npz) the record figures read "
                              "(default: the committed figures/)")
-    parser.add_argument("--scale", type=float, default=1.0, help=f"simulation size factor, in (0, {MAX_SCALE:g}]")
+    parser.add_argument("--scale", type=real, default=1.0, help=f"simulation size factor, in (0, {MAX_SCALE:g}]")
     add_pair_arguments(parser)
     parser.epilog = (f"Figures of one pair ({', '.join(PAIR_FIGURES)}) draw the user's pair when --draft/--target "
                      "or --draft-source/--target-source are given, else their built-in default.")

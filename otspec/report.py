@@ -18,7 +18,7 @@ import numpy as np
 
 from . import __version__
 from .checks import check_real
-from .clitools import ArgumentParser, path_argument, writable_folder
+from .clitools import ArgumentParser, path_argument, real, writable_folder
 from .figures import RECORDS_DIR, SCRATCH_DIR
 from .figures.common import check_records_given
 from .plot import FIGURES, MAX_SCALE, write_figure
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     parser = ArgumentParser(prog="python -m otspec.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out-dir", type=path_argument, default=SCRATCH_DIR,
                         help=f"where the figures and REPORT.md go (default {SCRATCH_DIR}; make figures writes figures/)")
-    parser.add_argument("--scale", type=float, default=1.0, help="simulation size factor")
+    parser.add_argument("--scale", type=real, default=1.0, help="simulation size factor")
     parser.add_argument("--records", type=path_argument, default=None,
                         help="folder of the real-model records the record sections read (default: the committed figures/)")
     args = parser.parse_args(argv)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..clitools import path_argument, writable_folder
+from ..clitools import path_argument, real, writable_folder
 
 __all__ = ["add_audit_parser"]
 
@@ -111,9 +111,9 @@ def add_audit_parser(sub, formatter, json_flag) -> None:
                    help="vocabulary of the synthetic rows (default 64; with --exact 3, at most 8)")
     p.add_argument("--verifier", default=None, help="the chain verifier the sampler claims to be (token, block, gumbel): "
                    "also test its accepted length against that verifier's exact value")
-    p.add_argument("--alpha", type=float, default=1e-3, help="test level (after Bonferroni over the tests)")
+    p.add_argument("--alpha", type=real, default=1e-3, help="test level (after Bonferroni over the tests)")
     p.add_argument("--seed", type=seed, default=0, help="random seed (an integer >= 0)")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds one sampler call may take")
+    p.add_argument("--timeout", type=real, default=DEFAULT_TIMEOUT_S, help="seconds one sampler call may take")
     p.add_argument("--exact", action="store_true", help="exact audit on a small vocabulary: every drafted block "
                    "enumerated, the output law compared with the target law")
     p.add_argument("--in-process", action="store_true", help="run the sampler in this process rather than a child "

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ..checks import check_real, check_size
+from ..checks import check_progress, check_real, check_size
 from ..distributions import total_variation
 from ..progress import tqdm
 from ..verifiers import CHAIN_VERIFIERS
@@ -186,6 +186,7 @@ def audit(sampler, *, samples: int = DEFAULT_SAMPLES, rows=None, draft_length: i
     (``token``, ``block``, ``gumbel``), to test its acceptance too. Raises :class:`~otspec.audit.protocol.SamplerError`
     when the sampler breaks the protocol (raises, wrong shapes or values, no return within ``timeout`` s).
     """
+    progress = check_progress(progress)
     label = sampler if isinstance(sampler, str) else getattr(sampler, "__name__", repr(sampler))
     fn = load_sampler(sampler, timeout) if isinstance(sampler, str) else sampler
     if not callable(fn):

@@ -19,7 +19,7 @@ every sequence ends with exactly N tokens.
 
 from __future__ import annotations
 
-from ..checks import MAX_DECODE_ENTRIES, MAX_STEP_ENTRIES, check_size
+from ..checks import MAX_DECODE_ENTRIES, MAX_STEP_ENTRIES, check_progress, check_size
 from ..errors import SizeLimitError
 from ..pairs import check_pair
 from ..progress import tqdm
@@ -95,6 +95,7 @@ def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_
 
     Intervals are at level 0.95; :meth:`DecodeResult.at_confidence` gives another level without rerunning.
     """
+    progress = check_progress(progress)
     draft, target = chain_call("generate", draft, target, verifier, draft_length)
     ctrl = as_controller(draft_length)
     L, N, B = ctrl.max_length, check_size(n_tokens, "n_tokens"), check_size(n_sequences, "n_sequences")

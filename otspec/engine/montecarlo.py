@@ -12,7 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import MAX_CANDIDATES, MAX_DRAFT_LENGTH, MAX_SIMULATION_BLOCKS, check_size
+from ..checks import (
+    MAX_CANDIDATES,
+    MAX_DRAFT_LENGTH,
+    MAX_SIMULATION_BLOCKS,
+    check_progress,
+    check_size,
+)
 from ..distributions import resolve_device, row_pair, to_host
 from ..drafts import sample_candidates
 from ..jit import available as compiled_available
@@ -162,6 +168,7 @@ def simulate(draft: Source, target: Source, verifier: Verifier, draft_length: in
         ``compiled`` (numpy, numba installed), else ``row_free``, where they apply. ``backend.device``: row-free
         sampling on torch. ``backend.batch_size``: trials per vectorised chunk (default :func:`default_batch_size`).
     """
+    progress = check_progress(progress)
     draft, target = chain_call("simulate", draft, target, verifier, draft_length)
     L = check_size(draft_length, "draft_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
     n_blocks = check_size(n_blocks, "n_blocks", limit=MAX_SIMULATION_BLOCKS, limit_name="MAX_SIMULATION_BLOCKS")
@@ -226,6 +233,7 @@ def simulate_candidates(draft_row, target_row, verifier, k: int, n_steps: int, *
     without replacement, OTM with i.i.d. drafts) samples the same law from tables built once
     (:mod:`otspec.engine.rowfree_multi`; OTM: an optimal coupling, the same acceptance and Y ~ q), at a cost
     per step that does not grow with V; ``auto`` picks ``row_free`` where it applies."""
+    progress = check_progress(progress)
     if not isinstance(verifier, MultiDraftVerifier):
         raise ValueError(f"simulate_candidates: expected a multi-draft verifier, got {verifier.name!r}")
     k = check_size(k, "k", limit=MAX_CANDIDATES, limit_name="MAX_CANDIDATES")
@@ -265,6 +273,7 @@ def simulate_logged(log: LoggedRows, verifier: Verifier, draft_length: int, n_bl
     :func:`simulate` (``backend.method``: ``auto`` or ``row_free``, the only one it offers).
     ``first_token_counts`` cover the log's V' symbols (:meth:`~otspec.sources.LoggedRows.vocab`).
     """
+    progress = check_progress(progress)
     L = check_size(draft_length, "draft_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
     n_blocks = check_size(n_blocks, "n_blocks", limit=MAX_SIMULATION_BLOCKS, limit_name="MAX_SIMULATION_BLOCKS")
     confidence = check_confidence(confidence)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import MAX_SIMULATION_BLOCKS, capped_power, check_size, format_count
+from ..checks import MAX_SIMULATION_BLOCKS, capped_power, check_progress, check_size, format_count
 from ..distributions import residual, sample_categorical
 from ..drafts import draft_tuple_law, sample_candidates
 from ..errors import SizeLimitError
@@ -181,6 +181,7 @@ def simulate_rejections(draft: Source, target: Source, horizon: int, runs: int, 
     ValueError
         Vocabulary mismatch, bad horizon, runs < 2, bad batch_size.
     """
+    progress = check_progress(progress)
     T = check_pair_horizon(draft, target, horizon)
     return _simulate(draft, target, T, _check_runs(runs), seed, batch_size, progress, 1,
                      return_sequences, confidence)
@@ -359,6 +360,7 @@ def simulate_batch_rejections(draft: Source, target: Source, horizon: int, M: in
 
     Parameters and returns as in :func:`simulate_rejections`, plus ``M`` (>= 1).
     """
+    progress = check_progress(progress)
     T = check_pair_horizon(draft, target, horizon)
     return _simulate(draft, target, T, _check_runs(runs), seed, batch_size, progress, check_batch_size(M),
                      return_sequences, confidence)

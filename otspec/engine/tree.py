@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import MAX_ROW_WORK, MAX_SIMULATION_BLOCKS, capped_power, check_size
+from ..checks import MAX_ROW_WORK, MAX_SIMULATION_BLOCKS, capped_power, check_progress, check_size
 from ..drafts import MAX_DRAFT_TUPLES, DraftTree, draft_tuple_law
 from ..errors import SizeLimitError
 from ..pairs import check_pair
@@ -218,6 +218,7 @@ def generate_tree(draft: Source, target: Source, verifier, tree: DraftTree, n_to
     accepted t. ``observers`` see every iteration too (after the ledger). Intervals at level 0.95
     (:meth:`~otspec.engine.ledger.DecodeResult.at_confidence` for another).
     """
+    progress = check_progress(progress)
     draft, target, tree = _check(draft, target, verifier, tree, rule)
     L, N, B = tree.depth, check_size(n_tokens, "n_tokens"), check_size(n_sequences, "n_sequences")
     check_buffer(N, B)
@@ -245,6 +246,7 @@ def simulate_tree(draft: Source, target: Source, verifier, tree, n_blocks: int, 
     (multi-draft and whole-tree) and for EAGLE-2 trees. ``backend``: only ``method="auto"`` or ``"rows"`` on numpy
     (the tree loop scores rows); ``backend.batch_size`` trials per chunk.
     """
+    progress = check_progress(progress)
     draft, target, tree = _check(draft, target, verifier, tree, rule)
     n_blocks = check_size(n_blocks, "n_blocks", limit=MAX_SIMULATION_BLOCKS, limit_name="MAX_SIMULATION_BLOCKS")
     L, V = tree.depth, target.vocab_size

@@ -73,6 +73,9 @@ def source_from_json(obj) -> Source:
         for key in ("probs", "initial", "transition"):
             if key in obj:
                 _no_strings(obj[key], f"source JSON of type {kind!r}: field {key!r}")
+        if kind == "table" and "rows" in obj and not isinstance(obj["rows"], dict):
+            raise ValueError(f"source JSON of type 'table': field 'rows' is a {type(obj['rows']).__name__}; expected an "
+                             'object from prefixes to rows, such as {"": [0.5, 0.5], "0": [0.9, 0.1]}')
         if kind != "table" and "rows" in obj:
             _no_strings(obj["rows"], f"source JSON of type {kind!r}: field 'rows'")
     try:

@@ -49,7 +49,9 @@ from ..checks import (
     MAX_VOCAB_SIZE,
     check_data_file,
     check_npz_members,
+    check_progress,
     check_real,
+    check_seed,
     check_size,
     file_problem,
 )
@@ -381,7 +383,8 @@ def log_rows(draft: Source, target: Source, paths: int, length: int, *, top_p: f
     :data:`MAX_LOG_ENTRIES` is refused before anything is sampled. ``progress``: a bar over paths
     (``None``: on a terminal).
     """
-    paths, length = check_size(paths, "paths"), check_size(length, "length")
+    progress = check_progress(progress)
+    paths, length, seed = check_size(paths, "paths"), check_size(length, "length"), check_seed(seed)
     V = draft.vocab_size
     if V != target.vocab_size:
         raise ValueError(f"draft has {V} tokens, target {target.vocab_size}")

@@ -7,8 +7,8 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..checks import MAX_VOCAB_SIZE, all_numbers, check_size, tensors_as_arrays
-from ..distributions import validate_probs
+from ..checks import MAX_VOCAB_SIZE, all_numbers, check_size, coarsest_eps, tensors_as_arrays
+from ..distributions import eps_tolerance, validate_probs
 from .base import Source, as_tokens
 
 #: An IID source range-checks every token id of prefixes up to this many ids (beyond: each row's last one).
@@ -112,6 +112,7 @@ class MarkovSource(Source):
         if self.initial.ndim != 1:
             raise ValueError(f"initial: expected shape (V,), got {self.initial.shape}")
         V = self.initial.shape[0]
+        eps = coarsest_eps(transition)  # float16 or bfloat16 rows keep their tolerance once read as float64
         try:
             transition = tensors_as_arrays(transition)  # a tensor that requires grad has no numpy view
             if (isinstance(transition, list | tuple) and not all_numbers(transition, booleans=False)
@@ -129,7 +130,7 @@ class MarkovSource(Source):
                 f"transition: expected a ({V}, {V}) matrix or a list of them to match initial's "
                 f"{V} tokens, got shape {trans.shape}"
             )
-        self.transition = _host_rows(trans, "transition")
+        self.transition = _host_rows(trans, "transition", tol=eps_tolerance(eps))
         self.vocab_size = V
         self.stationary = trans.ndim == 2
         self._stack = self.transition[None] if self.stationary else self.transition
@@ -333,8 +334,15 @@ class TableSource(Source):
                              f"prefix, got {type(rows).__name__}")
         else:
             self._table = {}
-            for key, row in rows.items():
-                key = tuple(int(k) for k in key)
+            for given, row in rows.items():
+                if (not isinstance(given, tuple)
+                        or not all(isinstance(k, numbers.Integral) and not isinstance(k, bool | np.bool_)
+                                   for k in given)):  # int() would make (0.7,) the row of (0,), silently
+                    raise ValueError(f"rows: key {given!r} is not a prefix; expected a tuple of integer token ids "
+                                     "(() for the first token)")
+                key = tuple(int(k) for k in given)
+                if key in self._table:  # (0,) and (np.int64(0),) name one prefix
+                    raise ValueError(f"rows: two keys name the prefix {key}")
                 if any(not 0 <= k < self.vocab_size for k in key):
                     raise ValueError(f"rows[{key}]: token ids must lie in [0, {self.vocab_size}) (vocab_size)")
                 if len(key) >= self.horizon:

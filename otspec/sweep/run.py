@@ -24,7 +24,7 @@ import tempfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from ..checks import check_size
+from ..checks import check_progress, check_size
 from ..progress import tqdm
 from .cells import check_pair, run_cells
 from .spec import SweepSpec, cell_id, load_spec, shared_key
@@ -134,6 +134,7 @@ def run_sweep(spec: SweepSpec | str | os.PathLike, out, *, workers: int | None =
     ``workers``: 1 runs in this process, N a local pool of N processes (default: the CPU count);
     ``scheduler`` / ``cluster``: Dask distributed instead (see the module docstring).
     """
+    progress = check_progress(progress)
     spec = spec if isinstance(spec, SweepSpec) else load_spec(spec)
     if scheduler and cluster:
         raise ValueError("give --scheduler or --cluster, not both")

@@ -65,7 +65,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..checks import MAX_CANDIDATES, MAX_DRAFT_LENGTH, check_data_file, check_real, check_size
+from ..checks import (
+    MAX_CANDIDATES,
+    MAX_DRAFT_LENGTH,
+    check_data_file,
+    check_real,
+    check_size,
+    file_problem,
+)
 from ..distributions import resolve_device
 from ..drafts import parse_tree
 from ..sources import MAX_RANDOM_ENTRIES, TAIL_MODES, IIDSource
@@ -390,8 +397,11 @@ def load_spec(path) -> SweepSpec:
             if not isinstance(name, str) or not name.strip():
                 raise _error(f"pairs ({pair['kind']}) {key}", f"expected the {role} file's name (a path relative to "
                                                              f"the spec's folder), got {name!r}")
-            if not (path.parent / name).is_file():
+            problem = file_problem(path.parent / name)
+            if problem == "does not exist":
                 raise FileNotFoundError(f"sweep spec pairs: no {role} file {path.parent / name}")
+            if problem:  # a folder, a pipe or a device: named as what it is, not as missing
+                raise _error(f"pairs ({pair['kind']}) {key}", f"the {role} file {path.parent / name} {problem}")
         if pair["kind"] == "logged" and any(T != 1.0 for T in temps):
             raise _error("temperature", f"logged rows keep the temperature they were recorded at; sweep "
                                         f"{describe_pair(pair)} at temperature 1 (got {temps})")

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..checks import check_real, check_size
 from .lattice import lattice_walk
 
 __all__ = ["DEFAULT_TOL", "MAX_BRACKET_POINTS", "MAX_BRACKET_WORK", "START_POINTS", "LatencyBracket",
@@ -168,6 +169,8 @@ def bracket_latency(p, a, K: int, t_draft: float, t_target: float, tol: float = 
     ``p`` and ``a`` are the draft probabilities and acceptance probabilities min{1, q/p} on the draft's support
     (validated by the caller), ``K`` >= 1 the most drafted tokens, t_draft >= 0, t_target > 0.
     """
+    K = check_size(K, "K")
+    t_draft, t_target = check_real(t_draft, "t_draft", low=0.0), check_real(t_target, "t_target", low=0.0, low_open=True)
     p, a = np.asarray(p, dtype=np.float64), np.asarray(a, dtype=np.float64)
     beta = float(np.dot(p, a))
     lam1 = (t_draft + t_target) / (1.0 + beta)

@@ -59,6 +59,9 @@ class CallCosts:
         """t_target(n) (a finite time > 0)."""
         t = self.t_target
         if isinstance(t, Mapping):
+            if n not in t and str(n) not in t:
+                raise ValueError(f"t_target: no time for a target call scoring {n} token(s) (the mapping has "
+                                 f"{sorted(map(str, t))[:8]})")
             t = t[n] if n in t else t[str(n)]
         elif isinstance(t, Callable):
             t = t(n)

@@ -14,23 +14,17 @@ Spec: ``docs/yin_theory.md``.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
+from ..checks import check_real
 from ..distributions import namespace, residual, row_pair, total_variation
 
 __all__ = ["family_curve", "over_acceptance", "over_acceptance_kernel"]
 
 
 def _check_eps(eps) -> float:
-    try:
-        e = float(eps)
-    except (TypeError, ValueError):
-        raise ValueError(f"eps: expected a number >= 0, got {eps!r}") from None
-    if math.isnan(e) or e < 0:
-        raise ValueError(f"eps: expected an over-acceptance parameter >= 0 (inf allowed), got {eps!r}")
-    return e
+    """ε >= 0 as a float (∞: every draft accepted); NaN, text ('0.1') and booleans refused."""
+    return check_real(eps, "eps", low=0.0, allow_inf=True)
 
 
 def _check_mode(mode: str) -> str:
@@ -186,6 +180,6 @@ def family_curve(draft, target, eps_grid, mode: str = "opt") -> dict:
     """
     p, q = row_pair(draft, target)
     mode = _check_mode(mode)
-    grid = [_check_eps(e) for e in np.atleast_1d(np.asarray(eps_grid, dtype=np.float64))]
+    grid = [_check_eps(e) for e in np.atleast_1d(np.asarray(eps_grid)).ravel()]  # read as given: '0.1' refused
     rows = [_over_acceptance(p, q, e, mode) for e in grid]
     return {"mode": mode, **{k: [row[k] for row in rows] for k in ("eps", "rejection", "bias", "front")}}

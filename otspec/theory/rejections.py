@@ -25,10 +25,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..checks import MAX_CANDIDATES, check_size
+from ..checks import MAX_CANDIDATES, check_seed, check_size
 from ..distributions import total_variation
+from ..errors import SizeLimitError
 from ..pairs import check_horizon, check_pair_horizon, markov_chains, walk_prefix_tree
-from ..sources import IIDSource, MarkovSource, Source
+from ..sources import MAX_RANDOM_ENTRIES, IIDSource, MarkovSource, Source
 from .multidraft_multiround import multiround_rejection
 
 __all__ = [
@@ -230,7 +231,8 @@ def markov_pair(vocab: int = 4, horizon: int = 50, seed: int = 5) -> tuple[Marko
     Raises
     ------
     ValueError
-        For an invalid horizon.
+        For a vocabulary, horizon or seed that is not one (``SizeLimitError`` past ``MAX_RANDOM_ENTRIES`` rows'
+        entries, counted before they are drawn).
 
     References
     ----------
@@ -243,8 +245,12 @@ def markov_pair(vocab: int = 4, horizon: int = 50, seed: int = 5) -> tuple[Marko
     >>> d.vocab_size, d.horizon, t.horizon  # T - 1 = 4 transition matrices after the initial row
     (3, 5, 5)
     """
-    V, T = int(vocab), check_horizon(horizon)
-    rng = np.random.default_rng(seed)
+    V, T = check_size(vocab, "vocab"), check_horizon(horizon)
+    if (T + 1) * V * V > MAX_RANDOM_ENTRIES:  # each model's rows, before the generator allocates them
+        raise SizeLimitError(f"markov_pair: {T + 1:,} matrices of {V:,} x {V:,} = {(T + 1) * V * V:,} entries per "
+                             f"model, above MAX_RANDOM_ENTRIES = {MAX_RANDOM_ENTRIES:,}", size=(T + 1) * V * V,
+                             limit=MAX_RANDOM_ENTRIES)
+    rng = np.random.default_rng(check_seed(seed))
     p = rng.dirichlet(np.ones(V), size=(T + 1, V))
     q = rng.dirichlet(np.ones(V), size=(T + 1, V))
     return MarkovSource(p[1][0], p[2:T + 1]), MarkovSource(q[1][0], q[2:T + 1])
