@@ -39,7 +39,14 @@ from .drafters import load_pair
 from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
 from .runs import wall_clock_prediction
 from .trees import parse_tree
-from .validate import RECORDS_OUT, output_name, output_path, prepare_predictions, split_prompts
+from .validate import (
+    RECORDS_OUT,
+    flags_that_apply,
+    output_name,
+    output_path,
+    prepare_predictions,
+    split_prompts,
+)
 from .validate_config import ValidateConfig
 
 __all__ = ["FORECAST_TOLERANCE", "check_forecast", "forecast", "forecast_check", "main"]
@@ -102,8 +109,8 @@ def main(argv=None) -> int:
     ap.add_argument("--verifiers", default="token", help="chain verifiers, comma-separated")
     ap.add_argument("--L", default="1", help="draft lengths, comma-separated")
     ap.add_argument("--trees", default="", help="draft trees, comma-separated (as validate --trees)")
-    ap.add_argument("--multi-verifiers", default="kseq", help="tree verifiers for --trees")
-    ap.add_argument("--rule", default="match", choices=("match", "accepted"))
+    ap.add_argument("--multi-verifiers", default=None, help="tree verifiers for --trees (default: kseq)")
+    ap.add_argument("--rule", default=None, choices=("match", "accepted"), help="with --trees: the tree walk (match)")
     ap.add_argument("--prompts", type=integer, default=32, help="prompts the record will measure (its first ones)")
     ap.add_argument("--prediction-prompts", type=integer, default=None,
                     help="prompts after those on which the forecast is made (default: as many as --prompts)")
@@ -138,6 +145,7 @@ def main(argv=None) -> int:
             for row in check_forecast(read_forecast(path), read_record(args.check)):
                 print(json.dumps(row.to_json()))
             return 0
+        flags_that_apply(args, (("multi_verifiers", "kseq", "trees"), ("rule", "match", "trees")))
         config = ValidateConfig(
             target=args.target, draft=args.draft, device=args.device, dtype=args.dtype,
             verifiers=tuple(comma_items(args.verifiers, "--verifiers")),

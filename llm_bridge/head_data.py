@@ -19,10 +19,17 @@ from pathlib import Path
 
 import numpy as np
 
+from otspec.checks import check_data_file
+from otspec.clitools import comma_items
+
 from .corpus import CORPUS_DIR, load_corpus
 from .models import cache_dir
+from .prompts import DATA_DIR, encode_prompts, read_prompts
 
-__all__ = ["corpus_split", "corpus_training_data", "prompt_split", "target_features"]
+__all__ = ["PROMPTS", "corpus", "corpus_split", "corpus_training_data", "prompt_files", "prompt_split", "target_features"]
+
+#: The prompt files a head trains on without a corpus (``train_head --prompts``'s default).
+PROMPTS = (DATA_DIR / "distill_prompts.txt", DATA_DIR / "head_prompts.txt")
 
 
 def target_features(model, tokens, lengths, extra=(), *, batch_tokens: int = 8192, progress: bool = True):
@@ -159,3 +166,59 @@ def corpus_split(data: dict, folder, seed: int, heldout_sequences: int, train_to
         train = train[:int(np.searchsorted(made, train_tokens)) + 1]
     return val, np.random.default_rng(seed).permutation(train), (
         f"{val.size} sequences of the corpus's held-out shards (every 10th; messages never trained on)")
+
+
+def _log_normalisers(model, features, batch: int = 4096):
+    """logsumexp of the target's full logit row at every feature (n, T)."""
+    import torch
+
+    W = model.get_output_embeddings().weight.detach()
+    flat = features.reshape(-1, features.shape[-1])
+    out = torch.empty(flat.shape[0])
+    with torch.no_grad():
+        for i in range(0, flat.shape[0], batch):
+            out[i:i + batch] = torch.logsumexp(flat[i:i + batch].to(W.device) @ W.T, dim=-1).cpu()
+    return out.reshape(features.shape[:-1])
+
+
+def prompt_files(spec) -> tuple[Path, ...]:
+    """Prompt files from a comma-separated list (bare names are looked up in ``llm_bridge/data``)."""
+    names = comma_items(spec, "--prompts") if isinstance(spec, str) else [str(n) for n in spec]
+    files = tuple(Path(n) if Path(n).is_file() or "/" in n else DATA_DIR / n for n in names if n)
+    for f in files:
+        check_data_file(f, "--prompts: prompt file")
+    if not files:
+        raise ValueError("--prompts: expected at least one prompt file")
+    return files
+
+
+def corpus(target, *, target_name: str, samples: int, length: int, seed: int, prompts=PROMPTS,
+           progress: bool = True) -> dict:
+    """The cached training data: tokens (n, T), lengths, prompt lengths, features (n, T, H), log-normalisers
+    (n, T), and each sequence's prompt (n,) (sequences are grouped by prompt, ``samples`` each)."""
+    import torch
+
+    from .distill import last_features, sample_corpus
+
+    files = prompt_files(prompts)
+    texts = [f.read_text() for f in files]
+    text = texts[0] if len(texts) == 1 else texts  # one file: the key of the corpora cached before --prompts
+    key = hashlib.sha256(json.dumps([target_name, target.vocab_size, samples, length, seed, text]).encode()).hexdigest()
+    path = cache_dir() / "heads" / f"corpus-{key[:16]}.pt"
+    if path.is_file():
+        data = torch.load(path)
+        data.setdefault("prompt", torch.arange(len(data["tokens"])) // samples)
+        return data
+    if progress:
+        print(f"train_head: sampling {samples} continuations of {length} tokens per prompt (cached at {path})",
+              file=sys.stderr)
+    prompt_ids = encode_prompts(target.tokenizer, [m for f in files for m in read_prompts(f)])
+    tokens, lengths, plens = sample_corpus(target, prompt_ids, samples, length, seed)
+    features = last_features(target.model, tokens, lengths)
+    data = {"tokens": torch.as_tensor(tokens), "lengths": torch.as_tensor(lengths), "plens": torch.as_tensor(plens),
+            "features": features, "lse": _log_normalisers(target.model, features),
+            "prompt": torch.arange(len(tokens)) // samples}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(data, path.with_suffix(".tmp"))
+    path.with_suffix(".tmp").rename(path)
+    return data

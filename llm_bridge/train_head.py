@@ -35,7 +35,6 @@ Writes ``drafter.json`` (recipe, sizes, coverage, acceptance per position before
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import sys
@@ -45,11 +44,10 @@ from pathlib import Path
 
 import numpy as np
 
-from otspec.checks import check_data_file, check_real, check_size
+from otspec.checks import check_real, check_size
 from otspec.clitools import (
     ArgumentParser,
     check_folder_path,
-    comma_items,
     index_list,
     integer,
     one_line,
@@ -59,70 +57,11 @@ from otspec.clitools import (
 
 from . import head_checkpoint as ckpt
 from .head_checkpoint import shown_path
-from .head_data import prompt_split
+from .head_data import PROMPTS, corpus, prompt_files, prompt_split
 from .heads import HEAD_DIRS, HEAD_KINDS, build_head, eagle_unrolled, load_head, save_head
-from .models import DEFAULT_TARGET, ModelNotFound, cache_dir, layer_count, load_model
-from .prompts import DATA_DIR, encode_prompts, read_prompts
+from .models import DEFAULT_TARGET, ModelNotFound, layer_count, load_model
 
 __all__ = ["HeadRecipe", "TrainingBatch", "corpus", "evaluate", "frequent_tokens", "main", "shown_path", "step_losses", "train_head"]
-
-PROMPTS = (DATA_DIR / "distill_prompts.txt", DATA_DIR / "head_prompts.txt")
-
-
-def _log_normalisers(model, features, batch: int = 4096):
-    """logsumexp of the target's full logit row at every feature (n, T)."""
-    import torch
-
-    W = model.get_output_embeddings().weight.detach()
-    flat = features.reshape(-1, features.shape[-1])
-    out = torch.empty(flat.shape[0])
-    with torch.no_grad():
-        for i in range(0, flat.shape[0], batch):
-            out[i:i + batch] = torch.logsumexp(flat[i:i + batch].to(W.device) @ W.T, dim=-1).cpu()
-    return out.reshape(features.shape[:-1])
-
-
-def prompt_files(spec) -> tuple[Path, ...]:
-    """Prompt files from a comma-separated list (bare names are looked up in ``llm_bridge/data``)."""
-    names = comma_items(spec, "--prompts") if isinstance(spec, str) else [str(n) for n in spec]
-    files = tuple(Path(n) if Path(n).is_file() or "/" in n else DATA_DIR / n for n in names if n)
-    for f in files:
-        check_data_file(f, "--prompts: prompt file")
-    if not files:
-        raise ValueError("--prompts: expected at least one prompt file")
-    return files
-
-
-def corpus(target, *, target_name: str, samples: int, length: int, seed: int, prompts=PROMPTS,
-           progress: bool = True) -> dict:
-    """The cached training data: tokens (n, T), lengths, prompt lengths, features (n, T, H), log-normalisers
-    (n, T), and each sequence's prompt (n,) (sequences are grouped by prompt, ``samples`` each)."""
-    import torch
-
-    from .distill import last_features, sample_corpus
-
-    files = prompt_files(prompts)
-    texts = [f.read_text() for f in files]
-    text = texts[0] if len(texts) == 1 else texts  # one file: the key of the corpora cached before --prompts
-    key = hashlib.sha256(json.dumps([target_name, target.vocab_size, samples, length, seed, text]).encode()).hexdigest()
-    path = cache_dir() / "heads" / f"corpus-{key[:16]}.pt"
-    if path.is_file():
-        data = torch.load(path)
-        data.setdefault("prompt", torch.arange(len(data["tokens"])) // samples)
-        return data
-    if progress:
-        print(f"train_head: sampling {samples} continuations of {length} tokens per prompt (cached at {path})",
-              file=sys.stderr)
-    prompt_ids = encode_prompts(target.tokenizer, [m for f in files for m in read_prompts(f)])
-    tokens, lengths, plens = sample_corpus(target, prompt_ids, samples, length, seed)
-    features = last_features(target.model, tokens, lengths)
-    data = {"tokens": torch.as_tensor(tokens), "lengths": torch.as_tensor(lengths), "plens": torch.as_tensor(plens),
-            "features": features, "lse": _log_normalisers(target.model, features),
-            "prompt": torch.arange(len(tokens)) // samples}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(data, path.with_suffix(".tmp"))
-    path.with_suffix(".tmp").rename(path)
-    return data
 
 
 def frequent_tokens(data: dict, rows, n: int, vocab_size: int) -> np.ndarray:
@@ -440,27 +379,47 @@ def _corpus_folder(arg, target: str):
     return CORPUS_DIR / target
 
 
+#: Flags read by one kind of head or one source of data only, with their defaults and when they apply: given where
+#: they do not, they would be ignored without a word.
+_ONLY = {"unroll": (3, "--kind eagle", lambda a: a.kind == "eagle"),
+         "feature_weight": (0.1, "--kind eagle", lambda a: a.kind == "eagle"),
+         "medusa_heads": (4, "--kind medusa", lambda a: a.kind == "medusa"),
+         "prompts": (",".join(f.name for f in PROMPTS), "training on prompts (without --corpus)",
+                     lambda a: a.corpus is None),
+         "samples": (8, "training on prompts (without --corpus)", lambda a: a.corpus is None),
+         "length": (128, "training on prompts (without --corpus)", lambda a: a.corpus is None),
+         "heldout_sequences": (256, "--corpus", lambda a: a.corpus is not None)}
+
+
+def _flags_that_apply(args) -> None:
+    for name, (default, where, applies) in _ONLY.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+        elif not applies(args):
+            raise ValueError(f"--{name.replace('_', '-')}: read only with {where}; this run would ignore it")
+
+
 def main(argv=None) -> int:
     ap = ArgumentParser(prog="python -m llm_bridge.train_head", description=__doc__.splitlines()[0])
     ap.add_argument("--kind", required=True, choices=HEAD_KINDS)
     ap.add_argument("--target", default=DEFAULT_TARGET)
     ap.add_argument("--vocab", type=integer, default=8192, help="draft vocabulary: the N most frequent tokens (0: all)")
-    ap.add_argument("--prompts", default=",".join(f.name for f in PROMPTS),
+    ap.add_argument("--prompts", default=None,
                     help="prompt files, comma-separated (bare names: llm_bridge/data)")
     ap.add_argument("--corpus", type=path_argument, default=None,
                     help="train on a corpus folder of python -m llm_bridge.corpus (instead of --prompts, --samples, "
                          "--length); 'default': the committed corpus of the target")
     ap.add_argument("--train-tokens", type=integer, default=0,
                     help="with --corpus: train on its first shards up to this many continuation tokens (0: all)")
-    ap.add_argument("--heldout-sequences", type=integer, default=256, help="with --corpus: held-out sequences measured")
-    ap.add_argument("--samples", type=integer, default=8, help="continuations sampled per prompt")
-    ap.add_argument("--length", type=integer, default=128, help="tokens per continuation")
+    ap.add_argument("--heldout-sequences", type=integer, default=None, help="with --corpus: held-out sequences measured")
+    ap.add_argument("--samples", type=integer, default=None, help="continuations sampled per prompt")
+    ap.add_argument("--length", type=integer, default=None, help="tokens per continuation")
     ap.add_argument("--steps", type=integer, default=1000)
     ap.add_argument("--batch", type=integer, default=8)
     ap.add_argument("--lr", type=real, default=1e-3)
-    ap.add_argument("--unroll", type=integer, default=3, help="EAGLE: drafting steps trained (training-time test)")
-    ap.add_argument("--medusa-heads", type=integer, default=4, help="Medusa: blocks (the longest draft)")
-    ap.add_argument("--feature-weight", type=real, default=0.1, help="EAGLE: weight of the feature regression")
+    ap.add_argument("--unroll", type=integer, default=None, help="EAGLE: drafting steps trained (training-time test)")
+    ap.add_argument("--medusa-heads", type=integer, default=None, help="Medusa: blocks (the longest draft)")
+    ap.add_argument("--feature-weight", type=real, default=None, help="EAGLE: weight of the feature regression")
     ap.add_argument("--fuse", type=index_list, default=(),
                     help="EAGLE with --corpus: target layers fused with the last feature (EAGLE-3), e.g. 4,15")
     ap.add_argument("--head-layers", type=integer, default=1,
@@ -477,6 +436,7 @@ def main(argv=None) -> int:
                     help="write --out/checkpoint.pt every this many steps; a rerun of the same recipe resumes from it")
     args = ap.parse_args(argv)
     try:
+        _flags_that_apply(args)  # a flag the recipe would ignore is refused before any model loads
         if args.out is not None:
             check_folder_path(args.out, "--out")  # made when the first file is written
         record = train_head(HeadRecipe(

@@ -99,7 +99,7 @@ from .timing import TimingPlan, add_timing_arguments, phase_log
 from .trees import parse_tree, tree_batches, tree_generate
 from .validate_config import PROMPT_FILE, ValidateConfig, prompt_lines
 
-__all__ = ["ENGINE_KEYS", "MAX_BASELINE_DRIFT", "TREE_VERIFIERS", "ValidateConfig", "export_synthetic_rates", "main",
+__all__ = ["ENGINE_KEYS", "MAX_BASELINE_DRIFT", "TREE_VERIFIERS", "ValidateConfig", "export_synthetic_rates", "flags_that_apply", "main",
            "output_path", "timing_check", "validate"]
 
 
@@ -371,6 +371,17 @@ def output_path(out_dir, name: str | None, draft: str, prefix: str = "llm_") -> 
     return Path(out_dir) / f"{prefix}{name}.json"
 
 
+def flags_that_apply(args, table) -> None:
+    """Each ``(flag, default, needs)`` of ``table``: the default where the flag was not given (its argparse default is
+    None), and a ``ValueError`` where it was given but flag ``needs`` was not: it would be ignored."""
+    for flag, default, needs in table:
+        if getattr(args, flag) is None:
+            setattr(args, flag, default)
+        elif not getattr(args, needs):  # given where nothing reads it: refused, not ignored, before any model loads
+            raise ValueError(f"--{flag.replace('_', '-')}: read only with --{needs.replace('_', '-')}; this run would "
+                             "ignore it")
+
+
 def main(argv=None) -> int:
     ap = ArgumentParser(prog="python -m llm_bridge.validate", description=__doc__.splitlines()[0],
                                  formatter_class=HelpFormatter)
@@ -383,10 +394,11 @@ def main(argv=None) -> int:
     ap.add_argument("--trees", default="", help="draft trees for multi-draft runs, comma-separated k-configs "
                     "(4x2x2x1), iid:K:L (K i.i.d. drafts of L tokens) or eagle2:D:K:M (EAGLE-2's confidence-ordered "
                     "tree: depth D, top-K expansion, M nodes; with --multi-verifiers naive); none by default")
-    ap.add_argument("--multi-verifiers", default="kseq,multiround",
-                    help=f"tree verifiers for --trees, among {','.join(TREE_VERIFIERS)}")
-    ap.add_argument("--rule", default="match", choices=("match", "accepted"),
-                    help="tree walk: SpecTr's match (go on when a candidate equals Y) or MCSD's accepted")
+    ap.add_argument("--multi-verifiers", default=None,
+                    help=f"tree verifiers for --trees, among {','.join(TREE_VERIFIERS)} (default: kseq,multiround)")
+    ap.add_argument("--rule", default=None, choices=("match", "accepted"),
+                    help="with --trees: the tree walk, SpecTr's match (go on when a candidate equals Y; the default) or "
+                         "MCSD's accepted")
     ap.add_argument("--prompts", type=integer, default=32, help="validation prompts (the interval's independent units; "
                     "committed records use at least 32)")
     ap.add_argument("--max-new-tokens", type=integer, default=64, help="tokens generated per prompt")
@@ -428,8 +440,9 @@ def main(argv=None) -> int:
     ap.add_argument("--prediction-paths", type=integer, default=1,
                     help="plain paths of each prediction prompt the replays read, pooled per prompt (more take the "
                          "draw of one continuation out of the prediction; temperature 0 has one)")
-    ap.add_argument("--log-top-p", type=real, default=DEFAULT_LOG_TOP_P, help="with --log-rows: mass kept per row")
-    ap.add_argument("--log-max-kept", type=integer, default=DEFAULT_LOG_MAX_KEPT,
+    ap.add_argument("--log-top-p", type=real, default=None,
+                    help=f"with --log-rows: mass kept per row (default {DEFAULT_LOG_TOP_P})")
+    ap.add_argument("--log-max-kept", type=integer, default=None,
                     help="with --log-rows: at most this many tokens per row and model")
     ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                     help="progress bars on stderr (default: when stderr is a terminal); each phase's elapsed time (and, "
@@ -441,6 +454,9 @@ def main(argv=None) -> int:
     except ValueError as err:
         ap.error(str(err))
     try:
+        flags_that_apply(args, (("multi_verifiers", "kseq,multiround", "trees"), ("rule", "match", "trees"),
+                                ("log_top_p", DEFAULT_LOG_TOP_P, "log_rows"),
+                                ("log_max_kept", DEFAULT_LOG_MAX_KEPT, "log_rows")))
         config = ValidateConfig(
             target=args.target, draft=args.draft, verifiers=tuple(comma_items(args.verifiers, "--verifiers")),
             lengths=tuple(lengths), prompts=args.prompts, max_new_tokens=args.max_new_tokens, device=args.device,

@@ -204,3 +204,113 @@ def test_errors_that_name_their_input(tmp_path, capsys):
     from tests.cli_refusals import refused
 
     refused(main, ["sweep", str(spec), "--workers", "1", "--out", str(tmp_path / "res")], capsys, "is a folder")
+
+
+def test_damaged_record_values_beyond_their_bounds_are_refused():
+    """A mean accepted length of 7 at L = 2, a prediction of 10 tokens per call, a first-position acceptance of 2, a
+    histogram given as text and a lossless verdict 'yes' were drawn or passed as given."""
+    import copy
+    from pathlib import Path
+
+    from otspec.engine.record import RecordError, as_record
+
+    record = json.loads((Path(__file__).resolve().parent.parent / "figures" / "llm_default.json").read_text())
+    as_record(copy.deepcopy(record))
+    run = next(i for i, r in enumerate(record["runs"]) if r.get("L") == 2)
+
+    def damaged(edit):
+        bad = copy.deepcopy(record)
+        edit(bad)
+        return bad
+
+    cases = [(lambda r: r["runs"][run].__setitem__("mean_acceptance_length", 7.0), "above L \\+ 1 = 3"),
+             (lambda r: r["runs"][run]["prediction"].__setitem__("block_efficiency", 10.0), "above L \\+ 1 = 3"),
+             (lambda r: r["drafter"].__setitem__("acceptance", 2.0), "should be <= 1"),
+             (lambda r: r["runs"][run].setdefault("engine_metrics", {}).__setitem__("draft_length_histogram", "abc"),
+              "list of counts"),
+             (lambda r: r["lossless"]["verifiers"]["token"].__setitem__("lossless", "yes"), "true, false or null")]
+    for edit, needle in cases:
+        with pytest.raises(RecordError, match=needle):
+            as_record(damaged(edit))
+
+
+def test_an_empty_tree_list_and_a_column_named_twice_are_refused(tmp_path, capsys):
+    """A sweep spec with trees = [] ran (L = [] was refused); a results CSV with two columns of one name was drawn
+    from one of them (pandas renamed the other 'exact_accepted.1')."""
+    from otspec.figures.sweep import main as sweep_plot
+    from otspec.sweep import load_spec
+    from tests.cli_refusals import refused
+
+    spec = tmp_path / "spec.toml"
+    body = 'L = [1]\nquantities = ["exact"]\n[[verifiers]]\nname = "token"\n[[pairs]]\nkind = "iid"\n' \
+           'draft = [0.3, 0.7]\ntarget = [0.6, 0.4]\n'
+    spec.write_text("trees = []\n" + body)
+    with pytest.raises(ValueError, match="trees: expected at least one tree"):
+        load_spec(spec)
+    spec.write_text(body)
+    assert load_spec(spec)  # without the key: chain cells only, as before
+    (tmp_path / "twice.csv").write_text("L,exact_accepted,exact_accepted\n1,0.5,0.9\n2,0.6,0.8\n")
+    refused(sweep_plot, [str(tmp_path / "twice.csv"), "--x", "L", "--y", "exact_accepted", "--out",
+                         str(tmp_path / "x.png")], capsys, "'exact_accepted' named twice")
+
+
+def test_flags_a_run_would_ignore_are_refused_before_a_model_loads(capsys, monkeypatch):
+    """train_head --kind medusa --unroll 3 and validate --log-top-p 0.5 without --log-rows (or --rule without --trees)
+    went on to fetch the target with the flag ignored."""
+    import llm_bridge.forecast
+    import llm_bridge.train_head
+    import llm_bridge.validate
+    from llm_bridge.forecast import main as forecast_main
+    from llm_bridge.train_head import main as train_main
+    from llm_bridge.validate import main as validate_main
+    from tests.cli_refusals import refused
+
+    def fetched(*args, **kwargs):
+        raise AssertionError("a model was loaded before the flags were checked")
+
+    monkeypatch.setattr(llm_bridge.train_head, "load_model", fetched)
+    monkeypatch.setattr(llm_bridge.validate, "validate", fetched)
+    monkeypatch.setattr(llm_bridge.forecast, "load_pair", fetched)
+    for argv, flag in ((["--kind", "medusa", "--unroll", "3"], "--unroll"),
+                       (["--kind", "medusa", "--feature-weight", "2"], "--feature-weight"),
+                       (["--kind", "eagle", "--medusa-heads", "3"], "--medusa-heads"),
+                       (["--kind", "eagle", "--corpus", "default", "--samples", "3"], "--samples"),
+                       (["--kind", "eagle", "--heldout-sequences", "9"], "--heldout-sequences")):
+        refused(train_main, argv, capsys, flag, "ignore")
+    for argv, flag in ((["--log-top-p", "0.5"], "--log-top-p"), (["--log-max-kept", "9"], "--log-max-kept"),
+                       (["--rule", "accepted"], "--rule"), (["--multi-verifiers", "kseq"], "--multi-verifiers")):
+        refused(validate_main, argv, capsys, flag, "ignore")
+    refused(forecast_main, ["--rule", "accepted"], capsys, "--rule", "ignore")
+
+
+def test_a_protocol_controller_answers_with_booleans():
+    """keep_drafting's answer was cast with bool(): None stopped drafting, NaN or 0.5 kept it going; a flag 'no' was
+    read as True and a start that is not callable was skipped."""
+    import numpy as np
+
+    from otspec import IIDSource, TokenVerify, generate
+    from otspec.engine.controllers import as_controller
+
+    class Protocol:
+        max_length = 3
+
+        def __init__(self, answer):
+            self.answer = answer
+
+        def keep_drafting(self, step, draft_rows, **_):
+            return self.answer(len(draft_rows))
+
+    draft, target = IIDSource([0.3, 0.7]), IIDSource([0.75, 0.25])
+    for answer in (lambda m: None, lambda m: np.full(m, 0.5), lambda m: np.full(m, np.nan), lambda m: [True] * (m + 1)):
+        with pytest.raises(ValueError, match="keep_drafting: expected"):
+            generate(draft, target, TokenVerify(), Protocol(answer), 20, seed=0)
+    for good in (lambda m: np.ones(m, dtype=bool), lambda m: True, lambda m: [False] * m):
+        assert generate(draft, target, TokenVerify(), Protocol(good), 20, seed=0).tokens.shape[-1] >= 20
+    flagged = Protocol(lambda m: np.ones(m, dtype=bool))
+    flagged.needs_target = "no"
+    with pytest.raises(ValueError, match="needs_target"):
+        as_controller(flagged)
+    started = Protocol(lambda m: np.ones(m, dtype=bool))
+    started.start = 5
+    with pytest.raises(ValueError, match="start"):
+        as_controller(started)

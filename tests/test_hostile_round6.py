@@ -236,7 +236,7 @@ def test_validation_options_are_refused_before_a_model_loads(tmp_path, capsys):
     assert validate.main(["--max-new-tokens", str(10**9)]) == 2
     assert f"above MAX_NEW_TOKENS = {MAX_NEW_TOKENS:,}" in capsys.readouterr().err
     assert validate.main(["--multi-verifiers", "bogus"]) == 2  # without --trees it was ignored
-    assert "multi-draft verifiers ['bogus']" in capsys.readouterr().err
+    assert "--multi-verifiers: read only with --trees" in capsys.readouterr().err  # round 14: refused, not read
     not_a_head = tmp_path / "source.json"
     not_a_head.write_text('{"type": "iid", "probs": [0.5, 0.5]}')
     assert adaptive.main(["--head", str(not_a_head), "--fixed", "1", "--thresholds", "0.5"]) == 2

@@ -35,10 +35,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..checks import MAX_DRAFT_LENGTH, check_real, check_size
+from ..checks import MAX_DRAFT_LENGTH, check_flag, check_real, check_size
 from ..distributions import to_host
 
-__all__ = ["ConfidenceController", "DraftLengthController", "FixedDraftLength", "HindsightOracle", "ProtocolController",
+__all__ = ["ConfidenceController", "DraftLengthController", "FixedDraftLength", "HindsightOracle", "ProtocolController", "checked_keep",
            "ThresholdController", "as_controller"]
 
 
@@ -89,6 +89,16 @@ def as_controller(draft_length) -> DraftLengthController:
     return FixedDraftLength(draft_length)
 
 
+def checked_keep(ctrl, keep, m: int) -> np.ndarray:
+    """What ``ctrl.keep_drafting`` returned, as the (m,) booleans the protocol asks for (one True or False for all is
+    taken too); anything else (None, 0.5, NaN, another length) is a ``ValueError`` naming the controller, never cast."""
+    arr = np.asarray(keep)
+    if arr.dtype != np.bool_ or arr.shape not in ((m,), ()):
+        raise ValueError(f"{ctrl!r}.keep_drafting: expected {m} booleans (one per sequence still drafting), got "
+                         f"{str(keep)[:60]} (dtype {arr.dtype}, shape {arr.shape})")
+    return np.broadcast_to(arr, (m,))
+
+
 class ProtocolController(DraftLengthController):
     """A controller written to the protocol without subclassing :class:`DraftLengthController`: its
     ``keep_drafting``, ``start`` (if any), ``max_length`` and flags (each False unless it sets them)."""
@@ -97,12 +107,14 @@ class ProtocolController(DraftLengthController):
         self.inner = inner
         self.max_length = check_size(getattr(inner, "max_length", None), f"{type(inner).__name__}.max_length",
                                      limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
-        for flag in ("needs_target", "needs_context", "needs_lookahead", "reads_drafted_state"):
-            setattr(self, flag, bool(getattr(inner, flag, False)))
+        for flag in ("needs_target", "needs_context", "needs_lookahead", "reads_drafted_state"):  # 'no' is not False
+            setattr(self, flag, check_flag(getattr(inner, flag, False), f"{type(inner).__name__}.{flag}"))
+        if getattr(inner, "start", None) is not None and not callable(inner.start):
+            raise ValueError(f"{type(inner).__name__}.start: expected a method start(n) or none, got {inner.start!r}")
 
     def start(self, n: int) -> None:
         start = getattr(self.inner, "start", None)
-        if callable(start):
+        if start is not None:
             start(n)
 
     def keep_drafting(self, step: int, draft_rows, **inputs) -> np.ndarray:

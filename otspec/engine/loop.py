@@ -38,7 +38,7 @@ from ..distributions import host_to_like, sample_categorical, to_device, to_host
 from ..drafts import DraftTree, sample_candidates
 from ..verifiers.base import Outcome
 from .confidence import grow_confidence
-from .controllers import DraftLengthController
+from .controllers import DraftLengthController, checked_keep
 from .deviceconfidence import confidence_iteration
 from .devicetree import LazyList, TreeLayout, device_iteration, walks_on_device
 from .observers import ChainStep, TreeStep
@@ -119,7 +119,7 @@ def _draft_chain(draft: Session, target: Session, ctrl: DraftLengthController, r
         features = None if scores.features is None else to_host(_index(scores.features[:, at], idx))
         keep = ctrl.keep_drafting(i + 1, _index(rows, idx), **_controller_inputs(ctrl, draft, target, run, tokens, i,
                                                                                  idx, None, features))
-        drafting[idx] = np.asarray(keep, dtype=bool) & (drafted[idx] < limit[idx])
+        drafting[idx] = checked_keep(ctrl, keep, len(idx)) & (drafted[idx] < limit[idx])
         if not drafting.any():
             break
         if not early:

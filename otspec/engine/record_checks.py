@@ -6,8 +6,10 @@ two-point probability is at most 1; and every quantity of tokens per target call
 its interval, the two-point bound) is at least 1, since each target call emits a token. These hold at any depth, in
 the rows' free-form fields (``prediction``, ``engine_metrics``) too, so they are checked by walking the JSON rather
 than field by field. A record holds at least one run; a run's speedup lies inside its confidence interval and each
-prediction inside its interval; a chain run's block efficiency is at most L + 1 and its histogram of accepted lengths
-has one bin per length 0..L and counts at least one verification per iteration.
+prediction inside its interval; a chain run's tokens per target call (block efficiency, its prediction, bounds and
+mean accepted length, at any depth) are at most L + 1 and its histogram of accepted lengths has one bin per length
+0..L and counts at least one verification per iteration; every histogram is a list of counts and every ``lossless``
+verdict a boolean.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ SIGNED = frozenset({"relative_error", "verification_time"})
 #: Keys whose numbers (at any depth below them, counts of prompts aside) are tokens per target call: >= 1.
 AT_LEAST_ONE = frozenset({"block_efficiency", "block_efficiency_batch_means", "predicted_block_efficiency",
                           "predicted_block_efficiency_interval", "expected_block_efficiency_given_drafts",
-                          "two_point_upper_bound", "two_point_upper_bound_interval"})
+                          "two_point_upper_bound", "two_point_upper_bound_interval", "mean_acceptance_length"})
 #: Keys whose numbers (at any depth below them) are probabilities: <= 1.
 SHARES = frozenset({"two_point_per_position", "tv_per_position", "acceptance_per_position", "acceptance_rate",
                     "acceptance_per_position_unconditional", "acceptance_per_position_conditional",
-                    "draft_acceptance_rate", "predicted_acceptance_per_position_unconditional"})
+                    "draft_acceptance_rate", "predicted_acceptance_per_position_unconditional", "acceptance"})
 _COUNTS = ("prompts", "rounds", "unit")
+_PREDICTION_COUNTS = ("paths", "units", "sequences_per_path", "paths_per_prompt")
 _RUN_LISTS = ("runs", "tree_runs", "fixed", "threshold", "threshold_unlagged")
 #: A run's values that lie inside an interval of the same run: (value, interval, what the interval is).
 _INSIDE = (("speedup", "speedup_ci", "confidence interval"),
@@ -35,9 +38,19 @@ _INSIDE = (("speedup", "speedup_ci", "confidence interval"),
            ("predicted_block_efficiency", "predicted_block_efficiency_interval", "interval"))
 
 
+def _kind_of(key: str, item, at: str, where: str, error) -> None:
+    """A histogram is a list of counts, a verdict ``lossless`` a boolean (or null): text there was drawn as given."""
+    if key.endswith("_histogram") and item is not None and not (
+            isinstance(item, list) and all(isinstance(h, int | float) and not isinstance(h, bool) for h in item)):
+        raise error(f"{where}: {at} should be a list of counts, got {type(item).__name__} {str(item)[:40]!r}")
+    if key == "lossless" and item is not None and not isinstance(item, bool | dict):  # (a record's section is one)
+        raise error(f"{where}: {at} should be true, false or null, got {item!r}")
+
+
 def _walk(value, path: tuple, where: str, error) -> None:
     if isinstance(value, dict):
         for key, item in value.items():
+            _kind_of(str(key), item, ".".join((*path, str(key))).replace(".[", "["), where, error)
             _walk(item, (*path, str(key)), where, error)
     elif isinstance(value, list):
         for i, item in enumerate(value):
@@ -80,11 +93,8 @@ def check_record_numbers(obj: dict, where: str, error) -> None:
                         if not low - slack <= x <= high + slack:
                             raise error(f"{at}: {name} {x} lies outside its {what} [{low}, {high}]")
             hist, L = run.get("accepted_length_histogram"), run.get("L")
-            estimate = run.get("block_efficiency")
-            if isinstance(L, int) and not isinstance(L, bool) and isinstance(estimate, dict):
-                high = estimate.get("high")
-                if isinstance(high, int | float) and high > L + 1 + 1e-9:  # L drafts and one target token at most
-                    raise error(f"{at}: block_efficiency {high} is above L + 1 = {L + 1}")
+            if isinstance(L, int) and not isinstance(L, bool):  # L drafts and one target token at most, at any depth
+                _at_most(run, (), L + 1, at, error)
             if isinstance(hist, list) and isinstance(L, int) and not isinstance(L, bool) and len(hist) != L + 1:
                 raise error(f"{at}: accepted_length_histogram should hold L + 1 = {L + 1} bins (accepted lengths "
                             f"0..L), got {len(hist)}")
@@ -93,3 +103,21 @@ def check_record_numbers(obj: dict, where: str, error) -> None:
                     and sum(hist) < (iterations if isinstance(iterations, int | float) else 1)):
                 raise error(f"{at}: accepted_length_histogram counts {sum(hist)} verifications, fewer than the run's "
                             f"{iterations} iterations (each verifies at least one sequence)")
+
+
+def _at_most(value, path: tuple, most: int, at: str, error) -> None:
+    """Every number of a run counted in tokens per target call (keys of :data:`AT_LEAST_ONE`, a prediction's check
+    and counts aside) is at most ``most`` = L + 1."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key != "prediction_check":
+                _at_most(item, (*path, str(key)), most, at, error)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _at_most(item, (*path, f"[{i}]"), most, at, error)
+    elif (isinstance(value, int | float) and not isinstance(value, bool) and value > most + 1e-9
+          and AT_LEAST_ONE.intersection(path) and path[-1] not in _COUNTS + _PREDICTION_COUNTS
+          and (path[-1] not in ("high", "mean_high") or path == ("block_efficiency", "high"))):  # a t interval of
+        # batch means may end past the bound its values keep; the estimate's own (percentile) interval may not
+        name = ".".join(path).replace(".[", "[")
+        raise error(f"{at}: {name} {value} is above L + 1 = {most} (tokens per target call)")

@@ -47,6 +47,16 @@ def read_results(path):
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
         raise ValueError(f"sweep results {path}: not a readable {'CSV' if path.suffix.lower() == '.csv' else 'Parquet'}"
                          f" table ({first})") from None
+    names = list(frame.columns)
+    if path.suffix.lower() == ".csv":  # pandas renames a repeated header name 'x' to 'x.1': read the header as written
+        import csv
+
+        with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+            names = next(csv.reader(fh), [])
+    twice = sorted({str(n) for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"sweep results {path}: column(s) {', '.join(map(repr, twice))} named twice; which one is meant "
+                         "cannot be told")
     if frame.empty:
         raise ValueError(f"sweep results {path}: the table holds no rows")
     return frame

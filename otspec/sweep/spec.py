@@ -316,6 +316,8 @@ def _verifiers(raw) -> list[dict]:
 def _trees(data: dict) -> list[str]:
     """The spec's tree strings, each parsed now (a bad one is refused here, not in a worker later)."""
     raw = _as_list(data.get("trees", []))
+    if "trees" in data and not raw:  # as L = [] is: an empty list given is a mistake, not "no trees"
+        raise _error("trees", "expected at least one tree (leave the key out for chain cells only)")
     for i, text in enumerate(raw):
         if not isinstance(text, str):
             raise _error(f"trees[{i}]", f"expected a tree spec string (2x1, iid:2:3, eagle2:2:2:3), got {text!r}")
