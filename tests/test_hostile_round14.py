@@ -314,3 +314,67 @@ def test_a_protocol_controller_answers_with_booleans():
     started.start = 5
     with pytest.raises(ValueError, match="start"):
         as_controller(started)
+
+
+def test_one_drafted_tree_has_its_optimum_in_closed_form():
+    """An EAGLE-2 tree of 910 tokens at V = 3 sent calc tree into two minutes of HiGHS for a value every verifier
+    LP has in closed form when one tree is drafted for sure: Σ_ℓ Q(Y^ℓ is a path). The closed form is checked
+    against the verifier LP and the coupling LP (still solved when two trees are drafted)."""
+    import numpy as np
+
+    from otspec.solvers.tree_ot import coupling_optimum, verifier_optimum
+    from otspec.sources import random_markov
+
+    _, target = random_markov(vocab=3, concentration=1.0, seed=4)
+    paths = frozenset({(0,), (1,), (0, 2), (0, 0), (0, 2, 1), (1, 1), (1, 1, 0)})
+    closed = coupling_optimum([paths], [1.0], target, 3)
+    assert closed.value == pytest.approx(verifier_optimum([paths], [1.0], target, 3)[0], abs=1e-9)
+    assert closed.coupling == pytest.approx(closed.value) and closed.per_level_sum == pytest.approx(closed.value)
+    other = frozenset({(2,), (2, 2)})
+    two = coupling_optimum([paths, other], [1.0 - 1e-12, 1e-12], target, 3)  # the LPs, at almost the same law
+    assert two.value == pytest.approx(closed.value, abs=1e-9) and two.coupling == pytest.approx(closed.coupling,
+                                                                                                  abs=1e-9)
+    assert np.allclose(two.per_level, closed.per_level, atol=1e-9)
+
+
+def test_a_tree_monte_carlo_trial_is_one_iteration_and_a_capped_tree_is_computed_capped(monkeypatch):
+    """simulate_tree finished every trial's L + 1 tokens with more trees after an early rejection (iid:64:1000 on a
+    2-token pair ran past a minute); calc tree computed a 4096x1 tree drawn without replacement from 3 tokens for
+    30 s although its values are those of 3x1. The compiled decode's corrections were two passes over V each (16 M
+    tokens: minutes); they are now a lookup, the draws unchanged."""
+    import numpy as np
+
+    import otspec.engine.tree
+    from otspec import IIDSource, TokenVerify, generate
+    from otspec.cli import main
+    from otspec.engine import simulate_tree, tree_law
+    from otspec.engine.compiled_chain import residual_tables
+    from otspec.engine.lookup import lookup_table
+    from otspec.engine.session import SourceSession
+    from otspec.sources import MarkovSource
+    from otspec.verifiers import KSeq
+
+    draft = MarkovSource([0.5, 0.5], [[0.9, 0.1], [0.2, 0.8]])
+    target = MarkovSource([0.5, 0.5], [[0.2, 0.8], [0.9, 0.1]])  # rejections early and often
+    exact = tree_law(draft, target, KSeq(), "iid:3:3", "match").expected_accepted
+    mc = simulate_tree(draft, target, KSeq(), "iid:3:3", 40_000, seed=3, progress=False)
+    assert abs(mc.accepted.value - exact) < 5 * mc.accepted.stderr + 1e-12
+    assert np.allclose(mc.first_token_counts / mc.first_token_counts.sum(), [0.5, 0.5], atol=0.02)
+    calls = []
+    real_feed_tree = SourceSession.feed_tree
+    monkeypatch.setattr(SourceSession, "feed_tree", lambda self, *a: calls.append(1) or real_feed_tree(self, *a))
+    simulate_tree(draft, target, KSeq(), "iid:4:12", 8, seed=0, progress=False)  # one chunk of 8 trials
+    assert len(calls) <= 2 * 12  # the draft's levels and the target's scoring of one tree, not a tree per level left
+    monkeypatch.setattr(SourceSession, "feed_tree", real_feed_tree)
+    seen = []
+    real_law = otspec.engine.tree.tree_law
+    monkeypatch.setattr(otspec.engine.tree, "tree_law", lambda d, t, v, tree, rule: seen.append(tree.branching) or
+                        real_law(d, t, v, tree, rule))
+    assert main(["calc", "tree", "--draft", "0.5,0.3,0.2", "--target", "0.2,0.3,0.5", "--tree", "4096x1",
+                 "--without-replacement", "--json"]) == 0
+    assert seen and set(seen) == {(3, 1)}
+    for pair in ((IIDSource([0.5, 0.5, 0.0]), IIDSource([0.2, 0.3, 0.5])), (draft, target)):
+        assert residual_tables(*map(lookup_table, pair)) is not None
+    small = generate(IIDSource([0.7, 0.2, 0.1]), IIDSource([0.1, 0.2, 0.7]), TokenVerify(), 2, 2, n_sequences=40_000,
+                     seed=1, progress=False)
+    assert np.allclose(np.bincount(small.tokens[:, 0], minlength=3) / 40_000, [0.1, 0.2, 0.7], atol=0.01)

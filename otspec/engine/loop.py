@@ -418,7 +418,8 @@ def tree_steps(draft: Session, target: Session, verifier, tree: DraftTree, n_tok
         run.emit(idx, out_tokens[idx], emitted[idx], (draft, target), features)
         if run.observers:
             run.notify("on_tree", TreeStep(idx, start, depth[idx], emitted[idx], tries, paths, nodes[idx], calls[idx],
-                                           lambda b, before=before: run.seq[b, :before[b]].copy()))
+                                           lambda b, before=before: run.seq[b, :before[b]].copy(),
+                                           tokens=out_tokens[idx]))
         yield from run.pause()
     return run.result()
 
@@ -479,6 +480,6 @@ def _array_tree_steps(draft, target, verifier, tree, n_tokens, rng, rule, prompt
             run.notify("on_tree", TreeStep(idx, start, depth[idx], step.emitted[idx], step.tries(), step.paths(),
                                            step.nodes[idx], step.calls[idx],
                                            lambda b, before=before: to_host(run.seq[b, :before[b]]).copy(),
-                                           drafted=step.drafted()[idx]))
+                                           drafted=step.drafted()[idx], tokens=to_host(step.out[run.like(idx)])))
         yield from run.pause()
     return run.result()

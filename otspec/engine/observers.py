@@ -84,6 +84,8 @@ class TreeStep:
     drafted : int array (n,) or None
         Candidates drawn per sequence, when the loop knows them without the tries (the device walk, whose tries
         are built on first use).
+    tokens : int array (n, at least max(emitted)) or None
+        The tokens each sequence emitted (its first ``emitted`` columns), on the host.
     """
 
     rows: np.ndarray
@@ -96,6 +98,7 @@ class TreeStep:
     draft_calls: np.ndarray
     history: Any
     drafted: Any = None
+    tokens: Any = None
 
 
 class Observer:

@@ -41,7 +41,7 @@ from .chunking import DEFAULT_BACKEND, Backend, check_backend, chunk_size
 from .confidence import grow_on_source
 from .decode import check_buffer, check_prefixes, check_step
 from .ledger import DecodeResult, Ledger
-from .loop import tree_loop
+from .loop import tree_loop, tree_steps
 from .montecarlo import MonteCarloResult, run_chunks
 from .observers import LedgerObserver, Observer
 from .runstate import LoopHooks
@@ -239,7 +239,7 @@ def simulate_tree(draft: Source, target: Source, verifier, tree, n_blocks: int, 
                   backend: Backend = DEFAULT_BACKEND) -> MonteCarloResult:
     """Monte Carlo of one tree iteration from the empty context: ``n_blocks`` trees drafted and verified.
 
-    Each trial runs the tree loop (:func:`~otspec.engine.loop.tree_loop`) for depth + 1 tokens, which is
+    Each trial runs the first iteration of the tree loop (:func:`~otspec.engine.loop.tree_steps`), which is
     exactly one iteration on the whole tree; ``accepted`` estimates E[accepted tree tokens], the quantity
     of :func:`tree_law` and of :func:`tree_bound`, and ``first_token_counts`` counts the first emitted
     token (a lossless verifier draws it from the target's first row). Works for every tree verifier
@@ -265,8 +265,11 @@ def simulate_tree(draft: Source, target: Source, verifier, tree, n_blocks: int, 
     def draw(b):
         first = _FirstIteration(b)
         sessions = (SourceSession(draft, b, L + 2, max_prefix=L - 1), SourceSession(target, b, L + 2, max_prefix=L))
-        run = tree_loop(*sessions, verifier, tree, L + 1, rng, hooks=LoopHooks(observers=[first]), rule=rule, batch=b)
-        return first.accepted, run.tokens[:, 0]
+        steps = tree_steps(*sessions, verifier, tree, L + 1, rng, hooks=LoopHooks(observers=[first]), rule=rule,
+                           batch=b)
+        next(steps)  # the first iteration, every sequence's whole tree: the trial (the later ones would only finish
+        steps.close()  # its L + 1 tokens, a tree per level left after an early rejection: cubic in the depth)
+        return first.accepted, first.token
 
     return run_chunks(draw, L, V, n_blocks, batch, confidence, progress, f"monte carlo ({verifier.name}, {tree})")
 
@@ -276,10 +279,12 @@ class _FirstIteration(Observer):
 
     def __init__(self, n: int):
         self.accepted = np.full(n, -1, dtype=np.int64)
+        self.token = np.full(n, -1, dtype=np.int64)  # the first emitted token
 
     def on_tree(self, step) -> None:
         at = step.start == 0
         self.accepted[step.rows[at]] = step.emitted[at] - 1
+        self.token[step.rows[at]] = np.asarray(step.tokens)[at, 0]
 
 
 def tree_bound(draft: Source, target: Source, tree) -> TreeOptimum:

@@ -208,12 +208,18 @@ def coupling_optimum(trees: list, p_tree, target: Source, depth: int) -> TreeOpt
     if n_var > MAX_LP_VARIABLES:
         raise SizeLimitError(f"the coupling LP over V = {V} has {len(trees):,} drafted trees x "
                              f"{blocks:,} target blocks = {n_var:,} variables (limit {MAX_LP_VARIABLES:,})")
-    value, n_verifier = verifier_optimum(trees, p_tree, target, L)
     q = target.enumerate(L).probs
     member = _membership(trees, V, L)
     ys = np.arange(blocks)
     hit = [member[ell][:, ys // V ** (L - 1 - ell)] for ell in range(L)]  # (trees, blocks): Y^ℓ is a path of T
     n_t = len(trees)
+    if n_t == 1:  # one tree drafted for sure: the output Y ~ q meets it along its longest path prefix, whatever the
+        # verifier, and the naive one accepts exactly that; every LP here has that value (a 3^10-block LP of an
+        # EAGLE-2 tree ran for two minutes to find it)
+        per_level = np.array([float(q @ h[0]) for h in hit])
+        total = float(per_level.sum())
+        return TreeOptimum(total, total, per_level, total, 1, _lp_sizes(trees, V, L)[0])
+    value, n_verifier = verifier_optimum(trees, p_tree, target, L)
     A_eq = sp.vstack([sp.kron(sp.eye(n_t), np.ones((1, blocks))), sp.kron(np.ones((1, n_t)), sp.eye(blocks))]).tocsc()
     b_eq = np.concatenate([p_tree, q])
 
