@@ -378,3 +378,75 @@ def test_a_tree_monte_carlo_trial_is_one_iteration_and_a_capped_tree_is_computed
     small = generate(IIDSource([0.7, 0.2, 0.1]), IIDSource([0.1, 0.2, 0.7]), TokenVerify(), 2, 2, n_sequences=40_000,
                      seed=1, progress=False)
     assert np.allclose(np.bincount(small.tokens[:, 0], minlength=3) / 40_000, [0.1, 0.2, 0.7], atol=0.01)
+
+
+def call_token(*args):
+    from otspec.audit.adapters import token
+
+    return token(*args)
+
+
+def forks_a_pool(*args):
+    """A lossless sampler that hands its call to a forked multiprocessing pool (whose workers end with os._exit)."""
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        return pool.apply(call_token, args)
+
+
+def points_stdout_at_devnull(*args):
+    """A lossless sampler that points descriptor 1 at /dev/null (the verdict's descriptor)."""
+    import os
+
+    from otspec.audit.adapters import token
+
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    return token(*args)
+
+
+def terminates_its_parent(*args):
+    """A sampler that sends SIGTERM to the process that started it (the command, around the audit's child)."""
+    import os
+    import signal
+    import time
+
+    os.kill(os.getppid(), signal.SIGTERM)
+    time.sleep(5)
+    raise AssertionError("the parent should have ended this process")
+
+
+def interrupts_its_parent(*args):
+    import os
+    import signal
+    import time
+
+    os.kill(os.getppid(), signal.SIGINT)
+    time.sleep(3)
+    raise AssertionError("the parent should have ended this process")
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="fork")
+def test_an_audit_survives_a_sampler_that_forks_redirects_or_signals_its_parent():
+    """In process, a pool worker's os._exit was refused (the worker ran on as a copy of the audit: a hang and a false
+    error line) and a sampler pointing descriptor 1 at /dev/null left exit 0 with no verdict anywhere; from the
+    command line, a sampler that SIGTERMs the command left status 143 and no line, and one that SIGINTs it left the
+    child to print a traceback after the command had ended."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+
+    def audit(sampler, *flags):
+        return subprocess.run([sys.executable, "-m", "otspec", "audit", f"tests.test_hostile_round14:{sampler}",
+                               "--samples", "300", *flags], cwd=root, capture_output=True, text=True, timeout=120)
+
+    pooled = audit("forks_a_pool", "--in-process")
+    assert pooled.returncode == 0 and "verdict" in pooled.stdout and "error" not in pooled.stderr, pooled.stderr
+    redirected = audit("points_stdout_at_devnull", "--in-process", "--json")
+    assert redirected.returncode == 0 and json.loads(redirected.stdout)["verdict"], redirected
+    terminated = audit("terminates_its_parent")
+    assert terminated.returncode == 2 and "sent SIGTERM" in terminated.stderr, terminated
+    assert len(terminated.stderr.strip().splitlines()[-1:]) == 1 and "Traceback" not in terminated.stderr
+    interrupted = audit("interrupts_its_parent")
+    assert interrupted.returncode == 130 and "Traceback" not in interrupted.stderr, interrupted.stderr

@@ -29,12 +29,28 @@ def audit_in_process(args) -> dict:
 
     HARD_EXIT["allowed"] = True  # a sampler that disables both interrupts ends this command (exit 2), never hangs it
     streams = sys.stdout, sys.stderr  # a sampler that replaces them (None, a StringIO) would swallow the verdict
+    saved = _saved_descriptors()  # and one that points descriptor 1 or 2 elsewhere (os.dup2 onto /dev/null) too
     try:
         with no_hard_exit():  # a sampler's os._exit is its error, not the command's exit status
             return _audit(args)
     finally:
         HARD_EXIT["allowed"] = False  # main() called in a user's own process leaves it as it found it
         sys.stdout, sys.stderr = streams
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
+def _saved_descriptors() -> dict:
+    """Copies of the standard output and error descriptors, by descriptor, to put back after the sampler (those
+    that are open)."""
+    saved = {}
+    for fd in (1, 2):
+        try:
+            saved[fd] = os.dup(fd)
+        except OSError:  # closed before the audit: nothing to restore
+            pass
+    return saved
 
 
 def _audit(args) -> dict:

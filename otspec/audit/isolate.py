@@ -14,6 +14,7 @@ interpreter so that no timer of the child's own can fire (the child tells the pa
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import pickle
@@ -21,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -56,7 +58,13 @@ def run_isolated(args) -> dict:
         # the child's own stdout is the parent's stderr: the sampler's prints never mix with the verdict or --json
         proc = subprocess.Popen([sys.executable, "-m", "otspec.audit.isolate"], env=env,
                                 stdout=sys.stderr.fileno() if _has_fileno(sys.stderr) else None)
-        overdue = _supervise(proc, path, Path(tmp) / "deadline")
+        try:
+            with _terminated_as_error():
+                overdue = _supervise(proc, path, Path(tmp) / "deadline")
+        finally:  # interrupted (a Ctrl-C, or a SIGINT the sampler sent this process): the child ends with it
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
         outcome = pickle.loads(path.read_bytes()) if path.is_file() and path.stat().st_size else None
     if outcome is None and overdue is not None:
         raise CLIError(f"the sampler did not return within --timeout ({overdue:g} s) and held the audit's process "
@@ -107,6 +115,31 @@ def _supervise(proc, outcome: Path, deadline: Path) -> float | None:
             return timeout
 
 
+class _Terminated(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _terminated_as_error():
+    """While the child runs, a SIGTERM to this process (from the sampler, or anyone) ends the audit with one line,
+    exit status 2, and the child ended, rather than silently with status 143."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    except _Terminated:
+        raise CLIError("the audit's process was sent SIGTERM (by the sampler or another process) before a verdict; "
+                       "the audit ended") from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _has_fileno(stream) -> bool:
     try:
         stream.fileno()
@@ -151,7 +184,10 @@ def _child() -> int:
         outcome = ("error", str(exc))
     except KeyboardInterrupt:
         outcome = ("interrupted", None)
-    _write(path, outcome)
+    try:
+        _write(path, outcome)
+    except OSError:  # the parent is gone with its folder (it was interrupted and ended this process): no one to tell
+        return 1
     return 0
 
 

@@ -223,31 +223,48 @@ def _refuse(call: str):
     raise _HardExit(call)
 
 
+#: The audit's own process while :func:`no_hard_exit` guards it: a process the sampler forks gets the real calls (a
+#: forked worker's ``os._exit`` is how it ends; refused there, it would run on as a copy of the audit).
+_AUDITOR = {"pid": None, "raise": None}
+
+
+def _forked() -> bool:
+    return _AUDITOR["pid"] is not None and os.getpid() != _AUDITOR["pid"]
+
+
 def _refused_exit(code=0):
+    if _forked():
+        REAL_EXIT(code)
     _refuse(f"os._exit({code!r})")
 
 
 def _refused_exec(path, *args):
+    if _forked():
+        return REAL_CALLS["execve" if len(args) == 2 else "execv"](path, *args)
     _refuse(f"os.exec*({path!r}, ...)")
 
 
 def _refused_abort():
+    if _forked():
+        REAL_CALLS["abort"]()
     _refuse("os.abort()")
 
 
 def _refused_kill(pid, sig):
-    if sig != 0 and pid in (0, -1, os.getpid(), -os.getpgrp()):  # itself, its group, every process it may signal
-        _refuse(f"os.kill({pid!r}, {sig!r}) on its own process")
+    if not _forked() and sig != 0 and pid in (0, -1, os.getpid(), -os.getpgrp()):  # itself, its group, every
+        _refuse(f"os.kill({pid!r}, {sig!r}) on its own process")                    # process it may signal
     return REAL_CALLS["kill"](pid, sig)
 
 
 def _refused_killpg(group, sig):
-    if sig != 0 and group in (0, os.getpgrp()):
+    if not _forked() and sig != 0 and group in (0, os.getpgrp()):
         _refuse(f"os.killpg({group!r}, {sig!r}) on its own process group")
     return REAL_CALLS["killpg"](group, sig)
 
 
 def _refused_raise(sig):
+    if _forked():
+        return _AUDITOR["raise"](sig)
     _refuse(f"signal.raise_signal({sig!r})")
 
 
@@ -280,6 +297,7 @@ def no_hard_exit():
         setattr(os, name, guard)
         setattr(posix, name, guard)
     raise_signal, signal.raise_signal = signal.raise_signal, _refused_raise
+    _AUDITOR.update({"pid": os.getpid(), "raise": raise_signal})
     _THREAD_EXITS.clear()
     try:
         yield
@@ -292,6 +310,7 @@ def no_hard_exit():
             setattr(os, name, real)
             setattr(posix, name, real)
         signal.raise_signal = raise_signal
+        _AUDITOR["pid"] = None
 
 
 def _call(fn: Callable, args: tuple):

@@ -185,6 +185,9 @@ def _estimate_line(name: str, n: int, estimate: dict) -> str:
     line = (f"sweep {name}: {n} cells to run; Monte Carlo and decoding touch about "
             f"{estimate['estimated_entries']:.2g} row entries (~{estimate['estimated_entries'] * 40e-9:.0f} s of one "
             f"core at 40 ns each)")
+    if estimate.get("unestimated"):
+        line += (f", not counting {estimate['unestimated']} cell quantities on source files or logged rows (their "
+                 "vocabulary is read in the cell, and a quantity past MAX_CELL_WORK is left empty there)")
     if estimate["heaviest"]:
         line += f"; heaviest: {estimate['heaviest']}"
     if estimate["over_limit"]:

@@ -81,14 +81,15 @@ def over_limit(cell: dict, quantity: str, vocab: int | None, iid: bool) -> str |
 def spec_work(cells: list[dict], quantities) -> dict:
     """The grid's estimate before it runs: total entries of the cells whose vocabulary the spec gives, the heaviest
     cell quantity that will run, and the cell quantities over :data:`MAX_CELL_WORK` (left empty with a note)."""
-    total, heaviest, over = 0, None, []
+    total, heaviest, over, unknown = 0, None, [], 0
     for cell in cells:
         vocab = pair_vocab(cell["pair"])
         iid = cell["pair"]["kind"] in ("random_iid", "iid")
         for quantity in quantities:
             work = cell_work(cell, quantity, vocab, iid)
             if work is None:
-                continue
+                unknown += quantity in ("monte_carlo", "decode") and vocab is None  # a file's vocabulary: counted
+                continue                                                         # in the cell, when it is read
             shape = " ".join(f"{key}={cell[key]}" for key in ("L", "k", "tree") if cell.get(key) is not None)
             label = f"{describe_pair(cell['pair'])} {cell['verifier']} {shape} {quantity}: {work[1]}"
             if work[0] > MAX_CELL_WORK:
@@ -99,4 +100,4 @@ def spec_work(cells: list[dict], quantities) -> dict:
                 heaviest = (work[0], label)
     return {"estimated_entries": total, "heaviest": None if heaviest is None else heaviest[1],
             "heaviest_entries": None if heaviest is None else heaviest[0], "over_limit": len(over),
-            "over_limit_first": over[:3]}
+            "over_limit_first": over[:3], "unestimated": unknown}
