@@ -24,7 +24,9 @@ import time
 from otspec.clitools import (
     ArgumentParser,
     HelpFormatter,
+    as_flags,
     comma_items,
+    flags_that_apply,
     integer,
     integer_items,
     one_line,
@@ -41,7 +43,6 @@ from .runs import wall_clock_prediction
 from .trees import parse_tree
 from .validate import (
     RECORDS_OUT,
-    flags_that_apply,
     output_name,
     output_path,
     prepare_predictions,
@@ -159,7 +160,7 @@ def main(argv=None) -> int:
         pair = load_pair(config.target, config.draft, device=config.device, dtype=config.dtype)
         out = forecast(pair, config, name=name)
     except (ModelNotFound, FileNotFoundError, VocabularyMismatch, ImportError, ValueError) as err:
-        print(f"python -m llm_bridge.forecast: {one_line(err)}", file=sys.stderr)
+        print(f"python -m llm_bridge.forecast: {as_flags(one_line(err), args)}", file=sys.stderr)
         return 2
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1) + "\n")

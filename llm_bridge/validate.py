@@ -54,8 +54,10 @@ import numpy as np
 from otspec.clitools import (
     ArgumentParser,
     HelpFormatter,
+    as_flags,
     check_folder_path,
     comma_items,
+    flags_that_apply,
     integer,
     integer_items,
     one_line,
@@ -99,7 +101,7 @@ from .timing import TimingPlan, add_timing_arguments, phase_log
 from .trees import parse_tree, tree_batches, tree_generate
 from .validate_config import PROMPT_FILE, ValidateConfig, prompt_lines
 
-__all__ = ["ENGINE_KEYS", "MAX_BASELINE_DRIFT", "TREE_VERIFIERS", "ValidateConfig", "export_synthetic_rates", "flags_that_apply", "main",
+__all__ = ["ENGINE_KEYS", "MAX_BASELINE_DRIFT", "TREE_VERIFIERS", "ValidateConfig", "export_synthetic_rates", "main",
            "output_path", "timing_check", "validate"]
 
 
@@ -371,17 +373,6 @@ def output_path(out_dir, name: str | None, draft: str, prefix: str = "llm_") -> 
     return Path(out_dir) / f"{prefix}{name}.json"
 
 
-def flags_that_apply(args, table) -> None:
-    """Each ``(flag, default, needs)`` of ``table``: the default where the flag was not given (its argparse default is
-    None), and a ``ValueError`` where it was given but flag ``needs`` was not: it would be ignored."""
-    for flag, default, needs in table:
-        if getattr(args, flag) is None:
-            setattr(args, flag, default)
-        elif not getattr(args, needs):  # given where nothing reads it: refused, not ignored, before any model loads
-            raise ValueError(f"--{flag.replace('_', '-')}: read only with --{needs.replace('_', '-')}; this run would "
-                             "ignore it")
-
-
 def main(argv=None) -> int:
     ap = ArgumentParser(prog="python -m llm_bridge.validate", description=__doc__.splitlines()[0],
                                  formatter_class=HelpFormatter)
@@ -472,7 +463,7 @@ def main(argv=None) -> int:
             lossless_verifiers=None if args.lossless_verifiers is None else
             tuple(comma_items(args.lossless_verifiers, "--lossless-verifiers")))
     except (FileNotFoundError, ValueError) as err:  # the settings, checked before any folder is made
-        print(f"python -m llm_bridge.validate: {one_line(err)}", file=sys.stderr)
+        print(f"python -m llm_bridge.validate: {as_flags(one_line(err), args)}", file=sys.stderr)
         return 2
     try:
         out_path = output_path(args.out_dir, args.name, args.draft)

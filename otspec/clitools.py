@@ -19,7 +19,7 @@ from .distributions import validate_probs
 from .pairs import check_pair
 from .sources import IIDSource, Source, load_source
 
-__all__ = ["HelpFormatter", "capped_tree_note", "comma_items", "CLIError", "add_pair_arguments", "add_tree_arguments", "join_negative_values", "length_list", "fraction", "pair_from_args", "real",
+__all__ = ["HelpFormatter", "as_flags", "flags_that_apply", "capped_tree_note", "comma_items", "CLIError", "add_pair_arguments", "add_tree_arguments", "join_negative_values", "length_list", "fraction", "pair_from_args", "real",
            "parse_probs", "positive_int", "seed", "tree_from_args", "writable_file", "writable_folder",
            "check_folder_path", "index_list"]
 
@@ -51,6 +51,27 @@ def one_line(message) -> str:
 
 class CLIError(Exception):
     """A user-facing error: printed without a traceback, exit status 2."""
+
+
+def as_flags(message: str, args) -> str:
+    """``message`` with a leading Python parameter name (``max_new_tokens: ...``) written as the command's flag
+    (``--max-new-tokens: ...``) when ``args`` (the parsed namespace) has that destination: a command line user knows
+    the flags, not the parameters they fill."""
+    head, sep, rest = str(message).partition(":")
+    if sep and head in vars(args) and head.isidentifier():
+        return f"--{head.replace('_', '-')}:{rest}"
+    return str(message)
+
+
+def flags_that_apply(args, table) -> None:
+    """Each ``(flag, default, needs)`` of ``table``: the default where the flag was not given (its argparse default is
+    None), and a ``ValueError`` where it was given but flag ``needs`` was not: it would be ignored."""
+    for flag, default, needs in table:
+        if getattr(args, flag) is None:
+            setattr(args, flag, default)
+        elif not getattr(args, needs):  # given where nothing reads it: refused, not ignored, before any model loads
+            raise ValueError(f"--{flag.replace('_', '-')}: read only with --{needs.replace('_', '-')}; this run would "
+                             "ignore it")
 
 
 def fraction(text: str) -> float:

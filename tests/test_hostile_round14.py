@@ -450,3 +450,12 @@ def test_an_audit_survives_a_sampler_that_forks_redirects_or_signals_its_parent(
     assert len(terminated.stderr.strip().splitlines()[-1:]) == 1 and "Traceback" not in terminated.stderr
     interrupted = audit("interrupts_its_parent")
     assert interrupted.returncode == 130 and "Traceback" not in interrupted.stderr, interrupted.stderr
+
+
+def test_validate_names_the_flag_not_the_parameter(capsys):
+    """validate's settings errors named the Python parameter (max_new_tokens, top_p) a command line user never typed."""
+    from llm_bridge.validate import main
+    from tests.cli_refusals import refused
+
+    refused(main, ["--max-new-tokens", "0"], capsys, "--max-new-tokens: expected an integer >= 1")
+    refused(main, ["--top-p", "2"], capsys, "--top-p:")

@@ -166,13 +166,13 @@ def test_cli_bad_input_exits_2_with_a_message(folders, capsys):
     assert validate_mod.main([*common, "--L", "0"]) == 2
     assert "L" in capsys.readouterr().err
     assert validate_mod.main([*common, "--prediction-sequences", "0"]) == 2  # refused before any decoding
-    assert "prediction_sequences" in capsys.readouterr().err
+    assert "--prediction-sequences" in capsys.readouterr().err  # the flag, not the parameter
     with pytest.raises(SystemExit):  # checked before anything runs
         validate_mod.main([*common, "--export-synthetic-rates", "/nonexistent/folder/rates.json"])
     assert "its folder does not exist" in capsys.readouterr().err
     # issue 25: refused before any model is loaded (a missing target shows the models were never touched)
     early = ["--target", "/nonexistent/model", "--no-hf"]
-    for args, match in ((["--L", ""], "nothing to run"), (["--batch-size", "0"], "batch_size"),
+    for args, match in ((["--L", ""], "nothing to run"), (["--batch-size", "0"], "--batch-size"),
                         (["--device", "warp-drive"], "device"), (["--dtype", "float8"], "dtype"),
                         (["--verifiers", "", "--L", "2"], "verifiers")):
         assert validate_mod.main([*early, *args]) == 2
