@@ -8,7 +8,11 @@ committed corpus under ``llm_bridge/data/corpus/<target>``):
    continued at temperature 1 for at most ``--message-tokens`` tokens; a message is kept when it ends (the template's
    end-of-turn token, or EOS) within them, holds at least three words, is new in its shard and is none of the
    validation prompts. This samples the user turns the target saw in its own instruction tuning: varied topics,
-   lengths and styles, none written here.
+   lengths and styles, none written here. Left alone, a 135M target writes mostly advice questions ("Can you help me
+   ..."), and a head trained on their answers scores 0.37 on the validation prompts' contexts against 0.45 on the
+   corpus's own (``benchmarks/bench_head_contexts.py``); ``--openers FILE`` starts each message with an opener drawn
+   from a list of request kinds (``message_openers.txt``: stories, code, arithmetic, translation, letters, ...) and
+   lets the target write the rest.
 2. Continuations: each message as a chat turn, ``--samples`` continuations at temperature 1 and ``--greedy`` at
    temperature 0, ``--length`` tokens each (the validation loop's fixed length: past an end-of-turn token the text
    goes on, as it does there).
@@ -78,6 +82,7 @@ class CorpusRecipe:
     length: int = 256
     message_tokens: int = 64
     seed: int = 0
+    openers: str = ""
 
     def __post_init__(self):
         for name, limit in LIMITS.items():
@@ -86,6 +91,18 @@ class CorpusRecipe:
         check_size(self.seed, "--seed", minimum=0)
         if not isinstance(self.target, str) or not self.target:
             raise ValueError(f"--target: expected a model name, got {self.target!r}")
+        if not isinstance(self.openers, str):
+            raise ValueError(f"--openers: expected a file name, got {self.openers!r}")
+        if self.openers:
+            self.opener_lines()  # a missing or empty file is refused before the model loads
+
+    def opener_lines(self) -> list[str]:
+        """The openers file's lines (``# comments`` and blank lines skipped; a bare name is looked up in
+        ``llm_bridge/data``), or ``[]`` without one."""
+        if not self.openers:
+            return []
+        path = Path(self.openers)
+        return read_prompts(path if path.is_file() or "/" in self.openers else DATA_DIR / self.openers)
 
     @property
     def shard_tokens(self) -> int:
@@ -98,8 +115,9 @@ class CorpusRecipe:
         return -(-self.tokens // self.shard_tokens)
 
     def identity(self) -> dict:
-        """The fields a corpus being extended must share."""
-        return {k: v for k, v in asdict(self).items() if k != "tokens"}
+        """The fields a corpus being extended must share (``openers`` only when given: a corpus made before it existed
+        keeps its identity)."""
+        return {k: v for k, v in asdict(self).items() if k != "tokens" and not (k == "openers" and not v)}
 
 
 def _template_parts(tokenizer) -> tuple[list[int], set[int]]:
@@ -116,24 +134,33 @@ def _template_parts(tokenizer) -> tuple[list[int], set[int]]:
     return ([bos] if bos is not None else []), ends
 
 
-def user_messages(target, n: int, *, seed: int, max_tokens: int = 64, exclude=(), attempts: int = 8) -> list[str]:
-    """``n`` user messages written by the target (recipe item 1), or fewer after ``attempts`` batches of ``2n``."""
+def user_messages(target, n: int, *, seed: int, max_tokens: int = 64, exclude=(), attempts: int = 8,
+                  openers=()) -> list[str]:
+    """``n`` user messages written by the target (recipe item 1), or fewer after ``attempts`` batches of ``2n``.
+    With ``openers`` each message starts with one of them, drawn at random (seeded), and the target writes the
+    rest (at least two more words)."""
     from .loop import plain_generate
 
     opening, ends = _template_parts(target.tokenizer)
     if not opening:
         raise ValueError("the target's tokenizer has no chat template and no BOS token to open a message with")
     seen = {m.strip().casefold() for m in exclude}
+    starts = [target.tokenizer(o, add_special_tokens=False)["input_ids"] for o in openers]
+    pick = np.random.default_rng([seed, 7])
     out = []
     for attempt in range(attempts):
-        run = plain_generate(target, [opening] * (2 * n), max_tokens, seed=seed * 1000 + attempt, progress=False)
-        for toks in run.tokens:
+        chosen = pick.integers(len(starts), size=2 * n) if starts else np.full(2 * n, -1)
+        heads = [starts[c] if c >= 0 else [] for c in chosen]
+        run = plain_generate(target, [opening + h for h in heads], max_tokens, seed=seed * 1000 + attempt,
+                             progress=False)
+        for head, toks in zip(heads, run.tokens, strict=True):
             toks = [int(t) for t in toks]
             stop = next((i for i, t in enumerate(toks) if t in ends), None)
             if stop is None:
                 continue
-            text = target.tokenizer.decode(toks[:stop], skip_special_tokens=True).strip()
-            if len(text.split()) >= 3 and text.casefold() not in seen:
+            text = target.tokenizer.decode(head + toks[:stop], skip_special_tokens=True).strip()
+            words = len(target.tokenizer.decode(head, skip_special_tokens=True).split()) + 2 if head else 3
+            if len(text.split()) >= words and text.casefold() not in seen:
                 seen.add(text.casefold())
                 out.append(text)
                 if len(out) == n:
@@ -148,7 +175,7 @@ def _shard(target, recipe: CorpusRecipe, index: int, exclude) -> dict:
 
     seed = int(np.random.SeedSequence([recipe.seed, index]).generate_state(1)[0])
     messages = user_messages(target, recipe.shard_messages, seed=seed, max_tokens=recipe.message_tokens,
-                             exclude=exclude)
+                             exclude=exclude, openers=recipe.opener_lines())
     if not messages:
         raise ValueError(f"shard {index}: the target wrote no usable user message in 8 attempts of at most "
                          f"--message-tokens {recipe.message_tokens} tokens; allow longer messages")
@@ -380,11 +407,14 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", type=path_argument, default=None, help="corpus folder (default: llm_bridge/data/corpus/"
                                                                     "<target>)")
+    ap.add_argument("--openers", default="", help="a file of message openers, one per line (bare names: "
+                    "llm_bridge/data, e.g. message_openers.txt); each message starts with one and the target writes "
+                    "the rest (default: none, the target writes whole messages)")
     args = ap.parse_args(argv)
     try:
         recipe = CorpusRecipe(target=args.target, tokens=args.tokens, shard_messages=args.shard_messages,
                               samples=args.samples, greedy=args.greedy, length=args.length,
-                              message_tokens=args.message_tokens, seed=args.seed)
+                              message_tokens=args.message_tokens, seed=args.seed, openers=args.openers)
         check_folder_path(args.out if args.out is not None else CORPUS_DIR / recipe.target, "--out")  # made when written
         index = build_corpus(recipe, args.out, device=args.device)
     except (ModelNotFound, ImportError, ValueError, FileNotFoundError) as err:

@@ -261,3 +261,26 @@ def test_train_head_resumes_a_stopped_run_to_the_same_head(tmp_path, tiny_target
     assert point["acceptance_per_position"] == whole["heldout"]["acceptance_per_position"]
     assert finished_head(th.HeadRecipe(**{**common, "steps": 5}, out=tmp_path / "whole")) is None
     assert finished_head(th.HeadRecipe(**common, out=tmp_path / "none")) is None
+
+
+def test_messages_can_start_with_openers_the_target_continues(tmp_path, tiny_target):
+    """--openers: each message starts with an opener drawn at random and the target writes at least two more words;
+    a corpus made without openers keeps its recipe's identity (an older corpus.json still extends)."""
+    target, calls = tiny_target
+    openers = ["w5 w6", "w7 w8 w9"]
+    got = user_messages(target, 4, seed=3, max_tokens=40, openers=openers)
+    assert got and all(any(m.startswith(o + " ") for o in openers) for m in got)
+    assert all(len(m.split()) >= len(o.split()) + 2 for m in got for o in openers if m.startswith(o + " "))
+    assert {m.split()[0] for m in user_messages(target, 8, seed=4, max_tokens=40, openers=openers)} == {"w5", "w7"}
+    assert "openers" not in CorpusRecipe(**RECIPE).identity()
+    path = tmp_path / "openers.txt"
+    path.write_text("# kinds\nw5 w6\n\nw7 w8 w9\n")
+    recipe = CorpusRecipe(**{**RECIPE, "openers": str(path)})
+    assert recipe.identity()["openers"] == str(path) and recipe.opener_lines() == openers
+    index = build_corpus(recipe, tmp_path / "c", progress=False)
+    messages = np.load(tmp_path / "c" / index["shards"][0]["file"])["messages"]
+    assert all(str(m).split()[0] in ("w5", "w7") for m in messages)
+    with pytest.raises(ValueError, match="another recipe"):  # not extended with whole messages
+        build_corpus(CorpusRecipe(**RECIPE), tmp_path / "c", progress=False)
+    calls.clear()
+    assert main(["--openers", str(tmp_path / "none.txt")]) == 2 and not calls  # refused before the model loads
