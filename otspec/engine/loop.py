@@ -475,11 +475,12 @@ def _array_tree_steps(draft, target, verifier, tree, n_tokens, rng, rule, prompt
                                        step.out.shape[1])
         nodes = tuple(LazyList(run.B, lambda b, f=f, depth=depth: f(b, int(depth[b])))  # model sessions read them
                       for f in (step.draft_nodes, step.target_nodes))
-        run.emit(idx, step.out[run.like(idx)], step.emitted[idx], (draft, target), features, nodes=nodes)
+        out = step.out[run.like(idx)]
+        run.emit(idx, out, step.emitted[idx], (draft, target), features, nodes=nodes)
         if run.observers:
             run.notify("on_tree", TreeStep(idx, start, depth[idx], step.emitted[idx], step.tries(), step.paths(),
                                            step.nodes[idx], step.calls[idx],
                                            lambda b, before=before: to_host(run.seq[b, :before[b]]).copy(),
-                                           drafted=step.drafted()[idx], tokens=to_host(step.out[run.like(idx)])))
+                                           drafted=step.drafted()[idx], tokens=out))  # where the rows are: no read
         yield from run.pause()
     return run.result()

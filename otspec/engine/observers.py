@@ -85,7 +85,8 @@ class TreeStep:
         Candidates drawn per sequence, when the loop knows them without the tries (the device walk, whose tries
         are built on first use).
     tokens : int array (n, at least max(emitted)) or None
-        The tokens each sequence emitted (its first ``emitted`` columns), on the host.
+        The tokens each sequence emitted (its first ``emitted`` columns): numpy, or a tensor where the rows are (an
+        observer that reads it pays the copy; the loop makes none for it).
     """
 
     rows: np.ndarray

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..checks import MAX_ROW_WORK, MAX_SIMULATION_BLOCKS, capped_power, check_progress, check_size
+from ..distributions import to_host
 from ..drafts import MAX_DRAFT_TUPLES, DraftTree, draft_tuple_law
 from ..errors import SizeLimitError
 from ..pairs import check_pair
@@ -284,7 +285,7 @@ class _FirstIteration(Observer):
     def on_tree(self, step) -> None:
         at = step.start == 0
         self.accepted[step.rows[at]] = step.emitted[at] - 1
-        self.token[step.rows[at]] = np.asarray(step.tokens)[at, 0]
+        self.token[step.rows[at]] = to_host(step.tokens)[at, 0]
 
 
 def tree_bound(draft: Source, target: Source, tree) -> TreeOptimum:
