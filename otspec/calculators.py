@@ -22,6 +22,7 @@ from .clitools import (
     add_pair_arguments,
     add_tree_arguments,
     capped_tree_note,
+    flags_that_apply,
     fraction,
     length_list,
     pair_from_args,
@@ -84,9 +85,9 @@ def _block_arguments(parser):
     parser.add_argument("--cost-ratio", type=_nonnegative, default=None, metavar="C",
                         help="cost of one draft call relative to one target call (c = t_draft / t_target): also "
                              "report the predicted wall-clock speedup (E[tau] + 1) / (1 + c L) and the best L")
-    parser.add_argument("--max-length", type=positive_int, default=BEST_LENGTH_SEARCH,
+    parser.add_argument("--max-length", type=positive_int, default=None,
                         help="with --cost-ratio: search the best draft length of token verification among "
-                             "1..max-length (capped by the sources' horizons)")
+                             f"1..max-length (capped by the sources' horizons; default {BEST_LENGTH_SEARCH})")
 
 
 def _iid_bounds(values: dict, draft: Source, target: Source, L: int) -> None:
@@ -111,6 +112,7 @@ def _iid_bounds(values: dict, draft: Source, target: Source, L: int) -> None:
 
 def _block_compute(args) -> dict | list:
     """One object for one --L, a list of them (one per length, in order) for several."""
+    flags_that_apply(args, (("max_length", BEST_LENGTH_SEARCH, "cost_ratio"),))  # not ignored without it
     lengths = args.L if isinstance(args.L, list) else [args.L]
     for L in lengths:  # every length before the first row's work
         check_size(L, "--L", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")

@@ -37,6 +37,7 @@ from .clitools import (
     add_tree_arguments,
     capped_tree_note,
     check_folder_path,
+    flags_that_apply,
     join_negative_values,
     length_list,
     one_line,
@@ -75,6 +76,9 @@ def _verifier_argument(parser, trees: bool = False):
 def _tree_run(args):
     """(verifier, tree) of ``--tree``, or None without it; a verifier that does not verify trees is refused."""
     if args.tree is None:
+        if args.draw is not None:  # a chain has no siblings (greedy would not be a chain's draw): refused, not ignored
+            raise CLIError(f"--draw {args.draw}: how a tree's siblings are drawn; read only with --tree (a chain "
+                           "drafts one token per position; --without-replacement is accepted, the same chain)")
         if args.verifier not in CHAIN_VERIFIERS:
             raise CLIError(f"--verifier {args.verifier}: a tree verifier; give the tree with --tree")
         if args.L is None:
@@ -113,6 +117,9 @@ def _simulate(args):
         if args.logged is not None:
             raise CLIError("--tree with --logged: tree Monte Carlo needs a pair of sources (logged rows hold one "
                            "path per step)")
+        if args.device is not None:
+            raise CLIError(f"--device {args.device}: tree Monte Carlo scores rows on numpy; --device is read by "
+                           "chain runs' row-free sampling only")
         verifier, tree = tree_run
         draft, target = pair_from_args(args)
         res = simulate_tree(draft, target, verifier, tree, args.blocks, seed=args.seed, progress=not args.json)
@@ -150,6 +157,7 @@ def _simulate(args):
 
 
 def _decode(args):
+    flags_that_apply(args, (("t_target", 1.0, "t_draft"),))  # a cost needs both times: alone it would be ignored
     check_real(args.t_target, "--t-target", low=0.0, low_open=True)  # checked before any decoding
     if args.t_draft is not None:
         check_real(args.t_draft, "--t-draft", low=0.0)
@@ -302,7 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
     dec.add_argument("--t-draft", type=real, default=None, metavar="A",
                      help="cost of one draft call (any unit): also report the SpecDec++ time decomposition, latency "
                           "per token, discard and verification rates")
-    dec.add_argument("--t-target", type=real, default=1.0, metavar="B", help="cost of one target call, same unit")
+    dec.add_argument("--t-target", type=real, default=None, metavar="B",
+                     help="with --t-draft: cost of one target call, same unit (default 1)")
     _json_flag(dec)
     dec.set_defaults(run=_decode)
 

@@ -459,3 +459,22 @@ def test_validate_names_the_flag_not_the_parameter(capsys):
 
     refused(main, ["--max-new-tokens", "0"], capsys, "--max-new-tokens: expected an integer >= 1")
     refused(main, ["--top-p", "2"], capsys, "--top-p:")
+
+
+def test_command_line_flags_a_run_would_ignore_are_refused(capsys):
+    """decode --t-target without --t-draft, calc block --max-length without --cost-ratio, simulate --device with
+    --tree and --draw without --tree ran with the flag ignored."""
+    from otspec.cli import main
+    from tests.cli_refusals import refused
+
+    pair = ["--draft", "0.3,0.7", "--target", "0.75,0.25"]
+    refused(main, ["decode", *pair, "--L", "2", "--tokens", "20", "--t-target", "5"], capsys, "--t-target", "--t-draft")
+    refused(main, ["calc", "block", *pair, "--L", "2", "--max-length", "8"], capsys, "--max-length", "--cost-ratio")
+    refused(main, ["simulate", *pair, "--verifier", "kseq", "--tree", "2x1", "--blocks", "100", "--device", "cpu"],
+            capsys, "--device")
+    refused(main, ["simulate", *pair, "--L", "2", "--blocks", "100", "--draw", "greedy"], capsys, "--draw", "--tree")
+    assert main(["decode", *pair, "--L", "2", "--tokens", "20", "--t-draft", "0.1", "--t-target", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cost"]
+    assert main(["calc", "block", *pair, "--L", "2", "--cost-ratio", "0.1", "--max-length", "8", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["best_length_searched"]
+    assert main(["simulate", *pair, "--L", "2", "--blocks", "100", "--without-replacement", "--json"]) == 0  # a chain
