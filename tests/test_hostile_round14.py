@@ -478,3 +478,24 @@ def test_command_line_flags_a_run_would_ignore_are_refused(capsys):
     assert main(["calc", "block", *pair, "--L", "2", "--cost-ratio", "0.1", "--max-length", "8", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["best_length_searched"]
     assert main(["simulate", *pair, "--L", "2", "--blocks", "100", "--without-replacement", "--json"]) == 0  # a chain
+
+
+def test_theory_functions_read_their_numbers_as_numbers():
+    """bernoulli_alpha('0.3', ...), kseq_beta(p, q, True), positional_window_values([['0.5', 0.4]]) and
+    tokens_per_iteration(True) read text and booleans with float(); kseq_rho_star took sources to a TypeError and a
+    text tol to a traceback."""
+    from otspec import IIDSource
+    from otspec import theory as T
+
+    calls = [(T.bernoulli_alpha, ("0.3", 0.5, 2), "draft_p"), (T.bernoulli_alpha, (0.3, True, 2), "target_p"),
+             (T.kseq_beta, ([0.3, 0.7], [0.6, 0.4], True), "rho"),
+             (T.positional_window_values, ([["0.5", 0.4]],), "overlaps"),
+             (T.tokens_per_iteration, ("1.5",), "expected_accepted"), (T.tokens_per_iteration, (True,), "expected"),
+             (T.kseq_rho_star, (IIDSource([0.3, 0.7]), IIDSource([0.6, 0.4]), 2), "draft: expected probability rows")]
+    for fn, args, needle in calls:
+        with pytest.raises(ValueError, match=needle):
+            fn(*args)
+    with pytest.raises(ValueError, match="tol"):
+        T.kseq_rho_star([0.3, 0.7], [0.6, 0.4], 2, tol="1e-9")
+    assert T.bernoulli_alpha(0.25, 0.75, 2) == 0.6875 and T.tokens_per_iteration(0.75) == 1.75
+    assert T.positional_window_values([[0.5, 1.0]]) == (1.0, 1.0)

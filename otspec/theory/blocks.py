@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..checks import MAX_DRAFT_LENGTH, check_real, check_size
+from ..checks import MAX_DRAFT_LENGTH, all_numbers, check_real, check_size
 from ..distributions import total_variation
 from ..errors import SizeLimitError
 from ..pairs import check_pair, markov_chains, walk_prefix_tree
@@ -68,6 +68,9 @@ def tokens_per_iteration(expected_accepted):
     >>> tokens_per_iteration(0.75)  # 0.75 accepted drafts, then one target token
     1.75
     """
+    if isinstance(expected_accepted, str | bool) or (isinstance(expected_accepted, list | tuple)
+                                                      and not all_numbers(expected_accepted, booleans=False)):
+        raise ValueError(f"expected_accepted: expected numbers >= 0 (accepted drafts), got {expected_accepted!r}")
     values = np.asarray(expected_accepted, dtype=np.float64) if not hasattr(expected_accepted, "detach") else None
     if values is not None and not (np.isfinite(values).all() and (values >= 0).all()):
         raise ValueError(f"expected_accepted: expected finite numbers >= 0 (accepted drafts), got {expected_accepted!r}")
@@ -117,6 +120,8 @@ def positional_window_values(overlaps) -> tuple[float, float]:
     >>> positional_window_values([[0.5, 0.5]])  # 0.5 + 0.25 and 0.5 + 0.5
     (0.75, 1.0)
     """
+    if isinstance(overlaps, list | tuple) and not all_numbers(overlaps, booleans=False):  # '0.5' is not a number
+        raise ValueError(f"overlaps: expected numbers in [0, 1], got text, booleans or other objects in {overlaps!r}")
     a = np.asarray(overlaps, dtype=np.float64)
     if a.ndim != 2 or a.shape[0] == 0 or not np.all((a >= 0) & (a <= 1 + 1e-12)):
         raise ValueError(f"overlaps: expected a non-empty (windows, L) array of values in [0, 1], got shape {a.shape}")

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from ..checks import check_flag
+from ..checks import check_flag, check_real
 from ..distributions import row_pair
 from ..drafts.laws import (
     check_k,
@@ -82,13 +82,7 @@ MAX_LEMMA3_TERMS = 2**24
 
 
 def _check_unit(x, name: str) -> float:
-    try:
-        val = float(x)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected a probability in [0, 1], got {x!r}") from None
-    if not (0.0 <= val <= 1.0):
-        raise ValueError(f"{name}: expected a probability in [0, 1], got {x!r}")
-    return val
+    return check_real(x, name, low=0.0, high=1.0)  # text ('0.3') and booleans refused, not read as numbers
 
 
 def bernoulli_alpha(draft_p: float, target_p: float, k: int) -> float:

@@ -22,8 +22,10 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
+from ..checks import check_real
 from ..distributions import first_index, likelihood_ratio, namespace, row_pair
 from ..drafts.laws import check_k
+from ..sources import Source
 
 __all__ = [
     "KSEQ_RESIDUAL_TOL",
@@ -77,6 +79,10 @@ def _kseq_f(p, q, k, rho):
 
 def _batched(draft, target):
     """(p, q, scalar): 1-D rows are validated and lifted to a batch of one."""
+    for name, rows in (("draft", draft), ("target", target)):
+        if isinstance(rows, Source):
+            raise ValueError(f"{name}: expected probability rows, got a {type(rows).__name__} (pass its row, e.g. "
+                             f"{name}.next_probs([[]])[0])")
     if getattr(draft, "ndim", np.ndim(draft)) == 1 or getattr(target, "ndim", np.ndim(target)) == 1:
         p, q = row_pair(draft, target)
         return p[None], q[None], True
@@ -145,6 +151,7 @@ def kseq_rho_star(draft, target, k, *, tol: float = RHO_TOL, max_k: int | None =
     >>> kseq_rho_star(uniform6, uniform2, 1)  # one candidate: f(1) = 0, so ρ* = 1
     1.0
     """
+    tol = check_real(tol, "tol", low=0.0, low_open=True)
     p, q, scalar = _batched(draft, target)
     if scalar:
         k = check_k(k)
@@ -281,13 +288,7 @@ def kseq_parameters(draft_probs, target_probs, k, rho=None, *, check: bool = Tru
 
 
 def _check_rho(rho) -> float:
-    try:
-        val = float(rho)
-    except (TypeError, ValueError):
-        raise ValueError(f"rho: expected a real division factor >= 1, got {rho!r}") from None
-    if not (math.isfinite(val) and val >= 1.0):
-        raise ValueError(f"rho: expected a finite division factor >= 1, got {rho!r}")
-    return val
+    return check_real(rho, "rho", low=1.0)  # a finite division factor >= 1; text and booleans refused
 
 
 def _kseq_row(draft, target, k, rho) -> KSeqParameters:
