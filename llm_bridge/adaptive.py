@@ -38,6 +38,7 @@ Spec: ``docs/specdecpp.md``.
 from __future__ import annotations
 
 import sys
+from argparse import ArgumentTypeError
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +47,7 @@ from otspec.checks import MAX_DRAFT_LENGTH, check_real, check_size
 from otspec.clitools import (
     ArgumentParser,
     comma_items,
+    flags_that_apply,
     integer,
     integer_items,
     one_line,
@@ -303,15 +305,21 @@ def main(argv=None) -> int:
     ap.add_argument("--out-dir", type=path_argument, default=RECORDS_OUT,
                     help="where the record goes; make records writes the committed figures/")
     ap.add_argument("--no-hf", action="store_true", help="skip the peer (Hugging Face assisted generation)")
-    ap.add_argument("--hf-prompts", type=integer, default=4,
-                    help="prediction prompts on which the peer's draft (prompt lookup, int8, distilled) is chosen")
+    ap.add_argument("--hf-prompts", type=integer, default=None,
+                    help="prediction prompts on which the peer's draft (prompt lookup, int8, distilled) is chosen "
+                         "(default 4; not with --no-hf)")
     add_timing_arguments(ap)
     args = ap.parse_args(argv)
     try:
-        thresholds = [float(x) for x in comma_items(args.thresholds)]
+        thresholds = [real(x) for x in comma_items(args.thresholds)]  # float() would read 0_5 and ٠.٥
         fixed = integer_items(args.fixed, "--fixed")
-    except ValueError:
-        ap.error("--thresholds and --fixed take comma-separated numbers (--fixed: integers in ASCII digits)")
+    except (ValueError, ArgumentTypeError):
+        ap.error("--thresholds and --fixed take comma-separated numbers in ASCII digits (--fixed: integers)")
+    args.hf = not args.no_hf
+    try:
+        flags_that_apply(args, (("hf_prompts", 4, "hf"),))  # --no-hf --hf-prompts 2: refused, not ignored
+    except ValueError as err:
+        ap.error(str(err))
     try:
         out_path = output_path(args.out_dir, args.name, args.draft, prefix="llm_adaptive_")
     except ValueError as err:

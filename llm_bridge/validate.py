@@ -408,7 +408,7 @@ def main(argv=None) -> int:
                     help="chain verifiers whose losslessness is checked (default: every verifier run, and the "
                          "multi-draft ones with --trees); the biased control is always checked")
     ap.add_argument("--no-hf", action="store_true", help="skip Hugging Face assisted generation")
-    ap.add_argument("--hf-prompts", type=integer, default=4,
+    ap.add_argument("--hf-prompts", type=integer, default=None,
                     help="prediction prompts on which the peer's draft is chosen (Hugging Face assisted generation "
                          "with prompt lookup, int8 or distilled: the fastest); the chosen peer then runs on every "
                          "measured prompt, interleaved with the runs")
@@ -445,7 +445,9 @@ def main(argv=None) -> int:
     except ValueError as err:
         ap.error(str(err))
     try:
+        args.hf = not args.no_hf
         flags_that_apply(args, (("multi_verifiers", "kseq,multiround", "trees"), ("rule", "match", "trees"),
+                                ("hf_prompts", 4, "hf"),
                                 ("log_top_p", DEFAULT_LOG_TOP_P, "log_rows"),
                                 ("log_max_kept", DEFAULT_LOG_MAX_KEPT, "log_rows")))
         config = ValidateConfig(

@@ -499,3 +499,32 @@ def test_theory_functions_read_their_numbers_as_numbers():
         T.kseq_rho_star([0.3, 0.7], [0.6, 0.4], 2, tol="1e-9")
     assert T.bernoulli_alpha(0.25, 0.75, 2) == 0.6875 and T.tokens_per_iteration(0.75) == 1.75
     assert T.positional_window_values([[0.5, 1.0]]) == (1.0, 1.0)
+
+
+def test_round_fifteen_leftovers(capsys, monkeypatch):
+    """adaptive and validate --no-hf --hf-prompts 2 went on to load the target with the flag ignored; adaptive read
+    --thresholds 0_5 with float(); kseq_parameters given single rows blamed k; over_acceptance_kernel took eps '0.1'
+    to numpy's ufunc error and NaN to rows of NaN."""
+    import numpy as np
+
+    import llm_bridge.adaptive
+    import llm_bridge.validate
+    from llm_bridge.adaptive import main as adaptive_main
+    from llm_bridge.validate import main as validate_main
+    from otspec import theory as T
+    from tests.cli_refusals import refused
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("a model was loaded before the flags were checked")
+
+    monkeypatch.setattr(llm_bridge.adaptive, "run", loaded)
+    monkeypatch.setattr(llm_bridge.validate, "validate", loaded)
+    refused(adaptive_main, ["--no-hf", "--hf-prompts", "2"], capsys, "--hf-prompts", "ignore")
+    refused(validate_main, ["--no-hf", "--hf-prompts", "2"], capsys, "--hf-prompts", "ignore")
+    refused(adaptive_main, ["--thresholds", "0_5"], capsys, "--thresholds")
+    with pytest.raises(ValueError, match=r"expected two batches of rows of one shape \(B, V\)"):
+        T.kseq_parameters(np.array([0.3, 0.7]), np.array([0.6, 0.4]), 2)
+    assert T.kseq_parameters(np.array([[0.25] * 4]), np.array([[0.5, 0.5, 0.0, 0.0]]), 2).p_acc[0] == 0.75
+    for eps in ("0.1", float("nan"), None):
+        with pytest.raises(ValueError, match="eps"):
+            T.over_acceptance_kernel(np.array([0.3, 0.7]), np.array([0.6, 0.4]), eps)

@@ -266,6 +266,10 @@ def kseq_parameters(draft_probs, target_probs, k, rho=None, *, check: bool = Tru
     [[0.5, 0.5, 0.0, 0.0]]
     """
     p, q = draft_probs, target_probs
+    shapes = [getattr(x, "shape", np.shape(x)) for x in (p, q)]
+    if any(len(shape) != 2 for shape in shapes) or shapes[0] != shapes[1]:
+        raise ValueError(f"draft_probs, target_probs: expected two batches of rows of one shape (B, V), got shapes "
+                         f"{tuple(shapes[0])} and {tuple(shapes[1])} (one pair: kseq_acceptance / kseq_residual)")
     xp = namespace(p, q)
     k = _as_row_vector(k, p)
     rho = kseq_rho_star(p, q, k, max_k=max_k) if rho is None else _as_row_vector(rho, p)

@@ -14,6 +14,8 @@ Spec: ``docs/yin_theory.md``.
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from ..checks import check_real
@@ -72,6 +74,8 @@ def over_acceptance_kernel(draft_probs, target_probs, eps, mode: str = "opt"):
     """
     if mode not in ("opt", "uno"):
         raise ValueError(f"mode: expected 'opt' (Decoding-OPT) or 'uno' (Decoding-UNO), got {mode!r}")
+    if isinstance(eps, numbers.Real | str) or eps is None:  # an array of ε is the caller's to check (hot path)
+        _check_eps(eps)  # '0.1' would end in numpy's ufunc error, NaN in rows of NaN
     xp = namespace(draft_probs, target_probs)
     a = xp.minimum(draft_probs, target_probs + eps)
     r = xp.clip(1.0 - xp.sum(a, axis=-1), min=0.0)
