@@ -22,10 +22,11 @@ Spec: ``docs/multi_draft_otm.md``, ``docs/mcsd.md``.
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
-from ..checks import check_flag, check_real
+from ..checks import check_flag
 from ..distributions import row_pair
 from ..drafts.laws import (
     check_k,
@@ -82,7 +83,11 @@ MAX_LEMMA3_TERMS = 2**24
 
 
 def _check_unit(x, name: str) -> float:
-    return check_real(x, name, low=0.0, high=1.0)  # text ('0.3') and booleans refused, not read as numbers
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):  # text ('0.3') and booleans are not read as numbers
+        raise ValueError(f"{name}: expected a probability in [0, 1] (a real number), got {x!r} ({type(x).__name__})")
+    if not 0.0 <= float(x) <= 1.0:
+        raise ValueError(f"{name}: expected a probability in [0, 1], got {x!r}")
+    return float(x)
 
 
 def bernoulli_alpha(draft_p: float, target_p: float, k: int) -> float:
