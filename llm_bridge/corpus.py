@@ -102,7 +102,11 @@ class CorpusRecipe:
         if not self.openers:
             return []
         path = Path(self.openers)
-        return read_prompts(path if path.is_file() or "/" in self.openers else DATA_DIR / self.openers)
+        path = path if path.exists() or "/" in self.openers else DATA_DIR / self.openers
+        try:
+            return read_prompts(path)
+        except (ValueError, FileNotFoundError) as err:  # UnicodeDecodeError too: named as this flag's file
+            raise ValueError(f"--openers {path}: {str(err).removeprefix('prompt file').lstrip(': ')}") from None
 
     @property
     def shard_tokens(self) -> int:
