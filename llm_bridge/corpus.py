@@ -47,7 +47,7 @@ from otspec.errors import SizeLimitError
 from .models import DEFAULT_TARGET, ModelNotFound
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 
-__all__ = ["CORPUS_DIR", "Corpus", "CorpusRecipe", "HELDOUT_EVERY", "build_corpus", "check_trainable", "load_corpus",
+__all__ = ["CORPUS_DIR", "Corpus", "CorpusRecipe", "HELDOUT_EVERY", "build_corpus", "check_trainable", "joined", "load_corpus",
            "main", "user_messages"]
 
 #: Committed corpora, one folder per target.
@@ -337,7 +337,12 @@ def _check_shard(path: Path, z, vocab_size: int) -> None:
 
 def load_corpus(folder=None, *, target: str = DEFAULT_TARGET, max_tokens: int | None = None) -> Corpus:
     """The corpus in ``folder`` (default ``CORPUS_DIR / target``), checked shard by shard; ``max_tokens`` keeps the
-    first shards whose continuation tokens reach it (a learning curve's smaller corpora are prefixes)."""
+    first shards whose continuation tokens reach it (a learning curve's smaller corpora are prefixes). A list or
+    tuple of folders is their union (:func:`joined`)."""
+    if isinstance(folder, list | tuple):
+        if max_tokens is not None:
+            raise ValueError("max_tokens: a prefix of one corpus; give one folder")
+        return joined([load_corpus(f, target=target) for f in folder])
     if max_tokens is not None:
         check_size(max_tokens, "max_tokens")
     if folder is not None and not isinstance(folder, str | os.PathLike):
@@ -386,6 +391,24 @@ def load_corpus(folder=None, *, target: str = DEFAULT_TARGET, max_tokens: int | 
         tokens[b, :len(r[0])] = r[0]
     return Corpus(tokens, lengths, np.array([r[1] for r in rows]), np.array([r[2] for r in rows]),
                   np.array([r[3] for r in rows]), np.array([r[4] for r in rows]), vocab, files)
+
+
+def joined(corpora: list) -> Corpus:
+    """Corpora of one vocabulary as one: corpus j's shard i becomes shard j·MAX_SHARDS + i (each keeps its held-out
+    shards, since MAX_SHARDS is a multiple of HELDOUT_EVERY) and its messages are numbered after the previous ones'."""
+    if not corpora:
+        raise ValueError("--corpus: no corpus folder given")
+    if len({c.vocab_size for c in corpora}) > 1:
+        raise ValueError(f"--corpus: the corpora were made for different vocabularies "
+                         f"({sorted({c.vocab_size for c in corpora})})")
+    width = max(c.tokens.shape[1] for c in corpora)
+    tokens = np.concatenate([np.pad(c.tokens, ((0, 0), (0, width - c.tokens.shape[1]))) for c in corpora])
+    message_base = np.cumsum([0] + [int(c.prompt.max(initial=-1)) + 1 for c in corpora[:-1]])
+    return Corpus(tokens, np.concatenate([c.lengths for c in corpora]), np.concatenate([c.plens for c in corpora]),
+                  np.concatenate([c.prompt + base for c, base in zip(corpora, message_base, strict=True)]),
+                  np.concatenate([c.temperature for c in corpora]),
+                  np.concatenate([c.shard + j * MAX_SHARDS for j, c in enumerate(corpora)]), corpora[0].vocab_size,
+                  {j * MAX_SHARDS + i: path for j, c in enumerate(corpora) for i, path in c.files.items()})
 
 
 def check_trainable(corpus: Corpus, name: str) -> None:

@@ -95,8 +95,9 @@ def corpus_training_data(target, *, target_name: str, folder=None, extra=(), pro
     shard by shard (keyed by the shard's bytes), so a corpus that grows costs only its new shards."""
     import torch
 
-    folder = Path(folder) if folder is not None else CORPUS_DIR / target_name
-    corpus = load_corpus(folder)
+    folder = (folder if isinstance(folder, list | tuple) else Path(folder)) if folder is not None else \
+        CORPUS_DIR / target_name
+    corpus = load_corpus(folder)  # several folders: their union (llm_bridge.corpus.joined)
     if corpus.vocab_size != target.vocab_size:
         raise ValueError(f"--corpus {folder}: made for a vocabulary of {corpus.vocab_size:,}; the target has "
                          f"{target.vocab_size:,}")

@@ -349,7 +349,7 @@ def train_head(recipe: HeadRecipe) -> dict:
     head.eval()
     source = ({"prompts": [shown_path(f) for f in files], "samples_per_prompt": samples, "length": length}
               if recipe.corpus is None else
-              {"corpus": shown_path(Path(recipe.corpus)), "train_tokens": int((data["lengths"] - data["plens"])[train].sum())})
+              {"corpus": ",".join(shown_path(Path(f)) for f in _folders(recipe.corpus)), "train_tokens": int((data["lengths"] - data["plens"])[train].sum())})
     if recipe.score_fraction < 1:
         source["score_fraction"] = recipe.score_fraction
     recipe = {**source, "sequences": int(len(prompt_of)), "tokens": int(data["lengths"].sum()),
@@ -372,11 +372,21 @@ def train_head(recipe: HeadRecipe) -> dict:
 
 
 def _corpus_folder(arg, target: str):
-    if arg is None or str(arg) != "default":
-        return arg
+    """``--corpus``: a folder, ``default`` (the target's committed corpus), or several of them comma-separated
+    (trained on together; each keeps its held-out shards)."""
     from .corpus import CORPUS_DIR
 
-    return CORPUS_DIR / target
+    if arg is None:
+        return None
+    parts = [p.strip() for p in str(arg).split(",")] if "," in str(arg) else [arg]
+    if any(p == "" for p in parts):
+        raise ValueError(f"--corpus {arg!r}: an empty folder name in the list")
+    folders = [CORPUS_DIR / target if str(p) == "default" else Path(p) for p in parts]
+    return folders[0] if len(folders) == 1 else tuple(folders)
+
+
+def _folders(corpus) -> tuple:
+    return tuple(corpus) if isinstance(corpus, list | tuple) else (corpus,)
 
 
 #: Flags read by one kind of head or one source of data only, with their defaults and when they apply: given where

@@ -284,3 +284,32 @@ def test_messages_can_start_with_openers_the_target_continues(tmp_path, tiny_tar
         build_corpus(CorpusRecipe(**RECIPE), tmp_path / "c", progress=False)
     calls.clear()
     assert main(["--openers", str(tmp_path / "none.txt")]) == 2 and not calls  # refused before the model loads
+
+
+def test_a_head_trains_on_two_corpora_each_holding_out_its_own_shards(tmp_path, tiny_target, monkeypatch, capsys):
+    """train_head --corpus a,b: the union of two corpora (a self-written one and an openers one, say), corpus j's
+    shard i numbered j·MAX_SHARDS + i so that each keeps its every-10th held-out shards, messages numbered apart."""
+    from llm_bridge.corpus import MAX_SHARDS, joined
+    from llm_bridge.train_head import main as train_main
+
+    monkeypatch.setenv("OTSPEC_CACHE", str(tmp_path / "cache"))
+    small = {**RECIPE, "tokens": 10 * 2 * 2 * 5, "shard_messages": 2, "samples": 1, "length": 5}
+    build_corpus(CorpusRecipe(**small), tmp_path / "a", progress=False)
+    build_corpus(CorpusRecipe(**{**small, "seed": 1, "tokens": 20 * 2 * 2 * 5}), tmp_path / "b", progress=False)
+    a, b = load_corpus(tmp_path / "a"), load_corpus(tmp_path / "b")
+    both = load_corpus([tmp_path / "a", tmp_path / "b"])
+    assert len(both) == len(a) + len(b) and both.heldout.sum() == a.heldout.sum() + b.heldout.sum() == 4 + 8
+    assert set(both.shard[len(a):]) == {MAX_SHARDS + i for i in range(20)}
+    assert both.prompt[len(a):].min() > a.prompt.max() and len(both.files) == 30
+    np.testing.assert_array_equal(both.tokens[len(a):, :b.tokens.shape[1]], b.tokens)
+    with pytest.raises(ValueError, match="no corpus folder"):
+        joined([])
+    out = tmp_path / "head"
+    assert train_main(["--kind", "eagle", "--target", "tiny", "--corpus", f"{tmp_path / 'a'},{tmp_path / 'b'}",
+                       "--vocab", "0", "--steps", "2", "--batch", "2", "--unroll", "2", "--out", str(out),
+                       "--log-every", "1"]) == 0
+    capsys.readouterr()
+    record = json.loads((out / "drafter.json").read_text())
+    assert record["recipe"]["heldout_sequences"] == 12 and record["recipe"]["train_sequences"] == 108
+    assert record["recipe"]["corpus"].count(",") == 1
+    assert train_main(["--kind", "eagle", "--corpus", f"{tmp_path / 'a'},"]) == 2
