@@ -10,7 +10,7 @@ import math
 import array_api_compat
 import numpy as np
 
-from ..checks import capped_perm, capped_power, check_size, format_count
+from ..checks import capped_perm, capped_power, check_flag, check_size, format_count
 from ..distributions import namespace, one_row, sample_categorical, uniform, validate_probs
 from ..errors import SizeLimitError
 
@@ -133,6 +133,7 @@ def draft_tuple_law(draft, k: int, replacement: bool = True, *,
     ([[0, 1], [1, 0]], [0.5, 0.5])
     """
     p, k, draw = one_row(draft, "draft"), check_k(k), draw_name(replacement)
+    max_tuples = check_size(max_tuples, "max_tuples", limit=MAX_DRAFT_TUPLES, limit_name="MAX_DRAFT_TUPLES")
     if draw in ("greedy", "hub"):
         return _structured_law(p, k, draw)
     replacement = draw == "iid"
@@ -358,7 +359,7 @@ def prob_drafts_within(draft, subset, k: int, replacement: bool = True, method: 
         :func:`draft_tuple_law`.
     """
     p = one_row(draft, "draft")
-    k = check_k(k)
+    k, replacement = check_k(k), check_flag(replacement, "replacement")
     A = np.asarray(subset)
     if A.dtype == bool:
         if A.shape != p.shape:
@@ -400,7 +401,7 @@ def draft_inclusion_probs(draft, k: int, replacement: bool = True) -> np.ndarray
     """
     p = one_row(draft, "draft")
     k = check_k(k)
-    if replacement:
+    if check_flag(replacement, "replacement"):
         return inclusion_iid(p, k)
     supp = np.flatnonzero(p > 0)
     n = supp.size

@@ -22,10 +22,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..checks import MAX_DRAFT_LENGTH, capped_power, check_size, format_count
 from ..errors import SizeLimitError
 from ..sources import Source
 from ..verifiers.base import Verifier
 from ..verifiers.carry import ResidualWindows
+
+#: Entries of the dense plan :func:`coupling_law` returns (V^L × V^L), checked before it is enumerated.
+MAX_COUPLING_ENTRIES = 2**24
 
 #: Largest number of branch rows held at once.
 MAX_BRANCH_ROWS = 2**22
@@ -159,7 +163,16 @@ def coupling_law(draft: Source, target: Source, verifier: Verifier, L: int) -> n
 
     Returns a dense array of shape (V**L, V**L), lexicographic on both axes.
     """
+    from .arguments import chain_call
+
+    L = check_size(L, "L", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
+    draft, target = chain_call("coupling_law", draft, target, verifier, L)  # the sources and the verifier too
     V = target.vocab_size
+    entries = capped_power(V, 2 * L)
+    if entries > MAX_COUPLING_ENTRIES:  # a dense (V^L, V^L) array: counted before the enumeration starts
+        raise SizeLimitError(f"coupling_law: the plan over V = {V:,}, L = {L} has V^(2L) = {format_count(entries)} "
+                             f"entries, above MAX_COUPLING_ENTRIES = 2^24; a smaller vocabulary or draft length",
+                             size=entries, limit=MAX_COUPLING_ENTRIES)
     target.check_length(L + 1)
     branches, _, drafts = _iterate(draft, target, verifier, L, _start(L + 1, L), keep_paths=True)
     branches = _continue(branches, draft, target, L)

@@ -22,8 +22,8 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
-from ..checks import check_real
-from ..distributions import first_index, likelihood_ratio, namespace, row_pair
+from ..checks import check_flag, check_real, check_size
+from ..distributions import first_index, likelihood_ratio, namespace, row_pair, validate_probs
 from ..drafts.laws import check_k
 from ..sources import Source
 
@@ -266,6 +266,13 @@ def kseq_parameters(draft_probs, target_probs, k, rho=None, *, check: bool = Tru
     [[0.5, 0.5, 0.0, 0.0]]
     """
     p, q = draft_probs, target_probs
+    if not (array_api_compat.is_array_api_obj(p) and array_api_compat.is_array_api_obj(q)):  # lists: read and checked
+        p, q = validate_probs(p, "draft_probs", min_ndim=2), validate_probs(q, "target_probs", min_ndim=2)
+    check = check_flag(check, "check")
+    if max_k is not None:
+        check_size(max_k, "max_k")
+    if isinstance(k, str | bool) or isinstance(rho, str | bool):  # float() would read '2' and True
+        raise ValueError(f"k, rho: expected numbers or arrays, got k={k!r}, rho={rho!r}")
     shapes = [getattr(x, "shape", np.shape(x)) for x in (p, q)]
     if any(len(shape) != 2 for shape in shapes) or shapes[0] != shapes[1]:
         raise ValueError(f"draft_probs, target_probs: expected two batches of rows of one shape (B, V), got shapes "

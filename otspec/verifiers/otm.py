@@ -5,8 +5,9 @@ from __future__ import annotations
 import array_api_compat
 import numpy as np
 
-from ..checks import capped_power, format_count
+from ..checks import capped_power, check_flag, check_size, format_count
 from ..distributions import host_to_like, sample_categorical, to_host
+from ..drafts.laws import MAX_DRAFT_TUPLES
 from ..errors import SizeLimitError
 from ..solvers.otm import otm_maxflow
 from ..solvers.otm_dual import otm_value
@@ -62,9 +63,9 @@ class OTMVerify(MultiDraftVerifier):
     padded_candidates = False
 
     def __init__(self, replacement: bool = True, max_tuples: int = OTM_MAX_TUPLES, cache_size: int = 1024):
-        self.replacement = bool(replacement)
-        self.max_tuples = int(max_tuples)
-        self.cache_size = int(cache_size)
+        self.replacement = check_flag(replacement, "replacement")  # the text 'False' is true: refused
+        self.max_tuples = check_size(max_tuples, "max_tuples", limit=MAX_DRAFT_TUPLES, limit_name="MAX_DRAFT_TUPLES")
+        self.cache_size = check_size(cache_size, "cache_size", minimum=0)
         self._cache: dict = {}
         if not self.replacement:
             self.label = "optimum, drafts w/o replacement"

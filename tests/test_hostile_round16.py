@@ -1,0 +1,60 @@
+"""Round sixteen of hostile inputs (issue 43): one test per class of finding, each able to fail on the old code."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+def test_the_text_false_is_not_a_draw_without_replacement():
+    """OTMVerify(replacement='False') became True (bool of a text), and draft_inclusion_probs / prob_drafts_within
+    gave the with-replacement answer; max_tuples 0, a negative cache and a 10^12-tuple law were accepted or allocated
+    before refusing."""
+    from otspec.drafts import draft_inclusion_probs, draft_tuple_law, prob_drafts_within
+    from otspec.errors import SizeLimitError
+    from otspec.verifiers import OTMVerify
+
+    for call in (lambda: OTMVerify(replacement="False"), lambda: draft_inclusion_probs([0.5, 0.5], 2, "False"),
+                 lambda: prob_drafts_within([0.5, 0.5], [0], 2, replacement="False")):
+        with pytest.raises(ValueError, match="replacement: expected True or False"):
+            call()
+    for kwargs in ({"max_tuples": 0}, {"cache_size": -1}):
+        with pytest.raises(ValueError, match=next(iter(kwargs))):
+            OTMVerify(**kwargs)
+    with pytest.raises(SizeLimitError, match="MAX_DRAFT_TUPLES"):
+        draft_tuple_law([0.5, 0.5], 2, max_tuples=10**12)
+    assert draft_inclusion_probs([0.5, 0.5], 2, False).tolist() == [1.0, 1.0]
+    assert OTMVerify(replacement=False).replacement is False
+
+
+def test_kseq_parameters_reads_lists_and_checks_its_options():
+    """List rows (which the contract allows) raised TypeError; check='no', max_k=-1 and k='2' were accepted."""
+    from otspec.theory import kseq_parameters
+
+    assert kseq_parameters([[0.25] * 4], [[0.5, 0.5, 0.0, 0.0]], 2).p_acc[0] == pytest.approx(0.75)
+    rows = np.array([[0.5, 0.5]])
+    for kwargs, needle in (({"k": "2"}, "k, rho"), ({"k": 2, "check": "no"}, "check"), ({"k": 2, "max_k": -1},
+                                                                                         "max_k")):
+        with pytest.raises(ValueError, match=needle):
+            kseq_parameters(rows, rows, **kwargs)
+    with pytest.raises(ValueError, match="NaN"):
+        kseq_parameters([[np.nan, 1.0]], [[0.5, 0.5]], 2)
+
+
+def test_coupling_law_checks_its_length_and_size_first():
+    """coupling_law ran L = 40 past a minute and L = 16 to 3.8 GB (a dense V^L x V^L plan), and L = 0, True or 2.5
+    reached numpy's errors."""
+    from otspec import IIDSource, TokenVerify
+    from otspec.engine.branching import coupling_law
+    from otspec.errors import SizeLimitError
+
+    draft, target = IIDSource([0.3, 0.7]), IIDSource([0.6, 0.4])
+    plan = coupling_law(draft, target, TokenVerify(), 2)
+    assert plan.shape == (4, 4) and plan.sum() == pytest.approx(1.0)
+    np.testing.assert_allclose(plan.sum(axis=0), np.outer([0.6, 0.4], [0.6, 0.4]).ravel(), atol=1e-12)
+    for L in (16, 40):
+        with pytest.raises(SizeLimitError, match="MAX_COUPLING_ENTRIES"):
+            coupling_law(draft, target, TokenVerify(), L)
+    for L in (0, True, 2.5):
+        with pytest.raises(ValueError, match="L: expected an integer"):
+            coupling_law(draft, target, TokenVerify(), L)
