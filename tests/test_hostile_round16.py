@@ -58,3 +58,19 @@ def test_coupling_law_checks_its_length_and_size_first():
     for L in (0, True, 2.5):
         with pytest.raises(ValueError, match="L: expected an integer"):
             coupling_law(draft, target, TokenVerify(), L)
+
+
+def test_a_sweep_refuses_sparsity_one_at_load_and_enumeration_sizes_are_integers(tmp_path):
+    """sparsity = [1.0] (every entry zero) was refused only when its cell ran, after progress bars; check_enumeration
+    read 2.0 tokens as 2 and returned 8.0."""
+    from otspec.sources import check_enumeration
+    from otspec.sweep import load_spec
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('L = [1]\nquantities = ["exact"]\n[[verifiers]]\nname = "token"\n[[pairs]]\nkind = "random_iid"\n'
+                    'vocab = 4\nsparsity = [1.0]\n')
+    with pytest.raises(ValueError, match=r"sparsity: expected a number in \[0, 1\)"):
+        load_spec(spec)
+    assert check_enumeration(2, 3) == 8
+    with pytest.raises(ValueError, match="vocab_size"):
+        check_enumeration(2.0, 3)

@@ -40,6 +40,7 @@ EMPTY_PREFIX = np.zeros((1, 0), dtype=np.int64)
 def check_enumeration(vocab_size: int, length: int) -> int:
     """V**length, the sequences an exact enumeration of ``length`` tokens visits; a :class:`SizeLimitError` beyond
     :data:`MAX_ENUMERATION` (checked before anything is enumerated)."""
+    vocab_size, length = check_size(vocab_size, "vocab_size"), check_size(length, "length", minimum=0)
     count = capped_power(vocab_size, length)
     if count > MAX_ENUMERATION:
         raise SizeLimitError(f"enumerating {vocab_size}^{length} = {format_count(count)} sequences exceeds the limit "
