@@ -74,3 +74,24 @@ def test_a_sweep_refuses_sparsity_one_at_load_and_enumeration_sizes_are_integers
     assert check_enumeration(2, 3) == 8
     with pytest.raises(ValueError, match="vocab_size"):
         check_enumeration(2.0, 3)
+
+
+def test_a_record_with_top_p_past_one_text_metrics_or_no_prompts_is_refused():
+    """plot real_models drew a record with settings.top_p = 2.0 (its summary said "top-p 2.0"), an engine metric
+    given as text ('1558') and a block efficiency over 0 prompts."""
+    import copy
+    import json
+    from pathlib import Path
+
+    from otspec.engine.record import RecordError, as_record
+
+    record = json.loads((Path(__file__).resolve().parent.parent / "figures" / "llm_default.json").read_text())
+    as_record(copy.deepcopy(record))
+    for edit, needle in ((lambda r: r["settings"].__setitem__("top_p", 2.0), "top_p should be <= 1"),
+                         (lambda r: r["runs"][0].setdefault("engine_metrics", {}).__setitem__("drafts", "1558"),
+                          "engine_metrics.drafts should be a number"),
+                         (lambda r: r["runs"][0]["block_efficiency"].__setitem__("prompts", 0), "prompts >= 1")):
+        bad = copy.deepcopy(record)
+        edit(bad)
+        with pytest.raises(RecordError, match=needle):
+            as_record(bad)

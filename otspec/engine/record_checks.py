@@ -28,7 +28,7 @@ AT_LEAST_ONE = frozenset({"block_efficiency", "block_efficiency_batch_means", "p
 #: Keys whose numbers (at any depth below them) are probabilities: <= 1.
 SHARES = frozenset({"two_point_per_position", "tv_per_position", "acceptance_per_position", "acceptance_rate",
                     "acceptance_per_position_unconditional", "acceptance_per_position_conditional",
-                    "draft_acceptance_rate", "predicted_acceptance_per_position_unconditional", "acceptance"})
+                    "draft_acceptance_rate", "predicted_acceptance_per_position_unconditional", "acceptance", "top_p"})
 _COUNTS = ("prompts", "rounds", "unit")
 _PREDICTION_COUNTS = ("paths", "units", "sequences_per_path", "paths_per_prompt")
 _RUN_LISTS = ("runs", "tree_runs", "fixed", "threshold", "threshold_unlagged")
@@ -43,6 +43,12 @@ def _kind_of(key: str, item, at: str, where: str, error) -> None:
     if key.endswith("_histogram") and item is not None and not (
             isinstance(item, list) and all(isinstance(h, int | float) and not isinstance(h, bool) for h in item)):
         raise error(f"{where}: {at} should be a list of counts, got {type(item).__name__} {str(item)[:40]!r}")
+    if key == "engine_metrics" and isinstance(item, dict):  # counts and rates only: text there was drawn as given
+        text = next((k for k, v in item.items() if isinstance(v, str) and not k.endswith("_histogram")), None)
+        if text is not None:
+            raise error(f"{where}: {at}.{text} should be a number, got {item[text]!r}")
+    if key == "prompts" and isinstance(item, int | float) and not isinstance(item, bool) and item < 1:
+        raise error(f"{where}: {at} should be a count of prompts >= 1, got {item}")
     if key == "lossless" and item is not None and not isinstance(item, bool | dict):  # (a record's section is one)
         raise error(f"{where}: {at} should be true, false or null, got {item!r}")
 
