@@ -95,3 +95,20 @@ def test_a_record_with_top_p_past_one_text_metrics_or_no_prompts_is_refused():
         edit(bad)
         with pytest.raises(RecordError, match=needle):
             as_record(bad)
+
+
+def test_flags_and_thresholds_are_what_they_say():
+    """sample_candidates and check_draft read validate='no' and distinct='no' as true; ThresholdController dropped
+    thresholds past max_length − 1 without a word."""
+    from otspec.drafts import check_draft, sample_candidates
+    from otspec.engine.controllers import ThresholdController
+
+    rows = np.array([[0.5, 0.5]])
+    with pytest.raises(ValueError, match="validate"):
+        sample_candidates(rows, 2, np.random.default_rng(0), validate="no")
+    for kwargs in ({"validate": "no"}, {"distinct": "no"}):
+        with pytest.raises(ValueError, match=next(iter(kwargs))):
+            check_draft(np.array([[0]]), rows, np.array([[[0.5, 0.5], [0.5, 0.5]]]), **kwargs)
+    with pytest.raises(ValueError, match="thresholds: expected one per step"):
+        ThresholdController([0.5, 0.5, 0.5], 3)
+    assert ThresholdController([0.5, 0.4], 3).thresholds == [0.5, 0.4]

@@ -8,6 +8,7 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
+from ..checks import check_flag
 from ..distributions import check_same_vocab, first_index, host_to_like, namespace, validate_probs
 
 __all__ = ["CANDIDATES", "CHAIN", "Draft", "check_draft", "gather_tokens"]
@@ -102,6 +103,7 @@ def check_draft(tokens, draft_probs, target_probs, layout: str = CHAIN, *, valid
         raise ValueError("lengths: only a chain batch can be ragged")
     if lengths is not None:
         lengths = host_to_like(lengths, draft_probs)
+    validate, distinct = check_flag(validate, "validate"), check_flag(distinct, "distinct")  # 'no' is true
     if not validate:
         return Draft(tokens, draft_probs, target_probs, layout, lengths)
     kinds = {name: "torch" if array_api_compat.is_torch_array(x) else "numpy"

@@ -202,7 +202,7 @@ def sample_candidates(draft_probs, k: int, rng, replacement: bool = True, *, val
     """
     k = check_size(k, "k", minimum=0, what="a non-negative number of candidates (an integer)")
     draw = draw_name(replacement)
-    p = validate_probs(draft_probs, "draft_probs", min_ndim=2) if validate else draft_probs
+    p = validate_probs(draft_probs, "draft_probs", min_ndim=2) if check_flag(validate, "validate") else draft_probs
     if p.ndim != 2:
         raise ValueError(f"draft_probs: expected shape (batch, V), got {tuple(p.shape)}")
     xp = namespace(p)

@@ -192,8 +192,9 @@ class ThresholdController(DraftLengthController):
             thresholds = [thresholds] * (self.max_length - 1)
         self.thresholds = [None if h is None else check_real(h, "thresholds", low=0.0, high=1.0)
                            for h in thresholds]
-        if len(self.thresholds) < self.max_length - 1:
-            raise ValueError(f"thresholds: expected one per step 1..{self.max_length - 1}, got {len(self.thresholds)}")
+        if len(self.thresholds) != self.max_length - 1:  # more would be dropped without a word
+            raise ValueError(f"thresholds: expected one per step 1..{self.max_length - 1} (max_length - 1 = "
+                             f"{self.max_length - 1}), got {len(self.thresholds)}")
         self._all_accepted = np.ones(0)
 
     def start(self, n: int) -> None:
