@@ -148,6 +148,10 @@ def main(argv=None) -> int:
             from .figures.common import check_records_given
 
             check_records_given(args.records)
+            readers = [n for n in names if "records_dir" in inspect.signature(FIGURES[n].data).parameters]
+            if not readers:  # a figure of toy sources would draw without a word about the folder
+                raise ValueError(f"--records: figure {args.name!r} reads no real-model records; it is drawn from toy "
+                                 "sources (leave --records out)")
         pair = _pair(args, names)
         for name in names:
             png, js, _ = write_figure(name, args.out, args.scale, require_records=args.name != "all",

@@ -112,3 +112,11 @@ def test_flags_and_thresholds_are_what_they_say():
     with pytest.raises(ValueError, match="thresholds: expected one per step"):
         ThresholdController([0.5, 0.5, 0.5], 3)
     assert ThresholdController([0.5, 0.4], 3).thresholds == [0.5, 0.4]
+
+
+def test_plot_refuses_records_for_a_figure_that_reads_none(capsys):
+    """plot pareto --records FOLDER drew the toy figure and said nothing about the folder."""
+    from otspec.plot import main
+    from tests.cli_refusals import refused
+
+    refused(main, ["pareto", "--records", "figures", "--out", "build/never.png"], capsys, "--records", "'pareto'")
