@@ -315,9 +315,8 @@ def main(argv=None) -> int:
         fixed = integer_items(args.fixed, "--fixed")
     except (ValueError, ArgumentTypeError):
         ap.error("--thresholds and --fixed take comma-separated numbers in ASCII digits (--fixed: integers)")
-    args.hf = not args.no_hf
-    try:
-        flags_that_apply(args, (("hf_prompts", 4, "hf"),))  # --no-hf --hf-prompts 2: refused, not ignored
+    try:  # --no-hf --hf-prompts 2: refused, not ignored
+        flags_that_apply(args, (("hf_prompts", 4, ("the peer (no --no-hf)", lambda a: not a.no_hf)),))
     except ValueError as err:
         ap.error(str(err))
     try:

@@ -45,7 +45,7 @@ from otspec.clitools import ArgumentParser, check_folder_path, integer, one_line
 from otspec.errors import SizeLimitError
 
 from .models import DEFAULT_TARGET, ModelNotFound
-from .prompts import DATA_DIR, encode_prompts, read_prompts
+from .prompts import DATA_DIR, data_file, encode_prompts, read_prompts
 
 __all__ = ["CORPUS_DIR", "Corpus", "CorpusRecipe", "HELDOUT_EVERY", "build_corpus", "check_trainable", "joined", "load_corpus",
            "main", "user_messages"]
@@ -101,8 +101,7 @@ class CorpusRecipe:
         ``llm_bridge/data``), or ``[]`` without one."""
         if not self.openers:
             return []
-        path = Path(self.openers)
-        path = path if path.exists() or "/" in self.openers else DATA_DIR / self.openers
+        path = data_file(self.openers)
         try:
             return read_prompts(path)
         except (ValueError, FileNotFoundError) as err:  # UnicodeDecodeError too: named as this flag's file

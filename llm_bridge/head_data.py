@@ -24,7 +24,7 @@ from otspec.clitools import comma_items
 
 from .corpus import CORPUS_DIR, load_corpus
 from .models import cache_dir
-from .prompts import DATA_DIR, encode_prompts, read_prompts
+from .prompts import DATA_DIR, data_file, encode_prompts, read_prompts
 
 __all__ = ["PROMPTS", "corpus", "corpus_split", "corpus_training_data", "prompt_files", "prompt_split", "target_features"]
 
@@ -185,7 +185,7 @@ def _log_normalisers(model, features, batch: int = 4096):
 def prompt_files(spec) -> tuple[Path, ...]:
     """Prompt files from a comma-separated list (bare names are looked up in ``llm_bridge/data``)."""
     names = comma_items(spec, "--prompts") if isinstance(spec, str) else [str(n) for n in spec]
-    files = tuple(Path(n) if Path(n).is_file() or "/" in n else DATA_DIR / n for n in names if n)
+    files = tuple(data_file(n) for n in names if n)
     for f in files:
         check_data_file(f, "--prompts: prompt file")
     if not files:

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["DATA_DIR", "encode_prompts", "read_prompts"]
+__all__ = ["DATA_DIR", "data_file", "encode_prompts", "read_prompts"]
 
 #: Committed prompt files: ``distill_prompts.txt`` (training recipe), ``validate_prompts.txt``.
 DATA_DIR = Path(__file__).parent / "data"
+
+
+def data_file(name) -> Path:
+    """A data file a flag names: the path itself when it is a file or holds a ``/``, else the bare name in
+    ``llm_bridge/data`` (``head_prompts.txt``, ``message_openers.txt``)."""
+    return Path(name) if Path(name).is_file() or "/" in str(name) else DATA_DIR / str(name)
 
 
 def read_prompts(path, limit: int | None = None) -> list[str]:

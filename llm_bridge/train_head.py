@@ -48,6 +48,7 @@ from otspec.checks import check_real, check_size
 from otspec.clitools import (
     ArgumentParser,
     check_folder_path,
+    flags_that_apply,
     index_list,
     integer,
     one_line,
@@ -389,24 +390,14 @@ def _folders(corpus) -> tuple:
     return tuple(corpus) if isinstance(corpus, list | tuple) else (corpus,)
 
 
-#: Flags read by one kind of head or one source of data only, with their defaults and when they apply: given where
-#: they do not, they would be ignored without a word.
-_ONLY = {"unroll": (3, "--kind eagle", lambda a: a.kind == "eagle"),
-         "feature_weight": (0.1, "--kind eagle", lambda a: a.kind == "eagle"),
-         "medusa_heads": (4, "--kind medusa", lambda a: a.kind == "medusa"),
-         "prompts": (",".join(f.name for f in PROMPTS), "training on prompts (without --corpus)",
-                     lambda a: a.corpus is None),
-         "samples": (8, "training on prompts (without --corpus)", lambda a: a.corpus is None),
-         "length": (128, "training on prompts (without --corpus)", lambda a: a.corpus is None),
-         "heldout_sequences": (256, "--corpus", lambda a: a.corpus is not None)}
-
-
-def _flags_that_apply(args) -> None:
-    for name, (default, where, applies) in _ONLY.items():
-        if getattr(args, name) is None:
-            setattr(args, name, default)
-        elif not applies(args):
-            raise ValueError(f"--{name.replace('_', '-')}: read only with {where}; this run would ignore it")
+#: Flags read by one kind of head or one source of data only, with their defaults and when they apply
+#: (:func:`otspec.clitools.flags_that_apply`): given where they do not, they would be ignored without a word.
+_EAGLE, _MEDUSA = ("--kind eagle", lambda a: a.kind == "eagle"), ("--kind medusa", lambda a: a.kind == "medusa")
+_PROMPTS, _CORPUS = ("training on prompts (without --corpus)", lambda a: a.corpus is None), \
+    ("--corpus", lambda a: a.corpus is not None)
+_ONLY = (("unroll", 3, _EAGLE), ("feature_weight", 0.1, _EAGLE), ("medusa_heads", 4, _MEDUSA),
+         ("prompts", ",".join(f.name for f in PROMPTS), _PROMPTS), ("samples", 8, _PROMPTS),
+         ("length", 128, _PROMPTS), ("heldout_sequences", 256, _CORPUS))
 
 
 def main(argv=None) -> int:
@@ -446,7 +437,7 @@ def main(argv=None) -> int:
                     help="write --out/checkpoint.pt every this many steps; a rerun of the same recipe resumes from it")
     args = ap.parse_args(argv)
     try:
-        _flags_that_apply(args)  # a flag the recipe would ignore is refused before any model loads
+        flags_that_apply(args, _ONLY)  # a flag the recipe would ignore is refused before any model loads
         if args.out is not None:
             check_folder_path(args.out, "--out")  # made when the first file is written
         record = train_head(HeadRecipe(

@@ -445,9 +445,8 @@ def main(argv=None) -> int:
     except ValueError as err:
         ap.error(str(err))
     try:
-        args.hf = not args.no_hf
         flags_that_apply(args, (("multi_verifiers", "kseq,multiround", "trees"), ("rule", "match", "trees"),
-                                ("hf_prompts", 4, "hf"),
+                                ("hf_prompts", 4, ("the peer (no --no-hf)", lambda a: not a.no_hf)),
                                 ("log_top_p", DEFAULT_LOG_TOP_P, "log_rows"),
                                 ("log_max_kept", DEFAULT_LOG_MAX_KEPT, "log_rows")))
         config = ValidateConfig(

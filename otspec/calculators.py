@@ -22,6 +22,7 @@ from .clitools import (
     add_pair_arguments,
     add_tree_arguments,
     capped_tree_note,
+    check_lengths,
     flags_that_apply,
     fraction,
     length_list,
@@ -114,8 +115,7 @@ def _block_compute(args) -> dict | list:
     """One object for one --L, a list of them (one per length, in order) for several."""
     flags_that_apply(args, (("max_length", BEST_LENGTH_SEARCH, "cost_ratio"),))  # not ignored without it
     lengths = args.L if isinstance(args.L, list) else [args.L]
-    for L in lengths:  # every length before the first row's work
-        check_size(L, "--L", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
+    check_lengths(lengths)
     rows = [_block_one(args, L) for L in lengths]
     return rows[0] if len(rows) == 1 else rows
 
@@ -247,8 +247,9 @@ def _tree_compute(args) -> dict:
     out = {"quantity": "expected accepted tokens per iteration (exact), from an empty context", "tree": str(tree),
            "depth": tree.depth, "vocab_size": target.vocab_size, "verifiers": {}}
     V = target.vocab_size
-    out.update(capped_tree_note(tree, V))
-    if "note" in out:  # the same draws as the capped tree's, computed on it (4096x1 at V = 3 took 30 s to say so)
+    capped = capped_tree_note(tree, V)
+    out.update(capped)
+    if capped:  # the same draws as the capped tree's, computed on it (4096x1 at V = 3 took 30 s to say so)
         tree = dataclasses.replace(tree, branching=tuple(min(k, V) for k in tree.branching))
 
     _value(out, "optimum", lambda: (lambda o: {"value": o.value, "coupling": o.coupling,

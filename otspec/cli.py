@@ -28,7 +28,7 @@ from pathlib import Path
 
 from .audit.command import add_audit_parser
 from .calculators import CALCULATORS, Calculator
-from .checks import MAX_DRAFT_LENGTH, check_real, check_size
+from .checks import check_real
 from .clitools import (
     ArgumentParser,
     CLIError,
@@ -37,6 +37,7 @@ from .clitools import (
     add_tree_arguments,
     capped_tree_note,
     check_folder_path,
+    check_lengths,
     flags_that_apply,
     join_negative_values,
     length_list,
@@ -103,8 +104,7 @@ def _tree_run(args):
 
 def _rows(args, one_row) -> dict | list:
     """One row per draft length of ``--L``: the row itself for one length, a list for several."""
-    for L in args.L:  # every length before the first row's work (a late one was refused after minutes)
-        check_size(L, "--L", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
+    check_lengths(args.L)
     rows = [one_row(args, L) for L in args.L]
     return rows[0] if len(rows) == 1 else rows
 

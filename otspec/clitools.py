@@ -19,7 +19,7 @@ from .distributions import validate_probs
 from .pairs import check_pair
 from .sources import IIDSource, Source, load_source
 
-__all__ = ["HelpFormatter", "as_flags", "flags_that_apply", "capped_tree_note", "comma_items", "CLIError", "add_pair_arguments", "add_tree_arguments", "join_negative_values", "length_list", "fraction", "pair_from_args", "real",
+__all__ = ["HelpFormatter", "as_flags", "flags_that_apply", "capped_tree_note", "check_lengths", "comma_items", "CLIError", "add_pair_arguments", "add_tree_arguments", "join_negative_values", "length_list", "fraction", "pair_from_args", "real",
            "parse_probs", "positive_int", "seed", "tree_from_args", "writable_file", "writable_folder",
            "check_folder_path", "index_list"]
 
@@ -65,21 +65,38 @@ def as_flags(message: str, args) -> str:
 
 def flags_that_apply(args, table) -> None:
     """Each ``(flag, default, needs)`` of ``table``: the default where the flag was not given (its argparse default is
-    None), and a ``ValueError`` where it was given but flag ``needs`` was not: it would be ignored."""
+    None), and a ``ValueError`` where it was given but the run does not read it: ``needs`` is the flag it goes with
+    (a destination name), or ``(what the run needs, a predicate of args)``."""
     for flag, default, needs in table:
+        where, applies = (f"--{needs.replace('_', '-')}", lambda a, n=needs: getattr(a, n)) if isinstance(needs, str) \
+            else needs
         if getattr(args, flag) is None:
             setattr(args, flag, default)
-        elif not getattr(args, needs):  # given where nothing reads it: refused, not ignored, before any model loads
-            raise ValueError(f"--{flag.replace('_', '-')}: read only with --{needs.replace('_', '-')}; this run would "
-                             "ignore it")
+        elif not applies(args):  # given where nothing reads it: refused, not ignored, before any model loads
+            raise ValueError(f"--{flag.replace('_', '-')}: read only with {where}; this run would ignore it")
+
+
+def _plain_digits(text) -> bool:
+    """Whether ``text`` is written in ASCII without underscores: ``float()`` and ``Fraction`` also read ``0_1`` as 1.0
+    and ``٠.٣`` as 0.3."""
+    return str(text).isascii() and "_" not in str(text)
 
 
 def fraction(text: str) -> float:
-    """A number or a fraction (``0.3``, ``2/3``) written in ASCII as a float: ``Fraction`` would also read ``0.2_5``
-    as 0.25 and ``٠.٣`` as 0.3. ``ValueError`` otherwise (``OverflowError`` past the float range)."""
-    if not str(text).isascii() or "_" in str(text):
+    """A number or a fraction (``0.3``, ``2/3``) written in ASCII (:func:`_plain_digits`) as a float. ``ValueError``
+    otherwise (``OverflowError`` past the float range)."""
+    if not _plain_digits(text):
         raise ValueError(f"not ASCII digits: {text!r}")
     return float(Fraction(text))
+
+
+def check_lengths(lengths, flag: str = "--L") -> None:
+    """Every draft length of a ``--L`` list within :data:`~otspec.checks.MAX_DRAFT_LENGTH`, checked before the first
+    row's work (a late one was refused after minutes)."""
+    from .checks import MAX_DRAFT_LENGTH, check_size
+
+    for L in lengths:
+        check_size(L, flag, limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
 
 
 def parse_probs(text: str, name: str = "probs") -> IIDSource:
@@ -146,9 +163,9 @@ def integer(text: str) -> int:
 
 
 def real(text: str) -> float:
-    """A real number written in ASCII (argparse type; ``float()`` would also read ``0_1`` as 1.0 and ``٠.٣`` as 0.3).
-    The flag's own range is checked where it is used."""
-    if not str(text).isascii() or "_" in str(text):
+    """A real number written in ASCII (argparse type; :func:`_plain_digits`). The flag's own range is checked where
+    it is used."""
+    if not _plain_digits(text):
         raise argparse.ArgumentTypeError(f"expected a number (ASCII digits, no underscores), got {text!r}")
     try:
         return float(text)

@@ -52,12 +52,13 @@ def normalisation_tolerance(dtype, vocab_size: int | None = None, xp=np) -> floa
     >>> normalisation_tolerance(np.float16)
     0.0078125
     """
-    eps = float(xp.finfo(dtype).eps)
-    return max(NORMALISATION_TOL, EPS_MULTIPLE * eps)
+    return eps_tolerance(float(xp.finfo(dtype).eps))
+
 
 def eps_tolerance(eps: float | None) -> float | None:
     """:func:`normalisation_tolerance` from a machine epsilon (``None`` passes through: the default applies)."""
     return None if eps is None else max(NORMALISATION_TOL, EPS_MULTIPLE * eps)
+
 
 __all__ = [
     "NORMALISATION_TOL",

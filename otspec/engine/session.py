@@ -365,7 +365,7 @@ class SourceSession(Session):
         size = self._depth[owner_b, node]  # each new node's path below the end: its depth
         n, depth = node.size, int(size.max())
         end = self.end[owner_b]
-        buf = np.empty((n, int(end.max()) + depth), dtype=np.int64)  # every slot a row reads is written below
+        buf = np.zeros((n, int(end.max()) + depth), dtype=np.int64)
         ctx = self.source.context  # copy only the prefix tokens the rows read
         if ctx is None:
             width = int(end.max())

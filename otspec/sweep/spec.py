@@ -289,9 +289,10 @@ def _pairs(raw, seed: int) -> list[dict]:
                 raise _error(where, f"{matrices:,} transition matrices of {V:,} x {V:,} entries exceed "
                                     f"MAX_RANDOM_ENTRIES = {MAX_RANDOM_ENTRIES:,}")
             check_real(combo["concentration"], f"{where}.concentration", low=0.0)
-            if check_real(combo["sparsity"], f"{where}.sparsity", low=0.0, high=1.0) == 1.0:  # [0, 1): refused here,
-                raise _error(f"{where}.sparsity", "expected a number in [0, 1), got 1.0 (every entry zero)")  # not in
-            out.append({"kind": kind, **combo})                                                           # a cell
+            # sparsity lies in [0, 1): 1.0 (every entry zero) is refused here, not in its cell after progress bars
+            if check_real(combo["sparsity"], f"{where}.sparsity", low=0.0, high=1.0) == 1.0:
+                raise _error(f"{where}.sparsity", "expected a number in [0, 1), got 1.0 (every entry zero)")
+            out.append({"kind": kind, **combo})
     return out
 
 
