@@ -42,6 +42,9 @@ __all__ = [
     "check_real",
     "check_size",
     "check_token_ids",
+    "check_unit_interval",
+    "grid_entries",
+    "real_grid",
     "all_numbers",
     "tensors_as_arrays",
     "check_flag",
@@ -108,6 +111,39 @@ def check_token_ids(tokens: np.ndarray, vocab_size: int) -> None:
     negative id read as unsigned is past any vocabulary)."""
     if tokens.size and tokens.astype(np.int64, copy=False).view(np.uint64).max() >= vocab_size:
         raise ValueError(f"tokens: ids must lie in [0, {vocab_size}); got range [{tokens.min()}, {tokens.max()}]")
+
+
+def check_unit_interval(values, name: str) -> np.ndarray:
+    """``values`` (a number or an array of them) as floats, if each is a real in [0, 1] (a rounding of 1e-9 above 1
+    is let by); text, booleans and NaN are refused."""
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "fiu":
+        raise ValueError(f"{name}: expected real numbers in [0, 1], got {values!r:.80} (dtype {arr.dtype})")
+    arr = arr.astype(np.float64, copy=False)
+    if arr.size and not (np.all(arr >= 0) and np.all(arr <= 1 + 1e-9)):  # NaN fails both comparisons
+        bad = arr[~((arr >= 0) & (arr <= 1 + 1e-9))].flat[0]
+        raise ValueError(f"{name}: expected real numbers in [0, 1], got {float(bad)!r}")
+    return arr
+
+
+def grid_entries(values, name: str) -> list:
+    """The entries of a non-empty 1-D grid, each as given for its own check (a number alone is a grid of one): a
+    2-D grid is refused where flattening it changed the curve's shape, and an empty one where it gave an empty
+    curve."""
+    if isinstance(values, str | bytes | dict | set):
+        raise ValueError(f"{name}: expected a 1-D list of numbers, got {type(values).__name__}")
+    try:
+        arr = np.asarray(values, dtype=object)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{name}: expected a 1-D list of numbers ({exc})") from None
+    if arr.ndim > 1 or arr.size == 0:
+        raise ValueError(f"{name}: expected a non-empty 1-D list of numbers, got shape {arr.shape}")
+    return arr.reshape(-1).tolist()
+
+
+def real_grid(values, name: str, **bounds) -> np.ndarray:
+    """A non-empty 1-D grid of reals as floats, each checked by :func:`check_real` with ``bounds``."""
+    return np.array([check_real(v, f"{name}[{i}]", **bounds) for i, v in enumerate(grid_entries(values, name))])
 
 
 def format_count(n: int) -> str:

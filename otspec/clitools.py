@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
 import tempfile
 from fractions import Fraction
 from pathlib import Path
@@ -41,6 +42,18 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {one_line(message)} ({self.prog} --help lists the options)\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        """As argparse's, but two spellings of one option (``--T 3 --horizon 4``) are refused: argparse kept the
+        last without a word."""
+        argv = list(sys.argv[1:] if args is None else args)
+        argv = argv[:argv.index("--")] if "--" in argv else argv
+        for action in self._actions:
+            names = [o for o in action.option_strings if o.startswith("--")]
+            used = {o for o in names for tok in argv if isinstance(tok, str) and (tok == o or tok.startswith(o + "="))}
+            if len(used) > 1:
+                self.error(f"{' and '.join(sorted(used))} are one option ({names[0]}); give it once")
+        return super().parse_known_args(args, namespace)
 
 
 def one_line(message) -> str:

@@ -132,7 +132,9 @@ def main(argv=None) -> int:
     parser.add_argument("--records", type=path_argument, default=None,
                         help="folder of the real-model records (llm_*.json, llm_*_rows.npz) the record figures read "
                              "(default: the committed figures/)")
-    parser.add_argument("--scale", type=real, default=1.0, help=f"simulation size factor, in (0, {MAX_SCALE:g}]")
+    parser.add_argument("--scale", type=real, default=None,
+                        help=f"simulation size factor, in (0, {MAX_SCALE:g}] (default 1; refused for a figure with "
+                             "nothing to simulate)")
     add_pair_arguments(parser)
     parser.epilog = (f"Figures of one pair ({', '.join(PAIR_FIGURES)}) draw the user's pair when --draft/--target "
                      "or --draft-source/--target-source are given, else their built-in default.")
@@ -152,9 +154,13 @@ def main(argv=None) -> int:
             if not readers:  # a figure of toy sources would draw without a word about the folder
                 raise ValueError(f"--records: figure {args.name!r} reads no real-model records; it is drawn from toy "
                                  "sources (leave --records out)")
+        if args.scale is not None and not any(FIGURES[n].scaled for n in names):
+            raise ValueError(f"--scale: figure {args.name!r} simulates nothing (its numbers are exact or read from "
+                             "records); leave --scale out")
         pair = _pair(args, names)
+        scale = 1.0 if args.scale is None else args.scale
         for name in names:
-            png, js, _ = write_figure(name, args.out, args.scale, require_records=args.name != "all",
+            png, js, _ = write_figure(name, args.out, scale, require_records=args.name != "all",
                                       records_dir=args.records, **pair)
             print(f"wrote {png} and {js}")
     except (ValueError, OSError) as exc:

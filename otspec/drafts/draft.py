@@ -49,6 +49,10 @@ class Draft:
     #: tokens; the rest is padding), or ``None`` when every row drafted L.
     lengths: Any = None
 
+    def __post_init__(self):
+        if self.layout not in (CHAIN, CANDIDATES):  # 'zz' was kept, and each verifier read it as a chain
+            raise ValueError(f"layout: expected {CHAIN!r} or {CANDIDATES!r}, got {self.layout!r}")
+
     @property
     def batch(self) -> int:
         """B, the number of independent drafts."""
@@ -66,6 +70,10 @@ class Draft:
 
 def gather_tokens(rows, tokens):
     """``rows[b, i, tokens[b, i]]`` for rows (B, L', V) with L' >= L and tokens (B, L) → (B, L)."""
+    if len(rows.shape) != 3 or len(tokens.shape) != 2 or tokens.shape[0] != rows.shape[0] or \
+            tokens.shape[1] > rows.shape[1]:
+        raise ValueError(f"gather_tokens: expected rows (B, L', V) and tokens (B, L) with L <= L', got rows "
+                         f"{tuple(rows.shape)} and tokens {tuple(tokens.shape)}")
     xp = namespace(rows)
     L = tokens.shape[-1]
     return xp.take_along_axis(rows[:, :L, :], tokens[..., None], axis=-1)[..., 0]

@@ -10,7 +10,14 @@ import math
 import array_api_compat
 import numpy as np
 
-from ..checks import capped_perm, capped_power, check_flag, check_size, format_count
+from ..checks import (
+    capped_perm,
+    capped_power,
+    check_flag,
+    check_size,
+    check_unit_interval,
+    format_count,
+)
 from ..distributions import namespace, one_row, sample_categorical, uniform, validate_probs
 from ..errors import SizeLimitError
 
@@ -383,7 +390,11 @@ def prob_drafts_within(draft, subset, k: int, replacement: bool = True, method: 
 
 
 def inclusion_iid(s, k: int):
-    """1 − (1 − s)^k, accurate for small s (s = 1 gives 1): P(a token of mass s is among k i.i.d. draws)."""
+    """1 − (1 − s)^k, accurate for small s (s = 1 gives 1): P(a token of mass s is among k i.i.d. draws).
+
+    ``s`` is a mass or an array of them, each in [0, 1]; ``k`` an integer >= 1.
+    """
+    s, k = check_unit_interval(s, "s"), check_k(k)
     with np.errstate(divide="ignore"):
         return -np.expm1(k * np.log1p(-np.minimum(s, 1.0)))
 

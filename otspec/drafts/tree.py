@@ -176,7 +176,10 @@ def parse_tree(spec, replacement: bool = True):
         return spec
     if isinstance(spec, DraftTree):
         return DraftTree(spec.branching, replacement)
-    text = str(spec).strip().lower()
+    if not isinstance(spec, str):  # 3 was read as the k-config "3"
+        raise ValueError(f"tree: expected a spec such as '4x2x1', 'iid:4:3' or 'eagle2:4:8:16', or a DraftTree, got "
+                         f"{spec!r} ({type(spec).__name__})")
+    text = spec.strip().lower()
     if text.startswith("eagle2"):
         return ConfidenceTree.parse(text)
     if text.startswith("iid:"):

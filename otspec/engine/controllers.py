@@ -80,6 +80,9 @@ def as_controller(draft_length) -> DraftLengthController:
     optional) is taken as it is (:class:`ProtocolController`)."""
     if isinstance(draft_length, DraftLengthController):
         return draft_length
+    if isinstance(draft_length, type):  # the class itself read its keep_drafting as a function: "ABCMeta.max_length"
+        raise ValueError(f"draft_length: expected an integer >= 1 or a controller instance, got the class "
+                         f"{draft_length.__name__} (call it, e.g. {draft_length.__name__}(...))")
     if callable(getattr(draft_length, "keep_drafting", None)):
         return ProtocolController(draft_length)
     if isinstance(draft_length, bool) or not isinstance(draft_length, numbers.Integral):

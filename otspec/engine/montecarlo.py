@@ -273,6 +273,9 @@ def simulate_logged(log: LoggedRows, verifier: Verifier, draft_length: int, n_bl
     :func:`simulate` (``backend.method``: ``auto`` or ``row_free``, the only one it offers).
     ``first_token_counts`` cover the log's V' symbols (:meth:`~otspec.sources.LoggedRows.vocab`).
     """
+    if not isinstance(log, LoggedRows):  # a Source has no windows: an AttributeError deep in the loop
+        raise ValueError(f"log: expected LoggedRows (otspec.sources.load_logged_rows), got {type(log).__name__}; "
+                         "a Source goes to simulate")
     progress = check_progress(progress)
     L = check_size(draft_length, "draft_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
     n_blocks = check_size(n_blocks, "n_blocks", limit=MAX_SIMULATION_BLOCKS, limit_name="MAX_SIMULATION_BLOCKS")

@@ -34,7 +34,9 @@ class Figure:
     further files (the real-pair records' plots and summaries) and returns their paths;
     ``reads_records`` marks figures built from committed files of real-model runs (read from the
     records folder, not rerun) rather than computed from scratch; ``headline(data)``, when set, gives the
-    figure's answer in one sentence for the summary atop the report (computed from the data, never typed in).
+    figure's answer in one sentence for the summary atop the report (computed from the data, never typed in);
+    ``scaled`` is False for figures with nothing to simulate (exact numbers or committed records), whose ``data``
+    takes ``scale`` only to share the registry's signature.
     """
 
     name: str
@@ -46,6 +48,7 @@ class Figure:
     files: Callable | None = None
     reads_records: bool = False
     headline: Callable | None = None
+    scaled: bool = True
 
 
 #: Figures by name, in report order.
@@ -53,13 +56,14 @@ FIGURES: dict[str, Figure] = {}
 
 
 def register(name: str, stem: str, *, render: Callable, section: Callable, pair: bool = False,
-             files: Callable | None = None, reads_records: bool = False, headline: Callable | None = None):
+             files: Callable | None = None, reads_records: bool = False, headline: Callable | None = None,
+             scaled: bool = True):
     """Decorator registering a data function as figure ``name`` (file ``figures/<stem>.png``)."""
 
     def wrap(data: Callable) -> Callable:
         if name in FIGURES:
             raise ValueError(f"figure {name!r} is registered twice")
-        FIGURES[name] = Figure(name, stem, data, render, section, pair, files, reads_records, headline)
+        FIGURES[name] = Figure(name, stem, data, render, section, pair, files, reads_records, headline, scaled)
         return data
 
     return wrap

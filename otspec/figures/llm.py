@@ -262,7 +262,7 @@ def _llm_headline(data: dict) -> str | None:
 
 
 @register("real_models", "real_models", render=render_llm, section=_llm_section, files=_records_files,
-          reads_records=True, headline=_llm_headline)
+          reads_records=True, headline=_llm_headline, scaled=False)
 def llm_data(scale: float = 1.0, records_dir: str | Path = RECORDS_DIR) -> dict:
     """Every record ``llm_*.json`` in ``records_dir`` (``scale`` is unused: nothing is rerun), typed
     (:class:`~otspec.engine.record.PairRecord` under ``records``, :class:`~otspec.engine.record.AdaptiveRecord`

@@ -205,7 +205,7 @@ def _figure_only(data: dict, png: Path, note: str) -> str:
 """
 
 
-@register("spectr_fig4", "spectr_fig4_bernoulli", render=render_fig4, section=_multidraft_section)
+@register("spectr_fig4", "spectr_fig4_bernoulli", render=render_fig4, section=_multidraft_section, scaled=False)
 def spectr_bernoulli_data(draft_p: float = 0.25, target_ps=(0.1, 0.5, 0.75, 1.0), max_k: int = 10,
                           scale: float = 1.0) -> dict:
     """SpecTr Figures 4 and 6: draft Ber(0.25), targets Ber(b), acceptance against k.
@@ -233,7 +233,7 @@ def spectr_bernoulli_data(draft_p: float = 0.25, target_ps=(0.1, 0.5, 0.75, 1.0)
 
 
 register("spectr_fig6", "spectr_fig6_multiround", render=render_fig6,
-         section=lambda d, p: _figure_only(d, p, FIG6_NOTE))(spectr_bernoulli_data)
+         section=lambda d, p: _figure_only(d, p, FIG6_NOTE), scaled=False)(spectr_bernoulli_data)
 
 
 @register("spectr_fig5", "spectr_fig5_uniform", render=render_fig5, section=_multidraft_section)

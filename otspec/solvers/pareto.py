@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ..checks import COUNT_CAP, capped_power, format_count
+from ..checks import COUNT_CAP, capped_power, format_count, real_grid
 from ..errors import SizeLimitError
 from ..pairs import check_pair_horizon
 from ..sources import Source
@@ -378,9 +378,7 @@ def sequence_pareto(draft: Source, target: Source, horizon: int, rejections_grid
     ([0.0, 0.0], 0.0, True)
     """
     T = check_pair_horizon(draft, target, horizon)
-    grid = np.atleast_1d(np.asarray(rejections_grid, dtype=np.float64))
-    if grid.size == 0 or not np.all(np.isfinite(grid)) or np.any(grid < 0):
-        raise ValueError("rejections_grid: expected a non-empty list of budgets >= 0")
+    grid = real_grid(rejections_grid, "rejections_grid", low=0.0)  # '0.1' and True refused, not read as numbers
     pT, qT = sequence_laws(draft, target, T)
     tv_seq = float(0.5 * np.abs(pT - qT).sum())
     e_sd = sequence_expected_rejections_sd(draft, target, T)

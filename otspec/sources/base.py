@@ -11,7 +11,8 @@ from ..checks import MAX_DECODE_ENTRIES, capped_power, check_size, check_token_i
 from ..distributions import sample_categorical
 from ..errors import HorizonError, SizeLimitError
 
-__all__ = ["EMPTY_PREFIX", "MAX_ENUMERATION", "Enumeration", "Source", "check_enumeration", "extend_prefixes"]
+__all__ = ["EMPTY_PREFIX", "MAX_ENUMERATION", "Enumeration", "Source", "check_enumeration", "check_source",
+           "extend_prefixes"]
 
 #: Largest number of sequences :meth:`Source.enumerate` will build.
 MAX_ENUMERATION = 2**21
@@ -50,7 +51,16 @@ def check_enumeration(vocab_size: int, length: int) -> int:
 
 
 def extend_prefixes(tokens: np.ndarray, vocab_size: int) -> np.ndarray:
-    """Every prefix of ``tokens`` (N, t) extended by every token: (N*V, t+1), lexicographic."""
+    """Every prefix of ``tokens`` (N, t) extended by every token: (N*V, t+1), lexicographic.
+
+    ``tokens`` holds integer ids in [0, ``vocab_size``); anything else is a ``ValueError``.
+    """
+    vocab_size = check_size(vocab_size, "vocab_size")
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 2 or (tokens.size and tokens.dtype.kind not in "iu"):
+        raise ValueError(f"tokens: expected a (N, t) array of integer ids, got shape {tokens.shape}, "
+                         f"dtype {tokens.dtype}")
+    check_token_ids(tokens, vocab_size)
     n = tokens.shape[0]
     last = np.tile(np.arange(vocab_size, dtype=np.int64), n)[:, None]
     return np.concatenate([np.repeat(tokens, vocab_size, axis=0), last], axis=1)
@@ -65,6 +75,14 @@ def as_tokens(tokens) -> np.ndarray:
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
         raise ValueError(f"tokens: expected integer token ids, got dtype {arr.dtype}")
     return arr.astype(np.int64, copy=False)
+
+
+def check_source(source, name: str) -> Source:
+    """``source`` if it is a :class:`Source` instance, else a ``ValueError`` naming ``name`` and what was given."""
+    if not isinstance(source, Source):
+        what = f"the class {source.__name__}" if isinstance(source, type) else type(source).__name__
+        raise ValueError(f"{name}: expected a Source (otspec.IIDSource, otspec.MarkovSource, ...), got {what}")
+    return source
 
 
 class Source(ABC):

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..checks import check_data_file, file_problem, unique_keys
-from .base import Source
+from .base import Source, check_source
 from .models import (
     DepthPositionalSource,
     IIDSource,
@@ -167,6 +167,7 @@ def load_source(path: str | os.PathLike) -> Source:
 
 def save_source(source: Source, path: str | os.PathLike) -> None:
     """Write ``source.to_json()`` to ``path`` (a regular file: a device or a pipe is refused)."""
+    check_source(source, "source")
     problem = file_problem(path)
     if problem not in (None, "does not exist"):
         raise ValueError(f"source file {path!r}: cannot be written: {problem}")

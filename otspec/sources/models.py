@@ -9,7 +9,7 @@ import numpy as np
 
 from ..checks import MAX_VOCAB_SIZE, all_numbers, check_size, coarsest_eps, tensors_as_arrays
 from ..distributions import eps_tolerance, validate_probs
-from .base import Source, as_tokens
+from .base import Source, as_tokens, check_source
 
 #: An IID source range-checks every token id of prefixes up to this many ids (beyond: each row's last one).
 _CHECK_ALL_TOKENS = 65_536
@@ -397,7 +397,7 @@ class GreedySource(Source):
     """Greedy decoding of another source: each row is one-hot at the base row's most likely token (first on ties)."""
 
     def __init__(self, base: Source):
-        self.base = base
+        self.base = check_source(base, "base")
         self.vocab_size = base.vocab_size
         self.horizon = base.horizon
         self.context = base.context

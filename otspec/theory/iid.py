@@ -109,6 +109,8 @@ def _check_inputs(draft, target, draft_length, route, step):
         raise ValueError(f"route: expected 'auto', 'exact' or 'lattice', got {route!r}")
     if step is not None:
         check_real(step, "step", low=0.0, low_open=True)
+        if route == "exact":  # the ratio classes have no lattice: a step would be ignored without a word
+            raise ValueError("step: the exact route has no lattice step; give route='lattice' (or 'auto') with it")
     return p, q, L
 
 
@@ -316,6 +318,7 @@ def iid_block_values(draft, target, draft_length: int, *, route: str = "auto",
         certified bounds; "auto": exact when it fits. L = 1 is always the closed form 1 - TV(p, q).
     step : float, optional
         Lattice step h in log-ratio units; default None: the widest walk fills :data:`LATTICE_POINTS`.
+        Refused with ``route="exact"``; with ``"auto"`` it applies when the lattice route is taken.
 
     Returns
     -------

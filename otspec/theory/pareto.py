@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..checks import real_grid
 from ..distributions import row_pair, total_variation
 from ..pairs import check_pair_horizon
 from ..sources import Source
@@ -327,6 +328,7 @@ def per_step_curve(draft: Source, target: Source, horizon: int, rejections_grid,
     ([0.25, 0.125, 0.0], [0.0, 0.5, 1.0])
     """
     T = check_pair_horizon(draft, target, horizon)
+    grid = real_grid(rejections_grid, "rejections_grid", low=0.0)  # '0.1' and True refused, not read as numbers
     prow, qrow = level_rows(draft, T), level_rows(target, T)
     qT = target.enumerate(T).probs
     if rule == "mixture":
@@ -337,9 +339,7 @@ def per_step_curve(draft: Source, target: Source, horizon: int, rejections_grid,
         raise ValueError(f"rule: expected 'mixture' or 'eps', got {rule!r}")
     r_sd = _per_step_run(prow, qrow, qT, fn, hi0)[0]
     out = {"rejections": [], "bias": [], "parameter": []}
-    for R in np.atleast_1d(np.asarray(rejections_grid, dtype=np.float64)):
-        if not np.isfinite(R) or R < 0:
-            raise ValueError(f"rejections_grid: expected budgets >= 0, got {R!r}")
+    for R in grid:
         if R >= r_sd:
             theta = hi0
         else:

@@ -18,7 +18,7 @@ import numbers
 
 import numpy as np
 
-from ..checks import check_real
+from ..checks import check_real, grid_entries
 from ..distributions import namespace, residual, row_pair, total_variation
 
 __all__ = ["family_curve", "over_acceptance", "over_acceptance_kernel"]
@@ -184,6 +184,6 @@ def family_curve(draft, target, eps_grid, mode: str = "opt") -> dict:
     """
     p, q = row_pair(draft, target)
     mode = _check_mode(mode)
-    grid = [_check_eps(e) for e in np.atleast_1d(np.asarray(eps_grid)).ravel()]  # read as given: '0.1' refused
+    grid = [_check_eps(e) for e in grid_entries(eps_grid, "eps_grid")]  # read as given: '0.1' refused
     rows = [_over_acceptance(p, q, e, mode) for e in grid]
     return {"mode": mode, **{k: [row[k] for row in rows] for k in ("eps", "rejection", "bias", "front")}}

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..checks import MAX_CANDIDATES, check_seed, check_size
+from ..checks import MAX_CANDIDATES, check_seed, check_size, grid_entries
 from ..distributions import total_variation
 from ..errors import SizeLimitError
 from ..pairs import check_horizon, check_pair_horizon, markov_chains, walk_prefix_tree
@@ -429,7 +429,7 @@ def batch_curve(draft: Source, target: Source, horizon: int, Ms: Sequence[int] =
     ([1.0, 0.828125], 2.0)
     """
     T = check_pair_horizon(draft, target, horizon)
-    Ms = [check_batch_size(m) for m in Ms]
+    Ms = [check_batch_size(m) for m in grid_entries(Ms, "Ms")]
     vals = [batch_expected_rejections(draft, target, T, m) for m in Ms]
     return {"M": Ms, "expected_rejections": vals,
             "speedup": [T / v if v > 0 else math.inf for v in vals], "horizon": T}

@@ -1,0 +1,109 @@
+"""Round sixteen's leftovers and the public-API sweep (issue 43): one test per class, each able to fail on the old
+code."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+def test_plot_refuses_scale_for_a_figure_with_nothing_to_simulate(capsys):
+    """plot real_models --scale 50 drew the records and said nothing: the records are read, not rerun."""
+    from otspec.plot import main
+    from tests.cli_refusals import refused
+
+    for name in ("real_models", "spectr_fig4"):
+        refused(main, [name, "--scale", "50", "--out", "build/never.png"], capsys, "--scale", repr(name))
+
+
+def test_grids_are_one_dimensional_and_not_empty():
+    """family_curve and batch_curve flattened a 2-D grid and gave empty curves for an empty one; the Pareto grids
+    read the text '0.1' and True as numbers."""
+    from otspec.solvers import sequence_pareto
+    from otspec.sources import bernoulli
+    from otspec.theory import batch_curve, family_curve, per_step_curve
+
+    p, q = [0.5, 0.5], [0.75, 0.25]
+    for grid in ([[0.0, 0.1], [0.2, 0.3]], [], np.zeros((0,))):
+        with pytest.raises(ValueError, match="eps_grid"):
+            family_curve(p, q, grid)
+    for Ms in ([[1, 2]], []):
+        with pytest.raises(ValueError, match="Ms"):
+            batch_curve(bernoulli(0.25), bernoulli(0.75), 2, Ms=Ms)
+    for call in (sequence_pareto, per_step_curve):
+        for grid in (["0.1"], [True], [[0.0, 0.1]], []):
+            with pytest.raises(ValueError, match="rejections_grid"):
+                call(bernoulli(0.25), bernoulli(0.75), 1, grid)
+    assert family_curve(p, q, 0.125)["rejection"] == [0.125]  # a number alone is a grid of one
+    assert batch_curve(bernoulli(0.25), bernoulli(0.75), 2, Ms=np.array([1, 2]))["expected_rejections"] == \
+        [1.0, 0.828125]
+
+
+def test_low_level_helpers_check_what_they_are_given():
+    """inclusion_iid clipped 1.5 to 1 and gave a traceback on '0.5'; extend_prefixes extended out-of-vocabulary and
+    float ids; gather_tokens gave an IndexError on a wrong shape; Draft kept layout 'zz'."""
+    from otspec.drafts import Draft, gather_tokens, inclusion_iid
+    from otspec.sources.base import extend_prefixes
+
+    for s in (1.5, "0.5", np.nan, -0.1, [0.2, 2.0]):
+        with pytest.raises(ValueError, match="s: expected real numbers in"):
+            inclusion_iid(s, 2)
+    with pytest.raises(ValueError, match="k: expected"):
+        inclusion_iid(0.5, 1.5)
+    assert inclusion_iid(np.array([0.5, 1.0]), 2).tolist() == [0.75, 1.0]
+    for tokens in (np.array([[3]]), np.array([[-1]]), np.array([[0.5]]), np.array([0])):
+        with pytest.raises(ValueError, match="tokens"):
+            extend_prefixes(tokens, 3)
+    assert extend_prefixes(np.array([[1]]), 2).tolist() == [[1, 0], [1, 1]]
+    rows = np.full((2, 3, 4), 0.25)
+    for tokens in (np.zeros((3, 2), int), np.zeros((2, 4), int), np.zeros(2, int)):
+        with pytest.raises(ValueError, match="gather_tokens"):
+            gather_tokens(rows, tokens)
+    assert gather_tokens(rows, np.zeros((2, 2), int)).shape == (2, 2)
+    with pytest.raises(ValueError, match="layout"):
+        Draft(np.zeros((1, 1), int), rows[:1, :1], rows[:1, :2], layout="zz")
+
+
+def test_parse_tree_and_the_exact_route_refuse_what_they_would_misread():
+    """parse_tree(3) was read as the k-config '3'; iid_block_optimum ignored a step on the exact route."""
+    from otspec.drafts import parse_tree
+    from otspec.theory import iid_block_optimum
+
+    for spec in (3, 2.0, None, ["2x1"]):
+        with pytest.raises(ValueError, match="tree: expected a spec"):
+            parse_tree(spec)
+    assert parse_tree("3").num_tokens == 3
+    with pytest.raises(ValueError, match="step"):
+        iid_block_optimum([0.75, 0.25], [0.25, 0.75], 2, route="exact", step=0.1)
+    assert iid_block_optimum([0.75, 0.25], [0.25, 0.75], 2, route="lattice", step=0.01).low <= 1.0 + 1e-12
+
+
+def test_sources_and_controllers_are_asked_for_instances():
+    """GreedySource([...]) and save_source([...], path) gave AttributeError tracebacks, simulate_logged(<Source>) one
+    deep in the loop, and the FixedDraftLength class a message about 'ABCMeta.max_length'."""
+    from otspec.engine import simulate_logged
+    from otspec.engine.controllers import FixedDraftLength
+    from otspec.engine.decode import generate
+    from otspec.sources import GreedySource, bernoulli, save_source
+    from otspec.verifiers import TokenVerify
+
+    for call in (lambda: GreedySource([0.5, 0.5]), lambda: save_source([0.5, 0.5], "build/never.json"),
+                 lambda: GreedySource(bernoulli)):
+        with pytest.raises(ValueError, match="expected a Source"):
+            call()
+    with pytest.raises(ValueError, match="log: expected LoggedRows"):
+        simulate_logged(bernoulli(0.5), TokenVerify(), 2, 10)
+    with pytest.raises(ValueError, match="the class FixedDraftLength"):
+        generate(bernoulli(0.5), bernoulli(0.5), TokenVerify(), FixedDraftLength, 10)
+    assert GreedySource(bernoulli(0.75)).next_probs([]).tolist() == [[0.0, 1.0]]
+
+
+def test_two_spellings_of_one_option_are_refused(capsys):
+    """calc rejections --T 3 --horizon 4 ran with T = 4: argparse keeps the last of two aliases without a word."""
+    from otspec.cli import main
+    from tests.cli_refusals import refused
+
+    argv = ["calc", "rejections", "--draft", "0.5,0.5", "--target", "0.7,0.3"]
+    refused(main, argv + ["--T", "3", "--horizon", "4"], capsys, "--T and --horizon are one option")
+    refused(main, argv + ["--T=3", "--horizon=4"], capsys, "--T and --horizon")
+    assert main(argv + ["--horizon", "4"]) == 0
