@@ -43,6 +43,7 @@ __all__ = [
     "check_size",
     "check_token_ids",
     "check_unit_interval",
+    "real_array",
     "grid_entries",
     "real_grid",
     "all_numbers",
@@ -144,6 +145,39 @@ def grid_entries(values, name: str) -> list:
 def real_grid(values, name: str, **bounds) -> np.ndarray:
     """A non-empty 1-D grid of reals as floats, each checked by :func:`check_real` with ``bounds``."""
     return np.array([check_real(v, f"{name}[{i}]", **bounds) for i, v in enumerate(grid_entries(values, name))])
+
+
+def real_array(values, name: str, *, finite: bool = True) -> np.ndarray:
+    """``values`` as a float64 array if every entry is a real number: text, booleans, complex numbers and other objects
+    are refused (``np.asarray(values, dtype=float)`` read '0.5' as 0.5 and True as 1.0), and NaN or ±inf too unless
+    ``finite`` is False. A torch tensor is read on the host."""
+    if isinstance(values, np.ma.MaskedArray):  # its masked entries would be read as the numbers under them
+        raise ValueError(f"{name}: a masked array; pass a plain array")
+    values = tensors_as_arrays(values)
+    try:
+        raw = np.asarray(values)
+    except (TypeError, ValueError) as exc:  # a ragged list
+        raise ValueError(f"{name}: expected an array of real numbers, could not read it ({exc})") from None
+    if raw.dtype.kind not in "iuf" or ((raw.dtype.kind == "O" or isinstance(values, list | tuple))
+                                       and not all_numbers(values, booleans=False)):
+        if raw.dtype.kind == "O" and all_numbers(values, booleans=False):
+            pass  # Decimal or a huge integer among numbers: read below
+        else:
+            raise ValueError(f"{name}: expected real numbers, got {_what(values, raw)}")
+    try:
+        arr = raw.astype(np.float64)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValueError(f"{name}: expected real numbers ({exc})") from None
+    if finite and arr.size and not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name}: expected finite numbers, got {float(arr[~np.isfinite(arr)].flat[0])!r}")
+    return arr
+
+
+def _what(values, raw: np.ndarray) -> str:
+    if isinstance(values, str | bytes):
+        return f"the text {values!r:.40}"
+    kinds = {"b": "booleans", "U": "text", "S": "bytes", "c": "complex numbers", "O": "text or other objects"}
+    return f"{kinds.get(raw.dtype.kind, 'dtype ' + str(raw.dtype))} among the entries"
 
 
 def format_count(n: int) -> str:

@@ -30,7 +30,14 @@ import math
 import array_api_compat
 import numpy as np
 
-from .checks import all_numbers, check_dense, coarsest_eps, tensors_as_arrays
+from .checks import (
+    all_numbers,
+    check_dense,
+    check_real,
+    check_size,
+    coarsest_eps,
+    tensors_as_arrays,
+)
 from .namespaces import namespace, resolve_device  # re-exported: the package imports them from here
 from .tempering import temperature_rows, top_p_mask  # re-exported likewise
 
@@ -178,6 +185,9 @@ def validate_probs(probs, name: str = "probs", *, tol: float | None = None, min_
     >>> validate_probs([0.25, 0.75], "draft")
     array([0.25, 0.75])
     """
+    min_ndim = check_size(min_ndim, "min_ndim")  # True, 1.5 or NaN would be compared as numbers
+    if tol is not None:
+        tol = check_real(tol, "tol", low=0.0, allow_inf=True)
     if isinstance(probs, np.ma.MaskedArray):  # its masked entries would be read as the numbers under the mask
         raise ValueError(f"{name}: a masked array; pass a plain array (masked entries as 0 if that is meant)")
     if not (array_api_compat.is_array_api_obj(probs)):

@@ -107,3 +107,118 @@ def test_two_spellings_of_one_option_are_refused(capsys):
     refused(main, argv + ["--T", "3", "--horizon", "4"], capsys, "--T and --horizon are one option")
     refused(main, argv + ["--T=3", "--horizon=4"], capsys, "--T and --horizon")
     assert main(argv + ["--horizon", "4"]) == 0
+
+
+# ---- the public-API sweep: every exported callable replayed with one argument made hostile ----------------------
+
+
+def test_text_and_booleans_are_not_read_as_numbers():
+    """np.asarray(x, dtype=float) and float(x) read '0.5' as 0.5 and True as 1.0: block laws, OTM plans, Pareto
+    budgets, the uniform ratio, acceptance rows, window overlaps, Markov matrices, a sweep's temperature and the
+    registry's filters all took them."""
+    from otspec.solvers import min_bias, plan_acceptance, sequence_min_bias, solve_block_lp_laws
+    from otspec.sources import MarkovSource, bernoulli
+    from otspec.sweep.cells import temper
+    from otspec.theory import optimal_resampling, positional_window_values, uniform_alpha
+    from otspec.verifiers.registry import registered
+
+    calls = {
+        "draft_law": lambda: solve_block_lp_laws(np.array(["0.5", "0.5"]), [0.75, 0.25], 2, 1),
+        "plan": lambda: plan_acceptance([[0], [1]], np.array([["0.5", "0"], ["0.25", "0.25"]])),
+        "rejection": lambda: min_bias([0.5, 0.5], [0.75, 0.25], "0.1"),
+        "rejections": lambda: sequence_min_bias(bernoulli(0.5), bernoulli(0.25), 1, True),
+        "r:": lambda: uniform_alpha("2", 2),
+        "accept_probs": lambda: optimal_resampling([0.5, 0.5], [0.75, 0.25], np.array([True, False])),
+        "overlaps": lambda: positional_window_values(np.array([[True, False]])),
+        "transition": lambda: MarkovSource([0.5, 0.5], np.array([["0.5", "0.5"], ["0.5", "0.5"]])),
+        "temperature": lambda: temper(bernoulli(0.5), True),
+        "lossless": lambda: registered(lossless="False"),
+    }
+    for needle, call in calls.items():
+        with pytest.raises(ValueError, match=needle):
+            call()
+    assert round(min_bias([0.5, 0.5], [0.75, 0.25], 0.125).value, 9) == 0.125
+    assert registered(lossless=False) and all(not c.lossless for c in registered(lossless=False).values())
+
+
+def test_batches_given_as_arrays_are_checked():
+    """kseq_parameters and kseq_rho_star took a batch with a NaN row or k = -1 as valid (rho* = 1, p_acc NaN) and
+    multiround_rejection gave a NaN rejection; check=False still skips the read-backs."""
+    from otspec.theory import kseq_parameters, kseq_rho_star
+    from otspec.theory.multidraft_multiround import multiround_rejection
+
+    bad, ok = np.array([[np.nan, 0.5]]), np.array([[0.5, 0.5]])
+    for call in (lambda: kseq_parameters(bad, ok, 2), lambda: kseq_rho_star(bad, ok, np.array([2.0])),
+                 lambda: multiround_rejection(bad, ok, 2), lambda: multiround_rejection(ok, ok[:, :1], 2)):
+        with pytest.raises(ValueError, match="draft|shape"):
+            call()
+    for k in (-1, np.array([np.nan]), np.array([True])):
+        with pytest.raises(ValueError, match="k"):
+            kseq_parameters(ok, np.array([[0.9, 0.1]]), k)
+    assert kseq_parameters(ok, np.array([[0.9, 0.1]]), np.array([0.0])).p_acc.tolist() == [0.0]  # no candidate
+    assert np.isnan(multiround_rejection(bad, ok, 2, check=False)[0][0])
+
+
+def test_ids_and_plans_are_checked_before_they_are_used():
+    """common_prefix_length, tuple_membership and prob_drafts_within read 0.5 as id 0 and ran past the vocabulary;
+    plan_expected_length summed a NaN or negative plan."""
+    from otspec.drafts import prob_drafts_within
+    from otspec.drafts.laws import tuple_membership
+    from otspec.solvers import common_prefix_length, plan_expected_length
+
+    for blocks in (np.array([0.5]), np.array([4]), np.array([-1])):
+        with pytest.raises(ValueError, match="draft_blocks"):
+            common_prefix_length(blocks, np.array([0]), 2, 2)
+    assert common_prefix_length(np.array([0, 1]), np.array([0, 0]), 2, 2).tolist() == [2, 1]
+    with pytest.raises(ValueError, match="tuples"):
+        tuple_membership(np.array([[0.5]]), 2)
+    with pytest.raises(ValueError, match="vocab_size"):
+        tuple_membership(np.array([[0]]), "2")
+    with pytest.raises(ValueError, match="subset"):
+        prob_drafts_within([0.5, 0.5], [0.5], 2)
+    for plan in (np.full((4, 4), np.nan), -np.eye(4)):
+        with pytest.raises(ValueError, match="plan"):
+            plan_expected_length(plan, 2, 2)
+
+
+def test_sizes_are_refused_before_they_are_allocated():
+    """k = 10^15 candidates, a 10^15-token membership matrix or prefix extension, a 10^15-step table source and
+    a logged vocabulary of 10^15 ran out of memory or were kept."""
+    from otspec.drafts import draft_tuple_law, sample_candidates
+    from otspec.drafts.laws import tuple_membership
+    from otspec.errors import SizeLimitError
+    from otspec.sources import TableSource
+    from otspec.sources.base import extend_prefixes
+
+    rng = np.random.default_rng(0)
+    for call in (lambda: sample_candidates(np.array([[1.0, 0.0]]), 10**15, rng),
+                 lambda: tuple_membership(np.array([[0]]), 10**15),
+                 lambda: draft_tuple_law([1.0, 0.0], 10**15),
+                 lambda: extend_prefixes(np.zeros((1, 1), int), 10**15),
+                 lambda: TableSource({(): [0.5, 0.5]}, 2, 10**15)):
+        with pytest.raises(SizeLimitError):
+            call()
+
+
+def test_seeds_flags_and_devices_are_checked_where_they_are_taken():
+    """A sweep's seed read '3', True and 2.7 through int(); logged_pool read draft_length '2'; Backend kept the
+    device 'zz' until a simulator read it; parse_tree took any replacement for an EAGLE-2 tree; validate_probs
+    compared min_ndim=True as a number; log_rows of a text gave an AttributeError."""
+    from otspec.audit.rows import synthetic_pool
+    from otspec.drafts import parse_tree
+    from otspec.engine import Backend
+    from otspec.sources import bernoulli, log_rows
+    from otspec.sweep.spec import SweepSpec, cell_seed
+
+    calls = {"seed": lambda: cell_seed("3", {}), "seed:": lambda: SweepSpec("s", True, (), {}, []),
+             "seed: ": lambda: synthetic_pool(seed=True), "device": lambda: Backend(device="zz"),
+             "replacement": lambda: parse_tree("eagle2:2:2:3", "text"),
+             "draft: expected a Source": lambda: log_rows("src", bernoulli(0.5), 2, 2)}
+    for needle, call in calls.items():
+        with pytest.raises(ValueError, match=needle.strip()):
+            call()
+    from otspec.distributions import validate_probs
+
+    with pytest.raises(ValueError, match="min_ndim"):
+        validate_probs([0.5, 0.5], min_ndim=True)
+    assert cell_seed(3, {}).entropy[0] == 3

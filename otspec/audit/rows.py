@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import check_size
+from ..checks import check_seed, check_size
 from ..errors import SizeLimitError
 from ..sources import load_logged_rows
 
@@ -77,7 +77,7 @@ def synthetic_pool(n_pairs: int = 128, vocab: int = 64, draft_length: int = 2, s
                              f"{P * (L + 1) * V:,} probabilities (limit MAX_POOL_ENTRIES = 2^24: V <= "
                              f"{MAX_POOL_ENTRIES // (P * (L + 1)):,} here); audit a large vocabulary on logged rows "
                              "(--rows)")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     shape = (P, L + 1, V)
     conc = rng.choice([0.1, 0.5, 2.0], size=(P, 1, 1))
     target = rng.dirichlet(np.ones(V), size=(P, L + 1)) ** (1.0 / conc)  # sharper rows at small concentrations
@@ -112,13 +112,15 @@ def synthetic_pool(n_pairs: int = 128, vocab: int = 64, draft_length: int = 2, s
 def logged_pool(path, draft_length: int = 2, n_pairs: int = 512, tail: str = "overlap", seed=0) -> RowPool:
     """``n_pairs`` windows of ``draft_length`` + 1 steps of a logged-rows file, each on its own compact vocabulary
     (the union of its steps' kept tokens and the tail symbols), padded with zero-probability tokens to the widest."""
+    L = check_size(draft_length, "draft_length", limit=MAX_AUDIT_DRAFT_LENGTH, limit_name="MAX_AUDIT_DRAFT_LENGTH")
+    n_pairs = check_size(n_pairs, "n_pairs", limit=4096, limit_name="4,096")
+    seed = check_seed(seed)
     log = load_logged_rows(path)
-    L = int(draft_length)
     starts = log.windows(L)
     if starts.size == 0:
         raise ValueError(f"{path}: no window of {L + 1} consecutive steps on one path")
     rng = np.random.default_rng(seed)
-    chosen = rng.choice(starts, size=int(n_pairs), replace=starts.size < n_pairs)
+    chosen = rng.choice(starts, size=n_pairs, replace=starts.size < n_pairs)
     offsets, ids, p, q = log.segments(tail)
     windows = []
     for s in chosen:

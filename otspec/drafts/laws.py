@@ -11,6 +11,8 @@ import array_api_compat
 import numpy as np
 
 from ..checks import (
+    MAX_CANDIDATES,
+    MAX_STEP_ENTRIES,
     capped_perm,
     capped_power,
     check_flag,
@@ -154,6 +156,10 @@ def draft_tuple_law(draft, k: int, replacement: bool = True, *,
                              f"over {s} tokens of positive probability has {count} tuples, above {limit} = "
                              f"{max_tuples:,} (the enumeration exceeds max_tuples); use otm_value (no "
                              "enumeration) instead", size=n, limit=max_tuples)
+    if n * k > MAX_STEP_ENTRIES:  # one tuple, k = 10^15 ids long, on a one-token support
+        raise SizeLimitError(f"the draft law of k={k:,} drafts is {format_count(n)} tuples x k = "
+                             f"{format_count(n * k)} token ids, above MAX_STEP_ENTRIES = {MAX_STEP_ENTRIES:,}",
+                             size=n * k, limit=MAX_STEP_ENTRIES)
     if replacement:
         idx = np.indices((s,) * k).reshape(k, -1).T  # C order = lexicographic
         tuples = supp[idx]
@@ -178,10 +184,16 @@ def draft_tuple_law(draft, k: int, replacement: bool = True, *,
 
 def tuple_membership(tuples, vocab_size: int) -> np.ndarray:
     """Boolean matrix (M, V): entry [m, y] is True iff token y appears in tuple m (-1 = padding)."""
-    tuples = np.asarray(tuples, dtype=np.int64)
-    if tuples.ndim != 2:
-        raise ValueError(f"tuples: expected an int array of shape (M, k), got shape {tuples.shape}")
-    V = int(vocab_size)
+    V = check_size(vocab_size, "vocab_size")
+    tuples = np.asarray(tuples)
+    if tuples.ndim != 2 or (tuples.size and tuples.dtype.kind not in "iu"):  # 0.5 was read as token 0
+        raise ValueError(f"tuples: expected an int array of shape (M, k), got shape {tuples.shape}, "
+                         f"dtype {tuples.dtype}")
+    tuples = tuples.astype(np.int64, copy=False)
+    if tuples.shape[0] * (V + 1) > MAX_STEP_ENTRIES:
+        raise SizeLimitError(f"a membership matrix of {tuples.shape[0]:,} tuples x V + 1 = {V + 1:,} is above "
+                             f"MAX_STEP_ENTRIES = {MAX_STEP_ENTRIES:,}", size=tuples.shape[0] * (V + 1),
+                             limit=MAX_STEP_ENTRIES)
     if tuples.size and (tuples.max() >= V or tuples.min() < -1):
         raise ValueError(f"tuples: entries must be token ids in [0, {V}) or -1 (padding)")
     member = np.zeros((tuples.shape[0], V + 1), dtype=bool)  # column V collects the -1 padding
@@ -207,7 +219,8 @@ def sample_candidates(draft_probs, k: int, rng, replacement: bool = True, *, val
     the rows, which read values back from a device: a decode loop draws from rows it knows to be valid
     without waiting for the GPU.
     """
-    k = check_size(k, "k", minimum=0, what="a non-negative number of candidates (an integer)")
+    k = check_size(k, "k", minimum=0, what="a non-negative number of candidates (an integer)", limit=MAX_CANDIDATES,
+                   limit_name="MAX_CANDIDATES")
     draw = draw_name(replacement)
     p = validate_probs(draft_probs, "draft_probs", min_ndim=2) if check_flag(validate, "validate") else draft_probs
     if p.ndim != 2:
@@ -372,6 +385,9 @@ def prob_drafts_within(draft, subset, k: int, replacement: bool = True, method: 
         if A.shape != p.shape:
             raise ValueError(f"subset: a boolean mask must have shape {p.shape}, got {A.shape}")
         A = np.flatnonzero(A)
+    if A.ndim > 1 or (A.size and A.dtype.kind not in "iu"):  # 1.5 was read as token 1, a 2-D list flattened
+        raise ValueError(f"subset: expected token ids (a 1-D list of integers) or a boolean mask of shape {p.shape}, "
+                         f"got shape {A.shape}, dtype {A.dtype}")
     A = np.unique(A.astype(np.int64).reshape(-1))
     if A.size and (A.min() < 0 or A.max() >= p.size):
         raise ValueError(f"subset: token ids must lie in [0, {p.size})")

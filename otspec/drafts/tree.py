@@ -172,6 +172,7 @@ def _check_tree_tokens(n: int, what: str) -> None:
 def parse_tree(spec, replacement: bool = True):
     """A draft tree from a spec: ``"4x2x2x1"`` (k-config), ``"iid:K:L"`` (SpecTr's K i.i.d. drafts of L tokens),
     ``"eagle2:D:K:M"`` (:class:`ConfidenceTree`), or a tree (a :class:`DraftTree` gets ``replacement``)."""
+    draw_name(replacement)  # checked for every spec: an EAGLE-2 tree, which reads none, took 'text' without a word
     if isinstance(spec, ConfidenceTree):
         return spec
     if isinstance(spec, DraftTree):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..checks import check_size
+from ..namespaces import resolve_device
 
 __all__ = ["CHUNK_ENTRIES", "DEFAULT_BACKEND", "MAX_CHUNK", "MONTE_CARLO_METHODS", "Backend", "check_backend",
            "chunk_size", "chunks"]
@@ -51,6 +52,8 @@ class Backend:
     def __post_init__(self):
         if self.method not in MONTE_CARLO_METHODS:
             raise ValueError(f"method: expected one of {MONTE_CARLO_METHODS}, got {self.method!r}")
+        if self.device is not None:  # 'zz' was kept until a simulator read it
+            resolve_device(self.device)
         if self.batch_size is not None:
             object.__setattr__(self, "batch_size", check_size(self.batch_size, "batch_size", limit=MAX_CHUNK,
                                                               limit_name="MAX_CHUNK (2**20)"))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ..checks import MAX_DRAFT_LENGTH, capped_power, check_size
+from ..checks import MAX_DRAFT_LENGTH, capped_power, check_size, real_array
 from ..pairs import check_pair
 from ..sources import Source
 
@@ -87,7 +87,7 @@ def check_block_shape(vocab_size, draft_length) -> tuple[int, int, int]:
 
 
 def _check_law(law, name: str, n: int, V: int, L: int) -> np.ndarray:
-    arr = np.array(law, dtype=np.float64)  # a copy: callers' arrays are never modified
+    arr = real_array(law, name, finite=False)  # a copy ('0.5' and True refused): callers' arrays are never modified
     if arr.shape != (n,):
         raise ValueError(f"{name}: expected a block law of shape ({n},) = (vocab_size**draft_length,) "
                          f"for vocab_size={V}, draft_length={L}; got shape {arr.shape}")
@@ -202,8 +202,22 @@ def common_prefix_length(draft_blocks, target_blocks, vocab_size: int, draft_len
     >>> common_prefix_length([0, 1, 2, 3], 0, 2, 2).tolist()  # against 00: both, the first, none, none
     [2, 1, 0, 0]
     """
-    V, L, _ = check_block_shape(vocab_size, draft_length)
-    x, y = np.broadcast_arrays(np.asarray(draft_blocks, dtype=np.int64), np.asarray(target_blocks, dtype=np.int64))
+    V, L, n = check_block_shape(vocab_size, draft_length)
+    blocks = []
+    for name, b in (("draft_blocks", draft_blocks), ("target_blocks", target_blocks)):
+        arr = np.asarray(b)
+        if arr.size and arr.dtype.kind not in "iu":  # 0.5 was read as block 0
+            raise ValueError(f"{name}: expected integer block indices, got dtype {arr.dtype}")
+        arr = arr.astype(np.int64, copy=False)
+        if arr.size and (arr.min() < 0 or arr.max() >= n):
+            raise ValueError(f"{name}: block indices must lie in [0, {n}) = [0, vocab_size**draft_length); got "
+                             f"range [{arr.min()}, {arr.max()}]")
+        blocks.append(arr)
+    try:
+        x, y = np.broadcast_arrays(*blocks)
+    except ValueError:
+        raise ValueError(f"draft_blocks, target_blocks: shapes {blocks[0].shape} and {blocks[1].shape} do not "
+                         "broadcast") from None
     beta = np.zeros(x.shape, dtype=np.int64)
     for ell in range(1, L + 1):  # L passes over the arrays, none over their entries
         scale = V ** (L - ell)
@@ -254,6 +268,8 @@ def plan_expected_length(plan, vocab_size: int, draft_length: int) -> float:
     """
     V, L, n = check_block_shape(vocab_size, draft_length)
     coo = sp.coo_array(plan)
+    if coo.dtype.kind not in "iuf" or (coo.nnz and not (np.all(np.isfinite(coo.data)) and coo.data.min() >= 0)):
+        raise ValueError(f"plan: expected a non-negative matrix of finite real numbers (dtype {coo.dtype})")
     if coo.shape != (n, n):
         raise ValueError(f"plan: expected shape ({n}, {n}) for vocab_size={V}, draft_length={L}; got {coo.shape}")
     beta = common_prefix_length(coo.row, coo.col, V, L)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from ..checks import real_array
 from ..distributions import row_pair
 from ..drafts.laws import check_k, draft_tuple_law, tuple_count, tuple_membership
 from ..errors import SizeLimitError, SolveError
@@ -137,7 +138,9 @@ def plan_acceptance(tuples, plan) -> float:
     >>> plan_acceptance([[0], [1]], [[0.5, 0.0], [0.25, 0.25]])  # 0.5 + 0.25 = 1 - TV(p, q)
     0.75
     """
-    plan = np.asarray(plan, dtype=np.float64)
+    plan = real_array(plan, "plan")
+    if plan.size and plan.min() < 0:
+        raise ValueError(f"plan: expected non-negative masses, got {float(plan.min())!r}")
     tuples = np.asarray(tuples)
     if plan.ndim != 2 or plan.shape[0] != tuples.shape[0]:
         raise ValueError(f"plan: expected shape ({tuples.shape[0]}, V) to match tuples {tuples.shape}, "

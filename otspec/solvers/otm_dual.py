@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..checks import check_flag
 from ..distributions import row_pair
 from ..drafts.laws import (
     check_k,
@@ -177,7 +178,7 @@ def otm_min_cut(draft, target, k: int, replacement: bool = True) -> tuple[float,
     (0.6875, [0])
     """
     p, q = row_pair(draft, target)
-    k = check_k(k)
+    k, replacement = check_k(k), check_flag(replacement, "replacement")  # 'False' is true
     order = _sorted_order(p, q)
     # one draft is the same with or without replacement: the closed form (5), O(V log V)
     cuts = (_prefix_cuts_iid if replacement or k == 1 else _prefix_cuts_wor)(p, q, k, order)
@@ -438,7 +439,7 @@ def otm_value_bruteforce(draft, target, k: int, replacement: bool = True) -> flo
     0.6875
     """
     p, q = row_pair(draft, target)
-    k = check_k(k)
+    k, replacement = check_k(k), check_flag(replacement, "replacement")  # 'False' is true
     if p.size > MAX_BRUTEFORCE_VOCAB:
         raise SizeLimitError(f"otm_value_bruteforce enumerates 2^V subsets; V={p.size} is above "
                              f"MAX_BRUTEFORCE_VOCAB = {MAX_BRUTEFORCE_VOCAB}; use otm_value",

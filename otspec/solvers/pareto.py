@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ..checks import COUNT_CAP, capped_power, format_count, real_grid
+from ..checks import COUNT_CAP, capped_power, check_real, format_count, real_grid
 from ..errors import SizeLimitError
 from ..pairs import check_pair_horizon
 from ..sources import Source
@@ -256,9 +256,7 @@ def sequence_min_bias(draft: Source, target: Source, horizon: int, rejections: f
     T = check_pair_horizon(draft, target, horizon)
     check_method(method)
     V = draft.vocab_size
-    budget = None if rejections is None else float(rejections)
-    if budget is not None and (math.isnan(budget) or budget < 0):
-        raise ValueError(f"rejections: expected a budget >= 0 on E[N_rej], got {rejections!r}")
+    budget = None if rejections is None else check_real(rejections, "rejections", low=0.0, allow_inf=True)
     if budget is not None and math.isinf(budget):
         budget = None
     _, n_var = _sequence_sizes(V, T)

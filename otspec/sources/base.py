@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import MAX_DECODE_ENTRIES, capped_power, check_size, check_token_ids, format_count
+from ..checks import MAX_DECODE_ENTRIES, MAX_STEP_ENTRIES, capped_power, check_size, check_token_ids, format_count
 from ..distributions import sample_categorical
 from ..errors import HorizonError, SizeLimitError
 
@@ -62,6 +62,10 @@ def extend_prefixes(tokens: np.ndarray, vocab_size: int) -> np.ndarray:
                          f"dtype {tokens.dtype}")
     check_token_ids(tokens, vocab_size)
     n = tokens.shape[0]
+    if n * vocab_size * (tokens.shape[1] + 1) > MAX_STEP_ENTRIES:  # refused before np.repeat allocates it
+        raise SizeLimitError(f"extending {n:,} prefixes by V = {vocab_size:,} tokens is "
+                             f"{n * vocab_size * (tokens.shape[1] + 1):,} ids, above MAX_STEP_ENTRIES = "
+                             f"{MAX_STEP_ENTRIES:,}", size=n * vocab_size, limit=MAX_STEP_ENTRIES)
     last = np.tile(np.arange(vocab_size, dtype=np.int64), n)[:, None]
     return np.concatenate([np.repeat(tokens, vocab_size, axis=0), last], axis=1)
 

@@ -58,7 +58,7 @@ from ..checks import (
 from ..distributions import NORMALISATION_TOL, top_p_mask
 from ..errors import SizeLimitError
 from ..progress import tqdm
-from .base import Source
+from .base import Source, check_source
 from .models import PositionalSource
 
 __all__ = ["FORMAT", "MAX_LOG_ENTRIES", "TAIL_MODES", "LoggedRows", "load_logged_rows", "log_rows", "truncate_chunks", "truncate_rows"]
@@ -145,7 +145,7 @@ class LoggedRows:
     meta: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        V = check_size(self.vocab_size, "vocab_size")
+        V = check_size(self.vocab_size, "vocab_size", limit=MAX_VOCAB_SIZE, limit_name="MAX_VOCAB_SIZE")
         tols = {}
         for name in _ARRAYS:
             kind = np.int64 if name in ("path_offsets", "tokens", "row_offsets", "row_tokens") else np.float64
@@ -384,6 +384,7 @@ def log_rows(draft: Source, target: Source, paths: int, length: int, *, top_p: f
     (``None``: on a terminal).
     """
     progress = check_progress(progress)
+    draft, target = check_source(draft, "draft"), check_source(target, "target")
     paths, length, seed = check_size(paths, "paths"), check_size(length, "length"), check_seed(seed)
     V = draft.vocab_size
     if V != target.vocab_size:

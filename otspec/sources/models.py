@@ -7,7 +7,14 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..checks import MAX_VOCAB_SIZE, all_numbers, check_size, coarsest_eps, tensors_as_arrays
+from ..checks import (
+    MAX_HORIZON,
+    MAX_VOCAB_SIZE,
+    all_numbers,
+    check_size,
+    coarsest_eps,
+    tensors_as_arrays,
+)
 from ..distributions import eps_tolerance, validate_probs
 from .base import Source, as_tokens, check_source
 
@@ -117,6 +124,7 @@ class MarkovSource(Source):
             transition = tensors_as_arrays(transition)  # a tensor that requires grad has no numpy view
             if (isinstance(transition, list | tuple) and not all_numbers(transition, booleans=False)
                     or str(getattr(transition, "dtype", "")) in ("bool", "torch.bool")
+                    or (isinstance(transition, np.ndarray) and transition.dtype.kind not in "iuf")  # '0.5' read
                     or np.iscomplexobj(transition)):
                 raise TypeError("booleans, complex numbers, text or other objects among the entries")
             trans = np.asarray(transition, dtype=np.float64)
@@ -325,7 +333,7 @@ class TableSource(Source):
 
     def __init__(self, rows: Mapping | Callable, vocab_size: int, horizon: int):
         self.vocab_size = check_size(vocab_size, "vocab_size", limit=MAX_VOCAB_SIZE, limit_name="MAX_VOCAB_SIZE")
-        self.horizon = check_size(horizon, "horizon")
+        self.horizon = check_size(horizon, "horizon", limit=MAX_HORIZON, limit_name="MAX_HORIZON")
         if callable(rows) and not isinstance(rows, Mapping):
             self._fn = rows
             self._table = None

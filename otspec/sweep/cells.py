@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import theory
+from ..checks import check_real
 from ..distributions import temperature_rows, total_variation
 from ..engine import (
     Backend,
@@ -70,6 +71,9 @@ __all__ = ["build_pair", "run_cell", "run_cells", "temper"]
 
 def temper(source, T: float):
     """``source`` with every row raised to 1/T and renormalised (T = 1: the source itself)."""
+    T = check_real(T, "temperature", low=0.0, low_open=True)  # True was read as T = 1
+    if not isinstance(source, IIDSource | MarkovSource):
+        raise ValueError(f"temperature {T}: applies to iid and markov sources, not {type(source).__name__}")
     if T == 1.0:
         return source
 

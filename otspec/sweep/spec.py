@@ -112,6 +112,14 @@ class SweepSpec:
     cells: list = field(repr=False)
     base: Path = Path(".")
 
+    def __post_init__(self):
+        object.__setattr__(self, "seed", check_sweep_seed(self.seed))
+
+
+def check_sweep_seed(seed) -> int:
+    """A sweep's seed: an integer in [0, 2^63 - 1] (not a bool, a float or text)."""
+    return check_size(seed, "seed", minimum=0, limit=2**63 - 1, limit_name="the largest seed")
+
 
 def _as_list(value) -> list:
     return list(value) if isinstance(value, list | tuple) else [value]
@@ -363,8 +371,9 @@ def shared_key(params: dict) -> str:
 def cell_seed(sweep_seed: int, params: dict) -> np.random.SeedSequence:
     """The cell's seed sequence: the sweep seed and the cell's own parameters but the cost ratio (which only rescales
     the speedup columns, so cells that differ in it share their draws), nothing about workers or order."""
+    sweep_seed = check_sweep_seed(sweep_seed)  # int() read '3', True and 2.7
     digest = hashlib.sha256(shared_key(params).encode()).digest()
-    return np.random.SeedSequence([int(sweep_seed), *np.frombuffer(digest[:16], dtype=np.uint32).tolist()])
+    return np.random.SeedSequence([sweep_seed, *np.frombuffer(digest[:16], dtype=np.uint32).tolist()])
 
 
 def load_spec(path) -> SweepSpec:
@@ -374,7 +383,7 @@ def load_spec(path) -> SweepSpec:
     unknown = set(data) - _TOP_KEYS
     if unknown:
         raise _error("keys", f"unknown {sorted(unknown)}; expected among {sorted(_TOP_KEYS)}")
-    seed = check_size(data.get("seed", 0), "seed", minimum=0, limit=2**63 - 1, limit_name="the largest seed")
+    seed = check_sweep_seed(data.get("seed", 0))
     _check_grid_size(data)
     quantities = tuple(_as_list(data.get("quantities", ["exact", "optimum"])))
     bad = [q for q in quantities if q not in QUANTITIES]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..checks import MAX_DRAFT_LENGTH, all_numbers, check_real, check_size
+from ..checks import MAX_DRAFT_LENGTH, all_numbers, check_real, check_size, real_array
 from ..distributions import total_variation
 from ..errors import SizeLimitError
 from ..pairs import check_pair, markov_chains, walk_prefix_tree
@@ -122,8 +122,8 @@ def positional_window_values(overlaps) -> tuple[float, float]:
     """
     if isinstance(overlaps, list | tuple) and not all_numbers(overlaps, booleans=False):  # '0.5' is not a number
         raise ValueError(f"overlaps: expected numbers in [0, 1], got text, booleans or other objects in {overlaps!r}")
-    a = np.asarray(overlaps, dtype=np.float64)
-    if a.ndim != 2 or a.shape[0] == 0 or not np.all((a >= 0) & (a <= 1 + 1e-12)):
+    a = real_array(overlaps, "overlaps", finite=False)  # a boolean array was read as 0 and 1
+    if a.ndim != 2 or a.shape[0] == 0 or a.shape[1] == 0 or not np.all((a >= 0) & (a <= 1 + 1e-12)):
         raise ValueError(f"overlaps: expected a non-empty (windows, L) array of values in [0, 1], got shape {a.shape}")
     return (float(np.cumprod(a, axis=1).sum(axis=1).mean()),
             float(np.minimum.accumulate(a, axis=1).sum(axis=1).mean()))

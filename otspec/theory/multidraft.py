@@ -26,7 +26,7 @@ import numbers
 
 import numpy as np
 
-from ..checks import check_flag
+from ..checks import check_flag, check_real
 from ..distributions import row_pair
 from ..drafts.laws import (
     check_k,
@@ -168,10 +168,7 @@ def uniform_alpha(r: float, k: int) -> float:
     1.0
     """
     k = check_k(k)
-    try:
-        r = float(r)
-    except (TypeError, ValueError):
-        raise ValueError(f"r: expected a real ratio >= 1, got {r!r}") from None
+    r = check_real(r, "r", allow_inf=True)  # '2' and True were read as numbers
     if not (math.isfinite(r) and r >= 1.0):
         raise ValueError(f"r: expected a finite ratio d/d_q >= 1, got {r!r}")
     return 1.0 - (1.0 - 1.0 / r) ** k

@@ -59,8 +59,18 @@ class KSeqParameters:
 def _as_row_vector(x, like):
     xp = namespace(like)
     if array_api_compat.is_array_api_obj(x):
+        if "bool" in str(x.dtype):  # True was read as k = 1
+            raise ValueError(f"k, rho: expected numbers, got booleans ({x.dtype})")
         return xp.astype(xp.asarray(x, device=array_api_compat.device(like)), like.dtype)
     return xp.full((like.shape[0],), float(x), dtype=like.dtype, device=array_api_compat.device(like))
+
+
+def _check_batch_k(k) -> None:
+    """A ``ValueError`` unless every entry of a batch's k (B,) is a finite number >= 0 (one read-back; a row with no
+    candidate has k = 0)."""
+    xp = namespace(k)
+    if bool(xp.any(~xp.isfinite(k) | (k < 0))):
+        raise ValueError(f"k: expected numbers of candidates >= 0, got {float(k[first_index(~(k >= 0))])!r}")
 
 
 def _kseq_terms(p, q, rho):
@@ -89,7 +99,7 @@ def _batched(draft, target):
     return draft, target, False
 
 
-def kseq_rho_star(draft, target, k, *, tol: float = RHO_TOL, max_k: int | None = None):
+def kseq_rho_star(draft, target, k, *, tol: float = RHO_TOL, max_k: int | None = None, check: bool = True):
     """ρ*: the root of eq. (10), f(ρ) = 1 − (1 − β(ρ))^k − ρ β(ρ), to ``tol`` — the division factor of k-Seq [1].
 
     β(ρ) = Σ_x min{p(x), q(x)/ρ}. SpecTr's Theorem 1 [1] makes k-Seq a valid transport plan from
@@ -121,6 +131,8 @@ def kseq_rho_star(draft, target, k, *, tol: float = RHO_TOL, max_k: int | None =
         Candidate counts (>= 1 for a single pair).
     tol : float, default :data:`RHO_TOL`
         Width of the final bracket.
+    check : bool, default True
+        For a batch: validate its rows and k (one read-back each); False takes them as valid.
     max_k : int, optional
         An upper bound on every row's k (default None). It fixes the number of rounds from the widest
         bracket it allows, k − 1, instead of reading the widest one back from a device: rows that are
@@ -152,11 +164,17 @@ def kseq_rho_star(draft, target, k, *, tol: float = RHO_TOL, max_k: int | None =
     1.0
     """
     tol = check_real(tol, "tol", low=0.0, low_open=True)
+    if max_k is not None:
+        check_size(max_k, "max_k")
     p, q, scalar = _batched(draft, target)
     if scalar:
         k = check_k(k)
+    elif check_flag(check, "check"):  # a batch with NaN rows or k = -1 gave rho* = 1 without a word
+        p, q = validate_probs(p, "draft", min_ndim=2), validate_probs(q, "target", min_ndim=2)
     xp = namespace(p, q)
     k = _as_row_vector(k, p)
+    if not scalar and check:
+        _check_batch_k(k)
     ratio = likelihood_ratio(p, q)
     ones = xp.ones_like(k)
     hi = xp.maximum(xp.minimum(k, xp.max(ratio, axis=-1)), ones)  # f(hi) <= 0 (Lemma 4, or hi = k)
@@ -233,8 +251,8 @@ def kseq_parameters(draft_probs, target_probs, k, rho=None, *, check: bool = Tru
     rho : float or array, shape (B,), optional
         Division factors ρ >= 1; default None: ρ* from :func:`kseq_rho_star`.
     check : bool, default True
-        Test for negative residual entries; False skips it (it reads back from a device; with ρ = ρ*
-        they are rounding only).
+        Validate the rows and k, and test for negative residual entries; False skips all three (they read back
+        from a device; with valid rows and ρ = ρ* the residual's negatives are rounding only).
     max_k : int, optional
         Passed to :func:`kseq_rho_star` (default None).
 
@@ -277,9 +295,13 @@ def kseq_parameters(draft_probs, target_probs, k, rho=None, *, check: bool = Tru
     if any(len(shape) != 2 for shape in shapes) or shapes[0] != shapes[1]:
         raise ValueError(f"draft_probs, target_probs: expected two batches of rows of one shape (B, V), got shapes "
                          f"{tuple(shapes[0])} and {tuple(shapes[1])} (one pair: kseq_acceptance / kseq_residual)")
+    if check and array_api_compat.is_array_api_obj(draft_probs):  # arrays were taken as valid without a look
+        p, q = validate_probs(p, "draft_probs", min_ndim=2), validate_probs(q, "target_probs", min_ndim=2)
     xp = namespace(p, q)
     k = _as_row_vector(k, p)
-    rho = kseq_rho_star(p, q, k, max_k=max_k) if rho is None else _as_row_vector(rho, p)
+    if check:
+        _check_batch_k(k)
+    rho = kseq_rho_star(p, q, k, max_k=max_k, check=False) if rho is None else _as_row_vector(rho, p)
     m, beta, gap = _kseq_terms(p, q, rho)
     p_acc = 1.0 - gap**k
     scale = xp.where(beta > 0, p_acc / xp.where(beta > 0, beta, xp.ones_like(beta)), xp.zeros_like(beta))
@@ -288,7 +310,7 @@ def kseq_parameters(draft_probs, target_probs, k, rho=None, *, check: bool = Tru
     neg = num < -tol
     if check and bool(xp.any(neg)):
         b, x = first_index(neg)
-        star = kseq_rho_star(p[b:b + 1], q[b:b + 1], k[b:b + 1])
+        star = kseq_rho_star(p[b:b + 1], q[b:b + 1], k[b:b + 1], check=False)
         raise ValueError(f"k-Seq residual is negative: rho={float(rho[b])!r} gives a negative residual mass "
                          f"{float(num[b, x]):.3g} at row {b}, token {x}; rho must be >= rho* = {float(star[0])!r} "
                          "(spec eq. (10)) for k-Seq to be lossless")

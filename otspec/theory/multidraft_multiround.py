@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from ..checks import COUNT_CAP, MAX_CANDIDATES, capped_perm, check_flag, check_size
-from ..distributions import namespace, residual, row_pair
+from ..distributions import namespace, residual, row_pair, validate_probs
 from ..drafts.laws import check_k
 from ..errors import SizeLimitError
 
@@ -32,7 +32,7 @@ __all__ = [
 MAX_MULTIROUND_PATHS = 2**18
 
 
-def multiround_rejection(draft_probs, target_probs, k: int):
+def multiround_rejection(draft_probs, target_probs, k: int, *, check: bool = True):
     """Multi-round rejection with replacement, row-wise: (Π_{i=1}^{k} ρ_i (B,), t_k (B, V)).
 
     SpecInfer's multi-round rejection sampling [1] as written in MCSD's Algorithm 1 [2]: residual
@@ -44,9 +44,11 @@ def multiround_rejection(draft_probs, target_probs, k: int):
     Parameters
     ----------
     draft_probs, target_probs : array, shape (B, V)
-        Valid probability rows p and q (numpy or torch; not re-validated).
+        Probability rows p and q of one shape (numpy or torch).
     k : int
         Number of rounds (candidates), 1 <= k <= :data:`~otspec.checks.MAX_CANDIDATES`.
+    check : bool, default True
+        Validate the rows (one read-back each); False takes them as valid.
 
     Returns
     -------
@@ -77,6 +79,12 @@ def multiround_rejection(draft_probs, target_probs, k: int):
     ([0.375], [[0.0, 1.0]])
     """
     k = check_size(k, "k", limit=MAX_CANDIDATES, limit_name="MAX_CANDIDATES", what="an integer number of rounds")
+    if check_flag(check, "check"):  # NaN rows gave a NaN rejection, mismatched ones an IndexError
+        draft_probs = validate_probs(draft_probs, "draft_probs", min_ndim=2)
+        target_probs = validate_probs(target_probs, "target_probs", min_ndim=2)
+        if tuple(draft_probs.shape) != tuple(target_probs.shape):
+            raise ValueError(f"draft_probs, target_probs: expected rows of one shape (B, V), got "
+                             f"{tuple(draft_probs.shape)} and {tuple(target_probs.shape)}")
     xp = namespace(draft_probs, target_probs)
     t = target_probs
     reject = xp.ones_like(t[..., 0])

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..checks import real_grid
+from ..checks import check_real, real_array, real_grid
 from ..distributions import row_pair, total_variation
 from ..pairs import check_pair_horizon
 from ..sources import Source
@@ -64,10 +64,7 @@ FRACTION_ROUNDING = 1e-12
 def check_fraction(value, name: str) -> float:
     """``value`` as a probability in [0, 1]; values within :data:`FRACTION_ROUNDING` outside are clipped to the
     bound, anything else (NaN, infinite, not a number, further out) is a ``ValueError`` naming ``name``."""
-    try:
-        r = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected a number in [0, 1], got {value!r}") from None
+    r = check_real(value, name, allow_inf=True)  # '0.5' and True were read as numbers
     if not math.isfinite(r) or not -FRACTION_ROUNDING <= r <= 1.0 + FRACTION_ROUNDING:
         raise ValueError(f"{name}: expected a rejection probability in [0, 1], got {value!r}")
     return min(max(r, 0.0), 1.0)
@@ -164,7 +161,7 @@ def optimal_resampling(draft, target, accept_probs) -> ResamplingResult:
     ([1.0, 0.0], 0.125)
     """
     p, q = row_pair(draft, target)
-    b = np.asarray(accept_probs, dtype=np.float64)
+    b = real_array(accept_probs, "accept_probs", finite=False)  # True was read as 1.0
     if b.shape != p.shape:
         raise ValueError(f"accept_probs: expected shape {p.shape} (the vocabulary of draft and target), got {b.shape}")
     if not np.all(np.isfinite(b)) or np.any((b < 0) | (b > 1)):

@@ -259,7 +259,7 @@ def markov_pair(vocab: int = 4, horizon: int = 50, seed: int = 5) -> tuple[Marko
 def _batch_step(f, qm, P, Q, M, rounds=None):
     """Recursion (4): the new f and the rejection mass, for rows P, Q (N, V) at N prefixes (``rounds``: their
     :func:`multiround_rejection`, when already known)."""
-    rej, qM = multiround_rejection(P, Q, M) if rounds is None else rounds  # a round's start: M candidates
+    rej, qM = multiround_rejection(P, Q, M, check=False) if rounds is None else rounds  # a round's start: M candidates
     return (f * rej)[:, None] * qM + (qm - f)[:, None] * np.clip(Q - P, 0.0, None)
 
 
@@ -333,7 +333,7 @@ def batch_rejections_per_position(draft: Source, target: Source, horizon: int, M
             P, Q = (p1[None], q1[None]) if n == 0 else (Pm[n - 1], Qm[n - 1])
             P, Q = np.asarray(P), np.asarray(Q)
             if last is None or not (_same_view(P, last[0]) and _same_view(Q, last[1])):  # a stationary chain: once
-                last = (P, Q, multiround_rejection(P, Q, M))
+                last = (P, Q, multiround_rejection(P, Q, M, check=False))
             newf = (_batch_step(f, qm, P, Q, M, last[2])).sum(axis=0)
             out[n] = newf.sum()
             f, qm = newf, qm @ Q

@@ -95,6 +95,13 @@ def registered(*, layouts: tuple[str, ...] = LAYOUTS, lossless: bool | None = No
                fixed_tree: bool | None = None) -> dict[str, type]:
     """The registered verifier classes by name of one of ``layouts`` that match every other criterion given
     (``None``: either way)."""
+    for flag, value in (("lossless", lossless), ("closed_form", closed_form), ("fixed_tree", fixed_tree)):
+        if value is not None and not isinstance(value, bool):  # 'False' matched the True ones
+            raise ValueError(f"{flag}: expected None (either way), True or False, got {value!r}")
+    layouts = (layouts,) if isinstance(layouts, str) else tuple(layouts)
+    unknown = [x for x in layouts if x not in LAYOUTS]
+    if unknown:
+        raise ValueError(f"layouts: expected some of {LAYOUTS}, got {unknown[0]!r}")
     return {name: cls for name, cls in _REGISTERED.items()
             if cls.layout in layouts and (lossless is None or cls.lossless == lossless)
             and (closed_form is None or (cls.closed_form is not None) == closed_form)
