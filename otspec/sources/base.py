@@ -7,7 +7,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import MAX_DECODE_ENTRIES, MAX_STEP_ENTRIES, capped_power, check_size, check_token_ids, format_count
+from ..checks import (
+    MAX_DECODE_ENTRIES,
+    MAX_STEP_ENTRIES,
+    capped_power,
+    check_size,
+    check_token_ids,
+    format_count,
+)
 from ..distributions import sample_categorical
 from ..errors import HorizonError, SizeLimitError
 
