@@ -234,8 +234,9 @@ def simulate_candidates(draft_row, target_row, verifier, k: int, n_steps: int, *
     (:mod:`otspec.engine.rowfree_multi`; OTM: an optimal coupling, the same acceptance and Y ~ q), at a cost
     per step that does not grow with V; ``auto`` picks ``row_free`` where it applies."""
     progress = check_progress(progress)
-    if not isinstance(verifier, MultiDraftVerifier):
-        raise ValueError(f"simulate_candidates: expected a multi-draft verifier, got {verifier.name!r}")
+    if not isinstance(verifier, MultiDraftVerifier):  # a name or a class had no .name: an AttributeError
+        raise ValueError(f"simulate_candidates: expected a multi-draft verifier, got "
+                         f"{getattr(verifier, 'name', None) or verifier!r}")
     k = check_size(k, "k", limit=MAX_CANDIDATES, limit_name="MAX_CANDIDATES")
     n_steps = check_size(n_steps, "n_steps", limit=MAX_SIMULATION_BLOCKS, limit_name="MAX_SIMULATION_BLOCKS")
     confidence = check_confidence(confidence)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from ..checks import check_flag
 from ..sources import Source
 from .block_prefix import BlockOTResult, block_laws, prefix_tree_value, validated_block_laws
 
@@ -146,6 +147,7 @@ def solve_block_tree_laws(draft_law, target_law, vocab_size: int, draft_length: 
     [[0.5, 0.0], [0.25, 0.25]]
     """
     p, q, V, L, n = validated_block_laws(draft_law, target_law, vocab_size, draft_length)
+    return_plan = check_flag(return_plan, "return_plan")  # 'False' drew the plan
     value = prefix_tree_value(p, q, V, L)
     n_nodes = sum(V**ell for ell in range(1, L + 1))
     message = "greedy matching on the prefix tree (exact for the tree metric L - beta)"
@@ -212,5 +214,6 @@ def solve_block_tree(draft: Source, target: Source, draft_length: int, *, return
     >>> res.value, res.plan  # (1 - 0.5) + (1 - TV(Bin(2, 0.25), Bin(2, 0.75))) = 0.5 + 0.5
     (1.0, None)
     """
+    check_flag(return_plan, "return_plan")
     p, q = block_laws(draft, target, draft_length)
     return solve_block_tree_laws(p, q, draft.vocab_size, draft_length, return_plan=return_plan)

@@ -58,9 +58,13 @@ class KSeqParameters:
 
 def _as_row_vector(x, like):
     xp = namespace(like)
+    if array_api_compat.is_array_api_obj(x) and getattr(x, "ndim", 1) == 0:  # np.int64(2): one value for every row
+        x = x.item()
+    if isinstance(x, bool | str):  # float() would read True and '2'
+        raise ValueError(f"k, rho: expected numbers, got {x!r}")
     if array_api_compat.is_array_api_obj(x):
-        if "bool" in str(x.dtype):  # True was read as k = 1
-            raise ValueError(f"k, rho: expected numbers, got booleans ({x.dtype})")
+        if "bool" in str(x.dtype) or getattr(x.dtype, "kind", "f") not in "iuf":  # True was k = 1, '2' was 2
+            raise ValueError(f"k, rho: expected numbers, got dtype {x.dtype}")
         return xp.astype(xp.asarray(x, device=array_api_compat.device(like)), like.dtype)
     return xp.full((like.shape[0],), float(x), dtype=like.dtype, device=array_api_compat.device(like))
 
@@ -69,8 +73,9 @@ def _check_batch_k(k) -> None:
     """A ``ValueError`` unless every entry of a batch's k (B,) is a finite number >= 0 (one read-back; a row with no
     candidate has k = 0)."""
     xp = namespace(k)
-    if bool(xp.any(~xp.isfinite(k) | (k < 0))):
-        raise ValueError(f"k: expected numbers of candidates >= 0, got {float(k[first_index(~(k >= 0))])!r}")
+    bad = ~xp.isfinite(k) | (k < 0) | (k != xp.floor(k))
+    if bool(xp.any(bad)):
+        raise ValueError(f"k: expected whole numbers of candidates >= 0, got {float(k[first_index(bad)])!r}")
 
 
 def _kseq_terms(p, q, rho):
@@ -291,6 +296,9 @@ def kseq_parameters(draft_probs, target_probs, k, rho=None, *, check: bool = Tru
         check_size(max_k, "max_k")
     if isinstance(k, str | bool) or isinstance(rho, str | bool):  # float() would read '2' and True
         raise ValueError(f"k, rho: expected numbers or arrays, got k={k!r}, rho={rho!r}")
+    if not array_api_compat.is_array_api_obj(k) or not getattr(k, "ndim", 1):  # a number, a numpy scalar
+        k = check_size(k.item() if hasattr(k, "item") else k, "k", minimum=0,
+                       what="an integer number of candidates")  # 2.5 was taken
     shapes = [getattr(x, "shape", np.shape(x)) for x in (p, q)]
     if any(len(shape) != 2 for shape in shapes) or shapes[0] != shapes[1]:
         raise ValueError(f"draft_probs, target_probs: expected two batches of rows of one shape (B, V), got shapes "

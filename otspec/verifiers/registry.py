@@ -96,7 +96,7 @@ def registered(*, layouts: tuple[str, ...] = LAYOUTS, lossless: bool | None = No
     """The registered verifier classes by name of one of ``layouts`` that match every other criterion given
     (``None``: either way)."""
     for flag, value in (("lossless", lossless), ("closed_form", closed_form), ("fixed_tree", fixed_tree)):
-        if value is not None and not isinstance(value, bool):  # 'False' matched the True ones
+        if value is not None and type(value).__name__ not in ("bool", "bool_"):  # 'False' matched the True ones
             raise ValueError(f"{flag}: expected None (either way), True or False, got {value!r}")
     layouts = (layouts,) if isinstance(layouts, str) else tuple(layouts)
     unknown = [x for x in layouts if x not in LAYOUTS]
