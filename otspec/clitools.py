@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import sys
 import tempfile
 from fractions import Fraction
 from pathlib import Path
@@ -36,23 +35,38 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         return super()._get_help_string(action)
 
 
+class _StoreOnce(argparse._StoreAction):
+    """A single-valued option that refuses to be given twice: argparse keeps the last value without a word, whether
+    repeated (``--seed 1 --seed 2``), under an alias (``--T 3 --horizon 4``) or abbreviated (``--draft-len 2``)."""
+
+    given: str | None = None
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if self.given is not None:
+            same = self.given == option_string
+            parser.error(f"{option_string} given twice{'' if same else f' (as {self.given} and {option_string})'}: "
+                         "it takes one value; give it once")
+        self.given = option_string
+        super().__call__(parser, namespace, values, option_string)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """``argparse``'s parser with its errors in one line, ``PROG: error: MESSAGE (PROG --help lists the options)``,
-    exit status 2, instead of the usage block before it (every otspec command line; subcommands inherit it)."""
+    exit status 2, instead of the usage block before it (every otspec command line; subcommands inherit it), and
+    with every single-valued option refused when given twice (:class:`_StoreOnce`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)  # argument groups share this registry
+        self.register("action", "store", _StoreOnce)
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {one_line(message)} ({self.prog} --help lists the options)\n")
 
     def parse_known_args(self, args=None, namespace=None):
-        """As argparse's, but two spellings of one option (``--T 3 --horizon 4``) are refused: argparse kept the
-        last without a word."""
-        argv = list(sys.argv[1:] if args is None else args)
-        argv = argv[:argv.index("--")] if "--" in argv else argv
-        for action in self._actions:
-            names = [o for o in action.option_strings if o.startswith("--")]
-            used = {o for o in names for tok in argv if isinstance(tok, str) and (tok == o or tok.startswith(o + "="))}
-            if len(used) > 1:
-                self.error(f"{' and '.join(sorted(used))} are one option ({names[0]}); give it once")
+        for action in self._actions:  # a parser may parse more than once
+            if isinstance(action, _StoreOnce):
+                action.given = None
         return super().parse_known_args(args, namespace)
 
 

@@ -98,15 +98,20 @@ def test_sources_and_controllers_are_asked_for_instances():
     assert GreedySource(bernoulli(0.75)).next_probs([]).tolist() == [[0.0, 1.0]]
 
 
-def test_two_spellings_of_one_option_are_refused(capsys):
-    """calc rejections --T 3 --horizon 4 ran with T = 4: argparse keeps the last of two aliases without a word."""
+def test_an_option_given_twice_is_refused(capsys):
+    """calc rejections --T 3 --horizon 4 ran with T = 4, and --T 3 --hor 4 or --seed 1 --seed 2 likewise: argparse
+    keeps the last value of a single-valued option without a word, whether aliased, abbreviated or repeated."""
     from otspec.cli import main
     from tests.cli_refusals import refused
 
     argv = ["calc", "rejections", "--draft", "0.5,0.5", "--target", "0.7,0.3"]
-    refused(main, argv + ["--T", "3", "--horizon", "4"], capsys, "--T and --horizon are one option")
-    refused(main, argv + ["--T=3", "--horizon=4"], capsys, "--T and --horizon")
+    refused(main, argv + ["--T", "3", "--horizon", "4"], capsys, "given twice (as --T and --horizon)")
+    refused(main, argv + ["--T=3", "--hor=4"], capsys, "given twice")
+    refused(main, argv + ["--T", "3", "--T", "3"], capsys, "--T given twice")
+    refused(main, ["source", "random", "--vocab", "3", "--seed", "1", "--seed", "2", "--draft-out", "build/a.json",
+                   "--target-out", "build/b.json"], capsys, "--seed given twice")
     assert main(argv + ["--horizon", "4"]) == 0
+    assert main(argv + ["--hor", "4"]) == 0  # an abbreviation alone is argparse's and still read
 
 
 # ---- the public-API sweep: every exported callable replayed with one argument made hostile ----------------------
