@@ -37,16 +37,21 @@ def check_pair_horizon(draft: Source, target: Source, horizon) -> int:
     return T
 
 
-def check_pair(draft: Source, target: Source, length: int | None = None) -> int:
+def check_pair(draft: Source, target: Source, length: int | None = None, *, depth_aware: bool = False) -> int:
     """Check that two sources share a vocabulary and define ``length`` tokens; return V.
 
-    Raises ``ValueError`` naming both vocabulary sizes on a mismatch, and naming the source
-    and its horizon when ``length`` exceeds it.
+    Raises ``ValueError`` naming both vocabulary sizes on a mismatch, naming the source and its horizon when
+    ``length`` exceeds it, and naming a source whose rows depend on the draft depth
+    (:attr:`~otspec.sources.Source.depth_dependent`) unless the caller follows it (``depth_aware``: the decode loops).
     """
     for name, source in (("draft", draft), ("target", target)):
         if not isinstance(source, Source):
             raise ValueError(f"{name}: expected a Source (otspec.IIDSource, otspec.MarkovSource, ...), got "
                              f"{type(source).__name__}; a probability row is otspec.IIDSource(row)")
+        if source.depth_dependent and not depth_aware:  # its depth-0 rows at every position: a wrong number
+            raise ValueError(f"{name}: {source!r} has rows that depend on the draft depth, which this computation "
+                             "does not follow (it reads one row per prefix); decode it with otspec.generate, "
+                             "otspec.engine.generate_tree or simulate_tree, which do")
     if draft.vocab_size != target.vocab_size:
         raise ValueError(f"vocabulary mismatch: draft has {draft.vocab_size} tokens, target has "
                          f"{target.vocab_size}; both models must share one vocabulary")

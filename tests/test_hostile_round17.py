@@ -227,3 +227,70 @@ def test_seeds_flags_and_devices_are_checked_where_they_are_taken():
     with pytest.raises(ValueError, match="min_ndim"):
         validate_probs([0.5, 0.5], min_ndim=True)
     assert cell_seed(3, {}).entropy[0] == 3
+
+
+# ---- round 17: fresh inputs after the sweep --------------------------------------------------------------------
+
+
+def test_engines_that_do_not_follow_draft_depth_refuse_a_depth_dependent_source():
+    """evaluate, simulate, tree_law and the theory read a DepthPositionalSource's depth-0 rows at every position:
+    0.7701 where the truth (and generate, simulate_tree) is 0.51 + 0.51 * 0.02 = 0.5202."""
+    from otspec import TokenVerify, evaluate, simulate
+    from otspec.engine import coupling_law, simulate_tree, tree_law
+    from otspec.sources import DepthPositionalSource, PositionalSource
+    from otspec.theory import expected_accepted_token
+    from otspec.verifiers import OTMVerify
+
+    rows = np.array([[[0.5, 0.5]] * 3, [[0.99, 0.01]] * 3])
+    draft, target = DepthPositionalSource(rows), PositionalSource(np.tile([0.01, 0.99], (3, 1)))
+    for call in (lambda: evaluate(draft, target, TokenVerify(), 2), lambda: simulate(draft, target, TokenVerify(), 2, 10),
+                 lambda: tree_law(draft, target, OTMVerify(), "1x1"), lambda: coupling_law(draft, target, TokenVerify(), 2),
+                 lambda: expected_accepted_token(draft, target, 2)):
+        with pytest.raises(ValueError, match="depend on the draft depth"):
+            call()
+    est = simulate_tree(draft, target, OTMVerify(), "1x1", 20000, seed=0).accepted
+    assert est.low < 0.5202 < est.high
+    flat = DepthPositionalSource(rows[:1])  # one depth: a positional source, taken everywhere
+    assert not flat.depth_dependent and evaluate(flat, target, TokenVerify(), 2).expected_accepted == pytest.approx(
+        0.51 + 0.51**2)
+
+
+def test_float_ids_and_lengths_are_not_truncated():
+    """row_after([1.7]) read token 1, next_probs(lengths=[1.5]) length 1, depth_rows([1.5], [0]) position 1."""
+    from otspec.sources import DepthPositionalSource, MarkovSource
+
+    chain = MarkovSource([0.5, 0.5], [[0.9, 0.1], [0.2, 0.8]])
+    for call in (lambda: chain.row_after([1.7]), lambda: chain.next_probs([[0, 1]], lengths=[1.5]),
+                 lambda: DepthPositionalSource(np.full((2, 2, 2), 0.5)).depth_rows([1.5], [0])):
+        with pytest.raises(ValueError, match="tokens|lengths"):
+            call()
+    assert chain.row_after([1]).tolist() == [0.2, 0.8] and chain.row_after(()).tolist() == [0.5, 0.5]
+
+
+def test_branches_are_counted_before_they_are_copied(monkeypatch):
+    """coupling_law at V = 2, L = 12 ran 29 s and 5.4 GB, evaluate(L = 9, iterations = 2) 24 s and 7.9 GB, before the
+    branch limit refused them: the rows were copied (taken, joined) first and counted after. With the limit set low,
+    no copy above it is made now."""
+    from otspec import IIDSource, TokenVerify, evaluate
+    from otspec.engine import branching
+    from otspec.errors import SizeLimitError
+
+    largest, take, concat = [0], branching._Branches.take, branching._Branches.concat
+
+    def taken(self, rows):
+        largest[0] = max(largest[0], len(rows))
+        return take(self, rows)
+
+    def joined(parts):
+        largest[0] = max(largest[0], sum(len(p.mass) for p in parts))
+        return concat(parts)
+
+    monkeypatch.setattr(branching._Branches, "take", taken)
+    monkeypatch.setattr(branching._Branches, "concat", staticmethod(joined))
+    monkeypatch.setattr(branching, "MAX_BRANCH_ROWS", 500)
+    d, t = IIDSource([0.3, 0.7]), IIDSource([0.6, 0.4])
+    for call in (lambda: evaluate(d, t, TokenVerify(), 4, iterations=2), lambda: branching.coupling_law(d, t, TokenVerify(), 5)):
+        largest[0] = 0
+        with pytest.raises(SizeLimitError, match="MAX_BRANCH_ROWS"):
+            call()
+        assert 0 < largest[0] <= 500

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..distributions import validate_probs
 from ..drafts import ConfidenceTree, DraftTree, parse_tree
+from ..pairs import check_pair
 from ..sources import IIDSource, Source
 
 __all__ = ["TREE_FUNCTIONS", "as_source", "as_sources", "as_tree", "chain_call", "check_chain_verifier",
@@ -96,6 +97,7 @@ def chain_call(where: str, draft, target, verifier, draft_length) -> tuple[Sourc
     sources (:func:`as_sources`), a tree given as the draft length, then a verifier of another layout; returns
     (draft, target) as sources."""
     draft, target = as_sources(draft, target)
+    check_pair(draft, target, depth_aware=where == "generate")  # only the decode loop follows rows by depth
     check_draft_length(draft_length, where)
     check_chain_verifier(verifier, where)
     return draft, target

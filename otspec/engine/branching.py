@@ -37,15 +37,21 @@ MAX_BRANCH_ROWS = 2**22
 __all__ = ["MAX_BRANCH_ROWS", "branch_law", "coupling_law"]
 
 
+def check_branches(n: int) -> None:
+    """A ``SizeLimitError`` for more than :data:`MAX_BRANCH_ROWS` branches, raised from the count before the rows
+    are copied (the copies of the rows, their windows and histories took gigabytes before the refusal)."""
+    if n > MAX_BRANCH_ROWS:
+        raise SizeLimitError(f"exact multi-iteration evaluation needs {n:,} branches, above MAX_BRANCH_ROWS "
+                             f"= {MAX_BRANCH_ROWS:,}; reduce the vocabulary, the draft length or the number of "
+                             "iterations", size=n, limit=MAX_BRANCH_ROWS)
+
+
 class _Branches:
     """Rows of (tokens buffer, length, mass, windows, τ history)."""
 
     def __init__(self, buf, length, mass, windows, taus):
         self.buf, self.length, self.mass, self.windows, self.taus = buf, length, mass, windows, taus
-        if len(mass) > MAX_BRANCH_ROWS:
-            raise SizeLimitError(f"exact multi-iteration evaluation needs {len(mass):,} branches, above MAX_BRANCH_ROWS "
-                                 f"= {MAX_BRANCH_ROWS:,}; reduce the vocabulary, the draft length or the number of "
-                                 "iterations", size=len(mass), limit=MAX_BRANCH_ROWS)
+        check_branches(len(mass))
 
     def take(self, rows) -> _Branches:
         return _Branches(self.buf[rows], self.length[rows], self.mass[rows], self.windows.take(rows), self.taus[rows])
@@ -67,9 +73,11 @@ class _Branches:
         q_row = target.next_probs(self.buf, position)
         return p_row, self.windows.cascade(q_row, p_row, position)
 
-    def extend(self, probs, levels, p_row, position) -> _Branches:
-        """Every row followed by every token of positive ``probs`` (B, V), lexicographic."""
+    def extend(self, probs, levels, p_row, position, others: int = 0) -> _Branches:
+        """Every row followed by every token of positive ``probs`` (B, V), lexicographic (``others``: branches kept
+        beside them, counted against the limit before anything is copied)."""
         parent, tok = np.nonzero(probs > 0)
+        check_branches(len(parent) + others)
         out = self.take(parent)
         out.buf[np.arange(len(parent)), position[parent]] = tok
         out.mass = out.mass * probs[parent, tok]
@@ -99,6 +107,7 @@ def _iterate(draft: Source, target: Source, verifier: Verifier, L: int, states: 
         p_row, levels = paths.rows_at(draft, target, pos)
         records.append((paths, p_row, levels))
         if i < L:
+            check_branches(int(np.count_nonzero(p_row > 0)) * (i + 2))  # the new paths and every record re-taken
             paths = paths.extend(p_row, levels, p_row, pos)
             # earlier records follow their paths (rows repeat as paths branch)
             parent = np.repeat(np.arange(len(p_row)), (p_row > 0).sum(axis=1))
@@ -114,12 +123,14 @@ def _iterate(draft: Source, target: Source, verifier: Verifier, L: int, states: 
     carry = None if law.carry is None else np.asarray(law.carry, dtype=np.float64)
     accept_dist = paths.mass @ accept / paths.mass.sum()
 
-    outcomes = []
+    outcomes, total = [], 0
     for ell in range(L + 1):
         before, p_row, levels = records[ell]  # state after X^ell (draft tokens beyond are ignored)
         emitted = paths.mass[:, None] * accept[:, ell, None] * corr[:, ell, :]
         pos = start + ell
         idx, y = np.nonzero(emitted > 0)
+        total += len(idx)
+        check_branches(total)
         branch = before.take(idx)
         branch.buf[np.arange(len(idx)), pos[idx]] = y
         branch.mass = emitted[idx, y]
@@ -139,14 +150,17 @@ def _iterate(draft: Source, target: Source, verifier: Verifier, L: int, states: 
 
 def _continue(states: _Branches, draft: Source, target: Source, length: int) -> _Branches:
     """Extend every branch shorter than ``length`` with its carried target, token by token."""
+    finished, kept = [], 0  # branches of full length, set aside once (not copied again every step)
     while (states.length < length).any():
         todo = states.length < length
-        done, grow = states.take(np.flatnonzero(~todo)), states.take(np.flatnonzero(todo))
-        p_row, levels = grow.rows_at(draft, target, grow.length)
-        grown = grow.extend(levels[:, -1], levels, p_row, grow.length)
-        grown.length = grown.length + 1
-        states = _Branches.concat([done, grown])
-    return states
+        if not todo.all():
+            finished.append(states.take(np.flatnonzero(~todo)))
+            kept += len(finished[-1].mass)
+            states = states.take(np.flatnonzero(todo))
+        p_row, levels = states.rows_at(draft, target, states.length)
+        states = states.extend(levels[:, -1], levels, p_row, states.length, others=kept)
+        states.length = states.length + 1
+    return _Branches.concat(finished + [states]) if finished else states
 
 
 def _start(width: int, depth: int) -> _Branches:

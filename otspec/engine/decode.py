@@ -99,7 +99,7 @@ def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_
     draft, target = chain_call("generate", draft, target, verifier, draft_length)
     ctrl = as_controller(draft_length)
     L, N, B = ctrl.max_length, check_size(n_tokens, "n_tokens"), check_size(n_sequences, "n_sequences")
-    V = check_pair(draft, target)
+    V = check_pair(draft, target, depth_aware=True)
     check_buffer(N, B)
     target.check_length(N)
     draft.check_length(N - 1)  # the last token is never drafted

@@ -51,14 +51,14 @@ from .trie import RULES, Trie, check_tree_verifier
 
 __all__ = ["RULES", "TreeExactResult", "generate_tree", "simulate_tree", "tree_bound", "tree_law"]
 
-def _check(draft: Source, target: Source, verifier, tree: DraftTree, rule: str):
+def _check(draft: Source, target: Source, verifier, tree: DraftTree, rule: str, *, depth_aware: bool = False):
     """The tree functions' entry check (:mod:`otspec.engine.arguments`); returns (draft, target, tree) as sources and a
-    tree."""
+    tree (``depth_aware``: the loops, which follow a draft's rows by depth)."""
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     draft, target = as_sources(draft, target)
     tree = as_tree(tree)
-    check_pair(draft, target)
+    check_pair(draft, target, depth_aware=depth_aware)
     check_tree_verifier(verifier, tree)
     return draft, target, tree
 
@@ -220,7 +220,7 @@ def generate_tree(draft: Source, target: Source, verifier, tree: DraftTree, n_to
     (:meth:`~otspec.engine.ledger.DecodeResult.at_confidence` for another).
     """
     progress = check_progress(progress)
-    draft, target, tree = _check(draft, target, verifier, tree, rule)
+    draft, target, tree = _check(draft, target, verifier, tree, rule, depth_aware=True)
     L, N, B = tree.depth, check_size(n_tokens, "n_tokens"), check_size(n_sequences, "n_sequences")
     check_buffer(N, B)
     check_step(B, tree.num_tokens + 1, target.vocab_size)
@@ -248,7 +248,7 @@ def simulate_tree(draft: Source, target: Source, verifier, tree, n_blocks: int, 
     (the tree loop scores rows); ``backend.batch_size`` trials per chunk.
     """
     progress = check_progress(progress)
-    draft, target, tree = _check(draft, target, verifier, tree, rule)
+    draft, target, tree = _check(draft, target, verifier, tree, rule, depth_aware=True)
     n_blocks = check_size(n_blocks, "n_blocks", limit=MAX_SIMULATION_BLOCKS, limit_name="MAX_SIMULATION_BLOCKS")
     L, V = tree.depth, target.vocab_size
     target.check_length(L + 1)

@@ -77,6 +77,14 @@ def extend_prefixes(tokens: np.ndarray, vocab_size: int) -> np.ndarray:
     return np.concatenate([np.repeat(tokens, vocab_size, axis=0), last], axis=1)
 
 
+def as_lengths(lengths, name: str = "lengths") -> np.ndarray:
+    """Prefix lengths (or depths) as int64: 1.5 is refused, not read as 1."""
+    arr = np.asarray(lengths)
+    if arr.size and arr.dtype.kind not in "iu":
+        raise ValueError(f"{name}: expected integer prefix lengths, got dtype {arr.dtype}")
+    return arr.astype(np.int64, copy=False)
+
+
 def as_tokens(tokens) -> np.ndarray:
     arr = np.asarray(tokens)
     if arr.ndim == 1:
@@ -112,6 +120,11 @@ class Source(ABC):
     #: Where the source was read from (:func:`~otspec.sources.load_source` sets the file), for errors that only use
     #: can find, such as a table's missing row.
     origin: str | None = None
+    #: Whether its rows depend on the draft depth as well as the prefix (a
+    #: :class:`~otspec.sources.DepthPositionalSource` whose depths differ): only the decode loops follow that
+    #: (``generate``, ``generate_tree``, ``simulate_tree``); every other computation refuses such a source
+    #: (:func:`otspec.pairs.check_pair`) rather than read its depth-0 rows at every position.
+    depth_dependent: bool = False
 
     # ----------------------------------------------------------------- core
     @abstractmethod
@@ -136,7 +149,7 @@ class Source(ABC):
         if lengths is None:
             lengths = np.full(tokens.shape[0], tokens.shape[1], dtype=np.int64)
         else:
-            lengths = np.asarray(lengths, dtype=np.int64)
+            lengths = as_lengths(lengths)
             if lengths.shape != (tokens.shape[0],):
                 raise ValueError(f"lengths: expected shape ({tokens.shape[0]},), got {lengths.shape}")
             if lengths.size and (lengths.min() < 0 or lengths.max() > tokens.shape[1]):
@@ -167,7 +180,7 @@ class Source(ABC):
             May be a read-only broadcast view; copy before writing to it.
         """
         tokens = as_tokens(tokens)
-        lengths = np.asarray(lengths, dtype=np.int64)
+        lengths = as_lengths(lengths) if check else np.asarray(lengths, dtype=np.int64)
         if check:
             if lengths.ndim != 2 or lengths.shape[0] != tokens.shape[0]:
                 raise ValueError(f"lengths: expected shape ({tokens.shape[0]}, J), got {lengths.shape}")
@@ -189,7 +202,10 @@ class Source(ABC):
 
     def row_after(self, path) -> np.ndarray:
         """The next-token law after one token path (a tuple or sequence of ids), shape (V,)."""
-        return self.next_probs(np.array(path, dtype=np.int64).reshape(1, len(path)))[0]
+        path = as_tokens(path)  # a float id (1.7) is refused, not read as 1
+        if path.shape[0] != 1:
+            raise ValueError(f"path: expected one token path, got shape {path.shape}")
+        return self.next_probs(path)[0]
 
     def proposes(self, lengths, depths=None) -> np.ndarray | None:
         """Whether a draft on this source proposes a token after prefixes of these ``lengths`` (int array), as a

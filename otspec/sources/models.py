@@ -16,7 +16,7 @@ from ..checks import (
     tensors_as_arrays,
 )
 from ..distributions import eps_tolerance, validate_probs
-from .base import Source, as_tokens, check_source
+from .base import Source, as_lengths, as_tokens, check_source
 
 #: An IID source range-checks every token id of prefixes up to this many ids (beyond: each row's last one).
 _CHECK_ALL_TOKENS = 65_536
@@ -286,6 +286,8 @@ class DepthPositionalSource(PositionalSource):
             proposes = by_depth[0]
         super().__init__(rows[0], proposes)
         self.by_depth, self._proposes_by_depth = rows, None if by_depth is None else by_depth.copy()
+        self.depth_dependent = bool(np.any(rows != rows[:1])) or (
+            by_depth is not None and bool(np.any(by_depth != by_depth[:1])))
 
     def proposes(self, lengths, depths=None) -> np.ndarray | None:
         if self._proposes_by_depth is None or depths is None:
@@ -299,7 +301,7 @@ class DepthPositionalSource(PositionalSource):
 
     def depth_rows(self, lengths, depths) -> np.ndarray:
         """Rows (n, V) at positions ``lengths`` (prefix lengths) and draft depths ``depths`` (0: after a commit)."""
-        lengths = np.asarray(lengths, dtype=np.int64)
+        lengths, depths = as_lengths(lengths), as_lengths(depths, "depths")
         if (lengths < 0).any() or (lengths >= self.horizon).any():
             raise ValueError(f"depth_rows: positions must lie in [0, {self.horizon}), got {lengths.min()}..{lengths.max()}")
         depths = np.clip(np.asarray(depths, dtype=np.int64), 0, self.by_depth.shape[0] - 1)
