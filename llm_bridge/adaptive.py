@@ -279,14 +279,18 @@ def main(argv=None) -> int:
                          "confidence for a feature-level draft head such as eagle, else specdecpp)")
     ap.add_argument("--head", type=path_argument, help="a saved head (JSON) instead of training one")
     ap.add_argument("--save-head", type=path_argument, help="write the trained head here (JSON)")
-    ap.add_argument("--train-prompts", type=positive_int, default=64, help="prompts of distill_prompts.txt to train on")
-    ap.add_argument("--train-tokens", type=positive_int, default=96, help="target response length per training prompt")
-    ap.add_argument("--mix", type=real, default=0.15, help="token mixing rate r")
-    ap.add_argument("--train-draft-length", type=integer, default=4,
-                    help="a feature head's training rows come from its own drafting at this fixed K")
-    ap.add_argument("--w-rej", type=real, default=3.0)
-    ap.add_argument("--l2", default="auto", help="ridge penalty of the head, or auto: chosen on held-out training "
-                    f"prompts among {','.join(map(str, L2_GRID))}")
+    ap.add_argument("--train-prompts", type=positive_int, default=None,
+                    help="prompts of distill_prompts.txt to train on (default 64; the flags down to --l2 train a head: "
+                         "not with --head or the confidence rule)")
+    ap.add_argument("--train-tokens", type=positive_int, default=None,
+                    help="target response length per training prompt (default 96)")
+    ap.add_argument("--mix", type=real, default=None, help="token mixing rate r (default 0.15; a draft model's head)")
+    ap.add_argument("--train-draft-length", type=integer, default=None,
+                    help="a feature head's training rows come from its own drafting at this fixed K (default 4; "
+                         "eagle and medusa)")
+    ap.add_argument("--w-rej", type=real, default=None, help="(default 3)")
+    ap.add_argument("--l2", default=None, help="ridge penalty of the head, or auto (the default): chosen on held-out "
+                    f"training prompts among {','.join(map(str, L2_GRID))}")
     ap.add_argument("--thresholds", default=",".join(map(str, THRESHOLDS)))
     ap.add_argument("--fixed", default="1,2,3,4,6,8", help="fixed draft lengths K for comparison")
     ap.add_argument("--max-length", type=integer, default=12, help="K_max of the threshold rule")
@@ -316,7 +320,7 @@ def main(argv=None) -> int:
     except (ValueError, ArgumentTypeError):
         ap.error("--thresholds and --fixed take comma-separated numbers in ASCII digits (--fixed: integers)")
     try:  # --no-hf --hf-prompts 2: refused, not ignored
-        flags_that_apply(args, (("hf_prompts", 4, ("the peer (no --no-hf)", lambda a: not a.no_hf)),))
+        flags_that_apply(args, (("hf_prompts", 4, ("the peer (no --no-hf)", lambda a: not a.no_hf)),) + TRAINING_FLAGS)
     except ValueError as err:
         ap.error(str(err))
     try:
@@ -346,7 +350,7 @@ def _check_before_loading(args, fixed) -> None:
     for K in fixed:
         check_size(K, "--fixed", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
     prompt_lines(args.prompts, args.prediction_prompts, len(read_prompts(DATA_DIR / PROMPT_FILE)))
-    trains = args.head is None and (args.rule == "specdecpp" or (args.rule == "auto" and args.draft not in HEADS))
+    trains = _trains(args)
     if trains and args.l2 == "auto" and args.train_prompts < 4:
         raise ValueError(f"--train-prompts {args.train_prompts}: choosing --l2 auto holds out a quarter of the training "
                          "prompts; give at least 4, or a fixed --l2")
@@ -354,6 +358,35 @@ def _check_before_loading(args, fixed) -> None:
 
 #: Drafters whose default rule is the draft's own confidence (no head is trained).
 HEADS = ("eagle", "medusa")
+
+
+def _feature_draft(args) -> bool:
+    """Whether the draft reads the target's features (a head): the confidence rule is its default, and a learned
+    rule is trained on its own drafting."""
+    return args.draft in HEADS or str(args.draft).startswith("head:")
+
+
+def _specdecpp(args) -> bool:
+    return args.rule == "specdecpp" or (args.rule == "auto" and not _feature_draft(args))
+
+
+def _trains(args) -> bool:
+    return args.head is None and _specdecpp(args)
+
+
+_TRAINS = ("training a head (--rule specdecpp, or auto with a draft model; no --head)", _trains)
+#: The head's training flags, each refused where nothing is trained (a saved --head, the confidence rule) or the
+#: draft's kind does not read it, rather than ignored (flags_that_apply).
+TRAINING_FLAGS = (
+    ("head", None, ("the learned rule (--rule specdecpp, or auto with a draft model; the confidence rule reads no "
+                    "head)", _specdecpp)),
+    ("save_head", None, _TRAINS), ("train_prompts", 64, _TRAINS), ("train_tokens", 96, _TRAINS),
+    ("w_rej", 3.0, _TRAINS), ("l2", "auto", _TRAINS),
+    ("mix", 0.15, ("training a head for a draft model (its mixing rows; a feature draft trains on its own drafting)",
+                   lambda a: _trains(a) and not _feature_draft(a))),
+    ("train_draft_length", 4, ("training a head for a feature draft (eagle, medusa: rows from its own drafting)",
+                               lambda a: _trains(a) and _feature_draft(a))),
+)
 
 
 def run(args, thresholds, fixed) -> AdaptiveRecord:

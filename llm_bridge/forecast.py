@@ -42,6 +42,7 @@ from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch
 from .runs import wall_clock_prediction
 from .trees import parse_tree
 from .validate import (
+    GREEDY_IGNORES,
     RECORDS_OUT,
     output_name,
     output_path,
@@ -97,6 +98,28 @@ def forecast(pair, config: ValidateConfig, *, name: str = "pair") -> dict:
             "profile": profile.to_json(), "forecasts": rows}
 
 
+#: Flags of a forecast's settings (flag destination → its key in the forecast's ``settings``, and how the flag's
+#: value is written there), which ``--check`` compares with the forecast on file.
+_SETTINGS = {"temperature": ("temperature", float), "top_k": ("top_k", int), "top_p": ("top_p", float),
+             "seed": ("seed", int), "max_new_tokens": ("max_new_tokens", int), "batch_size": ("batch_size", int),
+             "prompts": ("prompts", int), "prediction_paths": ("prediction_paths", int),
+             "verifiers": ("verifiers", lambda text: comma_items(text, "--verifiers")),
+             "L": ("lengths", lambda text: list(_lengths(text)))}
+
+
+def _same_settings(args, made: dict, defaults: dict) -> None:
+    """With ``--check``: a setting flag given must be the forecast's own (a forecast made at temperature 1 was
+    checked as if at 0.5, without a word); flags left at their defaults are not compared."""
+    settings = made.get("settings") or {}
+    for dest, (key, read) in _SETTINGS.items():
+        value = getattr(args, dest)
+        if value is None or key not in settings or value == defaults[dest]:
+            continue
+        if read(value) != settings[key]:
+            raise ValueError(f"--{dest.replace('_', '-')} {value}: the forecast on file was made with {key} = "
+                             f"{settings[key]!r}; --check compares that forecast (forecast again for another setting)")
+
+
 def _lengths(text: str) -> tuple:
     """``--L``: comma-separated draft lengths (an empty item or a non-integer refused naming the flag)."""
     return tuple(integer_items(text, "--L"))
@@ -118,8 +141,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=integer, default=64)
     ap.add_argument("--batch-size", type=integer, default=8)
     ap.add_argument("--temperature", type=real, default=1.0)
-    ap.add_argument("--top-k", type=integer, default=0)
-    ap.add_argument("--top-p", type=real, default=1.0)
+    ap.add_argument("--top-k", type=integer, default=None, help="(default 0: all tokens; with --temperature > 0)")
+    ap.add_argument("--top-p", type=real, default=None, help="(default 1: all tokens; with --temperature > 0)")
     ap.add_argument("--seed", type=integer, default=0)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="float32")
@@ -143,10 +166,12 @@ def main(argv=None) -> int:
         ap.error(str(err))
     try:
         if args.check is not None:
-            for row in check_forecast(read_forecast(path), read_record(args.check)):
+            made = read_forecast(path)
+            _same_settings(args, made, {dest: ap.get_default(dest) for dest in _SETTINGS})
+            for row in check_forecast(made, read_record(args.check)):
                 print(json.dumps(row.to_json()))
             return 0
-        flags_that_apply(args, (("multi_verifiers", "kseq", "trees"), ("rule", "match", "trees")))
+        flags_that_apply(args, (("multi_verifiers", "kseq", "trees"), ("rule", "match", "trees")) + GREEDY_IGNORES)
         config = ValidateConfig(
             target=args.target, draft=args.draft, device=args.device, dtype=args.dtype,
             verifiers=tuple(comma_items(args.verifiers, "--verifiers")),

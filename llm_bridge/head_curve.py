@@ -22,6 +22,7 @@ from otspec.clitools import (
     ArgumentParser,
     check_folder_path,
     comma_items,
+    flags_that_apply,
     index_list,
     integer,
     length_list,
@@ -227,8 +228,8 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=integer, default=8)
     ap.add_argument("--lr", type=real, default=1e-3)
     ap.add_argument("--vocab", type=integer, default=8192)
-    ap.add_argument("--fuse", type=index_list, default=(3, 15),
-                    help="eagle3, eagle3x2: the target layers fused with its last feature")
+    ap.add_argument("--fuse", type=index_list, default=None,
+                    help="eagle3, eagle3x2: the target layers fused with its last feature (default 3,15)")
     ap.add_argument("--heldout-sequences", type=integer, default=256)
     ap.add_argument("--score-fraction", type=real, default=0.25,
                     help="share of each batch's outputs scored (train_head --score-fraction)")
@@ -238,6 +239,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     sizes = sorted(set(args.train_tokens))
     try:
+        flags_that_apply(args, (("fuse", (3, 15), ("--heads eagle3 or eagle3x2 (the heads that fuse layers)",
+                                                    lambda a: any("fuse" in HEADS[h] for h in a.heads))),))
         corpus = args.corpus if args.corpus is not None else CORPUS_DIR / args.target
         try:  # a missing or damaged index or shard is refused before any model loads
             check_trainable(load_corpus(corpus), str(corpus))

@@ -108,6 +108,10 @@ __all__ = ["ENGINE_KEYS", "MAX_BASELINE_DRIFT", "TREE_VERIFIERS", "ValidateConfi
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
 #: Where a record goes unless told (``--out-dir``; ``make records`` writes the committed ``figures/``).
 RECORDS_OUT = Path("build") / "records"
+#: ``--top-k`` and ``--top-p`` (defaults 0 and 1) are read only by sampling: greedy decoding (``--temperature 0``)
+#: takes the arg-max row whatever they are, so given with it they are refused, not ignored.
+GREEDY_IGNORES = tuple((flag, default, ("sampling (--temperature > 0; greedy decoding reads neither)",
+                                        lambda a: a.temperature != 0)) for flag, default in (("top_k", 0), ("top_p", 1.0)))
 #: The plain run after the measured runs (the timing check) and the calibration's plain decoding of the prediction
 #: prompts (the log the predictions read) use seed + this.
 PREDICTION_SEED_OFFSET = 1
@@ -398,8 +402,10 @@ def main(argv=None) -> int:
                     help="KV caches: compiled static (the CUDA default), static eager, dynamic eager (the CPU default)")
     ap.add_argument("--dtype", default="float32", help="model weights: float32, bfloat16, float16 or float64")
     ap.add_argument("--temperature", type=real, default=1.0, help="sampling temperature of both models (0: greedy)")
-    ap.add_argument("--top-k", type=integer, default=0, help="keep the k most probable tokens of every row (0: all)")
-    ap.add_argument("--top-p", type=real, default=1.0, help="keep the smallest set of mass >= top-p of every row")
+    ap.add_argument("--top-k", type=integer, default=None,
+                    help="keep the k most probable tokens of every row (default 0: all; with --temperature > 0)")
+    ap.add_argument("--top-p", type=real, default=None,
+                    help="keep the smallest set of mass >= top-p of every row (default 1; with --temperature > 0)")
     ap.add_argument("--seed", type=integer, default=0, help="random seed")
     ap.add_argument("--batch-size", type=integer, default=8, help="prompts decoded together")
     ap.add_argument("--lossless-samples", type=integer, default=200,
@@ -448,7 +454,7 @@ def main(argv=None) -> int:
         flags_that_apply(args, (("multi_verifiers", "kseq,multiround", "trees"), ("rule", "match", "trees"),
                                 ("hf_prompts", 4, ("the peer (no --no-hf)", lambda a: not a.no_hf)),
                                 ("log_top_p", DEFAULT_LOG_TOP_P, "log_rows"),
-                                ("log_max_kept", DEFAULT_LOG_MAX_KEPT, "log_rows")))
+                                ("log_max_kept", DEFAULT_LOG_MAX_KEPT, "log_rows")) + GREEDY_IGNORES)
         config = ValidateConfig(
             target=args.target, draft=args.draft, verifiers=tuple(comma_items(args.verifiers, "--verifiers")),
             lengths=tuple(lengths), prompts=args.prompts, max_new_tokens=args.max_new_tokens, device=args.device,

@@ -171,8 +171,6 @@ class ValidateConfig(Changeable):
                    if v not in TREE_VERIFIERS]
         if unknown:
             raise ValueError(f"multi-draft verifiers {unknown}: expected names among {sorted(TREE_VERIFIERS)}")
-        for name, tree in self.tree_pairs or ():
-            check_tree_verifier(TREE_VERIFIERS[name](), parse_tree(tree, TREE_VERIFIERS[name]().replacement))
         widest = max([parse_tree(t).num_tokens + 1 for t in self.run_trees], default=0)
         if self.batch_size * widest > MAX_CALL_POSITIONS:
             raise ValueError(f"--trees: a target call would score batch {self.batch_size} x {widest:,} positions "
@@ -183,6 +181,9 @@ class ValidateConfig(Changeable):
         if chosen and wrong and not self.tree_pairs:
             raise ValueError(f"--trees {','.join(chosen)}: EAGLE-2 trees choose their candidates (top-k); verifiers "
                              f"{wrong} assume drawn ones. Use --multi-verifiers naive")
+        pairs = self.tree_pairs or [(v, t) for v in self.run_multi_verifiers for t in self.run_trees]
+        for name, tree in pairs:  # every pair run (--trees x --multi-verifiers too), before any model loads
+            check_tree_verifier(TREE_VERIFIERS[name](), parse_tree(tree, TREE_VERIFIERS[name]().replacement))
 
     @property
     def sampling(self) -> Sampling:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from .audit.command import add_audit_parser
 from .calculators import CALCULATORS, Calculator
-from .checks import check_real
+from .checks import MAX_TREE_TOKENS, check_real
 from .clitools import (
     ArgumentParser,
     CLIError,
@@ -161,6 +161,11 @@ def _decode(args):
     check_real(args.t_target, "--t-target", low=0.0, low_open=True)  # checked before any decoding
     if args.t_draft is not None:
         check_real(args.t_draft, "--t-draft", low=0.0)
+        calls = float(args.tokens) * float(args.sequences)  # target calls at most; draft calls at most L (a tree's
+        longest = max(args.L or [1]) if args.tree is None else MAX_TREE_TOKENS  # tokens) per target call
+        if args.t_draft / args.t_target > 1e300 or args.t_target * calls > 1e300 or args.t_draft * longest * calls > 1e300:
+            raise CLIError(f"--t-draft {args.t_draft:g}, --t-target {args.t_target:g}: the run's total time "
+                           "overflows a float; give both in one sensible unit (milliseconds, or --t-target 1)")
     tree_run = _tree_run(args)
     draft, target = pair_from_args(args)
 

@@ -52,10 +52,12 @@ class _StoreOnce(argparse._StoreAction):
 
 class ArgumentParser(argparse.ArgumentParser):
     """``argparse``'s parser with its errors in one line, ``PROG: error: MESSAGE (PROG --help lists the options)``,
-    exit status 2, instead of the usage block before it (every otspec command line; subcommands inherit it), and
-    with every single-valued option refused when given twice (:class:`_StoreOnce`)."""
+    exit status 2, instead of the usage block before it (every otspec command line; subcommands inherit it), with
+    every single-valued option refused when given twice (:class:`_StoreOnce`), and no abbreviated options: a prefix
+    of a longer flag (``--draft`` of ``--draft-out``) is an unknown option, not that flag."""
 
     def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)  # --draft was read as --draft-out, plot record's --out as --out-dir
         super().__init__(*args, **kwargs)
         self.register("action", None, _StoreOnce)  # argument groups share this registry
         self.register("action", "store", _StoreOnce)

@@ -3,6 +3,8 @@ code."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -106,12 +108,14 @@ def test_an_option_given_twice_is_refused(capsys):
 
     argv = ["calc", "rejections", "--draft", "0.5,0.5", "--target", "0.7,0.3"]
     refused(main, argv + ["--T", "3", "--horizon", "4"], capsys, "given twice (as --T and --horizon)")
-    refused(main, argv + ["--T=3", "--hor=4"], capsys, "given twice")
+    refused(main, argv + ["--T=3", "--horizon=4"], capsys, "given twice")
     refused(main, argv + ["--T", "3", "--T", "3"], capsys, "--T given twice")
     refused(main, ["source", "random", "--vocab", "3", "--seed", "1", "--seed", "2", "--draft-out", "build/a.json",
                    "--target-out", "build/b.json"], capsys, "--seed given twice")
     assert main(argv + ["--horizon", "4"]) == 0
-    assert main(argv + ["--hor", "4"]) == 0  # an abbreviation alone is argparse's and still read
+    refused(main, argv + ["--hor", "4"], capsys, "--hor")  # no abbreviations: --draft was read as --draft-out
+    refused(main, ["source", "random", "--vocab", "3", "--draft", "0.3,0.7,0", "--target-out", "build/b.json"],
+            capsys, "--draft")
 
 
 # ---- the public-API sweep: every exported callable replayed with one argument made hostile ----------------------
@@ -294,3 +298,80 @@ def test_branches_are_counted_before_they_are_copied(monkeypatch):
         with pytest.raises(SizeLimitError, match="MAX_BRANCH_ROWS"):
             call()
         assert 0 < largest[0] <= 500
+
+
+def test_command_lines_refuse_flags_a_run_would_ignore(capsys):
+    """validate --temperature 0 --top-p 0.5 (greedy reads neither), forecast --check --temperature 0.5 against a
+    forecast made at 1.0, adaptive's training flags with a saved head or the confidence rule, head_curve --fuse for
+    heads that fuse nothing, and plot sweep --z without --heatmap all ran, each flag ignored."""
+    from llm_bridge import adaptive, forecast, head_curve, validate
+    from otspec.figures.sweep import main as sweep_plot
+    from tests.cli_refusals import refused
+
+    for flag in (["--top-p", "0.5"], ["--top-k", "5"]):
+        refused(validate.main, ["--temperature", "0", *flag, "--out-dir", "build/never"], capsys, flag[0], "greedy")
+    refused(forecast.main, ["--check", "figures/llm_eagle_heldout.json", "--out-dir", "figures", "--name",
+                            "eagle_heldout", "--temperature", "0.5"], capsys, "--temperature 0.5", "made with")
+    for argv, flag in ((["--head", "llm_bridge/weights/distilled/head.json", "--save-head", "build/h.json"],
+                        "--save-head"), (["--rule", "confidence", "--head", "build/h.json"], "--head"),
+                       (["--draft", "eagle", "--mix", "0.5"], "--mix"),
+                       (["--rule", "specdecpp", "--train-draft-length", "4"], "--train-draft-length")):
+        refused(adaptive.main, [*argv, "--out-dir", "build/never"], capsys, flag, "ignore")
+    refused(head_curve.main, ["--heads", "eagle", "--fuse", "4,15", "--out", "build/never.json"], capsys, "--fuse")
+    table = Path("build/round17_results.csv")
+    table.parent.mkdir(exist_ok=True)
+    table.write_text("L,verifier,exact_accepted,exact_low\n1,token,0.5,0.4\n2,token,0.7,0.6\n")
+    refused(sweep_plot, [str(table), "--x", "L", "--y", "exact_accepted", "--z", "exact_low"], capsys, "--z",
+            "--heatmap")
+    refused(sweep_plot, [str(table), "--x", "L", "--y", "verifier", "--heatmap", "--z", "exact_accepted", "--hue",
+                         "verifier"], capsys, "--hue")
+
+
+def test_checks_that_came_late_come_first(tmp_path, capsys):
+    """validate --trees 3x1 --multi-verifiers spechub reached the model load; decode with --t-draft 1e308 ran the
+    whole decode before its cost overflowed; a sweep read a pipe where a finished cell goes (a hang), and found a
+    folder there or at results.parquet only after every cell ran."""
+    import os
+
+    from llm_bridge import validate
+    from otspec.cli import main
+    from tests.cli_refusals import refused
+
+    refused(validate.main, ["--trees", "3x1", "--multi-verifiers", "spechub", "--out-dir", "build/never"], capsys,
+            "SpecHub")
+    refused(main, ["decode", "--draft", "0.3", "--target", "0.75", "--L", "4", "--tokens", "1000", "--t-draft", "1e308",
+                   "--t-target", "1e308"], capsys, "--t-draft", "overflows")
+    spec = tmp_path / "s.toml"
+    spec.write_text('name = "s"\nquantities = ["exact"]\nL = [1]\n[[pairs]]\nkind = "random_iid"\nvocab = 3\n'
+                    '[[verifiers]]\nname = "token"\n')
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec), "--workers", "1", "--out", str(out), "--json"]) == 0
+    capsys.readouterr()
+    (cell,) = (out / "cells").iterdir()
+    cell.unlink()
+    os.mkfifo(cell)
+    refused(main, ["sweep", str(spec), "--workers", "1", "--out", str(out)], capsys, cell.name, "not a regular file")
+    cell.unlink()
+    (out / "results.parquet").unlink()
+    (out / "results.parquet").mkdir()
+    refused(main, ["sweep", str(spec), "--workers", "1", "--out", str(out)], capsys, "results.parquet", "folder")
+
+
+def test_records_with_zero_sizes_are_refused():
+    """plot record drew settings.max_new_tokens = 0 ("32 prompts x 0 new tokens"), batch_size 0, lengths [0] or
+    ['2', '4'], and a run that generated 0 tokens in 1,581 iterations."""
+    import json
+
+    from otspec.engine.record import RecordError, as_record
+
+    good = json.loads(Path("figures/llm_default.json").read_text())
+    as_record(good)
+    for edit, field in ((lambda r: r["settings"].update(max_new_tokens=0), "max_new_tokens"),
+                        (lambda r: r["settings"].update(batch_size=0), "batch_size"),
+                        (lambda r: r["settings"].update(lengths=[0]), "lengths"),
+                        (lambda r: r["settings"].update(lengths=["2", "4"]), "lengths"),
+                        (lambda r: r["runs"][0].update(generated=0), "generated")):
+        record = json.loads(json.dumps(good))
+        edit(record)
+        with pytest.raises(RecordError, match=field):
+            as_record(record)

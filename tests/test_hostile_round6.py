@@ -256,7 +256,8 @@ def test_forecast_and_adaptive_read_their_lists_and_counts_strictly(capsys):
 
 
 @pytest.mark.parametrize("flag,match", [(["--max-length", "5000"], "above MAX_DRAFT_LENGTH"),
-                                        (["--train-draft-length", "5000"], "above MAX_DRAFT_LENGTH"),
+                                        (["--draft", "eagle", "--rule", "specdecpp", "--train-draft-length",
+                                          "5000"], "above MAX_DRAFT_LENGTH"),  # a feature draft's training flag
                                         (["--train-tokens", "100000000"], "above MAX_NEW_TOKENS"),
                                         (["--save-head", "/etc/passwd/x.json"], "--save-head")])
 def test_adaptive_sizes_and_paths_are_refused_before_a_model_loads(flag, match, capsys):

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 
+from ..checks import MAX_DRAFT_LENGTH
+
 __all__ = ["AT_LEAST_ONE", "SHARES", "SIGNED", "check_record_numbers"]
 
 #: Keys whose numbers may be negative: a prediction's relative error, and Lemma 3.1's verification time
@@ -30,6 +32,10 @@ SHARES = frozenset({"two_point_per_position", "tv_per_position", "acceptance_per
                     "acceptance_per_position_unconditional", "acceptance_per_position_conditional",
                     "draft_acceptance_rate", "predicted_acceptance_per_position_unconditional", "acceptance", "top_p"})
 _COUNTS = ("prompts", "rounds", "unit")
+#: Keys that count things a run had at least one of (tokens asked for, sequences per batch, threads, tokens made,
+#: target calls, training sizes): integers >= 1 wherever they stand. A record of "0 new tokens" was drawn as given.
+SIZES = frozenset({"max_new_tokens", "batch_size", "threads", "generated", "iterations", "prediction_prompts",
+                   "train_prompts", "train_tokens", "train_draft_length", "max_length"})
 _PREDICTION_COUNTS = ("paths", "units", "sequences_per_path", "paths_per_prompt")
 _RUN_LISTS = ("runs", "tree_runs", "fixed", "threshold", "threshold_unlagged")
 #: A run's values that lie inside an interval of the same run: (value, interval, what the interval is).
@@ -49,6 +55,13 @@ def _kind_of(key: str, item, at: str, where: str, error) -> None:
             raise error(f"{where}: {at}.{text} should be a number, got {item[text]!r}")
     if key == "prompts" and isinstance(item, int | float) and not isinstance(item, bool) and item < 1:
         raise error(f"{where}: {at} should be a count of prompts >= 1, got {item}")
+    if key in SIZES and item is not None and not (isinstance(item, int) and not isinstance(item, bool) and item >= 1):
+        raise error(f"{where}: {at} should be an integer >= 1, got {item!r}")
+    if key == "lengths" and item is not None and not (
+            isinstance(item, list) and item and all(isinstance(x, int) and not isinstance(x, bool)
+                                                    and 1 <= x <= MAX_DRAFT_LENGTH for x in item)):
+        raise error(f"{where}: {at} should be a non-empty list of draft lengths in [1, {MAX_DRAFT_LENGTH}], got "
+                    f"{str(item)[:40]}")
     if key == "lossless" and item is not None and not isinstance(item, bool | dict):  # (a record's section is one)
         raise error(f"{where}: {at} should be true, false or null, got {item!r}")
 

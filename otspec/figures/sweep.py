@@ -15,7 +15,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..clitools import ArgumentParser, HelpFormatter, one_line, path_argument, writable_file
+from ..clitools import (
+    ArgumentParser,
+    HelpFormatter,
+    flags_that_apply,
+    one_line,
+    path_argument,
+    writable_file,
+)
 
 __all__ = ["INTERVALS", "PARAMETERS", "main", "plot_sweep", "read_results"]
 
@@ -183,6 +190,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=path_argument, help="PNG path (default: beside RESULTS, named after the axes)")
     args = parser.parse_args(argv)
     try:
+        flags_that_apply(args, (("z", None, "heatmap"),
+                                ("hue", None, ("lines (a heat map has no hue; leave out --heatmap)",
+                                               lambda a: not a.heatmap))))
         stem = f"{args.z}_by_{args.x}_{args.y}" if args.heatmap else f"{args.y}_by_{args.x}"
         out = Path(args.out) if args.out else Path(args.results).with_name(f"{stem}.png")
         if out.suffix.lower() != ".png":

@@ -24,7 +24,7 @@ import tempfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from ..checks import check_progress, check_size
+from ..checks import check_progress, check_size, file_problem
 from ..progress import tqdm
 from .cells import check_pair, run_cells
 from .spec import SweepSpec, cell_id, load_spec, shared_key
@@ -70,8 +70,25 @@ def _digest(row: dict) -> str:
                                      allow_nan=True).encode()).hexdigest()[:16]
 
 
+def check_out_folder(out: Path, spec: SweepSpec) -> None:
+    """A ``ValueError`` naming the first path of the results folder that is there but is no regular file (a folder, a
+    pipe, a device) where a cell's file or a table goes, or a ``cells`` that is no folder: checked before any cell
+    runs, and before a pipe could be opened."""
+    cells = out / "cells"
+    if cells.exists() and not cells.is_dir():
+        raise ValueError(f"--out {out}: {cells} is not a folder (the finished cells are stored there)")
+    paths = [out / "results.parquet", out / "results.csv"] + ([_cell_path(out, c) for c in spec.cells]
+                                                              if cells.is_dir() else [])
+    for path in paths:
+        problem = file_problem(path)
+        if problem not in (None, "does not exist"):
+            raise ValueError(f"--out {out}: {path} {problem}; remove it (a finished cell or a table is a file)")
+
+
 def _stored(path: Path, key: str) -> dict | None:
     """The row stored at ``path`` if it is whole, unedited and made under ``key``; else None (the cell runs again)."""
+    if file_problem(path) is not None:  # missing, or no regular file: never opened (a pipe would block)
+        return None
     try:
         row = json.loads(path.read_text())
     except (OSError, ValueError, RecursionError):
@@ -145,6 +162,7 @@ def run_sweep(spec: SweepSpec | str | os.PathLike, out, *, workers: int | None =
     out = Path(out)
     for pair in {json.dumps(c["pair"], sort_keys=True, default=str): c["pair"] for c in spec.cells}.values():
         check_pair(pair, Path(spec.base))  # before the folder is made or any cell runs
+    check_out_folder(out, spec)  # a pipe where a cell file goes blocked the read; a folder failed after the run
     cache: dict = {}
     keys = {cell_id(c): cell_key(c, spec, cache) for c in spec.cells}
     todo = [c for c in spec.cells if _stored(_cell_path(out, c), keys[cell_id(c)]) is None]
