@@ -121,9 +121,9 @@ def check_unit_interval(values, name: str) -> np.ndarray:
     if arr.dtype.kind not in "fiu":
         raise ValueError(f"{name}: expected real numbers in [0, 1], got {values!r:.80} (dtype {arr.dtype})")
     arr = arr.astype(np.float64, copy=False)
-    if arr.size and not (np.all(arr >= 0) and np.all(arr <= 1 + 1e-9)):  # NaN fails both comparisons
-        bad = arr[~((arr >= 0) & (arr <= 1 + 1e-9))].flat[0]
-        raise ValueError(f"{name}: expected real numbers in [0, 1], got {float(bad)!r}")
+    inside = (arr >= 0) & (arr <= 1 + 1e-9)  # NaN fails both comparisons
+    if not np.all(inside):
+        raise ValueError(f"{name}: expected real numbers in [0, 1], got {float(arr[~inside].flat[0])!r}")
     return arr
 
 
@@ -158,12 +158,9 @@ def real_array(values, name: str, *, finite: bool = True) -> np.ndarray:
         raw = np.asarray(values)
     except (TypeError, ValueError) as exc:  # a ragged list
         raise ValueError(f"{name}: expected an array of real numbers, could not read it ({exc})") from None
-    if raw.dtype.kind not in "iuf" or ((raw.dtype.kind == "O" or isinstance(values, list | tuple))
-                                       and not all_numbers(values, booleans=False)):
-        if raw.dtype.kind == "O" and all_numbers(values, booleans=False):
-            pass  # Decimal or a huge integer among numbers: read below
-        else:
-            raise ValueError(f"{name}: expected real numbers, got {_what(values, raw)}")
+    listed = raw.dtype.kind == "O" or isinstance(values, list | tuple)  # entries read one by one (Decimal, big ints)
+    if raw.dtype.kind not in "iufO" or (listed and not all_numbers(values, booleans=False)):
+        raise ValueError(f"{name}: expected real numbers, got {_what(values, raw)}")
     try:
         arr = raw.astype(np.float64)
     except (TypeError, ValueError, OverflowError) as exc:
