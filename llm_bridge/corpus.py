@@ -236,6 +236,15 @@ def _read_index(folder: Path) -> dict | None:
                          f"{LIMITS['shard_messages']:,}), a list of "
                          f"shards each with its own index below {MAX_SHARDS:,}, its own file name in this folder and a "
                          "token count, and a vocabulary size >= 1)")
+    try:  # the recipe's own limits, as its flags are checked (its openers file is not read: a name is enough)
+        CorpusRecipe(**{**recipe, "openers": ""})
+        if not isinstance(recipe.get("openers", ""), str):
+            raise ValueError(f"--openers: expected a file name, got {recipe['openers']!r}")
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{path}: a damaged corpus index (its recipe: {one_line(err).removeprefix('--')})") from None
+    if "tokens" in index and index["tokens"] != sum(s["tokens"] for s in shards):
+        raise ValueError(f"{path}: a damaged corpus index (it says {index['tokens']!r} tokens; its shards list "
+                         f"{sum(s['tokens'] for s in shards):,})")
     return index
 
 
@@ -254,6 +263,9 @@ def build_corpus(recipe: CorpusRecipe, out=None, *, progress: bool = True, devic
         raise ValueError(f"--out: {folder} holds a corpus of another recipe ({index['recipe']}); use its flags "
                          "to extend it, or another --out")
     index = index or {"format": FORMAT, "recipe": recipe.identity(), "shards": []}
+    for s in index["shards"]:  # a listed shard that is there but not a file (a pipe would block) is refused first
+        if file_problem(folder / s["file"]) != "does not exist":
+            check_data_file(folder / s["file"], "corpus shard (listed in corpus.json)")
     have = {s["index"] for s in index["shards"] if (folder / s["file"]).is_file()}
     todo = [i for i in range(recipe.shards) if i not in have]
     if not todo:
@@ -433,14 +445,15 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", type=path_argument, default=None, help="corpus folder (default: llm_bridge/data/corpus/"
                                                                     "<target>)")
-    ap.add_argument("--openers", default="", help="a file of message openers, one per line (bare names: "
+    ap.add_argument("--openers", type=path_argument, default=None, help="a file of message openers, one per line (bare names: "
                     "llm_bridge/data, e.g. message_openers.txt); each message starts with one and the target writes "
                     "the rest (default: none, the target writes whole messages)")
     args = ap.parse_args(argv)
     try:
         recipe = CorpusRecipe(target=args.target, tokens=args.tokens, shard_messages=args.shard_messages,
                               samples=args.samples, greedy=args.greedy, length=args.length,
-                              message_tokens=args.message_tokens, seed=args.seed, openers=args.openers)
+                              message_tokens=args.message_tokens, seed=args.seed,
+                              openers="" if args.openers is None else str(args.openers))
         check_folder_path(args.out if args.out is not None else CORPUS_DIR / recipe.target, "--out")  # made when written
         index = build_corpus(recipe, args.out, device=args.device)
     except (ModelNotFound, ImportError, ValueError, FileNotFoundError) as err:

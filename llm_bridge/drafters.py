@@ -329,8 +329,9 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str = "distilled", *, device:
     target's (:func:`check_vocabularies`) and its rows must have the target's width.
     """
     if str(draft).partition(":")[0] not in DRAFTERS:  # a model draft that cannot load is refused before the target
-        check_model_spec(str(draft))
+        check_model_spec(str(draft), "draft")
     else:
         check_drafter_spec(str(draft), target)
+    check_model_spec(target, "target")  # an empty name or an empty .gguf file, named as the target
     tgt = load_model(target, device=device, dtype=dtype)
     return Pair(tgt, make_drafter(draft, tgt))

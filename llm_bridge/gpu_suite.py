@@ -40,7 +40,14 @@ from otspec.clitools import (
     writable_folder,
 )
 
-from .models import DEFAULT_TARGET, ModelNotFound, VocabularyMismatch, resolve_device
+from .drafters import DRAFTERS, check_drafter_spec, drafter_names
+from .models import (
+    DEFAULT_TARGET,
+    ModelNotFound,
+    VocabularyMismatch,
+    check_model_spec,
+    resolve_device,
+)
 from .validate import RECORDS_OUT, output_name, validate
 from .validate_config import ValidateConfig
 
@@ -154,6 +161,16 @@ def main(argv=None) -> int:
     families = [f.strip() for f in args.families.split(",") if f.strip()]
     if not families:
         ap.error("--families: name at least one draft family")
+    if len(set(families)) < len(families):
+        ap.error(f"--families {args.families}: a family named twice")
+    for family in families:  # a typo is named here, before the device or any model
+        try:
+            if family.partition(":")[0] in DRAFTERS:
+                check_drafter_spec(family, args.target)
+            else:
+                check_model_spec(family, "draft family")
+        except (ModelNotFound, ValueError) as err:
+            ap.error(f"--families {family}: {one_line(err)} (the registered drafters: {drafter_names()})")
     if not 0 < args.budget < float("inf"):
         ap.error(f"--budget: expected a positive number of seconds, got {args.budget}")
     try:

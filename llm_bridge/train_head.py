@@ -60,7 +60,7 @@ from . import head_checkpoint as ckpt
 from .head_checkpoint import shown_path
 from .head_data import PROMPTS, corpus, prompt_files, prompt_split
 from .heads import HEAD_DIRS, HEAD_KINDS, build_head, eagle_unrolled, load_head, save_head
-from .models import DEFAULT_TARGET, ModelNotFound, layer_count, load_model
+from .models import DEFAULT_TARGET, ModelNotFound, layer_count, load_model, vocab_count
 
 __all__ = ["HeadRecipe", "TrainingBatch", "corpus", "evaluate", "frequent_tokens", "main", "shown_path", "step_losses", "train_head"]
 
@@ -261,6 +261,10 @@ class HeadRecipe:
         if deepest is not None and (self.head_layers > deepest or any(i >= deepest for i in self.fuse)):
             raise ValueError(f"--head-layers {self.head_layers}, --fuse {list(self.fuse)}: the target {self.target!r} "
                              f"has {deepest} layers (head layers <= {deepest}, fused layers < {deepest})")
+        size = vocab_count(self.target)
+        if size is not None and self.vocab > size:
+            raise ValueError(f"--vocab {self.vocab:,}: the target {self.target!r} has {size:,} tokens (a draft vocabulary "
+                             "is some of them; 0 takes all)")
         if self.train_tokens and self.corpus is None:
             raise ValueError("--train-tokens: a learning curve's smaller training sets are taken from a --corpus")
 

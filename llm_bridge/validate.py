@@ -481,7 +481,7 @@ def main(argv=None) -> int:
     try:
         record = validate(config)
     except (ModelNotFound, FileNotFoundError, VocabularyMismatch, ImportError, ValueError) as err:
-        print(f"python -m llm_bridge.validate: {one_line(err)}", file=sys.stderr)
+        print(f"python -m llm_bridge.validate: {as_flags(one_line(err), args)}", file=sys.stderr)
         return 2
     path = record.write(out_path)
     if args.export_synthetic_rates is not None:

@@ -9,7 +9,6 @@ with the size and the limit).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,6 +30,7 @@ from .clitools import (
     tree_from_args,
 )
 from .distributions import total_variation
+from .drafts import tree_for_vocab
 from .errors import HorizonError, SizeLimitError
 from .sources import IIDSource, Source
 from .verifiers import CHAIN_VERIFIERS, REGISTRY, TREE_VERIFIERS, ClosedForm
@@ -116,6 +116,10 @@ def _block_compute(args) -> dict | list:
     flags_that_apply(args, (("max_length", BEST_LENGTH_SEARCH, "cost_ratio"),))  # not ignored without it
     lengths = args.L if isinstance(args.L, list) else [args.L]
     check_lengths(lengths)
+    from .solvers import MAX_LP_VARIABLES
+
+    # a larger LP would be refused by the solver, in a message that does not name the flag
+    check_size(args.lp_max_variables, "--lp-max-variables", limit=MAX_LP_VARIABLES, limit_name="MAX_LP_VARIABLES")
     rows = [_block_one(args, L) for L in lengths]
     return rows[0] if len(rows) == 1 else rows
 
@@ -249,8 +253,7 @@ def _tree_compute(args) -> dict:
     V = target.vocab_size
     capped = capped_tree_note(tree, V)
     out.update(capped)
-    if capped:  # the same draws as the capped tree's, computed on it (4096x1 at V = 3 took 30 s to say so)
-        tree = dataclasses.replace(tree, branching=tuple(min(k, V) for k in tree.branching))
+    tree = tree_for_vocab(tree, V)  # the same draws as the capped tree's, computed on it (4096x1 at V = 3 took 30 s)
 
     _value(out, "optimum", lambda: (lambda o: {"value": o.value, "coupling": o.coupling,
                                                "per_depth": o.per_level.tolist(), "per_depth_sum": o.per_level_sum,
@@ -374,8 +377,17 @@ def _fixed_lengths(latency_of, K: int, args, quantity: str) -> dict:
 
 def _adaptive_markov(draft, target, K, args) -> dict:
     """calc adaptive on a stationary Markov pair: exact average-cost latencies (theory.adaptive_markov)."""
-    from .theory.adaptive_markov import markov_optimal_stopping, markov_policy_latency
+    from .theory.adaptive_markov import (
+        longest_markov_length,
+        markov_optimal_stopping,
+        markov_policy_latency,
+    )
 
+    longest = longest_markov_length(target.vocab_size)
+    if K > longest:  # every fixed length is walked too: refused here, naming the flag, rather than at length 17
+        raise CLIError(f"--max-length {K}: the exact latencies of a Markov pair at V = {target.vocab_size:,} walk "
+                       f"every drafted path; {f'at most {longest}' if longest else 'not even 1'} fits here "
+                       "(MAX_MARKOV_PATHS = 2^18 paths)")
     out = _fixed_lengths(lambda k: markov_policy_latency(draft, target, k, args.t_draft, args.t_target), K, args,
                          "long-run latency per generated token of a stationary Markov pair (same unit as the costs)")
     try:

@@ -43,6 +43,8 @@ __all__ = [
     "check_size",
     "check_token_ids",
     "check_unit_interval",
+    "read_numbers",
+    "integer_array",
     "real_array",
     "grid_entries",
     "real_grid",
@@ -147,20 +149,43 @@ def real_grid(values, name: str, **bounds) -> np.ndarray:
     return np.array([check_real(v, f"{name}[{i}]", **bounds) for i, v in enumerate(grid_entries(values, name))])
 
 
-def real_array(values, name: str, *, finite: bool = True) -> np.ndarray:
-    """``values`` as a float64 array if every entry is a real number: text, booleans, complex numbers and other objects
-    are refused (``np.asarray(values, dtype=float)`` read '0.5' as 0.5 and True as 1.0), and NaN or ±inf too unless
-    ``finite`` is False. A torch tensor is read on the host."""
-    if isinstance(values, np.ma.MaskedArray):  # its masked entries would be read as the numbers under them
-        raise ValueError(f"{name}: a masked array; pass a plain array")
+def read_numbers(values, name: str, expected: str = "real numbers") -> tuple:
+    """``(values, raw)``: ``values`` with torch tensors read on the host, and ``np.asarray`` of it, if every entry is
+    a real number; text, booleans, complex numbers, dates and other objects (a source given where its rows go) are
+    refused in a ``ValueError`` naming ``name``, as is a masked array (its masked entries would be read as the
+    numbers under them). Lists are read entry by entry (``[1.0, False]`` is refused); ``raw`` keeps its dtype."""
+    if isinstance(values, np.ma.MaskedArray):
+        raise ValueError(f"{name}: a masked array; pass a plain array (masked entries as 0 if that is meant)")
     values = tensors_as_arrays(values)
     try:
         raw = np.asarray(values)
-    except (TypeError, ValueError) as exc:  # a ragged list
-        raise ValueError(f"{name}: expected an array of real numbers, could not read it ({exc})") from None
+    except (TypeError, ValueError, OverflowError) as exc:  # a ragged list, a huge integer
+        raise ValueError(f"{name}: expected {expected}, could not read it ({exc})") from None
     listed = raw.dtype.kind == "O" or isinstance(values, list | tuple)  # entries read one by one (Decimal, big ints)
     if raw.dtype.kind not in "iufO" or (listed and not all_numbers(values, booleans=False)):
-        raise ValueError(f"{name}: expected real numbers, got {_what(values, raw)}")
+        raise ValueError(f"{name}: expected {expected}, got {_what(values, raw)}")
+    return values, raw
+
+
+def integer_array(values, name: str, what: str = "integers", *, ndim: int | None = None) -> np.ndarray:
+    """``values`` as an int64 array if its entries are integers (a float, even a whole one, a boolean or text is
+    refused: ``astype(int)`` read 1.5 as 1 and 0.5 as id 0) and, given ``ndim``, it has that many axes; else a
+    ``ValueError`` naming ``name`` and ``what`` was expected. An empty array passes whatever its dtype."""
+    try:
+        arr = np.asarray(values)
+    except (TypeError, ValueError) as exc:  # a ragged list
+        raise ValueError(f"{name}: expected {what}, could not read them ({exc})") from None
+    if (ndim is not None and arr.ndim != ndim) or (arr.size and arr.dtype.kind not in "iu"):
+        axes = f"{ndim}-D " if ndim is not None else ""
+        raise ValueError(f"{name}: expected {what} (a {axes}integer array), got shape {arr.shape}, dtype {arr.dtype}")
+    return arr.astype(np.int64, copy=False)
+
+
+def real_array(values, name: str, *, finite: bool = True) -> np.ndarray:
+    """``values`` as a float64 array if every entry is a real number (:func:`read_numbers`: ``np.asarray(values,
+    dtype=float)`` read '0.5' as 0.5 and True as 1.0), and finite unless ``finite`` is False. A torch tensor is read
+    on the host."""
+    values, raw = read_numbers(values, name)
     try:
         arr = raw.astype(np.float64)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -173,7 +198,13 @@ def real_array(values, name: str, *, finite: bool = True) -> np.ndarray:
 def _what(values, raw: np.ndarray) -> str:
     if isinstance(values, str | bytes):
         return f"the text {values!r:.40}"
-    kinds = {"b": "booleans", "U": "text", "S": "bytes", "c": "complex numbers", "O": "text or other objects"}
+    if hasattr(values, "next_probs") and hasattr(values, "vocab_size"):  # a Source, whose rows were meant
+        return (f"{type(values).__name__}, a source (pass its rows: source.probs of an IID source, or "
+                "source.next_probs(prefixes))")
+    if raw.dtype.kind in "iuf":  # a list whose numbers numpy read past a boolean or another object
+        return "booleans or other objects among the entries, not only numbers"
+    kinds = {"b": "booleans", "U": "text", "S": "bytes", "c": "complex numbers", "O": "text or other objects",
+             "M": "dates", "m": "time spans"}
     return f"{kinds.get(raw.dtype.kind, 'dtype ' + str(raw.dtype))} among the entries"
 
 

@@ -39,6 +39,7 @@ from .clitools import (
     check_folder_path,
     check_lengths,
     flags_that_apply,
+    horizon_context,
     join_negative_values,
     length_list,
     one_line,
@@ -85,11 +86,11 @@ def _tree_run(args):
         if args.L is None:
             raise CLIError("--L: required (draft lengths), or --tree for a draft tree")
         return None
+    if args.L is not None:  # said first: with both, the default chain verifier is not what the user got wrong
+        raise CLIError("--L and --tree: the tree sets the draft length (its depth); give one of them")
     if args.verifier in CHAIN_VERIFIERS:
         raise CLIError(f"--tree: --verifier {args.verifier} verifies one chain; choose among "
                        f"{sorted(TREE_VERIFIERS)}")
-    if args.L is not None:
-        raise CLIError("--L and --tree: the tree sets the draft length (its depth); give one of them")
     verifier = TREE_VERIFIERS[args.verifier]()
     if args.draw is None and not args.without_replacement:  # children drawn as the verifier needs
         args.draw = {True: "iid", False: "without"}.get(verifier.replacement, verifier.replacement)
@@ -405,7 +406,7 @@ def main(argv=None) -> int:
     try:
         result = args.run(args)
     except (CLIError, ValueError, SolveError, OSError) as exc:
-        print(f"{parser.prog}: error: {one_line(exc)}", file=sys.stderr)
+        print(f"{parser.prog}: error: {one_line(exc)}{horizon_context(args, exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C (or a sampler raising it): one line, the shell's status for SIGINT
         print(f"{parser.prog}: interrupted", file=sys.stderr)

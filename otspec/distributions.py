@@ -31,12 +31,11 @@ import array_api_compat
 import numpy as np
 
 from .checks import (
-    all_numbers,
     check_dense,
     check_real,
     check_size,
     coarsest_eps,
-    tensors_as_arrays,
+    read_numbers,
 )
 from .namespaces import namespace, resolve_device  # re-exported: the package imports them from here
 from .tempering import temperature_rows, top_p_mask  # re-exported likewise
@@ -188,19 +187,14 @@ def validate_probs(probs, name: str = "probs", *, tol: float | None = None, min_
     min_ndim = check_size(min_ndim, "min_ndim")  # True, 1.5 or NaN would be compared as numbers
     if tol is not None:
         tol = check_real(tol, "tol", low=0.0, allow_inf=True)
-    if isinstance(probs, np.ma.MaskedArray):  # its masked entries would be read as the numbers under the mask
-        raise ValueError(f"{name}: a masked array; pass a plain array (masked entries as 0 if that is meant)")
-    if not (array_api_compat.is_array_api_obj(probs)):
+    if isinstance(probs, np.ma.MaskedArray) or not array_api_compat.is_array_api_obj(probs):
+        probs, raw = read_numbers(probs, name, "probabilities (real numbers)")  # lists entry by entry: [1.0, False]
+        if tol is None:  # float16 rows in a list keep their tolerance
+            tol = eps_tolerance(coarsest_eps(probs))
         try:
-            raw = np.asarray(probs := tensors_as_arrays(probs))  # lists are read entry by entry: [1.0, False]
-            if raw.dtype.kind == "b" or ((raw.dtype.kind in "USO" or isinstance(probs, list | tuple))
-                                         and not all_numbers(probs, booleans=False)):
-                raise TypeError("booleans, text or other objects among the entries, not only numbers")
-            if tol is None:  # float16 rows in a list keep their tolerance
-                tol = eps_tolerance(coarsest_eps(probs))
             probs = raw.astype(np.float64)
-        except (TypeError, ValueError, OverflowError) as exc:  # ragged lists, text, None, a huge integer
-            raise ValueError(f"{name}: expected an array of probabilities, could not read it as numbers ({exc})") from None
+        except (TypeError, ValueError, OverflowError) as exc:  # an object entry too large for a float
+            raise ValueError(f"{name}: expected probabilities (real numbers) ({exc})") from None
     check_dense(probs, name)
     xp = namespace(probs)
     if not xp.isdtype(probs.dtype, "real floating"):

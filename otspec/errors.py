@@ -35,7 +35,12 @@ class SizeLimitError(ValueError):
 
 class HorizonError(ValueError):
     """A computation needs longer sequences than a source's horizon supports (a ``ValueError``: the input is what
-    is wrong). Callers that report one optional value among others (``calc block``'s columns) catch this class."""
+    is wrong). Callers that report one optional value among others (``calc block``'s columns) catch this class.
+    ``horizon`` and ``length`` (the sequence length asked for) are set where known."""
+
+    def __init__(self, message: str, *, horizon: int | None = None, length: int | None = None):
+        super().__init__(message)
+        self.horizon, self.length = horizon, length
 
 
 class SolveError(RuntimeError):

@@ -58,6 +58,8 @@ def _calls() -> dict:
         "otspec.drafts.ConfidenceTree": (drafts.ConfidenceTree, {"depth": 2, "top_k": 2, "nodes": 3}),
         "otspec.DraftTree": (otspec.DraftTree, {"branching": (2, 1), "replacement": False}),
         "otspec.drafts.parse_tree": (drafts.parse_tree, {"spec": "2x1", "replacement": True}),
+        "otspec.drafts.tree_for_vocab": (drafts.tree_for_vocab, {"tree": drafts.parse_tree("5x1", False),
+                                                                 "vocab_size": 3}),
         "otspec.engine.coupling_law": (engine.coupling_law, {"draft": d, "target": t, "verifier": tok, "L": 2}),
         "otspec.Backend": (otspec.Backend, {"method": "rows", "batch_size": 64}),
         "otspec.engine.ConfidenceController": (engine.ConfidenceController, {"threshold": 0.5, "max_length": 3}),

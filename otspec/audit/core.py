@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ..checks import check_progress, check_real, check_size
+from ..checks import check_progress, check_real, check_seed, check_size
 from ..distributions import total_variation
 from ..progress import tqdm
 from ..verifiers import CHAIN_VERIFIERS
@@ -87,6 +87,8 @@ class AuditReport:
     seconds: float = 0.0
     #: The tests whose p-value fell below alpha / (number of tests), e.g. ["first_token (G)", "acceptance (z)"]
     failed_tests: list = field(default_factory=list)
+    #: The integer seed of the run (drawn from fresh entropy or from the Generator given): audit(seed=it) replays it.
+    seed: int | None = None
 
     @property
     def biased(self) -> bool:
@@ -182,7 +184,9 @@ def audit(sampler, *, samples: int = DEFAULT_SAMPLES, rows=None, draft_length: i
     :class:`~otspec.audit.rows.RowPool` (another vocabulary: ``rows=synthetic_pool(vocab=V, draft_length=L)``).
     ``draft_length``: L of the synthetic or logged pool (default 2); a pool given says its own, and a different
     one is refused. The report names the sampler by its ``__name__`` (or the ``module:function`` string).
-    ``verifier``: the name of the chain verifier the sampler claims to be
+    ``seed``: an integer >= 0, None (fresh entropy) or a numpy Generator (an integer is drawn from it); the report's
+    ``seed`` is the integer used, which replays the audit. ``verifier``: the name of the chain verifier the sampler
+    claims to be
     (``token``, ``block``, ``gumbel``), to test its acceptance too. Raises :class:`~otspec.audit.protocol.SamplerError`
     when the sampler breaks the protocol (raises, wrong shapes or values, no return within ``timeout`` s).
     """
@@ -192,7 +196,11 @@ def audit(sampler, *, samples: int = DEFAULT_SAMPLES, rows=None, draft_length: i
     if not callable(fn):
         raise ValueError(f"sampler: expected a callable or module:function, got {sampler!r}")
     n = check_size(samples, "samples", minimum=100, limit=MAX_AUDIT_SAMPLES, limit_name="MAX_AUDIT_SAMPLES")
-    seed = check_size(seed, "seed", minimum=0, what="an integer")  # a bool or a float is not a seed
+    seed = check_seed(seed)  # a bool or a float is not a seed
+    if seed is None:  # fresh entropy, as numpy reads None; the report keeps the integer that replays the run
+        seed = int(np.random.SeedSequence().entropy % 2**63)
+    elif isinstance(seed, np.random.Generator):
+        seed = int(seed.integers(2**63))
     alpha = check_alpha(alpha)
     timeout = check_timeout(timeout)
     if chunk is not None:
@@ -292,4 +300,4 @@ def audit(sampler, *, samples: int = DEFAULT_SAMPLES, rows=None, draft_length: i
         acceptance=acceptance,
         bins={"edges": np.linspace(0, 1, BINS + 1).tolist(), "first_token_observed": (first_counts / n).tolist(),
               "expected": [1 / BINS] * BINS, "draft_mixture": g.tolist()},
-        seconds=seconds)
+        seconds=seconds, seed=seed)

@@ -13,7 +13,8 @@ Convention: **p is the draft distribution, q the target**.
   P_D(S(X) ⊆ A) for the candidate set S(X), without enumerating tuples (the exponential race
   of eq. (7) without replacement).
 * :class:`DraftTree` — k-configs such as MCSD's ``4x2x2x1`` and SpecTr's K i.i.d. drafts;
-  :class:`ConfidenceTree` — EAGLE-2's confidence-ordered dynamic trees; :func:`parse_tree` reads either.
+  :class:`ConfidenceTree` — EAGLE-2's confidence-ordered dynamic trees; :func:`parse_tree` reads either;
+  :func:`tree_for_vocab` caps a tree drawn without replacement at the vocabulary.
 
 Tuples without replacement
 --------------------------
@@ -34,7 +35,7 @@ from .laws import (
     sample_candidates,
     tuple_membership,
 )
-from .tree import ConfidenceTree, DraftTree, parse_tree
+from .tree import ConfidenceTree, DraftTree, parse_tree, tree_for_vocab
 
 __all__ = [
     "CANDIDATES",
@@ -51,6 +52,7 @@ __all__ = [
     "gather_tokens",
     "inclusion_iid",
     "parse_tree",
+    "tree_for_vocab",
     "prob_drafts_within",
     "sample_candidates",
     "tuple_membership",

@@ -19,6 +19,7 @@ from ..checks import (
     check_size,
     check_unit_interval,
     format_count,
+    integer_array,
 )
 from ..distributions import namespace, one_row, sample_categorical, uniform, validate_probs
 from ..errors import SizeLimitError
@@ -185,11 +186,7 @@ def draft_tuple_law(draft, k: int, replacement: bool = True, *,
 def tuple_membership(tuples, vocab_size: int) -> np.ndarray:
     """Boolean matrix (M, V): entry [m, y] is True iff token y appears in tuple m (-1 = padding)."""
     V = check_size(vocab_size, "vocab_size")
-    tuples = np.asarray(tuples)
-    if tuples.ndim != 2 or (tuples.size and tuples.dtype.kind not in "iu"):  # 0.5 was read as token 0
-        raise ValueError(f"tuples: expected an int array of shape (M, k), got shape {tuples.shape}, "
-                         f"dtype {tuples.dtype}")
-    tuples = tuples.astype(np.int64, copy=False)
+    tuples = integer_array(tuples, "tuples", "tuples of token ids, shape (M, k)", ndim=2)  # 0.5 was read as 0
     if tuples.shape[0] * (V + 1) > MAX_STEP_ENTRIES:
         raise SizeLimitError(f"a membership matrix of {tuples.shape[0]:,} tuples x V + 1 = {V + 1:,} is above "
                              f"MAX_STEP_ENTRIES = {MAX_STEP_ENTRIES:,}", size=tuples.shape[0] * (V + 1),
@@ -385,10 +382,10 @@ def prob_drafts_within(draft, subset, k: int, replacement: bool = True, method: 
         if A.shape != p.shape:
             raise ValueError(f"subset: a boolean mask must have shape {p.shape}, got {A.shape}")
         A = np.flatnonzero(A)
-    if A.ndim > 1 or (A.size and A.dtype.kind not in "iu"):  # 1.5 was read as token 1, a 2-D list flattened
+    if A.ndim > 1:  # a 2-D list was flattened
         raise ValueError(f"subset: expected token ids (a 1-D list of integers) or a boolean mask of shape {p.shape}, "
-                         f"got shape {A.shape}, dtype {A.dtype}")
-    A = np.unique(A.astype(np.int64).reshape(-1))
+                         f"got shape {A.shape}")
+    A = np.unique(integer_array(A, "subset", f"token ids or a boolean mask of shape {p.shape}").reshape(-1))
     if A.size and (A.min() < 0 or A.max() >= p.size):
         raise ValueError(f"subset: token ids must lie in [0, {p.size})")
     if method not in ("race", "enumerate"):

@@ -6,6 +6,7 @@ Spec: ``docs/mcsd.md``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from ..checks import MAX_CANDIDATES, MAX_DRAFT_LENGTH, MAX_TREE_TOKENS, check_si
 from ..errors import SizeLimitError
 from .laws import draw_name
 
-__all__ = ["ConfidenceTree", "DraftTree", "parse_tree"]
+__all__ = ["ConfidenceTree", "DraftTree", "parse_tree", "tree_for_vocab"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ class DraftTree:
                            + ("x..." if len(branching) > 8 else ""))
         object.__setattr__(self, "branching", branching)
         draw = draw_name(self.replacement)  # True / False stay booleans, "greedy" / "hub" strings
+        if draw != "without":  # drawn without replacement, a node's children stop at V: tree_for_vocab checks them
+            _check_widths(branching)
         object.__setattr__(self, "replacement", {"iid": True, "without": False}.get(draw, draw))
         if draw == "hub" and max(branching) > 2:
             raise ValueError(f"SpecHub's hub draw is defined for k <= 2 children, got {self.branching}")
@@ -160,6 +163,28 @@ def _drafted(branching) -> int:
         if total > MAX_TREE_TOKENS:
             return total
     return total
+
+
+def _check_widths(branching) -> None:
+    """One node's children are one draw of k candidates: each k_i at most :data:`MAX_CANDIDATES`."""
+    if max(branching) > MAX_CANDIDATES:
+        i = max(range(len(branching)), key=branching.__getitem__)
+        raise SizeLimitError(f"the k-config's k_{i + 1} = {branching[i]:,} children of one node is above "
+                             f"MAX_CANDIDATES = {MAX_CANDIDATES:,}", size=branching[i], limit=MAX_CANDIDATES)
+
+
+def tree_for_vocab(tree, vocab_size: int):
+    """The tree that ``tree``'s draws make over ``vocab_size`` tokens: drawn without replacement, a node drafts at
+    most V children (the draw stops when the tokens run out), so each k_i is capped at V, the same law; then each
+    k_i must be within :data:`MAX_CANDIDATES` (a :class:`~otspec.errors.SizeLimitError` before any draw)."""
+    if not isinstance(tree, DraftTree | ConfidenceTree):
+        raise ValueError(f"tree: expected a DraftTree or ConfidenceTree (parse_tree reads a spec), got {tree!r:.60}")
+    vocab_size = check_size(vocab_size, "vocab_size")
+    if tree.deterministic or tree.draw != "without":
+        return tree
+    capped = tuple(min(k, vocab_size) for k in tree.branching)
+    _check_widths(capped)
+    return tree if capped == tree.branching else dataclasses.replace(tree, branching=capped)
 
 
 def _check_tree_tokens(n: int, what: str) -> None:

@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..checks import MAX_CANDIDATES
 from ..distributions import host_to_like, sample_categorical, to_device, to_host, zeros_of
-from ..drafts import DraftTree, sample_candidates
+from ..drafts import DraftTree, sample_candidates, tree_for_vocab
 from ..verifiers.base import Outcome
 from .confidence import grow_confidence
 from .controllers import DraftLengthController, checked_keep
@@ -278,7 +279,7 @@ def _grow(draft: Session, tree: DraftTree, run: RunState, depth, rng):
         for size in np.unique(sizes):
             group = [w for w, s in zip(work, sizes, strict=True) if s == size]
             p = np.stack([tries[b].p[node] for b, node in group])
-            cands = np.asarray(sample_candidates(p, int(size), rng, replacement=tree.replacement))
+            cands = _draw_children(p, int(size), rng, tree)
             for (b, node), c in zip(group, cands, strict=True):
                 born[b] += tries[b].add_candidates(node, c)
         feed = [born[b] if depth[b] > d + 1 else [] for b in range(B)]  # their rows are needed one level down
@@ -385,6 +386,17 @@ def tree_loop(draft: Session, target: Session, verifier, tree: DraftTree, n_toke
                              hooks=hooks))
 
 
+def _draw_children(p, size: int, rng, tree: DraftTree):
+    """``size`` candidates per row of ``p``. A trie node where m identical drafts merged draws m·k i.i.d.
+    children, which can pass MAX_CANDIDATES although the tree's widths do not (its size bounds them): those
+    are drawn in blocks of at most MAX_CANDIDATES, independent draws whose concatenation has the same law."""
+    if size <= MAX_CANDIDATES or tree.draw != "iid":
+        return np.asarray(sample_candidates(p, size, rng, replacement=tree.replacement))
+    blocks = [np.asarray(sample_candidates(p, min(MAX_CANDIDATES, size - at), rng, replacement=tree.replacement))
+              for at in range(0, size, MAX_CANDIDATES)]
+    return np.concatenate(blocks, axis=1)
+
+
 def tree_steps(draft: Session, target: Session, verifier, tree: DraftTree, n_tokens: int, rng, *,
                rule: str = "match", prompts=None, batch: int | None = None, hooks: LoopHooks = NO_HOOKS):
     """The tree loop as a generator (yields after every iteration, as :func:`chain_steps` does; returns the
@@ -397,6 +409,7 @@ def tree_steps(draft: Session, target: Session, verifier, tree: DraftTree, n_tok
     exactly N tokens.
     """
     prompts = as_prompts(prompts, batch)
+    tree = tree_for_vocab(tree, target.vocab_size)
     check_tree_verifier(verifier, tree)
     if _walks_arrays(draft, target, verifier, tree, hooks, len(prompts)):
         return (yield from _array_tree_steps(draft, target, verifier, tree, n_tokens, rng, rule, prompts, hooks))

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..checks import MAX_ROW_WORK, MAX_SIMULATION_BLOCKS, capped_power, check_progress, check_size
 from ..distributions import to_host
-from ..drafts import MAX_DRAFT_TUPLES, DraftTree, draft_tuple_law
+from ..drafts import MAX_DRAFT_TUPLES, DraftTree, draft_tuple_law, tree_for_vocab
 from ..errors import SizeLimitError
 from ..pairs import check_pair
 from ..progress import tqdm
@@ -57,8 +57,8 @@ def _check(draft: Source, target: Source, verifier, tree: DraftTree, rule: str, 
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     draft, target = as_sources(draft, target)
-    tree = as_tree(tree)
     check_pair(draft, target, depth_aware=depth_aware)
+    tree = tree_for_vocab(as_tree(tree), target.vocab_size)
     check_tree_verifier(verifier, tree)
     return draft, target, tree
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ..checks import MAX_DRAFT_LENGTH, capped_power, check_size, real_array
+from ..checks import MAX_DRAFT_LENGTH, capped_power, check_size, integer_array, real_array
 from ..pairs import check_pair
 from ..sources import Source
 
@@ -205,10 +205,7 @@ def common_prefix_length(draft_blocks, target_blocks, vocab_size: int, draft_len
     V, L, n = check_block_shape(vocab_size, draft_length)
     blocks = []
     for name, b in (("draft_blocks", draft_blocks), ("target_blocks", target_blocks)):
-        arr = np.asarray(b)
-        if arr.size and arr.dtype.kind not in "iu":  # 0.5 was read as block 0
-            raise ValueError(f"{name}: expected integer block indices, got dtype {arr.dtype}")
-        arr = arr.astype(np.int64, copy=False)
+        arr = integer_array(b, name, "block indices")  # 0.5 was read as block 0
         if arr.size and (arr.min() < 0 or arr.max() >= n):
             raise ValueError(f"{name}: block indices must lie in [0, {n}) = [0, vocab_size**draft_length); got "
                              f"range [{arr.min()}, {arr.max()}]")

@@ -14,6 +14,7 @@ from ..checks import (
     check_size,
     check_token_ids,
     format_count,
+    integer_array,
 )
 from ..distributions import sample_categorical
 from ..errors import HorizonError, SizeLimitError
@@ -63,10 +64,7 @@ def extend_prefixes(tokens: np.ndarray, vocab_size: int) -> np.ndarray:
     ``tokens`` holds integer ids in [0, ``vocab_size``); anything else is a ``ValueError``.
     """
     vocab_size = check_size(vocab_size, "vocab_size")
-    tokens = np.asarray(tokens)
-    if tokens.ndim != 2 or (tokens.size and tokens.dtype.kind not in "iu"):
-        raise ValueError(f"tokens: expected a (N, t) array of integer ids, got shape {tokens.shape}, "
-                         f"dtype {tokens.dtype}")
+    tokens = integer_array(tokens, "tokens", "a (N, t) array of token ids", ndim=2)
     check_token_ids(tokens, vocab_size)
     n = tokens.shape[0]
     if n * vocab_size * (tokens.shape[1] + 1) > MAX_STEP_ENTRIES:  # refused before np.repeat allocates it
@@ -79,21 +77,16 @@ def extend_prefixes(tokens: np.ndarray, vocab_size: int) -> np.ndarray:
 
 def as_lengths(lengths, name: str = "lengths") -> np.ndarray:
     """Prefix lengths (or depths) as int64: 1.5 is refused, not read as 1."""
-    arr = np.asarray(lengths)
-    if arr.size and arr.dtype.kind not in "iu":
-        raise ValueError(f"{name}: expected integer prefix lengths, got dtype {arr.dtype}")
-    return arr.astype(np.int64, copy=False)
+    return integer_array(lengths, name, "prefix lengths")
 
 
 def as_tokens(tokens) -> np.ndarray:
-    arr = np.asarray(tokens)
+    arr = integer_array(tokens, "tokens", "token ids")
     if arr.ndim == 1:
         arr = arr[None, :]
     if arr.ndim != 2:
         raise ValueError(f"tokens: expected shape (batch, length), got {arr.shape}")
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"tokens: expected integer token ids, got dtype {arr.dtype}")
-    return arr.astype(np.int64, copy=False)
+    return arr
 
 
 def check_source(source, name: str) -> Source:
@@ -220,8 +213,7 @@ class Source(ABC):
         if self.horizon is not None and length > self.horizon:
             raise HorizonError(
                 f"{type(self).__name__} supports sequences of at most {self.horizon} tokens "
-                f"(its horizon); asked for {length}"
-            )
+                f"(its horizon); asked for {length}", horizon=self.horizon, length=length)
 
     def _check_tokens(self, tokens: np.ndarray) -> None:
         check_token_ids(tokens, self.vocab_size)

@@ -10,9 +10,9 @@ import numpy as np
 from ..checks import (
     MAX_HORIZON,
     MAX_VOCAB_SIZE,
-    all_numbers,
     check_size,
     coarsest_eps,
+    read_numbers,
     tensors_as_arrays,
 )
 from ..distributions import eps_tolerance, validate_probs
@@ -120,17 +120,12 @@ class MarkovSource(Source):
             raise ValueError(f"initial: expected shape (V,), got {self.initial.shape}")
         V = self.initial.shape[0]
         eps = coarsest_eps(transition)  # float16 or bfloat16 rows keep their tolerance once read as float64
+        expected = f"a ({V}, {V}) matrix or a list of them (rows of equal length, numbers only)"
+        _, raw = read_numbers(transition, "transition", expected)  # '0.5', True, complex: refused, not read
         try:
-            transition = tensors_as_arrays(transition)  # a tensor that requires grad has no numpy view
-            if (isinstance(transition, list | tuple) and not all_numbers(transition, booleans=False)
-                    or str(getattr(transition, "dtype", "")) in ("bool", "torch.bool")
-                    or (isinstance(transition, np.ndarray) and transition.dtype.kind not in "iuf")  # '0.5' read
-                    or np.iscomplexobj(transition)):
-                raise TypeError("booleans, complex numbers, text or other objects among the entries")
-            trans = np.asarray(transition, dtype=np.float64)
+            trans = raw.astype(np.float64)
         except (TypeError, ValueError, OverflowError):  # OverflowError: an integer no float holds
-            raise ValueError(f"transition: expected a ({V}, {V}) matrix or a list of them (rows of equal length, "
-                             "numbers only)") from None
+            raise ValueError(f"transition: expected {expected}") from None
         if trans.size == 0 and horizon is not None:  # a time-varying chain of horizon 1 has no matrices
             trans = np.zeros((0, V, V))
         if trans.ndim not in (2, 3) or trans.shape[-2:] != (V, V):

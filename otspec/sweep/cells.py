@@ -97,7 +97,11 @@ def _logged(path: str):
 
 def build_pair(pair: dict, base: Path = Path("."), temperature: float = 1.0):
     """(draft, target) of a spec's pair entry (random families from their ``pair_seed``)."""
-    kind = pair["kind"]
+    kind = _require(pair, "pair", ("kind",))["kind"]
+    if kind not in _BUILT:
+        raise ValueError(f"pair {pair!r}: kind {kind!r} has no sources to build (expected one of {sorted(_BUILT)}; a "
+                         "logged pair's rows are read by run_cell)")
+    _require(pair, "pair", _BUILT[kind])
     if kind == "random_iid":
         d, t = random_iid(pair["vocab"], pair["concentration"], seed=pair["pair_seed"], sparsity=pair["sparsity"])
     elif kind == "random_markov":
@@ -110,6 +114,25 @@ def build_pair(pair: dict, base: Path = Path("."), temperature: float = 1.0):
     if d.vocab_size != t.vocab_size:
         raise ValueError(f"pair {describe_pair(pair)}: draft has {d.vocab_size} tokens, target {t.vocab_size}")
     return temper(d, temperature), temper(t, temperature)
+
+
+#: The keys of a pair entry :func:`build_pair` reads, by kind (a spec's pairs hold them once loaded).
+_BUILT = {"random_iid": ("vocab", "concentration", "pair_seed", "sparsity"),
+          "random_markov": ("vocab", "concentration", "pair_seed", "sparsity"),
+          "iid": ("draft", "target"), "json": ("draft", "target")}
+#: The keys of a cell :func:`run_cell` reads (a :class:`~otspec.sweep.SweepSpec`'s cells hold them).
+_CELL_KEYS = ("pair", "verifier", "params", "L", "k", "temperature", "cost_ratio", "blocks", "tokens", "sequences",
+              "confidence")
+
+
+def _require(entry, what: str, keys) -> dict:
+    """``entry`` when it is a dict holding ``keys``, else a ``ValueError`` naming what is missing (not a KeyError)."""
+    if not isinstance(entry, dict):
+        raise ValueError(f"{what}: expected a dict (as a SweepSpec's cells hold it), got {type(entry).__name__}")
+    missing = [key for key in keys if key not in entry]
+    if missing:
+        raise ValueError(f"{what} {entry!r}: missing {', '.join(map(repr, missing))} (as a SweepSpec's cells hold it)")
+    return entry
 
 
 def check_pair(pair: dict, base: Path = Path(".")) -> None:
@@ -238,7 +261,11 @@ def _mc_columns(res, blocks: int) -> dict:
 
 def run_cell(cell: dict, sweep_seed: int, quantities, base: Path = Path(".")) -> dict:
     """The row of one cell: its parameters, then the columns of each quantity."""
-    pair, name, params = cell["pair"], cell["verifier"], cell["params"]
+    pair, name, params = (_require(cell, "cell", _CELL_KEYS)[key] for key in ("pair", "verifier", "params"))
+    _require(pair, "cell's pair", ("kind",) + (("file",) if isinstance(pair, dict) and pair.get("kind") == "logged" else ()))
+    if name not in SWEEP_VERIFIERS or not isinstance(params, dict):
+        raise ValueError(f"cell: verifier {name!r} with params {params!r}: expected a name among "
+                         f"{sorted(SWEEP_VERIFIERS)} and a dict of its parameters")
     row = {"cell": cell_id(cell), "pair": describe_pair(pair), "pair_kind": pair["kind"],
            "concentration": pair.get("concentration"), "sparsity": pair.get("sparsity"),
            "pair_seed": pair.get("pair_seed"), "tail": pair.get("tail"), "verifier": name, "L": cell["L"],

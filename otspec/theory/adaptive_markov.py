@@ -33,7 +33,7 @@ from ..errors import SizeLimitError
 from ..sources import IIDSource, MarkovSource
 from .adaptive import step_threshold, stopping_costs
 
-__all__ = ["MAX_MARKOV_ENTRIES", "MAX_MARKOV_PATHS", "MarkovAdaptiveOptimum", "markov_optimal_stopping", "markov_policy_latency",
+__all__ = ["MAX_MARKOV_ENTRIES", "MAX_MARKOV_PATHS", "MarkovAdaptiveOptimum", "longest_markov_length", "markov_optimal_stopping", "markov_policy_latency",
            "markov_rule_latency"]
 
 #: Most drafted paths (start token × drafted tokens) of the exact computation: V·Σ_{j<=K} V^j.
@@ -57,6 +57,20 @@ def _matrices(draft, target) -> tuple[np.ndarray, np.ndarray]:
     if out[0].shape != out[1].shape:
         raise ValueError(f"vocabulary mismatch: draft has {out[0].shape[0]} tokens, target has {out[1].shape[0]}")
     return out[0], out[1]
+
+
+def longest_markov_length(vocab_size: int) -> int:
+    """The largest ``max_length`` whose drafted paths the exact Markov computations of this module walk within
+    :data:`MAX_MARKOV_PATHS` and :data:`MAX_MARKOV_ENTRIES` at ``vocab_size`` tokens (at most MAX_DRAFT_LENGTH; 0:
+    none)."""
+    V = check_size(vocab_size, "vocab_size")
+    K, count = 0, V
+    while K < MAX_DRAFT_LENGTH:
+        nxt = count + V * V ** (K + 1)
+        if nxt > MAX_MARKOV_PATHS or nxt * V > MAX_MARKOV_ENTRIES:
+            break
+        K, count = K + 1, nxt
+    return K
 
 
 class _Paths:

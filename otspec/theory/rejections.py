@@ -247,8 +247,9 @@ def markov_pair(vocab: int = 4, horizon: int = 50, seed: int = 5) -> tuple[Marko
     """
     V, T = check_size(vocab, "vocab"), check_horizon(horizon)
     if (T + 1) * V * V > MAX_RANDOM_ENTRIES:  # each model's rows, before the generator allocates them
-        raise SizeLimitError(f"markov_pair: {T + 1:,} matrices of {V:,} x {V:,} = {(T + 1) * V * V:,} entries per "
-                             f"model, above MAX_RANDOM_ENTRIES = {MAX_RANDOM_ENTRIES:,}", size=(T + 1) * V * V,
+        raise SizeLimitError(f"markov_pair(vocab={V:,}, horizon={T:,}): spec §10 draws horizon + 1 = {T + 1:,} "
+                             f"matrices of {V:,} x {V:,} = {(T + 1) * V * V:,} entries per model, above "
+                             f"MAX_RANDOM_ENTRIES = {MAX_RANDOM_ENTRIES:,}", size=(T + 1) * V * V,
                              limit=MAX_RANDOM_ENTRIES)
     rng = np.random.default_rng(check_seed(seed))
     p = rng.dirichlet(np.ones(V), size=(T + 1, V))

@@ -1,0 +1,267 @@
+"""Round seventeen's leftovers (issue 43): late refusals moved before the work, and messages that name what the user
+gave. One test per class, each able to fail on the old code."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.cli_refusals import refused
+
+P3, Q3 = [0.5, 0.3, 0.2], [0.2, 0.3, 0.5]
+ROWS = ["--draft", "0.5,0.3,0.2", "--target", "0.2,0.3,0.5"]
+CORPUS = Path(__file__).resolve().parent.parent / "llm_bridge" / "data" / "corpus" / "smollm2"
+
+
+def test_a_tree_wider_than_max_candidates_is_refused_when_read(capsys):
+    """simulate --tree 5000 --verifier kseq started its progress bar and failed on k = 5,000 inside the run."""
+    from otspec.cli import main
+    from otspec.drafts import DraftTree, parse_tree
+    from otspec.errors import SizeLimitError
+
+    with pytest.raises(SizeLimitError, match="k_2 = 4,097 children of one node is above MAX_CANDIDATES"):
+        parse_tree("2x4097")
+    with pytest.raises(SizeLimitError, match="MAX_CANDIDATES"):
+        DraftTree((5000,), "greedy")
+    err = refused(main, ["simulate", *ROWS, "--tree", "5000", "--verifier", "kseq", "--blocks", "100"], capsys,
+                  "--tree '5000'", "MAX_CANDIDATES")
+    assert "monte carlo" not in err
+
+
+def test_a_tree_drawn_without_replacement_is_capped_at_the_vocabulary():
+    """Without replacement a node drafts at most V children, so 5000 at V = 3 is the tree 3 (the values calc tree
+    gave); past MAX_CANDIDATES once capped, it is refused before any draw."""
+    from otspec.drafts import DraftTree, tree_for_vocab
+    from otspec.engine.tree import simulate_tree, tree_law
+    from otspec.errors import SizeLimitError
+    from otspec.sources import IIDSource
+    from otspec.verifiers import TraversalVerify
+
+    wide = DraftTree((5000, 2), False)
+    assert tree_for_vocab(wide, 3).branching == (3, 2) and tree_for_vocab(wide, 4000).branching == (4000, 2)
+    assert tree_for_vocab(DraftTree((2, 2), False), 3) == DraftTree((2, 2), False)
+    for V in (4097, 10_000):
+        with pytest.raises(SizeLimitError, match=f"k_1 = {min(V, 5000):,}"):
+            tree_for_vocab(wide, V)
+    for bad in ("2x2", None):
+        with pytest.raises(ValueError, match="tree: expected a DraftTree"):
+            tree_for_vocab(bad, 3)
+    with pytest.raises(ValueError, match="vocab_size"):
+        tree_for_vocab(wide, 2.5)
+    p, q = IIDSource(P3), IIDSource(Q3)
+    exact = tree_law(p, q, TraversalVerify(), wide).expected_tokens_per_iteration
+    assert exact == pytest.approx(tree_law(p, q, TraversalVerify(), DraftTree((3, 2), False))
+                                  .expected_tokens_per_iteration, abs=1e-12)
+    mc = simulate_tree(p, q, TraversalVerify(), wide, 4000, seed=1, progress=False)
+    assert abs(mc.accepted.value + 1 - exact) < 4 * (mc.accepted.high - mc.accepted.low) / 3.92 + 1e-9
+
+
+def test_merged_siblings_draw_past_max_candidates_with_the_same_law(monkeypatch):
+    """Siblings drawn with replacement merge when they agree, and the merged node draws m·k children: 256x255 at
+    V = 3 died mid-run on k = 13,770 although every width is within MAX_CANDIDATES. Those children are drawn in
+    blocks; with the block shrunk to 3 the tokens and the accepted lengths keep their exact laws."""
+    import otspec.engine.loop as loop
+    from otspec.drafts import DraftTree
+    from otspec.engine.tree import generate_tree, tree_law
+    from otspec.sources import IIDSource
+    from otspec.verifiers import KSeq
+
+    p, q = IIDSource(P3), IIDSource(Q3)
+    out = generate_tree(p, q, KSeq(), DraftTree((256, 255)), 12, n_sequences=2, seed=0, progress=False)
+    assert out.generated == 24
+    sizes = []
+    real = loop.sample_candidates
+
+    def spy(rows, k, rng, **kw):
+        sizes.append(k)
+        return real(rows, k, rng, **kw)
+
+    monkeypatch.setattr(loop, "MAX_CANDIDATES", 3)
+    monkeypatch.setattr(loop, "sample_candidates", spy)
+    tree = DraftTree((3, 2))
+    res = generate_tree(p, q, KSeq(), tree, 3000, n_sequences=2, seed=3, progress=False)
+    assert max(sizes) <= 3 and len(sizes) > 100  # every merged node's draw came in blocks of at most 3
+    full = res.accept_hist[2]
+    n = full.sum()
+    mean = (np.arange(3) * full).sum() / n
+    sd = np.sqrt(((np.arange(3) - mean) ** 2 * full).sum() / n)
+    exact = tree_law(p, q, KSeq(), tree).expected_tokens_per_iteration - 1
+    assert abs(mean - exact) < 4.5 * sd / np.sqrt(n), (mean, exact)
+    counts = np.bincount(res.tokens.reshape(-1), minlength=3)
+    from scipy import stats
+    assert stats.chisquare(counts, np.array(Q3) * counts.sum()).pvalue > 1e-4
+
+
+def test_a_corpus_index_is_checked_in_full_before_any_model(tmp_path, monkeypatch, capsys):
+    """train_head loaded the target on an index whose recipe said length = -5, or whose token total was wrong; the
+    corpus command resumed onto a listed shard that is a pipe; --openers '' read as no openers; --vocab past the
+    target's 49,152 tokens was found after the load."""
+    from llm_bridge import corpus, train_head
+    from llm_bridge.corpus import CorpusRecipe, build_corpus, load_corpus
+
+    loads = []
+    monkeypatch.setattr("llm_bridge.models.load_model", lambda *a, **k: loads.append(a))
+    monkeypatch.setattr("llm_bridge.train_head.load_model", lambda *a, **k: loads.append(a))
+    index = json.loads((CORPUS / "corpus.json").read_text())
+    for name, change, needle in (("length", lambda j: j["recipe"].__setitem__("length", -5), "its recipe: length"),
+                                 ("extra", lambda j: j["recipe"].__setitem__("colour", 1), "colour"),
+                                 ("total", lambda j: j.__setitem__("tokens", 5), "it says 5 tokens")):
+        folder = tmp_path / name
+        folder.mkdir()
+        damaged = json.loads(json.dumps(index))
+        change(damaged)
+        (folder / "corpus.json").write_text(json.dumps(damaged))
+        with pytest.raises(ValueError, match=needle):
+            load_corpus(folder)
+        refused(train_head.main, ["--kind", "eagle", "--corpus", str(folder), "--out", str(tmp_path / "o")], capsys,
+                "damaged corpus index", needle)
+    refused(train_head.main, ["--kind", "eagle", "--vocab", "49153", "--out", str(tmp_path / "o")], capsys,
+            "--vocab 49,153", "49,152 tokens")
+    refused(corpus.main, ["--out", str(tmp_path / "c"), "--openers", ""], capsys, "--openers")
+    piped = tmp_path / "piped"
+    piped.mkdir()
+    shutil.copy(CORPUS / "corpus.json", piped / "corpus.json")
+    os.mkfifo(piped / index["shards"][0]["file"])
+    with pytest.raises(ValueError, match="not a regular file"):
+        build_corpus(CorpusRecipe(**index["recipe"], tokens=10**7), piped, progress=False)
+    assert not loads
+
+
+def test_gpu_suite_families_are_checked_first(tmp_path, capsys):
+    """--families banana started the suite and failed at the model lookup (or blamed the CPU device first)."""
+    from llm_bridge.gpu_suite import main
+
+    for families, needle in (("banana", "--families banana"), ("distilled,distilled", "named twice"),
+                             ("ngram:0", "--families ngram:0")):
+        for extra in ([], ["--smoke"]):
+            refused(main, ["--out-dir", str(tmp_path), "--families", families, *extra], capsys, needle)
+
+
+def test_model_flags_are_named_in_their_refusals(tmp_path, capsys):
+    """validate --target '' said "model: an empty name"; an empty .gguf file "cannot mmap an empty file"."""
+    from llm_bridge.models import ModelNotFound, check_model_spec
+    from llm_bridge.validate import main
+
+    empty = tmp_path / "empty.gguf"
+    empty.write_bytes(b"")
+    text = tmp_path / "text.gguf"
+    text.write_text("not a model")
+    for flag, value, needle in (("--target", "", "--target: an empty name"), ("--draft", "", "--draft: an empty name"),
+                                ("--target", str(empty), "is not a GGUF file (empty)"),
+                                ("--target", str(text), "no GGUF header")):
+        refused(main, ["--out-dir", str(tmp_path), flag, value, "--no-hf"], capsys, needle)
+    with pytest.raises(ModelNotFound, match="^model: an empty name"):
+        check_model_spec("")
+
+
+def test_calc_names_the_flag_past_a_solver_limit(tmp_path, capsys):
+    """calc block took --lp-max-variables 700,000 and the LP refused in a message without the flag; calc adaptive
+    --max-length 4096 on a Markov pair quoted max_length=17, a value the user never gave."""
+    from otspec.cli import main
+    from otspec.sources import MarkovSource, save_source
+
+    refused(main, ["calc", "block", "--draft", "0.3,0.7", "--target", "0.75,0.25", "--L", "2",
+                   "--lp-max-variables", "700000"], capsys, "--lp-max-variables", "MAX_LP_VARIABLES = 600,000")
+    for role, matrix in (("d", [[0.6, 0.4], [0.3, 0.7]]), ("t", [[0.5, 0.5], [0.2, 0.8]])):
+        save_source(MarkovSource([0.5, 0.5], matrix), tmp_path / f"{role}.json")
+    pair = ["--draft-source", str(tmp_path / "d.json"), "--target-source", str(tmp_path / "t.json"), "--t-draft", "0.1"]
+    for K in ("17", "4096"):
+        err = refused(main, ["calc", "adaptive", *pair, "--max-length", K], capsys, f"--max-length {K}",
+                      "at most 16")
+        assert "17" not in err.replace("--max-length 17", "")
+    main(["calc", "adaptive", *pair, "--max-length", "16", "--json"])
+    assert json.loads(capsys.readouterr().out)["best_fixed_length"] >= 1
+
+
+def test_horizon_refusals_name_the_flag_and_the_files(tmp_path, capsys):
+    """"MarkovSource supports sequences of at most 8 tokens (its horizon); asked for 9" named neither --L nor the
+    source file; --tree with --L blamed the default verifier."""
+    from otspec.cli import main
+    from otspec.errors import HorizonError
+    from otspec.sources import MarkovSource, save_source
+
+    chain = MarkovSource([0.5, 0.5], [[[0.6, 0.4], [0.3, 0.7]]] * 7)  # horizon 8
+    for role in ("d", "t"):
+        save_source(chain, tmp_path / f"{role}.json")
+    pair = ["--draft-source", str(tmp_path / "d.json"), "--target-source", str(tmp_path / "t.json")]
+    refused(main, ["simulate", *pair, "--L", "8", "--blocks", "100"], capsys, "--L 8 needs sequences of 9 tokens",
+            "horizon 8", "d.json")
+    refused(main, ["decode", *pair, "--L", "2", "--tokens", "20", "--sequences", "1"], capsys,
+            "--tokens 20 needs sequences of 20 tokens", "t.json")
+    refused(main, ["simulate", *pair, "--tree", "2x2x2x2x2x2x2x2", "--verifier", "kseq", "--blocks", "10"], capsys,
+            "--tree 2x2x2x2x2x2x2x2 needs sequences of 9 tokens")
+    with pytest.raises(HorizonError) as info:
+        chain.check_length(12)
+    assert (info.value.horizon, info.value.length) == (8, 12)
+    refused(main, ["simulate", *ROWS, "--tree", "2x1", "--L", "2", "--blocks", "100"], capsys, "--L and --tree")
+
+
+def test_sweep_cells_and_pairs_refuse_malformed_dicts():
+    """build_pair({}) and run_cell({}) raised KeyError."""
+    from otspec.sweep import build_pair, run_cell
+
+    good = {"kind": "iid", "draft": [0.5, 0.5], "target": [0.25, 0.75]}
+    assert build_pair(good)[0].vocab_size == 2
+    for pair, needle in (({}, "missing 'kind'"), ({"kind": "iid"}, "missing 'draft', 'target'"), (3, "a dict"),
+                         ({"kind": "logged", "file": "x.npz"}, "read by run_cell"), ({"kind": "zz"}, "kind 'zz'")):
+        with pytest.raises(ValueError, match=needle):
+            build_pair(pair)
+    cell = {"pair": good, "verifier": "token", "params": {}, "L": 2, "k": None, "temperature": 1.0,
+            "cost_ratio": 0.1, "blocks": 100, "tokens": 100, "sequences": 1, "confidence": 0.95}
+    assert run_cell(cell, 0, ["exact"])["exact_accepted"] > 0
+    for bad, needle in (({}, "missing 'pair'"), ({**cell, "verifier": "zz"}, "verifier 'zz'"),
+                        ({**cell, "params": 3}, "a dict of its parameters"), ({**cell, "pair": {"kind": "logged"}},
+                                                                               "missing 'file'"), ([cell], "a dict")):
+        with pytest.raises(ValueError, match=needle):
+            run_cell(bad, 0, ["exact"])
+
+
+def test_a_source_where_a_row_goes_is_named():
+    """validate_probs(IIDSource) said "booleans, text or other objects among the entries"."""
+    from otspec.checks import integer_array, real_array
+    from otspec.distributions import validate_probs
+    from otspec.sources import IIDSource
+
+    with pytest.raises(ValueError, match="got IIDSource, a source .pass its rows"):
+        validate_probs(IIDSource(P3), "draft")
+    with pytest.raises(ValueError, match="got IIDSource, a source"):
+        real_array(IIDSource(P3), "x")
+    with pytest.raises(ValueError, match="booleans or other objects among the entries"):
+        validate_probs([0.5, True], "draft")
+    for bad in ([1.5, 2], [[1, 2], [3]], np.array([True]), ["1"]):
+        with pytest.raises(ValueError, match="ids: expected"):
+            integer_array(bad, "ids")
+    with pytest.raises(ValueError, match="2-D integer array"):
+        integer_array([1, 2], "ids", ndim=2)
+    assert integer_array(np.array([], dtype=float), "ids").dtype == np.int64
+
+
+def test_audit_takes_every_seed_the_readme_promises():
+    """audit(seed=None) and audit(seed=Generator) were refused; the README says seeds are None, a Generator or an
+    integer. The report keeps the integer used, which replays the run."""
+    from otspec.audit import audit
+    from otspec.audit.adapters import token
+
+    for seed in (None, np.random.default_rng(7)):
+        first = audit(token, samples=300, seed=seed, progress=False)
+        assert isinstance(first.seed, int) and first.seed >= 0
+        again = audit(token, samples=300, seed=first.seed, progress=False)
+        assert again.p_value == first.p_value and again.tests == first.tests
+    assert audit(token, samples=300, seed=5, progress=False).seed == 5
+    for bad in (-1, 2.5, True, "3"):
+        with pytest.raises(ValueError, match="seed"):
+            audit(token, samples=300, seed=bad, progress=False)
+
+
+def test_markov_pair_says_where_its_matrices_come_from():
+    """markov_pair(2048, 4) said "5 matrices" with no word on the horizon that asked for them."""
+    from otspec.errors import SizeLimitError
+    from otspec.theory.rejections import markov_pair
+
+    with pytest.raises(SizeLimitError, match=r"markov_pair\(vocab=2,048, horizon=4\): .*horizon \+ 1 = 5 matrices"):
+        markov_pair(2048, 4)
