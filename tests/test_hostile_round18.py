@@ -265,3 +265,24 @@ def test_markov_pair_says_where_its_matrices_come_from():
 
     with pytest.raises(SizeLimitError, match=r"markov_pair\(vocab=2,048, horizon=4\): .*horizon \+ 1 = 5 matrices"):
         markov_pair(2048, 4)
+
+
+def test_unknown_arrays_and_unordered_thresholds_are_refused(tmp_path):
+    """A logged-rows file with an extra array loaded (a JSON source refuses an unknown key); ThresholdController took
+    a set, whose order is not the steps'."""
+    from otspec.engine.controllers import ThresholdController
+    from otspec.sources import load_logged_rows
+
+    source = Path(__file__).resolve().parent.parent / "figures" / "llm_default_rows.npz"
+    with np.load(source) as z:
+        arrays = dict(z)
+    np.savez(tmp_path / "extra.npz", **arrays, extra=np.zeros(3))
+    with pytest.raises(ValueError, match=r"arrays this format does not have: \['extra'\]"):
+        load_logged_rows(tmp_path / "extra.npz")
+    np.savez(tmp_path / "same.npz", **arrays)
+    assert load_logged_rows(tmp_path / "same.npz").vocab_size == int(arrays["vocab_size"])
+    for bad in ({0.1, 0.5}, {1: 0.1, 2: 0.5}, "0.1", True):
+        with pytest.raises(ValueError, match="thresholds"):
+            ThresholdController(bad, 3)
+    assert ThresholdController(np.float32(0.25), 3).thresholds == [0.25, 0.25]
+    assert ThresholdController((0.1, None), 3).thresholds == [0.1, None]

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numbers
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -191,8 +191,11 @@ class ThresholdController(DraftLengthController):
 
     def __init__(self, thresholds: float | Sequence[float | None], max_length: int):
         self.max_length = check_size(max_length, "max_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
-        if isinstance(thresholds, int | float):
+        if isinstance(thresholds, numbers.Real) and not isinstance(thresholds, bool):  # numpy scalars too
             thresholds = [thresholds] * (self.max_length - 1)
+        if isinstance(thresholds, set | frozenset | dict | str | bytes) or not isinstance(thresholds, Iterable):
+            raise ValueError(f"thresholds: expected a number or a sequence with one per step (in order), got "
+                             f"{type(thresholds).__name__}")
         self.thresholds = [None if h is None else check_real(h, "thresholds", low=0.0, high=1.0)
                            for h in thresholds]
         if len(self.thresholds) != self.max_length - 1:  # more would be dropped without a word

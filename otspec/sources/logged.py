@@ -363,6 +363,9 @@ def load_logged_rows(path: str | os.PathLike) -> LoggedRows:
     missing = [k for k in ("vocab_size", "meta", *_ARRAYS) if k not in arrays]
     if missing:
         raise ValueError(f"logged rows: {path} lacks the arrays {missing}")
+    unknown = sorted(set(arrays) - {"format", "vocab_size", "meta", *_ARRAYS})
+    if unknown:  # as a JSON source's unknown key: a misspelt or foreign array is refused, not ignored
+        raise ValueError(f"logged rows: {path} holds arrays this format does not have: {unknown}")
     try:
         meta = json.loads(str(arrays["meta"]))
     except (ValueError, RecursionError) as err:  # RecursionError: nested too deep
