@@ -228,12 +228,20 @@ def check_size(value, name: str, *, minimum: int = 1, limit: int | None = None, 
         raise ValueError(f"{name}: expected {what} >= {minimum}, got {value!r} ({type(value).__name__})")
     value = int(value)
     if value < minimum:
-        raise ValueError(f"{name}: expected {what} >= {minimum}, got {value}")
+        raise ValueError(f"{name}: expected {what} >= {minimum}, got {_count_text(value)}")
     if limit is not None and value > limit:
         named = limit_name and not limit_name.replace(",", "").replace("_", "").isdigit()
-        raise SizeLimitError(f"{name} = {value:,} is above {limit_name} = {limit:,}" if named else
-                             f"{name} = {value:,} is above the limit of {limit:,}", size=value, limit=limit)
+        shown = _count_text(value)
+        raise SizeLimitError(f"{name} = {shown} is above {limit_name} = {limit:,}" if named else
+                             f"{name} = {shown} is above the limit of {limit:,}", size=value, limit=limit)
     return value
+
+
+def _count_text(value: int) -> str:
+    """An integer for a message: ``1,234``, or ``a 401-digit number (1000...)`` past 30 digits (10**400 was echoed in
+    full)."""
+    digits = len(str(abs(value)))
+    return f"{value:,}" if digits <= 30 else f"a {digits}-digit number ({str(value)[:8]}...)"
 
 
 def check_seed(seed, name: str = "seed"):
@@ -258,8 +266,12 @@ def check_real(value, name: str, *, low: float = -math.inf, high: float = math.i
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name}: expected a real number, got {value!r} ({type(value).__name__})")
-    x = float(value)
     bounds = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+    try:
+        x = float(value)
+    except OverflowError:  # an integer (or Fraction) past every float: 10**400
+        shown = _count_text(value) if isinstance(value, numbers.Integral) else "a number past every float"
+        raise ValueError(f"{name}: expected a {'' if allow_inf else 'finite '}number in {bounds}, got {shown}") from None
     if math.isnan(x) or (math.isinf(x) and not allow_inf) or x < low or x > high or (low_open and x == low):
         raise ValueError(f"{name}: expected a {'' if allow_inf else 'finite '}number in {bounds}, got {value!r}")
     return x

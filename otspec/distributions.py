@@ -268,7 +268,7 @@ def one_row(probs, name: str) -> np.ndarray:
     """One validated probability row as a float64 numpy array of shape (V,) (torch tensors are moved to numpy)."""
     arr = validate_probs(probs, name)
     if _is_torch(arr):
-        arr = arr.cpu().numpy()
+        arr = arr.detach().cpu().numpy()  # a row that requires grad too
     arr = np.array(arr, dtype=np.float64)
     if arr.ndim != 1:
         raise ValueError(f"{name}: expected one probability row of shape (V,), got shape {arr.shape}")

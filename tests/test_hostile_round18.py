@@ -286,3 +286,90 @@ def test_unknown_arrays_and_unordered_thresholds_are_refused(tmp_path):
             ThresholdController(bad, 3)
     assert ThresholdController(np.float32(0.25), 3).thresholds == [0.25, 0.25]
     assert ThresholdController((0.1, None), 3).thresholds == [0.1, None]
+
+
+def test_engine_rows_given_as_lists_are_read_entry_by_entry():
+    """evaluate(['0.5', '0.3', '0.2'], ...) gave 1.19 (text read as numbers) and [True, False, False] 0.24, while
+    IIDSource refused both; a list of float16 entries was checked at float64's tolerance."""
+    import otspec.engine as E
+    from otspec.engine.tree import tree_law
+    from otspec.sources import IIDSource
+    from otspec.verifiers import KSeq, TokenVerify
+
+    for bad in (["0.5", "0.3", "0.2"], (b"0.5", b"0.3", b"0.2"), [True, False, False]):
+        for call in (lambda x: E.evaluate(x, Q3, TokenVerify(), 2), lambda x: E.evaluate(Q3, x, TokenVerify(), 2),
+                     lambda x: tree_law(x, Q3, KSeq(), "2x1"),
+                     lambda x: E.simulate(x, Q3, TokenVerify(), 2, 100, progress=False)):
+            with pytest.raises(ValueError, match="(draft|target): expected a Source or one probability row"):
+                call(bad)
+    assert E.evaluate(P3, Q3, TokenVerify(), 2).expected_accepted == \
+        E.evaluate(IIDSource(P3), IIDSource(Q3), TokenVerify(), 2).expected_accepted
+    f16 = [np.float16(0.5), np.float16(0.505)]  # within float16's tolerance, as IIDSource takes it
+    assert E.evaluate(f16, [0.5, 0.5], TokenVerify(), 1).expected_accepted == pytest.approx(
+        E.evaluate(IIDSource(f16), [0.5, 0.5], TokenVerify(), 1).expected_accepted, abs=1e-15)
+
+
+def test_a_users_source_subclass_has_its_rows_checked():
+    """A Source subclass whose rows summed to 1.4 was simulated (1.258 accepted); one without vocab_size gave an
+    AttributeError."""
+    import otspec.engine as E
+    from otspec.sources import Source
+    from otspec.verifiers import TokenVerify
+
+    class Rows(Source):
+        vocab_size = 2
+
+        def __init__(self, row):
+            self.row = row
+
+        def to_json(self):
+            return {}
+
+        def _rows(self, tokens, lengths):
+            return np.broadcast_to(np.asarray(self.row), (tokens.shape[0], len(self.row)))
+
+    for row, needle in (([0.7, 0.7], "sums to 1.4"), ([np.nan, 1.0], "NaN"), ([0.5, 0.25, 0.25], "shape")):
+        for call in (lambda s: E.simulate(s, [0.5, 0.5], TokenVerify(), 2, 100, progress=False),
+                     lambda s: E.evaluate(s, [0.5, 0.5], TokenVerify(), 2),
+                     lambda s: E.generate(s, [0.5, 0.5], TokenVerify(), 2, 20, progress=False)):
+            with pytest.raises(ValueError, match=needle):
+                call(Rows(row))
+    assert E.evaluate(Rows([0.5, 0.5]), [0.5, 0.5], TokenVerify(), 2).expected_accepted == 2.0
+
+    class NoVocab(Rows):
+        vocab_size = None
+
+    with pytest.raises(ValueError, match="draft: NoVocab.vocab_size is None"):
+        E.evaluate(NoVocab([0.5, 0.5]), [0.5, 0.5], TokenVerify(), 2)
+
+
+def test_numbers_past_every_float_and_odd_spellings_are_refused_by_name():
+    """10**400 gave OverflowError tracebacks (check_real, naive_acceptance) and was echoed in 401 digits;
+    tokens_per_iteration read np.bool_(True) as 1 and raised TypeError on a list; ThresholdController(np.array(0.5))
+    and a torch row that requires grad gave tracebacks."""
+    import torch
+
+    from otspec.checks import check_real, check_size
+    from otspec.engine.controllers import ThresholdController
+    from otspec.solvers import otm_value
+    from otspec.sources import random_iid
+    from otspec.theory import naive_acceptance, tokens_per_iteration
+
+    with pytest.raises(ValueError, match="concentration: expected a finite number .* a 401-digit number"):
+        random_iid(3, concentration=10**400)
+    with pytest.raises(ValueError, match="x: expected a number in .*past every float"):
+        check_real(__import__("fractions").Fraction(10**400, 3), "x", allow_inf=True)
+    with pytest.raises(ValueError, match=r"k = a 401-digit number \(10000000...\) is above 2\^63"):
+        naive_acceptance(P3, Q3, 10**400)
+    assert naive_acceptance(P3, Q3, 2**40) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="a 31-digit number"):
+        check_size(10**30, "n", limit=5)
+    for bad in (np.bool_(True), b"0.5", 0.5 + 0j, [True], 10**400):
+        with pytest.raises(ValueError, match="expected_accepted"):
+            tokens_per_iteration(bad)
+    assert tokens_per_iteration([0.5, 1]).tolist() == [1.5, 2.0] and tokens_per_iteration(np.float64(0.5)) == 1.5
+    assert ThresholdController(np.array(0.5), 3).thresholds == [0.5, 0.5]
+    with pytest.raises(ValueError, match="thresholds"):
+        ThresholdController(np.array(True), 3)
+    row = torch.tensor(P3, dtype=torch.float64, requires_grad=True)
+    assert otm_value(row, Q3, 2) == otm_value(P3, Q3, 2)

@@ -303,8 +303,9 @@ def hostile(value) -> dict:
         return {"NaN": math.nan, "text '0.5'": "0.5", "True": True, "-0.5": -0.5, "inf": math.inf}
     if isinstance(value, str):
         return {"an unknown name": "zz-unknown", "the number 3": 3}
-    if isinstance(value, Source):
-        return {"a text": "source"}
+    if isinstance(value, Source):  # where a row may stand for its IID source, a row of text or booleans is refused
+        V = value.vocab_size
+        return {"a text": "source", "a row of text": [str(1 / V)] * V, "a row of booleans": [True] + [False] * (V - 1)}
     if hasattr(value, "verify") or hasattr(value, "law"):
         return {"a verifier's name": "token"}
     if isinstance(value, list | tuple | np.ndarray) and len(value) and not isinstance(np.asarray(value).flat[0], str):
@@ -315,7 +316,8 @@ def hostile(value) -> dict:
             negative = arr.copy()
             negative.flat[0] = -0.25
             return {"a NaN entry": nan, "text entries": arr.astype(str), "booleans": arr > 0,
-                    "a negative entry": negative, "an extra axis": arr[None, None]}
+                    "a negative entry": negative, "an extra axis": arr[None, None],
+                    "text in a list": arr.astype(str).tolist(), "booleans in a list": (arr > 0).tolist()}
         if arr.dtype.kind in "iu":
             far = arr.copy()
             far.flat[0] = 10**6

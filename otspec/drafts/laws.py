@@ -11,6 +11,7 @@ import array_api_compat
 import numpy as np
 
 from ..checks import (
+    COUNT_CAP,
     MAX_CANDIDATES,
     MAX_STEP_ENTRIES,
     capped_perm,
@@ -52,7 +53,8 @@ RACE_STEP = 0.2
 
 
 def check_k(k) -> int:
-    return check_size(k, "k", what="an integer number of drafts")
+    """k, a number of drafts: an integer >= 1, at most 2^63 (the closed forms take any k a count holds)."""
+    return check_size(k, "k", what="an integer number of drafts", limit=COUNT_CAP, limit_name="2^63")
 
 
 def draw_name(replacement) -> str:

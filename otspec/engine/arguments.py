@@ -17,6 +17,7 @@ from __future__ import annotations
 import array_api_compat
 import numpy as np
 
+from ..checks import read_numbers
 from ..distributions import validate_probs
 from ..drafts import ConfidenceTree, DraftTree, parse_tree
 from ..pairs import check_pair
@@ -39,15 +40,15 @@ def as_source(source, name: str) -> Source:
                          f"row, got {type(source).__name__}")
     if array_api_compat.is_array_api_obj(source):  # numpy or torch: read in its own dtype (float16 keeps its tolerance)
         row = source
-    else:
-        try:
-            row = np.asarray(source, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise ValueError(f"{name}: expected a Source or one probability row, got {type(source).__name__}") from None
+    else:  # a list or tuple, read entry by entry (text and booleans are refused, not read as numbers)
+        _, row = read_numbers(source, name, "a Source or one probability row (real numbers)")
     if row.ndim != 1:
         raise ValueError(f"{name}: expected a Source or one probability row (shape (V,)), got an array of shape "
                          f"{tuple(row.shape)}; a Markov chain is otspec.MarkovSource(initial, transition)")
-    checked = validate_probs(row, name)  # refused naming the argument (complex, NaN, negative, unnormalised ...)
+    checked = validate_probs(source if row is not source else row, name)  # refused naming the argument (complex,
+    # NaN, negative, unnormalised ...); a list at its entries' tolerance (float16 entries: float16's), as IIDSource
+    if row is not source:
+        return IIDSource(source)  # built as IIDSource(row) builds it: the same numbers to the last bit
     if isinstance(row, np.ndarray) and row.dtype == np.float64:
         return IIDSource(row)  # built as IIDSource(row) builds it: the same numbers to the last bit
     if hasattr(checked, "detach"):  # a torch tensor, on any device

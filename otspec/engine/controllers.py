@@ -191,6 +191,8 @@ class ThresholdController(DraftLengthController):
 
     def __init__(self, thresholds: float | Sequence[float | None], max_length: int):
         self.max_length = check_size(max_length, "max_length", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
+        if isinstance(thresholds, np.ndarray) and thresholds.ndim == 0:  # a 0-d array is its one value
+            thresholds = thresholds.item()
         if isinstance(thresholds, numbers.Real) and not isinstance(thresholds, bool):  # numpy scalars too
             thresholds = [thresholds] * (self.max_length - 1)
         if isinstance(thresholds, set | frozenset | dict | str | bytes) or not isinstance(thresholds, Iterable):

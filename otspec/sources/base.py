@@ -16,7 +16,7 @@ from ..checks import (
     format_count,
     integer_array,
 )
-from ..distributions import sample_categorical
+from ..distributions import sample_categorical, validate_probs
 from ..errors import HorizonError, SizeLimitError
 
 __all__ = ["EMPTY_PREFIX", "MAX_ENUMERATION", "Enumeration", "Source", "check_enumeration", "check_source",
@@ -150,7 +150,19 @@ class Source(ABC):
         if lengths.size:
             self.check_length(int(lengths.max()) + 1)
         # subclasses range-check only the tokens they read, so a long decode buffer costs nothing
-        return self._rows(tokens, lengths)
+        return self._checked_rows(self._rows(tokens, lengths), (tokens.shape[0],))
+
+    def _checked_rows(self, rows, batch: tuple):
+        """``rows`` as they came from a subclass's ``_rows``: otspec's and llm_bridge's sources make valid rows (a
+        model's rows stay on their device, unread); a user's subclass has them checked (shape, NaN, negative, sums),
+        since every engine reads them as laws."""
+        if type(self).__module__.split(".")[0] in ("otspec", "llm_bridge"):
+            return rows
+        what = f"{type(self).__name__}._rows"
+        checked = validate_probs(rows, what)
+        if tuple(checked.shape) != (*batch, self.vocab_size):
+            raise ValueError(f"{what}: expected rows of shape {(*batch, self.vocab_size)}, got {tuple(checked.shape)}")
+        return rows
 
     def rows_at(self, tokens, lengths, depths=None, *, check: bool = True) -> np.ndarray:
         """Next-token laws at several prefix lengths of each sequence, in one call.
@@ -184,7 +196,7 @@ class Source(ABC):
                 longest = lengths.max(axis=1)
                 width = int(longest.max())
                 self._check_tokens(tokens[:, :width][np.arange(width) < longest[:, None]])
-        return self._rows_at(tokens, lengths, depths)
+        return self._checked_rows(self._rows_at(tokens, lengths, depths), tuple(lengths.shape))
 
     def _rows_at(self, tokens: np.ndarray, lengths: np.ndarray, depths) -> np.ndarray:
         """:meth:`rows_at` for checked inputs; by default one :meth:`_rows` call per column (sources whose rows

@@ -68,13 +68,12 @@ def tokens_per_iteration(expected_accepted):
     >>> tokens_per_iteration(0.75)  # 0.75 accepted drafts, then one target token
     1.75
     """
-    if isinstance(expected_accepted, str | bool) or (isinstance(expected_accepted, list | tuple)
-                                                      and not all_numbers(expected_accepted, booleans=False)):
-        raise ValueError(f"expected_accepted: expected numbers >= 0 (accepted drafts), got {expected_accepted!r}")
-    values = np.asarray(expected_accepted, dtype=np.float64) if not hasattr(expected_accepted, "detach") else None
-    if values is not None and not (np.isfinite(values).all() and (values >= 0).all()):
+    values = real_array(expected_accepted, "expected_accepted")  # text, booleans (np.bool_ too), complex: refused
+    if not (values >= 0).all():
         raise ValueError(f"expected_accepted: expected finite numbers >= 0 (accepted drafts), got {expected_accepted!r}")
-    return expected_accepted + 1.0
+    if hasattr(expected_accepted, "detach"):  # a torch tensor stays one, on its device
+        return expected_accepted + 1.0
+    return float(values) + 1.0 if values.ndim == 0 else values + 1.0
 
 
 def positional_window_values(overlaps) -> tuple[float, float]:

@@ -22,7 +22,7 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
-from ..checks import check_flag, check_real, check_size
+from ..checks import check_flag, check_real, check_size, real_array
 from ..distributions import first_index, likelihood_ratio, namespace, row_pair, validate_probs
 from ..drafts.laws import check_k
 from ..sources import Source
@@ -66,6 +66,9 @@ def _as_row_vector(x, like):
         if "bool" in str(x.dtype) or getattr(x.dtype, "kind", "f") not in "iuf":  # True was k = 1, '2' was 2
             raise ValueError(f"k, rho: expected numbers, got dtype {x.dtype}")
         return xp.astype(xp.asarray(x, device=array_api_compat.device(like)), like.dtype)
+    if isinstance(x, list | tuple):  # one value per row, read entry by entry ('2' and True refused)
+        return xp.astype(xp.asarray(real_array(x, "k, rho", finite=False), device=array_api_compat.device(like)),
+                         like.dtype)
     return xp.full((like.shape[0],), float(x), dtype=like.dtype, device=array_api_compat.device(like))
 
 
