@@ -39,7 +39,7 @@ from .clitools import (
     check_folder_path,
     check_lengths,
     flags_that_apply,
-    horizon_context,
+    horizon_message,
     join_negative_values,
     length_list,
     one_line,
@@ -406,7 +406,7 @@ def main(argv=None) -> int:
     try:
         result = args.run(args)
     except (CLIError, ValueError, SolveError, OSError) as exc:
-        print(f"{parser.prog}: error: {one_line(exc)}{horizon_context(args, exc)}", file=sys.stderr)
+        print(f"{parser.prog}: error: {horizon_message(args, exc) or one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C (or a sampler raising it): one line, the shell's status for SIGINT
         print(f"{parser.prog}: interrupted", file=sys.stderr)

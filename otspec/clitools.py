@@ -20,7 +20,7 @@ from .errors import HorizonError
 from .pairs import check_pair
 from .sources import IIDSource, Source, load_source
 
-__all__ = ["HelpFormatter", "as_flags", "flags_that_apply", "capped_tree_note", "horizon_context", "check_lengths", "comma_items", "CLIError", "add_pair_arguments", "add_tree_arguments", "join_negative_values", "length_list", "fraction", "pair_from_args", "real",
+__all__ = ["HelpFormatter", "as_flags", "flags_that_apply", "capped_tree_note", "horizon_message", "check_lengths", "comma_items", "CLIError", "add_pair_arguments", "add_tree_arguments", "join_negative_values", "length_list", "fraction", "pair_from_args", "real",
            "parse_probs", "positive_int", "seed", "tree_from_args", "writable_file", "writable_folder",
            "check_folder_path", "index_list"]
 
@@ -290,21 +290,21 @@ def capped_tree_note(tree, vocab_size: int) -> dict:
                     f"tree with every k_i capped at {vocab_size}"}
 
 
-def horizon_context(args, exc) -> str:
-    """For a :class:`~otspec.errors.HorizonError` of a command line: which flag asked for the length and which source
-    files bound it (the source's own message names neither), else ``""``."""
+def horizon_message(args, exc) -> str:
+    """For a :class:`~otspec.errors.HorizonError` of a command line, its message in the command's words: which flag
+    asked for the length and which source files bound it (the source's own message names neither); else ``""``."""
     if not isinstance(exc, HorizonError) or exc.length is None:
         return ""
     asks = [(f"--tree {args.tree}", "its depth + 1") if getattr(args, "tree", None) else None,
-            (f"--tokens {args.tokens:,}", "that many") if getattr(args, "tokens", None) is not None else None,
+            (f"--tokens {args.tokens:,}", "") if getattr(args, "tokens", None) is not None else None,
             (f"--L {','.join(map(str, args.L)) if isinstance(args.L, list) else args.L}", "L + 1")
             if getattr(args, "L", None) is not None else None]
     ask = next((a for a in asks if a is not None), None)
     files = [f"--{role}-source {getattr(args, role + '_source')}" for role in ("draft", "target")
              if getattr(args, role + "_source", None) is not None]
-    said = f"{ask[0]} needs sequences of {exc.length:,} tokens ({ask[1]})" if ask else \
+    said = f"{ask[0]} needs sequences of {exc.length:,} tokens" + (f" ({ask[1]})" if ask[1] else "") if ask else \
         f"this command needs sequences of {exc.length:,} tokens"
-    return f" ({said}, past the horizon {exc.horizon} of {' or '.join(files) or 'a source'})"
+    return f"{said}, past the horizon {exc.horizon} of {' or '.join(files) or 'a source'}"
 
 
 def tree_from_args(args):

@@ -192,7 +192,7 @@ def test_horizon_refusals_name_the_flag_and_the_files(tmp_path, capsys):
     refused(main, ["simulate", *pair, "--L", "8", "--blocks", "100"], capsys, "--L 8 needs sequences of 9 tokens",
             "horizon 8", "d.json")
     refused(main, ["decode", *pair, "--L", "2", "--tokens", "20", "--sequences", "1"], capsys,
-            "--tokens 20 needs sequences of 20 tokens", "t.json")
+            "--tokens 20 needs sequences of 20 tokens, past the horizon 8", "t.json")
     refused(main, ["simulate", *pair, "--tree", "2x2x2x2x2x2x2x2", "--verifier", "kseq", "--blocks", "10"], capsys,
             "--tree 2x2x2x2x2x2x2x2 needs sequences of 9 tokens")
     with pytest.raises(HorizonError) as info:
@@ -373,3 +373,22 @@ def test_numbers_past_every_float_and_odd_spellings_are_refused_by_name():
         ThresholdController(np.array(True), 3)
     row = torch.tensor(P3, dtype=torch.float64, requires_grad=True)
     assert otm_value(row, Q3, 2) == otm_value(P3, Q3, 2)
+
+
+def test_api_horizon_refusals_say_what_asked_for_the_length():
+    """simulate_tree on a horizon-3 pair said "asked for 6" without the tree's depth; temper(source, 0) was refused
+    although temperature 0 is the arg-max row."""
+    import otspec.engine as E
+    from otspec.engine.tree import simulate_tree
+    from otspec.sources import IIDSource, random_markov
+    from otspec.sweep import temper
+    from otspec.verifiers import KSeq, TokenVerify
+
+    d, t = random_markov(3, horizon=3, seed=1)
+    with pytest.raises(ValueError, match=r"asked for 6 \(the tree 1x1x1x1x1 drafts 5 tokens, then one"):
+        simulate_tree(d, t, KSeq(), "1x1x1x1x1", 50)
+    with pytest.raises(ValueError, match=r"asked for 6 \(draft_length 5"):
+        E.evaluate(d, t, TokenVerify(), 5)
+    with pytest.raises(ValueError, match=r"asked for 10 \(n_tokens = 10\)"):
+        E.generate(d, t, TokenVerify(), 2, 10, progress=False)
+    assert temper(IIDSource([0.2, 0.5, 0.3]), 0).probs.tolist() == [0.0, 1.0, 0.0]

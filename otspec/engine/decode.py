@@ -101,8 +101,8 @@ def generate(draft: Source, target: Source, verifier: Verifier, draft_length, n_
     L, N, B = ctrl.max_length, check_size(n_tokens, "n_tokens"), check_size(n_sequences, "n_sequences")
     V = check_pair(draft, target, depth_aware=True)
     check_buffer(N, B)
-    target.check_length(N)
-    draft.check_length(N - 1)  # the last token is never drafted
+    target.check_length(N, f"n_tokens = {N:,}")
+    draft.check_length(N - 1, f"n_tokens = {N:,}, the last one never drafted")
     ledger = Ledger(B, N, L)
     rng = rng_of(seed)
     tables = chain_plan(draft, target, verifier, ctrl, observers)

@@ -121,7 +121,7 @@ def evaluate(draft: Source, target: Source, verifier: Verifier, draft_length: in
                              size=entries, limit=MAX_EXACT_ENTRIES)
     if iterations > 1 or verifier.carries_residual:
         return _evaluate_branching(draft, target, verifier, L, int(iterations))
-    target.check_length(L + 1)
+    target.check_length(L + 1, f"draft_length {L}, then one token from the target")
     enum = draft.enumerate(L)
     live = enum.probs > 0
     tokens, weights = enum.tokens[live], enum.probs[live]

@@ -174,7 +174,7 @@ def simulate(draft: Source, target: Source, verifier: Verifier, draft_length: in
     n_blocks = check_size(n_blocks, "n_blocks", limit=MAX_SIMULATION_BLOCKS, limit_name="MAX_SIMULATION_BLOCKS")
     confidence = check_confidence(confidence)
     V = check_pair(draft, target)
-    target.check_length(L + 1)
+    target.check_length(L + 1, f"draft_length {L}, then one token from the target")
     method, batch_size = check_backend(backend, "simulate", devices=True).method, backend.batch_size
     fast = row_free_sampler(verifier) if isinstance(draft, IIDSource) and isinstance(target, IIDSource) else None
     if method == "row_free" and fast is None:

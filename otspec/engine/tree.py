@@ -101,7 +101,7 @@ def tree_law(draft: Source, target: Source, verifier, tree: DraftTree, rule: str
     """
     draft, target, tree = _check(draft, target, verifier, tree, rule)
     L, V = tree.depth, target.vocab_size
-    target.check_length(L + 1)
+    target.check_length(L + 1, f"the tree {tree} drafts {L} tokens, then one from the target")
     check_enumeration(V, L + 1)  # the output law is over V**(L+1) blocks: refused before the walk is enumerated
     if verifier.layout == "tree":
         return _whole_tree_law(draft, target, verifier, tree)
@@ -225,7 +225,7 @@ def generate_tree(draft: Source, target: Source, verifier, tree: DraftTree, n_to
     check_buffer(N, B)
     check_step(B, tree.num_tokens + 1, target.vocab_size)
     check_prefixes(B, tree.num_tokens, N + 1)
-    target.check_length(N)
+    target.check_length(N, f"n_tokens = {N:,}")
     ledger = Ledger(B, N, L)
     sessions = (SourceSession(draft, B, N + 1, max_prefix=N - 2), SourceSession(target, B, N + 1, max_prefix=N - 1))
     with tqdm(total=B * N, unit="tok", unit_scale=True, disable=None if progress is None else not progress,
@@ -251,7 +251,7 @@ def simulate_tree(draft: Source, target: Source, verifier, tree, n_blocks: int, 
     draft, target, tree = _check(draft, target, verifier, tree, rule, depth_aware=True)
     n_blocks = check_size(n_blocks, "n_blocks", limit=MAX_SIMULATION_BLOCKS, limit_name="MAX_SIMULATION_BLOCKS")
     L, V = tree.depth, target.vocab_size
-    target.check_length(L + 1)
+    target.check_length(L + 1, f"the tree {tree} drafts {L} tokens, then one from the target")
     check_backend(backend, "simulate_tree", ("auto", "rows"))
     # one trial's rows and its nodes' prefixes fit; every trial scores as many
     per_trial = check_step(1, tree.num_tokens + 1, V) + check_prefixes(1, tree.num_tokens, L + 2)

@@ -219,13 +219,14 @@ class Source(ABC):
         ``depths`` (optional, same shape): tokens drafted since the last commit, for a source that depends on it."""
         return None
 
-    def check_length(self, length: int) -> None:
+    def check_length(self, length: int, why: str | None = None) -> None:
         """Raise :class:`~otspec.errors.HorizonError` (a ``ValueError``) if sequences of ``length`` tokens exceed
-        the horizon."""
+        the horizon; ``why`` says what asks for that length (``"draft length 8 + 1"``), in the message."""
         if self.horizon is not None and length > self.horizon:
             raise HorizonError(
                 f"{type(self).__name__} supports sequences of at most {self.horizon} tokens "
-                f"(its horizon); asked for {length}", horizon=self.horizon, length=length)
+                f"(its horizon); asked for {length}" + (f" ({why})" if why else ""), horizon=self.horizon,
+                length=length)
 
     def _check_tokens(self, tokens: np.ndarray) -> None:
         check_token_ids(tokens, self.vocab_size)

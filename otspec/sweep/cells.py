@@ -70,8 +70,9 @@ from .work import over_limit
 __all__ = ["build_pair", "run_cell", "run_cells", "temper"]
 
 def temper(source, T: float):
-    """``source`` with every row raised to 1/T and renormalised (T = 1: the source itself)."""
-    T = check_real(T, "temperature", low=0.0, low_open=True)  # True was read as T = 1
+    """``source`` with every row raised to 1/T and renormalised (T = 1: the source itself; T = 0: the arg-max rows,
+    greedy, as :func:`~otspec.distributions.temperature_rows` makes them)."""
+    T = check_real(T, "temperature", low=0.0)  # True was read as T = 1
     if not isinstance(source, IIDSource | MarkovSource):
         raise ValueError(f"temperature {T}: applies to iid and markov sources, not {type(source).__name__}")
     if T == 1.0:
