@@ -392,3 +392,39 @@ def test_api_horizon_refusals_say_what_asked_for_the_length():
     with pytest.raises(ValueError, match=r"asked for 10 \(n_tokens = 10\)"):
         E.generate(d, t, TokenVerify(), 2, 10, progress=False)
     assert temper(IIDSource([0.2, 0.5, 0.3]), 0).probs.tolist() == [0.0, 1.0, 0.0]
+
+
+def test_a_hand_made_cell_is_checked_as_load_spec_checks_a_spec(tmp_path):
+    """run_cell took L = 2.5 and wrote the refusal into a note column beside the bad value; quantities 'exact'
+    gave KeyError 'e'; params {'zz': 1} a TypeError; a logged pair without its tail a KeyError; load_spec(3) a
+    TypeError and a missing pair file a plain FileNotFoundError; temperature 0 was refused."""
+    from otspec.checks import MissingFile
+    from otspec.sweep import load_spec, run_cell
+
+    cell = {"pair": {"kind": "iid", "draft": [0.3, 0.7], "target": [0.6, 0.4]}, "verifier": "token", "params": {},
+            "L": 2, "k": None, "temperature": 1.0, "cost_ratio": 0.0, "blocks": 100, "tokens": 16, "sequences": 2,
+            "confidence": 0.95}
+    assert run_cell(cell, 1, ["exact"])["exact_accepted"] > 0
+    assert run_cell({**cell, "temperature": 0.0}, 1, ["exact"])["exact_accepted"] == 0.0  # arg-max rows disagree
+    for change, needle in ((("L", 2.5), "cell L"), (("L", True), "cell L"), (("k", 5000), "MAX_CANDIDATES"),
+                           (("cost_ratio", -1), "cost_ratio"), (("blocks", 0), "cell blocks"),
+                           (("confidence", 1.5), "confidence"), (("temperature", "1"), "temperature"),
+                           (("params", {"zz": 1}), "parameters {'zz': 1} for 'token'"), (("zz", 1), "unknown keys"),
+                           (("pair", {"kind": "logged", "file": "x.npz"}), "missing 'tail'"),
+                           (("pair", {"kind": "random_iid", "vocab": 4, "concentration": "1", "pair_seed": 0,
+                                      "sparsity": 0.0}), "concentration")):
+        with pytest.raises(ValueError, match=needle):
+            run_cell({**cell, change[0]: change[1]}, 1, ["exact"])
+    for quantities in ("exact", ["zzz"], None, []):
+        with pytest.raises(ValueError, match="quantities"):
+            run_cell(cell, 1, quantities)
+    with pytest.raises(ValueError, match="sweep spec: expected a path"):
+        load_spec(3)
+    spec = tmp_path / "s.toml"
+    spec.write_text('name = "s"\nquantities = ["exact"]\ntemperature = [0.0, 1.0]\n[[pairs]]\nkind = "json"\n'
+                    'draft = "nowhere.json"\ntarget = "nowhere.json"\n[[verifiers]]\nname = "token"\n')
+    with pytest.raises(MissingFile, match="no draft source file"):
+        load_spec(spec)
+    spec.write_text('name = "s"\nquantities = ["exact"]\nL = [2]\ntemperature = [0.0, 1.0]\n[[pairs]]\nkind = "iid"\n'
+                    'draft = [0.3, 0.7]\ntarget = [0.6, 0.4]\n[[verifiers]]\nname = "token"\n')
+    assert sorted(c["temperature"] for c in load_spec(spec).cells) == [0.0, 1.0]

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import theory
-from ..checks import check_real
+from ..checks import MAX_CANDIDATES, MAX_DRAFT_LENGTH, check_real, check_size
 from ..distributions import temperature_rows, total_variation
 from ..engine import (
     Backend,
@@ -64,7 +64,7 @@ from ..sources import (
 )
 from ..theory.iid import iid_block_values
 from ..verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, ClosedForm
-from .spec import SWEEP_VERIFIERS, cell_id, cell_seed, describe_pair, tree_of
+from .spec import QUANTITIES, SWEEP_VERIFIERS, cell_id, cell_seed, describe_pair, tree_of
 from .work import over_limit
 
 __all__ = ["build_pair", "run_cell", "run_cells", "temper"]
@@ -134,6 +134,45 @@ def _require(entry, what: str, keys) -> dict:
     if missing:
         raise ValueError(f"{what} {entry!r}: missing {', '.join(map(repr, missing))} (as a SweepSpec's cells hold it)")
     return entry
+
+
+def check_cell(cell, quantities) -> None:
+    """Refuse (a ``ValueError`` naming the key) a cell :func:`run_cell` could not run as :func:`load_spec` would have
+    made it: a missing or unknown key, or a value load_spec refuses (L = 2.5, k = 5000, a negative cost ratio, ...),
+    and quantities that are not a list of names among :data:`QUANTITIES`. A hand-made cell's bad value had become a
+    note in its row, beside the value itself."""
+    _require(cell, "cell", _CELL_KEYS)
+    unknown = sorted(set(cell) - {*_CELL_KEYS, "tree", "device"})
+    if unknown:
+        raise ValueError(f"cell: unknown keys {unknown} (a SweepSpec's cells hold {sorted(_CELL_KEYS)}, tree, device)")
+    if isinstance(quantities, str) or not isinstance(quantities, list | tuple) or not quantities or any(
+            q not in QUANTITIES for q in quantities):
+        raise ValueError(f"quantities: expected a list of names among {QUANTITIES}, got {quantities!r}")
+    for key, limit, limit_name in (("L", MAX_DRAFT_LENGTH, "MAX_DRAFT_LENGTH"), ("k", MAX_CANDIDATES, "MAX_CANDIDATES")):
+        if cell[key] is not None:
+            check_size(cell[key], f"cell {key}", limit=limit, limit_name=limit_name)
+    for key in ("blocks", "tokens", "sequences"):
+        check_size(cell[key], f"cell {key}")
+    check_real(cell["temperature"], "cell temperature", low=0.0)
+    check_real(cell["cost_ratio"], "cell cost_ratio", low=0.0)
+    check_real(cell["confidence"], "cell confidence", low=0.0, high=1.0, low_open=True)
+    if cell["confidence"] >= 1:
+        raise ValueError(f"cell confidence: expected a level in (0, 1), got {cell['confidence']!r}")
+    if cell["L"] is None and cell["k"] is None and cell.get("tree") is None:
+        raise ValueError("cell: L, k and tree are all None; a cell drafts a chain (L), k candidates or a tree")
+    name, params = cell["verifier"], cell["params"]
+    if name not in SWEEP_VERIFIERS or not isinstance(params, dict):
+        raise ValueError(f"cell: verifier {name!r} with params {params!r}: expected a name among "
+                         f"{sorted(SWEEP_VERIFIERS)} and a dict of its parameters")
+    try:
+        SWEEP_VERIFIERS[name](**params)
+    except TypeError as err:  # an unknown keyword, as load_spec words it
+        raise ValueError(f"cell: parameters {params!r} for {name!r}: {err}") from None
+    pair = _require(cell["pair"], "cell's pair", ("kind",))
+    if pair["kind"] == "logged":
+        _require(pair, "cell's pair", ("file", "tail"))
+    elif pair["kind"] not in _BUILT:
+        raise ValueError(f"cell's pair {pair!r}: kind {pair['kind']!r}: expected one of {sorted({*_BUILT, 'logged'})}")
 
 
 def check_pair(pair: dict, base: Path = Path(".")) -> None:
@@ -262,11 +301,9 @@ def _mc_columns(res, blocks: int) -> dict:
 
 def run_cell(cell: dict, sweep_seed: int, quantities, base: Path = Path(".")) -> dict:
     """The row of one cell: its parameters, then the columns of each quantity."""
-    pair, name, params = (_require(cell, "cell", _CELL_KEYS)[key] for key in ("pair", "verifier", "params"))
-    _require(pair, "cell's pair", ("kind",) + (("file",) if isinstance(pair, dict) and pair.get("kind") == "logged" else ()))
-    if name not in SWEEP_VERIFIERS or not isinstance(params, dict):
-        raise ValueError(f"cell: verifier {name!r} with params {params!r}: expected a name among "
-                         f"{sorted(SWEEP_VERIFIERS)} and a dict of its parameters")
+    check_cell(cell, quantities)
+    pair, name, params = cell["pair"], cell["verifier"], cell["params"]
+    sources = None if pair["kind"] == "logged" else build_pair(pair, base, cell["temperature"])  # its values checked
     row = {"cell": cell_id(cell), "pair": describe_pair(pair), "pair_kind": pair["kind"],
            "concentration": pair.get("concentration"), "sparsity": pair.get("sparsity"),
            "pair_seed": pair.get("pair_seed"), "tail": pair.get("tail"), "verifier": name, "L": cell["L"],
@@ -274,7 +311,6 @@ def run_cell(cell: dict, sweep_seed: int, quantities, base: Path = Path(".")) ->
            **{f"param_{key}": value for key, value in sorted(params.items())}}
     seeds = cell_seed(sweep_seed, cell).spawn(2)
     verifier = SWEEP_VERIFIERS[name](**params)
-    sources = None if pair["kind"] == "logged" else build_pair(pair, base, cell["temperature"])
     if cell.get("tree") is not None:
         row["tree"] = cell["tree"]
         runs = _unavailable_on_logs("tree cells") if sources is None else _tree_runs(cell, sources, verifier, seeds, row)

@@ -59,6 +59,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +69,7 @@ import numpy as np
 from ..checks import (
     MAX_CANDIDATES,
     MAX_DRAFT_LENGTH,
+    MissingFile,
     check_data_file,
     check_real,
     check_size,
@@ -378,6 +380,8 @@ def cell_seed(sweep_seed: int, params: dict) -> np.random.SeedSequence:
 
 def load_spec(path) -> SweepSpec:
     """Read, validate and expand a sweep spec (TOML, or YAML for ``.yaml``/``.yml``)."""
+    if isinstance(path, bool) or not isinstance(path, str | os.PathLike):  # Path(3) is a TypeError
+        raise ValueError(f"sweep spec: expected a path (a str or os.PathLike), got {type(path).__name__}")
     path = Path(path)
     data = _read(path)
     unknown = set(data) - _TOP_KEYS
@@ -391,7 +395,7 @@ def load_spec(path) -> SweepSpec:
         raise _error("quantities", f"{bad or 'none'}: expected names among {QUANTITIES}")
     Ls = _numbers(data, "L", [4], lambda v, k: check_size(v, k, limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH"))
     ks = _numbers(data, "k", [2], lambda v, k: check_size(v, k, limit=MAX_CANDIDATES, limit_name="MAX_CANDIDATES"))
-    temps = _numbers(data, "temperature", [1.0], lambda v, k: check_real(v, k, low=0.0, low_open=True))
+    temps = _numbers(data, "temperature", [1.0], lambda v, k: check_real(v, k, low=0.0))  # 0: the arg-max rows
     costs = _numbers(data, "cost_ratio", [0.0], lambda v, k: check_real(v, k, low=0.0))
     settings = {"blocks": check_size(data.get("blocks", 100_000), "blocks"),
                 "tokens": check_size(data.get("tokens", 128), "tokens"),
@@ -412,7 +416,7 @@ def load_spec(path) -> SweepSpec:
                                                              f"the spec's folder), got {name!r}")
             problem = file_problem(path.parent / name)
             if problem == "does not exist":
-                raise FileNotFoundError(f"sweep spec pairs: no {role} file {path.parent / name}")
+                raise MissingFile(f"sweep spec pairs: no {role} file {path.parent / name}")
             if problem:  # a folder, a pipe or a device: named as what it is, not as missing
                 raise _error(f"pairs ({pair['kind']}) {key}", f"the {role} file {path.parent / name} {problem}")
         if pair["kind"] == "logged" and any(T != 1.0 for T in temps):
