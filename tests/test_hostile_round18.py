@@ -428,3 +428,36 @@ def test_a_hand_made_cell_is_checked_as_load_spec_checks_a_spec(tmp_path):
     spec.write_text('name = "s"\nquantities = ["exact"]\nL = [2]\ntemperature = [0.0, 1.0]\n[[pairs]]\nkind = "iid"\n'
                     'draft = [0.3, 0.7]\ntarget = [0.6, 0.4]\n[[verifiers]]\nname = "token"\n')
     assert sorted(c["temperature"] for c in load_spec(spec).cells) == [0.0, 1.0]
+
+
+def test_sources_survive_a_save_and_the_auditor_leaves_no_timer_behind(tmp_path):
+    """A stationary MarkovSource lost its horizon on save (the reloaded one decoded past it); a float32 row came back
+    5e-9 off; save_source through a link to nothing gave FileNotFoundError; audit(timeout=1e-9) left its SIGINT and
+    SIGALRM handlers and watchdog behind, which raised SamplerTimeout a second later in unrelated code; audit(rows=3)
+    gave a TypeError."""
+    import signal
+    import time
+
+    from otspec.audit import SamplerTimeout, audit
+    from otspec.audit.adapters import token
+    from otspec.sources import IIDSource, MarkovSource, load_source, save_source
+
+    chain = MarkovSource([0.5, 0.5], [[0.9, 0.1], [0.2, 0.8]], horizon=4)
+    save_source(chain, tmp_path / "m.json")
+    assert load_source(tmp_path / "m.json").horizon == 4
+    row = IIDSource(np.array([0.1, 0.2, 0.7], dtype=np.float32))
+    save_source(row, tmp_path / "r.json")
+    assert np.array_equal(load_source(tmp_path / "r.json").probs, row.probs) and row.probs.sum() == 1.0
+    (tmp_path / "link.json").symlink_to(tmp_path / "nowhere" / "x.json")
+    for path, needle in ((tmp_path / "link.json", "a link to nothing"), (tmp_path / "no" / "x.json", "cannot be written")):
+        with pytest.raises(ValueError, match=needle):
+            save_source(row, path)
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGALRM)
+    for _ in range(5):
+        with pytest.raises(SamplerTimeout):
+            audit(token, samples=300, timeout=1e-9, progress=False)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGALRM)) == handlers
+    time.sleep(1.5)  # the watchdog's SIGINT would come after 1 s
+    for rows in (3, [0.5, 0.5]):
+        with pytest.raises(ValueError, match="rows: expected None, a logged-rows .npz path"):
+            audit(token, samples=300, rows=rows, progress=False)

@@ -14,6 +14,7 @@ at this vocabulary (token, block), the joint (accepted length, token) of every c
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -172,6 +173,9 @@ def _pool(rows, draft_length: int | None, seed) -> RowPool:
             raise ValueError(f"draft_length={draft_length}: the row pool given drafts {rows.draft_length} tokens "
                              "(leave draft_length out, or build the pool at that length)")
         return rows
+    if isinstance(rows, bool) or not isinstance(rows, str | os.PathLike):  # a row or a number where a file goes
+        raise ValueError(f"rows: expected None, a logged-rows .npz path or a RowPool (synthetic_pool(...)), got "
+                         f"{type(rows).__name__}")
     return logged_pool(rows, draft_length=draft_length or 2, seed=seed)
 
 

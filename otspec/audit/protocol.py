@@ -158,26 +158,33 @@ def _run_with_timeout(fn: Callable, args: tuple, timeout: float | None):
 
 def _guarded(fn: Callable, args: tuple, timeout: float):
     if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
-        def expire(signum, frame):
-            raise SamplerTimeout(_timeout_message(timeout))
+        state = {"done": False, "watchdog": None}
 
-        watchdog = _Watchdog(timeout)
+        def expire(signum, frame):
+            if not state["done"]:  # a timer that fires while the call is being put away is not the call's
+                raise SamplerTimeout(_timeout_message(timeout))
 
         def interrupted(signum, frame):  # the watchdog's SIGINT, or the user's Ctrl-C (the handler before ours)
-            if watchdog.fired:
+            if state["watchdog"] is not None and state["watchdog"].fired:
+                if state["done"]:
+                    return
                 raise SamplerTimeout(_timeout_message(timeout) + "; the sampler disabled the audit's timer")
             if callable(previous_int):
                 return previous_int(signum, frame)
             raise KeyboardInterrupt
 
-        previous = signal.signal(signal.SIGALRM, expire)
-        previous_int = signal.signal(signal.SIGINT, interrupted)
-        signal.setitimer(signal.ITIMER_REAL, float(timeout))
-        try:
+        previous, previous_int = signal.getsignal(signal.SIGALRM), signal.getsignal(signal.SIGINT)
+        try:  # every step inside: a timer that fires at once (timeout=1e-9) still reaches the finally
+            signal.signal(signal.SIGALRM, expire)
+            signal.signal(signal.SIGINT, interrupted)
+            state["watchdog"] = _Watchdog(timeout)
+            signal.setitimer(signal.ITIMER_REAL, float(timeout))
             return _call(fn, args)
         finally:
-            watchdog.cancel()
+            state["done"] = True  # first: a signal from here on is ignored, not raised in the caller's code later
             signal.setitimer(signal.ITIMER_REAL, 0.0)
+            if state["watchdog"] is not None:
+                state["watchdog"].cancel()
             signal.signal(signal.SIGALRM, previous)
             signal.signal(signal.SIGINT, previous_int)
     box: dict = {}

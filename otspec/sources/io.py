@@ -171,5 +171,11 @@ def save_source(source: Source, path: str | os.PathLike) -> None:
     problem = file_problem(path)
     if problem not in (None, "does not exist"):
         raise ValueError(f"source file {path!r}: cannot be written: {problem}")
-    with open(path, "w") as fh:
-        json.dump(source.to_json(), fh, indent=1)
+    if os.path.islink(path) and not os.path.exists(path):  # as cp does: not written where a link to nothing points
+        raise ValueError(f"source file {path!r}: a link to nothing (or a loop of links); not written through")
+    text = json.dumps(source.to_json(), indent=1)  # a source without a JSON form is refused before the file is made
+    try:
+        with open(path, "w") as fh:
+            fh.write(text)
+    except OSError as err:  # a folder that does not exist, no permission
+        raise ValueError(f"source file {path!r}: cannot be written ({err.strerror or err})") from None

@@ -27,8 +27,13 @@ __all__ = ["DepthPositionalSource", "GreedySource", "IIDSource", "MarkovSource",
 
 def _host_rows(probs, name: str, **kwargs) -> np.ndarray:
     """``probs`` checked (:func:`~otspec.distributions.validate_probs`) as float64 numpy rows: a tensor (one that
-    requires grad, bfloat16) read on the host."""
-    return np.asarray(tensors_as_arrays(validate_probs(probs, name, **kwargs)), dtype=np.float64)
+    requires grad, bfloat16) read on the host; float16/32 rows renormalised in float64 (their own renormalisation
+    leaves sums 1e-8 off, which a saved and reloaded source would not reproduce)."""
+    checked = tensors_as_arrays(validate_probs(probs, name, **kwargs))
+    rows = np.asarray(checked, dtype=np.float64)
+    if np.asarray(checked).dtype != np.float64 and rows.size:
+        rows = rows / rows.sum(axis=-1, keepdims=True)
+    return rows
 
 
 class IIDSource(Source):
@@ -185,8 +190,8 @@ class MarkovSource(Source):
 
     def to_json(self):
         out = {"type": "markov", "initial": self.initial.tolist(), "transition": self.transition.tolist()}
-        if not self.stationary:
-            out["horizon"] = self.horizon  # also says how to read an empty list of matrices (horizon 1)
+        if self.horizon is not None:  # a time-varying chain's (which also says how to read an empty list of
+            out["horizon"] = self.horizon  # matrices), or the one a stationary chain was given
         return out
 
 
