@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from otspec.checks import check_data_file, check_npz_members, check_size, file_problem
+from otspec.checks import MissingFile, check_data_file, check_npz_members, check_size, file_problem
 from otspec.clitools import ArgumentParser, check_folder_path, integer, one_line, path_argument
 from otspec.errors import SizeLimitError
 
@@ -353,6 +353,9 @@ def load_corpus(folder=None, *, target: str = DEFAULT_TARGET, max_tokens: int | 
     if isinstance(folder, list | tuple):
         if max_tokens is not None:
             raise ValueError("max_tokens: a prefix of one corpus; give one folder")
+        seen = [os.path.realpath(os.fspath(f)) if isinstance(f, str | os.PathLike) else f for f in folder]
+        if len(set(map(str, seen))) < len(seen):  # every sequence would be trained on twice
+            raise ValueError(f"--corpus: a corpus folder given twice ({', '.join(map(str, folder))})")
         return joined([load_corpus(f, target=target) for f in folder])
     if max_tokens is not None:
         check_size(max_tokens, "max_tokens")
@@ -364,7 +367,7 @@ def load_corpus(folder=None, *, target: str = DEFAULT_TARGET, max_tokens: int | 
         raise TypeError(f"load_corpus: folder: not a path ({err})") from None
     index = _read_index(folder)
     if index is None:
-        raise FileNotFoundError(f"{folder} holds no corpus.json; build one with python -m llm_bridge.corpus")
+        raise MissingFile(f"{folder} holds no corpus.json; build one with python -m llm_bridge.corpus")
     vocab, rows, total, files = int(index.get("vocab_size", 1)), [], 0, {}
     for s in index["shards"]:
         if max_tokens is not None and total >= max_tokens:

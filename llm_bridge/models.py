@@ -48,8 +48,9 @@ _DEFAULT_LAYERS = 30  # SmolLM2-135M's decoder layers, known before its first co
 _DEFAULT_VOCAB = 49_152  # and its vocabulary
 
 
-class ModelNotFound(FileNotFoundError):
-    """A model could not be found or fetched; the message says every place that was looked at."""
+class ModelNotFound(FileNotFoundError, ValueError):
+    """A model could not be found or fetched; the message says every place that was looked at (a
+    ``FileNotFoundError``, and a ``ValueError`` as every other refused input)."""
 
 
 class VocabularyMismatch(ValueError):
@@ -203,17 +204,24 @@ def output_size(model) -> int:
     return int((weight() if callable(weight) else weight).shape[0])
 
 
-def check_model_spec(spec: str, what: str = "model") -> None:
+def check_model_spec(spec: str, what: str = "model", *, hub: bool = True) -> None:
     """Refuse (:class:`ModelNotFound`) a model :func:`load_model` could not load, from what can be known without
     loading anything: a missing, empty or not-GGUF .gguf file, a folder without ``config.json``, a text that is no hub
-    id, a hub id while the hub is unreachable. A pair's draft is checked so before its target loads. ``what`` names
-    the model in the message (``target``, ``draft``)."""
-    problem = _spec_problem(spec)
+    id, a hub id while the hub is unreachable (``hub=False``: a name that may be a hub id is left to the load). A
+    pair's draft is checked so before its target loads. ``what`` names the model in the message (``target``,
+    ``draft``)."""
+    if isinstance(spec, bool) or not isinstance(spec, str | os.PathLike):
+        raise ModelNotFound(f"{what}: expected a model name or path (smollm2, a folder, a .gguf file or a hub id), got "
+                            f"{type(spec).__name__}")
+    try:
+        problem = _spec_problem(spec, hub)
+    except OSError as err:  # a name the system refuses to look up (longer than 255 bytes)
+        problem = f"{str(spec)[:60]!r}...: cannot be looked up as a file or folder ({err.strerror or err})"
     if problem is not None:
         raise ModelNotFound(f"{what}: {problem}" if what != "model" or problem.startswith("an empty") else problem)
 
 
-def _spec_problem(spec: str) -> str | None:
+def _spec_problem(spec: str, hub: bool = True) -> str | None:
     path = Path(str(spec)).expanduser()
     if spec == DEFAULT_TARGET:
         return None
@@ -230,7 +238,7 @@ def _spec_problem(spec: str) -> str | None:
             return f"{path} is a folder but holds no config.json (not a save_pretrained folder)"
     elif not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", str(spec)) or str(spec).startswith("."):
         return f"model {spec!r} not found: no such folder or .gguf file (and it is not a hub id)"
-    elif not _hub_reachable():
+    elif hub and not _hub_reachable():
         return (f"model {spec!r} not found: no local folder or .gguf file {path}, and the Hugging Face hub id "
                 f"{spec!r} cannot be fetched: the hub is unreachable (offline); pass a local folder or GGUF file")
     return None

@@ -24,7 +24,10 @@ class Changeable:
     """A frozen options dataclass that makes changed copies: ``options.but(seed=3)``."""
 
     def but(self, **changes) -> Self:
-        """A copy with ``changes``, checked again when it is made (a name that is not a field: ``TypeError``)."""
+        """A copy with ``changes``, checked again when it is made (a name that is not a field: ``ValueError``)."""
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise ValueError(f"{type(self).__name__}.but: no options {unknown}")
         return dataclasses.replace(self, **changes)
 
 

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from otspec.checks import check_real, check_size
+from otspec.checks import check_flag, check_real, check_size
 from otspec.clitools import (
     ArgumentParser,
     check_folder_path,
@@ -55,12 +55,20 @@ from otspec.clitools import (
     path_argument,
     real,
 )
+from otspec.distributions import resolve_device
 
 from . import head_checkpoint as ckpt
 from .head_checkpoint import shown_path
 from .head_data import PROMPTS, corpus, prompt_files, prompt_split
 from .heads import HEAD_DIRS, HEAD_KINDS, build_head, eagle_unrolled, load_head, save_head
-from .models import DEFAULT_TARGET, ModelNotFound, layer_count, load_model, vocab_count
+from .models import (
+    DEFAULT_TARGET,
+    ModelNotFound,
+    check_model_spec,
+    layer_count,
+    load_model,
+    vocab_count,
+)
 
 __all__ = ["HeadRecipe", "TrainingBatch", "corpus", "evaluate", "frequent_tokens", "main", "shown_path", "step_losses", "train_head"]
 
@@ -234,6 +242,11 @@ class HeadRecipe:
     def __post_init__(self):
         if self.kind not in HEAD_KINDS:
             raise ValueError(f"--kind: expected one of {HEAD_KINDS}, got {self.kind!r}")
+        check_flag(self.hydra, "--hydra")  # the text 'False' is not False
+        check_flag(self.progress, "progress")
+        resolve_device(self.device)
+        if self.out is not None:  # /proc, a file in the way: refused here, before any model loads
+            check_folder_path(self.out, "--out")
         for name in ("steps", "batch", "unroll", "samples", "length", "medusa_heads", "log_every", "heldout_sequences",
                      "head_layers", "checkpoint_every"):
             check_size(getattr(self, name), "--" + name.replace("_", "-"), limit=RECIPE_LIMITS.get(name),
@@ -267,6 +280,7 @@ class HeadRecipe:
                              "is some of them; 0 takes all)")
         if self.train_tokens and self.corpus is None:
             raise ValueError("--train-tokens: a learning curve's smaller training sets are taken from a --corpus")
+        check_model_spec(self.target, "--target", hub=False)  # last: an empty name, a non-text, a missing .gguf file
 
 
 #: Largest values of a recipe, checked before any model loads (each far above what trains a head on a laptop: a
@@ -442,8 +456,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         flags_that_apply(args, _ONLY)  # a flag the recipe would ignore is refused before any model loads
-        if args.out is not None:
-            check_folder_path(args.out, "--out")  # made when the first file is written
         record = train_head(HeadRecipe(
             kind=args.kind, target=args.target, vocab=args.vocab, samples=args.samples, length=args.length,
             steps=args.steps, batch=args.batch, lr=args.lr, unroll=args.unroll, medusa_heads=args.medusa_heads,

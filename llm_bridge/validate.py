@@ -451,6 +451,12 @@ def main(argv=None) -> int:
     except ValueError as err:
         ap.error(str(err))
     try:
+        out_path = output_path(args.out_dir, args.name, args.draft)
+        if args.export_synthetic_rates is not None:
+            writable_file(args.export_synthetic_rates, "--export-synthetic-rates")
+    except ValueError as err:
+        ap.error(str(err))
+    try:
         flags_that_apply(args, (("multi_verifiers", "kseq,multiround", "trees"), ("rule", "match", "trees"),
                                 ("hf_prompts", 4, ("the peer (no --no-hf)", lambda a: not a.no_hf)),
                                 ("log_top_p", DEFAULT_LOG_TOP_P, "log_rows"),
@@ -472,12 +478,6 @@ def main(argv=None) -> int:
     except (FileNotFoundError, ValueError) as err:  # the settings, checked before any folder is made
         print(f"python -m llm_bridge.validate: {as_flags(one_line(err), args)}", file=sys.stderr)
         return 2
-    try:
-        out_path = output_path(args.out_dir, args.name, args.draft)
-        if args.export_synthetic_rates is not None:
-            writable_file(args.export_synthetic_rates, "--export-synthetic-rates")
-    except ValueError as err:
-        ap.error(str(err))
     try:
         record = validate(config)
     except (ModelNotFound, FileNotFoundError, VocabularyMismatch, ImportError, ValueError) as err:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from otspec.checks import MAX_DRAFT_LENGTH, check_real, check_size
+from otspec.checks import MAX_DRAFT_LENGTH, check_flag, check_progress, check_real, check_size
 from otspec.clitools import writable_file
 from otspec.distributions import resolve_device
 from otspec.engine.trie import RULES, check_tree_verifier
@@ -23,7 +23,7 @@ from otspec.verifiers import REGISTRY, TREE_VERIFIERS
 from .cache import CACHE_KINDS
 from .logrows import DEFAULT_LOG_MAX_KEPT, DEFAULT_LOG_TOP_P
 from .loop import check_pairing
-from .models import DEFAULT_TARGET, DTYPE_NAMES
+from .models import DEFAULT_TARGET, DTYPE_NAMES, check_model_spec
 from .options import Changeable
 from .prompts import DATA_DIR, read_prompts
 from .sampling import Sampling
@@ -108,6 +108,15 @@ class ValidateConfig(Changeable):
 
     def __post_init__(self):
         put = object.__setattr__
+        for name in ("verifiers", "lengths", "trees", "multi_verifiers", "lossless_verifiers", "tree_pairs"):
+            value = getattr(self, name)  # a text would be read as its characters ('token': t, o, k, e, n)
+            if value is not None and (isinstance(value, str | bytes) or not isinstance(value, list | tuple)):
+                raise ValueError(f"{name}: expected a list or tuple, got {type(value).__name__} {value!r:.40}")
+        if self.tree_pairs is not None and not all(isinstance(p, list | tuple) and len(p) == 2
+                                                   and all(isinstance(x, str) for x in p) for p in self.tree_pairs):
+            raise ValueError(f"tree_pairs: expected (verifier, tree) pairs of names, got {self.tree_pairs!r:.80}")
+        check_flag(self.hf, "hf")
+        check_progress(self.progress)
         for name in ("prompts", "max_new_tokens", "batch_size", "prediction_sequences", "prediction_paths",
                      "hf_prompts"):
             put(self, name, check_size(getattr(self, name), name))
@@ -137,6 +146,11 @@ class ValidateConfig(Changeable):
             raise ValueError(f"cache: expected one of {CACHE_KINDS}, got {self.cache!r}")
         if self.log_rows is not None:  # a file, a device, /proc, a loop, a link to nothing: refused before any model
             writable_file(self.log_rows, "--log-rows")
+        from .drafters import DRAFTERS
+
+        check_model_spec(self.target, "target")  # last: every other option is named first
+        if str(self.draft).partition(":")[0] not in DRAFTERS:
+            check_model_spec(self.draft, "draft")
 
     def _check_run_options(self) -> None:
         """Every option that would otherwise be refused only once the models are loaded (or after the run)."""

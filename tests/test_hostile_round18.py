@@ -461,3 +461,52 @@ def test_sources_survive_a_save_and_the_auditor_leaves_no_timer_behind(tmp_path)
     for rows in (3, [0.5, 0.5]):
         with pytest.raises(ValueError, match="rows: expected None, a logged-rows .npz path"):
             audit(token, samples=300, rows=rows, progress=False)
+
+
+def test_llm_options_are_checked_when_made():
+    """ValidateConfig(hf='yes') and HeadRecipe(progress='no') were taken; verifiers='token' was read as five
+    names; .but(zzz=1) gave a TypeError; train_head(HeadRecipe(out='/proc/zz')) fetched the model before refusing
+    the folder; check_model_spec('x' * 5000) gave an OSError and check_model_spec(3) spoke of a hub id 3; the same
+    corpus twice trained every sequence twice; load_corpus('/nonexistent') was a plain FileNotFoundError."""
+    from llm_bridge.corpus import load_corpus
+    from llm_bridge.models import ModelNotFound, check_model_spec
+    from llm_bridge.train_head import HeadRecipe
+    from llm_bridge.validate_config import ValidateConfig
+    from otspec.checks import MissingFile
+
+    for kwargs, needle in (({"hf": "yes"}, "hf"), ({"progress": "no"}, "progress"),
+                           ({"verifiers": "token"}, "verifiers: expected a list or tuple"),
+                           ({"trees": "2x1"}, "trees: expected a list"),
+                           ({"tree_pairs": ("x",)}, "tree_pairs: expected .verifier, tree. pairs"),
+                           ({"target": ""}, "target: an empty name"), ({"draft": 3}, "draft: expected a model name")):
+        with pytest.raises(ValueError, match=needle):
+            ValidateConfig(**{"hf": False, **kwargs})
+    with pytest.raises(ValueError, match=r"ValidateConfig.but: no options \['zzz'\]"):
+        ValidateConfig(hf=False).but(zzz=1)
+    for kwargs, needle in (({"progress": "no"}, "progress"), ({"hydra": "False"}, "--hydra"),
+                           ({"out": Path("/proc/zz")}, "--out"), ({"target": ""}, "--target: an empty name"),
+                           ({"target": 3}, "--target: expected a model name"), ({"device": "zzz"}, "device")):
+        with pytest.raises(ValueError, match=needle):
+            HeadRecipe(**kwargs)
+    for spec, needle in (("x" * 5000, "cannot be looked up"), (None, "expected a model name")):
+        with pytest.raises(ModelNotFound, match=needle):
+            check_model_spec(spec)
+    assert issubclass(ModelNotFound, ValueError)
+    with pytest.raises(ValueError, match="a corpus folder given twice"):
+        load_corpus([CORPUS, CORPUS.parent / "smollm2" / "."])
+    with pytest.raises(MissingFile):
+        load_corpus("/nonexistent-corpus")
+
+
+def test_verifiers_of_candidates_need_one_and_a_lattice_step_lies_in_the_unit_interval():
+    """SpecHubVerify().sample with no candidate gave an IndexError and KSeq blamed max_k; iid_block_values took a
+    lattice step of 10 on [0, 1]."""
+    from otspec.theory import iid_block_values
+    from otspec.verifiers import KSeq, MultiRound, SpecHubVerify
+
+    p, q = np.array([[0.5, 0.5]]), np.array([[0.6, 0.4]])
+    for verifier in (SpecHubVerify(), KSeq(), MultiRound()):
+        with pytest.raises(ValueError, match="k >= 1, got k = 0"):
+            verifier.sample(np.zeros((1, 0), dtype=int), p, q, np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"step: expected a finite number in \(0, 1\]"):
+        iid_block_values([0.3, 0.7], [0.6, 0.4], 3, route="lattice", step=10.0)

@@ -165,12 +165,14 @@ def _drafted(branching) -> int:
     return total
 
 
-def _check_widths(branching) -> None:
+def _check_widths(branching, drawn: bool = True) -> None:
     """One node's children are one draw of k candidates: each k_i at most :data:`MAX_CANDIDATES`."""
     if max(branching) > MAX_CANDIDATES:
         i = max(range(len(branching)), key=branching.__getitem__)
+        hint = (" (drawn without replacement a node's children stop at the vocabulary: parse_tree(spec, "
+                "replacement=False) caps them there)") if drawn else ""
         raise SizeLimitError(f"the k-config's k_{i + 1} = {branching[i]:,} children of one node is above "
-                             f"MAX_CANDIDATES = {MAX_CANDIDATES:,}", size=branching[i], limit=MAX_CANDIDATES)
+                             f"MAX_CANDIDATES = {MAX_CANDIDATES:,}{hint}", size=branching[i], limit=MAX_CANDIDATES)
 
 
 def tree_for_vocab(tree, vocab_size: int):
@@ -183,7 +185,7 @@ def tree_for_vocab(tree, vocab_size: int):
     if tree.deterministic or tree.draw != "without":
         return tree
     capped = tuple(min(k, vocab_size) for k in tree.branching)
-    _check_widths(capped)
+    _check_widths(capped, drawn=False)
     return tree if capped == tree.branching else dataclasses.replace(tree, branching=capped)
 
 

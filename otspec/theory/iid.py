@@ -108,7 +108,7 @@ def _check_inputs(draft, target, draft_length, route, step):
     if route not in ("auto", "exact", "lattice"):
         raise ValueError(f"route: expected 'auto', 'exact' or 'lattice', got {route!r}")
     if step is not None:
-        check_real(step, "step", low=0.0, low_open=True)
+        check_real(step, "step", low=0.0, high=1.0, low_open=True)  # a lattice on [0, 1]: 10 was taken
         if route == "exact":  # the ratio classes have no lattice: a step would be ignored without a word
             raise ValueError("step: the exact route has no lattice step; give route='lattice' (or 'auto') with it")
     return p, q, L
