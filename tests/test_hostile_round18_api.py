@@ -1,0 +1,237 @@
+"""Round eighteen's findings on the Python API (issue 43): rows given as lists, users' sources, numbers past every
+float, hand-made sweep cells, saved sources, the auditor's timer, llm_bridge's option objects. One test per class,
+each able to fail on the old code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+P3, Q3 = [0.5, 0.3, 0.2], [0.2, 0.3, 0.5]
+CORPUS = Path(__file__).resolve().parent.parent / "llm_bridge" / "data" / "corpus" / "smollm2"
+
+
+def test_engine_rows_given_as_lists_are_read_entry_by_entry():
+    """evaluate(['0.5', '0.3', '0.2'], ...) gave 1.19 (text read as numbers) and [True, False, False] 0.24, while
+    IIDSource refused both; a list of float16 entries was checked at float64's tolerance."""
+    import otspec.engine as E
+    from otspec.engine.tree import tree_law
+    from otspec.sources import IIDSource
+    from otspec.verifiers import KSeq, TokenVerify
+
+    for bad in (["0.5", "0.3", "0.2"], (b"0.5", b"0.3", b"0.2"), [True, False, False]):
+        for call in (lambda x: E.evaluate(x, Q3, TokenVerify(), 2), lambda x: E.evaluate(Q3, x, TokenVerify(), 2),
+                     lambda x: tree_law(x, Q3, KSeq(), "2x1"),
+                     lambda x: E.simulate(x, Q3, TokenVerify(), 2, 100, progress=False)):
+            with pytest.raises(ValueError, match="(draft|target): expected a Source or one probability row"):
+                call(bad)
+    assert E.evaluate(P3, Q3, TokenVerify(), 2).expected_accepted == \
+        E.evaluate(IIDSource(P3), IIDSource(Q3), TokenVerify(), 2).expected_accepted
+    f16 = [np.float16(0.5), np.float16(0.505)]  # within float16's tolerance, as IIDSource takes it
+    assert E.evaluate(f16, [0.5, 0.5], TokenVerify(), 1).expected_accepted == pytest.approx(
+        E.evaluate(IIDSource(f16), [0.5, 0.5], TokenVerify(), 1).expected_accepted, abs=1e-15)
+
+
+def test_a_users_source_subclass_has_its_rows_checked():
+    """A Source subclass whose rows summed to 1.4 was simulated (1.258 accepted); one without vocab_size gave an
+    AttributeError."""
+    import otspec.engine as E
+    from otspec.sources import Source
+    from otspec.verifiers import TokenVerify
+
+    class Rows(Source):
+        vocab_size = 2
+
+        def __init__(self, row):
+            self.row = row
+
+        def to_json(self):
+            return {}
+
+        def _rows(self, tokens, lengths):
+            return np.broadcast_to(np.asarray(self.row), (tokens.shape[0], len(self.row)))
+
+    for row, needle in (([0.7, 0.7], "sums to 1.4"), ([np.nan, 1.0], "NaN"), ([0.5, 0.25, 0.25], "shape")):
+        for call in (lambda s: E.simulate(s, [0.5, 0.5], TokenVerify(), 2, 100, progress=False),
+                     lambda s: E.evaluate(s, [0.5, 0.5], TokenVerify(), 2),
+                     lambda s: E.generate(s, [0.5, 0.5], TokenVerify(), 2, 20, progress=False)):
+            with pytest.raises(ValueError, match=needle):
+                call(Rows(row))
+    assert E.evaluate(Rows([0.5, 0.5]), [0.5, 0.5], TokenVerify(), 2).expected_accepted == 2.0
+
+    class NoVocab(Rows):
+        vocab_size = None
+
+    with pytest.raises(ValueError, match="draft: NoVocab.vocab_size is None"):
+        E.evaluate(NoVocab([0.5, 0.5]), [0.5, 0.5], TokenVerify(), 2)
+
+
+def test_numbers_past_every_float_and_odd_spellings_are_refused_by_name():
+    """10**400 gave OverflowError tracebacks (check_real, naive_acceptance) and was echoed in 401 digits;
+    tokens_per_iteration read np.bool_(True) as 1 and raised TypeError on a list; ThresholdController(np.array(0.5))
+    and a torch row that requires grad gave tracebacks."""
+    import torch
+
+    from otspec.checks import check_real, check_size
+    from otspec.engine.controllers import ThresholdController
+    from otspec.solvers import otm_value
+    from otspec.sources import random_iid
+    from otspec.theory import naive_acceptance, tokens_per_iteration
+
+    with pytest.raises(ValueError, match="concentration: expected a finite number .* a 401-digit number"):
+        random_iid(3, concentration=10**400)
+    with pytest.raises(ValueError, match="x: expected a number in .*past every float"):
+        check_real(__import__("fractions").Fraction(10**400, 3), "x", allow_inf=True)
+    with pytest.raises(ValueError, match=r"k = a 401-digit number \(10000000...\) is above 2\^63"):
+        naive_acceptance(P3, Q3, 10**400)
+    assert naive_acceptance(P3, Q3, 2**40) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="a 31-digit number"):
+        check_size(10**30, "n", limit=5)
+    for bad in (np.bool_(True), b"0.5", 0.5 + 0j, [True], 10**400):
+        with pytest.raises(ValueError, match="expected_accepted"):
+            tokens_per_iteration(bad)
+    assert tokens_per_iteration([0.5, 1]).tolist() == [1.5, 2.0] and tokens_per_iteration(np.float64(0.5)) == 1.5
+    assert ThresholdController(np.array(0.5), 3).thresholds == [0.5, 0.5]
+    with pytest.raises(ValueError, match="thresholds"):
+        ThresholdController(np.array(True), 3)
+    row = torch.tensor(P3, dtype=torch.float64, requires_grad=True)
+    assert otm_value(row, Q3, 2) == otm_value(P3, Q3, 2)
+
+
+def test_api_horizon_refusals_say_what_asked_for_the_length():
+    """simulate_tree on a horizon-3 pair said "asked for 6" without the tree's depth; temper(source, 0) was refused
+    although temperature 0 is the arg-max row."""
+    import otspec.engine as E
+    from otspec.engine.tree import simulate_tree
+    from otspec.sources import IIDSource, random_markov
+    from otspec.sweep import temper
+    from otspec.verifiers import KSeq, TokenVerify
+
+    d, t = random_markov(3, horizon=3, seed=1)
+    with pytest.raises(ValueError, match=r"asked for 6 \(the tree 1x1x1x1x1 drafts 5 tokens, then one"):
+        simulate_tree(d, t, KSeq(), "1x1x1x1x1", 50)
+    with pytest.raises(ValueError, match=r"asked for 6 \(draft_length 5"):
+        E.evaluate(d, t, TokenVerify(), 5)
+    with pytest.raises(ValueError, match=r"asked for 10 \(n_tokens = 10\)"):
+        E.generate(d, t, TokenVerify(), 2, 10, progress=False)
+    assert temper(IIDSource([0.2, 0.5, 0.3]), 0).probs.tolist() == [0.0, 1.0, 0.0]
+
+
+def test_a_hand_made_cell_is_checked_as_load_spec_checks_a_spec(tmp_path):
+    """run_cell took L = 2.5 and wrote the refusal into a note column beside the bad value; quantities 'exact'
+    gave KeyError 'e'; params {'zz': 1} a TypeError; a logged pair without its tail a KeyError; load_spec(3) a
+    TypeError and a missing pair file a plain FileNotFoundError; temperature 0 was refused."""
+    from otspec.checks import MissingFile
+    from otspec.sweep import load_spec, run_cell
+
+    cell = {"pair": {"kind": "iid", "draft": [0.3, 0.7], "target": [0.6, 0.4]}, "verifier": "token", "params": {},
+            "L": 2, "k": None, "temperature": 1.0, "cost_ratio": 0.0, "blocks": 100, "tokens": 16, "sequences": 2,
+            "confidence": 0.95}
+    assert run_cell(cell, 1, ["exact"])["exact_accepted"] > 0
+    assert run_cell({**cell, "temperature": 0.0}, 1, ["exact"])["exact_accepted"] == 0.0  # arg-max rows disagree
+    for change, needle in ((("L", 2.5), "cell L"), (("L", True), "cell L"), (("k", 5000), "MAX_CANDIDATES"),
+                           (("cost_ratio", -1), "cost_ratio"), (("blocks", 0), "cell blocks"),
+                           (("confidence", 1.5), "confidence"), (("temperature", "1"), "temperature"),
+                           (("params", {"zz": 1}), "parameters {'zz': 1} for 'token'"), (("zz", 1), "unknown keys"),
+                           (("pair", {"kind": "logged", "file": "x.npz"}), "missing 'tail'"),
+                           (("pair", {"kind": "random_iid", "vocab": 4, "concentration": "1", "pair_seed": 0,
+                                      "sparsity": 0.0}), "concentration")):
+        with pytest.raises(ValueError, match=needle):
+            run_cell({**cell, change[0]: change[1]}, 1, ["exact"])
+    for quantities in ("exact", ["zzz"], None, []):
+        with pytest.raises(ValueError, match="quantities"):
+            run_cell(cell, 1, quantities)
+    with pytest.raises(ValueError, match="sweep spec: expected a path"):
+        load_spec(3)
+    spec = tmp_path / "s.toml"
+    spec.write_text('name = "s"\nquantities = ["exact"]\ntemperature = [0.0, 1.0]\n[[pairs]]\nkind = "json"\n'
+                    'draft = "nowhere.json"\ntarget = "nowhere.json"\n[[verifiers]]\nname = "token"\n')
+    with pytest.raises(MissingFile, match="no draft source file"):
+        load_spec(spec)
+    spec.write_text('name = "s"\nquantities = ["exact"]\nL = [2]\ntemperature = [0.0, 1.0]\n[[pairs]]\nkind = "iid"\n'
+                    'draft = [0.3, 0.7]\ntarget = [0.6, 0.4]\n[[verifiers]]\nname = "token"\n')
+    assert sorted(c["temperature"] for c in load_spec(spec).cells) == [0.0, 1.0]
+
+
+def test_sources_survive_a_save_and_the_auditor_leaves_no_timer_behind(tmp_path):
+    """A stationary MarkovSource lost its horizon on save (the reloaded one decoded past it); a float32 row came back
+    5e-9 off; save_source through a link to nothing gave FileNotFoundError; audit(timeout=1e-9) left its SIGINT and
+    SIGALRM handlers and watchdog behind, which raised SamplerTimeout a second later in unrelated code; audit(rows=3)
+    gave a TypeError."""
+    import signal
+    import time
+
+    from otspec.audit import SamplerTimeout, audit
+    from otspec.audit.adapters import token
+    from otspec.sources import IIDSource, MarkovSource, load_source, save_source
+
+    chain = MarkovSource([0.5, 0.5], [[0.9, 0.1], [0.2, 0.8]], horizon=4)
+    save_source(chain, tmp_path / "m.json")
+    assert load_source(tmp_path / "m.json").horizon == 4
+    row = IIDSource(np.array([0.1, 0.2, 0.7], dtype=np.float32))
+    save_source(row, tmp_path / "r.json")
+    assert np.array_equal(load_source(tmp_path / "r.json").probs, row.probs) and row.probs.sum() == 1.0
+    (tmp_path / "link.json").symlink_to(tmp_path / "nowhere" / "x.json")
+    for path, needle in ((tmp_path / "link.json", "a link to nothing"), (tmp_path / "no" / "x.json", "cannot be written")):
+        with pytest.raises(ValueError, match=needle):
+            save_source(row, path)
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGALRM)
+    for _ in range(5):
+        with pytest.raises(SamplerTimeout):
+            audit(token, samples=300, timeout=1e-9, progress=False)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGALRM)) == handlers
+    time.sleep(1.5)  # the watchdog's SIGINT would come after 1 s
+    for rows in (3, [0.5, 0.5]):
+        with pytest.raises(ValueError, match="rows: expected None, a logged-rows .npz path"):
+            audit(token, samples=300, rows=rows, progress=False)
+
+
+def test_llm_options_are_checked_when_made():
+    """ValidateConfig(hf='yes') and HeadRecipe(progress='no') were taken; verifiers='token' was read as five
+    names; .but(zzz=1) gave a TypeError; train_head(HeadRecipe(out='/proc/zz')) fetched the model before refusing
+    the folder; check_model_spec('x' * 5000) gave an OSError and check_model_spec(3) spoke of a hub id 3; the same
+    corpus twice trained every sequence twice; load_corpus('/nonexistent') was a plain FileNotFoundError."""
+    from llm_bridge.corpus import load_corpus
+    from llm_bridge.models import ModelNotFound, check_model_spec
+    from llm_bridge.train_head import HeadRecipe
+    from llm_bridge.validate_config import ValidateConfig
+    from otspec.checks import MissingFile
+
+    for kwargs, needle in (({"hf": "yes"}, "hf"), ({"progress": "no"}, "progress"),
+                           ({"verifiers": "token"}, "verifiers: expected a list or tuple"),
+                           ({"trees": "2x1"}, "trees: expected a list"),
+                           ({"tree_pairs": ("x",)}, "tree_pairs: expected .verifier, tree. pairs"),
+                           ({"target": ""}, "target: an empty name"), ({"draft": 3}, "draft: expected a model name")):
+        with pytest.raises(ValueError, match=needle):
+            ValidateConfig(**{"hf": False, **kwargs})
+    with pytest.raises(ValueError, match=r"ValidateConfig.but: no options \['zzz'\]"):
+        ValidateConfig(hf=False).but(zzz=1)
+    for kwargs, needle in (({"progress": "no"}, "progress"), ({"hydra": "False"}, "--hydra"),
+                           ({"out": Path("/proc/zz")}, "--out"), ({"target": ""}, "--target: an empty name"),
+                           ({"target": 3}, "--target: expected a model name"), ({"device": "zzz"}, "device")):
+        with pytest.raises(ValueError, match=needle):
+            HeadRecipe(**kwargs)
+    for spec, needle in (("x" * 5000, "cannot be looked up"), (None, "expected a model name")):
+        with pytest.raises(ModelNotFound, match=needle):
+            check_model_spec(spec)
+    assert issubclass(ModelNotFound, ValueError)
+    with pytest.raises(ValueError, match="a corpus folder given twice"):
+        load_corpus([CORPUS, CORPUS.parent / "smollm2" / "."])
+    with pytest.raises(MissingFile):
+        load_corpus("/nonexistent-corpus")
+
+
+def test_verifiers_of_candidates_need_one_and_a_lattice_step_lies_in_the_unit_interval():
+    """SpecHubVerify().sample with no candidate gave an IndexError and KSeq blamed max_k; iid_block_values took a
+    lattice step of 10 on [0, 1]."""
+    from otspec.theory import iid_block_values
+    from otspec.verifiers import KSeq, MultiRound, SpecHubVerify
+
+    p, q = np.array([[0.5, 0.5]]), np.array([[0.6, 0.4]])
+    for verifier in (SpecHubVerify(), KSeq(), MultiRound()):
+        with pytest.raises(ValueError, match="k >= 1, got k = 0"):
+            verifier.sample(np.zeros((1, 0), dtype=int), p, q, np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"step: expected a finite number in \(0, 1\]"):
+        iid_block_values([0.3, 0.7], [0.6, 0.4], 3, route="lattice", step=10.0)
