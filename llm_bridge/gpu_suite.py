@@ -65,6 +65,8 @@ MULTI_DRAFT = {"multi_verifiers": ("kseq", "otm"), "trees": ("2x1", "3x1"), "top
 TREE_PAIRS = (("kseq", "iid:2:3"), ("traversal", "2x2x1"), ("naive", "eagle2:3:2:6"))
 #: Seconds one suite call may take on an H100 (compilation included).
 BUDGET_SECONDS = 480
+#: The longest budget taken (a week).
+MAX_BUDGET_SECONDS = 7 * 86_400
 BENCHMARK = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_verifiers_torch.py"
 
 
@@ -171,8 +173,9 @@ def main(argv=None) -> int:
                 check_model_spec(family, "draft family")
         except (ModelNotFound, ValueError) as err:
             ap.error(f"--families {family}: {one_line(err)} (the registered drafters: {drafter_names()})")
-    if not 0 < args.budget < float("inf"):
-        ap.error(f"--budget: expected a positive number of seconds, got {args.budget}")
+    if not 0 < args.budget <= MAX_BUDGET_SECONDS:  # a week: a longer one is a typo (1e308 was printed in full)
+        ap.error(f"--budget: expected a positive number of seconds, at most a week ({MAX_BUDGET_SECONDS:,}), got "
+                 f"{args.budget:g}")
     try:
         writable_folder(args.out_dir, "--out-dir")  # before any model loads: a file, a device, /proc, a loop
         summary = run_suite(target=args.target, families=families, device=args.device, out_dir=args.out_dir,

@@ -211,6 +211,8 @@ def _heads(text: str) -> list:
     unknown = [h for h in heads if h not in HEADS]
     if unknown or not heads:
         raise argparse.ArgumentTypeError(f"expected heads among {', '.join(HEADS)}, got {text!r}")
+    if len(set(heads)) < len(heads):  # each head is trained once per size
+        raise argparse.ArgumentTypeError(f"{text!r} names a head twice")
     return heads
 
 

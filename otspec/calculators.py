@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import theory
-from .checks import MAX_DRAFT_LENGTH, capped_power, check_size, format_count
+from .checks import MAX_CANDIDATES, MAX_DRAFT_LENGTH, capped_power, check_size, format_count
 from .clitools import (
     CLIError,
     add_pair_arguments,
@@ -248,6 +248,8 @@ def _tree_compute(args) -> dict:
 
     draft, target = pair_from_args(args)
     tree = tree_from_args(args)
+    for source in (draft, target):  # every value needs depth + 1 tokens: refused here, not each column null
+        source.check_length(tree.depth + 1, f"the tree {tree} drafts {tree.depth} tokens, then one from the target")
     out = {"quantity": "expected accepted tokens per iteration (exact), from an empty context", "tree": str(tree),
            "depth": tree.depth, "vocab_size": target.vocab_size, "verifiers": {}}
     V = target.vocab_size
@@ -281,6 +283,8 @@ def _rejections_arguments(parser):
 def _rejections_compute(args) -> dict:
     from .theory import rejections
 
+    if args.M is not None:  # checked before the T rejections are computed (3.9 s at T = 10^6)
+        check_size(args.M, "--M", limit=MAX_CANDIDATES, limit_name="MAX_CANDIDATES")
     draft, target = pair_from_args(args)
     value = rejections.expected_rejections(draft, target, args.T)
     out = {

@@ -295,10 +295,13 @@ def horizon_message(args, exc) -> str:
     asked for the length and which source files bound it (the source's own message names neither); else ``""``."""
     if not isinstance(exc, HorizonError) or exc.length is None:
         return ""
+    L = getattr(args, "L", None)
+    lengths = L if isinstance(L, list) else [L]
     asks = [(f"--tree {args.tree}", "its depth + 1") if getattr(args, "tree", None) else None,
             (f"--tokens {args.tokens:,}", "") if getattr(args, "tokens", None) is not None else None,
-            (f"--L {','.join(map(str, args.L)) if isinstance(args.L, list) else args.L}", "L + 1")
-            if getattr(args, "L", None) is not None else None]
+            (f"--T {args.T:,}", "") if getattr(args, "T", None) is not None else None,
+            (f"--L {','.join(map(str, lengths))}", f"L = {exc.length - 1}, + 1" if exc.length - 1 in lengths else "")
+            if L is not None else None]
     ask = next((a for a in asks if a is not None), None)
     files = [f"--{role}-source {getattr(args, role + '_source')}" for role in ("draft", "target")
              if getattr(args, role + "_source", None) is not None]

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from .checks import MAX_HORIZON, check_size
-from .errors import SizeLimitError
+from .errors import HorizonError, SizeLimitError
 from .sources import EMPTY_PREFIX, MAX_ENUMERATION, IIDSource, MarkovSource, Source, extend_prefixes
 
 __all__ = ["MAX_WALK_ENTRIES", "check_horizon", "check_pair", "check_pair_horizon", "markov_chains",
@@ -63,8 +63,9 @@ def check_pair(draft: Source, target: Source, length: int | None = None, *, dept
     if length is not None:
         for role, src in (("draft", draft), ("target", target)):
             if src.horizon is not None and length > src.horizon:
-                raise ValueError(f"length {length} exceeds the {role} source's horizon {src.horizon} "
-                                 f"({src!r} defines sequences of at most {src.horizon} tokens)")
+                raise HorizonError(f"length {length} exceeds the {role} source's horizon {src.horizon} "
+                                   f"({src!r} defines sequences of at most {src.horizon} tokens)",
+                                   horizon=src.horizon, length=length)
     return int(target.vocab_size)
 
 

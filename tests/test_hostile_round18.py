@@ -286,3 +286,44 @@ def test_unknown_arrays_and_unordered_thresholds_are_refused(tmp_path):
             ThresholdController(bad, 3)
     assert ThresholdController(np.float32(0.25), 3).thresholds == [0.25, 0.25]
     assert ThresholdController((0.1, None), 3).thresholds == [0.1, None]
+
+
+def test_round18_command_lines(tmp_path, capsys):
+    """calc block, calc rejections and calc tree named neither the flag nor the file past a horizon (calc tree exited
+    0 with every value null); calc rejections computed T = 10^6 rejections before refusing --M 4097; a Markov file
+    whose horizon needs more matrices than it holds was reported as "asked for 5"; plot record drew a record whose
+    cache, dtype, interval unit or model name was damaged; validate --verifiers token,token and head_curve --heads
+    eagle,eagle reached the model; gpu_suite printed a 309-digit budget."""
+    from llm_bridge.gpu_suite import main as gpu_main
+    from llm_bridge.head_curve import main as curve_main
+    from llm_bridge.validate import main as validate_main
+    from otspec.cli import main
+    from otspec.plot import main as plot_main
+    from otspec.sources import MarkovSource, save_source
+
+    chain = MarkovSource([0.5, 0.5], [[[0.6, 0.4], [0.3, 0.7]]])  # horizon 2
+    for role in ("d", "t"):
+        save_source(chain, tmp_path / f"{role}.json")
+    pair = ["--draft-source", str(tmp_path / "d.json"), "--target-source", str(tmp_path / "t.json")]
+    refused(main, ["calc", "block", *pair, "--L", "1,2,3"], capsys, "--L 1,2,3 needs sequences of 3 tokens",
+            "past the horizon 2", "d.json")
+    refused(main, ["calc", "rejections", *pair, "--T", "9"], capsys, "--T 9 needs sequences of 9 tokens")
+    refused(main, ["calc", "tree", *pair, "--tree", "2x2x2"], capsys, "--tree 2x2x2 needs sequences of 4 tokens")
+    refused(main, ["calc", "rejections", "--draft", "0.3,0.7", "--target", "0.6,0.4", "--T", "10", "--M", "4097"],
+            capsys, "--M = 4,097 is above MAX_CANDIDATES")
+    with pytest.raises(ValueError, match="horizon 5 needs 4 transition matrices, got 1"):
+        MarkovSource([0.5, 0.5], [[[0.5, 0.5], [0.5, 0.5]]], horizon=5)
+    record = json.loads((Path(__file__).resolve().parent.parent / "figures" / "llm_default.json").read_text())
+    for change, needle in ((lambda r: r["settings"].__setitem__("cache", "banana"), "settings.cache"),
+                           (lambda r: r["model_pair"].__setitem__("dtype", "float7"), "model_pair.dtype"),
+                           (lambda r: r["runs"][0]["block_efficiency"].__setitem__("unit", "banana"), "unit"),
+                           (lambda r: r["model_pair"].__setitem__("draft", "a\nb"), "printable")):
+        damaged = json.loads(json.dumps(record))
+        change(damaged)
+        (tmp_path / "r.json").write_text(json.dumps(damaged))
+        refused(plot_main, ["record", str(tmp_path / "r.json"), "--out-dir", str(tmp_path / "o")], capsys, needle)
+    refused(validate_main, ["--out-dir", str(tmp_path), "--verifiers", "token,token", "--no-hf"], capsys,
+            "names one twice")
+    refused(curve_main, ["--out", str(tmp_path / "c.json"), "--heads", "eagle,eagle"], capsys, "names a head twice")
+    err = refused(gpu_main, ["--out-dir", str(tmp_path), "--smoke", "--budget", "1e308"], capsys, "--budget")
+    assert len(err) < 300

@@ -18,7 +18,7 @@ import math
 
 from ..checks import MAX_DRAFT_LENGTH
 
-__all__ = ["AT_LEAST_ONE", "SHARES", "SIGNED", "check_record_numbers"]
+__all__ = ["AT_LEAST_ONE", "CHOICES", "SHARES", "SIGNED", "check_record_numbers"]
 
 #: Keys whose numbers may be negative: a prediction's relative error, and Lemma 3.1's verification time
 #: (t_target − t_draft per target call: negative for a draft that costs more than its target, as layers:30 does).
@@ -37,6 +37,8 @@ _COUNTS = ("prompts", "rounds", "unit")
 SIZES = frozenset({"max_new_tokens", "batch_size", "threads", "generated", "iterations", "prediction_prompts",
                    "train_prompts", "train_tokens", "train_draft_length", "max_length"})
 _PREDICTION_COUNTS = ("paths", "units", "sequences_per_path", "paths_per_prompt")
+#: Text settings a record names from a fixed list (a KV cache kind, a torch dtype), wherever they stand.
+CHOICES = {"cache": ("auto", "dynamic", "static", "compiled"), "dtype": ("float32", "float64", "bfloat16", "float16")}
 _RUN_LISTS = ("runs", "tree_runs", "fixed", "threshold", "threshold_unlagged")
 #: A run's values that lie inside an interval of the same run: (value, interval, what the interval is).
 _INSIDE = (("speedup", "speedup_ci", "confidence interval"),
@@ -62,6 +64,12 @@ def _kind_of(key: str, item, at: str, where: str, error) -> None:
                                                     and 1 <= x <= MAX_DRAFT_LENGTH for x in item)):
         raise error(f"{where}: {at} should be a non-empty list of draft lengths in [1, {MAX_DRAFT_LENGTH}], got "
                     f"{str(item)[:40]}")
+    if key in CHOICES and isinstance(item, str) and item not in CHOICES[key]:
+        raise error(f"{where}: {at} should be one of {CHOICES[key]}, got {item[:40]!r}")
+    if key == "unit" and at.endswith("block_efficiency.unit") and item != "prompt":  # its interval's unit
+        raise error(f"{where}: {at} should be 'prompt' (the interval's unit), got {str(item)[:40]!r}")
+    if key in ("draft", "target", "name") and isinstance(item, str) and not item.isprintable():  # a newline
+        raise error(f"{where}: {at} should be a printable name, got {item[:40]!r}")  # would break the summary
     if key == "lossless" and item is not None and not isinstance(item, bool | dict):  # (a record's section is one)
         raise error(f"{where}: {at} should be true, false or null, got {item!r}")
 

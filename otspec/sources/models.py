@@ -144,8 +144,11 @@ class MarkovSource(Source):
         self._stack = self.transition[None] if self.stationary else self.transition
         self.horizon = None if self.stationary else self.transition.shape[0] + 1
         if horizon is not None:  # an integer >= 1 (a chain draws at least one token), at most what the matrices give
-            self.check_length(check_size(horizon, "horizon"))
-            self.horizon = int(horizon)  # the chain ends there, stationary or not
+            horizon = check_size(horizon, "horizon")
+            if self.horizon is not None and horizon > self.horizon:
+                raise ValueError(f"horizon {horizon}: a time-varying chain of horizon {horizon} needs {horizon - 1} "
+                                 f"transition matrices, got {self.horizon - 1}")
+            self.horizon = horizon  # the chain ends there, stationary or not
 
     def __repr__(self):
         kind = "stationary" if self.stationary else f"time-varying, horizon {self.horizon}"
