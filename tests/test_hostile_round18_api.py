@@ -223,15 +223,20 @@ def test_llm_options_are_checked_when_made():
         load_corpus("/nonexistent-corpus")
 
 
-def test_verifiers_of_candidates_need_one_and_a_lattice_step_lies_in_the_unit_interval():
-    """SpecHubVerify().sample with no candidate gave an IndexError and KSeq blamed max_k; iid_block_values took a
-    lattice step of 10 on [0, 1]."""
+def test_every_verifier_of_candidates_takes_none_and_a_lattice_step_lies_in_the_unit_interval():
+    """With no candidate (k = 0, as a sequence that drafted nothing) multi-round emits Y ~ q; SpecHub and greedy
+    gave an IndexError, k-Seq blamed max_k and OTM refused k; iid_block_values took a lattice step of 10 on
+    [0, 1]."""
     from otspec.theory import iid_block_values
-    from otspec.verifiers import KSeq, MultiRound, SpecHubVerify
+    from otspec.verifiers import GreedyDraftVerify, KSeq, MultiRound, OTMVerify, SpecHubVerify
 
     p, q = np.array([[0.5, 0.5]]), np.array([[0.6, 0.4]])
-    for verifier in (SpecHubVerify(), KSeq(), MultiRound()):
-        with pytest.raises(ValueError, match="k >= 1, got k = 0"):
-            verifier.sample(np.zeros((1, 0), dtype=int), p, q, np.random.default_rng(0))
+    none = np.zeros((1, 0), dtype=int)
+    for verifier in (SpecHubVerify(), KSeq(), MultiRound(), GreedyDraftVerify(), OTMVerify()):
+        law = verifier.law(none, p, q)
+        assert np.array_equal(law.rejected, q) and not law.accepted.any()
+        out = verifier.sample(np.zeros((2000, 0), dtype=int), np.tile(p, (2000, 1)), np.tile(q, (2000, 1)),
+                              np.random.default_rng(0))
+        assert not out.accepted.any() and abs((out.token == 0).mean() - 0.6) < 0.05
     with pytest.raises(ValueError, match=r"step: expected a finite number in \(0, 1\]"):
         iid_block_values([0.3, 0.7], [0.6, 0.4], 3, route="lattice", step=10.0)

@@ -136,8 +136,6 @@ def check_draft(tokens, draft_probs, target_probs, layout: str = CHAIN, *, valid
             raise ValueError(f"target_probs: expected shape (batch, L+1, V) = {(B, n + 1, V)} (one row per prefix "
                              f"X^0..X^L), got {tuple(target_probs.shape)}")
     else:
-        if n == 0:  # a verifier of candidates needs one at least (SpecHub indexed the first, k-Seq blamed max_k)
-            raise ValueError("candidates: expected shape (batch, k) with k >= 1, got k = 0")
         for name, rows in (("draft_probs", draft_probs), ("target_probs", target_probs)):
             if tuple(rows.shape) != (B, V):
                 raise ValueError(f"{name}: expected shape (batch, V) = {(B, V)}, got {tuple(rows.shape)}")

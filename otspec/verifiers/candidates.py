@@ -71,11 +71,17 @@ class SequentialMultiDraftVerifier(MultiDraftVerifier):
         """(a, residual): acceptance probabilities (B, k) and the residual rows (B, V) (``validate=False``: no check
         that reads back from a device)."""
 
+    def _plan(self, candidates, p, q, validate: bool):
+        """:meth:`acceptance_plan`, or with no candidate (k = 0) none to accept and q as the residual."""
+        if candidates.shape[1] == 0:
+            return namespace(p).zeros((p.shape[0], 0), dtype=p.dtype, device=_device(p)), q
+        return self.acceptance_plan(candidates, p, q, validate=validate)
+
     def law(self, candidates, draft_probs, target_probs, *, validate=True):
         d = self.check(candidates, draft_probs, target_probs, validate=validate)
         candidates, p = d.tokens, d.draft_probs
         xp = namespace(p, d.target_probs)
-        a, res = self.acceptance_plan(candidates, p, d.target_probs)
+        a, res = self._plan(candidates, p, d.target_probs, True)
         B, V = p.shape
         survive = xp.ones((B,), dtype=p.dtype, device=_device(p))
         accepted = xp.zeros_like(p)
@@ -88,7 +94,7 @@ class SequentialMultiDraftVerifier(MultiDraftVerifier):
         d = self.check(candidates, draft_probs, target_probs, validate=validate)
         candidates, p = d.tokens, d.draft_probs
         xp = namespace(p, d.target_probs)
-        a, res = self.acceptance_plan(candidates, p, d.target_probs, validate=validate)
+        a, res = self._plan(candidates, p, d.target_probs, validate)
         B, k = candidates.shape
         y_res = xp.astype(sample_categorical(res, rng, check=validate), xp.int64)
         if k == 0:

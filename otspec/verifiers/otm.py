@@ -120,8 +120,8 @@ class OTMVerify(MultiDraftVerifier):
         B, k = candidates.shape
         V = p.shape[1]
         kernel = np.zeros((B, V))
-        if B == 0:
-            return candidates, kernel
+        if B == 0 or k == 0:  # no candidate: nothing can be accepted, Y is drawn from q
+            return candidates, q.copy() if k == 0 else kernel
         groups: dict = {}  # one plan per distinct (p, q) pair, on the pair's joint support (keyed by its bytes:
         for b in range(B):  # np.unique(axis=0) on rows of a real vocabulary took 50 ms per row)
             support = np.flatnonzero((p[b] > 0) | (q[b] > 0))

@@ -123,16 +123,20 @@ class _KernelVerify(MultiDraftVerifier):
             return np.asarray(d.draft_probs, dtype=float), np.asarray(d.target_probs, dtype=float)
         return d.draft_probs, d.target_probs
 
+    def _kernel_or_target(self, candidates, p, q):
+        """The law of Y; with no candidate (k = 0) nothing can be accepted and Y is drawn from q."""
+        return q if candidates.shape[1] == 0 else self.kernel(candidates, p, q)
+
     def law(self, candidates, draft_probs, target_probs, *, validate=True):
         d = self.check(candidates, draft_probs, target_probs, validate=validate)
         p, q = self._rows(d)
-        return membership_law(_ids(d.tokens, p), self.kernel(d.tokens, p, q))
+        return membership_law(_ids(d.tokens, p), self._kernel_or_target(d.tokens, p, q))
 
     def sample(self, candidates, draft_probs, target_probs, rng, *, validate=True):
         d = self.check(candidates, draft_probs, target_probs, validate=validate)
         p, q = self._rows(d)
         xp = namespace(p)
-        y = xp.astype(sample_categorical(self.kernel(d.tokens, p, q), rng, check=validate), xp.int64)
+        y = xp.astype(sample_categorical(self._kernel_or_target(d.tokens, p, q), rng, check=validate), xp.int64)
         return membership_outcome(_ids(d.tokens, p), y)
 
 
