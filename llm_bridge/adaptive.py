@@ -68,6 +68,7 @@ from .drafters import load_pair
 from .head_training import (
     L2_GRID,
     HeadData,
+    check_head_file,
     choose_l2,
     head_training_data,
     head_training_data_on_policy,
@@ -406,6 +407,7 @@ def run(args, thresholds, fixed) -> AdaptiveRecord:
     check_size(args.train_tokens, "--train-tokens", limit=MAX_NEW_TOKENS, limit_name="MAX_NEW_TOKENS")
     if args.save_head:
         writable_file(args.save_head, "--save-head")
+        check_head_file(args.save_head)  # an existing source or record is not overwritten by a head
     sampling = plan.sampling
     saved = load_head(args.head) if args.head else None  # a file that is not a head: refused before the models load
     held = len(read_prompts(DATA_DIR / "distill_prompts.txt"))

@@ -44,7 +44,7 @@ from otspec.clitools import (
 
 from .drafters import DISTILLED_DIR, dequantize_rows, quantize_rows, truncated_target
 from .loop import plain_generate
-from .models import DEFAULT_TARGET, ModelNotFound, layer_count, load_model
+from .models import DEFAULT_TARGET, ModelNotFound, check_model_spec, layer_count, load_model
 from .prompts import DATA_DIR, encode_prompts, read_prompts
 
 __all__ = ["DistillRecipe", "distill", "last_features", "main", "sample_corpus"]
@@ -144,6 +144,7 @@ class DistillRecipe:
         if deepest is not None and self.layers > deepest:
             raise ValueError(f"--layers {self.layers}: the target {self.target!r} has {deepest} layers (a draft of its "
                              f"first layers takes at most {deepest})")
+        check_model_spec(self.target, "--target", hub=False)  # an empty name or a missing .gguf file: named
 
 
 def distill(recipe: DistillRecipe) -> dict:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from otspec.checks import MissingFile, file_problem
 from otspec.distributions import sample_categorical, to_host
 from otspec.engine.controllers import DraftLengthController
 from otspec.engine.heads import AcceptanceHead, binary_kl
@@ -198,11 +199,28 @@ def save_head(head: AcceptanceHead, path, meta: dict) -> Path:
     return path
 
 
+def check_head_file(path) -> None:
+    """Refuse (a ``ValueError`` naming ``--save-head``) a path where :func:`save_head` would overwrite a file that is
+    not an acceptance head (a source, a record), before anything is trained."""
+    path = Path(path)
+    if path.is_file():
+        try:
+            meta = json.loads(path.read_text())
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            meta = None
+        if not (isinstance(meta, dict) and {"theta", "bias"} <= set(meta)):
+            raise ValueError(f"--save-head {path}: that file is not an acceptance head; it would be overwritten "
+                             "(give a new name)")
+
+
 def load_head(path) -> tuple[AcceptanceHead, dict]:
     """(head, metadata) from :func:`save_head`'s JSON."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no acceptance head at {path} (train one: python -m llm_bridge.adaptive)")
+    problem = file_problem(path)
+    if problem == "does not exist":
+        raise MissingFile(f"no acceptance head at {path} (train one: python -m llm_bridge.adaptive)")
+    if problem is not None:  # a folder or a pipe: named as what it is, not as missing
+        raise ValueError(f"--head {path} {problem}; expected an acceptance head saved by --save-head")
     try:
         meta = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):

@@ -134,6 +134,8 @@ def _simulate(args):
         log = load_logged_rows(args.logged)
     else:
         draft, target = pair_from_args(args)
+        check_lengths(args.L)  # every length of the list within the horizon before the first runs
+        target.check_length(max(args.L) + 1, f"draft_length {max(args.L)}, then one token from the target")
 
     def row(args, L):
         verifier = CHAIN_VERIFIERS[args.verifier]()

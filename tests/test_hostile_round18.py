@@ -327,3 +327,48 @@ def test_round18_command_lines(tmp_path, capsys):
     refused(curve_main, ["--out", str(tmp_path / "c.json"), "--heads", "eagle,eagle"], capsys, "names a head twice")
     err = refused(gpu_main, ["--out-dir", str(tmp_path), "--smoke", "--budget", "1e308"], capsys, "--budget")
     assert len(err) < 300
+
+
+def test_round18b_late_checks_and_damaged_records(tmp_path, capsys):
+    """Damaged records were drawn (0 tokens/s, top_p 0, duplicate or text prompt ids, a prompt count that disagrees
+    with its ids, device 'banana', an empty model name, a tail mode 'banana'); adaptive --save-head would overwrite
+    a record; distill --target '' said "model: an empty name"; OTM's tuple limit came after the progress bar; a
+    --L list ran its first length before the horizon refused a later one; a .json sweep spec was parsed as TOML."""
+    from llm_bridge.adaptive import main as adaptive_main
+    from llm_bridge.distill import main as distill_main
+    from otspec.cli import main
+    from otspec.plot import main as plot_main
+    from otspec.sources import MarkovSource, save_source
+
+    record = json.loads((Path(__file__).resolve().parent.parent / "figures" / "llm_default.json").read_text())
+    for change, needle in ((lambda r: r["baseline"].__setitem__("tokens_per_s", 0), "tokens_per_s should be > 0"),
+                           (lambda r: r["settings"].__setitem__("top_p", 0), "top_p"),
+                           (lambda r: r["settings"]["prompt_ids"].__setitem__(0, "0"), "prompt_ids"),
+                           (lambda r: r["settings"]["prompt_ids"].__setitem__(1, 0), "distinct"),
+                           (lambda r: r["settings"].__setitem__("prompts", 31), "settings.prompts = 31"),
+                           (lambda r: r["model_pair"].__setitem__("device", "banana"), "model_pair.device"),
+                           (lambda r: r["model_pair"].__setitem__("target", " "), "model_pair.target"),
+                           (lambda r: r["logged_rows"].__setitem__("tail", "banana"), "logged_rows.tail"),
+                           (lambda r: r["timing"].__setitem__("cpus", 0), "timing.cpus")):
+        damaged = json.loads(json.dumps(record))
+        change(damaged)
+        (tmp_path / "r.json").write_text(json.dumps(damaged))
+        refused(plot_main, ["record", str(tmp_path / "r.json"), "--out-dir", str(tmp_path / "o")], capsys, needle)
+    (tmp_path / "keep.json").write_text(json.dumps(record))
+    refused(adaptive_main, ["--out-dir", str(tmp_path), "--save-head", str(tmp_path / "keep.json")], capsys,
+            "not an acceptance head")
+    refused(distill_main, ["--out", str(tmp_path / "d"), "--target", ""], capsys, "--target: an empty name")
+    refused(main, ["simulate", *ROWS, "--tree", "256x255", "--verifier", "otm", "--blocks", "100"], capsys,
+            "OTMVerify on the tree 256x255", "max_tuples")
+    save_source(MarkovSource([0.5, 0.5], [[[0.6, 0.4], [0.3, 0.7]]] * 7), tmp_path / "h8.json")
+    err = refused(main, ["simulate", "--draft-source", str(tmp_path / "h8.json"), "--target-source",
+                         str(tmp_path / "h8.json"), "--L", "1,8", "--blocks", "100"], capsys, "--L 1,8 needs")
+    assert "monte carlo" not in err
+    spec = {"name": "j", "quantities": ["exact"], "L": [2], "verifiers": [{"name": "token"}],
+            "pairs": [{"kind": "iid", "draft": [0.3, 0.7], "target": [0.6, 0.4]}]}
+    (tmp_path / "s.json").write_text(json.dumps(spec))
+    assert main(["sweep", str(tmp_path / "s.json"), "--workers", "1", "--out", str(tmp_path / "sw"), "--json"]) == 0
+    capsys.readouterr()
+    (tmp_path / "s.txt").write_text(json.dumps(spec))
+    refused(main, ["sweep", str(tmp_path / "s.txt"), "--workers", "1", "--out", str(tmp_path / "sw2")], capsys,
+            "cannot parse it as TOML (read by its suffix")

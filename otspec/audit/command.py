@@ -4,6 +4,7 @@ loaded, raises, exits, breaks the protocol or hangs)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -31,7 +32,10 @@ def audit_in_process(args) -> dict:
     streams = sys.stdout, sys.stderr  # a sampler that replaces them (None, a StringIO) would swallow the verdict
     saved = _saved_descriptors()  # and one that points descriptor 1 or 2 elsewhere (os.dup2 onto /dev/null) too
     try:
-        with no_hard_exit():  # a sampler's os._exit is its error, not the command's exit status
+        if 1 in saved and 2 in saved:  # the sampler's prints go to stderr, as in the child process: stdout holds
+            sys.stdout.flush()  # the report alone (with --json, one JSON document)
+            os.dup2(2, 1)
+        with no_hard_exit(), contextlib.redirect_stdout(sys.stderr):  # a sampler's os._exit is its error
             return _audit(args)
     finally:
         HARD_EXIT["allowed"] = False  # main() called in a user's own process leaves it as it found it

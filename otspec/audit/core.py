@@ -38,7 +38,7 @@ from .pit import (
 from .protocol import DEFAULT_TIMEOUT_S, call_sampler, check_timeout, load_sampler
 from .rows import MAX_AUDIT_DRAFT_LENGTH, RowPool, logged_pool, synthetic_pool
 
-__all__ = ["AuditReport", "CALL_BATCH", "DEFAULT_SAMPLES", "MAX_AUDIT_ENTRIES", "audit"]
+__all__ = ["notice_if_long", "AuditReport", "CALL_BATCH", "DEFAULT_SAMPLES", "MAX_AUDIT_ENTRIES", "audit"]
 
 #: Smallest significance level: below it the tests' critical values overflow (the chi-square quantile at 1 − α is
 #: infinite under about 1e-16), so nothing could ever be detected.
@@ -112,13 +112,13 @@ def _draw(rows: np.ndarray, rng) -> np.ndarray:
     return np.minimum((cum <= u).sum(axis=-1), rows.shape[-1] - 1)
 
 
-def _notice_if_long(label: str, n: int, done: int, seconds: float) -> None:
+def notice_if_long(label: str, n: int, done: int, seconds: float, unit: str = "samples") -> None:
     """One line on stderr when the first calls say the audit will take long (its progress bar shows only on a
     terminal; a script or ``--json`` run would otherwise wait minutes without a word)."""
     eta = seconds / done * (n - done)
     if eta > NOTICE_AFTER_S:
-        print(f"otspec audit {label}: {n:,} samples, about {eta / 60:.1f} more minutes at the first call's rate "
-              f"({done / max(seconds, 1e-9):,.0f} samples/s)", file=sys.stderr, flush=True)
+        print(f"otspec audit {label}: {n:,} {unit}, about {eta / 60:.1f} more minutes at the first call's rate "
+              f"({done / max(seconds, 1e-9):,.1f} {unit}/s)", file=sys.stderr, flush=True)
 
 
 def _failed_tests(tests: dict, acceptance: dict, level: float) -> list:
@@ -267,7 +267,7 @@ def audit(sampler, *, samples: int = DEFAULT_SAMPLES, rows=None, draft_length: i
             bar.update(b)
             if not small and not timed and done < n:  # the first full-size call gives the rate
                 timed = True
-                _notice_if_long(label, n, done, time.perf_counter() - t0)
+                notice_if_long(label, n, done, time.perf_counter() - t0)
     seconds = time.perf_counter() - t0
     first, pooled = np.concatenate(first_u), np.concatenate(all_u)
     tests = {"first_token": binned_test(first), "all_positions": binned_test(pooled)}

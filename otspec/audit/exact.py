@@ -16,12 +16,13 @@ compared with its exact value Σ_x π(x) E[τ | x], and the measured conditional
 from __future__ import annotations
 
 import itertools
+import time
 
 import numpy as np
 
 from ..checks import check_size
 from ..verifiers import CHAIN_VERIFIERS
-from .core import check_alpha, verdict
+from .core import check_alpha, notice_if_long, verdict
 from .protocol import DEFAULT_TIMEOUT_S, call_sampler, check_timeout, load_sampler
 from .rows import synthetic_pool
 
@@ -83,6 +84,7 @@ def exact_audit(sampler, *, vocab: int = 3, draft_length: int = 2, pairs: int = 
     cells = V ** (L + 1)
     worst = {"max_deviation": 0.0, "tv": 0.0, "max_abs_z": 0.0, "conditional_max_deviation": 0.0}
     z_all, acc_obs, acc_exact, acc_var = [], 0.0, 0.0, 0.0
+    blocks, t0 = P * V**L, time.perf_counter()  # a notice on stderr when the first block says it will take long
     for k in range(P):
         p, q = pool.draft[k], pool.target[k]
         target = _target_law(q)
@@ -103,6 +105,10 @@ def exact_audit(sampler, *, vocab: int = 3, draft_length: int = 2, pairs: int = 
                         row = np.eye(V)[prefix[i]] if i < len(prefix) else q[i]
                         law = np.outer(law, row).ravel()
                     contrib[t * V + yy] = law
+            if k == 0 and t0 is not None:
+                notice_if_long(str(sampler if isinstance(sampler, str) else getattr(sampler, "__name__", "sampler")),
+                               blocks, 1, time.perf_counter() - t0, "blocks")
+                t0 = None
             f = freq.ravel()
             out += pi * (f @ contrib)
             g = (f * M + 0.5) / (M + 0.5 * f.size)  # unseen outcomes keep some variance (a continuity floor)

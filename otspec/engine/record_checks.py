@@ -15,10 +15,12 @@ verdict a boolean.
 from __future__ import annotations
 
 import math
+import re
 
 from ..checks import MAX_DRAFT_LENGTH
+from ..sources import TAIL_MODES
 
-__all__ = ["AT_LEAST_ONE", "CHOICES", "SHARES", "SIGNED", "check_record_numbers"]
+__all__ = ["AT_LEAST_ONE", "CHOICES", "POSITIVE", "SHARES", "SIGNED", "check_record_numbers"]
 
 #: Keys whose numbers may be negative: a prediction's relative error, and Lemma 3.1's verification time
 #: (t_target − t_draft per target call: negative for a draft that costs more than its target, as layers:30 does).
@@ -35,7 +37,11 @@ _COUNTS = ("prompts", "rounds", "unit")
 #: Keys that count things a run had at least one of (tokens asked for, sequences per batch, threads, tokens made,
 #: target calls, training sizes): integers >= 1 wherever they stand. A record of "0 new tokens" was drawn as given.
 SIZES = frozenset({"max_new_tokens", "batch_size", "threads", "generated", "iterations", "prediction_prompts",
-                   "train_prompts", "train_tokens", "train_draft_length", "max_length"})
+                   "train_prompts", "train_tokens", "train_draft_length", "max_length", "prediction_paths",
+                   "target_calls", "cpus", "vocab_size"})
+#: Keys whose numbers are rates or times of a run that happened: > 0 (0 tokens/s was drawn as given), and top-p.
+POSITIVE = frozenset({"tokens_per_s", "plain_tokens_per_s", "ms_per_token", "ms_per_step", "top_p"})
+_DEVICE = re.compile(r"(cpu|mps|(cuda|xpu)(:\d+)?)")
 _PREDICTION_COUNTS = ("paths", "units", "sequences_per_path", "paths_per_prompt")
 #: Text settings a record names from a fixed list (a KV cache kind, a torch dtype), wherever they stand.
 CHOICES = {"cache": ("auto", "dynamic", "static", "compiled"), "dtype": ("float32", "float64", "bfloat16", "float16")}
@@ -64,12 +70,22 @@ def _kind_of(key: str, item, at: str, where: str, error) -> None:
                                                     and 1 <= x <= MAX_DRAFT_LENGTH for x in item)):
         raise error(f"{where}: {at} should be a non-empty list of draft lengths in [1, {MAX_DRAFT_LENGTH}], got "
                     f"{str(item)[:40]}")
+    if key in POSITIVE and isinstance(item, int | float) and not isinstance(item, bool) and not item > 0:
+        raise error(f"{where}: {at} should be > 0, got {item}")
+    if key.endswith("prompt_ids") and item is not None and not (
+            isinstance(item, list) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in item)
+            and len(set(item)) == len(item)):
+        raise error(f"{where}: {at} should be a list of distinct prompt numbers >= 0, got {str(item)[:40]}")
+    if key == "device" and isinstance(item, str) and not _DEVICE.fullmatch(item):
+        raise error(f"{where}: {at} should be a device (cpu, cuda, cuda:N, mps), got {item[:40]!r}")
+    if key == "tail" and at.endswith("logged_rows.tail") and item not in TAIL_MODES:
+        raise error(f"{where}: {at} should be one of {TAIL_MODES}, got {str(item)[:40]!r}")
     if key in CHOICES and isinstance(item, str) and item not in CHOICES[key]:
         raise error(f"{where}: {at} should be one of {CHOICES[key]}, got {item[:40]!r}")
     if key == "unit" and at.endswith("block_efficiency.unit") and item != "prompt":  # its interval's unit
         raise error(f"{where}: {at} should be 'prompt' (the interval's unit), got {str(item)[:40]!r}")
-    if key in ("draft", "target", "name") and isinstance(item, str) and not item.isprintable():  # a newline
-        raise error(f"{where}: {at} should be a printable name, got {item[:40]!r}")  # would break the summary
+    if key in ("draft", "target", "name") and isinstance(item, str) and not (item.strip() and item.isprintable()):
+        raise error(f"{where}: {at} should be a printable name, got {item[:40]!r}")  # a newline broke the summary
     if key == "lossless" and item is not None and not isinstance(item, bool | dict):  # (a record's section is one)
         raise error(f"{where}: {at} should be true, false or null, got {item!r}")
 
@@ -103,6 +119,12 @@ def check_record_numbers(obj: dict, where: str, error) -> None:
     """Refuse (``error``, a ``ValueError`` subclass, naming the field) a record's JSON object that breaks the module
     docstring's rules."""
     _walk(obj, (), where, error)
+    settings = obj.get("settings")
+    for count, ids in (("prompts", "prompt_ids"), ("prediction_prompts", "prediction_prompt_ids")):
+        if isinstance(settings, dict) and isinstance(settings.get(ids), list) and isinstance(settings.get(count), int) \
+                and settings[count] != len(settings[ids]):
+            raise error(f"{where}: settings.{count} = {settings[count]} but settings.{ids} lists "
+                        f"{len(settings[ids])}")
     if not any(isinstance(obj.get(key), list) and obj[key] for key in _RUN_LISTS):
         raise error(f"{where}: the record holds no run (its runs, tree_runs or policies are all empty or missing)")
     for key in _RUN_LISTS:

@@ -36,7 +36,7 @@ from ..errors import SizeLimitError
 from ..pairs import check_pair
 from ..progress import tqdm
 from ..solvers.tree_ot import TreeOptimum, coupling_optimum, tree_optimum
-from ..sources import Source, check_enumeration, extend_prefixes
+from ..sources import IIDSource, Source, check_enumeration, extend_prefixes
 from .arguments import as_sources, as_tree, rng_of
 from .chunking import DEFAULT_BACKEND, Backend, check_backend, chunk_size
 from .confidence import grow_on_source
@@ -60,7 +60,21 @@ def _check(draft: Source, target: Source, verifier, tree: DraftTree, rule: str, 
     check_pair(draft, target, depth_aware=depth_aware)
     tree = tree_for_vocab(as_tree(tree), target.vocab_size)
     check_tree_verifier(verifier, tree)
+    _check_plan_size(verifier, tree, draft, target)
     return draft, target, tree
+
+
+def _check_plan_size(verifier, tree, draft, target) -> None:
+    """A verifier whose plan enumerates candidate tuples (OTM: support**k of them) on an i.i.d. pair, where the
+    rows' joint support is the same at every node: refused before the run, not at its first node."""
+    limit = getattr(verifier, "max_tuples", None)
+    if limit is None or tree.deterministic or not isinstance(draft, IIDSource) or not isinstance(target, IIDSource):
+        return
+    support, k = int(((draft.probs > 0) | (target.probs > 0)).sum()), max(tree.branching)
+    if capped_power(support, k) > limit:
+        raise SizeLimitError(f"{type(verifier).__name__} on the tree {tree}: its plan at a node of k = {k} candidates "
+                             f"enumerates support**k = {support}**{k} tuples (the rows' joint support), above its "
+                             f"max_tuples = {limit:,}; a narrower tree", size=capped_power(support, k), limit=limit)
 
 
 @dataclass(frozen=True)

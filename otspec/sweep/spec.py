@@ -74,6 +74,7 @@ from ..checks import (
     check_real,
     check_size,
     file_problem,
+    unique_keys,
 )
 from ..distributions import resolve_device
 from ..drafts import parse_tree
@@ -155,6 +156,8 @@ def _read(path: Path) -> dict:
 
             _check_yaml_size(yaml, text, path)
             data = yaml.load(text, Loader=_strict_loader(yaml))
+        elif path.suffix.lower() == ".json":
+            data = json.loads(text, object_pairs_hook=unique_keys, parse_constant=_no_constant)
         else:
             data = tomllib.loads(text)
     except Exception as err:  # the parsers' own messages name the line; their first line is the message
@@ -162,10 +165,16 @@ def _read(path: Path) -> dict:
         mark = getattr(err, "problem_mark", None)  # YAML says where on a later line
         if mark is not None:
             first += f" (line {mark.line + 1}, column {mark.column + 1})"
-        raise ValueError(f"sweep spec {path}: cannot parse it: {first}") from None
+        kind = {".yaml": "YAML", ".yml": "YAML", ".json": "JSON"}.get(path.suffix.lower(), "TOML")
+        raise ValueError(f"sweep spec {path}: cannot parse it as {kind} (read by its suffix: .yaml/.yml as YAML, .json "
+                         f"as JSON, any other as TOML): {first}") from None
     if not isinstance(data, dict):
         raise ValueError(f"sweep spec {path}: expected a table of keys at the top level")
     return data
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number a spec may hold")
 
 
 def _strict_loader(yaml):

@@ -9,6 +9,8 @@ not drafted yet, renormalised (Algorithm 2). The acceptance probability is
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..distributions import namespace, residual
 from ..drafts.laws import one_hot
 from ..theory.multidraft import multiround_acceptance
@@ -25,14 +27,26 @@ def multiround_plan(candidates, draft_probs, target_probs, *, without_replacemen
     t, d = target_probs, p
     drafted = xp.zeros_like(p)
     a = []
-    for i in range(candidates.shape[1]):
+    k = candidates.shape[1]
+    for i in range(k):
         c = candidates[:, i: i + 1]
         valid = c[:, 0] >= 0
         d_x = gather_candidates(d, c)[:, 0]
         t_x = gather_candidates(t, c)[:, 0]
         ok = valid & (d_x > 0)
         a.append(xp.where(ok, xp.minimum(t_x / xp.where(ok, d_x, xp.ones_like(d_x)), 1.0), xp.zeros_like(d_x)))
-        t = xp.where(valid[:, None], residual(t, d), t)
+        moved = residual(t, d)
+        if not without_replacement and i + 1 < k and isinstance(p, np.ndarray) and np.array_equal(moved, t):
+            # the residual reached its fixed point (t = Norm[(t - p)_+]: a point mass, or nothing left to move): every
+            # later round has the same t and d, so their acceptances come in one gather (a merged node's thousands
+            # of rounds were each a pass over the rows). Numpy only: the test would read back from a device.
+            rest = candidates[:, i + 1:]
+            valid = rest >= 0
+            d_x, t_x = gather_candidates(d, rest), gather_candidates(t, rest)
+            ok = valid & (d_x > 0)
+            a.extend(np.moveaxis(np.where(ok, np.minimum(t_x / np.where(ok, d_x, 1.0), 1.0), 0.0), 1, 0))
+            return stack_columns(a, p), t
+        t = xp.where(valid[:, None], moved, t)
         if without_replacement:
             drafted = xp.clip(drafted + one_hot(c[:, 0], p.shape[1], p), max=1.0)
             left = p * (1.0 - drafted)  # recomputed from p each round: no accumulated rounding
