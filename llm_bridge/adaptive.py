@@ -170,6 +170,9 @@ class FrontierPlan(Changeable):
         object.__setattr__(self, "thresholds", tuple(float(check_real(h, "--thresholds", low=0.0, high=1.0))
                                                      for h in self.thresholds))
         object.__setattr__(self, "fixed", tuple(check_size(K, "--fixed") for K in self.fixed))
+        for flag, values in (("--thresholds", self.thresholds), ("--fixed", self.fixed)):
+            if len(set(values)) < len(values):  # each policy is run once
+                raise ValueError(f"{flag} {','.join(map(str, values))}: a value given twice")
         if not self.thresholds or not self.fixed:  # the frontier sets the rule's thresholds against fixed lengths
             raise ValueError(f"--{'thresholds' if not self.thresholds else 'fixed'}: empty; the frontier compares the "
                              "rule's thresholds with fixed draft lengths: give at least one of each")

@@ -372,3 +372,11 @@ def test_round18b_late_checks_and_damaged_records(tmp_path, capsys):
     (tmp_path / "s.txt").write_text(json.dumps(spec))
     refused(main, ["sweep", str(tmp_path / "s.txt"), "--workers", "1", "--out", str(tmp_path / "sw2")], capsys,
             "cannot parse it as TOML (read by its suffix")
+
+
+def test_adaptive_refuses_a_policy_given_twice(tmp_path, capsys):
+    """adaptive --thresholds 0.5,0.5 and --fixed 2,2 reached the model fetch (each policy is run once)."""
+    from llm_bridge.adaptive import main
+
+    for flag, value in (("--thresholds", "0.5,0.5"), ("--fixed", "2,2")):
+        refused(main, ["--out-dir", str(tmp_path), flag, value], capsys, f"{flag} {value}: a value given twice")

@@ -145,6 +145,8 @@ def test_a_hand_made_cell_is_checked_as_load_spec_checks_a_spec(tmp_path):
             run_cell(cell, 1, quantities)
     with pytest.raises(ValueError, match="sweep spec: expected a path"):
         load_spec(3)
+    with pytest.raises(ValueError, match=r"unknown keys \['extra'\] for kind 'iid'"):
+        run_cell({**cell, "pair": {**cell["pair"], "extra": 1}}, 1, ["exact"])
     spec = tmp_path / "s.toml"
     spec.write_text('name = "s"\nquantities = ["exact"]\ntemperature = [0.0, 1.0]\n[[pairs]]\nkind = "json"\n'
                     'draft = "nowhere.json"\ntarget = "nowhere.json"\n[[verifiers]]\nname = "token"\n')

@@ -64,7 +64,7 @@ from ..sources import (
 )
 from ..theory.iid import iid_block_values
 from ..verifiers import MULTI_DRAFT_REGISTRY, REGISTRY, ClosedForm
-from .spec import QUANTITIES, SWEEP_VERIFIERS, cell_id, cell_seed, describe_pair, tree_of
+from .spec import PAIR_KEYS, QUANTITIES, SWEEP_VERIFIERS, cell_id, cell_seed, describe_pair, tree_of
 from .work import over_limit
 
 __all__ = ["build_pair", "run_cell", "run_cells", "temper"]
@@ -103,6 +103,7 @@ def build_pair(pair: dict, base: Path = Path("."), temperature: float = 1.0):
         raise ValueError(f"pair {pair!r}: kind {kind!r} has no sources to build (expected one of {sorted(_BUILT)}; a "
                          "logged pair's rows are read by run_cell)")
     _require(pair, "pair", _BUILT[kind])
+    _no_unknown_keys(pair)
     if kind == "random_iid":
         d, t = random_iid(pair["vocab"], pair["concentration"], seed=pair["pair_seed"], sparsity=pair["sparsity"])
     elif kind == "random_markov":
@@ -171,8 +172,17 @@ def check_cell(cell, quantities) -> None:
     pair = _require(cell["pair"], "cell's pair", ("kind",))
     if pair["kind"] == "logged":
         _require(pair, "cell's pair", ("file", "tail"))
+        _no_unknown_keys(pair)
     elif pair["kind"] not in _BUILT:
         raise ValueError(f"cell's pair {pair!r}: kind {pair['kind']!r}: expected one of {sorted({*_BUILT, 'logged'})}")
+
+
+def _no_unknown_keys(pair: dict) -> None:
+    """A key :data:`~otspec.sweep.spec.PAIR_KEYS` does not list for the pair's kind is refused, as load_spec does."""
+    unknown = sorted(set(pair) - {"kind", *PAIR_KEYS[pair["kind"]]})
+    if unknown:
+        raise ValueError(f"pair {pair!r:.80}: unknown keys {unknown} for kind {pair['kind']!r}; expected among "
+                         f"{sorted(PAIR_KEYS[pair['kind']])}")
 
 
 def check_pair(pair: dict, base: Path = Path(".")) -> None:

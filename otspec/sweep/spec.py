@@ -81,13 +81,14 @@ from ..drafts import parse_tree
 from ..sources import MAX_RANDOM_ENTRIES, TAIL_MODES, IIDSource
 from ..verifiers import MULTI_DRAFT_REGISTRY, WHOLE_TREE_REGISTRY, VerifierView
 
-__all__ = ["PAIR_KINDS", "QUANTITIES", "SWEEP_VERIFIERS", "SweepSpec", "cell_id", "cell_seed", "load_spec", "shared_key",
+__all__ = ["PAIR_KEYS", "PAIR_KINDS", "QUANTITIES", "SWEEP_VERIFIERS", "SweepSpec", "cell_id", "cell_seed", "load_spec", "shared_key",
            "tree_of"]
 
 PAIR_KINDS = ("random_iid", "random_markov", "iid", "json", "logged")
 #: What a cell can compute; see :mod:`otspec.sweep.cells`.
 QUANTITIES = ("exact", "optimum", "monte_carlo", "decode", "adaptive")
-_PAIR_KEYS = {"random_iid": {"vocab", "concentration", "sparsity", "pair_seed"},
+#: The keys a pair entry of each kind may hold besides its kind (load_spec refuses others; so do the cells).
+PAIR_KEYS = {"random_iid": {"vocab", "concentration", "sparsity", "pair_seed"},
               "random_markov": {"vocab", "concentration", "sparsity", "pair_seed", "horizon"},
               "iid": {"draft", "target", "label"}, "json": {"draft", "target", "label"},
               "logged": {"file", "tail", "span", "label"}}
@@ -270,10 +271,10 @@ def _pairs(raw, seed: int) -> list[dict]:
             raise _error(where, f"kind: expected one of {PAIR_KINDS}")
         kind = entry["kind"]
         rest = {k: v for k, v in entry.items() if k != "kind"}
-        unknown = set(rest) - _PAIR_KEYS[kind]
+        unknown = set(rest) - PAIR_KEYS[kind]
         if unknown:
             raise _error(where, f"unknown keys {sorted(unknown)} for kind {kind!r}; expected among "
-                                f"{sorted(_PAIR_KEYS[kind])}")
+                                f"{sorted(PAIR_KEYS[kind])}")
         if kind == "logged":
             if "file" not in rest:
                 raise _error(where, "kind 'logged' needs file (a logged-rows .npz)")
