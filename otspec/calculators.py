@@ -32,6 +32,7 @@ from .clitools import (
 from .distributions import total_variation
 from .drafts import tree_for_vocab
 from .errors import HorizonError, SizeLimitError
+from .pairs import check_pair
 from .sources import IIDSource, Source
 from .verifiers import CHAIN_VERIFIERS, REGISTRY, TREE_VERIFIERS, ClosedForm
 
@@ -140,6 +141,7 @@ def _block_one(args, L) -> dict:
 
     L = check_size(L, "--L", limit=MAX_DRAFT_LENGTH, limit_name="MAX_DRAFT_LENGTH")
     draft, target = pair_from_args(args)
+    check_pair(draft, target, L)  # the block of L drafts: every column needs it (Gumbel's one more is optional)
     V = target.vocab_size
     first = total_variation(draft.next_probs([[]])[0], target.next_probs([[]])[0])
     values: dict = {}

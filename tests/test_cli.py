@@ -108,7 +108,7 @@ def test_source_random_writes_files_the_calculator_reads(tmp_path):
     assert rc == 0, err
     rc, _, err = run("calc", "block", "--draft-source", str(tmp_path / "d.json"),
                      "--target-source", str(tmp_path / "t.json"), "--L", "7")
-    assert rc == 2 and "at most 6 tokens" in err
+    assert rc == 2 and "--L 7 needs sequences of 7 tokens, past the horizon 6" in err
 
 
 def test_simulate_and_decode_json(capsys):

@@ -142,9 +142,9 @@ def test_temperature_zero_on_the_measured_prompts_is_circular_and_not_counted():
                     settings={"temperature": 0.0})
     sampled = record("llm_sampled.json", [run("token", 1)])
     independent = record("llm_greedy_split.json", [run("token", 1, mean=1.3, pred=1.25)],
-                         settings={"temperature": 0.0, "prompt_ids": [0, 1, 2], "prediction_prompt_ids": [3, 4]})
+                         settings={"temperature": 0.0, "prompt_ids": list(range(32)), "prediction_prompt_ids": [32, 33]})
     overlapping = record("llm_greedy_overlap.json", [run("token", 3)],
-                         settings={"temperature": 0.0, "prompt_ids": [0, 1, 2], "prediction_prompt_ids": [2, 3]})
+                         settings={"temperature": 0.0, "prompt_ids": list(range(32)), "prediction_prompt_ids": [31, 32]})
     rows = prediction_check([greedy, sampled, independent, overlapping])
     assert [r.be_circular for r in rows] == [True, True, False, False, True]
     assert [r.prediction_prompts for r in rows] == ["same", "same", "same", "disjoint", "same"]

@@ -82,7 +82,7 @@ def _kind_of(key: str, item, at: str, where: str, error) -> None:
         raise error(f"{where}: {at} should be one of {TAIL_MODES}, got {str(item)[:40]!r}")
     if key in CHOICES and isinstance(item, str) and item not in CHOICES[key]:
         raise error(f"{where}: {at} should be one of {CHOICES[key]}, got {item[:40]!r}")
-    if key == "unit" and at.endswith("block_efficiency.unit") and item != "prompt":  # its interval's unit
+    if key == "unit" and at.endswith("block_efficiency.unit") and item not in (None, "prompt"):  # its interval's
         raise error(f"{where}: {at} should be 'prompt' (the interval's unit), got {str(item)[:40]!r}")
     if key in ("draft", "target", "name") and isinstance(item, str) and not (item.strip() and item.isprintable()):
         raise error(f"{where}: {at} should be a printable name, got {item[:40]!r}")  # a newline broke the summary
