@@ -53,6 +53,15 @@ def interrupts_its_parent(*args):
     raise AssertionError("the parent should have ended this process")
 
 
+def _as_from_a_terminal():
+    """The command starts as from a shell: SIGINT handled and not blocked (a test runner's worker may ignore or block
+    it, and a child inherits both; the command then never saw the sampler's SIGINT)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="fork")
 def test_an_audit_survives_a_sampler_that_forks_redirects_or_signals_its_parent():
     """In process, a pool worker's os._exit was refused (the worker ran on as a copy of the audit: a hang and a false
@@ -67,7 +76,8 @@ def test_an_audit_survives_a_sampler_that_forks_redirects_or_signals_its_parent(
 
     def audit(sampler, *flags):
         return subprocess.run([sys.executable, "-m", "otspec", "audit", f"tests.test_hostile_round15:{sampler}",
-                               "--samples", "300", *flags], cwd=root, capture_output=True, text=True, timeout=120)
+                               "--samples", "300", *flags], cwd=root, capture_output=True, text=True, timeout=120,
+                              preexec_fn=_as_from_a_terminal)
 
     pooled = audit("forks_a_pool", "--in-process")
     assert pooled.returncode == 0 and "verdict" in pooled.stdout and "error" not in pooled.stderr, pooled.stderr
