@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -246,6 +247,8 @@ class HeadRecipe:
         check_flag(self.progress, "progress")
         resolve_device(self.device)
         if self.out is not None:  # /proc, a file in the way: refused here, before any model loads
+            if isinstance(self.out, bytes) or not isinstance(self.out, str | os.PathLike):
+                raise ValueError(f"--out: expected a folder path, got {type(self.out).__name__}")
             check_folder_path(self.out, "--out")
         for name in ("steps", "batch", "unroll", "samples", "length", "medusa_heads", "log_every", "heldout_sequences",
                      "head_layers", "checkpoint_every"):

@@ -119,7 +119,7 @@ def check_token_ids(tokens: np.ndarray, vocab_size: int) -> None:
 def check_unit_interval(values, name: str) -> np.ndarray:
     """``values`` (a number or an array of them) as floats, if each is a real in [0, 1] (a rounding of 1e-9 above 1
     is let by); text, booleans and NaN are refused."""
-    arr = np.asarray(values)
+    arr = np.asarray(tensors_as_arrays(values))  # a tensor that requires grad has no plain numpy view
     if arr.dtype.kind not in "fiu":
         raise ValueError(f"{name}: expected real numbers in [0, 1], got {values!r:.80} (dtype {arr.dtype})")
     arr = arr.astype(np.float64, copy=False)
@@ -156,6 +156,8 @@ def read_numbers(values, name: str, expected: str = "real numbers") -> tuple:
     numbers under them). Lists are read entry by entry (``[1.0, False]`` is refused); ``raw`` keeps its dtype."""
     if isinstance(values, np.ma.MaskedArray):
         raise ValueError(f"{name}: a masked array; pass a plain array (masked entries as 0 if that is meant)")
+    if isinstance(values, bytearray | memoryview):  # a bytearray was read as a row of its byte values
+        raise ValueError(f"{name}: expected {expected}, got {type(values).__name__}")
     values = tensors_as_arrays(values)
     try:
         raw = np.asarray(values)
@@ -224,7 +226,7 @@ def check_size(value, name: str, *, minimum: int = 1, limit: int | None = None, 
     ...
     ValueError: L: expected an integer >= 1, got 2.7 (float)
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    if isinstance(value, bool | np.timedelta64 | np.datetime64) or not isinstance(value, numbers.Integral):
         raise ValueError(f"{name}: expected {what} >= {minimum}, got {value!r} ({type(value).__name__})")
     value = int(value)
     if value < minimum:
@@ -251,7 +253,7 @@ def check_seed(seed, name: str = "seed"):
 
     if seed is None or isinstance(seed, np.random.Generator):
         return seed
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+    if isinstance(seed, bool | np.timedelta64) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise ValueError(f"{name}: expected None, a numpy Generator or an integer >= 0, got {seed!r} "
                          f"({type(seed).__name__})")
     return int(seed)
@@ -264,7 +266,7 @@ def check_real(value, name: str, *, low: float = -math.inf, high: float = math.i
     >>> check_real(0.5, "eps", low=0)
     0.5
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if isinstance(value, bool | np.timedelta64 | np.datetime64) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name}: expected a real number, got {value!r} ({type(value).__name__})")
     bounds = f"{'(' if low_open else '['}{low:g}, {high:g}]"
     try:
@@ -426,6 +428,8 @@ def tensors_as_arrays(items, depth: int = 3):
         out = [tensors_as_arrays(x, depth - 1) for x in items]
         return out if any(a is not b for a, b in zip(out, items, strict=True)) else items
     if type(items).__module__.split(".")[0] == "torch" and hasattr(items, "detach"):
+        if getattr(items, "is_meta", False):  # shapes without values
+            raise ValueError("a tensor on the 'meta' device holds no values")
         if str(items.dtype) != "torch.bool" and not items.dtype.is_complex:
             return items.detach().cpu().double().numpy()
     return items

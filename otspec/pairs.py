@@ -10,7 +10,6 @@ positive weight level by level without building more than
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -18,6 +17,7 @@ import numpy as np
 from .checks import MAX_HORIZON, check_size
 from .errors import HorizonError, SizeLimitError
 from .sources import EMPTY_PREFIX, MAX_ENUMERATION, IIDSource, MarkovSource, Source, extend_prefixes
+from .sources.base import check_source
 
 __all__ = ["MAX_WALK_ENTRIES", "check_horizon", "check_pair", "check_pair_horizon", "markov_chains",
            "walk_prefix_tree"]
@@ -49,10 +49,7 @@ def check_pair(draft: Source, target: Source, length: int | None = None, *, dept
         if not isinstance(source, Source):
             raise ValueError(f"{name}: expected a Source (otspec.IIDSource, otspec.MarkovSource, ...), got "
                              f"{type(source).__name__}; a probability row is otspec.IIDSource(row)")
-        V = getattr(source, "vocab_size", None)
-        if isinstance(V, bool) or not isinstance(V, numbers.Integral) or V < 1:  # a subclass that did not set it
-            raise ValueError(f"{name}: {type(source).__name__}.vocab_size is {V!r}; a Source sets vocab_size, an "
-                             "integer >= 1")
+        check_source(source, name)  # a subclass's vocab_size and horizon
         if source.depth_dependent and not depth_aware:  # its depth-0 rows at every position: a wrong number
             raise ValueError(f"{name}: {source!r} has rows that depend on the draft depth, which this computation "
                              "does not follow (it reads one row per prefix); decode it with otspec.generate, "

@@ -143,7 +143,7 @@ def test_a_hand_made_cell_is_checked_as_load_spec_checks_a_spec(tmp_path):
     for quantities in ("exact", ["zzz"], None, []):
         with pytest.raises(ValueError, match="quantities"):
             run_cell(cell, 1, quantities)
-    with pytest.raises(ValueError, match="sweep spec: expected a path"):
+    with pytest.raises(ValueError, match="sweep spec: is not a path"):
         load_spec(3)
     with pytest.raises(ValueError, match=r"unknown keys \['extra'\] for kind 'iid'"):
         run_cell({**cell, "pair": {**cell["pair"], "extra": 1}}, 1, ["exact"])
@@ -284,3 +284,74 @@ def test_an_in_process_audit_keeps_stdout_for_its_report(tmp_path, capsys, monke
     assert main(["audit", "chatty:chatty", "--in-process", "--json", "--samples", "300"]) == 0
     out = capsys.readouterr()
     assert json.loads(out.out)["verdict"] == "no bias detected" and "fake" in out.err
+
+
+def test_round19_api_spellings():
+    """np.timedelta64 was read as a number (numpy registers it as an integer) and a bytearray as a row of its byte
+    values; a user's source with a text or NaN horizon or a float vocabulary gave TypeErrors or was used; rows a
+    user's source returned as a list or tensor reached the engines as such; a lattice step of 5e-324 gave an
+    OverflowError; tensors that require grad or live on 'meta' gave torch's errors; call_sampler took list drafts
+    to an AttributeError; load_logged_rows(3), HeadRecipe(out=3) and a spec whose rows differ in length got
+    through to TypeErrors or a cell."""
+    import torch
+
+    import otspec.engine as E
+    from llm_bridge.train_head import HeadRecipe
+    from otspec.audit import call_sampler
+    from otspec.audit.adapters import token
+    from otspec.drafts import inclusion_iid
+    from otspec.sources import Source, bernoulli, load_logged_rows
+    from otspec.theory import (
+        iid_block_values,
+        pareto_front,
+        predicted_speedup,
+        tokens_per_iteration,
+    )
+    from otspec.verifiers import TokenVerify
+
+    for call in (lambda: bernoulli(np.timedelta64(1)), lambda: predicted_speedup(1.5, np.timedelta64(1), 2),
+                 lambda: E.simulate(P3, Q3, TokenVerify(), np.timedelta64(2), 50),
+                 lambda: E.evaluate(bytearray([1, 0, 0]), Q3, TokenVerify(), 2),
+                 lambda: iid_block_values(P3, Q3, 2, route="lattice", step=5e-324),
+                 lambda: tokens_per_iteration(torch.tensor(0.5, device="meta")),
+                 lambda: load_logged_rows(3), lambda: HeadRecipe(out=3), lambda: HeadRecipe(out=b"/tmp/x")):
+        with pytest.raises(ValueError):
+            call()
+    grad = torch.tensor(0.25, requires_grad=True)
+    assert pareto_front(P3, Q3, grad) == pareto_front(P3, Q3, 0.25)
+    assert inclusion_iid(grad, 2).tolist() == inclusion_iid(0.25, 2).tolist()
+
+    class Odd(Source):
+        vocab_size, horizon = 2, None
+
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+
+        def to_json(self):
+            return {}
+
+        def _rows(self, tokens, lengths):
+            rows = [[0.5, 0.5]] * tokens.shape[0]
+            return torch.tensor(rows, dtype=torch.float64) if getattr(self, "tensor", False) else rows
+
+    for kw, needle in (({"horizon": "9"}, "horizon is '9'"), ({"horizon": float("nan")}, "horizon is nan"),
+                       ({"vocab_size": 2.0}, "vocab_size is 2.0")):
+        with pytest.raises(ValueError, match=needle):
+            E.evaluate(Odd(**kw), [0.5, 0.5], TokenVerify(), 2)
+    for kw in ({}, {"tensor": True}):  # a list or a tensor of rows: read as float64 rows
+        assert E.simulate(Odd(**kw), [0.5, 0.5], TokenVerify(), 2, 200, progress=False).accepted.value == 2.0
+        assert E.evaluate(Odd(**kw), [0.5, 0.5], TokenVerify(), 2).expected_accepted == 2.0
+    tau, y = call_sampler(token, [[0, 1]], np.full((1, 2, 2), 0.5), np.full((1, 3, 2), 0.5), np.random.default_rng(0))
+    assert tau.shape == (1,) and y.shape == (1,)
+    with pytest.raises(ValueError, match="draft_probs, target_probs: expected shapes"):
+        call_sampler(token, [[0, 1]], np.full((1, 2, 2), 0.5), np.full((1, 2, 2), 0.5), np.random.default_rng(0))
+
+
+def test_a_spec_pair_of_two_vocabularies_is_refused_when_read(tmp_path):
+    from otspec.sweep import load_spec
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('name = "s"\nquantities = ["exact"]\nL = [2]\n[[pairs]]\nkind = "iid"\ndraft = [0.3, 0.7]\n'
+                    'target = [0.6, 0.3, 0.1]\n[[verifiers]]\nname = "token"\n')
+    with pytest.raises(ValueError, match="different vocabularies .2 and 3 tokens"):
+        load_spec(spec)

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..checks import check_real
+from ..checks import check_real, integer_array, real_array
 
 __all__ = ["DEFAULT_TIMEOUT_S", "MAX_TIMEOUT_S", "REAL_EXIT", "SamplerError", "SamplerTimeout", "call_sampler", "check_timeout",
            "load_sampler", "no_hard_exit"]
@@ -372,8 +372,16 @@ def _as_int_vector(value, name: str, B: int, low: int, high: int) -> np.ndarray:
 
 def call_sampler(sampler: Callable, draft_tokens: np.ndarray, draft_probs: np.ndarray, target_probs: np.ndarray,
                  rng, timeout: float | None = DEFAULT_TIMEOUT_S) -> tuple[np.ndarray, np.ndarray]:
-    """One protocol call, its output checked: (accepted (B,) in [0, L], next_token (B,) in [0, V))."""
+    """One protocol call, its output checked: (accepted (B,) in [0, L], next_token (B,) in [0, V)). The inputs are
+    what the audit hands a sampler: int (B, L) drafts and float (B, L, V) / (B, L + 1, V) rows (lists are read)."""
+    draft_tokens = integer_array(draft_tokens, "draft_tokens", "drafted token ids, shape (B, L)", ndim=2)
+    draft_probs, target_probs = (real_array(x, name) for x, name in ((draft_probs, "draft_probs"),
+                                                                      (target_probs, "target_probs")))
     B, L = draft_tokens.shape
+    if draft_probs.ndim != 3 or target_probs.shape != (B, L + 1, draft_probs.shape[-1]) or \
+            draft_probs.shape[:2] != (B, L):
+        raise ValueError(f"draft_probs, target_probs: expected shapes (B, L, V) and (B, L + 1, V) with (B, L) = "
+                         f"{(B, L)}, got {draft_probs.shape} and {target_probs.shape}")
     V = draft_probs.shape[-1]
     out = _run_with_timeout(sampler, (draft_tokens.copy(), draft_probs.copy(), target_probs.copy(), rng), timeout)
     if inspect.iscoroutine(out) or inspect.isgenerator(out):

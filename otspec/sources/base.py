@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -15,6 +16,7 @@ from ..checks import (
     check_token_ids,
     format_count,
     integer_array,
+    tensors_as_arrays,
 )
 from ..distributions import sample_categorical, validate_probs
 from ..errors import HorizonError, SizeLimitError
@@ -94,6 +96,13 @@ def check_source(source, name: str) -> Source:
     if not isinstance(source, Source):
         what = f"the class {source.__name__}" if isinstance(source, type) else type(source).__name__
         raise ValueError(f"{name}: expected a Source (otspec.IIDSource, otspec.MarkovSource, ...), got {what}")
+    V, H = getattr(source, "vocab_size", None), getattr(source, "horizon", None)  # a subclass sets them
+    if isinstance(V, bool) or not isinstance(V, numbers.Integral) or V < 1:
+        raise ValueError(f"{name}: {type(source).__name__}.vocab_size is {V!r}; a Source sets vocab_size, an integer "
+                         ">= 1")
+    if H is not None and (isinstance(H, bool) or not isinstance(H, numbers.Integral) or H < 1):
+        raise ValueError(f"{name}: {type(source).__name__}.horizon is {H!r}; a Source's horizon is None (unbounded) "
+                         "or an integer >= 1")
     return source
 
 
@@ -162,7 +171,9 @@ class Source(ABC):
         checked = validate_probs(rows, what)
         if tuple(checked.shape) != (*batch, self.vocab_size):
             raise ValueError(f"{what}: expected rows of shape {(*batch, self.vocab_size)}, got {tuple(checked.shape)}")
-        return rows
+        if isinstance(rows, np.ndarray) and rows.dtype == np.float64:
+            return rows
+        return np.asarray(tensors_as_arrays(checked), dtype=np.float64)  # lists, tensors, integers: the engines' kind
 
     def rows_at(self, tokens, lengths, depths=None, *, check: bool = True) -> np.ndarray:
         """Next-token laws at several prefix lengths of each sequence, in one call.

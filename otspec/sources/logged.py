@@ -343,8 +343,8 @@ MAX_MEMBER_ENTRIES = MAX_LOG_ENTRIES
 
 def load_logged_rows(path: str | os.PathLike) -> LoggedRows:
     """Read and check a logged-rows file (the module docstring gives the format)."""
+    check_data_file(path, "logged rows")  # first: a number or a bytes path is refused by name
     path = os.fspath(path)
-    check_data_file(path, "logged rows")
     try:  # whatever is wrong with an untrusted file (not a zip, a damaged member, one .npy array) is the same error
         check_npz_members(path, MAX_MEMBER_ENTRIES, "logged rows")
         data = np.load(path, allow_pickle=False)

@@ -59,7 +59,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -288,11 +287,15 @@ def _pairs(raw, seed: int) -> list[dict]:
         if kind in ("iid", "json"):
             if "draft" not in rest or "target" not in rest:
                 raise _error(where, f"kind {kind!r} needs draft and target")
+            sizes = {}
             for role in ("draft", "target") if kind == "iid" else ():  # refused here, not in a cell's note
                 try:
-                    IIDSource(rest[role])  # [true, false] is no row; a number p is Bernoulli(p)
+                    sizes[role] = IIDSource(rest[role]).vocab_size  # [true, false] is no row; p is Bernoulli(p)
                 except ValueError as err:
                     raise _error(f"{where}.{role}", str(err).removeprefix("probs: ")) from None
+            if len(set(sizes.values())) > 1:
+                raise _error(where, f"draft and target rows of different vocabularies ({sizes['draft']} and "
+                                    f"{sizes['target']} tokens)")
             out.append({"kind": kind, **rest})
             continue
         if "vocab" not in rest:
@@ -390,8 +393,9 @@ def cell_seed(sweep_seed: int, params: dict) -> np.random.SeedSequence:
 
 def load_spec(path) -> SweepSpec:
     """Read, validate and expand a sweep spec (TOML, or YAML for ``.yaml``/``.yml``)."""
-    if isinstance(path, bool) or not isinstance(path, str | os.PathLike):  # Path(3) is a TypeError
-        raise ValueError(f"sweep spec: expected a path (a str or os.PathLike), got {type(path).__name__}")
+    problem = file_problem(path)
+    if problem is not None and problem.startswith("is not a path"):  # Path(3) or a bytes __fspath__: a TypeError
+        raise ValueError(f"sweep spec: {problem}")
     path = Path(path)
     data = _read(path)
     unknown = set(data) - _TOP_KEYS

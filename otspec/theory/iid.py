@@ -213,10 +213,12 @@ def _lattice_terms(p, q, L: int, step, kind: str):
     down, up = min(WINDOW, L * max(-zlo, 0.0)), min(WINDOW, L * max(zhi, 0.0))
     extent = down + (up if kind == "optimum" else 0.0) + zhi - zlo  # widest window + step range
     h = float(step) if step is not None else (extent / LATTICE_POINTS if extent > 0 else 1.0)
-    need = int(min(extent, 4 * WINDOW) / h) + 8
+    ratio = min(extent, 4 * WINDOW) / h  # inf for a step of 5e-324: refused below, not an OverflowError in int()
+    need = int(ratio) + 8 if ratio < MAX_LATTICE_POINTS else MAX_LATTICE_POINTS + 1
     if need > MAX_LATTICE_POINTS:
-        raise SizeLimitError(f"step = {h:g} needs about {need:,} lattice points, above MAX_LATTICE_POINTS = "
-                             f"{MAX_LATTICE_POINTS:,}; use a larger step", size=need, limit=MAX_LATTICE_POINTS)
+        raise SizeLimitError(f"step = {h:g} needs {f'about {need:,}' if ratio < MAX_LATTICE_POINTS else 'more than'} "
+                             f"lattice points, above MAX_LATTICE_POINTS = {MAX_LATTICE_POINTS:,}; use a larger step",
+                             size=need, limit=MAX_LATTICE_POINTS)
     if L * need > MAX_LATTICE_WORK:
         raise SizeLimitError(f"the certified lattice bounds for L = {L} walk {L} steps of about {need:,} lattice points "
                              f"({L * need:,}), above MAX_LATTICE_WORK = {MAX_LATTICE_WORK:,}; use a shorter L or a "

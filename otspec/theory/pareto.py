@@ -107,9 +107,7 @@ def pareto_front(draft, target, rejection) -> float | np.ndarray:
     [0.25, 0.125, 0.0, 0.0]
     """
     p, q = row_pair(draft, target)
-    if np.asarray(rejection).dtype.kind not in "iuf":  # text ('0.1') or booleans read as numbers otherwise
-        raise ValueError(f"rejection: expected numbers in [0, 1], got {rejection!r}")
-    r = np.asarray(rejection, dtype=np.float64)
+    r = real_array(rejection, "rejection", finite=False)  # text ('0.1'), booleans, tensors that require grad
     if not np.all(np.isfinite(r)) or np.any((r < -FRACTION_ROUNDING) | (r > 1 + FRACTION_ROUNDING)):
         raise ValueError(f"rejection: expected values in [0, 1], got {rejection!r}")
     r = np.clip(r, 0.0, 1.0)
