@@ -297,12 +297,15 @@ def horizon_message(args, exc) -> str:
         return ""
     L = getattr(args, "L", None)
     lengths = L if isinstance(L, list) else [L]
-    asks = [(f"--tree {args.tree}", "its depth + 1") if getattr(args, "tree", None) else None,
-            (f"--tokens {args.tokens:,}", "") if getattr(args, "tokens", None) is not None else None,
-            (f"--T {args.T:,}", "") if getattr(args, "T", None) is not None else None,
-            (f"--L {','.join(map(str, lengths))}", f"L = {exc.length - 1}, + 1" if exc.length - 1 in lengths else "")
-            if L is not None else None]
-    ask = next((a for a in asks if a is not None), None)
+    tree = getattr(args, "tree", None)
+    depth = len(str(tree).split("x")) if tree and str(tree).replace("x", "").isdigit() else None
+    asks = [(f"--tree {tree}", "its depth + 1", None if depth is None else depth + 1) if tree else None,
+            (f"--tokens {args.tokens:,}", "", args.tokens) if getattr(args, "tokens", None) is not None else None,
+            (f"--T {args.T:,}", "", args.T) if getattr(args, "T", None) is not None else None,
+            (f"--L {','.join(map(str, lengths))}", f"L = {exc.length - 1}, + 1" if exc.length - 1 in lengths else "",
+             exc.length if exc.length in lengths or exc.length - 1 in lengths else None) if L is not None else None]
+    asks = [a for a in asks if a is not None]
+    ask = next((a for a in asks if a[2] == exc.length), asks[0] if asks else None)  # the flag whose length it is
     files = [f"--{role}-source {getattr(args, role + '_source')}" for role in ("draft", "target")
              if getattr(args, role + "_source", None) is not None]
     said = f"{ask[0]} needs sequences of {exc.length:,} tokens" + (f" ({ask[1]})" if ask[1] else "") if ask else \

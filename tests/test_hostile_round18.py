@@ -380,3 +380,25 @@ def test_adaptive_refuses_a_policy_given_twice(tmp_path, capsys):
 
     for flag, value in (("--thresholds", "0.5,0.5"), ("--fixed", "2,2")):
         refused(main, ["--out-dir", str(tmp_path), flag, value], capsys, f"{flag} {value}: a value given twice")
+
+
+def test_round19_command_lines(tmp_path, capsys):
+    """A record whose block_efficiency.low was 0.5 was drawn (a percentile interval of values >= 1); decode --tree 2x2
+    --tokens 9 past a horizon of 8 blamed --tree; a 5,000-digit integer in a source file gave Python's digit-limit
+    text."""
+    from otspec.cli import main
+    from otspec.plot import main as plot_main
+    from otspec.sources import MarkovSource, save_source
+
+    record = json.loads((Path(__file__).resolve().parent.parent / "figures" / "llm_default.json").read_text())
+    record["runs"][0]["block_efficiency"]["low"] = 0.5
+    (tmp_path / "r.json").write_text(json.dumps(record))
+    refused(plot_main, ["record", str(tmp_path / "r.json"), "--out-dir", str(tmp_path / "o")], capsys,
+            "block_efficiency.low", ">= 1")
+    save_source(MarkovSource([0.5, 0.5], [[[0.6, 0.4], [0.3, 0.7]]] * 7), tmp_path / "h8.json")
+    pair = ["--draft-source", str(tmp_path / "h8.json"), "--target-source", str(tmp_path / "h8.json")]
+    refused(main, ["decode", *pair, "--tree", "2x2", "--verifier", "kseq", "--tokens", "9", "--sequences", "2"], capsys,
+            "--tokens 9 needs sequences of 9 tokens")
+    (tmp_path / "big.json").write_text('{"type": "uniform", "vocab_size": ' + "9" * 5000 + ', "support": 2}')
+    refused(main, ["calc", "block", "--draft-source", str(tmp_path / "big.json"), "--target-source",
+                   str(tmp_path / "big.json"), "--L", "2"], capsys, "an integer of more than 4,300 digits")

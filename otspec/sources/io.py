@@ -153,8 +153,10 @@ def load_source(path: str | os.PathLike) -> Source:
         raise ValueError(f"source file {path} is not a UTF-8 text file (binary data?); expected JSON") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"source file {path} is not valid JSON: {exc}") from None
-    except ValueError as exc:  # a key given twice
-        raise ValueError(f"source file {path}: {exc}") from None
+    except ValueError as exc:  # a key given twice, or an integer past Python's digit limit
+        digits = "limit (4300 digits) for integer string conversion" in str(exc)
+        raise ValueError(f"source file {path}: " + ("holds an integer of more than 4,300 digits (no size or count "
+                                                    "is that large)" if digits else str(exc))) from None
     except RecursionError:
         raise ValueError(f"source file {path} nests JSON too deeply to be a source") from None
     try:
