@@ -267,7 +267,7 @@ def test_in_process_audits_refuse_what_would_end_or_replace_the_process(tmp_path
 
     delivered = []
     previous = signal.signal(signal.SIGUSR1, lambda *a: delivered.append(1))
-    rows = np.full((1, 1, 2), 0.5)
+    rows, target = np.full((1, 1, 2), 0.5), np.full((1, 2, 2), 0.5)  # (B, L, V) and (B, L + 1, V)
     try:
         def kills_itself(*args):
             os.kill(os.getpid(), signal.SIGUSR1)
@@ -276,7 +276,7 @@ def test_in_process_audits_refuse_what_would_end_or_replace_the_process(tmp_path
         with protocol.no_hard_exit():
             assert os.execv is not protocol.REAL_CALLS["execv"] and os.abort is not protocol.REAL_CALLS["abort"]
             with pytest.raises(SamplerError, match="on its own process"):
-                call_sampler(kills_itself, np.zeros((1, 1), dtype=int), rows, rows, np.random.default_rng(0),
+                call_sampler(kills_itself, np.zeros((1, 1), dtype=int), rows, target, np.random.default_rng(0),
                              timeout=None)
         assert not delivered and os.execv is protocol.REAL_CALLS["execv"]
     finally:
@@ -286,7 +286,7 @@ def test_in_process_audits_refuse_what_would_end_or_replace_the_process(tmp_path
         return np.ma.array([0], mask=True), np.ma.array([0], mask=True)
 
     with pytest.raises(SamplerError, match="masked"):
-        call_sampler(masked, np.zeros((1, 1), dtype=int), rows, rows, np.random.default_rng(0), timeout=None)
+        call_sampler(masked, np.zeros((1, 1), dtype=int), rows, target, np.random.default_rng(0), timeout=None)
     _audit_verdict_survives(tmp_path, "quiet", "sys.stdout = None")
 
 
