@@ -402,3 +402,43 @@ def test_round19_command_lines(tmp_path, capsys):
     (tmp_path / "big.json").write_text('{"type": "uniform", "vocab_size": ' + "9" * 5000 + ', "support": 2}')
     refused(main, ["calc", "block", "--draft-source", str(tmp_path / "big.json"), "--target-source",
                    str(tmp_path / "big.json"), "--L", "2"], capsys, "an integer of more than 4,300 digits")
+
+
+def test_round19_sweeps_and_records(tmp_path, capsys):
+    """A 2 GiB sparse cell file was read whole (4.25 GB); results.csv as a link wrote the table through it into an
+    unrelated file; trees iid:2:2 and 2x1 made two identical cells; plot sweep --x L --y L gave pandas' message; a
+    record's code.commit as a number, code.modified as text and accelerator "null" were drawn."""
+    from otspec.cli import main
+    from otspec.plot import main as plot_main
+    from otspec.sweep import load_spec
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('name = "s"\nquantities = ["exact"]\nL = [2]\n[[pairs]]\nkind = "iid"\ndraft = [0.3, 0.7]\n'
+                    'target = [0.6, 0.4]\n[[verifiers]]\nname = "token"\n')
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec), "--workers", "1", "--out", str(out), "--json"]) == 0
+    capsys.readouterr()
+    cell = next((out / "cells").glob("*.json"))
+    with open(cell, "r+b") as fh:  # a sparse 2 GiB cell: recomputed without being read
+        fh.truncate(2**31)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (out / "results.csv").unlink()
+    (out / "results.csv").symlink_to(victim)
+    assert main(["sweep", str(spec), "--workers", "1", "--out", str(out), "--json"]) == 0
+    capsys.readouterr()
+    assert victim.read_text() == "keep me" and not (out / "results.csv").is_symlink() and cell.stat().st_size < 2**20
+    twice = tmp_path / "t.toml"
+    twice.write_text(spec.read_text().replace('L = [2]', 'trees = ["iid:2:2", "2x1"]').replace('"token"', '"gbv"'))
+    with pytest.raises(ValueError, match="a tree is listed twice"):
+        load_spec(twice)
+    refused(plot_main, ["sweep", str(out / "results.csv"), "--x", "L", "--y", "L", "--out", str(tmp_path / "p.png")],
+            capsys, "one column named twice")
+    record = json.loads((Path(__file__).resolve().parent.parent / "figures" / "llm_default.json").read_text())
+    for change, needle in ((lambda s: s.__setitem__("code", {"commit": 12345}), "code.commit"),
+                           (lambda s: s.__setitem__("code", {"commit": "380ccf3", "modified": "yes"}), "code.modified"),
+                           (lambda s: s.__setitem__("accelerator", "null"), "settings.accelerator")):
+        damaged = json.loads(json.dumps(record))
+        change(damaged["settings"])
+        (tmp_path / "r.json").write_text(json.dumps(damaged))
+        refused(plot_main, ["record", str(tmp_path / "r.json"), "--out-dir", str(tmp_path / "o")], capsys, needle)

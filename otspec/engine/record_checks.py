@@ -80,6 +80,15 @@ def _kind_of(key: str, item, at: str, where: str, error) -> None:
         raise error(f"{where}: {at} should be a device (cpu, cuda, cuda:N, mps), got {item[:40]!r}")
     if key == "tail" and at.endswith("logged_rows.tail") and item not in TAIL_MODES:
         raise error(f"{where}: {at} should be one of {TAIL_MODES}, got {str(item)[:40]!r}")
+    if key == "code" and isinstance(item, dict):  # the commit that made the record, said in its summary
+        commit, modified = item.get("commit"), item.get("modified")
+        if commit is not None and not (isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{7,64}", commit)):
+            raise error(f"{where}: {at}.commit should be a commit hash (hex text), got {commit!r:.40}")
+        if modified is not None and not isinstance(modified, bool):
+            raise error(f"{where}: {at}.modified should be true or false, got {modified!r:.40}")
+    if key == "accelerator" and item is not None and not (isinstance(item, str) and item.strip()
+                                                         and item.strip().lower() not in ("null", "none")):
+        raise error(f"{where}: {at} should be a device name or null, got {item!r:.40}")
     if key in CHOICES and isinstance(item, str) and item not in CHOICES[key]:
         raise error(f"{where}: {at} should be one of {CHOICES[key]}, got {item[:40]!r}")
     if key == "unit" and at.endswith("block_efficiency.unit") and item not in (None, "prompt"):  # its interval's

@@ -133,6 +133,10 @@ def plot_sweep(frame, x: str, y: str, *, hue: str | None = None, heatmap: bool =
         raise ValueError(f"columns {missing} are not in the table; it has {sorted(frame.columns)}")
     if heatmap and z is None:
         raise ValueError("--heatmap needs --z, the value to colour")
+    axes = [name for name in (x, y, hue, z) if name is not None] if heatmap else [x, y] + ([hue] if hue else [])
+    if len(set(axes)) < len(axes):  # pandas said "The name L occurs multiple times, use a level number"
+        raise ValueError(f"--x {x}, --y {y}{f', --hue {hue}' if hue else ''}{f', --z {z}' if z else ''}: one column "
+                         "named twice; each axis takes its own")
     value = z if heatmap else y
     for name in (x, y, hue, z):
         if name is not None:

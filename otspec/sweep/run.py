@@ -85,9 +85,15 @@ def check_out_folder(out: Path, spec: SweepSpec) -> None:
             raise ValueError(f"--out {out}: {path} {problem}; remove it (a finished cell or a table is a file)")
 
 
+#: Largest finished cell file read (a row is a few kB; a larger file is recomputed unread).
+MAX_CELL_BYTES = 1 << 24
+
+
 def _stored(path: Path, key: str) -> dict | None:
     """The row stored at ``path`` if it is whole, unedited and made under ``key``; else None (the cell runs again)."""
     if file_problem(path) is not None:  # missing, or no regular file: never opened (a pipe would block)
+        return None
+    if path.stat().st_size > MAX_CELL_BYTES:  # a cell's row is a few kB: a 2 GB file is no cell (it was read whole)
         return None
     try:
         row = json.loads(path.read_text())
@@ -280,8 +286,10 @@ def write_tables(rows: list[dict], out) -> dict:
     out = Path(out)
     frame = pd.DataFrame(rows)
     paths = {"parquet": out / "results.parquet", "csv": out / "results.csv"}
-    with open(paths["parquet"], "wb") as fh:  # through Python's open: pyarrow cannot name undecodable bytes
-        frame.to_parquet(fh, index=False)
-    with open(paths["csv"], "w", newline="") as fh:
-        frame.to_csv(fh, index=False)
+    for kind, path in paths.items():  # written beside, then moved in: a link there is replaced, not written through
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "wb" if kind == "parquet" else "w", **({} if kind == "parquet" else {"newline": ""})) as fh:
+            # through Python's open: pyarrow cannot name undecodable bytes
+            frame.to_parquet(fh, index=False) if kind == "parquet" else frame.to_csv(fh, index=False)
+        tmp.replace(path)
     return {k: str(v) for k, v in paths.items()}

@@ -350,9 +350,10 @@ def _trees(data: dict) -> list[str]:
             parse_tree(text)
         except ValueError as err:
             raise _error(f"trees[{i}]", str(err)) from None
-    canonical = [" ".join(text.split()).lower() for text in raw]  # parse_tree reads '2X1' and ' 2x1' as '2x1'
+    canonical = [str(parse_tree(text)) for text in raw]  # '2X1', ' 2x1' and 'iid:2:2' are all the tree 2x1
     if len(set(canonical)) != len(canonical):
-        raise _error("trees", "a tree is listed twice (tree specs are read without case or spaces)")
+        raise _error("trees", f"a tree is listed twice ({raw} are the trees {canonical}: tree specs are read without "
+                              "case or spaces, and iid:K:L is the k-config Kx1x...x1)")
     return raw
 
 
@@ -430,7 +431,8 @@ def load_spec(path) -> SweepSpec:
                                                              f"the spec's folder), got {name!r}")
             problem = file_problem(path.parent / name)
             if problem == "does not exist":
-                raise MissingFile(f"sweep spec pairs: no {role} file {path.parent / name}")
+                shown = str(path.parent / name)  # a NUL or a newline in the name is shown escaped, not written out
+                raise MissingFile(f"sweep spec pairs: no {role} file {shown if shown.isprintable() else repr(shown)}")
             if problem:  # a folder, a pipe or a device: named as what it is, not as missing
                 raise _error(f"pairs ({pair['kind']}) {key}", f"the {role} file {path.parent / name} {problem}")
         if pair["kind"] == "logged" and any(T != 1.0 for T in temps):
