@@ -203,6 +203,11 @@ def _shard(target, recipe: CorpusRecipe, index: int, exclude) -> dict:
             "message": np.array(which, dtype=np.int32), "messages": np.array(messages)}
 
 
+#: The keys a corpus index and its shard entries hold (what build_corpus writes, and older indexes' made_with).
+_INDEX_KEYS = {"format", "recipe", "shards", "tokens", "vocab_size", "made_with"}
+_SHARD_KEYS = {"index", "file", "messages", "sequences", "tokens", "seconds", "torch", "threads"}
+
+
 def _read_index(folder: Path) -> dict | None:
     """The checked ``corpus.json`` of ``folder``, or None when there is none (a ``ValueError`` naming it when it is
     not a regular file, not JSON, or not an index of this format)."""
@@ -242,6 +247,16 @@ def _read_index(folder: Path) -> dict | None:
             raise ValueError(f"--openers: expected a file name, got {recipe['openers']!r}")
     except (TypeError, ValueError) as err:
         raise ValueError(f"{path}: a damaged corpus index (its recipe: {one_line(err).removeprefix('--')})") from None
+    unknown = sorted(set(index) - _INDEX_KEYS) + sorted({k for s in shards for k in s} - _SHARD_KEYS)
+    if unknown:  # a typo or a foreign field is refused, as a source file's is
+        raise ValueError(f"{path}: a damaged corpus index (keys it does not have: {unknown})")
+    numbers = [(k, s[k]) for s in shards for k in ("messages", "sequences", "seconds", "threads") if k in s]
+    if "made_with" in index and not isinstance(index["made_with"], dict):
+        raise ValueError(f"{path}: a damaged corpus index (made_with is {index['made_with']!r}; expected an object)")
+    bad = next(((k, v) for k, v in numbers if isinstance(v, bool) or not isinstance(v, int | float) or v != v or v < 0),
+               None)
+    if bad is not None:
+        raise ValueError(f"{path}: a damaged corpus index ({bad[0]} is {bad[1]!r}; expected a number >= 0)")
     if "tokens" in index and index["tokens"] != sum(s["tokens"] for s in shards):
         raise ValueError(f"{path}: a damaged corpus index (it says {index['tokens']!r} tokens; its shards list "
                          f"{sum(s['tokens'] for s in shards):,})")

@@ -45,7 +45,8 @@ from .models import (
 from .sampling import DEFAULT_SAMPLING
 from .sessions import ModelSession, NGramSession
 
-__all__ = ["DISTILLED_DIR", "DRAFTERS", "ModelDrafter", "NGramDrafter", "Pair", "dequantize_rows", "load_pair",
+__all__ = ["DISTILLED_DIR", "DRAFTERS", "ModelDrafter", "NGramDrafter", "Pair", "check_head_files", "dequantize_rows",
+           "load_pair",
            "drafter_names", "make_drafter", "quantize_rows", "register_drafter", "truncated_target", "unregister_drafter"]
 
 #: Where ``python -m llm_bridge.distill`` writes the shipped draft (config, weights, training log).
@@ -207,9 +208,39 @@ def _positive(what: str):
 def _folder(argument):
     if not Path(argument).is_dir():
         raise ValueError(f"head:{argument}: no such folder (a head made by python -m llm_bridge.train_head)")
-    if not (Path(argument) / "drafter.json").is_file():
-        raise ValueError(f"head:{argument}: the folder holds no drafter.json (not a head made by python -m "
-                         "llm_bridge.train_head)")
+    check_head_files(Path(argument), f"head:{argument}")  # its two files read as far as they can be without a model
+
+
+def check_head_files(folder: Path, name: str) -> None:
+    """Refuse (a ``ValueError`` naming ``name``), before any model loads, a head folder whose ``drafter.json`` is not a
+    head's record or whose ``drafter.safetensors`` is missing, empty, truncated or not safetensors."""
+    from safetensors import safe_open
+
+    from otspec.checks import file_problem
+
+    from .heads import HEAD_KINDS
+
+    for file in ("drafter.json", "drafter.safetensors"):
+        problem = file_problem(folder / file)
+        if problem is not None:
+            raise ValueError(f"{name}: {file} there {problem} (a head made by python -m llm_bridge.train_head holds "
+                             "drafter.json and drafter.safetensors)")
+    try:
+        meta = json.loads((folder / "drafter.json").read_text())
+    except (ValueError, UnicodeDecodeError, RecursionError) as err:
+        raise ValueError(f"{name}: drafter.json is not JSON ({type(err).__name__})") from None
+    V = meta.get("target_vocab_size") if isinstance(meta, dict) else None
+    if not isinstance(meta, dict) or meta.get("kind") not in HEAD_KINDS or isinstance(V, bool) or \
+            not isinstance(V, int) or V < 1:
+        raise ValueError(f"{name}: drafter.json is not a head's record (a kind among {HEAD_KINDS} and an integer "
+                         "target_vocab_size)")
+    try:
+        with safe_open(folder / "drafter.safetensors", "pt") as weights:
+            keys = list(weights.keys())
+    except Exception as err:  # safetensors' own error type: a truncated or foreign file
+        raise ValueError(f"{name}: drafter.safetensors cannot be read ({str(err).splitlines()[0][:120]})") from None
+    if "vocab" not in keys:
+        raise ValueError(f"{name}: drafter.safetensors holds no 'vocab' (not a head's weights)")
 
 
 @register_drafter("ngram", argument="N, the longest n-gram looked up (default 3)", optional=True,

@@ -233,6 +233,14 @@ def _spec_problem(spec: str, hub: bool = True) -> str | None:
         with open(path, "rb") as fh:  # a regular file (is_file): the read cannot block
             if fh.read(4) != b"GGUF":
                 return f"{path} is not a GGUF file ({'empty' if path.stat().st_size == 0 else 'no GGUF header'})"
+        try:  # the header and tensor table, read without the weights (where the gguf package is here)
+            from gguf import GGUFReader
+        except ImportError:
+            return None
+        try:
+            GGUFReader(path)
+        except Exception as err:  # gguf's own errors for a damaged header: any of several types
+            return f"{path} is not a readable GGUF file ({type(err).__name__}: {str(err).splitlines()[0][:100]})"
     elif path.is_dir():
         if not (path / "config.json").is_file():
             return f"{path} is a folder but holds no config.json (not a save_pretrained folder)"

@@ -313,7 +313,12 @@ def train_head(recipe: HeadRecipe) -> dict:
     else:
         from .corpus import check_trainable, load_corpus
 
-        check_trainable(load_corpus(recipe.corpus), f"--corpus {recipe.corpus}")  # a damaged index or shard too, before any model
+        loaded = load_corpus(recipe.corpus)  # a damaged index or shard too, before any model
+        check_trainable(loaded, f"--corpus {recipe.corpus}")
+        size = vocab_count(target)
+        if size is not None and loaded.vocab_size != size:  # another model's token ids
+            raise ValueError(f"--corpus {recipe.corpus}: made with a vocabulary of {loaded.vocab_size:,} tokens; the "
+                             f"target {target!r} has {size:,}")
     tgt = load_model(target, device=device, dtype="float32")
     if recipe.corpus is None:
         data = corpus(tgt, target_name=target, samples=samples, length=length, seed=seed, prompts=files,

@@ -112,7 +112,8 @@ class ValidateConfig(Changeable):
             value = getattr(self, name)  # a text would be read as its characters ('token': t, o, k, e, n)
             if value is not None and (isinstance(value, str | bytes) or not isinstance(value, list | tuple)):
                 raise ValueError(f"{name}: expected a list or tuple, got {type(value).__name__} {value!r:.40}")
-            if value is not None and name != "tree_pairs" and len(set(map(repr, value))) < len(value):
+            keys = [str(parse_tree(t)) if name == "trees" else repr(t) for t in value] if value is not None else []
+            if name != "tree_pairs" and len(set(keys)) < len(keys):  # '2X1' and 'iid:2:1' are the tree 2x1
                 raise ValueError(f"{name}: {list(value)} names one twice (each is run once)")
         if self.tree_pairs is not None and not all(isinstance(p, list | tuple) and len(p) == 2
                                                    and all(isinstance(x, str) for x in p) for p in self.tree_pairs):
