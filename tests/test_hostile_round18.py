@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tests.cli_refusals import refused
+from tests.corpus_files import damaged_index
 
 P3, Q3 = [0.5, 0.3, 0.2], [0.2, 0.3, 0.5]
 ROWS = ["--draft", "0.5,0.3,0.2", "--target", "0.2,0.3,0.5"]
@@ -111,11 +112,7 @@ def test_a_corpus_index_is_checked_in_full_before_any_model(tmp_path, monkeypatc
     for name, change, needle in (("length", lambda j: j["recipe"].__setitem__("length", -5), "its recipe: length"),
                                  ("extra", lambda j: j["recipe"].__setitem__("colour", 1), "colour"),
                                  ("total", lambda j: j.__setitem__("tokens", 5), "it says 5 tokens")):
-        folder = tmp_path / name
-        folder.mkdir()
-        damaged = json.loads(json.dumps(index))
-        change(damaged)
-        (folder / "corpus.json").write_text(json.dumps(damaged))
+        folder = damaged_index(tmp_path / name, change)
         with pytest.raises(ValueError, match=needle):
             load_corpus(folder)
         refused(train_head.main, ["--kind", "eagle", "--corpus", str(folder), "--out", str(tmp_path / "o")], capsys,

@@ -360,23 +360,18 @@ def test_a_spec_pair_of_two_vocabularies_is_refused_when_read(tmp_path):
 def test_round19_llm_files_are_read_before_any_model(tmp_path):
     """A corpus index with a key it does not have, a NaN shard time or a number for made_with, and a head folder whose
     drafter.json or drafter.safetensors is damaged, reached the model fetch; validate took the trees 2x1 and 2X1."""
-    import json
 
     from llm_bridge.corpus import load_corpus
     from llm_bridge.drafters import check_drafter_spec
     from llm_bridge.validate_config import ValidateConfig
+    from tests.corpus_files import damaged_index
 
-    index = json.loads((CORPUS / "corpus.json").read_text())
-    for change, needle in ((lambda j: j.__setitem__("colour", 1), "keys it does not have: \\['colour'\\]"),
-                           (lambda j: j["shards"][0].__setitem__("seconds", float("nan")), "seconds is nan"),
-                           (lambda j: j.__setitem__("made_with", 3), "made_with is 3; expected an object")):
-        folder = tmp_path / f"c{len(list(tmp_path.iterdir()))}"
-        folder.mkdir()
-        damaged = json.loads(json.dumps(index))
-        change(damaged)
-        (folder / "corpus.json").write_text(json.dumps(damaged))
+    for i, (change, needle) in enumerate((
+            (lambda j: j.__setitem__("colour", 1), "keys it does not have: \\['colour'\\]"),
+            (lambda j: j["shards"][0].__setitem__("seconds", float("nan")), "seconds is nan"),
+            (lambda j: j.__setitem__("made_with", 3), "made_with is 3; expected an object"))):
         with pytest.raises(ValueError, match=needle):
-            load_corpus(folder)
+            load_corpus(damaged_index(tmp_path / f"c{i}", change))
     shipped = Path(__file__).resolve().parent.parent / "llm_bridge" / "weights" / "eagle"
     head = tmp_path / "head"
     head.mkdir()
