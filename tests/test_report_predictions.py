@@ -28,7 +28,7 @@ def settings(**kw):
 def run(verifier="token", L=2, mean=1.40, pred=1.38, speedup=None, pred_sp=None, sp_interval=None, source=None,
         **kw):
     """A chain run whose block-efficiency prediction holds (+1.4 %, inside) unless told otherwise."""
-    r = {"verifier": verifier, "L": L, "block_efficiency": {"mean": mean, "low": mean - 0.05, "high": mean + 0.05},
+    r = {"verifier": verifier, "L": L, "block_efficiency": {"mean": mean, "low": max(1.0, mean - 0.05), "high": mean + 0.05},
          "predicted_block_efficiency": pred,
          "predicted_block_efficiency_interval": None if pred is None else {"low": pred - 0.1, "high": pred + 0.1},
          **kw}
