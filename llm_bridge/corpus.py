@@ -257,6 +257,13 @@ def _read_index(folder: Path) -> dict | None:
                None)
     if bad is not None:
         raise ValueError(f"{path}: a damaged corpus index ({bad[0]} is {bad[1]!r}; expected a number >= 0)")
+    length, most = recipe.get("length", CorpusRecipe.length), recipe["shard_messages"]
+    odd = next((s for s in shards if ("sequences" in s and s["tokens"] != s["sequences"] * length)
+                or s.get("messages", 0) > most), None)
+    if odd is not None:  # each sequence continues its message by recipe.length tokens, at most shard_messages a shard
+        raise ValueError(f"{path}: a damaged corpus index (shard {odd['index']} lists {odd.get('sequences')} sequences "
+                         f"of {length} tokens, {odd['tokens']:,} tokens and {odd.get('messages')} messages; the recipe "
+                         f"makes tokens = sequences x {length} and at most {most} messages)")
     if "tokens" in index and index["tokens"] != sum(s["tokens"] for s in shards):
         raise ValueError(f"{path}: a damaged corpus index (it says {index['tokens']!r} tokens; its shards list "
                          f"{sum(s['tokens'] for s in shards):,})")

@@ -41,6 +41,7 @@ from .models import (
     check_vocabularies,
     layer_count,
     load_model,
+    vocab_count,
 )
 from .sampling import DEFAULT_SAMPLING
 from .sessions import ModelSession, NGramSession
@@ -216,7 +217,7 @@ def check_head_files(folder: Path, name: str) -> None:
     head's record or whose ``drafter.safetensors`` is missing, empty, truncated or not safetensors."""
     from safetensors import safe_open
 
-    from otspec.checks import file_problem
+    from otspec.checks import file_problem, unique_keys
 
     from .heads import HEAD_KINDS
 
@@ -226,14 +227,19 @@ def check_head_files(folder: Path, name: str) -> None:
             raise ValueError(f"{name}: {file} there {problem} (a head made by python -m llm_bridge.train_head holds "
                              "drafter.json and drafter.safetensors)")
     try:
-        meta = json.loads((folder / "drafter.json").read_text())
-    except (ValueError, UnicodeDecodeError, RecursionError) as err:
-        raise ValueError(f"{name}: drafter.json is not JSON ({type(err).__name__})") from None
+        meta = json.loads((folder / "drafter.json").read_text(encoding="utf-8-sig"), object_pairs_hook=unique_keys)
+    except (ValueError, UnicodeDecodeError, RecursionError) as err:  # a key given twice too
+        raise ValueError(f"{name}: drafter.json is not JSON ({type(err).__name__}: {str(err)[:80]})") from None
     V = meta.get("target_vocab_size") if isinstance(meta, dict) else None
     if not isinstance(meta, dict) or meta.get("kind") not in HEAD_KINDS or isinstance(V, bool) or \
-            not isinstance(V, int) or V < 1:
-        raise ValueError(f"{name}: drafter.json is not a head's record (a kind among {HEAD_KINDS} and an integer "
-                         "target_vocab_size)")
+            not isinstance(V, int) or V < 1 or not isinstance(meta.get("recipe", {}), dict):
+        raise ValueError(f"{name}: drafter.json is not a head's record (a kind among {HEAD_KINDS}, an integer "
+                         "target_vocab_size, a recipe object if any)")
+    unknown = sorted(set(meta) - HEAD_RECORD_KEYS)
+    vocab = meta.get("recipe", {}).get("vocab", 0)
+    if unknown or isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 0:
+        raise ValueError(f"{name}: drafter.json is damaged ({f'keys it does not have: {unknown}' if unknown else ''}"
+                         f"{'' if unknown else f'recipe.vocab {vocab!r}, expected an integer >= 0'})")
     try:
         with safe_open(folder / "drafter.safetensors", "pt") as weights:
             keys = list(weights.keys())
@@ -241,6 +247,29 @@ def check_head_files(folder: Path, name: str) -> None:
         raise ValueError(f"{name}: drafter.safetensors cannot be read ({str(err).splitlines()[0][:120]})") from None
     if "vocab" not in keys:
         raise ValueError(f"{name}: drafter.safetensors holds no 'vocab' (not a head's weights)")
+    prefix = {"eagle": "body.", "medusa": "blocks."}.get(meta["kind"])
+    if prefix is not None and not any(k.startswith(prefix) for k in keys):  # another kind's weights
+        raise ValueError(f"{name}: drafter.json says kind {meta['kind']!r}, but the weights are not such a head's")
+
+
+#: The fields a head's drafter.json holds (train_head's record and save_head's sizes).
+HEAD_RECORD_KEYS = frozenset({"target", "recipe", "heldout_before", "recipe_fields", "kind", "vocab_size",
+                              "target_vocab_size", "medusa_heads", "fuse_layers", "hydra", "head_layers",
+                              "trained_parameters", "file_bytes", "heldout", "seconds"})
+
+
+def _head_target(argument, target_spec) -> None:
+    """A head made for another target: its vocabulary, or the default target's name, differs."""
+    if argument is None:
+        return
+    meta = json.loads((Path(argument) / "drafter.json").read_text(encoding="utf-8-sig"))
+    size = vocab_count(target_spec)
+    made_for = meta.get("target")
+    if (size is not None and meta["target_vocab_size"] != size) or (
+            target_spec == DEFAULT_TARGET and isinstance(made_for, str) and made_for != DEFAULT_TARGET):
+        raise ValueError(f"head:{argument}: made for the target {made_for!r} (vocabulary "
+                         f"{meta['target_vocab_size']:,}); this target is {target_spec!r}"
+                         + (f" ({size:,} tokens)" if size is not None else ""))
 
 
 @register_drafter("ngram", argument="N, the longest n-gram looked up (default 3)", optional=True,
@@ -292,7 +321,7 @@ register_drafter("medusa", description="the shipped Medusa heads")(partial(_ship
 
 
 @register_drafter("head", argument="FOLDER of a trained head", description="a head made by python -m llm_bridge.train_head",
-                  check=_folder)
+                  check=_folder, check_target=_head_target)
 def _head_folder(argument, target: LoadedModel):
     return _head(f"head:{argument}", Path(argument), target)
 

@@ -385,3 +385,36 @@ def test_round19_llm_files_are_read_before_any_model(tmp_path):
     check_drafter_spec(f"head:{shipped}")
     with pytest.raises(ValueError, match="names one twice"):
         ValidateConfig(hf=False, trees=("2x1", "2X1"))
+
+
+def test_round20_head_folders_and_corpus_shards_are_read_before_any_model(tmp_path):
+    """A head made for another target, with an unknown or duplicated key, a text recipe.vocab or another kind's
+    weights, and a corpus shard whose sequences or messages disagree with its recipe, reached the model fetch."""
+    import json
+    import shutil
+
+    from llm_bridge.corpus import load_corpus
+    from llm_bridge.drafters import check_drafter_spec
+    from tests.corpus_files import damaged_index
+
+    shipped = Path(__file__).resolve().parent.parent / "llm_bridge" / "weights" / "eagle"
+    meta = json.loads((shipped / "drafter.json").read_text())
+    for i, (change, needle) in enumerate((
+            (lambda m: m.__setitem__("target", "banana"), "made for the target 'banana'"),
+            (lambda m: m.__setitem__("zzz", 1), "keys it does not have"),
+            (lambda m: m["recipe"].__setitem__("vocab", "8192"), "recipe.vocab '8192'"),
+            (lambda m: m.__setitem__("kind", "medusa"), "the weights are not such a head's"))):
+        head = tmp_path / f"h{i}"
+        shutil.copytree(shipped, head)
+        damaged = json.loads(json.dumps(meta))
+        change(damaged)
+        (head / "drafter.json").write_text(json.dumps(damaged))
+        with pytest.raises(ValueError, match=needle):
+            check_drafter_spec(f"head:{head}", "smollm2")
+    (head / "drafter.json").write_text('{"kind": "eagle", "kind": "eagle"}')
+    with pytest.raises(ValueError, match="appears twice"):
+        check_drafter_spec(f"head:{head}")
+    for i, (change, needle) in enumerate(((lambda j: j["shards"][0].__setitem__("sequences", 0), "sequences x 256"),
+                                          (lambda j: j["shards"][0].__setitem__("messages", 25), "at most 24"))):
+        with pytest.raises(ValueError, match=needle):
+            load_corpus(damaged_index(tmp_path / f"c{i}", change))
