@@ -219,6 +219,7 @@ def parse_tree(spec, replacement: bool = True):
             return DraftTree.spectr_iid(int(parts[1]), int(parts[2]), replacement)
         except SizeLimitError:  # a tree too large: said as such
             raise
-        except ValueError:
-            raise ValueError(f"could not read {spec!r}; expected iid:K:L with integers, e.g. iid:4:3") from None
+        except ValueError as err:  # K or L of 0: said with the reason (0 is an integer)
+            raise ValueError(f"could not read {spec!r}; expected iid:K:L with K >= 1 drafts of L >= 1 tokens, e.g. "
+                             f"iid:4:3 ({err})") from None
     return DraftTree.parse(text, replacement)
