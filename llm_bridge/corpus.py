@@ -250,9 +250,9 @@ def _read_index(folder: Path) -> dict | None:
     unknown = sorted(set(index) - _INDEX_KEYS) + sorted({k for s in shards for k in s} - _SHARD_KEYS)
     if unknown:  # a typo or a foreign field is refused, as a source file's is
         raise ValueError(f"{path}: a damaged corpus index (keys it does not have: {unknown})")
-    numbers = [(k, s[k]) for s in shards for k in ("messages", "sequences", "seconds", "threads") if k in s]
     if "made_with" in index and not isinstance(index["made_with"], dict):
         raise ValueError(f"{path}: a damaged corpus index (made_with is {index['made_with']!r}; expected an object)")
+    numbers = [(k, s[k]) for s in shards for k in ("messages", "sequences", "seconds", "threads") if k in s]
     bad = next(((k, v) for k, v in numbers if isinstance(v, bool) or not isinstance(v, int | float) or v != v or v < 0),
                None)
     if bad is not None:

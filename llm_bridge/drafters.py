@@ -217,7 +217,7 @@ def check_head_files(folder: Path, name: str) -> None:
     head's record or whose ``drafter.safetensors`` is missing, empty, truncated or not safetensors."""
     from safetensors import safe_open
 
-    from otspec.checks import file_problem, unique_keys
+    from otspec.checks import file_problem
 
     from .heads import HEAD_KINDS
 
@@ -226,10 +226,7 @@ def check_head_files(folder: Path, name: str) -> None:
         if problem is not None:
             raise ValueError(f"{name}: {file} there {problem} (a head made by python -m llm_bridge.train_head holds "
                              "drafter.json and drafter.safetensors)")
-    try:
-        meta = json.loads((folder / "drafter.json").read_text(encoding="utf-8-sig"), object_pairs_hook=unique_keys)
-    except (ValueError, UnicodeDecodeError, RecursionError) as err:  # a key given twice too
-        raise ValueError(f"{name}: drafter.json is not JSON ({type(err).__name__}: {str(err)[:80]})") from None
+    meta = _head_record(folder, name)
     V = meta.get("target_vocab_size") if isinstance(meta, dict) else None
     if not isinstance(meta, dict) or meta.get("kind") not in HEAD_KINDS or isinstance(V, bool) or \
             not isinstance(V, int) or V < 1 or not isinstance(meta.get("recipe", {}), dict):
@@ -252,6 +249,16 @@ def check_head_files(folder: Path, name: str) -> None:
         raise ValueError(f"{name}: drafter.json says kind {meta['kind']!r}, but the weights are not such a head's")
 
 
+def _head_record(folder: Path, name: str):
+    """A head folder's ``drafter.json`` as JSON (a byte-order mark let by; a key given twice refused)."""
+    from otspec.checks import unique_keys
+
+    try:
+        return json.loads((folder / "drafter.json").read_text(encoding="utf-8-sig"), object_pairs_hook=unique_keys)
+    except (ValueError, UnicodeDecodeError, RecursionError) as err:
+        raise ValueError(f"{name}: drafter.json is not JSON ({type(err).__name__}: {str(err)[:80]})") from None
+
+
 #: The fields a head's drafter.json holds (train_head's record and save_head's sizes).
 HEAD_RECORD_KEYS = frozenset({"target", "recipe", "heldout_before", "recipe_fields", "kind", "vocab_size",
                               "target_vocab_size", "medusa_heads", "fuse_layers", "hydra", "head_layers",
@@ -262,7 +269,7 @@ def _head_target(argument, target_spec) -> None:
     """A head made for another target: its vocabulary, or the default target's name, differs."""
     if argument is None:
         return
-    meta = json.loads((Path(argument) / "drafter.json").read_text(encoding="utf-8-sig"))
+    meta = _head_record(Path(argument), f"head:{argument}")  # checked by _folder first
     size = vocab_count(target_spec)
     made_for = meta.get("target")
     if (size is not None and meta["target_vocab_size"] != size) or (

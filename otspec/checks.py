@@ -45,6 +45,7 @@ __all__ = [
     "check_unit_interval",
     "read_numbers",
     "integer_array",
+    "NOT_NUMBERS",
     "real_array",
     "grid_entries",
     "real_grid",
@@ -107,6 +108,11 @@ def capped_perm(n: int, k: int) -> int:
         if out >= COUNT_CAP:
             return COUNT_CAP
     return out
+
+
+#: Types the ``numbers`` ABCs admit that are no number a parameter means: booleans, and numpy's time spans and dates
+#: (``np.timedelta64`` is registered as an integer).
+NOT_NUMBERS = (bool, np.timedelta64, np.datetime64)
 
 
 def check_token_ids(tokens: np.ndarray, vocab_size: int) -> None:
@@ -226,7 +232,7 @@ def check_size(value, name: str, *, minimum: int = 1, limit: int | None = None, 
     ...
     ValueError: L: expected an integer >= 1, got 2.7 (float)
     """
-    if isinstance(value, bool | np.timedelta64 | np.datetime64) or not isinstance(value, numbers.Integral):
+    if isinstance(value, NOT_NUMBERS) or not isinstance(value, numbers.Integral):
         raise ValueError(f"{name}: expected {what} >= {minimum}, got {value!r} ({type(value).__name__})")
     value = int(value)
     if value < minimum:
@@ -253,7 +259,7 @@ def check_seed(seed, name: str = "seed"):
 
     if seed is None or isinstance(seed, np.random.Generator):
         return seed
-    if isinstance(seed, bool | np.timedelta64) or not isinstance(seed, numbers.Integral) or seed < 0:
+    if isinstance(seed, NOT_NUMBERS) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise ValueError(f"{name}: expected None, a numpy Generator or an integer >= 0, got {seed!r} "
                          f"({type(seed).__name__})")
     return int(seed)
@@ -266,7 +272,7 @@ def check_real(value, name: str, *, low: float = -math.inf, high: float = math.i
     >>> check_real(0.5, "eps", low=0)
     0.5
     """
-    if isinstance(value, bool | np.timedelta64 | np.datetime64) or not isinstance(value, numbers.Real):
+    if isinstance(value, NOT_NUMBERS) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name}: expected a real number, got {value!r} ({type(value).__name__})")
     bounds = f"{'(' if low_open else '['}{low:g}, {high:g}]"
     try:

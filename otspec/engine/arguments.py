@@ -45,10 +45,10 @@ def as_source(source, name: str) -> Source:
     if row.ndim != 1:
         raise ValueError(f"{name}: expected a Source or one probability row (shape (V,)), got an array of shape "
                          f"{tuple(row.shape)}; a Markov chain is otspec.MarkovSource(initial, transition)")
-    checked = validate_probs(source if row is not source else row, name)  # refused naming the argument (complex,
-    # NaN, negative, unnormalised ...); a list at its entries' tolerance (float16 entries: float16's), as IIDSource
-    if row is not source:
-        return IIDSource(source)  # built as IIDSource(row) builds it: the same numbers to the last bit
+    if row is not source:  # a list: refused naming the argument at its entries' tolerance, then built as IIDSource
+        validate_probs(source, name)  # builds it (the same numbers as IIDSource(list) to the last bit)
+        return IIDSource(source)
+    checked = validate_probs(row, name)  # refused naming the argument (complex, NaN, negative, unnormalised ...)
     if isinstance(row, np.ndarray) and row.dtype == np.float64:
         return IIDSource(row)  # built as IIDSource(row) builds it: the same numbers to the last bit
     if hasattr(checked, "detach"):  # a torch tensor, on any device

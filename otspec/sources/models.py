@@ -10,6 +10,7 @@ import numpy as np
 from ..checks import (
     MAX_HORIZON,
     MAX_VOCAB_SIZE,
+    NOT_NUMBERS,
     check_size,
     coarsest_eps,
     read_numbers,
@@ -80,7 +81,7 @@ class IIDSource(Source):
 
 def bernoulli(p: float) -> IIDSource:
     """IID Ber(p) over {0, 1}: P(token = 1) = p."""
-    if isinstance(p, bool | np.timedelta64) or not isinstance(p, numbers.Real):  # True, '0.5', 0.5+0j, a timedelta
+    if isinstance(p, NOT_NUMBERS) or not isinstance(p, numbers.Real):  # True, '0.5', 0.5+0j, a timedelta
         raise ValueError(f"bernoulli: p must be a number in [0, 1], got {p!r} ({type(p).__name__})")
     p = float(p)
     if not 0.0 <= p <= 1.0:

@@ -20,6 +20,12 @@ from .registry import register
 __all__ = ["MultiRound", "MultiRoundWithoutReplacement", "multiround_plan"]
 
 
+def _accept(t_x, d_x, valid, xp):
+    """min{1, t(x)/d(x)} at the candidates (any shape), 0 at a -1 slot or where d(x) = 0."""
+    ok = valid & (d_x > 0)
+    return xp.where(ok, xp.minimum(t_x / xp.where(ok, d_x, xp.ones_like(d_x)), 1.0), xp.zeros_like(d_x))
+
+
 def multiround_plan(candidates, draft_probs, target_probs, *, without_replacement: bool = False):
     """(a (B, k), final residual t (B, V)) of multi-round rejection sampling, row-wise."""
     xp = namespace(draft_probs, target_probs)
@@ -31,20 +37,14 @@ def multiround_plan(candidates, draft_probs, target_probs, *, without_replacemen
     for i in range(k):
         c = candidates[:, i: i + 1]
         valid = c[:, 0] >= 0
-        d_x = gather_candidates(d, c)[:, 0]
-        t_x = gather_candidates(t, c)[:, 0]
-        ok = valid & (d_x > 0)
-        a.append(xp.where(ok, xp.minimum(t_x / xp.where(ok, d_x, xp.ones_like(d_x)), 1.0), xp.zeros_like(d_x)))
+        a.append(_accept(gather_candidates(t, c)[:, 0], gather_candidates(d, c)[:, 0], valid, xp))
         moved = residual(t, d)
         if not without_replacement and i + 1 < k and isinstance(p, np.ndarray) and np.array_equal(moved, t):
             # the residual reached its fixed point (t = Norm[(t - p)_+]: a point mass, or nothing left to move): every
             # later round has the same t and d, so their acceptances come in one gather (a merged node's thousands
             # of rounds were each a pass over the rows). Numpy only: the test would read back from a device.
             rest = candidates[:, i + 1:]
-            valid = rest >= 0
-            d_x, t_x = gather_candidates(d, rest), gather_candidates(t, rest)
-            ok = valid & (d_x > 0)
-            a.extend(np.moveaxis(np.where(ok, np.minimum(t_x / np.where(ok, d_x, 1.0), 1.0), 0.0), 1, 0))
+            a.extend(np.moveaxis(_accept(gather_candidates(t, rest), gather_candidates(d, rest), rest >= 0, xp), 1, 0))
             return stack_columns(a, p), t
         t = xp.where(valid[:, None], moved, t)
         if without_replacement:
