@@ -68,6 +68,9 @@ def test_loop_overhead_benchmark_runs():
     assert [(r["batch"], r["verifier"]) for r in out["results"]] == [(1, "token"), (1, "block"), (2, "token"),
                                                                      (2, "block")]
     assert all(r["fraction_of_target_call"] > 0 for r in out["results"])
+    # per batch iteration: a batch of 2 calls the target at most as often as its 2 sequences iterate
+    assert all(r["batch_iterations"] <= r["iterations"] for r in out["results"])
+    assert all(r["iteration_ms"] >= r["target_ms"] + r["draft_ms"] for r in out["results"])
 
 
 def test_audit_benchmark_runs():
